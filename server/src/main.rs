@@ -1,0 +1,103 @@
+use clap::Parser;
+use std::io::{BufReader, IsTerminal};
+use std::process::ExitCode;
+use std::sync::Arc;
+use tracing_subscriber::EnvFilter;
+use vramlab_server::backend::select;
+use vramlab_server::cli::{Cli, Command, LogFormat, RunArgs, ServeArgs};
+use vramlab_server::http::{app, AppState, Health};
+use vramlab_server::runner::{run, RunOptions};
+use vramlab_shared::protocol::PROTOCOL_VERSION;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => run_file(args),
+        Command::Serve(args) => serve(args).map(|()| ExitCode::SUCCESS),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("vramlab: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run_file(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let backend = select(args.device)?;
+    let options = RunOptions {
+        check: args.check,
+        snapshot: args.snapshot,
+    };
+    let stdout = std::io::stdout().lock();
+    let summary = if args.file.as_os_str() == "-" {
+        let stdin = std::io::stdin();
+        if stdin.is_terminal() {
+            eprintln!("vramlab: reading commands from standard input (one JSON object per line, Ctrl-D to end)");
+        }
+        run(&backend, stdin.lock(), stdout, &options)?
+    } else {
+        let file = std::fs::File::open(&args.file).map_err(|e| {
+            anyhow::anyhow!("cannot open command file {}: {e}", args.file.display())
+        })?;
+        run(&backend, BufReader::new(file), stdout, &options)?
+    };
+    for m in &summary.mismatches {
+        eprintln!("mismatch: {m}");
+    }
+    Ok(if summary.mismatches.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = EnvFilter::try_from_env("VRAMLAB_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("info,tower_http=info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    init_tracing(args.log_format);
+    let backend = select(args.device)?;
+    let engine = backend.engine()?;
+    let device = engine.device_info();
+    tracing::info!(backend = backend.name, device = %device.name, "{}", backend.reason);
+    if !args.dist.join("index.html").exists() {
+        tracing::warn!(
+            dist = %args.dist.display(),
+            "the web app is not built there: run scripts/run (or trunk build --release)"
+        );
+    }
+    let state = AppState {
+        health: Arc::new(Health {
+            status: "ok",
+            version: env!("CARGO_PKG_VERSION"),
+            protocol_version: PROTOCOL_VERSION,
+            backend: backend.name,
+            backend_reason: backend.reason.clone(),
+            device,
+        }),
+    };
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(args.addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.addr))?;
+        tracing::info!("vramlab serving on http://{}", listener.local_addr()?);
+        axum::serve(listener, app(&args.dist, state))
+            .with_graceful_shutdown(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await?;
+        Ok(())
+    })
+}

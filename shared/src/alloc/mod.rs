@@ -1,0 +1,296 @@
+//! The framework allocators behind one trait.
+//!
+//! - [`caching`]: PyTorch's CUDA caching allocator (native backend).
+//! - [`uncached`]: PyTorch with `PYTORCH_NO_CUDA_MEMORY_CACHING=1`.
+//! - [`bfc`]: the TensorFlow / XLA best-fit-with-coalescing allocator, which
+//!   JAX uses too (with preallocation).
+//!
+//! They are pure bookkeeping of address ranges inside segments. They ask a
+//! [`Device`] for whole segments and never touch data.
+
+pub mod bfc;
+pub mod caching;
+pub mod uncached;
+
+use crate::device::Device;
+use serde::{Deserialize, Serialize};
+
+/// Handle of a live block, valid until the block is freed.
+pub type BlockId = u32;
+
+/// One PyTorch `Stat`: current value, peak, and the sums of all increases
+/// and decreases (`increase_stat` / `decrease_stat`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stat {
+    pub current: u64,
+    pub peak: u64,
+    pub allocated: u64,
+    pub freed: u64,
+}
+
+impl Stat {
+    #[inline]
+    pub fn increase(&mut self, n: u64) {
+        self.current += n;
+        self.peak = self.peak.max(self.current);
+        self.allocated += n;
+    }
+
+    #[inline]
+    pub fn decrease(&mut self, n: u64) {
+        debug_assert!(self.current >= n, "stat would go negative");
+        self.current -= n;
+        self.freed += n;
+    }
+
+    /// Applies a signed net change, as `free_block` does for inactive splits.
+    #[inline]
+    pub fn apply(&mut self, delta: i64) {
+        match delta.cmp(&0) {
+            std::cmp::Ordering::Greater => self.increase(delta as u64),
+            std::cmp::Ordering::Less => self.decrease(delta.unsigned_abs()),
+            std::cmp::Ordering::Equal => {}
+        }
+    }
+
+    pub fn reset_peak(&mut self) {
+        self.peak = self.current;
+    }
+}
+
+/// The counters every allocator keeps, under PyTorch's names. For the BFC
+/// allocator `allocated_bytes` is `bytes_in_use` and `reserved_bytes` is
+/// `pool_bytes`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllocatorStats {
+    pub allocated_bytes: Stat,
+    pub reserved_bytes: Stat,
+    pub active_bytes: Stat,
+    pub requested_bytes: Stat,
+    pub inactive_split_bytes: Stat,
+    /// Count of allocated blocks (`allocation.all`).
+    pub allocation: Stat,
+    /// Count of segments (`segment.all`).
+    pub segment: Stat,
+    pub active: Stat,
+    pub inactive_split: Stat,
+    pub num_alloc_retries: u64,
+    pub num_ooms: u64,
+    pub num_device_alloc: u64,
+    pub num_device_free: u64,
+}
+
+impl AllocatorStats {
+    pub fn reset_peaks(&mut self) {
+        for stat in [
+            &mut self.allocated_bytes,
+            &mut self.reserved_bytes,
+            &mut self.active_bytes,
+            &mut self.requested_bytes,
+            &mut self.inactive_split_bytes,
+            &mut self.allocation,
+            &mut self.segment,
+            &mut self.active,
+            &mut self.inactive_split,
+        ] {
+            stat.reset_peak();
+        }
+    }
+}
+
+/// State of a block in the segment map (PyTorch snapshot names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockState {
+    ActiveAllocated,
+    Inactive,
+}
+
+/// One block of a segment, as `torch.cuda.memory._snapshot()` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockView {
+    /// Handle of an allocated block; `None` for free space.
+    pub id: Option<BlockId>,
+    pub address: u64,
+    pub size: u64,
+    pub requested_size: u64,
+    pub state: BlockState,
+}
+
+/// One segment (PyTorch) or region (BFC) with its blocks in address order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentView {
+    pub address: u64,
+    pub total_size: u64,
+    /// `"small"` or `"large"` for PyTorch, `"region"` for BFC.
+    pub pool: &'static str,
+    pub blocks: Vec<BlockView>,
+}
+
+/// What happened inside an allocator, in order (PyTorch trace actions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceAction {
+    Alloc,
+    Free,
+    SegmentAlloc,
+    SegmentFree,
+    Oom,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceEvent {
+    pub action: TraceAction,
+    /// Block or segment address; for `Oom`, the free bytes the driver reported.
+    pub address: u64,
+    /// Block size (`Alloc` records the caller's size, as PyTorch does),
+    /// segment size, or for `Oom` the rounded request.
+    pub size: u64,
+    pub block: Option<BlockId>,
+}
+
+/// The facts at the moment an allocation failed, from which each framework
+/// words its own error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutOfMemory {
+    /// What the caller asked for.
+    pub requested: u64,
+    /// The request after the allocator's rounding.
+    pub rounded: u64,
+    /// What the allocator tried to get from the driver (PyTorch prints this).
+    pub alloc_size: u64,
+    pub device_free: u64,
+    pub device_total: u64,
+    /// nvidia-smi's view of this process.
+    pub process_used: u64,
+    pub other_processes: u64,
+    pub allocated: u64,
+    pub reserved: u64,
+    /// PyTorch's `set_per_process_memory_fraction` maximum, when set.
+    pub allowed: Option<u64>,
+    /// The BFC allocator's memory limit.
+    pub memory_limit: Option<u64>,
+}
+
+/// An allocator that keeps blocks inside device segments.
+pub trait Allocator: Send {
+    /// A request for `bytes`. `Ok(None)` for a zero-byte request, which
+    /// touches nothing (both frameworks return a null pointer).
+    fn malloc(
+        &mut self,
+        device: &mut dyn Device,
+        bytes: u64,
+    ) -> Result<Option<BlockId>, Box<OutOfMemory>>;
+
+    /// Returns a block: it goes back to the allocator's cache at once.
+    fn free(&mut self, device: &mut dyn Device, block: BlockId);
+
+    /// `torch.cuda.empty_cache()`: returns every whole free segment to the
+    /// driver. `None` when the framework has no such call.
+    fn empty_cache(&mut self, device: &mut dyn Device) -> Option<u64>;
+
+    fn stats(&self) -> &AllocatorStats;
+
+    /// `reset_peak_memory_stats` / `reset_memory_stats`.
+    fn reset_peak_stats(&mut self);
+
+    /// Size of a live block (after rounding).
+    fn block_size(&self, block: BlockId) -> u64;
+
+    /// Every segment with its blocks, segments by address.
+    fn segments(&self) -> Vec<SegmentView>;
+
+    /// Moves the events recorded since the last call into `out`.
+    fn drain_trace(&mut self, out: &mut Vec<TraceEvent>);
+
+    /// Turns event recording on or off (benchmarks switch it off).
+    fn set_tracing(&mut self, on: bool);
+
+    /// Checks the allocator's invariants against its own state and the
+    /// device; `Err` names the first broken one.
+    fn check_invariants(&self, device: &dyn Device) -> Result<(), String>;
+}
+
+/// Records trace events when switched on.
+#[derive(Debug)]
+pub(crate) struct Trace {
+    pub on: bool,
+    pub events: Vec<TraceEvent>,
+}
+
+impl Default for Trace {
+    fn default() -> Self {
+        Self {
+            on: true,
+            events: Vec::new(),
+        }
+    }
+}
+
+impl Trace {
+    #[inline]
+    pub fn record(&mut self, action: TraceAction, address: u64, size: u64, block: Option<BlockId>) {
+        if self.on {
+            self.events.push(TraceEvent {
+                action,
+                address,
+                size,
+                block,
+            });
+        }
+    }
+}
+
+/// A slab of nodes addressed by [`BlockId`], reusing freed slots.
+#[derive(Debug, Clone)]
+pub(crate) struct Slab<T> {
+    nodes: Vec<Option<T>>,
+    vacant: Vec<BlockId>,
+}
+
+impl<T> Default for Slab<T> {
+    fn default() -> Self {
+        Self {
+            nodes: Vec::new(),
+            vacant: Vec::new(),
+        }
+    }
+}
+
+impl<T> Slab<T> {
+    pub fn insert(&mut self, value: T) -> BlockId {
+        if let Some(id) = self.vacant.pop() {
+            self.nodes[id as usize] = Some(value);
+            id
+        } else {
+            self.nodes.push(Some(value));
+            (self.nodes.len() - 1) as BlockId
+        }
+    }
+
+    pub fn remove(&mut self, id: BlockId) -> T {
+        let value = self.nodes[id as usize].take().expect("slab slot is empty");
+        self.vacant.push(id);
+        value
+    }
+
+    #[inline]
+    pub fn get(&self, id: BlockId) -> &T {
+        self.nodes[id as usize].as_ref().expect("slab slot is empty")
+    }
+
+    #[inline]
+    pub fn get_mut(&mut self, id: BlockId) -> &mut T {
+        self.nodes[id as usize].as_mut().expect("slab slot is empty")
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (BlockId, &T)> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| n.as_ref().map(|n| (i as BlockId, n)))
+    }
+}
+
+/// Sentinel for "no neighbour" in intrusive block lists.
+pub(crate) const NIL: BlockId = BlockId::MAX;

@@ -1,0 +1,235 @@
+//! The GPU as the allocators see it: whole segments from the driver
+//! (`cudaMalloc` / `cudaFree`), the driver's free/total view
+//! (`cudaMemGetInfo`), and the CUDA context the process pays for.
+//!
+//! [`SimDevice`] is the simulated GPU. The CUDA backend in the server
+//! implements the same [`Device`] trait, so both run the same allocator code.
+
+use crate::units::{round_up, GIB, MIB};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Address of the first segment on the simulated GPU. Real CUDA addresses look
+/// like this too (`0x7f...`); runs are reproducible because every kernel start
+/// begins here again.
+pub const SIM_BASE_ADDRESS: u64 = 0x7f00_0000_0000;
+/// Segment addresses on the simulated GPU are aligned like the driver's large
+/// pages.
+pub const SIM_SEGMENT_ALIGNMENT: u64 = 2 * MIB;
+/// Default CUDA context size: what a CUDA 12 context with lazy module loading
+/// costs on a recent GPU (issue threads report 200 MB to 1 GB; see
+/// `docs/simulator.md`).
+pub const DEFAULT_CONTEXT_BYTES: u64 = 300 * MIB;
+/// Default total memory of the simulated GPU (a 16 GiB card).
+pub const DEFAULT_TOTAL_BYTES: u64 = 16 * GIB;
+/// Process id shown in OOM messages for memory used by other processes.
+pub const OTHER_PROCESS_PID: u32 = 4242;
+
+/// Which backend a device is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    Simulated,
+    Cuda,
+}
+
+/// What a device says about itself, for the hello message, `/healthz` and the UI.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    pub kind: DeviceKind,
+    pub name: String,
+    pub total_bytes: u64,
+    pub compute_capability: (u32, u32),
+}
+
+/// A GPU that hands out whole segments.
+pub trait Device: Send {
+    /// `cudaMalloc`: a new segment of exactly `bytes`, or `None` when the
+    /// driver has not enough free memory.
+    fn malloc(&mut self, bytes: u64) -> Option<u64>;
+    /// `cudaFree` of a segment obtained from [`Device::malloc`].
+    fn free(&mut self, address: u64, bytes: u64);
+    /// `cudaMemGetInfo`: `(free, total)` for the whole device, other
+    /// processes included.
+    fn mem_get_info(&self) -> (u64, u64);
+    /// Bytes the CUDA context of this process holds.
+    fn context_bytes(&self) -> u64;
+    /// Bytes held by other processes on the same GPU.
+    fn other_processes_bytes(&self) -> u64;
+    /// Bytes this process holds through `malloc` (all live segments).
+    fn segment_bytes(&self) -> u64;
+    fn info(&self) -> DeviceInfo;
+
+    /// What nvidia-smi shows for this process: context plus every live segment.
+    fn process_used_bytes(&self) -> u64 {
+        self.context_bytes() + self.segment_bytes()
+    }
+}
+
+/// Settings of the simulated GPU, all set by `restart`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimDeviceConfig {
+    pub total_bytes: u64,
+    pub context_bytes: u64,
+    pub other_processes_bytes: u64,
+}
+
+impl Default for SimDeviceConfig {
+    fn default() -> Self {
+        Self {
+            total_bytes: DEFAULT_TOTAL_BYTES,
+            context_bytes: DEFAULT_CONTEXT_BYTES,
+            other_processes_bytes: 0,
+        }
+    }
+}
+
+impl SimDeviceConfig {
+    /// Checks that the context and the other processes fit on the device.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.total_bytes == 0 {
+            return Err("device_total_bytes must be greater than 0".into());
+        }
+        let fixed = self.context_bytes.checked_add(self.other_processes_bytes);
+        match fixed {
+            Some(fixed) if fixed <= self.total_bytes => Ok(()),
+            _ => Err(format!(
+                "the CUDA context ({}) and other processes ({}) do not fit on a device of {}",
+                crate::units::format_size(self.context_bytes),
+                crate::units::format_size(self.other_processes_bytes),
+                crate::units::format_size(self.total_bytes),
+            )),
+        }
+    }
+}
+
+/// The simulated GPU: exact bookkeeping of segments, deterministic addresses.
+#[derive(Clone, Debug)]
+pub struct SimDevice {
+    config: SimDeviceConfig,
+    next_address: u64,
+    segments: BTreeMap<u64, u64>,
+    segment_bytes: u64,
+}
+
+impl SimDevice {
+    /// Starts a kernel: the context is taken at once.
+    pub fn new(config: SimDeviceConfig) -> Self {
+        Self {
+            config,
+            next_address: SIM_BASE_ADDRESS,
+            segments: BTreeMap::new(),
+            segment_bytes: 0,
+        }
+    }
+
+    pub fn config(&self) -> &SimDeviceConfig {
+        &self.config
+    }
+
+    /// Live segments, address to size.
+    pub fn segments(&self) -> &BTreeMap<u64, u64> {
+        &self.segments
+    }
+
+    fn free_bytes(&self) -> u64 {
+        self.config.total_bytes
+            - self.config.context_bytes
+            - self.config.other_processes_bytes
+            - self.segment_bytes
+    }
+}
+
+impl Device for SimDevice {
+    fn malloc(&mut self, bytes: u64) -> Option<u64> {
+        if bytes > self.free_bytes() {
+            return None;
+        }
+        let address = self.next_address;
+        // Never reuse an address while the kernel lives.
+        self.next_address = round_up(address + bytes.max(1), SIM_SEGMENT_ALIGNMENT);
+        self.segments.insert(address, bytes);
+        self.segment_bytes += bytes;
+        Some(address)
+    }
+
+    fn free(&mut self, address: u64, bytes: u64) {
+        let removed = self.segments.remove(&address);
+        debug_assert_eq!(removed, Some(bytes), "cudaFree of an unknown segment");
+        if let Some(size) = removed {
+            self.segment_bytes -= size;
+        }
+    }
+
+    fn mem_get_info(&self) -> (u64, u64) {
+        (self.free_bytes(), self.config.total_bytes)
+    }
+
+    fn context_bytes(&self) -> u64 {
+        self.config.context_bytes
+    }
+
+    fn other_processes_bytes(&self) -> u64 {
+        self.config.other_processes_bytes
+    }
+
+    fn segment_bytes(&self) -> u64 {
+        self.segment_bytes
+    }
+
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            kind: DeviceKind::Simulated,
+            name: format!(
+                "Simulated GPU ({})",
+                crate::units::format_size(self.config.total_bytes)
+            ),
+            total_bytes: self.config.total_bytes,
+            compute_capability: (8, 0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_aligned_and_never_reused() {
+        let mut d = SimDevice::new(SimDeviceConfig::default());
+        let a = d.malloc(2 * MIB).unwrap();
+        let b = d.malloc(512).unwrap();
+        d.free(a, 2 * MIB);
+        let c = d.malloc(2 * MIB).unwrap();
+        assert_eq!(a, SIM_BASE_ADDRESS);
+        assert_eq!(b, a + 2 * MIB);
+        assert_eq!(c, b + 2 * MIB);
+        assert_eq!(c % SIM_SEGMENT_ALIGNMENT, 0);
+    }
+
+    #[test]
+    fn free_memory_counts_context_and_others() {
+        let mut d = SimDevice::new(SimDeviceConfig {
+            total_bytes: GIB,
+            context_bytes: 100 * MIB,
+            other_processes_bytes: 24 * MIB,
+        });
+        assert_eq!(d.mem_get_info(), (900 * MIB, GIB));
+        assert!(d.malloc(900 * MIB + 1).is_none());
+        let a = d.malloc(900 * MIB).unwrap();
+        assert_eq!(d.mem_get_info().0, 0);
+        assert_eq!(d.process_used_bytes(), 1000 * MIB);
+        d.free(a, 900 * MIB);
+        assert_eq!(d.process_used_bytes(), 100 * MIB);
+    }
+
+    #[test]
+    fn config_must_fit() {
+        let bad = SimDeviceConfig {
+            total_bytes: 100 * MIB,
+            context_bytes: 300 * MIB,
+            other_processes_bytes: 0,
+        };
+        assert!(bad.validate().unwrap_err().contains("do not fit"));
+    }
+}

@@ -1,0 +1,365 @@
+//! What each framework decides on its own: its settings and their defaults,
+//! which allocator it builds and how large its pool may grow, and how it
+//! words an out-of-memory error.
+
+use crate::alloc::bfc::{BfcAllocator, BfcConfig};
+use crate::alloc::caching::{CachingAllocator, CachingConfig, LARGE_BUFFER};
+use crate::alloc::uncached::UncachedAllocator;
+use crate::alloc::{Allocator, OutOfMemory};
+use crate::device::{Device, DEFAULT_CONTEXT_BYTES, DEFAULT_TOTAL_BYTES, OTHER_PROCESS_PID};
+use crate::protocol::{CommandError, Dtype, ErrorKind, Framework, RestartSettings};
+use crate::units::{format_size, GIB, MIB};
+use serde::{Deserialize, Serialize};
+
+/// The largest simulated device accepted (1 PiB): anything above is a typo.
+pub const MAX_DEVICE_BYTES: u64 = 1024 * 1024 * GIB;
+
+/// Every kernel setting, resolved (what `restart` patches).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    pub framework: Framework,
+    pub device_total_bytes: u64,
+    pub context_bytes: u64,
+    pub other_processes_bytes: u64,
+    pub allow_growth: bool,
+    pub memory_limit_bytes: Option<u64>,
+    pub gpu_garbage_collection: bool,
+    pub preallocate: bool,
+    pub mem_fraction: f64,
+    pub no_caching: bool,
+    pub max_split_size_mb: Option<u64>,
+    pub garbage_collection_threshold: f64,
+    pub per_process_memory_fraction: Option<f64>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            framework: Framework::Pytorch,
+            device_total_bytes: DEFAULT_TOTAL_BYTES,
+            context_bytes: DEFAULT_CONTEXT_BYTES,
+            other_processes_bytes: 0,
+            allow_growth: false,
+            memory_limit_bytes: None,
+            gpu_garbage_collection: true,
+            preallocate: true,
+            mem_fraction: 0.75,
+            no_caching: false,
+            max_split_size_mb: None,
+            garbage_collection_threshold: 0.0,
+            per_process_memory_fraction: None,
+        }
+    }
+}
+
+fn invalid(message: String) -> CommandError {
+    CommandError::new(ErrorKind::InvalidValue, message)
+}
+
+impl Settings {
+    /// These settings with a `restart` command's fields applied, checked.
+    pub fn patched(&self, patch: &RestartSettings) -> Result<Settings, CommandError> {
+        let mut s = self.clone();
+        if let Some(v) = patch.framework {
+            s.framework = v;
+        }
+        if let Some(v) = patch.device_total_bytes {
+            s.device_total_bytes = v;
+        }
+        if let Some(v) = patch.context_bytes {
+            s.context_bytes = v;
+        }
+        if let Some(v) = patch.other_processes_bytes {
+            s.other_processes_bytes = v;
+        }
+        if let Some(v) = patch.allow_growth {
+            s.allow_growth = v;
+        }
+        if let Some(v) = patch.memory_limit_bytes {
+            s.memory_limit_bytes = v;
+        }
+        if let Some(v) = patch.gpu_garbage_collection {
+            s.gpu_garbage_collection = v;
+        }
+        if let Some(v) = patch.preallocate {
+            s.preallocate = v;
+        }
+        if let Some(v) = patch.mem_fraction {
+            s.mem_fraction = v;
+        }
+        if let Some(v) = patch.no_caching {
+            s.no_caching = v;
+        }
+        if let Some(v) = patch.max_split_size_mb {
+            s.max_split_size_mb = v;
+        }
+        if let Some(v) = patch.garbage_collection_threshold {
+            s.garbage_collection_threshold = v;
+        }
+        if let Some(v) = patch.per_process_memory_fraction {
+            s.per_process_memory_fraction = v;
+        }
+        s.validate()?;
+        Ok(s)
+    }
+
+    pub fn validate(&self) -> Result<(), CommandError> {
+        if self.device_total_bytes == 0 || self.device_total_bytes > MAX_DEVICE_BYTES {
+            return Err(invalid(format!(
+                "device_total_bytes must be between 1 byte and 1 PiB, not {}",
+                self.device_total_bytes
+            )));
+        }
+        let fixed = self.context_bytes.saturating_add(self.other_processes_bytes);
+        if fixed > self.device_total_bytes {
+            return Err(invalid(format!(
+                "the CUDA context ({}) and other processes ({}) do not fit on a device of {}",
+                format_size(self.context_bytes),
+                format_size(self.other_processes_bytes),
+                format_size(self.device_total_bytes)
+            )));
+        }
+        if let Some(limit) = self.memory_limit_bytes {
+            let free = self.device_total_bytes - fixed;
+            if limit == 0 || limit > free {
+                return Err(invalid(format!(
+                    "memory_limit_bytes must be between 1 byte and the {} the device has free, not {}",
+                    format_size(free),
+                    format_size(limit)
+                )));
+            }
+        }
+        if !(self.mem_fraction > 0.0 && self.mem_fraction <= 1.0) {
+            return Err(invalid(format!(
+                "mem_fraction (XLA_PYTHON_CLIENT_MEM_FRACTION) must be in (0, 1], not {}",
+                self.mem_fraction
+            )));
+        }
+        if let Some(mb) = self.max_split_size_mb {
+            let min = LARGE_BUFFER / MIB;
+            if mb <= min || mb > u64::MAX / MIB {
+                return Err(invalid(format!(
+                    "CachingAllocator option max_split_size_mb too small, must be > {min} (got {mb})"
+                )));
+            }
+        }
+        let t = self.garbage_collection_threshold;
+        if !(t == 0.0 || (t > 0.0 && t < 1.0)) {
+            return Err(invalid(format!(
+                "garbage_collection_threshold must be in (0, 1), or 0 for off; got {t}"
+            )));
+        }
+        if let Some(f) = self.per_process_memory_fraction {
+            if !(0.0..=1.0).contains(&f) {
+                return Err(invalid(format!(
+                    "invalid fraction: {f}. Please set within [0, 1]."
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The BFC allocator's memory limit for this device.
+    pub fn bfc_memory_limit(&self, device: &dyn Device) -> u64 {
+        let (free, total) = device.mem_get_info();
+        match self.framework {
+            Framework::Jax => (total as f64 * self.mem_fraction) as u64,
+            _ => match self.memory_limit_bytes {
+                Some(limit) => limit,
+                None => tf_default_memory_limit(free, device.info().compute_capability.0),
+            },
+        }
+    }
+}
+
+/// TensorFlow's reserve for the system (`MinSystemMemory` in
+/// `gpu_device.cc`): 225 MiB when less than 2 GiB is free, else by compute
+/// capability.
+pub fn tf_min_system_memory(available: u64, cc_major: u32) -> u64 {
+    if available < 2 * GIB {
+        225 * MIB
+    } else if cc_major <= 6 {
+        500 * MIB
+    } else if cc_major == 7 {
+        1050 * MIB
+    } else if cc_major == 8 {
+        1536 * MIB
+    } else {
+        1800 * MIB
+    }
+}
+
+/// TensorFlow's default memory limit: free memory at device creation minus
+/// the system reserve.
+pub fn tf_default_memory_limit(free: u64, cc_major: u32) -> u64 {
+    let reserve = tf_min_system_memory(free, cc_major);
+    if reserve < free {
+        free - reserve
+    } else {
+        free
+    }
+}
+
+/// The allocator a kernel with these settings runs.
+pub fn make_allocator(settings: &Settings, device: &dyn Device) -> Box<dyn Allocator> {
+    match settings.framework {
+        Framework::Pytorch if settings.no_caching => Box::new(UncachedAllocator::new()),
+        Framework::Pytorch => {
+            let config = CachingConfig {
+                max_split_size: settings
+                    .max_split_size_mb
+                    .map_or(u64::MAX, |mb| mb * MIB),
+                garbage_collection_threshold: settings.garbage_collection_threshold,
+                memory_fraction: settings.per_process_memory_fraction,
+            };
+            Box::new(CachingAllocator::new(config, device.mem_get_info().1))
+        }
+        Framework::Tensorflow => Box::new(BfcAllocator::new(BfcConfig {
+            memory_limit: settings.bfc_memory_limit(device),
+            allow_growth: settings.allow_growth,
+            garbage_collection: settings.gpu_garbage_collection,
+        })),
+        Framework::Jax => Box::new(BfcAllocator::new(BfcConfig {
+            memory_limit: settings.bfc_memory_limit(device),
+            allow_growth: !settings.preallocate,
+            garbage_collection: settings.gpu_garbage_collection,
+        })),
+    }
+}
+
+/// The tensor an allocation was for, as the error names it.
+#[derive(Clone, Debug)]
+pub struct TensorDesc<'a> {
+    pub shape: &'a [u64],
+    pub dtype: Dtype,
+}
+
+/// The hint PyTorch 2.9 and later append to every caching-allocator OOM.
+pub const PYTORCH_OOM_HINT: &str = " If reserved but unallocated memory is large try setting PYTORCH_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)";
+
+/// The error text the framework raises for this failed allocation.
+pub fn oom_message(settings: &Settings, oom: &OutOfMemory, tensor: &TensorDesc) -> String {
+    match settings.framework {
+        Framework::Pytorch if settings.no_caching => "CUDA error: out of memory\n\
+             CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\n\
+             For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n\
+             Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
+            .to_string(),
+        Framework::Pytorch => {
+            let mut proc_info = format!(
+                "Including non-PyTorch memory, this process has {} memory in use. ",
+                format_size(oom.process_used)
+            );
+            if oom.other_processes > 0 {
+                proc_info.push_str(&format!(
+                    "Process {OTHER_PROCESS_PID} has {} memory in use. ",
+                    format_size(oom.other_processes)
+                ));
+            }
+            let allowed = oom
+                .allowed
+                .map(|a| format!("{} allowed; ", format_size(a)))
+                .unwrap_or_default();
+            format!(
+                "CUDA out of memory. Tried to allocate {}. GPU 0 has a total capacity of {} of which {} is free. {proc_info}{allowed}Of the allocated memory {} is allocated by PyTorch, and {} is reserved by PyTorch but unallocated.{PYTORCH_OOM_HINT}",
+                format_size(oom.alloc_size),
+                format_size(oom.device_total),
+                format_size(oom.device_free),
+                format_size(oom.allocated),
+                format_size(oom.reserved - oom.allocated),
+            )
+        }
+        Framework::Tensorflow => {
+            let dims: Vec<String> = tensor.shape.iter().map(u64::to_string).collect();
+            format!(
+                "OOM when allocating tensor with shape[{}] and type {} on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
+                dims.join(","),
+                tensor.dtype.tf_name()
+            )
+        }
+        Framework::Jax => format!(
+            "RESOURCE_EXHAUSTED: Out of memory while trying to allocate {} bytes.",
+            oom.requested
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::{SimDevice, SimDeviceConfig};
+
+    #[test]
+    fn tf_reserve_follows_gpu_device_cc() {
+        assert_eq!(tf_min_system_memory(GIB, 9), 225 * MIB);
+        assert_eq!(tf_min_system_memory(10 * GIB, 6), 500 * MIB);
+        assert_eq!(tf_min_system_memory(10 * GIB, 7), 1050 * MIB);
+        assert_eq!(tf_min_system_memory(10 * GIB, 8), 1536 * MIB);
+        assert_eq!(tf_default_memory_limit(100 * MIB, 8), 100 * MIB);
+    }
+
+    #[test]
+    fn jax_limit_is_a_fraction_of_total() {
+        let dev = SimDevice::new(SimDeviceConfig::default());
+        let s = Settings {
+            framework: Framework::Jax,
+            ..Default::default()
+        };
+        assert_eq!(s.bfc_memory_limit(&dev), 12 * GIB);
+    }
+
+    #[test]
+    fn validation_messages() {
+        let s = Settings::default();
+        let bad = |patch: RestartSettings| s.patched(&patch).unwrap_err().message;
+        assert!(bad(RestartSettings {
+            max_split_size_mb: Some(Some(20)),
+            ..Default::default()
+        })
+        .contains("must be > 20"));
+        assert!(bad(RestartSettings {
+            per_process_memory_fraction: Some(Some(1.5)),
+            ..Default::default()
+        })
+        .contains("Please set within [0, 1]"));
+        assert!(bad(RestartSettings {
+            mem_fraction: Some(0.0),
+            ..Default::default()
+        })
+        .contains("mem_fraction"));
+        assert!(bad(RestartSettings {
+            context_bytes: Some(17 * GIB),
+            ..Default::default()
+        })
+        .contains("do not fit"));
+    }
+
+    #[test]
+    fn pytorch_oom_text() {
+        let oom = OutOfMemory {
+            requested: 100,
+            rounded: 512,
+            alloc_size: 2 * MIB,
+            device_free: MIB,
+            device_total: GIB,
+            process_used: 1000 * MIB,
+            other_processes: 0,
+            allocated: 600 * MIB,
+            reserved: 700 * MIB,
+            allowed: None,
+            memory_limit: None,
+        };
+        let msg = oom_message(
+            &Settings::default(),
+            &oom,
+            &TensorDesc {
+                shape: &[100],
+                dtype: Dtype::Uint8,
+            },
+        );
+        assert_eq!(
+            msg,
+            "CUDA out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total capacity of 1024.00 MiB of which 1024.00 KiB is free. Including non-PyTorch memory, this process has 1000.00 MiB memory in use. Of the allocated memory 600.00 MiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+        );
+    }
+}

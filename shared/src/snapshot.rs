@@ -1,0 +1,149 @@
+//! What the engine shows: the stats every result carries, the segment and
+//! block map, the event log and the table of live objects.
+
+use crate::alloc::{BlockState, TraceAction};
+use crate::device::DeviceInfo;
+use crate::protocol::{Category, Framework};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The numbers of DESIGN.md, in bytes or counts. For TensorFlow and JAX,
+/// allocated is the BFC allocator's `bytes_in_use` and reserved its
+/// `pool_bytes`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// `memory_allocated()`.
+    pub allocated_bytes: u64,
+    /// `memory_reserved()`.
+    pub reserved_bytes: u64,
+    pub active_bytes: u64,
+    pub requested_bytes: u64,
+    /// Free bytes inside segments that also hold live blocks: `empty_cache`
+    /// cannot return them ("Non-releasable memory").
+    pub inactive_split_bytes: u64,
+    /// `max_memory_allocated()`.
+    pub peak_allocated_bytes: u64,
+    /// `max_memory_reserved()`.
+    pub peak_reserved_bytes: u64,
+    /// nvidia-smi's view of this process: context + every live segment.
+    pub device_used_bytes: u64,
+    pub device_total_bytes: u64,
+    /// `cudaMemGetInfo` free: what any process could still get.
+    pub device_free_bytes: u64,
+    pub segments: u64,
+    pub num_alloc_retries: u64,
+    pub num_ooms: u64,
+    /// Live blocks (`allocation.all.current`).
+    pub allocations: u64,
+    pub context_bytes: u64,
+    pub other_processes_bytes: u64,
+    pub num_device_alloc: u64,
+    pub num_device_free: u64,
+}
+
+impl Stats {
+    /// The value of a stat by its JSON name (for lesson expectations).
+    pub fn get(&self, key: &str) -> Option<u64> {
+        let v = serde_json::to_value(self).ok()?;
+        v.get(key)?.as_u64()
+    }
+}
+
+/// A block in the map, with what owns it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockSnapshot {
+    pub address: u64,
+    pub size: u64,
+    pub requested_size: u64,
+    pub state: BlockState,
+    /// The name the owning tensor was created under, for allocated blocks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<Category>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentSnapshot {
+    pub address: u64,
+    pub total_size: u64,
+    pub allocated_size: u64,
+    pub requested_size: u64,
+    /// `small` / `large` (PyTorch), `region` (BFC), `uncached`.
+    pub pool: String,
+    pub blocks: Vec<BlockSnapshot>,
+}
+
+/// One entry of the event log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// Position in the whole log since the server started the session.
+    pub seq: u64,
+    /// The command (step) that caused it.
+    pub step: u64,
+    pub action: EventAction,
+    /// Block or segment address; for `oom`, the driver's free bytes.
+    pub address: u64,
+    pub size: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventAction {
+    Alloc,
+    Free,
+    SegmentAlloc,
+    SegmentFree,
+    Oom,
+    /// The kernel restarted: the process and its context are gone.
+    Restart,
+}
+
+impl From<TraceAction> for EventAction {
+    fn from(a: TraceAction) -> Self {
+        match a {
+            TraceAction::Alloc => EventAction::Alloc,
+            TraceAction::Free => EventAction::Free,
+            TraceAction::SegmentAlloc => EventAction::SegmentAlloc,
+            TraceAction::SegmentFree => EventAction::SegmentFree,
+            TraceAction::Oom => EventAction::Oom,
+        }
+    }
+}
+
+/// A live Python object and why it is alive.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectSnapshot {
+    pub id: u32,
+    /// `Tensor` or `list`.
+    pub kind: String,
+    /// The name it was created under.
+    pub label: String,
+    /// Names bound to it now.
+    pub names: Vec<String>,
+    /// Device bytes of the tensor's block (0 for containers).
+    pub bytes: u64,
+    pub refcount: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<Category>,
+    /// The chain of references that keeps it alive, e.g. `h -> list`, or a
+    /// sentence when only a reference cycle does.
+    pub kept_alive_by: String,
+}
+
+/// Everything the views draw, at one moment.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub step: u64,
+    pub framework: Framework,
+    pub device: DeviceInfo,
+    pub stats: Stats,
+    pub segments: Vec<SegmentSnapshot>,
+    pub objects: Vec<ObjectSnapshot>,
+    /// Allocated bytes per category.
+    pub categories: BTreeMap<Category, u64>,
+    /// The most recent events (the log keeps a bounded window).
+    pub events: Vec<Event>,
+}

@@ -1,0 +1,44 @@
+//! Helpers for the end-to-end tests: the real `vramlab` binary and the
+//! lesson files.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// Path of the `vramlab` binary, built once per test process (a no-op when
+/// it is up to date).
+pub fn vramlab_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "-p", "vramlab-server", "--bin", "vramlab"])
+            .current_dir(root())
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building vramlab failed");
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root().join("target"));
+        target.join("debug").join(format!("vramlab{}", std::env::consts::EXE_SUFFIX))
+    })
+}
+
+/// Every lesson file, sorted by name.
+pub fn lesson_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("tests/lessons"))
+        .expect("tests/lessons exists")
+        .map(|e| e.expect("readable entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    files.sort();
+    files
+}
