@@ -1,0 +1,134 @@
+//! The `vramlab` command line: bad input never stops a run nor changes the
+//! engine, standard input works, options and errors are clear.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use vramlab_shared::StepRecord;
+use vramlab_tests::vramlab_bin;
+
+fn run_stdin(input: &str, extra: &[&str]) -> (Vec<serde_json::Value>, String, i32) {
+    let mut child = Command::new(vramlab_bin())
+        .args(["run", "-", "--device", "sim"])
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("vramlab starts");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let lines = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON output"))
+        .collect();
+    (
+        lines,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out.status.code().unwrap_or(-1),
+    )
+}
+
+#[test]
+fn every_malformed_line_is_an_error_that_names_the_problem_and_changes_nothing() {
+    let cases: [(&str, &str, &str); 12] = [
+        ("this is not json", "parse_error", "not JSON"),
+        ("{\"cmd\":\"launch_rockets\"}", "invalid_command", "unknown command \"launch_rockets\""),
+        ("{\"name\":\"x\"}", "invalid_command", "missing field `cmd`"),
+        ("{\"cmd\":\"alloc\",\"bytes\":5}", "invalid_command", "missing field `name`"),
+        ("{\"cmd\":\"alloc\",\"name\":\"y\",\"bytes\":\"lots\"}", "invalid_command", "invalid type: string \"lots\""),
+        ("{\"cmd\":\"alloc\",\"name\":\"y\",\"bytes\":-5}", "invalid_command", "invalid value: integer `-5`"),
+        ("{\"cmd\":\"alloc\",\"name\":\"y\",\"bytes\":4611686018427387904}", "invalid_value", "absurd"),
+        ("{\"cmd\":\"alloc\",\"name\":\"y\",\"bytes\":1e30}", "invalid_command", "invalid type: floating point"),
+        ("{\"cmd\":\"del\",\"name\":\"ghost\"}", "name_error", "name 'ghost' is not defined"),
+        ("{\"cmd\":\"hold\",\"name\":\"h\",\"items\":[\"x\",\"ghost\"]}", "name_error", "'ghost'"),
+        ("{\"cmd\":\"gc\",\"deep\":true}", "invalid_command", "unknown field `deep`"),
+        ("{\"cmd\":\"restart\",\"per_process_memory_fraction\":2}", "invalid_value", "Please set within [0, 1]"),
+    ];
+    let mut input = String::from("{\"cmd\":\"alloc\",\"name\":\"x\",\"bytes\":1000}\n");
+    for (line, _, _) in &cases {
+        input.push_str(line);
+        input.push('\n');
+    }
+    input.push_str("{\"cmd\":\"del\",\"name\":\"x\"}\n");
+    let (lines, _, code) = run_stdin(&input, &[]);
+    assert_eq!(code, 0);
+    assert_eq!(lines.len(), cases.len() + 2, "the run went on after every error");
+    let first: StepRecord = serde_json::from_value(lines[0].clone()).unwrap();
+    for (i, (line, kind, text)) in cases.iter().enumerate() {
+        let r: StepRecord = serde_json::from_value(lines[i + 1].clone()).unwrap();
+        assert!(!r.ok, "{line}");
+        let err = r.error.unwrap();
+        assert_eq!(
+            serde_json::to_value(err.kind).unwrap(),
+            serde_json::json!(kind),
+            "{line}: {}",
+            err.message
+        );
+        assert!(err.message.contains(text), "{line}: {}", err.message);
+        assert_eq!(r.stats, first.stats, "{line} changed the engine");
+        assert_eq!(r.step, i as u64 + 1);
+    }
+    let last: StepRecord = serde_json::from_value(lines.last().unwrap().clone()).unwrap();
+    assert!(last.ok, "x survived every bad line");
+    assert_eq!(last.stats.allocated_bytes, 0);
+}
+
+#[test]
+fn snapshot_flag_prints_the_segment_map() {
+    let (lines, _, code) = run_stdin(
+        "{\"cmd\":\"alloc\",\"name\":\"x\",\"bytes\":1000}\n",
+        &["--snapshot"],
+    );
+    assert_eq!(code, 0);
+    assert_eq!(lines.len(), 2);
+    let snap = &lines[1];
+    assert_eq!(snap["segments"][0]["blocks"][0]["owner"], "x");
+    assert_eq!(snap["segments"][0]["pool"], "small");
+    assert_eq!(snap["events"][1]["action"], "alloc");
+}
+
+#[test]
+fn missing_file_and_cuda_are_clear_errors() {
+    let out = Command::new(vramlab_bin())
+        .args(["run", "/no/such/file.jsonl", "--device", "sim"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot open command file"));
+}
+
+#[test]
+fn help_explains_options_and_their_environment_variables() {
+    let out = Command::new(vramlab_bin())
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for needle in ["--addr", "VRAMLAB_ADDR", "--dist", "VRAMLAB_DIST", "--device", "VRAMLAB_DEVICE"] {
+        assert!(help.contains(needle), "{needle} missing from:\n{help}");
+    }
+    let out = Command::new(vramlab_bin())
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("standard input"), "{help}");
+}
+
+#[test]
+fn device_env_var_is_honoured() {
+    let out = Command::new(vramlab_bin())
+        .args(["run", "-"])
+        .env("VRAMLAB_DEVICE", "bogus")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bogus"));
+}

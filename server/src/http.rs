@@ -10,7 +10,6 @@ use std::sync::Arc;
 use tower_http::services::{ServeDir, ServeFile};
 use tower_http::trace::TraceLayer;
 use vramlab_shared::device::DeviceInfo;
-use vramlab_shared::protocol::PROTOCOL_VERSION;
 
 /// What `/healthz` answers.
 #[derive(Clone, Debug, Serialize)]
@@ -52,6 +51,7 @@ mod tests {
     use axum::http::{Request, StatusCode};
     use http_body_util::BodyExt;
     use tower::ServiceExt;
+    use vramlab_shared::protocol::PROTOCOL_VERSION;
 
     fn state() -> AppState {
         let backend = crate::backend::select(crate::backend::DeviceChoice::Sim).unwrap();

@@ -1,0 +1,263 @@
+//! Property tests: the invariants of allocators.md §7 and of the runtime,
+//! checked after every command of random command sequences, for every
+//! allocator; and no input, however malformed, makes the engine panic.
+
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+use vramlab_shared::alloc::caching::{allocation_size, round_size};
+use vramlab_shared::protocol::{Command, ErrorKind, Framework, RestartSettings};
+use vramlab_shared::units::{format_size, GIB, MIB};
+use vramlab_shared::Engine;
+
+const NAMES: [&str; 6] = ["a", "b", "c", "d", "h", "k"];
+
+#[derive(Clone, Debug)]
+enum Op {
+    Alloc(usize, u64),
+    Del(usize),
+    Hold(usize, Vec<usize>, bool),
+    Gc,
+    EmptyCache,
+    ClearSession,
+    ResetPeaks,
+    Restart(u64),
+}
+
+/// Sizes from 1 B to 1 GiB, spread evenly over the orders of magnitude.
+fn size() -> impl Strategy<Value = u64> {
+    (0u32..30, any::<u64>()).prop_map(|(bits, r)| {
+        let lo = 1u64 << bits;
+        lo + r % lo
+    })
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => (0..NAMES.len(), size()).prop_map(|(n, s)| Op::Alloc(n, s)),
+        4 => (0..NAMES.len()).prop_map(Op::Del),
+        2 => (0..NAMES.len(), prop::collection::vec(0..NAMES.len(), 0..4), any::<bool>())
+            .prop_map(|(n, items, cycle)| Op::Hold(n, items, cycle)),
+        1 => Just(Op::Gc),
+        1 => Just(Op::EmptyCache),
+        1 => Just(Op::ClearSession),
+        1 => Just(Op::ResetPeaks),
+        // Small devices make OOMs frequent.
+        1 => prop_oneof![Just(512 * MIB), Just(GIB), Just(3 * GIB), Just(16 * GIB)].prop_map(Op::Restart),
+    ]
+}
+
+fn restart(framework: Framework, total: u64, variant: u8) -> Command {
+    let mut s = RestartSettings {
+        framework: Some(framework),
+        device_total_bytes: Some(total),
+        context_bytes: Some(300 * MIB),
+        other_processes_bytes: Some(if variant & 4 != 0 { 64 * MIB } else { 0 }),
+        ..Default::default()
+    };
+    match framework {
+        Framework::Pytorch => {
+            s.no_caching = Some(variant & 8 != 0);
+            s.max_split_size_mb = Some((variant & 1 != 0).then_some(64));
+            s.per_process_memory_fraction = Some((variant & 2 != 0).then_some(0.6));
+            s.garbage_collection_threshold = Some(if variant & 2 != 0 { 0.5 } else { 0.0 });
+        }
+        Framework::Tensorflow => {
+            s.allow_growth = Some(variant & 1 != 0);
+            s.memory_limit_bytes = Some((variant & 2 != 0).then_some(total / 2));
+        }
+        Framework::Jax => {
+            s.preallocate = Some(variant & 1 != 0);
+            s.mem_fraction = Some(if variant & 2 != 0 { 0.5 } else { 0.75 });
+        }
+    }
+    Command::Restart(s)
+}
+
+fn command(op: &Op, framework: Framework, variant: u8) -> Command {
+    match op {
+        Op::Alloc(n, bytes) => Command::Alloc {
+            name: NAMES[*n].into(),
+            bytes: Some(*bytes),
+            shape: None,
+            dtype: None,
+            category: None,
+        },
+        Op::Del(n) => Command::Del {
+            name: NAMES[*n].into(),
+        },
+        Op::Hold(n, items, cycle) => Command::Hold {
+            name: NAMES[*n].into(),
+            items: items.iter().map(|&i| NAMES[i].to_string()).collect(),
+            cycle: *cycle,
+        },
+        Op::Gc => Command::Gc {},
+        Op::EmptyCache => Command::EmptyCache {},
+        Op::ClearSession => Command::ClearSession {},
+        Op::ResetPeaks => Command::ResetPeakMemoryStats {},
+        Op::Restart(total) => restart(framework, *total, variant),
+    }
+}
+
+fn check_sequence(framework: Framework, variant: u8, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut e = Engine::new_simulated();
+    e.set_event_capacity(0);
+    e.execute(&restart(framework, GIB, variant))
+        .map_err(|err| TestCaseError::fail(err.message))?;
+    let caching = framework == Framework::Pytorch && variant & 8 == 0;
+    let default_caching = caching && variant & 3 == 0;
+    for op in ops {
+        let before = e.stats();
+        let cmd = command(op, framework, variant);
+        let result = e.execute(&cmd);
+        let after = e.stats();
+        if let Err(msg) = e.check_invariants() {
+            return Err(TestCaseError::fail(format!("after {cmd:?}: {msg}")));
+        }
+        let restarted = matches!(op, Op::Restart(_)) && result.is_ok();
+        if !restarted {
+            // Peaks are monotone between resets and never below current.
+            if !matches!(op, Op::ResetPeaks) {
+                prop_assert!(after.peak_allocated_bytes >= before.peak_allocated_bytes);
+                prop_assert!(after.peak_reserved_bytes >= before.peak_reserved_bytes);
+            }
+            prop_assert!(after.peak_allocated_bytes >= after.allocated_bytes);
+            prop_assert!(after.peak_reserved_bytes >= after.reserved_bytes);
+            prop_assert_eq!(after.context_bytes, before.context_bytes);
+        }
+        match &result {
+            Err(err) if err.kind == ErrorKind::OutOfMemory => {
+                if caching {
+                    prop_assert_eq!(after.num_ooms, before.num_ooms + 1);
+                    // §7.8: "Tried to allocate" shows the segment size.
+                    if let Op::Alloc(_, bytes) = op {
+                        let shown = format_size(allocation_size(round_size(*bytes)));
+                        prop_assert!(
+                            err.message.contains(&format!("Tried to allocate {shown}.")),
+                            "{}",
+                            err.message
+                        );
+                    }
+                }
+                if default_caching {
+                    // §7.7: exactly one release-and-retry before the OOM.
+                    prop_assert_eq!(after.num_alloc_retries, before.num_alloc_retries + 1);
+                }
+                prop_assert_eq!(after.allocated_bytes, before.allocated_bytes);
+            }
+            Err(_) => prop_assert_eq!(&after, &before),
+            Ok(_) => {}
+        }
+        if framework != Framework::Pytorch && !restarted {
+            // BFC §7.1: the pool only shrinks through garbage collection.
+            prop_assert!(
+                after.reserved_bytes >= before.reserved_bytes
+                    || after.num_device_free > before.num_device_free
+            );
+        }
+        if caching && matches!(op, Op::EmptyCache) {
+            // §7.5: no entirely free segment survives empty_cache.
+            let snap = e.snapshot(0);
+            for seg in &snap.segments {
+                prop_assert!(seg.allocated_size > 0, "a free segment survived empty_cache");
+            }
+        }
+    }
+    Ok(())
+}
+
+fn config() -> ProptestConfig {
+    let cases = std::env::var("VRAMLAB_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn pytorch_caching_allocator_invariants(variant in 0u8..8, ops in prop::collection::vec(op(), 1..60)) {
+        check_sequence(Framework::Pytorch, variant, &ops)?;
+    }
+
+    #[test]
+    fn pytorch_uncached_invariants(variant in 8u8..16, ops in prop::collection::vec(op(), 1..60)) {
+        check_sequence(Framework::Pytorch, variant, &ops)?;
+    }
+
+    #[test]
+    fn tensorflow_bfc_invariants(variant in 0u8..8, ops in prop::collection::vec(op(), 1..60)) {
+        check_sequence(Framework::Tensorflow, variant, &ops)?;
+    }
+
+    #[test]
+    fn jax_bfc_invariants(variant in 0u8..8, ops in prop::collection::vec(op(), 1..60)) {
+        check_sequence(Framework::Jax, variant, &ops)?;
+    }
+}
+
+/// Arbitrary JSON values, nested.
+fn json() -> impl Strategy<Value = serde_json::Value> {
+    let leaf = prop_oneof![
+        Just(serde_json::Value::Null),
+        any::<bool>().prop_map(serde_json::Value::from),
+        any::<i64>().prop_map(serde_json::Value::from),
+        any::<u64>().prop_map(serde_json::Value::from),
+        any::<f64>().prop_map(serde_json::Value::from),
+        "[a-z_]{0,12}".prop_map(serde_json::Value::from),
+        prop::sample::select(vec![
+            "alloc", "del", "hold", "gc", "empty_cache", "clear_session", "restart",
+            "pytorch", "tensorflow", "jax", "x", "float32",
+        ])
+        .prop_map(serde_json::Value::from),
+    ];
+    leaf.prop_recursive(3, 24, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),
+            prop::collection::btree_map(
+                prop::sample::select(vec![
+                    "cmd", "name", "bytes", "shape", "dtype", "items", "cycle", "framework",
+                    "device_total_bytes", "context_bytes", "allow_growth", "memory_limit_bytes",
+                    "preallocate", "mem_fraction", "expect", "say", "category", "zzz",
+                ]),
+                inner,
+                0..5,
+            )
+            .prop_map(|m| serde_json::Value::Object(
+                m.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+            )),
+        ]
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3_000, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+        let mut e = Engine::new_simulated();
+        let line = String::from_utf8_lossy(&bytes);
+        let record = e.run_line(&line);
+        prop_assert!(record.ok || record.error.is_some());
+        prop_assert!(e.check_invariants().is_ok());
+    }
+
+    #[test]
+    fn arbitrary_json_never_panics(values in prop::collection::vec(json(), 1..8)) {
+        let mut e = Engine::new_simulated();
+        for v in values {
+            let record = e.run_line(&v.to_string());
+            if let Some(err) = &record.error {
+                prop_assert!(!err.message.is_empty());
+            }
+            if let Err(msg) = e.check_invariants() {
+                return Err(TestCaseError::fail(format!("after {v}: {msg}")));
+            }
+        }
+    }
+}
