@@ -38,17 +38,57 @@ fn run_stdin(input: &str, extra: &[&str]) -> (Vec<serde_json::Value>, String, i3
 fn every_malformed_line_is_an_error_that_names_the_problem_and_changes_nothing() {
     let cases: [(&str, &str, &str); 12] = [
         ("this is not json", "parse_error", "not JSON"),
-        ("{\"cmd\":\"launch_rockets\"}", "invalid_command", "unknown command \"launch_rockets\""),
+        (
+            "{\"cmd\":\"launch_rockets\"}",
+            "invalid_command",
+            "unknown command \"launch_rockets\"",
+        ),
         ("{\"name\":\"x\"}", "invalid_command", "missing field `cmd`"),
-        ("{\"cmd\":\"alloc\",\"bytes\":5}", "invalid_command", "missing field `name`"),
-        ("{\"cmd\":\"alloc\",\"name\":\"y\",\"bytes\":\"lots\"}", "invalid_command", "invalid type: string \"lots\""),
-        ("{\"cmd\":\"alloc\",\"name\":\"y\",\"bytes\":-5}", "invalid_command", "invalid value: integer `-5`"),
-        ("{\"cmd\":\"alloc\",\"name\":\"y\",\"bytes\":4611686018427387904}", "invalid_value", "absurd"),
-        ("{\"cmd\":\"alloc\",\"name\":\"y\",\"bytes\":1e30}", "invalid_command", "invalid type: floating point"),
-        ("{\"cmd\":\"del\",\"name\":\"ghost\"}", "name_error", "name 'ghost' is not defined"),
-        ("{\"cmd\":\"hold\",\"name\":\"h\",\"items\":[\"x\",\"ghost\"]}", "name_error", "'ghost'"),
-        ("{\"cmd\":\"gc\",\"deep\":true}", "invalid_command", "unknown field `deep`"),
-        ("{\"cmd\":\"restart\",\"per_process_memory_fraction\":2}", "invalid_value", "Please set within [0, 1]"),
+        (
+            "{\"cmd\":\"alloc\",\"bytes\":5}",
+            "invalid_command",
+            "missing field `name`",
+        ),
+        (
+            "{\"cmd\":\"alloc\",\"name\":\"y\",\"bytes\":\"lots\"}",
+            "invalid_command",
+            "invalid type: string \"lots\"",
+        ),
+        (
+            "{\"cmd\":\"alloc\",\"name\":\"y\",\"bytes\":-5}",
+            "invalid_command",
+            "invalid value: integer `-5`",
+        ),
+        (
+            "{\"cmd\":\"alloc\",\"name\":\"y\",\"bytes\":4611686018427387904}",
+            "invalid_value",
+            "absurd",
+        ),
+        (
+            "{\"cmd\":\"alloc\",\"name\":\"y\",\"bytes\":1e30}",
+            "invalid_command",
+            "invalid type: floating point",
+        ),
+        (
+            "{\"cmd\":\"del\",\"name\":\"ghost\"}",
+            "name_error",
+            "name 'ghost' is not defined",
+        ),
+        (
+            "{\"cmd\":\"hold\",\"name\":\"h\",\"items\":[\"x\",\"ghost\"]}",
+            "name_error",
+            "'ghost'",
+        ),
+        (
+            "{\"cmd\":\"gc\",\"deep\":true}",
+            "invalid_command",
+            "unknown field `deep`",
+        ),
+        (
+            "{\"cmd\":\"restart\",\"per_process_memory_fraction\":2}",
+            "invalid_value",
+            "Please set within [0, 1]",
+        ),
     ];
     let mut input = String::from("{\"cmd\":\"alloc\",\"name\":\"x\",\"bytes\":1000}\n");
     for (line, _, _) in &cases {
@@ -58,7 +98,11 @@ fn every_malformed_line_is_an_error_that_names_the_problem_and_changes_nothing()
     input.push_str("{\"cmd\":\"del\",\"name\":\"x\"}\n");
     let (lines, _, code) = run_stdin(&input, &[]);
     assert_eq!(code, 0);
-    assert_eq!(lines.len(), cases.len() + 2, "the run went on after every error");
+    assert_eq!(
+        lines.len(),
+        cases.len() + 2,
+        "the run went on after every error"
+    );
     let first: StepRecord = serde_json::from_value(lines[0].clone()).unwrap();
     for (i, (line, kind, text)) in cases.iter().enumerate() {
         let r: StepRecord = serde_json::from_value(lines[i + 1].clone()).unwrap();
@@ -110,7 +154,14 @@ fn help_explains_options_and_their_environment_variables() {
         .output()
         .unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
-    for needle in ["--addr", "VRAMLAB_ADDR", "--dist", "VRAMLAB_DIST", "--device", "VRAMLAB_DEVICE"] {
+    for needle in [
+        "--addr",
+        "VRAMLAB_ADDR",
+        "--dist",
+        "VRAMLAB_DIST",
+        "--device",
+        "VRAMLAB_DEVICE",
+    ] {
         assert!(help.contains(needle), "{needle} missing from:\n{help}");
     }
     let out = Command::new(vramlab_bin())

@@ -27,13 +27,21 @@ fn run_binary(path: &std::path::Path) -> (Vec<StepRecord>, String, bool) {
 #[test]
 fn every_lesson_passes_through_the_binary() {
     let files = lesson_files();
-    assert!(files.len() >= 5, "expected the lesson files, found {files:?}");
+    assert!(
+        files.len() >= 5,
+        "expected the lesson files, found {files:?}"
+    );
     for path in files {
         let text = std::fs::read_to_string(&path).unwrap();
         let (records, stderr, ok) = run_binary(&path);
         assert!(ok, "{}: {stderr}", path.display());
         let commands = text.lines().filter(|l| !l.trim().is_empty()).count();
-        assert_eq!(records.len(), commands, "{}: one line per command", path.display());
+        assert_eq!(
+            records.len(),
+            commands,
+            "{}: one line per command",
+            path.display()
+        );
 
         // The same lesson in-process gives the same records, and its
         // expectations hold there too.
@@ -45,7 +53,11 @@ fn every_lesson_passes_through_the_binary() {
             r
         })
         .unwrap_or_else(|m| panic!("{}: {m:?}", path.display()));
-        assert!(checked >= commands, "{}: too few expectations", path.display());
+        assert!(
+            checked >= commands,
+            "{}: too few expectations",
+            path.display()
+        );
         assert_eq!(records, in_process, "{}", path.display());
     }
 }

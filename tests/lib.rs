@@ -20,7 +20,14 @@ pub fn vramlab_bin() -> &'static Path {
     BIN.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
-            .args(["build", "--quiet", "-p", "vramlab-server", "--bin", "vramlab"])
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "vramlab-server",
+                "--bin",
+                "vramlab",
+            ])
             .current_dir(root())
             .status()
             .expect("cargo runs");
@@ -28,7 +35,9 @@ pub fn vramlab_bin() -> &'static Path {
         let target = std::env::var_os("CARGO_TARGET_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| root().join("target"));
-        target.join("debug").join(format!("vramlab{}", std::env::consts::EXE_SUFFIX))
+        target
+            .join("debug")
+            .join(format!("vramlab{}", std::env::consts::EXE_SUFFIX))
     })
 }
 

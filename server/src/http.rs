@@ -3,7 +3,8 @@
 
 use axum::extract::State;
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
+pub use axum::Router;
 use serde::Serialize;
 use std::path::Path;
 use std::sync::Arc;
@@ -38,6 +39,11 @@ pub fn app(dist: &Path, state: AppState) -> Router {
         .fallback_service(ServeDir::new(dist).fallback(index))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// Serves `router` on `listener` until the connection closes.
+pub async fn serve(listener: tokio::net::TcpListener, router: Router) -> std::io::Result<()> {
+    axum::serve(listener, router).await
 }
 
 async fn healthz(State(state): State<AppState>) -> Json<Health> {

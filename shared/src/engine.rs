@@ -197,7 +197,13 @@ impl Engine {
                 shape,
                 dtype,
                 category,
-            } => self.alloc(name, *bytes, shape.as_deref(), *dtype, category.unwrap_or_default()),
+            } => self.alloc(
+                name,
+                *bytes,
+                shape.as_deref(),
+                *dtype,
+                category.unwrap_or_default(),
+            ),
             Command::Del { name } => self.del(name),
             Command::Hold { name, items, cycle } => self.hold(name, items, *cycle),
             Command::Gc {} => Ok(self.gc()),
@@ -450,7 +456,10 @@ impl Engine {
         let mut trace = std::mem::take(&mut self.trace);
         self.allocator.drain_trace(&mut trace);
         for e in trace.drain(..) {
-            let named = matches!(e.action, TraceAction::Alloc | TraceAction::Free | TraceAction::Oom);
+            let named = matches!(
+                e.action,
+                TraceAction::Alloc | TraceAction::Free | TraceAction::Oom
+            );
             self.push_event(
                 e.action.into(),
                 e.address,
@@ -722,8 +731,14 @@ mod tests {
     #[test]
     fn snapshot_names_owners_and_chains() {
         let mut e = Engine::new_simulated();
-        run(&mut e, r#"{"cmd":"alloc","name":"x","shape":[1024,1024],"dtype":"float32","category":"activation"}"#);
-        run(&mut e, r#"{"cmd":"hold","name":"h","items":["x"],"cycle":true}"#);
+        run(
+            &mut e,
+            r#"{"cmd":"alloc","name":"x","shape":[1024,1024],"dtype":"float32","category":"activation"}"#,
+        );
+        run(
+            &mut e,
+            r#"{"cmd":"hold","name":"h","items":["x"],"cycle":true}"#,
+        );
         run(&mut e, r#"{"cmd":"del","name":"x"}"#);
         let s = e.snapshot(100);
         assert_eq!(s.categories[&Category::Activation], 4 * MIB);

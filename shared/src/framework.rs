@@ -110,7 +110,9 @@ impl Settings {
                 self.device_total_bytes
             )));
         }
-        let fixed = self.context_bytes.saturating_add(self.other_processes_bytes);
+        let fixed = self
+            .context_bytes
+            .saturating_add(self.other_processes_bytes);
         if fixed > self.device_total_bytes {
             return Err(invalid(format!(
                 "the CUDA context ({}) and other processes ({}) do not fit on a device of {}",
@@ -206,9 +208,7 @@ pub fn make_allocator(settings: &Settings, device: &dyn Device) -> Box<dyn Alloc
         Framework::Pytorch if settings.no_caching => Box::new(UncachedAllocator::new()),
         Framework::Pytorch => {
             let config = CachingConfig {
-                max_split_size: settings
-                    .max_split_size_mb
-                    .map_or(u64::MAX, |mb| mb * MIB),
+                max_split_size: settings.max_split_size_mb.map_or(u64::MAX, |mb| mb * MIB),
                 garbage_collection_threshold: settings.garbage_collection_threshold,
                 memory_fraction: settings.per_process_memory_fraction,
             };

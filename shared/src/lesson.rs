@@ -30,10 +30,7 @@ impl std::fmt::Display for Mismatch {
 }
 
 /// Checks a step's record against the `expect` object of its line.
-pub fn check_step(
-    expect: &serde_json::Map<String, Value>,
-    record: &StepRecord,
-) -> Vec<Mismatch> {
+pub fn check_step(expect: &serde_json::Map<String, Value>, record: &StepRecord) -> Vec<Mismatch> {
     let mut out = Vec::new();
     let mut miss = |key: &str, expected: String, actual: String| {
         out.push(Mismatch {
@@ -120,6 +117,9 @@ mod tests {
         let bad = r#"{"cmd":"alloc","name":"x","bytes":1,"expect":{"allocated_bytes":1}}"#;
         let mut e = Engine::new_simulated();
         let err = check_lesson(bad, |l| e.run_line(l)).unwrap_err();
-        assert_eq!(err[0].to_string(), "step 0: allocated_bytes expected 1 but was 512");
+        assert_eq!(
+            err[0].to_string(),
+            "step 0: allocated_bytes expected 1 but was 512"
+        );
     }
 }

@@ -84,7 +84,9 @@ impl Dtype {
 }
 
 /// What a block of memory holds (the memory_viz legend).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Category {
     Parameter,
@@ -150,7 +152,11 @@ pub struct RestartSettings {
     pub allow_growth: Option<bool>,
     /// TensorFlow's memory limit (a logical device's `memory_limit`); `null`
     /// for the default rule.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub memory_limit_bytes: Option<Option<u64>>,
     /// `TF_ENABLE_GPU_GARBAGE_COLLECTION`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -165,13 +171,21 @@ pub struct RestartSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub no_caching: Option<bool>,
     /// `PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:N`; `null` for unlimited.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub max_split_size_mb: Option<Option<u64>>,
     /// `PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:F`; 0 is off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub garbage_collection_threshold: Option<f64>,
     /// `torch.cuda.set_per_process_memory_fraction(F)`; `null` for none.
-    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub per_process_memory_fraction: Option<Option<f64>>,
 }
 
@@ -428,7 +442,10 @@ mod tests {
             }
         );
         let c = parse_line(r#"{"cmd":"hold", "name":"h", "items":["x","y"], "cycle":true}"#);
-        assert!(matches!(c.command.unwrap(), Command::Hold { cycle: true, .. }));
+        assert!(matches!(
+            c.command.unwrap(),
+            Command::Hold { cycle: true, .. }
+        ));
         let c = parse_line(r#"{"cmd":"restart","framework":"jax","preallocate":false}"#);
         let Command::Restart(s) = c.command.unwrap() else {
             panic!()
@@ -441,7 +458,10 @@ mod tests {
             panic!()
         };
         assert_eq!(s.memory_limit_bytes, Some(None));
-        assert_eq!(parse_line(r#"{"cmd":"gc"}"#).command.unwrap(), Command::Gc {});
+        assert_eq!(
+            parse_line(r#"{"cmd":"gc"}"#).command.unwrap(),
+            Command::Gc {}
+        );
     }
 
     #[test]
@@ -450,17 +470,27 @@ mod tests {
         assert_eq!(msg("nope").kind, ErrorKind::ParseError);
         let e = msg(r#"{"cmd":"launch"}"#);
         assert_eq!(e.kind, ErrorKind::InvalidCommand);
-        assert!(e.message.contains("unknown command \"launch\""), "{}", e.message);
-        assert!(msg(r#"{"cmd":"del"}"#).message.contains("missing field `name`"));
+        assert!(
+            e.message.contains("unknown command \"launch\""),
+            "{}",
+            e.message
+        );
+        assert!(msg(r#"{"cmd":"del"}"#)
+            .message
+            .contains("missing field `name`"));
         assert!(msg(r#"{"cmd":"alloc","name":"x","bytes":-1}"#)
             .message
             .contains("invalid value"));
         assert!(msg(r#"{"cmd":"alloc","name":"x","byts":1}"#)
             .message
             .contains("unknown field `byts`"));
-        assert!(msg(r#"{"cmd":"gc","now":true}"#).message.contains("unknown field"));
+        assert!(msg(r#"{"cmd":"gc","now":true}"#)
+            .message
+            .contains("unknown field"));
         assert!(msg(r#"[1,2]"#).message.contains("not an array"));
-        assert!(msg(r#"{"name":"x"}"#).message.contains("missing field `cmd`"));
+        assert!(msg(r#"{"name":"x"}"#)
+            .message
+            .contains("missing field `cmd`"));
         assert!(msg(r#"{"cmd":7}"#).message.contains("must be a string"));
     }
 

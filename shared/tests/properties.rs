@@ -158,7 +158,10 @@ fn check_sequence(framework: Framework, variant: u8, ops: &[Op]) -> Result<(), T
             // §7.5: no entirely free segment survives empty_cache.
             let snap = e.snapshot(0);
             for seg in &snap.segments {
-                prop_assert!(seg.allocated_size > 0, "a free segment survived empty_cache");
+                prop_assert!(
+                    seg.allocated_size > 0,
+                    "a free segment survived empty_cache"
+                );
             }
         }
     }
@@ -211,8 +214,18 @@ fn json() -> impl Strategy<Value = serde_json::Value> {
         any::<f64>().prop_map(serde_json::Value::from),
         "[a-z_]{0,12}".prop_map(serde_json::Value::from),
         prop::sample::select(vec![
-            "alloc", "del", "hold", "gc", "empty_cache", "clear_session", "restart",
-            "pytorch", "tensorflow", "jax", "x", "float32",
+            "alloc",
+            "del",
+            "hold",
+            "gc",
+            "empty_cache",
+            "clear_session",
+            "restart",
+            "pytorch",
+            "tensorflow",
+            "jax",
+            "x",
+            "float32",
         ])
         .prop_map(serde_json::Value::from),
     ];
@@ -221,9 +234,24 @@ fn json() -> impl Strategy<Value = serde_json::Value> {
             prop::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),
             prop::collection::btree_map(
                 prop::sample::select(vec![
-                    "cmd", "name", "bytes", "shape", "dtype", "items", "cycle", "framework",
-                    "device_total_bytes", "context_bytes", "allow_growth", "memory_limit_bytes",
-                    "preallocate", "mem_fraction", "expect", "say", "category", "zzz",
+                    "cmd",
+                    "name",
+                    "bytes",
+                    "shape",
+                    "dtype",
+                    "items",
+                    "cycle",
+                    "framework",
+                    "device_total_bytes",
+                    "context_bytes",
+                    "allow_growth",
+                    "memory_limit_bytes",
+                    "preallocate",
+                    "mem_fraction",
+                    "expect",
+                    "say",
+                    "category",
+                    "zzz",
                 ]),
                 inner,
                 0..5,

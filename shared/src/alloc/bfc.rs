@@ -293,7 +293,8 @@ impl Allocator for BfcAllocator {
             Some(id) => Ok(Some(id)),
             None => {
                 let (device_free, device_total) = device.mem_get_info();
-                self.trace.record(TraceAction::Oom, device_free, rounded, None);
+                self.trace
+                    .record(TraceAction::Oom, device_free, rounded, None);
                 self.stats.num_ooms += 1;
                 Err(Box::new(OutOfMemory {
                     requested: bytes,
@@ -323,7 +324,8 @@ impl Allocator for BfcAllocator {
         self.stats.requested_bytes.decrease(requested);
         self.stats.allocation.decrease(1);
         self.stats.active.decrease(1);
-        self.trace.record(TraceAction::Free, address, size, Some(id));
+        self.trace
+            .record(TraceAction::Free, address, size, Some(id));
         // `TryToCoalesce`: merge the next chunk into this one, then this one
         // into the previous.
         let mut id = id;
@@ -453,7 +455,9 @@ impl Allocator for BfcAllocator {
                 id = c.next;
             }
             if expect - address != size {
-                return Err(format!("region {address:#x} chunks do not add up to its size"));
+                return Err(format!(
+                    "region {address:#x} chunks do not add up to its size"
+                ));
             }
             pool += size;
         }
@@ -466,19 +470,28 @@ impl Allocator for BfcAllocator {
             ("requested_bytes", s.requested_bytes.current, requested),
             ("allocation", s.allocation.current, n_in_use),
             ("segment", s.segment.current, self.regions.len() as u64),
-            ("inactive_split_bytes", s.inactive_split_bytes.current, split_bytes),
+            (
+                "inactive_split_bytes",
+                s.inactive_split_bytes.current,
+                split_bytes,
+            ),
             ("inactive_split", s.inactive_split.current, n_split),
             ("device segment bytes", device.segment_bytes(), pool),
         ];
         for (name, stat, actual) in checks {
             if stat != actual {
-                return Err(format!("{name} is {stat} but the chunks add up to {actual}"));
+                return Err(format!(
+                    "{name} is {stat} but the chunks add up to {actual}"
+                ));
             }
         }
         if pool > self.config.memory_limit {
             return Err("pool_bytes exceeds the memory limit".into());
         }
-        if self.config.allow_growth && self.curr_region_allocation_bytes < INITIAL_GROWTH_REGION.min(rounded_bytes(self.config.memory_limit)) {
+        if self.config.allow_growth
+            && self.curr_region_allocation_bytes
+                < INITIAL_GROWTH_REGION.min(rounded_bytes(self.config.memory_limit))
+        {
             return Err("the growth region shrank".into());
         }
         Ok(())

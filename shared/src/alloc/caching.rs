@@ -566,7 +566,8 @@ impl Allocator for CachingAllocator {
         let (address, size) = (b.address, b.size);
         self.stats.allocation.decrease(1);
         self.stats.allocated_bytes.decrease(size);
-        self.trace.record(TraceAction::Free, address, size, Some(id));
+        self.trace
+            .record(TraceAction::Free, address, size, Some(id));
         self.free_block(id);
     }
 
@@ -703,13 +704,19 @@ impl Allocator for CachingAllocator {
             ("requested_bytes", s.requested_bytes.current, requested),
             ("allocation", s.allocation.current, n_alloc),
             ("segment", s.segment.current, self.segments.len() as u64),
-            ("inactive_split_bytes", s.inactive_split_bytes.current, inactive_split),
+            (
+                "inactive_split_bytes",
+                s.inactive_split_bytes.current,
+                inactive_split,
+            ),
             ("inactive_split", s.inactive_split.current, n_inactive_split),
             ("device segment bytes", device.segment_bytes(), reserved),
         ];
         for (name, stat, actual) in checks {
             if stat != actual {
-                return Err(format!("{name} is {stat} but the blocks add up to {actual}"));
+                return Err(format!(
+                    "{name} is {stat} but the blocks add up to {actual}"
+                ));
             }
         }
         if !(s.requested_bytes.current <= s.allocated_bytes.current
@@ -768,7 +775,14 @@ mod tests {
             (MIB, MIB, Pool::Small, 2 * MIB, true, MIB),
             (MIB + 1, MIB + 512, Pool::Large, 20 * MIB, true, MIB + 512),
             (5 * MIB, 5 * MIB, Pool::Large, 20 * MIB, true, 5 * MIB),
-            (10 * MIB + MIB / 2, 10 * MIB + MIB / 2, Pool::Large, 12 * MIB, true, 10 * MIB + MIB / 2),
+            (
+                10 * MIB + MIB / 2,
+                10 * MIB + MIB / 2,
+                Pool::Large,
+                12 * MIB,
+                true,
+                10 * MIB + MIB / 2,
+            ),
             (15 * MIB, 15 * MIB, Pool::Large, 16 * MIB, false, 16 * MIB),
         ];
         for (request, rounded, pool, segment, split, handed) in cases {
@@ -782,7 +796,11 @@ mod tests {
             assert_eq!(a.stats().allocated_bytes.current, handed);
             assert_eq!(a.stats().requested_bytes.current, request);
             let segs = a.segments();
-            assert_eq!(segs[0].blocks.len(), if split { 2 } else { 1 }, "split of {request}");
+            assert_eq!(
+                segs[0].blocks.len(),
+                if split { 2 } else { 1 },
+                "split of {request}"
+            );
             assert_eq!(a.stats().inactive_split_bytes.current, segment - handed);
             a.check_invariants(&dev).unwrap();
         }
@@ -825,7 +843,10 @@ mod tests {
         let (mut a, mut dev) = setup(GIB);
         let x = a.malloc(&mut dev, 512).unwrap().unwrap();
         let y = a.malloc(&mut dev, 512).unwrap().unwrap();
-        assert_eq!(block_sizes(&a), vec![vec![(512, true), (512, true), (2 * MIB - 1024, false)]]);
+        assert_eq!(
+            block_sizes(&a),
+            vec![vec![(512, true), (512, true), (2 * MIB - 1024, false)]]
+        );
         a.free(&mut dev, x);
         assert_eq!(a.stats().inactive_split_bytes.current, 2 * MIB - 512);
         assert_eq!(a.stats().inactive_split.current, 2);

@@ -276,12 +276,16 @@ impl<T> Slab<T> {
 
     #[inline]
     pub fn get(&self, id: BlockId) -> &T {
-        self.nodes[id as usize].as_ref().expect("slab slot is empty")
+        self.nodes[id as usize]
+            .as_ref()
+            .expect("slab slot is empty")
     }
 
     #[inline]
     pub fn get_mut(&mut self, id: BlockId) -> &mut T {
-        self.nodes[id as usize].as_mut().expect("slab slot is empty")
+        self.nodes[id as usize]
+            .as_mut()
+            .expect("slab slot is empty")
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (BlockId, &T)> {

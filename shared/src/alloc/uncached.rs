@@ -39,12 +39,14 @@ impl Allocator for UncachedAllocator {
                 let id = self.blocks.insert((address, bytes));
                 self.trace
                     .record(TraceAction::SegmentAlloc, address, bytes, None);
-                self.trace.record(TraceAction::Alloc, address, bytes, Some(id));
+                self.trace
+                    .record(TraceAction::Alloc, address, bytes, Some(id));
                 Ok(Some(id))
             }
             None => {
                 let (device_free, device_total) = device.mem_get_info();
-                self.trace.record(TraceAction::Oom, device_free, bytes, None);
+                self.trace
+                    .record(TraceAction::Oom, device_free, bytes, None);
                 Err(Box::new(OutOfMemory {
                     requested: bytes,
                     rounded: bytes,
@@ -64,7 +66,8 @@ impl Allocator for UncachedAllocator {
 
     fn free(&mut self, device: &mut dyn Device, block: BlockId) {
         let (address, size) = self.blocks.remove(block);
-        self.trace.record(TraceAction::Free, address, size, Some(block));
+        self.trace
+            .record(TraceAction::Free, address, size, Some(block));
         self.trace
             .record(TraceAction::SegmentFree, address, size, None);
         device.free(address, size);

@@ -1,0 +1,115 @@
+//! `vramlab serve` as a user starts it: the real binary on a free port,
+//! answering `/healthz` and serving the web app.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use vramlab_tests::{root, vramlab_bin};
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn get(port: u16, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    let status = text[9..12].parse().unwrap();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+fn start(dist: &std::path::Path) -> (Server, u16) {
+    let port = free_port();
+    let mut child = Command::new(vramlab_bin())
+        .args([
+            "serve",
+            "--addr",
+            &format!("127.0.0.1:{port}"),
+            "--device",
+            "sim",
+        ])
+        .arg("--dist")
+        .arg(dist)
+        .env("NO_COLOR", "1")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("vramlab serve starts");
+    // Wait for the line that says it is listening.
+    let stderr = child.stderr.take().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut lines = BufReader::new(stderr).lines();
+    loop {
+        assert!(Instant::now() < deadline, "server did not start");
+        match lines.next() {
+            Some(Ok(line)) if line.contains("serving on") => break,
+            Some(Ok(_)) => continue,
+            _ => panic!("server exited before listening"),
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    (Server(child), port)
+}
+
+#[test]
+fn healthz_reports_version_and_simulated_device() {
+    let dir = std::env::temp_dir().join(format!("vramlab-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("index.html"), "<title>vramlab</title>").unwrap();
+    let (_server, port) = start(&dir);
+    let (status, body) = get(port, "/healthz");
+    assert_eq!(status, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["status"], "ok");
+    assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(v["device"]["kind"], "simulated");
+    assert_eq!(v["backend"], "sim");
+    let (status, body) = get(port, "/");
+    assert_eq!(status, 200);
+    assert!(body.contains("<title>vramlab</title>"));
+    let (status, _) = get(port, "/some/deep/link");
+    assert_eq!(status, 200, "unknown paths fall back to the app");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn serves_the_built_web_app() {
+    let dist = root().join("dist");
+    if !dist.join("index.html").exists() {
+        assert!(
+            std::env::var_os("VRAMLAB_REQUIRE_BROWSER").is_none(),
+            "dist/ is not built: run scripts/build-web"
+        );
+        eprintln!("skip: dist/ is not built (scripts/build-web)");
+        return;
+    }
+    let (_server, port) = start(&dist);
+    let (status, body) = get(port, "/");
+    assert_eq!(status, 200);
+    let wasm = body
+        .split('"')
+        .find(|s| s.ends_with("_bg.wasm"))
+        .expect("index.html names the wasm module");
+    let (status, _) = get(port, wasm);
+    assert_eq!(status, 200, "{wasm}");
+}
