@@ -438,7 +438,7 @@ impl Engine {
             .filter(|(n, &o)| o == id && n.as_str() != name)
             .map(|(n, _)| format!("name `{n}`"))
             .collect();
-        for (_, o) in self.runtime.objects() {
+        for o in self.runtime.objects().values() {
             if let ObjectKind::List(items) = &o.kind {
                 if items.contains(&id) {
                     holders.push(format!("list `{}`", o.label));

@@ -262,15 +262,18 @@ impl Runtime {
     pub fn retention(&self) -> BTreeMap<ObjId, String> {
         let mut path: BTreeMap<ObjId, String> = BTreeMap::new();
         let mut queue: VecDeque<ObjId> = VecDeque::new();
-        for (name, &id) in &self.namespace {
-            if !path.contains_key(&id) {
-                path.insert(id, format!("name `{name}`"));
-                queue.push_back(id);
-            }
-        }
-        for &id in &self.framework_state {
-            if !path.contains_key(&id) {
-                path.insert(id, "the framework's global state".to_string());
+        let roots = self
+            .namespace
+            .iter()
+            .map(|(name, &id)| (id, format!("name `{name}`")))
+            .chain(
+                self.framework_state
+                    .iter()
+                    .map(|&id| (id, "the framework's global state".to_string())),
+            );
+        for (id, why) in roots {
+            if let std::collections::btree_map::Entry::Vacant(e) = path.entry(id) {
+                e.insert(why);
                 queue.push_back(id);
             }
         }
@@ -285,15 +288,15 @@ impl Runtime {
             };
             let via = format!("{} -> list `{label}`", path[&id]);
             for &item in items {
-                if !path.contains_key(&item) {
-                    path.insert(item, via.clone());
+                if let std::collections::btree_map::Entry::Vacant(e) = path.entry(item) {
+                    e.insert(via.clone());
                     queue.push_back(item);
                 }
             }
         }
         self.objects
-            .iter()
-            .map(|(&id, o)| {
+            .keys()
+            .map(|&id| {
                 let why = path.get(&id).cloned().unwrap_or_else(|| {
                     let holders: Vec<&str> = self
                         .objects
@@ -306,7 +309,6 @@ impl Runtime {
                         holders.join("`, `")
                     )
                 });
-                let _ = o;
                 (id, why)
             })
             .collect()
