@@ -1,25 +1,31 @@
-//! The engine: one kernel's device, allocator and object world, driven by
-//! commands. Each command is one line of Python; the engine carries it out,
-//! records the events it caused and reports the stats after it.
+//! The engine: carries out commands on one kernel. Each command is one line
+//! of Python; the engine validates it, runs it on the [`Kernel`] (tensor
+//! commands here, training commands through [`crate::train`]), and reports
+//! the stats after it.
 
-use crate::alloc::{Allocator, BlockId, TraceAction, TraceEvent};
 use crate::device::{Device, DeviceInfo, SimDevice, SimDeviceConfig};
 use crate::framework::{make_allocator, oom_message, Settings, TensorDesc};
+use crate::kernel::{AllocFailure, Kernel};
 use crate::protocol::{
-    parse_line, Category, Command, CommandError, Dtype, ErrorKind, Framework, RestartSettings,
-    StepRecord,
+    parse_line, Category, Command, CommandError, Dtype, ErrorKind, Framework, LossHistory,
+    RestartSettings, StepRecord,
 };
-use crate::runtime::{ObjId, ObjectKind, Released, Runtime, Tensor};
-use crate::snapshot::{
-    BlockSnapshot, Event, EventAction, ObjectSnapshot, SegmentSnapshot, Snapshot, Stats,
+use crate::runtime::{Class, ObjId, ObjectKind};
+use crate::snapshot::{BlockSnapshot, Event, ObjectSnapshot, SegmentSnapshot, Snapshot, Stats};
+use crate::train::step::{self, BackwardError, ForwardArgs, Frame};
+use crate::train::{
+    self, DataSpec, DatasetState, ModelSpec, ModelState, OptimizerKind, OptimizerState,
+    SessionState, TrainState,
 };
 use crate::units::{format_size, EIB};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use serde_json::{json, Value};
 
-/// How many events the log keeps (like PyTorch's `max_entries`).
-pub const DEFAULT_EVENT_CAPACITY: usize = 10_000;
+pub use crate::kernel::DEFAULT_EVENT_CAPACITY;
+
 /// The longest name accepted.
 pub const MAX_NAME_LEN: usize = 64;
+/// The most steps one `train` command runs.
+pub const MAX_TRAIN_STEPS: u64 = 1_000_000;
 
 /// Starts a device for a kernel: the simulated GPU, or a real one.
 pub trait DeviceFactory: Send {
@@ -45,24 +51,30 @@ impl DeviceFactory for SimDeviceFactory {
 }
 
 /// What a command did, beyond the stats.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Outcome {
     /// A short explanation of what happened.
     pub note: Option<String>,
+    /// What the command returns (losses, estimates, trials).
+    pub value: Option<Value>,
+}
+
+impl Outcome {
+    fn note(note: impl Into<String>) -> Self {
+        Self {
+            note: Some(note.into()),
+            value: None,
+        }
+    }
 }
 
 pub struct Engine {
     settings: Settings,
     factory: Box<dyn DeviceFactory>,
-    device: Box<dyn Device>,
-    allocator: Box<dyn Allocator>,
-    runtime: Runtime,
+    kernel: Kernel,
+    train: TrainState,
     /// Steps executed so far (the next step's index).
     step: u64,
-    events: VecDeque<Event>,
-    event_capacity: usize,
-    next_seq: u64,
-    trace: Vec<TraceEvent>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -74,8 +86,12 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+fn error(kind: ErrorKind, message: impl Into<String>) -> CommandError {
+    CommandError::new(kind, message)
+}
+
 fn name_error(name: &str) -> CommandError {
-    CommandError::new(
+    error(
         ErrorKind::NameError,
         format!("name '{name}' is not defined"),
     )
@@ -89,7 +105,7 @@ fn check_name(name: &str) -> Result<(), CommandError> {
     if ok {
         Ok(())
     } else {
-        Err(CommandError::new(
+        Err(error(
             ErrorKind::InvalidValue,
             format!(
                 "{name:?} is not a Python name: use letters, digits and _, not starting with a digit, at most {MAX_NAME_LEN} characters"
@@ -115,14 +131,9 @@ impl Engine {
         Ok(Self {
             settings,
             factory,
-            device,
-            allocator,
-            runtime: Runtime::new(),
+            kernel: Kernel::new(device, allocator),
+            train: TrainState::default(),
             step: 0,
-            events: VecDeque::new(),
-            event_capacity: DEFAULT_EVENT_CAPACITY,
-            next_seq: 0,
-            trace: Vec::new(),
         })
     }
 
@@ -135,11 +146,11 @@ impl Engine {
     }
 
     pub fn device_info(&self) -> DeviceInfo {
-        self.device.info()
+        self.kernel.device.info()
     }
 
-    pub fn runtime(&self) -> &Runtime {
-        &self.runtime
+    pub fn kernel(&self) -> &Kernel {
+        &self.kernel
     }
 
     pub fn step(&self) -> u64 {
@@ -147,10 +158,21 @@ impl Engine {
     }
 
     pub fn set_event_capacity(&mut self, capacity: usize) {
-        self.event_capacity = capacity;
-        while self.events.len() > capacity {
-            self.events.pop_front();
-        }
+        self.kernel.set_event_capacity(capacity);
+    }
+
+    /// Switches event recording in the allocator (benchmarks switch it off).
+    pub fn set_tracing(&mut self, on: bool) {
+        self.kernel.allocator.set_tracing(on);
+    }
+
+    /// Events with `seq >= since`, oldest first.
+    pub fn events_since(&self, since: u64) -> impl Iterator<Item = &Event> {
+        self.kernel.events_since(since)
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.kernel.stats()
     }
 
     /// Parses and executes one line, as `vramlab run` does.
@@ -159,36 +181,40 @@ impl Engine {
         let result = match &parsed.command {
             Ok(cmd) => self.execute(cmd),
             Err(e) => {
+                self.kernel.begin_command(self.step);
                 self.step += 1;
                 Err(e.clone())
             }
         };
-        let step = self.step - 1;
-        match result {
-            Ok(outcome) => StepRecord {
-                step,
-                cmd: parsed.raw,
-                ok: true,
-                error: None,
-                note: outcome.note,
-                stats: self.stats(),
-            },
-            Err(error) => StepRecord {
-                step,
-                cmd: parsed.raw,
-                ok: false,
-                error: Some(error),
-                note: None,
-                stats: self.stats(),
-            },
+        let (ok, error, note, value) = match result {
+            Ok(o) => (true, None, o.note, o.value),
+            Err(e) => (false, Some(e), None, None),
+        };
+        StepRecord {
+            step: self.step - 1,
+            cmd: parsed.raw,
+            ok,
+            error,
+            note,
+            value,
+            stats: self.stats(),
         }
     }
 
     /// Executes one command. On error nothing changed, except what the
     /// framework itself changes on the way to an OOM (PyTorch returns its
-    /// cached segments to the driver before it gives up).
+    /// cached segments to the driver before it gives up; a failed training
+    /// step leaves `last_exception`).
     pub fn execute(&mut self, cmd: &Command) -> Result<Outcome, CommandError> {
+        self.kernel.begin_command(self.step);
         self.step += 1;
+        let result = self.dispatch(cmd);
+        let dead = self.kernel.take_dead_instances();
+        self.train.forget(&dead);
+        result
+    }
+
+    fn dispatch(&mut self, cmd: &Command) -> Result<Outcome, CommandError> {
         match cmd {
             Command::Restart(patch) => self.restart(patch),
             Command::Alloc {
@@ -210,11 +236,124 @@ impl Engine {
             Command::EmptyCache {} => Ok(self.empty_cache()),
             Command::ClearSession {} => Ok(self.clear_session()),
             Command::ResetPeakMemoryStats {} => {
-                self.allocator.reset_peak_stats();
-                Ok(Outcome {
-                    note: Some("Peaks now equal the current values.".into()),
-                })
+                self.kernel.allocator.reset_peak_stats();
+                Ok(Outcome::note("Peaks now equal the current values."))
             }
+            Command::Model {
+                name,
+                layers,
+                width,
+                input_dim,
+                classes,
+                dtype,
+                keras,
+            } => self.model(
+                name,
+                ModelSpec {
+                    layers: *layers,
+                    width: *width,
+                    input_dim: *input_dim,
+                    classes: *classes,
+                    dtype: dtype.unwrap_or(Dtype::Float32),
+                },
+                *keras,
+            ),
+            Command::Optimizer {
+                name,
+                model,
+                kind,
+                lr,
+            } => self.optimizer(name, model, *kind, *lr),
+            Command::Data {
+                name,
+                samples,
+                features,
+                classes,
+                on_device,
+            } => self.data(
+                name,
+                DataSpec {
+                    samples: *samples,
+                    features: *features,
+                    classes: *classes,
+                    on_device: *on_device,
+                },
+            ),
+            Command::Forward {
+                name,
+                model,
+                data,
+                batch_size,
+                no_grad,
+                amp,
+                checkpointing,
+            } => self.forward(
+                name,
+                model,
+                data,
+                *batch_size,
+                *no_grad,
+                *amp,
+                *checkpointing,
+            ),
+            Command::Backward { name, retain_graph } => self.backward(name, *retain_graph),
+            Command::Step { optimizer } => self.optimizer_step(optimizer),
+            Command::ZeroGrad {
+                optimizer,
+                set_to_none,
+            } => self.zero_grad(optimizer, *set_to_none),
+            Command::Train {
+                model,
+                optimizer,
+                data,
+                steps,
+                batch_size,
+                accumulate,
+                checkpointing,
+                amp,
+                set_to_none,
+                loss_history,
+            } => self.train_loop(&TrainArgs {
+                model,
+                optimizer,
+                data,
+                steps: *steps,
+                batch_size: *batch_size,
+                accumulate: *accumulate,
+                checkpointing: *checkpointing,
+                amp: *amp,
+                set_to_none: *set_to_none,
+                loss_history: *loss_history,
+            }),
+            Command::FindBatchSize {
+                model,
+                optimizer,
+                data,
+                threshold,
+            } => self.find_batch_size(model, optimizer, data, *threshold),
+            Command::Estimate {
+                model,
+                optimizer,
+                data,
+                batch_size,
+                accumulate,
+                amp,
+                checkpointing,
+                set_to_none,
+            } => self.estimate(
+                model,
+                optimizer.as_deref(),
+                data.as_deref(),
+                &train::spec::StepShape {
+                    batch_size: *batch_size,
+                    accumulate: *accumulate,
+                    amp: *amp,
+                    checkpointing: *checkpointing,
+                    set_to_none: *set_to_none,
+                },
+            ),
+            Command::TfSession { name } => self.tf_session(name),
+            Command::Close { name } => self.close(name),
         }
     }
 
@@ -222,19 +361,27 @@ impl Engine {
         let settings = self.settings.patched(patch)?;
         let device = self.factory.start(&settings)?;
         let allocator = make_allocator(&settings, device.as_ref());
-        // Drop the old kernel first: its context and segments go back to the driver.
-        self.allocator = allocator;
-        self.device = device;
-        self.runtime.clear();
+        // The old process exits: its context and segments go back to the driver.
+        self.kernel.restart(device, allocator);
+        self.train = TrainState::default();
         self.settings = settings;
-        self.push_event(EventAction::Restart, 0, 0, None);
-        Ok(Outcome {
-            note: Some(format!(
-                "The kernel restarted with {}: the process exited, so the driver took back everything, context included; the new process holds only its CUDA context ({}).",
-                self.settings.framework.display_name(),
-                format_size(self.device.context_bytes())
-            )),
-        })
+        Ok(Outcome::note(format!(
+            "The kernel restarted with {}: the process exited, so the driver took back everything, context included; the new process holds only its CUDA context ({}).",
+            self.settings.framework.display_name(),
+            format_size(self.kernel.device.context_bytes())
+        )))
+    }
+
+    /// The framework's error for a failed allocation.
+    fn oom_error(&self, failure: &AllocFailure) -> CommandError {
+        let desc = TensorDesc {
+            shape: &failure.shape,
+            dtype: failure.dtype,
+        };
+        error(
+            ErrorKind::OutOfMemory,
+            oom_message(&self.settings, &failure.oom, &desc),
+        )
     }
 
     fn alloc(
@@ -246,16 +393,16 @@ impl Engine {
         category: Category,
     ) -> Result<Outcome, CommandError> {
         check_name(name)?;
-        let invalid = |m: String| CommandError::new(ErrorKind::InvalidValue, m);
+        let invalid = |m: String| error(ErrorKind::InvalidValue, m);
         let (bytes, shape, dtype) = match (bytes, shape, dtype) {
             (Some(b), None, None) => (b, vec![b], Dtype::Uint8),
             (None, Some(shape), dtype) => {
                 let dtype = dtype.unwrap_or(Dtype::Float32);
-                let elements = shape
+                let total = shape
                     .iter()
                     .try_fold(1u64, |acc, &d| acc.checked_mul(d))
                     .and_then(|n| n.checked_mul(dtype.size_bytes()));
-                match elements {
+                match total {
                     Some(b) => (b, shape.to_vec(), dtype),
                     None => {
                         return Err(invalid(format!(
@@ -266,19 +413,19 @@ impl Engine {
                 }
             }
             (Some(_), Some(_), _) => {
-                return Err(CommandError::new(
+                return Err(error(
                     ErrorKind::InvalidCommand,
                     "give either `bytes` or `shape` (with `dtype`), not both",
                 ))
             }
             (Some(_), None, Some(_)) => {
-                return Err(CommandError::new(
+                return Err(error(
                     ErrorKind::InvalidCommand,
                     "`dtype` goes with `shape`; `bytes` alone allocates uint8",
                 ))
             }
             (None, None, _) => {
-                return Err(CommandError::new(
+                return Err(error(
                     ErrorKind::InvalidCommand,
                     "alloc needs `bytes`, or `shape` and `dtype`",
                 ))
@@ -289,252 +436,839 @@ impl Engine {
                 "{bytes} bytes is absurd: no GPU has 1 EiB (PyTorch refuses it with \"CUDA out of memory. Tried to allocate more than 1EB memory.\")"
             )));
         }
-        let block = match self.allocator.malloc(self.device.as_mut(), bytes) {
-            Ok(block) => {
-                self.drain_trace(Some(name));
-                block
-            }
-            Err(oom) => {
-                self.drain_trace(Some(name));
-                let desc = TensorDesc {
-                    shape: &shape,
-                    dtype,
-                };
-                return Err(CommandError::new(
-                    ErrorKind::OutOfMemory,
-                    oom_message(&self.settings, &oom, &desc),
-                ));
-            }
-        };
-        let block_size = block.map_or(0, |b| self.allocator.block_size(b));
-        let id = self.runtime.new_tensor(
-            Tensor {
-                block,
-                bytes,
-                shape,
-                dtype,
-                category,
-            },
-            name,
-        );
-        let released = self.runtime.bind(name, id);
-        let freed = self.release(&released);
+        let id = self
+            .kernel
+            .alloc_tensor(name, bytes, shape, dtype, category)
+            .map_err(|f| self.oom_error(&f))?;
+        let block_size = self.kernel.block_size(id);
+        let had_old = self.kernel.runtime.lookup(name).is_some();
+        let freed = self.kernel.bind_local(name, id);
         let mut note = format!(
             "`{name}` holds a block of {} ({} asked).",
             format_size(block_size),
             format_size(bytes)
         );
-        if !released.is_empty() {
+        if had_old && freed > 0 {
             note.push_str(&format!(
                 " Rebinding `{name}` dropped the old object's last reference: {} freed, after the new block was taken.",
                 format_size(freed)
             ));
         }
-        Ok(Outcome { note: Some(note) })
+        Ok(Outcome::note(note))
+    }
+
+    fn lookup(&self, name: &str) -> Result<ObjId, CommandError> {
+        self.kernel
+            .runtime
+            .lookup(name)
+            .ok_or_else(|| name_error(name))
     }
 
     fn del(&mut self, name: &str) -> Result<Outcome, CommandError> {
-        let id = self.runtime.lookup(name).ok_or_else(|| name_error(name))?;
-        let holders = self.retention_of(id, name);
-        let released = self.runtime.unbind(name).ok_or_else(|| name_error(name))?;
-        let freed = self.release(&released);
+        let id = self.lookup(name)?;
+        let holders = self.kernel.runtime.holders_of(id, Some(name));
+        let children = self
+            .kernel
+            .runtime
+            .get(id)
+            .map(|o| o.refs.clone())
+            .unwrap_or_default();
+        let released = self
+            .kernel
+            .runtime
+            .unbind(name)
+            .ok_or_else(|| name_error(name))?;
+        let freed = self.kernel.release(&released);
         let note = if released.is_empty() {
-            format!("`del {name}` removed the name only: the object is still referenced ({holders}), so nothing was freed.")
+            format!(
+                "`del {name}` removed the name only: the object is still referenced (by {}), so nothing was freed.",
+                holders.join(", ")
+            )
+        } else if freed == 0 {
+            // The object died; what it referred to may live on elsewhere.
+            let survivor = children
+                .iter()
+                .find(|&&c| self.kernel.runtime.get(c).is_some() && c != id);
+            match survivor {
+                Some(&c) => format!(
+                    "`{name}` died, but no memory was freed: what it held is still referenced (by {}).",
+                    self.kernel.runtime.holders_of(c, None).join(", ")
+                ),
+                None => format!("`{name}` was the last reference: the object died, but it held no device memory."),
+            }
         } else {
             format!(
                 "`{name}` was the last reference: {} went back to the allocator's cache (allocated fell; reserved did not).",
                 format_size(freed)
             )
         };
-        Ok(Outcome { note: Some(note) })
+        Ok(Outcome::note(note))
     }
 
     fn hold(&mut self, name: &str, items: &[String], cycle: bool) -> Result<Outcome, CommandError> {
         check_name(name)?;
         let ids = items
             .iter()
-            .map(|item| self.runtime.lookup(item).ok_or_else(|| name_error(item)))
+            .map(|item| self.lookup(item))
             .collect::<Result<Vec<ObjId>, _>>()?;
-        let list = self.runtime.new_list(&ids, cycle, name);
-        let released = self.runtime.bind(name, list);
-        self.release(&released);
+        let list = self.kernel.runtime.new_list(&ids, cycle, name);
+        self.kernel.bind_local(name, list);
         let mut note = format!("`{name}` is a list holding {} reference(s)", ids.len());
         if cycle {
             note.push_str(" and itself: a reference cycle that only gc.collect() can break");
         }
         note.push('.');
-        Ok(Outcome { note: Some(note) })
+        Ok(Outcome::note(note))
     }
 
     fn gc(&mut self) -> Outcome {
-        let (found, released) = self.runtime.collect();
-        let freed = self.release(&released);
-        Outcome {
-            note: Some(if found == 0 {
-                "gc.collect() found no unreachable objects: every live tensor is still referenced, so nothing was freed.".into()
-            } else {
-                format!(
-                    "gc.collect() found {found} unreachable object(s) kept alive only by reference cycles and freed {} in {} tensor(s).",
-                    format_size(freed),
-                    released.len()
-                )
-            }),
-        }
+        let (found, released) = self.kernel.runtime.collect();
+        let freed = self.kernel.release(&released);
+        Outcome::note(if found == 0 {
+            "gc.collect() found no unreachable objects: every live tensor is still referenced, so nothing was freed.".to_string()
+        } else {
+            format!(
+                "gc.collect() found {found} unreachable object(s) kept alive only by reference cycles and freed {}.",
+                format_size(freed)
+            )
+        })
     }
 
     fn empty_cache(&mut self) -> Outcome {
-        let released = self.allocator.empty_cache(self.device.as_mut());
-        self.drain_trace(None);
-        let note = match (released, self.settings.framework) {
-            (Some(0), _) if self.settings.no_caching => {
+        let released = self
+            .kernel
+            .allocator
+            .empty_cache(self.kernel.device.as_mut());
+        self.kernel.drain_allocator_events();
+        Outcome::note(match released {
+            Some(0) if self.settings.no_caching => {
                 "With caching off there is no cache: every tensor already went back to the driver when it died.".to_string()
             }
-            (Some(0), _) => {
+            Some(0) => {
                 "empty_cache() released nothing: no segment was entirely free. Live tensors keep their blocks, and free pieces of partly used segments cannot be returned.".to_string()
             }
-            (Some(bytes), _) => format!(
+            Some(bytes) => format!(
                 "empty_cache() returned {} of entirely free segments to the driver: reserved and nvidia-smi fell; allocated did not move.",
                 format_size(bytes)
             ),
-            (None, framework) => format!(
+            None => format!(
                 "{} has no empty_cache(): its BFC pool keeps every byte until the process exits. Nothing changed.",
-                framework.display_name()
+                self.settings.framework.display_name()
             ),
-        };
-        Outcome { note: Some(note) }
+        })
     }
 
     fn clear_session(&mut self) -> Outcome {
-        let dropped = self.runtime.clear_framework_state();
-        let mut freed = self.release(&dropped);
-        let (found, collected) = self.runtime.collect();
-        freed += self.release(&collected);
-        Outcome {
-            note: Some(format!(
-                "clear_session() dropped the framework's global state and ran gc.collect() ({found} unreachable object(s)): {} freed inside the pool. The pool itself and nvidia-smi did not shrink.",
-                format_size(freed)
-            )),
-        }
+        let dropped = self.kernel.runtime.clear_framework_state();
+        let mut freed = self.kernel.release(&dropped);
+        let (found, collected) = self.kernel.runtime.collect();
+        freed += self.kernel.release(&collected);
+        Outcome::note(format!(
+            "clear_session() dropped the framework's global state and ran gc.collect() ({found} unreachable object(s)): {} freed inside the pool. The pool itself and nvidia-smi did not shrink.",
+            format_size(freed)
+        ))
     }
 
-    /// Frees the blocks of tensors that died, in order; returns the bytes.
-    fn release(&mut self, released: &[Released]) -> u64 {
-        let mut freed = 0;
-        for r in released {
-            if let Some(block) = r.tensor.block {
-                freed += self.allocator.block_size(block);
-                self.allocator.free(self.device.as_mut(), block);
-                self.drain_trace(Some(&r.label));
+    // ----- training objects -------------------------------------------------
+
+    /// The object bound to `name`, which must be of `class`.
+    fn instance(&self, name: &str, class: Class) -> Result<ObjId, CommandError> {
+        let id = self.lookup(name)?;
+        let o = self.kernel.runtime.get(id).expect("bound objects exist");
+        if o.kind != ObjectKind::Instance(class) {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                format!(
+                    "`{name}` is a {}, not a {}",
+                    o.kind.type_name(),
+                    class.name()
+                ),
+            ));
+        }
+        Ok(id)
+    }
+
+    fn model_state(&self, name: &str) -> Result<(ObjId, &ModelState), CommandError> {
+        let id = self.instance(name, Class::Model)?;
+        let state = &self.train.models[&id];
+        if let Some(session) = state.session {
+            if self.train.sessions.get(&session).is_none_or(|s| s.closed) {
+                return Err(error(
+                    ErrorKind::RuntimeError,
+                    format!("Attempted to use a closed Session. (`{name}` was built in a tf.Session that was closed; its variables are gone.)"),
+                ));
             }
         }
-        freed
+        Ok((id, state))
     }
 
-    fn retention_of(&self, id: ObjId, name: &str) -> String {
-        let mut holders: Vec<String> = self
-            .runtime
-            .namespace()
-            .iter()
-            .filter(|(n, &o)| o == id && n.as_str() != name)
-            .map(|(n, _)| format!("name `{n}`"))
-            .collect();
-        for o in self.runtime.objects().values() {
-            if let ObjectKind::List(items) = &o.kind {
-                if items.contains(&id) {
-                    holders.push(format!("list `{}`", o.label));
+    fn model(&mut self, name: &str, spec: ModelSpec, keras: bool) -> Result<Outcome, CommandError> {
+        check_name(name)?;
+        spec.validate()
+            .map_err(|m| error(ErrorKind::InvalidValue, m))?;
+        if spec.param_bytes() >= EIB / 1024 {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                format!("{} parameters is absurd", spec.param_count()),
+            ));
+        }
+        let session = self
+            .train
+            .open_session
+            .filter(|_| self.settings.framework == Framework::Tensorflow);
+        let mut frame = Frame::default();
+        let model = frame.instance(&mut self.kernel, Class::Model, name);
+        let mut params = Vec::new();
+        for (suffix, shape) in spec.param_shapes() {
+            let label = format!("{name}.{suffix}");
+            match frame.alloc(
+                &mut self.kernel,
+                &label,
+                &shape,
+                spec.dtype,
+                Category::Parameter,
+            ) {
+                Ok(p) => {
+                    frame.take(p);
+                    self.kernel.attach_local(session.unwrap_or(model), p);
+                    params.push(p);
+                }
+                Err(f) => {
+                    let e = self.oom_error(&f);
+                    frame.finish(&mut self.kernel);
+                    return Err(e);
                 }
             }
         }
-        if holders.is_empty() {
-            "by the framework's global state".into()
+        let keras = keras || self.settings.framework == Framework::Tensorflow;
+        if keras && session.is_none() {
+            self.kernel.runtime.hold_in_framework_state(model);
+        }
+        self.train.models.insert(
+            model,
+            ModelState {
+                spec,
+                params,
+                values: None,
+                grad_values: Vec::new(),
+                session,
+                seed: u64::from(model) ^ 0x6d6f_64656c,
+            },
+        );
+        frame.take(model);
+        self.kernel.bind_local(name, model);
+        let mut note = format!(
+            "`{name}` has {} parameters: {} on the device.",
+            spec.param_count(),
+            format_size(spec.param_bytes())
+        );
+        if session.is_some() {
+            note.push_str(
+                " Its variables belong to the open tf.Session: closing the session frees them.",
+            );
+        } else if keras {
+            note.push_str(" Keras's global state holds the model too: `del` alone will not free it; clear_session() will.");
+        }
+        Ok(Outcome::note(note))
+    }
+
+    fn optimizer(
+        &mut self,
+        name: &str,
+        model: &str,
+        kind: OptimizerKind,
+        lr: Option<f32>,
+    ) -> Result<Outcome, CommandError> {
+        check_name(name)?;
+        let lr = lr.unwrap_or(kind.default_lr());
+        if !(lr.is_finite() && lr > 0.0) {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                format!("lr must be a positive number, not {lr}"),
+            ));
+        }
+        let (model_id, state) = self.model_state(model)?;
+        let params = state.params.clone();
+        let opt = self
+            .kernel
+            .runtime
+            .new_local(ObjectKind::Instance(Class::Optimizer), name);
+        for &p in &params {
+            self.kernel.runtime.add_ref(opt, p);
+        }
+        self.train.optimizers.insert(
+            opt,
+            OptimizerState {
+                kind,
+                model: model_id,
+                params,
+                lr,
+                state: Vec::new(),
+                state_values: Vec::new(),
+                steps: 0,
+            },
+        );
+        self.kernel.bind_local(name, opt);
+        Ok(Outcome::note(format!(
+            "`{name}` = {}: it holds references to the parameters; its state ({}) is allocated at the first step.",
+            kind.python(),
+            match kind.state_per_param() {
+                0 => "none".to_string(),
+                n => format!("{n}x the parameters"),
+            }
+        )))
+    }
+
+    fn data(&mut self, name: &str, spec: DataSpec) -> Result<Outcome, CommandError> {
+        check_name(name)?;
+        if spec.samples == 0 || spec.features == 0 || spec.classes < 2 {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                "a dataset needs at least 1 sample, 1 feature and 2 classes",
+            ));
+        }
+        if spec
+            .samples
+            .checked_mul(spec.features)
+            .is_none_or(|n| n >= EIB / 8)
+        {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                "that dataset is absurdly large",
+            ));
+        }
+        let mut frame = Frame::default();
+        let ds = frame.instance(&mut self.kernel, Class::Dataset, name);
+        let mut on_device = None;
+        if spec.on_device {
+            let k = &mut self.kernel;
+            let x = frame.alloc(
+                k,
+                &format!("{name}.x"),
+                &[spec.samples, spec.features],
+                Dtype::Float32,
+                Category::Input,
+            );
+            let x = match x {
+                Ok(x) => x,
+                Err(f) => {
+                    frame.finish(k);
+                    return Err(self.oom_error(&f));
+                }
+            };
+            let y = match frame.alloc(
+                k,
+                &format!("{name}.y"),
+                &[spec.samples],
+                Dtype::Int64,
+                Category::Input,
+            ) {
+                Ok(y) => y,
+                Err(f) => {
+                    frame.finish(k);
+                    return Err(self.oom_error(&f));
+                }
+            };
+            for t in [x, y] {
+                frame.take(t);
+                k.attach_local(ds, t);
+            }
+            on_device = Some((x, y));
+        }
+        self.train.datasets.insert(
+            ds,
+            DatasetState {
+                spec,
+                on_device,
+                cursor: 0,
+                seed: u64::from(ds) ^ 0xda7a,
+            },
+        );
+        frame.take(ds);
+        self.kernel.bind_local(name, ds);
+        Ok(Outcome::note(if spec.on_device {
+            format!(
+                "All of `{name}` is on the device: {} held for as long as the dataset lives.",
+                format_size(spec.device_bytes())
+            )
         } else {
-            format!("by {}", holders.join(", "))
+            format!("`{name}` stays in host memory; each batch is copied to the device when used.")
+        }))
+    }
+
+    /// Whether a step of this model at this batch computes numbers.
+    fn computes(spec: &ModelSpec, batch: u64) -> bool {
+        spec.step_flops(batch) <= train::ARITHMETIC_FLOP_LIMIT
+    }
+
+    /// Turns a failed training step into Python's state after the raise:
+    /// the exception (bound to `last_exception`) keeps the frame's locals.
+    fn raise_in_frame(&mut self, mut frame: Frame, failure: &AllocFailure) -> CommandError {
+        let exc = self
+            .kernel
+            .runtime
+            .new_local(ObjectKind::Instance(Class::Exception), "last_exception");
+        for id in std::mem::take(&mut frame.locals) {
+            self.kernel.attach_local(exc, id);
+        }
+        self.kernel.bind_local("last_exception", exc);
+        let mut e = self.oom_error(failure);
+        e.message.push_str(
+            "\n(The exception's frame keeps the failed step's tensors alive: `del last_exception` frees them.)",
+        );
+        e
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn forward(
+        &mut self,
+        name: &str,
+        model: &str,
+        data: &str,
+        batch: u64,
+        no_grad: bool,
+        amp: bool,
+        checkpointing: bool,
+    ) -> Result<Outcome, CommandError> {
+        check_name(name)?;
+        let (model_id, state) = self.model_state(model)?;
+        let spec = state.spec;
+        let data_id = self.instance(data, Class::Dataset)?;
+        check_batch(batch, &self.train.datasets[&data_id].spec, &spec)?;
+        let compute = Self::computes(&spec, batch);
+        let mut frame = Frame::default();
+        let args = ForwardArgs {
+            tag: name,
+            model: model_id,
+            data: data_id,
+            batch,
+            no_grad,
+            amp,
+            checkpointing,
+            compute,
+        };
+        let out = match step::forward(&mut self.kernel, &mut frame, &mut self.train, &args) {
+            Ok(out) => out,
+            Err(f) => return Err(self.raise_in_frame(frame, &f)),
+        };
+        self.kernel.bind_local(name, out.loss);
+        let saved: u64 = step::find_graph(&self.kernel, out.loss)
+            .and_then(|g| self.kernel.runtime.get(g))
+            .map(|g| g.refs.iter().map(|&t| self.kernel.block_size(t)).sum())
+            .unwrap_or(0);
+        let mut note = if no_grad {
+            "Under torch.no_grad() nothing is saved: every activation died as soon as the next layer had used it.".to_string()
+        } else {
+            format!(
+                "`{name}` keeps its autograd graph alive, and with it {} of saved tensors (activations and the batch) until backward runs or `{name}` dies.",
+                format_size(saved)
+            )
+        };
+        note.push_str(&loss_note(out.value));
+        Ok(Outcome {
+            note: Some(note),
+            value: Some(json!({"loss": out.value, "loss_computed": out.value.is_some()})),
+        })
+    }
+
+    fn backward(&mut self, name: &str, retain: bool) -> Result<Outcome, CommandError> {
+        let loss = self.lookup(name)?;
+        let mut frame = Frame::default();
+        let before = self.kernel.stats().allocated_bytes;
+        match step::backward(&mut self.kernel, &mut frame, &mut self.train, loss, retain) {
+            Ok(()) => {}
+            Err(BackwardError::NoGraph) => {
+                return Err(error(ErrorKind::RuntimeError, step::NO_GRAD_FN));
+            }
+            Err(BackwardError::Consumed) => {
+                return Err(error(ErrorKind::RuntimeError, step::BACKWARD_TWICE));
+            }
+            Err(BackwardError::Oom(f)) => return Err(self.raise_in_frame(frame, &f)),
+        }
+        let after = self.kernel.stats().allocated_bytes;
+        Ok(Outcome::note(if retain {
+            "Backward ran with retain_graph=True: the gradients were added to .grad and the saved tensors stay for another backward.".to_string()
+        } else {
+            format!(
+                "Backward released the saved tensors as it walked the graph and put the gradients in .grad (allocated {} {}).",
+                if after >= before { "rose by" } else { "fell by" },
+                format_size(after.abs_diff(before))
+            )
+        }))
+    }
+
+    fn optimizer_step(&mut self, optimizer: &str) -> Result<Outcome, CommandError> {
+        let opt = self.instance(optimizer, Class::Optimizer)?;
+        let first = self.train.optimizers[&opt].state.is_empty();
+        let mut frame = Frame::default();
+        let before = self.kernel.stats().allocated_bytes;
+        if let Err(f) = step::optimizer_step(&mut self.kernel, &mut frame, &mut self.train, opt) {
+            return Err(self.raise_in_frame(frame, &f));
+        }
+        let grown = self.kernel.stats().allocated_bytes.saturating_sub(before);
+        Ok(Outcome::note(if first && grown > 0 {
+            format!(
+                "The first step allocated the optimizer's state: {}.",
+                format_size(grown)
+            )
+        } else {
+            "The parameters were updated in place.".to_string()
+        }))
+    }
+
+    fn zero_grad(&mut self, optimizer: &str, set_to_none: bool) -> Result<Outcome, CommandError> {
+        let opt = self.instance(optimizer, Class::Optimizer)?;
+        let freed = step::zero_grad(&mut self.kernel, &mut self.train, opt, set_to_none);
+        Ok(Outcome::note(if set_to_none {
+            format!(
+                "zero_grad(set_to_none=True) dropped every .grad: {} freed.",
+                format_size(freed)
+            )
+        } else {
+            "zero_grad(set_to_none=False) zeroed the gradients in place: their memory stays allocated.".to_string()
+        }))
+    }
+
+    fn train_loop(&mut self, a: &TrainArgs) -> Result<Outcome, CommandError> {
+        let (model_id, state) = self.model_state(a.model)?;
+        let spec = state.spec;
+        let opt = self.instance(a.optimizer, Class::Optimizer)?;
+        let data_id = self.instance(a.data, Class::Dataset)?;
+        if a.steps == 0 || a.steps > MAX_TRAIN_STEPS {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                format!("steps must be 1 to {MAX_TRAIN_STEPS}, not {}", a.steps),
+            ));
+        }
+        if a.accumulate == 0 || a.batch_size % a.accumulate != 0 {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                format!(
+                    "accumulate must divide batch_size ({} micro-batches of {} / {})",
+                    a.accumulate, a.batch_size, a.accumulate
+                ),
+            ));
+        }
+        let micro = a.batch_size / a.accumulate;
+        check_batch(micro, &self.train.datasets[&data_id].spec, &spec)?;
+        let compute = Self::computes(&spec, micro);
+        let mut steps = Vec::new();
+        for s in 0..a.steps {
+            self.kernel.begin_window();
+            let mut frame = Frame::default();
+            let mut losses = Vec::new();
+            for _ in 0..a.accumulate {
+                let args = ForwardArgs {
+                    tag: "loss",
+                    model: model_id,
+                    data: data_id,
+                    batch: micro,
+                    no_grad: false,
+                    amp: a.amp,
+                    checkpointing: a.checkpointing,
+                    compute,
+                };
+                let out = match step::forward(&mut self.kernel, &mut frame, &mut self.train, &args)
+                {
+                    Ok(out) => out,
+                    Err(f) => return Err(self.raise_in_frame(frame, &f)),
+                };
+                let mut loss = out.loss;
+                frame.locals.push(loss);
+                if a.accumulate > 1 {
+                    // loss = loss / accumulate
+                    let scaled = match frame.alloc(
+                        &mut self.kernel,
+                        "loss",
+                        &[],
+                        Dtype::Float32,
+                        Category::Activation,
+                    ) {
+                        Ok(t) => t,
+                        Err(f) => return Err(self.raise_in_frame(frame, &f)),
+                    };
+                    self.kernel.runtime.add_ref(scaled, loss);
+                    frame.drop(&mut self.kernel, loss);
+                    loss = scaled;
+                }
+                match step::backward(&mut self.kernel, &mut frame, &mut self.train, loss, false) {
+                    Ok(()) => {}
+                    Err(BackwardError::Oom(f)) => return Err(self.raise_in_frame(frame, &f)),
+                    Err(_) => unreachable!("a fresh graph has not been consumed"),
+                }
+                if a.loss_history == LossHistory::Tensor {
+                    // total_loss += loss: a new tensor whose history holds both.
+                    let total = match frame.alloc(
+                        &mut self.kernel,
+                        "total_loss",
+                        &[],
+                        Dtype::Float32,
+                        Category::Other,
+                    ) {
+                        Ok(t) => t,
+                        Err(f) => return Err(self.raise_in_frame(frame, &f)),
+                    };
+                    if let Some(prev) = self.kernel.runtime.lookup("total_loss") {
+                        self.kernel.runtime.add_ref(total, prev);
+                    }
+                    self.kernel.runtime.add_ref(total, loss);
+                    frame.take(total);
+                    self.kernel.bind_local("total_loss", total);
+                }
+                frame.take(loss);
+                self.kernel.bind_local("loss", loss);
+                losses.extend(out.value);
+            }
+            let updated =
+                match step::optimizer_step(&mut self.kernel, &mut frame, &mut self.train, opt) {
+                    Ok(u) => u,
+                    Err(f) => return Err(self.raise_in_frame(frame, &f)),
+                };
+            step::zero_grad(&mut self.kernel, &mut self.train, opt, a.set_to_none);
+            frame.finish(&mut self.kernel);
+            let _ = updated;
+            let loss =
+                (!losses.is_empty()).then(|| losses.iter().sum::<f32>() / losses.len() as f32);
+            steps.push(json!({
+                "step": s,
+                "loss": loss,
+                "peak_allocated_bytes": self.kernel.window_peak_allocated(),
+                "peak_reserved_bytes": self.kernel.window_peak_reserved(),
+                "allocated_bytes": self.kernel.stats().allocated_bytes,
+            }));
+        }
+        let first = steps.first().and_then(|s| s["loss"].as_f64());
+        let last = steps.last().and_then(|s| s["loss"].as_f64());
+        let note = match (first, last) {
+            (Some(f), Some(l)) => format!(
+                "{} steps of batch {}: loss {f:.4} -> {l:.4}, computed on the CPU.",
+                a.steps, a.batch_size
+            ),
+            _ => format!(
+                "{} steps of batch {}, shape-only: every allocation is exact, but a step of {:.0} MFLOP is too big to compute here, so no loss was computed.",
+                a.steps,
+                a.batch_size,
+                spec.step_flops(micro) as f64 / 1e6
+            ),
+        };
+        Ok(Outcome {
+            note: Some(note),
+            value: Some(json!({
+                "loss_computed": first.is_some(),
+                "first_loss": first,
+                "last_loss": last,
+                "steps": steps,
+            })),
+        })
+    }
+
+    fn estimate(
+        &self,
+        model: &str,
+        optimizer: Option<&str>,
+        data: Option<&str>,
+        shape: &train::spec::StepShape,
+    ) -> Result<Outcome, CommandError> {
+        let (_, state) = self.model_state(model)?;
+        let kind = match optimizer {
+            Some(o) => Some(self.train.optimizers[&self.instance(o, Class::Optimizer)?].kind),
+            None => None,
+        };
+        let data = match data {
+            Some(d) => Some(self.train.datasets[&self.instance(d, Class::Dataset)?].spec),
+            None => None,
+        };
+        if shape.accumulate == 0
+            || shape.batch_size % shape.accumulate != 0
+            || shape.batch_size == 0
+        {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                "batch_size must be positive and a multiple of accumulate",
+            ));
+        }
+        let e = train::spec::estimate(&state.spec, kind, data.as_ref(), shape);
+        Ok(Outcome {
+            note: Some(format!(
+                "Predicted: parameters {}, gradients {}, optimizer state {}, activations {}, batch {}; peak about {}.",
+                format_size(e.parameter_bytes),
+                format_size(e.gradient_bytes),
+                format_size(e.optimizer_state_bytes),
+                format_size(e.activation_bytes),
+                format_size(e.input_bytes),
+                format_size(e.peak_bytes)
+            )),
+            value: Some(serde_json::to_value(&e).expect("an estimate serializes")),
+        })
+    }
+
+    /// The most the framework lets this process hold.
+    fn memory_budget(&self) -> u64 {
+        let (free, total) = self.kernel.device.mem_get_info();
+        let start_free = free + self.kernel.device.segment_bytes();
+        match self.settings.framework {
+            Framework::Pytorch => self
+                .settings
+                .per_process_memory_fraction
+                .map_or(start_free, |f| ((f * total as f64) as u64).min(start_free)),
+            _ => self.settings.bfc_memory_limit(self.kernel.device.as_ref()),
         }
     }
 
-    fn drain_trace(&mut self, name: Option<&str>) {
-        let mut trace = std::mem::take(&mut self.trace);
-        self.allocator.drain_trace(&mut trace);
-        for e in trace.drain(..) {
-            let named = matches!(
-                e.action,
-                TraceAction::Alloc | TraceAction::Free | TraceAction::Oom
-            );
-            self.push_event(
-                e.action.into(),
-                e.address,
-                e.size,
-                if named { name } else { None },
-            );
+    fn find_batch_size(
+        &mut self,
+        model: &str,
+        optimizer: &str,
+        data: &str,
+        threshold: f64,
+    ) -> Result<Outcome, CommandError> {
+        if !(threshold > 0.0 && threshold <= 1.0) {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                format!("threshold must be in (0, 1], not {threshold}"),
+            ));
         }
-        self.trace = trace;
+        let (_, state) = self.model_state(model)?;
+        let spec = state.spec;
+        let kind = self.train.optimizers[&self.instance(optimizer, Class::Optimizer)?].kind;
+        let data_spec = self.train.datasets[&self.instance(data, Class::Dataset)?].spec;
+        let budget = self.memory_budget();
+        let limit = (threshold * budget as f64) as u64;
+        let mut tried = Vec::new();
+        let mut best = None;
+        let mut batch = 1u64;
+        while batch <= data_spec.samples.min(1 << 24) {
+            let peak = self.trial_peak(&spec, kind, &data_spec, batch);
+            let fits = peak.is_some_and(|p| p <= limit);
+            tried.push(json!({"batch_size": batch, "peak_allocated_bytes": peak, "fits": fits}));
+            if !fits {
+                break;
+            }
+            best = Some(batch);
+            batch *= 2;
+        }
+        Ok(Outcome {
+            note: Some(match best {
+                Some(b) => format!(
+                    "Batch {b} is the largest power of two whose step peak stays under {} ({threshold} of {}).",
+                    format_size(limit),
+                    format_size(budget)
+                ),
+                None => format!("Not even batch 1 fits under {}.", format_size(limit)),
+            }),
+            value: Some(json!({
+                "batch_size": best,
+                "limit_bytes": limit,
+                "budget_bytes": budget,
+                "tried": tried,
+            })),
+        })
     }
 
-    fn push_event(&mut self, action: EventAction, address: u64, size: u64, name: Option<&str>) {
-        if self.event_capacity == 0 {
-            return;
+    /// The peak allocated of two training steps at `batch`, on a fresh
+    /// simulated kernel with this one's settings; `None` on OOM.
+    fn trial_peak(
+        &self,
+        spec: &ModelSpec,
+        kind: OptimizerKind,
+        data: &DataSpec,
+        batch: u64,
+    ) -> Option<u64> {
+        let mut trial = Engine::new(Box::new(SimDeviceFactory), self.settings.clone()).ok()?;
+        trial.set_event_capacity(0);
+        trial.set_tracing(false);
+        let setup = [
+            Command::Model {
+                name: "model".into(),
+                layers: spec.layers,
+                width: spec.width,
+                input_dim: spec.input_dim,
+                classes: spec.classes,
+                dtype: Some(spec.dtype),
+                keras: false,
+            },
+            Command::Optimizer {
+                name: "opt".into(),
+                model: "model".into(),
+                kind,
+                lr: None,
+            },
+            Command::Data {
+                name: "data".into(),
+                samples: data.samples,
+                features: data.features,
+                classes: data.classes,
+                on_device: data.on_device,
+            },
+        ];
+        for c in &setup {
+            trial.execute(c).ok()?;
         }
-        if self.events.len() == self.event_capacity {
-            self.events.pop_front();
+        let mut peak = 0;
+        for _ in 0..2 {
+            trial
+                .execute(&Command::Train {
+                    model: "model".into(),
+                    optimizer: "opt".into(),
+                    data: "data".into(),
+                    steps: 1,
+                    batch_size: batch,
+                    accumulate: 1,
+                    checkpointing: false,
+                    amp: false,
+                    set_to_none: true,
+                    loss_history: LossHistory::Item,
+                })
+                .ok()?;
+            peak = peak.max(trial.stats().step_peak_allocated_bytes);
         }
-        self.events.push_back(Event {
-            seq: self.next_seq,
-            step: self.step.saturating_sub(1),
-            action,
-            address,
-            size,
-            name: name.map(str::to_string),
-        });
-        self.next_seq += 1;
+        Some(peak)
     }
 
-    /// Events with `seq >= since`, oldest first.
-    pub fn events_since(&self, since: u64) -> impl Iterator<Item = &Event> {
-        self.events.iter().filter(move |e| e.seq >= since)
-    }
-
-    pub fn stats(&self) -> Stats {
-        let a = self.allocator.stats();
-        let (free, total) = self.device.mem_get_info();
-        Stats {
-            allocated_bytes: a.allocated_bytes.current,
-            reserved_bytes: a.reserved_bytes.current,
-            active_bytes: a.active_bytes.current,
-            requested_bytes: a.requested_bytes.current,
-            inactive_split_bytes: a.inactive_split_bytes.current,
-            peak_allocated_bytes: a.allocated_bytes.peak,
-            peak_reserved_bytes: a.reserved_bytes.peak,
-            device_used_bytes: self.device.process_used_bytes(),
-            device_total_bytes: total,
-            device_free_bytes: free,
-            segments: a.segment.current,
-            num_alloc_retries: a.num_alloc_retries,
-            num_ooms: a.num_ooms,
-            allocations: a.allocation.current,
-            context_bytes: self.device.context_bytes(),
-            other_processes_bytes: self.device.other_processes_bytes(),
-            num_device_alloc: a.num_device_alloc,
-            num_device_free: a.num_device_free,
+    fn tf_session(&mut self, name: &str) -> Result<Outcome, CommandError> {
+        check_name(name)?;
+        if self.settings.framework != Framework::Tensorflow {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                "tf.compat.v1.Session needs the tensorflow framework: restart with {\"framework\":\"tensorflow\"}",
+            ));
         }
+        let s = self
+            .kernel
+            .runtime
+            .new_local(ObjectKind::Instance(Class::Session), name);
+        self.train
+            .sessions
+            .insert(s, SessionState { closed: false });
+        self.train.open_session = Some(s);
+        self.kernel.bind_local(name, s);
+        Ok(Outcome::note(format!(
+            "`{name}` is open: the variables of models built now belong to it."
+        )))
     }
 
-    /// Live tensors by block, for naming blocks in the map.
-    fn owners(&self) -> HashMap<BlockId, (&str, Category)> {
-        self.runtime
-            .objects()
-            .values()
-            .filter_map(|o| match &o.kind {
-                ObjectKind::Tensor(t) => t.block.map(|b| (b, (o.label.as_str(), t.category))),
-                ObjectKind::List(_) => None,
-            })
-            .collect()
+    fn close(&mut self, name: &str) -> Result<Outcome, CommandError> {
+        let s = self.instance(name, Class::Session)?;
+        let freed = self.kernel.clear_refs(s);
+        if let Some(state) = self.train.sessions.get_mut(&s) {
+            state.closed = true;
+        }
+        if self.train.open_session == Some(s) {
+            self.train.open_session = None;
+        }
+        Ok(Outcome::note(format!(
+            "Closing `{name}` freed its variables inside the pool ({}): bytes_in_use fell, the pool and nvidia-smi did not.",
+            format_size(freed)
+        )))
     }
+
+    // ----- views -------------------------------------------------------------
 
     /// Everything the views draw, with the last `max_events` events.
     pub fn snapshot(&self, max_events: usize) -> Snapshot {
-        let owners = self.owners();
-        let mut categories: BTreeMap<Category, u64> = BTreeMap::new();
-        let segments = self
+        let k = &self.kernel;
+        let owners = k.owners();
+        let segments = k
             .allocator
             .segments()
             .into_iter()
@@ -549,9 +1283,6 @@ impl Engine {
                         if b.id.is_some() {
                             allocated_size += b.size;
                             requested_size += b.requested_size;
-                        }
-                        if let Some((_, c)) = owner {
-                            *categories.entry(*c).or_default() += b.size;
                         }
                         BlockSnapshot {
                             address: b.address,
@@ -573,85 +1304,98 @@ impl Engine {
                 }
             })
             .collect();
-        let names = self.runtime.names_of();
-        let why = self.runtime.retention();
-        let objects = self
+        let names = k.runtime.names_of();
+        let why = k.runtime.retention();
+        let objects = k
             .runtime
             .objects()
             .iter()
             .map(|(&id, o)| {
-                let (kind, bytes, category) = match &o.kind {
-                    ObjectKind::Tensor(t) => (
-                        "Tensor",
-                        t.block.map_or(0, |b| self.allocator.block_size(b)),
-                        Some(t.category),
-                    ),
-                    ObjectKind::List(_) => ("list", 0, None),
+                let category = match &o.kind {
+                    ObjectKind::Tensor(t) => Some(t.category),
+                    _ => None,
                 };
                 ObjectSnapshot {
                     id,
-                    kind: kind.into(),
+                    kind: o.kind.type_name().into(),
                     label: o.label.clone(),
                     names: names.get(&id).cloned().unwrap_or_default(),
-                    bytes,
+                    bytes: k.block_size(id),
+                    requested_bytes: match &o.kind {
+                        ObjectKind::Tensor(t) => t.bytes,
+                        _ => 0,
+                    },
                     refcount: o.refcount,
                     category,
                     kept_alive_by: why.get(&id).cloned().unwrap_or_default(),
                 }
             })
             .collect();
-        let skip = self.events.len().saturating_sub(max_events);
+        let events = k.events();
+        let skip = events.len().saturating_sub(max_events);
+        let stats = self.stats();
         Snapshot {
             step: self.step,
             framework: self.settings.framework,
-            device: self.device.info(),
-            stats: self.stats(),
+            device: self.device_info(),
+            stats,
             segments,
             objects,
-            categories,
-            events: self.events.iter().skip(skip).cloned().collect(),
+            events: events.iter().skip(skip).cloned().collect(),
         }
     }
 
     /// Checks every invariant of the allocator, the runtime and their
     /// agreement; `Err` names the first broken one.
     pub fn check_invariants(&self) -> Result<(), String> {
-        self.allocator.check_invariants(self.device.as_ref())?;
-        self.runtime.check_invariants()?;
-        let stats = self.stats();
-        if stats.device_used_bytes != stats.context_bytes + self.device.segment_bytes() {
-            return Err("device used is not context + segments".into());
-        }
-        if stats.device_used_bytes + stats.other_processes_bytes + stats.device_free_bytes
-            != stats.device_total_bytes
-        {
-            return Err("used + others + free is not the device total".into());
-        }
-        let live: Vec<BlockId> = self.owners().keys().copied().collect();
-        let allocated = self
-            .allocator
-            .segments()
-            .iter()
-            .flat_map(|s| s.blocks.iter().filter_map(|b| b.id))
-            .count();
-        if live.len() != allocated {
-            return Err(format!(
-                "{} live tensors own blocks but the allocator has {allocated} allocated",
-                live.len()
-            ));
-        }
-        Ok(())
+        self.kernel.check_invariants()
     }
+}
 
-    /// Switches event recording in the allocator (benchmarks switch it off).
-    pub fn set_tracing(&mut self, on: bool) {
-        self.allocator.set_tracing(on);
+/// Arguments of `train`.
+struct TrainArgs<'a> {
+    model: &'a str,
+    optimizer: &'a str,
+    data: &'a str,
+    steps: u64,
+    batch_size: u64,
+    accumulate: u64,
+    checkpointing: bool,
+    amp: bool,
+    set_to_none: bool,
+    loss_history: LossHistory,
+}
+
+fn check_batch(batch: u64, data: &DataSpec, model: &ModelSpec) -> Result<(), CommandError> {
+    if batch == 0 || batch > 1 << 24 {
+        return Err(error(
+            ErrorKind::InvalidValue,
+            format!("batch_size must be 1 to {}, not {batch}", 1u64 << 24),
+        ));
+    }
+    if data.features != model.input_dim || data.classes != model.classes {
+        return Err(error(
+            ErrorKind::InvalidValue,
+            format!(
+                "the data has {} features and {} classes but the model expects {} and {}",
+                data.features, data.classes, model.input_dim, model.classes
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn loss_note(value: Option<f32>) -> String {
+    match value {
+        Some(v) => format!(" Loss {v:.4} (computed on the CPU)."),
+        None => " The step is too large to compute here: shape-only, loss not computed.".into(),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::snapshot::EventAction;
     use crate::units::MIB;
 
     fn run(engine: &mut Engine, line: &str) -> StepRecord {
@@ -680,7 +1424,11 @@ mod tests {
     fn errors_change_nothing() {
         let mut e = Engine::new_simulated();
         run(&mut e, r#"{"cmd":"alloc","name":"x","bytes":1000}"#);
-        let before = e.snapshot(0);
+        run(
+            &mut e,
+            r#"{"cmd":"model","name":"m","layers":1,"width":8,"input_dim":4,"classes":2}"#,
+        );
+        let before = e.snapshot(usize::MAX);
         for line in [
             "not json",
             r#"{"cmd":"del","name":"nope"}"#,
@@ -689,11 +1437,17 @@ mod tests {
             r#"{"cmd":"alloc","name":"y","shape":[4294967296,4294967296,16]}"#,
             r#"{"cmd":"hold","name":"h","items":["x","ghost"]}"#,
             r#"{"cmd":"restart","mem_fraction":7}"#,
+            r#"{"cmd":"optimizer","name":"o","model":"x","kind":"adam"}"#,
+            r#"{"cmd":"model","name":"m2","layers":0}"#,
+            r#"{"cmd":"train","model":"m","optimizer":"nope","data":"nope"}"#,
+            r#"{"cmd":"close","name":"x"}"#,
         ] {
             let r = run(&mut e, line);
             assert!(!r.ok, "{line}");
-            let mut after = e.snapshot(0);
+            let mut after = e.snapshot(usize::MAX);
             after.step = before.step;
+            after.stats.step_peak_allocated_bytes = before.stats.step_peak_allocated_bytes;
+            after.stats.step_peak_reserved_bytes = before.stats.step_peak_reserved_bytes;
             assert_eq!(after, before, "{line}");
         }
     }
@@ -741,11 +1495,30 @@ mod tests {
         );
         run(&mut e, r#"{"cmd":"del","name":"x"}"#);
         let s = e.snapshot(100);
-        assert_eq!(s.categories[&Category::Activation], 4 * MIB);
+        assert_eq!(s.stats.categories[&Category::Activation], 4 * MIB);
         let owner = s.segments[0].blocks[0].owner.clone();
         assert_eq!(owner.as_deref(), Some("x"));
         let x = s.objects.iter().find(|o| o.label == "x").unwrap();
         assert_eq!(x.kept_alive_by, "name `h` -> list `h`");
         assert_eq!(x.refcount, 1);
+    }
+
+    #[test]
+    fn del_model_keeps_parameters_the_optimizer_holds() {
+        let mut e = Engine::new_simulated();
+        run(
+            &mut e,
+            r#"{"cmd":"model","name":"m","layers":1,"width":1024,"input_dim":1024,"classes":10}"#,
+        );
+        let built = e.stats().allocated_bytes;
+        run(
+            &mut e,
+            r#"{"cmd":"optimizer","name":"opt","model":"m","kind":"sgd"}"#,
+        );
+        let r = run(&mut e, r#"{"cmd":"del","name":"m"}"#);
+        assert_eq!(r.stats.allocated_bytes, built);
+        assert!(r.note.unwrap().contains("optimizer `opt`"));
+        let r = run(&mut e, r#"{"cmd":"del","name":"opt"}"#);
+        assert_eq!(r.stats.allocated_bytes, 0);
     }
 }

@@ -6,7 +6,9 @@
 //! - [`device`]: the `Device` trait and the simulated GPU.
 //! - [`framework`]: settings, which allocator each framework builds, OOM texts.
 //! - [`runtime`]: names, reference counts, cycles and `gc.collect()`.
-//! - [`engine`]: carries out commands on a device, allocator and runtime.
+//! - [`kernel`]: one process: device + allocator + runtime + event log.
+//! - [`engine`]: carries out commands on a kernel.
+//! - [`train`]: models, optimizers, data and the allocations of a training step.
 //! - [`snapshot`]: stats, segment map, event log, live objects.
 //! - [`lesson`]: checks lesson files' expectations.
 
@@ -14,10 +16,12 @@ pub mod alloc;
 pub mod device;
 pub mod engine;
 pub mod framework;
+pub mod kernel;
 pub mod lesson;
 pub mod protocol;
 pub mod runtime;
 pub mod snapshot;
+pub mod train;
 pub mod units;
 
 pub use engine::Engine;

@@ -3,6 +3,7 @@
 //! speak. A command is a JSON object with a `"cmd"` field.
 
 use crate::snapshot::Stats;
+pub use crate::train::OptimizerKind;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -224,6 +225,163 @@ pub enum Command {
     ClearSession {},
     /// `torch.cuda.reset_peak_memory_stats()` / `tf.config.experimental.reset_memory_stats`.
     ResetPeakMemoryStats {},
+    /// `model = MLP(...).cuda()`: `layers` hidden layers of `width`. With
+    /// `keras` (always under TensorFlow) Keras's global state holds it too.
+    Model {
+        name: String,
+        #[serde(default = "default_layers")]
+        layers: u32,
+        #[serde(default = "default_width")]
+        width: u64,
+        #[serde(default = "default_features")]
+        input_dim: u64,
+        #[serde(default = "default_classes")]
+        classes: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dtype: Option<Dtype>,
+        #[serde(default)]
+        keras: bool,
+    },
+    /// `opt = torch.optim.Adam(model.parameters())`; state comes at the first step.
+    Optimizer {
+        name: String,
+        model: String,
+        kind: OptimizerKind,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lr: Option<f32>,
+    },
+    /// A synthetic, learnable classification set; `on_device` puts all of it on the GPU.
+    Data {
+        name: String,
+        #[serde(default = "default_samples")]
+        samples: u64,
+        #[serde(default = "default_features")]
+        features: u64,
+        #[serde(default = "default_classes")]
+        classes: u64,
+        #[serde(default)]
+        on_device: bool,
+    },
+    /// `loss = criterion(model(x), y)`: the loss keeps the graph alive.
+    Forward {
+        name: String,
+        model: String,
+        data: String,
+        #[serde(default = "default_batch")]
+        batch_size: u64,
+        #[serde(default)]
+        no_grad: bool,
+        #[serde(default)]
+        amp: bool,
+        #[serde(default)]
+        checkpointing: bool,
+    },
+    /// `loss.backward(retain_graph=...)`
+    Backward {
+        name: String,
+        #[serde(default)]
+        retain_graph: bool,
+    },
+    /// `opt.step()`
+    Step { optimizer: String },
+    /// `opt.zero_grad(set_to_none=...)`
+    ZeroGrad {
+        optimizer: String,
+        #[serde(default = "yes")]
+        set_to_none: bool,
+    },
+    /// The training loop.
+    Train {
+        model: String,
+        optimizer: String,
+        data: String,
+        #[serde(default = "default_steps")]
+        steps: u64,
+        #[serde(default = "default_batch")]
+        batch_size: u64,
+        #[serde(default = "one")]
+        accumulate: u64,
+        #[serde(default)]
+        checkpointing: bool,
+        #[serde(default)]
+        amp: bool,
+        #[serde(default = "yes")]
+        set_to_none: bool,
+        #[serde(default)]
+        loss_history: LossHistory,
+    },
+    /// The largest batch whose step peak stays under `threshold` of the memory limit.
+    FindBatchSize {
+        model: String,
+        optimizer: String,
+        data: String,
+        #[serde(default = "default_threshold")]
+        threshold: f64,
+    },
+    /// Predicts a training step's memory from the shapes, before running it.
+    Estimate {
+        model: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        optimizer: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        data: Option<String>,
+        #[serde(default = "default_batch")]
+        batch_size: u64,
+        #[serde(default = "one")]
+        accumulate: u64,
+        #[serde(default)]
+        amp: bool,
+        #[serde(default)]
+        checkpointing: bool,
+        #[serde(default = "yes")]
+        set_to_none: bool,
+    },
+    /// `sess = tf.compat.v1.Session()`: owns the variables of models built while it is open.
+    TfSession { name: String },
+    /// `sess.close()`
+    Close { name: String },
+}
+
+/// How the loop keeps its running loss.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LossHistory {
+    /// `total_loss += loss.item()`: a Python float.
+    #[default]
+    Item,
+    /// `total_loss += loss`: a tensor whose history keeps every step's loss.
+    Tensor,
+}
+
+fn default_layers() -> u32 {
+    4
+}
+fn default_width() -> u64 {
+    1024
+}
+fn default_features() -> u64 {
+    784
+}
+fn default_classes() -> u64 {
+    10
+}
+fn default_samples() -> u64 {
+    60_000
+}
+fn default_batch() -> u64 {
+    64
+}
+fn default_steps() -> u64 {
+    10
+}
+fn default_threshold() -> f64 {
+    0.8
+}
+fn one() -> u64 {
+    1
+}
+fn yes() -> bool {
+    true
 }
 
 impl Command {
@@ -238,6 +396,18 @@ impl Command {
             Command::EmptyCache {} => "empty_cache",
             Command::ClearSession {} => "clear_session",
             Command::ResetPeakMemoryStats {} => "reset_peak_memory_stats",
+            Command::Model { .. } => "model",
+            Command::Optimizer { .. } => "optimizer",
+            Command::Data { .. } => "data",
+            Command::Forward { .. } => "forward",
+            Command::Backward { .. } => "backward",
+            Command::Step { .. } => "step",
+            Command::ZeroGrad { .. } => "zero_grad",
+            Command::Train { .. } => "train",
+            Command::FindBatchSize { .. } => "find_batch_size",
+            Command::Estimate { .. } => "estimate",
+            Command::TfSession { .. } => "tf_session",
+            Command::Close { .. } => "close",
         }
     }
 }
@@ -256,6 +426,9 @@ pub enum ErrorKind {
     NameError,
     /// The framework ran out of device memory.
     OutOfMemory,
+    /// What Python raises as a `RuntimeError`: a second backward through a
+    /// freed graph, a closed session.
+    RuntimeError,
 }
 
 /// An error as a value: what went wrong, in words a user understands.
@@ -421,6 +594,10 @@ pub struct StepRecord {
     /// A short explanation of what the command did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// What the command returns, for commands that return something
+    /// (losses, estimates, batch-size trials).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
     pub stats: Stats,
 }
 

@@ -1,16 +1,19 @@
 //! The Python-like object world: names bound in a namespace, objects with
-//! reference counts, lists that can hold themselves (cycles), `del`, the
-//! cyclic garbage collector, and the framework's global state.
+//! reference counts and references to other objects (a list's items, a
+//! model's parameters, a parameter's `.grad`, a loss's autograd graph and
+//! the tensors it saved), cycles, `del`, the cyclic garbage collector, and
+//! the framework's global state.
 //!
 //! Like CPython, an object is destroyed the moment its reference count
-//! reaches zero, and a destroyed list drops its items from the last to the
-//! first (`list_dealloc`). Objects kept alive only by a cycle wait for
-//! [`Runtime::collect`], which clears unreachable lists in creation order
+//! reaches zero, and a destroyed object drops its references from the last
+//! to the first (`list_dealloc`). Objects kept alive only by a cycle wait for
+//! [`Runtime::collect`], which clears unreachable objects in creation order
 //! (`tp_clear`). The runtime never touches the allocator: it reports the
-//! tensors that died, in order, and the engine frees their blocks.
+//! objects that died, in order, and the engine frees their blocks.
 
 use crate::alloc::BlockId;
 use crate::protocol::{Category, Dtype};
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 pub type ObjId = u32;
@@ -26,33 +29,78 @@ pub struct Tensor {
     pub category: Category,
 }
 
+/// Python objects other than tensors and lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Class {
+    /// `nn.Module` (an MLP).
+    Model,
+    /// `torch.optim.Optimizer`.
+    Optimizer,
+    /// A dataset (its tensors, when on the device).
+    Dataset,
+    /// An autograd graph node: what backward needs (saved tensors).
+    Graph,
+    /// `tf.compat.v1.Session`: owns the variables built while it is open.
+    Session,
+    /// An exception and its traceback frames (their locals).
+    Exception,
+}
+
+impl Class {
+    pub fn name(self) -> &'static str {
+        match self {
+            Class::Model => "MLP",
+            Class::Optimizer => "optimizer",
+            Class::Dataset => "dataset",
+            Class::Graph => "autograd graph",
+            Class::Session => "tf.Session",
+            Class::Exception => "OutOfMemoryError",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ObjectKind {
     Tensor(Tensor),
-    List(Vec<ObjId>),
+    List,
+    Instance(Class),
+}
+
+impl ObjectKind {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            ObjectKind::Tensor(_) => "Tensor",
+            ObjectKind::List => "list",
+            ObjectKind::Instance(c) => c.name(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Object {
     pub kind: ObjectKind,
+    /// References this object holds, in order.
+    pub refs: Vec<ObjId>,
     pub refcount: u32,
     /// The name it was created under.
     pub label: String,
 }
 
-/// A tensor whose last reference went away.
+/// An object whose last reference went away.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Released {
     pub id: ObjId,
     pub label: String,
-    pub tensor: Tensor,
+    pub kind: ObjectKind,
 }
 
-/// Where a reference chain starts.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Root {
-    Name(String),
-    FrameworkState,
+impl Released {
+    pub fn tensor(&self) -> Option<&Tensor> {
+        match &self.kind {
+            ObjectKind::Tensor(t) => Some(t),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -85,41 +133,38 @@ impl Runtime {
         self.objects.get(&id)
     }
 
-    /// Creates an object with no references yet.
-    fn create(&mut self, kind: ObjectKind, label: &str) -> ObjId {
+    pub fn tensor(&self, id: ObjId) -> Option<&Tensor> {
+        match &self.objects.get(&id)?.kind {
+            ObjectKind::Tensor(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// Creates an object held by one local reference (a Python local
+    /// variable): [`Runtime::drop_local`] releases it.
+    pub fn new_local(&mut self, kind: ObjectKind, label: &str) -> ObjId {
         let id = self.next_id;
         self.next_id += 1;
         self.objects.insert(
             id,
             Object {
                 kind,
-                refcount: 0,
+                refs: Vec::new(),
+                refcount: 1,
                 label: label.to_string(),
             },
         );
         id
     }
 
-    pub fn new_tensor(&mut self, tensor: Tensor, label: &str) -> ObjId {
-        self.create(ObjectKind::Tensor(tensor), label)
-    }
-
-    /// `[items...]`, plus itself when `cycle`.
+    /// `[items...]`, plus itself when `cycle`; held by one local reference.
     pub fn new_list(&mut self, items: &[ObjId], cycle: bool, label: &str) -> ObjId {
-        let id = self.create(ObjectKind::List(Vec::new()), label);
-        let mut all = items.to_vec();
+        let id = self.new_local(ObjectKind::List, label);
+        for &item in items {
+            self.add_ref(id, item);
+        }
         if cycle {
-            all.push(id);
-        }
-        for &item in &all {
-            self.incref(item);
-        }
-        if let Some(Object {
-            kind: ObjectKind::List(v),
-            ..
-        }) = self.objects.get_mut(&id)
-        {
-            *v = all;
+            self.add_ref(id, id);
         }
         id
     }
@@ -130,8 +175,8 @@ impl Runtime {
         }
     }
 
-    /// Drops one reference; destroys what reaches zero, depth first, a
-    /// list's items last to first.
+    /// Drops one reference; destroys what reaches zero, depth first, an
+    /// object's references last to first.
     fn decref(&mut self, id: ObjId, released: &mut Vec<Released>) {
         let mut stack = vec![id];
         while let Some(id) = stack.pop() {
@@ -143,16 +188,61 @@ impl Runtime {
                 continue;
             }
             let o = self.objects.remove(&id).expect("object exists");
-            match o.kind {
-                ObjectKind::Tensor(tensor) => released.push(Released {
-                    id,
-                    label: o.label,
-                    tensor,
-                }),
-                // Popped from the end: the last item is dropped first.
-                ObjectKind::List(items) => stack.extend(items),
-            }
+            // Popped from the end: the last reference is dropped first.
+            stack.extend(o.refs);
+            released.push(Released {
+                id,
+                label: o.label,
+                kind: o.kind,
+            });
         }
+    }
+
+    /// `owner.attr = target` / `owner.append(target)`.
+    pub fn add_ref(&mut self, owner: ObjId, target: ObjId) {
+        self.incref(target);
+        if let Some(o) = self.objects.get_mut(&owner) {
+            o.refs.push(target);
+        }
+    }
+
+    /// Removes one reference from `owner` to `target`.
+    pub fn remove_ref(&mut self, owner: ObjId, target: ObjId) -> Vec<Released> {
+        let mut released = Vec::new();
+        let removed = self.objects.get_mut(&owner).and_then(|o| {
+            let pos = o.refs.iter().rposition(|&r| r == target)?;
+            Some(o.refs.remove(pos))
+        });
+        if let Some(target) = removed {
+            self.decref(target, &mut released);
+        }
+        released
+    }
+
+    /// Drops every reference `owner` holds, last first.
+    pub fn clear_refs(&mut self, owner: ObjId) -> Vec<Released> {
+        let refs = self
+            .objects
+            .get_mut(&owner)
+            .map(|o| std::mem::take(&mut o.refs))
+            .unwrap_or_default();
+        let mut released = Vec::new();
+        for &r in refs.iter().rev() {
+            self.decref(r, &mut released);
+        }
+        released
+    }
+
+    /// Drops a local reference.
+    pub fn drop_local(&mut self, id: ObjId) -> Vec<Released> {
+        let mut released = Vec::new();
+        self.decref(id, &mut released);
+        released
+    }
+
+    /// Takes a local reference to an existing object.
+    pub fn take_local(&mut self, id: ObjId) {
+        self.incref(id);
     }
 
     /// `name = obj`: binds, then drops the old binding's reference (Python
@@ -202,19 +292,15 @@ impl Runtime {
             if !seen.insert(id) {
                 continue;
             }
-            if let Some(Object {
-                kind: ObjectKind::List(items),
-                ..
-            }) = self.objects.get(&id)
-            {
-                queue.extend(items.iter().copied());
+            if let Some(o) = self.objects.get(&id) {
+                queue.extend(o.refs.iter().copied());
             }
         }
         seen
     }
 
     /// `gc.collect()`: frees what only reference cycles keep alive. Returns
-    /// the number of unreachable objects found and the tensors freed.
+    /// the number of unreachable objects found and the objects destroyed.
     pub fn collect(&mut self) -> (usize, Vec<Released>) {
         let reachable = self.reachable();
         let unreachable: Vec<ObjId> = self
@@ -225,19 +311,9 @@ impl Runtime {
             .collect();
         let mut released = Vec::new();
         for &id in &unreachable {
-            // `tp_clear` on each container still alive, in creation order.
-            let items = match self.objects.get_mut(&id) {
-                Some(Object {
-                    kind: ObjectKind::List(items),
-                    ..
-                }) => std::mem::take(items),
-                _ => continue,
-            };
-            // `_list_clear`: the list is emptied first, then its items are
-            // dropped last to first (its reference to itself among them).
-            for &item in items.iter().rev() {
-                self.decref(item, &mut released);
-            }
+            // `tp_clear` on each object still alive, in creation order: its
+            // references are taken away, then dropped last to first.
+            released.extend(self.clear_refs(id));
         }
         (unreachable.len(), released)
     }
@@ -256,9 +332,16 @@ impl Runtime {
         out
     }
 
+    fn describe(&self, id: ObjId) -> String {
+        match self.objects.get(&id) {
+            Some(o) => format!("{} `{}`", o.kind.type_name(), o.label),
+            None => "?".into(),
+        }
+    }
+
     /// For every live object, the shortest chain of references from a root,
-    /// e.g. `h -> list -> x`; objects with no chain are kept alive only by a
-    /// cycle.
+    /// e.g. ``name `h` -> list `h` ``; objects with no chain are kept alive
+    /// only by a cycle.
     pub fn retention(&self) -> BTreeMap<ObjId, String> {
         let mut path: BTreeMap<ObjId, String> = BTreeMap::new();
         let mut queue: VecDeque<ObjId> = VecDeque::new();
@@ -272,23 +355,21 @@ impl Runtime {
                     .map(|&id| (id, "the framework's global state".to_string())),
             );
         for (id, why) in roots {
-            if let std::collections::btree_map::Entry::Vacant(e) = path.entry(id) {
+            if let Entry::Vacant(e) = path.entry(id) {
                 e.insert(why);
                 queue.push_back(id);
             }
         }
         while let Some(id) = queue.pop_front() {
-            let Some(Object {
-                kind: ObjectKind::List(items),
-                label,
-                ..
-            }) = self.objects.get(&id)
-            else {
+            let Some(o) = self.objects.get(&id) else {
                 continue;
             };
-            let via = format!("{} -> list `{label}`", path[&id]);
-            for &item in items {
-                if let std::collections::btree_map::Entry::Vacant(e) = path.entry(item) {
+            if o.refs.is_empty() {
+                continue;
+            }
+            let via = format!("{} -> {}", path[&id], self.describe(id));
+            for &item in &o.refs {
+                if let Entry::Vacant(e) = path.entry(item) {
                     e.insert(via.clone());
                     queue.push_back(item);
                 }
@@ -298,15 +379,15 @@ impl Runtime {
             .keys()
             .map(|&id| {
                 let why = path.get(&id).cloned().unwrap_or_else(|| {
-                    let holders: Vec<&str> = self
+                    let holders: Vec<String> = self
                         .objects
                         .iter()
-                        .filter(|(_, h)| matches!(&h.kind, ObjectKind::List(items) if items.contains(&id)))
-                        .map(|(_, h)| h.label.as_str())
+                        .filter(|(_, h)| h.refs.contains(&id))
+                        .map(|(&h, _)| self.describe(h))
                         .collect();
                     format!(
-                        "only a reference cycle (held by list `{}`); gc.collect() frees it",
-                        holders.join("`, `")
+                        "only a reference cycle (held by {}); gc.collect() frees it",
+                        holders.join(", ")
                     )
                 });
                 (id, why)
@@ -314,17 +395,35 @@ impl Runtime {
             .collect()
     }
 
-    /// Checks reference counts against the references that exist.
+    /// Who refers to `id`, in words (names, then holders).
+    pub fn holders_of(&self, id: ObjId, except_name: Option<&str>) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .namespace
+            .iter()
+            .filter(|(n, &o)| o == id && Some(n.as_str()) != except_name)
+            .map(|(n, _)| format!("name `{n}`"))
+            .collect();
+        for (&h, o) in &self.objects {
+            if o.refs.contains(&id) {
+                out.push(self.describe(h));
+            }
+        }
+        if self.framework_state.contains(&id) {
+            out.push("the framework's global state".into());
+        }
+        out
+    }
+
+    /// Checks reference counts against the references that exist (between
+    /// commands, when no local references are held).
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut counts: BTreeMap<ObjId, u32> = BTreeMap::new();
         for &id in self.namespace.values().chain(self.framework_state.iter()) {
             *counts.entry(id).or_default() += 1;
         }
         for o in self.objects.values() {
-            if let ObjectKind::List(items) = &o.kind {
-                for &item in items {
-                    *counts.entry(item).or_default() += 1;
-                }
+            for &item in &o.refs {
+                *counts.entry(item).or_default() += 1;
             }
         }
         for (id, o) in &self.objects {
@@ -335,12 +434,9 @@ impl Runtime {
                     o.label, o.refcount
                 ));
             }
-            if o.refcount == 0 {
-                return Err(format!("object {id} is alive with no references"));
-            }
         }
-        for (id, _) in counts {
-            if !self.objects.contains_key(&id) {
+        for id in counts.keys() {
+            if !self.objects.contains_key(id) {
                 return Err(format!("a reference points to dead object {id}"));
             }
         }
@@ -352,28 +448,37 @@ impl Runtime {
 mod tests {
     use super::*;
 
-    fn tensor(block: BlockId) -> Tensor {
-        Tensor {
-            block: Some(block),
-            bytes: 1,
-            shape: vec![1],
-            dtype: Dtype::Uint8,
-            category: Category::Other,
-        }
+    fn tensor(rt: &mut Runtime, block: BlockId, label: &str) -> ObjId {
+        rt.new_local(
+            ObjectKind::Tensor(Tensor {
+                block: Some(block),
+                bytes: 1,
+                shape: vec![1],
+                dtype: Dtype::Uint8,
+                category: Category::Other,
+            }),
+            label,
+        )
     }
 
-    fn blocks(r: &[Released]) -> Vec<Option<BlockId>> {
-        r.iter().map(|r| r.tensor.block).collect()
+    /// Binds a new local object to a name and drops the local.
+    fn bound(rt: &mut Runtime, id: ObjId, name: &str) {
+        rt.bind(name, id);
+        rt.drop_local(id);
+    }
+
+    fn blocks(r: &[Released]) -> Vec<BlockId> {
+        r.iter().filter_map(|r| r.tensor()?.block).collect()
     }
 
     #[test]
     fn del_frees_only_the_last_reference() {
         let mut rt = Runtime::new();
-        let x = rt.new_tensor(tensor(1), "x");
-        rt.bind("x", x);
+        let x = tensor(&mut rt, 1, "x");
+        bound(&mut rt, x, "x");
         rt.bind("y", x);
         assert!(rt.unbind("x").unwrap().is_empty());
-        assert_eq!(blocks(&rt.unbind("y").unwrap()), vec![Some(1)]);
+        assert_eq!(blocks(&rt.unbind("y").unwrap()), vec![1]);
         assert!(rt.unbind("y").is_none());
         rt.check_invariants().unwrap();
     }
@@ -381,31 +486,34 @@ mod tests {
     #[test]
     fn rebinding_frees_the_old_object_after_the_new_exists() {
         let mut rt = Runtime::new();
-        let a = rt.new_tensor(tensor(1), "x");
-        rt.bind("x", a);
-        let b = rt.new_tensor(tensor(2), "x");
-        assert_eq!(blocks(&rt.bind("x", b)), vec![Some(1)]);
+        let a = tensor(&mut rt, 1, "x");
+        bound(&mut rt, a, "x");
+        let b = tensor(&mut rt, 2, "x");
+        assert_eq!(blocks(&rt.bind("x", b)), vec![1]);
+        rt.drop_local(b);
         rt.check_invariants().unwrap();
     }
 
     #[test]
     fn a_list_drops_its_items_last_first() {
         let mut rt = Runtime::new();
-        let x = rt.new_tensor(tensor(1), "x");
-        let y = rt.new_tensor(tensor(2), "y");
+        let x = tensor(&mut rt, 1, "x");
+        let y = tensor(&mut rt, 2, "y");
         let h = rt.new_list(&[x, y], false, "h");
-        rt.bind("h", h);
-        assert_eq!(blocks(&rt.unbind("h").unwrap()), vec![Some(2), Some(1)]);
+        rt.drop_local(x);
+        rt.drop_local(y);
+        bound(&mut rt, h, "h");
+        assert_eq!(blocks(&rt.unbind("h").unwrap()), vec![2, 1]);
         assert!(rt.objects().is_empty());
     }
 
     #[test]
     fn a_cycle_waits_for_gc() {
         let mut rt = Runtime::new();
-        let x = rt.new_tensor(tensor(1), "x");
-        rt.bind("x", x);
+        let x = tensor(&mut rt, 1, "x");
+        bound(&mut rt, x, "x");
         let h = rt.new_list(&[x], true, "h");
-        rt.bind("h", h);
+        bound(&mut rt, h, "h");
         assert!(rt.unbind("h").unwrap().is_empty());
         assert!(rt.unbind("x").unwrap().is_empty());
         let why = rt.retention();
@@ -414,7 +522,7 @@ mod tests {
         rt.check_invariants().unwrap();
         let (found, released) = rt.collect();
         assert_eq!(found, 2);
-        assert_eq!(blocks(&released), vec![Some(1)]);
+        assert_eq!(blocks(&released), vec![1]);
         assert!(rt.objects().is_empty());
     }
 
@@ -422,7 +530,7 @@ mod tests {
     fn gc_leaves_reachable_cycles_alone() {
         let mut rt = Runtime::new();
         let h = rt.new_list(&[], true, "h");
-        rt.bind("h", h);
+        bound(&mut rt, h, "h");
         assert_eq!(rt.collect().0, 0);
         assert_eq!(rt.objects().len(), 1);
     }
@@ -430,11 +538,30 @@ mod tests {
     #[test]
     fn framework_state_keeps_objects_until_cleared() {
         let mut rt = Runtime::new();
-        let w = rt.new_tensor(tensor(7), "w");
-        rt.bind("w", w);
+        let w = tensor(&mut rt, 7, "w");
+        bound(&mut rt, w, "w");
         rt.hold_in_framework_state(w);
         assert!(rt.unbind("w").unwrap().is_empty());
         assert_eq!(rt.retention()[&w], "the framework's global state");
-        assert_eq!(blocks(&rt.clear_framework_state()), vec![Some(7)]);
+        assert_eq!(blocks(&rt.clear_framework_state()), vec![7]);
+    }
+
+    #[test]
+    fn an_attribute_chain_names_every_hop() {
+        let mut rt = Runtime::new();
+        let p = tensor(&mut rt, 1, "model.0.weight");
+        let g = tensor(&mut rt, 2, "model.0.weight.grad");
+        rt.add_ref(p, g);
+        rt.drop_local(g);
+        let m = rt.new_local(ObjectKind::Instance(Class::Model), "model");
+        rt.add_ref(m, p);
+        rt.drop_local(p);
+        bound(&mut rt, m, "model");
+        assert_eq!(
+            rt.retention()[&g],
+            "name `model` -> MLP `model` -> Tensor `model.0.weight`"
+        );
+        assert_eq!(blocks(&rt.remove_ref(p, g)), vec![2]);
+        rt.check_invariants().unwrap();
     }
 }

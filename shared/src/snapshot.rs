@@ -39,6 +39,12 @@ pub struct Stats {
     pub other_processes_bytes: u64,
     pub num_device_alloc: u64,
     pub num_device_free: u64,
+    /// Peak allocated during the command (not lost between samples).
+    pub step_peak_allocated_bytes: u64,
+    /// Peak reserved during the command.
+    pub step_peak_reserved_bytes: u64,
+    /// Allocated bytes by what the blocks hold (the memory_viz legend).
+    pub categories: BTreeMap<Category, u64>,
 }
 
 impl Stats {
@@ -123,8 +129,10 @@ pub struct ObjectSnapshot {
     pub label: String,
     /// Names bound to it now.
     pub names: Vec<String>,
-    /// Device bytes of the tensor's block (0 for containers).
+    /// Device bytes of the tensor's block (0 for other objects).
     pub bytes: u64,
+    /// Bytes the tensor asked for (before the allocator's rounding).
+    pub requested_bytes: u64,
     pub refcount: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub category: Option<Category>,
@@ -142,8 +150,6 @@ pub struct Snapshot {
     pub stats: Stats,
     pub segments: Vec<SegmentSnapshot>,
     pub objects: Vec<ObjectSnapshot>,
-    /// Allocated bytes per category.
-    pub categories: BTreeMap<Category, u64>,
     /// The most recent events (the log keeps a bounded window).
     pub events: Vec<Event>,
 }

@@ -1,0 +1,105 @@
+//! Training on the engine: models, optimizers, data, and the tensor
+//! allocations of a training step in the order a framework makes them.
+//!
+//! - [`spec`]: what a model, an optimizer and a dataset are (shapes, bytes,
+//!   FLOPs) and the memory estimate.
+//! - [`step`]: forward, backward, optimizer step and `zero_grad` as
+//!   sequences of allocations and frees on a [`Kernel`](crate::kernel::Kernel).
+//! - [`math`]: the same step's arithmetic on the CPU, for small steps.
+//! - [`data`]: the synthetic, learnable classification set.
+
+pub mod data;
+pub mod math;
+pub mod spec;
+pub mod step;
+
+use crate::runtime::ObjId;
+use std::collections::HashMap;
+
+pub use spec::{DataSpec, Estimate, ModelSpec, OptimizerKind};
+
+/// Steps above this many floating-point operations run shape-only (the
+/// simulated GPU keeps every allocation exact but computes no numbers).
+pub const ARITHMETIC_FLOP_LIMIT: u64 = 50_000_000;
+
+/// A model's parameters and, once a step computed them, their values.
+#[derive(Clone, Debug)]
+pub struct ModelState {
+    pub spec: ModelSpec,
+    /// Parameter tensors, per linear layer the weight then the bias.
+    pub params: Vec<ObjId>,
+    pub values: Option<math::Params>,
+    /// CPU values of each parameter's `.grad`, when computed.
+    pub grad_values: Vec<Option<Vec<f32>>>,
+    /// The TF1 session that owns the variables, if built inside one.
+    pub session: Option<ObjId>,
+    /// A seed for the initial weights.
+    pub seed: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct OptimizerState {
+    pub kind: OptimizerKind,
+    pub model: ObjId,
+    /// The parameters it updates (`param_groups`): it holds them alive.
+    pub params: Vec<ObjId>,
+    pub lr: f32,
+    /// State tensors, allocated at the first step.
+    pub state: Vec<ObjId>,
+    /// CPU values of the state, per tensor.
+    pub state_values: Vec<Vec<f32>>,
+    pub steps: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct DatasetState {
+    pub spec: DataSpec,
+    /// The whole set on the device (features, labels), when `on_device`.
+    pub on_device: Option<(ObjId, ObjId)>,
+    /// Where the next batch starts.
+    pub cursor: u64,
+    pub seed: u64,
+}
+
+/// What backward needs from one forward pass.
+#[derive(Clone, Debug)]
+pub struct GraphState {
+    pub model: ObjId,
+    pub plan: step::SavedPlan,
+    pub cache: Option<math::ForwardCache>,
+    /// Backward ran without `retain_graph`: the saved tensors are gone.
+    pub consumed: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct SessionState {
+    pub closed: bool,
+}
+
+/// Everything the engine knows about training objects, by object id.
+#[derive(Clone, Debug, Default)]
+pub struct TrainState {
+    pub models: HashMap<ObjId, ModelState>,
+    pub optimizers: HashMap<ObjId, OptimizerState>,
+    pub datasets: HashMap<ObjId, DatasetState>,
+    pub graphs: HashMap<ObjId, GraphState>,
+    pub sessions: HashMap<ObjId, SessionState>,
+    /// The TF1 session new models are built in.
+    pub open_session: Option<ObjId>,
+}
+
+impl TrainState {
+    /// Forgets objects that were destroyed.
+    pub fn forget(&mut self, dead: &[ObjId]) {
+        for id in dead {
+            self.models.remove(id);
+            self.optimizers.remove(id);
+            self.datasets.remove(id);
+            self.graphs.remove(id);
+            self.sessions.remove(id);
+            if self.open_session == Some(*id) {
+                self.open_session = None;
+            }
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! Models, optimizers and datasets as shapes and bytes, and the memory
+//! estimate of a training step computed from them before anything runs.
+
+use crate::protocol::Dtype;
+use serde::{Deserialize, Serialize};
+
+/// An MLP: `layers` hidden linear layers of `width` with ReLU, then a
+/// linear layer to `classes`, trained with softmax cross-entropy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelSpec {
+    pub layers: u32,
+    pub width: u64,
+    pub input_dim: u64,
+    pub classes: u64,
+    pub dtype: Dtype,
+}
+
+impl ModelSpec {
+    /// Widths: input, hidden..., classes.
+    pub fn dims(&self) -> Vec<u64> {
+        let mut d = vec![self.input_dim];
+        d.extend(std::iter::repeat_n(self.width, self.layers as usize));
+        d.push(self.classes);
+        d
+    }
+
+    /// (name, shape) of every parameter, as `nn.Sequential` names them.
+    pub fn param_shapes(&self) -> Vec<(String, Vec<u64>)> {
+        let d = self.dims();
+        (0..d.len() - 1)
+            .flat_map(|l| {
+                // Linear layers sit at even indices of the Sequential (ReLU between).
+                let i = 2 * l;
+                [
+                    (format!("{i}.weight"), vec![d[l + 1], d[l]]),
+                    (format!("{i}.bias"), vec![d[l + 1]]),
+                ]
+            })
+            .collect()
+    }
+
+    pub fn param_count(&self) -> u64 {
+        let d = self.dims();
+        d.windows(2).map(|w| w[0] * w[1] + w[1]).sum()
+    }
+
+    pub fn param_bytes(&self) -> u64 {
+        self.param_count() * self.dtype.size_bytes()
+    }
+
+    /// Multiply-adds of one sample through every linear layer.
+    pub fn macs_per_sample(&self) -> u64 {
+        self.dims().windows(2).map(|w| w[0] * w[1]).sum()
+    }
+
+    /// FLOPs of one training step (forward 2, backward 4 per multiply-add).
+    pub fn step_flops(&self, batch: u64) -> u64 {
+        6 * batch.saturating_mul(self.macs_per_sample())
+    }
+
+    /// Checks sizes; the message names what is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=1024).contains(&self.layers) {
+            return Err(format!("layers must be 1 to 1024, not {}", self.layers));
+        }
+        for (name, v, max) in [
+            ("width", self.width, 1 << 20),
+            ("input_dim", self.input_dim, 1 << 24),
+            ("classes", self.classes, 1 << 20),
+        ] {
+            if v == 0 || v > max {
+                return Err(format!("{name} must be 1 to {max}, not {v}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OptimizerKind {
+    Sgd,
+    Momentum,
+    Adam,
+    Adamw,
+}
+
+impl OptimizerKind {
+    /// State tensors per parameter: none, a momentum buffer, or
+    /// `exp_avg` and `exp_avg_sq`.
+    pub fn state_per_param(self) -> u64 {
+        match self {
+            OptimizerKind::Sgd => 0,
+            OptimizerKind::Momentum => 1,
+            OptimizerKind::Adam | OptimizerKind::Adamw => 2,
+        }
+    }
+
+    pub fn default_lr(self) -> f32 {
+        match self {
+            OptimizerKind::Sgd => 0.1,
+            OptimizerKind::Momentum => 0.05,
+            OptimizerKind::Adam | OptimizerKind::Adamw => 1e-3,
+        }
+    }
+
+    /// The Python that builds it.
+    pub fn python(self) -> &'static str {
+        match self {
+            OptimizerKind::Sgd => "torch.optim.SGD",
+            OptimizerKind::Momentum => "torch.optim.SGD(momentum=0.9)",
+            OptimizerKind::Adam => "torch.optim.Adam",
+            OptimizerKind::Adamw => "torch.optim.AdamW",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataSpec {
+    pub samples: u64,
+    pub features: u64,
+    pub classes: u64,
+    pub on_device: bool,
+}
+
+impl DataSpec {
+    /// Bytes of the whole set on the device: float32 features, int64 labels.
+    pub fn device_bytes(&self) -> u64 {
+        self.samples * self.features * 4 + self.samples * 8
+    }
+}
+
+/// What a training step will hold, predicted from the shapes alone.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Estimate {
+    pub parameter_bytes: u64,
+    pub gradient_bytes: u64,
+    pub optimizer_state_bytes: u64,
+    /// Tensors saved for backward at the end of the forward pass.
+    pub activation_bytes: u64,
+    /// The batch copied to the device each step.
+    pub input_bytes: u64,
+    /// The dataset itself, when it lives on the device.
+    pub dataset_bytes: u64,
+    /// Largest sum of the above plus temporaries during forward, backward
+    /// and the optimizer step.
+    pub peak_bytes: u64,
+}
+
+/// Options of a step that change its memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepShape {
+    pub batch_size: u64,
+    pub accumulate: u64,
+    pub amp: bool,
+    pub checkpointing: bool,
+    pub set_to_none: bool,
+}
+
+/// Hidden layers per checkpointed segment: about the square root of the
+/// layer count, so boundaries and one segment's recomputation balance.
+pub fn checkpoint_segment(layers: u32) -> u32 {
+    (layers as f64).sqrt().ceil().max(1.0) as u32
+}
+
+/// The memory estimate of a training step, in steady state (the
+/// optimizer's state exists). Closed-form: it does not run the step.
+pub fn estimate(
+    model: &ModelSpec,
+    optimizer: Option<OptimizerKind>,
+    data: Option<&DataSpec>,
+    s: &StepShape,
+) -> Estimate {
+    let p = model.param_bytes();
+    let o = optimizer.map_or(0, |k| k.state_per_param() * p);
+    let b = s.batch_size / s.accumulate.max(1);
+    let pb = model.dtype.size_bytes();
+    let ab = if s.amp { 2 } else { pb };
+    let (w, c, n) = (model.width, model.classes, model.input_dim);
+    let layers = model.layers as u64;
+    let on_device = data.is_some_and(|d| d.on_device);
+    let dataset = data
+        .filter(|d| d.on_device)
+        .map_or(0, DataSpec::device_bytes);
+    let input = if on_device { 0 } else { b * n * 4 + b * 8 };
+    let hidden = b * w * ab;
+    let saved_hidden = if s.checkpointing {
+        // Segment boundaries (the first is the input itself) plus the last
+        // hidden output, which the output layer saves.
+        let seg = checkpoint_segment(model.layers) as u64;
+        layers.div_ceil(seg)
+    } else {
+        layers
+    };
+    let amp_extra = if s.amp {
+        // fp16 copies of the input and of every weight, saved for backward.
+        b * n * 2
+            + model
+                .dims()
+                .windows(2)
+                .map(|d| d[0] * d[1] * 2)
+                .sum::<u64>()
+    } else {
+        0
+    };
+    let activation = saved_hidden * hidden + b * c * 4 + amp_extra;
+    let kept_grads = if s.set_to_none { 0 } else { p };
+    let resident = dataset + p + o;
+    // Forward: everything saved so far plus one pre-activation in flight.
+    let forward = resident + kept_grads + input + activation + hidden;
+    // Backward: starts with all activations and two gradient buffers in
+    // flight; ends with every gradient. The batch stays saved until the
+    // first layer's gradient is done.
+    let recompute = if s.checkpointing {
+        checkpoint_segment(model.layers) as u64 * hidden
+    } else {
+        0
+    };
+    // With checkpointing, the first segment is recomputed when the later
+    // layers' gradients already exist.
+    let late_grads = if s.checkpointing {
+        let seg = checkpoint_segment(model.layers) as u64;
+        p * layers.saturating_sub(seg) / (layers + 1)
+    } else {
+        0
+    };
+    let backward = resident
+        + input
+        + 2 * hidden
+        + (activation + kept_grads + recompute)
+            .max(late_grads + recompute)
+            .max(p);
+    // Optimizer step: Adam's foreach update needs one temporary per parameter.
+    let temporaries = match optimizer {
+        Some(OptimizerKind::Adam | OptimizerKind::Adamw) => p,
+        _ => 0,
+    };
+    let step = resident + p + temporaries;
+    Estimate {
+        parameter_bytes: p,
+        gradient_bytes: p,
+        optimizer_state_bytes: o,
+        activation_bytes: activation,
+        input_bytes: input,
+        dataset_bytes: dataset,
+        peak_bytes: forward.max(backward).max(step),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn default_model() -> ModelSpec {
+        ModelSpec {
+            layers: 4,
+            width: 1024,
+            input_dim: 784,
+            classes: 10,
+            dtype: Dtype::Float32,
+        }
+    }
+
+    #[test]
+    fn shapes_and_counts() {
+        let m = default_model();
+        assert_eq!(m.dims(), vec![784, 1024, 1024, 1024, 1024, 10]);
+        let shapes = m.param_shapes();
+        assert_eq!(shapes[0], ("0.weight".into(), vec![1024, 784]));
+        assert_eq!(shapes[9], ("8.bias".into(), vec![10]));
+        assert_eq!(
+            m.param_count(),
+            784 * 1024 + 1024 + 3 * (1024 * 1024 + 1024) + 1024 * 10 + 10
+        );
+    }
+
+    #[test]
+    fn adam_state_is_twice_the_parameters() {
+        let m = default_model();
+        let shape = StepShape {
+            batch_size: 64,
+            accumulate: 1,
+            amp: false,
+            checkpointing: false,
+            set_to_none: true,
+        };
+        let e = estimate(&m, Some(OptimizerKind::Adam), None, &shape);
+        assert_eq!(e.optimizer_state_bytes, 2 * e.parameter_bytes);
+        let e = estimate(&m, Some(OptimizerKind::Momentum), None, &shape);
+        assert_eq!(e.optimizer_state_bytes, e.parameter_bytes);
+        assert_eq!(checkpoint_segment(16), 4);
+        assert_eq!(checkpoint_segment(1), 1);
+    }
+}

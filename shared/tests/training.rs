@@ -1,0 +1,533 @@
+//! What each training technique and each classic mistake does to the exact
+//! numbers.
+
+use serde_json::{json, Value};
+use vramlab_shared::protocol::Category;
+use vramlab_shared::units::{GIB, MIB};
+use vramlab_shared::{Engine, StepRecord};
+
+fn run(e: &mut Engine, cmd: Value) -> StepRecord {
+    let r = e.run_line(&cmd.to_string());
+    if let Err(m) = e.check_invariants() {
+        panic!("after {cmd}: {m}");
+    }
+    r
+}
+
+fn ok(e: &mut Engine, cmd: Value) -> StepRecord {
+    let r = run(e, cmd.clone());
+    assert!(r.ok, "{cmd}: {:?}", r.error);
+    r
+}
+
+/// A PyTorch kernel with `model`, `opt` and `data`.
+fn setup(model: Value, opt: &str, data: Value) -> Engine {
+    let mut e = Engine::new_simulated();
+    ok(
+        &mut e,
+        json!({"cmd":"restart","framework":"pytorch","device_total_bytes": 80 * GIB}),
+    );
+    let mut m = json!({"cmd":"model","name":"model"});
+    m.as_object_mut()
+        .unwrap()
+        .extend(model.as_object().unwrap().clone());
+    ok(&mut e, m);
+    ok(
+        &mut e,
+        json!({"cmd":"optimizer","name":"opt","model":"model","kind":opt}),
+    );
+    let mut d = json!({"cmd":"data","name":"data"});
+    d.as_object_mut()
+        .unwrap()
+        .extend(data.as_object().unwrap().clone());
+    ok(&mut e, d);
+    e
+}
+
+fn cat(r: &StepRecord, c: Category) -> u64 {
+    r.stats.categories[&c]
+}
+
+/// Requested bytes of live tensors of a category.
+fn requested(e: &Engine, c: Category) -> u64 {
+    e.snapshot(0)
+        .objects
+        .iter()
+        .filter(|o| o.category == Some(c))
+        .map(|o| o.requested_bytes)
+        .sum()
+}
+
+fn train(e: &mut Engine, extra: Value) -> StepRecord {
+    let mut t = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":2});
+    t.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    ok(e, t)
+}
+
+fn step_peaks(r: &StepRecord) -> Vec<u64> {
+    r.value.as_ref().unwrap()["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["peak_allocated_bytes"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn activations_grow_in_proportion_to_batch_size() {
+    let mut acts = Vec::new();
+    for batch in [64u64, 128, 256] {
+        let mut e = setup(json!({}), "sgd", json!({}));
+        let r = ok(
+            &mut e,
+            json!({"cmd":"forward","name":"loss","model":"model","data":"data","batch_size":batch}),
+        );
+        // 4 saved ReLU outputs of batch x 1024 float32, log_softmax (batch x 10),
+        // the loss and NLL's total_weight (512-byte blocks).
+        let expected = 4 * batch * 1024 * 4 + (batch * 10 * 4).div_ceil(512) * 512 + 2 * 512;
+        assert_eq!(cat(&r, Category::Activation), expected, "batch {batch}");
+        assert_eq!(
+            cat(&r, Category::Input),
+            batch * 784 * 4 + (batch * 8).div_ceil(512) * 512
+        );
+        acts.push(4 * batch * 1024 * 4);
+    }
+    assert_eq!(acts[1], 2 * acts[0]);
+    assert_eq!(acts[2], 2 * acts[1]);
+}
+
+#[test]
+fn no_grad_forward_keeps_no_activations() {
+    let mut e = setup(json!({}), "sgd", json!({}));
+    let r = ok(
+        &mut e,
+        json!({"cmd":"forward","name":"loss","model":"model","data":"data","no_grad":true}),
+    );
+    // Only the loss itself is left.
+    assert_eq!(cat(&r, Category::Activation), 512);
+    assert_eq!(cat(&r, Category::Input), 0);
+    let r = run(&mut e, json!({"cmd":"backward","name":"loss"}));
+    assert_eq!(
+        r.error.unwrap().message,
+        "element 0 of tensors does not require grad and does not have a grad_fn"
+    );
+}
+
+#[test]
+fn backward_frees_saved_tensors_and_a_second_backward_fails() {
+    let mut e = setup(json!({}), "sgd", json!({}));
+    ok(
+        &mut e,
+        json!({"cmd":"forward","name":"loss","model":"model","data":"data"}),
+    );
+    let r = ok(&mut e, json!({"cmd":"backward","name":"loss"}));
+    assert_eq!(
+        cat(&r, Category::Activation),
+        512,
+        "only the loss survives backward"
+    );
+    assert_eq!(cat(&r, Category::Input), 0);
+    assert_eq!(
+        requested(&e, Category::Gradient),
+        requested(&e, Category::Parameter)
+    );
+    assert_eq!(cat(&r, Category::Temporary), 0);
+    let r = run(&mut e, json!({"cmd":"backward","name":"loss"}));
+    assert!(r
+        .error
+        .unwrap()
+        .message
+        .starts_with("Trying to backward through the graph a second time"));
+    // retain_graph keeps them for a second pass.
+    ok(
+        &mut e,
+        json!({"cmd":"forward","name":"loss2","model":"model","data":"data"}),
+    );
+    let r = ok(
+        &mut e,
+        json!({"cmd":"backward","name":"loss2","retain_graph":true}),
+    );
+    assert!(cat(&r, Category::Activation) > 4 * 64 * 1024 * 4);
+    ok(&mut e, json!({"cmd":"backward","name":"loss2"}));
+}
+
+#[test]
+fn optimizer_state_is_0_1_2_times_the_parameters() {
+    for (kind, times) in [("sgd", 0), ("momentum", 1), ("adam", 2), ("adamw", 2)] {
+        let mut e = setup(json!({}), kind, json!({}));
+        ok(
+            &mut e,
+            json!({"cmd":"forward","name":"loss","model":"model","data":"data"}),
+        );
+        ok(&mut e, json!({"cmd":"backward","name":"loss"}));
+        let before = requested(&e, Category::OptimizerState);
+        assert_eq!(before, 0, "state is lazy");
+        ok(&mut e, json!({"cmd":"step","optimizer":"opt"}));
+        assert_eq!(
+            requested(&e, Category::OptimizerState),
+            times * requested(&e, Category::Parameter),
+            "{kind}"
+        );
+        assert_eq!(
+            requested(&e, Category::Temporary),
+            0,
+            "{kind}: temporaries died"
+        );
+    }
+}
+
+#[test]
+fn set_to_none_frees_gradients_between_steps() {
+    let mut e = setup(json!({}), "sgd", json!({}));
+    let r = train(&mut e, json!({"set_to_none": true}));
+    assert_eq!(cat(&r, Category::Gradient), 0);
+    let r = train(&mut e, json!({"set_to_none": false}));
+    assert_eq!(
+        requested(&e, Category::Gradient),
+        requested(&e, Category::Parameter)
+    );
+    assert!(cat(&r, Category::Gradient) >= cat(&r, Category::Parameter));
+    let r = ok(
+        &mut e,
+        json!({"cmd":"zero_grad","optimizer":"opt","set_to_none":true}),
+    );
+    assert_eq!(cat(&r, Category::Gradient), 0);
+}
+
+#[test]
+fn accumulating_four_micro_batches_of_256_peaks_like_batch_64() {
+    // Activations dominate here, as they do when accumulation is the answer.
+    let peak = |batch: u64, accumulate: u64| {
+        let mut e = setup(json!({}), "sgd", json!({}));
+        let r = train(
+            &mut e,
+            json!({"batch_size": batch, "accumulate": accumulate}),
+        );
+        *step_peaks(&r).iter().max().unwrap()
+    };
+    let small = peak(4096, 1);
+    let big = peak(16384, 1);
+    let accumulated = peak(16384, 4);
+    assert!(
+        big > 3 * small,
+        "a 4x batch needs about 4x: {big} vs {small}"
+    );
+    // Micro-batches of 4096 hold the same activations; the gradients, kept
+    // across micro-batches, come on top (16 MiB here).
+    assert!(accumulated >= small, "{accumulated} {small}");
+    assert!(
+        accumulated as f64 <= 1.25 * small as f64,
+        "{accumulated} vs {small}"
+    );
+}
+
+#[test]
+fn checkpointing_keeps_segment_boundaries_only() {
+    let model = json!({"layers": 16, "width": 1024});
+    let batch = 4096u64;
+    let hidden = batch * 1024 * 4;
+    let act = |checkpointing: bool| {
+        let mut e = setup(model.clone(), "sgd", json!({}));
+        let r = ok(
+            &mut e,
+            json!({"cmd":"forward","name":"loss","model":"model","data":"data","batch_size":batch,"checkpointing":checkpointing}),
+        );
+        let saved = cat(&r, Category::Activation);
+        let r = ok(&mut e, json!({"cmd":"backward","name":"loss"}));
+        (saved, r.stats.step_peak_allocated_bytes, e)
+    };
+    let (plain, plain_peak, _) = act(false);
+    let (ckpt, ckpt_peak, _) = act(true);
+    let rest = (batch * 10 * 4).div_ceil(512) * 512 + 2 * 512;
+    // 16 hidden layers saved, against 4 with segments of sqrt(16) = 4: the
+    // outputs of layers 3, 7 and 11 (segment inputs) and 15 (the output
+    // layer's input).
+    assert_eq!(plain, 16 * hidden + rest);
+    assert_eq!(ckpt, 4 * hidden + rest);
+    assert!(ckpt_peak < plain_peak, "{ckpt_peak} < {plain_peak}");
+}
+
+#[test]
+fn amp_saves_activations_in_half_precision() {
+    let batch = 512u64;
+    let saved = |amp: bool| {
+        let mut e = setup(json!({}), "sgd", json!({}));
+        ok(
+            &mut e,
+            json!({"cmd":"forward","name":"loss","model":"model","data":"data","batch_size":batch,"amp":amp}),
+        );
+        requested(&e, Category::Activation)
+    };
+    let fp32 = saved(false);
+    let fp16 = saved(true);
+    // fp16 ReLU outputs (half of 4 x batch x 1024 x 4), plus the fp16 copy of
+    // the input; log_softmax stays float32.
+    assert_eq!(fp32 - fp16, 4 * batch * 1024 * 2 - batch * 784 * 2);
+}
+
+#[test]
+fn an_on_device_dataset_costs_its_full_size() {
+    let mut e = setup(json!({}), "sgd", json!({"on_device": true}));
+    let stats = e.stats();
+    let x = 60_000u64 * 784 * 4;
+    let y = 60_000u64 * 8;
+    assert_eq!(
+        stats.categories[&Category::Input],
+        x.div_ceil(2 * MIB) * 2 * MIB + y.div_ceil(512) * 512
+    );
+    // Batches are views of it: training adds no input copies.
+    let r = train(&mut e, json!({}));
+    assert_eq!(cat(&r, Category::Input), stats.categories[&Category::Input]);
+}
+
+#[test]
+fn loss_history_tensor_grows_until_deleted_while_item_stays_flat() {
+    let mut e = setup(json!({}), "sgd", json!({}));
+    let r = train(&mut e, json!({"steps": 5, "loss_history": "tensor"}));
+    let allocated: Vec<u64> = r.value.as_ref().unwrap()["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["allocated_bytes"].as_u64().unwrap())
+        .collect();
+    assert!(allocated.windows(2).all(|w| w[1] > w[0]), "{allocated:?}");
+    let grown = ok(
+        &mut e,
+        json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":5,"loss_history":"tensor"}),
+    );
+    assert!(grown.stats.allocated_bytes > r.stats.allocated_bytes);
+    ok(&mut e, json!({"cmd":"del","name":"total_loss"}));
+    let after = ok(&mut e, json!({"cmd":"gc"}));
+
+    let mut f = setup(json!({}), "sgd", json!({}));
+    let r = train(&mut f, json!({"steps": 5, "loss_history": "item"}));
+    let flat: Vec<u64> = r.value.as_ref().unwrap()["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["allocated_bytes"].as_u64().unwrap())
+        .collect();
+    assert!(flat.windows(2).all(|w| w[1] == w[0]), "{flat:?}");
+    assert_eq!(after.stats.allocated_bytes, r.stats.allocated_bytes);
+}
+
+#[test]
+fn keras_models_in_a_loop_grow_without_clear_session() {
+    let build = |clear: bool| {
+        let mut e = Engine::new_simulated();
+        ok(
+            &mut e,
+            json!({"cmd":"restart","framework":"tensorflow","allow_growth":true}),
+        );
+        let mut allocated = Vec::new();
+        let mut reserved = Vec::new();
+        for _ in 0..4 {
+            if clear {
+                ok(&mut e, json!({"cmd":"clear_session"}));
+            }
+            let r = ok(
+                &mut e,
+                json!({"cmd":"model","name":"model","layers":2,"width":1024}),
+            );
+            // Bytes the tensors asked for (BFC chunks may carry slack).
+            allocated.push(r.stats.requested_bytes);
+            reserved.push(r.stats.reserved_bytes);
+        }
+        let r = ok(&mut e, json!({"cmd":"clear_session"}));
+        (allocated, reserved, r)
+    };
+    let (grow, _, _) = build(false);
+    assert!(grow.windows(2).all(|w| w[1] > w[0]), "{grow:?}");
+    let (flat, pool, last) = build(true);
+    assert!(flat.windows(2).all(|w| w[1] == w[0]), "{flat:?}");
+    // The pool never shrinks, clear_session or not.
+    assert!(pool.windows(2).all(|w| w[1] >= w[0]));
+    assert_eq!(last.stats.reserved_bytes, *pool.last().unwrap());
+    // Only the model still bound to `model` is left.
+    assert_eq!(last.stats.requested_bytes, flat[0]);
+}
+
+#[test]
+fn a_tf1_session_owns_its_variables_until_closed() {
+    let mut e = Engine::new_simulated();
+    ok(
+        &mut e,
+        json!({"cmd":"restart","framework":"tensorflow","allow_growth":true}),
+    );
+    ok(&mut e, json!({"cmd":"tf_session","name":"sess"}));
+    let built = ok(
+        &mut e,
+        json!({"cmd":"model","name":"model","layers":2,"width":1024}),
+    );
+    ok(&mut e, json!({"cmd":"del","name":"model"}));
+    assert_eq!(
+        e.stats().allocated_bytes,
+        built.stats.allocated_bytes,
+        "the session holds them"
+    );
+    let closed = ok(&mut e, json!({"cmd":"close","name":"sess"}));
+    assert_eq!(closed.stats.allocated_bytes, 0);
+    assert_eq!(closed.stats.reserved_bytes, built.stats.reserved_bytes);
+}
+
+#[test]
+fn last_exception_keeps_the_failed_steps_tensors() {
+    let mut e = Engine::new_simulated();
+    ok(
+        &mut e,
+        json!({"cmd":"restart","framework":"pytorch","device_total_bytes": GIB}),
+    );
+    ok(
+        &mut e,
+        json!({"cmd":"model","name":"model","layers":4,"width":1024}),
+    );
+    ok(&mut e, json!({"cmd":"data","name":"data"}));
+    let before = e.stats().allocated_bytes;
+    let r = run(
+        &mut e,
+        json!({"cmd":"forward","name":"loss","model":"model","data":"data","batch_size":65536}),
+    );
+    let err = r.error.unwrap();
+    assert!(
+        err.message.starts_with("CUDA out of memory."),
+        "{}",
+        err.message
+    );
+    assert!(r.stats.allocated_bytes > before, "the frame's tensors stay");
+    let snap = e.snapshot(0);
+    let exc = snap
+        .objects
+        .iter()
+        .find(|o| o.label == "last_exception")
+        .unwrap();
+    assert_eq!(exc.kind, "OutOfMemoryError");
+    let r = ok(&mut e, json!({"cmd":"del","name":"last_exception"}));
+    assert_eq!(r.stats.allocated_bytes, before);
+}
+
+#[test]
+fn the_estimate_matches_the_measured_peak_within_5_percent() {
+    let cases = [
+        (json!({}), "adam", 64u64, 1u64, false, false),
+        (json!({}), "sgd", 64, 1, false, false),
+        (
+            json!({"layers": 8, "width": 2048}),
+            "momentum",
+            1024,
+            1,
+            false,
+            false,
+        ),
+        (
+            json!({"layers": 4, "width": 1024}),
+            "sgd",
+            4096,
+            1,
+            false,
+            false,
+        ),
+        (
+            json!({"layers": 16, "width": 1024}),
+            "sgd",
+            2048,
+            1,
+            false,
+            true,
+        ),
+        (
+            json!({"layers": 4, "width": 4096}),
+            "adamw",
+            512,
+            1,
+            true,
+            false,
+        ),
+        (
+            json!({"layers": 4, "width": 1024}),
+            "adam",
+            2048,
+            4,
+            false,
+            false,
+        ),
+    ];
+    for (model, opt, batch, accumulate, amp, checkpointing) in cases {
+        let mut e = setup(model.clone(), opt, json!({}));
+        let est = ok(
+            &mut e,
+            json!({"cmd":"estimate","model":"model","optimizer":"opt","data":"data",
+            "batch_size":batch,"accumulate":accumulate,"amp":amp,"checkpointing":checkpointing}),
+        );
+        let predicted = est.value.unwrap()["peak_bytes"].as_u64().unwrap() as f64;
+        let r = train(
+            &mut e,
+            json!({"steps": 3, "batch_size": batch, "accumulate": accumulate, "amp": amp, "checkpointing": checkpointing}),
+        );
+        let measured = *step_peaks(&r).iter().max().unwrap() as f64;
+        let error = (predicted - measured).abs() / measured;
+        assert!(
+            error < 0.05,
+            "{model} {opt} batch {batch} x{accumulate} amp={amp} ckpt={checkpointing}: predicted {predicted}, measured {measured} ({:.1}%)",
+            error * 100.0
+        );
+    }
+}
+
+#[test]
+fn the_loss_falls_on_a_small_model_with_real_arithmetic() {
+    let mut e = setup(
+        json!({"layers": 2, "width": 64, "input_dim": 32, "classes": 4}),
+        "adam",
+        json!({"samples": 4096, "features": 32, "classes": 4}),
+    );
+    let r = train(&mut e, json!({"steps": 100, "batch_size": 32}));
+    let v = r.value.unwrap();
+    assert_eq!(v["loss_computed"], true);
+    let first = v["first_loss"].as_f64().unwrap();
+    let last = v["last_loss"].as_f64().unwrap();
+    assert!(first > 1.0, "starts near ln(4): {first}");
+    assert!(last < 0.5 * first, "{first} -> {last}");
+    // The default model is too big to compute here: shape-only, said so.
+    let mut big = setup(json!({}), "sgd", json!({}));
+    let r = train(&mut big, json!({"steps": 1}));
+    assert_eq!(r.value.unwrap()["loss_computed"], false);
+    assert!(r.note.unwrap().contains("shape-only"));
+}
+
+#[test]
+fn find_batch_size_picks_the_largest_batch_under_the_threshold() {
+    let mut e = Engine::new_simulated();
+    ok(
+        &mut e,
+        json!({"cmd":"restart","framework":"pytorch","device_total_bytes": 2 * GIB}),
+    );
+    ok(
+        &mut e,
+        json!({"cmd":"model","name":"model","layers":4,"width":2048}),
+    );
+    ok(
+        &mut e,
+        json!({"cmd":"optimizer","name":"opt","model":"model","kind":"adam"}),
+    );
+    ok(&mut e, json!({"cmd":"data","name":"data"}));
+    let before = e.stats();
+    let r = ok(
+        &mut e,
+        json!({"cmd":"find_batch_size","model":"model","optimizer":"opt","data":"data","threshold":0.8}),
+    );
+    let v = r.value.unwrap();
+    let limit = v["limit_bytes"].as_u64().unwrap();
+    assert_eq!(limit, (0.8 * (2 * GIB - 300 * MIB) as f64) as u64);
+    let tried = v["tried"].as_array().unwrap();
+    let best = v["batch_size"].as_u64().unwrap();
+    let last = tried.last().unwrap();
+    assert_eq!(last["fits"], false);
+    assert_eq!(last["batch_size"].as_u64().unwrap(), 2 * best);
+    for t in &tried[..tried.len() - 1] {
+        assert!(t["peak_allocated_bytes"].as_u64().unwrap() <= limit);
+    }
+    // The trials ran elsewhere: this kernel is untouched.
+    assert_eq!(e.stats().allocated_bytes, before.allocated_bytes);
+}
