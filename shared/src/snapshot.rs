@@ -48,10 +48,11 @@ pub struct Stats {
 }
 
 impl Stats {
-    /// The value of a stat by its JSON name (for lesson expectations).
+    /// The value of a stat by its JSON name, `categories.<name>` for a
+    /// category (for lesson expectations).
     pub fn get(&self, key: &str) -> Option<u64> {
         let v = serde_json::to_value(self).ok()?;
-        v.get(key)?.as_u64()
+        key.split('.').try_fold(&v, |v, k| v.get(k))?.as_u64()
     }
 }
 
