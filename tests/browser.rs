@@ -6,10 +6,9 @@ use chromiumoxide::browser::{Browser, BrowserConfig};
 use chromiumoxide::page::ScreenshotParams;
 use futures::StreamExt;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vramlab_server::backend::{select, DeviceChoice};
-use vramlab_server::http::{app, AppState, Health};
+use vramlab_server::http::{build, ServeOptions};
 use vramlab_shared::units::format_size;
 use vramlab_shared::Engine;
 use vramlab_tests::root;
@@ -40,26 +39,15 @@ fn prerequisites() -> Option<PathBuf> {
 
 async fn serve() -> String {
     let backend = select(DeviceChoice::Sim).unwrap();
-    let engine = backend.engine().unwrap();
-    let state = AppState {
-        health: Arc::new(Health {
-            status: "ok",
-            version: env!("CARGO_PKG_VERSION"),
-            protocol_version: vramlab_shared::protocol::PROTOCOL_VERSION,
-            backend: backend.name,
-            backend_reason: backend.reason.clone(),
-            device: engine.device_info(),
-        }),
+    let options = ServeOptions {
+        dist: root().join("dist"),
+        ..ServeOptions::default()
     };
+    let server = build(&options, backend).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let router = app(&root().join("dist"), state);
-    tokio::spawn(async move { axum_serve(listener, router).await });
+    tokio::spawn(async move { vramlab_server::http::serve(listener, server).await });
     format!("http://{addr}/")
-}
-
-async fn axum_serve(listener: tokio::net::TcpListener, router: vramlab_server::http::Router) {
-    vramlab_server::http::serve(listener, router).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

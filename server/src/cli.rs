@@ -60,6 +60,62 @@ pub struct ServeArgs {
     /// Log format.
     #[arg(long, env = "VRAMLAB_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Require this access token: open the page once with ?token=..., a
+    /// cookie keeps it. Never logged.
+    #[arg(long, env = "VRAMLAB_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Origins allowed to open the websocket (repeat, or comma-separate in
+    /// the variable); by default only the server's own origin.
+    #[arg(
+        long = "allowed-origin",
+        env = "VRAMLAB_ALLOWED_ORIGINS",
+        value_delimiter = ','
+    )]
+    pub allowed_origins: Vec<String>,
+    /// The most sessions the server holds at once.
+    #[arg(long, env = "VRAMLAB_MAX_SESSIONS", default_value_t = 64)]
+    pub max_sessions: usize,
+    /// How long a session outlives its dropped connection, in seconds.
+    #[arg(long, env = "VRAMLAB_SESSION_TTL_SECS", default_value_t = 300)]
+    pub session_ttl_secs: u64,
+    /// The shortest time between two live snapshots, in milliseconds.
+    #[arg(long, env = "VRAMLAB_SNAPSHOT_INTERVAL_MS", default_value_t = 33)]
+    pub snapshot_interval_ms: u64,
+    /// The largest websocket message accepted, in bytes.
+    #[arg(long, env = "VRAMLAB_MAX_MESSAGE_BYTES", default_value_t = 65536)]
+    pub max_message_bytes: u64,
+    /// Commands a connection may send per second.
+    #[arg(long, env = "VRAMLAB_COMMANDS_PER_SECOND", default_value_t = 50)]
+    pub commands_per_second: u32,
+    /// Commands that may wait behind a running one, per session.
+    #[arg(long, env = "VRAMLAB_MAX_QUEUE", default_value_t = 64)]
+    pub max_queue: usize,
+    /// The most device memory one session may hold (its segments), in bytes;
+    /// past it allocations fail as with set_per_process_memory_fraction.
+    #[arg(long, env = "VRAMLAB_SESSION_QUOTA_BYTES")]
+    pub session_quota_bytes: Option<u64>,
+}
+
+impl ServeArgs {
+    /// The options the server is built with.
+    pub fn options(&self) -> crate::http::ServeOptions {
+        crate::http::ServeOptions {
+            dist: self.dist.clone(),
+            access: crate::access::Access {
+                token: self.token.clone().filter(|t| !t.is_empty()),
+                allowed_origins: self.allowed_origins.clone(),
+            },
+            limits: vramlab_shared::protocol::Limits {
+                max_message_bytes: self.max_message_bytes,
+                commands_per_second: self.commands_per_second.max(1),
+                snapshot_interval_ms: self.snapshot_interval_ms,
+                session_ttl_seconds: self.session_ttl_secs,
+                session_quota_bytes: self.session_quota_bytes,
+            },
+            max_sessions: self.max_sessions,
+            max_queue: self.max_queue.max(1),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

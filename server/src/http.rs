@@ -1,16 +1,22 @@
-//! `vramlab serve`: the axum application. It serves the built web app and
-//! `/healthz`.
+//! `vramlab serve`: the axum application. `/ws` (the websocket), `/healthz`,
+//! `/metrics`, and the built web app, behind the access guard.
 
-use axum::extract::State;
+use crate::access::{guard, Access};
+use crate::backend::Backend;
+use crate::metrics::Metrics;
+use crate::session::{SessionConfig, Sessions};
+use axum::extract::{Request, State};
 use axum::routing::get;
 use axum::Json;
 pub use axum::Router;
 use serde::Serialize;
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 use tower_http::services::{ServeDir, ServeFile};
 use tower_http::trace::TraceLayer;
 use vramlab_shared::device::DeviceInfo;
+use vramlab_shared::protocol::{Limits, PROTOCOL_VERSION};
 
 /// What `/healthz` answers.
 #[derive(Clone, Debug, Serialize)]
@@ -28,26 +34,107 @@ pub struct Health {
 #[derive(Clone)]
 pub struct AppState {
     pub health: Arc<Health>,
+    pub sessions: Arc<Sessions>,
+    pub access: Arc<Access>,
+    pub limits: Limits,
 }
 
-/// The application: `/healthz`, then the web app's files, with
-/// `index.html` for any other path (the app routes in the browser).
-pub fn app(dist: &Path, state: AppState) -> Router {
-    let index = ServeFile::new(dist.join("index.html"));
-    Router::new()
+/// Everything `serve` can be told (the command line fills it in).
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    pub dist: PathBuf,
+    pub access: Access,
+    pub limits: Limits,
+    pub max_sessions: usize,
+    pub max_queue: usize,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            dist: PathBuf::from("dist"),
+            access: Access::default(),
+            limits: Limits {
+                max_message_bytes: 64 * 1024,
+                commands_per_second: 50,
+                snapshot_interval_ms: 33,
+                session_ttl_seconds: 300,
+                session_quota_bytes: None,
+            },
+            max_sessions: 64,
+            max_queue: 64,
+        }
+    }
+}
+
+/// The application and its sessions.
+pub struct Server {
+    pub router: Router,
+    pub sessions: Arc<Sessions>,
+}
+
+pub fn build(options: &ServeOptions, backend: Backend) -> anyhow::Result<Server> {
+    let engine = backend.engine()?;
+    let health = Health {
+        status: "ok",
+        version: env!("CARGO_PKG_VERSION"),
+        protocol_version: PROTOCOL_VERSION,
+        backend: backend.name,
+        backend_reason: backend.reason.clone(),
+        device: engine.device_info(),
+    };
+    let config = SessionConfig {
+        ttl: Duration::from_secs(options.limits.session_ttl_seconds),
+        snapshot_interval: Duration::from_millis(options.limits.snapshot_interval_ms),
+        max_queue: options.max_queue,
+        max_sessions: options.max_sessions,
+        quota: options.limits.session_quota_bytes,
+        limits: options.limits.clone(),
+    };
+    let sessions = Arc::new(Sessions::new(backend, config, Arc::new(Metrics::default())));
+    let state = AppState {
+        health: Arc::new(health),
+        sessions: sessions.clone(),
+        access: Arc::new(options.access.clone()),
+        limits: options.limits.clone(),
+    };
+    let index = ServeFile::new(options.dist.join("index.html"));
+    let router = Router::new()
+        .route("/ws", get(crate::ws::ws_handler))
         .route("/healthz", get(healthz))
-        .fallback_service(ServeDir::new(dist).fallback(index))
-        .layer(TraceLayer::new_for_http())
-        .with_state(state)
+        .route("/metrics", get(metrics))
+        .fallback_service(ServeDir::new(&options.dist).fallback(index))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
+        // Log the path only: the query may carry the access token.
+        .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
+            tracing::info_span!("http", method = %req.method(), path = %req.uri().path())
+        }))
+        .with_state(state);
+    Ok(Server { router, sessions })
 }
 
-/// Serves `router` on `listener` until the connection closes.
-pub async fn serve(listener: tokio::net::TcpListener, router: Router) -> std::io::Result<()> {
-    axum::serve(listener, router).await
+/// Serves until the listener closes, dropping expired sessions meanwhile.
+pub async fn serve(listener: tokio::net::TcpListener, server: Server) -> std::io::Result<()> {
+    let sessions = server.sessions.clone();
+    let reaper = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        loop {
+            tick.tick().await;
+            sessions.reap();
+        }
+    });
+    let result = axum::serve(listener, server.router).await;
+    reaper.abort();
+    server.sessions.shut_down_all();
+    result
 }
 
 async fn healthz(State(state): State<AppState>) -> Json<Health> {
     Json((*state.health).clone())
+}
+
+async fn metrics(State(state): State<AppState>) -> String {
+    state.sessions.metrics.render(state.sessions.gauges())
 }
 
 #[cfg(test)]
@@ -57,33 +144,39 @@ mod tests {
     use axum::http::{Request, StatusCode};
     use http_body_util::BodyExt;
     use tower::ServiceExt;
-    use vramlab_shared::protocol::PROTOCOL_VERSION;
 
-    fn state() -> AppState {
+    fn router(dist: &std::path::Path, token: Option<&str>) -> Router {
         let backend = crate::backend::select(crate::backend::DeviceChoice::Sim).unwrap();
-        let engine = backend.engine().unwrap();
-        AppState {
-            health: Arc::new(Health {
-                status: "ok",
-                version: env!("CARGO_PKG_VERSION"),
-                protocol_version: PROTOCOL_VERSION,
-                backend: backend.name,
-                backend_reason: backend.reason.clone(),
-                device: engine.device_info(),
-            }),
-        }
+        let options = ServeOptions {
+            dist: dist.to_path_buf(),
+            access: Access {
+                token: token.map(str::to_string),
+                allowed_origins: vec![],
+            },
+            ..ServeOptions::default()
+        };
+        build(&options, backend).unwrap().router
+    }
+
+    async fn get(router: Router, path: &str) -> (StatusCode, String, Option<String>) {
+        let resp = router
+            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = resp.status();
+        let cookie = resp
+            .headers()
+            .get("set-cookie")
+            .map(|c| c.to_str().unwrap().to_string());
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned(), cookie)
     }
 
     #[tokio::test]
     async fn healthz_names_version_and_device() {
-        let dir = std::env::temp_dir();
-        let resp = app(&dir, state())
-            .oneshot(Request::get("/healthz").body(Body::empty()).unwrap())
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), StatusCode::OK);
-        let body = resp.into_body().collect().await.unwrap().to_bytes();
-        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let (status, body, _) = get(router(&std::env::temp_dir(), None), "/healthz").await;
+        assert_eq!(status, StatusCode::OK);
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["status"], "ok");
         assert_eq!(v["device"]["kind"], "simulated");
         assert_eq!(v["backend"], "sim");
@@ -96,14 +189,45 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("index.html"), "<h1>vramlab</h1>").unwrap();
         for path in ["/", "/lesson/1"] {
-            let resp = app(&dir, state())
-                .oneshot(Request::get(path).body(Body::empty()).unwrap())
-                .await
-                .unwrap();
-            assert_eq!(resp.status(), StatusCode::OK, "{path}");
-            let body = resp.into_body().collect().await.unwrap().to_bytes();
-            assert_eq!(&body[..], b"<h1>vramlab</h1>");
+            let (status, body, _) = get(router(&dir, None), path).await;
+            assert_eq!(status, StatusCode::OK, "{path}");
+            assert_eq!(body, "<h1>vramlab</h1>");
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_token_is_required_then_kept_in_a_cookie() {
+        let dir = std::env::temp_dir();
+        let (status, body, _) = get(router(&dir, Some("s3cret")), "/healthz").await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert!(!body.contains("s3cret"));
+        let (status, _, _) = get(router(&dir, Some("s3cret")), "/healthz?token=wrong").await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        let (status, _, cookie) = get(router(&dir, Some("s3cret")), "/healthz?token=s3cret").await;
+        assert_eq!(status, StatusCode::OK);
+        let cookie = cookie.unwrap();
+        assert!(cookie.starts_with("vramlab_token=s3cret;") && cookie.contains("HttpOnly"));
+        let resp = router(&dir, Some("s3cret"))
+            .oneshot(
+                Request::get("/metrics")
+                    .header("cookie", "other=1; vramlab_token=s3cret")
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn metrics_are_prometheus_text() {
+        let (status, body, _) = get(router(&std::env::temp_dir(), None), "/metrics").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            body.contains("# TYPE vramlab_sessions gauge\nvramlab_sessions 0\n"),
+            "{body}"
+        );
+        assert!(body.contains("vramlab_commands_total 0"));
     }
 }

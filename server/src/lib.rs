@@ -3,9 +3,17 @@
 //! - [`cli`]: the command line (clap), every option also an environment variable.
 //! - [`backend`]: which device a kernel runs on (simulated GPU or CUDA).
 //! - [`runner`]: `vramlab run`, the headless runner of command files.
-//! - [`http`]: `vramlab serve`, the axum application.
+//! - [`http`]: `vramlab serve`, the axum application and its routes.
+//! - [`access`]: the access token and the websocket's origin check.
+//! - [`ws`]: one websocket connection.
+//! - [`session`]: sessions, each an engine on its own thread, and streaming.
+//! - [`metrics`]: counters for `/metrics`.
 
+pub mod access;
 pub mod backend;
 pub mod cli;
 pub mod http;
+pub mod metrics;
 pub mod runner;
+pub mod session;
+pub mod ws;

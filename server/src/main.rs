@@ -1,13 +1,11 @@
 use clap::Parser;
 use std::io::{BufReader, IsTerminal};
 use std::process::ExitCode;
-use std::sync::Arc;
 use tracing_subscriber::EnvFilter;
 use vramlab_server::backend::select;
 use vramlab_server::cli::{Cli, Command, LogFormat, RunArgs, ServeArgs};
-use vramlab_server::http::{app, AppState, Health};
+use vramlab_server::http::{self, build};
 use vramlab_server::runner::{run, RunOptions};
-use vramlab_shared::protocol::PROTOCOL_VERSION;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -68,36 +66,29 @@ fn init_tracing(format: LogFormat) {
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     init_tracing(args.log_format);
     let backend = select(args.device)?;
-    let engine = backend.engine()?;
-    let device = engine.device_info();
-    tracing::info!(backend = backend.name, device = %device.name, "{}", backend.reason);
+    tracing::info!(backend = backend.name, "{}", backend.reason);
     if !args.dist.join("index.html").exists() {
         tracing::warn!(
             dist = %args.dist.display(),
-            "the web app is not built there: run scripts/run (or trunk build --release)"
+            "the web app is not built there: run scripts/run (or scripts/build-web)"
         );
     }
-    let state = AppState {
-        health: Arc::new(Health {
-            status: "ok",
-            version: env!("CARGO_PKG_VERSION"),
-            protocol_version: PROTOCOL_VERSION,
-            backend: backend.name,
-            backend_reason: backend.reason.clone(),
-            device,
-        }),
-    };
+    let options = args.options();
+    let server = build(&options, backend)?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(args.addr)
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.addr))?;
-        tracing::info!("vramlab serving on http://{}", listener.local_addr()?);
-        axum::serve(listener, app(&args.dist, state))
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await?;
+        let local = listener.local_addr()?;
+        tracing::info!(
+            token = options.access.token.is_some(),
+            "vramlab serving on http://{local}"
+        );
+        tokio::select! {
+            r = http::serve(listener, server) => r?,
+            _ = tokio::signal::ctrl_c() => tracing::info!("shutting down"),
+        }
         Ok(())
     })
 }

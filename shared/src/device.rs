@@ -190,6 +190,58 @@ impl Device for SimDevice {
     }
 }
 
+/// A device with a cap on what one process may hold, like
+/// `set_per_process_memory_fraction`: past the cap, segment allocations
+/// fail without asking the driver, so one session cannot take the GPU from
+/// the others.
+pub struct QuotaDevice {
+    inner: Box<dyn Device>,
+    quota: u64,
+}
+
+impl QuotaDevice {
+    pub fn new(inner: Box<dyn Device>, quota: u64) -> Self {
+        Self { inner, quota }
+    }
+
+    pub fn quota(&self) -> u64 {
+        self.quota
+    }
+}
+
+impl Device for QuotaDevice {
+    fn malloc(&mut self, bytes: u64) -> Option<u64> {
+        if self.inner.segment_bytes().saturating_add(bytes) > self.quota {
+            return None;
+        }
+        self.inner.malloc(bytes)
+    }
+
+    fn free(&mut self, address: u64, bytes: u64) {
+        self.inner.free(address, bytes);
+    }
+
+    fn mem_get_info(&self) -> (u64, u64) {
+        self.inner.mem_get_info()
+    }
+
+    fn context_bytes(&self) -> u64 {
+        self.inner.context_bytes()
+    }
+
+    fn other_processes_bytes(&self) -> u64 {
+        self.inner.other_processes_bytes()
+    }
+
+    fn segment_bytes(&self) -> u64 {
+        self.inner.segment_bytes()
+    }
+
+    fn info(&self) -> DeviceInfo {
+        self.inner.info()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,6 +273,18 @@ mod tests {
         assert_eq!(d.process_used_bytes(), 1000 * MIB);
         d.free(a, 900 * MIB);
         assert_eq!(d.process_used_bytes(), 100 * MIB);
+    }
+
+    #[test]
+    fn a_quota_caps_what_the_process_holds() {
+        let mut d = QuotaDevice::new(
+            Box::new(SimDevice::new(SimDeviceConfig::default())),
+            4 * MIB,
+        );
+        assert!(d.malloc(2 * MIB).is_some());
+        assert!(d.malloc(4 * MIB).is_none());
+        assert!(d.malloc(2 * MIB).is_some());
+        assert_eq!(d.segment_bytes(), 4 * MIB);
     }
 
     #[test]

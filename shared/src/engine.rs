@@ -50,6 +50,19 @@ impl DeviceFactory for SimDeviceFactory {
     }
 }
 
+/// Where a long command is, for the hook that streams it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Progress {
+    /// Training steps done so far.
+    pub done: u64,
+    pub total: u64,
+    pub loss: Option<f32>,
+}
+
+/// Called after each training step of a long command; returning `false`
+/// stops the command there (the steps done so far stay done).
+pub type ProgressHook = Box<dyn FnMut(&mut Engine, &Progress) -> bool + Send>;
+
 /// What a command did, beyond the stats.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Outcome {
@@ -77,6 +90,7 @@ pub struct Engine {
     step: u64,
     /// Training steps up to this many FLOPs compute their numbers.
     flop_limit: u64,
+    progress: Option<ProgressHook>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -137,6 +151,7 @@ impl Engine {
             train: TrainState::default(),
             step: 0,
             flop_limit: train::ARITHMETIC_FLOP_LIMIT,
+            progress: None,
         })
     }
 
@@ -178,9 +193,23 @@ impl Engine {
         self.kernel.stats()
     }
 
+    /// The peaks since the last call (allocated, reserved); see
+    /// [`Kernel::take_sample_peaks`].
+    pub fn take_sample_peaks(&mut self) -> (u64, u64) {
+        self.kernel.take_sample_peaks()
+    }
+
+    /// Executes a command given as JSON (as the websocket carries it).
+    pub fn run_value(&mut self, value: Value) -> StepRecord {
+        self.run_parsed(crate::protocol::parse_value(value))
+    }
+
     /// Parses and executes one line, as `vramlab run` does.
     pub fn run_line(&mut self, line: &str) -> StepRecord {
-        let parsed = parse_line(line);
+        self.run_parsed(parse_line(line))
+    }
+
+    fn run_parsed(&mut self, parsed: crate::protocol::CommandLine) -> StepRecord {
         let result = match &parsed.command {
             Ok(cmd) => self.execute(cmd),
             Err(e) => {
@@ -804,6 +833,11 @@ impl Engine {
         spec.step_flops(batch) <= self.flop_limit
     }
 
+    /// Installs the hook long commands call after each step.
+    pub fn set_progress_hook(&mut self, hook: Option<ProgressHook>) {
+        self.progress = hook;
+    }
+
     /// Sets the size (in FLOPs) up to which training steps compute their
     /// numbers on the CPU; above it they run shape-only.
     pub fn set_arithmetic_flop_limit(&mut self, flops: u64) {
@@ -962,6 +996,7 @@ impl Engine {
         check_batch(micro, &self.train.datasets[&data_id].spec, &spec)?;
         let compute = self.computes(&spec, micro);
         let mut steps = Vec::new();
+        let mut stopped = false;
         for s in 0..a.steps {
             self.kernel.begin_window();
             let mut frame = Frame::default();
@@ -1045,10 +1080,26 @@ impl Engine {
                 "peak_reserved_bytes": self.kernel.window_peak_reserved(),
                 "allocated_bytes": self.kernel.stats().allocated_bytes,
             }));
+            let mut hook = self.progress.take();
+            let go_on = hook.as_mut().is_none_or(|h| {
+                h(
+                    self,
+                    &Progress {
+                        done: s + 1,
+                        total: a.steps,
+                        loss,
+                    },
+                )
+            });
+            self.progress = hook;
+            if !go_on && s + 1 < a.steps {
+                stopped = true;
+                break;
+            }
         }
         let first = steps.first().and_then(|s| s["loss"].as_f64());
         let last = steps.last().and_then(|s| s["loss"].as_f64());
-        let note = match (first, last) {
+        let mut note = match (first, last) {
             (Some(f), Some(l)) => format!(
                 "{} steps of batch {}: loss {f:.4} -> {l:.4}, computed on the CPU.",
                 a.steps, a.batch_size
@@ -1060,9 +1111,13 @@ impl Engine {
                 spec.step_flops(micro) as f64 / 1e6
             ),
         };
+        if stopped {
+            note = format!("Stopped after {} of {} steps. {note}", steps.len(), a.steps);
+        }
         Ok(Outcome {
             note: Some(note),
             value: Some(json!({
+                "stopped": stopped,
                 "loss_computed": first.is_some(),
                 "first_loss": first,
                 "last_loss": last,

@@ -39,6 +39,9 @@ pub struct Kernel {
     /// Peaks since [`Kernel::begin_window`] (one training step).
     window_peak_allocated: u64,
     window_peak_reserved: u64,
+    /// Peaks since the last [`Kernel::take_sample_peaks`] (live streaming).
+    sample_peak_allocated: u64,
+    sample_peak_reserved: u64,
     /// Non-tensor objects destroyed since the engine last looked.
     dead_instances: Vec<ObjId>,
 }
@@ -66,6 +69,8 @@ impl Kernel {
             command_peak_reserved: 0,
             window_peak_allocated: 0,
             window_peak_reserved: 0,
+            sample_peak_allocated: 0,
+            sample_peak_reserved: 0,
             dead_instances: Vec::new(),
         }
     }
@@ -94,6 +99,21 @@ impl Kernel {
         let s = self.allocator.stats();
         self.window_peak_allocated = s.allocated_bytes.current;
         self.window_peak_reserved = s.reserved_bytes.current;
+    }
+
+    /// The peaks (allocated, reserved) since the last call, then starts a
+    /// new sample window at the current values: a live view that samples
+    /// now and then still sees every peak.
+    pub fn take_sample_peaks(&mut self) -> (u64, u64) {
+        let s = self.allocator.stats();
+        let (allocated, reserved) = (s.allocated_bytes.current, s.reserved_bytes.current);
+        let peaks = (
+            self.sample_peak_allocated.max(allocated),
+            self.sample_peak_reserved.max(reserved),
+        );
+        self.sample_peak_allocated = allocated;
+        self.sample_peak_reserved = reserved;
+        peaks
     }
 
     /// Peak allocated since the window began.
@@ -136,6 +156,8 @@ impl Kernel {
             self.window_peak_reserved = self.window_peak_reserved.max(reserved);
             self.command_peak_allocated = self.command_peak_allocated.max(allocated);
             self.command_peak_reserved = self.command_peak_reserved.max(reserved);
+            self.sample_peak_allocated = self.sample_peak_allocated.max(allocated);
+            self.sample_peak_reserved = self.sample_peak_reserved.max(reserved);
         }
         Ok(self.runtime.new_local(
             ObjectKind::Tensor(Tensor {

@@ -429,6 +429,20 @@ pub enum ErrorKind {
     /// What Python raises as a `RuntimeError`: a second backward through a
     /// freed graph, a closed session.
     RuntimeError,
+    /// A websocket message that is not a valid client message.
+    BadMessage,
+    /// The message is larger than the server accepts.
+    TooLarge,
+    /// More commands per second than the server accepts from one connection.
+    RateLimited,
+    /// The session is running a command and its queue is full.
+    Busy,
+    /// A watcher tried to change the session.
+    ReadOnly,
+    /// The session or watch id is not known (or expired).
+    UnknownSession,
+    /// The server holds as many sessions as it may.
+    SessionLimit,
 }
 
 /// An error as a value: what went wrong, in words a user understands.
@@ -693,4 +707,119 @@ mod tests {
             assert_eq!(parse_line(&back).command.unwrap(), c, "{back}");
         }
     }
+}
+
+// ----- the websocket --------------------------------------------------------
+
+/// Messages from a client to the server, tagged by `"type"`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ClientMessage {
+    /// Run a command; its result comes back with the same `id`.
+    Command {
+        id: u64,
+        command: Value,
+    },
+    /// Receive live snapshots and events.
+    Subscribe {},
+    Unsubscribe {},
+    /// Send a full snapshot now.
+    Snapshot {},
+    /// Stop the running command after its current step.
+    Stop {},
+    Ping {
+        #[serde(default)]
+        nonce: u64,
+    },
+}
+
+/// Whether a connection may change the session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Owner,
+    /// Sees everything live, changes nothing (team demos).
+    Watcher,
+}
+
+/// The server's limits, as the client should know them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    pub max_message_bytes: u64,
+    pub commands_per_second: u32,
+    pub snapshot_interval_ms: u64,
+    pub session_ttl_seconds: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_quota_bytes: Option<u64>,
+}
+
+/// The first message on every connection.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    pub protocol_version: u32,
+    pub session_id: String,
+    /// Owners get the id a watcher joins with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch_id: Option<String>,
+    pub role: Role,
+    /// The session existed before this connection.
+    pub resumed: bool,
+    /// `sim` or `cuda`.
+    pub backend: String,
+    pub device: crate::device::DeviceInfo,
+    pub framework: Framework,
+    pub settings: crate::framework::Settings,
+    pub limits: Limits,
+}
+
+/// Messages from the server, tagged by `"type"`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ServerMessage {
+    Hello(Box<Hello>),
+    /// The result of the command with this id (never dropped).
+    Result {
+        id: u64,
+        #[serde(flatten)]
+        record: Box<StepRecord>,
+    },
+    /// A running command finished another step.
+    Progress {
+        id: u64,
+        done: u64,
+        total: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        loss: Option<f32>,
+    },
+    /// Everything, on connect and on request.
+    Snapshot {
+        snapshot: Box<crate::snapshot::Snapshot>,
+    },
+    /// What changed since the last snapshot or delta this client received,
+    /// with the exact peaks in between.
+    Delta(Box<crate::snapshot::SnapshotDelta>),
+    /// Events since the last batch; `dropped` counts events this client
+    /// missed because it was slow.
+    Events {
+        events: Vec<crate::snapshot::Event>,
+        dropped: u64,
+    },
+    Error {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<u64>,
+        error: CommandError,
+    },
+    Pong {
+        nonce: u64,
+    },
+}
+
+/// Parses a client message; the error names the problem.
+pub fn parse_client_message(text: &str) -> Result<ClientMessage, CommandError> {
+    serde_json::from_str(text).map_err(|e| {
+        CommandError::new(
+            ErrorKind::BadMessage,
+            format!("not a client message ({e}); expected e.g. {{\"type\":\"command\",\"id\":1,\"command\":{{\"cmd\":\"gc\"}}}}"),
+        )
+    })
 }

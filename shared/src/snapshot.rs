@@ -154,3 +154,95 @@ pub struct Snapshot {
     /// The most recent events (the log keeps a bounded window).
     pub events: Vec<Event>,
 }
+
+/// What changed between two snapshots: what a subscribed client receives
+/// while a command runs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotDelta {
+    pub step: u64,
+    pub stats: Stats,
+    /// The highest allocated since the previous snapshot or delta sent to
+    /// this client, even if it rose and fell in between.
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// Segments that are new or changed, whole.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub segments: Vec<SegmentSnapshot>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed_segments: Vec<u64>,
+    /// Objects that are new or changed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<ObjectSnapshot>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed_objects: Vec<u32>,
+}
+
+/// The delta that turns `old` into `new` (events aside: they travel in
+/// their own batches).
+pub fn diff(old: &Snapshot, new: &Snapshot, peaks: (u64, u64)) -> SnapshotDelta {
+    let old_segments: BTreeMap<u64, &SegmentSnapshot> =
+        old.segments.iter().map(|s| (s.address, s)).collect();
+    let new_addresses: std::collections::BTreeSet<u64> =
+        new.segments.iter().map(|s| s.address).collect();
+    let old_objects: BTreeMap<u32, &ObjectSnapshot> =
+        old.objects.iter().map(|o| (o.id, o)).collect();
+    let new_ids: std::collections::BTreeSet<u32> = new.objects.iter().map(|o| o.id).collect();
+    SnapshotDelta {
+        step: new.step,
+        stats: new.stats.clone(),
+        peak_allocated_bytes: peaks.0,
+        peak_reserved_bytes: peaks.1,
+        segments: new
+            .segments
+            .iter()
+            .filter(|s| old_segments.get(&s.address) != Some(s))
+            .cloned()
+            .collect(),
+        removed_segments: old_segments
+            .keys()
+            .filter(|a| !new_addresses.contains(a))
+            .copied()
+            .collect(),
+        objects: new
+            .objects
+            .iter()
+            .filter(|o| old_objects.get(&o.id) != Some(o))
+            .cloned()
+            .collect(),
+        removed_objects: old_objects
+            .keys()
+            .filter(|id| !new_ids.contains(id))
+            .copied()
+            .collect(),
+    }
+}
+
+/// Applies a delta to the snapshot it was computed against.
+pub fn apply(snapshot: &mut Snapshot, delta: &SnapshotDelta) {
+    snapshot.step = delta.step;
+    snapshot.stats = delta.stats.clone();
+    snapshot
+        .segments
+        .retain(|s| !delta.removed_segments.contains(&s.address));
+    for seg in &delta.segments {
+        match snapshot
+            .segments
+            .iter_mut()
+            .find(|s| s.address == seg.address)
+        {
+            Some(s) => *s = seg.clone(),
+            None => snapshot.segments.push(seg.clone()),
+        }
+    }
+    snapshot.segments.sort_by_key(|s| s.address);
+    snapshot
+        .objects
+        .retain(|o| !delta.removed_objects.contains(&o.id));
+    for obj in &delta.objects {
+        match snapshot.objects.iter_mut().find(|o| o.id == obj.id) {
+            Some(o) => *o = obj.clone(),
+            None => snapshot.objects.push(obj.clone()),
+        }
+    }
+    snapshot.objects.sort_by_key(|o| o.id);
+}

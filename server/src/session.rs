@@ -1,0 +1,522 @@
+//! Sessions: each owns an engine that runs on a thread of its own, so a long
+//! command never blocks a socket, and outlives its connection for a while so
+//! a client can reconnect.
+//!
+//! Commands run one after another in the order they arrive (a bounded queue;
+//! past it the client is told the session is busy). Results go to every
+//! client of the session and are never dropped; while no owner is connected
+//! they wait for it. The engine publishes a snapshot at most every
+//! `snapshot_interval` while a command runs and after every command; clients
+//! take the latest (coalescing) and still learn the exact peaks in between.
+
+use crate::backend::Backend;
+use crate::metrics::{Gauges, Metrics};
+use serde_json::Value;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc as tmpsc, watch};
+use vramlab_shared::device::{Device, QuotaDevice};
+use vramlab_shared::engine::{DeviceFactory, Progress};
+use vramlab_shared::framework::Settings;
+use vramlab_shared::protocol::{
+    CommandError, ErrorKind, Hello, Limits, Role, ServerMessage, PROTOCOL_VERSION,
+};
+use vramlab_shared::snapshot::{Event, Snapshot};
+use vramlab_shared::Engine;
+
+/// How many published samples keep their peaks (at 30 Hz, two minutes).
+const PEAK_HISTORY: usize = 4096;
+/// How many recent events a session keeps for its clients.
+const EVENT_HISTORY: usize = 10_000;
+
+#[derive(Clone, Debug)]
+pub struct SessionConfig {
+    pub ttl: Duration,
+    pub snapshot_interval: Duration,
+    pub max_queue: usize,
+    pub max_sessions: usize,
+    pub quota: Option<u64>,
+    pub limits: Limits,
+}
+
+/// A message already serialized once for every client.
+pub type Wire = Arc<str>;
+
+pub fn wire(msg: &ServerMessage) -> Wire {
+    serde_json::to_string(msg)
+        .expect("server messages serialize")
+        .into()
+}
+
+/// What the engine thread last published.
+#[derive(Debug)]
+pub struct Live {
+    pub version: u64,
+    pub snapshot: Arc<Snapshot>,
+    /// (version, peak allocated, peak reserved) of the window that ended at
+    /// each published version.
+    peaks: VecDeque<(u64, u64, u64)>,
+    pub events: VecDeque<Event>,
+    /// The running command's progress: (command id, progress).
+    pub progress: Option<(u64, Progress)>,
+}
+
+impl Live {
+    /// The highest (allocated, reserved) since `after` (a version the client
+    /// saw), up to now.
+    pub fn peaks_since(&self, after: u64) -> (u64, u64) {
+        let mut peaks = (0, 0);
+        let covered = self.peaks.front().is_some_and(|&(v, _, _)| v <= after + 1);
+        if !covered {
+            // Older than the history: the all-time peaks bound it.
+            let s = &self.snapshot.stats;
+            return (s.peak_allocated_bytes, s.peak_reserved_bytes);
+        }
+        for &(v, a, r) in &self.peaks {
+            if v > after {
+                peaks = (peaks.0.max(a), peaks.1.max(r));
+            }
+        }
+        peaks
+    }
+}
+
+enum Job {
+    Command { id: u64, command: Value },
+}
+
+struct Client {
+    role: Role,
+    outbox: tmpsc::UnboundedSender<Wire>,
+}
+
+pub struct Session {
+    pub id: String,
+    pub watch_id: String,
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    queued: AtomicUsize,
+    stop: AtomicBool,
+    clients: Mutex<HashMap<u64, Client>>,
+    next_client: AtomicU64,
+    /// Results produced while no owner was connected.
+    pending: Mutex<Vec<Wire>>,
+    live: Mutex<Live>,
+    live_tx: watch::Sender<u64>,
+    /// When the last owner left (None while one is connected).
+    detached_since: Mutex<Option<Instant>>,
+    hello: Mutex<(Settings, vramlab_shared::device::DeviceInfo)>,
+    config: SessionConfig,
+    backend_name: &'static str,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Starts devices with the server's per-session quota.
+struct QuotaFactory {
+    inner: Box<dyn DeviceFactory>,
+    quota: Option<u64>,
+}
+
+impl DeviceFactory for QuotaFactory {
+    fn start(&mut self, settings: &Settings) -> Result<Box<dyn Device>, CommandError> {
+        let device = self.inner.start(settings)?;
+        Ok(match self.quota {
+            Some(q) => Box::new(QuotaDevice::new(device, q)),
+            None => device,
+        })
+    }
+}
+
+/// A registered connection: its id, its messages, and the live versions.
+pub struct Attachment {
+    pub client: u64,
+    pub outbox: tmpsc::UnboundedReceiver<Wire>,
+    pub live: watch::Receiver<u64>,
+}
+
+impl Session {
+    fn new(
+        backend: &Backend,
+        config: SessionConfig,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Arc<Session>> {
+        let factory = QuotaFactory {
+            inner: backend.factory(),
+            quota: config.quota,
+        };
+        let mut engine = Engine::new(Box::new(factory), Settings::default())
+            .map_err(|e| anyhow::anyhow!(e.message))?;
+        let snapshot = Arc::new(engine.snapshot(0));
+        let _ = engine.take_sample_peaks();
+        let (live_tx, _) = watch::channel(0);
+        let (tx, rx) = mpsc::channel();
+        let session = Arc::new(Session {
+            id: uuid::Uuid::new_v4().simple().to_string(),
+            watch_id: uuid::Uuid::new_v4().simple().to_string(),
+            jobs: Mutex::new(Some(tx)),
+            queued: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            clients: Mutex::new(HashMap::new()),
+            next_client: AtomicU64::new(0),
+            pending: Mutex::new(Vec::new()),
+            live: Mutex::new(Live {
+                version: 0,
+                snapshot,
+                peaks: VecDeque::new(),
+                events: VecDeque::new(),
+                progress: None,
+            }),
+            live_tx,
+            detached_since: Mutex::new(Some(Instant::now())),
+            hello: Mutex::new((engine.settings().clone(), engine.device_info())),
+            config,
+            backend_name: backend.name,
+            metrics,
+        });
+        let s = session.clone();
+        std::thread::Builder::new()
+            .name(format!("session-{}", &session.id[..8]))
+            .spawn(move || run_engine(s, engine, rx))?;
+        Ok(session)
+    }
+
+    /// The hello for a connection with this role.
+    pub fn hello(&self, role: Role, resumed: bool) -> ServerMessage {
+        let (settings, device) = self.hello.lock().expect("hello lock").clone();
+        ServerMessage::Hello(Box::new(Hello {
+            protocol_version: PROTOCOL_VERSION,
+            session_id: self.id.clone(),
+            watch_id: (role == Role::Owner).then(|| self.watch_id.clone()),
+            role,
+            resumed,
+            backend: self.backend_name.to_string(),
+            framework: settings.framework,
+            settings,
+            device,
+            limits: self.config.limits.clone(),
+        }))
+    }
+
+    /// Registers a connection.
+    pub fn attach(&self, role: Role) -> Attachment {
+        let client = self.next_client.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = tmpsc::unbounded_channel();
+        if role == Role::Owner {
+            *self.detached_since.lock().expect("detach lock") = None;
+            for msg in self.pending.lock().expect("pending lock").drain(..) {
+                let _ = tx.send(msg);
+            }
+        }
+        self.clients
+            .lock()
+            .expect("clients lock")
+            .insert(client, Client { role, outbox: tx });
+        Attachment {
+            client,
+            outbox: rx,
+            live: self.live_tx.subscribe(),
+        }
+    }
+
+    /// A connection closed.
+    pub fn detach(&self, client: u64) {
+        let mut clients = self.clients.lock().expect("clients lock");
+        clients.remove(&client);
+        if !clients.values().any(|c| c.role == Role::Owner) {
+            *self.detached_since.lock().expect("detach lock") = Some(Instant::now());
+        }
+    }
+
+    fn owner_connected(&self) -> bool {
+        self.clients
+            .lock()
+            .expect("clients lock")
+            .values()
+            .any(|c| c.role == Role::Owner)
+    }
+
+    /// Sends a message to every client; keeps it for the owner when none
+    /// is connected.
+    fn broadcast(&self, msg: Wire, keep_for_owner: bool) {
+        let clients = self.clients.lock().expect("clients lock");
+        let mut owner = false;
+        for c in clients.values() {
+            owner |= c.role == Role::Owner;
+            let _ = c.outbox.send(msg.clone());
+        }
+        drop(clients);
+        if keep_for_owner && !owner {
+            self.pending.lock().expect("pending lock").push(msg);
+        }
+    }
+
+    /// Queues a command; refuses when the queue is full.
+    pub fn submit(&self, id: u64, command: Value) -> Result<(), CommandError> {
+        let queued = self.queued.fetch_add(1, Ordering::SeqCst);
+        if queued >= self.config.max_queue {
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+            return Err(CommandError::new(
+                ErrorKind::Busy,
+                format!(
+                    "busy: {queued} commands are already waiting (the most is {}); send it again when a result comes back",
+                    self.config.max_queue
+                ),
+            ));
+        }
+        let jobs = self.jobs.lock().expect("jobs lock");
+        match jobs
+            .as_ref()
+            .map(|tx| tx.send(Job::Command { id, command }))
+        {
+            Some(Ok(())) => Ok(()),
+            _ => {
+                self.queued.fetch_sub(1, Ordering::SeqCst);
+                Err(CommandError::new(
+                    ErrorKind::UnknownSession,
+                    "the session has ended",
+                ))
+            }
+        }
+    }
+
+    /// Stops the running command after its current step.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    pub fn live(&self) -> std::sync::MutexGuard<'_, Live> {
+        self.live.lock().expect("live lock")
+    }
+
+    fn expired(&self, now: Instant) -> bool {
+        self.detached_since
+            .lock()
+            .expect("detach lock")
+            .is_some_and(|t| now.duration_since(t) >= self.config.ttl)
+    }
+
+    /// Ends the session: the engine stops after its current step, its
+    /// thread ends, and everything it held is released.
+    fn shut_down(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.jobs.lock().expect("jobs lock").take();
+        let msg = wire(&ServerMessage::Error {
+            id: None,
+            error: CommandError::new(ErrorKind::UnknownSession, "the session has ended"),
+        });
+        let mut clients = self.clients.lock().expect("clients lock");
+        for c in clients.values() {
+            let _ = c.outbox.send(msg.clone());
+        }
+        clients.clear();
+    }
+}
+
+/// Publishes what the engine holds now.
+fn publish(session: &Session, engine: &mut Engine, progress: Option<(u64, Progress)>) {
+    let snapshot = Arc::new(engine.snapshot(0));
+    let (peak_a, peak_r) = engine.take_sample_peaks();
+    let mut live = session.live.lock().expect("live lock");
+    let since = live.events.back().map_or(0, |e| e.seq + 1);
+    live.events.extend(engine.events_since(since).cloned());
+    while live.events.len() > EVENT_HISTORY {
+        live.events.pop_front();
+    }
+    live.version += 1;
+    let version = live.version;
+    live.peaks.push_back((version, peak_a, peak_r));
+    while live.peaks.len() > PEAK_HISTORY {
+        live.peaks.pop_front();
+    }
+    live.snapshot = snapshot;
+    live.progress = progress;
+    drop(live);
+    session.live_tx.send_replace(version);
+}
+
+/// The session's thread: runs commands in order until the session ends.
+fn run_engine(session: Arc<Session>, mut engine: Engine, jobs: mpsc::Receiver<Job>) {
+    let interval = session.config.snapshot_interval;
+    while let Ok(job) = jobs.recv() {
+        let Job::Command { id, command } = job;
+        if session.stop.load(Ordering::SeqCst) && session.jobs.lock().expect("jobs lock").is_none()
+        {
+            break;
+        }
+        session.stop.store(false, Ordering::SeqCst);
+        let started = Instant::now();
+        let hook_session = session.clone();
+        let mut last = Instant::now();
+        engine.set_progress_hook(Some(Box::new(move |e: &mut Engine, p: &Progress| {
+            if last.elapsed() >= interval || p.done == p.total {
+                publish(&hook_session, e, Some((id, p.clone())));
+                last = Instant::now();
+            }
+            !hook_session.stop.load(Ordering::SeqCst)
+        })));
+        let name = command
+            .get("cmd")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string();
+        let record = engine.run_value(command);
+        engine.set_progress_hook(None);
+        Metrics::inc(&session.metrics.commands);
+        if !record.ok {
+            Metrics::inc(&session.metrics.command_errors);
+        }
+        tracing::info!(
+            session = %&session.id[..8],
+            cmd = %name,
+            ok = record.ok,
+            duration_us = started.elapsed().as_micros() as u64,
+            "command"
+        );
+        if name == "restart" && record.ok {
+            *session.hello.lock().expect("hello lock") =
+                (engine.settings().clone(), engine.device_info());
+        }
+        publish(&session, &mut engine, None);
+        session.broadcast(
+            wire(&ServerMessage::Result {
+                id,
+                record: Box::new(record),
+            }),
+            true,
+        );
+        session.queued.fetch_sub(1, Ordering::SeqCst);
+    }
+    tracing::info!(session = %&session.id[..8], "session ended; its memory is released");
+}
+
+/// Every session of the server.
+pub struct Sessions {
+    map: Mutex<HashMap<String, Arc<Session>>>,
+    backend: Backend,
+    config: SessionConfig,
+    pub metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sessions").finish_non_exhaustive()
+    }
+}
+
+impl Sessions {
+    pub fn new(backend: Backend, config: SessionConfig, metrics: Arc<Metrics>) -> Self {
+        Self {
+            map: Mutex::new(HashMap::new()),
+            backend,
+            config,
+            metrics,
+        }
+    }
+
+    pub fn config(&self) -> &SessionConfig {
+        &self.config
+    }
+
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// A new session, unless the server holds as many as it may.
+    pub fn create(&self) -> Result<Arc<Session>, CommandError> {
+        let mut map = self.map.lock().expect("sessions lock");
+        if map.len() >= self.config.max_sessions {
+            Metrics::inc(&self.metrics.refused);
+            return Err(CommandError::new(
+                ErrorKind::SessionLimit,
+                format!(
+                    "the server already holds {} sessions, its limit; try again later",
+                    self.config.max_sessions
+                ),
+            ));
+        }
+        let session = Session::new(&self.backend, self.config.clone(), self.metrics.clone())
+            .map_err(|e| CommandError::new(ErrorKind::InvalidValue, e.to_string()))?;
+        map.insert(session.id.clone(), session.clone());
+        Metrics::inc(&self.metrics.sessions_created);
+        Ok(session)
+    }
+
+    pub fn get(&self, id: &str) -> Option<Arc<Session>> {
+        self.map.lock().expect("sessions lock").get(id).cloned()
+    }
+
+    pub fn by_watch_id(&self, watch_id: &str) -> Option<Arc<Session>> {
+        self.map
+            .lock()
+            .expect("sessions lock")
+            .values()
+            .find(|s| s.watch_id == watch_id)
+            .cloned()
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.lock().expect("sessions lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops sessions whose owner has been gone longer than the TTL.
+    pub fn reap(&self) -> usize {
+        let now = Instant::now();
+        let expired: Vec<Arc<Session>> = {
+            let mut map = self.map.lock().expect("sessions lock");
+            let ids: Vec<String> = map
+                .values()
+                .filter(|s| s.expired(now) && !s.owner_connected())
+                .map(|s| s.id.clone())
+                .collect();
+            ids.iter().filter_map(|id| map.remove(id)).collect()
+        };
+        for s in &expired {
+            tracing::info!(session = %&s.id[..8], "session expired");
+            s.shut_down();
+            Metrics::inc(&self.metrics.sessions_expired);
+        }
+        expired.len()
+    }
+
+    /// Drops every session (server shutdown).
+    pub fn shut_down_all(&self) {
+        let all: Vec<Arc<Session>> = self
+            .map
+            .lock()
+            .expect("sessions lock")
+            .drain()
+            .map(|(_, s)| s)
+            .collect();
+        for s in all {
+            s.shut_down();
+        }
+    }
+
+    pub fn gauges(&self) -> Gauges {
+        let map = self.map.lock().expect("sessions lock");
+        let mut g = Gauges {
+            sessions: map.len() as u64,
+            ..Gauges::default()
+        };
+        for s in map.values() {
+            let stats = &s.live().snapshot.stats;
+            g.device_used_bytes += stats.device_used_bytes;
+            g.allocated_bytes += stats.allocated_bytes;
+            g.reserved_bytes += stats.reserved_bytes;
+        }
+        g
+    }
+}

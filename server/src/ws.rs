@@ -1,0 +1,329 @@
+//! One websocket connection: its session (new, resumed, or watched), the
+//! client's messages in, results and live snapshots out.
+//!
+//! Results and errors travel through an unbounded queue and are never
+//! dropped. Live snapshots are coalesced: when the client is slow it gets
+//! the latest state, with the exact peaks of everything it missed, and the
+//! engine never waits for it.
+
+use crate::http::AppState;
+use crate::metrics::Metrics;
+use crate::session::{wire, Session, Wire};
+use axum::extract::ws::{Message, WebSocket};
+use axum::extract::{Query, State, WebSocketUpgrade};
+use axum::response::Response;
+use futures_util::{SinkExt, StreamExt};
+use serde::Deserialize;
+use std::sync::Arc;
+use std::time::Instant;
+use vramlab_shared::protocol::{
+    parse_client_message, ClientMessage, CommandError, ErrorKind, Role, ServerMessage,
+};
+use vramlab_shared::snapshot::{diff, Snapshot};
+
+/// The most events one batch carries.
+const MAX_EVENT_BATCH: usize = 2_000;
+
+#[derive(Debug, Default, Deserialize)]
+pub struct WsQuery {
+    /// Resume this session.
+    pub session: Option<String>,
+    /// Watch the session with this watch id, read-only.
+    pub watch: Option<String>,
+}
+
+pub async fn ws_handler(
+    ws: WebSocketUpgrade,
+    Query(query): Query<WsQuery>,
+    State(state): State<AppState>,
+) -> Response {
+    // Frames up to 4x the limit reach us, so a client is told its message
+    // was too large instead of being cut off; beyond that the socket closes.
+    let hard = state.limits.max_message_bytes.saturating_mul(4) as usize;
+    ws.max_message_size(hard)
+        .max_frame_size(hard)
+        .on_upgrade(move |socket| connection(socket, query, state))
+}
+
+/// A token bucket: `rate` commands a second, bursts of `rate`.
+struct RateLimit {
+    rate: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl RateLimit {
+    fn new(rate: u32) -> Self {
+        Self {
+            rate: f64::from(rate),
+            tokens: f64::from(rate),
+            last: Instant::now(),
+        }
+    }
+
+    fn allow(&mut self) -> bool {
+        let now = Instant::now();
+        self.tokens =
+            (self.tokens + now.duration_since(self.last).as_secs_f64() * self.rate).min(self.rate);
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+fn error_msg(id: Option<u64>, kind: ErrorKind, message: impl Into<String>) -> Wire {
+    wire(&ServerMessage::Error {
+        id,
+        error: CommandError::new(kind, message),
+    })
+}
+
+/// Finds or makes the session this connection belongs to.
+fn resolve(state: &AppState, query: &WsQuery) -> Result<(Arc<Session>, Role, bool), Wire> {
+    if let Some(watch) = &query.watch {
+        return state
+            .sessions
+            .by_watch_id(watch)
+            .map(|s| (s, Role::Watcher, true))
+            .ok_or_else(|| {
+                error_msg(
+                    None,
+                    ErrorKind::UnknownSession,
+                    "no session has that watch id (it may have ended)",
+                )
+            });
+    }
+    if let Some(id) = &query.session {
+        return state
+            .sessions
+            .get(id)
+            .map(|s| (s, Role::Owner, true))
+            .ok_or_else(|| error_msg(None, ErrorKind::UnknownSession, format!("session {id} is not known: it expired or never existed; connect without ?session= for a new one")));
+    }
+    state
+        .sessions
+        .create()
+        .map(|s| (s, Role::Owner, false))
+        .map_err(|e| wire(&ServerMessage::Error { id: None, error: e }))
+}
+
+async fn connection(socket: WebSocket, query: WsQuery, state: AppState) {
+    let (mut sink, mut stream) = socket.split();
+    let (session, role, resumed) = match resolve(&state, &query) {
+        Ok(found) => found,
+        Err(msg) => {
+            let _ = sink.send(Message::Text(msg.to_string().into())).await;
+            let _ = sink.close().await;
+            return;
+        }
+    };
+    Metrics::inc(&state.sessions.metrics.connections);
+    tracing::info!(session = %&session.id[..8], ?role, resumed, "connected");
+    let mut attachment = session.attach(role);
+    let mut client = ClientState {
+        subscribed: true,
+        last_snapshot: None,
+        last_version: 0,
+        last_event: None,
+    };
+    let hello = wire(&session.hello(role, resumed));
+    let first = client.full_snapshot(&session);
+    let mut rate = RateLimit::new(state.limits.commands_per_second);
+    let max = state.limits.max_message_bytes as usize;
+    let mut ok = send(&mut sink, &hello).await && send(&mut sink, &first).await;
+    while ok {
+        tokio::select! {
+            incoming = stream.next() => {
+                let text = match incoming {
+                    Some(Ok(Message::Text(t))) => t.to_string(),
+                    Some(Ok(Message::Binary(b))) => String::from_utf8_lossy(&b).into_owned(),
+                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                };
+                if let Some(reply) = handle(&text, max, role, &session, &mut client, &mut rate, &state) {
+                    ok = send(&mut sink, &reply).await;
+                }
+            }
+            out = attachment.outbox.recv() => match out {
+                Some(msg) => ok = send(&mut sink, &msg).await,
+                None => break,
+            },
+            changed = attachment.live.changed(), if client.subscribed => {
+                if changed.is_err() {
+                    break;
+                }
+                for msg in client.updates(&session) {
+                    ok = ok && send(&mut sink, &msg).await;
+                }
+            }
+        }
+    }
+    session.detach(attachment.client);
+    state
+        .sessions
+        .metrics
+        .connections
+        .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    tracing::info!(session = %&session.id[..8], ?role, "disconnected");
+}
+
+async fn send(sink: &mut futures_util::stream::SplitSink<WebSocket, Message>, msg: &Wire) -> bool {
+    sink.send(Message::Text(msg.to_string().into()))
+        .await
+        .is_ok()
+}
+
+/// What this connection last received of the live state.
+struct ClientState {
+    subscribed: bool,
+    last_snapshot: Option<Arc<Snapshot>>,
+    last_version: u64,
+    last_event: Option<u64>,
+}
+
+impl ClientState {
+    fn full_snapshot(&mut self, session: &Session) -> Wire {
+        let live = session.live();
+        let mut snapshot = (*live.snapshot).clone();
+        snapshot.events = live
+            .events
+            .iter()
+            .rev()
+            .take(MAX_EVENT_BATCH)
+            .rev()
+            .cloned()
+            .collect();
+        self.last_event = live.events.back().map(|e| e.seq);
+        self.last_version = live.version;
+        self.last_snapshot = Some(live.snapshot.clone());
+        drop(live);
+        wire(&ServerMessage::Snapshot {
+            snapshot: Box::new(snapshot),
+        })
+    }
+
+    /// A delta, new events and progress since what this client last got.
+    fn updates(&mut self, session: &Session) -> Vec<Wire> {
+        let live = session.live();
+        if live.version == self.last_version {
+            return Vec::new();
+        }
+        let peaks = live.peaks_since(self.last_version);
+        let new = live.snapshot.clone();
+        let first_unsent = self.last_event.map_or(0, |s| s + 1);
+        let oldest = live.events.front().map_or(first_unsent, |e| e.seq);
+        let mut dropped = oldest.saturating_sub(first_unsent);
+        let fresh: Vec<_> = live
+            .events
+            .iter()
+            .filter(|e| e.seq >= first_unsent)
+            .collect();
+        let skip = fresh.len().saturating_sub(MAX_EVENT_BATCH);
+        dropped += skip as u64;
+        let events: Vec<_> = fresh.into_iter().skip(skip).cloned().collect();
+        let progress = live.progress.clone();
+        self.last_version = live.version;
+        drop(live);
+        let mut out = Vec::new();
+        if let Some((id, p)) = progress {
+            out.push(wire(&ServerMessage::Progress {
+                id,
+                done: p.done,
+                total: p.total,
+                loss: p.loss,
+            }));
+        }
+        let delta = match &self.last_snapshot {
+            Some(old) => diff(old, &new, peaks),
+            None => diff(&new, &new, peaks),
+        };
+        out.push(wire(&ServerMessage::Delta(Box::new(delta))));
+        if let Some(last) = events.last() {
+            self.last_event = Some(last.seq);
+            out.push(wire(&ServerMessage::Events { events, dropped }));
+        }
+        self.last_snapshot = Some(new);
+        out
+    }
+}
+
+/// Handles one client message; returns the direct reply, if any.
+fn handle(
+    text: &str,
+    max: usize,
+    role: Role,
+    session: &Session,
+    client: &mut ClientState,
+    rate: &mut RateLimit,
+    state: &AppState,
+) -> Option<Wire> {
+    if text.len() > max {
+        Metrics::inc(&state.sessions.metrics.refused);
+        return Some(error_msg(
+            None,
+            ErrorKind::TooLarge,
+            format!(
+                "a message of {} bytes exceeds the limit of {max} bytes",
+                text.len()
+            ),
+        ));
+    }
+    let msg = match parse_client_message(text) {
+        Ok(m) => m,
+        Err(e) => return Some(wire(&ServerMessage::Error { id: None, error: e })),
+    };
+    match msg {
+        ClientMessage::Ping { nonce } => Some(wire(&ServerMessage::Pong { nonce })),
+        ClientMessage::Subscribe {} => {
+            client.subscribed = true;
+            Some(client.full_snapshot(session))
+        }
+        ClientMessage::Unsubscribe {} => {
+            client.subscribed = false;
+            None
+        }
+        ClientMessage::Snapshot {} => Some(client.full_snapshot(session)),
+        ClientMessage::Stop {} | ClientMessage::Command { .. } if role == Role::Watcher => {
+            Some(error_msg(
+                message_id(text),
+                ErrorKind::ReadOnly,
+                "this connection watches the session read-only: it cannot send commands",
+            ))
+        }
+        ClientMessage::Stop {} => {
+            session.stop();
+            None
+        }
+        ClientMessage::Command { id, command } => {
+            if !rate.allow() {
+                Metrics::inc(&state.sessions.metrics.refused);
+                return Some(error_msg(
+                    Some(id),
+                    ErrorKind::RateLimited,
+                    format!(
+                        "more than {} commands a second: this one was not run",
+                        state.limits.commands_per_second
+                    ),
+                ));
+            }
+            match session.submit(id, command) {
+                Ok(()) => None,
+                Err(error) => Some(wire(&ServerMessage::Error {
+                    id: Some(id),
+                    error,
+                })),
+            }
+        }
+    }
+}
+
+fn message_id(text: &str) -> Option<u64> {
+    serde_json::from_str::<serde_json::Value>(text)
+        .ok()?
+        .get("id")?
+        .as_u64()
+}

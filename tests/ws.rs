@@ -1,0 +1,490 @@
+//! The websocket protocol against the real server on an ephemeral port, with
+//! a tokio-tungstenite client.
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{connect_async, MaybeTlsStream, WebSocketStream};
+use vramlab_server::access::Access;
+use vramlab_server::backend::{select, DeviceChoice};
+use vramlab_server::http::{build, serve, ServeOptions};
+use vramlab_shared::{Engine, StepRecord};
+use vramlab_tests::lesson_files;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+async fn start(options: ServeOptions) -> String {
+    let server = build(&options, select(DeviceChoice::Sim).unwrap()).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { serve(listener, server).await });
+    format!("127.0.0.1:{}", addr.port())
+}
+
+struct Client {
+    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    hello: Value,
+}
+
+impl Client {
+    async fn connect(addr: &str, query: &str) -> Client {
+        Self::try_connect(addr, query, None)
+            .await
+            .expect("websocket connects")
+    }
+
+    async fn try_connect(addr: &str, query: &str, origin: Option<&str>) -> Result<Client, String> {
+        let mut req = format!("ws://{addr}/ws{query}")
+            .into_client_request()
+            .unwrap();
+        if let Some(o) = origin {
+            req.headers_mut().insert("origin", o.parse().unwrap());
+        }
+        let (ws, _) = connect_async(req).await.map_err(|e| e.to_string())?;
+        let mut c = Client {
+            ws,
+            hello: Value::Null,
+        };
+        let hello = c.recv().await;
+        if hello["type"] != "hello" {
+            return Err(hello.to_string());
+        }
+        c.hello = hello;
+        let snap = c.recv().await;
+        assert_eq!(
+            snap["type"], "snapshot",
+            "a full snapshot follows the hello"
+        );
+        Ok(c)
+    }
+
+    async fn send(&mut self, v: Value) {
+        self.ws
+            .send(Message::Text(v.to_string().into()))
+            .await
+            .unwrap();
+    }
+
+    async fn send_text(&mut self, t: &str) {
+        self.ws
+            .send(Message::Text(t.to_string().into()))
+            .await
+            .unwrap();
+    }
+
+    async fn recv(&mut self) -> Value {
+        loop {
+            let msg = tokio::time::timeout(WAIT, self.ws.next())
+                .await
+                .expect("a message in time")
+                .expect("the connection is open")
+                .unwrap();
+            if let Message::Text(t) = msg {
+                return serde_json::from_str(&t).unwrap();
+            }
+        }
+    }
+
+    /// The next message of a type, skipping live updates.
+    async fn recv_type(&mut self, kind: &str) -> Value {
+        loop {
+            let m = self.recv().await;
+            if m["type"] == kind {
+                return m;
+            }
+            if m["type"] == "error" && kind != "error" {
+                panic!("unexpected error while waiting for {kind}: {m}");
+            }
+        }
+    }
+
+    /// Sends a command and waits for its result (or error).
+    async fn command(&mut self, id: u64, cmd: Value) -> Value {
+        self.send(json!({"type":"command","id":id,"command":cmd}))
+            .await;
+        loop {
+            let m = self.recv().await;
+            if (m["type"] == "result" || m["type"] == "error") && m["id"] == id {
+                return m;
+            }
+        }
+    }
+}
+
+fn options() -> ServeOptions {
+    ServeOptions::default()
+}
+
+fn record(m: &Value) -> StepRecord {
+    serde_json::from_value(m.clone()).unwrap_or_else(|e| panic!("{m}: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_lesson_over_the_socket_gives_the_same_results_as_vramlab_run() {
+    let addr = start(options()).await;
+    for path in lesson_files() {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut c = Client::connect(&addr, "").await;
+        let mut engine = Engine::new_simulated();
+        for (i, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {
+            let expected = engine.run_line(line);
+            let got = c
+                .command(i as u64, serde_json::from_str(line).unwrap())
+                .await;
+            assert_eq!(got["type"], "result", "{}: {got}", path.display());
+            assert_eq!(record(&got), expected, "{} line {i}", path.display());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_clients_at_once_get_correct_independent_results() {
+    let addr = start(options()).await;
+    let lesson = std::fs::read_to_string(&lesson_files()[4]).unwrap();
+    let expected: Vec<StepRecord> = {
+        let mut e = Engine::new_simulated();
+        lesson.lines().map(|l| e.run_line(l)).collect()
+    };
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        let (addr, lesson, expected) = (addr.clone(), lesson.clone(), expected.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut c = Client::connect(&addr, "").await;
+            let id = c.hello["session_id"].as_str().unwrap().to_string();
+            for (i, line) in lesson.lines().enumerate() {
+                let got = c
+                    .command(i as u64, serde_json::from_str(line).unwrap())
+                    .await;
+                assert_eq!(record(&got), expected[i]);
+            }
+            id
+        }));
+    }
+    let mut ids = std::collections::BTreeSet::new();
+    for t in tasks {
+        ids.insert(t.await.unwrap());
+    }
+    assert_eq!(ids.len(), 50, "every client had its own session");
+}
+
+async fn setup_training(c: &mut Client) {
+    for (i, cmd) in [
+        json!({"cmd":"model","name":"model","layers":2,"width":256}),
+        json!({"cmd":"optimizer","name":"opt","model":"model","kind":"adam"}),
+        json!({"cmd":"data","name":"data"}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = c.command(100 + i as u64, cmd).await;
+        assert_eq!(r["ok"], true, "{r}");
+    }
+}
+
+fn long_train(steps: u64) -> Value {
+    json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":steps,"batch_size":64})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disconnect_in_the_middle_of_train_then_resume() {
+    let addr = start(options()).await;
+    let mut c = Client::connect(&addr, "").await;
+    let session = c.hello["session_id"].as_str().unwrap().to_string();
+    setup_training(&mut c).await;
+    c.send(json!({"type":"command","id":7,"command":long_train(200_000)}))
+        .await;
+    let progress = c.recv_type("progress").await;
+    assert_eq!(progress["id"], 7);
+    drop(c);
+
+    let mut again = Client::connect(&addr, &format!("?session={session}")).await;
+    assert_eq!(again.hello["resumed"], true);
+    assert_eq!(again.hello["session_id"], session.as_str());
+    // The command kept running; its result arrives on the new connection.
+    again.send(json!({"type":"stop"})).await;
+    let result = loop {
+        let m = again.recv().await;
+        if m["type"] == "result" && m["id"] == 7 {
+            break m;
+        }
+    };
+    assert_eq!(result["ok"], true);
+    assert_eq!(result["value"]["stopped"], true);
+    let done = result["value"]["steps"].as_array().unwrap().len();
+    assert!(done > 0 && done < 200_000, "{done}");
+    // And the session goes on.
+    let r = again.command(8, json!({"cmd":"gc"})).await;
+    assert_eq!(r["ok"], true);
+}
+
+async fn metric(addr: &str, name: &str) -> u64 {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).await.unwrap();
+    body.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("{name} in {body}"))
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_session_releases_its_device_memory() {
+    let mut o = options();
+    o.limits.session_ttl_seconds = 1;
+    let addr = start(o).await;
+    assert_eq!(metric(&addr, "vramlab_device_used_bytes").await, 0);
+    let mut c = Client::connect(&addr, "").await;
+    let session = c.hello["session_id"].as_str().unwrap().to_string();
+    let r = c
+        .command(1, json!({"cmd":"alloc","name":"x","bytes": 1u64 << 30}))
+        .await;
+    assert_eq!(r["ok"], true);
+    assert!(metric(&addr, "vramlab_device_used_bytes").await >= 1 << 30);
+    drop(c);
+    // Within the TTL the session (and its memory) stays.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(metric(&addr, "vramlab_sessions").await, 1);
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    assert_eq!(metric(&addr, "vramlab_sessions").await, 0);
+    assert_eq!(
+        metric(&addr, "vramlab_device_used_bytes").await,
+        0,
+        "back to the baseline"
+    );
+    let gone = Client::try_connect(&addr, &format!("?session={session}"), None).await;
+    assert!(gone.err().unwrap().contains("unknown_session"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_messages_get_errors_and_change_nothing() {
+    let addr = start(options()).await;
+    let mut c = Client::connect(&addr, "").await;
+    c.command(1, json!({"cmd":"alloc","name":"x","bytes":1000}))
+        .await;
+    c.send(json!({"type":"snapshot"})).await;
+    let before = c.recv_type("snapshot").await["snapshot"]["stats"].clone();
+    let cases: [(&str, &str, &str); 8] = [
+        ("{not json", "bad_message", "not a client message"),
+        ("{\"type\":\"launch\"}", "bad_message", "unknown variant `launch`"),
+        ("{\"type\":\"command\",\"command\":{\"cmd\":\"gc\"}}", "bad_message", "missing field `id`"),
+        ("{\"type\":\"command\",\"id\":\"one\",\"command\":{}}", "bad_message", "invalid type"),
+        ("{\"type\":\"command\",\"id\":5,\"command\":{\"cmd\":\"fly\"}}", "invalid_command", "unknown command \"fly\""),
+        ("{\"type\":\"command\",\"id\":6,\"command\":{\"cmd\":\"alloc\",\"name\":\"y\",\"bytes\":-1}}", "invalid_command", "invalid value"),
+        ("{\"type\":\"command\",\"id\":7,\"command\":{\"cmd\":\"del\",\"name\":\"nobody\"}}", "name_error", "'nobody'"),
+        ("[1,2,3]", "bad_message", "not a client message"),
+    ];
+    for (text, kind, needle) in cases {
+        c.send_text(text).await;
+        let m = loop {
+            let m = c.recv().await;
+            if m["type"] == "error" || m["type"] == "result" {
+                break m;
+            }
+        };
+        // A command error comes as a result; a message error as an error.
+        let err = &m["error"];
+        assert_eq!(err["kind"], kind, "{text}: {m}");
+        assert!(
+            err["message"].as_str().unwrap().contains(needle),
+            "{text}: {m}"
+        );
+    }
+    let big = format!(
+        "{{\"type\":\"ping\",\"nonce\":1,\"pad\":\"{}\"}}",
+        "x".repeat(70_000)
+    );
+    c.send_text(&big).await;
+    let m = c.recv_type("error").await;
+    assert_eq!(m["error"]["kind"], "too_large");
+    // Still open, still the same session.
+    c.send(json!({"type":"ping","nonce":42})).await;
+    assert_eq!(c.recv_type("pong").await["nonce"], 42);
+    c.send(json!({"type":"snapshot"})).await;
+    let after = c.recv_type("snapshot").await["snapshot"]["stats"].clone();
+    assert_eq!(after["allocated_bytes"], before["allocated_bytes"]);
+    assert_eq!(after["reserved_bytes"], before["reserved_bytes"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quota_and_the_session_limit_hold() {
+    let mut o = options();
+    o.limits.session_quota_bytes = Some(64 << 20);
+    o.max_sessions = 2;
+    let addr = start(o).await;
+    let mut a = Client::connect(&addr, "").await;
+    let r = a
+        .command(1, json!({"cmd":"alloc","name":"x","bytes": 100u64 << 20}))
+        .await;
+    assert_eq!(r["ok"], false);
+    assert_eq!(r["error"]["kind"], "out_of_memory");
+    let r = a
+        .command(2, json!({"cmd":"alloc","name":"x","bytes": 60u64 << 20}))
+        .await;
+    assert_eq!(r["ok"], true);
+    let _b = Client::connect(&addr, "").await;
+    let third = Client::try_connect(&addr, "", None).await;
+    let err = third.err().expect("a third session is refused");
+    assert!(err.contains("session_limit"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cross_origin_and_missing_or_wrong_tokens_are_refused() {
+    let mut o = options();
+    o.access = Access {
+        token: Some("letmein".into()),
+        allowed_origins: vec![],
+    };
+    let addr = start(o).await;
+    let no_token = Client::try_connect(&addr, "", None).await;
+    assert!(no_token.err().unwrap().contains("401"));
+    let wrong = Client::try_connect(&addr, "?token=nope", None).await;
+    assert!(wrong.err().unwrap().contains("401"));
+    let evil = Client::try_connect(&addr, "?token=letmein", Some("http://evil.example")).await;
+    assert!(evil.err().unwrap().contains("403"));
+    let own = format!("http://{addr}");
+    assert!(Client::try_connect(&addr, "?token=letmein", Some(&own))
+        .await
+        .is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_sees_everything_and_changes_nothing() {
+    let addr = start(options()).await;
+    let mut owner = Client::connect(&addr, "").await;
+    let watch = owner.hello["watch_id"].as_str().unwrap().to_string();
+    let mut watcher = Client::connect(&addr, &format!("?watch={watch}")).await;
+    assert_eq!(watcher.hello["role"], "watcher");
+    assert!(watcher.hello.get("watch_id").is_none());
+    let r = watcher
+        .command(1, json!({"cmd":"alloc","name":"x","bytes":1000}))
+        .await;
+    assert_eq!(r["type"], "error");
+    assert_eq!(r["error"]["kind"], "read_only");
+    watcher.send(json!({"type":"stop"})).await;
+    assert_eq!(
+        watcher.recv_type("error").await["error"]["kind"],
+        "read_only"
+    );
+    owner.send(json!({"type":"snapshot"})).await;
+    let stats = owner.recv_type("snapshot").await["snapshot"]["stats"].clone();
+    assert_eq!(
+        stats["allocated_bytes"], 0,
+        "the owner's session is unchanged"
+    );
+    // What the owner does, the watcher sees.
+    let r = owner
+        .command(9, json!({"cmd":"alloc","name":"x","bytes":1000}))
+        .await;
+    let seen = loop {
+        let m = watcher.recv().await;
+        if m["type"] == "result" && m["id"] == 9 {
+            break m;
+        }
+    };
+    assert_eq!(seen["stats"], r["stats"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_wait_in_order_and_none_is_lost() {
+    let mut o = options();
+    o.max_queue = 3;
+    let addr = start(o).await;
+    let mut c = Client::connect(&addr, "").await;
+    setup_training(&mut c).await;
+    c.send(json!({"type":"command","id":1,"command":long_train(100_000)}))
+        .await;
+    for id in 2..=8u64 {
+        c.send(json!({"type":"command","id":id,"command":{"cmd":"alloc","name":format!("t{id}"),"bytes":id}})).await;
+    }
+    c.send(json!({"type":"stop"})).await;
+    let mut results = Vec::new();
+    let mut busy = Vec::new();
+    while results.len() + busy.len() < 8 {
+        let m = c.recv().await;
+        match m["type"].as_str() {
+            Some("result") => results.push(m["id"].as_u64().unwrap()),
+            Some("error") => {
+                assert_eq!(m["error"]["kind"], "busy", "{m}");
+                busy.push(m["id"].as_u64().unwrap());
+            }
+            _ => {}
+        }
+    }
+    let mut sorted = results.clone();
+    sorted.sort();
+    assert_eq!(results, sorted, "results come in order");
+    assert!(!busy.is_empty(), "a full queue refuses with busy");
+    assert_eq!(results.len() + busy.len(), 8, "every command got an answer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_deltas_carry_every_peak() {
+    let mut o = options();
+    o.limits.snapshot_interval_ms = 1;
+    let addr = start(o).await;
+    let mut c = Client::connect(&addr, "").await;
+    setup_training(&mut c).await;
+    let r = c.command(1, long_train(50)).await;
+    let steps = r["value"]["steps"].as_array().unwrap();
+    let true_peak = steps
+        .iter()
+        .map(|s| s["peak_allocated_bytes"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    // A fresh client subscribed from the start sees the same peak in its deltas.
+    let mut w = Client::connect(
+        &addr,
+        &format!("?watch={}", c.hello["watch_id"].as_str().unwrap()),
+    )
+    .await;
+    c.send(json!({"type":"command","id":2,"command":long_train(50)}))
+        .await;
+    let mut seen = 0;
+    loop {
+        let m = w.recv().await;
+        if m["type"] == "delta" {
+            seen = seen.max(m["peak_allocated_bytes"].as_u64().unwrap());
+            assert!(
+                m["peak_allocated_bytes"].as_u64().unwrap()
+                    >= m["stats"]["allocated_bytes"].as_u64().unwrap()
+            );
+        }
+        if m["type"] == "result" && m["id"] == 2 {
+            break;
+        }
+    }
+    assert_eq!(seen, true_peak);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_commands_a_second_are_refused() {
+    let mut o = options();
+    o.limits.commands_per_second = 5;
+    let addr = start(o).await;
+    let mut c = Client::connect(&addr, "").await;
+    for id in 0..20u64 {
+        c.send(json!({"type":"command","id":id,"command":{"cmd":"gc"}}))
+            .await;
+    }
+    let mut limited = 0;
+    let mut answered = 0;
+    while answered < 20 {
+        let m = c.recv().await;
+        if m["type"] == "error" {
+            assert_eq!(m["error"]["kind"], "rate_limited");
+            limited += 1;
+            answered += 1;
+        } else if m["type"] == "result" {
+            answered += 1;
+        }
+    }
+    assert!(limited >= 10, "{limited}");
+}
