@@ -132,7 +132,9 @@ fn snapshot_flag_prints_the_segment_map() {
     assert_eq!(code, 0);
     assert_eq!(lines.len(), 2);
     let snap = &lines[1];
-    assert_eq!(snap["segments"][0]["blocks"][0]["owner"], "x");
+    // A block is [address, size, requested_size, state, owner, category].
+    assert_eq!(snap["segments"][0]["blocks"][0][4], "x");
+    assert_eq!(snap["segments"][0]["blocks"][0][3], "active_allocated");
     assert_eq!(snap["segments"][0]["pool"], "small");
     assert_eq!(snap["events"][1]["action"], "alloc");
 }

@@ -21,8 +21,11 @@ use vramlab_shared::protocol::{
 };
 use vramlab_shared::snapshot::{diff, Snapshot};
 
-/// The most events one batch carries.
-const MAX_EVENT_BATCH: usize = 2_000;
+/// The most recent events a full snapshot carries.
+const SNAPSHOT_EVENTS: usize = 2_000;
+/// The most events one live batch carries: during a fast training run the
+/// newest, with the count of those skipped (the log keeps them all).
+const LIVE_EVENT_BATCH: usize = 100;
 
 #[derive(Debug, Default, Deserialize)]
 pub struct WsQuery {
@@ -193,7 +196,7 @@ impl ClientState {
             .events
             .iter()
             .rev()
-            .take(MAX_EVENT_BATCH)
+            .take(SNAPSHOT_EVENTS)
             .rev()
             .cloned()
             .collect();
@@ -222,7 +225,7 @@ impl ClientState {
             .iter()
             .filter(|e| e.seq >= first_unsent)
             .collect();
-        let skip = fresh.len().saturating_sub(MAX_EVENT_BATCH);
+        let skip = fresh.len().saturating_sub(LIVE_EVENT_BATCH);
         dropped += skip as u64;
         let events: Vec<_> = fresh.into_iter().skip(skip).cloned().collect();
         let progress = live.progress.clone();
