@@ -115,6 +115,16 @@ pub fn build(options: &ServeOptions, backend: Backend) -> anyhow::Result<Server>
 
 /// Serves until the listener closes, dropping expired sessions meanwhile.
 pub async fn serve(listener: tokio::net::TcpListener, server: Server) -> std::io::Result<()> {
+    serve_until(listener, server, std::future::pending()).await
+}
+
+/// Serves until `shutdown` completes; then every session ends and its
+/// connections close.
+pub async fn serve_until(
+    listener: tokio::net::TcpListener,
+    server: Server,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let sessions = server.sessions.clone();
     let reaper = tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(250));
@@ -123,7 +133,13 @@ pub async fn serve(listener: tokio::net::TcpListener, server: Server) -> std::io
             sessions.reap();
         }
     });
-    let result = axum::serve(listener, server.router).await;
+    let sessions = server.sessions.clone();
+    let result = axum::serve(listener, server.router)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            sessions.shut_down_all();
+        })
+        .await;
     reaper.abort();
     server.sessions.shut_down_all();
     result

@@ -85,10 +85,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             token = options.access.token.is_some(),
             "vramlab serving on http://{local}"
         );
-        tokio::select! {
-            r = http::serve(listener, server) => r?,
-            _ = tokio::signal::ctrl_c() => tracing::info!("shutting down"),
-        }
+        http::serve_until(listener, server, async {
+            let _ = tokio::signal::ctrl_c().await;
+            tracing::info!("shutting down");
+        })
+        .await?;
         Ok(())
     })
 }

@@ -19,6 +19,7 @@ pub mod framework;
 pub mod kernel;
 pub mod lesson;
 pub mod protocol;
+pub mod python;
 pub mod runtime;
 pub mod snapshot;
 pub mod train;

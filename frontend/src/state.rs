@@ -1,0 +1,333 @@
+//! The playground's state: what the server said, what the user did, and
+//! what the views draw. Every incoming message goes through [`App::handle`].
+
+use crate::lessons::LESSONS;
+use leptos::prelude::*;
+use serde_json::Value;
+use std::collections::{HashMap, VecDeque};
+use vramlab_shared::lesson::check_step;
+use vramlab_shared::protocol::{
+    parse_value, Command, ErrorKind, Framework, Hello, Role, ServerMessage, StepRecord,
+};
+use vramlab_shared::python;
+use vramlab_shared::snapshot::{apply, Event, Snapshot, Stats};
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Status {
+    Connecting,
+    Open,
+    Closed(String),
+}
+
+/// One point of the timeline.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Point {
+    pub allocated: u64,
+    pub reserved: u64,
+    pub device: u64,
+    pub peak: u64,
+    /// The command that ended here (a mark on the timeline).
+    pub label: Option<String>,
+}
+
+/// The explanation shown after a command.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Explanation {
+    pub moved: String,
+    pub why: String,
+    pub link: (&'static str, &'static str),
+    pub ok: bool,
+}
+
+/// A lesson being played.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LessonRun {
+    pub index: usize,
+    pub step: usize,
+    /// The outcome of the last checked step: passed, and the words.
+    pub outcome: Option<(bool, String)>,
+}
+
+struct Pending {
+    command: Command,
+    raw: Value,
+    before: Stats,
+}
+
+#[derive(Clone, Copy)]
+pub struct App {
+    pub status: RwSignal<Status>,
+    pub hello: RwSignal<Option<Hello>>,
+    pub snapshot: RwSignal<Option<Snapshot>>,
+    pub history: RwSignal<Vec<Point>>,
+    pub events: RwSignal<VecDeque<Event>>,
+    pub code: RwSignal<Vec<String>>,
+    pub explanation: RwSignal<Option<Explanation>>,
+    pub banner: RwSignal<Option<String>>,
+    pub selected: RwSignal<String>,
+    pub lesson: RwSignal<Option<LessonRun>>,
+    pub progress: RwSignal<Option<(u64, u64)>>,
+    pub last_step: RwSignal<Option<u64>>,
+    /// Results received (a change marker for tests and screen readers).
+    pub results: RwSignal<u64>,
+    pub hidden: RwSignal<Vec<String>>,
+    pub draw_ms: RwSignal<f64>,
+    pub peak: RwSignal<u64>,
+    next_id: RwSignal<u64>,
+    pending: RwSignal<HashMap<u64, PendingBox>>,
+    /// Framework asked for in the URL, applied on the first connection.
+    pub wanted_framework: RwSignal<Option<Framework>>,
+}
+
+/// `Pending` behind a box that is Send + Sync (plain data).
+struct PendingBox(Box<Pending>);
+
+const MAX_POINTS: usize = 400;
+const MAX_EVENTS: usize = 200;
+
+impl App {
+    pub fn new() -> Self {
+        Self {
+            status: RwSignal::new(Status::Connecting),
+            hello: RwSignal::new(None),
+            snapshot: RwSignal::new(None),
+            history: RwSignal::new(Vec::new()),
+            events: RwSignal::new(VecDeque::new()),
+            code: RwSignal::new(Vec::new()),
+            explanation: RwSignal::new(None),
+            banner: RwSignal::new(None),
+            selected: RwSignal::new("x".into()),
+            lesson: RwSignal::new(None),
+            progress: RwSignal::new(None),
+            last_step: RwSignal::new(None),
+            results: RwSignal::new(0),
+            hidden: RwSignal::new(Vec::new()),
+            draw_ms: RwSignal::new(0.0),
+            peak: RwSignal::new(0),
+            next_id: RwSignal::new(1),
+            pending: RwSignal::new(HashMap::new()),
+            wanted_framework: RwSignal::new(None),
+        }
+    }
+
+    pub fn framework(&self) -> Framework {
+        self.hello
+            .with_untracked(|h| h.as_ref().map(|h| h.framework))
+            .unwrap_or(Framework::Pytorch)
+    }
+
+    pub fn read_only(&self) -> bool {
+        self.hello
+            .with(|h| h.as_ref().is_some_and(|h| h.role == Role::Watcher))
+    }
+
+    pub fn stats(&self) -> Option<Stats> {
+        self.snapshot.with(|s| s.as_ref().map(|s| s.stats.clone()))
+    }
+
+    /// Sends a command (as JSON); returns its id.
+    pub fn send(&self, raw: Value) -> Option<u64> {
+        let command = parse_value(raw.clone()).command.ok()?;
+        let id = self.next_id.get_untracked();
+        self.next_id.set(id + 1);
+        let before = self
+            .snapshot
+            .with_untracked(|s| s.as_ref().map(|s| s.stats.clone()))
+            .unwrap_or_default();
+        self.code
+            .update(|c| c.push(python::code(&command, self.framework())));
+        self.pending.update(|p| {
+            p.insert(
+                id,
+                PendingBox(Box::new(Pending {
+                    command,
+                    raw: raw.clone(),
+                    before,
+                })),
+            );
+        });
+        let msg = serde_json::json!({"type": "command", "id": id, "command": raw});
+        crate::conn::send(&msg.to_string());
+        Some(id)
+    }
+
+    fn push_point(&self, stats: &Stats, peak: u64, label: Option<String>) {
+        self.history.update(|h| {
+            h.push(Point {
+                allocated: stats.allocated_bytes,
+                reserved: stats.reserved_bytes,
+                device: stats.device_used_bytes,
+                peak,
+                label,
+            });
+            if h.len() > MAX_POINTS {
+                let extra = h.len() - MAX_POINTS;
+                h.drain(..extra);
+            }
+        });
+    }
+
+    fn push_events(&self, events: &[Event]) {
+        self.events.update(|q| {
+            q.extend(events.iter().cloned());
+            while q.len() > MAX_EVENTS {
+                q.pop_front();
+            }
+        });
+    }
+
+    /// One message from the server.
+    pub fn handle(&self, text: &str) {
+        let Ok(msg) = serde_json::from_str::<ServerMessage>(text) else {
+            self.banner.set(Some(
+                "The server sent something this page does not understand; reload it.".into(),
+            ));
+            return;
+        };
+        match msg {
+            ServerMessage::Hello(h) => {
+                if h.role == Role::Owner {
+                    crate::conn::remember_session(&h.session_id);
+                }
+                let first = !h.resumed;
+                self.hello.set(Some(*h));
+                self.banner.set(None);
+                if first {
+                    if let Some(f) = self.wanted_framework.get_untracked() {
+                        if f != self.framework() {
+                            self.send(serde_json::json!({"cmd": "restart", "framework": f}));
+                        }
+                    }
+                }
+            }
+            ServerMessage::Snapshot { snapshot } => {
+                self.events.set(snapshot.events.iter().cloned().collect());
+                let s = *snapshot;
+                self.push_point(&s.stats, s.stats.allocated_bytes, None);
+                self.snapshot.set(Some(s));
+            }
+            ServerMessage::Delta(delta) => {
+                self.peak.set(delta.peak_allocated_bytes);
+                self.push_point(&delta.stats, delta.peak_allocated_bytes, None);
+                self.snapshot.update(|s| {
+                    if let Some(s) = s {
+                        apply(s, &delta);
+                    }
+                });
+            }
+            ServerMessage::Events { events, .. } => self.push_events(&events),
+            ServerMessage::Progress { done, total, .. } => self.progress.set(Some((done, total))),
+            ServerMessage::Result { id, record } => self.on_result(id, *record),
+            ServerMessage::Error { id, error } => {
+                if let Some(id) = id {
+                    self.pending.update(|p| {
+                        p.remove(&id);
+                    });
+                }
+                if error.kind == ErrorKind::UnknownSession {
+                    crate::conn::forget_session();
+                }
+                self.banner.set(Some(error.message));
+            }
+            ServerMessage::Pong { .. } => {}
+        }
+    }
+
+    fn on_result(&self, id: u64, record: StepRecord) {
+        self.progress.set(None);
+        // The result's stats are the state after the command; the segment
+        // map follows with the next delta.
+        self.snapshot.update(|s| {
+            if let Some(s) = s {
+                s.stats = record.stats.clone();
+            }
+        });
+        self.last_step.set(Some(record.step));
+        self.results.update(|n| *n += 1);
+        let pending = self
+            .pending
+            .try_update(|p| p.remove(&id))
+            .flatten()
+            .map(|b| *b.0);
+        let label = record
+            .cmd
+            .get("cmd")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        self.push_point(&record.stats, record.stats.step_peak_allocated_bytes, label);
+        if let Some(p) = &pending {
+            let why = match &record.error {
+                Some(e) => e.message.clone(),
+                None => record.note.clone().unwrap_or_default(),
+            };
+            self.explanation.set(Some(Explanation {
+                moved: python::moved(&p.before, &record.stats),
+                why,
+                link: python::fact_link(&p.command),
+                ok: record.ok,
+            }));
+            self.check_lesson(&p.raw, &record);
+        }
+        match &record.error {
+            Some(e) if e.kind == ErrorKind::OutOfMemory => {
+                let prefix = match self.framework() {
+                    Framework::Pytorch => "torch.OutOfMemoryError",
+                    Framework::Tensorflow => {
+                        "tensorflow.python.framework.errors_impl.ResourceExhaustedError"
+                    }
+                    Framework::Jax => "jaxlib.xla_extension.XlaRuntimeError",
+                };
+                self.banner.set(Some(format!("{prefix}: {}", e.message)));
+            }
+            Some(e) => self.banner.set(Some(e.message.clone())),
+            None => self.banner.set(None),
+        }
+    }
+
+    /// The lesson step's command, without its annotations.
+    pub fn lesson_command(index: usize, step: usize) -> Option<Value> {
+        let line = LESSONS.get(index)?.lines().get(step).copied()?;
+        Some(parse_value(serde_json::from_str(line).ok()?).raw)
+    }
+
+    fn check_lesson(&self, sent: &Value, record: &StepRecord) {
+        let Some(run) = self.lesson.get_untracked() else {
+            return;
+        };
+        let Some(expected) = Self::lesson_command(run.index, run.step) else {
+            return;
+        };
+        let same = parse_value(sent.clone()).command.ok() == parse_value(expected).command.ok();
+        if !same {
+            return;
+        }
+        let line = LESSONS[run.index].lines()[run.step];
+        let parsed = vramlab_shared::protocol::parse_line(line);
+        let mismatches = parsed
+            .annotations
+            .expect
+            .map(|e| check_step(&e.into_iter().collect(), record))
+            .unwrap_or_default();
+        let why = parsed.annotations.why.unwrap_or_default();
+        let outcome = if mismatches.is_empty() {
+            (true, why)
+        } else {
+            let what: Vec<String> = mismatches
+                .iter()
+                .map(|m| {
+                    format!(
+                        "{} was {} (the lesson expects {})",
+                        m.key, m.actual, m.expected
+                    )
+                })
+                .collect();
+            (false, format!("{} {why}", what.join("; ")))
+        };
+        self.lesson.set(Some(LessonRun {
+            index: run.index,
+            step: run.step + 1,
+            outcome: Some(outcome),
+        }));
+        crate::url::save(self);
+    }
+}

@@ -1,0 +1,83 @@
+//! Shareable state in the URL: `?framework=`, `?lesson=&step=`, `?hide=`
+//! (control groups to hide for a focused exercise), `?watch=` (follow a
+//! session read-only). The access token never stays in the address bar.
+
+use crate::lessons::LESSONS;
+use crate::state::{App, LessonRun};
+use leptos::prelude::*;
+use vramlab_shared::protocol::Framework;
+
+pub struct Initial {
+    pub framework: Option<Framework>,
+    pub lesson: Option<(usize, usize)>,
+    pub hide: Vec<String>,
+    pub watch: Option<String>,
+}
+
+fn params() -> Option<web_sys::UrlSearchParams> {
+    let search = web_sys::window()?.location().search().ok()?;
+    web_sys::UrlSearchParams::new_with_str(&search).ok()
+}
+
+pub fn read() -> Initial {
+    let p = params();
+    let get = |k: &str| p.as_ref().and_then(|p| p.get(k));
+    let framework =
+        get("framework").and_then(|f| serde_json::from_value(serde_json::json!(f)).ok());
+    let lesson = get("lesson")
+        .and_then(|l| {
+            LESSONS
+                .iter()
+                .position(|x| x.slug == l || x.slug.starts_with(&format!("{l}-")))
+        })
+        .map(|i| (i, get("step").and_then(|s| s.parse().ok()).unwrap_or(0)));
+    let hide = get("hide")
+        .map(|h| h.split(',').map(str::to_string).collect())
+        .unwrap_or_default();
+    Initial {
+        framework,
+        lesson,
+        hide,
+        watch: get("watch"),
+    }
+}
+
+/// Writes the current framework, lesson and hidden groups into the URL.
+pub fn save(app: &App) {
+    let Some(window) = web_sys::window() else {
+        return;
+    };
+    let mut q = Vec::new();
+    if let Some(h) = app.hello.get_untracked() {
+        q.push(format!(
+            "framework={}",
+            serde_json::to_value(h.framework)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default()
+        ));
+    }
+    if let Some(LessonRun { index, step, .. }) = app.lesson.get_untracked() {
+        q.push(format!("lesson={}", LESSONS[index].slug));
+        q.push(format!("step={step}"));
+    }
+    let hidden = app.hidden.get_untracked();
+    if !hidden.is_empty() {
+        q.push(format!("hide={}", hidden.join(",")));
+    }
+    if let Some(w) = params().and_then(|p| p.get("watch")) {
+        q.push(format!("watch={w}"));
+    }
+    let url = format!("?{}", q.join("&"));
+    if let Ok(history) = window.history() {
+        let _ = history.replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some(&url));
+    }
+}
+
+/// The link others open to watch this session live.
+pub fn watch_link(watch_id: &str) -> String {
+    let origin = web_sys::window()
+        .and_then(|w| w.location().origin().ok())
+        .unwrap_or_default();
+    format!("{origin}/?watch={watch_id}")
+}
