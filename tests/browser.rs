@@ -74,6 +74,11 @@ async fn launch(name: &str) -> (Browser, tokio::task::JoinHandle<()>, PathBuf) {
         .no_sandbox()
         .user_data_dir(&profile)
         .window_size(1280, 1000)
+        .viewport(Some(chromiumoxide::handler::viewport::Viewport {
+            width: 1280,
+            height: 1000,
+            ..Default::default()
+        }))
         .args([
             "--disable-gpu",
             "--disable-quic",
@@ -277,6 +282,38 @@ async fn the_playground_in_a_browser() {
         "{code}"
     );
 
+    // A lesson, end to end.
+    click(&page, "lesson-0").await;
+    for _ in 0..20 {
+        let done = js(&page, "!!document.getElementById('lesson-done')").await;
+        if done == Value::Bool(true) {
+            break;
+        }
+        let say = until(&page, "document.getElementById('lesson-say').textContent").await;
+        press(&page, "lesson-do").await;
+        let outcome = until(
+            &page,
+            "document.getElementById('lesson-outcome').textContent",
+        )
+        .await;
+        assert!(
+            outcome.as_str().unwrap().starts_with('✓'),
+            "{say}: {outcome}"
+        );
+        if say.as_str().unwrap() == "del x" {
+            // Mid-lesson: x freed into the cache, reserved still held.
+            shot(&page, "lesson.png").await;
+        }
+    }
+    until(&page, "!!document.getElementById('lesson-done')").await;
+    let url = js(&page, "location.search").await;
+    assert!(
+        url.as_str()
+            .unwrap()
+            .contains("lesson=01-del-vs-empty-cache"),
+        "{url}"
+    );
+
     // Click to numbers on screen.
     let mut latencies = Vec::new();
     for _ in 0..20 {
@@ -304,37 +341,6 @@ async fn the_playground_in_a_browser() {
         "figure: button press to numbers on screen: p95 {:.1} ms measured in the page ({:.1} ms from the test driver)",
         in_page.as_f64().unwrap(),
         latencies[(latencies.len() * 95 / 100).min(latencies.len() - 1)]
-    );
-
-    // A lesson, end to end.
-    click(&page, "lesson-0").await;
-    for _ in 0..20 {
-        let done = js(&page, "!!document.getElementById('lesson-done')").await;
-        if done == Value::Bool(true) {
-            break;
-        }
-        let say = until(&page, "document.getElementById('lesson-say').textContent").await;
-        press(&page, "lesson-do").await;
-        let outcome = until(
-            &page,
-            "document.getElementById('lesson-outcome').textContent",
-        )
-        .await;
-        assert!(
-            outcome.as_str().unwrap().starts_with('✓'),
-            "{say}: {outcome}"
-        );
-        if say.as_str().unwrap().contains("empty_cache") {
-            shot(&page, "lesson.png").await;
-        }
-    }
-    until(&page, "!!document.getElementById('lesson-done')").await;
-    let url = js(&page, "location.search").await;
-    assert!(
-        url.as_str()
-            .unwrap()
-            .contains("lesson=01-del-vs-empty-cache"),
-        "{url}"
     );
 
     // The watch link follows the session live, read-only.

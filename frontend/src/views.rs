@@ -345,7 +345,7 @@ fn Training(app: App) -> impl IntoView {
             {button(app, "btn-train-1", "1 step", "One training step", move || train(1))}
             <label>"Steps " <input id="steps" size="5" prop:value=steps on:input=move |e| steps.set(event_target_value(&e)) /></label>
             {button(app, "btn-play", "▶ play", "Train for the number of steps", move || train(n(steps, 100)()))}
-            <button id="btn-pause" disabled=move || app.read_only() on:click=move |_| crate::conn::send(r#"{"type":"stop"}"#)>"⏸ pause"</button>
+            <button id="btn-pause" disabled=move || app.read_only() on:click=move |_| crate::conn::send(r#"{"type":"stop"}"#)>"❚❚ pause"</button>
         </fieldset>
     }
 }
@@ -372,11 +372,21 @@ pub fn Timeline(app: App) -> impl IntoView {
                     .collect::<Vec<_>>()
                     .join(" ")
             };
-            let marks: Vec<_> = h
-                .iter()
-                .enumerate()
-                .filter_map(|(i, p)| p.label.as_ref().map(|l| (i as f64 / n * W, l.clone())))
-                .collect();
+            // Marks, without labels that would overlap the previous one.
+            let mut marks: Vec<(f64, String)> = Vec::new();
+            let mut last_label = f64::NEG_INFINITY;
+            for (i, p) in h.iter().enumerate() {
+                if let Some(l) = &p.label {
+                    let x = i as f64 / n * W;
+                    let text = if x - last_label >= 7.0 * l.len() as f64 {
+                        last_label = x;
+                        l.clone()
+                    } else {
+                        String::new()
+                    };
+                    marks.push((x, text));
+                }
+            }
             (
                 line(&|p| p.allocated),
                 line(&|p| p.reserved),
@@ -546,11 +556,11 @@ pub fn EventLog(app: App) -> impl IntoView {
     view! {
         <section class="events" aria-label="Event log">
             <h2>"Events"</h2>
-            <ol id="events">
-                {move || app.events.with(|q| q.iter().rev().take(60).map(|e| view! {
-                    <li><code>{format!("#{} {:?} {} {}", e.step, e.action, format_size(e.size), e.name.clone().unwrap_or_default())}</code></li>
+            <ul id="events">
+                {move || app.events.with(|q| q.iter().rev().take(40).map(|e| view! {
+                    <li><code>{format!("step {} · {:?} · {} {}", e.step, e.action, format_size(e.size), e.name.clone().unwrap_or_default())}</code></li>
                 }).collect::<Vec<_>>())}
-            </ol>
+            </ul>
         </section>
     }
 }

@@ -134,6 +134,10 @@ pub async fn serve_until(
         }
     });
     let sessions = server.sessions.clone();
+    // Small messages go out at once (no Nagle delay behind a result).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let result = axum::serve(listener, server.router)
         .with_graceful_shutdown(async move {
             shutdown.await;

@@ -1101,12 +1101,13 @@ impl Engine {
         let last = steps.last().and_then(|s| s["loss"].as_f64());
         let mut note = match (first, last) {
             (Some(f), Some(l)) => format!(
-                "{} steps of batch {}: loss {f:.4} -> {l:.4}, computed on the CPU.",
-                a.steps, a.batch_size
+                "{} of batch {}: loss {f:.4} -> {l:.4}, computed on the CPU.",
+                plural(a.steps, "step"),
+                a.batch_size
             ),
             _ => format!(
-                "{} steps of batch {}, shape-only: every allocation is exact, but a step of {:.0} MFLOP is too big to compute here, so no loss was computed.",
-                a.steps,
+                "{} of batch {}, shape-only: every allocation is exact, but a step of {:.0} MFLOP is too big to compute here, so no loss was computed.",
+                plural(a.steps, "step"),
                 a.batch_size,
                 spec.step_flops(micro) as f64 / 1e6
             ),
@@ -1447,6 +1448,14 @@ fn check_batch(batch: u64, data: &DataSpec, model: &ModelSpec) -> Result<(), Com
         ));
     }
     Ok(())
+}
+
+fn plural(n: u64, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
 }
 
 fn loss_note(value: Option<f32>) -> String {
