@@ -197,6 +197,11 @@ pub fn Controls(app: App) -> impl IntoView {
     let allow_growth = RwSignal::new(false);
     let preallocate = RwSignal::new(true);
     let no_caching = RwSignal::new(false);
+    let memory_limit_mib = RwSignal::new(String::new());
+    let mem_fraction = RwSignal::new("0.75".to_string());
+    let max_split_mb = RwSignal::new(String::new());
+    let fraction = RwSignal::new(String::new());
+    let shape = RwSignal::new(String::new());
     let name = RwSignal::new("x".to_string());
     let size_mib = RwSignal::new("64".to_string());
     let hold_items = RwSignal::new("x".to_string());
@@ -217,6 +222,25 @@ pub fn Controls(app: App) -> impl IntoView {
             allow_growth.set(h.settings.allow_growth);
             preallocate.set(h.settings.preallocate);
             no_caching.set(h.settings.no_caching);
+            memory_limit_mib.set(
+                h.settings
+                    .memory_limit_bytes
+                    .map(|b| (b / MIB).to_string())
+                    .unwrap_or_default(),
+            );
+            mem_fraction.set(h.settings.mem_fraction.to_string());
+            max_split_mb.set(
+                h.settings
+                    .max_split_size_mb
+                    .map(|m| m.to_string())
+                    .unwrap_or_default(),
+            );
+            fraction.set(
+                h.settings
+                    .per_process_memory_fraction
+                    .map(|f| f.to_string())
+                    .unwrap_or_default(),
+            );
         }
     });
     let restart = move || {
@@ -230,11 +254,24 @@ pub fn Controls(app: App) -> impl IntoView {
             "allow_growth": allow_growth.get_untracked(),
             "preallocate": preallocate.get_untracked(),
             "no_caching": no_caching.get_untracked(),
+            "memory_limit_bytes": memory_limit_mib.get_untracked().trim().parse::<u64>().ok().map(|m| m * MIB),
+            "mem_fraction": mem_fraction.get_untracked().trim().parse::<f64>().unwrap_or(0.75),
+            "max_split_size_mb": max_split_mb.get_untracked().trim().parse::<u64>().ok(),
+            "per_process_memory_fraction": fraction.get_untracked().trim().parse::<f64>().ok(),
         })
     };
     let alloc = move || {
-        let mib: f64 = size_mib.get_untracked().parse().unwrap_or(1.0);
-        json!({"cmd": "alloc", "name": name.get_untracked(), "bytes": (mib * MIB as f64) as u64})
+        let dims: Vec<u64> = shape
+            .get_untracked()
+            .split(|c: char| c == ',' || c == 'x' || c.is_whitespace())
+            .filter_map(|d| d.trim().parse().ok())
+            .collect();
+        if dims.is_empty() {
+            let mib: f64 = size_mib.get_untracked().parse().unwrap_or(1.0);
+            json!({"cmd": "alloc", "name": name.get_untracked(), "bytes": (mib * MIB as f64) as u64})
+        } else {
+            json!({"cmd": "alloc", "name": name.get_untracked(), "shape": dims, "dtype": "float32"})
+        }
     };
     let hold = move || {
         let items: Vec<String> = hold_items
@@ -261,12 +298,17 @@ pub fn Controls(app: App) -> impl IntoView {
                 <label><input type="checkbox" prop:checked=allow_growth on:change=move |e| allow_growth.set(event_target_checked(&e)) />" allow_growth (TF)"</label>
                 <label><input type="checkbox" prop:checked=preallocate on:change=move |e| preallocate.set(event_target_checked(&e)) />" preallocate (JAX)"</label>
                 <label><input type="checkbox" prop:checked=no_caching on:change=move |e| no_caching.set(event_target_checked(&e)) />" no caching (PyTorch)"</label>
+                <label>"max_split_size_mb " <input id="max-split" size="4" placeholder="none" prop:value=max_split_mb on:input=move |e| max_split_mb.set(event_target_value(&e)) /></label>
+                <label>"memory fraction " <input id="fraction" size="4" placeholder="none" prop:value=fraction on:input=move |e| fraction.set(event_target_value(&e)) /></label>
+                <label>"TF memory limit (MiB) " <input id="memory-limit" size="6" placeholder="default" prop:value=memory_limit_mib on:input=move |e| memory_limit_mib.set(event_target_value(&e)) /></label>
+                <label>"JAX mem fraction " <input id="mem-fraction" size="4" prop:value=mem_fraction on:input=move |e| mem_fraction.set(event_target_value(&e)) /></label>
                 {button(app, "btn-restart-settings", "Restart with these settings", "Restart the kernel with the settings above", restart)}
             </fieldset>
             <fieldset hidden=hidden(app, "tensor")>
                 <legend>"Tensors"</legend>
                 <label>"Name " <input id="name" size="6" prop:value=name on:input=move |e| { let v = event_target_value(&e); app.selected.set(v.clone()); name.set(v); } /></label>
                 <label>"MiB " <input id="size" size="6" prop:value=size_mib on:input=move |e| size_mib.set(event_target_value(&e)) /></label>
+                <label>"or shape " <input id="shape" size="9" placeholder="1024, 1024" prop:value=shape on:input=move |e| shape.set(event_target_value(&e)) /></label>
                 {button(app, "btn-alloc", "Allocate", "name = torch.empty(...) on the GPU", alloc)}
                 <label>"Hold " <input id="hold-items" size="8" prop:value=hold_items on:input=move |e| hold_items.set(event_target_value(&e)) /></label>
                 <label><input type="checkbox" prop:checked=cycle on:change=move |e| cycle.set(event_target_checked(&e)) />" cycle"</label>
@@ -298,6 +340,7 @@ fn Training(app: App) -> impl IntoView {
     let set_to_none = RwSignal::new(true);
     let tensor_history = RwSignal::new(false);
     let on_device = RwSignal::new(false);
+    let no_grad = RwSignal::new(false);
     let n = |s: RwSignal<String>, d: u64| move || s.get_untracked().parse::<u64>().unwrap_or(d);
     let build = move || {
         app.send(json!({"cmd": "model", "name": "model", "layers": n(layers, 4)(), "width": n(width, 1024)()}));
@@ -315,7 +358,8 @@ fn Training(app: App) -> impl IntoView {
     };
     let forward = move || {
         json!({"cmd": "forward", "name": "loss", "model": "model", "data": "data",
-        "batch_size": n(batch, 64)(), "amp": amp.get_untracked(), "checkpointing": checkpointing.get_untracked()})
+        "batch_size": n(batch, 64)(), "amp": amp.get_untracked(), "checkpointing": checkpointing.get_untracked(),
+        "no_grad": no_grad.get_untracked()})
     };
     view! {
         <fieldset hidden=hidden(app, "training")>
@@ -337,6 +381,7 @@ fn Training(app: App) -> impl IntoView {
             <label><input type="checkbox" prop:checked=checkpointing on:change=move |e| checkpointing.set(event_target_checked(&e)) />" checkpointing"</label>
             <label><input type="checkbox" prop:checked=set_to_none on:change=move |e| set_to_none.set(event_target_checked(&e)) />" set_to_none"</label>
             <label><input type="checkbox" prop:checked=tensor_history on:change=move |e| tensor_history.set(event_target_checked(&e)) />" total_loss += loss"</label>
+            <label><input type="checkbox" prop:checked=no_grad on:change=move |e| no_grad.set(event_target_checked(&e)) />" no_grad (forward)"</label>
             <br />
             {button(app, "btn-forward", "forward", "loss = criterion(model(x), y)", forward)}
             {button(app, "btn-backward", "backward", "loss.backward()", || json!({"cmd": "backward", "name": "loss"}))}
@@ -536,7 +581,8 @@ pub fn Objects(app: App) -> impl IntoView {
                         let selected = pick.clone();
                         view! {
                             <tr class:selected=move || app.selected.get() == selected tabindex="0"
-                                on:click=move |_| app.selected.set(pick.clone())>
+                                on:click={ let pick = pick.clone(); move |_| app.selected.set(pick.clone()) }
+                                on:keydown=move |e: web_sys::KeyboardEvent| if e.key() == "Enter" || e.key() == " " { app.selected.set(pick.clone()) }>
                                 <td>{if o.names.is_empty() { format!("({})", o.label) } else { o.names.join(", ") }}</td>
                                 <td>{o.kind.clone()}</td>
                                 <td class="num">{if o.bytes > 0 { format_size(o.bytes) } else { String::new() }}</td>
