@@ -150,6 +150,33 @@ fn missing_file_and_cuda_are_clear_errors() {
 }
 
 #[test]
+fn device_cuda_without_a_gpu_is_a_clear_error_and_auto_falls_back() {
+    let out = Command::new(vramlab_bin())
+        .args(["run", "-", "--device", "cuda"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        // No GPU here: the reason is given, nothing panicked.
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("--device cuda:"), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    let out = Command::new(vramlab_bin())
+        .args(["run", "/dev/null", "--device", "auto", "--snapshot"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let snap: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(snap["device"]["kind"] == "simulated" || snap["device"]["kind"] == "cuda");
+}
+
+#[test]
 fn help_explains_options_and_their_environment_variables() {
     let out = Command::new(vramlab_bin())
         .args(["serve", "--help"])

@@ -49,21 +49,42 @@ fn sim_factory() -> Box<dyn DeviceFactory> {
     Box::new(SimDeviceFactory)
 }
 
+fn cuda_factory() -> Box<dyn DeviceFactory> {
+    Box::new(crate::cuda::CudaFactory { ordinal: 0 })
+}
+
 /// Picks the backend; never panics, whatever the machine has.
 pub fn select(choice: DeviceChoice) -> anyhow::Result<Backend> {
+    let sim = |reason: String| Backend {
+        name: "sim",
+        reason,
+        factory: sim_factory,
+    };
     match choice {
-        DeviceChoice::Sim => Ok(Backend {
-            name: "sim",
-            reason: "simulated GPU (asked for with --device sim)".into(),
-            factory: sim_factory,
+        DeviceChoice::Sim => Ok(sim("simulated GPU (asked for with --device sim)".into())),
+        DeviceChoice::Auto => Ok(match crate::cuda::probe() {
+            Ok(gpu) => Backend {
+                name: "cuda",
+                reason: format!(
+                    "CUDA: {} ({} GiB, compute capability {}.{})",
+                    gpu.name,
+                    gpu.total_bytes >> 30,
+                    gpu.compute_capability.0,
+                    gpu.compute_capability.1
+                ),
+                factory: cuda_factory,
+            },
+            Err(why) => sim(format!("simulated GPU: no CUDA GPU here ({why})")),
         }),
-        DeviceChoice::Auto => Ok(Backend {
-            name: "sim",
-            reason: "simulated GPU (this build has no CUDA backend)".into(),
-            factory: sim_factory,
-        }),
-        DeviceChoice::Cuda => Err(anyhow::anyhow!(
-            "--device cuda: this build has no CUDA backend; use --device sim or --device auto"
-        )),
+        DeviceChoice::Cuda => match crate::cuda::probe() {
+            Ok(gpu) => Ok(Backend {
+                name: "cuda",
+                reason: format!("CUDA: {} (asked for with --device cuda)", gpu.name),
+                factory: cuda_factory,
+            }),
+            Err(why) => Err(anyhow::anyhow!(
+                "--device cuda: {why}; use --device sim, or see the README's section on GPUs"
+            )),
+        },
     }
 }

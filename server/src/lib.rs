@@ -2,6 +2,7 @@
 //!
 //! - [`cli`]: the command line (clap), every option also an environment variable.
 //! - [`backend`]: which device a kernel runs on (simulated GPU or CUDA).
+//! - [`cuda`]: the real GPU through the CUDA driver (loaded at run time).
 //! - [`runner`]: `vramlab run`, the headless runner of command files.
 //! - [`http`]: `vramlab serve`, the axum application and its routes.
 //! - [`access`]: the access token and the websocket's origin check.
@@ -12,6 +13,7 @@
 pub mod access;
 pub mod backend;
 pub mod cli;
+pub mod cuda;
 pub mod http;
 pub mod metrics;
 pub mod runner;

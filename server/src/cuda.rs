@@ -1,0 +1,180 @@
+//! The real GPU: a [`Device`] whose segments are `cuMemAlloc` / `cuMemFree`
+//! on an NVIDIA GPU, through the CUDA driver loaded at run time (cudarc), so
+//! the binary runs (on the simulator) where there is no CUDA at all.
+//!
+//! Each kernel gets a CUDA context of its own (`cuCtxCreate`), as each Python
+//! process does; restarting the kernel destroys it, so everything, the
+//! context included, goes back to the driver. The context's cost is measured
+//! when it is created (the driver's free memory before and after).
+//!
+//! The shared allocators decide when to ask for and give back segments, as
+//! they do on the simulated GPU.
+
+use cudarc::driver::{result, sys, CudaContext};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use vramlab_shared::device::{Device, DeviceInfo, DeviceKind};
+use vramlab_shared::engine::DeviceFactory;
+use vramlab_shared::framework::Settings;
+use vramlab_shared::protocol::{CommandError, ErrorKind};
+
+/// What a working GPU says about itself.
+#[derive(Clone, Debug)]
+pub struct Probe {
+    pub name: String,
+    pub total_bytes: u64,
+    pub compute_capability: (u32, u32),
+}
+
+/// Looks for a usable GPU without ever panicking: first whether the driver
+/// library can be loaded at all, then a context on device 0.
+pub fn probe() -> Result<Probe, String> {
+    // SAFETY: only tries to dlopen the driver library.
+    if !unsafe { sys::is_culib_present() } {
+        return Err("the CUDA driver library (libcuda.so) is not installed".into());
+    }
+    let count = CudaContext::device_count().map_err(|e| format!("CUDA driver: {e:?}"))?;
+    if count < 1 {
+        return Err("the CUDA driver sees no GPU".into());
+    }
+    let ctx = CudaContext::new(0).map_err(|e| format!("cannot create a CUDA context: {e:?}"))?;
+    let name = ctx.name().map_err(|e| format!("{e:?}"))?;
+    let total = ctx.total_mem().map_err(|e| format!("{e:?}"))? as u64;
+    let (major, minor) = ctx.compute_capability().map_err(|e| format!("{e:?}"))?;
+    Ok(Probe {
+        name,
+        total_bytes: total,
+        compute_capability: (major as u32, minor as u32),
+    })
+}
+
+pub struct CudaDevice {
+    ctx: Arc<CudaContext>,
+    info: DeviceInfo,
+    context_bytes: u64,
+    segments: BTreeMap<u64, u64>,
+    segment_bytes: u64,
+}
+
+impl CudaDevice {
+    /// A new context on GPU `ordinal`, with its cost measured.
+    pub fn start(ordinal: usize) -> Result<Self, String> {
+        let ctx = CudaContext::new_non_primary(ordinal, 0)
+            .map_err(|e| format!("cannot create a CUDA context: {e:?}"))?;
+        let (free, total) = ctx.mem_get_info().map_err(|e| format!("{e:?}"))?;
+        // What one more context costs: create one, read the driver's free
+        // memory, destroy it. (Free memory is device-wide, so it cannot be
+        // read before this process has a context of its own.)
+        let context_bytes = {
+            let probe = CudaContext::new_non_primary(ordinal, 0)
+                .map_err(|e| format!("cannot create a CUDA context: {e:?}"))?;
+            let (with_probe, _) = probe.mem_get_info().map_err(|e| format!("{e:?}"))?;
+            drop(probe);
+            ctx.bind_to_thread().map_err(|e| format!("{e:?}"))?;
+            (free as u64).saturating_sub(with_probe as u64)
+        };
+        let (major, minor) = ctx.compute_capability().map_err(|e| format!("{e:?}"))?;
+        let info = DeviceInfo {
+            kind: DeviceKind::Cuda,
+            name: ctx.name().map_err(|e| format!("{e:?}"))?,
+            total_bytes: total as u64,
+            compute_capability: (major as u32, minor as u32),
+        };
+        Ok(Self {
+            ctx,
+            info,
+            context_bytes,
+            segments: BTreeMap::new(),
+            segment_bytes: 0,
+        })
+    }
+}
+
+impl Device for CudaDevice {
+    fn malloc(&mut self, bytes: u64) -> Option<u64> {
+        self.ctx.bind_to_thread().ok()?;
+        // SAFETY: a plain device allocation in this kernel's context; freed
+        // in `free` or when the context is destroyed.
+        match unsafe { result::malloc_sync(bytes as usize) } {
+            Ok(ptr) => {
+                self.segments.insert(ptr, bytes);
+                self.segment_bytes += bytes;
+                Some(ptr)
+            }
+            Err(e) => {
+                if e.0 != sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY {
+                    tracing::warn!(error = ?e, bytes, "cuMemAlloc failed");
+                }
+                None
+            }
+        }
+    }
+
+    fn free(&mut self, address: u64, bytes: u64) {
+        if self.segments.remove(&address).is_none() {
+            tracing::error!(address, "cuMemFree of an unknown segment ignored");
+            return;
+        }
+        self.segment_bytes -= bytes;
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: the pointer came from `malloc_sync` in this context and
+            // is freed once (it was just removed from the live set).
+            if let Err(e) = unsafe { result::free_sync(address) } {
+                tracing::error!(error = ?e, address, "cuMemFree failed");
+            }
+        }
+    }
+
+    fn mem_get_info(&self) -> (u64, u64) {
+        self.ctx
+            .mem_get_info()
+            .map(|(f, t)| (f as u64, t as u64))
+            .unwrap_or((0, self.info.total_bytes))
+    }
+
+    fn context_bytes(&self) -> u64 {
+        self.context_bytes
+    }
+
+    fn other_processes_bytes(&self) -> u64 {
+        let (free, total) = self.mem_get_info();
+        total.saturating_sub(free + self.context_bytes + self.segment_bytes)
+    }
+
+    fn segment_bytes(&self) -> u64 {
+        self.segment_bytes
+    }
+
+    fn info(&self) -> DeviceInfo {
+        self.info.clone()
+    }
+}
+
+/// Starts a CUDA device for each kernel; the settings that describe a
+/// simulated GPU (its size, context, other processes) do not apply.
+pub struct CudaFactory {
+    pub ordinal: usize,
+}
+
+impl DeviceFactory for CudaFactory {
+    fn start(&mut self, _settings: &Settings) -> Result<Box<dyn Device>, CommandError> {
+        CudaDevice::start(self.ordinal)
+            .map(|d| Box::new(d) as Box<dyn Device>)
+            .map_err(|m| CommandError::new(ErrorKind::InvalidValue, m))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probing_never_panics() {
+        // On a machine without CUDA this is an error that says why; on a GPU
+        // machine it names the GPU.
+        match probe() {
+            Ok(p) => assert!(p.total_bytes > 0 && !p.name.is_empty()),
+            Err(why) => assert!(!why.is_empty()),
+        }
+    }
+}
