@@ -94,6 +94,17 @@ async fn launch(name: &str) -> (Browser, tokio::task::JoinHandle<()>, PathBuf) {
     (browser, events, profile)
 }
 
+/// Opens a page and waits until it is connected to the server.
+async fn open(browser: &Browser, url: &str) -> Page {
+    let page = browser.new_page(url).await.unwrap();
+    until(
+        &page,
+        "document.getElementById('status').textContent === 'connected'",
+    )
+    .await;
+    page
+}
+
 async fn js(page: &Page, script: &str) -> Value {
     page.evaluate(script)
         .await
@@ -201,15 +212,7 @@ async fn the_playground_in_a_browser() {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
     let addr = serve_on(0, stop_rx).await;
     let (mut browser, events, profile) = launch("playground").await;
-    let page = browser
-        .new_page(format!("http://{addr}/").as_str())
-        .await
-        .unwrap();
-    until(
-        &page,
-        "document.getElementById('status').textContent === 'connected'",
-    )
-    .await;
+    let page = open(&browser, &format!("http://{addr}/")).await;
     let watch_link = until(&page, "document.getElementById('watch-link').value").await;
     let watch_id = watch_link
         .as_str()
@@ -344,15 +347,7 @@ async fn the_playground_in_a_browser() {
     );
 
     // The watch link follows the session live, read-only.
-    let watcher = browser
-        .new_page(watch_link.as_str().unwrap())
-        .await
-        .unwrap();
-    until(
-        &watcher,
-        "document.getElementById('status').textContent === 'connected'",
-    )
-    .await;
+    let watcher = open(&browser, watch_link.as_str().unwrap()).await;
     assert_eq!(
         js(&watcher, "document.getElementById('btn-gc').disabled").await,
         Value::Bool(true)
@@ -400,15 +395,7 @@ async fn the_page_reconnects_when_the_server_comes_back() {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
     let addr = serve_on(0, stop_rx).await;
     let (mut browser, events, profile) = launch("reconnect").await;
-    let page = browser
-        .new_page(format!("http://{addr}/").as_str())
-        .await
-        .unwrap();
-    until(
-        &page,
-        "document.getElementById('status').textContent === 'connected'",
-    )
-    .await;
+    let page = open(&browser, &format!("http://{addr}/")).await;
     let first = until(&page, "document.getElementById('watch-link').value").await;
     press(&page, "btn-alloc").await;
     // The server goes away...
