@@ -546,7 +546,8 @@ pub fn SegmentMap(app: App) -> impl IntoView {
         <section class="segments" aria-label="Segment map">
             <h2>"Segments" <small>{move || app.snapshot.with(|s| s.as_ref().map(|s| {
                 let blocks: usize = s.segments.iter().map(|g| g.blocks.len()).sum();
-                format!(" {} segments, {blocks} blocks, drawn in {:.1} ms", s.segments.len(), app.draw_ms.get())
+                let shown = if s.segments.len() > 400 { " (the first 400 drawn)" } else { "" };
+                format!(" {} segments{shown}, {blocks} blocks, drawn in {:.1} ms", s.segments.len(), app.draw_ms.get())
             }).unwrap_or_default())}</small></h2>
             <div class="tip" id="segment-tip">{move || tip.get()}</div>
             <canvas id="segment-map" node_ref=canvas on:mousemove=on_move></canvas>
