@@ -17,7 +17,7 @@ pub const SIM_BASE_ADDRESS: u64 = 0x7f00_0000_0000;
 /// pages.
 pub const SIM_SEGMENT_ALIGNMENT: u64 = 2 * MIB;
 /// Default CUDA context size: what a CUDA 12 context with lazy module loading
-/// costs on a recent GPU (issue threads report 200 MB to 1 GB; see
+/// costs on a recent GPU (public reports range from 200 MB to 1 GB; see
 /// `docs/simulator.md`).
 pub const DEFAULT_CONTEXT_BYTES: u64 = 300 * MIB;
 /// Default total memory of the simulated GPU (a 16 GiB card).
