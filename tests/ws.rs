@@ -255,7 +255,10 @@ async fn an_expired_session_releases_its_device_memory() {
     // After it, the session goes (the reaper looks four times a second).
     let deadline = std::time::Instant::now() + WAIT;
     while metric(&addr, "vramlab_sessions").await != 0 {
-        assert!(std::time::Instant::now() < deadline, "the session never expired");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the session never expired"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(
