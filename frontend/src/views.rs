@@ -465,6 +465,8 @@ pub fn SegmentMap(app: App) -> impl IntoView {
     let tip = RwSignal::new(String::new());
     const ROW: f64 = 16.0;
     const LABEL: f64 = 70.0;
+    // A canvas can be about 32,000 pixels tall.
+    const MAX_ROWS: usize = 2000;
     Effect::new(move |_| {
         let Some(c) = canvas.get() else {
             return;
@@ -477,7 +479,7 @@ pub fn SegmentMap(app: App) -> impl IntoView {
                 return;
             };
             let width = c.client_width().max(300) as f64;
-            let rows = snap.segments.len().clamp(1, 400);
+            let rows = snap.segments.len().clamp(1, MAX_ROWS);
             c.set_width(width as u32);
             c.set_height((rows as f64 * ROW) as u32);
             let Ok(Some(ctx)) = c.get_context("2d") else {
@@ -489,7 +491,7 @@ pub fn SegmentMap(app: App) -> impl IntoView {
             ctx.clear_rect(0.0, 0.0, width, rows as f64 * ROW);
             ctx.set_font("10px sans-serif");
             let span = width - LABEL;
-            for (r, seg) in snap.segments.iter().take(400).enumerate() {
+            for (r, seg) in snap.segments.iter().take(MAX_ROWS).enumerate() {
                 let y = r as f64 * ROW;
                 ctx.set_fill_style_str("#333");
                 let _ = ctx.fill_text(&format_size(seg.total_size), 2.0, y + 11.0);
@@ -546,11 +548,13 @@ pub fn SegmentMap(app: App) -> impl IntoView {
         <section class="segments" aria-label="Segment map">
             <h2>"Segments" <small>{move || app.snapshot.with(|s| s.as_ref().map(|s| {
                 let blocks: usize = s.segments.iter().map(|g| g.blocks.len()).sum();
-                let shown = if s.segments.len() > 400 { " (the first 400 drawn)" } else { "" };
+                let shown = if s.segments.len() > MAX_ROWS { format!(" (the first {MAX_ROWS} drawn)") } else { String::new() };
                 format!(" {} segments{shown}, {blocks} blocks, drawn in {:.1} ms", s.segments.len(), app.draw_ms.get())
             }).unwrap_or_default())}</small></h2>
             <div class="tip" id="segment-tip">{move || tip.get()}</div>
-            <canvas id="segment-map" node_ref=canvas on:mousemove=on_move></canvas>
+            <div class="map-scroll">
+                <canvas id="segment-map" node_ref=canvas on:mousemove=on_move></canvas>
+            </div>
         </section>
     }
 }
