@@ -379,6 +379,49 @@ async fn the_playground_in_a_browser() {
     println!("figure: segment map with {blocks} blocks drawn in {frame} ms");
     shot(&page, "playground.png").await;
 
+    // The estimate, from the training controls.
+    press(&page, "btn-estimate").await;
+    let explained = js(&page, "document.getElementById('explanation').textContent").await;
+    assert!(
+        explained
+            .as_str()
+            .unwrap()
+            .contains("Predicted: parameters"),
+        "{explained}"
+    );
+
+    // Another framework: the page follows the restart (code, URL, notes).
+    js(&page, "(() => { const s = document.getElementById('framework'); s.value = 'tensorflow'; s.dispatchEvent(new Event('change', {bubbles: true})); })()").await;
+    press(&page, "btn-restart-settings").await;
+    press(&page, "btn-alloc").await;
+    let code = js(&page, "document.getElementById('code').textContent").await;
+    assert!(
+        code.as_str()
+            .unwrap()
+            .trim_end()
+            .ends_with("x = tf.zeros([64 * 2**20], tf.uint8)"),
+        "{code}"
+    );
+    assert!(js(&page, "location.search")
+        .await
+        .as_str()
+        .unwrap()
+        .contains("framework=tensorflow"));
+    press(&page, "btn-empty-cache").await;
+    let explained = js(&page, "document.getElementById('explanation').textContent").await;
+    assert!(
+        explained
+            .as_str()
+            .unwrap()
+            .contains("TensorFlow has no empty_cache()"),
+        "{explained}"
+    );
+
+    // ?hide= hides control groups for a focused exercise.
+    let focused = open(&browser, &format!("http://{addr}/?hide=training,framework")).await;
+    let hidden = js(&focused, "[...document.querySelectorAll('fieldset')].filter(f => f.hidden).map(f => f.querySelector('legend').textContent)").await;
+    assert_eq!(hidden, serde_json::json!(["Kernel", "Training"]));
+
     listener.abort();
     let _ = stop_tx.send(());
     browser.close().await.unwrap();

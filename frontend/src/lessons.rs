@@ -5,31 +5,8 @@ pub struct Lesson {
     pub text: &'static str,
 }
 
-macro_rules! lessons {
-    ($($slug:literal),* $(,)?) => {
-        &[$(Lesson {
-            slug: $slug,
-            text: include_str!(concat!("../../tests/lessons/", $slug, ".jsonl")),
-        }),*]
-    };
-}
-
-pub const LESSONS: &[Lesson] = lessons![
-    "01-del-vs-empty-cache",
-    "02-cycle-needs-gc",
-    "03-tensorflow-pool-stays",
-    "04-jax-preallocation",
-    "05-fragmentation-oom",
-    "06-activations-and-batch-size",
-    "07-optimizer-state",
-    "08-set-to-none",
-    "09-loss-history-leak",
-    "10-keras-models-in-a-loop",
-    "11-tf1-session-close",
-    "12-last-exception",
-    "13-checkpointing",
-    "14-find-batch-size",
-];
+// LESSONS: every file in tests/lessons/, in name order (written by build.rs).
+include!(concat!(env!("OUT_DIR"), "/lessons.rs"));
 
 impl Lesson {
     /// "Del vs empty cache" from "01-del-vs-empty-cache".

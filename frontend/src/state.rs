@@ -74,13 +74,10 @@ pub struct App {
     pub draw_ms: RwSignal<f64>,
     pub peak: RwSignal<u64>,
     next_id: RwSignal<u64>,
-    pending: RwSignal<HashMap<u64, PendingBox>>,
+    pending: RwSignal<HashMap<u64, Pending>>,
     /// Framework asked for in the URL, applied on the first connection.
     pub wanted_framework: RwSignal<Option<Framework>>,
 }
-
-/// `Pending` behind a box that is Send + Sync (plain data).
-struct PendingBox(Box<Pending>);
 
 const MAX_POINTS: usize = 400;
 const MAX_EVENTS: usize = 200;
@@ -139,11 +136,11 @@ impl App {
         self.pending.update(|p| {
             p.insert(
                 id,
-                PendingBox(Box::new(Pending {
+                Pending {
                     command,
                     raw: raw.clone(),
                     before,
-                })),
+                },
             );
         });
         let msg = serde_json::json!({"type": "command", "id": id, "command": raw});
@@ -244,17 +241,14 @@ impl App {
         });
         self.last_step.set(Some(record.step));
         self.results.update(|n| *n += 1);
-        let pending = self
-            .pending
-            .try_update(|p| p.remove(&id))
-            .flatten()
-            .map(|b| *b.0);
+        let pending = self.pending.try_update(|p| p.remove(&id)).flatten();
         let label = record
             .cmd
             .get("cmd")
             .and_then(Value::as_str)
             .map(str::to_string);
         self.push_point(&record.stats, record.stats.step_peak_allocated_bytes, label);
+        self.follow_restart(&record);
         if let Some(p) = &pending {
             let why = match &record.error {
                 Some(e) => e.message.clone(),
@@ -282,6 +276,26 @@ impl App {
             Some(e) => self.banner.set(Some(e.message.clone())),
             None => self.banner.set(None),
         }
+    }
+
+    /// A restart may change the framework and settings: the hello came
+    /// before it, so patch what it said (owners and watchers alike).
+    fn follow_restart(&self, record: &StepRecord) {
+        if !record.ok {
+            return;
+        }
+        let Ok(Command::Restart(patch)) = parse_value(record.cmd.clone()).command else {
+            return;
+        };
+        self.hello.update(|h| {
+            if let Some(h) = h {
+                if let Ok(settings) = h.settings.patched(&patch) {
+                    h.framework = settings.framework;
+                    h.settings = settings;
+                }
+            }
+        });
+        crate::url::save(self);
     }
 
     /// The lesson step's command, without its annotations.

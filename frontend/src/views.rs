@@ -390,6 +390,18 @@ fn Training(app: App) -> impl IntoView {
             {button(app, "btn-train-1", "1 step", "One training step", move || train(1))}
             <label>"Steps " <input id="steps" size="5" prop:value=steps on:input=move |e| steps.set(event_target_value(&e)) /></label>
             {button(app, "btn-play", "▶ play", "Train for the number of steps", move || train(n(steps, 100)()))}
+            <br />
+            {button(app, "btn-estimate", "estimate", "Predict the step's memory before running it", move || json!({
+                "cmd": "estimate", "model": "model", "optimizer": "opt", "data": "data",
+                "batch_size": n(batch, 64)(), "accumulate": n(accumulate, 1)(),
+                "amp": amp.get_untracked(), "checkpointing": checkpointing.get_untracked(),
+                "set_to_none": set_to_none.get_untracked(),
+            }))}
+            {button(app, "btn-find-batch", "find batch size", "The largest batch whose step stays under 80% of the memory limit", || json!({
+                "cmd": "find_batch_size", "model": "model", "optimizer": "opt", "data": "data", "threshold": 0.8,
+            }))}
+            {button(app, "btn-tf-session", "tf.Session()", "TensorFlow 1: models built now belong to the session", || json!({"cmd": "tf_session", "name": "sess"}))}
+            {button(app, "btn-close-session", "sess.close()", "Close the TF1 session", || json!({"cmd": "close", "name": "sess"}))}
             <button id="btn-pause" disabled=move || app.read_only() on:click=move |_| crate::conn::send(r#"{"type":"stop"}"#)>"❚❚ pause"</button>
         </fieldset>
     }
