@@ -113,3 +113,38 @@ fn serves_the_built_web_app() {
     let (status, _) = get(port, wasm);
     assert_eq!(status, 200, "{wasm}");
 }
+
+#[test]
+fn json_logs_are_one_json_object_per_line() {
+    let port = free_port();
+    let mut child = Command::new(vramlab_bin())
+        .args([
+            "serve",
+            "--addr",
+            &format!("127.0.0.1:{port}"),
+            "--device",
+            "sim",
+        ])
+        .args(["--log-format", "json"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("vramlab serve starts");
+    let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    for line in lines {
+        let line = line.unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?} is not JSON: {e}"));
+        let message = v["fields"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        seen.push(message.clone());
+        if message.contains("serving on") {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(seen.iter().any(|m| m.contains("simulated GPU")), "{seen:?}");
+}

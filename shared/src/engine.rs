@@ -1577,6 +1577,18 @@ mod tests {
     }
 
     #[test]
+    fn reset_peak_memory_stats_brings_peaks_down_to_current() {
+        let mut e = Engine::new_simulated();
+        run(&mut e, r#"{"cmd":"alloc","name":"x","bytes":67108864}"#);
+        run(&mut e, r#"{"cmd":"del","name":"x"}"#);
+        let r = run(&mut e, r#"{"cmd":"empty_cache"}"#);
+        assert_eq!(r.stats.peak_allocated_bytes, 64 * MIB);
+        let r = run(&mut e, r#"{"cmd":"reset_peak_memory_stats"}"#);
+        assert_eq!(r.stats.peak_allocated_bytes, 0);
+        assert_eq!(r.stats.peak_reserved_bytes, 0);
+    }
+
+    #[test]
     fn del_model_keeps_parameters_the_optimizer_holds() {
         let mut e = Engine::new_simulated();
         run(
