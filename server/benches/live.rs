@@ -144,12 +144,7 @@ async fn main() {
         };
         let v: Value = serde_json::from_str(&t).unwrap();
         match v["type"].as_str() {
-            Some("delta") => {
-                if std::env::var_os("VRAMLAB_SHOW_DELTA").is_some() && sizes.len() == 10 {
-                    println!("{t}");
-                }
-                sizes.push(t.len() as f64)
-            }
+            Some("delta") => sizes.push(t.len() as f64),
             Some("events") => event_sizes.push(t.len() as f64),
             Some("result") if v["id"] == 1 => break,
             _ => {}

@@ -246,9 +246,12 @@ pub struct SnapshotDelta {
     /// this client, even if it rose and fell in between.
     pub peak_allocated_bytes: u64,
     pub peak_reserved_bytes: u64,
-    /// Segments that are new or changed, whole.
+    /// Segments that are new, whole.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub segments: Vec<SegmentSnapshot>,
+    /// Segments that changed: only their changed blocks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub patched_segments: Vec<SegmentPatch>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub removed_segments: Vec<u64>,
     /// Objects that are new or changed.
@@ -256,6 +259,41 @@ pub struct SnapshotDelta {
     pub objects: Vec<ObjectSnapshot>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub removed_objects: Vec<u32>,
+}
+
+/// The blocks of a segment that changed (by block address).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentPatch {
+    pub address: u64,
+    pub allocated_size: u64,
+    pub requested_size: u64,
+    /// Blocks that are new or changed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocks: Vec<BlockSnapshot>,
+    /// Addresses of blocks that are gone (merged into a neighbour).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed_blocks: Vec<u64>,
+}
+
+fn patch(old: &SegmentSnapshot, new: &SegmentSnapshot) -> SegmentPatch {
+    let before: BTreeMap<u64, &BlockSnapshot> = old.blocks.iter().map(|b| (b.address, b)).collect();
+    let after: std::collections::BTreeSet<u64> = new.blocks.iter().map(|b| b.address).collect();
+    SegmentPatch {
+        address: new.address,
+        allocated_size: new.allocated_size,
+        requested_size: new.requested_size,
+        blocks: new
+            .blocks
+            .iter()
+            .filter(|b| before.get(&b.address) != Some(b))
+            .cloned()
+            .collect(),
+        removed_blocks: before
+            .keys()
+            .filter(|a| !after.contains(a))
+            .copied()
+            .collect(),
+    }
 }
 
 /// The delta that turns `old` into `new` (events aside: they travel in
@@ -276,8 +314,16 @@ pub fn diff(old: &Snapshot, new: &Snapshot, peaks: (u64, u64)) -> SnapshotDelta 
         segments: new
             .segments
             .iter()
-            .filter(|s| old_segments.get(&s.address) != Some(s))
+            .filter(|s| !old_segments.contains_key(&s.address))
             .cloned()
+            .collect(),
+        patched_segments: new
+            .segments
+            .iter()
+            .filter_map(|s| {
+                let old = old_segments.get(&s.address)?;
+                (*old != s).then(|| patch(old, s))
+            })
             .collect(),
         removed_segments: old_segments
             .keys()
@@ -314,6 +360,26 @@ pub fn apply(snapshot: &mut Snapshot, delta: &SnapshotDelta) {
             Some(s) => *s = seg.clone(),
             None => snapshot.segments.push(seg.clone()),
         }
+    }
+    for p in &delta.patched_segments {
+        let Some(seg) = snapshot
+            .segments
+            .iter_mut()
+            .find(|s| s.address == p.address)
+        else {
+            continue;
+        };
+        seg.allocated_size = p.allocated_size;
+        seg.requested_size = p.requested_size;
+        seg.blocks
+            .retain(|b| !p.removed_blocks.contains(&b.address));
+        for block in &p.blocks {
+            match seg.blocks.iter_mut().find(|b| b.address == block.address) {
+                Some(b) => *b = block.clone(),
+                None => seg.blocks.push(block.clone()),
+            }
+        }
+        seg.blocks.sort_by_key(|b| b.address);
     }
     snapshot.segments.sort_by_key(|s| s.address);
     snapshot
@@ -359,6 +425,13 @@ mod tests {
         let new = e.snapshot(0);
         let delta = diff(&old, &new, (1, 2));
         assert_eq!(delta.removed_segments.len(), 1, "y's segment went back");
+        // z split the free tail of x's small segment: only those blocks travel.
+        assert_eq!(delta.patched_segments.len(), 1);
+        assert_eq!(
+            delta.patched_segments[0].blocks.len(),
+            2,
+            "z and the new free tail"
+        );
         let mut rebuilt = old.clone();
         apply(&mut rebuilt, &delta);
         assert_eq!(rebuilt, new);
