@@ -5,6 +5,7 @@
 //! [`SimDevice`] is the simulated GPU. The CUDA backend in the server
 //! implements the same [`Device`] trait, so both run the same allocator code.
 
+use crate::error::DeviceError;
 use crate::units::{round_up, GIB, MIB};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -44,9 +45,10 @@ pub struct DeviceInfo {
 
 /// A GPU that hands out whole segments.
 pub trait Device: Send {
-    /// `cudaMalloc`: a new segment of exactly `bytes`, or `None` when the
-    /// driver has not enough free memory.
-    fn malloc(&mut self, bytes: u64) -> Option<u64>;
+    /// `cudaMalloc`: a new segment of exactly `bytes`;
+    /// [`DeviceError::OutOfMemory`] when the driver has not enough free
+    /// memory, [`DeviceError::Driver`] for any other failure.
+    fn malloc(&mut self, bytes: u64) -> Result<u64, DeviceError>;
     /// `cudaFree` of a segment obtained from [`Device::malloc`].
     fn free(&mut self, address: u64, bytes: u64);
     /// `cudaMemGetInfo`: `(free, total)` for the whole device, other
@@ -141,16 +143,16 @@ impl SimDevice {
 }
 
 impl Device for SimDevice {
-    fn malloc(&mut self, bytes: u64) -> Option<u64> {
+    fn malloc(&mut self, bytes: u64) -> Result<u64, DeviceError> {
         if bytes > self.free_bytes() {
-            return None;
+            return Err(DeviceError::OutOfMemory);
         }
         let address = self.next_address;
         // Never reuse an address while the kernel lives.
         self.next_address = round_up(address + bytes.max(1), SIM_SEGMENT_ALIGNMENT);
         self.segments.insert(address, bytes);
         self.segment_bytes += bytes;
-        Some(address)
+        Ok(address)
     }
 
     fn free(&mut self, address: u64, bytes: u64) {
@@ -210,9 +212,9 @@ impl QuotaDevice {
 }
 
 impl Device for QuotaDevice {
-    fn malloc(&mut self, bytes: u64) -> Option<u64> {
+    fn malloc(&mut self, bytes: u64) -> Result<u64, DeviceError> {
         if self.inner.segment_bytes().saturating_add(bytes) > self.quota {
-            return None;
+            return Err(DeviceError::OutOfMemory);
         }
         self.inner.malloc(bytes)
     }
@@ -267,7 +269,7 @@ mod tests {
             other_processes_bytes: 24 * MIB,
         });
         assert_eq!(d.mem_get_info(), (900 * MIB, GIB));
-        assert!(d.malloc(900 * MIB + 1).is_none());
+        assert!(d.malloc(900 * MIB + 1).is_err());
         let a = d.malloc(900 * MIB).unwrap();
         assert_eq!(d.mem_get_info().0, 0);
         assert_eq!(d.process_used_bytes(), 1000 * MIB);
@@ -281,9 +283,9 @@ mod tests {
             Box::new(SimDevice::new(SimDeviceConfig::default())),
             4 * MIB,
         );
-        assert!(d.malloc(2 * MIB).is_some());
-        assert!(d.malloc(4 * MIB).is_none());
-        assert!(d.malloc(2 * MIB).is_some());
+        assert!(d.malloc(2 * MIB).is_ok());
+        assert!(d.malloc(4 * MIB).is_err());
+        assert!(d.malloc(2 * MIB).is_ok());
         assert_eq!(d.segment_bytes(), 4 * MIB);
     }
 

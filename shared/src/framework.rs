@@ -7,9 +7,10 @@ use crate::alloc::caching::{CachingAllocator, CachingConfig, LARGE_BUFFER};
 use crate::alloc::uncached::UncachedAllocator;
 use crate::alloc::{Allocator, OutOfMemory};
 use crate::device::{Device, DEFAULT_CONTEXT_BYTES, DEFAULT_TOTAL_BYTES, OTHER_PROCESS_PID};
-use crate::protocol::{CommandError, Dtype, ErrorKind, Framework, RestartSettings};
+use crate::error::{CommandError, ErrorKind};
+use crate::types::{Dtype, Framework};
 use crate::units::{format_size, GIB, MIB};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// The largest simulated device accepted (1 PiB): anything above is a typo.
 pub const MAX_DEVICE_BYTES: u64 = 1024 * 1024 * GIB;
@@ -50,6 +51,72 @@ impl Default for Settings {
             per_process_memory_fraction: None,
         }
     }
+}
+
+/// Deserializes a field that may be absent (keep the old value), `null`
+/// (back to the default) or a value.
+fn nullable<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// `restart`: every field optional; an omitted one keeps its value, a
+/// nullable one set to `null` goes back to its default.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestartSettings {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub framework: Option<Framework>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_total_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_bytes: Option<u64>,
+    /// Memory other processes hold on the same GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other_processes_bytes: Option<u64>,
+    /// TensorFlow `allow_growth` / `set_memory_growth`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_growth: Option<bool>,
+    /// TensorFlow's memory limit (a logical device's `memory_limit`); `null`
+    /// for the default rule.
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub memory_limit_bytes: Option<Option<u64>>,
+    /// `TF_ENABLE_GPU_GARBAGE_COLLECTION`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_garbage_collection: Option<bool>,
+    /// `XLA_PYTHON_CLIENT_PREALLOCATE`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preallocate: Option<bool>,
+    /// `XLA_PYTHON_CLIENT_MEM_FRACTION`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_fraction: Option<f64>,
+    /// `PYTORCH_NO_CUDA_MEMORY_CACHING=1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_caching: Option<bool>,
+    /// `PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:N`; `null` for unlimited.
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_split_size_mb: Option<Option<u64>>,
+    /// `PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:F`; 0 is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub garbage_collection_threshold: Option<f64>,
+    /// `torch.cuda.set_per_process_memory_fraction(F)`; `null` for none.
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub per_process_memory_fraction: Option<Option<f64>>,
 }
 
 fn invalid(message: String) -> CommandError {
@@ -159,6 +226,20 @@ impl Settings {
             }
         }
         Ok(())
+    }
+
+    /// The most the framework lets this process hold on `device`: the
+    /// memory it could get at start (capped by the per-process fraction)
+    /// for PyTorch, the BFC memory limit for TensorFlow and JAX.
+    pub fn memory_budget(&self, device: &dyn Device) -> u64 {
+        let (free, total) = device.mem_get_info();
+        let start_free = free + device.segment_bytes();
+        match self.framework {
+            Framework::Pytorch => self
+                .per_process_memory_fraction
+                .map_or(start_free, |f| ((f * total as f64) as u64).min(start_free)),
+            _ => self.bfc_memory_limit(device),
+        }
     }
 
     /// The BFC allocator's memory limit for this device.

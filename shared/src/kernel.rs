@@ -3,11 +3,11 @@
 //! creates or frees goes through here, so the events, the per-category
 //! totals and the per-command peaks are always right.
 
-use crate::alloc::{Allocator, BlockId, OutOfMemory, TraceAction, TraceEvent};
+use crate::alloc::{AllocError, Allocator, BlockId, TraceAction, TraceEvent};
 use crate::device::Device;
-use crate::protocol::{Category, Dtype};
 use crate::runtime::{ObjId, ObjectKind, Released, Runtime, Tensor};
-use crate::snapshot::{Event, EventAction, Stats};
+use crate::stats::{Event, EventAction, Stats};
+use crate::types::{Category, Dtype};
 use std::collections::{BTreeMap, VecDeque};
 
 /// How many events the log keeps (like PyTorch's `max_entries`).
@@ -16,7 +16,7 @@ pub const DEFAULT_EVENT_CAPACITY: usize = 10_000;
 /// A failed allocation: the allocator's facts and the tensor asked for.
 #[derive(Clone, Debug)]
 pub struct AllocFailure {
-    pub oom: Box<OutOfMemory>,
+    pub error: AllocError,
     pub shape: Vec<u64>,
     pub dtype: Dtype,
 }
@@ -146,7 +146,13 @@ impl Kernel {
         self.drain_trace(Some(label));
         let block = match result {
             Ok(block) => block,
-            Err(oom) => return Err(AllocFailure { oom, shape, dtype }),
+            Err(error) => {
+                return Err(AllocFailure {
+                    error,
+                    shape,
+                    dtype,
+                })
+            }
         };
         if let Some(b) = block {
             self.categories[category_index(category)] += self.allocator.block_size(b);

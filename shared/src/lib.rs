@@ -1,20 +1,28 @@
 //! vramlab's memory engine: pure, deterministic, single-threaded, and built
-//! for the host and for wasm32 alike.
+//! for the host and for wasm32 alike. Modules in layers; each uses only
+//! those listed before it:
 //!
-//! - [`protocol`]: the commands and result records (the wire format).
-//! - [`alloc`]: the allocators (PyTorch caching, uncached, TF/XLA BFC).
+//! - [`types`], [`error`], [`units`]: plain domain words, errors, sizes.
 //! - [`device`]: the `Device` trait and the simulated GPU.
+//! - [`alloc`]: one block arena under the allocators (PyTorch caching,
+//!   uncached, TF/XLA BFC).
 //! - [`framework`]: settings, which allocator each framework builds, OOM texts.
 //! - [`runtime`]: names, reference counts, cycles and `gc.collect()`.
+//! - [`stats`]: the numbers every result carries and the event log's entries.
 //! - [`kernel`]: one process: device + allocator + runtime + event log.
-//! - [`engine`]: carries out commands on a kernel.
+//! - [`snapshot`]: the segment map and live objects, captured from a kernel.
 //! - [`train`]: models, optimizers, data and the allocations of a training step.
-//! - [`snapshot`]: stats, segment map, event log, live objects.
+//! - [`command`]: the commands, their arguments, and `parse_line`.
+//! - [`engine`]: carries out commands on a kernel.
+//! - [`python`]: the Python each command stands for.
+//! - [`protocol`]: result records and websocket messages (the wire format).
 //! - [`lesson`]: checks lesson files' expectations.
 
 pub mod alloc;
+pub mod command;
 pub mod device;
 pub mod engine;
+pub mod error;
 pub mod framework;
 pub mod kernel;
 pub mod lesson;
@@ -22,9 +30,15 @@ pub mod protocol;
 pub mod python;
 pub mod runtime;
 pub mod snapshot;
+pub mod stats;
 pub mod train;
+pub mod types;
 pub mod units;
 
+pub use command::Command;
 pub use engine::Engine;
-pub use protocol::{Command, CommandError, ErrorKind, Framework, StepRecord};
-pub use snapshot::{Snapshot, Stats};
+pub use error::{CommandError, DeviceError, ErrorKind};
+pub use protocol::StepRecord;
+pub use snapshot::Snapshot;
+pub use stats::Stats;
+pub use types::Framework;

@@ -1,8 +1,9 @@
 //! The Python a command stands for, in the framework chosen (the code pane),
 //! and the plain-language account of which of the three numbers moved.
 
-use crate::protocol::{Command, Framework, LossHistory};
+use crate::command::*;
 use crate::snapshot::Stats;
+use crate::types::Framework;
 use crate::units::{format_size, MIB};
 
 fn size_expr(bytes: u64) -> String {
@@ -15,77 +16,14 @@ fn size_expr(bytes: u64) -> String {
 
 /// The line(s) of Python a command stands for.
 pub fn code(cmd: &Command, framework: Framework) -> String {
-    let tf = framework == Framework::Tensorflow;
-    let jax = framework == Framework::Jax;
     match cmd {
-        Command::Restart(s) => {
-            let mut lines = vec!["# restart the kernel".to_string()];
-            match s.framework.unwrap_or(framework) {
-                Framework::Pytorch => {
-                    if s.no_caching == Some(true) {
-                        lines.push("# PYTORCH_NO_CUDA_MEMORY_CACHING=1".into());
-                    }
-                    if let Some(Some(mb)) = s.max_split_size_mb {
-                        lines.push(format!("# PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:{mb}"));
-                    }
-                    lines.push("import torch".into());
-                    if let Some(Some(f)) = s.per_process_memory_fraction {
-                        lines.push(format!("torch.cuda.set_per_process_memory_fraction({f})"));
-                    }
-                }
-                Framework::Tensorflow => {
-                    lines.push("import tensorflow as tf".into());
-                    if s.allow_growth == Some(true) {
-                        lines.push("gpu = tf.config.list_physical_devices('GPU')[0]".into());
-                        lines.push("tf.config.experimental.set_memory_growth(gpu, True)".into());
-                    }
-                    if let Some(Some(limit)) = s.memory_limit_bytes {
-                        lines.push(format!(
-                            "tf.config.set_logical_device_configuration(gpu, [tf.config.LogicalDeviceConfiguration(memory_limit={})])",
-                            limit / MIB
-                        ));
-                    }
-                }
-                Framework::Jax => {
-                    if s.preallocate == Some(false) {
-                        lines.push("# XLA_PYTHON_CLIENT_PREALLOCATE=false".into());
-                    }
-                    if let Some(f) = s.mem_fraction {
-                        lines.push(format!("# XLA_PYTHON_CLIENT_MEM_FRACTION={f}"));
-                    }
-                    lines.push("import jax, jax.numpy as jnp".into());
-                }
-            }
-            lines.join("\n")
-        }
-        Command::Alloc {
-            name,
-            bytes,
-            shape,
-            dtype,
-            ..
-        } => {
-            let (dims, dt) = match (bytes, shape) {
-                (Some(b), _) => (size_expr(*b), "uint8".to_string()),
-                (None, Some(s)) => (
-                    s.iter().map(u64::to_string).collect::<Vec<_>>().join(", "),
-                    dtype.map_or("float32", |d| d.torch_name()).to_string(),
-                ),
-                _ => ("?".into(), "float32".into()),
-            };
-            if tf {
-                format!("{name} = tf.zeros([{dims}], tf.{dt})")
-            } else if jax {
-                format!("{name} = jnp.zeros(({dims},), jnp.{dt})")
-            } else {
-                format!("{name} = torch.empty({dims}, dtype=torch.{dt}, device=\"cuda\")")
-            }
-        }
-        Command::Del { name } => format!("del {name}"),
-        Command::Hold { name, items, cycle } => {
-            let mut s = format!("{name} = [{}]", items.join(", "));
-            if *cycle {
-                s.push_str(&format!("\n{name}.append({name})  # a reference cycle"));
+        Command::Restart(s) => restart_code(s, s.framework.unwrap_or(framework)),
+        Command::Alloc(a) => alloc_code(a, framework),
+        Command::Del(a) => format!("del {}", a.name),
+        Command::Hold(a) => {
+            let mut s = format!("{} = [{}]", a.name, a.items.join(", "));
+            if a.cycle {
+                s.push_str(&format!("\n{0}.append({0})  # a reference cycle", a.name));
             }
             s
         }
@@ -93,126 +31,167 @@ pub fn code(cmd: &Command, framework: Framework) -> String {
         Command::EmptyCache {} => "torch.cuda.empty_cache()".into(),
         Command::ClearSession {} => "tf.keras.backend.clear_session()".into(),
         Command::ResetPeakMemoryStats {} => "torch.cuda.reset_peak_memory_stats()".into(),
-        Command::Model {
-            name,
-            layers,
-            width,
-            input_dim,
-            classes,
-            ..
-        } => {
-            if tf {
-                format!(
-                    "{name} = tf.keras.Sequential([tf.keras.layers.Dense({width}, activation='relu') for _ in range({layers})] + [tf.keras.layers.Dense({classes})])\n{name}.build((None, {input_dim}))"
-                )
-            } else {
-                format!(
-                    "{name} = nn.Sequential(nn.Linear({input_dim}, {width}), nn.ReLU(), *[m for _ in range({}) for m in (nn.Linear({width}, {width}), nn.ReLU())], nn.Linear({width}, {classes})).cuda()",
-                    layers.saturating_sub(1)
-                )
-            }
-        }
-        Command::Optimizer {
-            name, model, kind, ..
-        } => format!("{name} = {}({model}.parameters())", kind.python()),
-        Command::Data {
-            name,
-            samples,
-            features,
-            on_device,
-            ..
-        } => {
-            if *on_device {
-                format!("{name} = TensorDataset(X.cuda(), y.cuda())  # {samples} x {features}, all on the GPU")
-            } else {
-                format!("{name} = DataLoader(TensorDataset(X, y), batch_size=...)  # {samples} x {features}, on the host")
-            }
-        }
-        Command::Forward {
-            name,
-            model,
-            batch_size,
-            no_grad,
-            amp,
-            ..
-        } => {
-            let mut s = format!("x, y = next(batches)  # batch of {batch_size}\n");
-            if *no_grad {
-                s.push_str("with torch.no_grad():\n    ");
-            }
-            if *amp {
-                s.push_str("with torch.autocast('cuda', dtype=torch.float16):\n    ");
-            }
-            s.push_str(&format!("{name} = criterion({model}(x.cuda()), y.cuda())"));
-            s
-        }
-        Command::Backward { name, retain_graph } => {
-            if *retain_graph {
-                format!("{name}.backward(retain_graph=True)")
-            } else {
-                format!("{name}.backward()")
-            }
-        }
-        Command::Step { optimizer } => format!("{optimizer}.step()"),
-        Command::ZeroGrad {
-            optimizer,
-            set_to_none,
-        } => format!("{optimizer}.zero_grad(set_to_none={})", py_bool(*set_to_none)),
-        Command::Train {
-            model,
-            optimizer,
-            steps,
-            batch_size,
-            accumulate,
-            set_to_none,
-            loss_history,
-            amp,
-            checkpointing,
-            ..
-        } => {
-            let forward = if *checkpointing {
-                format!("checkpoint_sequential({model}, segments, x.cuda())")
-            } else {
-                format!("{model}(x.cuda())")
-            };
-            let mut s = format!("for step in range({steps}):  # batch {batch_size}\n");
-            if *accumulate > 1 {
-                s.push_str(&format!("    for x, y in micro_batches(batch, {accumulate}):\n    "));
-            }
-            if *amp {
-                s.push_str("    with torch.autocast('cuda', dtype=torch.float16):\n    ");
-            }
-            s.push_str(&format!("    loss = criterion({forward}, y.cuda())"));
-            if *accumulate > 1 {
-                s.push_str(&format!(" / {accumulate}"));
-            }
-            s.push('\n');
-            if *accumulate > 1 {
-                s.push_str("    ");
-            }
-            s.push_str("    loss.backward()\n");
-            if *accumulate > 1 {
-                s.push_str("    ");
-            }
-            s.push_str(match loss_history {
-                LossHistory::Item => "    total_loss += loss.item()\n",
-                LossHistory::Tensor => "    total_loss += loss  # keeps every step's graph reachable\n",
-            });
-            s.push_str(&format!(
-                "    {optimizer}.step()\n    {optimizer}.zero_grad(set_to_none={})",
-                py_bool(*set_to_none)
-            ));
-            s
-        }
-        Command::FindBatchSize { threshold, .. } => format!(
-            "# try batch sizes 1, 2, 4, ... and keep the largest whose step peak stays under {threshold} of the memory limit"
+        Command::Model(a) => model_code(a, framework),
+        Command::Optimizer(a) => format!("{} = {}({}.parameters())", a.name, a.kind.python(), a.model),
+        Command::Data(a) => data_code(a),
+        Command::Forward(a) => forward_code(a),
+        Command::Backward(a) if a.retain_graph => format!("{}.backward(retain_graph=True)", a.name),
+        Command::Backward(a) => format!("{}.backward()", a.name),
+        Command::Step(a) => format!("{}.step()", a.optimizer),
+        Command::ZeroGrad(a) => format!("{}.zero_grad(set_to_none={})", a.optimizer, py_bool(a.set_to_none)),
+        Command::Train(a) => train_code(a),
+        Command::FindBatchSize(a) => format!(
+            "# try batch sizes 1, 2, 4, ... and keep the largest whose step peak stays under {} of the memory limit",
+            a.threshold
         ),
-        Command::Estimate { batch_size, .. } => {
-            format!("# estimate parameters, gradients, optimizer state and activations at batch {batch_size}")
-        }
-        Command::TfSession { name } => format!("{name} = tf.compat.v1.Session()"),
-        Command::Close { name } => format!("{name}.close()"),
+        Command::Estimate(a) => format!(
+            "# estimate parameters, gradients, optimizer state and activations at batch {}",
+            a.batch_size
+        ),
+        Command::TfSession(a) => format!("{} = tf.compat.v1.Session()", a.name),
+        Command::Close(a) => format!("{}.close()", a.name),
     }
+}
+
+fn restart_code(s: &RestartSettings, framework: Framework) -> String {
+    let mut lines = vec!["# restart the kernel".to_string()];
+    match framework {
+        Framework::Pytorch => {
+            if s.no_caching == Some(true) {
+                lines.push("# PYTORCH_NO_CUDA_MEMORY_CACHING=1".into());
+            }
+            if let Some(Some(mb)) = s.max_split_size_mb {
+                lines.push(format!("# PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:{mb}"));
+            }
+            lines.push("import torch".into());
+            if let Some(Some(f)) = s.per_process_memory_fraction {
+                lines.push(format!("torch.cuda.set_per_process_memory_fraction({f})"));
+            }
+        }
+        Framework::Tensorflow => {
+            lines.push("import tensorflow as tf".into());
+            if s.allow_growth == Some(true) {
+                lines.push("gpu = tf.config.list_physical_devices('GPU')[0]".into());
+                lines.push("tf.config.experimental.set_memory_growth(gpu, True)".into());
+            }
+            if let Some(Some(limit)) = s.memory_limit_bytes {
+                lines.push(format!(
+                    "tf.config.set_logical_device_configuration(gpu, [tf.config.LogicalDeviceConfiguration(memory_limit={})])",
+                    limit / MIB
+                ));
+            }
+        }
+        Framework::Jax => {
+            if s.preallocate == Some(false) {
+                lines.push("# XLA_PYTHON_CLIENT_PREALLOCATE=false".into());
+            }
+            if let Some(f) = s.mem_fraction {
+                lines.push(format!("# XLA_PYTHON_CLIENT_MEM_FRACTION={f}"));
+            }
+            lines.push("import jax, jax.numpy as jnp".into());
+        }
+    }
+    lines.join("\n")
+}
+
+fn alloc_code(a: &AllocArgs, framework: Framework) -> String {
+    let name = &a.name;
+    let (dims, dt) = match (a.bytes, &a.shape) {
+        (Some(b), _) => (size_expr(b), "uint8".to_string()),
+        (None, Some(s)) => (
+            s.iter().map(u64::to_string).collect::<Vec<_>>().join(", "),
+            a.dtype.map_or("float32", |d| d.torch_name()).to_string(),
+        ),
+        _ => ("?".into(), "float32".into()),
+    };
+    match framework {
+        Framework::Tensorflow => format!("{name} = tf.zeros([{dims}], tf.{dt})"),
+        Framework::Jax => format!("{name} = jnp.zeros(({dims},), jnp.{dt})"),
+        Framework::Pytorch => {
+            format!("{name} = torch.empty({dims}, dtype=torch.{dt}, device=\"cuda\")")
+        }
+    }
+}
+
+fn model_code(a: &ModelArgs, framework: Framework) -> String {
+    let (name, layers, width, input_dim, classes) =
+        (&a.name, a.layers, a.width, a.input_dim, a.classes);
+    if framework == Framework::Tensorflow {
+        format!(
+            "{name} = tf.keras.Sequential([tf.keras.layers.Dense({width}, activation='relu') for _ in range({layers})] + [tf.keras.layers.Dense({classes})])\n{name}.build((None, {input_dim}))"
+        )
+    } else {
+        format!(
+            "{name} = nn.Sequential(nn.Linear({input_dim}, {width}), nn.ReLU(), *[m for _ in range({}) for m in (nn.Linear({width}, {width}), nn.ReLU())], nn.Linear({width}, {classes})).cuda()",
+            layers.saturating_sub(1)
+        )
+    }
+}
+
+fn data_code(a: &DataArgs) -> String {
+    let (name, samples, features) = (&a.name, a.samples, a.features);
+    if a.on_device {
+        format!(
+            "{name} = TensorDataset(X.cuda(), y.cuda())  # {samples} x {features}, all on the GPU"
+        )
+    } else {
+        format!("{name} = DataLoader(TensorDataset(X, y), batch_size=...)  # {samples} x {features}, on the host")
+    }
+}
+
+fn forward_code(a: &ForwardArgs) -> String {
+    let mut s = format!("x, y = next(batches)  # batch of {}\n", a.batch_size);
+    if a.no_grad {
+        s.push_str("with torch.no_grad():\n    ");
+    }
+    if a.amp {
+        s.push_str("with torch.autocast('cuda', dtype=torch.float16):\n    ");
+    }
+    s.push_str(&format!(
+        "{} = criterion({}(x.cuda()), y.cuda())",
+        a.name, a.model
+    ));
+    s
+}
+
+fn train_code(a: &TrainArgs) -> String {
+    let (model, optimizer, accumulate) = (&a.model, &a.optimizer, a.accumulate);
+    let forward = if a.checkpointing {
+        format!("checkpoint_sequential({model}, segments, x.cuda())")
+    } else {
+        format!("{model}(x.cuda())")
+    };
+    // Inside the micro-batch loop every line is indented once more.
+    let indent = if accumulate > 1 { "    " } else { "" };
+    let mut s = format!(
+        "for step in range({}):  # batch {}\n",
+        a.steps, a.batch_size
+    );
+    if accumulate > 1 {
+        s.push_str(&format!(
+            "    for x, y in micro_batches(batch, {accumulate}):\n    "
+        ));
+    }
+    if a.amp {
+        s.push_str("    with torch.autocast('cuda', dtype=torch.float16):\n    ");
+    }
+    s.push_str(&format!("    loss = criterion({forward}, y.cuda())"));
+    if accumulate > 1 {
+        s.push_str(&format!(" / {accumulate}"));
+    }
+    s.push('\n');
+    s.push_str(indent);
+    s.push_str("    loss.backward()\n");
+    s.push_str(indent);
+    s.push_str(match a.loss_history {
+        LossHistory::Item => "    total_loss += loss.item()\n",
+        LossHistory::Tensor => "    total_loss += loss  # keeps every step's graph reachable\n",
+    });
+    s.push_str(&format!(
+        "    {optimizer}.step()\n    {optimizer}.zero_grad(set_to_none={})",
+        py_bool(a.set_to_none)
+    ));
+    s
 }
 
 fn py_bool(b: bool) -> &'static str {
@@ -274,7 +253,7 @@ pub fn fact_link(cmd: &Command) -> (&'static str, &'static str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::parse_line;
+    use crate::command::parse_line;
 
     fn py(line: &str, f: Framework) -> String {
         code(&parse_line(line).command.unwrap(), f)

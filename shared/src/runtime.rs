@@ -12,7 +12,7 @@
 //! objects that died, in order, and the engine frees their blocks.
 
 use crate::alloc::BlockId;
-use crate::protocol::{Category, Dtype};
+use crate::types::{Category, Dtype};
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 

@@ -5,9 +5,10 @@
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use vramlab_shared::alloc::caching::{allocation_size, round_size};
-use vramlab_shared::protocol::{Command, ErrorKind, Framework, RestartSettings};
+use vramlab_shared::command::{self, Command, RestartSettings};
 use vramlab_shared::units::{format_size, GIB, MIB};
 use vramlab_shared::Engine;
+use vramlab_shared::{ErrorKind, Framework};
 
 const NAMES: [&str; 6] = ["a", "b", "c", "d", "h", "k"];
 
@@ -86,27 +87,27 @@ fn restart(framework: Framework, total: u64, variant: u8) -> Command {
 
 fn command(op: &Op, framework: Framework, variant: u8) -> Command {
     match op {
-        Op::Alloc(n, bytes) => Command::Alloc {
+        Op::Alloc(n, bytes) => Command::Alloc(command::AllocArgs {
             name: NAMES[*n].into(),
             bytes: Some(*bytes),
             shape: None,
             dtype: None,
             category: None,
-        },
-        Op::Del(n) => Command::Del {
+        }),
+        Op::Del(n) => Command::Del(command::NameArgs {
             name: NAMES[*n].into(),
-        },
-        Op::Hold(n, items, cycle) => Command::Hold {
+        }),
+        Op::Hold(n, items, cycle) => Command::Hold(command::HoldArgs {
             name: NAMES[*n].into(),
             items: items.iter().map(|&i| NAMES[i].to_string()).collect(),
             cycle: *cycle,
-        },
+        }),
         Op::Gc => Command::Gc {},
         Op::EmptyCache => Command::EmptyCache {},
         Op::ClearSession => Command::ClearSession {},
         Op::ResetPeaks => Command::ResetPeakMemoryStats {},
         Op::Restart(total) => restart(framework, *total, variant),
-        Op::Model(layers, width) => Command::Model {
+        Op::Model(layers, width) => Command::Model(command::ModelArgs {
             name: "m".into(),
             layers: *layers,
             width: *width,
@@ -114,8 +115,8 @@ fn command(op: &Op, framework: Framework, variant: u8) -> Command {
             classes: 10,
             dtype: None,
             keras: variant & 1 != 0,
-        },
-        Op::Forward(n, batch) => Command::Forward {
+        }),
+        Op::Forward(n, batch) => Command::Forward(command::ForwardArgs {
             name: NAMES[*n].into(),
             model: "m".into(),
             data: "d".into(),
@@ -123,15 +124,15 @@ fn command(op: &Op, framework: Framework, variant: u8) -> Command {
             no_grad: *batch == 1,
             amp: variant & 2 != 0,
             checkpointing: variant & 4 != 0,
-        },
-        Op::Backward(n) => Command::Backward {
+        }),
+        Op::Backward(n) => Command::Backward(command::BackwardArgs {
             name: NAMES[*n].into(),
             retain_graph: variant & 1 != 0,
-        },
-        Op::Step => Command::Step {
+        }),
+        Op::Step => Command::Step(command::StepArgs {
             optimizer: "o".into(),
-        },
-        Op::Train(steps, tensor_history) => Command::Train {
+        }),
+        Op::Train(steps, tensor_history) => Command::Train(command::TrainArgs {
             model: "m".into(),
             optimizer: "o".into(),
             data: "d".into(),
@@ -142,11 +143,11 @@ fn command(op: &Op, framework: Framework, variant: u8) -> Command {
             amp: variant & 2 != 0,
             set_to_none: !*tensor_history,
             loss_history: if *tensor_history {
-                vramlab_shared::protocol::LossHistory::Tensor
+                command::LossHistory::Tensor
             } else {
-                vramlab_shared::protocol::LossHistory::Item
+                command::LossHistory::Item
             },
-        },
+        }),
     }
 }
 
@@ -174,23 +175,23 @@ fn check_sequence(framework: Framework, variant: u8, ops: &[Op]) -> Result<(), T
         if matches!(op, Op::Model(..)) && result.is_ok() {
             // Every model comes with an optimizer and a dataset.
             let kind = [
-                vramlab_shared::protocol::OptimizerKind::Sgd,
-                vramlab_shared::protocol::OptimizerKind::Momentum,
-                vramlab_shared::protocol::OptimizerKind::Adam,
+                vramlab_shared::train::OptimizerKind::Sgd,
+                vramlab_shared::train::OptimizerKind::Momentum,
+                vramlab_shared::train::OptimizerKind::Adam,
             ][usize::from(variant) % 3];
-            let _ = e.execute(&Command::Optimizer {
+            let _ = e.execute(&Command::Optimizer(command::OptimizerArgs {
                 name: "o".into(),
                 model: "m".into(),
                 kind,
                 lr: None,
-            });
-            let _ = e.execute(&Command::Data {
+            }));
+            let _ = e.execute(&Command::Data(command::DataArgs {
                 name: "d".into(),
                 samples: 1000,
                 features: 256,
                 classes: 10,
                 on_device: variant & 4 != 0,
-            });
+            }));
         }
         let after = e.stats();
         if let Err(msg) = e.check_invariants() {

@@ -2,7 +2,7 @@
 //! numbers.
 
 use serde_json::{json, Value};
-use vramlab_shared::protocol::Category;
+use vramlab_shared::types::Category;
 use vramlab_shared::units::{GIB, MIB};
 use vramlab_shared::{Engine, StepRecord};
 

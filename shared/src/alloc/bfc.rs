@@ -10,13 +10,13 @@
 //! once) and gives memory back to the driver only through the garbage
 //! collection path (`DeallocateFreeRegions`) just before an OOM.
 
+use super::arena::Arena;
 use super::{
-    Allocator, AllocatorStats, BlockId, BlockState, BlockView, OutOfMemory, SegmentView, Slab,
-    Trace, TraceAction, TraceEvent, NIL,
+    device_malloc, AllocError, Allocator, AllocatorStats, BlockId, PoolKind, SegmentView,
+    TraceEvent,
 };
 use crate::device::Device;
 use crate::units::{round_up, MIB};
-use std::collections::{BTreeMap, BTreeSet};
 
 /// `kMinAllocationSize`.
 pub const MIN_ALLOCATION_SIZE: u64 = 256;
@@ -26,6 +26,9 @@ pub const NUM_BINS: u32 = 21;
 pub const MAX_INTERNAL_FRAGMENTATION: u64 = 128 * MIB;
 /// First region under `allow_growth`.
 pub const INITIAL_GROWTH_REGION: u64 = 2 * MIB;
+
+/// `kBackpedalFactor`: a failed region request is retried at 90%.
+pub const BACKPEDAL_FACTOR: f32 = 0.9;
 
 /// `RoundedBytes`.
 pub fn rounded_bytes(bytes: u64) -> u64 {
@@ -48,33 +51,12 @@ pub struct BfcConfig {
     pub garbage_collection: bool,
 }
 
-#[derive(Clone, Debug)]
-struct Chunk {
-    address: u64,
-    size: u64,
-    requested: u64,
-    in_use: bool,
-    prev: BlockId,
-    next: BlockId,
-}
-
-impl Chunk {
-    fn has_neighbour(&self) -> bool {
-        self.prev != NIL || self.next != NIL
-    }
-}
-
+/// The BFC allocator: the policy over a block arena of regions.
 #[derive(Debug)]
 pub struct BfcAllocator {
     config: BfcConfig,
     curr_region_allocation_bytes: u64,
-    chunks: Slab<Chunk>,
-    /// Free chunks by (size, address): the bins' order, flattened.
-    free: BTreeSet<(u64, u64, BlockId)>,
-    /// Region base address to (first chunk, region size).
-    regions: BTreeMap<u64, (BlockId, u64)>,
-    stats: AllocatorStats,
-    trace: Trace,
+    arena: Arena,
 }
 
 impl BfcAllocator {
@@ -87,11 +69,7 @@ impl BfcAllocator {
         Self {
             config,
             curr_region_allocation_bytes,
-            chunks: Slab::default(),
-            free: BTreeSet::new(),
-            regions: BTreeMap::new(),
-            stats: AllocatorStats::default(),
-            trace: Trace::default(),
+            arena: Arena::default(),
         }
     }
 
@@ -105,24 +83,14 @@ impl BfcAllocator {
         self.curr_region_allocation_bytes
     }
 
-    fn insert_free(&mut self, id: BlockId) {
-        let c = self.chunks.get(id);
-        self.free.insert((c.size, c.address, id));
-    }
-
-    fn remove_free(&mut self, id: BlockId) {
-        let c = self.chunks.get(id);
-        let removed = self.free.remove(&(c.size, c.address, id));
-        debug_assert!(removed, "free chunk missing from its bin");
-    }
-
-    /// `Extend`: a new region from the driver.
-    fn extend(&mut self, device: &mut dyn Device, rounded: u64) -> bool {
-        let available = (self.config.memory_limit - self.stats.reserved_bytes.current)
+    /// `Extend`: a new region from the driver; a refused request is retried
+    /// at 90% while that still fits the request.
+    fn extend(&mut self, device: &mut dyn Device, rounded: u64) -> Result<bool, AllocError> {
+        let available = (self.config.memory_limit - self.arena.stats.reserved_bytes.current)
             / MIN_ALLOCATION_SIZE
             * MIN_ALLOCATION_SIZE;
         if rounded > available {
-            return false;
+            return Ok(false);
         }
         let mut increased = false;
         while rounded > self.curr_region_allocation_bytes {
@@ -130,80 +98,33 @@ impl BfcAllocator {
             increased = true;
         }
         let mut bytes = self.curr_region_allocation_bytes.min(available);
-        let mut address = device.malloc(bytes);
-        while address.is_none() {
+        let address = loop {
+            if let Some(address) = device_malloc(device, bytes)? {
+                break address;
+            }
             // kBackpedalFactor is a float: the product is computed in single precision.
-            let smaller = rounded_bytes(((bytes as f32) * 0.9f32) as u64);
+            let smaller = rounded_bytes(((bytes as f32) * BACKPEDAL_FACTOR) as u64);
             if smaller < rounded || smaller >= bytes {
-                return false;
+                return Ok(false);
             }
             bytes = smaller;
-            address = device.malloc(bytes);
-        }
-        let Some(address) = address else {
-            return false;
         };
         if !increased {
             self.curr_region_allocation_bytes *= 2;
         }
-        self.stats.num_device_alloc += 1;
-        self.stats.reserved_bytes.increase(bytes);
-        self.stats.segment.increase(1);
-        self.trace
-            .record(TraceAction::SegmentAlloc, address, bytes, None);
-        let id = self.chunks.insert(Chunk {
-            address,
-            size: bytes,
-            requested: 0,
-            in_use: false,
-            prev: NIL,
-            next: NIL,
-        });
-        self.regions.insert(address, (id, bytes));
-        self.insert_free(id);
-        true
+        let id = self.arena.add_segment(address, bytes, PoolKind::Region);
+        self.arena.insert_free(id);
+        Ok(true)
     }
 
-    /// `FindChunkPtr` + `AllocateChunkFromLowEnd`.
+    /// `FindChunkPtr` + `AllocateChunkFromLowEnd`: the smallest free chunk
+    /// that fits, split when it is at least twice the request or the slack
+    /// reaches `max_internal_fragmentation_bytes`.
     fn find_chunk(&mut self, rounded: u64, requested: u64) -> Option<BlockId> {
-        let &(size, address, id) = self.free.range((rounded, 0, 0)..).next()?;
-        self.free.remove(&(size, address, id));
-        let mut split = self.split_contribution(id, -1);
-        if size >= rounded * 2 || size - rounded >= MAX_INTERNAL_FRAGMENTATION {
-            // `SplitChunk`: the remainder becomes a free chunk after this one.
-            let next = self.chunks.get(id).next;
-            let rest = self.chunks.insert(Chunk {
-                address: address + rounded,
-                size: size - rounded,
-                requested: 0,
-                in_use: false,
-                prev: id,
-                next,
-            });
-            if next != NIL {
-                self.chunks.get_mut(next).prev = rest;
-            }
-            let c = self.chunks.get_mut(id);
-            c.next = rest;
-            c.size = rounded;
-            self.insert_free(rest);
-            let (n, b) = self.split_contribution(rest, 1);
-            split = (split.0 + n, split.1 + b);
-        }
-        self.stats.inactive_split.apply(split.0);
-        self.stats.inactive_split_bytes.apply(split.1);
-        let c = self.chunks.get_mut(id);
-        c.in_use = true;
-        c.requested = requested;
-        let (address, size) = (c.address, c.size);
-        self.stats.allocated_bytes.increase(size);
-        self.stats.active_bytes.increase(size);
-        self.stats.requested_bytes.increase(requested);
-        self.stats.allocation.increase(1);
-        self.stats.active.increase(1);
-        self.trace
-            .record(TraceAction::Alloc, address, requested, Some(id));
-        Some(id)
+        let (size, id) = self.arena.best_fit(PoolKind::Region, rounded)?;
+        self.arena.take_free(id);
+        let split = size >= rounded * 2 || size - rounded >= MAX_INTERNAL_FRAGMENTATION;
+        Some(self.arena.allocate(id, rounded, requested, split))
     }
 
     /// `DeallocateFreeRegions`: the garbage-collection path.
@@ -211,57 +132,40 @@ impl BfcAllocator {
         if !self.config.garbage_collection {
             return false;
         }
-        let mut free_regions = Vec::new();
-        let mut total_free = 0;
-        for (&address, &(head, size)) in &self.regions {
-            let mut id = head;
-            let mut any_use = false;
-            while id != NIL {
-                let c = self.chunks.get(id);
-                if c.in_use {
-                    any_use = true;
-                    break;
-                }
-                id = c.next;
-            }
-            if !any_use {
-                free_regions.push((address, head, size));
-                total_free += size;
-            }
-        }
+        let free_regions: Vec<(BlockId, u64)> = self.arena.whole_free_segments().collect();
+        let total_free: u64 = free_regions.iter().map(|&(_, size)| size).sum();
         if total_free == 0 {
             return false;
         }
-        let available = self.config.memory_limit - self.stats.reserved_bytes.current + total_free;
-        if rounded > available {
+        let reserved = self.arena.stats.reserved_bytes.current;
+        if rounded > self.config.memory_limit - reserved + total_free {
             return false;
         }
-        for (address, head, size) in free_regions {
-            // A wholly free region is a single free chunk (free chunks coalesce).
-            self.remove_free(head);
-            self.chunks.remove(head);
-            self.regions.remove(&address);
-            self.stats.num_device_free += 1;
-            self.trace
-                .record(TraceAction::SegmentFree, address, size, None);
-            device.free(address, size);
-            self.stats.reserved_bytes.decrease(size);
-            self.stats.segment.decrease(1);
+        for (id, _) in free_regions {
+            self.arena.release_segment(device, id);
         }
         true
     }
 
-    /// What a free chunk adds to the inactive-split counters (PyTorch's
-    /// definition: a free chunk that shares its region with others). The BFC
-    /// allocator keeps no such statistic itself; it is kept so the views of
-    /// all frameworks compare.
-    fn split_contribution(&self, id: BlockId, sign: i64) -> (i64, i64) {
-        let c = self.chunks.get(id);
-        if c.has_neighbour() {
-            (sign, sign * c.size as i64)
-        } else {
-            (0, 0)
+    /// A chunk after `Extend`, and after the garbage-collection path.
+    fn find_or_grow(
+        &mut self,
+        device: &mut dyn Device,
+        rounded: u64,
+        bytes: u64,
+    ) -> Result<Option<BlockId>, AllocError> {
+        if let Some(id) = self.find_chunk(rounded, bytes) {
+            return Ok(Some(id));
         }
+        if self.extend(device, rounded)? {
+            if let Some(id) = self.find_chunk(rounded, bytes) {
+                return Ok(Some(id));
+            }
+        }
+        if self.deallocate_free_regions(device, rounded) && self.extend(device, rounded)? {
+            return Ok(self.find_chunk(rounded, bytes));
+        }
+        Ok(None)
     }
 }
 
@@ -270,96 +174,24 @@ impl Allocator for BfcAllocator {
         &mut self,
         device: &mut dyn Device,
         bytes: u64,
-    ) -> Result<Option<BlockId>, Box<OutOfMemory>> {
+    ) -> Result<Option<BlockId>, AllocError> {
         if bytes == 0 {
             return Ok(None);
         }
         let rounded = rounded_bytes(bytes);
-        let found = self.find_chunk(rounded, bytes).or_else(|| {
-            if self.extend(device, rounded) {
-                self.find_chunk(rounded, bytes)
-            } else {
-                None
-            }
-        });
-        let found = found.or_else(|| {
-            if self.deallocate_free_regions(device, rounded) && self.extend(device, rounded) {
-                self.find_chunk(rounded, bytes)
-            } else {
-                None
-            }
-        });
-        match found {
+        match self.find_or_grow(device, rounded, bytes)? {
             Some(id) => Ok(Some(id)),
-            None => {
-                let (device_free, device_total) = device.mem_get_info();
-                self.trace
-                    .record(TraceAction::Oom, device_free, rounded, None);
-                self.stats.num_ooms += 1;
-                Err(Box::new(OutOfMemory {
-                    requested: bytes,
-                    rounded,
-                    alloc_size: rounded,
-                    device_free,
-                    device_total,
-                    process_used: device.process_used_bytes(),
-                    other_processes: device.other_processes_bytes(),
-                    allocated: self.stats.allocated_bytes.current,
-                    reserved: self.stats.reserved_bytes.current,
-                    allowed: None,
-                    memory_limit: Some(self.config.memory_limit),
-                }))
-            }
+            None => Err(AllocError::OutOfMemory(self.arena.out_of_memory(
+                device,
+                (bytes, rounded, rounded),
+                None,
+                Some(self.config.memory_limit),
+            ))),
         }
     }
 
     fn free(&mut self, _device: &mut dyn Device, id: BlockId) {
-        let c = self.chunks.get_mut(id);
-        debug_assert!(c.in_use, "double free");
-        c.in_use = false;
-        let (address, size, requested) = (c.address, c.size, c.requested);
-        c.requested = 0;
-        self.stats.allocated_bytes.decrease(size);
-        self.stats.active_bytes.decrease(size);
-        self.stats.requested_bytes.decrease(requested);
-        self.stats.allocation.decrease(1);
-        self.stats.active.decrease(1);
-        self.trace
-            .record(TraceAction::Free, address, size, Some(id));
-        // `TryToCoalesce`: merge the next chunk into this one, then this one
-        // into the previous.
-        let mut id = id;
-        let mut split = (0, 0);
-        let next = self.chunks.get(id).next;
-        if next != NIL && !self.chunks.get(next).in_use {
-            split = self.split_contribution(next, -1);
-            self.remove_free(next);
-            let n = self.chunks.remove(next);
-            let c = self.chunks.get_mut(id);
-            c.size += n.size;
-            c.next = n.next;
-            if n.next != NIL {
-                self.chunks.get_mut(n.next).prev = id;
-            }
-        }
-        let prev = self.chunks.get(id).prev;
-        if prev != NIL && !self.chunks.get(prev).in_use {
-            let (n, b) = self.split_contribution(prev, -1);
-            split = (split.0 + n, split.1 + b);
-            self.remove_free(prev);
-            let c = self.chunks.remove(id);
-            let p = self.chunks.get_mut(prev);
-            p.size += c.size;
-            p.next = c.next;
-            if c.next != NIL {
-                self.chunks.get_mut(c.next).prev = prev;
-            }
-            id = prev;
-        }
-        self.insert_free(id);
-        let (n, b) = self.split_contribution(id, 1);
-        self.stats.inactive_split.apply(split.0 + n);
-        self.stats.inactive_split_bytes.apply(split.1 + b);
+        self.arena.free(id);
     }
 
     fn empty_cache(&mut self, _device: &mut dyn Device) -> Option<u64> {
@@ -367,125 +199,32 @@ impl Allocator for BfcAllocator {
     }
 
     fn stats(&self) -> &AllocatorStats {
-        &self.stats
+        &self.arena.stats
     }
 
     fn reset_peak_stats(&mut self) {
-        self.stats.reset_peaks();
+        self.arena.stats.reset_peaks();
     }
 
     fn block_size(&self, block: BlockId) -> u64 {
-        self.chunks.get(block).size
+        self.arena.block(block).size
     }
 
     fn segments(&self) -> Vec<SegmentView> {
-        self.regions
-            .iter()
-            .map(|(&address, &(head, size))| {
-                let mut blocks = Vec::new();
-                let mut id = head;
-                while id != NIL {
-                    let c = self.chunks.get(id);
-                    blocks.push(BlockView {
-                        id: c.in_use.then_some(id),
-                        address: c.address,
-                        size: c.size,
-                        requested_size: c.requested,
-                        state: if c.in_use {
-                            BlockState::ActiveAllocated
-                        } else {
-                            BlockState::Inactive
-                        },
-                    });
-                    id = c.next;
-                }
-                SegmentView {
-                    address,
-                    total_size: size,
-                    pool: "region",
-                    blocks,
-                }
-            })
-            .collect()
+        self.arena.segments()
     }
 
     fn drain_trace(&mut self, out: &mut Vec<TraceEvent>) {
-        out.append(&mut self.trace.events);
+        out.append(&mut self.arena.trace.events);
     }
 
     fn set_tracing(&mut self, on: bool) {
-        self.trace.on = on;
+        self.arena.trace.on = on;
     }
 
     fn check_invariants(&self, device: &dyn Device) -> Result<(), String> {
-        let s = &self.stats;
-        let (mut pool, mut in_use, mut requested, mut n_in_use) = (0, 0, 0, 0);
-        let (mut split_bytes, mut n_split, mut n_free) = (0, 0, 0);
-        for (&address, &(head, size)) in &self.regions {
-            let (mut id, mut expect, mut prev, mut prev_free) = (head, address, NIL, false);
-            while id != NIL {
-                let c = self.chunks.get(id);
-                if c.address != expect || c.prev != prev {
-                    return Err(format!("chunks do not tile region {address:#x}"));
-                }
-                if c.size % MIN_ALLOCATION_SIZE != 0 {
-                    return Err(format!("chunk size {} is not a multiple of 256", c.size));
-                }
-                if c.in_use {
-                    in_use += c.size;
-                    requested += c.requested;
-                    n_in_use += 1;
-                    prev_free = false;
-                } else {
-                    if prev_free {
-                        return Err(format!("two adjacent free chunks in region {address:#x}"));
-                    }
-                    prev_free = true;
-                    n_free += 1;
-                    if !self.free.contains(&(c.size, c.address, id)) {
-                        return Err("a free chunk is missing from its bin".into());
-                    }
-                    if c.has_neighbour() {
-                        split_bytes += c.size;
-                        n_split += 1;
-                    }
-                }
-                expect = c.address + c.size;
-                prev = id;
-                id = c.next;
-            }
-            if expect - address != size {
-                return Err(format!(
-                    "region {address:#x} chunks do not add up to its size"
-                ));
-            }
-            pool += size;
-        }
-        if n_free != self.free.len() {
-            return Err("a bin holds a chunk that is in no region".into());
-        }
-        let checks = [
-            ("pool_bytes", s.reserved_bytes.current, pool),
-            ("bytes_in_use", s.allocated_bytes.current, in_use),
-            ("requested_bytes", s.requested_bytes.current, requested),
-            ("allocation", s.allocation.current, n_in_use),
-            ("segment", s.segment.current, self.regions.len() as u64),
-            (
-                "inactive_split_bytes",
-                s.inactive_split_bytes.current,
-                split_bytes,
-            ),
-            ("inactive_split", s.inactive_split.current, n_split),
-            ("device segment bytes", device.segment_bytes(), pool),
-        ];
-        for (name, stat, actual) in checks {
-            if stat != actual {
-                return Err(format!(
-                    "{name} is {stat} but the chunks add up to {actual}"
-                ));
-            }
-        }
-        if pool > self.config.memory_limit {
+        self.arena.check_invariants(device, MIN_ALLOCATION_SIZE)?;
+        if self.arena.stats.reserved_bytes.current > self.config.memory_limit {
             return Err("pool_bytes exceeds the memory limit".into());
         }
         if self.config.allow_growth
@@ -632,7 +371,8 @@ mod tests {
     fn oom_when_the_limit_is_reached() {
         let (mut a, mut dev) = setup(8 * MIB, true);
         let _x = a.malloc(&mut dev, 6 * MIB).unwrap();
-        let oom = a.malloc(&mut dev, 4 * MIB).unwrap_err();
+        let err = a.malloc(&mut dev, 4 * MIB).unwrap_err();
+        let oom = err.out_of_memory().expect("an out-of-memory");
         assert_eq!(oom.rounded, 4 * MIB);
         assert_eq!(oom.memory_limit, Some(8 * MIB));
         assert_eq!(a.stats().num_ooms, 1);

@@ -8,13 +8,13 @@
 //! statistics of `DeviceStats`. Expandable segments and streams other than
 //! the default one are not modelled.
 
+use super::arena::{Arena, Block};
 use super::{
-    Allocator, AllocatorStats, BlockId, BlockState, BlockView, OutOfMemory, SegmentView, Slab,
-    Trace, TraceAction, TraceEvent, NIL,
+    device_malloc, AllocError, Allocator, AllocatorStats, BlockId, PoolKind, SegmentView,
+    TraceEvent,
 };
 use crate::device::Device;
 use crate::units::{round_up, MIB};
-use std::collections::{BTreeMap, BTreeSet};
 
 /// Every size is rounded to a multiple of this (`kMinBlockSize`).
 pub const MIN_BLOCK_SIZE: u64 = 512;
@@ -49,27 +49,12 @@ pub fn allocation_size(size: u64) -> u64 {
     }
 }
 
-/// The two block pools.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Pool {
-    Small,
-    Large,
-}
-
-impl Pool {
-    pub fn for_size(rounded: u64) -> Self {
-        if rounded <= SMALL_SIZE {
-            Pool::Small
-        } else {
-            Pool::Large
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Pool::Small => "small",
-            Pool::Large => "large",
-        }
+/// `get_pool`: the small pool serves requests up to 1 MiB.
+pub fn pool_for_size(rounded: u64) -> PoolKind {
+    if rounded <= SMALL_SIZE {
+        PoolKind::Small
+    } else {
+        PoolKind::Large
     }
 }
 
@@ -94,45 +79,13 @@ impl Default for CachingConfig {
     }
 }
 
-#[derive(Clone, Debug)]
-struct Block {
-    address: u64,
-    size: u64,
-    requested: u64,
-    pool: Pool,
-    allocated: bool,
-    prev: BlockId,
-    next: BlockId,
-    /// Pool's `get_free_blocks_call_count` when the block entered the pool.
-    gc_count_base: u64,
-}
-
-impl Block {
-    fn is_split(&self) -> bool {
-        self.prev != NIL || self.next != NIL
-    }
-}
-
-/// Free blocks ordered by (size, address): `BlockComparatorSize` on one stream.
-#[derive(Clone, Debug, Default)]
-struct BlockPool {
-    blocks: BTreeSet<(u64, u64, BlockId)>,
-    get_free_blocks_call_count: u64,
-}
-
-/// The caching allocator of one device.
+/// The caching allocator of one device: the policy over a block arena.
 #[derive(Debug)]
 pub struct CachingAllocator {
     config: CachingConfig,
-    blocks: Slab<Block>,
-    small: BlockPool,
-    large: BlockPool,
-    /// Segment base address to the block at that address.
-    segments: BTreeMap<u64, BlockId>,
+    arena: Arena,
     /// `allowed_memory_maximum`, when a fraction is set.
     allowed_maximum: Option<u64>,
-    stats: AllocatorStats,
-    trace: Trace,
 }
 
 impl CachingAllocator {
@@ -142,13 +95,8 @@ impl CachingAllocator {
             .map(|f| (f * device_total as f64) as u64);
         Self {
             config,
-            blocks: Slab::default(),
-            small: BlockPool::default(),
-            large: BlockPool::default(),
-            segments: BTreeMap::new(),
+            arena: Arena::default(),
             allowed_maximum,
-            stats: AllocatorStats::default(),
-            trace: Trace::default(),
         }
     }
 
@@ -160,53 +108,21 @@ impl CachingAllocator {
         self.allowed_maximum.is_some() && self.config.garbage_collection_threshold > 0.0
     }
 
-    fn pool_mut(&mut self, pool: Pool) -> &mut BlockPool {
-        match pool {
-            Pool::Small => &mut self.small,
-            Pool::Large => &mut self.large,
-        }
-    }
-
-    fn key(&self, id: BlockId) -> (u64, u64, BlockId) {
-        let b = self.blocks.get(id);
-        (b.size, b.address, id)
-    }
-
-    /// `BlockPool::insert_into_blocks`.
-    fn insert_into_pool(&mut self, id: BlockId) {
-        let pool = self.blocks.get(id).pool;
-        let key = self.key(id);
-        let p = self.pool_mut(pool);
-        let count = p.get_free_blocks_call_count;
-        let inserted = p.blocks.insert(key);
-        debug_assert!(inserted, "block already in its pool");
-        self.blocks.get_mut(id).gc_count_base = count;
-    }
-
-    fn remove_from_pool(&mut self, id: BlockId) {
-        let pool = self.blocks.get(id).pool;
-        let key = self.key(id);
-        let removed = self.pool_mut(pool).blocks.remove(&key);
-        debug_assert!(removed, "block not in its pool");
-    }
-
     /// `get_free_block`: the smallest cached block that fits, lowest address
     /// first, subject to the oversize rules of `max_split_size`.
-    fn get_free_block(&mut self, pool: Pool, size: u64) -> Option<BlockId> {
-        let gc = self.gc_enabled();
-        let max_split = self.config.max_split_size;
-        let p = self.pool_mut(pool);
-        if gc {
-            p.get_free_blocks_call_count += 1;
+    fn get_free_block(&mut self, pool: PoolKind, size: u64) -> Option<BlockId> {
+        if self.gc_enabled() {
+            self.arena.free_blocks_mut(pool).lookups += 1;
         }
-        let &(found_size, address, id) = p.blocks.range((size, 0, 0)..).next()?;
+        let max_split = self.config.max_split_size;
+        let (found_size, id) = self.arena.best_fit(pool, size)?;
         if size < max_split && found_size >= max_split {
             return None;
         }
         if size >= max_split && found_size >= size.saturating_add(LARGE_BUFFER) {
             return None;
         }
-        p.blocks.remove(&(found_size, address, id));
+        self.arena.take_free(id);
         Some(id)
     }
 
@@ -214,76 +130,43 @@ impl CachingAllocator {
     fn alloc_block(
         &mut self,
         device: &mut dyn Device,
-        pool: Pool,
+        pool: PoolKind,
         alloc_size: u64,
         is_retry: bool,
-    ) -> Option<BlockId> {
+    ) -> Result<Option<BlockId>, AllocError> {
         if is_retry {
-            self.stats.num_alloc_retries += 1;
+            self.arena.stats.num_alloc_retries += 1;
         }
         if let Some(allowed) = self.allowed_maximum {
-            if self.stats.reserved_bytes.current + alloc_size > allowed {
-                return None;
+            if self.arena.stats.reserved_bytes.current + alloc_size > allowed {
+                return Ok(None);
             }
         }
-        let address = device.malloc(alloc_size)?;
-        self.stats.num_device_alloc += 1;
-        self.stats.segment.increase(1);
-        self.stats.reserved_bytes.increase(alloc_size);
-        let id = self.blocks.insert(Block {
-            address,
-            size: alloc_size,
-            requested: 0,
-            pool,
-            allocated: false,
-            prev: NIL,
-            next: NIL,
-            gc_count_base: 0,
-        });
-        self.segments.insert(address, id);
-        self.trace
-            .record(TraceAction::SegmentAlloc, address, alloc_size, None);
-        Some(id)
-    }
-
-    /// `release_block`: `cudaFree` of a whole free segment.
-    fn release_block(&mut self, device: &mut dyn Device, id: BlockId) {
-        let block = self.blocks.get(id);
-        debug_assert!(!block.allocated && !block.is_split());
-        let (address, size) = (block.address, block.size);
-        self.remove_from_pool(id);
-        self.blocks.remove(id);
-        self.segments.remove(&address);
-        self.stats.num_device_free += 1;
-        self.trace
-            .record(TraceAction::SegmentFree, address, size, None);
-        device.free(address, size);
-        self.stats.segment.decrease(1);
-        self.stats.reserved_bytes.decrease(size);
+        let Some(address) = device_malloc(device, alloc_size)? else {
+            return Ok(None);
+        };
+        Ok(Some(self.arena.add_segment(address, alloc_size, pool)))
     }
 
     /// `release_blocks` of one pool: every whole free segment, smallest first.
-    fn release_pool(&mut self, device: &mut dyn Device, pool: Pool) -> u64 {
-        let whole: Vec<BlockId> = match pool {
-            Pool::Small => &self.small,
-            Pool::Large => &self.large,
-        }
-        .blocks
-        .iter()
-        .map(|&(_, _, id)| id)
-        .filter(|&id| !self.blocks.get(id).is_split())
-        .collect();
-        let mut released = 0;
-        for id in whole {
-            released += self.blocks.get(id).size;
-            self.release_block(device, id);
-        }
-        released
+    fn release_pool(&mut self, device: &mut dyn Device, pool: PoolKind) -> u64 {
+        let whole: Vec<BlockId> = self
+            .arena
+            .free_blocks(pool)
+            .blocks
+            .iter()
+            .map(|&(_, _, id)| id)
+            .filter(|&id| !self.arena.block(id).is_split())
+            .collect();
+        whole
+            .into_iter()
+            .map(|id| self.arena.release_segment(device, id))
+            .sum()
     }
 
     /// `release_cached_blocks`: large pool, then small pool.
     fn release_cached_blocks(&mut self, device: &mut dyn Device) -> u64 {
-        self.release_pool(device, Pool::Large) + self.release_pool(device, Pool::Small)
+        self.release_pool(device, PoolKind::Large) + self.release_pool(device, PoolKind::Small)
     }
 
     /// `release_available_cached_blocks`: only with `max_split_size_mb` set,
@@ -292,7 +175,7 @@ impl CachingAllocator {
     fn release_available_cached_blocks(
         &mut self,
         device: &mut dyn Device,
-        pool: Pool,
+        pool: PoolKind,
         size: u64,
     ) -> bool {
         let max_split = self.config.max_split_size;
@@ -300,20 +183,18 @@ impl CachingAllocator {
             return false;
         }
         let key_size = size.max(max_split);
-        let p = match pool {
-            Pool::Small => &self.small,
-            Pool::Large => &self.large,
-        };
         // Only whole segments can go back to the driver; an oversize block is
         // never split by a request, so this matches PyTorch in practice.
-        if let Some(&(_, _, id)) = p.blocks.range((key_size, 0, 0)..).next() {
-            if !self.blocks.get(id).is_split() {
-                self.release_block(device, id);
-                return true;
+        if let Some((_, id)) = self.arena.best_fit(pool, key_size) {
+            if self.arena.block(id).is_split() {
+                return false;
             }
-            return false;
+            self.arena.release_segment(device, id);
+            return true;
         }
-        let candidates: Vec<(u64, BlockId)> = p
+        let candidates: Vec<(u64, BlockId)> = self
+            .arena
+            .free_blocks(pool)
             .blocks
             .range(..(key_size, 0, 0))
             .rev()
@@ -325,8 +206,8 @@ impl CachingAllocator {
             if released >= key_size {
                 break;
             }
-            if !self.blocks.get(id).is_split() {
-                self.release_block(device, id);
+            if !self.arena.block(id).is_split() {
+                self.arena.release_segment(device, id);
                 released += s;
             }
         }
@@ -334,186 +215,90 @@ impl CachingAllocator {
     }
 
     /// `garbage_collect_cached_blocks`: frees whole free large-pool segments
-    /// of at least average age until reserved falls under the threshold.
+    /// of at least average age until reserved falls under the threshold. A
+    /// pass frees every block over the age threshold, even past the target.
     fn garbage_collect(&mut self, device: &mut dyn Device) {
         let Some(allowed) = self.allowed_maximum else {
             return;
         };
         let threshold = (self.config.garbage_collection_threshold * allowed as f64) as u64;
-        let reserved = self.stats.reserved_bytes.current;
+        let reserved = self.arena.stats.reserved_bytes.current;
         if reserved <= threshold {
             return;
         }
         let target = reserved - threshold;
-        let now = self.large.get_free_blocks_call_count;
-        let age = |b: &Block| now - b.gc_count_base;
-        let mut total_age = 0u64;
-        let mut freeable = 0u64;
-        for &(_, _, id) in &self.large.blocks {
-            let b = self.blocks.get(id);
-            if !b.is_split() {
-                total_age += age(b);
-                freeable += 1;
-            }
-        }
-        if freeable == 0 {
-            return;
-        }
-        let mut reclaimed = 0;
-        let mut block_freed = true;
-        while reclaimed < target && block_freed && freeable > 0 {
-            let age_threshold = total_age as f64 / freeable as f64;
-            block_freed = false;
-            let victims: Vec<BlockId> = self
-                .large
+        let large = self.arena.free_blocks(PoolKind::Large);
+        let now = large.lookups;
+        let age = |b: &Block| now - b.stamp;
+        let whole = |arena: &Arena| -> Vec<BlockId> {
+            let large = arena.free_blocks(PoolKind::Large);
+            large
                 .blocks
                 .iter()
                 .map(|&(_, _, id)| id)
-                .filter(|&id| {
-                    let b = self.blocks.get(id);
-                    !b.is_split() && age(b) as f64 >= age_threshold
-                })
-                .collect();
-            for id in victims {
-                let b = self.blocks.get(id);
+                .filter(|&id| !arena.block(id).is_split())
+                .collect()
+        };
+        let candidates = whole(&self.arena);
+        let mut total_age: u64 = candidates.iter().map(|&id| age(self.arena.block(id))).sum();
+        let mut freeable = candidates.len() as u64;
+        let (mut reclaimed, mut block_freed) = (0, true);
+        while reclaimed < target && block_freed && freeable > 0 {
+            let age_threshold = total_age as f64 / freeable as f64;
+            block_freed = false;
+            for id in whole(&self.arena) {
+                let b = self.arena.block(id);
+                if (age(b) as f64) < age_threshold {
+                    continue;
+                }
                 block_freed = true;
-                reclaimed += b.size;
                 total_age -= age(b);
                 freeable -= 1;
-                self.release_block(device, id);
+                reclaimed += self.arena.release_segment(device, id);
             }
         }
     }
 
-    /// `alloc_found_block`: split if worth it and hand out the low part.
-    fn alloc_found_block(&mut self, id: BlockId, size: u64, requested: u64) -> BlockId {
-        let max_split = self.config.max_split_size;
-        let block = self.blocks.get(id);
+    /// `should_split` for a found block and a rounded request.
+    fn should_split(&self, id: BlockId, size: u64) -> bool {
+        let block = self.arena.block(id);
         let remaining = block.size - size;
-        let split = match block.pool {
-            Pool::Small => remaining >= MIN_BLOCK_SIZE,
-            Pool::Large => size < max_split && remaining > SMALL_SIZE,
-        };
-        let already_split = block.is_split();
-        if split {
-            let (pool, address, next) = (block.pool, block.address, block.next);
-            let rest = self.blocks.insert(Block {
-                address: address + size,
-                size: remaining,
-                requested: 0,
-                pool,
-                allocated: false,
-                prev: id,
-                next,
-                gc_count_base: 0,
-            });
-            if next != NIL {
-                self.blocks.get_mut(next).prev = rest;
-            }
-            let b = self.blocks.get_mut(id);
-            b.next = rest;
-            b.size = size;
-            self.insert_into_pool(rest);
-            if already_split {
-                // An inactive split block shrinks by `size`.
-                self.stats.inactive_split_bytes.decrease(size);
-            } else {
-                // A new inactive split block of `remaining` bytes appears.
-                self.stats.inactive_split_bytes.increase(remaining);
-                self.stats.inactive_split.increase(1);
-            }
-        } else if already_split {
-            let size = self.blocks.get(id).size;
-            self.stats.inactive_split_bytes.decrease(size);
-            self.stats.inactive_split.decrease(1);
+        match block.pool {
+            PoolKind::Small => remaining >= MIN_BLOCK_SIZE,
+            _ => size < self.config.max_split_size && remaining > SMALL_SIZE,
         }
-        let b = self.blocks.get_mut(id);
-        b.allocated = true;
-        b.requested = requested;
-        let (address, block_size) = (b.address, b.size);
-        self.stats.allocation.increase(1);
-        self.stats.allocated_bytes.increase(block_size);
-        self.stats.active.increase(1);
-        self.stats.active_bytes.increase(block_size);
-        self.stats.requested_bytes.increase(requested);
-        self.trace
-            .record(TraceAction::Alloc, address, requested, Some(id));
-        id
     }
 
-    /// `free_block`: merge with free neighbours, back into the pool.
-    fn free_block(&mut self, id: BlockId) {
-        let (size, requested) = {
-            let b = self.blocks.get(id);
-            (b.size, b.requested)
-        };
-        let mut net_blocks: i64 = 0;
-        let mut net_bytes: i64 = 0;
-        let mut id = id;
-        // Previous neighbour: the lower block absorbs this one.
-        let prev = self.blocks.get(id).prev;
-        if prev != NIL && !self.blocks.get(prev).allocated {
-            self.remove_from_pool(prev);
-            let b = self.blocks.remove(id);
-            let p = self.blocks.get_mut(prev);
-            net_blocks -= 1;
-            net_bytes -= p.size as i64;
-            p.size += b.size;
-            p.next = b.next;
-            if b.next != NIL {
-                self.blocks.get_mut(b.next).prev = prev;
-            }
-            id = prev;
-        }
-        // Next neighbour: this block absorbs it.
-        let next = self.blocks.get(id).next;
-        if next != NIL && !self.blocks.get(next).allocated {
-            self.remove_from_pool(next);
-            let n = self.blocks.remove(next);
-            net_blocks -= 1;
-            net_bytes -= n.size as i64;
-            let b = self.blocks.get_mut(id);
-            b.size += n.size;
-            b.next = n.next;
-            if n.next != NIL {
-                self.blocks.get_mut(n.next).prev = id;
-            }
-        }
-        self.insert_into_pool(id);
-        let b = self.blocks.get(id);
-        if b.is_split() {
-            net_blocks += 1;
-            net_bytes += b.size as i64;
-        }
-        self.stats.inactive_split.apply(net_blocks);
-        self.stats.inactive_split_bytes.apply(net_bytes);
-        self.stats.active.decrease(1);
-        self.stats.active_bytes.decrease(size);
-        self.stats.requested_bytes.decrease(requested);
-    }
-
-    fn out_of_memory(
+    /// A cached block, or a new segment after the release-and-retry steps.
+    fn find_or_grow(
         &mut self,
-        device: &dyn Device,
+        device: &mut dyn Device,
         requested: u64,
         size: u64,
-        alloc_size: u64,
-    ) -> Box<OutOfMemory> {
-        let (device_free, device_total) = device.mem_get_info();
-        self.trace.record(TraceAction::Oom, device_free, size, None);
-        self.stats.num_ooms += 1;
-        Box::new(OutOfMemory {
-            requested,
-            rounded: size,
-            alloc_size,
-            device_free,
-            device_total,
-            process_used: device.process_used_bytes(),
-            other_processes: device.other_processes_bytes(),
-            allocated: self.stats.allocated_bytes.current,
-            reserved: self.stats.reserved_bytes.current,
-            allowed: self.allowed_maximum,
-            memory_limit: None,
+    ) -> Result<BlockId, AllocError> {
+        let pool = pool_for_size(size);
+        if let Some(id) = self.get_free_block(pool, size) {
+            return Ok(id);
+        }
+        if self.gc_enabled() {
+            self.garbage_collect(device);
+        }
+        let alloc_size = allocation_size(size);
+        let mut got = self.alloc_block(device, pool, alloc_size, false)?;
+        if got.is_none() && self.release_available_cached_blocks(device, pool, size) {
+            got = self.alloc_block(device, pool, alloc_size, false)?;
+        }
+        if got.is_none() {
+            self.release_cached_blocks(device);
+            got = self.alloc_block(device, pool, alloc_size, true)?;
+        }
+        got.ok_or_else(|| {
+            AllocError::OutOfMemory(self.arena.out_of_memory(
+                device,
+                (requested, size, alloc_size),
+                self.allowed_maximum,
+                None,
+            ))
         })
     }
 }
@@ -523,52 +308,18 @@ impl Allocator for CachingAllocator {
         &mut self,
         device: &mut dyn Device,
         requested: u64,
-    ) -> Result<Option<BlockId>, Box<OutOfMemory>> {
+    ) -> Result<Option<BlockId>, AllocError> {
         if requested == 0 {
             return Ok(None);
         }
         let size = round_size(requested);
-        let pool = Pool::for_size(size);
-        let alloc_size = allocation_size(size);
-        let id = match self.get_free_block(pool, size) {
-            Some(id) => id,
-            None => {
-                if self.gc_enabled() {
-                    self.garbage_collect(device);
-                }
-                let got = match self.alloc_block(device, pool, alloc_size, false) {
-                    Some(id) => Some(id),
-                    None if self.release_available_cached_blocks(device, pool, size) => {
-                        self.alloc_block(device, pool, alloc_size, false)
-                    }
-                    None => None,
-                };
-                let got = match got {
-                    Some(id) => Some(id),
-                    None => {
-                        self.release_cached_blocks(device);
-                        self.alloc_block(device, pool, alloc_size, true)
-                    }
-                };
-                match got {
-                    Some(id) => id,
-                    None => return Err(self.out_of_memory(device, requested, size, alloc_size)),
-                }
-            }
-        };
-        Ok(Some(self.alloc_found_block(id, size, requested)))
+        let id = self.find_or_grow(device, requested, size)?;
+        let split = self.should_split(id, size);
+        Ok(Some(self.arena.allocate(id, size, requested, split)))
     }
 
     fn free(&mut self, _device: &mut dyn Device, id: BlockId) {
-        let b = self.blocks.get_mut(id);
-        debug_assert!(b.allocated, "double free");
-        b.allocated = false;
-        let (address, size) = (b.address, b.size);
-        self.stats.allocation.decrease(1);
-        self.stats.allocated_bytes.decrease(size);
-        self.trace
-            .record(TraceAction::Free, address, size, Some(id));
-        self.free_block(id);
+        self.arena.free(id);
     }
 
     fn empty_cache(&mut self, device: &mut dyn Device) -> Option<u64> {
@@ -576,160 +327,39 @@ impl Allocator for CachingAllocator {
     }
 
     fn stats(&self) -> &AllocatorStats {
-        &self.stats
+        &self.arena.stats
     }
 
     fn reset_peak_stats(&mut self) {
-        self.stats.reset_peaks();
+        self.arena.stats.reset_peaks();
     }
 
     fn block_size(&self, id: BlockId) -> u64 {
-        self.blocks.get(id).size
+        self.arena.block(id).size
     }
 
     fn segments(&self) -> Vec<SegmentView> {
-        self.segments
-            .iter()
-            .map(|(&address, &head)| {
-                let mut blocks = Vec::new();
-                let mut total = 0;
-                let mut id = head;
-                let pool = self.blocks.get(head).pool;
-                while id != NIL {
-                    let b = self.blocks.get(id);
-                    total += b.size;
-                    blocks.push(BlockView {
-                        id: b.allocated.then_some(id),
-                        address: b.address,
-                        size: b.size,
-                        requested_size: if b.allocated { b.requested } else { 0 },
-                        state: if b.allocated {
-                            BlockState::ActiveAllocated
-                        } else {
-                            BlockState::Inactive
-                        },
-                    });
-                    id = b.next;
-                }
-                SegmentView {
-                    address,
-                    total_size: total,
-                    pool: pool.name(),
-                    blocks,
-                }
-            })
-            .collect()
+        self.arena.segments()
     }
 
     fn drain_trace(&mut self, out: &mut Vec<TraceEvent>) {
-        out.append(&mut self.trace.events);
+        out.append(&mut self.arena.trace.events);
     }
 
     fn set_tracing(&mut self, on: bool) {
-        self.trace.on = on;
+        self.arena.trace.on = on;
     }
 
     fn check_invariants(&self, device: &dyn Device) -> Result<(), String> {
-        let s = &self.stats;
-        let mut reserved = 0;
-        let mut allocated = 0;
-        let mut requested = 0;
-        let mut n_alloc = 0;
-        let mut inactive_split = 0;
-        let mut n_inactive_split = 0;
-        let mut free_in_pools = 0;
-        for (&address, &head) in &self.segments {
-            let mut id = head;
-            let mut expect = address;
-            let mut prev = NIL;
-            let mut prev_free = false;
-            let pool = self.blocks.get(head).pool;
-            while id != NIL {
-                let b = self.blocks.get(id);
-                if b.address != expect {
-                    return Err(format!("blocks do not tile segment {address:#x}"));
+        self.arena.check_invariants(device, MIN_BLOCK_SIZE)?;
+        for segment in self.arena.segments() {
+            for b in segment.blocks.iter().filter(|b| b.id.is_some()) {
+                if pool_for_size(round_size(b.requested_size)) != segment.pool {
+                    return Err("a block serves a request of the other pool".into());
                 }
-                if b.prev != prev {
-                    return Err(format!("broken prev link in segment {address:#x}"));
-                }
-                if b.pool != pool {
-                    return Err("a segment mixes pools".into());
-                }
-                if b.size % MIN_BLOCK_SIZE != 0 {
-                    return Err(format!("block size {} is not a multiple of 512", b.size));
-                }
-                if b.allocated {
-                    allocated += b.size;
-                    requested += b.requested;
-                    n_alloc += 1;
-                    if b.requested > b.size {
-                        return Err("requested size exceeds block size".into());
-                    }
-                    if Pool::for_size(round_size(b.requested)) != b.pool {
-                        return Err("a block serves a request of the other pool".into());
-                    }
-                    prev_free = false;
-                } else {
-                    if prev_free {
-                        return Err(format!("two adjacent free blocks in segment {address:#x}"));
-                    }
-                    prev_free = true;
-                    free_in_pools += 1;
-                    let key = (b.size, b.address, id);
-                    let in_pool = match b.pool {
-                        Pool::Small => self.small.blocks.contains(&key),
-                        Pool::Large => self.large.blocks.contains(&key),
-                    };
-                    if !in_pool {
-                        return Err("a free block is missing from its pool".into());
-                    }
-                    if b.is_split() {
-                        inactive_split += b.size;
-                        n_inactive_split += 1;
-                    }
-                }
-                expect = b.address + b.size;
-                prev = id;
-                id = b.next;
-            }
-            reserved += expect - address;
-        }
-        if free_in_pools != self.small.blocks.len() + self.large.blocks.len() {
-            return Err("a pool holds a block that is not in any segment".into());
-        }
-        let checks = [
-            ("reserved_bytes", s.reserved_bytes.current, reserved),
-            ("allocated_bytes", s.allocated_bytes.current, allocated),
-            ("active_bytes", s.active_bytes.current, allocated),
-            ("requested_bytes", s.requested_bytes.current, requested),
-            ("allocation", s.allocation.current, n_alloc),
-            ("segment", s.segment.current, self.segments.len() as u64),
-            (
-                "inactive_split_bytes",
-                s.inactive_split_bytes.current,
-                inactive_split,
-            ),
-            ("inactive_split", s.inactive_split.current, n_inactive_split),
-            ("device segment bytes", device.segment_bytes(), reserved),
-        ];
-        for (name, stat, actual) in checks {
-            if stat != actual {
-                return Err(format!(
-                    "{name} is {stat} but the blocks add up to {actual}"
-                ));
             }
         }
-        if !(s.requested_bytes.current <= s.allocated_bytes.current
-            && s.allocated_bytes.current <= s.active_bytes.current
-            && s.active_bytes.current <= s.reserved_bytes.current)
-        {
-            return Err("requested <= allocated <= active <= reserved does not hold".into());
-        }
-        for stat in [&s.allocated_bytes, &s.reserved_bytes, &s.active_bytes] {
-            if stat.peak < stat.current {
-                return Err("a peak is below its current value".into());
-            }
-        }
+        let s = &self.arena.stats;
         if let Some(allowed) = self.allowed_maximum {
             if s.reserved_bytes.current > allowed {
                 return Err("reserved exceeds the per-process memory fraction".into());
@@ -742,6 +372,7 @@ impl Allocator for CachingAllocator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::alloc::BlockState;
     use crate::device::{SimDevice, SimDeviceConfig};
     use crate::units::GIB;
 
@@ -769,25 +400,46 @@ mod tests {
     /// allocators.md §1.4: request, rounded, pool, new segment, split, block handed out.
     #[test]
     fn worked_examples_of_section_1_4() {
-        let cases: [(u64, u64, Pool, u64, bool, u64); 7] = [
-            (1, 512, Pool::Small, 2 * MIB, true, 512),
-            (1_000_000, 1_000_448, Pool::Small, 2 * MIB, true, 1_000_448),
-            (MIB, MIB, Pool::Small, 2 * MIB, true, MIB),
-            (MIB + 1, MIB + 512, Pool::Large, 20 * MIB, true, MIB + 512),
-            (5 * MIB, 5 * MIB, Pool::Large, 20 * MIB, true, 5 * MIB),
+        let cases: [(u64, u64, PoolKind, u64, bool, u64); 7] = [
+            (1, 512, PoolKind::Small, 2 * MIB, true, 512),
+            (
+                1_000_000,
+                1_000_448,
+                PoolKind::Small,
+                2 * MIB,
+                true,
+                1_000_448,
+            ),
+            (MIB, MIB, PoolKind::Small, 2 * MIB, true, MIB),
+            (
+                MIB + 1,
+                MIB + 512,
+                PoolKind::Large,
+                20 * MIB,
+                true,
+                MIB + 512,
+            ),
+            (5 * MIB, 5 * MIB, PoolKind::Large, 20 * MIB, true, 5 * MIB),
             (
                 10 * MIB + MIB / 2,
                 10 * MIB + MIB / 2,
-                Pool::Large,
+                PoolKind::Large,
                 12 * MIB,
                 true,
                 10 * MIB + MIB / 2,
             ),
-            (15 * MIB, 15 * MIB, Pool::Large, 16 * MIB, false, 16 * MIB),
+            (
+                15 * MIB,
+                15 * MIB,
+                PoolKind::Large,
+                16 * MIB,
+                false,
+                16 * MIB,
+            ),
         ];
         for (request, rounded, pool, segment, split, handed) in cases {
             assert_eq!(round_size(request), rounded, "round_size({request})");
-            assert_eq!(Pool::for_size(rounded), pool, "pool of {request}");
+            assert_eq!(pool_for_size(rounded), pool, "pool of {request}");
             assert_eq!(allocation_size(rounded), segment, "segment for {request}");
             let (mut a, mut dev) = setup(GIB);
             let id = a.malloc(&mut dev, request).unwrap().unwrap();
@@ -889,7 +541,8 @@ mod tests {
         assert_eq!(a.stats().num_ooms, 0);
         assert_eq!(a.block_size(z), 60 * MIB);
         // Now nothing can be released: one more retry, then OOM.
-        let oom = a.malloc(&mut dev, 10 * MIB).unwrap_err();
+        let err = a.malloc(&mut dev, 10 * MIB).unwrap_err();
+        let oom = err.out_of_memory().expect("an out-of-memory");
         assert_eq!(a.stats().num_alloc_retries, 2);
         assert_eq!(a.stats().num_ooms, 1);
         assert_eq!(oom.alloc_size, 10 * MIB);
@@ -908,7 +561,8 @@ mod tests {
         a.free(&mut dev, ids[0]);
         a.free(&mut dev, ids[2]);
         // 12 MiB free in three 4 MiB holes, device has nothing left.
-        let oom = a.malloc(&mut dev, 6 * MIB).unwrap_err();
+        let err = a.malloc(&mut dev, 6 * MIB).unwrap_err();
+        let oom = err.out_of_memory().expect("an out-of-memory");
         assert_eq!(oom.alloc_size, 20 * MIB);
         assert_eq!(oom.reserved - oom.allocated, 12 * MIB);
         a.check_invariants(&dev).unwrap();
@@ -930,7 +584,8 @@ mod tests {
             dev_total,
         );
         a.malloc(&mut dev, 500 * MIB).unwrap();
-        let oom = a.malloc(&mut dev, 100 * MIB).unwrap_err();
+        let err = a.malloc(&mut dev, 100 * MIB).unwrap_err();
+        let oom = err.out_of_memory().expect("an out-of-memory");
         assert_eq!(oom.allowed, Some(512 * MIB));
         assert_eq!(a.stats().num_device_alloc, 1);
         a.check_invariants(&dev).unwrap();

@@ -6,13 +6,17 @@
 //!   JAX uses too (with preallocation).
 //!
 //! They are pure bookkeeping of address ranges inside segments. They ask a
-//! [`Device`] for whole segments and never touch data.
+//! [`Device`] for whole segments and never touch data. `caching` and `bfc`
+//! share one block arena (split, coalesce, release, views, invariants) and
+//! keep only their policy.
 
+mod arena;
 pub mod bfc;
 pub mod caching;
 pub mod uncached;
 
 use crate::device::Device;
+use crate::error::DeviceError;
 use serde::{Deserialize, Serialize};
 
 /// Handle of a live block, valid until the block is freed.
@@ -117,13 +121,43 @@ pub struct BlockView {
     pub state: BlockState,
 }
 
+/// Which pool a segment belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PoolKind {
+    /// PyTorch's small pool (requests up to 1 MiB, 2 MiB segments).
+    Small,
+    /// PyTorch's large pool.
+    Large,
+    /// A BFC region (TensorFlow, XLA).
+    Region,
+    /// PyTorch without caching: one segment per tensor.
+    Uncached,
+}
+
+impl PoolKind {
+    pub(crate) const COUNT: usize = 4;
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PoolKind::Small => "small",
+            PoolKind::Large => "large",
+            PoolKind::Region => "region",
+            PoolKind::Uncached => "uncached",
+        }
+    }
+}
+
 /// One segment (PyTorch) or region (BFC) with its blocks in address order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SegmentView {
     pub address: u64,
     pub total_size: u64,
-    /// `"small"` or `"large"` for PyTorch, `"region"` for BFC.
-    pub pool: &'static str,
+    pub pool: PoolKind,
     pub blocks: Vec<BlockView>,
 }
 
@@ -172,6 +206,64 @@ pub struct OutOfMemory {
     pub memory_limit: Option<u64>,
 }
 
+impl OutOfMemory {
+    /// The facts now, for a request `(requested, rounded, alloc_size)`.
+    pub fn at(
+        device: &dyn Device,
+        (requested, rounded, alloc_size): (u64, u64, u64),
+        stats: &AllocatorStats,
+        allowed: Option<u64>,
+        memory_limit: Option<u64>,
+    ) -> Box<Self> {
+        let (device_free, device_total) = device.mem_get_info();
+        Box::new(OutOfMemory {
+            requested,
+            rounded,
+            alloc_size,
+            device_free,
+            device_total,
+            process_used: device.process_used_bytes(),
+            other_processes: device.other_processes_bytes(),
+            allocated: stats.allocated_bytes.current,
+            reserved: stats.reserved_bytes.current,
+            allowed,
+            memory_limit,
+        })
+    }
+}
+
+/// Why an allocation failed: the framework's out-of-memory, or the driver
+/// failing in another way (which no framework turns into an OOM).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AllocError {
+    OutOfMemory(Box<OutOfMemory>),
+    Driver(String),
+}
+
+impl AllocError {
+    /// The out-of-memory facts, when that is what it is.
+    pub fn out_of_memory(&self) -> Option<&OutOfMemory> {
+        match self {
+            AllocError::OutOfMemory(oom) => Some(oom),
+            AllocError::Driver(_) => None,
+        }
+    }
+}
+
+/// Asks the driver for a segment: `Ok(None)` when it has not enough free
+/// memory (the allocator may release cached memory and retry), `Err` for
+/// any other driver failure.
+pub(crate) fn device_malloc(
+    device: &mut dyn Device,
+    bytes: u64,
+) -> Result<Option<u64>, AllocError> {
+    match device.malloc(bytes) {
+        Ok(address) => Ok(Some(address)),
+        Err(DeviceError::OutOfMemory) => Ok(None),
+        Err(DeviceError::Driver(message)) => Err(AllocError::Driver(message)),
+    }
+}
+
 /// An allocator that keeps blocks inside device segments.
 pub trait Allocator: Send {
     /// A request for `bytes`. `Ok(None)` for a zero-byte request, which
@@ -180,7 +272,7 @@ pub trait Allocator: Send {
         &mut self,
         device: &mut dyn Device,
         bytes: u64,
-    ) -> Result<Option<BlockId>, Box<OutOfMemory>>;
+    ) -> Result<Option<BlockId>, AllocError>;
 
     /// Returns a block: it goes back to the allocator's cache at once.
     fn free(&mut self, device: &mut dyn Device, block: BlockId);

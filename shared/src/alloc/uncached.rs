@@ -7,8 +7,8 @@
 //! stats here stay at zero too, and the device numbers tell the truth.
 
 use super::{
-    Allocator, AllocatorStats, BlockId, BlockState, BlockView, OutOfMemory, SegmentView, Slab,
-    Trace, TraceAction, TraceEvent,
+    device_malloc, AllocError, Allocator, AllocatorStats, BlockId, BlockState, BlockView,
+    OutOfMemory, PoolKind, SegmentView, Slab, Trace, TraceAction, TraceEvent,
 };
 use crate::device::Device;
 
@@ -30,38 +30,23 @@ impl Allocator for UncachedAllocator {
         &mut self,
         device: &mut dyn Device,
         bytes: u64,
-    ) -> Result<Option<BlockId>, Box<OutOfMemory>> {
+    ) -> Result<Option<BlockId>, AllocError> {
         if bytes == 0 {
             return Ok(None);
         }
-        match device.malloc(bytes) {
-            Some(address) => {
-                let id = self.blocks.insert((address, bytes));
-                self.trace
-                    .record(TraceAction::SegmentAlloc, address, bytes, None);
-                self.trace
-                    .record(TraceAction::Alloc, address, bytes, Some(id));
-                Ok(Some(id))
-            }
-            None => {
-                let (device_free, device_total) = device.mem_get_info();
-                self.trace
-                    .record(TraceAction::Oom, device_free, bytes, None);
-                Err(Box::new(OutOfMemory {
-                    requested: bytes,
-                    rounded: bytes,
-                    alloc_size: bytes,
-                    device_free,
-                    device_total,
-                    process_used: device.process_used_bytes(),
-                    other_processes: device.other_processes_bytes(),
-                    allocated: 0,
-                    reserved: 0,
-                    allowed: None,
-                    memory_limit: None,
-                }))
-            }
-        }
+        let Some(address) = device_malloc(device, bytes)? else {
+            // No stats to report: this path bypasses `DeviceStats`.
+            let oom = OutOfMemory::at(device, (bytes, bytes, bytes), &self.stats, None, None);
+            self.trace
+                .record(TraceAction::Oom, oom.device_free, bytes, None);
+            return Err(AllocError::OutOfMemory(oom));
+        };
+        let id = self.blocks.insert((address, bytes));
+        self.trace
+            .record(TraceAction::SegmentAlloc, address, bytes, None);
+        self.trace
+            .record(TraceAction::Alloc, address, bytes, Some(id));
+        Ok(Some(id))
     }
 
     fn free(&mut self, device: &mut dyn Device, block: BlockId) {
@@ -95,7 +80,7 @@ impl Allocator for UncachedAllocator {
             .map(|(id, &(address, size))| SegmentView {
                 address,
                 total_size: size,
-                pool: "uncached",
+                pool: PoolKind::Uncached,
                 blocks: vec![BlockView {
                     id: Some(id),
                     address,

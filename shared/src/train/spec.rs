@@ -1,7 +1,7 @@
 //! Models, optimizers and datasets as shapes and bytes, and the memory
 //! estimate of a training step computed from them before anything runs.
 
-use crate::protocol::Dtype;
+use crate::types::Dtype;
 use serde::{Deserialize, Serialize};
 
 /// An MLP: `layers` hidden linear layers of `width` with ReLU, then a

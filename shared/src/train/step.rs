@@ -16,8 +16,8 @@ use super::math::{self, Params};
 use super::spec::checkpoint_segment;
 use super::{GraphState, ModelState, OptimizerKind, TrainState};
 use crate::kernel::{AllocFailure, Kernel};
-use crate::protocol::{Category, Dtype};
 use crate::runtime::{Class, ObjId, ObjectKind};
+use crate::types::{Category, Dtype};
 
 /// The local variables of the frame a step runs in. If the step raises,
 /// they become the exception's (`last_exception` keeps them alive).

@@ -1,0 +1,223 @@
+//! One argument struct per command, with the defaults a field takes when it
+//! is left out. Validation, execution and the Python pane take them whole.
+
+use crate::train::OptimizerKind;
+use crate::types::{Category, Dtype};
+use serde::{Deserialize, Serialize};
+
+/// `x = torch.empty(...)` on the GPU: `bytes`, or `shape` and `dtype`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AllocArgs {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<Vec<u64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<Dtype>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<Category>,
+}
+
+/// `del x`, `sess = tf.compat.v1.Session()`, `sess.close()`: one name.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NameArgs {
+    pub name: String,
+}
+
+/// `h = [x, y]` and, with `cycle`, `h.append(h)`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HoldArgs {
+    pub name: String,
+    pub items: Vec<String>,
+    #[serde(default)]
+    pub cycle: bool,
+}
+
+/// `model = MLP(...).cuda()`: `layers` hidden layers of `width`. With
+/// `keras` (always under TensorFlow) Keras's global state holds it too.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelArgs {
+    pub name: String,
+    #[serde(default = "default_layers")]
+    pub layers: u32,
+    #[serde(default = "default_width")]
+    pub width: u64,
+    #[serde(default = "default_features")]
+    pub input_dim: u64,
+    #[serde(default = "default_classes")]
+    pub classes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<Dtype>,
+    #[serde(default)]
+    pub keras: bool,
+}
+
+/// `opt = torch.optim.Adam(model.parameters())`; state comes at the first step.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OptimizerArgs {
+    pub name: String,
+    pub model: String,
+    pub kind: OptimizerKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lr: Option<f32>,
+}
+
+/// A synthetic, learnable classification set; `on_device` puts all of it on the GPU.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataArgs {
+    pub name: String,
+    #[serde(default = "default_samples")]
+    pub samples: u64,
+    #[serde(default = "default_features")]
+    pub features: u64,
+    #[serde(default = "default_classes")]
+    pub classes: u64,
+    #[serde(default)]
+    pub on_device: bool,
+}
+
+/// `loss = criterion(model(x), y)`: the loss keeps the graph alive.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardArgs {
+    pub name: String,
+    pub model: String,
+    pub data: String,
+    #[serde(default = "default_batch")]
+    pub batch_size: u64,
+    #[serde(default)]
+    pub no_grad: bool,
+    #[serde(default)]
+    pub amp: bool,
+    #[serde(default)]
+    pub checkpointing: bool,
+}
+
+/// `loss.backward(retain_graph=...)`
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackwardArgs {
+    pub name: String,
+    #[serde(default)]
+    pub retain_graph: bool,
+}
+
+/// `opt.step()`
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepArgs {
+    pub optimizer: String,
+}
+
+/// `opt.zero_grad(set_to_none=...)`
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZeroGradArgs {
+    pub optimizer: String,
+    #[serde(default = "yes")]
+    pub set_to_none: bool,
+}
+
+/// How the loop keeps its running loss.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LossHistory {
+    /// `total_loss += loss.item()`: a Python float.
+    #[default]
+    Item,
+    /// `total_loss += loss`: a tensor whose history keeps every step's loss.
+    Tensor,
+}
+
+/// The training loop.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainArgs {
+    pub model: String,
+    pub optimizer: String,
+    pub data: String,
+    #[serde(default = "default_steps")]
+    pub steps: u64,
+    #[serde(default = "default_batch")]
+    pub batch_size: u64,
+    #[serde(default = "one")]
+    pub accumulate: u64,
+    #[serde(default)]
+    pub checkpointing: bool,
+    #[serde(default)]
+    pub amp: bool,
+    #[serde(default = "yes")]
+    pub set_to_none: bool,
+    #[serde(default)]
+    pub loss_history: LossHistory,
+}
+
+/// The largest batch whose step peak stays under `threshold` of the memory limit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FindBatchSizeArgs {
+    pub model: String,
+    pub optimizer: String,
+    pub data: String,
+    #[serde(default = "default_threshold")]
+    pub threshold: f64,
+}
+
+/// Predicts a training step's memory from the shapes, before running it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EstimateArgs {
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optimizer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+    #[serde(default = "default_batch")]
+    pub batch_size: u64,
+    #[serde(default = "one")]
+    pub accumulate: u64,
+    #[serde(default)]
+    pub amp: bool,
+    #[serde(default)]
+    pub checkpointing: bool,
+    #[serde(default = "yes")]
+    pub set_to_none: bool,
+}
+
+fn default_layers() -> u32 {
+    4
+}
+fn default_width() -> u64 {
+    1024
+}
+fn default_features() -> u64 {
+    784
+}
+fn default_classes() -> u64 {
+    10
+}
+fn default_samples() -> u64 {
+    60_000
+}
+fn default_batch() -> u64 {
+    64
+}
+fn default_steps() -> u64 {
+    10
+}
+fn default_threshold() -> f64 {
+    0.8
+}
+fn one() -> u64 {
+    1
+}
+fn yes() -> bool {
+    true
+}

@@ -1,0 +1,72 @@
+//! The command vocabulary: one command is one line of Python, a JSON object
+//! with a `"cmd"` field. Each command's arguments are one struct
+//! ([`args`]); [`parse`] reads a line, lesson annotations split off.
+
+pub mod args;
+pub mod parse;
+
+pub use crate::framework::RestartSettings;
+pub use args::*;
+pub use parse::{parse_line, parse_value, Annotations, CommandLine, ANNOTATION_KEYS};
+use serde::{Deserialize, Serialize};
+
+/// One command: one line of Python.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Command {
+    /// Restart the kernel with these settings.
+    Restart(RestartSettings),
+    Alloc(AllocArgs),
+    Del(NameArgs),
+    Hold(HoldArgs),
+    /// `gc.collect()`
+    Gc {},
+    /// `torch.cuda.empty_cache()`
+    EmptyCache {},
+    /// `tf.keras.backend.clear_session()`
+    ClearSession {},
+    /// `torch.cuda.reset_peak_memory_stats()` / `tf.config.experimental.reset_memory_stats`.
+    ResetPeakMemoryStats {},
+    Model(ModelArgs),
+    Optimizer(OptimizerArgs),
+    Data(DataArgs),
+    Forward(ForwardArgs),
+    Backward(BackwardArgs),
+    Step(StepArgs),
+    ZeroGrad(ZeroGradArgs),
+    Train(TrainArgs),
+    FindBatchSize(FindBatchSizeArgs),
+    Estimate(EstimateArgs),
+    /// `sess = tf.compat.v1.Session()`: owns the variables of models built while it is open.
+    TfSession(NameArgs),
+    /// `sess.close()`
+    Close(NameArgs),
+}
+
+impl Command {
+    /// The command's name as it appears in `"cmd"`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Restart(_) => "restart",
+            Command::Alloc(_) => "alloc",
+            Command::Del(_) => "del",
+            Command::Hold(_) => "hold",
+            Command::Gc {} => "gc",
+            Command::EmptyCache {} => "empty_cache",
+            Command::ClearSession {} => "clear_session",
+            Command::ResetPeakMemoryStats {} => "reset_peak_memory_stats",
+            Command::Model(_) => "model",
+            Command::Optimizer(_) => "optimizer",
+            Command::Data(_) => "data",
+            Command::Forward(_) => "forward",
+            Command::Backward(_) => "backward",
+            Command::Step(_) => "step",
+            Command::ZeroGrad(_) => "zero_grad",
+            Command::Train(_) => "train",
+            Command::FindBatchSize(_) => "find_batch_size",
+            Command::Estimate(_) => "estimate",
+            Command::TfSession(_) => "tf_session",
+            Command::Close(_) => "close",
+        }
+    }
+}

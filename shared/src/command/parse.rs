@@ -1,0 +1,272 @@
+//! Reading one line: JSON, lesson annotations split off, the command with
+//! every problem named (unknown commands and unknown fields included).
+
+use super::Command;
+use crate::error::{CommandError, ErrorKind};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// Fields a lesson file may add to any command line; the runner ignores
+/// them, the lesson checker reads them.
+pub const ANNOTATION_KEYS: [&str; 3] = ["say", "expect", "why"];
+
+/// A lesson step's words and expected observation.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Annotations {
+    /// What the step asks the learner to do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub say: Option<String>,
+    /// Why the numbers move as they do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+    /// Stats (and `ok`, `error_kind`, `error_contains`, `note_contains`)
+    /// expected after the step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect: Option<BTreeMap<String, Value>>,
+}
+
+/// One parsed input line: the command as written (annotations removed),
+/// the command, and any lesson annotations.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(from = "Value", into = "Value")]
+pub struct CommandLine {
+    /// The JSON as written, minus annotations (echoed in results).
+    pub raw: Value,
+    pub command: Result<Command, CommandError>,
+    pub annotations: Annotations,
+}
+
+impl From<Value> for CommandLine {
+    fn from(value: Value) -> Self {
+        parse_value(value)
+    }
+}
+
+impl From<CommandLine> for Value {
+    /// The line as written: the command with its annotations.
+    fn from(line: CommandLine) -> Self {
+        let mut value = line.raw;
+        if let (Value::Object(map), Ok(Value::Object(notes))) =
+            (&mut value, serde_json::to_value(&line.annotations))
+        {
+            map.extend(notes);
+        }
+        value
+    }
+}
+
+impl From<Command> for CommandLine {
+    fn from(command: Command) -> Self {
+        let raw = serde_json::to_value(&command).unwrap_or(Value::Null);
+        CommandLine {
+            raw,
+            command: Ok(command),
+            annotations: Annotations::default(),
+        }
+    }
+}
+
+/// Parses one JSON line into a command, keeping what was written for the
+/// echo even when it is not a valid command.
+pub fn parse_line(line: &str) -> CommandLine {
+    let value: Value = match serde_json::from_str(line) {
+        Ok(v) => v,
+        Err(e) => {
+            return CommandLine {
+                raw: Value::String(line.to_string()),
+                command: Err(CommandError::new(
+                    ErrorKind::ParseError,
+                    format!("not JSON: {e}"),
+                )),
+                annotations: Annotations::default(),
+            }
+        }
+    };
+    parse_value(value)
+}
+
+/// Like [`parse_line`], from a JSON value.
+pub fn parse_value(mut value: Value) -> CommandLine {
+    let mut annotations = Annotations::default();
+    let mut annotation_error = None;
+    if let Value::Object(map) = &mut value {
+        let mut taken = serde_json::Map::new();
+        for key in ANNOTATION_KEYS {
+            if let Some(v) = map.remove(key) {
+                taken.insert(key.to_string(), v);
+            }
+        }
+        match serde_json::from_value(Value::Object(taken)) {
+            Ok(a) => annotations = a,
+            Err(e) => {
+                annotation_error = Some(CommandError::new(
+                    ErrorKind::InvalidCommand,
+                    format!("bad lesson annotation: {e}"),
+                ))
+            }
+        }
+    }
+    let command = match annotation_error {
+        Some(e) => Err(e),
+        None => command_from_value(&value),
+    };
+    CommandLine {
+        raw: value,
+        command,
+        annotations,
+    }
+}
+
+fn command_from_value(value: &Value) -> Result<Command, CommandError> {
+    let Value::Object(map) = value else {
+        return Err(CommandError::new(
+            ErrorKind::InvalidCommand,
+            format!(
+                "a command is a JSON object with a \"cmd\" field, not {}",
+                json_type(value)
+            ),
+        ));
+    };
+    match map.get("cmd") {
+        None => {
+            return Err(CommandError::new(
+                ErrorKind::InvalidCommand,
+                "missing field `cmd`: say which command, e.g. {\"cmd\":\"alloc\",\"name\":\"x\",\"bytes\":1024}",
+            ))
+        }
+        Some(Value::String(_)) => {}
+        Some(other) => {
+            return Err(CommandError::new(
+                ErrorKind::InvalidCommand,
+                format!("`cmd` must be a string, not {}", json_type(other)),
+            ))
+        }
+    }
+    Command::deserialize(value).map_err(|e| {
+        let cmd = map.get("cmd").and_then(Value::as_str).unwrap_or("?");
+        let text = e.to_string();
+        let message = if text.starts_with("unknown variant") {
+            format!("unknown command {cmd:?}: {text}")
+        } else {
+            format!("bad {cmd:?} command: {text}")
+        };
+        CommandError::new(ErrorKind::InvalidCommand, message)
+    })
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_design_examples() {
+        let c = parse_line(r#"{"cmd":"alloc", "name":"x", "bytes":1024}"#);
+        assert_eq!(
+            c.command.unwrap(),
+            Command::Alloc(crate::command::AllocArgs {
+                name: "x".into(),
+                bytes: Some(1024),
+                shape: None,
+                dtype: None,
+                category: None
+            })
+        );
+        let c = parse_line(r#"{"cmd":"hold", "name":"h", "items":["x","y"], "cycle":true}"#);
+        assert!(matches!(
+            c.command.unwrap(),
+            Command::Hold(crate::command::HoldArgs { cycle: true, .. })
+        ));
+        let c = parse_line(r#"{"cmd":"restart","framework":"jax","preallocate":false}"#);
+        let Command::Restart(s) = c.command.unwrap() else {
+            panic!()
+        };
+        assert_eq!(s.framework, Some(crate::types::Framework::Jax));
+        assert_eq!(s.preallocate, Some(false));
+        assert_eq!(s.memory_limit_bytes, None);
+        let c = parse_line(r#"{"cmd":"restart","memory_limit_bytes":null}"#);
+        let Command::Restart(s) = c.command.unwrap() else {
+            panic!()
+        };
+        assert_eq!(s.memory_limit_bytes, Some(None));
+        assert_eq!(
+            parse_line(r#"{"cmd":"gc"}"#).command.unwrap(),
+            Command::Gc {}
+        );
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        let msg = |line: &str| parse_line(line).command.unwrap_err();
+        assert_eq!(msg("nope").kind, ErrorKind::ParseError);
+        let e = msg(r#"{"cmd":"launch"}"#);
+        assert_eq!(e.kind, ErrorKind::InvalidCommand);
+        assert!(
+            e.message.contains("unknown command \"launch\""),
+            "{}",
+            e.message
+        );
+        assert!(msg(r#"{"cmd":"del"}"#)
+            .message
+            .contains("missing field `name`"));
+        assert!(msg(r#"{"cmd":"alloc","name":"x","bytes":-1}"#)
+            .message
+            .contains("invalid value"));
+        assert!(msg(r#"{"cmd":"alloc","name":"x","byts":1}"#)
+            .message
+            .contains("unknown field `byts`"));
+        assert!(
+            msg(r#"{"cmd":"restart","expandable_segments":true}"#)
+                .message
+                .contains("unknown field `expandable_segments`"),
+            "a setting the engine does not know is refused"
+        );
+        assert!(
+            msg(r#"{"cmd":"train","model":"m","optimizer":"o","data":"d","step":3}"#)
+                .message
+                .contains("unknown field `step`")
+        );
+        assert!(msg(r#"{"cmd":"gc","now":true}"#)
+            .message
+            .contains("unknown field"));
+        assert!(msg(r#"[1,2]"#).message.contains("not an array"));
+        assert!(msg(r#"{"name":"x"}"#)
+            .message
+            .contains("missing field `cmd`"));
+        assert!(msg(r#"{"cmd":7}"#).message.contains("must be a string"));
+    }
+
+    #[test]
+    fn annotations_are_split_off() {
+        let c = parse_line(r#"{"cmd":"gc","say":"collect","expect":{"allocated_bytes":0}}"#);
+        assert_eq!(c.command.unwrap(), Command::Gc {});
+        assert_eq!(c.raw, serde_json::json!({"cmd":"gc"}));
+        assert_eq!(c.annotations.say.as_deref(), Some("collect"));
+        assert_eq!(c.annotations.expect.unwrap()["allocated_bytes"], 0);
+    }
+
+    #[test]
+    fn commands_round_trip() {
+        for line in [
+            r#"{"cmd":"alloc","name":"x","shape":[2,3],"dtype":"float16","category":"activation"}"#,
+            r#"{"cmd":"del","name":"x"}"#,
+            r#"{"cmd":"empty_cache"}"#,
+            r#"{"cmd":"restart","framework":"tensorflow","allow_growth":true}"#,
+        ] {
+            let c = parse_line(line).command.unwrap();
+            let back = serde_json::to_string(&c).unwrap();
+            assert_eq!(parse_line(&back).command.unwrap(), c, "{back}");
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! The engine: carries out commands on one kernel. Each command is one line
+//! of Python; the engine validates it, runs it on the [`Kernel`], and
+//! reports the stats after it. By concern:
+//!
+//! - [`tensors`]: `alloc`, `del`, `hold`, `gc`, `empty_cache`, `clear_session`.
+//! - [`objects`]: models, optimizers, datasets.
+//! - [`training`]: forward, backward, step, zero_grad, the training loop.
+//! - [`planning`]: `estimate` and `find_batch_size`.
+//! - [`tf1`]: TensorFlow 1's sessions.
+
+mod objects;
+mod planning;
+mod tensors;
+mod tf1;
+mod training;
+
+use crate::alloc::AllocError;
+use crate::command::{Command, RestartSettings};
+use crate::device::{Device, DeviceInfo, SimDevice, SimDeviceConfig};
+use crate::error::{CommandError, ErrorKind};
+use crate::framework::{make_allocator, oom_message, Settings, TensorDesc};
+use crate::kernel::{AllocFailure, Kernel};
+use crate::snapshot::{self, Event, Snapshot, Stats};
+use crate::train::{self, TrainState};
+use crate::types::Framework;
+use crate::units::format_size;
+use serde_json::Value;
+
+pub use crate::kernel::DEFAULT_EVENT_CAPACITY;
+
+/// The longest name accepted.
+pub const MAX_NAME_LEN: usize = 64;
+/// The most steps one `train` command runs.
+pub const MAX_TRAIN_STEPS: u64 = 1_000_000;
+
+/// Starts a device for a kernel: the simulated GPU, or a real one.
+pub trait DeviceFactory: Send {
+    fn start(&mut self, settings: &Settings) -> Result<Box<dyn Device>, CommandError>;
+}
+
+/// Starts simulated GPUs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SimDeviceFactory;
+
+impl DeviceFactory for SimDeviceFactory {
+    fn start(&mut self, settings: &Settings) -> Result<Box<dyn Device>, CommandError> {
+        let config = SimDeviceConfig {
+            total_bytes: settings.device_total_bytes,
+            context_bytes: settings.context_bytes,
+            other_processes_bytes: settings.other_processes_bytes,
+        };
+        config
+            .validate()
+            .map_err(|m| CommandError::new(ErrorKind::InvalidValue, m))?;
+        Ok(Box::new(SimDevice::new(config)))
+    }
+}
+
+/// Where a long command is, for the hook that streams it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Progress {
+    /// Training steps done so far.
+    pub done: u64,
+    pub total: u64,
+    pub loss: Option<f32>,
+}
+
+/// Called after each training step of a long command; returning `false`
+/// stops the command there (the steps done so far stay done).
+pub type ProgressHook = Box<dyn FnMut(&mut Engine, &Progress) -> bool + Send>;
+
+/// What a command did, beyond the stats.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Outcome {
+    /// A short explanation of what happened.
+    pub note: Option<String>,
+    /// What the command returns (losses, estimates, trials).
+    pub value: Option<Value>,
+}
+
+impl Outcome {
+    pub(crate) fn note(note: impl Into<String>) -> Self {
+        Self {
+            note: Some(note.into()),
+            value: None,
+        }
+    }
+}
+
+pub struct Engine {
+    settings: Settings,
+    factory: Box<dyn DeviceFactory>,
+    kernel: Kernel,
+    train: TrainState,
+    /// Steps executed so far (the next step's index).
+    step: u64,
+    /// Training steps up to this many FLOPs compute their numbers.
+    flop_limit: u64,
+    progress: Option<ProgressHook>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("settings", &self.settings)
+            .field("step", &self.step)
+            .finish_non_exhaustive()
+    }
+}
+
+fn error(kind: ErrorKind, message: impl Into<String>) -> CommandError {
+    CommandError::new(kind, message)
+}
+
+fn name_error(name: &str) -> CommandError {
+    error(
+        ErrorKind::NameError,
+        format!("name '{name}' is not defined"),
+    )
+}
+
+fn check_name(name: &str) -> Result<(), CommandError> {
+    let mut chars = name.chars();
+    let ok = matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+        && name.len() <= MAX_NAME_LEN;
+    if ok {
+        Ok(())
+    } else {
+        Err(error(
+            ErrorKind::InvalidValue,
+            format!(
+                "{name:?} is not a Python name: use letters, digits and _, not starting with a digit, at most {MAX_NAME_LEN} characters"
+            ),
+        ))
+    }
+}
+
+impl Engine {
+    /// A kernel on the simulated GPU with default settings.
+    pub fn new_simulated() -> Self {
+        Self::new(Box::new(SimDeviceFactory), Settings::default())
+            .expect("default settings start a simulated device")
+    }
+
+    pub fn new(
+        mut factory: Box<dyn DeviceFactory>,
+        settings: Settings,
+    ) -> Result<Self, CommandError> {
+        settings.validate()?;
+        let device = factory.start(&settings)?;
+        let allocator = make_allocator(&settings, device.as_ref());
+        Ok(Self {
+            settings,
+            factory,
+            kernel: Kernel::new(device, allocator),
+            train: TrainState::default(),
+            step: 0,
+            flop_limit: train::ARITHMETIC_FLOP_LIMIT,
+            progress: None,
+        })
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn framework(&self) -> Framework {
+        self.settings.framework
+    }
+
+    pub fn device_info(&self) -> DeviceInfo {
+        self.kernel.device.info()
+    }
+
+    pub fn kernel(&self) -> &Kernel {
+        &self.kernel
+    }
+
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    pub fn set_event_capacity(&mut self, capacity: usize) {
+        self.kernel.set_event_capacity(capacity);
+    }
+
+    /// Switches event recording in the allocator (benchmarks switch it off).
+    pub fn set_tracing(&mut self, on: bool) {
+        self.kernel.allocator.set_tracing(on);
+    }
+
+    /// Events with `seq >= since`, oldest first.
+    pub fn events_since(&self, since: u64) -> impl Iterator<Item = &Event> {
+        self.kernel.events_since(since)
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.kernel.stats()
+    }
+
+    /// The peaks since the last call (allocated, reserved); see
+    /// [`Kernel::take_sample_peaks`].
+    pub fn take_sample_peaks(&mut self) -> (u64, u64) {
+        self.kernel.take_sample_peaks()
+    }
+
+    /// Executes one command. On error nothing changed, except what the
+    /// framework itself changes on the way to an OOM (PyTorch returns its
+    /// cached segments to the driver before it gives up; a failed training
+    /// step leaves `last_exception`). In debug builds every invariant of
+    /// the kernel is checked after every command.
+    pub fn execute(&mut self, cmd: &Command) -> Result<Outcome, CommandError> {
+        self.kernel.begin_command(self.step);
+        self.step += 1;
+        let result = self.dispatch(cmd);
+        let dead = self.kernel.take_dead_instances();
+        self.train.forget(&dead);
+        debug_assert_eq!(self.check_invariants(), Ok(()), "after {}", cmd.name());
+        result
+    }
+
+    /// Counts a line that is not a command as a step, and gives back its error.
+    pub fn reject(&mut self, error: CommandError) -> CommandError {
+        self.kernel.begin_command(self.step);
+        self.step += 1;
+        error
+    }
+
+    fn dispatch(&mut self, cmd: &Command) -> Result<Outcome, CommandError> {
+        match cmd {
+            Command::Restart(patch) => self.restart(patch),
+            Command::Alloc(a) => self.alloc(a),
+            Command::Del(a) => self.del(&a.name),
+            Command::Hold(a) => self.hold(a),
+            Command::Gc {} => Ok(self.gc()),
+            Command::EmptyCache {} => Ok(self.empty_cache()),
+            Command::ClearSession {} => Ok(self.clear_session()),
+            Command::ResetPeakMemoryStats {} => {
+                self.kernel.allocator.reset_peak_stats();
+                Ok(Outcome::note("Peaks now equal the current values."))
+            }
+            Command::Model(a) => self.model(a),
+            Command::Optimizer(a) => self.optimizer(a),
+            Command::Data(a) => self.data(a),
+            Command::Forward(a) => self.forward(a),
+            Command::Backward(a) => self.backward(a),
+            Command::Step(a) => self.optimizer_step(a),
+            Command::ZeroGrad(a) => self.zero_grad(a),
+            Command::Train(a) => self.train_loop(a),
+            Command::FindBatchSize(a) => self.find_batch_size(a),
+            Command::Estimate(a) => self.estimate(a),
+            Command::TfSession(a) => self.tf_session(&a.name),
+            Command::Close(a) => self.close(&a.name),
+        }
+    }
+
+    fn restart(&mut self, patch: &RestartSettings) -> Result<Outcome, CommandError> {
+        let settings = self.settings.patched(patch)?;
+        let device = self.factory.start(&settings)?;
+        let allocator = make_allocator(&settings, device.as_ref());
+        // The old process exits: its context and segments go back to the driver.
+        self.kernel.restart(device, allocator);
+        self.train = TrainState::default();
+        self.settings = settings;
+        Ok(Outcome::note(format!(
+            "The kernel restarted with {}: the process exited, so the driver took back everything, context included; the new process holds only its CUDA context ({}).",
+            self.settings.framework.display_name(),
+            format_size(self.kernel.device.context_bytes())
+        )))
+    }
+
+    /// The error for a failed allocation: the framework's out-of-memory
+    /// text, or the driver's failure.
+    fn alloc_error(&self, failure: &AllocFailure) -> CommandError {
+        match &failure.error {
+            AllocError::OutOfMemory(oom) => {
+                let desc = TensorDesc {
+                    shape: &failure.shape,
+                    dtype: failure.dtype,
+                };
+                error(
+                    ErrorKind::OutOfMemory,
+                    oom_message(&self.settings, oom, &desc),
+                )
+            }
+            AllocError::Driver(message) => {
+                error(ErrorKind::DeviceError, format!("CUDA error: {message}"))
+            }
+        }
+    }
+
+    /// Installs the hook long commands call after each step.
+    pub fn set_progress_hook(&mut self, hook: Option<ProgressHook>) {
+        self.progress = hook;
+    }
+
+    /// Sets the size (in FLOPs) up to which training steps compute their
+    /// numbers on the CPU; above it they run shape-only.
+    pub fn set_arithmetic_flop_limit(&mut self, flops: u64) {
+        self.flop_limit = flops;
+    }
+
+    /// Everything the views draw, with the last `max_events` events.
+    pub fn snapshot(&self, max_events: usize) -> Snapshot {
+        snapshot::capture(
+            &self.kernel,
+            self.step,
+            self.settings.framework,
+            self.device_info(),
+            max_events,
+        )
+    }
+
+    /// Checks every invariant of the allocator, the runtime and their
+    /// agreement; `Err` names the first broken one.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.kernel.check_invariants()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,248 @@
+//! Training objects: models, optimizers and datasets, and looking up an
+//! object of a given class by name.
+
+use super::{check_name, error, Engine, Outcome};
+use crate::command::{DataArgs, ModelArgs, OptimizerArgs};
+use crate::error::{CommandError, ErrorKind};
+use crate::runtime::{Class, ObjId, ObjectKind};
+use crate::train::step::Frame;
+use crate::train::{DataSpec, DatasetState, ModelSpec, ModelState, OptimizerState};
+use crate::types::{Category, Dtype, Framework};
+use crate::units::{format_size, EIB};
+
+impl Engine {
+    /// The object bound to `name`, which must be of `class`.
+    pub(super) fn instance(&self, name: &str, class: Class) -> Result<ObjId, CommandError> {
+        let id = self.lookup(name)?;
+        let o = self.kernel.runtime.get(id).expect("bound objects exist");
+        if o.kind != ObjectKind::Instance(class) {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                format!(
+                    "`{name}` is a {}, not a {}",
+                    o.kind.type_name(),
+                    class.name()
+                ),
+            ));
+        }
+        Ok(id)
+    }
+
+    pub(super) fn model_state(&self, name: &str) -> Result<(ObjId, &ModelState), CommandError> {
+        let id = self.instance(name, Class::Model)?;
+        let state = &self.train.models[&id];
+        if let Some(session) = state.session {
+            if self.train.sessions.get(&session).is_none_or(|s| s.closed) {
+                return Err(error(
+                    ErrorKind::RuntimeError,
+                    format!("Attempted to use a closed Session. (`{name}` was built in a tf.Session that was closed; its variables are gone.)"),
+                ));
+            }
+        }
+        Ok((id, state))
+    }
+
+    pub(super) fn model(&mut self, a: &ModelArgs) -> Result<Outcome, CommandError> {
+        let name = a.name.as_str();
+        check_name(name)?;
+        let spec = ModelSpec {
+            layers: a.layers,
+            width: a.width,
+            input_dim: a.input_dim,
+            classes: a.classes,
+            dtype: a.dtype.unwrap_or(Dtype::Float32),
+        };
+        spec.validate()
+            .map_err(|m| error(ErrorKind::InvalidValue, m))?;
+        if spec.param_bytes() >= EIB / 1024 {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                format!("{} parameters is absurd", spec.param_count()),
+            ));
+        }
+        let session = self
+            .train
+            .open_session
+            .filter(|_| self.settings.framework == Framework::Tensorflow);
+        let mut frame = Frame::default();
+        let model = frame.instance(&mut self.kernel, Class::Model, name);
+        let mut params = Vec::new();
+        for (suffix, shape) in spec.param_shapes() {
+            let label = format!("{name}.{suffix}");
+            match frame.alloc(
+                &mut self.kernel,
+                &label,
+                &shape,
+                spec.dtype,
+                Category::Parameter,
+            ) {
+                Ok(p) => {
+                    frame.take(p);
+                    self.kernel.attach_local(session.unwrap_or(model), p);
+                    params.push(p);
+                }
+                Err(f) => {
+                    let e = self.alloc_error(&f);
+                    frame.finish(&mut self.kernel);
+                    return Err(e);
+                }
+            }
+        }
+        let keras = a.keras || self.settings.framework == Framework::Tensorflow;
+        if keras && session.is_none() {
+            self.kernel.runtime.hold_in_framework_state(model);
+        }
+        self.train.models.insert(
+            model,
+            ModelState {
+                spec,
+                params,
+                values: None,
+                grad_values: Vec::new(),
+                session,
+                seed: u64::from(model) ^ 0x6d6f_64656c,
+            },
+        );
+        frame.take(model);
+        self.kernel.bind_local(name, model);
+        let mut note = format!(
+            "`{name}` has {} parameters: {} on the device.",
+            spec.param_count(),
+            format_size(spec.param_bytes())
+        );
+        if session.is_some() {
+            note.push_str(
+                " Its variables belong to the open tf.Session: closing the session frees them.",
+            );
+        } else if keras {
+            note.push_str(" Keras's global state holds the model too: `del` alone will not free it; clear_session() will.");
+        }
+        Ok(Outcome::note(note))
+    }
+
+    pub(super) fn optimizer(&mut self, a: &OptimizerArgs) -> Result<Outcome, CommandError> {
+        let (name, model, kind) = (a.name.as_str(), a.model.as_str(), a.kind);
+        check_name(name)?;
+        let lr = a.lr.unwrap_or(kind.default_lr());
+        if !(lr.is_finite() && lr > 0.0) {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                format!("lr must be a positive number, not {lr}"),
+            ));
+        }
+        let (model_id, state) = self.model_state(model)?;
+        let params = state.params.clone();
+        let opt = self
+            .kernel
+            .runtime
+            .new_local(ObjectKind::Instance(Class::Optimizer), name);
+        for &p in &params {
+            self.kernel.runtime.add_ref(opt, p);
+        }
+        self.train.optimizers.insert(
+            opt,
+            OptimizerState {
+                kind,
+                model: model_id,
+                params,
+                lr,
+                state: Vec::new(),
+                state_values: Vec::new(),
+                steps: 0,
+            },
+        );
+        self.kernel.bind_local(name, opt);
+        Ok(Outcome::note(format!(
+            "`{name}` = {}: it holds references to the parameters; its state ({}) is allocated at the first step.",
+            kind.python(),
+            match kind.state_per_param() {
+                0 => "none".to_string(),
+                n => format!("{n}x the parameters"),
+            }
+        )))
+    }
+
+    pub(super) fn data(&mut self, a: &DataArgs) -> Result<Outcome, CommandError> {
+        let name = a.name.as_str();
+        check_name(name)?;
+        let spec = DataSpec {
+            samples: a.samples,
+            features: a.features,
+            classes: a.classes,
+            on_device: a.on_device,
+        };
+        if spec.samples == 0 || spec.features == 0 || spec.classes < 2 {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                "a dataset needs at least 1 sample, 1 feature and 2 classes",
+            ));
+        }
+        if spec
+            .samples
+            .checked_mul(spec.features)
+            .is_none_or(|n| n >= EIB / 8)
+        {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                "that dataset is absurdly large",
+            ));
+        }
+        let mut frame = Frame::default();
+        let ds = frame.instance(&mut self.kernel, Class::Dataset, name);
+        let mut on_device = None;
+        if spec.on_device {
+            let k = &mut self.kernel;
+            let x = frame.alloc(
+                k,
+                &format!("{name}.x"),
+                &[spec.samples, spec.features],
+                Dtype::Float32,
+                Category::Input,
+            );
+            let x = match x {
+                Ok(x) => x,
+                Err(f) => {
+                    frame.finish(k);
+                    return Err(self.alloc_error(&f));
+                }
+            };
+            let y = match frame.alloc(
+                k,
+                &format!("{name}.y"),
+                &[spec.samples],
+                Dtype::Int64,
+                Category::Input,
+            ) {
+                Ok(y) => y,
+                Err(f) => {
+                    frame.finish(k);
+                    return Err(self.alloc_error(&f));
+                }
+            };
+            for t in [x, y] {
+                frame.take(t);
+                k.attach_local(ds, t);
+            }
+            on_device = Some((x, y));
+        }
+        self.train.datasets.insert(
+            ds,
+            DatasetState {
+                spec,
+                on_device,
+                cursor: 0,
+                seed: u64::from(ds) ^ 0xda7a,
+            },
+        );
+        frame.take(ds);
+        self.kernel.bind_local(name, ds);
+        Ok(Outcome::note(if spec.on_device {
+            format!(
+                "All of `{name}` is on the device: {} held for as long as the dataset lives.",
+                format_size(spec.device_bytes())
+            )
+        } else {
+            format!("`{name}` stays in host memory; each batch is copied to the device when used.")
+        }))
+    }
+}

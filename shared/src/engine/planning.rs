@@ -1,0 +1,166 @@
+//! Planning before running: `estimate` (the closed-form prediction of a
+//! step's memory) and `find_batch_size` (trial steps on a fresh simulated
+//! kernel with this one's settings).
+
+use super::{error, Engine, Outcome, SimDeviceFactory};
+use crate::command::{
+    Command, DataArgs, EstimateArgs, FindBatchSizeArgs, LossHistory, ModelArgs, OptimizerArgs,
+    TrainArgs,
+};
+use crate::error::{CommandError, ErrorKind};
+use crate::runtime::Class;
+use crate::train::spec::{estimate, StepShape};
+use crate::train::{DataSpec, ModelSpec, OptimizerKind};
+use crate::units::format_size;
+use serde_json::json;
+
+impl Engine {
+    pub(super) fn estimate(&self, a: &EstimateArgs) -> Result<Outcome, CommandError> {
+        let shape = &StepShape {
+            batch_size: a.batch_size,
+            accumulate: a.accumulate,
+            amp: a.amp,
+            checkpointing: a.checkpointing,
+            set_to_none: a.set_to_none,
+        };
+        let (_, state) = self.model_state(&a.model)?;
+        let kind = match a.optimizer.as_deref() {
+            Some(o) => Some(self.train.optimizers[&self.instance(o, Class::Optimizer)?].kind),
+            None => None,
+        };
+        let data = match a.data.as_deref() {
+            Some(d) => Some(self.train.datasets[&self.instance(d, Class::Dataset)?].spec),
+            None => None,
+        };
+        if shape.accumulate == 0
+            || shape.batch_size % shape.accumulate != 0
+            || shape.batch_size == 0
+        {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                "batch_size must be positive and a multiple of accumulate",
+            ));
+        }
+        let e = estimate(&state.spec, kind, data.as_ref(), shape);
+        Ok(Outcome {
+            note: Some(format!(
+                "Predicted: parameters {}, gradients {}, optimizer state {}, activations {}, batch {}; peak about {}.",
+                format_size(e.parameter_bytes),
+                format_size(e.gradient_bytes),
+                format_size(e.optimizer_state_bytes),
+                format_size(e.activation_bytes),
+                format_size(e.input_bytes),
+                format_size(e.peak_bytes)
+            )),
+            value: Some(serde_json::to_value(&e).expect("an estimate serializes")),
+        })
+    }
+
+    pub(super) fn find_batch_size(
+        &mut self,
+        a: &FindBatchSizeArgs,
+    ) -> Result<Outcome, CommandError> {
+        let (model, optimizer, data, threshold) = (&a.model, &a.optimizer, &a.data, a.threshold);
+        if !(threshold > 0.0 && threshold <= 1.0) {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                format!("threshold must be in (0, 1], not {threshold}"),
+            ));
+        }
+        let (_, state) = self.model_state(model)?;
+        let spec = state.spec;
+        let kind = self.train.optimizers[&self.instance(optimizer, Class::Optimizer)?].kind;
+        let data_spec = self.train.datasets[&self.instance(data, Class::Dataset)?].spec;
+        let budget = self.settings.memory_budget(self.kernel.device.as_ref());
+        let limit = (threshold * budget as f64) as u64;
+        let mut tried = Vec::new();
+        let mut best = None;
+        let mut batch = 1u64;
+        while batch <= data_spec.samples.min(1 << 24) {
+            let peak = self.trial_peak(&spec, kind, &data_spec, batch);
+            let fits = peak.is_some_and(|p| p <= limit);
+            tried.push(json!({"batch_size": batch, "peak_allocated_bytes": peak, "fits": fits}));
+            if !fits {
+                break;
+            }
+            best = Some(batch);
+            batch *= 2;
+        }
+        Ok(Outcome {
+            note: Some(match best {
+                Some(b) => format!(
+                    "Batch {b} is the largest power of two whose step peak stays under {} ({threshold} of {}).",
+                    format_size(limit),
+                    format_size(budget)
+                ),
+                None => format!("Not even batch 1 fits under {}.", format_size(limit)),
+            }),
+            value: Some(json!({
+                "batch_size": best,
+                "limit_bytes": limit,
+                "budget_bytes": budget,
+                "tried": tried,
+            })),
+        })
+    }
+
+    /// The peak allocated of two training steps at `batch`, on a fresh
+    /// simulated kernel with this one's settings; `None` on OOM.
+    pub(super) fn trial_peak(
+        &self,
+        spec: &ModelSpec,
+        kind: OptimizerKind,
+        data: &DataSpec,
+        batch: u64,
+    ) -> Option<u64> {
+        let mut trial = Engine::new(Box::new(SimDeviceFactory), self.settings.clone()).ok()?;
+        trial.set_event_capacity(0);
+        trial.set_tracing(false);
+        let setup = [
+            Command::Model(ModelArgs {
+                name: "model".into(),
+                layers: spec.layers,
+                width: spec.width,
+                input_dim: spec.input_dim,
+                classes: spec.classes,
+                dtype: Some(spec.dtype),
+                keras: false,
+            }),
+            Command::Optimizer(OptimizerArgs {
+                name: "opt".into(),
+                model: "model".into(),
+                kind,
+                lr: None,
+            }),
+            Command::Data(DataArgs {
+                name: "data".into(),
+                samples: data.samples,
+                features: data.features,
+                classes: data.classes,
+                on_device: data.on_device,
+            }),
+        ];
+        for c in &setup {
+            trial.execute(c).ok()?;
+        }
+        let mut peak = 0;
+        for _ in 0..2 {
+            trial
+                .execute(&Command::Train(TrainArgs {
+                    model: "model".into(),
+                    optimizer: "opt".into(),
+                    data: "data".into(),
+                    steps: 1,
+                    batch_size: batch,
+                    accumulate: 1,
+                    checkpointing: false,
+                    amp: false,
+                    set_to_none: true,
+                    loss_history: LossHistory::Item,
+                }))
+                .ok()?;
+            peak = peak.max(trial.stats().step_peak_allocated_bytes);
+        }
+        Some(peak)
+    }
+}

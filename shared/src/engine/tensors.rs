@@ -1,0 +1,199 @@
+//! Tensors and references: `alloc`, `del`, `hold`, `gc.collect()`,
+//! `empty_cache()` and `clear_session()`.
+
+use super::{check_name, error, name_error, Engine, Outcome};
+use crate::command::{AllocArgs, HoldArgs};
+use crate::error::{CommandError, ErrorKind};
+use crate::runtime::ObjId;
+use crate::types::Dtype;
+use crate::units::{format_size, EIB};
+
+impl Engine {
+    pub(super) fn alloc(&mut self, a: &AllocArgs) -> Result<Outcome, CommandError> {
+        let name = a.name.as_str();
+        check_name(name)?;
+        let category = a.category.unwrap_or_default();
+        let (bytes, shape, dtype) = alloc_size(a)?;
+        let id = self
+            .kernel
+            .alloc_tensor(name, bytes, shape, dtype, category)
+            .map_err(|f| self.alloc_error(&f))?;
+        let block_size = self.kernel.block_size(id);
+        let had_old = self.kernel.runtime.lookup(name).is_some();
+        let freed = self.kernel.bind_local(name, id);
+        let mut note = format!(
+            "`{name}` holds a block of {} ({} asked).",
+            format_size(block_size),
+            format_size(bytes)
+        );
+        if had_old && freed > 0 {
+            note.push_str(&format!(
+                " Rebinding `{name}` dropped the old object's last reference: {} freed, after the new block was taken.",
+                format_size(freed)
+            ));
+        }
+        Ok(Outcome::note(note))
+    }
+
+    pub(super) fn lookup(&self, name: &str) -> Result<ObjId, CommandError> {
+        self.kernel
+            .runtime
+            .lookup(name)
+            .ok_or_else(|| name_error(name))
+    }
+
+    pub(super) fn del(&mut self, name: &str) -> Result<Outcome, CommandError> {
+        let id = self.lookup(name)?;
+        let holders = self.kernel.runtime.holders_of(id, Some(name));
+        let children = self
+            .kernel
+            .runtime
+            .get(id)
+            .map(|o| o.refs.clone())
+            .unwrap_or_default();
+        let released = self
+            .kernel
+            .runtime
+            .unbind(name)
+            .ok_or_else(|| name_error(name))?;
+        let freed = self.kernel.release(&released);
+        let note = if released.is_empty() {
+            format!(
+                "`del {name}` removed the name only: the object is still referenced (by {}), so nothing was freed.",
+                holders.join(", ")
+            )
+        } else if freed == 0 {
+            // The object died; what it referred to may live on elsewhere.
+            let survivor = children
+                .iter()
+                .find(|&&c| self.kernel.runtime.get(c).is_some() && c != id);
+            match survivor {
+                Some(&c) => format!(
+                    "`{name}` died, but no memory was freed: what it held is still referenced (by {}).",
+                    self.kernel.runtime.holders_of(c, None).join(", ")
+                ),
+                None => format!("`{name}` was the last reference: the object died, but it held no device memory."),
+            }
+        } else {
+            format!(
+                "`{name}` was the last reference: {} went back to the allocator's cache (allocated fell; reserved did not).",
+                format_size(freed)
+            )
+        };
+        Ok(Outcome::note(note))
+    }
+
+    pub(super) fn hold(&mut self, a: &HoldArgs) -> Result<Outcome, CommandError> {
+        let (name, items, cycle) = (a.name.as_str(), &a.items, a.cycle);
+        check_name(name)?;
+        let ids = items
+            .iter()
+            .map(|item| self.lookup(item))
+            .collect::<Result<Vec<ObjId>, _>>()?;
+        let list = self.kernel.runtime.new_list(&ids, cycle, name);
+        self.kernel.bind_local(name, list);
+        let mut note = format!("`{name}` is a list holding {} reference(s)", ids.len());
+        if cycle {
+            note.push_str(" and itself: a reference cycle that only gc.collect() can break");
+        }
+        note.push('.');
+        Ok(Outcome::note(note))
+    }
+
+    pub(super) fn gc(&mut self) -> Outcome {
+        let (found, released) = self.kernel.runtime.collect();
+        let freed = self.kernel.release(&released);
+        Outcome::note(if found == 0 {
+            "gc.collect() found no unreachable objects: every live tensor is still referenced, so nothing was freed.".to_string()
+        } else {
+            format!(
+                "gc.collect() found {found} unreachable object(s) kept alive only by reference cycles and freed {}.",
+                format_size(freed)
+            )
+        })
+    }
+
+    pub(super) fn empty_cache(&mut self) -> Outcome {
+        let released = self
+            .kernel
+            .allocator
+            .empty_cache(self.kernel.device.as_mut());
+        self.kernel.drain_allocator_events();
+        Outcome::note(match released {
+            Some(0) if self.settings.no_caching => {
+                "With caching off there is no cache: every tensor already went back to the driver when it died.".to_string()
+            }
+            Some(0) => {
+                "empty_cache() released nothing: no segment was entirely free. Live tensors keep their blocks, and free pieces of partly used segments cannot be returned.".to_string()
+            }
+            Some(bytes) => format!(
+                "empty_cache() returned {} of entirely free segments to the driver: reserved and nvidia-smi fell; allocated did not move.",
+                format_size(bytes)
+            ),
+            None => format!(
+                "{} has no empty_cache(): its BFC pool keeps every byte until the process exits. Nothing changed.",
+                self.settings.framework.display_name()
+            ),
+        })
+    }
+
+    pub(super) fn clear_session(&mut self) -> Outcome {
+        let dropped = self.kernel.runtime.clear_framework_state();
+        let mut freed = self.kernel.release(&dropped);
+        let (found, collected) = self.kernel.runtime.collect();
+        freed += self.kernel.release(&collected);
+        Outcome::note(format!(
+            "clear_session() dropped the framework's global state and ran gc.collect() ({found} unreachable object(s)): {} freed inside the pool. The pool itself and nvidia-smi did not shrink.",
+            format_size(freed)
+        ))
+    }
+}
+
+/// The bytes, shape and dtype an `alloc` asks for: `bytes` alone (uint8),
+/// or `shape` with `dtype` (float32 by default).
+fn alloc_size(a: &AllocArgs) -> Result<(u64, Vec<u64>, Dtype), CommandError> {
+    let invalid = |m: String| error(ErrorKind::InvalidValue, m);
+    let (bytes, shape, dtype) = match (a.bytes, a.shape.as_deref(), a.dtype) {
+        (Some(b), None, None) => (b, vec![b], Dtype::Uint8),
+        (None, Some(shape), dtype) => {
+            let dtype = dtype.unwrap_or(Dtype::Float32);
+            let total = shape
+                .iter()
+                .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+                .and_then(|n| n.checked_mul(dtype.size_bytes()));
+            match total {
+                Some(b) => (b, shape.to_vec(), dtype),
+                None => {
+                    return Err(invalid(format!(
+                        "shape {shape:?} of {} has more bytes than a 64-bit size can hold",
+                        dtype.torch_name()
+                    )))
+                }
+            }
+        }
+        (Some(_), Some(_), _) => {
+            return Err(error(
+                ErrorKind::InvalidCommand,
+                "give either `bytes` or `shape` (with `dtype`), not both",
+            ))
+        }
+        (Some(_), None, Some(_)) => {
+            return Err(error(
+                ErrorKind::InvalidCommand,
+                "`dtype` goes with `shape`; `bytes` alone allocates uint8",
+            ))
+        }
+        (None, None, _) => {
+            return Err(error(
+                ErrorKind::InvalidCommand,
+                "alloc needs `bytes`, or `shape` and `dtype`",
+            ))
+        }
+    };
+    if bytes >= EIB {
+        return Err(invalid(format!(
+            "{bytes} bytes is absurd: no GPU has 1 EiB (PyTorch refuses it with \"CUDA out of memory. Tried to allocate more than 1EB memory.\")"
+        )));
+    }
+    Ok((bytes, shape, dtype))
+}

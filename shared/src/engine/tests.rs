@@ -1,0 +1,141 @@
+use super::*;
+use crate::protocol::StepRecord;
+use crate::snapshot::EventAction;
+use crate::types::Category;
+use crate::units::MIB;
+
+fn run(engine: &mut Engine, line: &str) -> StepRecord {
+    let r = engine.run_line(line);
+    engine.check_invariants().unwrap();
+    r
+}
+
+#[test]
+fn del_vs_empty_cache_vs_context() {
+    let mut e = Engine::new_simulated();
+    let r = run(&mut e, r#"{"cmd":"alloc","name":"x","bytes":67108864}"#);
+    assert!(r.ok);
+    assert_eq!(r.stats.allocated_bytes, 64 * MIB);
+    assert_eq!(r.stats.device_used_bytes, 364 * MIB);
+    let r = run(&mut e, r#"{"cmd":"del","name":"x"}"#);
+    assert_eq!(r.stats.allocated_bytes, 0);
+    assert_eq!(r.stats.reserved_bytes, 64 * MIB);
+    let r = run(&mut e, r#"{"cmd":"empty_cache"}"#);
+    assert_eq!(r.stats.reserved_bytes, 0);
+    assert_eq!(r.stats.device_used_bytes, 300 * MIB);
+    assert_eq!(r.step, 2);
+}
+
+#[test]
+fn errors_change_nothing() {
+    let mut e = Engine::new_simulated();
+    run(&mut e, r#"{"cmd":"alloc","name":"x","bytes":1000}"#);
+    run(
+        &mut e,
+        r#"{"cmd":"model","name":"m","layers":1,"width":8,"input_dim":4,"classes":2}"#,
+    );
+    let before = e.snapshot(usize::MAX);
+    for line in [
+        "not json",
+        r#"{"cmd":"del","name":"nope"}"#,
+        r#"{"cmd":"alloc","name":"9x","bytes":1}"#,
+        r#"{"cmd":"alloc","name":"y","bytes":2305843009213693952}"#,
+        r#"{"cmd":"alloc","name":"y","shape":[4294967296,4294967296,16]}"#,
+        r#"{"cmd":"hold","name":"h","items":["x","ghost"]}"#,
+        r#"{"cmd":"restart","mem_fraction":7}"#,
+        r#"{"cmd":"optimizer","name":"o","model":"x","kind":"adam"}"#,
+        r#"{"cmd":"model","name":"m2","layers":0}"#,
+        r#"{"cmd":"train","model":"m","optimizer":"nope","data":"nope"}"#,
+        r#"{"cmd":"close","name":"x"}"#,
+    ] {
+        let r = run(&mut e, line);
+        assert!(!r.ok, "{line}");
+        let mut after = e.snapshot(usize::MAX);
+        after.step = before.step;
+        after.stats.step_peak_allocated_bytes = before.stats.step_peak_allocated_bytes;
+        after.stats.step_peak_reserved_bytes = before.stats.step_peak_reserved_bytes;
+        assert_eq!(after, before, "{line}");
+    }
+}
+
+#[test]
+fn name_error_text_is_pythons() {
+    let mut e = Engine::new_simulated();
+    let r = run(&mut e, r#"{"cmd":"del","name":"x"}"#);
+    let err = r.error.unwrap();
+    assert_eq!(err.kind, ErrorKind::NameError);
+    assert_eq!(err.message, "name 'x' is not defined");
+}
+
+#[test]
+fn events_are_tagged_with_their_step() {
+    let mut e = Engine::new_simulated();
+    run(&mut e, r#"{"cmd":"alloc","name":"x","bytes":1000}"#);
+    run(&mut e, r#"{"cmd":"del","name":"x"}"#);
+    run(&mut e, r#"{"cmd":"empty_cache"}"#);
+    let ev: Vec<(u64, EventAction, Option<String>)> = e
+        .events_since(0)
+        .map(|e| (e.step, e.action, e.name.clone()))
+        .collect();
+    assert_eq!(
+        ev,
+        vec![
+            (0, EventAction::SegmentAlloc, None),
+            (0, EventAction::Alloc, Some("x".into())),
+            (1, EventAction::Free, Some("x".into())),
+            (2, EventAction::SegmentFree, None),
+        ]
+    );
+}
+
+#[test]
+fn snapshot_names_owners_and_chains() {
+    let mut e = Engine::new_simulated();
+    run(
+        &mut e,
+        r#"{"cmd":"alloc","name":"x","shape":[1024,1024],"dtype":"float32","category":"activation"}"#,
+    );
+    run(
+        &mut e,
+        r#"{"cmd":"hold","name":"h","items":["x"],"cycle":true}"#,
+    );
+    run(&mut e, r#"{"cmd":"del","name":"x"}"#);
+    let s = e.snapshot(100);
+    assert_eq!(s.stats.categories[&Category::Activation], 4 * MIB);
+    let owner = s.segments[0].blocks[0].owner.clone();
+    assert_eq!(owner.as_deref(), Some("x"));
+    let x = s.objects.iter().find(|o| o.label == "x").unwrap();
+    assert_eq!(x.kept_alive_by, "name `h` -> list `h`");
+    assert_eq!(x.refcount, 1);
+}
+
+#[test]
+fn reset_peak_memory_stats_brings_peaks_down_to_current() {
+    let mut e = Engine::new_simulated();
+    run(&mut e, r#"{"cmd":"alloc","name":"x","bytes":67108864}"#);
+    run(&mut e, r#"{"cmd":"del","name":"x"}"#);
+    let r = run(&mut e, r#"{"cmd":"empty_cache"}"#);
+    assert_eq!(r.stats.peak_allocated_bytes, 64 * MIB);
+    let r = run(&mut e, r#"{"cmd":"reset_peak_memory_stats"}"#);
+    assert_eq!(r.stats.peak_allocated_bytes, 0);
+    assert_eq!(r.stats.peak_reserved_bytes, 0);
+}
+
+#[test]
+fn del_model_keeps_parameters_the_optimizer_holds() {
+    let mut e = Engine::new_simulated();
+    run(
+        &mut e,
+        r#"{"cmd":"model","name":"m","layers":1,"width":1024,"input_dim":1024,"classes":10}"#,
+    );
+    let built = e.stats().allocated_bytes;
+    run(
+        &mut e,
+        r#"{"cmd":"optimizer","name":"opt","model":"m","kind":"sgd"}"#,
+    );
+    let r = run(&mut e, r#"{"cmd":"del","name":"m"}"#);
+    assert_eq!(r.stats.allocated_bytes, built);
+    assert!(r.note.unwrap().contains("optimizer `opt`"));
+    let r = run(&mut e, r#"{"cmd":"del","name":"opt"}"#);
+    assert_eq!(r.stats.allocated_bytes, 0);
+}

@@ -1,0 +1,370 @@
+//! Training: `forward`, `backward`, `opt.step()`, `zero_grad` and the
+//! training loop, each a [`step`] on the kernel inside a [`Frame`] whose
+//! locals an OOM leaves on `last_exception`.
+
+use super::{check_name, error, Engine, Outcome, Progress, MAX_TRAIN_STEPS};
+use crate::command::{BackwardArgs, ForwardArgs, LossHistory, StepArgs, TrainArgs, ZeroGradArgs};
+use crate::error::{CommandError, ErrorKind};
+use crate::kernel::AllocFailure;
+use crate::runtime::{Class, ObjId, ObjectKind};
+use crate::train::step::{self, BackwardError, Frame};
+use crate::train::{DataSpec, ModelSpec};
+use crate::types::{Category, Dtype};
+use crate::units::format_size;
+use serde_json::{json, Value};
+
+/// What a training loop runs on, once its arguments are checked.
+struct Plan {
+    model: ObjId,
+    spec: ModelSpec,
+    optimizer: ObjId,
+    data: ObjId,
+    micro_batch: u64,
+    compute: bool,
+}
+
+impl Engine {
+    /// Whether a step of this model at this batch computes numbers.
+    pub(super) fn computes(&self, spec: &ModelSpec, batch: u64) -> bool {
+        spec.step_flops(batch) <= self.flop_limit
+    }
+
+    /// Turns a failed training step into Python's state after the raise:
+    /// the exception (bound to `last_exception`) keeps the frame's locals.
+    pub(super) fn raise_in_frame(
+        &mut self,
+        mut frame: Frame,
+        failure: &AllocFailure,
+    ) -> CommandError {
+        let exc = self
+            .kernel
+            .runtime
+            .new_local(ObjectKind::Instance(Class::Exception), "last_exception");
+        for id in std::mem::take(&mut frame.locals) {
+            self.kernel.attach_local(exc, id);
+        }
+        self.kernel.bind_local("last_exception", exc);
+        let mut e = self.alloc_error(failure);
+        e.message.push_str(
+            "\n(The exception's frame keeps the failed step's tensors alive: `del last_exception` frees them.)",
+        );
+        e
+    }
+
+    pub(super) fn forward(&mut self, a: &ForwardArgs) -> Result<Outcome, CommandError> {
+        let (name, model, data, batch) = (
+            a.name.as_str(),
+            a.model.as_str(),
+            a.data.as_str(),
+            a.batch_size,
+        );
+        check_name(name)?;
+        let (model_id, state) = self.model_state(model)?;
+        let spec = state.spec;
+        let data_id = self.instance(data, Class::Dataset)?;
+        check_batch(batch, &self.train.datasets[&data_id].spec, &spec)?;
+        let compute = self.computes(&spec, batch);
+        let mut frame = Frame::default();
+        let args = step::ForwardArgs {
+            tag: name,
+            model: model_id,
+            data: data_id,
+            batch,
+            no_grad: a.no_grad,
+            amp: a.amp,
+            checkpointing: a.checkpointing,
+            compute,
+        };
+        let out = match step::forward(&mut self.kernel, &mut frame, &mut self.train, &args) {
+            Ok(out) => out,
+            Err(f) => return Err(self.raise_in_frame(frame, &f)),
+        };
+        self.kernel.bind_local(name, out.loss);
+        let saved: u64 = step::find_graph(&self.kernel, out.loss)
+            .and_then(|g| self.kernel.runtime.get(g))
+            .map(|g| g.refs.iter().map(|&t| self.kernel.block_size(t)).sum())
+            .unwrap_or(0);
+        let mut note = if a.no_grad {
+            "Under torch.no_grad() nothing is saved: every activation died as soon as the next layer had used it.".to_string()
+        } else {
+            format!(
+                "`{name}` keeps its autograd graph alive, and with it {} of saved tensors (activations and the batch) until backward runs or `{name}` dies.",
+                format_size(saved)
+            )
+        };
+        note.push_str(&loss_note(out.value));
+        Ok(Outcome {
+            note: Some(note),
+            value: Some(json!({"loss": out.value, "loss_computed": out.value.is_some()})),
+        })
+    }
+
+    pub(super) fn backward(&mut self, a: &BackwardArgs) -> Result<Outcome, CommandError> {
+        let (name, retain) = (a.name.as_str(), a.retain_graph);
+        let loss = self.lookup(name)?;
+        let mut frame = Frame::default();
+        let before = self.kernel.stats().allocated_bytes;
+        match step::backward(&mut self.kernel, &mut frame, &mut self.train, loss, retain) {
+            Ok(()) => {}
+            Err(BackwardError::NoGraph) => {
+                return Err(error(ErrorKind::RuntimeError, step::NO_GRAD_FN));
+            }
+            Err(BackwardError::Consumed) => {
+                return Err(error(ErrorKind::RuntimeError, step::BACKWARD_TWICE));
+            }
+            Err(BackwardError::Oom(f)) => return Err(self.raise_in_frame(frame, &f)),
+        }
+        let after = self.kernel.stats().allocated_bytes;
+        Ok(Outcome::note(if retain {
+            "Backward ran with retain_graph=True: the gradients were added to .grad and the saved tensors stay for another backward.".to_string()
+        } else {
+            format!(
+                "Backward released the saved tensors as it walked the graph and put the gradients in .grad (allocated {} {}).",
+                if after >= before { "rose by" } else { "fell by" },
+                format_size(after.abs_diff(before))
+            )
+        }))
+    }
+
+    pub(super) fn optimizer_step(&mut self, a: &StepArgs) -> Result<Outcome, CommandError> {
+        let opt = self.instance(&a.optimizer, Class::Optimizer)?;
+        let first = self.train.optimizers[&opt].state.is_empty();
+        let mut frame = Frame::default();
+        let before = self.kernel.stats().allocated_bytes;
+        if let Err(f) = step::optimizer_step(&mut self.kernel, &mut frame, &mut self.train, opt) {
+            return Err(self.raise_in_frame(frame, &f));
+        }
+        let grown = self.kernel.stats().allocated_bytes.saturating_sub(before);
+        Ok(Outcome::note(if first && grown > 0 {
+            format!(
+                "The first step allocated the optimizer's state: {}.",
+                format_size(grown)
+            )
+        } else {
+            "The parameters were updated in place.".to_string()
+        }))
+    }
+
+    pub(super) fn zero_grad(&mut self, a: &ZeroGradArgs) -> Result<Outcome, CommandError> {
+        let (opt, set_to_none) = (
+            self.instance(&a.optimizer, Class::Optimizer)?,
+            a.set_to_none,
+        );
+        let freed = step::zero_grad(&mut self.kernel, &mut self.train, opt, set_to_none);
+        Ok(Outcome::note(if set_to_none {
+            format!(
+                "zero_grad(set_to_none=True) dropped every .grad: {} freed.",
+                format_size(freed)
+            )
+        } else {
+            "zero_grad(set_to_none=False) zeroed the gradients in place: their memory stays allocated.".to_string()
+        }))
+    }
+
+    pub(super) fn train_loop(&mut self, a: &TrainArgs) -> Result<Outcome, CommandError> {
+        let plan = self.train_plan(a)?;
+        let mut steps = Vec::new();
+        let mut stopped = false;
+        for s in 0..a.steps {
+            let loss = self.train_step(a, &plan)?;
+            steps.push(json!({
+                "step": s,
+                "loss": loss,
+                "peak_allocated_bytes": self.kernel.window_peak_allocated(),
+                "peak_reserved_bytes": self.kernel.window_peak_reserved(),
+                "allocated_bytes": self.kernel.stats().allocated_bytes,
+            }));
+            let go_on = self.report_progress(&Progress {
+                done: s + 1,
+                total: a.steps,
+                loss,
+            });
+            if !go_on && s + 1 < a.steps {
+                stopped = true;
+                break;
+            }
+        }
+        Ok(train_outcome(a, &plan, steps, stopped))
+    }
+
+    /// Checks a `train` command's objects and numbers.
+    fn train_plan(&self, a: &TrainArgs) -> Result<Plan, CommandError> {
+        let (model, state) = self.model_state(&a.model)?;
+        let spec = state.spec;
+        let optimizer = self.instance(&a.optimizer, Class::Optimizer)?;
+        let data = self.instance(&a.data, Class::Dataset)?;
+        if a.steps == 0 || a.steps > MAX_TRAIN_STEPS {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                format!("steps must be 1 to {MAX_TRAIN_STEPS}, not {}", a.steps),
+            ));
+        }
+        if a.accumulate == 0 || a.batch_size % a.accumulate != 0 {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                format!(
+                    "accumulate must divide batch_size ({} micro-batches of {} / {})",
+                    a.accumulate, a.batch_size, a.accumulate
+                ),
+            ));
+        }
+        let micro_batch = a.batch_size / a.accumulate;
+        check_batch(micro_batch, &self.train.datasets[&data].spec, &spec)?;
+        Ok(Plan {
+            model,
+            spec,
+            optimizer,
+            data,
+            micro_batch,
+            compute: self.computes(&spec, micro_batch),
+        })
+    }
+
+    /// One optimizer step: `accumulate` micro-batches, `opt.step()`,
+    /// `opt.zero_grad()`. Returns the mean loss, when computed.
+    fn train_step(&mut self, a: &TrainArgs, plan: &Plan) -> Result<Option<f32>, CommandError> {
+        self.kernel.begin_window();
+        let mut frame = Frame::default();
+        let mut losses = Vec::new();
+        for _ in 0..a.accumulate {
+            match self.micro_batch(&mut frame, a, plan) {
+                Ok(loss) => losses.extend(loss),
+                Err(f) => return Err(self.raise_in_frame(frame, &f)),
+            }
+        }
+        let opt = plan.optimizer;
+        if let Err(f) = step::optimizer_step(&mut self.kernel, &mut frame, &mut self.train, opt) {
+            return Err(self.raise_in_frame(frame, &f));
+        }
+        step::zero_grad(&mut self.kernel, &mut self.train, opt, a.set_to_none);
+        frame.finish(&mut self.kernel);
+        Ok((!losses.is_empty()).then(|| losses.iter().sum::<f32>() / losses.len() as f32))
+    }
+
+    /// Forward and backward of one micro-batch: `loss = criterion(...)`,
+    /// `loss = loss / accumulate`, `loss.backward()`, and `total_loss +=
+    /// loss` when the loop keeps tensors.
+    fn micro_batch(
+        &mut self,
+        frame: &mut Frame,
+        a: &TrainArgs,
+        plan: &Plan,
+    ) -> Result<Option<f32>, AllocFailure> {
+        let args = step::ForwardArgs {
+            tag: "loss",
+            model: plan.model,
+            data: plan.data,
+            batch: plan.micro_batch,
+            no_grad: false,
+            amp: a.amp,
+            checkpointing: a.checkpointing,
+            compute: plan.compute,
+        };
+        let out = step::forward(&mut self.kernel, frame, &mut self.train, &args)?;
+        let mut loss = out.loss;
+        frame.locals.push(loss);
+        let k = &mut self.kernel;
+        if a.accumulate > 1 {
+            let scaled = frame.alloc(k, "loss", &[], Dtype::Float32, Category::Activation)?;
+            k.runtime.add_ref(scaled, loss);
+            frame.drop(k, loss);
+            loss = scaled;
+        }
+        match step::backward(k, frame, &mut self.train, loss, false) {
+            Ok(()) => {}
+            Err(BackwardError::Oom(f)) => return Err(f),
+            Err(_) => unreachable!("a fresh graph has not been consumed"),
+        }
+        if a.loss_history == LossHistory::Tensor {
+            // total_loss += loss: a new tensor whose history holds both.
+            let total = frame.alloc(k, "total_loss", &[], Dtype::Float32, Category::Other)?;
+            if let Some(prev) = k.runtime.lookup("total_loss") {
+                k.runtime.add_ref(total, prev);
+            }
+            k.runtime.add_ref(total, loss);
+            frame.take(total);
+            k.bind_local("total_loss", total);
+        }
+        frame.take(loss);
+        k.bind_local("loss", loss);
+        Ok(out.value)
+    }
+
+    /// Calls the progress hook; `false` when it asks to stop.
+    fn report_progress(&mut self, progress: &Progress) -> bool {
+        let mut hook = self.progress.take();
+        let go_on = hook.as_mut().is_none_or(|h| h(self, progress));
+        self.progress = hook;
+        go_on
+    }
+}
+
+/// The note and value of a finished (or stopped) training loop.
+fn train_outcome(a: &TrainArgs, plan: &Plan, steps: Vec<Value>, stopped: bool) -> Outcome {
+    let first = steps.first().and_then(|s| s["loss"].as_f64());
+    let last = steps.last().and_then(|s| s["loss"].as_f64());
+    let mut note = match (first, last) {
+        (Some(f), Some(l)) => format!(
+            "{} of batch {}: loss {f:.4} -> {l:.4}, computed on the CPU.",
+            plural(a.steps, "step"),
+            a.batch_size
+        ),
+        _ => format!(
+            "{} of batch {}, shape-only: every allocation is exact, but a step of {:.0} MFLOP is too big to compute here, so no loss was computed.",
+            plural(a.steps, "step"),
+            a.batch_size,
+            plan.spec.step_flops(plan.micro_batch) as f64 / 1e6
+        ),
+    };
+    if stopped {
+        note = format!("Stopped after {} of {} steps. {note}", steps.len(), a.steps);
+    }
+    Outcome {
+        note: Some(note),
+        value: Some(json!({
+            "stopped": stopped,
+            "loss_computed": first.is_some(),
+            "first_loss": first,
+            "last_loss": last,
+            "steps": steps,
+        })),
+    }
+}
+
+pub(super) fn check_batch(
+    batch: u64,
+    data: &DataSpec,
+    model: &ModelSpec,
+) -> Result<(), CommandError> {
+    if batch == 0 || batch > 1 << 24 {
+        return Err(error(
+            ErrorKind::InvalidValue,
+            format!("batch_size must be 1 to {}, not {batch}", 1u64 << 24),
+        ));
+    }
+    if data.features != model.input_dim || data.classes != model.classes {
+        return Err(error(
+            ErrorKind::InvalidValue,
+            format!(
+                "the data has {} features and {} classes but the model expects {} and {}",
+                data.features, data.classes, model.input_dim, model.classes
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn plural(n: u64, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
+fn loss_note(value: Option<f32>) -> String {
+    match value {
+        Some(v) => format!(" Loss {v:.4} (computed on the CPU)."),
+        None => " The step is too large to compute here: shape-only, loss not computed.".into(),
+    }
+}

@@ -1,0 +1,86 @@
+//! Errors as values, in layers: [`DeviceError`] from the driver (out of
+//! memory or a failure), [`CommandError`] for a command the engine refused
+//! or that failed. Connection errors of the websocket are the protocol's.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Kinds of error a command can end in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The line is not JSON.
+    ParseError,
+    /// JSON, but not a command: unknown command, missing, unknown or wrong field.
+    InvalidCommand,
+    /// A value out of range: a size, a fraction, a setting.
+    InvalidValue,
+    /// Python's `NameError`: the name is not bound.
+    NameError,
+    /// The framework ran out of device memory.
+    OutOfMemory,
+    /// What Python raises as a `RuntimeError`: a second backward through a
+    /// freed graph, a closed session.
+    RuntimeError,
+    /// The GPU or its driver failed (not an out-of-memory): a CUDA error, a
+    /// context that could not be created.
+    DeviceError,
+}
+
+/// An error as a value: what went wrong, in words a user understands.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl CommandError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for CommandError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.message)
+    }
+}
+
+impl std::error::Error for CommandError {}
+
+/// What a device call can end in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeviceError {
+    /// The driver has not enough free memory (`cudaErrorMemoryAllocation`).
+    OutOfMemory,
+    /// Any other driver failure, with the driver's words.
+    Driver(String),
+}
+
+impl fmt::Display for DeviceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceError::OutOfMemory => write!(f, "out of memory"),
+            DeviceError::Driver(message) => write!(f, "{message}"),
+        }
+    }
+}
+
+impl std::error::Error for DeviceError {}
+
+impl From<DeviceError> for CommandError {
+    fn from(e: DeviceError) -> Self {
+        match e {
+            DeviceError::OutOfMemory => CommandError::new(
+                ErrorKind::OutOfMemory,
+                "the driver has not enough free memory",
+            ),
+            DeviceError::Driver(message) => {
+                CommandError::new(ErrorKind::DeviceError, format!("GPU error: {message}"))
+            }
+        }
+    }
+}

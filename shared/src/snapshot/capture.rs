@@ -1,0 +1,97 @@
+//! Capturing a snapshot from a kernel: every segment with its blocks named
+//! by their owners, every live object with what keeps it alive.
+
+use super::{BlockSnapshot, ObjectSnapshot, SegmentSnapshot, Snapshot};
+use crate::alloc::{BlockId, SegmentView};
+use crate::device::DeviceInfo;
+use crate::kernel::Kernel;
+use crate::runtime::ObjectKind;
+use crate::types::{Category, Framework};
+use std::collections::HashMap;
+
+/// Everything the views draw, with the last `max_events` events.
+pub fn capture(
+    kernel: &Kernel,
+    step: u64,
+    framework: Framework,
+    device: DeviceInfo,
+    max_events: usize,
+) -> Snapshot {
+    let owners = kernel.owners();
+    let segments = kernel
+        .allocator
+        .segments()
+        .into_iter()
+        .map(|s| segment(s, &owners))
+        .collect();
+    let events = kernel.events();
+    let skip = events.len().saturating_sub(max_events);
+    Snapshot {
+        step,
+        framework,
+        device,
+        stats: kernel.stats(),
+        segments,
+        objects: objects(kernel),
+        events: events.iter().skip(skip).cloned().collect(),
+    }
+}
+
+fn segment(s: SegmentView, owners: &HashMap<BlockId, (&str, Category)>) -> SegmentSnapshot {
+    let mut allocated_size = 0;
+    let mut requested_size = 0;
+    let blocks = s
+        .blocks
+        .into_iter()
+        .map(|b| {
+            let owner = b.id.and_then(|id| owners.get(&id));
+            if b.id.is_some() {
+                allocated_size += b.size;
+                requested_size += b.requested_size;
+            }
+            BlockSnapshot {
+                address: b.address,
+                size: b.size,
+                requested_size: b.requested_size,
+                state: b.state,
+                owner: owner.map(|(n, _)| n.to_string()),
+                category: owner.map(|(_, c)| *c),
+            }
+        })
+        .collect();
+    SegmentSnapshot {
+        address: s.address,
+        total_size: s.total_size,
+        allocated_size,
+        requested_size,
+        pool: s.pool.name().to_string(),
+        blocks,
+    }
+}
+
+fn objects(kernel: &Kernel) -> Vec<ObjectSnapshot> {
+    let names = kernel.runtime.names_of();
+    let why = kernel.runtime.retention();
+    kernel
+        .runtime
+        .objects()
+        .iter()
+        .map(|(&id, o)| {
+            let (category, requested_bytes) = match &o.kind {
+                ObjectKind::Tensor(t) => (Some(t.category), t.bytes),
+                _ => (None, 0),
+            };
+            ObjectSnapshot {
+                id,
+                kind: o.kind.type_name().into(),
+                label: o.label.clone(),
+                names: names.get(&id).cloned().unwrap_or_default(),
+                bytes: kernel.block_size(id),
+                requested_bytes,
+                refcount: o.refcount,
+                category,
+                kept_alive_by: why.get(&id).cloned().unwrap_or_default(),
+            }
+        })
+        .collect()
+}

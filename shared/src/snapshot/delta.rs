@@ -1,0 +1,163 @@
+//! The delta between two snapshots: what a subscribed client receives while
+//! a command runs, and how it turns the old snapshot into the new one.
+
+use super::{BlockSnapshot, ObjectSnapshot, SegmentSnapshot, Snapshot, Stats};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What changed between two snapshots: what a subscribed client receives
+/// while a command runs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotDelta {
+    pub step: u64,
+    pub stats: Stats,
+    /// The highest allocated since the previous snapshot or delta sent to
+    /// this client, even if it rose and fell in between.
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// Segments that are new, whole.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub segments: Vec<SegmentSnapshot>,
+    /// Segments that changed: only their changed blocks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub patched_segments: Vec<SegmentPatch>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed_segments: Vec<u64>,
+    /// Objects that are new or changed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<ObjectSnapshot>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed_objects: Vec<u32>,
+}
+
+/// The blocks of a segment that changed (by block address).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentPatch {
+    pub address: u64,
+    pub allocated_size: u64,
+    pub requested_size: u64,
+    /// Blocks that are new or changed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocks: Vec<BlockSnapshot>,
+    /// Addresses of blocks that are gone (merged into a neighbour).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed_blocks: Vec<u64>,
+}
+
+fn patch(old: &SegmentSnapshot, new: &SegmentSnapshot) -> SegmentPatch {
+    let before: BTreeMap<u64, &BlockSnapshot> = old.blocks.iter().map(|b| (b.address, b)).collect();
+    let after: BTreeSet<u64> = new.blocks.iter().map(|b| b.address).collect();
+    SegmentPatch {
+        address: new.address,
+        allocated_size: new.allocated_size,
+        requested_size: new.requested_size,
+        blocks: new
+            .blocks
+            .iter()
+            .filter(|b| before.get(&b.address) != Some(b))
+            .cloned()
+            .collect(),
+        removed_blocks: before
+            .keys()
+            .filter(|a| !after.contains(a))
+            .copied()
+            .collect(),
+    }
+}
+
+/// The delta that turns `old` into `new` (events aside: they travel in
+/// their own batches).
+pub fn diff(old: &Snapshot, new: &Snapshot, peaks: (u64, u64)) -> SnapshotDelta {
+    let old_segments: BTreeMap<u64, &SegmentSnapshot> =
+        old.segments.iter().map(|s| (s.address, s)).collect();
+    let new_addresses: BTreeSet<u64> = new.segments.iter().map(|s| s.address).collect();
+    let old_objects: BTreeMap<u32, &ObjectSnapshot> =
+        old.objects.iter().map(|o| (o.id, o)).collect();
+    let new_ids: BTreeSet<u32> = new.objects.iter().map(|o| o.id).collect();
+    SnapshotDelta {
+        step: new.step,
+        stats: new.stats.clone(),
+        peak_allocated_bytes: peaks.0,
+        peak_reserved_bytes: peaks.1,
+        segments: new
+            .segments
+            .iter()
+            .filter(|s| !old_segments.contains_key(&s.address))
+            .cloned()
+            .collect(),
+        patched_segments: new
+            .segments
+            .iter()
+            .filter_map(|s| {
+                let old = old_segments.get(&s.address)?;
+                (*old != s).then(|| patch(old, s))
+            })
+            .collect(),
+        removed_segments: old_segments
+            .keys()
+            .filter(|a| !new_addresses.contains(a))
+            .copied()
+            .collect(),
+        objects: new
+            .objects
+            .iter()
+            .filter(|o| old_objects.get(&o.id) != Some(o))
+            .cloned()
+            .collect(),
+        removed_objects: old_objects
+            .keys()
+            .filter(|id| !new_ids.contains(id))
+            .copied()
+            .collect(),
+    }
+}
+
+/// Applies a delta to the snapshot it was computed against.
+pub fn apply(snapshot: &mut Snapshot, delta: &SnapshotDelta) {
+    snapshot.step = delta.step;
+    snapshot.stats = delta.stats.clone();
+    snapshot
+        .segments
+        .retain(|s| !delta.removed_segments.contains(&s.address));
+    for seg in &delta.segments {
+        match snapshot
+            .segments
+            .iter_mut()
+            .find(|s| s.address == seg.address)
+        {
+            Some(s) => *s = seg.clone(),
+            None => snapshot.segments.push(seg.clone()),
+        }
+    }
+    for p in &delta.patched_segments {
+        let Some(seg) = snapshot
+            .segments
+            .iter_mut()
+            .find(|s| s.address == p.address)
+        else {
+            continue;
+        };
+        seg.allocated_size = p.allocated_size;
+        seg.requested_size = p.requested_size;
+        seg.blocks
+            .retain(|b| !p.removed_blocks.contains(&b.address));
+        for block in &p.blocks {
+            match seg.blocks.iter_mut().find(|b| b.address == block.address) {
+                Some(b) => *b = block.clone(),
+                None => seg.blocks.push(block.clone()),
+            }
+        }
+        seg.blocks.sort_by_key(|b| b.address);
+    }
+    snapshot.segments.sort_by_key(|s| s.address);
+    snapshot
+        .objects
+        .retain(|o| !delta.removed_objects.contains(&o.id));
+    for obj in &delta.objects {
+        match snapshot.objects.iter_mut().find(|o| o.id == obj.id) {
+            Some(o) => *o = obj.clone(),
+            None => snapshot.objects.push(obj.clone()),
+        }
+    }
+    snapshot.objects.sort_by_key(|o| o.id);
+}

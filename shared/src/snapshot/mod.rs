@@ -1,0 +1,224 @@
+//! What the views draw: the segment and block map and the table of live
+//! objects, captured from a kernel ([`capture`]), and the deltas between
+//! two snapshots ([`delta`]).
+
+mod capture;
+pub mod delta;
+
+pub use crate::stats::{Event, EventAction, Stats};
+pub use capture::capture;
+pub use delta::{apply, diff, SegmentPatch, SnapshotDelta};
+
+use crate::alloc::BlockState;
+use crate::device::DeviceInfo;
+use crate::types::{Category, Framework};
+use serde::{Deserialize, Serialize};
+
+/// A block in the map, with what owns it. On the wire a block is a compact
+/// array `[address, size, requested_size, state, owner, category]` (a
+/// snapshot can hold thousands).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(from = "BlockWire")]
+pub struct BlockSnapshot {
+    pub address: u64,
+    pub size: u64,
+    pub requested_size: u64,
+    pub state: BlockState,
+    /// The name the owning tensor was created under, for allocated blocks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<Category>,
+}
+
+#[derive(Deserialize)]
+struct BlockWire(u64, u64, u64, BlockState, Option<String>, Option<Category>);
+
+impl Serialize for BlockSnapshot {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeTuple;
+        let mut t = s.serialize_tuple(6)?;
+        t.serialize_element(&self.address)?;
+        t.serialize_element(&self.size)?;
+        t.serialize_element(&self.requested_size)?;
+        t.serialize_element(&self.state)?;
+        t.serialize_element(&self.owner)?;
+        t.serialize_element(&self.category)?;
+        t.end()
+    }
+}
+
+impl From<BlockWire> for BlockSnapshot {
+    fn from(w: BlockWire) -> Self {
+        BlockSnapshot {
+            address: w.0,
+            size: w.1,
+            requested_size: w.2,
+            state: w.3,
+            owner: w.4,
+            category: w.5,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentSnapshot {
+    pub address: u64,
+    pub total_size: u64,
+    pub allocated_size: u64,
+    pub requested_size: u64,
+    /// `small` / `large` (PyTorch), `region` (BFC), `uncached`.
+    pub pool: String,
+    pub blocks: Vec<BlockSnapshot>,
+}
+
+/// A live Python object and why it is alive. On the wire a compact array
+/// `[id, kind, label, names, bytes, requested_bytes, refcount, category,
+/// kept_alive_by]`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(from = "ObjectWire")]
+pub struct ObjectSnapshot {
+    pub id: u32,
+    /// `Tensor` or `list`.
+    pub kind: String,
+    /// The name it was created under.
+    pub label: String,
+    /// Names bound to it now.
+    pub names: Vec<String>,
+    /// Device bytes of the tensor's block (0 for other objects).
+    pub bytes: u64,
+    /// Bytes the tensor asked for (before the allocator's rounding).
+    pub requested_bytes: u64,
+    pub refcount: u32,
+    pub category: Option<Category>,
+    /// The chain of references that keeps it alive, e.g. `h -> list`, or a
+    /// sentence when only a reference cycle does.
+    pub kept_alive_by: String,
+}
+
+#[derive(Deserialize)]
+struct ObjectWire(
+    u32,
+    String,
+    String,
+    Vec<String>,
+    u64,
+    u64,
+    u32,
+    Option<Category>,
+    String,
+);
+
+impl Serialize for ObjectSnapshot {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeTuple;
+        let mut t = s.serialize_tuple(9)?;
+        t.serialize_element(&self.id)?;
+        t.serialize_element(&self.kind)?;
+        t.serialize_element(&self.label)?;
+        t.serialize_element(&self.names)?;
+        t.serialize_element(&self.bytes)?;
+        t.serialize_element(&self.requested_bytes)?;
+        t.serialize_element(&self.refcount)?;
+        t.serialize_element(&self.category)?;
+        t.serialize_element(&self.kept_alive_by)?;
+        t.end()
+    }
+}
+
+impl From<ObjectWire> for ObjectSnapshot {
+    fn from(w: ObjectWire) -> Self {
+        ObjectSnapshot {
+            id: w.0,
+            kind: w.1,
+            label: w.2,
+            names: w.3,
+            bytes: w.4,
+            requested_bytes: w.5,
+            refcount: w.6,
+            category: w.7,
+            kept_alive_by: w.8,
+        }
+    }
+}
+
+/// Everything the views draw, at one moment.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub step: u64,
+    pub framework: Framework,
+    pub device: DeviceInfo,
+    pub stats: Stats,
+    pub segments: Vec<SegmentSnapshot>,
+    pub objects: Vec<ObjectSnapshot>,
+    /// The most recent events (the log keeps a bounded window).
+    pub events: Vec<Event>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Engine;
+
+    fn engine_after(lines: &[&str]) -> Engine {
+        let mut e = Engine::new_simulated();
+        for l in lines {
+            assert!(e.run_line(l).ok, "{l}");
+        }
+        e
+    }
+
+    #[test]
+    fn a_delta_turns_the_old_snapshot_into_the_new_one() {
+        let mut e = engine_after(&[
+            r#"{"cmd":"alloc","name":"x","bytes":1000}"#,
+            r#"{"cmd":"alloc","name":"y","bytes":30000000}"#,
+        ]);
+        let old = e.snapshot(0);
+        for l in [
+            r#"{"cmd":"del","name":"y"}"#,
+            r#"{"cmd":"empty_cache"}"#,
+            r#"{"cmd":"alloc","name":"z","bytes":5000}"#,
+            r#"{"cmd":"hold","name":"h","items":["x"],"cycle":true}"#,
+        ] {
+            assert!(e.run_line(l).ok);
+        }
+        let new = e.snapshot(0);
+        let delta = diff(&old, &new, (1, 2));
+        assert_eq!(delta.removed_segments.len(), 1, "y's segment went back");
+        // z split the free tail of x's small segment: only those blocks travel.
+        assert_eq!(delta.patched_segments.len(), 1);
+        assert_eq!(
+            delta.patched_segments[0].blocks.len(),
+            2,
+            "z and the new free tail"
+        );
+        let mut rebuilt = old.clone();
+        apply(&mut rebuilt, &delta);
+        assert_eq!(rebuilt, new);
+        // Nothing changed: an empty delta.
+        let same = diff(&new, &new, (0, 0));
+        assert!(same.segments.is_empty() && same.objects.is_empty());
+    }
+
+    #[test]
+    fn blocks_and_objects_travel_as_compact_arrays_and_come_back() {
+        let e = engine_after(&[r#"{"cmd":"alloc","name":"x","bytes":1000,"category":"input"}"#]);
+        let snap = e.snapshot(10);
+        let json = serde_json::to_value(&snap).unwrap();
+        assert_eq!(
+            json["segments"][0]["blocks"][0],
+            serde_json::json!([
+                snap.segments[0].address,
+                1024,
+                1000,
+                "active_allocated",
+                "x",
+                "input"
+            ])
+        );
+        assert_eq!(json["objects"][0][2], "x");
+        let back: Snapshot = serde_json::from_value(json).unwrap();
+        assert_eq!(back, snap);
+    }
+}
