@@ -1,6 +1,11 @@
 //! The simulator against real PyTorch and JAX: every golden file in
 //! tests/golden/ (written on a GPU machine by scripts/gpu-check.sh) must be
 //! reproduced exactly by `--device sim`.
+//!
+//! No golden file from a real GPU exists yet, so the check is ignored (it
+//! claims nothing); run it with `cargo test --test golden -- --ignored`
+//! once `scripts/gpu-check.sh` has written them. It fails when it checks
+//! no number.
 
 use vramlab_shared::{Engine, StepRecord};
 use vramlab_tests::root;
@@ -18,6 +23,7 @@ const PYTORCH_KEYS: [&str; 8] = [
 const JAX_KEYS: [&str; 2] = ["allocated_bytes", "reserved_bytes"];
 
 #[test]
+#[ignore = "no golden files from a real GPU yet: scripts/gpu-check.sh writes them"]
 fn the_simulator_reproduces_every_golden_number() {
     let dir = root().join("tests/golden");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
@@ -64,5 +70,9 @@ fn the_simulator_reproduces_every_golden_number() {
             }
         }
     }
+    assert!(
+        checked > 0,
+        "no golden number was checked: tests/golden/ holds none"
+    );
     eprintln!("golden numbers checked: {checked}");
 }

@@ -2,49 +2,12 @@
 //! sessionStorage, or watching one), hands every message to the app, and
 //! reconnects on its own when the connection drops.
 
+use crate::socket;
 use crate::state::{App, Status};
 use leptos::prelude::*;
-use std::cell::RefCell;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::{CloseEvent, MessageEvent, WebSocket};
-
-const SESSION_KEY: &str = "vramlab_session";
-
-thread_local! {
-    static SOCKET: RefCell<Option<WebSocket>> = const { RefCell::new(None) };
-}
-
-fn storage() -> Option<web_sys::Storage> {
-    web_sys::window()?.session_storage().ok()?
-}
-
-pub fn remember_session(id: &str) {
-    if let Some(s) = storage() {
-        let _ = s.set_item(SESSION_KEY, id);
-    }
-}
-
-pub fn forget_session() {
-    if let Some(s) = storage() {
-        let _ = s.remove_item(SESSION_KEY);
-    }
-}
-
-fn stored_session() -> Option<String> {
-    storage()?.get_item(SESSION_KEY).ok()?
-}
-
-/// Sends a text message if the socket is open.
-pub fn send(text: &str) {
-    SOCKET.with(|s| {
-        if let Some(ws) = s.borrow().as_ref() {
-            if ws.ready_state() == WebSocket::OPEN {
-                let _ = ws.send_with_str(text);
-            }
-        }
-    });
-}
 
 fn url(watch: Option<&str>) -> Option<String> {
     let location = web_sys::window()?.location();
@@ -54,7 +17,7 @@ fn url(watch: Option<&str>) -> Option<String> {
         "ws"
     };
     let host = location.host().ok()?;
-    let query = match (watch, stored_session()) {
+    let query = match (watch, socket::stored_session()) {
         (Some(w), _) => format!("?watch={w}"),
         (None, Some(s)) => format!("?session={s}"),
         (None, None) => String::new(),
@@ -99,5 +62,5 @@ pub fn connect(app: App, watch: Option<String>) {
     });
     ws.set_onclose(Some(on_close.as_ref().unchecked_ref()));
     on_close.forget();
-    SOCKET.with(|s| *s.borrow_mut() = Some(ws));
+    socket::set(ws);
 }

@@ -5,6 +5,7 @@
 
 mod conn;
 mod lessons;
+mod socket;
 mod state;
 mod url;
 mod views;

@@ -2,15 +2,19 @@
 //! what the views draw. Every incoming message goes through [`App::handle`].
 
 use crate::lessons::LESSONS;
+use crate::socket;
 use leptos::prelude::*;
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
+use vramlab_shared::command::{parse_value, Command, CommandLine};
 use vramlab_shared::lesson::check_step;
 use vramlab_shared::protocol::{
-    parse_value, Command, ErrorKind, Framework, Hello, Role, ServerMessage, StepRecord,
+    ClientMessage, ConnectionErrorKind, Hello, Role, ServerMessage, StepRecord,
 };
 use vramlab_shared::python;
 use vramlab_shared::snapshot::{apply, Event, Snapshot, Stats};
+use vramlab_shared::types::Framework;
+use vramlab_shared::ErrorKind;
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Status {
@@ -83,6 +87,15 @@ const MAX_POINTS: usize = 400;
 const MAX_EVENTS: usize = 200;
 
 impl App {
+    /// Writes the framework, lesson step and hidden groups into the URL.
+    pub fn save_url(&self) {
+        crate::url::save(
+            self.hello.get_untracked().map(|h| h.framework),
+            self.lesson.get_untracked().map(|l| (l.index, l.step)),
+            &self.hidden.get_untracked(),
+        );
+    }
+
     pub fn new() -> Self {
         Self {
             status: RwSignal::new(Status::Connecting),
@@ -143,8 +156,10 @@ impl App {
                 },
             );
         });
-        let msg = serde_json::json!({"type": "command", "id": id, "command": raw});
-        crate::conn::send(&msg.to_string());
+        socket::send(&ClientMessage::Command {
+            id,
+            command: Box::new(CommandLine::from(raw)),
+        });
         Some(id)
     }
 
@@ -184,7 +199,7 @@ impl App {
         match msg {
             ServerMessage::Hello(h) => {
                 if h.role == Role::Owner {
-                    crate::conn::remember_session(&h.session_id);
+                    socket::remember_session(&h.session_id);
                 }
                 let first = !h.resumed;
                 self.hello.set(Some(*h));
@@ -221,8 +236,8 @@ impl App {
                         p.remove(&id);
                     });
                 }
-                if error.kind == ErrorKind::UnknownSession {
-                    crate::conn::forget_session();
+                if error.kind == ConnectionErrorKind::UnknownSession {
+                    socket::forget_session();
                 }
                 self.banner.set(Some(error.message));
             }
@@ -295,7 +310,7 @@ impl App {
                 }
             }
         });
-        crate::url::save(self);
+        self.save_url();
     }
 
     /// The lesson step's command, without its annotations.
@@ -316,7 +331,7 @@ impl App {
             return;
         }
         let line = LESSONS[run.index].lines()[run.step];
-        let parsed = vramlab_shared::protocol::parse_line(line);
+        let parsed = vramlab_shared::command::parse_line(line);
         let mismatches = parsed
             .annotations
             .expect
@@ -342,6 +357,6 @@ impl App {
             step: run.step + 1,
             outcome: Some(outcome),
         }));
-        crate::url::save(self);
+        self.save_url();
     }
 }

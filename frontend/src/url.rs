@@ -3,9 +3,7 @@
 //! session read-only). The access token never stays in the address bar.
 
 use crate::lessons::LESSONS;
-use crate::state::{App, LessonRun};
-use leptos::prelude::*;
-use vramlab_shared::protocol::Framework;
+use vramlab_shared::types::Framework;
 
 pub struct Initial {
     pub framework: Option<Framework>,
@@ -42,26 +40,26 @@ pub fn read() -> Initial {
     }
 }
 
-/// Writes the current framework, lesson and hidden groups into the URL.
-pub fn save(app: &App) {
+/// Writes the framework, the lesson step `(index, step)` and the hidden
+/// groups into the URL.
+pub fn save(framework: Option<Framework>, lesson: Option<(usize, usize)>, hidden: &[String]) {
     let Some(window) = web_sys::window() else {
         return;
     };
     let mut q = Vec::new();
-    if let Some(h) = app.hello.get_untracked() {
+    if let Some(f) = framework {
         q.push(format!(
             "framework={}",
-            serde_json::to_value(h.framework)
+            serde_json::to_value(f)
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_string))
                 .unwrap_or_default()
         ));
     }
-    if let Some(LessonRun { index, step, .. }) = app.lesson.get_untracked() {
+    if let Some((index, step)) = lesson {
         q.push(format!("lesson={}", LESSONS[index].slug));
         q.push(format!("step={step}"));
     }
-    let hidden = app.hidden.get_untracked();
     if !hidden.is_empty() {
         q.push(format!("hide={}", hidden.join(",")));
     }

@@ -8,7 +8,7 @@ use leptos::html;
 use leptos::prelude::*;
 use serde_json::json;
 use vramlab_shared::alloc::BlockState;
-use vramlab_shared::protocol::Category;
+use vramlab_shared::types::Category;
 use vramlab_shared::units::{format_size, GIB, MIB};
 use wasm_bindgen::JsCast;
 
@@ -402,7 +402,7 @@ fn Training(app: App) -> impl IntoView {
             }))}
             {button(app, "btn-tf-session", "tf.Session()", "TensorFlow 1: models built now belong to the session", || json!({"cmd": "tf_session", "name": "sess"}))}
             {button(app, "btn-close-session", "sess.close()", "Close the TF1 session", || json!({"cmd": "close", "name": "sess"}))}
-            <button id="btn-pause" disabled=move || app.read_only() on:click=move |_| crate::conn::send(r#"{"type":"stop"}"#)>"❚❚ pause"</button>
+            <button id="btn-pause" disabled=move || app.read_only() on:click=move |_| crate::socket::send(&vramlab_shared::protocol::ClientMessage::Stop {})>"❚❚ pause"</button>
         </fieldset>
     }
 }
@@ -652,14 +652,14 @@ pub fn Lessons(app: App) -> impl IntoView {
             step: 0,
             outcome: None,
         }));
-        crate::url::save(&app);
+        app.save_url();
     };
     let current = move || {
         app.lesson.get().map(|run| {
             let lesson = &LESSONS[run.index];
             let lines = lesson.lines();
             let line = lines.get(run.step).copied();
-            let parsed = line.map(vramlab_shared::protocol::parse_line);
+            let parsed = line.map(vramlab_shared::command::parse_line);
             let say = parsed
                 .as_ref()
                 .and_then(|p| p.annotations.say.clone())
@@ -701,7 +701,7 @@ pub fn Lessons(app: App) -> impl IntoView {
                                 }>"Do this step"</button>
                             }.into_any()
                         }}
-                        <button class="link" on:click=move |_| { app.lesson.set(None); crate::url::save(&app); }>"All lessons"</button>
+                        <button class="link" on:click=move |_| { app.lesson.set(None); app.save_url(); }>"All lessons"</button>
                     </div>
                 }.into_any(),
             }}

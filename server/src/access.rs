@@ -2,11 +2,12 @@
 //! URL, then kept in a cookie; never logged) and, for the websocket, an
 //! `Origin` allow-list that refuses cross-site connections.
 
-use crate::http::AppState;
+use crate::metrics::Metrics;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
 
 pub const TOKEN_COOKIE: &str = "vramlab_token";
 
@@ -58,8 +59,15 @@ impl Access {
     }
 }
 
+/// What the guard needs: the rules, and the counter of refusals.
+#[derive(Clone)]
+pub struct Guard {
+    pub access: Arc<Access>,
+    pub metrics: Arc<Metrics>,
+}
+
 /// Checks the token on every request and the origin on the websocket.
-pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
+pub async fn guard(State(state): State<Guard>, req: Request, next: Next) -> Response {
     let access = &state.access;
     let mut set_cookie = None;
     if let Some(token) = &access.token {
@@ -86,7 +94,7 @@ pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> R
                 .get(header::HOST)
                 .and_then(|h| h.to_str().ok());
             if !access.origin_allowed(origin, host) {
-                crate::metrics::Metrics::inc(&state.sessions.metrics.refused);
+                Metrics::inc(&state.metrics.refused);
                 return (
                     StatusCode::FORBIDDEN,
                     format!("403 Forbidden: websocket connections from {origin} are not allowed\n"),

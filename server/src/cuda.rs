@@ -12,11 +12,12 @@
 
 use cudarc::driver::{result, sys, CudaContext};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use vramlab_shared::device::{Device, DeviceInfo, DeviceKind};
 use vramlab_shared::engine::DeviceFactory;
 use vramlab_shared::framework::Settings;
-use vramlab_shared::protocol::{CommandError, ErrorKind};
+use vramlab_shared::{CommandError, DeviceError, ErrorKind};
 
 /// What a working GPU says about itself.
 #[derive(Clone, Debug)]
@@ -54,6 +55,8 @@ pub struct CudaDevice {
     context_bytes: u64,
     segments: BTreeMap<u64, u64>,
     segment_bytes: u64,
+    /// The last free bytes the driver reported, for when a query fails.
+    last_free: AtomicU64,
 }
 
 impl CudaDevice {
@@ -86,26 +89,32 @@ impl CudaDevice {
             context_bytes,
             segments: BTreeMap::new(),
             segment_bytes: 0,
+            last_free: AtomicU64::new(free as u64),
         })
     }
 }
 
 impl Device for CudaDevice {
-    fn malloc(&mut self, bytes: u64) -> Option<u64> {
-        self.ctx.bind_to_thread().ok()?;
+    fn malloc(&mut self, bytes: u64) -> Result<u64, DeviceError> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| DeviceError::Driver(format!("cannot bind the CUDA context: {e:?}")))?;
         // SAFETY: a plain device allocation in this kernel's context; freed
         // in `free` or when the context is destroyed.
         match unsafe { result::malloc_sync(bytes as usize) } {
             Ok(ptr) => {
                 self.segments.insert(ptr, bytes);
                 self.segment_bytes += bytes;
-                Some(ptr)
+                Ok(ptr)
+            }
+            Err(e) if e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY => {
+                Err(DeviceError::OutOfMemory)
             }
             Err(e) => {
-                if e.0 != sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY {
-                    tracing::warn!(error = ?e, bytes, "cuMemAlloc failed");
-                }
-                None
+                tracing::warn!(error = ?e, bytes, "cuMemAlloc failed");
+                Err(DeviceError::Driver(format!(
+                    "cuMemAlloc of {bytes} bytes failed: {e:?}"
+                )))
             }
         }
     }
@@ -125,11 +134,22 @@ impl Device for CudaDevice {
         }
     }
 
+    /// `cuMemGetInfo`. Should the query fail, the last reading stands,
+    /// not a made-up "0 free".
     fn mem_get_info(&self) -> (u64, u64) {
-        self.ctx
-            .mem_get_info()
-            .map(|(f, t)| (f as u64, t as u64))
-            .unwrap_or((0, self.info.total_bytes))
+        match self.ctx.mem_get_info() {
+            Ok((free, total)) => {
+                self.last_free.store(free as u64, Ordering::Relaxed);
+                (free as u64, total as u64)
+            }
+            Err(e) => {
+                tracing::warn!(error = ?e, "cuMemGetInfo failed; using the last reading");
+                (
+                    self.last_free.load(Ordering::Relaxed),
+                    self.info.total_bytes,
+                )
+            }
+        }
     }
 
     fn context_bytes(&self) -> u64 {
@@ -160,7 +180,7 @@ impl DeviceFactory for CudaFactory {
     fn start(&mut self, _settings: &Settings) -> Result<Box<dyn Device>, CommandError> {
         CudaDevice::start(self.ordinal)
             .map(|d| Box::new(d) as Box<dyn Device>)
-            .map_err(|m| CommandError::new(ErrorKind::InvalidValue, m))
+            .map_err(|m| CommandError::new(ErrorKind::DeviceError, m))
     }
 }
 

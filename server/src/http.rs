@@ -1,7 +1,8 @@
 //! `vramlab serve`: the axum application. `/ws` (the websocket), `/healthz`,
 //! `/metrics`, and the built web app, behind the access guard.
 
-use crate::access::{guard, Access};
+use crate::access::{guard, Access, Guard};
+use crate::app::{AppState, Health};
 use crate::backend::Backend;
 use crate::metrics::Metrics;
 use crate::session::{SessionConfig, Sessions};
@@ -9,35 +10,12 @@ use axum::extract::{Request, State};
 use axum::routing::get;
 use axum::Json;
 pub use axum::Router;
-use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tower_http::services::{ServeDir, ServeFile};
 use tower_http::trace::TraceLayer;
-use vramlab_shared::device::DeviceInfo;
 use vramlab_shared::protocol::{Limits, PROTOCOL_VERSION};
-
-/// What `/healthz` answers.
-#[derive(Clone, Debug, Serialize)]
-pub struct Health {
-    pub status: &'static str,
-    pub version: &'static str,
-    pub protocol_version: u32,
-    /// `sim` or `cuda`.
-    pub backend: &'static str,
-    /// Why this backend was chosen.
-    pub backend_reason: String,
-    pub device: DeviceInfo,
-}
-
-#[derive(Clone)]
-pub struct AppState {
-    pub health: Arc<Health>,
-    pub sessions: Arc<Sessions>,
-    pub access: Arc<Access>,
-    pub limits: Limits,
-}
 
 /// Everything `serve` can be told (the command line fills it in).
 #[derive(Clone, Debug)]
@@ -104,7 +82,13 @@ pub fn build(options: &ServeOptions, backend: Backend) -> anyhow::Result<Server>
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .fallback_service(ServeDir::new(&options.dist).fallback(index))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
+        .layer(axum::middleware::from_fn_with_state(
+            Guard {
+                access: state.access.clone(),
+                metrics: state.sessions.metrics.clone(),
+            },
+            guard,
+        ))
         // Log the path only: the query may carry the access token.
         .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
             tracing::info_span!("http", method = %req.method(), path = %req.uri().path())

@@ -4,6 +4,7 @@
 //! - [`backend`]: which device a kernel runs on (simulated GPU or CUDA).
 //! - [`cuda`]: the real GPU through the CUDA driver (loaded at run time).
 //! - [`runner`]: `vramlab run`, the headless runner of command files.
+//! - [`app`]: the state the request handlers share.
 //! - [`http`]: `vramlab serve`, the axum application and its routes.
 //! - [`access`]: the access token and the websocket's origin check.
 //! - [`ws`]: one websocket connection.
@@ -11,6 +12,7 @@
 //! - [`metrics`]: counters for `/metrics`.
 
 pub mod access;
+pub mod app;
 pub mod backend;
 pub mod cli;
 pub mod cuda;

@@ -4,8 +4,8 @@
 
 use crate::backend::Backend;
 use std::io::{BufRead, Write};
+use vramlab_shared::command::parse_line;
 use vramlab_shared::lesson::check_step;
-use vramlab_shared::protocol::parse_line;
 
 /// What a run found.
 #[derive(Debug, Default, PartialEq, Eq)]

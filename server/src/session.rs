@@ -11,19 +11,20 @@
 
 use crate::backend::Backend;
 use crate::metrics::{Gauges, Metrics};
-use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc as tmpsc, watch};
+use vramlab_shared::command::{Command, CommandLine};
 use vramlab_shared::device::{Device, QuotaDevice};
 use vramlab_shared::engine::{DeviceFactory, Progress};
 use vramlab_shared::framework::Settings;
 use vramlab_shared::protocol::{
-    CommandError, ErrorKind, Hello, Limits, Role, ServerMessage, PROTOCOL_VERSION,
+    ConnectionError, ConnectionErrorKind, Hello, Limits, Role, ServerMessage, PROTOCOL_VERSION,
 };
 use vramlab_shared::snapshot::{Event, Snapshot};
+use vramlab_shared::CommandError;
 use vramlab_shared::Engine;
 
 /// How many published samples keep their peaks (at 30 Hz, two minutes).
@@ -84,7 +85,7 @@ impl Live {
 }
 
 enum Job {
-    Command { id: u64, command: Value },
+    Command { id: u64, line: Box<CommandLine> },
 }
 
 struct Client {
@@ -260,12 +261,12 @@ impl Session {
     }
 
     /// Queues a command; refuses when the queue is full.
-    pub fn submit(&self, id: u64, command: Value) -> Result<(), CommandError> {
+    pub fn submit(&self, id: u64, line: Box<CommandLine>) -> Result<(), ConnectionError> {
         let queued = self.queued.fetch_add(1, Ordering::SeqCst);
         if queued >= self.config.max_queue {
             self.queued.fetch_sub(1, Ordering::SeqCst);
-            return Err(CommandError::new(
-                ErrorKind::Busy,
+            return Err(ConnectionError::new(
+                ConnectionErrorKind::Busy,
                 format!(
                     "busy: {queued} commands are already waiting (the most is {}); send it again when a result comes back",
                     self.config.max_queue
@@ -273,15 +274,12 @@ impl Session {
             ));
         }
         let jobs = self.jobs.lock().expect("jobs lock");
-        match jobs
-            .as_ref()
-            .map(|tx| tx.send(Job::Command { id, command }))
-        {
+        match jobs.as_ref().map(|tx| tx.send(Job::Command { id, line })) {
             Some(Ok(())) => Ok(()),
             _ => {
                 self.queued.fetch_sub(1, Ordering::SeqCst);
-                Err(CommandError::new(
-                    ErrorKind::UnknownSession,
+                Err(ConnectionError::new(
+                    ConnectionErrorKind::UnknownSession,
                     "the session has ended",
                 ))
             }
@@ -311,7 +309,10 @@ impl Session {
         self.jobs.lock().expect("jobs lock").take();
         let msg = wire(&ServerMessage::Error {
             id: None,
-            error: CommandError::new(ErrorKind::UnknownSession, "the session has ended"),
+            error: ConnectionError::new(
+                ConnectionErrorKind::UnknownSession,
+                "the session has ended",
+            ),
         });
         let mut clients = self.clients.lock().expect("clients lock");
         for c in clients.values() {
@@ -347,7 +348,7 @@ fn publish(session: &Session, engine: &mut Engine, progress: Option<(u64, Progre
 fn run_engine(session: Arc<Session>, mut engine: Engine, jobs: mpsc::Receiver<Job>) {
     let interval = session.config.snapshot_interval;
     while let Ok(job) = jobs.recv() {
-        let Job::Command { id, command } = job;
+        let Job::Command { id, line } = job;
         if session.stop.load(Ordering::SeqCst) && session.jobs.lock().expect("jobs lock").is_none()
         {
             break;
@@ -363,12 +364,9 @@ fn run_engine(session: Arc<Session>, mut engine: Engine, jobs: mpsc::Receiver<Jo
             }
             !hook_session.stop.load(Ordering::SeqCst)
         })));
-        let name = command
-            .get("cmd")
-            .and_then(Value::as_str)
-            .unwrap_or("?")
-            .to_string();
-        let record = engine.run_value(command);
+        let name = line.command.as_ref().map_or("?", Command::name);
+        let restart = matches!(line.command, Ok(Command::Restart(_)));
+        let record = engine.run_parsed(&line);
         engine.set_progress_hook(None);
         Metrics::inc(&session.metrics.commands);
         if !record.ok {
@@ -381,7 +379,7 @@ fn run_engine(session: Arc<Session>, mut engine: Engine, jobs: mpsc::Receiver<Jo
             duration_us = started.elapsed().as_micros() as u64,
             "command"
         );
-        if name == "restart" && record.ok {
+        if restart && record.ok {
             *session.hello.lock().expect("hello lock") =
                 (engine.settings().clone(), engine.device_info());
         }
@@ -430,24 +428,45 @@ impl Sessions {
         &self.backend
     }
 
-    /// A new session, unless the server holds as many as it may.
-    pub fn create(&self) -> Result<Arc<Session>, CommandError> {
+    /// A new session, unless the server holds as many as it may. Starting
+    /// one (a CUDA context, a thread) blocks: call it off the async runtime.
+    /// The global map is locked only to check the limit and to insert.
+    pub fn create(&self) -> Result<Arc<Session>, ConnectionError> {
+        self.check_limit()?;
+        let session = Session::new(&self.backend, self.config.clone(), self.metrics.clone())
+            .map_err(|e| {
+                ConnectionError::new(
+                    ConnectionErrorKind::ServerError,
+                    format!("the server could not start a session: {e}"),
+                )
+            })?;
         let mut map = self.map.lock().expect("sessions lock");
         if map.len() >= self.config.max_sessions {
-            Metrics::inc(&self.metrics.refused);
-            return Err(CommandError::new(
-                ErrorKind::SessionLimit,
-                format!(
-                    "the server already holds {} sessions, its limit; try again later",
-                    self.config.max_sessions
-                ),
-            ));
+            drop(map);
+            session.shut_down();
+            return Err(self.limit_error());
         }
-        let session = Session::new(&self.backend, self.config.clone(), self.metrics.clone())
-            .map_err(|e| CommandError::new(ErrorKind::InvalidValue, e.to_string()))?;
         map.insert(session.id.clone(), session.clone());
         Metrics::inc(&self.metrics.sessions_created);
         Ok(session)
+    }
+
+    fn check_limit(&self) -> Result<(), ConnectionError> {
+        if self.map.lock().expect("sessions lock").len() >= self.config.max_sessions {
+            return Err(self.limit_error());
+        }
+        Ok(())
+    }
+
+    fn limit_error(&self) -> ConnectionError {
+        Metrics::inc(&self.metrics.refused);
+        ConnectionError::new(
+            ConnectionErrorKind::SessionLimit,
+            format!(
+                "the server already holds {} sessions, its limit; try again later",
+                self.config.max_sessions
+            ),
+        )
     }
 
     pub fn get(&self, id: &str) -> Option<Arc<Session>> {

@@ -6,7 +6,7 @@
 //! the latest state, with the exact peaks of everything it missed, and the
 //! engine never waits for it.
 
-use crate::http::AppState;
+use crate::app::AppState;
 use crate::metrics::Metrics;
 use crate::session::{wire, Session, Wire};
 use axum::extract::ws::{Message, WebSocket};
@@ -17,7 +17,7 @@ use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Instant;
 use vramlab_shared::protocol::{
-    parse_client_message, ClientMessage, CommandError, ErrorKind, Role, ServerMessage,
+    parse_client_message, ClientMessage, ConnectionError, ConnectionErrorKind, Role, ServerMessage,
 };
 use vramlab_shared::snapshot::{diff, Snapshot};
 
@@ -78,15 +78,16 @@ impl RateLimit {
     }
 }
 
-fn error_msg(id: Option<u64>, kind: ErrorKind, message: impl Into<String>) -> Wire {
+fn error_msg(id: Option<u64>, kind: ConnectionErrorKind, message: impl Into<String>) -> Wire {
     wire(&ServerMessage::Error {
         id,
-        error: CommandError::new(kind, message),
+        error: ConnectionError::new(kind, message),
     })
 }
 
-/// Finds or makes the session this connection belongs to.
-fn resolve(state: &AppState, query: &WsQuery) -> Result<(Arc<Session>, Role, bool), Wire> {
+/// Finds or makes the session this connection belongs to. A new session
+/// starts on a blocking thread: it may create a CUDA context.
+async fn resolve(state: &AppState, query: &WsQuery) -> Result<(Arc<Session>, Role, bool), Wire> {
     if let Some(watch) = &query.watch {
         return state
             .sessions
@@ -95,7 +96,7 @@ fn resolve(state: &AppState, query: &WsQuery) -> Result<(Arc<Session>, Role, boo
             .ok_or_else(|| {
                 error_msg(
                     None,
-                    ErrorKind::UnknownSession,
+                    ConnectionErrorKind::UnknownSession,
                     "no session has that watch id (it may have ended)",
                 )
             });
@@ -105,18 +106,25 @@ fn resolve(state: &AppState, query: &WsQuery) -> Result<(Arc<Session>, Role, boo
             .sessions
             .get(id)
             .map(|s| (s, Role::Owner, true))
-            .ok_or_else(|| error_msg(None, ErrorKind::UnknownSession, format!("session {id} is not known: it expired or never existed; connect without ?session= for a new one")));
+            .ok_or_else(|| error_msg(None, ConnectionErrorKind::UnknownSession, format!("session {id} is not known: it expired or never existed; connect without ?session= for a new one")));
     }
-    state
-        .sessions
-        .create()
+    let sessions = state.sessions.clone();
+    let created = tokio::task::spawn_blocking(move || sessions.create())
+        .await
+        .unwrap_or_else(|e| {
+            Err(ConnectionError::new(
+                ConnectionErrorKind::ServerError,
+                format!("the server could not start a session: {e}"),
+            ))
+        });
+    created
         .map(|s| (s, Role::Owner, false))
         .map_err(|e| wire(&ServerMessage::Error { id: None, error: e }))
 }
 
 async fn connection(socket: WebSocket, query: WsQuery, state: AppState) {
     let (mut sink, mut stream) = socket.split();
-    let (session, role, resumed) = match resolve(&state, &query) {
+    let (session, role, resumed) = match resolve(&state, &query).await {
         Ok(found) => found,
         Err(msg) => {
             let _ = sink.send(Message::Text(msg.to_string().into())).await;
@@ -268,7 +276,7 @@ fn handle(
         Metrics::inc(&state.sessions.metrics.refused);
         return Some(error_msg(
             None,
-            ErrorKind::TooLarge,
+            ConnectionErrorKind::TooLarge,
             format!(
                 "a message of {} bytes exceeds the limit of {max} bytes",
                 text.len()
@@ -290,13 +298,8 @@ fn handle(
             None
         }
         ClientMessage::Snapshot {} => Some(client.full_snapshot(session)),
-        ClientMessage::Stop {} | ClientMessage::Command { .. } if role == Role::Watcher => {
-            Some(error_msg(
-                message_id(text),
-                ErrorKind::ReadOnly,
-                "this connection watches the session read-only: it cannot send commands",
-            ))
-        }
+        ClientMessage::Command { id, .. } if role == Role::Watcher => Some(read_only(Some(id))),
+        ClientMessage::Stop {} if role == Role::Watcher => Some(read_only(None)),
         ClientMessage::Stop {} => {
             session.stop();
             None
@@ -306,7 +309,7 @@ fn handle(
                 Metrics::inc(&state.sessions.metrics.refused);
                 return Some(error_msg(
                     Some(id),
-                    ErrorKind::RateLimited,
+                    ConnectionErrorKind::RateLimited,
                     format!(
                         "more than {} commands a second: this one was not run",
                         state.limits.commands_per_second
@@ -324,9 +327,10 @@ fn handle(
     }
 }
 
-fn message_id(text: &str) -> Option<u64> {
-    serde_json::from_str::<serde_json::Value>(text)
-        .ok()?
-        .get("id")?
-        .as_u64()
+fn read_only(id: Option<u64>) -> Wire {
+    error_msg(
+        id,
+        ConnectionErrorKind::ReadOnly,
+        "this connection watches the session read-only: it cannot send commands",
+    )
 }

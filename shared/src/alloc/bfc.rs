@@ -378,4 +378,26 @@ mod tests {
         assert_eq!(a.stats().num_ooms, 1);
         a.check_invariants(&dev).unwrap();
     }
+
+    #[test]
+    fn a_refused_region_is_asked_again_at_ninety_percent() {
+        // `Extend` with kBackpedalFactor 0.9 (a float product): 1 GiB is
+        // refused by a 900 MiB card, so is 1 GiB x 0.9 = 966,367,744; the
+        // second back-off, 869,731,072 bytes, fits.
+        let mut dev = SimDevice::new(SimDeviceConfig {
+            total_bytes: 900 * MIB,
+            context_bytes: 0,
+            other_processes_bytes: 0,
+        });
+        let mut a = BfcAllocator::new(BfcConfig {
+            memory_limit: GIB,
+            allow_growth: false,
+            garbage_collection: true,
+        });
+        a.malloc(&mut dev, MIB).unwrap().unwrap();
+        let sizes: Vec<u64> = a.segments().iter().map(|s| s.total_size).collect();
+        assert_eq!(sizes, vec![869_731_072]);
+        assert_eq!(a.stats().reserved_bytes.current, 869_731_072);
+        a.check_invariants(&dev).unwrap();
+    }
 }

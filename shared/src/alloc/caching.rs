@@ -637,4 +637,35 @@ mod tests {
         assert!(a.stats().num_device_free > 0);
         a.check_invariants(&dev).unwrap();
     }
+
+    #[test]
+    fn garbage_collection_frees_every_block_over_the_age_threshold_in_a_pass() {
+        // `garbage_collect_cached_blocks` does not stop at its target inside
+        // a pass: every whole free block at least as old as the average goes.
+        let mut dev = SimDevice::new(SimDeviceConfig {
+            total_bytes: GIB,
+            context_bytes: 0,
+            other_processes_bytes: 0,
+        });
+        let config = CachingConfig {
+            memory_fraction: Some(1.0),
+            garbage_collection_threshold: 0.5,
+            ..Default::default()
+        };
+        let mut a = CachingAllocator::new(config, GIB);
+        let ids: Vec<_> = (0..4)
+            .map(|_| a.malloc(&mut dev, 200 * MIB).unwrap().unwrap())
+            .collect();
+        for id in ids {
+            a.free(&mut dev, id);
+        }
+        assert_eq!(a.stats().reserved_bytes.current, 800 * MIB);
+        // 300 MiB fits no cached block; reserved (800 MiB) is 288 MiB over
+        // the threshold (512 MiB). All four blocks have the same age, so the
+        // pass frees all four (800 MiB), not just the two that reach 288 MiB.
+        a.malloc(&mut dev, 300 * MIB).unwrap();
+        assert_eq!(a.stats().num_device_free, 4);
+        assert_eq!(a.stats().reserved_bytes.current, 300 * MIB);
+        a.check_invariants(&dev).unwrap();
+    }
 }

@@ -1,0 +1,30 @@
+//! The state every request handler shares: health, sessions, access
+//! rules and limits.
+
+use crate::access::Access;
+use crate::session::Sessions;
+use serde::Serialize;
+use std::sync::Arc;
+use vramlab_shared::device::DeviceInfo;
+use vramlab_shared::protocol::Limits;
+
+/// What `/healthz` answers.
+#[derive(Clone, Debug, Serialize)]
+pub struct Health {
+    pub status: &'static str,
+    pub version: &'static str,
+    pub protocol_version: u32,
+    /// `sim` or `cuda`.
+    pub backend: &'static str,
+    /// Why this backend was chosen.
+    pub backend_reason: String,
+    pub device: DeviceInfo,
+}
+
+#[derive(Clone)]
+pub struct AppState {
+    pub health: Arc<Health>,
+    pub sessions: Arc<Sessions>,
+    pub access: Arc<Access>,
+    pub limits: Limits,
+}
