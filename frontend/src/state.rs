@@ -6,7 +6,7 @@ use crate::socket;
 use leptos::prelude::*;
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
-use vramlab_shared::command::{parse_value, Command, CommandLine};
+use vramlab_shared::command::{parse_value, Command};
 use vramlab_shared::lesson::check_step;
 use vramlab_shared::protocol::{
     ClientMessage, ConnectionErrorKind, Hello, Role, ServerMessage, StepRecord,
@@ -137,7 +137,8 @@ impl App {
 
     /// Sends a command (as JSON); returns its id.
     pub fn send(&self, raw: Value) -> Option<u64> {
-        let command = parse_value(raw.clone()).command.ok()?;
+        let line = parse_value(raw.clone());
+        let command = line.command.clone().ok()?;
         let id = self.next_id.get_untracked();
         self.next_id.set(id + 1);
         let before = self
@@ -158,7 +159,7 @@ impl App {
         });
         socket::send(&ClientMessage::Command {
             id,
-            command: Box::new(CommandLine::from(raw)),
+            command: Box::new(line),
         });
         Some(id)
     }

@@ -1,7 +1,7 @@
 //! The wire format on top of the engine: the result record of one command
 //! (one line of `vramlab run` output) and the websocket's messages.
 
-use crate::command::{parse_line, parse_value, CommandLine};
+use crate::command::{parse_line, CommandLine};
 use crate::device::DeviceInfo;
 use crate::engine::Engine;
 use crate::error::CommandError;
@@ -199,11 +199,6 @@ pub fn parse_client_message(text: &str) -> Result<ClientMessage, ConnectionError
 /// How the engine turns lines into records: `vramlab run`, the websocket
 /// and the lesson checker all go through here.
 impl Engine {
-    /// Executes a command given as JSON (as the websocket carries it).
-    pub fn run_value(&mut self, value: Value) -> StepRecord {
-        self.run_parsed(&parse_value(value))
-    }
-
     /// Parses and executes one line, as `vramlab run` does.
     pub fn run_line(&mut self, line: &str) -> StepRecord {
         self.run_parsed(&parse_line(line))

@@ -56,17 +56,6 @@ impl From<CommandLine> for Value {
     }
 }
 
-impl From<Command> for CommandLine {
-    fn from(command: Command) -> Self {
-        let raw = serde_json::to_value(&command).unwrap_or(Value::Null);
-        CommandLine {
-            raw,
-            command: Ok(command),
-            annotations: Annotations::default(),
-        }
-    }
-}
-
 /// Parses one JSON line into a command, keeping what was written for the
 /// echo even when it is not a valid command.
 pub fn parse_line(line: &str) -> CommandLine {

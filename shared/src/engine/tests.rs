@@ -139,3 +139,55 @@ fn del_model_keeps_parameters_the_optimizer_holds() {
     let r = run(&mut e, r#"{"cmd":"del","name":"opt"}"#);
     assert_eq!(r.stats.allocated_bytes, 0);
 }
+
+/// A GPU whose driver fails every allocation with an error that is not an
+/// out-of-memory.
+struct BrokenDriver(SimDevice);
+
+impl Device for BrokenDriver {
+    fn malloc(&mut self, _bytes: u64) -> Result<u64, crate::DeviceError> {
+        Err(crate::DeviceError::Driver(
+            "CUDA_ERROR_ILLEGAL_ADDRESS".into(),
+        ))
+    }
+    fn free(&mut self, address: u64, bytes: u64) {
+        self.0.free(address, bytes);
+    }
+    fn mem_get_info(&self) -> (u64, u64) {
+        self.0.mem_get_info()
+    }
+    fn context_bytes(&self) -> u64 {
+        self.0.context_bytes()
+    }
+    fn other_processes_bytes(&self) -> u64 {
+        self.0.other_processes_bytes()
+    }
+    fn segment_bytes(&self) -> u64 {
+        self.0.segment_bytes()
+    }
+    fn info(&self) -> DeviceInfo {
+        self.0.info()
+    }
+}
+
+struct BrokenDriverFactory;
+
+impl DeviceFactory for BrokenDriverFactory {
+    fn start(&mut self, _settings: &Settings) -> Result<Box<dyn Device>, CommandError> {
+        Ok(Box::new(BrokenDriver(SimDevice::new(
+            SimDeviceConfig::default(),
+        ))))
+    }
+}
+
+#[test]
+fn a_driver_failure_is_a_device_error_not_an_out_of_memory() {
+    let mut e = Engine::new(Box::new(BrokenDriverFactory), Settings::default()).unwrap();
+    let r = e.run_line(r#"{"cmd":"alloc","name":"x","bytes":1024}"#);
+    let err = r.error.unwrap();
+    assert_eq!(err.kind, ErrorKind::DeviceError);
+    assert_eq!(err.message, "CUDA error: CUDA_ERROR_ILLEGAL_ADDRESS");
+    assert_eq!(r.stats.num_ooms, 0);
+    assert_eq!(r.stats.allocated_bytes, 0);
+    assert!(e.kernel().runtime.lookup("x").is_none());
+}
