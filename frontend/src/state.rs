@@ -4,9 +4,8 @@
 use crate::lessons::LESSONS;
 use crate::socket;
 use leptos::prelude::*;
-use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
-use vramlab_shared::command::{parse_value, Command};
+use vramlab_shared::command::{parse_line, Command, CommandLine, RestartSettings};
 use vramlab_shared::lesson::check_step;
 use vramlab_shared::protocol::{
     ClientMessage, ConnectionErrorKind, Hello, Role, ServerMessage, StepRecord,
@@ -54,7 +53,6 @@ pub struct LessonRun {
 
 struct Pending {
     command: Command,
-    raw: Value,
     before: Stats,
 }
 
@@ -135,9 +133,14 @@ impl App {
         self.snapshot.with(|s| s.as_ref().map(|s| s.stats.clone()))
     }
 
-    /// Sends a command (as JSON); returns its id.
-    pub fn send(&self, raw: Value) -> Option<u64> {
-        let line = parse_value(raw.clone());
+    /// Runs a command built by a control.
+    pub fn run(&self, command: Command) {
+        self.submit(CommandLine::from(command));
+    }
+
+    /// Sends a parsed line (a lesson step keeps its annotations here);
+    /// returns its id, or nothing when the line is not a command.
+    pub fn submit(&self, line: CommandLine) -> Option<u64> {
         let command = line.command.clone().ok()?;
         let id = self.next_id.get_untracked();
         self.next_id.set(id + 1);
@@ -147,16 +150,8 @@ impl App {
             .unwrap_or_default();
         self.code
             .update(|c| c.push(python::code(&command, self.framework())));
-        self.pending.update(|p| {
-            p.insert(
-                id,
-                Pending {
-                    command,
-                    raw: raw.clone(),
-                    before,
-                },
-            );
-        });
+        self.pending
+            .update(|p| _ = p.insert(id, Pending { command, before }));
         socket::send(&ClientMessage::Command {
             id,
             command: Box::new(line),
@@ -208,7 +203,10 @@ impl App {
                 if first {
                     if let Some(f) = self.wanted_framework.get_untracked() {
                         if f != self.framework() {
-                            self.send(serde_json::json!({"cmd": "restart", "framework": f}));
+                            self.run(Command::Restart(RestartSettings {
+                                framework: Some(f),
+                                ..Default::default()
+                            }));
                         }
                     }
                 }
@@ -261,7 +259,7 @@ impl App {
         let label = record
             .cmd
             .get("cmd")
-            .and_then(Value::as_str)
+            .and_then(serde_json::Value::as_str)
             .map(str::to_string);
         self.push_point(&record.stats, record.stats.step_peak_allocated_bytes, label);
         self.follow_restart(&record);
@@ -276,7 +274,7 @@ impl App {
                 link: python::fact_link(&p.command),
                 ok: record.ok,
             }));
-            self.check_lesson(&p.raw, &record);
+            self.check_lesson(&p.command, &record);
         }
         match &record.error {
             Some(e) if e.kind == ErrorKind::OutOfMemory => {
@@ -295,44 +293,36 @@ impl App {
     }
 
     /// A restart may change the framework and settings: the hello came
-    /// before it, so patch what it said (owners and watchers alike).
+    /// before it, so take what the result says (owners and watchers alike).
     fn follow_restart(&self, record: &StepRecord) {
-        if !record.ok {
-            return;
-        }
-        let Ok(Command::Restart(patch)) = parse_value(record.cmd.clone()).command else {
+        let Some(settings) = &record.settings else {
             return;
         };
         self.hello.update(|h| {
             if let Some(h) = h {
-                if let Ok(settings) = h.settings.patched(&patch) {
-                    h.framework = settings.framework;
-                    h.settings = settings;
-                }
+                h.framework = settings.framework;
+                h.settings = settings.clone();
             }
         });
         self.save_url();
     }
 
-    /// The lesson step's command, without its annotations.
-    pub fn lesson_command(index: usize, step: usize) -> Option<Value> {
+    /// A lesson step's line, annotations split off.
+    pub fn lesson_line(index: usize, step: usize) -> Option<CommandLine> {
         let line = LESSONS.get(index)?.lines().get(step).copied()?;
-        Some(parse_value(serde_json::from_str(line).ok()?).raw)
+        Some(parse_line(line))
     }
 
-    fn check_lesson(&self, sent: &Value, record: &StepRecord) {
+    fn check_lesson(&self, sent: &Command, record: &StepRecord) {
         let Some(run) = self.lesson.get_untracked() else {
             return;
         };
-        let Some(expected) = Self::lesson_command(run.index, run.step) else {
+        let Some(parsed) = Self::lesson_line(run.index, run.step) else {
             return;
         };
-        let same = parse_value(sent.clone()).command.ok() == parse_value(expected).command.ok();
-        if !same {
+        if parsed.command.as_ref() != Ok(sent) {
             return;
         }
-        let line = LESSONS[run.index].lines()[run.step];
-        let parsed = vramlab_shared::command::parse_line(line);
         let mismatches = parsed
             .annotations
             .expect

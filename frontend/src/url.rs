@@ -20,8 +20,7 @@ fn params() -> Option<web_sys::UrlSearchParams> {
 pub fn read() -> Initial {
     let p = params();
     let get = |k: &str| p.as_ref().and_then(|p| p.get(k));
-    let framework =
-        get("framework").and_then(|f| serde_json::from_value(serde_json::json!(f)).ok());
+    let framework = get("framework").and_then(|f| Framework::from_id(&f));
     let lesson = get("lesson")
         .and_then(|l| {
             LESSONS
@@ -48,13 +47,7 @@ pub fn save(framework: Option<Framework>, lesson: Option<(usize, usize)>, hidden
     };
     let mut q = Vec::new();
     if let Some(f) = framework {
-        q.push(format!(
-            "framework={}",
-            serde_json::to_value(f)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default()
-        ));
+        q.push(format!("framework={}", f.id()));
     }
     if let Some((index, step)) = lesson {
         q.push(format!("lesson={}", LESSONS[index].slug));

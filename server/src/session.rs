@@ -365,7 +365,6 @@ fn run_engine(session: Arc<Session>, mut engine: Engine, jobs: mpsc::Receiver<Jo
             !hook_session.stop.load(Ordering::SeqCst)
         })));
         let name = line.command.as_ref().map_or("?", Command::name);
-        let restart = matches!(line.command, Ok(Command::Restart(_)));
         let record = engine.run_parsed(&line);
         engine.set_progress_hook(None);
         Metrics::inc(&session.metrics.commands);
@@ -379,9 +378,8 @@ fn run_engine(session: Arc<Session>, mut engine: Engine, jobs: mpsc::Receiver<Jo
             duration_us = started.elapsed().as_micros() as u64,
             "command"
         );
-        if restart && record.ok {
-            *session.hello.lock().expect("hello lock") =
-                (engine.settings().clone(), engine.device_info());
+        if let Some(settings) = &record.settings {
+            *session.hello.lock().expect("hello lock") = (settings.clone(), engine.device_info());
         }
         publish(&session, &mut engine, None);
         session.broadcast(

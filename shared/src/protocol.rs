@@ -1,7 +1,7 @@
 //! The wire format on top of the engine: the result record of one command
 //! (one line of `vramlab run` output) and the websocket's messages.
 
-use crate::command::{parse_line, CommandLine};
+use crate::command::{parse_line, Command, CommandLine};
 use crate::device::DeviceInfo;
 use crate::engine::Engine;
 use crate::error::CommandError;
@@ -30,6 +30,9 @@ pub struct StepRecord {
     /// (losses, estimates, batch-size trials).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<Value>,
+    /// After a successful `restart`: the settings the new kernel runs with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<Settings>,
     pub stats: Stats,
 }
 
@@ -215,6 +218,7 @@ impl Engine {
             Ok(o) => (true, None, o.note, o.value),
             Err(e) => (false, Some(e), None, None),
         };
+        let restarted = ok && matches!(parsed.command, Ok(Command::Restart(_)));
         StepRecord {
             step: self.step() - 1,
             cmd: parsed.raw.clone(),
@@ -222,6 +226,7 @@ impl Engine {
             error,
             note,
             value,
+            settings: restarted.then(|| self.settings().clone()),
             stats: self.stats(),
         }
     }

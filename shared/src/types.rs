@@ -13,6 +13,22 @@ pub enum Framework {
 }
 
 impl Framework {
+    pub const ALL: [Framework; 3] = [Framework::Pytorch, Framework::Tensorflow, Framework::Jax];
+
+    /// The name on the wire and in URLs: `pytorch`, `tensorflow`, `jax`.
+    pub fn id(self) -> &'static str {
+        match self {
+            Framework::Pytorch => "pytorch",
+            Framework::Tensorflow => "tensorflow",
+            Framework::Jax => "jax",
+        }
+    }
+
+    /// The framework a wire name stands for.
+    pub fn from_id(id: &str) -> Option<Framework> {
+        Framework::ALL.into_iter().find(|f| f.id() == id)
+    }
+
     pub fn display_name(self) -> &'static str {
         match self {
             Framework::Pytorch => "PyTorch",

@@ -191,29 +191,46 @@ pub struct EstimateArgs {
     pub set_to_none: bool,
 }
 
+/// Hidden layers of a model when `layers` is left out.
+pub const DEFAULT_LAYERS: u32 = 4;
+/// Hidden width when `width` is left out.
+pub const DEFAULT_WIDTH: u64 = 1024;
+/// Input features (MNIST's 784) when `input_dim`/`features` is left out.
+pub const DEFAULT_FEATURES: u64 = 784;
+/// Classes when `classes` is left out.
+pub const DEFAULT_CLASSES: u64 = 10;
+/// Dataset size when `samples` is left out.
+pub const DEFAULT_SAMPLES: u64 = 60_000;
+/// Batch size when `batch_size` is left out.
+pub const DEFAULT_BATCH: u64 = 64;
+/// Training steps when `steps` is left out.
+pub const DEFAULT_STEPS: u64 = 10;
+/// `find_batch_size`'s share of the memory limit when `threshold` is left out.
+pub const DEFAULT_THRESHOLD: f64 = 0.8;
+
 fn default_layers() -> u32 {
-    4
+    DEFAULT_LAYERS
 }
 fn default_width() -> u64 {
-    1024
+    DEFAULT_WIDTH
 }
 fn default_features() -> u64 {
-    784
+    DEFAULT_FEATURES
 }
 fn default_classes() -> u64 {
-    10
+    DEFAULT_CLASSES
 }
 fn default_samples() -> u64 {
-    60_000
+    DEFAULT_SAMPLES
 }
 fn default_batch() -> u64 {
-    64
+    DEFAULT_BATCH
 }
 fn default_steps() -> u64 {
-    10
+    DEFAULT_STEPS
 }
 fn default_threshold() -> f64 {
-    0.8
+    DEFAULT_THRESHOLD
 }
 fn one() -> u64 {
     1

@@ -56,6 +56,17 @@ impl From<CommandLine> for Value {
     }
 }
 
+impl From<Command> for CommandLine {
+    /// A command built in code: written as its own JSON, no annotations.
+    fn from(command: Command) -> Self {
+        CommandLine {
+            raw: serde_json::to_value(&command).unwrap_or(Value::Null),
+            command: Ok(command),
+            annotations: Annotations::default(),
+        }
+    }
+}
+
 /// Parses one JSON line into a command, keeping what was written for the
 /// echo even when it is not a valid command.
 pub fn parse_line(line: &str) -> CommandLine {
@@ -158,6 +169,34 @@ fn json_type(v: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_command_built_in_code_reads_back_as_itself() {
+        let restart = Command::Restart(crate::framework::RestartSettings {
+            framework: Some(crate::types::Framework::Tensorflow),
+            memory_limit_bytes: Some(None),
+            max_split_size_mb: Some(Some(128)),
+            mem_fraction: Some(0.5),
+            ..Default::default()
+        });
+        let train = Command::Train(crate::command::TrainArgs {
+            model: "model".into(),
+            optimizer: "opt".into(),
+            data: "data".into(),
+            steps: 3,
+            batch_size: 32,
+            accumulate: 2,
+            checkpointing: true,
+            amp: false,
+            set_to_none: false,
+            loss_history: crate::command::LossHistory::Tensor,
+        });
+        for command in [restart, train, Command::Gc {}] {
+            let line = CommandLine::from(command.clone());
+            assert_eq!(line.command, Ok(command.clone()));
+            assert_eq!(parse_value(line.raw).command, Ok(command));
+        }
+    }
 
     #[test]
     fn parses_the_design_examples() {

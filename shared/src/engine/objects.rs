@@ -4,6 +4,7 @@
 use super::{check_name, error, Engine, Outcome};
 use crate::command::{DataArgs, ModelArgs, OptimizerArgs};
 use crate::error::{CommandError, ErrorKind};
+use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::{Class, ObjId, ObjectKind};
 use crate::train::step::Frame;
 use crate::train::{DataSpec, DatasetState, ModelSpec, ModelState, OptimizerState};
@@ -189,42 +190,17 @@ impl Engine {
         }
         let mut frame = Frame::default();
         let ds = frame.instance(&mut self.kernel, Class::Dataset, name);
-        let mut on_device = None;
-        if spec.on_device {
-            let k = &mut self.kernel;
-            let x = frame.alloc(
-                k,
-                &format!("{name}.x"),
-                &[spec.samples, spec.features],
-                Dtype::Float32,
-                Category::Input,
-            );
-            let x = match x {
-                Ok(x) => x,
+        let on_device = if spec.on_device {
+            match upload_dataset(&mut self.kernel, &mut frame, ds, name, &spec) {
+                Ok(tensors) => Some(tensors),
                 Err(f) => {
-                    frame.finish(k);
+                    frame.finish(&mut self.kernel);
                     return Err(self.alloc_error(&f));
                 }
-            };
-            let y = match frame.alloc(
-                k,
-                &format!("{name}.y"),
-                &[spec.samples],
-                Dtype::Int64,
-                Category::Input,
-            ) {
-                Ok(y) => y,
-                Err(f) => {
-                    frame.finish(k);
-                    return Err(self.alloc_error(&f));
-                }
-            };
-            for t in [x, y] {
-                frame.take(t);
-                k.attach_local(ds, t);
             }
-            on_device = Some((x, y));
-        }
+        } else {
+            None
+        };
         self.train.datasets.insert(
             ds,
             DatasetState {
@@ -245,4 +221,34 @@ impl Engine {
             format!("`{name}` stays in host memory; each batch is copied to the device when used.")
         }))
     }
+}
+
+/// The whole set on the device: features then labels, held by the dataset.
+fn upload_dataset(
+    k: &mut Kernel,
+    frame: &mut Frame,
+    ds: ObjId,
+    name: &str,
+    spec: &DataSpec,
+) -> Result<(ObjId, ObjId), AllocFailure> {
+    let shape = [spec.samples, spec.features];
+    let x = frame.alloc(
+        k,
+        &format!("{name}.x"),
+        &shape,
+        Dtype::Float32,
+        Category::Input,
+    )?;
+    let y = frame.alloc(
+        k,
+        &format!("{name}.y"),
+        &[spec.samples],
+        Dtype::Int64,
+        Category::Input,
+    )?;
+    for t in [x, y] {
+        frame.take(t);
+        k.attach_local(ds, t);
+    }
+    Ok((x, y))
 }

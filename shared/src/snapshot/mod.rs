@@ -96,6 +96,13 @@ pub struct ObjectSnapshot {
     pub kept_alive_by: String,
 }
 
+impl ObjectSnapshot {
+    /// An autograd graph node (bookkeeping the object table leaves out).
+    pub fn is_autograd_graph(&self) -> bool {
+        self.kind == crate::runtime::Class::Graph.name()
+    }
+}
+
 #[derive(Deserialize)]
 struct ObjectWire(
     u32,

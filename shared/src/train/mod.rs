@@ -37,6 +37,37 @@ pub struct ModelState {
     pub seed: u64,
 }
 
+impl ModelState {
+    /// The parameters' CPU values, initialized at first use.
+    pub fn values_mut(&mut self) -> &mut math::Params {
+        let (spec, seed) = (self.spec, self.seed);
+        self.values.get_or_insert_with(|| init_params(&spec, seed))
+    }
+}
+
+/// `nn.Linear`'s default initialization: uniform in ±1/sqrt(fan_in).
+fn init_params(spec: &ModelSpec, seed: u64) -> math::Params {
+    spec.param_shapes()
+        .iter()
+        .enumerate()
+        .map(|(i, (_, shape))| {
+            let fan_in = if shape.len() == 2 {
+                shape[1]
+            } else {
+                spec.dims()[i / 2]
+            };
+            let bound = 1.0 / (fan_in as f32).sqrt();
+            let n: u64 = shape.iter().product();
+            (0..n)
+                .map(|j| {
+                    let u = (data::gaussian(seed, i as u64, j).tanh() + 1.0) / 2.0;
+                    (2.0 * u - 1.0) * bound
+                })
+                .collect()
+        })
+        .collect()
+}
+
 #[derive(Clone, Debug)]
 pub struct OptimizerState {
     pub kind: OptimizerKind,

@@ -86,6 +86,28 @@ pub enum OptimizerKind {
 }
 
 impl OptimizerKind {
+    pub const ALL: [OptimizerKind; 4] = [
+        OptimizerKind::Sgd,
+        OptimizerKind::Momentum,
+        OptimizerKind::Adam,
+        OptimizerKind::Adamw,
+    ];
+
+    /// The name on the wire: `sgd`, `momentum`, `adam`, `adamw`.
+    pub fn id(self) -> &'static str {
+        match self {
+            OptimizerKind::Sgd => "sgd",
+            OptimizerKind::Momentum => "momentum",
+            OptimizerKind::Adam => "adam",
+            OptimizerKind::Adamw => "adamw",
+        }
+    }
+
+    /// The optimizer a wire name stands for.
+    pub fn from_id(id: &str) -> Option<OptimizerKind> {
+        OptimizerKind::ALL.into_iter().find(|k| k.id() == id)
+    }
+
     /// State tensors per parameter: none, a momentum buffer, or
     /// `exp_avg` and `exp_avg_sq`.
     pub fn state_per_param(self) -> u64 {
@@ -163,6 +185,30 @@ pub fn checkpoint_segment(layers: u32) -> u32 {
     (layers as f64).sqrt().ceil().max(1.0) as u32
 }
 
+/// What a forward pass at micro-batch `b` saves for backward, besides the
+/// log-probabilities: the hidden outputs (only segment boundaries and the
+/// last one under checkpointing), and under amp fp16 copies of the input and
+/// of every weight.
+fn saved_activation_bytes(model: &ModelSpec, s: &StepShape, b: u64) -> u64 {
+    let layers = model.layers as u64;
+    let ab = if s.amp { 2 } else { model.dtype.size_bytes() };
+    let saved_hidden = if s.checkpointing {
+        // Segment boundaries (the first is the input itself) plus the last
+        // hidden output, which the output layer saves.
+        let seg = checkpoint_segment(model.layers) as u64;
+        layers.div_ceil(seg)
+    } else {
+        layers
+    };
+    let amp_extra = if s.amp {
+        let weights: u64 = model.dims().windows(2).map(|d| d[0] * d[1] * 2).sum();
+        b * model.input_dim * 2 + weights
+    } else {
+        0
+    };
+    saved_hidden * b * model.width * ab + amp_extra
+}
+
 /// The memory estimate of a training step, in steady state (the
 /// optimizer's state exists). Closed-form: it does not run the step.
 pub fn estimate(
@@ -174,36 +220,19 @@ pub fn estimate(
     let p = model.param_bytes();
     let o = optimizer.map_or(0, |k| k.state_per_param() * p);
     let b = s.batch_size / s.accumulate.max(1);
-    let pb = model.dtype.size_bytes();
-    let ab = if s.amp { 2 } else { pb };
-    let (w, c, n) = (model.width, model.classes, model.input_dim);
+    let ab = if s.amp { 2 } else { model.dtype.size_bytes() };
     let layers = model.layers as u64;
     let on_device = data.is_some_and(|d| d.on_device);
     let dataset = data
         .filter(|d| d.on_device)
         .map_or(0, DataSpec::device_bytes);
-    let input = if on_device { 0 } else { b * n * 4 + b * 8 };
-    let hidden = b * w * ab;
-    let saved_hidden = if s.checkpointing {
-        // Segment boundaries (the first is the input itself) plus the last
-        // hidden output, which the output layer saves.
-        let seg = checkpoint_segment(model.layers) as u64;
-        layers.div_ceil(seg)
-    } else {
-        layers
-    };
-    let amp_extra = if s.amp {
-        // fp16 copies of the input and of every weight, saved for backward.
-        b * n * 2
-            + model
-                .dims()
-                .windows(2)
-                .map(|d| d[0] * d[1] * 2)
-                .sum::<u64>()
-    } else {
+    let input = if on_device {
         0
+    } else {
+        b * model.input_dim * 4 + b * 8
     };
-    let activation = saved_hidden * hidden + b * c * 4 + amp_extra;
+    let hidden = b * model.width * ab;
+    let activation = saved_activation_bytes(model, s, b) + b * model.classes * 4;
     let kept_grads = if s.set_to_none { 0 } else { p };
     let resident = dataset + p + o;
     // Forward: everything saved so far plus one pre-activation in flight.

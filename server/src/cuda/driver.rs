@@ -1,6 +1,5 @@
-//! The real GPU: a [`Device`] whose segments are `cuMemAlloc` / `cuMemFree`
-//! on an NVIDIA GPU, through the CUDA driver loaded at run time (cudarc), so
-//! the binary runs (on the simulator) where there is no CUDA at all.
+//! The CUDA driver through cudarc: a [`Device`] whose segments are
+//! `cuMemAlloc` / `cuMemFree` on an NVIDIA GPU.
 //!
 //! Each kernel gets a CUDA context of its own (`cuCtxCreate`), as each Python
 //! process does; restarting the kernel destroys it, so everything, the
@@ -10,22 +9,13 @@
 //! The shared allocators decide when to ask for and give back segments, as
 //! they do on the simulated GPU.
 
+use super::Probe;
 use cudarc::driver::{result, sys, CudaContext};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use vramlab_shared::device::{Device, DeviceInfo, DeviceKind};
-use vramlab_shared::engine::DeviceFactory;
-use vramlab_shared::framework::Settings;
-use vramlab_shared::{CommandError, DeviceError, ErrorKind};
-
-/// What a working GPU says about itself.
-#[derive(Clone, Debug)]
-pub struct Probe {
-    pub name: String,
-    pub total_bytes: u64,
-    pub compute_capability: (u32, u32),
-}
+use vramlab_shared::DeviceError;
 
 /// Looks for a usable GPU without ever panicking: first whether the driver
 /// library can be loaded at all, then a context on device 0.
@@ -167,34 +157,5 @@ impl Device for CudaDevice {
 
     fn info(&self) -> DeviceInfo {
         self.info.clone()
-    }
-}
-
-/// Starts a CUDA device for each kernel; the settings that describe a
-/// simulated GPU (its size, context, other processes) do not apply.
-pub struct CudaFactory {
-    pub ordinal: usize,
-}
-
-impl DeviceFactory for CudaFactory {
-    fn start(&mut self, _settings: &Settings) -> Result<Box<dyn Device>, CommandError> {
-        CudaDevice::start(self.ordinal)
-            .map(|d| Box::new(d) as Box<dyn Device>)
-            .map_err(|m| CommandError::new(ErrorKind::DeviceError, m))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn probing_never_panics() {
-        // On a machine without CUDA this is an error that says why; on a GPU
-        // machine it names the GPU.
-        match probe() {
-            Ok(p) => assert!(p.total_bytes > 0 && !p.name.is_empty()),
-            Err(why) => assert!(!why.is_empty()),
-        }
     }
 }

@@ -1,0 +1,194 @@
+//! The kernel's settings (restart), tensors by hand, and the five things
+//! people try to free memory.
+
+use super::training::Training;
+use super::{button, checkbox, hidden, text_input};
+use crate::state::App;
+use leptos::prelude::*;
+use vramlab_shared::command::{AllocArgs, Command, HoldArgs, NameArgs, RestartSettings};
+use vramlab_shared::framework::Settings;
+use vramlab_shared::types::{Dtype, Framework};
+use vramlab_shared::units::{GIB, MIB};
+
+#[component]
+pub fn Controls(app: App) -> impl IntoView {
+    view! {
+        <section class="controls" aria-label="Controls">
+            <KernelSettings app=app />
+            <Tensors app=app />
+            <fieldset class="five" hidden=hidden(app, "buttons")>
+                <legend>"What people try"</legend>
+                {button(app, "btn-del", "del", "del the selected name", move || Command::Del(NameArgs { name: app.selected.get_untracked() }))}
+                {button(app, "btn-gc", "gc.collect()", "Collect reference cycles", || Command::Gc {})}
+                {button(app, "btn-clear-session", "clear_session()", "tf.keras.backend.clear_session()", || Command::ClearSession {})}
+                {button(app, "btn-empty-cache", "torch.cuda.empty_cache()", "Return entirely free cached segments to the driver", || Command::EmptyCache {})}
+                {button(app, "btn-restart", "restart kernel", "The process exits; a new one starts", || Command::Restart(RestartSettings::default()))}
+            </fieldset>
+            <Training app=app />
+        </section>
+    }
+}
+
+/// The settings fields, as text the user edits.
+#[derive(Clone, Copy)]
+struct SettingsFields {
+    framework: RwSignal<Framework>,
+    device_gib: RwSignal<String>,
+    context_mib: RwSignal<String>,
+    allow_growth: RwSignal<bool>,
+    preallocate: RwSignal<bool>,
+    no_caching: RwSignal<bool>,
+    memory_limit_mib: RwSignal<String>,
+    mem_fraction: RwSignal<String>,
+    max_split_mb: RwSignal<String>,
+    fraction: RwSignal<String>,
+}
+
+fn text<T: ToString>(v: Option<T>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_default()
+}
+
+impl SettingsFields {
+    fn new() -> Self {
+        let s = String::new;
+        SettingsFields {
+            framework: RwSignal::new(Framework::Pytorch),
+            device_gib: RwSignal::new("16".into()),
+            context_mib: RwSignal::new("300".into()),
+            allow_growth: RwSignal::new(false),
+            preallocate: RwSignal::new(true),
+            no_caching: RwSignal::new(false),
+            memory_limit_mib: RwSignal::new(s()),
+            mem_fraction: RwSignal::new("0.75".into()),
+            max_split_mb: RwSignal::new(s()),
+            fraction: RwSignal::new(s()),
+        }
+    }
+
+    /// Shows the settings the kernel runs with.
+    fn show(&self, framework: Framework, s: &Settings) {
+        self.framework.set(framework);
+        self.device_gib
+            .set(format!("{}", s.device_total_bytes as f64 / GIB as f64));
+        self.context_mib.set(format!("{}", s.context_bytes / MIB));
+        self.allow_growth.set(s.allow_growth);
+        self.preallocate.set(s.preallocate);
+        self.no_caching.set(s.no_caching);
+        self.memory_limit_mib
+            .set(text(s.memory_limit_bytes.map(|b| b / MIB)));
+        self.mem_fraction.set(s.mem_fraction.to_string());
+        self.max_split_mb.set(text(s.max_split_size_mb));
+        self.fraction.set(text(s.per_process_memory_fraction));
+    }
+
+    /// `restart` with the settings as written (empty optional fields: none).
+    fn restart(&self) -> Command {
+        let gib: f64 = self.device_gib.get_untracked().parse().unwrap_or(16.0);
+        let mib: u64 = self.context_mib.get_untracked().parse().unwrap_or(300);
+        let parse_u64 = |s: RwSignal<String>| s.get_untracked().trim().parse::<u64>().ok();
+        let parse_f64 = |s: RwSignal<String>| s.get_untracked().trim().parse::<f64>().ok();
+        Command::Restart(RestartSettings {
+            framework: Some(self.framework.get_untracked()),
+            device_total_bytes: Some((gib * GIB as f64) as u64),
+            context_bytes: Some(mib * MIB),
+            allow_growth: Some(self.allow_growth.get_untracked()),
+            preallocate: Some(self.preallocate.get_untracked()),
+            no_caching: Some(self.no_caching.get_untracked()),
+            memory_limit_bytes: Some(parse_u64(self.memory_limit_mib).map(|m| m * MIB)),
+            mem_fraction: Some(parse_f64(self.mem_fraction).unwrap_or(0.75)),
+            max_split_size_mb: Some(parse_u64(self.max_split_mb)),
+            per_process_memory_fraction: Some(parse_f64(self.fraction)),
+            ..Default::default()
+        })
+    }
+}
+
+#[component]
+fn KernelSettings(app: App) -> impl IntoView {
+    let f = SettingsFields::new();
+    Effect::new(move |_| {
+        if let Some(h) = app.hello.get() {
+            f.show(h.framework, &h.settings);
+        }
+    });
+    let on_framework = move |e| {
+        if let Some(v) = Framework::from_id(&event_target_value(&e)) {
+            f.framework.set(v);
+        }
+    };
+    view! {
+        <fieldset hidden=hidden(app, "framework")>
+            <legend>"Kernel"</legend>
+            <label>"Framework "
+                <select id="framework" prop:value=move || f.framework.get().id() on:change=on_framework>
+                    {Framework::ALL.map(|v| view! { <option value=v.id()>{v.display_name()}</option> })}
+                </select>
+            </label>
+            <label>"GPU (GiB) " {text_input("device-gib", "4", "", f.device_gib)}</label>
+            <label>"Context (MiB) " {text_input("context-mib", "4", "", f.context_mib)}</label>
+            <label>{checkbox(f.allow_growth)}" allow_growth (TF)"</label>
+            <label>{checkbox(f.preallocate)}" preallocate (JAX)"</label>
+            <label>{checkbox(f.no_caching)}" no caching (PyTorch)"</label>
+            <label>"max_split_size_mb " {text_input("max-split", "4", "none", f.max_split_mb)}</label>
+            <label>"memory fraction " {text_input("fraction", "4", "none", f.fraction)}</label>
+            <label>"TF memory limit (MiB) " {text_input("memory-limit", "6", "default", f.memory_limit_mib)}</label>
+            <label>"JAX mem fraction " {text_input("mem-fraction", "4", "", f.mem_fraction)}</label>
+            {button(app, "btn-restart-settings", "Restart with these settings", "Restart the kernel with the settings above", move || f.restart())}
+        </fieldset>
+    }
+}
+
+/// Dimensions written as `1024, 1024` or `1024x1024`.
+fn parse_shape(text: &str) -> Vec<u64> {
+    text.split(|c: char| c == ',' || c == 'x' || c.is_whitespace())
+        .filter_map(|d| d.trim().parse().ok())
+        .collect()
+}
+
+#[component]
+fn Tensors(app: App) -> impl IntoView {
+    let shape = RwSignal::new(String::new());
+    let name = RwSignal::new("x".to_string());
+    let size_mib = RwSignal::new("64".to_string());
+    let hold_items = RwSignal::new("x".to_string());
+    let cycle = RwSignal::new(true);
+    let alloc = move || {
+        let dims = parse_shape(&shape.get_untracked());
+        let mut args = AllocArgs {
+            name: name.get_untracked(),
+            bytes: None,
+            shape: None,
+            dtype: None,
+            category: None,
+        };
+        if dims.is_empty() {
+            let mib: f64 = size_mib.get_untracked().parse().unwrap_or(1.0);
+            args.bytes = Some((mib * MIB as f64) as u64);
+        } else {
+            (args.shape, args.dtype) = (Some(dims), Some(Dtype::Float32));
+        }
+        Command::Alloc(args)
+    };
+    let hold = move || {
+        let items = hold_items
+            .get_untracked()
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        let (name, cycle) = ("h".into(), cycle.get_untracked());
+        Command::Hold(HoldArgs { name, items, cycle })
+    };
+    view! {
+        <fieldset hidden=hidden(app, "tensor")>
+            <legend>"Tensors"</legend>
+            <label>"Name " <input id="name" size="6" prop:value=name on:input=move |e| { let v = event_target_value(&e); app.selected.set(v.clone()); name.set(v); } /></label>
+            <label>"MiB " {text_input("size", "6", "", size_mib)}</label>
+            <label>"or shape " {text_input("shape", "9", "1024, 1024", shape)}</label>
+            {button(app, "btn-alloc", "Allocate", "name = torch.empty(...) on the GPU", alloc)}
+            <label>"Hold " {text_input("hold-items", "8", "", hold_items)}</label>
+            <label>{checkbox(cycle)}" cycle"</label>
+            {button(app, "btn-hold", "h = [...]", "Keep references in a list h (with a cycle: h.append(h))", hold)}
+        </fieldset>
+    }
+}

@@ -1,0 +1,73 @@
+//! The views: controls, the three numbers as a stacked bar, the timeline,
+//! the segment map, the table of live objects, the event log, the code pane,
+//! the explanation and the lessons. Controls send typed [`Command`] values.
+
+mod kernel;
+mod lessons;
+mod segments;
+mod status;
+mod tables;
+mod timeline;
+mod training;
+
+pub use kernel::Controls;
+pub use lessons::Lessons;
+pub use segments::SegmentMap;
+pub use status::{Banner, Explanation, Numbers, StatusBar};
+pub use tables::{CodePane, EventLog, Objects};
+pub use timeline::Timeline;
+
+use crate::state::App;
+use leptos::prelude::*;
+use vramlab_shared::command::Command;
+use vramlab_shared::types::Category;
+
+/// Okabe-Ito colours (distinguishable with colour-vision deficiencies).
+pub fn colour(c: Category) -> &'static str {
+    match c {
+        Category::Parameter => "#0072b2",
+        Category::Gradient => "#e69f00",
+        Category::OptimizerState => "#009e73",
+        Category::Activation => "#cc79a7",
+        Category::Input => "#56b4e9",
+        Category::Temporary => "#d55e00",
+        Category::Other => "#8c6d1f",
+    }
+}
+const CACHED: &str = "#bbbbbb";
+const CONTEXT: &str = "#444444";
+const OTHERS: &str = "#888888";
+const FREE: &str = "#f1f1ec";
+
+/// Whether a group of controls is hidden (`?hide=` in the URL).
+fn hidden(app: App, group: &'static str) -> impl Fn() -> bool {
+    move || app.hidden.with(|h| h.iter().any(|g| g == group))
+}
+
+/// A button that runs the command `cmd` builds when clicked.
+fn button(
+    app: App,
+    id: &'static str,
+    label: &'static str,
+    title: &'static str,
+    cmd: impl Fn() -> Command + 'static,
+) -> impl IntoView {
+    view! {
+        <button id=id title=title disabled=move || app.read_only() on:click=move |_| { app.run(cmd()); }>{label}</button>
+    }
+}
+
+/// A text field bound to a signal.
+fn text_input(
+    id: &'static str,
+    size: &'static str,
+    placeholder: &'static str,
+    value: RwSignal<String>,
+) -> impl IntoView {
+    view! { <input id=id size=size placeholder=placeholder prop:value=value on:input=move |e| value.set(event_target_value(&e)) /> }
+}
+
+/// A checkbox bound to a signal.
+fn checkbox(value: RwSignal<bool>) -> impl IntoView {
+    view! { <input type="checkbox" prop:checked=value on:change=move |e| value.set(event_target_checked(&e)) /> }
+}

@@ -1,0 +1,206 @@
+//! Training: build a model, an optimizer and data, then run forward,
+//! backward, the optimizer, or whole training loops.
+
+use super::{button, checkbox, hidden, text_input};
+use crate::state::App;
+use leptos::prelude::*;
+use vramlab_shared::command::{
+    BackwardArgs, Command, DataArgs, EstimateArgs, FindBatchSizeArgs, ForwardArgs, LossHistory,
+    ModelArgs, NameArgs, OptimizerArgs, StepArgs, TrainArgs, ZeroGradArgs, DEFAULT_BATCH,
+    DEFAULT_CLASSES, DEFAULT_FEATURES, DEFAULT_LAYERS, DEFAULT_SAMPLES, DEFAULT_THRESHOLD,
+    DEFAULT_WIDTH,
+};
+use vramlab_shared::protocol::ClientMessage;
+use vramlab_shared::train::OptimizerKind;
+
+/// The training fields.
+#[derive(Clone, Copy)]
+struct Fields {
+    layers: RwSignal<String>,
+    width: RwSignal<String>,
+    batch: RwSignal<String>,
+    steps: RwSignal<String>,
+    optimizer: RwSignal<OptimizerKind>,
+    accumulate: RwSignal<String>,
+    amp: RwSignal<bool>,
+    checkpointing: RwSignal<bool>,
+    set_to_none: RwSignal<bool>,
+    tensor_history: RwSignal<bool>,
+    on_device: RwSignal<bool>,
+    no_grad: RwSignal<bool>,
+}
+
+/// The number in a field, or `default` when it is not one.
+fn number(s: RwSignal<String>, default: u64) -> u64 {
+    s.get_untracked().trim().parse().unwrap_or(default)
+}
+
+impl Fields {
+    fn new() -> Self {
+        let text = |s: &str| RwSignal::new(s.to_string());
+        Fields {
+            layers: text("4"),
+            width: text("1024"),
+            batch: text("64"),
+            steps: text("100"),
+            optimizer: RwSignal::new(OptimizerKind::Adam),
+            accumulate: text("1"),
+            amp: RwSignal::new(false),
+            checkpointing: RwSignal::new(false),
+            set_to_none: RwSignal::new(true),
+            tensor_history: RwSignal::new(false),
+            on_device: RwSignal::new(false),
+            no_grad: RwSignal::new(false),
+        }
+    }
+
+    fn batch_size(&self) -> u64 {
+        number(self.batch, DEFAULT_BATCH)
+    }
+
+    /// `model`, `opt` and `data`, in that order.
+    fn build(&self) -> [Command; 3] {
+        let model = Command::Model(ModelArgs {
+            name: "model".into(),
+            layers: u32::try_from(number(self.layers, DEFAULT_LAYERS.into())).unwrap_or(u32::MAX),
+            width: number(self.width, DEFAULT_WIDTH),
+            input_dim: DEFAULT_FEATURES,
+            classes: DEFAULT_CLASSES,
+            dtype: None,
+            keras: false,
+        });
+        let optimizer = Command::Optimizer(OptimizerArgs {
+            name: "opt".into(),
+            model: "model".into(),
+            kind: self.optimizer.get_untracked(),
+            lr: None,
+        });
+        let data = Command::Data(DataArgs {
+            name: "data".into(),
+            samples: DEFAULT_SAMPLES,
+            features: DEFAULT_FEATURES,
+            classes: DEFAULT_CLASSES,
+            on_device: self.on_device.get_untracked(),
+        });
+        [model, optimizer, data]
+    }
+
+    fn train(&self, steps: u64) -> Command {
+        Command::Train(TrainArgs {
+            model: "model".into(),
+            optimizer: "opt".into(),
+            data: "data".into(),
+            steps,
+            batch_size: self.batch_size(),
+            accumulate: number(self.accumulate, 1),
+            checkpointing: self.checkpointing.get_untracked(),
+            amp: self.amp.get_untracked(),
+            set_to_none: self.set_to_none.get_untracked(),
+            loss_history: if self.tensor_history.get_untracked() {
+                LossHistory::Tensor
+            } else {
+                LossHistory::Item
+            },
+        })
+    }
+
+    fn forward(&self) -> Command {
+        Command::Forward(ForwardArgs {
+            name: "loss".into(),
+            model: "model".into(),
+            data: "data".into(),
+            batch_size: self.batch_size(),
+            no_grad: self.no_grad.get_untracked(),
+            amp: self.amp.get_untracked(),
+            checkpointing: self.checkpointing.get_untracked(),
+        })
+    }
+
+    fn estimate(&self) -> Command {
+        Command::Estimate(EstimateArgs {
+            model: "model".into(),
+            optimizer: Some("opt".into()),
+            data: Some("data".into()),
+            batch_size: self.batch_size(),
+            accumulate: number(self.accumulate, 1),
+            amp: self.amp.get_untracked(),
+            checkpointing: self.checkpointing.get_untracked(),
+            set_to_none: self.set_to_none.get_untracked(),
+        })
+    }
+}
+
+fn find_batch_size() -> Command {
+    Command::FindBatchSize(FindBatchSizeArgs {
+        model: "model".into(),
+        optimizer: "opt".into(),
+        data: "data".into(),
+        threshold: DEFAULT_THRESHOLD,
+    })
+}
+
+#[component]
+pub fn Training(app: App) -> impl IntoView {
+    let f = Fields::new();
+    let build = move |_| f.build().into_iter().for_each(|c| app.run(c));
+    let on_optimizer = move |e| {
+        if let Some(k) = OptimizerKind::from_id(&event_target_value(&e)) {
+            f.optimizer.set(k);
+        }
+    };
+    let backward = || {
+        Command::Backward(BackwardArgs {
+            name: "loss".into(),
+            retain_graph: false,
+        })
+    };
+    let step = || {
+        Command::Step(StepArgs {
+            optimizer: "opt".into(),
+        })
+    };
+    let zero_grad = move || {
+        Command::ZeroGrad(ZeroGradArgs {
+            optimizer: "opt".into(),
+            set_to_none: f.set_to_none.get_untracked(),
+        })
+    };
+    let session = |name: &str| NameArgs { name: name.into() };
+    view! {
+        <fieldset hidden=hidden(app, "training")>
+            <legend>"Training"</legend>
+            <label>"Layers " {text_input("layers", "3", "", f.layers)}</label>
+            <label>"Width " {text_input("width", "5", "", f.width)}</label>
+            <label>"Optimizer "
+                <select id="optimizer" prop:value=move || f.optimizer.get().id() on:change=on_optimizer>
+                    <option value="sgd">"SGD"</option><option value="momentum">"SGD + momentum"</option>
+                    <option value="adam">"Adam"</option><option value="adamw">"AdamW"</option>
+                </select>
+            </label>
+            <label>{checkbox(f.on_device)}" data on the GPU"</label>
+            <button id="btn-build" disabled=move || app.read_only() on:click=build>"Build model, optimizer, data"</button>
+            <br />
+            <label>"Batch " {text_input("batch", "5", "", f.batch)}</label>
+            <label>"Accumulate " {text_input("accumulate", "2", "", f.accumulate)}</label>
+            <label>{checkbox(f.amp)}" amp"</label>
+            <label>{checkbox(f.checkpointing)}" checkpointing"</label>
+            <label>{checkbox(f.set_to_none)}" set_to_none"</label>
+            <label>{checkbox(f.tensor_history)}" total_loss += loss"</label>
+            <label>{checkbox(f.no_grad)}" no_grad (forward)"</label>
+            <br />
+            {button(app, "btn-forward", "forward", "loss = criterion(model(x), y)", move || f.forward())}
+            {button(app, "btn-backward", "backward", "loss.backward()", backward)}
+            {button(app, "btn-step", "step", "opt.step()", step)}
+            {button(app, "btn-zero-grad", "zero_grad", "opt.zero_grad()", zero_grad)}
+            {button(app, "btn-train-1", "1 step", "One training step", move || f.train(1))}
+            <label>"Steps " {text_input("steps", "5", "", f.steps)}</label>
+            {button(app, "btn-play", "▶ play", "Train for the number of steps", move || f.train(number(f.steps, 100)))}
+            <br />
+            {button(app, "btn-estimate", "estimate", "Predict the step's memory before running it", move || f.estimate())}
+            {button(app, "btn-find-batch", "find batch size", "The largest batch whose step stays under 80% of the memory limit", find_batch_size)}
+            {button(app, "btn-tf-session", "tf.Session()", "TensorFlow 1: models built now belong to the session", move || Command::TfSession(session("sess")))}
+            {button(app, "btn-close-session", "sess.close()", "Close the TF1 session", move || Command::Close(session("sess")))}
+            <button id="btn-pause" disabled=move || app.read_only() on:click=move |_| crate::socket::send(&ClientMessage::Stop {})>"❚❚ pause"</button>
+        </fieldset>
+    }
+}

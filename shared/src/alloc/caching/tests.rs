@@ -1,0 +1,299 @@
+//! The caching allocator's rules, each pinned by an exact value.
+
+use super::*;
+use crate::alloc::BlockState;
+use crate::device::{SimDevice, SimDeviceConfig};
+use crate::units::GIB;
+
+fn setup(total: u64) -> (CachingAllocator, SimDevice) {
+    let dev = SimDevice::new(SimDeviceConfig {
+        total_bytes: total,
+        context_bytes: 0,
+        other_processes_bytes: 0,
+    });
+    (CachingAllocator::new(CachingConfig::default(), total), dev)
+}
+
+fn block_sizes(a: &CachingAllocator) -> Vec<Vec<(u64, bool)>> {
+    a.segments()
+        .iter()
+        .map(|s| {
+            s.blocks
+                .iter()
+                .map(|b| (b.size, b.state == BlockState::ActiveAllocated))
+                .collect()
+        })
+        .collect()
+}
+
+/// allocators.md §1.4: request, rounded, pool, new segment, split, block handed out.
+#[test]
+fn worked_examples_of_section_1_4() {
+    let cases: [(u64, u64, PoolKind, u64, bool, u64); 7] = [
+        (1, 512, PoolKind::Small, 2 * MIB, true, 512),
+        (
+            1_000_000,
+            1_000_448,
+            PoolKind::Small,
+            2 * MIB,
+            true,
+            1_000_448,
+        ),
+        (MIB, MIB, PoolKind::Small, 2 * MIB, true, MIB),
+        (
+            MIB + 1,
+            MIB + 512,
+            PoolKind::Large,
+            20 * MIB,
+            true,
+            MIB + 512,
+        ),
+        (5 * MIB, 5 * MIB, PoolKind::Large, 20 * MIB, true, 5 * MIB),
+        (
+            10 * MIB + MIB / 2,
+            10 * MIB + MIB / 2,
+            PoolKind::Large,
+            12 * MIB,
+            true,
+            10 * MIB + MIB / 2,
+        ),
+        (
+            15 * MIB,
+            15 * MIB,
+            PoolKind::Large,
+            16 * MIB,
+            false,
+            16 * MIB,
+        ),
+    ];
+    for (request, rounded, pool, segment, split, handed) in cases {
+        assert_eq!(round_size(request), rounded, "round_size({request})");
+        assert_eq!(pool_for_size(rounded), pool, "pool of {request}");
+        assert_eq!(allocation_size(rounded), segment, "segment for {request}");
+        let (mut a, mut dev) = setup(GIB);
+        let id = a.malloc(&mut dev, request).unwrap().unwrap();
+        assert_eq!(a.block_size(id), handed, "block for {request}");
+        assert_eq!(a.stats().reserved_bytes.current, segment);
+        assert_eq!(a.stats().allocated_bytes.current, handed);
+        assert_eq!(a.stats().requested_bytes.current, request);
+        let segs = a.segments();
+        assert_eq!(
+            segs[0].blocks.len(),
+            if split { 2 } else { 1 },
+            "split of {request}"
+        );
+        assert_eq!(a.stats().inactive_split_bytes.current, segment - handed);
+        a.check_invariants(&dev).unwrap();
+    }
+}
+
+#[test]
+fn zero_bytes_touch_nothing() {
+    let (mut a, mut dev) = setup(GIB);
+    assert_eq!(a.malloc(&mut dev, 0).unwrap(), None);
+    assert_eq!(a.stats(), &AllocatorStats::default());
+}
+
+#[test]
+fn best_fit_takes_smallest_then_lowest_address() {
+    let (mut a, mut dev) = setup(GIB);
+    // Three 12 MiB segments, then free the first and third: equal sizes, so the
+    // lower address wins.
+    let x = a.malloc(&mut dev, 12 * MIB).unwrap().unwrap();
+    let y = a.malloc(&mut dev, 12 * MIB).unwrap().unwrap();
+    let z = a.malloc(&mut dev, 12 * MIB).unwrap().unwrap();
+    let addr = |a: &CachingAllocator, id| {
+        a.segments()
+            .iter()
+            .flat_map(|s| s.blocks.clone())
+            .find(|b| b.id == Some(id))
+            .unwrap()
+            .address
+    };
+    let x_addr = addr(&a, x);
+    a.free(&mut dev, z);
+    a.free(&mut dev, x);
+    let w = a.malloc(&mut dev, 11 * MIB).unwrap().unwrap();
+    assert_eq!(addr(&a, w), x_addr);
+    let _ = y;
+    a.check_invariants(&dev).unwrap();
+}
+
+#[test]
+fn free_merges_neighbours_and_keeps_the_segment() {
+    let (mut a, mut dev) = setup(GIB);
+    let x = a.malloc(&mut dev, 512).unwrap().unwrap();
+    let y = a.malloc(&mut dev, 512).unwrap().unwrap();
+    assert_eq!(
+        block_sizes(&a),
+        vec![vec![(512, true), (512, true), (2 * MIB - 1024, false)]]
+    );
+    a.free(&mut dev, x);
+    assert_eq!(a.stats().inactive_split_bytes.current, 2 * MIB - 512);
+    assert_eq!(a.stats().inactive_split.current, 2);
+    a.free(&mut dev, y);
+    assert_eq!(block_sizes(&a), vec![vec![(2 * MIB, false)]]);
+    assert_eq!(a.stats().inactive_split_bytes.current, 0);
+    assert_eq!(a.stats().allocated_bytes.current, 0);
+    assert_eq!(a.stats().reserved_bytes.current, 2 * MIB);
+    a.check_invariants(&dev).unwrap();
+}
+
+#[test]
+fn empty_cache_releases_only_whole_free_segments() {
+    let (mut a, mut dev) = setup(GIB);
+    let x = a.malloc(&mut dev, 5 * MIB).unwrap().unwrap(); // 20 MiB segment
+    let _y = a.malloc(&mut dev, 512).unwrap().unwrap(); // 2 MiB segment, stays live
+    let z = a.malloc(&mut dev, 30 * MIB).unwrap().unwrap(); // 30 MiB segment
+    a.free(&mut dev, x);
+    a.free(&mut dev, z);
+    assert_eq!(a.stats().reserved_bytes.current, 52 * MIB);
+    assert_eq!(a.empty_cache(&mut dev), Some(50 * MIB));
+    assert_eq!(a.stats().reserved_bytes.current, 2 * MIB);
+    assert_eq!(a.stats().allocated_bytes.current, 512);
+    // The free tail of the live small segment stays as inactive split.
+    assert_eq!(a.stats().inactive_split_bytes.current, 2 * MIB - 512);
+    assert_eq!(dev.segment_bytes(), 2 * MIB);
+    a.check_invariants(&dev).unwrap();
+}
+
+#[test]
+fn release_and_retry_once_then_oom() {
+    let (mut a, mut dev) = setup(100 * MIB);
+    let x = a.malloc(&mut dev, 40 * MIB).unwrap().unwrap();
+    let _y = a.malloc(&mut dev, 40 * MIB).unwrap().unwrap();
+    a.free(&mut dev, x);
+    // 60 MiB: nothing cached fits, cudaMalloc fails (20 MiB free), release frees
+    // the 40 MiB segment, the retry succeeds.
+    let z = a.malloc(&mut dev, 60 * MIB).unwrap().unwrap();
+    assert_eq!(a.stats().num_alloc_retries, 1);
+    assert_eq!(a.stats().num_ooms, 0);
+    assert_eq!(a.block_size(z), 60 * MIB);
+    // Now nothing can be released: one more retry, then OOM.
+    let err = a.malloc(&mut dev, 10 * MIB).unwrap_err();
+    let oom = err.out_of_memory().expect("an out-of-memory");
+    assert_eq!(a.stats().num_alloc_retries, 2);
+    assert_eq!(a.stats().num_ooms, 1);
+    assert_eq!(oom.alloc_size, 10 * MIB);
+    assert_eq!(oom.device_free, 0);
+    a.check_invariants(&dev).unwrap();
+}
+
+#[test]
+fn oom_despite_enough_free_plus_cached_memory() {
+    // Fragmentation: two 1 MiB holes inside a live segment cannot hold 2 MiB.
+    let (mut a, mut dev) = setup(20 * MIB);
+    let ids: Vec<_> = (0..4)
+        .map(|_| a.malloc(&mut dev, 4 * MIB).unwrap().unwrap())
+        .collect();
+    // One 20 MiB segment: 4 x 4 MiB used, 4 MiB free at the end.
+    a.free(&mut dev, ids[0]);
+    a.free(&mut dev, ids[2]);
+    // 12 MiB free in three 4 MiB holes, device has nothing left.
+    let err = a.malloc(&mut dev, 6 * MIB).unwrap_err();
+    let oom = err.out_of_memory().expect("an out-of-memory");
+    assert_eq!(oom.alloc_size, 20 * MIB);
+    assert_eq!(oom.reserved - oom.allocated, 12 * MIB);
+    a.check_invariants(&dev).unwrap();
+}
+
+#[test]
+fn memory_fraction_limits_reserved_without_calling_the_driver() {
+    let dev_total = GIB;
+    let mut dev = SimDevice::new(SimDeviceConfig {
+        total_bytes: dev_total,
+        context_bytes: 0,
+        other_processes_bytes: 0,
+    });
+    let mut a = CachingAllocator::new(
+        CachingConfig {
+            memory_fraction: Some(0.5),
+            ..Default::default()
+        },
+        dev_total,
+    );
+    a.malloc(&mut dev, 500 * MIB).unwrap();
+    let err = a.malloc(&mut dev, 100 * MIB).unwrap_err();
+    let oom = err.out_of_memory().expect("an out-of-memory");
+    assert_eq!(oom.allowed, Some(512 * MIB));
+    assert_eq!(a.stats().num_device_alloc, 1);
+    a.check_invariants(&dev).unwrap();
+}
+
+#[test]
+fn max_split_size_keeps_oversize_blocks_whole() {
+    let (mut a, mut dev) = setup(GIB);
+    a.config.max_split_size = 20 * MIB;
+    let x = a.malloc(&mut dev, 100 * MIB).unwrap().unwrap();
+    a.free(&mut dev, x);
+    // A small request never gets the oversize block: a new 20 MiB segment.
+    let y = a.malloc(&mut dev, 5 * MIB).unwrap().unwrap();
+    assert_eq!(a.stats().reserved_bytes.current, 120 * MIB);
+    // A large request within 20 MiB of it reuses it whole, unsplit.
+    let z = a.malloc(&mut dev, 90 * MIB).unwrap().unwrap();
+    assert_eq!(a.block_size(z), 100 * MIB);
+    let _ = y;
+    a.check_invariants(&dev).unwrap();
+}
+
+#[test]
+fn garbage_collection_threshold_frees_old_segments() {
+    let dev_total = GIB;
+    let mut dev = SimDevice::new(SimDeviceConfig {
+        total_bytes: dev_total,
+        context_bytes: 0,
+        other_processes_bytes: 0,
+    });
+    let mut a = CachingAllocator::new(
+        CachingConfig {
+            memory_fraction: Some(1.0),
+            garbage_collection_threshold: 0.5,
+            ..Default::default()
+        },
+        dev_total,
+    );
+    let ids: Vec<_> = (0..6)
+        .map(|_| a.malloc(&mut dev, 100 * MIB).unwrap().unwrap())
+        .collect();
+    for id in ids {
+        a.free(&mut dev, id);
+    }
+    assert_eq!(a.stats().reserved_bytes.current, 600 * MIB);
+    // Needs a new segment: reserved (600 MiB) > 0.5 x 1 GiB, so GC frees
+    // free segments before asking the driver.
+    a.malloc(&mut dev, 200 * MIB).unwrap();
+    assert!(a.stats().reserved_bytes.current <= 512 * MIB + 200 * MIB);
+    assert!(a.stats().num_device_free > 0);
+    a.check_invariants(&dev).unwrap();
+}
+
+#[test]
+fn garbage_collection_frees_every_block_over_the_age_threshold_in_a_pass() {
+    // `garbage_collect_cached_blocks` does not stop at its target inside
+    // a pass: every whole free block at least as old as the average goes.
+    let mut dev = SimDevice::new(SimDeviceConfig {
+        total_bytes: GIB,
+        context_bytes: 0,
+        other_processes_bytes: 0,
+    });
+    let config = CachingConfig {
+        memory_fraction: Some(1.0),
+        garbage_collection_threshold: 0.5,
+        ..Default::default()
+    };
+    let mut a = CachingAllocator::new(config, GIB);
+    let ids: Vec<_> = (0..4)
+        .map(|_| a.malloc(&mut dev, 200 * MIB).unwrap().unwrap())
+        .collect();
+    for id in ids {
+        a.free(&mut dev, id);
+    }
+    assert_eq!(a.stats().reserved_bytes.current, 800 * MIB);
+    // 300 MiB fits no cached block; reserved (800 MiB) is 288 MiB over
+    // the threshold (512 MiB). All four blocks have the same age, so the
+    // pass frees all four (800 MiB), not just the two that reach 288 MiB.
+    a.malloc(&mut dev, 300 * MIB).unwrap();
+    assert_eq!(a.stats().num_device_free, 4);
+    assert_eq!(a.stats().reserved_bytes.current, 300 * MIB);
+    a.check_invariants(&dev).unwrap();
+}

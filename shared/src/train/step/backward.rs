@@ -1,0 +1,330 @@
+//! `loss.backward()`: the criterion's gradient, then each layer in reverse,
+//! allocating gradient buffers, accumulating into `.grad`, and releasing
+//! what each node saved as it runs.
+
+use super::forward::SavedPlan;
+use super::frame::Frame;
+use crate::kernel::{AllocFailure, Kernel};
+use crate::runtime::{Class, ObjId, ObjectKind};
+use crate::train::{math, TrainState};
+use crate::types::{Category, Dtype};
+
+/// Why backward could not run (not an OOM).
+#[derive(Debug)]
+pub enum BackwardError {
+    NoGraph,
+    Consumed,
+    Oom(AllocFailure),
+}
+
+impl From<AllocFailure> for BackwardError {
+    fn from(e: AllocFailure) -> Self {
+        BackwardError::Oom(e)
+    }
+}
+
+/// PyTorch's message for a second backward through a freed graph.
+pub const BACKWARD_TWICE: &str = "Trying to backward through the graph a second time (or directly access saved tensors after they have already been freed). Saved intermediate values of the graph are freed when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or if you need to access saved tensors after calling backward.";
+/// PyTorch's message for backward on a tensor without history.
+pub const NO_GRAD_FN: &str =
+    "element 0 of tensors does not require grad and does not have a grad_fn";
+
+/// The autograd graph a tensor's history leads to, if any.
+pub fn find_graph(k: &Kernel, tensor: ObjId) -> Option<ObjId> {
+    let mut stack = vec![tensor];
+    let mut seen = 0;
+    while let Some(id) = stack.pop() {
+        seen += 1;
+        if seen > 64 {
+            return None;
+        }
+        let o = k.runtime.get(id)?;
+        if o.kind == ObjectKind::Instance(Class::Graph) {
+            return Some(id);
+        }
+        if matches!(o.kind, ObjectKind::Tensor(_)) {
+            stack.extend(o.refs.iter().rev());
+        }
+    }
+    None
+}
+
+/// A parameter's `.grad`, if set.
+pub fn grad_of(k: &Kernel, param: ObjId) -> Option<ObjId> {
+    k.runtime
+        .get(param)?
+        .refs
+        .iter()
+        .copied()
+        .find(|&r| k.runtime.tensor(r).is_some())
+}
+
+/// `loss.backward(retain_graph=...)`.
+pub fn backward(
+    k: &mut Kernel,
+    frame: &mut Frame,
+    ts: &mut TrainState,
+    loss: ObjId,
+    retain: bool,
+) -> Result<(), BackwardError> {
+    let graph = find_graph(k, loss).ok_or(BackwardError::NoGraph)?;
+    let g = ts.graphs.get(&graph).ok_or(BackwardError::NoGraph)?;
+    if g.consumed {
+        return Err(BackwardError::Consumed);
+    }
+    let model = ts.models.get(&g.model).ok_or(BackwardError::NoGraph)?;
+    let spec = model.spec;
+    let bw = Backward {
+        graph,
+        retain,
+        params: &model.params,
+        plan: &g.plan,
+        dims: spec.dims(),
+        classes: spec.classes,
+        param_dtype: spec.dtype,
+        adt: if g.plan.amp {
+            Dtype::Float16
+        } else {
+            spec.dtype
+        },
+    };
+    let mark = frame.mark();
+    let tag = k
+        .runtime
+        .get(loss)
+        .map(|o| o.label.clone())
+        .unwrap_or_default();
+    let grad = bw.criterion(k, frame, &tag)?;
+    bw.layers(k, frame, grad)?;
+    frame.finish_from(k, mark);
+
+    accumulate_grad_values(ts, graph);
+    if !retain {
+        k.clear_refs(graph);
+        if let Some(state) = ts.graphs.get_mut(&graph) {
+            state.consumed = true;
+            state.cache = None;
+        }
+    }
+    Ok(())
+}
+
+/// The numbers: the gradients computed on the CPU are added into `.grad`'s
+/// values, when the forward pass computed its own.
+fn accumulate_grad_values(ts: &mut TrainState, graph: ObjId) {
+    let Some(g) = ts.graphs.get(&graph) else {
+        return;
+    };
+    let (Some(cache), Some(state)) = (&g.cache, ts.models.get_mut(&g.model)) else {
+        return;
+    };
+    let grads = math::backward(state.values_mut(), cache);
+    state.grad_values.resize(grads.len(), None);
+    for (slot, new) in state.grad_values.iter_mut().zip(grads) {
+        match slot {
+            Some(old) => old.iter_mut().zip(&new).for_each(|(o, n)| *o += n),
+            None => *slot = Some(new),
+        }
+    }
+}
+
+/// One backward pass in progress over a graph's saved tensors.
+struct Backward<'a> {
+    graph: ObjId,
+    retain: bool,
+    params: &'a [ObjId],
+    plan: &'a SavedPlan,
+    dims: Vec<u64>,
+    classes: u64,
+    param_dtype: Dtype,
+    /// The dtype activation gradients are computed in.
+    adt: Dtype,
+}
+
+impl Backward<'_> {
+    /// A node ran: it lets go of one saved tensor.
+    fn release(&self, k: &mut Kernel, saved: Option<ObjId>) {
+        if let (false, Some(id)) = (self.retain, saved) {
+            k.detach(self.graph, id);
+        }
+    }
+
+    /// A gradient tensor of the step (a local of the frame).
+    fn temp(
+        &self,
+        k: &mut Kernel,
+        frame: &mut Frame,
+        label: &str,
+        width: u64,
+        dtype: Dtype,
+    ) -> Result<ObjId, AllocFailure> {
+        let shape = [self.plan.batch, width];
+        frame.alloc(k, label, &shape, dtype, Category::Temporary)
+    }
+
+    /// The seed gradient, NLL's and log-softmax's backward; returns the
+    /// logits' gradient.
+    fn criterion(
+        &self,
+        k: &mut Kernel,
+        frame: &mut Frame,
+        tag: &str,
+    ) -> Result<ObjId, AllocFailure> {
+        let seed = frame.alloc(
+            k,
+            &format!("{tag}.grad"),
+            &[],
+            Dtype::Float32,
+            Category::Temporary,
+        )?;
+        let g_nll = self.temp(k, frame, "grad log_softmax", self.classes, Dtype::Float32)?;
+        frame.drop(k, seed);
+        self.release(k, self.plan.targets);
+        self.release(k, self.plan.total_weight);
+        let grad = self.temp(k, frame, "grad logits", self.classes, self.adt)?;
+        frame.drop(k, g_nll);
+        self.release(k, self.plan.log_probs);
+        Ok(grad)
+    }
+
+    /// The output layer, then the hidden layers in reverse.
+    fn layers(
+        &self,
+        k: &mut Kernel,
+        frame: &mut Frame,
+        mut grad: ObjId,
+    ) -> Result<(), AllocFailure> {
+        let layers = self.dims.len() - 2;
+        let mut recomputed: Vec<Option<ObjId>> = vec![None; layers];
+        for l in (0..=layers).rev() {
+            if l < layers {
+                if let Some(&(start, end, _)) = self.plan.segments.iter().find(|s| s.1 == l + 1) {
+                    self.recompute(k, frame, start..end, &mut recomputed)?;
+                }
+                grad = self.relu(k, frame, l, grad, recomputed[l].take())?;
+            }
+            match self.linear(k, frame, l, grad)? {
+                Some(g_in) => grad = g_in,
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Recomputes a checkpointed segment, saving as forward would.
+    fn recompute(
+        &self,
+        k: &mut Kernel,
+        frame: &mut Frame,
+        hidden: std::ops::Range<usize>,
+        recomputed: &mut [Option<ObjId>],
+    ) -> Result<(), AllocFailure> {
+        for j in hidden {
+            let width = self.dims[j + 1];
+            let z = frame.alloc(
+                k,
+                &format!("recompute {}.out", 2 * j),
+                &[self.plan.batch, width],
+                self.adt,
+                Category::Activation,
+            )?;
+            let h = frame.alloc(
+                k,
+                &format!("recompute {}.relu", 2 * j + 1),
+                &[self.plan.batch, width],
+                self.adt,
+                Category::Activation,
+            )?;
+            frame.drop(k, z);
+            recomputed[j] = Some(h);
+        }
+        Ok(())
+    }
+
+    /// ReLU backward: the pre-activation's gradient; the output gradient and
+    /// the saved (or recomputed) output go.
+    fn relu(
+        &self,
+        k: &mut Kernel,
+        frame: &mut Frame,
+        l: usize,
+        grad: ObjId,
+        recomputed: Option<ObjId>,
+    ) -> Result<ObjId, AllocFailure> {
+        let label = format!("grad {}.out", 2 * l);
+        let g_pre = self.temp(k, frame, &label, self.dims[l + 1], self.adt)?;
+        frame.drop(k, grad);
+        match recomputed {
+            Some(h) => frame.drop(k, h),
+            None => self.release(k, self.plan.relu[l]),
+        }
+        Ok(g_pre)
+    }
+
+    /// `addmm` backward: the input's gradient (not for the batch itself),
+    /// then the weight's and the bias's. Returns the input's gradient.
+    fn linear(
+        &self,
+        k: &mut Kernel,
+        frame: &mut Frame,
+        l: usize,
+        grad: ObjId,
+    ) -> Result<Option<ObjId>, AllocFailure> {
+        let g_in = if l > 0 {
+            let label = format!("grad {}.relu", 2 * l - 1);
+            Some(self.temp(k, frame, &label, self.dims[l], self.adt)?)
+        } else {
+            None
+        };
+        self.grad_param(k, frame, 2 * l)?;
+        self.grad_param(k, frame, 2 * l + 1)?;
+        self.release(k, self.plan.weight_casts[l]);
+        frame.drop(k, grad);
+        // The layer's saved input goes (the previous ReLU output, or the
+        // batch); at a segment's first layer, the segment's input.
+        self.release(k, self.plan.mat1[l]);
+        if let Some(&(_, _, input)) = self.plan.segments.iter().find(|s| s.0 == l) {
+            self.release(k, Some(input));
+        }
+        Ok(g_in)
+    }
+
+    /// The gradient of one parameter: it becomes `.grad`, or is added into
+    /// the existing one and dies (`AccumulateGrad`).
+    fn grad_param(
+        &self,
+        k: &mut Kernel,
+        frame: &mut Frame,
+        index: usize,
+    ) -> Result<(), AllocFailure> {
+        let param = self.params[index];
+        let shape = k
+            .runtime
+            .tensor(param)
+            .expect("parameter tensor")
+            .shape
+            .clone();
+        let label = k.runtime.get(param).expect("parameter").label.clone();
+        let existing = grad_of(k, param);
+        let half = if self.plan.amp {
+            let label = format!("{label}.grad_fp16");
+            Some(frame.alloc(k, &label, &shape, Dtype::Float16, Category::Temporary)?)
+        } else {
+            None
+        };
+        if existing.is_some() {
+            let label = format!("{label}.grad (new)");
+            let g = frame.alloc(k, &label, &shape, self.param_dtype, Category::Temporary)?;
+            frame.drop(k, g);
+        } else {
+            let label = format!("{label}.grad");
+            let g = frame.alloc(k, &label, &shape, self.param_dtype, Category::Gradient)?;
+            frame.take(g);
+            k.attach_local(param, g);
+        }
+        if let Some(h) = half {
+            frame.drop(k, h);
+        }
+        Ok(())
+    }
+}

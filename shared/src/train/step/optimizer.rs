@@ -1,0 +1,185 @@
+//! `optimizer.step()` and `optimizer.zero_grad()`: lazy state at the first
+//! step, Adam's foreach temporaries, and what `set_to_none` frees.
+
+use super::backward::grad_of;
+use super::frame::Frame;
+use crate::kernel::{AllocFailure, Kernel};
+use crate::runtime::ObjId;
+use crate::train::{math, OptimizerKind, OptimizerState, TrainState};
+use crate::types::Category;
+
+/// The state tensors an optimizer keeps per parameter.
+fn state_slots(kind: OptimizerKind) -> &'static [&'static str] {
+    match kind {
+        OptimizerKind::Sgd => &[],
+        OptimizerKind::Momentum => &["momentum_buffer"],
+        OptimizerKind::Adam | OptimizerKind::Adamw => &["exp_avg", "exp_avg_sq"],
+    }
+}
+
+/// `optimizer.step()`. Returns whether the update was computed.
+pub fn optimizer_step(
+    k: &mut Kernel,
+    frame: &mut Frame,
+    ts: &mut TrainState,
+    optimizer: ObjId,
+) -> Result<bool, AllocFailure> {
+    let mark = frame.mark();
+    let opt = &ts.optimizers[&optimizer];
+    let (kind, model, first_step) = (opt.kind, opt.model, opt.state.is_empty());
+    let label = k
+        .runtime
+        .get(optimizer)
+        .map(|o| o.label.clone())
+        .unwrap_or_default();
+    let with_grad: Vec<(usize, ObjId)> = opt
+        .params
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|&(_, p)| grad_of(k, p).is_some())
+        .collect();
+    let slots = state_slots(kind);
+    if first_step && !slots.is_empty() && !with_grad.is_empty() {
+        let state = lazy_state(k, frame, optimizer, &label, slots, &with_grad)?;
+        if let Some(o) = ts.optimizers.get_mut(&optimizer) {
+            o.state = state;
+        }
+    }
+    if matches!(kind, OptimizerKind::Adam | OptimizerKind::Adamw) {
+        foreach_sqrt(k, frame, &label, &with_grad)?;
+    }
+    frame.finish_from(k, mark);
+    Ok(update_values(ts, optimizer, model))
+}
+
+fn param_shape(k: &Kernel, p: ObjId) -> (Vec<u64>, crate::types::Dtype) {
+    let t = k.runtime.tensor(p).expect("parameter tensor");
+    (t.shape.clone(), t.dtype)
+}
+
+/// The state tensors, allocated at the first step per parameter in order;
+/// the optimizer holds them.
+fn lazy_state(
+    k: &mut Kernel,
+    frame: &mut Frame,
+    optimizer: ObjId,
+    label: &str,
+    slots: &[&str],
+    with_grad: &[(usize, ObjId)],
+) -> Result<Vec<ObjId>, AllocFailure> {
+    let mut state = Vec::new();
+    for &(i, p) in with_grad {
+        let (shape, dtype) = param_shape(k, p);
+        for slot in slots {
+            let label = format!("{label}.state[{i}].{slot}");
+            let t = frame.alloc(k, &label, &shape, dtype, Category::OptimizerState)?;
+            frame.take(t);
+            k.attach_local(optimizer, t);
+            state.push(t);
+        }
+    }
+    Ok(state)
+}
+
+/// `_multi_tensor_adam`: `exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)`,
+/// one temporary per parameter; the list dies at the end of the update, its
+/// items last first.
+fn foreach_sqrt(
+    k: &mut Kernel,
+    frame: &mut Frame,
+    label: &str,
+    with_grad: &[(usize, ObjId)],
+) -> Result<(), AllocFailure> {
+    let mut temps = Vec::new();
+    for &(i, p) in with_grad {
+        let (shape, dtype) = param_shape(k, p);
+        let label = format!("{label}.exp_avg_sq_sqrt[{i}]");
+        temps.push(frame.alloc(k, &label, &shape, dtype, Category::Temporary)?);
+    }
+    for t in temps.into_iter().rev() {
+        frame.drop(k, t);
+    }
+    Ok(())
+}
+
+/// The numbers, when every gradient was computed: the update on the CPU.
+fn update_values(ts: &mut TrainState, optimizer: ObjId, model: ObjId) -> bool {
+    let Some(model) = ts.models.get_mut(&model) else {
+        return false;
+    };
+    let (Some(values), true) = (
+        model.values.as_mut(),
+        model.grad_values.iter().all(Option::is_some),
+    ) else {
+        return false;
+    };
+    if model.grad_values.len() != values.len() {
+        return false;
+    }
+    let grads: math::Params = model
+        .grad_values
+        .iter_mut()
+        .flat_map(Option::take)
+        .collect();
+    let o = ts.optimizers.get_mut(&optimizer).expect("optimizer exists");
+    apply(o, values, &grads);
+    model.grad_values = grads.into_iter().map(Some).collect();
+    true
+}
+
+/// One update of the parameters' values by the optimizer's rule.
+fn apply(o: &mut OptimizerState, values: &mut math::Params, grads: &math::Params) {
+    let slots = state_slots(o.kind).len();
+    if o.state_values.len() != o.state.len() {
+        o.state_values = values
+            .iter()
+            .flat_map(|p| std::iter::repeat_n(vec![0f32; p.len()], slots))
+            .collect();
+    }
+    o.steps += 1;
+    match o.kind {
+        OptimizerKind::Sgd => math::sgd(values, grads, o.lr),
+        OptimizerKind::Momentum => {
+            math::momentum(values, grads, &mut o.state_values, o.steps == 1, o.lr)
+        }
+        OptimizerKind::Adam | OptimizerKind::Adamw => {
+            let (mut m, mut v): (math::Params, math::Params) = (Vec::new(), Vec::new());
+            for (i, s) in o.state_values.drain(..).enumerate() {
+                if i % 2 == 0 {
+                    m.push(s);
+                } else {
+                    v.push(s);
+                }
+            }
+            let adamw = o.kind == OptimizerKind::Adamw;
+            math::adam(values, grads, &mut m, &mut v, o.steps as i32, o.lr, adamw);
+            o.state_values = m.into_iter().zip(v).flat_map(|(a, b)| [a, b]).collect();
+        }
+    }
+}
+
+/// `optimizer.zero_grad(set_to_none=...)`; returns the bytes freed.
+pub fn zero_grad(k: &mut Kernel, ts: &mut TrainState, optimizer: ObjId, set_to_none: bool) -> u64 {
+    let opt = &ts.optimizers[&optimizer];
+    let mut freed = 0;
+    for &p in &opt.params {
+        if let Some(g) = grad_of(k, p) {
+            if set_to_none {
+                freed += k.detach(p, g);
+            }
+        }
+    }
+    if let Some(model) = ts.models.get_mut(&opt.model) {
+        if set_to_none {
+            model.grad_values.iter_mut().for_each(|g| *g = None);
+        } else {
+            model
+                .grad_values
+                .iter_mut()
+                .flatten()
+                .for_each(|g| g.iter_mut().for_each(|v| *v = 0.0));
+        }
+    }
+    freed
+}
