@@ -45,6 +45,18 @@ impl Backend {
     }
 }
 
+#[cfg(test)]
+impl Backend {
+    /// A backend whose kernels start from `factory` (tests' own devices).
+    pub(crate) fn for_tests(factory: fn() -> Box<dyn DeviceFactory>) -> Backend {
+        Backend {
+            name: "sim",
+            reason: "a test's device".into(),
+            factory,
+        }
+    }
+}
+
 fn sim_factory() -> Box<dyn DeviceFactory> {
     Box::new(SimDeviceFactory)
 }
