@@ -1,0 +1,64 @@
+//! Sessions under concurrency.
+
+use super::*;
+use std::sync::Condvar;
+use vramlab_shared::engine::SimDeviceFactory;
+
+/// (a session's device is starting, it may go on), and its signal.
+static GATE: (Mutex<(bool, bool)>, Condvar) = (Mutex::new((false, false)), Condvar::new());
+
+fn wait_for(test: impl Fn(&(bool, bool)) -> bool) {
+    let (lock, signal) = &GATE;
+    let mut state = lock.lock().unwrap();
+    while !test(&state) {
+        state = signal.wait(state).unwrap();
+    }
+}
+
+fn set(change: impl Fn(&mut (bool, bool))) {
+    let (lock, signal) = &GATE;
+    change(&mut lock.lock().unwrap());
+    signal.notify_all();
+}
+
+/// A simulated device that starts only when the test lets it.
+struct Gated;
+
+impl DeviceFactory for Gated {
+    fn start(&mut self, settings: &Settings) -> Result<Box<dyn Device>, CommandError> {
+        set(|s| s.0 = true);
+        wait_for(|s| s.1);
+        SimDeviceFactory.start(settings)
+    }
+}
+
+fn gated() -> Box<dyn DeviceFactory> {
+    Box::new(Gated)
+}
+
+#[test]
+fn the_session_map_stays_free_while_a_session_starts() {
+    let config = SessionConfig {
+        ttl: Duration::from_secs(60),
+        snapshot_interval: Duration::from_millis(33),
+        max_queue: 8,
+        max_sessions: 4,
+        quota: None,
+        limits: crate::http::ServeOptions::default().limits,
+    };
+    let sessions = Arc::new(Sessions::new(
+        Backend::for_tests(gated),
+        config,
+        Arc::new(Metrics::default()),
+    ));
+    let creating = sessions.clone();
+    let starting = std::thread::spawn(move || creating.create());
+    wait_for(|s| s.0);
+    // The device is starting (a CUDA context, on a GPU): other
+    // connections can still find, list and create sessions.
+    assert!(sessions.map.try_lock().is_ok());
+    set(|s| s.1 = true);
+    let session = starting.join().unwrap().expect("a session");
+    assert!(sessions.get(&session.id).is_some());
+    session.shut_down();
+}
