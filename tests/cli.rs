@@ -61,8 +61,8 @@ fn every_malformed_line_is_an_error_that_names_the_problem_and_changes_nothing()
         ),
         (
             "{\"cmd\":\"alloc\",\"name\":\"y\",\"bytes\":4611686018427387904}",
-            "invalid_value",
-            "absurd",
+            "out_of_memory",
+            "Tried to allocate more than 1EB memory.",
         ),
         (
             "{\"cmd\":\"alloc\",\"name\":\"y\",\"bytes\":1e30}",
@@ -87,7 +87,7 @@ fn every_malformed_line_is_an_error_that_names_the_problem_and_changes_nothing()
         (
             "{\"cmd\":\"restart\",\"per_process_memory_fraction\":2}",
             "invalid_value",
-            "Please set within [0, 1]",
+            "Invalid fraction value: 2.0. Allowed range: 0~1",
         ),
     ];
     let mut input = String::from("{\"cmd\":\"alloc\",\"name\":\"x\",\"bytes\":1000}\n");

@@ -76,6 +76,7 @@ fn device() -> SimDevice {
         total_bytes: DEVICE,
         context_bytes: 0,
         other_processes_bytes: 0,
+        ..Default::default()
     })
 }
 

@@ -21,6 +21,8 @@ pub const SIM_SEGMENT_ALIGNMENT: u64 = 2 * MIB;
 /// costs on a recent GPU (public reports range from 200 MB to 1 GB; see
 /// `docs/simulator.md`).
 pub const DEFAULT_CONTEXT_BYTES: u64 = 300 * MIB;
+/// An A100's: what a simulated GPU without a model reports.
+pub const DEFAULT_COMPUTE_CAPABILITY: (u32, u32) = (8, 0);
 /// Default total memory of the simulated GPU (a 16 GiB card).
 pub const DEFAULT_TOTAL_BYTES: u64 = 16 * GIB;
 /// Process id shown in OOM messages for memory used by other processes.
@@ -74,6 +76,9 @@ pub struct SimDeviceConfig {
     pub total_bytes: u64,
     pub context_bytes: u64,
     pub other_processes_bytes: u64,
+    pub compute_capability: (u32, u32),
+    /// The card it stands for (`torch.cuda.get_device_name()`), if a model.
+    pub model_name: Option<&'static str>,
 }
 
 impl Default for SimDeviceConfig {
@@ -82,6 +87,8 @@ impl Default for SimDeviceConfig {
             total_bytes: DEFAULT_TOTAL_BYTES,
             context_bytes: DEFAULT_CONTEXT_BYTES,
             other_processes_bytes: 0,
+            compute_capability: DEFAULT_COMPUTE_CAPABILITY,
+            model_name: None,
         }
     }
 }
@@ -182,12 +189,15 @@ impl Device for SimDevice {
     fn info(&self) -> DeviceInfo {
         DeviceInfo {
             kind: DeviceKind::Simulated,
-            name: format!(
-                "Simulated GPU ({})",
-                crate::units::format_size(self.config.total_bytes)
-            ),
+            name: match self.config.model_name {
+                Some(model) => format!("Simulated {model}"),
+                None => format!(
+                    "Simulated GPU ({})",
+                    crate::units::format_size(self.config.total_bytes)
+                ),
+            },
             total_bytes: self.config.total_bytes,
-            compute_capability: (8, 0),
+            compute_capability: self.config.compute_capability,
         }
     }
 }
@@ -267,6 +277,7 @@ mod tests {
             total_bytes: GIB,
             context_bytes: 100 * MIB,
             other_processes_bytes: 24 * MIB,
+            ..Default::default()
         });
         assert_eq!(d.mem_get_info(), (900 * MIB, GIB));
         assert!(d.malloc(900 * MIB + 1).is_err());
@@ -295,6 +306,7 @@ mod tests {
             total_bytes: 100 * MIB,
             context_bytes: 300 * MIB,
             other_processes_bytes: 0,
+            ..Default::default()
         };
         assert!(bad.validate().unwrap_err().contains("do not fit"));
     }

@@ -6,8 +6,12 @@ use crate::alloc::bfc::{BfcAllocator, BfcConfig};
 use crate::alloc::caching::{CachingAllocator, CachingConfig, LARGE_BUFFER};
 use crate::alloc::uncached::UncachedAllocator;
 use crate::alloc::{Allocator, OutOfMemory};
-use crate::device::{Device, DEFAULT_CONTEXT_BYTES, DEFAULT_TOTAL_BYTES, OTHER_PROCESS_PID};
+use crate::device::{
+    Device, DEFAULT_COMPUTE_CAPABILITY, DEFAULT_CONTEXT_BYTES, DEFAULT_TOTAL_BYTES,
+    OTHER_PROCESS_PID,
+};
 use crate::error::{CommandError, ErrorKind};
+use crate::gpu::GpuModel;
 use crate::types::{Dtype, Framework};
 use crate::units::{format_size, GIB, MIB};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -19,6 +23,11 @@ pub const MAX_DEVICE_BYTES: u64 = 1024 * 1024 * GIB;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
     pub framework: Framework,
+    /// The GPU model the simulated device stands for, if one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuModel>,
+    #[serde(default = "default_compute_capability")]
+    pub compute_capability: (u32, u32),
     pub device_total_bytes: u64,
     pub context_bytes: u64,
     pub other_processes_bytes: u64,
@@ -37,6 +46,8 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             framework: Framework::Pytorch,
+            gpu: None,
+            compute_capability: DEFAULT_COMPUTE_CAPABILITY,
             device_total_bytes: DEFAULT_TOTAL_BYTES,
             context_bytes: DEFAULT_CONTEXT_BYTES,
             other_processes_bytes: 0,
@@ -51,6 +62,10 @@ impl Default for Settings {
             per_process_memory_fraction: None,
         }
     }
+}
+
+fn default_compute_capability() -> (u32, u32) {
+    DEFAULT_COMPUTE_CAPABILITY
 }
 
 /// Deserializes a field that may be absent (keep the old value), `null`
@@ -70,6 +85,14 @@ where
 pub struct RestartSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub framework: Option<Framework>,
+    /// A GPU model: its memory, compute capability and context, unless
+    /// given here too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuModel>,
+    /// `[major, minor]`: decides TensorFlow's system reserve and PyTorch's
+    /// cuBLAS workspace size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_capability: Option<(u32, u32)>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_total_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -130,7 +153,20 @@ impl Settings {
         if let Some(v) = patch.framework {
             s.framework = v;
         }
+        if let Some(g) = patch.gpu {
+            let spec = g.spec();
+            s.gpu = Some(g);
+            s.device_total_bytes = spec.total_bytes;
+            s.context_bytes = spec.context_bytes;
+            s.compute_capability = spec.compute_capability;
+        }
+        if let Some(v) = patch.compute_capability {
+            s.compute_capability = v;
+        }
         if let Some(v) = patch.device_total_bytes {
+            if patch.gpu.is_none() {
+                s.gpu = None;
+            }
             s.device_total_bytes = v;
         }
         if let Some(v) = patch.context_bytes {
@@ -220,10 +256,17 @@ impl Settings {
         }
         if let Some(f) = self.per_process_memory_fraction {
             if !(0.0..=1.0).contains(&f) {
+                // `torch.cuda.set_per_process_memory_fraction`'s ValueError.
                 return Err(invalid(format!(
-                    "invalid fraction: {f}. Please set within [0, 1]."
+                    "Invalid fraction value: {f:?}. Allowed range: 0~1"
                 )));
             }
+        }
+        let (major, minor) = self.compute_capability;
+        if !(1..=20).contains(&major) || minor > 9 {
+            return Err(invalid(format!(
+                "compute_capability must be [major, minor] like [8, 0] or [9, 0], not [{major}, {minor}]"
+            )));
         }
         Ok(())
     }
@@ -300,10 +343,13 @@ pub fn make_allocator(settings: &Settings, device: &dyn Device) -> Box<dyn Alloc
             allow_growth: settings.allow_growth,
             garbage_collection: settings.gpu_garbage_collection,
         })),
+        // XLA's GPU client sets only `allow_growth` on its BFC options
+        // (`xla/pjrt/gpu/gpu_helpers.cc`), and `garbage_collection` defaults
+        // to false: JAX never returns free regions to make room.
         Framework::Jax => Box::new(BfcAllocator::new(BfcConfig {
             memory_limit: settings.bfc_memory_limit(device),
             allow_growth: !settings.preallocate,
-            garbage_collection: settings.gpu_garbage_collection,
+            garbage_collection: false,
         })),
     }
 }
@@ -389,6 +435,52 @@ mod tests {
         assert_eq!(s.bfc_memory_limit(&dev), 12 * GIB);
     }
 
+    /// A T4 (compute capability 7.5): TensorFlow keeps back 1,050 MiB
+    /// (`MinSystemMemory`) of the 15,104 - 300 MiB free after the context.
+    #[test]
+    fn a_gpu_model_brings_its_memory_context_and_compute_capability() {
+        let s = Settings::default()
+            .patched(&RestartSettings {
+                framework: Some(Framework::Tensorflow),
+                gpu: Some(GpuModel::T4),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(s.device_total_bytes, 15_104 * MIB);
+        assert_eq!(s.context_bytes, 300 * MIB);
+        assert_eq!(s.compute_capability, (7, 5));
+        let dev = SimDevice::new(SimDeviceConfig {
+            total_bytes: s.device_total_bytes,
+            context_bytes: s.context_bytes,
+            compute_capability: s.compute_capability,
+            ..Default::default()
+        });
+        assert_eq!(s.bfc_memory_limit(&dev), (15_104 - 300 - 1_050) * MIB);
+        // The same card told it is compute capability 9.0: 1,800 MiB.
+        let hopper = s
+            .patched(&RestartSettings {
+                compute_capability: Some((9, 0)),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(hopper.gpu, Some(GpuModel::T4));
+        let dev = SimDevice::new(SimDeviceConfig {
+            total_bytes: hopper.device_total_bytes,
+            context_bytes: hopper.context_bytes,
+            compute_capability: hopper.compute_capability,
+            ..Default::default()
+        });
+        assert_eq!(hopper.bfc_memory_limit(&dev), (15_104 - 300 - 1_800) * MIB);
+        // A size of its own: no longer that card.
+        let custom = s
+            .patched(&RestartSettings {
+                device_total_bytes: Some(8 * GIB),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!((custom.gpu, custom.compute_capability), (None, (7, 5)));
+    }
+
     #[test]
     fn validation_messages() {
         let s = Settings::default();
@@ -398,11 +490,19 @@ mod tests {
             ..Default::default()
         })
         .contains("must be > 20"));
+        // `torch.cuda.set_per_process_memory_fraction`'s ValueError.
+        assert_eq!(
+            bad(RestartSettings {
+                per_process_memory_fraction: Some(Some(1.5)),
+                ..Default::default()
+            }),
+            "Invalid fraction value: 1.5. Allowed range: 0~1"
+        );
         assert!(bad(RestartSettings {
-            per_process_memory_fraction: Some(Some(1.5)),
+            compute_capability: Some((0, 0)),
             ..Default::default()
         })
-        .contains("Please set within [0, 1]"));
+        .contains("compute_capability"));
         assert!(bad(RestartSettings {
             mem_fraction: Some(0.0),
             ..Default::default()

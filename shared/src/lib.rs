@@ -4,6 +4,7 @@
 //!
 //! - [`types`], [`error`], [`units`]: plain domain words, errors, sizes.
 //! - [`device`]: the `Device` trait and the simulated GPU.
+//! - [`gpu`]: GPU models (memory, compute capability, context).
 //! - [`alloc`]: one block arena under the allocators (PyTorch caching,
 //!   uncached, TF/XLA BFC).
 //! - [`framework`]: settings, which allocator each framework builds, OOM texts.
@@ -24,6 +25,7 @@ pub mod device;
 pub mod engine;
 pub mod error;
 pub mod framework;
+pub mod gpu;
 pub mod kernel;
 pub mod lesson;
 pub mod protocol;

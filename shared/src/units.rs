@@ -4,8 +4,11 @@
 pub const KIB: u64 = 1024;
 pub const MIB: u64 = 1024 * KIB;
 pub const GIB: u64 = 1024 * MIB;
-/// PyTorch refuses any single request of this size or more.
-pub const EIB: u64 = 1024 * 1024 * GIB;
+pub const TIB: u64 = 1024 * GIB;
+pub const PIB: u64 = 1024 * TIB;
+/// PyTorch refuses any single request of this size or more
+/// (`one_exa_bytes` in `CUDACachingAllocator.cpp`'s `allocate`: 2^60).
+pub const EIB: u64 = 1024 * PIB;
 
 /// Formats a byte count exactly as PyTorch's `format_size`: up to 1024 as
 /// `"N bytes"`, then KiB up to 1 MiB, MiB up to 1 GiB, GiB above, with two

@@ -7,6 +7,7 @@ use crate::state::App;
 use leptos::prelude::*;
 use vramlab_shared::command::{AllocArgs, Command, HoldArgs, NameArgs, RestartSettings};
 use vramlab_shared::framework::Settings;
+use vramlab_shared::gpu::GpuModel;
 use vramlab_shared::types::{Dtype, Framework};
 use vramlab_shared::units::{GIB, MIB};
 
@@ -33,6 +34,8 @@ pub fn Controls(app: App) -> impl IntoView {
 #[derive(Clone, Copy)]
 struct SettingsFields {
     framework: RwSignal<Framework>,
+    /// A GPU model, or `None` for the size and context typed below.
+    gpu: RwSignal<Option<GpuModel>>,
     device_gib: RwSignal<String>,
     context_mib: RwSignal<String>,
     allow_growth: RwSignal<bool>,
@@ -53,6 +56,7 @@ impl SettingsFields {
         let s = String::new;
         SettingsFields {
             framework: RwSignal::new(Framework::Pytorch),
+            gpu: RwSignal::new(None),
             device_gib: RwSignal::new("16".into()),
             context_mib: RwSignal::new("300".into()),
             allow_growth: RwSignal::new(false),
@@ -68,6 +72,7 @@ impl SettingsFields {
     /// Shows the settings the kernel runs with.
     fn show(&self, framework: Framework, s: &Settings) {
         self.framework.set(framework);
+        self.gpu.set(s.gpu);
         self.device_gib
             .set(format!("{}", s.device_total_bytes as f64 / GIB as f64));
         self.context_mib.set(format!("{}", s.context_bytes / MIB));
@@ -87,10 +92,13 @@ impl SettingsFields {
         let mib: u64 = self.context_mib.get_untracked().parse().unwrap_or(300);
         let parse_u64 = |s: RwSignal<String>| s.get_untracked().trim().parse::<u64>().ok();
         let parse_f64 = |s: RwSignal<String>| s.get_untracked().trim().parse::<f64>().ok();
+        let gpu = self.gpu.get_untracked();
+        let custom = |v: u64| gpu.is_none().then_some(v);
         Command::Restart(RestartSettings {
             framework: Some(self.framework.get_untracked()),
-            device_total_bytes: Some((gib * GIB as f64) as u64),
-            context_bytes: Some(mib * MIB),
+            gpu,
+            device_total_bytes: custom((gib * GIB as f64) as u64),
+            context_bytes: custom(mib * MIB),
             allow_growth: Some(self.allow_growth.get_untracked()),
             preallocate: Some(self.preallocate.get_untracked()),
             no_caching: Some(self.no_caching.get_untracked()),
@@ -116,6 +124,8 @@ fn KernelSettings(app: App) -> impl IntoView {
             f.framework.set(v);
         }
     };
+    let on_gpu = move |e| f.gpu.set(GpuModel::from_id(&event_target_value(&e)));
+    let gpu_id = move || f.gpu.get().map_or("custom", GpuModel::id);
     view! {
         <fieldset hidden=hidden(app, "framework")>
             <legend>"Kernel"</legend>
@@ -124,8 +134,16 @@ fn KernelSettings(app: App) -> impl IntoView {
                     {Framework::ALL.map(|v| view! { <option value=v.id()>{v.display_name()}</option> })}
                 </select>
             </label>
-            <label>"GPU (GiB) " {text_input("device-gib", "4", "", f.device_gib)}</label>
-            <label>"Context (MiB) " {text_input("context-mib", "4", "", f.context_mib)}</label>
+            <label>"GPU "
+                <select id="gpu" prop:value=gpu_id on:change=on_gpu>
+                    <option value="custom">"custom size"</option>
+                    {GpuModel::ALL.map(|g| view! { <option value=g.id()>{g.spec().name}</option> })}
+                </select>
+            </label>
+            <span hidden=move || f.gpu.get().is_some()>
+                <label>"GPU (GiB) " {text_input("device-gib", "4", "", f.device_gib)}</label>
+                <label>"Context (MiB) " {text_input("context-mib", "4", "", f.context_mib)}</label>
+            </span>
             <label>{checkbox(f.allow_growth)}" allow_growth (TF)"</label>
             <label>{checkbox(f.preallocate)}" preallocate (JAX)"</label>
             <label>{checkbox(f.no_caching)}" no caching (PyTorch)"</label>

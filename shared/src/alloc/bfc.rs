@@ -248,6 +248,7 @@ mod tests {
             total_bytes: 4 * GIB,
             context_bytes: 0,
             other_processes_bytes: 0,
+            ..Default::default()
         });
         let a = BfcAllocator::new(BfcConfig {
             memory_limit: limit,
@@ -388,6 +389,7 @@ mod tests {
             total_bytes: 900 * MIB,
             context_bytes: 0,
             other_processes_bytes: 0,
+            ..Default::default()
         });
         let mut a = BfcAllocator::new(BfcConfig {
             memory_limit: GIB,

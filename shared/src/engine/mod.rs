@@ -48,6 +48,8 @@ impl DeviceFactory for SimDeviceFactory {
             total_bytes: settings.device_total_bytes,
             context_bytes: settings.context_bytes,
             other_processes_bytes: settings.other_processes_bytes,
+            compute_capability: settings.compute_capability,
+            model_name: settings.gpu.map(|g| g.spec().name),
         };
         config
             .validate()

@@ -9,7 +9,7 @@ use crate::runtime::{Class, ObjId, ObjectKind};
 use crate::train::step::Frame;
 use crate::train::{DataSpec, DatasetState, ModelSpec, ModelState, OptimizerState};
 use crate::types::{Category, Dtype, Framework};
-use crate::units::{format_size, EIB};
+use crate::units::{format_size, PIB, TIB};
 
 impl Engine {
     /// The object bound to `name`, which must be of `class`.
@@ -55,7 +55,7 @@ impl Engine {
         };
         spec.validate()
             .map_err(|m| error(ErrorKind::InvalidValue, m))?;
-        if spec.param_bytes() >= EIB / 1024 {
+        if spec.param_bytes() >= TIB {
             return Err(error(
                 ErrorKind::InvalidValue,
                 format!("{} parameters is absurd", spec.param_count()),
@@ -181,7 +181,7 @@ impl Engine {
         if spec
             .samples
             .checked_mul(spec.features)
-            .is_none_or(|n| n >= EIB / 8)
+            .is_none_or(|n| n >= PIB / 8)
         {
             return Err(error(
                 ErrorKind::InvalidValue,

@@ -5,7 +5,7 @@ use super::{check_name, error, name_error, Engine, Outcome};
 use crate::command::{AllocArgs, HoldArgs};
 use crate::error::{CommandError, ErrorKind};
 use crate::runtime::ObjId;
-use crate::types::Dtype;
+use crate::types::{Dtype, Framework};
 use crate::units::{format_size, EIB};
 
 impl Engine {
@@ -14,6 +14,9 @@ impl Engine {
         check_name(name)?;
         let category = a.category.unwrap_or_default();
         let (bytes, shape, dtype) = alloc_size(a)?;
+        if bytes >= EIB {
+            return Err(self.more_than_an_exabyte(bytes));
+        }
         let id = self
             .kernel
             .alloc_tensor(name, bytes, shape, dtype, category)
@@ -33,6 +36,21 @@ impl Engine {
             ));
         }
         Ok(Outcome::note(note))
+    }
+
+    /// PyTorch refuses any request of 1 EiB or more before its allocator
+    /// sees it (`allocate`: "Tried to allocate more than 1EB memory").
+    fn more_than_an_exabyte(&self, bytes: u64) -> CommandError {
+        match self.settings.framework {
+            Framework::Pytorch => error(
+                ErrorKind::OutOfMemory,
+                "CUDA out of memory. Tried to allocate more than 1EB memory.",
+            ),
+            _ => error(
+                ErrorKind::InvalidValue,
+                format!("{bytes} bytes is absurd: no GPU has 1 EiB"),
+            ),
+        }
     }
 
     pub(super) fn lookup(&self, name: &str) -> Result<ObjId, CommandError> {
@@ -190,10 +208,5 @@ fn alloc_size(a: &AllocArgs) -> Result<(u64, Vec<u64>, Dtype), CommandError> {
             ))
         }
     };
-    if bytes >= EIB {
-        return Err(invalid(format!(
-            "{bytes} bytes is absurd: no GPU has 1 EiB (PyTorch refuses it with \"CUDA out of memory. Tried to allocate more than 1EB memory.\")"
-        )));
-    }
     Ok((bytes, shape, dtype))
 }

@@ -191,3 +191,68 @@ fn a_driver_failure_is_a_device_error_not_an_out_of_memory() {
     assert_eq!(r.stats.allocated_bytes, 0);
     assert!(e.kernel().runtime.lookup("x").is_none());
 }
+
+/// Regions of 128 and 256 MiB (growth doubles: `Extend`), both free again,
+/// and a 400 MiB request whose 512 MiB region does not fit beside them
+/// under a 768 MiB limit (384 MiB is left). TensorFlow's BFC gives free
+/// regions back and retries (`TF_ENABLE_GPU_GARBAGE_COLLECTION`, on by
+/// default); XLA's, under JAX, has no garbage collection
+/// (`xla/pjrt/gpu/gpu_helpers.cc` sets only `allow_growth`).
+#[test]
+fn only_tensorflow_returns_free_regions_to_make_room() {
+    let play = |framework: &str| {
+        let mut e = Engine::new_simulated();
+        let restart = format!(
+            r#"{{"cmd":"restart","framework":"{framework}","device_total_bytes":1073741824,"context_bytes":0,"allow_growth":true,"preallocate":false,"memory_limit_bytes":805306368}}"#
+        );
+        assert!(run(&mut e, &restart).ok);
+        for line in [
+            r#"{"cmd":"alloc","name":"a","bytes":104857600}"#,
+            r#"{"cmd":"alloc","name":"b","bytes":209715200}"#,
+            r#"{"cmd":"del","name":"a"}"#,
+            r#"{"cmd":"del","name":"b"}"#,
+        ] {
+            assert!(run(&mut e, line).ok, "{line}");
+        }
+        run(&mut e, r#"{"cmd":"alloc","name":"c","bytes":419430400}"#)
+    };
+    let tf = play("tensorflow");
+    assert!(tf.ok, "{:?}", tf.error);
+    assert_eq!(tf.stats.reserved_bytes, 512 * MIB);
+    let jax = play("jax");
+    assert_eq!(jax.error.map(|e| e.kind), Some(ErrorKind::OutOfMemory));
+    assert_eq!(jax.stats.reserved_bytes, 384 * MIB);
+}
+
+/// `allocate` refuses 1 EiB (2^60 bytes) and more before the allocator sees
+/// it; below that, the allocator answers (here: it does not fit).
+#[test]
+fn an_exabyte_is_refused_with_pytorchs_words_and_less_is_the_allocators_call() {
+    let mut e = Engine::new_simulated();
+    let r = run(
+        &mut e,
+        r#"{"cmd":"alloc","name":"x","bytes":1152921504606846976}"#,
+    );
+    let err = r.error.unwrap();
+    assert_eq!(err.kind, ErrorKind::OutOfMemory);
+    assert_eq!(
+        err.message,
+        "CUDA out of memory. Tried to allocate more than 1EB memory."
+    );
+    assert_eq!(r.stats.num_ooms, 0);
+    let r = run(
+        &mut e,
+        r#"{"cmd":"alloc","name":"x","bytes":1152921504606846975}"#,
+    );
+    assert_eq!(r.error.unwrap().kind, ErrorKind::OutOfMemory);
+    assert_eq!(r.stats.num_ooms, 1);
+    for framework in ["tensorflow", "jax"] {
+        let restart = format!(r#"{{"cmd":"restart","framework":"{framework}"}}"#);
+        assert!(run(&mut e, &restart).ok);
+        let r = run(
+            &mut e,
+            r#"{"cmd":"alloc","name":"x","bytes":1152921504606846975}"#,
+        );
+        assert_eq!(r.error.unwrap().kind, ErrorKind::OutOfMemory, "{framework}");
+    }
+}

@@ -10,6 +10,7 @@ fn setup(total: u64) -> (CachingAllocator, SimDevice) {
         total_bytes: total,
         context_bytes: 0,
         other_processes_bytes: 0,
+        ..Default::default()
     });
     (CachingAllocator::new(CachingConfig::default(), total), dev)
 }
@@ -204,6 +205,7 @@ fn memory_fraction_limits_reserved_without_calling_the_driver() {
         total_bytes: dev_total,
         context_bytes: 0,
         other_processes_bytes: 0,
+        ..Default::default()
     });
     let mut a = CachingAllocator::new(
         CachingConfig {
@@ -243,6 +245,7 @@ fn garbage_collection_threshold_frees_old_segments() {
         total_bytes: dev_total,
         context_bytes: 0,
         other_processes_bytes: 0,
+        ..Default::default()
     });
     let mut a = CachingAllocator::new(
         CachingConfig {
@@ -278,6 +281,7 @@ fn garbage_collection_frees_every_block_over_the_age_threshold_in_a_pass() {
         total_bytes: GIB,
         context_bytes: 0,
         other_processes_bytes: 0,
+        ..Default::default()
     });
     let config = CachingConfig {
         memory_fraction: Some(1.0),
