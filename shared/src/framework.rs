@@ -40,6 +40,10 @@ pub struct Settings {
     pub max_split_size_mb: Option<u64>,
     pub garbage_collection_threshold: f64,
     pub per_process_memory_fraction: Option<f64>,
+    /// `CUBLAS_WORKSPACE_CONFIG` (e.g. `:4096:8`; `:0:0` for none), unset
+    /// by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cublas_workspace_config: Option<String>,
 }
 
 impl Default for Settings {
@@ -60,6 +64,7 @@ impl Default for Settings {
             max_split_size_mb: None,
             garbage_collection_threshold: 0.0,
             per_process_memory_fraction: None,
+            cublas_workspace_config: None,
         }
     }
 }
@@ -140,6 +145,13 @@ pub struct RestartSettings {
         skip_serializing_if = "Option::is_none"
     )]
     pub per_process_memory_fraction: Option<Option<f64>>,
+    /// `CUBLAS_WORKSPACE_CONFIG`; `null` unsets it.
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cublas_workspace_config: Option<Option<String>>,
 }
 
 fn invalid(message: String) -> CommandError {
@@ -201,6 +213,9 @@ impl Settings {
         }
         if let Some(v) = patch.per_process_memory_fraction {
             s.per_process_memory_fraction = v;
+        }
+        if let Some(v) = &patch.cublas_workspace_config {
+            s.cublas_workspace_config = v.clone();
         }
         s.validate()?;
         Ok(s)
@@ -271,6 +286,26 @@ impl Settings {
         Ok(())
     }
 
+    /// The bytes of one cuBLAS workspace, which PyTorch allocates through
+    /// its allocator at a thread's first cuBLAS call (`getChosenWorkspaceSize`
+    /// in `CublasHandlePool.cpp`): `CUBLAS_WORKSPACE_CONFIG` when it parses,
+    /// else 32 MiB on compute capability 9.0 and `:4096:2:16:8` (8,519,680
+    /// bytes) elsewhere. TensorFlow and JAX: none through their allocators.
+    pub fn cublas_workspace_bytes(&self) -> u64 {
+        if self.framework != Framework::Pytorch {
+            return 0;
+        }
+        let default = if self.compute_capability == (9, 0) {
+            4096 * 8 * 1024
+        } else {
+            4096 * 1024 * 2 + 16 * 1024 * 8
+        };
+        self.cublas_workspace_config
+            .as_deref()
+            .and_then(parse_cublas_workspace_config)
+            .unwrap_or(default)
+    }
+
     /// The most the framework lets this process hold on `device`: the
     /// memory it could get at start (capped by the per-process fraction)
     /// for PyTorch, the BFC memory limit for TensorFlow and JAX.
@@ -296,6 +331,40 @@ impl Settings {
             },
         }
     }
+}
+
+/// `parseChosenWorkspaceSize`: every `:SIZE:COUNT` in the text (the regex
+/// `:([0-9]+):([0-9]+)`, left to right) adds SIZE KiB times COUNT; `None`
+/// when nothing matches (PyTorch then warns and uses its default).
+pub fn parse_cublas_workspace_config(config: &str) -> Option<u64> {
+    let bytes = config.as_bytes();
+    let digits = |from: usize| {
+        bytes[from..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count()
+    };
+    let number =
+        |from: usize, len: usize| -> u64 { config[from..from + len].parse().unwrap_or(u64::MAX) };
+    let (mut total, mut matched, mut i) = (0u64, false, 0);
+    while i < bytes.len() {
+        let size_len = if bytes[i] == b':' { digits(i + 1) } else { 0 };
+        let colon = i + 1 + size_len;
+        let count_len = if size_len > 0 && bytes.get(colon) == Some(&b':') {
+            digits(colon + 1)
+        } else {
+            0
+        };
+        if count_len == 0 {
+            i += 1;
+            continue;
+        }
+        let (size, count) = (number(i + 1, size_len), number(colon + 1, count_len));
+        total = total.saturating_add(size.saturating_mul(1024).saturating_mul(count));
+        matched = true;
+        i = colon + 1 + count_len;
+    }
+    matched.then_some(total)
 }
 
 /// TensorFlow's reserve for the system (`MinSystemMemory` in
@@ -479,6 +548,37 @@ mod tests {
             })
             .unwrap();
         assert_eq!((custom.gpu, custom.compute_capability), (None, (7, 5)));
+    }
+
+    #[test]
+    fn cublas_workspace_size_follows_get_chosen_workspace_size() {
+        assert_eq!(
+            parse_cublas_workspace_config(":4096:2:16:8"),
+            Some(8_519_680)
+        );
+        assert_eq!(parse_cublas_workspace_config(":4096:8"), Some(32 * MIB));
+        assert_eq!(parse_cublas_workspace_config(":0:0"), Some(0));
+        assert_eq!(
+            parse_cublas_workspace_config("::16:8x:1:"),
+            Some(128 * 1024)
+        );
+        assert_eq!(parse_cublas_workspace_config("4096:8"), None);
+        let ws = |cc, config: Option<&str>, framework| {
+            Settings {
+                framework,
+                compute_capability: cc,
+                cublas_workspace_config: config.map(str::to_string),
+                ..Default::default()
+            }
+            .cublas_workspace_bytes()
+        };
+        assert_eq!(ws((8, 0), None, Framework::Pytorch), 8_519_680);
+        assert_eq!(ws((9, 0), None, Framework::Pytorch), 32 * MIB);
+        // Only 9.0 gets 32 MiB in this code (`major == 9 && minor == 0`).
+        assert_eq!(ws((10, 0), None, Framework::Pytorch), 8_519_680);
+        assert_eq!(ws((8, 0), Some(":4096:8"), Framework::Pytorch), 32 * MIB);
+        assert_eq!(ws((9, 0), Some("junk"), Framework::Pytorch), 32 * MIB);
+        assert_eq!(ws((8, 0), None, Framework::Tensorflow), 0);
     }
 
     #[test]

@@ -29,6 +29,7 @@ pub fn code(cmd: &Command, framework: Framework) -> String {
         }
         Command::Gc {} => "import gc\ngc.collect()".into(),
         Command::EmptyCache {} => "torch.cuda.empty_cache()".into(),
+        Command::ClearCublasWorkspaces {} => "torch._C._cuda_clearCublasWorkspaces()".into(),
         Command::ClearSession {} => "tf.keras.backend.clear_session()".into(),
         Command::ResetPeakMemoryStats {} => "torch.cuda.reset_peak_memory_stats()".into(),
         Command::Model(a) => model_code(a, framework),
@@ -227,7 +228,10 @@ pub fn moved(before: &Stats, after: &Stats) -> String {
 /// Where to read more about what a command does.
 pub fn fact_link(cmd: &Command) -> (&'static str, &'static str) {
     match cmd {
-        Command::EmptyCache {} | Command::Alloc { .. } | Command::ResetPeakMemoryStats {} => (
+        Command::EmptyCache {}
+        | Command::ClearCublasWorkspaces {}
+        | Command::Alloc { .. }
+        | Command::ResetPeakMemoryStats {} => (
             "PyTorch: memory management",
             "https://pytorch.org/docs/stable/notes/cuda.html#memory-management",
         ),

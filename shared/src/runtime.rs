@@ -103,13 +103,37 @@ impl Released {
     }
 }
 
+/// What holds objects outside Python's names: roots of the reference graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holder {
+    /// The framework's global state (Keras's; what `clear_session` drops).
+    FrameworkState,
+    /// PyTorch's map of cuBLAS workspaces, one per (handle, stream), a
+    /// handle per thread (`setWorkspaceForHandle` in `CublasHandlePool.cpp`):
+    /// freed only by `torch._C._cuda_clearCublasWorkspaces()` or the end of
+    /// the process.
+    CublasWorkspaces,
+}
+
+impl Holder {
+    /// The holder in words ("kept alive by").
+    pub fn describe(self) -> &'static str {
+        match self {
+            Holder::FrameworkState => "the framework's global state",
+            Holder::CublasWorkspaces => {
+                "cuBLAS's workspace map (torch._C._cuda_clearCublasWorkspaces() frees it)"
+            }
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Runtime {
     objects: BTreeMap<ObjId, Object>,
     next_id: ObjId,
     namespace: BTreeMap<String, ObjId>,
-    /// What the framework's global state holds (what `clear_session` drops).
-    framework_state: Vec<ObjId>,
+    /// What holders outside Python hold, in the order they took it.
+    held: Vec<(Holder, ObjId)>,
 }
 
 impl Runtime {
@@ -264,19 +288,27 @@ impl Runtime {
         Some(released)
     }
 
-    /// The framework's global state takes a reference.
-    pub fn hold_in_framework_state(&mut self, id: ObjId) {
+    /// A holder outside Python takes a reference.
+    pub fn hold(&mut self, holder: Holder, id: ObjId) {
         self.incref(id);
-        self.framework_state.push(id);
+        self.held.push((holder, id));
     }
 
-    /// Drops every reference the framework's global state holds.
-    pub fn clear_framework_state(&mut self) -> Vec<Released> {
+    /// Drops every reference `holder` holds, last taken first.
+    pub fn release_holder(&mut self, holder: Holder) -> Vec<Released> {
+        let (dropped, kept) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition::<Vec<_>, _>(|&(h, _)| h == holder);
+        self.held = kept;
         let mut released = Vec::new();
-        for id in std::mem::take(&mut self.framework_state).into_iter().rev() {
+        for (_, id) in dropped.into_iter().rev() {
             self.decref(id, &mut released);
         }
         released
+    }
+
+    fn held_ids(&self) -> impl Iterator<Item = &ObjId> {
+        self.held.iter().map(|(_, id)| id)
     }
 
     /// Objects reachable from the namespace or the framework's state.
@@ -285,7 +317,7 @@ impl Runtime {
         let mut queue: VecDeque<ObjId> = self
             .namespace
             .values()
-            .chain(self.framework_state.iter())
+            .chain(self.held_ids())
             .copied()
             .collect();
         while let Some(id) = queue.pop_front() {
@@ -350,9 +382,9 @@ impl Runtime {
             .iter()
             .map(|(name, &id)| (id, format!("name `{name}`")))
             .chain(
-                self.framework_state
+                self.held
                     .iter()
-                    .map(|&id| (id, "the framework's global state".to_string())),
+                    .map(|&(h, id)| (id, h.describe().to_string())),
             );
         for (id, why) in roots {
             if let Entry::Vacant(e) = path.entry(id) {
@@ -408,8 +440,10 @@ impl Runtime {
                 out.push(self.describe(h));
             }
         }
-        if self.framework_state.contains(&id) {
-            out.push("the framework's global state".into());
+        for &(h, held) in &self.held {
+            if held == id {
+                out.push(h.describe().into());
+            }
         }
         out
     }
@@ -418,7 +452,7 @@ impl Runtime {
     /// commands, when no local references are held).
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut counts: BTreeMap<ObjId, u32> = BTreeMap::new();
-        for &id in self.namespace.values().chain(self.framework_state.iter()) {
+        for &id in self.namespace.values().chain(self.held_ids()) {
             *counts.entry(id).or_default() += 1;
         }
         for o in self.objects.values() {
@@ -540,10 +574,10 @@ mod tests {
         let mut rt = Runtime::new();
         let w = tensor(&mut rt, 7, "w");
         bound(&mut rt, w, "w");
-        rt.hold_in_framework_state(w);
+        rt.hold(Holder::FrameworkState, w);
         assert!(rt.unbind("w").unwrap().is_empty());
         assert_eq!(rt.retention()[&w], "the framework's global state");
-        assert_eq!(blocks(&rt.clear_framework_state()), vec![7]);
+        assert_eq!(blocks(&rt.release_holder(Holder::FrameworkState)), vec![7]);
     }
 
     #[test]

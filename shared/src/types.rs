@@ -103,18 +103,22 @@ pub enum Category {
     Activation,
     Input,
     Temporary,
+    /// A library's scratch memory allocated through the framework's
+    /// allocator: PyTorch's cuBLAS workspaces.
+    Workspace,
     #[default]
     Other,
 }
 
 impl Category {
-    pub const ALL: [Category; 7] = [
+    pub const ALL: [Category; 8] = [
         Category::Parameter,
         Category::Gradient,
         Category::OptimizerState,
         Category::Activation,
         Category::Input,
         Category::Temporary,
+        Category::Workspace,
         Category::Other,
     ];
 
@@ -126,6 +130,7 @@ impl Category {
             Category::Activation => "activation",
             Category::Input => "input",
             Category::Temporary => "temporary",
+            Category::Workspace => "workspace",
             Category::Other => "other",
         }
     }

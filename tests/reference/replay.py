@@ -56,6 +56,9 @@ class Framework:
     def empty_cache(self):
         pass
 
+    def clear_cublas_workspaces(self):
+        pass
+
     def reset_peaks(self):
         pass
 
@@ -95,6 +98,8 @@ def play(framework, start, lines, out=sys.stdout):
                 gc.collect()
             elif kind == "empty_cache":
                 framework.empty_cache()
+            elif kind == "clear_cublas_workspaces":
+                framework.clear_cublas_workspaces()
             elif kind == "reset_peak_memory_stats":
                 framework.reset_peaks()
             else:

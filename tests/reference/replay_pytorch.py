@@ -6,7 +6,7 @@ JSON line per command, with the stats keys `vramlab run` prints.
 
 alloc is torch.empty(n, dtype=torch.uint8, device="cuda") (or shape and
 dtype); del, hold (a list; with cycle, it holds itself), gc, empty_cache,
-reset_peak_memory_stats; every restart is a fresh Python process whose
+clear_cublas_workspaces, reset_peak_memory_stats; every restart is a fresh Python process whose
 settings become PYTORCH_* environment variables.
 """
 import json
@@ -43,6 +43,8 @@ def environment(env, settings):
         env["PYTORCH_CUDA_ALLOC_CONF"] = env["PYTORCH_ALLOC_CONF"] = ",".join(conf)
     if settings.get("no_caching"):
         env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
+    if settings.get("cublas_workspace_config") is not None:
+        env["CUBLAS_WORKSPACE_CONFIG"] = settings["cublas_workspace_config"]
     return env
 
 
@@ -63,6 +65,9 @@ class PyTorch(replay.Framework):
 
     def empty_cache(self):
         self.torch.cuda.empty_cache()
+
+    def clear_cublas_workspaces(self):
+        self.torch._C._cuda_clearCublasWorkspaces()
 
     def reset_peaks(self):
         self.torch.cuda.reset_peak_memory_stats()

@@ -43,7 +43,22 @@ def play(lines, framework=None):
     return [json.loads(l) for l in out.getvalue().splitlines()]
 
 
+class Workspaces(Fake):
+    def __init__(self):
+        super().__init__()
+        self.cleared = 0
+
+    def clear_cublas_workspaces(self):
+        self.cleared += 1
+
+
 class ReplayTest(unittest.TestCase):
+    def test_clearing_cublas_workspaces_reaches_the_framework(self):
+        fake = Workspaces()
+        r = play([{"cmd": "clear_cublas_workspaces"}, {"cmd": "clear_cublas_workspaces"}], fake)
+        self.assertEqual([s["ok"] for s in r], [True, True])
+        self.assertEqual(fake.cleared, 2)
+
     def test_del_frees_only_the_last_reference_and_gc_breaks_cycles(self):
         r = play([
             {"cmd": "alloc", "name": "x", "bytes": 100},

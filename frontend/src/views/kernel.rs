@@ -23,6 +23,7 @@ pub fn Controls(app: App) -> impl IntoView {
                 {button(app, "btn-gc", "gc.collect()", "Collect reference cycles", || Command::Gc {})}
                 {button(app, "btn-clear-session", "clear_session()", "tf.keras.backend.clear_session()", || Command::ClearSession {})}
                 {button(app, "btn-empty-cache", "torch.cuda.empty_cache()", "Return entirely free cached segments to the driver", || Command::EmptyCache {})}
+                {button(app, "btn-clear-cublas", "clearCublasWorkspaces()", "torch._C._cuda_clearCublasWorkspaces(): give the cuBLAS workspaces back to the cache", || Command::ClearCublasWorkspaces {})}
                 {button(app, "btn-restart", "restart kernel", "The process exits; a new one starts", || Command::Restart(RestartSettings::default()))}
             </fieldset>
             <Training app=app />
@@ -45,6 +46,8 @@ struct SettingsFields {
     mem_fraction: RwSignal<String>,
     max_split_mb: RwSignal<String>,
     fraction: RwSignal<String>,
+    /// `CUBLAS_WORKSPACE_CONFIG`; empty: unset.
+    cublas_config: RwSignal<String>,
 }
 
 fn text<T: ToString>(v: Option<T>) -> String {
@@ -66,6 +69,7 @@ impl SettingsFields {
             mem_fraction: RwSignal::new("0.75".into()),
             max_split_mb: RwSignal::new(s()),
             fraction: RwSignal::new(s()),
+            cublas_config: RwSignal::new(s()),
         }
     }
 
@@ -84,6 +88,8 @@ impl SettingsFields {
         self.mem_fraction.set(s.mem_fraction.to_string());
         self.max_split_mb.set(text(s.max_split_size_mb));
         self.fraction.set(text(s.per_process_memory_fraction));
+        self.cublas_config
+            .set(s.cublas_workspace_config.clone().unwrap_or_default());
     }
 
     /// `restart` with the settings as written (empty optional fields: none).
@@ -106,6 +112,10 @@ impl SettingsFields {
             mem_fraction: Some(parse_f64(self.mem_fraction).unwrap_or(0.75)),
             max_split_size_mb: Some(parse_u64(self.max_split_mb)),
             per_process_memory_fraction: Some(parse_f64(self.fraction)),
+            cublas_workspace_config: Some(
+                Some(self.cublas_config.get_untracked().trim().to_string())
+                    .filter(|c| !c.is_empty()),
+            ),
             ..Default::default()
         })
     }
@@ -151,6 +161,7 @@ fn KernelSettings(app: App) -> impl IntoView {
             <label>"memory fraction " {text_input("fraction", "4", "none", f.fraction)}</label>
             <label>"TF memory limit (MiB) " {text_input("memory-limit", "6", "default", f.memory_limit_mib)}</label>
             <label>"JAX mem fraction " {text_input("mem-fraction", "4", "", f.mem_fraction)}</label>
+            <label>"CUBLAS_WORKSPACE_CONFIG " {text_input("cublas-config", "9", ":4096:2:16:8", f.cublas_config)}</label>
             {button(app, "btn-restart-settings", "Restart with these settings", "Restart the kernel with the settings above", move || f.restart())}
         </fieldset>
     }

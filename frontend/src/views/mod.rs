@@ -31,6 +31,7 @@ pub fn colour(c: Category) -> &'static str {
         Category::Activation => "#cc79a7",
         Category::Input => "#56b4e9",
         Category::Temporary => "#d55e00",
+        Category::Workspace => "#f0e442",
         Category::Other => "#8c6d1f",
     }
 }

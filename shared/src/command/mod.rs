@@ -23,6 +23,8 @@ pub enum Command {
     Gc {},
     /// `torch.cuda.empty_cache()`
     EmptyCache {},
+    /// `torch._C._cuda_clearCublasWorkspaces()`
+    ClearCublasWorkspaces {},
     /// `tf.keras.backend.clear_session()`
     ClearSession {},
     /// `torch.cuda.reset_peak_memory_stats()` / `tf.config.experimental.reset_memory_stats`.
@@ -53,6 +55,7 @@ impl Command {
             Command::Hold(_) => "hold",
             Command::Gc {} => "gc",
             Command::EmptyCache {} => "empty_cache",
+            Command::ClearCublasWorkspaces {} => "clear_cublas_workspaces",
             Command::ClearSession {} => "clear_session",
             Command::ResetPeakMemoryStats {} => "reset_peak_memory_stats",
             Command::Model(_) => "model",

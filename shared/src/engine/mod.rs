@@ -152,11 +152,12 @@ impl Engine {
         settings.validate()?;
         let device = factory.start(&settings)?;
         let allocator = make_allocator(&settings, device.as_ref());
+        let train = TrainState::new(settings.cublas_workspace_bytes());
         Ok(Self {
             settings,
             factory,
             kernel: Kernel::new(device, allocator),
-            train: TrainState::default(),
+            train,
             step: 0,
             flop_limit: train::ARITHMETIC_FLOP_LIMIT,
             progress: None,
@@ -237,6 +238,7 @@ impl Engine {
             Command::Hold(a) => self.hold(a),
             Command::Gc {} => Ok(self.gc()),
             Command::EmptyCache {} => Ok(self.empty_cache()),
+            Command::ClearCublasWorkspaces {} => Ok(self.clear_cublas_workspaces()),
             Command::ClearSession {} => Ok(self.clear_session()),
             Command::ResetPeakMemoryStats {} => {
                 self.kernel.allocator.reset_peak_stats();
@@ -263,7 +265,7 @@ impl Engine {
         let allocator = make_allocator(&settings, device.as_ref());
         // The old process exits: its context and segments go back to the driver.
         self.kernel.restart(device, allocator);
-        self.train = TrainState::default();
+        self.train = TrainState::new(settings.cublas_workspace_bytes());
         self.settings = settings;
         Ok(Outcome::note(format!(
             "The kernel restarted with {}: the process exited, so the driver took back everything, context included; the new process holds only its CUDA context ({}).",

@@ -5,7 +5,7 @@ use super::{check_name, error, Engine, Outcome};
 use crate::command::{DataArgs, ModelArgs, OptimizerArgs};
 use crate::error::{CommandError, ErrorKind};
 use crate::kernel::{AllocFailure, Kernel};
-use crate::runtime::{Class, ObjId, ObjectKind};
+use crate::runtime::{Class, Holder, ObjId, ObjectKind};
 use crate::train::step::Frame;
 use crate::train::{DataSpec, DatasetState, ModelSpec, ModelState, OptimizerState};
 use crate::types::{Category, Dtype, Framework};
@@ -91,7 +91,7 @@ impl Engine {
         }
         let keras = a.keras || self.settings.framework == Framework::Tensorflow;
         if keras && session.is_none() {
-            self.kernel.runtime.hold_in_framework_state(model);
+            self.kernel.runtime.hold(Holder::FrameworkState, model);
         }
         self.train.models.insert(
             model,

@@ -22,6 +22,7 @@ impl Engine {
             amp: a.amp,
             checkpointing: a.checkpointing,
             set_to_none: a.set_to_none,
+            workspace_bytes: self.settings.cublas_workspace_bytes(),
         };
         let (_, state) = self.model_state(&a.model)?;
         let kind = match a.optimizer.as_deref() {
@@ -44,12 +45,13 @@ impl Engine {
         let e = estimate(&state.spec, kind, data.as_ref(), shape);
         Ok(Outcome {
             note: Some(format!(
-                "Predicted: parameters {}, gradients {}, optimizer state {}, activations {}, batch {}; peak about {}.",
+                "Predicted: parameters {}, gradients {}, optimizer state {}, activations {}, batch {}, cuBLAS workspaces {}; peak about {}.",
                 format_size(e.parameter_bytes),
                 format_size(e.gradient_bytes),
                 format_size(e.optimizer_state_bytes),
                 format_size(e.activation_bytes),
                 format_size(e.input_bytes),
+                format_size(e.workspace_bytes),
                 format_size(e.peak_bytes)
             )),
             value: Some(serde_json::to_value(&e).expect("an estimate serializes")),

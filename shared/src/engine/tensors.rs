@@ -4,7 +4,8 @@
 use super::{check_name, error, name_error, Engine, Outcome};
 use crate::command::{AllocArgs, HoldArgs};
 use crate::error::{CommandError, ErrorKind};
-use crate::runtime::ObjId;
+use crate::runtime::{Holder, ObjId};
+use crate::train::step::clear_cublas_workspaces;
 use crate::types::{Dtype, Framework};
 use crate::units::{format_size, EIB};
 
@@ -155,8 +156,29 @@ impl Engine {
         })
     }
 
+    /// `torch._C._cuda_clearCublasWorkspaces()`: the workspaces go back to
+    /// the allocator's cache (not to the driver).
+    pub(super) fn clear_cublas_workspaces(&mut self) -> Outcome {
+        if self.settings.framework != Framework::Pytorch {
+            return Outcome::note(format!(
+                "{} allocates no cuBLAS workspace through its allocator: nothing to clear.",
+                self.settings.framework.display_name()
+            ));
+        }
+        let freed = clear_cublas_workspaces(&mut self.kernel, &mut self.train);
+        Outcome::note(if freed == 0 {
+            "No cuBLAS workspace exists yet: a thread makes one at its first matrix product."
+                .to_string()
+        } else {
+            format!(
+                "The cuBLAS workspaces ({}) went back to the cache: allocated fell, reserved and nvidia-smi did not (empty_cache() can return them now). The next matrix product on each thread allocates its workspace again.",
+                format_size(freed)
+            )
+        })
+    }
+
     pub(super) fn clear_session(&mut self) -> Outcome {
-        let dropped = self.kernel.runtime.clear_framework_state();
+        let dropped = self.kernel.runtime.release_holder(Holder::FrameworkState);
         let mut freed = self.kernel.release(&dropped);
         let (found, collected) = self.kernel.runtime.collect();
         freed += self.kernel.release(&collected);

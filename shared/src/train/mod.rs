@@ -117,6 +117,18 @@ pub struct TrainState {
     pub sessions: HashMap<ObjId, SessionState>,
     /// The TF1 session new models are built in.
     pub open_session: Option<ObjId>,
+    /// PyTorch's cuBLAS workspaces, per thread.
+    pub cublas: step::CublasWorkspaces,
+}
+
+impl TrainState {
+    /// A new process's state: one cuBLAS workspace is `workspace_bytes`.
+    pub fn new(workspace_bytes: u64) -> Self {
+        TrainState {
+            cublas: step::CublasWorkspaces::new(workspace_bytes),
+            ..Default::default()
+        }
+    }
 }
 
 impl TrainState {

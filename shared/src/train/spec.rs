@@ -164,6 +164,8 @@ pub struct Estimate {
     pub input_bytes: u64,
     /// The dataset itself, when it lives on the device.
     pub dataset_bytes: u64,
+    /// PyTorch's cuBLAS workspaces: the main thread's and autograd's.
+    pub workspace_bytes: u64,
     /// Largest sum of the above plus temporaries during forward, backward
     /// and the optimizer step.
     pub peak_bytes: u64,
@@ -177,6 +179,9 @@ pub struct StepShape {
     pub amp: bool,
     pub checkpointing: bool,
     pub set_to_none: bool,
+    /// One cuBLAS workspace (`Settings::cublas_workspace_bytes`); a step
+    /// has two, forward's and backward's threads.
+    pub workspace_bytes: u64,
 }
 
 /// Hidden layers per checkpointed segment: about the square root of the
@@ -234,7 +239,8 @@ pub fn estimate(
     let hidden = b * model.width * ab;
     let activation = saved_activation_bytes(model, s, b) + b * model.classes * 4;
     let kept_grads = if s.set_to_none { 0 } else { p };
-    let resident = dataset + p + o;
+    let workspaces = 2 * s.workspace_bytes;
+    let resident = dataset + p + o + workspaces;
     // Forward: everything saved so far plus one pre-activation in flight.
     let forward = resident + kept_grads + input + activation + hidden;
     // Backward: starts with all activations and two gradient buffers in
@@ -272,6 +278,7 @@ pub fn estimate(
         activation_bytes: activation,
         input_bytes: input,
         dataset_bytes: dataset,
+        workspace_bytes: workspaces,
         peak_bytes: forward.max(backward).max(step),
     }
 }
@@ -312,6 +319,7 @@ mod tests {
             amp: false,
             checkpointing: false,
             set_to_none: true,
+            workspace_bytes: 0,
         };
         let e = estimate(&m, Some(OptimizerKind::Adam), None, &shape);
         assert_eq!(e.optimizer_state_bytes, 2 * e.parameter_bytes);

@@ -2,6 +2,7 @@
 //! allocating gradient buffers, accumulating into `.grad`, and releasing
 //! what each node saved as it runs.
 
+use super::cublas::{BlasThread, CublasWorkspaces};
 use super::forward::SavedPlan;
 use super::frame::Frame;
 use crate::kernel::{AllocFailure, Kernel};
@@ -74,7 +75,8 @@ pub fn backward(
     }
     let model = ts.models.get(&g.model).ok_or(BackwardError::NoGraph)?;
     let spec = model.spec;
-    let bw = Backward {
+    let mut bw = Backward {
+        blas: &mut ts.cublas,
         graph,
         retain,
         params: &model.params,
@@ -130,6 +132,8 @@ fn accumulate_grad_values(ts: &mut TrainState, graph: ObjId) {
 
 /// One backward pass in progress over a graph's saved tensors.
 struct Backward<'a> {
+    /// The autograd thread's cuBLAS workspace, made at its first matmul.
+    blas: &'a mut CublasWorkspaces,
     graph: ObjId,
     retain: bool,
     params: &'a [ObjId],
@@ -189,7 +193,7 @@ impl Backward<'_> {
 
     /// The output layer, then the hidden layers in reverse.
     fn layers(
-        &self,
+        &mut self,
         k: &mut Kernel,
         frame: &mut Frame,
         mut grad: ObjId,
@@ -264,7 +268,7 @@ impl Backward<'_> {
     /// `addmm` backward: the input's gradient (not for the batch itself),
     /// then the weight's and the bias's. Returns the input's gradient.
     fn linear(
-        &self,
+        &mut self,
         k: &mut Kernel,
         frame: &mut Frame,
         l: usize,
@@ -272,7 +276,9 @@ impl Backward<'_> {
     ) -> Result<Option<ObjId>, AllocFailure> {
         let g_in = if l > 0 {
             let label = format!("grad {}.relu", 2 * l - 1);
-            Some(self.temp(k, frame, &label, self.dims[l], self.adt)?)
+            let g_in = self.temp(k, frame, &label, self.dims[l], self.adt)?;
+            self.blas.call(k, BlasThread::Autograd)?;
+            Some(g_in)
         } else {
             None
         };
@@ -292,7 +298,7 @@ impl Backward<'_> {
     /// The gradient of one parameter: it becomes `.grad`, or is added into
     /// the existing one and dies (`AccumulateGrad`).
     fn grad_param(
-        &self,
+        &mut self,
         k: &mut Kernel,
         frame: &mut Frame,
         index: usize,
@@ -321,6 +327,11 @@ impl Backward<'_> {
             let g = frame.alloc(k, &label, &shape, self.param_dtype, Category::Gradient)?;
             frame.take(g);
             k.attach_local(param, g);
+        }
+        if index % 2 == 0 {
+            // The weight's gradient is a matmul (the bias's a sum): the
+            // thread's first cuBLAS call if no input gradient came before.
+            self.blas.call(k, BlasThread::Autograd)?;
         }
         if let Some(h) = half {
             frame.drop(k, h);

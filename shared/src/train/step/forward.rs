@@ -1,6 +1,7 @@
 //! The forward pass, `loss = criterion(model(x), y)`: what each op allocates,
 //! when each intermediate dies, and what autograd saves for backward.
 
+use super::cublas::{BlasThread, CublasWorkspaces};
 use super::frame::Frame;
 use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::{Class, ObjId};
@@ -51,7 +52,9 @@ pub struct ForwardOut {
 }
 
 /// One forward pass in progress: its labels, its graph and what it saved.
-struct Pass<'a> {
+struct Pass<'a, 'b> {
+    /// The main thread's cuBLAS workspace, made at the first matmul.
+    blas: &'b mut CublasWorkspaces,
     tag: &'a str,
     spec: ModelSpec,
     /// Widths: the input, each hidden layer, the classes.
@@ -78,7 +81,7 @@ pub fn forward(
     let (x, y) = load_batch(k, frame, dataset, &spec, a)?;
     let graph =
         (!a.no_grad).then(|| frame.instance(k, Class::Graph, &format!("{}.grad_fn", a.tag)));
-    let mut pass = Pass::new(a, spec, graph);
+    let mut pass = Pass::new(a, spec, graph, &mut ts.cublas);
     let logits = pass.layers(k, frame, x)?;
     let loss = pass.criterion(k, frame, logits, y)?;
 
@@ -136,8 +139,13 @@ fn load_batch(
     Ok((x, y))
 }
 
-impl<'a> Pass<'a> {
-    fn new(a: &ForwardArgs<'a>, spec: ModelSpec, graph: Option<ObjId>) -> Self {
+impl<'a, 'b> Pass<'a, 'b> {
+    fn new(
+        a: &ForwardArgs<'a>,
+        spec: ModelSpec,
+        graph: Option<ObjId>,
+        blas: &'b mut CublasWorkspaces,
+    ) -> Self {
         let layers = spec.layers as usize;
         let plan = SavedPlan {
             batch: a.batch,
@@ -149,6 +157,7 @@ impl<'a> Pass<'a> {
             ..Default::default()
         };
         Pass {
+            blas,
             tag: a.tag,
             spec,
             dims: spec.dims(),
@@ -238,6 +247,7 @@ impl<'a> Pass<'a> {
             None
         };
         let z = frame.alloc(k, label, &[self.batch, out], self.adt, Category::Activation)?;
+        self.blas.call(k, BlasThread::Main)?;
         if let Some((w, bias)) = cast {
             frame.drop(k, bias);
             if grad_mode {
