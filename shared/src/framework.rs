@@ -44,6 +44,10 @@ pub struct Settings {
     /// by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cublas_workspace_config: Option<String>,
+    /// `roundup_power2_divisions` (`PYTORCH_CUDA_ALLOC_CONF`), one value for
+    /// every size; 0: off.
+    #[serde(default)]
+    pub roundup_power2_divisions: u64,
 }
 
 impl Default for Settings {
@@ -65,6 +69,7 @@ impl Default for Settings {
             garbage_collection_threshold: 0.0,
             per_process_memory_fraction: None,
             cublas_workspace_config: None,
+            roundup_power2_divisions: 0,
         }
     }
 }
@@ -152,6 +157,9 @@ pub struct RestartSettings {
         skip_serializing_if = "Option::is_none"
     )]
     pub cublas_workspace_config: Option<Option<String>>,
+    /// PyTorch: `roundup_power2_divisions` (0 or a power of two; 0: off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roundup_power2_divisions: Option<u64>,
 }
 
 fn invalid(message: String) -> CommandError {
@@ -217,6 +225,9 @@ impl Settings {
         if let Some(v) = &patch.cublas_workspace_config {
             s.cublas_workspace_config = v.clone();
         }
+        if let Some(v) = patch.roundup_power2_divisions {
+            s.roundup_power2_divisions = v;
+        }
         s.validate()?;
         Ok(s)
     }
@@ -276,6 +287,13 @@ impl Settings {
                     "Invalid fraction value: {f:?}. Allowed range: 0~1"
                 )));
             }
+        }
+        let d = self.roundup_power2_divisions;
+        if d != 0 && !d.is_power_of_two() {
+            // `parseRoundUpPower2Divisions`'s check.
+            return Err(invalid(format!(
+                "For roundups, the divisions has to be power of 2 or 0 to disable roundup (got {d})"
+            )));
         }
         let (major, minor) = self.compute_capability;
         if !(1..=20).contains(&major) || minor > 9 {
@@ -404,6 +422,7 @@ pub fn make_allocator(settings: &Settings, device: &dyn Device) -> Box<dyn Alloc
                 max_split_size: settings.max_split_size_mb.map_or(u64::MAX, |mb| mb * MIB),
                 garbage_collection_threshold: settings.garbage_collection_threshold,
                 memory_fraction: settings.per_process_memory_fraction,
+                roundup_power2_divisions: settings.roundup_power2_divisions,
             };
             Box::new(CachingAllocator::new(config, device.mem_get_info().1))
         }

@@ -29,12 +29,38 @@ pub const MIN_LARGE_ALLOC: u64 = 10 * MIB;
 /// Rounding of large segments (`kRoundLarge`).
 pub const ROUND_LARGE: u64 = 2 * MIB;
 
-/// `round_size` with the default `roundup_power2_divisions` (off).
-pub fn round_size(size: u64) -> u64 {
+/// `round_size`: at least 512 bytes; with `roundup_power2_divisions` set
+/// (`divisions` > 1, the same for every size interval) and a size above
+/// 512 × divisions, up to the next of `divisions` equal steps between the
+/// powers of two around it (`roundup_power2_next_division`); else up to a
+/// multiple of 512.
+pub fn round_size(size: u64, divisions: u64) -> u64 {
     if size < MIN_BLOCK_SIZE {
         MIN_BLOCK_SIZE
+    } else if divisions > 1 && size > MIN_BLOCK_SIZE * divisions {
+        roundup_power2_next_division(size, divisions)
     } else {
         round_up(size, MIN_BLOCK_SIZE)
+    }
+}
+
+/// `roundup_power2_next_division`: a power of two stays; otherwise the
+/// interval from the power of two below up to twice it is cut into
+/// `divisions` steps (a power of two itself), and the size rounds up to one.
+fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
+    if size.is_power_of_two() {
+        return size;
+    }
+    let floor = 1u64 << (63 - size.leading_zeros());
+    let step = floor >> (63 - divisions.leading_zeros());
+    if step == 0 {
+        return floor << 1;
+    }
+    let rounded_down = size & !(step - 1);
+    if rounded_down == size {
+        size
+    } else {
+        rounded_down + step
     }
 }
 
@@ -67,6 +93,8 @@ pub struct CachingConfig {
     pub garbage_collection_threshold: f64,
     /// `torch.cuda.set_per_process_memory_fraction`.
     pub memory_fraction: Option<f64>,
+    /// `roundup_power2_divisions`, one value for every size; 0: off.
+    pub roundup_power2_divisions: u64,
 }
 
 impl Default for CachingConfig {
@@ -75,6 +103,7 @@ impl Default for CachingConfig {
             max_split_size: u64::MAX,
             garbage_collection_threshold: 0.0,
             memory_fraction: None,
+            roundup_power2_divisions: 0,
         }
     }
 }
@@ -312,7 +341,7 @@ impl Allocator for CachingAllocator {
         if requested == 0 {
             return Ok(None);
         }
-        let size = round_size(requested);
+        let size = round_size(requested, self.config.roundup_power2_divisions);
         let id = self.find_or_grow(device, requested, size)?;
         let split = self.should_split(id, size);
         Ok(Some(self.arena.allocate(id, size, requested, split)))
@@ -354,7 +383,8 @@ impl Allocator for CachingAllocator {
         self.arena.check_invariants(device, MIN_BLOCK_SIZE)?;
         for segment in self.arena.segments() {
             for b in segment.blocks.iter().filter(|b| b.id.is_some()) {
-                if pool_for_size(round_size(b.requested_size)) != segment.pool {
+                let rounded = round_size(b.requested_size, self.config.roundup_power2_divisions);
+                if pool_for_size(rounded) != segment.pool {
                     return Err("a block serves a request of the other pool".into());
                 }
             }
