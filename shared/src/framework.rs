@@ -324,6 +324,17 @@ impl Settings {
             .unwrap_or(default)
     }
 
+    /// What the first GPU kernel allocates before its output and keeps:
+    /// TensorFlow's Eigen scratch buffer, `Eigen::kGpuScratchSize` (1,024)
+    /// plus `sizeof(unsigned int)` bytes (`BaseGPUDevice::InitScratchBuffers`).
+    /// JAX (XLA) and PyTorch have none.
+    pub fn first_kernel_scratch_bytes(&self) -> u64 {
+        match self.framework {
+            Framework::Tensorflow => 1024 + 4,
+            _ => 0,
+        }
+    }
+
     /// The most the framework lets this process hold on `device`: the
     /// memory it could get at start (capped by the per-process fraction)
     /// for PyTorch, the BFC memory limit for TensorFlow and JAX.

@@ -5,7 +5,7 @@
 
 use crate::alloc::{AllocError, Allocator, BlockId, TraceAction, TraceEvent};
 use crate::device::Device;
-use crate::runtime::{ObjId, ObjectKind, Released, Runtime, Tensor};
+use crate::runtime::{Holder, ObjId, ObjectKind, Released, Runtime, Tensor};
 use crate::stats::{Event, EventAction, Stats};
 use crate::types::{Category, Dtype};
 use std::collections::{BTreeMap, VecDeque};
@@ -44,6 +44,10 @@ pub struct Kernel {
     sample_peak_reserved: u64,
     /// Non-tensor objects destroyed since the engine last looked.
     dead_instances: Vec<ObjId>,
+    /// Bytes the first GPU kernel allocates before its output and keeps for
+    /// the process's life (TensorFlow's Eigen scratch buffer); 0 once done,
+    /// or for frameworks without one.
+    pub first_kernel_scratch: u64,
 }
 
 fn category_index(c: Category) -> usize {
@@ -72,6 +76,7 @@ impl Kernel {
             sample_peak_allocated: 0,
             sample_peak_reserved: 0,
             dead_instances: Vec::new(),
+            first_kernel_scratch: 0,
         }
     }
 
@@ -133,8 +138,37 @@ impl Kernel {
         }
     }
 
-    /// Allocates a tensor held by one local reference.
+    /// Allocates a tensor held by one local reference (after the scratch
+    /// buffer, if this is the process's first GPU kernel).
     pub fn alloc_tensor(
+        &mut self,
+        label: &str,
+        bytes: u64,
+        shape: Vec<u64>,
+        dtype: Dtype,
+        category: Category,
+    ) -> Result<ObjId, AllocFailure> {
+        if self.first_kernel_scratch > 0 {
+            self.init_scratch_buffer()?;
+        }
+        self.malloc_tensor(label, bytes, shape, dtype, category)
+    }
+
+    /// TensorFlow's `BaseGPUDevice::InitScratchBuffers`: the first op
+    /// allocates `Eigen::kGpuScratchSize + sizeof(unsigned int)` bytes from
+    /// the device's allocator, which the device holds until it is destroyed.
+    fn init_scratch_buffer(&mut self) -> Result<(), AllocFailure> {
+        let bytes = self.first_kernel_scratch;
+        let label = "Eigen scratch buffer (GPU device)";
+        let id =
+            self.malloc_tensor(label, bytes, vec![bytes], Dtype::Uint8, Category::Workspace)?;
+        self.first_kernel_scratch = 0;
+        self.runtime.hold(Holder::GpuDevice, id);
+        self.drop_local(id);
+        Ok(())
+    }
+
+    fn malloc_tensor(
         &mut self,
         label: &str,
         bytes: u64,

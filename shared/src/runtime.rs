@@ -113,6 +113,9 @@ pub enum Holder {
     /// freed only by `torch._C._cuda_clearCublasWorkspaces()` or the end of
     /// the process.
     CublasWorkspaces,
+    /// TensorFlow's GPU device (`BaseGPUDevice`): its Eigen scratch buffer,
+    /// kept for the process's life.
+    GpuDevice,
 }
 
 impl Holder {
@@ -122,6 +125,9 @@ impl Holder {
             Holder::FrameworkState => "the framework's global state",
             Holder::CublasWorkspaces => {
                 "cuBLAS's workspace map (torch._C._cuda_clearCublasWorkspaces() frees it)"
+            }
+            Holder::GpuDevice => {
+                "TensorFlow's GPU device (its scratch buffer lives as long as the process)"
             }
         }
     }

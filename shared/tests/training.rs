@@ -368,7 +368,8 @@ fn a_tf1_session_owns_its_variables_until_closed() {
         "the session holds them"
     );
     let closed = ok(&mut e, json!({"cmd":"close","name":"sess"}));
-    assert_eq!(closed.stats.allocated_bytes, 0);
+    // All but the GPU device's scratch buffer (1,280 bytes in the pool).
+    assert_eq!(closed.stats.allocated_bytes, 1280);
     assert_eq!(closed.stats.reserved_bytes, built.stats.reserved_bytes);
 }
 
@@ -591,8 +592,9 @@ fn cublas_workspaces_come_with_the_first_matmul_on_each_thread() {
     ok(&mut e, fwd.clone());
     let r = ok(&mut e, json!({"cmd":"backward","name":"loss"}));
     assert_eq!(cat_bytes(&r, Category::Workspace), 0);
-    // TensorFlow's cuBLAS scratch does not go through its BFC pool this way.
+    // TensorFlow makes no cuBLAS workspace this way; its only workspace is
+    // the GPU device's Eigen scratch buffer (1,028 bytes, 1,280 in the pool).
     setup(&mut e, json!({"cmd":"restart","framework":"tensorflow"}));
     let r = ok(&mut e, fwd);
-    assert_eq!(cat_bytes(&r, Category::Workspace), 0);
+    assert_eq!(cat_bytes(&r, Category::Workspace), 1280);
 }

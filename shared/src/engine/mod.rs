@@ -153,10 +153,12 @@ impl Engine {
         let device = factory.start(&settings)?;
         let allocator = make_allocator(&settings, device.as_ref());
         let train = TrainState::new(settings.cublas_workspace_bytes());
+        let mut kernel = Kernel::new(device, allocator);
+        kernel.first_kernel_scratch = settings.first_kernel_scratch_bytes();
         Ok(Self {
             settings,
             factory,
-            kernel: Kernel::new(device, allocator),
+            kernel,
             train,
             step: 0,
             flop_limit: train::ARITHMETIC_FLOP_LIMIT,
@@ -265,6 +267,7 @@ impl Engine {
         let allocator = make_allocator(&settings, device.as_ref());
         // The old process exits: its context and segments go back to the driver.
         self.kernel.restart(device, allocator);
+        self.kernel.first_kernel_scratch = settings.first_kernel_scratch_bytes();
         self.train = TrainState::new(settings.cublas_workspace_bytes());
         self.settings = settings;
         Ok(Outcome::note(format!(

@@ -194,7 +194,8 @@ fn a_driver_failure_is_a_device_error_not_an_out_of_memory() {
 
 /// Regions of 128 and 256 MiB (growth doubles: `Extend`), both free again,
 /// and a 400 MiB request whose 512 MiB region does not fit beside them
-/// under a 768 MiB limit (384 MiB is left). TensorFlow's BFC gives free
+/// under a 768 MiB limit. (TensorFlow's first region, 2 MiB, holds its
+/// scratch buffer and stays.) TensorFlow's BFC gives free
 /// regions back and retries (`TF_ENABLE_GPU_GARBAGE_COLLECTION`, on by
 /// default); XLA's, under JAX, has no garbage collection
 /// (`xla/pjrt/gpu/gpu_helpers.cc` sets only `allow_growth`).
@@ -218,7 +219,7 @@ fn only_tensorflow_returns_free_regions_to_make_room() {
     };
     let tf = play("tensorflow");
     assert!(tf.ok, "{:?}", tf.error);
-    assert_eq!(tf.stats.reserved_bytes, 512 * MIB);
+    assert_eq!(tf.stats.reserved_bytes, (2 + 512) * MIB);
     let jax = play("jax");
     assert_eq!(jax.error.map(|e| e.kind), Some(ErrorKind::OutOfMemory));
     assert_eq!(jax.stats.reserved_bytes, 384 * MIB);
@@ -255,4 +256,39 @@ fn an_exabyte_is_refused_with_pytorchs_words_and_less_is_the_allocators_call() {
         );
         assert_eq!(r.error.unwrap().kind, ErrorKind::OutOfMemory, "{framework}");
     }
+}
+
+/// `BaseGPUDevice::InitScratchBuffers`: TensorFlow's first op allocates
+/// 1,028 bytes (1,280 in the BFC pool) before its output, for good; with
+/// `allow_growth` it takes the first 2 MiB region, and a 1 MiB tensor gets
+/// the rest of it whole (2,095,872 bytes: less than twice the request, so
+/// the chunk is not split).
+#[test]
+fn tensorflows_first_op_allocates_the_eigen_scratch_buffer_first() {
+    let mut e = Engine::new_simulated();
+    let restart = r#"{"cmd":"restart","framework":"tensorflow","allow_growth":true}"#;
+    assert!(run(&mut e, restart).ok);
+    let r = run(&mut e, r#"{"cmd":"alloc","name":"x","bytes":1048576}"#);
+    assert_eq!(r.stats.allocated_bytes, 2 * MIB);
+    assert_eq!(r.stats.requested_bytes, MIB + 1028);
+    assert_eq!(r.stats.reserved_bytes, 2 * MIB);
+    assert_eq!(r.stats.categories[&Category::Workspace], 1280);
+    let r = run(&mut e, r#"{"cmd":"del","name":"x"}"#);
+    assert_eq!(r.stats.allocated_bytes, 1280);
+    let snap = e.snapshot(0);
+    let first = &snap.segments[0].blocks[0];
+    assert_eq!(
+        first.owner.as_deref(),
+        Some("Eigen scratch buffer (GPU device)")
+    );
+    // JAX has no such buffer.
+    assert!(
+        run(
+            &mut e,
+            r#"{"cmd":"restart","framework":"jax","preallocate":false}"#
+        )
+        .ok
+    );
+    let r = run(&mut e, r#"{"cmd":"alloc","name":"x","bytes":1048576}"#);
+    assert_eq!(r.stats.allocated_bytes, MIB);
 }
