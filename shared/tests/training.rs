@@ -598,3 +598,68 @@ fn cublas_workspaces_come_with_the_first_matmul_on_each_thread() {
     let r = ok(&mut e, fwd);
     assert_eq!(cat_bytes(&r, Category::Workspace), 1280);
 }
+
+/// The events of one command, as `alloc name` / `free name`.
+fn trail(e: &Engine, step: u64) -> Vec<String> {
+    e.snapshot(usize::MAX)
+        .events
+        .iter()
+        .filter(|ev| ev.step == step)
+        .filter_map(|ev| {
+            let verb = match ev.action {
+                vramlab_shared::snapshot::EventAction::Alloc => "alloc",
+                vramlab_shared::snapshot::EventAction::Free => "free",
+                _ => return None,
+            };
+            Some(format!("{verb} {}", ev.name.clone().unwrap_or_default()))
+        })
+        .collect()
+}
+
+/// A second backward, `.grad` present: the seed lives through the whole
+/// backward; `AddmmBackward0` makes the input's, the weight's and the bias's
+/// gradients, the output's gradient and the saved input go, then
+/// `AccumulateGrad` adds each into `.grad` and frees it. Forward: the logits
+/// die after the loss and `total_weight` exist.
+#[test]
+fn autograd_frees_in_the_engines_order() {
+    let mut e = Engine::new_simulated();
+    ok(&mut e, json!({"cmd":"model","name":"m","layers":1,"width":64,"input_dim":32}));
+    ok(&mut e, json!({"cmd":"data","name":"d","features":32,"samples":100}));
+    let fwd = json!({"cmd":"forward","name":"loss","model":"m","data":"d","batch_size":8});
+    ok(&mut e, fwd.clone());
+    ok(&mut e, json!({"cmd":"backward","name":"loss"}));
+    let forward = ok(&mut e, fwd);
+    let t = trail(&e, forward.step);
+    let at = |s: &str| t.iter().position(|x| x == s).unwrap_or_else(|| panic!("{s} in {t:?}"));
+    assert!(at("alloc loss") < at("free loss.logits"));
+    assert!(at("alloc loss.total_weight") < at("free loss.logits"));
+    let backward = ok(&mut e, json!({"cmd":"backward","name":"loss"}));
+    let t = trail(&e, backward.step);
+    let expected = [
+        "alloc loss.grad",
+        "alloc grad log_softmax",
+        "free loss.y",
+        "free loss.total_weight",
+        "alloc grad logits",
+        "free grad log_softmax",
+        "free loss.log_softmax",
+        "alloc grad 1.relu",
+        "alloc m.2.weight.grad (new)",
+        "alloc m.2.bias.grad (new)",
+        "free grad logits",
+        "free m.2.weight.grad (new)",
+        "free m.2.bias.grad (new)",
+        "alloc grad 0.out",
+        "free grad 1.relu",
+        "free loss.1.relu",
+        "alloc m.0.weight.grad (new)",
+        "alloc m.0.bias.grad (new)",
+        "free grad 0.out",
+        "free loss.x",
+        "free m.0.weight.grad (new)",
+        "free m.0.bias.grad (new)",
+        "free loss.grad",
+    ];
+    assert_eq!(t, expected);
+}

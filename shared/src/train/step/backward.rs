@@ -96,8 +96,10 @@ pub fn backward(
         .get(loss)
         .map(|o| o.label.clone())
         .unwrap_or_default();
-    let grad = bw.criterion(k, frame, &tag)?;
+    let (seed, grad) = bw.criterion(k, frame, &tag)?;
     bw.layers(k, frame, grad)?;
+    // `torch.autograd.backward` returns: the seed gradient goes.
+    frame.drop(k, seed);
     frame.finish_from(k, mark);
 
     accumulate_grad_values(ts, graph);
@@ -166,14 +168,15 @@ impl Backward<'_> {
         frame.alloc(k, label, &shape, dtype, Category::Temporary)
     }
 
-    /// The seed gradient, NLL's and log-softmax's backward; returns the
-    /// logits' gradient.
+    /// The seed gradient (`ones_like(loss)`, alive for the whole backward),
+    /// NLL's and log-softmax's backward; returns the seed and the logits'
+    /// gradient.
     fn criterion(
         &self,
         k: &mut Kernel,
         frame: &mut Frame,
         tag: &str,
-    ) -> Result<ObjId, AllocFailure> {
+    ) -> Result<(ObjId, ObjId), AllocFailure> {
         let seed = frame.alloc(
             k,
             &format!("{tag}.grad"),
@@ -182,13 +185,12 @@ impl Backward<'_> {
             Category::Temporary,
         )?;
         let g_nll = self.temp(k, frame, "grad log_softmax", self.classes, Dtype::Float32)?;
-        frame.drop(k, seed);
         self.release(k, self.plan.targets);
         self.release(k, self.plan.total_weight);
         let grad = self.temp(k, frame, "grad logits", self.classes, self.adt)?;
         frame.drop(k, g_nll);
         self.release(k, self.plan.log_probs);
-        Ok(grad)
+        Ok((seed, grad))
     }
 
     /// The output layer, then the hidden layers in reverse.
@@ -265,8 +267,11 @@ impl Backward<'_> {
         Ok(g_pre)
     }
 
-    /// `addmm` backward: the input's gradient (not for the batch itself),
-    /// then the weight's and the bias's. Returns the input's gradient.
+    /// `AddmmBackward0`: the input's gradient (mat1; not for the batch
+    /// itself), the weight's (mat2), then the bias's (`sum_to` in
+    /// `validate_outputs`). The node returns: the output's gradient goes,
+    /// then what it saved; then `AccumulateGrad` for each parameter.
+    /// Returns the input's gradient.
     fn linear(
         &mut self,
         k: &mut Kernel,
@@ -282,27 +287,23 @@ impl Backward<'_> {
         } else {
             None
         };
-        self.grad_param(k, frame, 2 * l)?;
-        self.grad_param(k, frame, 2 * l + 1)?;
-        self.release(k, self.plan.weight_casts[l]);
+        let weight = self.param_grad(k, frame, 2 * l)?;
+        let bias = self.param_grad(k, frame, 2 * l + 1)?;
         frame.drop(k, grad);
+        self.release(k, self.plan.weight_casts[l]);
         // The layer's saved input goes (the previous ReLU output, or the
         // batch); at a segment's first layer, the segment's input.
         self.release(k, self.plan.mat1[l]);
         if let Some(&(_, _, input)) = self.plan.segments.iter().find(|s| s.0 == l) {
             self.release(k, Some(input));
         }
+        self.accumulate(k, frame, 2 * l, weight)?;
+        self.accumulate(k, frame, 2 * l + 1, bias)?;
         Ok(g_in)
     }
 
-    /// The gradient of one parameter: it becomes `.grad`, or is added into
-    /// the existing one and dies (`AccumulateGrad`).
-    fn grad_param(
-        &mut self,
-        k: &mut Kernel,
-        frame: &mut Frame,
-        index: usize,
-    ) -> Result<(), AllocFailure> {
+    /// A parameter's shape and name.
+    fn param_info(&self, k: &Kernel, index: usize) -> (ObjId, Vec<u64>, String) {
         let param = self.params[index];
         let shape = k
             .runtime
@@ -311,30 +312,72 @@ impl Backward<'_> {
             .shape
             .clone();
         let label = k.runtime.get(param).expect("parameter").label.clone();
-        let existing = grad_of(k, param);
-        let half = if self.plan.amp {
+        (param, shape, label)
+    }
+
+    /// One parameter's gradient as `AddmmBackward0` computes it: in float16
+    /// under autocast; otherwise what becomes `.grad` when there is none.
+    fn param_grad(
+        &mut self,
+        k: &mut Kernel,
+        frame: &mut Frame,
+        index: usize,
+    ) -> Result<ObjId, AllocFailure> {
+        let (param, shape, label) = self.param_info(k, index);
+        let g = if self.plan.amp {
             let label = format!("{label}.grad_fp16");
-            Some(frame.alloc(k, &label, &shape, Dtype::Float16, Category::Temporary)?)
+            frame.alloc(k, &label, &shape, Dtype::Float16, Category::Temporary)?
         } else {
-            None
+            self.grad_buffer(k, frame, param, &shape, &label)?
         };
-        if existing.is_some() {
-            let label = format!("{label}.grad (new)");
-            let g = frame.alloc(k, &label, &shape, self.param_dtype, Category::Temporary)?;
-            frame.drop(k, g);
-        } else {
-            let label = format!("{label}.grad");
-            let g = frame.alloc(k, &label, &shape, self.param_dtype, Category::Gradient)?;
-            frame.take(g);
-            k.attach_local(param, g);
-        }
         if index % 2 == 0 {
             // The weight's gradient is a matmul (the bias's a sum): the
             // thread's first cuBLAS call if no input gradient came before.
             self.blas.call(k, BlasThread::Autograd)?;
         }
-        if let Some(h) = half {
-            frame.drop(k, h);
+        Ok(g)
+    }
+
+    /// A gradient in the parameter's dtype: `.grad` to be, or a temporary
+    /// to add into the existing `.grad`.
+    fn grad_buffer(
+        &self,
+        k: &mut Kernel,
+        frame: &mut Frame,
+        param: ObjId,
+        shape: &[u64],
+        label: &str,
+    ) -> Result<ObjId, AllocFailure> {
+        let (label, category) = match grad_of(k, param) {
+            Some(_) => (format!("{label}.grad (new)"), Category::Temporary),
+            None => (format!("{label}.grad"), Category::Gradient),
+        };
+        frame.alloc(k, &label, shape, self.param_dtype, category)
+    }
+
+    /// `AccumulateGrad` (after `ToCopyBackward0` back to the parameter's
+    /// dtype under autocast): the gradient becomes `.grad` when there is
+    /// none, or is added into it and dies.
+    fn accumulate(
+        &mut self,
+        k: &mut Kernel,
+        frame: &mut Frame,
+        index: usize,
+        g: ObjId,
+    ) -> Result<(), AllocFailure> {
+        let (param, shape, label) = self.param_info(k, index);
+        let g = if self.plan.amp {
+            let full = self.grad_buffer(k, frame, param, &shape, &label)?;
+            frame.drop(k, g);
+            full
+        } else {
+            g
+        };
+        if grad_of(k, param).is_some() {
+            frame.drop(k, g);
+        } else {
+            frame.take(g);
+            k.attach_local(param, g);
         }
         Ok(())
     }

@@ -292,7 +292,10 @@ impl<'a, 'b> Pass<'a, 'b> {
     }
 
     /// Softmax cross-entropy: log_softmax (in float32 under autocast), then
-    /// NLL. Returns the loss, still a local of the frame.
+    /// NLL's loss and `total_weight`; NLL returns (`total_weight`'s
+    /// reference goes), `cross_entropy` returns (log-softmax's output goes),
+    /// and the statement ends (the logits go). Returns the loss, still a
+    /// local of the frame.
     fn criterion(
         &mut self,
         k: &mut Kernel,
@@ -308,7 +311,6 @@ impl<'a, 'b> Pass<'a, 'b> {
             Dtype::Float32,
             Category::Activation,
         )?;
-        frame.drop(k, logits);
         let loss = frame.alloc(k, tag, &[], Dtype::Float32, Category::Activation)?;
         let total_weight = frame.alloc(
             k,
@@ -327,6 +329,7 @@ impl<'a, 'b> Pass<'a, 'b> {
         }
         frame.drop(k, total_weight);
         frame.drop(k, log_probs);
+        frame.drop(k, logits);
         Ok(loss)
     }
 }
