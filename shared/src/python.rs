@@ -158,25 +158,31 @@ fn forward_code(a: &ForwardArgs) -> String {
 fn train_code(a: &TrainArgs) -> String {
     let (model, optimizer, accumulate) = (&a.model, &a.optimizer, a.accumulate);
     let forward = if a.checkpointing {
-        format!("checkpoint_sequential({model}, segments, x.cuda())")
+        format!("checkpoint_sequential({model}, segments, x)")
     } else {
-        format!("{model}(x.cuda())")
+        format!("{model}(x)")
     };
     // Inside the micro-batch loop every line is indented once more.
     let indent = if accumulate > 1 { "    " } else { "" };
-    let mut s = format!(
-        "for step in range({}):  # batch {}\n",
-        a.steps, a.batch_size
-    );
-    if accumulate > 1 {
-        s.push_str(&format!(
-            "    for x, y in micro_batches(batch, {accumulate}):\n    "
-        ));
-    }
+    let mut s = if accumulate > 1 {
+        format!(
+            "for step, batch in zip(range({}), loader):  # batch {}\n    for x, y in micro_batches(batch, {accumulate}):\n",
+            a.steps, a.batch_size
+        )
+    } else {
+        format!(
+            "for step, (x, y) in zip(range({}), loader):  # batch {}\n",
+            a.steps, a.batch_size
+        )
+    };
+    s.push_str(indent);
+    s.push_str("    x, y = x.cuda(), y.cuda()  # the last batch dies here\n");
+    s.push_str(indent);
     if a.amp {
         s.push_str("    with torch.autocast('cuda', dtype=torch.float16):\n    ");
+        s.push_str(indent);
     }
-    s.push_str(&format!("    loss = criterion({forward}, y.cuda())"));
+    s.push_str(&format!("    loss = criterion({forward}, y)"));
     if accumulate > 1 {
         s.push_str(&format!(" / {accumulate}"));
     }

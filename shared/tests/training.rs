@@ -624,14 +624,24 @@ fn trail(e: &Engine, step: u64) -> Vec<String> {
 #[test]
 fn autograd_frees_in_the_engines_order() {
     let mut e = Engine::new_simulated();
-    ok(&mut e, json!({"cmd":"model","name":"m","layers":1,"width":64,"input_dim":32}));
-    ok(&mut e, json!({"cmd":"data","name":"d","features":32,"samples":100}));
+    ok(
+        &mut e,
+        json!({"cmd":"model","name":"m","layers":1,"width":64,"input_dim":32}),
+    );
+    ok(
+        &mut e,
+        json!({"cmd":"data","name":"d","features":32,"samples":100}),
+    );
     let fwd = json!({"cmd":"forward","name":"loss","model":"m","data":"d","batch_size":8});
     ok(&mut e, fwd.clone());
     ok(&mut e, json!({"cmd":"backward","name":"loss"}));
     let forward = ok(&mut e, fwd);
     let t = trail(&e, forward.step);
-    let at = |s: &str| t.iter().position(|x| x == s).unwrap_or_else(|| panic!("{s} in {t:?}"));
+    let at = |s: &str| {
+        t.iter()
+            .position(|x| x == s)
+            .unwrap_or_else(|| panic!("{s} in {t:?}"))
+    };
     assert!(at("alloc loss") < at("free loss.logits"));
     assert!(at("alloc loss.total_weight") < at("free loss.logits"));
     let backward = ok(&mut e, json!({"cmd":"backward","name":"loss"}));

@@ -74,6 +74,7 @@ impl Engine {
             amp: a.amp,
             checkpointing: a.checkpointing,
             compute,
+            input: None,
         };
         let out = match step::forward(&mut self.kernel, &mut frame, &mut self.train, &args) {
             Ok(out) => out,
@@ -241,6 +242,34 @@ impl Engine {
         Ok((!losses.is_empty()).then(|| losses.iter().sum::<f32>() / losses.len() as f32))
     }
 
+    /// `for x, y in loader: x, y = x.cuda(), y.cuda()`: the new batch is
+    /// copied in, then the names are rebound (the last batch dies then, not
+    /// before), and it stays bound after the loop. `None` when the set is on
+    /// the device (the batch is a view of it).
+    fn loop_batch(
+        &mut self,
+        frame: &mut Frame,
+        plan: &Plan,
+    ) -> Result<Option<(ObjId, ObjId)>, AllocFailure> {
+        if self.train.datasets[&plan.data].on_device.is_some() {
+            return Ok(None);
+        }
+        let (k, b) = (&mut self.kernel, plan.micro_batch);
+        let x = frame.alloc(
+            k,
+            "x",
+            &[b, plan.spec.input_dim],
+            Dtype::Float32,
+            Category::Input,
+        )?;
+        let y = frame.alloc(k, "y", &[b], Dtype::Int64, Category::Input)?;
+        for (name, t) in [("x", x), ("y", y)] {
+            frame.take(t);
+            k.bind_local(name, t);
+        }
+        Ok(Some((x, y)))
+    }
+
     /// Forward and backward of one micro-batch: `loss = criterion(...)`,
     /// `loss = loss / accumulate`, `loss.backward()`, and `total_loss +=
     /// loss` when the loop keeps tensors.
@@ -250,7 +279,9 @@ impl Engine {
         a: &TrainArgs,
         plan: &Plan,
     ) -> Result<Option<f32>, AllocFailure> {
+        let input = self.loop_batch(frame, plan)?;
         let args = step::ForwardArgs {
+            input,
             tag: "loss",
             model: plan.model,
             data: plan.data,

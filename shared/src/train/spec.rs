@@ -270,7 +270,8 @@ pub fn estimate(
         Some(OptimizerKind::Adam | OptimizerKind::Adamw) => p,
         _ => 0,
     };
-    let step = resident + p + temporaries;
+    // The loop's batch stays bound through the optimizer step.
+    let step = resident + p + temporaries + input;
     Estimate {
         parameter_bytes: p,
         gradient_bytes: p,

@@ -42,6 +42,10 @@ pub struct ForwardArgs<'a> {
     pub checkpointing: bool,
     /// Compute the numbers on the CPU.
     pub compute: bool,
+    /// The batch already on the device (a training loop's `x, y`); `None`:
+    /// this pass copies it in (`model(x.cuda())`), and it dies with the
+    /// statement unless autograd saved it.
+    pub input: Option<(ObjId, ObjId)>,
 }
 
 /// The result of a forward pass: the loss (a local of the caller's frame,
@@ -124,7 +128,7 @@ fn load_batch(
     spec: &ModelSpec,
     a: &ForwardArgs,
 ) -> Result<(ObjId, ObjId), AllocFailure> {
-    if let Some((dx, dy)) = dataset.on_device {
+    if let Some((dx, dy)) = a.input.or(dataset.on_device) {
         return Ok((frame.hold(k, dx), frame.hold(k, dy)));
     }
     let (tag, b) = (a.tag, a.batch);
