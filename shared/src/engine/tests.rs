@@ -292,3 +292,88 @@ fn tensorflows_first_op_allocates_the_eigen_scratch_buffer_first() {
     let r = run(&mut e, r#"{"cmd":"alloc","name":"x","bytes":1048576}"#);
     assert_eq!(r.stats.allocated_bytes, MIB);
 }
+
+/// A step whose FLOP count does not fit in 64 bits used to wrap to a small
+/// number and ask the CPU arithmetic for terabytes (the process aborted);
+/// it runs shape-only now. On a 1 PiB device: a 1-layer float16 model of
+/// width 10^6 on 262,144 inputs, and a no-grad forward at batch 1.2 x 10^7.
+#[test]
+fn a_step_too_large_to_count_runs_shape_only() {
+    let mut e = Engine::new_simulated();
+    for line in [
+        r#"{"cmd":"restart","device_total_bytes":1125899906842624}"#,
+        r#"{"cmd":"model","name":"m","layers":1,"width":1000000,"input_dim":262144,"dtype":"float16"}"#,
+        r#"{"cmd":"data","name":"d","features":262144,"samples":12000000}"#,
+    ] {
+        assert!(run(&mut e, line).ok, "{line}");
+    }
+    let spec = e.train.models.values().next().unwrap().spec;
+    assert_eq!(spec.step_flops(12_000_000), u64::MAX);
+    assert!(!e.computes(&spec, 12_000_000));
+    let r = run(
+        &mut e,
+        r#"{"cmd":"forward","name":"loss","model":"m","data":"d","batch_size":12000000,"no_grad":true}"#,
+    );
+    assert_eq!(r.value.unwrap()["loss"], serde_json::Value::Null);
+    // And the host-memory cap alone (with no FLOP limit): 16 bytes per
+    // parameter and 12 per activation value must fit in 256 MiB.
+    assert!(run(&mut e, r#"{"cmd":"restart"}"#).ok);
+    assert!(
+        run(
+            &mut e,
+            r#"{"cmd":"model","name":"m","layers":1,"width":1,"input_dim":1,"classes":2}"#
+        )
+        .ok
+    );
+    e.set_arithmetic_flop_limit(u64::MAX);
+    let spec = e.train.models.values().next().unwrap().spec;
+    assert_eq!(spec.step_host_bytes(5_592_403), 6 * 16 + 5_592_403 * 4 * 12);
+    assert!(e.computes(&spec, 5_592_403));
+    assert!(!e.computes(&spec, 5_592_404));
+}
+
+/// `train` with `accumulate` and `batch_size` at 2^64 - 1 used to run
+/// forever: steps x accumulate is bounded, and a stop is honoured between
+/// micro-batches, not only between steps.
+#[test]
+fn training_is_bounded_and_stops_between_micro_batches() {
+    let mut e = Engine::new_simulated();
+    for line in [
+        r#"{"cmd":"model","name":"m","layers":1,"width":16,"input_dim":8}"#,
+        r#"{"cmd":"optimizer","name":"o","model":"m","kind":"sgd"}"#,
+        r#"{"cmd":"data","name":"d","features":8,"samples":100}"#,
+    ] {
+        assert!(run(&mut e, line).ok, "{line}");
+    }
+    let r = run(
+        &mut e,
+        r#"{"cmd":"train","model":"m","optimizer":"o","data":"d","batch_size":18446744073709551615,"accumulate":18446744073709551615}"#,
+    );
+    let err = r.error.unwrap();
+    assert_eq!(err.kind, ErrorKind::InvalidValue);
+    assert!(
+        err.message.contains("at most 1000000 micro-batches"),
+        "{}",
+        err.message
+    );
+    // Stop at the first chance: after the first of 50 micro-batches.
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let calls = std::sync::Arc::new(AtomicU32::new(0));
+    let seen = calls.clone();
+    e.set_progress_hook(Some(Box::new(move |_: &mut Engine, _: &Progress| {
+        seen.fetch_add(1, Ordering::SeqCst);
+        false
+    })));
+    let before = e.stats().allocated_bytes;
+    let r = run(
+        &mut e,
+        r#"{"cmd":"train","model":"m","optimizer":"o","data":"d","steps":3,"batch_size":50,"accumulate":50}"#,
+    );
+    assert!(r.ok);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let value = r.value.unwrap();
+    assert_eq!(value["stopped"], true);
+    // The abandoned step's frame is gone; its gradients (one micro-batch's)
+    // and the bound batch stay, as after an interrupted Python loop.
+    assert!(r.stats.allocated_bytes > before);
+}

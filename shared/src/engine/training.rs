@@ -27,6 +27,7 @@ impl Engine {
     /// Whether a step of this model at this batch computes numbers.
     pub(super) fn computes(&self, spec: &ModelSpec, batch: u64) -> bool {
         spec.step_flops(batch) <= self.flop_limit
+            && spec.step_host_bytes(batch) <= crate::train::ARITHMETIC_HOST_LIMIT
     }
 
     /// Turns a failed training step into Python's state after the raise:
@@ -167,7 +168,10 @@ impl Engine {
         let mut steps = Vec::new();
         let mut stopped = false;
         for s in 0..a.steps {
-            let loss = self.train_step(a, &plan)?;
+            let Some(loss) = self.train_step(a, &plan, s)? else {
+                stopped = true;
+                break;
+            };
             steps.push(json!({
                 "step": s,
                 "loss": loss,
@@ -200,6 +204,16 @@ impl Engine {
                 format!("steps must be 1 to {MAX_TRAIN_STEPS}, not {}", a.steps),
             ));
         }
+        let micro_batches = a.steps.saturating_mul(a.accumulate);
+        if micro_batches > MAX_TRAIN_STEPS {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                format!(
+                    "steps x accumulate must be at most {MAX_TRAIN_STEPS} micro-batches, not {} x {}",
+                    a.steps, a.accumulate
+                ),
+            ));
+        }
         if a.accumulate == 0 || a.batch_size % a.accumulate != 0 {
             return Err(error(
                 ErrorKind::InvalidValue,
@@ -223,14 +237,34 @@ impl Engine {
 
     /// One optimizer step: `accumulate` micro-batches, `opt.step()`,
     /// `opt.zero_grad()`. Returns the mean loss, when computed.
-    fn train_step(&mut self, a: &TrainArgs, plan: &Plan) -> Result<Option<f32>, CommandError> {
+    /// `Ok(None)` when a stop came between micro-batches: the step is
+    /// abandoned before the optimizer runs, its frame's locals dropped.
+    fn train_step(
+        &mut self,
+        a: &TrainArgs,
+        plan: &Plan,
+        done: u64,
+    ) -> Result<Option<Option<f32>>, CommandError> {
         self.kernel.begin_window();
         let mut frame = Frame::default();
-        let mut losses = Vec::new();
-        for _ in 0..a.accumulate {
+        let (mut sum, mut count) = (0.0f32, 0u32);
+        for m in 0..a.accumulate {
             match self.micro_batch(&mut frame, a, plan) {
-                Ok(loss) => losses.extend(loss),
+                Ok(loss) => {
+                    sum += loss.unwrap_or(0.0);
+                    count += u32::from(loss.is_some());
+                }
                 Err(f) => return Err(self.raise_in_frame(frame, &f)),
+            }
+            let between = m + 1 < a.accumulate;
+            let progress = Progress {
+                done,
+                total: a.steps,
+                loss: None,
+            };
+            if between && !self.report_progress(&progress) {
+                frame.finish(&mut self.kernel);
+                return Ok(None);
             }
         }
         let opt = plan.optimizer;
@@ -239,7 +273,7 @@ impl Engine {
         }
         step::zero_grad(&mut self.kernel, &mut self.train, opt, a.set_to_none);
         frame.finish(&mut self.kernel);
-        Ok((!losses.is_empty()).then(|| losses.iter().sum::<f32>() / losses.len() as f32))
+        Ok(Some((count > 0).then(|| sum / count as f32)))
     }
 
     /// `for x, y in loader: x, y = x.cuda(), y.cuda()`: the new batch is

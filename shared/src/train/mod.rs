@@ -22,6 +22,9 @@ pub use spec::{DataSpec, Estimate, ModelSpec, OptimizerKind};
 /// simulated GPU keeps every allocation exact but computes no numbers).
 pub const ARITHMETIC_FLOP_LIMIT: u64 = 50_000_000;
 
+/// Nor does a step whose arithmetic would need more host memory than this.
+pub const ARITHMETIC_HOST_LIMIT: u64 = 256 * 1024 * 1024;
+
 /// A model's parameters and, once a step computed them, their values.
 #[derive(Clone, Debug)]
 pub struct ModelState {

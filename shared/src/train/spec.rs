@@ -53,9 +53,22 @@ impl ModelSpec {
         self.dims().windows(2).map(|w| w[0] * w[1]).sum()
     }
 
-    /// FLOPs of one training step (forward 2, backward 4 per multiply-add).
+    /// FLOPs of one training step (forward 2, backward 4 per multiply-add),
+    /// saturating: a step too large to count is too large to compute.
     pub fn step_flops(&self, batch: u64) -> u64 {
-        6 * batch.saturating_mul(self.macs_per_sample())
+        batch
+            .saturating_mul(self.macs_per_sample())
+            .saturating_mul(6)
+    }
+
+    /// Host memory the CPU arithmetic of one step needs, about: float32
+    /// values, gradients and two optimizer states per parameter, and three
+    /// buffers per activation (input, output, gradient). Saturating.
+    pub fn step_host_bytes(&self, batch: u64) -> u64 {
+        let params = self.param_count().saturating_mul(4 * 4);
+        let widths: u64 = self.dims().iter().sum();
+        let activations = batch.saturating_mul(widths).saturating_mul(3 * 4);
+        params.saturating_add(activations)
     }
 
     /// Checks sizes; the message names what is wrong.
