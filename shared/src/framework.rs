@@ -4,6 +4,7 @@
 
 use crate::alloc::bfc::{BfcAllocator, BfcConfig};
 use crate::alloc::caching::{CachingAllocator, CachingConfig, LARGE_BUFFER};
+use crate::alloc::expandable::ExpandableAllocator;
 use crate::alloc::uncached::UncachedAllocator;
 use crate::alloc::{Allocator, OutOfMemory};
 use crate::device::{
@@ -48,6 +49,9 @@ pub struct Settings {
     /// every size; 0: off.
     #[serde(default)]
     pub roundup_power2_divisions: u64,
+    /// `expandable_segments:True` (`PYTORCH_CUDA_ALLOC_CONF`).
+    #[serde(default)]
+    pub expandable_segments: bool,
 }
 
 impl Default for Settings {
@@ -70,6 +74,7 @@ impl Default for Settings {
             per_process_memory_fraction: None,
             cublas_workspace_config: None,
             roundup_power2_divisions: 0,
+            expandable_segments: false,
         }
     }
 }
@@ -160,6 +165,9 @@ pub struct RestartSettings {
     /// PyTorch: `roundup_power2_divisions` (0 or a power of two; 0: off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub roundup_power2_divisions: Option<u64>,
+    /// PyTorch: `expandable_segments:True`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expandable_segments: Option<bool>,
 }
 
 fn invalid(message: String) -> CommandError {
@@ -227,6 +235,9 @@ impl Settings {
         }
         if let Some(v) = patch.roundup_power2_divisions {
             s.roundup_power2_divisions = v;
+        }
+        if let Some(v) = patch.expandable_segments {
+            s.expandable_segments = v;
         }
         s.validate()?;
         Ok(s)
@@ -435,7 +446,12 @@ pub fn make_allocator(settings: &Settings, device: &dyn Device) -> Box<dyn Alloc
                 memory_fraction: settings.per_process_memory_fraction,
                 roundup_power2_divisions: settings.roundup_power2_divisions,
             };
-            Box::new(CachingAllocator::new(config, device.mem_get_info().1))
+            let total = device.mem_get_info().1;
+            if settings.expandable_segments {
+                Box::new(ExpandableAllocator::new(config, total))
+            } else {
+                Box::new(CachingAllocator::new(config, total))
+            }
         }
         Framework::Tensorflow => Box::new(BfcAllocator::new(BfcConfig {
             memory_limit: settings.bfc_memory_limit(device),

@@ -61,8 +61,21 @@ fn restart_code(s: &RestartSettings, framework: Framework) -> String {
             if s.no_caching == Some(true) {
                 lines.push("# PYTORCH_NO_CUDA_MEMORY_CACHING=1".into());
             }
+            let mut conf = Vec::new();
             if let Some(Some(mb)) = s.max_split_size_mb {
-                lines.push(format!("# PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:{mb}"));
+                conf.push(format!("max_split_size_mb:{mb}"));
+            }
+            if s.expandable_segments == Some(true) {
+                conf.push("expandable_segments:True".into());
+            }
+            if let Some(d) = s.roundup_power2_divisions.filter(|&d| d > 0) {
+                conf.push(format!("roundup_power2_divisions:{d}"));
+            }
+            if !conf.is_empty() {
+                lines.push(format!("# PYTORCH_CUDA_ALLOC_CONF={}", conf.join(",")));
+            }
+            if let Some(Some(c)) = &s.cublas_workspace_config {
+                lines.push(format!("# CUBLAS_WORKSPACE_CONFIG={c}"));
             }
             lines.push("import torch".into());
             if let Some(Some(f)) = s.per_process_memory_fraction {

@@ -71,6 +71,7 @@ fn restart(framework: Framework, total: u64, variant: u8) -> Command {
     match framework {
         Framework::Pytorch => {
             s.no_caching = Some(variant & 8 != 0);
+            s.expandable_segments = Some(variant & 16 != 0);
             s.max_split_size_mb = Some((variant & 1 != 0).then_some(64));
             s.per_process_memory_fraction = Some((variant & 2 != 0).then_some(0.6));
             s.garbage_collection_threshold = Some(if variant & 2 != 0 { 0.5 } else { 0.0 });
@@ -281,6 +282,11 @@ proptest! {
 
     #[test]
     fn pytorch_caching_allocator_invariants(variant in 0u8..8, ops in prop::collection::vec(op(), 1..60)) {
+        check_sequence(Framework::Pytorch, variant, &ops)?;
+    }
+
+    #[test]
+    fn pytorch_expandable_segments_invariants(variant in 16u8..24, ops in prop::collection::vec(op(), 1..60)) {
         check_sequence(Framework::Pytorch, variant, &ops)?;
     }
 

@@ -37,6 +37,8 @@ def environment(env, settings):
     conf = []
     if settings.get("max_split_size_mb"):
         conf.append(f"max_split_size_mb:{settings['max_split_size_mb']}")
+    if settings.get("expandable_segments"):
+        conf.append("expandable_segments:True")
     if settings.get("roundup_power2_divisions"):
         conf.append(f"roundup_power2_divisions:{settings['roundup_power2_divisions']}")
     if settings.get("garbage_collection_threshold"):

@@ -42,6 +42,7 @@ struct SettingsFields {
     allow_growth: RwSignal<bool>,
     preallocate: RwSignal<bool>,
     no_caching: RwSignal<bool>,
+    expandable: RwSignal<bool>,
     memory_limit_mib: RwSignal<String>,
     mem_fraction: RwSignal<String>,
     max_split_mb: RwSignal<String>,
@@ -65,6 +66,7 @@ impl SettingsFields {
             allow_growth: RwSignal::new(false),
             preallocate: RwSignal::new(true),
             no_caching: RwSignal::new(false),
+            expandable: RwSignal::new(false),
             memory_limit_mib: RwSignal::new(s()),
             mem_fraction: RwSignal::new("0.75".into()),
             max_split_mb: RwSignal::new(s()),
@@ -83,6 +85,7 @@ impl SettingsFields {
         self.allow_growth.set(s.allow_growth);
         self.preallocate.set(s.preallocate);
         self.no_caching.set(s.no_caching);
+        self.expandable.set(s.expandable_segments);
         self.memory_limit_mib
             .set(text(s.memory_limit_bytes.map(|b| b / MIB)));
         self.mem_fraction.set(s.mem_fraction.to_string());
@@ -108,6 +111,7 @@ impl SettingsFields {
             allow_growth: Some(self.allow_growth.get_untracked()),
             preallocate: Some(self.preallocate.get_untracked()),
             no_caching: Some(self.no_caching.get_untracked()),
+            expandable_segments: Some(self.expandable.get_untracked()),
             memory_limit_bytes: Some(parse_u64(self.memory_limit_mib).map(|m| m * MIB)),
             mem_fraction: Some(parse_f64(self.mem_fraction).unwrap_or(0.75)),
             max_split_size_mb: Some(parse_u64(self.max_split_mb)),
@@ -157,6 +161,7 @@ fn KernelSettings(app: App) -> impl IntoView {
             <label>{checkbox(f.allow_growth)}" allow_growth (TF)"</label>
             <label>{checkbox(f.preallocate)}" preallocate (JAX)"</label>
             <label>{checkbox(f.no_caching)}" no caching (PyTorch)"</label>
+            <label>{checkbox(f.expandable)}" expandable_segments (PyTorch)"</label>
             <label>"max_split_size_mb " {text_input("max-split", "4", "none", f.max_split_mb)}</label>
             <label>"memory fraction " {text_input("fraction", "4", "none", f.fraction)}</label>
             <label>"TF memory limit (MiB) " {text_input("memory-limit", "6", "default", f.memory_limit_mib)}</label>

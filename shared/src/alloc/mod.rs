@@ -13,6 +13,7 @@
 mod arena;
 pub mod bfc;
 pub mod caching;
+pub mod expandable;
 pub mod uncached;
 
 use crate::device::Device;

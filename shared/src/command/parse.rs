@@ -255,9 +255,9 @@ mod tests {
             .message
             .contains("unknown field `byts`"));
         assert!(
-            msg(r#"{"cmd":"restart","expandable_segments":true}"#)
+            msg(r#"{"cmd":"restart","expandable_segment":true}"#)
                 .message
-                .contains("unknown field `expandable_segments`"),
+                .contains("unknown field `expandable_segment`"),
             "a setting the engine does not know is refused"
         );
         assert!(
