@@ -119,6 +119,8 @@ pub struct SimDevice {
     next_address: u64,
     segments: BTreeMap<u64, u64>,
     segment_bytes: u64,
+    /// Where the next segment goes, when a replay placed it.
+    placed: Option<u64>,
 }
 
 impl SimDevice {
@@ -129,6 +131,7 @@ impl SimDevice {
             next_address: SIM_BASE_ADDRESS,
             segments: BTreeMap::new(),
             segment_bytes: 0,
+            placed: None,
         }
     }
 
@@ -139,6 +142,20 @@ impl SimDevice {
     /// Live segments, address to size.
     pub fn segments(&self) -> &BTreeMap<u64, u64> {
         &self.segments
+    }
+
+    /// Places the next segment at `address` (a recorded trace's own), if
+    /// no live segment overlaps `[address, address + bytes)`; later ones
+    /// continue above the highest address given out. Returns whether it
+    /// will be placed there.
+    pub fn place_next(&mut self, address: u64, bytes: u64) -> bool {
+        let end = address.saturating_add(bytes.max(1));
+        let below = self.segments.range(..end).next_back();
+        let overlaps = below.is_some_and(|(&a, &s)| a + s.max(1) > address);
+        if !overlaps {
+            self.placed = Some(address);
+        }
+        !overlaps
     }
 
     fn free_bytes(&self) -> u64 {
@@ -154,9 +171,10 @@ impl Device for SimDevice {
         if bytes > self.free_bytes() {
             return Err(DeviceError::OutOfMemory);
         }
-        let address = self.next_address;
-        // Never reuse an address while the kernel lives.
-        self.next_address = round_up(address + bytes.max(1), SIM_SEGMENT_ALIGNMENT);
+        let address = self.placed.take().unwrap_or(self.next_address);
+        // Never reuse an address while the kernel lives (unless placed).
+        let end = round_up(address + bytes.max(1), SIM_SEGMENT_ALIGNMENT);
+        self.next_address = self.next_address.max(end);
         self.segments.insert(address, bytes);
         self.segment_bytes += bytes;
         Ok(address)

@@ -331,3 +331,38 @@ fn roundup_power2_divisions_round_to_equal_steps_between_powers_of_two() {
     assert_eq!(a.stats().requested_bytes.current, 33 * MIB);
     a.check_invariants(&dev).unwrap();
 }
+
+/// Segments placed where a recorded trace had them (here: the second one
+/// below the first), and best fit among equal free blocks takes the lowest
+/// address, whichever segment came first (`BlockComparatorSize`).
+#[test]
+fn best_fit_ties_go_to_the_lowest_address_wherever_segments_were_placed() {
+    let (mut a, mut dev) = setup(GIB);
+    assert!(dev.place_next(0x7f00_4000_0000, 20 * MIB));
+    let high = a.malloc(&mut dev, 5 * MIB).unwrap().unwrap();
+    assert!(
+        !dev.place_next(0x7f00_4000_0000 + MIB, 20 * MIB),
+        "overlaps the first"
+    );
+    assert!(dev.place_next(0x7f00_0000_0000, 20 * MIB));
+    // 16 MiB does not fit the 15 MiB left beside `high`: a new segment.
+    let low = a.malloc(&mut dev, 16 * MIB).unwrap().unwrap();
+    let segs = a.segments();
+    assert_eq!(segs[0].address, 0x7f00_0000_0000);
+    assert_eq!(segs[1].address, 0x7f00_4000_0000);
+    a.free(&mut dev, high);
+    a.free(&mut dev, low);
+    // Two free 20 MiB segments: the lower one serves the next request.
+    let next = a.malloc(&mut dev, 16 * MIB).unwrap().unwrap();
+    let segs = a.segments();
+    assert_eq!(segs[0].blocks[0].id, Some(next));
+    // Unplaced segments continue above the highest address given out.
+    let big = a.malloc(&mut dev, 30 * MIB).unwrap().unwrap();
+    let segs = a.segments();
+    let third = segs
+        .iter()
+        .find(|s| s.blocks.iter().any(|b| b.id == Some(big)))
+        .unwrap();
+    assert_eq!(third.address, 0x7f00_4000_0000 + 20 * MIB);
+    a.check_invariants(&dev).unwrap();
+}
