@@ -474,6 +474,9 @@ pub fn make_allocator(settings: &Settings, device: &dyn Device) -> Box<dyn Alloc
 pub struct TensorDesc<'a> {
     pub shape: &'a [u64],
     pub dtype: Dtype,
+    /// The eager op that allocated it, when known (`Fill` for `tf.zeros`):
+    /// eager TensorFlow frames its OOM with it.
+    pub op: Option<&'a str>,
 }
 
 /// The hint PyTorch 2.9 and later append to every caching-allocator OOM.
@@ -513,11 +516,19 @@ pub fn oom_message(settings: &Settings, oom: &OutOfMemory, tensor: &TensorDesc) 
         }
         Framework::Tensorflow => {
             let dims: Vec<String> = tensor.shape.iter().map(u64::to_string).collect();
-            format!(
-                "OOM when allocating tensor with shape[{}] and type {} on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
+            let device = "/job:localhost/replica:0/task:0/device:GPU:0";
+            let oom = format!(
+                "OOM when allocating tensor with shape[{}] and type {} on {device} by allocator GPU_0_bfc",
                 dims.join(","),
                 tensor.dtype.tf_name()
-            )
+            );
+            match tensor.op {
+                // An eager op runs as a wrapped function (TensorFlow 2.11+).
+                Some(op) => format!(
+                    "{{{{function_node __wrapped__{op}_device_{device}}}}} {oom} [Op:{op}] name: "
+                ),
+                None => oom,
+            }
         }
         Framework::Jax => format!(
             "RESOURCE_EXHAUSTED: Out of memory while trying to allocate {} bytes.",
@@ -682,6 +693,7 @@ mod tests {
             &TensorDesc {
                 shape: &[100],
                 dtype: Dtype::Uint8,
+                op: None,
             },
         );
         assert_eq!(

@@ -280,11 +280,18 @@ impl Engine {
     /// The error for a failed allocation: the framework's out-of-memory
     /// text, or the driver's failure.
     fn alloc_error(&self, failure: &AllocFailure) -> CommandError {
+        self.op_alloc_error(failure, None)
+    }
+
+    /// A failed allocation inside a named eager op (TensorFlow frames its
+    /// OOM with the op).
+    fn op_alloc_error(&self, failure: &AllocFailure, op: Option<&str>) -> CommandError {
         match &failure.error {
             AllocError::OutOfMemory(oom) => {
                 let desc = TensorDesc {
                     shape: &failure.shape,
                     dtype: failure.dtype,
+                    op,
                 };
                 error(
                     ErrorKind::OutOfMemory,

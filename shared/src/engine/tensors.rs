@@ -21,7 +21,7 @@ impl Engine {
         let id = self
             .kernel
             .alloc_tensor(name, bytes, shape, dtype, category)
-            .map_err(|f| self.alloc_error(&f))?;
+            .map_err(|f| self.op_alloc_error(&f, Some("Fill")))?;
         let block_size = self.kernel.block_size(id);
         let had_old = self.kernel.runtime.lookup(name).is_some();
         let freed = self.kernel.bind_local(name, id);

@@ -377,3 +377,22 @@ fn training_is_bounded_and_stops_between_micro_batches() {
     // and the bound batch stay, as after an interrupted Python loop.
     assert!(r.stats.allocated_bytes > before);
 }
+
+/// Eager TensorFlow runs `tf.zeros` as a wrapped `Fill` function: its OOM
+/// names the function node and the op around the allocator's words.
+#[test]
+fn tensorflows_eager_oom_is_framed_by_its_op() {
+    let mut e = Engine::new_simulated();
+    let restart = r#"{"cmd":"restart","framework":"tensorflow","device_total_bytes":1073741824,"context_bytes":0}"#;
+    assert!(run(&mut e, restart).ok);
+    let r = run(
+        &mut e,
+        r#"{"cmd":"alloc","name":"x","shape":[512,1024,1024],"dtype":"float32"}"#,
+    );
+    let err = r.error.unwrap();
+    assert_eq!(err.kind, ErrorKind::OutOfMemory);
+    assert_eq!(
+        err.message,
+        "{{function_node __wrapped__Fill_device_/job:localhost/replica:0/task:0/device:GPU:0}} OOM when allocating tensor with shape[512,1024,1024] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc [Op:Fill] name: "
+    );
+}
