@@ -9,6 +9,7 @@
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use vramlab_shared::alloc::bfc::{BfcAllocator, BfcConfig};
 use vramlab_shared::alloc::caching::{CachingAllocator, CachingConfig};
+use vramlab_shared::alloc::expandable::ExpandableAllocator;
 use vramlab_shared::alloc::{Allocator, BlockId};
 use vramlab_shared::device::{SimDevice, SimDeviceConfig};
 use vramlab_shared::units::GIB;
@@ -89,6 +90,17 @@ fn bench(c: &mut Criterion) {
         b.iter_batched(
             || {
                 let mut a = CachingAllocator::new(CachingConfig::default(), DEVICE);
+                a.set_tracing(false);
+                (a, device())
+            },
+            |(mut a, mut d)| play(&mut a, &mut d, &ops),
+            BatchSize::PerIteration,
+        )
+    });
+    group.bench_function("pytorch expandable segments", |b| {
+        b.iter_batched(
+            || {
+                let mut a = ExpandableAllocator::new(CachingConfig::default(), DEVICE);
                 a.set_tracing(false);
                 (a, device())
             },

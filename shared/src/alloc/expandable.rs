@@ -55,6 +55,8 @@ struct Space {
     pieces: BTreeMap<u64, (u64, Piece)>,
     /// Free pieces by (size, address).
     free: BTreeSet<(u64, u64)>,
+    /// Unmapped pieces by address.
+    unmapped: BTreeSet<u64>,
     /// Mapped pages by address, with the device memory behind each.
     pages: BTreeMap<u64, u64>,
 }
@@ -74,6 +76,7 @@ impl Space {
             page,
             pieces: BTreeMap::from([(base, (size, Piece::Unmapped))]),
             free: BTreeSet::new(),
+            unmapped: BTreeSet::from([base]),
             pages: BTreeMap::new(),
         }
     }
@@ -83,20 +86,28 @@ impl Space {
     }
 
     fn set(&mut self, address: u64, size: u64, piece: Piece) {
-        if let Some((old, Piece::Free)) = self.pieces.insert(address, (size, piece)) {
-            self.free.remove(&(old, address));
+        if let Some(old) = self.pieces.insert(address, (size, piece)) {
+            self.unindex(address, old);
         }
-        if piece == Piece::Free {
-            self.free.insert((size, address));
+        match piece {
+            Piece::Free => _ = self.free.insert((size, address)),
+            Piece::Unmapped => _ = self.unmapped.insert(address),
+            Piece::Allocated { .. } => {}
         }
     }
 
     fn remove(&mut self, address: u64) -> (u64, Piece) {
-        let (size, piece) = self.pieces.remove(&address).expect("a piece");
-        if piece == Piece::Free {
-            self.free.remove(&(size, address));
+        let old = self.pieces.remove(&address).expect("a piece");
+        self.unindex(address, old);
+        old
+    }
+
+    fn unindex(&mut self, address: u64, (size, piece): (u64, Piece)) {
+        match piece {
+            Piece::Free => _ = self.free.remove(&(size, address)),
+            Piece::Unmapped => _ = self.unmapped.remove(&address),
+            Piece::Allocated { .. } => {}
         }
-        (size, piece)
     }
 
     fn prev(&self, address: u64) -> Option<(u64, u64, Piece)> {
@@ -167,12 +178,7 @@ impl Space {
     /// `find_expandable_block`: the lowest unmapped piece (or the free piece
     /// just before it) from which free and unmapped space reach `size`.
     fn expandable_candidate(&self, size: u64) -> Option<u64> {
-        let unmapped = self
-            .pieces
-            .iter()
-            .filter(|(_, &(_, p))| p == Piece::Unmapped)
-            .map(|(&a, _)| a);
-        for u in unmapped {
+        for &u in &self.unmapped {
             let start = match self.prev(u) {
                 Some((a, _, Piece::Free)) => a,
                 _ => u,
@@ -585,6 +591,15 @@ fn check_space(space: &Space) -> Result<(u64, u64), String> {
         .collect();
     if free != space.free {
         return Err("the free index is out of date".into());
+    }
+    let unmapped: BTreeSet<u64> = space
+        .pieces
+        .iter()
+        .filter(|(_, &(_, p))| p == Piece::Unmapped)
+        .map(|(&a, _)| a)
+        .collect();
+    if unmapped != space.unmapped {
+        return Err("the unmapped index is out of date".into());
     }
     Ok((mapped, used))
 }
