@@ -396,3 +396,29 @@ fn tensorflows_eager_oom_is_framed_by_its_op() {
         "{{function_node __wrapped__Fill_device_/job:localhost/replica:0/task:0/device:GPU:0}} OOM when allocating tensor with shape[512,1024,1024] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc [Op:Fill] name: "
     );
 }
+
+/// A long run's result keeps the first and the last 500 steps: 1,500 steps
+/// give 1,000 records and say 500 were left out.
+#[test]
+fn a_long_runs_result_keeps_the_first_and_last_steps() {
+    let mut e = Engine::new_simulated();
+    for line in [
+        r#"{"cmd":"model","name":"m","layers":1,"width":8,"input_dim":4}"#,
+        r#"{"cmd":"optimizer","name":"o","model":"m","kind":"sgd"}"#,
+        r#"{"cmd":"data","name":"d","features":4,"samples":100}"#,
+    ] {
+        assert!(run(&mut e, line).ok, "{line}");
+    }
+    let r = run(
+        &mut e,
+        r#"{"cmd":"train","model":"m","optimizer":"o","data":"d","steps":1500,"batch_size":4}"#,
+    );
+    let value = r.value.unwrap();
+    let steps = value["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 1000);
+    assert_eq!(value["steps_omitted"], 500);
+    assert_eq!(steps[499]["step"], 499);
+    assert_eq!(steps[500]["step"], 1000);
+    assert_eq!(steps[999]["step"], 1499);
+    assert_eq!(value["last_loss"], steps[999]["loss"]);
+}

@@ -165,7 +165,7 @@ impl Engine {
 
     pub(super) fn train_loop(&mut self, a: &TrainArgs) -> Result<Outcome, CommandError> {
         let plan = self.train_plan(a)?;
-        let mut steps = Vec::new();
+        let mut steps = StepLog::default();
         let mut stopped = false;
         for s in 0..a.steps {
             let Some(loss) = self.train_step(a, &plan, s)? else {
@@ -365,9 +365,49 @@ impl Engine {
 }
 
 /// The note and value of a finished (or stopped) training loop.
-fn train_outcome(a: &TrainArgs, plan: &Plan, steps: Vec<Value>, stopped: bool) -> Outcome {
-    let first = steps.first().and_then(|s| s["loss"].as_f64());
-    let last = steps.last().and_then(|s| s["loss"].as_f64());
+/// The per-step records a result carries: every step up to
+/// [`StepLog::KEEP`], else the first and the last half of that many (a
+/// long run's result and memory stay bounded).
+#[derive(Default)]
+struct StepLog {
+    first: Vec<Value>,
+    last: std::collections::VecDeque<Value>,
+    omitted: u64,
+}
+
+impl StepLog {
+    const KEEP: usize = 1000;
+
+    fn push(&mut self, step: Value) {
+        if self.first.len() < Self::KEEP / 2 {
+            self.first.push(step);
+            return;
+        }
+        if self.last.len() == Self::KEEP / 2 {
+            self.last.pop_front();
+            self.omitted += 1;
+        }
+        self.last.push_back(step);
+    }
+
+    fn len(&self) -> u64 {
+        (self.first.len() + self.last.len()) as u64 + self.omitted
+    }
+
+    fn first_loss(&self) -> Option<f64> {
+        self.first.first().and_then(|s| s["loss"].as_f64())
+    }
+
+    fn last_loss(&self) -> Option<f64> {
+        self.last
+            .back()
+            .or(self.first.last())
+            .and_then(|s| s["loss"].as_f64())
+    }
+}
+
+fn train_outcome(a: &TrainArgs, plan: &Plan, steps: StepLog, stopped: bool) -> Outcome {
+    let (first, last) = (steps.first_loss(), steps.last_loss());
     let mut note = match (first, last) {
         (Some(f), Some(l)) => format!(
             "{} of batch {}: loss {f:.4} -> {l:.4}, computed on the CPU.",
@@ -375,7 +415,7 @@ fn train_outcome(a: &TrainArgs, plan: &Plan, steps: Vec<Value>, stopped: bool) -
             a.batch_size
         ),
         _ => format!(
-            "{} of batch {}, shape-only: every allocation is exact, but a step of {:.0} MFLOP is too big to compute here, so no loss was computed.",
+            "{} of batch {}, shape-only: every allocation is the one a computed step makes, but a step of {:.0} MFLOP is too big to compute here, so no loss was computed.",
             plural(a.steps, "step"),
             a.batch_size,
             plan.spec.step_flops(plan.micro_batch) as f64 / 1e6
@@ -391,7 +431,8 @@ fn train_outcome(a: &TrainArgs, plan: &Plan, steps: Vec<Value>, stopped: bool) -
             "loss_computed": first.is_some(),
             "first_loss": first,
             "last_loss": last,
-            "steps": steps,
+            "steps_omitted": steps.omitted,
+            "steps": steps.first.into_iter().chain(steps.last).collect::<Vec<_>>(),
         })),
     }
 }
