@@ -370,6 +370,13 @@ async fn a_watcher_sees_everything_and_changes_nothing() {
     let mut watcher = Client::connect(&addr, &format!("?watch={watch}")).await;
     assert_eq!(watcher.hello["role"], "watcher");
     assert!(watcher.hello.get("watch_id").is_none());
+    // The watcher never learns the owner's id: reconnecting with the id it
+    // was given makes it a watcher again, not the owner.
+    let given = watcher.hello["session_id"].as_str().unwrap().to_string();
+    assert_eq!(given, watch);
+    assert_ne!(given, owner.hello["session_id"].as_str().unwrap());
+    let again = Client::try_connect(&addr, &format!("?session={given}"), None).await;
+    assert!(again.is_err() || again.unwrap().hello["role"] != "owner");
     let r = watcher
         .command(1, json!({"cmd":"alloc","name":"x","bytes":1000}))
         .await;

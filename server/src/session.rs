@@ -195,7 +195,12 @@ impl Session {
         let (settings, device) = self.hello.lock().expect("hello lock").clone();
         ServerMessage::Hello(Box::new(Hello {
             protocol_version: PROTOCOL_VERSION,
-            session_id: self.id.clone(),
+            // A watcher learns only the id it watches with: the owner's id
+            // would give it the owner's rights on its next connection.
+            session_id: match role {
+                Role::Owner => self.id.clone(),
+                Role::Watcher => self.watch_id.clone(),
+            },
             watch_id: (role == Role::Owner).then(|| self.watch_id.clone()),
             role,
             resumed,
