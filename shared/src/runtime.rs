@@ -133,6 +133,59 @@ impl Holder {
     }
 }
 
+/// Hops of a "kept alive by" chain written out in full at its start.
+const CHAIN_HEAD_HOPS: usize = 4;
+
+/// A chain of references from a root: its first hops in words (shared
+/// between the objects below), how many hops it has, and the last holder.
+#[derive(Clone, Debug)]
+struct Chain {
+    head: std::rc::Rc<str>,
+    hops: usize,
+    last: Option<ObjId>,
+}
+
+impl Chain {
+    fn root(why: String) -> Self {
+        Chain {
+            head: why.into(),
+            hops: 0,
+            last: None,
+        }
+    }
+
+    /// The chain to an object `holder` refers to.
+    fn child(&self, holder: ObjId, described: &str) -> Self {
+        if self.hops < CHAIN_HEAD_HOPS {
+            Chain {
+                head: format!("{} -> {described}", self.head).into(),
+                hops: self.hops + 1,
+                last: None,
+            }
+        } else {
+            Chain {
+                head: self.head.clone(),
+                hops: self.hops + 1,
+                last: Some(holder),
+            }
+        }
+    }
+
+    /// In words: the first hops, how many were left out, the last holder.
+    fn text(&self, rt: &Runtime) -> String {
+        let Some(last) = self.last else {
+            return self.head.to_string();
+        };
+        let skipped = self.hops - CHAIN_HEAD_HOPS - 1;
+        let last = rt.describe(last);
+        if skipped == 0 {
+            format!("{} -> {last}", self.head)
+        } else {
+            format!("{} -> … ({skipped} more) -> {last}", self.head)
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Runtime {
     objects: BTreeMap<ObjId, Object>,
@@ -381,7 +434,25 @@ impl Runtime {
     /// e.g. ``name `h` -> list `h` ``; objects with no chain are kept alive
     /// only by a cycle.
     pub fn retention(&self) -> BTreeMap<ObjId, String> {
-        let mut path: BTreeMap<ObjId, String> = BTreeMap::new();
+        let chains = self.chains();
+        let cycles = self.cycle_holders(&chains);
+        self.objects
+            .keys()
+            .map(|&id| {
+                let why = match chains.get(&id) {
+                    Some(chain) => chain.text(self),
+                    None => cycles.get(&id).cloned().unwrap_or_default(),
+                };
+                (id, why)
+            })
+            .collect()
+    }
+
+    /// The shortest chain from a root to every reachable object, found
+    /// breadth first. Each chain shares its first hops with its holder's, so
+    /// a deep chain costs no more than a short one.
+    fn chains(&self) -> BTreeMap<ObjId, Chain> {
+        let mut chains: BTreeMap<ObjId, Chain> = BTreeMap::new();
         let mut queue: VecDeque<ObjId> = VecDeque::new();
         let roots = self
             .namespace
@@ -393,8 +464,8 @@ impl Runtime {
                     .map(|&(h, id)| (id, h.describe().to_string())),
             );
         for (id, why) in roots {
-            if let Entry::Vacant(e) = path.entry(id) {
-                e.insert(why);
+            if let Entry::Vacant(e) = chains.entry(id) {
+                e.insert(Chain::root(why));
                 queue.push_back(id);
             }
         }
@@ -405,30 +476,37 @@ impl Runtime {
             if o.refs.is_empty() {
                 continue;
             }
-            let via = format!("{} -> {}", path[&id], self.describe(id));
+            let child = chains[&id].child(id, &self.describe(id));
             for &item in &o.refs {
-                if let Entry::Vacant(e) = path.entry(item) {
-                    e.insert(via.clone());
+                if let Entry::Vacant(e) = chains.entry(item) {
+                    e.insert(child.clone());
                     queue.push_back(item);
                 }
             }
         }
-        self.objects
-            .keys()
-            .map(|&id| {
-                let why = path.get(&id).cloned().unwrap_or_else(|| {
-                    let holders: Vec<String> = self
-                        .objects
-                        .iter()
-                        .filter(|(_, h)| h.refs.contains(&id))
-                        .map(|(&h, _)| self.describe(h))
-                        .collect();
-                    format!(
-                        "only a reference cycle (held by {}); gc.collect() frees it",
-                        holders.join(", ")
-                    )
-                });
-                (id, why)
+        chains
+    }
+
+    /// For objects no root reaches: who holds them (a few, then a count).
+    fn cycle_holders(&self, chains: &BTreeMap<ObjId, Chain>) -> BTreeMap<ObjId, String> {
+        let mut holders: BTreeMap<ObjId, Vec<ObjId>> = BTreeMap::new();
+        for (&h, o) in &self.objects {
+            for &target in o.refs.iter().filter(|t| !chains.contains_key(t)) {
+                holders.entry(target).or_default().push(h);
+            }
+        }
+        holders
+            .into_iter()
+            .map(|(id, by)| {
+                let mut names: Vec<String> = by.iter().take(3).map(|&h| self.describe(h)).collect();
+                if by.len() > 3 {
+                    names.push(format!("{} more", by.len() - 3));
+                }
+                let text = format!(
+                    "only a reference cycle (held by {}); gc.collect() frees it",
+                    names.join(", ")
+                );
+                (id, text)
             })
             .collect()
     }
@@ -603,5 +681,27 @@ mod tests {
         );
         assert_eq!(blocks(&rt.remove_ref(p, g)), vec![2]);
         rt.check_invariants().unwrap();
+    }
+
+    /// "Kept alive by" stays short however deep the chain: 1,500 nested
+    /// lists used to give quadratic text (85 MB messages).
+    #[test]
+    fn a_deep_chain_is_told_by_its_first_hops_and_its_last_holder() {
+        let mut rt = Runtime::new();
+        let x = tensor(&mut rt, 1, "x");
+        let mut prev = rt.new_list(&[x], false, "l0");
+        rt.drop_local(x);
+        for i in 1..1500 {
+            let l = rt.new_list(&[prev], false, &format!("l{i}"));
+            rt.drop_local(prev);
+            prev = l;
+        }
+        bound(&mut rt, prev, "h");
+        let why = rt.retention();
+        assert_eq!(
+            why[&x],
+            "name `h` -> list `l1499` -> list `l1498` -> list `l1497` -> list `l1496` -> … (1495 more) -> list `l0`"
+        );
+        assert!(why.values().all(|w| w.len() < 200));
     }
 }
