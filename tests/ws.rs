@@ -347,7 +347,7 @@ async fn cross_origin_and_missing_or_wrong_tokens_are_refused() {
     let mut o = options();
     o.access = Access {
         token: Some("letmein".into()),
-        allowed_origins: vec![],
+        ..Access::default()
     };
     let addr = start(o).await;
     let no_token = Client::try_connect(&addr, "", None).await;
@@ -501,4 +501,29 @@ async fn too_many_commands_a_second_are_refused() {
         }
     }
     assert!(limited >= 10, "{limited}");
+}
+
+/// DNS rebinding: a page served from `evil.example:PORT`, whose name now
+/// resolves to 127.0.0.1, connects with `Host` and `Origin` both
+/// `evil.example:PORT`. A loopback server answers only to loopback names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebound_host_is_refused_by_a_loopback_server() {
+    let mut o = options();
+    o.access.allowed_hosts =
+        vramlab_server::access::AllowedHosts::for_listener("127.0.0.1:0".parse().unwrap(), &[]);
+    let addr = start(o).await;
+    let port = addr.rsplit(':').next().unwrap();
+    let mut req = format!("ws://{addr}/ws").into_client_request().unwrap();
+    let evil = format!("evil.example:{port}");
+    req.headers_mut().insert("host", evil.parse().unwrap());
+    req.headers_mut()
+        .insert("origin", format!("http://{evil}").parse().unwrap());
+    let err = connect_async(req).await.unwrap_err().to_string();
+    assert!(err.contains("403"), "{err}");
+    // The same server by its own name works.
+    assert!(
+        Client::try_connect(&addr, "", Some(&format!("http://{addr}")))
+            .await
+            .is_ok()
+    );
 }

@@ -1,6 +1,8 @@
 //! Who may use the server: an optional access token (given once in the page
-//! URL, then kept in a cookie; never logged) and, for the websocket, an
-//! `Origin` allow-list that refuses cross-site connections.
+//! URL, then kept in a cookie; never logged), the `Host` names it answers to
+//! (a loopback server answers only to loopback names, so a DNS-rebound page
+//! cannot reach it), and, for the websocket, an `Origin` allow-list that
+//! refuses cross-site connections.
 
 use crate::metrics::Metrics;
 use axum::extract::{Request, State};
@@ -16,6 +18,49 @@ pub struct Access {
     pub token: Option<String>,
     /// Origins allowed to open the websocket; empty: the server's own.
     pub allowed_origins: Vec<String>,
+    pub allowed_hosts: AllowedHosts,
+}
+
+/// The `Host` names (without port) the server answers to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum AllowedHosts {
+    /// A server on the network, reached by whatever name.
+    #[default]
+    Any,
+    /// Only these (compared without case).
+    Only(Vec<String>),
+}
+
+/// The names a loopback address is reached by.
+pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
+
+impl AllowedHosts {
+    /// For a server listening on `addr`: loopback names (and `extra`) for a
+    /// loopback address; `extra` alone, or any name, otherwise.
+    pub fn for_listener(addr: std::net::SocketAddr, extra: &[String]) -> Self {
+        let mut names: Vec<String> = extra.iter().map(|h| h.to_ascii_lowercase()).collect();
+        if addr.ip().is_loopback() {
+            names.extend(LOOPBACK_HOSTS.iter().map(|h| h.to_string()));
+        } else if names.is_empty() {
+            return AllowedHosts::Any;
+        }
+        AllowedHosts::Only(names)
+    }
+
+    /// Whether a request's `Host` header (with or without a port) is one.
+    pub fn allows(&self, host: Option<&str>) -> bool {
+        let AllowedHosts::Only(names) = self else {
+            return true;
+        };
+        let Some(host) = host else {
+            return false;
+        };
+        let name = match host.rfind(':') {
+            Some(i) if !host[i..].contains(']') => &host[..i],
+            _ => host,
+        };
+        names.iter().any(|n| n.eq_ignore_ascii_case(name))
+    }
 }
 
 /// Compares without stopping at the first difference.
@@ -69,6 +114,21 @@ pub struct Guard {
 /// Checks the token on every request and the origin on the websocket.
 pub async fn guard(State(state): State<Guard>, req: Request, next: Next) -> Response {
     let access = &state.access;
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok());
+    if !access.allowed_hosts.allows(host) {
+        Metrics::inc(&state.metrics.refused);
+        return (
+            StatusCode::FORBIDDEN,
+            format!(
+                "403 Forbidden: this vramlab server does not answer to the host {}; start it with --allowed-host to add a name\n",
+                host.unwrap_or("(none)")
+            ),
+        )
+            .into_response();
+    }
     let mut set_cookie = None;
     if let Some(token) = &access.token {
         if query_token(&req).is_some_and(|t| same(&t, token)) {
@@ -120,11 +180,40 @@ mod tests {
         assert!(a.origin_allowed("http://127.0.0.1:8080", Some("127.0.0.1:8080")));
         assert!(!a.origin_allowed("http://evil.example", Some("127.0.0.1:8080")));
         let a = Access {
-            token: None,
             allowed_origins: vec!["https://class.example".into()],
+            ..Access::default()
         };
         assert!(a.origin_allowed("https://class.example", Some("x")));
         assert!(!a.origin_allowed("http://127.0.0.1:8080", Some("127.0.0.1:8080")));
+    }
+
+    /// DNS rebinding: a page at `evil.example:8080` whose name now points at
+    /// 127.0.0.1 sends `Host: evil.example:8080` (and a matching `Origin`).
+    #[test]
+    fn a_loopback_server_answers_only_to_loopback_names() {
+        let lo = AllowedHosts::for_listener("127.0.0.1:8080".parse().unwrap(), &[]);
+        for ok in [
+            "127.0.0.1:8080",
+            "localhost:8080",
+            "LOCALHOST",
+            "[::1]:8080",
+            "[::1]",
+        ] {
+            assert!(lo.allows(Some(ok)), "{ok}");
+        }
+        for bad in [
+            "evil.example:8080",
+            "evil.example",
+            "127.0.0.1.evil.example:8080",
+        ] {
+            assert!(!lo.allows(Some(bad)), "{bad}");
+        }
+        assert!(!lo.allows(None));
+        let all: std::net::SocketAddr = "0.0.0.0:8080".parse().unwrap();
+        assert_eq!(AllowedHosts::for_listener(all, &[]), AllowedHosts::Any);
+        let lab = AllowedHosts::for_listener(all, &["Lab.Example".into()]);
+        assert!(lab.allows(Some("lab.example:8080")));
+        assert!(!lab.allows(Some("evil.example:8080")));
     }
 
     #[test]

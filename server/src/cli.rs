@@ -72,6 +72,15 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub allowed_origins: Vec<String>,
+    /// Host names the server answers to besides loopback ones (repeat, or
+    /// comma-separate in the variable). A loopback server answers only to
+    /// loopback names; one on other addresses to any name unless given.
+    #[arg(
+        long = "allowed-host",
+        env = "VRAMLAB_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    pub allowed_hosts: Vec<String>,
     /// The most sessions the server holds at once.
     #[arg(long, env = "VRAMLAB_MAX_SESSIONS", default_value_t = 64)]
     pub max_sessions: usize,
@@ -104,6 +113,10 @@ impl ServeArgs {
             access: crate::access::Access {
                 token: self.token.clone().filter(|t| !t.is_empty()),
                 allowed_origins: self.allowed_origins.clone(),
+                allowed_hosts: crate::access::AllowedHosts::for_listener(
+                    self.addr,
+                    &self.allowed_hosts,
+                ),
             },
             limits: vramlab_shared::protocol::Limits {
                 max_message_bytes: self.max_message_bytes,

@@ -155,7 +155,7 @@ mod tests {
             dist: dist.to_path_buf(),
             access: Access {
                 token: token.map(str::to_string),
-                allowed_origins: vec![],
+                ..Access::default()
             },
             ..ServeOptions::default()
         };
