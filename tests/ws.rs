@@ -527,3 +527,36 @@ async fn a_rebound_host_is_refused_by_a_loopback_server() {
             .is_ok()
     );
 }
+
+/// A client that sends nothing, not even a pong to the server's pings, is
+/// closed after the idle time, so it cannot keep its session alive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_connection_is_closed_after_the_idle_time() {
+    let mut o = options();
+    o.keepalive = vramlab_server::app::Keepalive {
+        ping_every: std::time::Duration::from_millis(100),
+        idle: std::time::Duration::from_millis(300),
+    };
+    let addr = start(o).await;
+    let req = format!("ws://{addr}/ws").into_client_request().unwrap();
+    let (mut ws, _) = connect_async(req).await.unwrap();
+    // Read nothing (so no pong goes back) for well over the idle time.
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let (mut pings, mut closed) = (0, false);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while tokio::time::Instant::now() < deadline {
+        match tokio::time::timeout(std::time::Duration::from_secs(1), ws.next()).await {
+            Ok(Some(Ok(tokio_tungstenite::tungstenite::Message::Ping(_)))) => pings += 1,
+            Ok(Some(Ok(tokio_tungstenite::tungstenite::Message::Close(_))))
+            | Ok(None)
+            | Ok(Some(Err(_))) => {
+                closed = true;
+                break;
+            }
+            Ok(Some(Ok(_))) => {}
+            Err(_) => break,
+        }
+    }
+    assert!(pings >= 1, "the server pinged");
+    assert!(closed, "the server closed the silent connection");
+}

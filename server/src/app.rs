@@ -27,4 +27,23 @@ pub struct AppState {
     pub sessions: Arc<Sessions>,
     pub access: Arc<Access>,
     pub limits: Limits,
+    pub keepalive: Keepalive,
+}
+
+/// How a connection proves it is alive: the server pings every
+/// `ping_every`; one that sends nothing (not even a pong) for `idle` is
+/// closed, so a dead or stuck client cannot keep its session past its TTL.
+#[derive(Clone, Copy, Debug)]
+pub struct Keepalive {
+    pub ping_every: std::time::Duration,
+    pub idle: std::time::Duration,
+}
+
+impl Default for Keepalive {
+    fn default() -> Self {
+        Keepalive {
+            ping_every: std::time::Duration::from_secs(20),
+            idle: std::time::Duration::from_secs(60),
+        }
+    }
 }

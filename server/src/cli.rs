@@ -127,6 +127,7 @@ impl ServeArgs {
             },
             max_sessions: self.max_sessions,
             max_queue: self.max_queue.max(1),
+            keepalive: crate::app::Keepalive::default(),
         }
     }
 }

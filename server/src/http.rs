@@ -25,6 +25,7 @@ pub struct ServeOptions {
     pub limits: Limits,
     pub max_sessions: usize,
     pub max_queue: usize,
+    pub keepalive: crate::app::Keepalive,
 }
 
 impl Default for ServeOptions {
@@ -41,6 +42,7 @@ impl Default for ServeOptions {
             },
             max_sessions: 64,
             max_queue: 64,
+            keepalive: crate::app::Keepalive::default(),
         }
     }
 }
@@ -75,6 +77,7 @@ pub fn build(options: &ServeOptions, backend: Backend) -> anyhow::Result<Server>
         sessions: sessions.clone(),
         access: Arc::new(options.access.clone()),
         limits: options.limits.clone(),
+        keepalive: options.keepalive,
     };
     let index = ServeFile::new(options.dist.join("index.html"));
     let router = Router::new()

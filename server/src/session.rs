@@ -90,8 +90,13 @@ enum Job {
 
 struct Client {
     role: Role,
-    outbox: tmpsc::UnboundedSender<Wire>,
+    outbox: tmpsc::Sender<Wire>,
 }
+
+/// Messages waiting for one connection (results, errors); a client that
+/// lets this many pile up is too slow and is dropped, so no connection can
+/// make the server hold its messages without bound.
+pub const OUTBOX_MESSAGES: usize = 256;
 
 pub struct Session {
     pub id: String,
@@ -140,7 +145,7 @@ impl DeviceFactory for QuotaFactory {
 /// A registered connection: its id, its messages, and the live versions.
 pub struct Attachment {
     pub client: u64,
-    pub outbox: tmpsc::UnboundedReceiver<Wire>,
+    pub outbox: tmpsc::Receiver<Wire>,
     pub live: watch::Receiver<u64>,
 }
 
@@ -215,11 +220,11 @@ impl Session {
     /// Registers a connection.
     pub fn attach(&self, role: Role) -> Attachment {
         let client = self.next_client.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = tmpsc::unbounded_channel();
+        let (tx, rx) = tmpsc::channel(OUTBOX_MESSAGES);
         if role == Role::Owner {
             *self.detached_since.lock().expect("detach lock") = None;
             for msg in self.pending.lock().expect("pending lock").drain(..) {
-                let _ = tx.send(msg);
+                let _ = tx.try_send(msg);
             }
         }
         self.clients
@@ -252,16 +257,24 @@ impl Session {
 
     /// Sends a message to every client; keeps it for the owner when none
     /// is connected.
+    /// A client whose outbox is full is dropped (its connection ends).
     fn broadcast(&self, msg: Wire, keep_for_owner: bool) {
-        let clients = self.clients.lock().expect("clients lock");
-        let mut owner = false;
-        for c in clients.values() {
-            owner |= c.role == Role::Owner;
-            let _ = c.outbox.send(msg.clone());
-        }
+        let mut clients = self.clients.lock().expect("clients lock");
+        clients.retain(|_, c| match c.outbox.try_send(msg.clone()) {
+            Err(tmpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(session = %&self.id[..8], "a client reads too slowly: dropped");
+                false
+            }
+            _ => true,
+        });
+        let owner = clients.values().any(|c| c.role == Role::Owner);
         drop(clients);
         if keep_for_owner && !owner {
-            self.pending.lock().expect("pending lock").push(msg);
+            let mut pending = self.pending.lock().expect("pending lock");
+            if pending.len() == OUTBOX_MESSAGES {
+                pending.remove(0);
+            }
+            pending.push(msg);
         }
     }
 
@@ -321,7 +334,7 @@ impl Session {
         });
         let mut clients = self.clients.lock().expect("clients lock");
         for c in clients.values() {
-            let _ = c.outbox.send(msg.clone());
+            let _ = c.outbox.try_send(msg.clone());
         }
         clients.clear();
     }

@@ -146,9 +146,12 @@ async fn connection(socket: WebSocket, query: WsQuery, state: AppState) {
     let mut rate = RateLimit::new(state.limits.commands_per_second);
     let max = state.limits.max_message_bytes as usize;
     let mut ok = send(&mut sink, &hello).await && send(&mut sink, &first).await;
+    let mut heard = tokio::time::Instant::now();
+    let mut keepalive = tokio::time::interval(state.keepalive.ping_every);
     while ok {
         tokio::select! {
             incoming = stream.next() => {
+                heard = tokio::time::Instant::now();
                 let text = match incoming {
                     Some(Ok(Message::Text(t))) => t.to_string(),
                     Some(Ok(Message::Binary(b))) => String::from_utf8_lossy(&b).into_owned(),
@@ -163,6 +166,14 @@ async fn connection(socket: WebSocket, query: WsQuery, state: AppState) {
                 Some(msg) => ok = send(&mut sink, &msg).await,
                 None => break,
             },
+            _ = keepalive.tick() => {
+                // A client that answers nothing (not even a ping) is gone.
+                if heard.elapsed() > state.keepalive.idle {
+                    tracing::info!(session = %&session.id[..8], "idle connection closed");
+                    break;
+                }
+                ok = write(&mut sink, Message::Ping(Vec::new().into())).await;
+            }
             changed = attachment.live.changed(), if client.subscribed => {
                 if changed.is_err() {
                     break;
@@ -182,10 +193,22 @@ async fn connection(socket: WebSocket, query: WsQuery, state: AppState) {
     tracing::info!(session = %&session.id[..8], ?role, "disconnected");
 }
 
+/// How long one message may take to go out; a client that does not read
+/// is disconnected rather than held.
+const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 async fn send(sink: &mut futures_util::stream::SplitSink<WebSocket, Message>, msg: &Wire) -> bool {
-    sink.send(Message::Text(msg.to_string().into()))
-        .await
-        .is_ok()
+    write(sink, Message::Text(msg.to_string().into())).await
+}
+
+async fn write(
+    sink: &mut futures_util::stream::SplitSink<WebSocket, Message>,
+    msg: Message,
+) -> bool {
+    matches!(
+        tokio::time::timeout(WRITE_TIMEOUT, sink.send(msg)).await,
+        Ok(Ok(()))
+    )
 }
 
 /// What this connection last received of the live state.

@@ -62,3 +62,41 @@ fn the_session_map_stays_free_while_a_session_starts() {
     assert!(sessions.get(&session.id).is_some());
     session.shut_down();
 }
+
+fn sim_sessions() -> Arc<Sessions> {
+    let config = SessionConfig {
+        ttl: Duration::from_secs(60),
+        snapshot_interval: Duration::from_millis(33),
+        max_queue: 8,
+        max_sessions: 4,
+        quota: None,
+        limits: crate::http::ServeOptions::default().limits,
+    };
+    let backend = crate::backend::select(crate::backend::DeviceChoice::Sim).unwrap();
+    Arc::new(Sessions::new(backend, config, Arc::new(Metrics::default())))
+}
+
+/// A connection that never reads: its outbox fills to its bound, then the
+/// client is dropped (its channel closes) instead of the server holding
+/// every later message for it. What waits for an absent owner is bounded too.
+#[test]
+fn a_client_that_does_not_read_is_dropped_at_its_outbox_bound() {
+    let sessions = sim_sessions();
+    let session = sessions.create().unwrap();
+    let mut stuck = session.attach(Role::Watcher);
+    let msg: Wire = Arc::from("{}");
+    for _ in 0..=OUTBOX_MESSAGES {
+        session.broadcast(msg.clone(), false);
+    }
+    assert!(session.clients.lock().unwrap().is_empty());
+    let mut waiting = 0;
+    while stuck.outbox.try_recv().is_ok() {
+        waiting += 1;
+    }
+    assert_eq!(waiting, OUTBOX_MESSAGES);
+    for _ in 0..2 * OUTBOX_MESSAGES {
+        session.broadcast(msg.clone(), true);
+    }
+    assert_eq!(session.pending.lock().unwrap().len(), OUTBOX_MESSAGES);
+    session.shut_down();
+}
