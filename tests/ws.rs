@@ -560,3 +560,61 @@ async fn a_silent_connection_is_closed_after_the_idle_time() {
     assert!(pings >= 1, "the server pinged");
     assert!(closed, "the server closed the silent connection");
 }
+
+/// Stopping the server (SIGTERM or Ctrl-C end `serve_until`'s future): a
+/// running command is stopped and answered, then the connection gets a
+/// close frame with 1001 (going away).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_the_server_answers_running_commands_and_says_going_away() {
+    let server = build(&options(), select(DeviceChoice::Sim).unwrap()).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = format!("127.0.0.1:{}", listener.local_addr().unwrap().port());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(vramlab_server::http::serve_until(listener, server, async {
+        let _ = stopped.await;
+    }));
+    let mut c = Client::connect(&addr, "").await;
+    for (id, cmd) in [
+        (1, json!({"cmd":"model","name":"m","layers":2,"width":512})),
+        (
+            2,
+            json!({"cmd":"optimizer","name":"o","model":"m","kind":"adam"}),
+        ),
+        (3, json!({"cmd":"data","name":"d"})),
+    ] {
+        assert_eq!(c.command(id, cmd).await["ok"], true);
+    }
+    c.send(json!({"type":"command","id":4,"command":
+        {"cmd":"train","model":"m","optimizer":"o","data":"d","steps":1000000,"batch_size":64}}))
+        .await;
+    // Wait until the run is under way, then stop the server.
+    loop {
+        if c.recv().await["type"] == "progress" {
+            break;
+        }
+    }
+    stop.send(()).unwrap();
+    let result = loop {
+        let m = c.recv().await;
+        if m["type"] == "result" && m["id"] == 4 {
+            break m;
+        }
+    };
+    assert_eq!(result["value"]["stopped"], true);
+    let close = loop {
+        match tokio::time::timeout(WAIT, c.ws.next())
+            .await
+            .expect("in time")
+        {
+            Some(Ok(Message::Close(frame))) => break frame,
+            Some(Ok(_)) => continue,
+            other => panic!("no close frame: {other:?}"),
+        }
+    };
+    assert_eq!(u16::from(close.expect("a close frame").code), 1001);
+    tokio::time::timeout(WAIT, serving)
+        .await
+        .expect("the server stops")
+        .unwrap()
+        .unwrap();
+}

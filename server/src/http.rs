@@ -105,8 +105,12 @@ pub async fn serve(listener: tokio::net::TcpListener, server: Server) -> std::io
     serve_until(listener, server, std::future::pending()).await
 }
 
-/// Serves until `shutdown` completes; then every session ends and its
-/// connections close.
+/// How long running commands get to answer when the server stops.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Serves until `shutdown` completes; then running commands are stopped
+/// and answered (within [`SHUTDOWN_GRACE`]), every session ends, and its
+/// connections close with 1001 (going away).
 pub async fn serve_until(
     listener: tokio::net::TcpListener,
     server: Server,
@@ -128,7 +132,8 @@ pub async fn serve_until(
     let result = axum::serve(listener, server.router)
         .with_graceful_shutdown(async move {
             shutdown.await;
-            sessions.shut_down_all();
+            let drain = move || sessions.drain_and_shut_down(SHUTDOWN_GRACE);
+            let _ = tokio::task::spawn_blocking(drain).await;
         })
         .await;
     reaper.abort();

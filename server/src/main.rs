@@ -86,10 +86,34 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             "vramlab serving on http://{local}"
         );
         http::serve_until(listener, server, async {
-            let _ = tokio::signal::ctrl_c().await;
+            shutdown_signal().await;
             tracing::info!("shutting down");
         })
         .await?;
         Ok(())
     })
+}
+
+/// SIGINT (Ctrl-C) or, on Unix, SIGTERM (what service managers and
+/// container runtimes send).
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

@@ -527,6 +527,26 @@ impl Sessions {
     }
 
     /// Drops every session (server shutdown).
+    /// The server is stopping: running commands are asked to stop and get
+    /// up to `grace` to answer; then every session ends.
+    pub fn drain_and_shut_down(&self, grace: Duration) {
+        let all: Vec<Arc<Session>> = self
+            .map
+            .lock()
+            .expect("sessions lock")
+            .values()
+            .cloned()
+            .collect();
+        for s in &all {
+            s.stop.store(true, Ordering::SeqCst);
+        }
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline && all.iter().any(|s| s.queued.load(Ordering::SeqCst) > 0) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.shut_down_all();
+    }
+
     pub fn shut_down_all(&self) {
         let all: Vec<Arc<Session>> = self
             .map

@@ -164,7 +164,15 @@ async fn connection(socket: WebSocket, query: WsQuery, state: AppState) {
             }
             out = attachment.outbox.recv() => match out {
                 Some(msg) => ok = send(&mut sink, &msg).await,
-                None => break,
+                None => {
+                    // The session ended (the server stops, or it expired).
+                    let close = axum::extract::ws::CloseFrame {
+                        code: axum::extract::ws::close_code::AWAY,
+                        reason: "closed by the server".into(),
+                    };
+                    let _ = write(&mut sink, Message::Close(Some(close))).await;
+                    break;
+                }
             },
             _ = keepalive.tick() => {
                 // A client that answers nothing (not even a ping) is gone.
