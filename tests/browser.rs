@@ -229,7 +229,9 @@ async fn the_playground_in_a_browser() {
     let results = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
     let sink = results.clone();
     let listener = tokio::spawn(async move {
-        while let Some(Ok(Message::Text(t))) = ws.next().await {
+        // Pings (the server's keepalive) and other frames are skipped.
+        while let Some(Ok(msg)) = ws.next().await {
+            let Message::Text(t) = msg else { continue };
             let v: Value = serde_json::from_str(&t).unwrap();
             if v["type"] == "result" {
                 sink.lock()
