@@ -304,6 +304,14 @@ async fn malformed_messages_get_errors_and_change_nothing() {
             "{text}: {m}"
         );
     }
+    // A message that is not valid but has an id gets its error under it.
+    c.send_text("{\"type\":\"command\",\"id\":9,\"bogus\":1,\"command\":{\"cmd\":\"gc\"}}")
+        .await;
+    let m = c.recv_type("error").await;
+    assert_eq!(
+        (m["id"].clone(), m["error"]["kind"].clone()),
+        (json!(9), json!("bad_message"))
+    );
     let big = format!(
         "{{\"type\":\"ping\",\"nonce\":1,\"pad\":\"{}\"}}",
         "x".repeat(70_000)

@@ -293,6 +293,14 @@ impl ClientState {
     }
 }
 
+/// The `id` of a message that is JSON but not a valid client message.
+fn message_id(text: &str) -> Option<u64> {
+    serde_json::from_str::<serde_json::Value>(text)
+        .ok()?
+        .get("id")?
+        .as_u64()
+}
+
 /// Handles one client message; returns the direct reply, if any.
 fn handle(
     text: &str,
@@ -316,7 +324,11 @@ fn handle(
     }
     let msg = match parse_client_message(text) {
         Ok(m) => m,
-        Err(e) => return Some(wire(&ServerMessage::Error { id: None, error: e })),
+        Err(e) => {
+            // The id, when the message has one, lets the client match it.
+            let id = message_id(text);
+            return Some(wire(&ServerMessage::Error { id, error: e }));
+        }
     };
     match msg {
         ClientMessage::Ping { nonce } => Some(wire(&ServerMessage::Pong { nonce })),
