@@ -42,6 +42,10 @@ pub struct SessionConfig {
     pub limits: Limits,
 }
 
+/// How long a session that never ran a command outlives its owner's
+/// connection (at most; the TTL when shorter).
+pub const UNUSED_GRACE: Duration = Duration::from_secs(30);
+
 /// A message already serialized once for every client.
 pub type Wire = Arc<str>;
 
@@ -112,6 +116,8 @@ pub struct Session {
     live_tx: watch::Sender<u64>,
     /// When the last owner left (None while one is connected).
     detached_since: Mutex<Option<Instant>>,
+    /// A command was ever submitted.
+    used: AtomicBool,
     hello: Mutex<(Settings, vramlab_shared::device::DeviceInfo)>,
     config: SessionConfig,
     backend_name: &'static str,
@@ -183,6 +189,7 @@ impl Session {
             }),
             live_tx,
             detached_since: Mutex::new(Some(Instant::now())),
+            used: AtomicBool::new(false),
             hello: Mutex::new((engine.settings().clone(), engine.device_info())),
             config,
             backend_name: backend.name,
@@ -280,6 +287,7 @@ impl Session {
 
     /// Queues a command; refuses when the queue is full.
     pub fn submit(&self, id: u64, line: Box<CommandLine>) -> Result<(), ConnectionError> {
+        self.used.store(true, Ordering::SeqCst);
         let queued = self.queued.fetch_add(1, Ordering::SeqCst);
         if queued >= self.config.max_queue {
             self.queued.fetch_sub(1, Ordering::SeqCst);
@@ -313,11 +321,19 @@ impl Session {
         self.live.lock().expect("live lock")
     }
 
+    /// Whether the session has been without its owner for longer than it
+    /// may: the TTL, or [`UNUSED_GRACE`] for one that never ran a command
+    /// (so connect-and-drop cannot hold every slot for a whole TTL).
     fn expired(&self, now: Instant) -> bool {
+        let ttl = if self.used.load(Ordering::SeqCst) {
+            self.config.ttl
+        } else {
+            self.config.ttl.min(UNUSED_GRACE)
+        };
         self.detached_since
             .lock()
             .expect("detach lock")
-            .is_some_and(|t| now.duration_since(t) >= self.config.ttl)
+            .is_some_and(|t| now.duration_since(t) >= ttl)
     }
 
     /// Ends the session: the engine stops after its current step, its

@@ -100,3 +100,23 @@ fn a_client_that_does_not_read_is_dropped_at_its_outbox_bound() {
     assert_eq!(session.pending.lock().unwrap().len(), OUTBOX_MESSAGES);
     session.shut_down();
 }
+
+/// Connect-and-drop: a session that never ran a command goes after 30 s
+/// without its owner, not after the whole TTL (60 s here); a used one stays
+/// for the TTL.
+#[test]
+fn an_unused_session_goes_sooner_than_a_used_one() {
+    let sessions = sim_sessions();
+    let idle = sessions.create().unwrap();
+    let used = sessions.create().unwrap();
+    let line = Box::new(vramlab_shared::command::parse_line(r#"{"cmd":"gc"}"#));
+    used.submit(1, line).unwrap();
+    let now = Instant::now();
+    let later = |s: u64| now + Duration::from_secs(s);
+    assert!(!idle.expired(later(29)));
+    assert!(idle.expired(later(31)));
+    assert!(!used.expired(later(31)));
+    assert!(used.expired(later(61)));
+    idle.shut_down();
+    used.shut_down();
+}
