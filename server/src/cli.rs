@@ -84,6 +84,10 @@ pub struct ServeArgs {
     /// The most sessions the server holds at once.
     #[arg(long, env = "VRAMLAB_MAX_SESSIONS", default_value_t = 64)]
     pub max_sessions: usize,
+    /// The most sessions one client address may hold at once (0: no limit;
+    /// behind a reverse proxy every client has the proxy's address).
+    #[arg(long, env = "VRAMLAB_MAX_SESSIONS_PER_CLIENT", default_value_t = 8)]
+    pub max_sessions_per_client: usize,
     /// How long a session outlives its dropped connection, in seconds.
     #[arg(long, env = "VRAMLAB_SESSION_TTL_SECS", default_value_t = 300)]
     pub session_ttl_secs: u64,
@@ -126,6 +130,7 @@ impl ServeArgs {
                 session_quota_bytes: self.session_quota_bytes,
             },
             max_sessions: self.max_sessions,
+            max_sessions_per_client: self.max_sessions_per_client,
             max_queue: self.max_queue.max(1),
             keepalive: crate::app::Keepalive::default(),
         }

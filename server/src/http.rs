@@ -24,6 +24,8 @@ pub struct ServeOptions {
     pub access: Access,
     pub limits: Limits,
     pub max_sessions: usize,
+    /// The most sessions one client address may hold; 0: no limit.
+    pub max_sessions_per_client: usize,
     pub max_queue: usize,
     pub keepalive: crate::app::Keepalive,
 }
@@ -41,6 +43,7 @@ impl Default for ServeOptions {
                 session_quota_bytes: None,
             },
             max_sessions: 64,
+            max_sessions_per_client: 8,
             max_queue: 64,
             keepalive: crate::app::Keepalive::default(),
         }
@@ -68,6 +71,7 @@ pub fn build(options: &ServeOptions, backend: Backend) -> anyhow::Result<Server>
         snapshot_interval: Duration::from_millis(options.limits.snapshot_interval_ms),
         max_queue: options.max_queue,
         max_sessions: options.max_sessions,
+        max_per_client: options.max_sessions_per_client,
         quota: options.limits.session_quota_bytes,
         limits: options.limits.clone(),
     };
@@ -129,7 +133,10 @@ pub async fn serve_until(
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    let result = axum::serve(listener, server.router)
+    let app = server
+        .router
+        .into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let result = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;
             let drain = move || sessions.drain_and_shut_down(SHUTDOWN_GRACE);

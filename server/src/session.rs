@@ -12,6 +12,7 @@
 use crate::backend::Backend;
 use crate::metrics::{Gauges, Metrics};
 use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -38,6 +39,8 @@ pub struct SessionConfig {
     pub snapshot_interval: Duration,
     pub max_queue: usize,
     pub max_sessions: usize,
+    /// The most sessions one client address may hold; 0: no limit.
+    pub max_per_client: usize,
     pub quota: Option<u64>,
     pub limits: Limits,
 }
@@ -118,6 +121,8 @@ pub struct Session {
     detached_since: Mutex<Option<Instant>>,
     /// A command was ever submitted.
     used: AtomicBool,
+    /// The address of the client that made it, when known.
+    client: Option<IpAddr>,
     hello: Mutex<(Settings, vramlab_shared::device::DeviceInfo)>,
     config: SessionConfig,
     backend_name: &'static str,
@@ -160,6 +165,7 @@ impl Session {
         backend: &Backend,
         config: SessionConfig,
         metrics: Arc<Metrics>,
+        client: Option<IpAddr>,
     ) -> anyhow::Result<Arc<Session>> {
         let factory = QuotaFactory {
             inner: backend.factory(),
@@ -190,6 +196,7 @@ impl Session {
             live_tx,
             detached_since: Mutex::new(Some(Instant::now())),
             used: AtomicBool::new(false),
+            client,
             hello: Mutex::new((engine.settings().clone(), engine.device_info())),
             config,
             backend_name: backend.name,
@@ -464,9 +471,18 @@ impl Sessions {
     /// one (a CUDA context, a thread) blocks: call it off the async runtime.
     /// The global map is locked only to check the limit and to insert.
     pub fn create(&self) -> Result<Arc<Session>, ConnectionError> {
+        self.create_for(None)
+    }
+
+    /// [`Sessions::create`] for a client at `client`, which may hold at most
+    /// `max_per_client` sessions. Loopback clients are not counted: they are
+    /// this machine's users, or a reverse proxy speaking for everyone.
+    pub fn create_for(&self, client: Option<IpAddr>) -> Result<Arc<Session>, ConnectionError> {
         self.check_limit()?;
-        let session = Session::new(&self.backend, self.config.clone(), self.metrics.clone())
-            .map_err(|e| {
+        self.check_client(client)?;
+        let config = self.config.clone();
+        let session =
+            Session::new(&self.backend, config, self.metrics.clone(), client).map_err(|e| {
                 ConnectionError::new(
                     ConnectionErrorKind::ServerError,
                     format!("the server could not start a session: {e}"),
@@ -481,6 +497,30 @@ impl Sessions {
         map.insert(session.id.clone(), session.clone());
         Metrics::inc(&self.metrics.sessions_created);
         Ok(session)
+    }
+
+    fn check_client(&self, client: Option<IpAddr>) -> Result<(), ConnectionError> {
+        let (Some(ip), max) = (client, self.config.max_per_client) else {
+            return Ok(());
+        };
+        if ip.is_loopback() {
+            return Ok(());
+        }
+        let held = self
+            .map
+            .lock()
+            .expect("sessions lock")
+            .values()
+            .filter(|s| s.client == Some(ip))
+            .count();
+        if max > 0 && held >= max {
+            Metrics::inc(&self.metrics.refused);
+            return Err(ConnectionError::new(
+                ConnectionErrorKind::SessionLimit,
+                format!("your address already holds {held} sessions, the most one client may; reconnect to one of them (?session=) or wait for one to expire"),
+            ));
+        }
+        Ok(())
     }
 
     fn check_limit(&self) -> Result<(), ConnectionError> {

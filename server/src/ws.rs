@@ -39,13 +39,15 @@ pub async fn ws_handler(
     ws: WebSocketUpgrade,
     Query(query): Query<WsQuery>,
     State(state): State<AppState>,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
 ) -> Response {
+    let client = peer.map(|axum::Extension(axum::extract::ConnectInfo(addr))| addr.ip());
     // Frames up to 4x the limit reach us, so a client is told its message
     // was too large instead of being cut off; beyond that the socket closes.
     let hard = state.limits.max_message_bytes.saturating_mul(4) as usize;
     ws.max_message_size(hard)
         .max_frame_size(hard)
-        .on_upgrade(move |socket| connection(socket, query, state))
+        .on_upgrade(move |socket| connection(socket, query, state, client))
 }
 
 /// A token bucket: `rate` commands a second, bursts of `rate`.
@@ -87,7 +89,11 @@ fn error_msg(id: Option<u64>, kind: ConnectionErrorKind, message: impl Into<Stri
 
 /// Finds or makes the session this connection belongs to. A new session
 /// starts on a blocking thread: it may create a CUDA context.
-async fn resolve(state: &AppState, query: &WsQuery) -> Result<(Arc<Session>, Role, bool), Wire> {
+async fn resolve(
+    state: &AppState,
+    query: &WsQuery,
+    client: Option<std::net::IpAddr>,
+) -> Result<(Arc<Session>, Role, bool), Wire> {
     if let Some(watch) = &query.watch {
         return state
             .sessions
@@ -109,7 +115,7 @@ async fn resolve(state: &AppState, query: &WsQuery) -> Result<(Arc<Session>, Rol
             .ok_or_else(|| error_msg(None, ConnectionErrorKind::UnknownSession, format!("session {id} is not known: it expired or never existed; connect without ?session= for a new one")));
     }
     let sessions = state.sessions.clone();
-    let created = tokio::task::spawn_blocking(move || sessions.create())
+    let created = tokio::task::spawn_blocking(move || sessions.create_for(client))
         .await
         .unwrap_or_else(|e| {
             Err(ConnectionError::new(
@@ -122,9 +128,14 @@ async fn resolve(state: &AppState, query: &WsQuery) -> Result<(Arc<Session>, Rol
         .map_err(|e| wire(&ServerMessage::Error { id: None, error: e }))
 }
 
-async fn connection(socket: WebSocket, query: WsQuery, state: AppState) {
+async fn connection(
+    socket: WebSocket,
+    query: WsQuery,
+    state: AppState,
+    client: Option<std::net::IpAddr>,
+) {
     let (mut sink, mut stream) = socket.split();
-    let (session, role, resumed) = match resolve(&state, &query).await {
+    let (session, role, resumed) = match resolve(&state, &query, client).await {
         Ok(found) => found,
         Err(msg) => {
             let _ = sink.send(Message::Text(msg.to_string().into())).await;

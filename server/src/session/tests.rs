@@ -43,6 +43,7 @@ fn the_session_map_stays_free_while_a_session_starts() {
         snapshot_interval: Duration::from_millis(33),
         max_queue: 8,
         max_sessions: 4,
+        max_per_client: 0,
         quota: None,
         limits: crate::http::ServeOptions::default().limits,
     };
@@ -69,6 +70,7 @@ fn sim_sessions() -> Arc<Sessions> {
         snapshot_interval: Duration::from_millis(33),
         max_queue: 8,
         max_sessions: 4,
+        max_per_client: 2,
         quota: None,
         limits: crate::http::ServeOptions::default().limits,
     };
@@ -119,4 +121,28 @@ fn an_unused_session_goes_sooner_than_a_used_one() {
     assert!(used.expired(later(61)));
     idle.shut_down();
     used.shut_down();
+}
+
+/// One address may hold `max_per_client` sessions (2 here); others, and
+/// loopback clients (a local proxy speaks for everyone), are not held back.
+#[test]
+fn one_client_address_holds_a_bounded_number_of_sessions() {
+    let sessions = sim_sessions();
+    let ip = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+    let mut made = Vec::new();
+    for _ in 0..2 {
+        made.push(sessions.create_for(ip("203.0.113.7")).unwrap());
+    }
+    let refused = sessions.create_for(ip("203.0.113.7")).unwrap_err();
+    assert_eq!(refused.kind, ConnectionErrorKind::SessionLimit);
+    assert!(
+        refused.message.contains("already holds 2 sessions"),
+        "{}",
+        refused.message
+    );
+    made.push(sessions.create_for(ip("198.51.100.1")).unwrap());
+    made.push(sessions.create_for(ip("127.0.0.1")).unwrap());
+    for s in made {
+        s.shut_down();
+    }
 }
