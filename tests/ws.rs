@@ -626,3 +626,45 @@ async fn stopping_the_server_answers_running_commands_and_says_going_away() {
         .unwrap()
         .unwrap();
 }
+
+/// Half-sent requests cannot hold the server: with room for two
+/// connections, two clients that send half a request are closed after the
+/// idle time, and a third gets its `/healthz`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_sent_requests_are_closed_and_others_get_through() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut o = options();
+    o.connections = vramlab_server::listener::ConnectionLimits {
+        max_connections: 2,
+        read_idle: Duration::from_millis(400),
+    };
+    let addr = start(o).await;
+    let mut stuck = Vec::new();
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(&addr).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            .await
+            .unwrap();
+        stuck.push(s);
+    }
+    let started = std::time::Instant::now();
+    let mut c = TcpStream::connect(&addr).await.unwrap();
+    c.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut reply = String::new();
+    tokio::time::timeout(WAIT, c.read_to_string(&mut reply))
+        .await
+        .expect("served in time")
+        .unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "it waited for a slot"
+    );
+    for mut s in stuck {
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(WAIT, s.read_to_end(&mut rest)).await;
+        assert!(read.is_ok(), "the half-sent connection was closed");
+    }
+}

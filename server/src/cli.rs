@@ -88,6 +88,9 @@ pub struct ServeArgs {
     /// behind a reverse proxy every client has the proxy's address).
     #[arg(long, env = "VRAMLAB_MAX_SESSIONS_PER_CLIENT", default_value_t = 8)]
     pub max_sessions_per_client: usize,
+    /// The most TCP connections open at once; more wait to be accepted.
+    #[arg(long, env = "VRAMLAB_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub max_connections: usize,
     /// How long a session outlives its dropped connection, in seconds.
     #[arg(long, env = "VRAMLAB_SESSION_TTL_SECS", default_value_t = 300)]
     pub session_ttl_secs: u64,
@@ -133,6 +136,10 @@ impl ServeArgs {
             max_sessions_per_client: self.max_sessions_per_client,
             max_queue: self.max_queue.max(1),
             keepalive: crate::app::Keepalive::default(),
+            connections: crate::listener::ConnectionLimits {
+                max_connections: self.max_connections,
+                ..Default::default()
+            },
         }
     }
 }

@@ -28,6 +28,7 @@ pub struct ServeOptions {
     pub max_sessions_per_client: usize,
     pub max_queue: usize,
     pub keepalive: crate::app::Keepalive,
+    pub connections: crate::listener::ConnectionLimits,
 }
 
 impl Default for ServeOptions {
@@ -46,6 +47,7 @@ impl Default for ServeOptions {
             max_sessions_per_client: 8,
             max_queue: 64,
             keepalive: crate::app::Keepalive::default(),
+            connections: crate::listener::ConnectionLimits::default(),
         }
     }
 }
@@ -54,6 +56,7 @@ impl Default for ServeOptions {
 pub struct Server {
     pub router: Router,
     pub sessions: Arc<Sessions>,
+    pub connections: crate::listener::ConnectionLimits,
 }
 
 pub fn build(options: &ServeOptions, backend: Backend) -> anyhow::Result<Server> {
@@ -101,7 +104,12 @@ pub fn build(options: &ServeOptions, backend: Backend) -> anyhow::Result<Server>
             tracing::info_span!("http", method = %req.method(), path = %req.uri().path())
         }))
         .with_state(state);
-    Ok(Server { router, sessions })
+    let connections = options.connections;
+    Ok(Server {
+        router,
+        sessions,
+        connections,
+    })
 }
 
 /// Serves until the listener closes, dropping expired sessions meanwhile.
@@ -133,9 +141,10 @@ pub async fn serve_until(
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
     });
+    let listener = crate::listener::Capped::new(listener, server.connections);
     let app = server
         .router
-        .into_make_service_with_connect_info::<std::net::SocketAddr>();
+        .into_make_service_with_connect_info::<crate::listener::Peer>();
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;

@@ -17,6 +17,7 @@ pub mod backend;
 pub mod cli;
 pub mod cuda;
 pub mod http;
+pub mod listener;
 pub mod metrics;
 pub mod runner;
 pub mod session;

@@ -39,9 +39,9 @@ pub async fn ws_handler(
     ws: WebSocketUpgrade,
     Query(query): Query<WsQuery>,
     State(state): State<AppState>,
-    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<crate::listener::Peer>>>,
 ) -> Response {
-    let client = peer.map(|axum::Extension(axum::extract::ConnectInfo(addr))| addr.ip());
+    let client = peer.map(|axum::Extension(axum::extract::ConnectInfo(peer))| peer.0.ip());
     // Frames up to 4x the limit reach us, so a client is told its message
     // was too large instead of being cut off; beyond that the socket closes.
     let hard = state.limits.max_message_bytes.saturating_mul(4) as usize;

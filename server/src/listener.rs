@@ -1,0 +1,146 @@
+//! The TCP side of `serve`: at most `max_connections` open at once (the
+//! rest wait in the kernel's backlog), and a connection that sends nothing
+//! for `read_idle` is closed, so half-sent requests cannot hold file
+//! descriptors or slots (a slow-header attack). Websockets stay busy: the
+//! server pings every 20 s and clients answer.
+
+use axum::serve::Listener;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
+
+/// Connection limits.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectionLimits {
+    pub max_connections: usize,
+    pub read_idle: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            max_connections: 1024,
+            read_idle: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A listener that hands out at most `max_connections` connections.
+pub struct Capped<L> {
+    inner: L,
+    permits: Arc<Semaphore>,
+    read_idle: Duration,
+}
+
+impl<L> Capped<L> {
+    pub fn new(inner: L, limits: ConnectionLimits) -> Self {
+        Capped {
+            inner,
+            permits: Arc::new(Semaphore::new(limits.max_connections.max(1))),
+            read_idle: limits.read_idle,
+        }
+    }
+}
+
+impl<L: Listener> Listener for Capped<L>
+where
+    L::Io: Unpin,
+{
+    type Io = Guarded<L::Io>;
+    type Addr = L::Addr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        let permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        let (io, addr) = self.inner.accept().await;
+        let idle = Box::pin(tokio::time::sleep(self.read_idle));
+        let io = Guarded {
+            io,
+            idle,
+            read_idle: self.read_idle,
+            _permit: permit,
+        };
+        (io, addr)
+    }
+
+    fn local_addr(&self) -> io::Result<Self::Addr> {
+        self.inner.local_addr()
+    }
+}
+
+/// One connection: it holds its slot until dropped, and reading fails once
+/// nothing arrived for `read_idle`.
+pub struct Guarded<T> {
+    io: T,
+    idle: Pin<Box<Sleep>>,
+    read_idle: Duration,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.io).poll_read(cx, buf) {
+            Poll::Ready(result) => {
+                if buf.filled().len() > before {
+                    let deadline = Instant::now() + self.read_idle;
+                    self.idle.as_mut().reset(deadline);
+                }
+                Poll::Ready(result)
+            }
+            Poll::Pending => match self.idle.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the client sent nothing for too long",
+                ))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// The client's address, as handlers see it (`ConnectInfo<Peer>`).
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub std::net::SocketAddr);
+
+impl<L> axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Capped<L>>> for Peer
+where
+    L: Listener<Addr = std::net::SocketAddr>,
+    L::Io: Unpin,
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, Capped<L>>) -> Self {
+        Peer(*stream.remote_addr())
+    }
+}
