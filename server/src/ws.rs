@@ -146,12 +146,7 @@ async fn connection(
     Metrics::inc(&state.sessions.metrics.connections);
     tracing::info!(session = %&session.id[..8], ?role, resumed, "connected");
     let mut attachment = session.attach(role);
-    let mut client = ClientState {
-        subscribed: true,
-        last_snapshot: None,
-        last_version: 0,
-        last_event: None,
-    };
+    let mut client = ClientState::new();
     let hello = wire(&session.hello(role, resumed));
     let first = client.full_snapshot(&session);
     let mut rate = RateLimit::new(state.limits.commands_per_second);
@@ -177,11 +172,7 @@ async fn connection(
                 Some(msg) => ok = send(&mut sink, &msg).await,
                 None => {
                     // The session ended (the server stops, or it expired).
-                    let close = axum::extract::ws::CloseFrame {
-                        code: axum::extract::ws::close_code::AWAY,
-                        reason: "closed by the server".into(),
-                    };
-                    let _ = write(&mut sink, Message::Close(Some(close))).await;
+                    close_going_away(&mut sink).await;
                     break;
                 }
             },
@@ -204,12 +195,18 @@ async fn connection(
         }
     }
     session.detach(attachment.client);
-    state
-        .sessions
-        .metrics
-        .connections
-        .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    let connections = &state.sessions.metrics.connections;
+    connections.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     tracing::info!(session = %&session.id[..8], ?role, "disconnected");
+}
+
+/// Closes with 1001 (going away).
+async fn close_going_away(sink: &mut futures_util::stream::SplitSink<WebSocket, Message>) {
+    let close = axum::extract::ws::CloseFrame {
+        code: axum::extract::ws::close_code::AWAY,
+        reason: "closed by the server".into(),
+    };
+    let _ = write(sink, Message::Close(Some(close))).await;
 }
 
 /// How long one message may take to go out; a client that does not read
@@ -239,6 +236,15 @@ struct ClientState {
 }
 
 impl ClientState {
+    fn new() -> Self {
+        ClientState {
+            subscribed: true,
+            last_snapshot: None,
+            last_version: 0,
+            last_event: None,
+        }
+    }
+
     fn full_snapshot(&mut self, session: &Session) -> Wire {
         let live = session.live();
         let mut snapshot = (*live.snapshot).clone();

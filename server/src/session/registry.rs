@@ -1,0 +1,201 @@
+//! Every session of the server: creating them within the limits (all,
+//! per client), finding them by id or watch id, expiring and ending them.
+
+use super::*;
+
+/// Every session of the server.
+pub struct Sessions {
+    pub(super) map: Mutex<HashMap<String, Arc<Session>>>,
+    backend: Backend,
+    config: SessionConfig,
+    pub metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sessions").finish_non_exhaustive()
+    }
+}
+
+impl Sessions {
+    pub fn new(backend: Backend, config: SessionConfig, metrics: Arc<Metrics>) -> Self {
+        Self {
+            map: Mutex::new(HashMap::new()),
+            backend,
+            config,
+            metrics,
+        }
+    }
+
+    pub fn config(&self) -> &SessionConfig {
+        &self.config
+    }
+
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// A new session, unless the server holds as many as it may. Starting
+    /// one (a CUDA context, a thread) blocks: call it off the async runtime.
+    /// The global map is locked only to check the limit and to insert.
+    pub fn create(&self) -> Result<Arc<Session>, ConnectionError> {
+        self.create_for(None)
+    }
+
+    /// [`Sessions::create`] for a client at `client`, which may hold at most
+    /// `max_per_client` sessions. Loopback clients are not counted: they are
+    /// this machine's users, or a reverse proxy speaking for everyone.
+    pub fn create_for(&self, client: Option<IpAddr>) -> Result<Arc<Session>, ConnectionError> {
+        self.check_limit()?;
+        self.check_client(client)?;
+        let config = self.config.clone();
+        let session =
+            Session::new(&self.backend, config, self.metrics.clone(), client).map_err(|e| {
+                ConnectionError::new(
+                    ConnectionErrorKind::ServerError,
+                    format!("the server could not start a session: {e}"),
+                )
+            })?;
+        let mut map = self.map.lock().expect("sessions lock");
+        if map.len() >= self.config.max_sessions {
+            drop(map);
+            session.shut_down();
+            return Err(self.limit_error());
+        }
+        map.insert(session.id.clone(), session.clone());
+        Metrics::inc(&self.metrics.sessions_created);
+        Ok(session)
+    }
+
+    fn check_client(&self, client: Option<IpAddr>) -> Result<(), ConnectionError> {
+        let (Some(ip), max) = (client, self.config.max_per_client) else {
+            return Ok(());
+        };
+        if ip.is_loopback() {
+            return Ok(());
+        }
+        let held = self
+            .map
+            .lock()
+            .expect("sessions lock")
+            .values()
+            .filter(|s| s.client == Some(ip))
+            .count();
+        if max > 0 && held >= max {
+            Metrics::inc(&self.metrics.refused);
+            return Err(ConnectionError::new(
+                ConnectionErrorKind::SessionLimit,
+                format!("your address already holds {held} sessions, the most one client may; reconnect to one of them (?session=) or wait for one to expire"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_limit(&self) -> Result<(), ConnectionError> {
+        if self.map.lock().expect("sessions lock").len() >= self.config.max_sessions {
+            return Err(self.limit_error());
+        }
+        Ok(())
+    }
+
+    fn limit_error(&self) -> ConnectionError {
+        Metrics::inc(&self.metrics.refused);
+        ConnectionError::new(
+            ConnectionErrorKind::SessionLimit,
+            format!(
+                "the server already holds {} sessions, its limit; try again later",
+                self.config.max_sessions
+            ),
+        )
+    }
+
+    pub fn get(&self, id: &str) -> Option<Arc<Session>> {
+        self.map.lock().expect("sessions lock").get(id).cloned()
+    }
+
+    pub fn by_watch_id(&self, watch_id: &str) -> Option<Arc<Session>> {
+        self.map
+            .lock()
+            .expect("sessions lock")
+            .values()
+            .find(|s| s.watch_id == watch_id)
+            .cloned()
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.lock().expect("sessions lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops sessions whose owner has been gone longer than the TTL.
+    pub fn reap(&self) -> usize {
+        let now = Instant::now();
+        let expired: Vec<Arc<Session>> = {
+            let mut map = self.map.lock().expect("sessions lock");
+            let ids: Vec<String> = map
+                .values()
+                .filter(|s| s.expired(now) && !s.owner_connected())
+                .map(|s| s.id.clone())
+                .collect();
+            ids.iter().filter_map(|id| map.remove(id)).collect()
+        };
+        for s in &expired {
+            tracing::info!(session = %&s.id[..8], "session expired");
+            s.shut_down();
+            Metrics::inc(&self.metrics.sessions_expired);
+        }
+        expired.len()
+    }
+
+    /// Drops every session (server shutdown).
+    /// The server is stopping: running commands are asked to stop and get
+    /// up to `grace` to answer; then every session ends.
+    pub fn drain_and_shut_down(&self, grace: Duration) {
+        let all: Vec<Arc<Session>> = self
+            .map
+            .lock()
+            .expect("sessions lock")
+            .values()
+            .cloned()
+            .collect();
+        for s in &all {
+            s.stop.store(true, Ordering::SeqCst);
+        }
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline && all.iter().any(|s| s.queued.load(Ordering::SeqCst) > 0) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.shut_down_all();
+    }
+
+    pub fn shut_down_all(&self) {
+        let all: Vec<Arc<Session>> = self
+            .map
+            .lock()
+            .expect("sessions lock")
+            .drain()
+            .map(|(_, s)| s)
+            .collect();
+        for s in all {
+            s.shut_down();
+        }
+    }
+
+    pub fn gauges(&self) -> Gauges {
+        let map = self.map.lock().expect("sessions lock");
+        let mut g = Gauges {
+            sessions: map.len() as u64,
+            ..Gauges::default()
+        };
+        for s in map.values() {
+            let stats = &s.live().snapshot.stats;
+            g.device_used_bytes += stats.device_used_bytes;
+            g.allocated_bytes += stats.allocated_bytes;
+            g.reserved_bytes += stats.reserved_bytes;
+        }
+        g
+    }
+}

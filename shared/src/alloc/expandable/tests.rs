@@ -1,0 +1,98 @@
+//! Expandable segments, pinned by exact values.
+
+use super::*;
+use crate::device::{SimDevice, SimDeviceConfig};
+use crate::units::{GIB, MIB};
+
+fn setup(total: u64, context: u64) -> (ExpandableAllocator, SimDevice) {
+    let dev = SimDevice::new(SimDeviceConfig {
+        total_bytes: total,
+        context_bytes: context,
+        ..Default::default()
+    });
+    (
+        ExpandableAllocator::new(CachingConfig::default(), total),
+        dev,
+    )
+}
+
+fn ok(a: &mut ExpandableAllocator, dev: &mut SimDevice, bytes: u64) -> BlockId {
+    let id = a.malloc(dev, bytes).unwrap().unwrap();
+    a.check_invariants(dev).unwrap();
+    id
+}
+
+/// Lesson 5's fragmentation OOM does not happen: the three 100 MiB holes
+/// are whole 20 MiB pages, unmapped on the retry, and the 150 MiB tensor
+/// maps 160 MiB at the end of the range.
+#[test]
+fn holes_are_unmapped_and_the_space_grows_at_its_end() {
+    let (mut a, mut dev) = setup(GIB, 300 * MIB);
+    let big = ok(&mut a, &mut dev, 700 * MIB);
+    assert_eq!(a.stats().reserved_bytes.current, 700 * MIB);
+    assert_eq!(a.stats().num_device_alloc, 1);
+    assert_eq!(dev.segment_bytes(), 700 * MIB);
+    a.free(&mut dev, big);
+    let t: Vec<BlockId> = (0..7).map(|_| ok(&mut a, &mut dev, 100 * MIB)).collect();
+    assert_eq!(a.stats().reserved_bytes.current, 700 * MIB);
+    for i in [0, 2, 4] {
+        a.free(&mut dev, t[i]);
+    }
+    assert_eq!(a.stats().inactive_split_bytes.current, 0);
+    let z = ok(&mut a, &mut dev, 150 * MIB);
+    let s = a.stats();
+    assert_eq!(a.block_size(z), 150 * MIB);
+    assert_eq!(s.allocated_bytes.current, 550 * MIB);
+    assert_eq!(s.reserved_bytes.current, 560 * MIB);
+    assert_eq!(s.num_alloc_retries, 1);
+    assert_eq!((s.num_device_alloc, s.num_device_free), (2, 3));
+    assert_eq!(s.segment.current, 0);
+    // Mapped ranges: [b], [d], [f, g, z and 10 MiB free].
+    let segments = a.segments();
+    let sizes: Vec<u64> = segments.iter().map(|s| s.total_size / MIB).collect();
+    assert_eq!(sizes, vec![100, 100, 360]);
+    assert_eq!(segments[2].address, FIRST_BASE + 400 * MIB + 100 * MIB);
+}
+
+/// Small requests map 2 MiB pages; a block splits whenever 512 bytes
+/// remain; `empty_cache` unmaps whole free pages, also in a range that
+/// still holds a live block, and keeps partial ones.
+#[test]
+fn empty_cache_unmaps_every_whole_free_page() {
+    let (mut a, mut dev) = setup(GIB, 0);
+    let x = ok(&mut a, &mut dev, 1000);
+    assert_eq!(a.block_size(x), 1024);
+    assert_eq!(a.stats().reserved_bytes.current, 2 * MIB);
+    // 30 MiB in the large pool: two 20 MiB pages, 10 MiB left free.
+    let y = ok(&mut a, &mut dev, 30 * MIB);
+    let z = ok(&mut a, &mut dev, 5 * MIB);
+    assert_eq!(a.stats().reserved_bytes.current, 42 * MIB);
+    assert_eq!(a.block_size(y) + a.block_size(z), 35 * MIB);
+    a.free(&mut dev, y);
+    // Free: [0, 30 MiB) of the large range; z lives at [30, 35).
+    assert_eq!(a.empty_cache(&mut dev), Some(20 * MIB));
+    assert_eq!(a.stats().reserved_bytes.current, 22 * MIB);
+    assert_eq!(dev.segment_bytes(), 22 * MIB);
+    a.check_invariants(&dev).unwrap();
+    a.free(&mut dev, z);
+    a.free(&mut dev, x);
+    assert_eq!(a.empty_cache(&mut dev), Some(22 * MIB));
+    assert_eq!(a.stats().reserved_bytes.current, 0);
+    assert!(a.segments().is_empty());
+    a.check_invariants(&dev).unwrap();
+}
+
+/// No device memory for the pages: release, retry, then the OOM, with
+/// the sizes PyTorch reports.
+#[test]
+fn out_of_memory_after_one_retry() {
+    let (mut a, mut dev) = setup(100 * MIB, 0);
+    let _x = ok(&mut a, &mut dev, 50 * MIB);
+    let err = a.malloc(&mut dev, 60 * MIB).unwrap_err();
+    let oom = err.out_of_memory().unwrap();
+    assert_eq!((oom.requested, oom.alloc_size), (60 * MIB, 60 * MIB));
+    let s = a.stats();
+    assert_eq!((s.num_ooms, s.num_alloc_retries), (1, 1));
+    assert_eq!(s.reserved_bytes.current, 60 * MIB);
+    a.check_invariants(&dev).unwrap();
+}

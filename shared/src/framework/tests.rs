@@ -1,0 +1,164 @@
+//! Settings, memory limits and OOM texts, each pinned by an exact value.
+
+use super::*;
+use crate::device::{SimDevice, SimDeviceConfig};
+
+#[test]
+fn tf_reserve_follows_gpu_device_cc() {
+    assert_eq!(tf_min_system_memory(GIB, 9), 225 * MIB);
+    assert_eq!(tf_min_system_memory(10 * GIB, 6), 500 * MIB);
+    assert_eq!(tf_min_system_memory(10 * GIB, 7), 1050 * MIB);
+    assert_eq!(tf_min_system_memory(10 * GIB, 8), 1536 * MIB);
+    assert_eq!(tf_default_memory_limit(100 * MIB, 8), 100 * MIB);
+}
+
+#[test]
+fn jax_limit_is_a_fraction_of_total() {
+    let dev = SimDevice::new(SimDeviceConfig::default());
+    let s = Settings {
+        framework: Framework::Jax,
+        ..Default::default()
+    };
+    assert_eq!(s.bfc_memory_limit(&dev), 12 * GIB);
+}
+
+/// A T4 (compute capability 7.5): TensorFlow keeps back 1,050 MiB
+/// (`MinSystemMemory`) of the 15,104 - 300 MiB free after the context.
+#[test]
+fn a_gpu_model_brings_its_memory_context_and_compute_capability() {
+    let s = Settings::default()
+        .patched(&RestartSettings {
+            framework: Some(Framework::Tensorflow),
+            gpu: Some(GpuModel::T4),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(s.device_total_bytes, 15_104 * MIB);
+    assert_eq!(s.context_bytes, 300 * MIB);
+    assert_eq!(s.compute_capability, (7, 5));
+    let dev = SimDevice::new(SimDeviceConfig {
+        total_bytes: s.device_total_bytes,
+        context_bytes: s.context_bytes,
+        compute_capability: s.compute_capability,
+        ..Default::default()
+    });
+    assert_eq!(s.bfc_memory_limit(&dev), (15_104 - 300 - 1_050) * MIB);
+    // The same card told it is compute capability 9.0: 1,800 MiB.
+    let hopper = s
+        .patched(&RestartSettings {
+            compute_capability: Some((9, 0)),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(hopper.gpu, Some(GpuModel::T4));
+    let dev = SimDevice::new(SimDeviceConfig {
+        total_bytes: hopper.device_total_bytes,
+        context_bytes: hopper.context_bytes,
+        compute_capability: hopper.compute_capability,
+        ..Default::default()
+    });
+    assert_eq!(hopper.bfc_memory_limit(&dev), (15_104 - 300 - 1_800) * MIB);
+    // A size of its own: no longer that card.
+    let custom = s
+        .patched(&RestartSettings {
+            device_total_bytes: Some(8 * GIB),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!((custom.gpu, custom.compute_capability), (None, (7, 5)));
+}
+
+#[test]
+fn cublas_workspace_size_follows_get_chosen_workspace_size() {
+    assert_eq!(
+        parse_cublas_workspace_config(":4096:2:16:8"),
+        Some(8_519_680)
+    );
+    assert_eq!(parse_cublas_workspace_config(":4096:8"), Some(32 * MIB));
+    assert_eq!(parse_cublas_workspace_config(":0:0"), Some(0));
+    assert_eq!(
+        parse_cublas_workspace_config("::16:8x:1:"),
+        Some(128 * 1024)
+    );
+    assert_eq!(parse_cublas_workspace_config("4096:8"), None);
+    let ws = |cc, config: Option<&str>, framework| {
+        Settings {
+            framework,
+            compute_capability: cc,
+            cublas_workspace_config: config.map(str::to_string),
+            ..Default::default()
+        }
+        .cublas_workspace_bytes()
+    };
+    assert_eq!(ws((8, 0), None, Framework::Pytorch), 8_519_680);
+    assert_eq!(ws((9, 0), None, Framework::Pytorch), 32 * MIB);
+    // Only 9.0 gets 32 MiB in this code (`major == 9 && minor == 0`).
+    assert_eq!(ws((10, 0), None, Framework::Pytorch), 8_519_680);
+    assert_eq!(ws((8, 0), Some(":4096:8"), Framework::Pytorch), 32 * MIB);
+    assert_eq!(ws((9, 0), Some("junk"), Framework::Pytorch), 32 * MIB);
+    assert_eq!(ws((8, 0), None, Framework::Tensorflow), 0);
+}
+
+#[test]
+fn validation_messages() {
+    let s = Settings::default();
+    let bad = |patch: RestartSettings| s.patched(&patch).unwrap_err().message;
+    assert!(bad(RestartSettings {
+        max_split_size_mb: Some(Some(20)),
+        ..Default::default()
+    })
+    .contains("must be > 20"));
+    // `torch.cuda.set_per_process_memory_fraction`'s ValueError.
+    assert_eq!(
+        bad(RestartSettings {
+            per_process_memory_fraction: Some(Some(1.5)),
+            ..Default::default()
+        }),
+        "Invalid fraction value: 1.5. Allowed range: 0~1"
+    );
+    assert!(bad(RestartSettings {
+        compute_capability: Some((0, 0)),
+        ..Default::default()
+    })
+    .contains("compute_capability"));
+    assert!(bad(RestartSettings {
+        mem_fraction: Some(0.0),
+        ..Default::default()
+    })
+    .contains("mem_fraction"));
+    assert!(bad(RestartSettings {
+        context_bytes: Some(17 * GIB),
+        ..Default::default()
+    })
+    .contains("do not fit"));
+}
+
+#[test]
+fn pytorch_oom_text() {
+    let oom = OutOfMemory {
+        requested: 100,
+        rounded: 512,
+        alloc_size: 2 * MIB,
+        device_free: MIB,
+        device_total: GIB,
+        process_used: 1000 * MIB,
+        other_processes: 0,
+        allocated: 600 * MIB,
+        reserved: 700 * MIB,
+        allowed: None,
+        memory_limit: None,
+    };
+    let msg = oom_message(
+        &Settings::default(),
+        &oom,
+        &TensorDesc {
+            shape: &[100],
+            dtype: Dtype::Uint8,
+            op: None,
+        },
+    );
+    assert_eq!(
+        msg,
+        "CUDA out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total capacity of 1024.00 MiB of which 1024.00 KiB is free. Including non-PyTorch memory, this process has 1000.00 MiB memory in use. Of the allocated memory 600.00 MiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+    );
+}
