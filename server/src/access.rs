@@ -79,6 +79,14 @@ fn query_token(req: &Request) -> Option<String> {
     })
 }
 
+/// Whether a proxy in front says the client spoke HTTPS.
+fn behind_https(req: &Request) -> bool {
+    req.headers()
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|p| p.eq_ignore_ascii_case("https"))
+}
+
 fn cookie_token(req: &Request) -> Option<String> {
     req.headers()
         .get_all(header::COOKIE)
@@ -109,6 +117,51 @@ impl Access {
 pub struct Guard {
     pub access: Arc<Access>,
     pub metrics: Arc<Metrics>,
+    pub guesses: Arc<TokenGuesses>,
+}
+
+/// Wrong tokens per client address: past [`TokenGuesses::LIMIT`] in a
+/// [`TokenGuesses::WINDOW`], that address gets 429 until the window ends
+/// (loopback clients are not counted).
+#[derive(Debug, Default)]
+pub struct TokenGuesses {
+    failures:
+        std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, (u32, std::time::Instant)>>,
+}
+
+impl TokenGuesses {
+    pub const LIMIT: u32 = 10;
+    pub const WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
+
+    /// Whether `ip` may try a token now.
+    fn allowed(&self, ip: std::net::IpAddr, now: std::time::Instant) -> bool {
+        let failures = self.failures.lock().expect("guesses lock");
+        failures
+            .get(&ip)
+            .is_none_or(|&(n, since)| n < Self::LIMIT || now.duration_since(since) >= Self::WINDOW)
+    }
+
+    /// A wrong token from `ip`.
+    fn failed(&self, ip: std::net::IpAddr, now: std::time::Instant) {
+        let mut failures = self.failures.lock().expect("guesses lock");
+        if failures.len() > 10_000 {
+            failures.retain(|_, &mut (_, since)| now.duration_since(since) < Self::WINDOW);
+        }
+        let entry = failures.entry(ip).or_insert((0, now));
+        if now.duration_since(entry.1) >= Self::WINDOW {
+            *entry = (0, now);
+        }
+        entry.0 += 1;
+    }
+}
+
+/// The client's address, when it is not loopback (a local reverse proxy
+/// speaks for everyone; it should do its own limiting).
+fn peer_ip(req: &Request) -> Option<std::net::IpAddr> {
+    req.extensions()
+        .get::<axum::extract::ConnectInfo<crate::listener::Peer>>()
+        .map(|c| c.0 .0.ip())
+        .filter(|ip| !ip.is_loopback())
 }
 
 /// Checks the token on every request and the origin on the websocket.
@@ -119,7 +172,7 @@ pub async fn guard(State(state): State<Guard>, req: Request, next: Next) -> Resp
         .get(header::HOST)
         .and_then(|h| h.to_str().ok());
     if !access.allowed_hosts.allows(host) {
-        Metrics::inc(&state.metrics.refused);
+        Metrics::inc(&state.metrics.refused.host);
         return (
             StatusCode::FORBIDDEN,
             format!(
@@ -131,11 +184,26 @@ pub async fn guard(State(state): State<Guard>, req: Request, next: Next) -> Resp
     }
     let mut set_cookie = None;
     if let Some(token) = &access.token {
+        let (ip, now) = (peer_ip(&req), std::time::Instant::now());
+        if ip.is_some_and(|ip| !state.guesses.allowed(ip, now)) {
+            Metrics::inc(&state.metrics.refused.token);
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                "429 Too Many Requests: too many wrong access tokens from your address; wait a minute\n",
+            )
+                .into_response();
+        }
         if query_token(&req).is_some_and(|t| same(&t, token)) {
+            // Behind a TLS-terminating proxy the cookie is sent over HTTPS only.
+            let secure = if behind_https(&req) { "; Secure" } else { "" };
             set_cookie = Some(format!(
-                "{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict"
+                "{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict{secure}"
             ));
         } else if !cookie_token(&req).is_some_and(|t| same(&t, token)) {
+            Metrics::inc(&state.metrics.refused.token);
+            if let Some(ip) = ip {
+                state.guesses.failed(ip, now);
+            }
             return (
                 StatusCode::UNAUTHORIZED,
                 "401 Unauthorized: this vramlab server needs its access token; open the link you were given (it ends in ?token=...).\n",
@@ -154,7 +222,7 @@ pub async fn guard(State(state): State<Guard>, req: Request, next: Next) -> Resp
                 .get(header::HOST)
                 .and_then(|h| h.to_str().ok());
             if !access.origin_allowed(origin, host) {
-                Metrics::inc(&state.metrics.refused);
+                Metrics::inc(&state.metrics.refused.origin);
                 return (
                     StatusCode::FORBIDDEN,
                     format!("403 Forbidden: websocket connections from {origin} are not allowed\n"),
@@ -214,6 +282,23 @@ mod tests {
         let lab = AllowedHosts::for_listener(all, &["Lab.Example".into()]);
         assert!(lab.allows(Some("lab.example:8080")));
         assert!(!lab.allows(Some("evil.example:8080")));
+    }
+
+    #[test]
+    fn wrong_tokens_from_one_address_are_throttled_for_a_window() {
+        let guesses = TokenGuesses::default();
+        let (a, b): (std::net::IpAddr, std::net::IpAddr) = (
+            "203.0.113.9".parse().unwrap(),
+            "198.51.100.2".parse().unwrap(),
+        );
+        let t0 = std::time::Instant::now();
+        for _ in 0..TokenGuesses::LIMIT {
+            assert!(guesses.allowed(a, t0));
+            guesses.failed(a, t0);
+        }
+        assert!(!guesses.allowed(a, t0));
+        assert!(guesses.allowed(b, t0));
+        assert!(guesses.allowed(a, t0 + TokenGuesses::WINDOW));
     }
 
     #[test]

@@ -96,6 +96,7 @@ pub fn build(options: &ServeOptions, backend: Backend) -> anyhow::Result<Server>
             Guard {
                 access: state.access.clone(),
                 metrics: state.sessions.metrics.clone(),
+                guesses: Arc::default(),
             },
             guard,
         ))
@@ -246,6 +247,35 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(resp.status(), StatusCode::OK);
+    }
+
+    /// `/metrics` counts refusals by reason; behind HTTPS the token cookie
+    /// is `Secure`.
+    #[tokio::test]
+    async fn refusals_are_counted_by_reason_and_the_cookie_follows_https() {
+        let app = router(&std::env::temp_dir(), Some("s3cret"));
+        let (status, _, _) = get(app.clone(), "/healthz?token=wrong").await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        let (_, body, _) = get(app.clone(), "/metrics?token=s3cret").await;
+        assert!(
+            body.contains("vramlab_refused_total{reason=\"token\"} 1\n"),
+            "{body}"
+        );
+        assert!(
+            body.contains("vramlab_refused_total{reason=\"host\"} 0\n"),
+            "{body}"
+        );
+        let resp = app
+            .oneshot(
+                Request::get("/healthz?token=s3cret")
+                    .header("x-forwarded-proto", "https")
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let cookie = resp.headers()["set-cookie"].to_str().unwrap().to_string();
+        assert!(cookie.ends_with("SameSite=Strict; Secure"), "{cookie}");
     }
 
     #[tokio::test]

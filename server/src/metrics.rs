@@ -10,7 +10,49 @@ pub struct Metrics {
     pub command_errors: AtomicU64,
     pub sessions_created: AtomicU64,
     pub sessions_expired: AtomicU64,
-    pub refused: AtomicU64,
+    pub refused: Refusals,
+}
+
+/// Requests, connections and messages refused, by reason.
+#[derive(Debug, Default)]
+pub struct Refusals {
+    /// No access token, or a wrong one (401).
+    pub token: AtomicU64,
+    /// A `Host` the server does not answer to (403).
+    pub host: AtomicU64,
+    /// A websocket from an origin not allowed (403).
+    pub origin: AtomicU64,
+    /// The server's or one client's session limit.
+    pub session_limit: AtomicU64,
+    /// A message over the size limit.
+    pub too_large: AtomicU64,
+    /// Commands over the rate limit.
+    pub rate_limited: AtomicU64,
+}
+
+impl Refusals {
+    /// One labelled counter, a line per reason.
+    fn render(&self) -> String {
+        let mut out = String::from(
+            "# HELP vramlab_refused_total Requests, connections or messages refused, by reason.\n# TYPE vramlab_refused_total counter\n",
+        );
+        for (reason, counter) in self.by_reason() {
+            let value = counter.load(Ordering::Relaxed);
+            let _ = writeln!(out, "vramlab_refused_total{{reason=\"{reason}\"}} {value}");
+        }
+        out
+    }
+
+    fn by_reason(&self) -> [(&'static str, &AtomicU64); 6] {
+        [
+            ("token", &self.token),
+            ("host", &self.host),
+            ("origin", &self.origin),
+            ("session_limit", &self.session_limit),
+            ("too_large", &self.too_large),
+            ("rate_limited", &self.rate_limited),
+        ]
+    }
 }
 
 /// Gauges read from the sessions at scrape time.
@@ -68,12 +110,6 @@ impl Metrics {
             get(&self.sessions_expired),
         );
         line(
-            "vramlab_refused_total",
-            "counter",
-            "Connections or messages refused by a limit.",
-            get(&self.refused),
-        );
-        line(
             "vramlab_device_used_bytes",
             "gauge",
             "Device memory all sessions hold (context + segments).",
@@ -91,6 +127,7 @@ impl Metrics {
             "Bytes the sessions' allocators reserved.",
             g.reserved_bytes,
         );
+        out.push_str(&self.refused.render());
         out
     }
 }

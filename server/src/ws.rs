@@ -329,7 +329,7 @@ fn handle(
     state: &AppState,
 ) -> Option<Wire> {
     if text.len() > max {
-        Metrics::inc(&state.sessions.metrics.refused);
+        Metrics::inc(&state.sessions.metrics.refused.too_large);
         return Some(error_msg(
             None,
             ConnectionErrorKind::TooLarge,
@@ -366,7 +366,7 @@ fn handle(
         }
         ClientMessage::Command { id, command } => {
             if !rate.allow() {
-                Metrics::inc(&state.sessions.metrics.refused);
+                Metrics::inc(&state.sessions.metrics.refused.rate_limited);
                 return Some(error_msg(
                     Some(id),
                     ConnectionErrorKind::RateLimited,

@@ -82,7 +82,7 @@ impl Sessions {
             .filter(|s| s.client == Some(ip))
             .count();
         if max > 0 && held >= max {
-            Metrics::inc(&self.metrics.refused);
+            Metrics::inc(&self.metrics.refused.session_limit);
             return Err(ConnectionError::new(
                 ConnectionErrorKind::SessionLimit,
                 format!("your address already holds {held} sessions, the most one client may; reconnect to one of them (?session=) or wait for one to expire"),
@@ -99,7 +99,7 @@ impl Sessions {
     }
 
     fn limit_error(&self) -> ConnectionError {
-        Metrics::inc(&self.metrics.refused);
+        Metrics::inc(&self.metrics.refused.session_limit);
         ConnectionError::new(
             ConnectionErrorKind::SessionLimit,
             format!(
