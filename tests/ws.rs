@@ -668,3 +668,48 @@ async fn half_sent_requests_are_closed_and_others_get_through() {
         assert!(read.is_ok(), "the half-sent connection was closed");
     }
 }
+
+/// The commands-a-second budget belongs to the session, not to each
+/// connection, and snapshot requests draw on it; a session has a bounded
+/// number of watchers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_budget_is_shared_and_its_watchers_bounded() {
+    let mut o = options();
+    o.limits.commands_per_second = 5;
+    o.max_watchers = 1;
+    let addr = start(o).await;
+    let mut a = Client::connect(&addr, "").await;
+    let id = a.hello["session_id"].as_str().unwrap().to_string();
+    let mut b = Client::connect(&addr, &format!("?session={id}")).await;
+    for i in 0..5u64 {
+        a.send(json!({"type":"command","id":i,"command":{"cmd":"gc"}}))
+            .await;
+    }
+    for i in 10..15u64 {
+        b.send(json!({"type":"command","id":i,"command":{"cmd":"gc"}}))
+            .await;
+    }
+    b.send(json!({"type":"snapshot"})).await;
+    let mut limited = 0;
+    let mut answered = 0;
+    while answered < 6 {
+        let m = b.recv().await;
+        let mine = m["id"].as_u64().is_some_and(|i| i >= 10) || m["id"].is_null();
+        if m["type"] == "error" && mine {
+            assert_eq!(m["error"]["kind"], "rate_limited", "{m}");
+            limited += 1;
+            answered += 1;
+        } else if (m["type"] == "result" && mine) || m["type"] == "snapshot" {
+            answered += 1;
+        }
+    }
+    assert!(
+        limited >= 4,
+        "the second connection found the budget spent: {limited}"
+    );
+    let watch = a.hello["watch_id"].as_str().unwrap().to_string();
+    let _first = Client::connect(&addr, &format!("?watch={watch}")).await;
+    let second = Client::try_connect(&addr, &format!("?watch={watch}"), None).await;
+    let err = second.err().expect("a second watcher is refused");
+    assert!(err.contains("session_limit"), "{err}");
+}

@@ -91,6 +91,9 @@ pub struct ServeArgs {
     /// The most TCP connections open at once; more wait to be accepted.
     #[arg(long, env = "VRAMLAB_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
+    /// The most read-only watchers one session may have.
+    #[arg(long, env = "VRAMLAB_MAX_WATCHERS", default_value_t = 100)]
+    pub max_watchers: usize,
     /// How long a session outlives its dropped connection, in seconds.
     #[arg(long, env = "VRAMLAB_SESSION_TTL_SECS", default_value_t = 300)]
     pub session_ttl_secs: u64,
@@ -134,6 +137,7 @@ impl ServeArgs {
             },
             max_sessions: self.max_sessions,
             max_sessions_per_client: self.max_sessions_per_client,
+            max_watchers: self.max_watchers,
             max_queue: self.max_queue.max(1),
             keepalive: crate::app::Keepalive::default(),
             connections: crate::listener::ConnectionLimits {

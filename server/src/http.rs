@@ -26,6 +26,8 @@ pub struct ServeOptions {
     pub max_sessions: usize,
     /// The most sessions one client address may hold; 0: no limit.
     pub max_sessions_per_client: usize,
+    /// The most watchers one session may have.
+    pub max_watchers: usize,
     pub max_queue: usize,
     pub keepalive: crate::app::Keepalive,
     pub connections: crate::listener::ConnectionLimits,
@@ -45,6 +47,7 @@ impl Default for ServeOptions {
             },
             max_sessions: 64,
             max_sessions_per_client: 8,
+            max_watchers: 100,
             max_queue: 64,
             keepalive: crate::app::Keepalive::default(),
             connections: crate::listener::ConnectionLimits::default(),
@@ -75,6 +78,7 @@ pub fn build(options: &ServeOptions, backend: Backend) -> anyhow::Result<Server>
         max_queue: options.max_queue,
         max_sessions: options.max_sessions,
         max_per_client: options.max_sessions_per_client,
+        max_watchers: options.max_watchers,
         quota: options.limits.session_quota_bytes,
         limits: options.limits.clone(),
     };

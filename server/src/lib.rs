@@ -19,6 +19,7 @@ pub mod cuda;
 pub mod http;
 pub mod listener;
 pub mod metrics;
+pub mod rate;
 pub mod runner;
 pub mod session;
 pub mod ws;

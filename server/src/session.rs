@@ -41,6 +41,8 @@ pub struct SessionConfig {
     pub max_sessions: usize,
     /// The most sessions one client address may hold; 0: no limit.
     pub max_per_client: usize,
+    /// The most watchers one session may have.
+    pub max_watchers: usize,
     pub quota: Option<u64>,
     pub limits: Limits,
 }
@@ -121,6 +123,8 @@ pub struct Session {
     detached_since: Mutex<Option<Instant>>,
     /// A command was ever submitted.
     used: AtomicBool,
+    /// Commands and snapshot requests a second, all connections together.
+    rate: Mutex<crate::rate::RateLimit>,
     /// The address of the client that made it, when known.
     client: Option<IpAddr>,
     hello: Mutex<(Settings, vramlab_shared::device::DeviceInfo)>,
@@ -196,6 +200,9 @@ impl Session {
             live_tx,
             detached_since: Mutex::new(Some(Instant::now())),
             used: AtomicBool::new(false),
+            rate: Mutex::new(crate::rate::RateLimit::new(
+                config.limits.commands_per_second,
+            )),
             client,
             hello: Mutex::new((engine.settings().clone(), engine.device_info())),
             config,
@@ -229,6 +236,17 @@ impl Session {
             device,
             limits: self.config.limits.clone(),
         }))
+    }
+
+    /// Takes one of the session's commands-a-second tokens, if one is left.
+    pub fn allow(&self) -> bool {
+        self.rate.lock().expect("rate lock").allow()
+    }
+
+    /// Connections watching (read-only) now.
+    pub fn watchers(&self) -> usize {
+        let clients = self.clients.lock().expect("clients lock");
+        clients.values().filter(|c| c.role == Role::Watcher).count()
     }
 
     /// Registers a connection.

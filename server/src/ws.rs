@@ -15,7 +15,6 @@ use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
 use std::sync::Arc;
-use std::time::Instant;
 use vramlab_shared::protocol::{
     parse_client_message, ClientMessage, ConnectionError, ConnectionErrorKind, Role, ServerMessage,
 };
@@ -50,36 +49,6 @@ pub async fn ws_handler(
         .on_upgrade(move |socket| connection(socket, query, state, client))
 }
 
-/// A token bucket: `rate` commands a second, bursts of `rate`.
-struct RateLimit {
-    rate: f64,
-    tokens: f64,
-    last: Instant,
-}
-
-impl RateLimit {
-    fn new(rate: u32) -> Self {
-        Self {
-            rate: f64::from(rate),
-            tokens: f64::from(rate),
-            last: Instant::now(),
-        }
-    }
-
-    fn allow(&mut self) -> bool {
-        let now = Instant::now();
-        self.tokens =
-            (self.tokens + now.duration_since(self.last).as_secs_f64() * self.rate).min(self.rate);
-        self.last = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
-
 fn error_msg(id: Option<u64>, kind: ConnectionErrorKind, message: impl Into<String>) -> Wire {
     wire(&ServerMessage::Error {
         id,
@@ -95,17 +64,23 @@ async fn resolve(
     client: Option<std::net::IpAddr>,
 ) -> Result<(Arc<Session>, Role, bool), Wire> {
     if let Some(watch) = &query.watch {
-        return state
-            .sessions
-            .by_watch_id(watch)
-            .map(|s| (s, Role::Watcher, true))
-            .ok_or_else(|| {
-                error_msg(
-                    None,
-                    ConnectionErrorKind::UnknownSession,
-                    "no session has that watch id (it may have ended)",
-                )
-            });
+        let Some(session) = state.sessions.by_watch_id(watch) else {
+            return Err(error_msg(
+                None,
+                ConnectionErrorKind::UnknownSession,
+                "no session has that watch id (it may have ended)",
+            ));
+        };
+        let max = state.sessions.config().max_watchers;
+        if session.watchers() >= max {
+            Metrics::inc(&state.sessions.metrics.refused.session_limit);
+            return Err(error_msg(
+                None,
+                ConnectionErrorKind::SessionLimit,
+                format!("this session already has {max} watchers, the most it may"),
+            ));
+        }
+        return Ok((session, Role::Watcher, true));
     }
     if let Some(id) = &query.session {
         return state
@@ -149,7 +124,6 @@ async fn connection(
     let mut client = ClientState::new();
     let hello = wire(&session.hello(role, resumed));
     let first = client.full_snapshot(&session);
-    let mut rate = RateLimit::new(state.limits.commands_per_second);
     let max = state.limits.max_message_bytes as usize;
     let mut ok = send(&mut sink, &hello).await && send(&mut sink, &first).await;
     let mut heard = tokio::time::Instant::now();
@@ -164,7 +138,7 @@ async fn connection(
                     Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
                     Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
                 };
-                if let Some(reply) = handle(&text, max, role, &session, &mut client, &mut rate, &state) {
+                if let Some(reply) = handle(&text, max, role, &session, &mut client, &state) {
                     ok = send(&mut sink, &reply).await;
                 }
             }
@@ -325,7 +299,6 @@ fn handle(
     role: Role,
     session: &Session,
     client: &mut ClientState,
-    rate: &mut RateLimit,
     state: &AppState,
 ) -> Option<Wire> {
     if text.len() > max {
@@ -357,6 +330,14 @@ fn handle(
             client.subscribed = false;
             None
         }
+        ClientMessage::Snapshot {} if !session.allow() => {
+            Metrics::inc(&state.sessions.metrics.refused.rate_limited);
+            Some(error_msg(
+                None,
+                ConnectionErrorKind::RateLimited,
+                "snapshot requests count against the session's commands a second: try again shortly",
+            ))
+        }
         ClientMessage::Snapshot {} => Some(client.full_snapshot(session)),
         ClientMessage::Command { id, .. } if role == Role::Watcher => Some(read_only(Some(id))),
         ClientMessage::Stop {} if role == Role::Watcher => Some(read_only(None)),
@@ -365,7 +346,7 @@ fn handle(
             None
         }
         ClientMessage::Command { id, command } => {
-            if !rate.allow() {
+            if !session.allow() {
                 Metrics::inc(&state.sessions.metrics.refused.rate_limited);
                 return Some(error_msg(
                     Some(id),

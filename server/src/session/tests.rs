@@ -44,6 +44,7 @@ fn the_session_map_stays_free_while_a_session_starts() {
         max_queue: 8,
         max_sessions: 4,
         max_per_client: 0,
+        max_watchers: 100,
         quota: None,
         limits: crate::http::ServeOptions::default().limits,
     };
@@ -71,6 +72,7 @@ fn sim_sessions() -> Arc<Sessions> {
         max_queue: 8,
         max_sessions: 4,
         max_per_client: 2,
+        max_watchers: 100,
         quota: None,
         limits: crate::http::ServeOptions::default().limits,
     };
