@@ -469,8 +469,10 @@ async fn live_deltas_carry_every_peak() {
     .await;
     c.send(json!({"type":"command","id":2,"command":long_train(50)}))
         .await;
-    let mut seen = 0;
-    loop {
+    // The result and the last delta may come in either order: read until
+    // both came (a missing peak times out and fails).
+    let (mut seen, mut done) = (0, false);
+    while !(done && seen == true_peak) {
         let m = w.recv().await;
         if m["type"] == "delta" {
             seen = seen.max(m["peak_allocated_bytes"].as_u64().unwrap());
@@ -479,9 +481,7 @@ async fn live_deltas_carry_every_peak() {
                     >= m["stats"]["allocated_bytes"].as_u64().unwrap()
             );
         }
-        if m["type"] == "result" && m["id"] == 2 {
-            break;
-        }
+        done |= m["type"] == "result" && m["id"] == 2;
     }
     assert_eq!(seen, true_peak);
 }
