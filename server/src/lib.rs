@@ -6,10 +6,15 @@
 //! - [`runner`]: `vramlab run`, the headless runner of command files.
 //! - [`app`]: the state the request handlers share.
 //! - [`http`]: `vramlab serve`, the axum application and its routes.
-//! - [`access`]: the access token and the websocket's origin check.
-//! - [`ws`]: one websocket connection.
-//! - [`session`]: sessions, each an engine on its own thread, and streaming.
-//! - [`metrics`]: counters for `/metrics`.
+//! - [`access`]: the access token, the host names served, the websocket's
+//!   origin check, and the throttle on wrong tokens.
+//! - [`listener`]: the TCP side: a connection cap, silent connections closed,
+//!   the peer's address.
+//! - [`ws`]: one websocket connection (keepalive, write timeout).
+//! - [`session`]: sessions, each an engine on its own thread, and streaming;
+//!   their registry and limits.
+//! - [`rate`]: the per-session budget of commands a second.
+//! - [`metrics`]: counters (refusals by reason) for `/metrics`.
 
 pub mod access;
 pub mod app;

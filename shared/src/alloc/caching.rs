@@ -97,6 +97,15 @@ pub struct CachingConfig {
     pub roundup_power2_divisions: u64,
 }
 
+impl CachingConfig {
+    /// `allowed_memory_maximum` (`setMemoryFraction`): the fraction of the
+    /// device's total memory, when a fraction is set.
+    pub fn allowed_maximum(&self, device_total: u64) -> Option<u64> {
+        self.memory_fraction
+            .map(|f| (f * device_total as f64) as u64)
+    }
+}
+
 impl Default for CachingConfig {
     fn default() -> Self {
         Self {
@@ -119,9 +128,7 @@ pub struct CachingAllocator {
 
 impl CachingAllocator {
     pub fn new(config: CachingConfig, device_total: u64) -> Self {
-        let allowed_maximum = config
-            .memory_fraction
-            .map(|f| (f * device_total as f64) as u64);
+        let allowed_maximum = config.allowed_maximum(device_total);
         Self {
             config,
             arena: Arena::default(),

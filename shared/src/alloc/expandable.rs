@@ -57,9 +57,7 @@ fn slot(pool: PoolKind) -> usize {
 
 impl ExpandableAllocator {
     pub fn new(config: CachingConfig, device_total: u64) -> Self {
-        let allowed_maximum = config
-            .memory_fraction
-            .map(|f| (f * device_total as f64) as u64);
+        let allowed_maximum = config.allowed_maximum(device_total);
         Self {
             config,
             device_total,

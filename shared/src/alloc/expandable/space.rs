@@ -23,9 +23,9 @@ pub(super) struct Space {
     /// Address → (size, piece); the pieces tile `[base, base + size)`.
     pub(super) pieces: BTreeMap<u64, (u64, Piece)>,
     /// Free pieces by (size, address).
-    pub(super) free: BTreeSet<(u64, u64)>,
+    free: BTreeSet<(u64, u64)>,
     /// Unmapped pieces by address.
-    pub(super) unmapped: BTreeSet<u64>,
+    unmapped: BTreeSet<u64>,
     /// Mapped pages by address, with the device memory behind each.
     pub(super) pages: BTreeMap<u64, u64>,
 }
@@ -65,13 +65,13 @@ impl Space {
         }
     }
 
-    pub(super) fn remove(&mut self, address: u64) -> (u64, Piece) {
+    fn remove(&mut self, address: u64) -> (u64, Piece) {
         let old = self.pieces.remove(&address).expect("a piece");
         self.unindex(address, old);
         old
     }
 
-    pub(super) fn unindex(&mut self, address: u64, (size, piece): (u64, Piece)) {
+    fn unindex(&mut self, address: u64, (size, piece): (u64, Piece)) {
         match piece {
             Piece::Free => _ = self.free.remove(&(size, address)),
             Piece::Unmapped => _ = self.unmapped.remove(&address),
@@ -79,12 +79,12 @@ impl Space {
         }
     }
 
-    pub(super) fn prev(&self, address: u64) -> Option<(u64, u64, Piece)> {
+    fn prev(&self, address: u64) -> Option<(u64, u64, Piece)> {
         let (&a, &(s, p)) = self.pieces.range(..address).next_back()?;
         Some((a, s, p))
     }
 
-    pub(super) fn next(&self, address: u64) -> Option<(u64, u64, Piece)> {
+    fn next(&self, address: u64) -> Option<(u64, u64, Piece)> {
         let (&a, &(s, p)) = self.pieces.range(address + 1..).next()?;
         Some((a, s, p))
     }
