@@ -392,6 +392,32 @@ async fn the_playground_in_a_browser() {
         "{explained}"
     );
 
+    // The training step made cuBLAS workspaces; the page's button clears them.
+    press(&page, "btn-clear-cublas").await;
+    let explained = js(&page, "document.getElementById('explanation').textContent").await;
+    assert!(
+        explained
+            .as_str()
+            .unwrap()
+            .contains("The cuBLAS workspaces"),
+        "{explained}"
+    );
+    // A GPU preset and expandable segments, from the kernel's controls.
+    js(&page, "(() => { const s = document.getElementById('gpu'); s.value = 'h100-80gb'; s.dispatchEvent(new Event('change', {bubbles: true})); const box = [...document.querySelectorAll('label')].find(l => l.textContent.includes('expandable_segments')).querySelector('input'); box.checked = true; box.dispatchEvent(new Event('change', {bubbles: true})); })()").await;
+    press(&page, "btn-restart-settings").await;
+    until(
+        &page,
+        "document.getElementById('device').textContent.includes('H100')",
+    )
+    .await;
+    let code = js(&page, "document.getElementById('code').textContent").await;
+    assert!(
+        code.as_str()
+            .unwrap()
+            .contains("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
+        "{code}"
+    );
+
     // Another framework: the page follows the restart (code, URL, notes).
     js(&page, "(() => { const s = document.getElementById('framework'); s.value = 'tensorflow'; s.dispatchEvent(new Event('change', {bubbles: true})); })()").await;
     press(&page, "btn-restart-settings").await;

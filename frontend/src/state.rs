@@ -302,6 +302,9 @@ impl App {
             if let Some(h) = h {
                 h.framework = settings.framework;
                 h.settings = settings.clone();
+                if let Some(device) = &record.device {
+                    h.device = device.clone();
+                }
             }
         });
         self.save_url();

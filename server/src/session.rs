@@ -437,8 +437,8 @@ fn run_engine(session: Arc<Session>, mut engine: Engine, jobs: mpsc::Receiver<Jo
             duration_us = started.elapsed().as_micros() as u64,
             "command"
         );
-        if let Some(settings) = &record.settings {
-            *session.hello.lock().expect("hello lock") = (settings.clone(), engine.device_info());
+        if let (Some(settings), Some(device)) = (&record.settings, &record.device) {
+            *session.hello.lock().expect("hello lock") = (settings.clone(), device.clone());
         }
         publish(&session, &mut engine, None);
         session.broadcast(

@@ -33,6 +33,10 @@ pub struct StepRecord {
     /// After a successful `restart`: the settings the new kernel runs with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settings: Option<Settings>,
+    /// After a successful `restart`: the device it runs on (a GPU model
+    /// changes its name and size).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<DeviceInfo>,
     pub stats: Stats,
 }
 
@@ -227,6 +231,7 @@ impl Engine {
             note,
             value,
             settings: restarted.then(|| self.settings().clone()),
+            device: restarted.then(|| self.device_info()),
             stats: self.stats(),
         }
     }

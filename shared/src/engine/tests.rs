@@ -422,3 +422,21 @@ fn a_long_runs_result_keeps_the_first_and_last_steps() {
     assert_eq!(steps[999]["step"], 1499);
     assert_eq!(value["last_loss"], steps[999]["loss"]);
 }
+
+/// A restart's result says what the new kernel runs with and on, so the
+/// page and the server's hello follow a GPU model without asking again.
+#[test]
+fn a_restarts_result_carries_its_settings_and_device() {
+    let mut e = Engine::new_simulated();
+    let r = run(&mut e, r#"{"cmd":"restart","gpu":"h100-80gb"}"#);
+    let device = r.device.unwrap();
+    assert_eq!(device.name, "Simulated NVIDIA H100 80GB HBM3");
+    assert_eq!(device.total_bytes, 81_009 * MIB);
+    assert_eq!(device.compute_capability, (9, 0));
+    assert_eq!(
+        r.settings.unwrap().gpu,
+        Some(crate::gpu::GpuModel::H100_80gb)
+    );
+    let r = run(&mut e, r#"{"cmd":"gc"}"#);
+    assert!(r.settings.is_none() && r.device.is_none());
+}
