@@ -30,7 +30,7 @@ use super::{
 };
 use crate::device::Device;
 use crate::units::round_up;
-use space::{check_space, Piece, Space};
+use space::{check_space, Piece, PieceId, Space};
 
 /// Where the first pool's address range starts (virtual: the device's own
 /// addresses back the pages).
@@ -44,8 +44,8 @@ pub struct ExpandableAllocator {
     /// Small pool, large pool: created at their first allocation.
     spaces: [Option<Space>; 2],
     next_base: u64,
-    /// Live blocks: their pool and address.
-    blocks: Slab<(PoolKind, u64)>,
+    /// Live blocks: their pool and piece.
+    blocks: Slab<(PoolKind, PieceId)>,
     stats: AllocatorStats,
     trace: Trace,
     allowed_maximum: Option<u64>,
@@ -81,19 +81,19 @@ impl ExpandableAllocator {
         self.spaces[i].as_mut().expect("just reserved")
     }
 
-    /// Hands out `size` bytes of the free piece at `address`, splitting
-    /// when at least 512 bytes remain.
-    fn allocate_at(&mut self, pool: PoolKind, address: u64, size: u64, requested: u64) -> BlockId {
-        let id = self.blocks.insert((pool, address));
+    /// Hands out `size` bytes of the free piece `at`, splitting when at
+    /// least 512 bytes remain.
+    fn allocate_at(&mut self, pool: PoolKind, at: PieceId, size: u64, requested: u64) -> BlockId {
+        let id = self.blocks.insert((pool, at));
         let space = self.space(pool);
-        let (whole, _) = space.piece(address);
+        let (address, whole) = (space.node(at).address, space.node(at).size);
         let size = if whole - size >= MIN_BLOCK_SIZE {
             size
         } else {
             whole
         };
-        space.split(address, size, Piece::Free);
-        space.set(address, size, Piece::Allocated { id, requested });
+        space.split(at, size, Piece::Free);
+        space.set(at, Piece::Allocated { id, requested });
         let s = &mut self.stats;
         s.allocated_bytes.increase(size);
         s.active_bytes.increase(size);
@@ -112,20 +112,21 @@ impl ExpandableAllocator {
         device: &mut dyn Device,
         pool: PoolKind,
         size: u64,
-    ) -> Result<Option<u64>, AllocError> {
+    ) -> Result<Option<PieceId>, AllocError> {
         let Some(mut at) = self.space(pool).expandable_candidate(size) else {
             return Ok(None);
         };
         loop {
-            let (have, piece) = self.space(pool).piece(at);
+            let space = self.space(pool);
+            let (have, piece) = (space.node(at).size, space.node(at).piece);
             if piece == Piece::Free && have >= size {
                 return Ok(Some(at));
             }
             let target = if piece == Piece::Unmapped {
                 (at, size.min(have))
             } else {
-                let next = have + at;
-                (next, (size - have).min(self.space(pool).piece(next).0))
+                let next = space.next(at).expect("unmapped space after the candidate");
+                (next, (size - have).min(space.node(next).size))
             };
             match self.map(device, pool, target.0, target.1)? {
                 Some(merged) => at = merged,
@@ -136,17 +137,17 @@ impl ExpandableAllocator {
 
     /// `map_block`: maps whole pages from the start of an unmapped piece to
     /// cover `len` bytes; the mapped part merges with a free piece before
-    /// it. Returns the merged free piece's address, or `None` (and maps
-    /// nothing) when the device is out of memory.
+    /// it. Returns the merged free piece, or `None` (and maps nothing) when
+    /// the device is out of memory.
     fn map(
         &mut self,
         device: &mut dyn Device,
         pool: PoolKind,
-        address: u64,
+        at: PieceId,
         len: u64,
-    ) -> Result<Option<u64>, AllocError> {
+    ) -> Result<Option<PieceId>, AllocError> {
         let space = self.space(pool);
-        let (piece_size, page) = (space.piece(address).0, space.page);
+        let (address, piece_size, page) = (space.node(at).address, space.node(at).size, space.page);
         let bytes = round_up(len, page).min(piece_size);
         let mut mapped = Vec::new();
         for offset in (0..bytes).step_by(page as usize) {
@@ -162,9 +163,9 @@ impl ExpandableAllocator {
         }
         let space = self.space(pool);
         space.pages.extend(mapped);
-        space.split(address, bytes, Piece::Unmapped);
-        space.set(address, bytes, Piece::Free);
-        let merged = space.merge(address);
+        space.split(at, bytes, Piece::Unmapped);
+        space.set(at, Piece::Free);
+        let merged = space.merge(at);
         self.stats.reserved_bytes.increase(bytes);
         self.stats.num_device_alloc += 1;
         self.trace
@@ -180,14 +181,10 @@ impl ExpandableAllocator {
             let Some(space) = self.spaces[slot(pool)].as_ref() else {
                 continue;
             };
-            let free: Vec<u64> = space
-                .pieces
-                .iter()
-                .filter(|(_, &(_, p))| p == Piece::Free)
-                .map(|(&a, _)| a)
-                .collect();
-            for address in free {
-                released += self.unmap(device, pool, address);
+            // Unmapping merges only unmapped pieces: the other free
+            // pieces keep their slots.
+            for at in space.free_pieces() {
+                released += self.unmap(device, pool, at);
             }
         }
         released
@@ -195,9 +192,10 @@ impl ExpandableAllocator {
 
     /// `unmap_block`: unmaps the whole pages inside a free piece; what is
     /// left on either side stays mapped and free.
-    fn unmap(&mut self, device: &mut dyn Device, pool: PoolKind, address: u64) -> u64 {
+    fn unmap(&mut self, device: &mut dyn Device, pool: PoolKind, at: PieceId) -> u64 {
         let space = self.spaces[slot(pool)].as_mut().expect("a space");
-        let (size, page, base) = (space.piece(address).0, space.page, space.base);
+        let (address, size) = (space.node(at).address, space.node(at).size);
+        let (page, base) = (space.page, space.base);
         // Pages are counted from the start of the range.
         let start = base + round_up(address - base, page);
         let end = base + (address + size - base) / page * page;
@@ -213,12 +211,16 @@ impl ExpandableAllocator {
             space.pages.remove(&a);
             device.free(memory, page);
         }
-        if start > address {
-            space.split(address, start - address, Piece::Free);
-        }
-        space.split(start, end - start, Piece::Free);
-        space.set(start, end - start, Piece::Unmapped);
-        space.merge(start);
+        let middle = if start > address {
+            space
+                .split(at, start - address, Piece::Free)
+                .expect("a free head")
+        } else {
+            at
+        };
+        space.split(middle, end - start, Piece::Free);
+        space.set(middle, Piece::Unmapped);
+        space.merge(middle);
         let bytes = end - start;
         self.stats.reserved_bytes.decrease(bytes);
         self.stats.num_device_free += 1;
@@ -278,16 +280,20 @@ impl Allocator for ExpandableAllocator {
     }
 
     fn free(&mut self, _device: &mut dyn Device, block: BlockId) {
-        let (pool, address) = self.blocks.remove(block);
+        let (pool, at) = self.blocks.remove(block);
         let space = self.spaces[slot(pool)]
             .as_mut()
             .expect("a live block's space");
-        let (size, piece) = space.piece(address);
+        let (address, size, piece) = (
+            space.node(at).address,
+            space.node(at).size,
+            space.node(at).piece,
+        );
         let Piece::Allocated { requested, .. } = piece else {
             unreachable!("a live block is allocated");
         };
-        space.set(address, size, Piece::Free);
-        space.merge(address);
+        space.set(at, Piece::Free);
+        space.merge(at);
         let s = &mut self.stats;
         s.allocated_bytes.decrease(size);
         s.active_bytes.decrease(size);
@@ -311,12 +317,12 @@ impl Allocator for ExpandableAllocator {
     }
 
     fn block_size(&self, block: BlockId) -> u64 {
-        let (pool, address) = *self.blocks.get(block);
+        let (pool, at) = *self.blocks.get(block);
         self.spaces[slot(pool)]
             .as_ref()
             .expect("a space")
-            .piece(address)
-            .0
+            .node(at)
+            .size
     }
 
     /// One segment per contiguous mapped range (as `_snapshot` reports an
@@ -325,7 +331,16 @@ impl Allocator for ExpandableAllocator {
         let mut out = Vec::new();
         for space in self.spaces.iter().flatten() {
             let mut current: Option<SegmentView> = None;
-            for (&address, &(size, piece)) in &space.pieces {
+            for (
+                _,
+                &space::Node {
+                    address,
+                    size,
+                    piece,
+                    ..
+                },
+            ) in space.iter()
+            {
                 let (id, requested, state) = match piece {
                     Piece::Unmapped => {
                         out.extend(current.take());

@@ -1,16 +1,38 @@
 //! One pool's expandable segment: an address range tiled by pieces
-//! (unmapped, free, allocated), with indexes of the free and unmapped ones.
+//! (unmapped, free, allocated) in a doubly linked list, with indexes of the
+//! free and unmapped ones. Pieces are named by their slot, so a live block
+//! finds its piece without a search.
 
 use crate::alloc::caching::{LARGE_BUFFER, SMALL_BUFFER};
-use crate::alloc::{BlockId, PoolKind};
+use crate::alloc::{BlockId, PoolKind, Slab, NIL};
 use crate::units::round_up;
 use std::collections::{BTreeMap, BTreeSet};
+
+/// A piece's slot in its space.
+pub(super) type PieceId = u32;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Piece {
     Unmapped,
     Free,
     Allocated { id: BlockId, requested: u64 },
+}
+
+impl Piece {
+    /// Free and unmapped neighbours merge; allocated ones never do.
+    fn merges_with(self, other: Piece) -> bool {
+        self == other && !matches!(self, Piece::Allocated { .. })
+    }
+}
+
+/// One piece of the range, linked to its neighbours in address order.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Node {
+    pub(super) address: u64,
+    pub(super) size: u64,
+    pub(super) piece: Piece,
+    prev: PieceId,
+    next: PieceId,
 }
 
 /// One pool's expandable segment: its address range tiled by pieces.
@@ -20,12 +42,12 @@ pub(super) struct Space {
     pub(super) base: u64,
     pub(super) size: u64,
     pub(super) page: u64,
-    /// Address → (size, piece); the pieces tile `[base, base + size)`.
-    pub(super) pieces: BTreeMap<u64, (u64, Piece)>,
+    nodes: Slab<Node>,
+    head: PieceId,
     /// Free pieces by (size, address).
-    free: BTreeSet<(u64, u64)>,
+    free: BTreeSet<(u64, u64, PieceId)>,
     /// Unmapped pieces by address.
-    unmapped: BTreeSet<u64>,
+    unmapped: BTreeSet<(u64, PieceId)>,
     /// Mapped pages by address, with the device memory behind each.
     pub(super) pages: BTreeMap<u64, u64>,
 }
@@ -38,101 +60,148 @@ impl Space {
             LARGE_BUFFER
         };
         let size = round_up(device_total + device_total / 8, page);
+        let mut nodes = Slab::default();
+        let head = nodes.insert(Node {
+            address: base,
+            size,
+            piece: Piece::Unmapped,
+            prev: NIL,
+            next: NIL,
+        });
         Space {
             pool,
             base,
             size,
             page,
-            pieces: BTreeMap::from([(base, (size, Piece::Unmapped))]),
+            nodes,
+            head,
             free: BTreeSet::new(),
-            unmapped: BTreeSet::from([base]),
+            unmapped: BTreeSet::from([(base, head)]),
             pages: BTreeMap::new(),
         }
     }
 
-    pub(super) fn piece(&self, address: u64) -> (u64, Piece) {
-        self.pieces[&address]
+    #[inline]
+    pub(super) fn node(&self, id: PieceId) -> &Node {
+        self.nodes.get(id)
     }
 
-    pub(super) fn set(&mut self, address: u64, size: u64, piece: Piece) {
-        if let Some(old) = self.pieces.insert(address, (size, piece)) {
-            self.unindex(address, old);
-        }
-        match piece {
-            Piece::Free => _ = self.free.insert((size, address)),
-            Piece::Unmapped => _ = self.unmapped.insert(address),
+    /// The piece after `id`, if any.
+    pub(super) fn next(&self, id: PieceId) -> Option<PieceId> {
+        Some(self.node(id).next).filter(|&n| n != NIL)
+    }
+
+    fn prev(&self, id: PieceId) -> Option<PieceId> {
+        Some(self.node(id).prev).filter(|&p| p != NIL)
+    }
+
+    /// The pieces in address order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (PieceId, &Node)> + '_ {
+        std::iter::successors(Some(self.head), |&id| self.next(id)).map(|id| (id, self.node(id)))
+    }
+
+    /// The free pieces, by size then address.
+    pub(super) fn free_pieces(&self) -> Vec<PieceId> {
+        self.free.iter().map(|&(_, _, id)| id).collect()
+    }
+
+    fn index(&mut self, id: PieceId) {
+        let n = *self.node(id);
+        match n.piece {
+            Piece::Free => _ = self.free.insert((n.size, n.address, id)),
+            Piece::Unmapped => _ = self.unmapped.insert((n.address, id)),
             Piece::Allocated { .. } => {}
         }
     }
 
-    fn remove(&mut self, address: u64) -> (u64, Piece) {
-        let old = self.pieces.remove(&address).expect("a piece");
-        self.unindex(address, old);
-        old
-    }
-
-    fn unindex(&mut self, address: u64, (size, piece): (u64, Piece)) {
-        match piece {
-            Piece::Free => _ = self.free.remove(&(size, address)),
-            Piece::Unmapped => _ = self.unmapped.remove(&address),
+    fn unindex(&mut self, id: PieceId) {
+        let n = *self.node(id);
+        match n.piece {
+            Piece::Free => _ = self.free.remove(&(n.size, n.address, id)),
+            Piece::Unmapped => _ = self.unmapped.remove(&(n.address, id)),
             Piece::Allocated { .. } => {}
         }
     }
 
-    fn prev(&self, address: u64) -> Option<(u64, u64, Piece)> {
-        let (&a, &(s, p)) = self.pieces.range(..address).next_back()?;
-        Some((a, s, p))
+    /// Gives the piece `id` a new state.
+    pub(super) fn set(&mut self, id: PieceId, piece: Piece) {
+        self.unindex(id);
+        self.nodes.get_mut(id).piece = piece;
+        self.index(id);
     }
 
-    fn next(&self, address: u64) -> Option<(u64, u64, Piece)> {
-        let (&a, &(s, p)) = self.pieces.range(address + 1..).next()?;
-        Some((a, s, p))
+    /// Splits the piece `id` so that it is `size` long; the rest becomes a
+    /// piece of `rest` state just after it, whose slot is returned.
+    pub(super) fn split(&mut self, id: PieceId, size: u64, rest: Piece) -> Option<PieceId> {
+        let n = *self.node(id);
+        if n.size <= size {
+            return None;
+        }
+        self.unindex(id);
+        let after = self.nodes.insert(Node {
+            address: n.address + size,
+            size: n.size - size,
+            piece: rest,
+            prev: id,
+            next: n.next,
+        });
+        if n.next != NIL {
+            self.nodes.get_mut(n.next).prev = after;
+        }
+        let node = self.nodes.get_mut(id);
+        node.size = size;
+        node.next = after;
+        self.index(id);
+        self.index(after);
+        Some(after)
     }
 
-    /// Merges the piece at `address` with neighbours in the same state
-    /// (free with free, unmapped with unmapped); returns its address.
-    pub(super) fn merge(&mut self, address: u64) -> u64 {
-        let (mut start, (mut size, state)) = (address, self.piece(address));
-        if matches!(state, Piece::Allocated { .. }) {
-            return address;
+    /// Joins the piece after `id` into it.
+    fn absorb_next(&mut self, id: PieceId) {
+        let next = self.node(id).next;
+        self.unindex(id);
+        self.unindex(next);
+        let gone = self.nodes.remove(next);
+        if gone.next != NIL {
+            self.nodes.get_mut(gone.next).prev = id;
         }
-        if let Some((a, s, p)) = self.prev(start) {
-            if p == state {
-                self.remove(a);
-                self.remove(start);
-                (start, size) = (a, s + size);
-                self.set(start, size, state);
-            }
-        }
-        if let Some((a, s, p)) = self.next(start) {
-            if p == state {
-                self.remove(a);
-                size += s;
-                self.set(start, size, state);
-            }
-        }
-        start
+        let node = self.nodes.get_mut(id);
+        node.size += gone.size;
+        node.next = gone.next;
+        self.index(id);
     }
 
-    /// Splits the piece at `address` so that it is `size` long; the rest
-    /// becomes a piece of `rest` state.
-    pub(super) fn split(&mut self, address: u64, size: u64, rest: Piece) {
-        let (whole, piece) = self.piece(address);
-        if whole > size {
-            self.set(address, size, piece);
-            self.set(address + size, whole - size, rest);
+    /// Merges the piece `id` with neighbours in the same state (free with
+    /// free, unmapped with unmapped); returns the merged piece.
+    pub(super) fn merge(&mut self, id: PieceId) -> PieceId {
+        let piece = self.node(id).piece;
+        let mut at = id;
+        if let Some(p) = self
+            .prev(at)
+            .filter(|&p| self.node(p).piece.merges_with(piece))
+        {
+            self.absorb_next(p);
+            at = p;
         }
+        if let Some(n) = self
+            .next(at)
+            .filter(|&n| self.node(n).piece.merges_with(piece))
+        {
+            debug_assert_ne!(n, at);
+            self.absorb_next(at);
+        }
+        at
     }
 
     /// `get_free_block`: the smallest free block that fits, lowest address
     /// first; a later one whose size plus the unmapped space after it (its
     /// "expandable size") is smaller wins over it.
-    pub(super) fn best_fit(&self, size: u64) -> Option<u64> {
-        let expandable = |(s, a): (u64, u64)| match self.next(a) {
-            Some((_, n, Piece::Unmapped)) => s + n,
+    pub(super) fn best_fit(&self, size: u64) -> Option<PieceId> {
+        let expandable = |&(s, _, id): &(u64, u64, PieceId)| match self.next(id) {
+            Some(n) if self.node(n).piece == Piece::Unmapped => s + self.node(n).size,
             _ => s,
         };
-        let mut candidates = self.free.range((size, 0)..).copied();
+        let mut candidates = self.free.range((size, 0, 0)..);
         let mut best = candidates.next()?;
         for next in candidates {
             if expandable(next) < expandable(best) {
@@ -141,54 +210,69 @@ impl Space {
                 break;
             }
         }
-        Some(best.1)
+        Some(best.2)
     }
 
     /// `find_expandable_block`: the lowest unmapped piece (or the free piece
     /// just before it) from which free and unmapped space reach `size`.
-    pub(super) fn expandable_candidate(&self, size: u64) -> Option<u64> {
-        for &u in &self.unmapped {
+    pub(super) fn expandable_candidate(&self, size: u64) -> Option<PieceId> {
+        self.unmapped.iter().find_map(|&(_, u)| {
             let start = match self.prev(u) {
-                Some((a, _, Piece::Free)) => a,
+                Some(p) if self.node(p).piece == Piece::Free => p,
                 _ => u,
             };
-            let mut room = 0;
-            for (_, &(s, p)) in self.pieces.range(start..) {
-                if matches!(p, Piece::Allocated { .. }) || room >= size {
-                    break;
-                }
-                room += s;
+            let room = self.room_from(start, size);
+            (room >= size).then_some(start)
+        })
+    }
+
+    /// Free and unmapped bytes from `start` up to the next allocated piece,
+    /// counted until they reach `size`.
+    fn room_from(&self, start: PieceId, size: u64) -> u64 {
+        let (mut room, mut at) = (0, Some(start));
+        while let Some(id) = at.filter(|_| room < size) {
+            let n = self.node(id);
+            if matches!(n.piece, Piece::Allocated { .. }) {
+                break;
             }
-            if room >= size {
-                return Some(start);
-            }
+            room += n.size;
+            at = self.next(id);
         }
-        None
+        room
     }
 }
 
-/// One space's tiling, merge and page invariants; returns (mapped bytes,
-/// allocated bytes).
+/// One space's tiling, links, merge and page invariants; returns (mapped
+/// bytes, allocated bytes).
 pub(super) fn check_space(space: &Space) -> Result<(u64, u64), String> {
     let (mut at, mut last, mut mapped, mut used) = (space.base, None, 0, 0);
-    for (&address, &(size, piece)) in &space.pieces {
-        if address != at || size == 0 {
-            return Err(format!("pieces do not tile the range at {address:#x}"));
+    let mut prev = NIL;
+    let (mut free, mut unmapped) = (BTreeSet::new(), BTreeSet::new());
+    for (id, n) in space.iter() {
+        if n.address != at || n.size == 0 {
+            return Err(format!("pieces do not tile the range at {:#x}", n.address));
         }
-        let same = |p: Piece| !matches!(p, Piece::Allocated { .. }) && Some(p) == last;
-        if same(piece) {
-            return Err(format!("two neighbouring pieces alike at {address:#x}"));
+        if n.prev != prev {
+            return Err(format!(
+                "the piece at {:#x} has a wrong back link",
+                n.address
+            ));
         }
-        match piece {
-            Piece::Unmapped => {}
-            Piece::Free => mapped += size,
+        if last.is_some_and(|l: Piece| l.merges_with(n.piece)) {
+            return Err(format!("two neighbouring pieces alike at {:#x}", n.address));
+        }
+        match n.piece {
+            Piece::Unmapped => _ = unmapped.insert((n.address, id)),
+            Piece::Free => {
+                free.insert((n.size, n.address, id));
+                mapped += n.size;
+            }
             Piece::Allocated { .. } => {
-                mapped += size;
-                used += size;
+                mapped += n.size;
+                used += n.size;
             }
         }
-        last = Some(piece);
-        at += size;
+        (last, prev, at) = (Some(n.piece), id, at + n.size);
     }
     if at != space.base + space.size {
         return Err("pieces do not cover the range".into());
@@ -197,21 +281,9 @@ pub(super) fn check_space(space: &Space) -> Result<(u64, u64), String> {
     if pages != mapped {
         return Err(format!("{pages} bytes of pages back {mapped} mapped bytes"));
     }
-    let free: BTreeSet<(u64, u64)> = space
-        .pieces
-        .iter()
-        .filter(|(_, &(_, p))| p == Piece::Free)
-        .map(|(&a, &(s, _))| (s, a))
-        .collect();
     if free != space.free {
         return Err("the free index is out of date".into());
     }
-    let unmapped: BTreeSet<u64> = space
-        .pieces
-        .iter()
-        .filter(|(_, &(_, p))| p == Piece::Unmapped)
-        .map(|(&a, _)| a)
-        .collect();
     if unmapped != space.unmapped {
         return Err("the unmapped index is out of date".into());
     }
