@@ -5,6 +5,7 @@
 use crate::alloc::bfc::{BfcAllocator, BfcConfig};
 use crate::alloc::caching::{CachingAllocator, CachingConfig, LARGE_BUFFER};
 use crate::alloc::expandable::ExpandableAllocator;
+use crate::alloc::roundup::RoundupDivisions;
 use crate::alloc::uncached::UncachedAllocator;
 use crate::alloc::{Allocator, OutOfMemory};
 use crate::device::{
@@ -45,10 +46,10 @@ pub struct Settings {
     /// by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cublas_workspace_config: Option<String>,
-    /// `roundup_power2_divisions` (`PYTORCH_CUDA_ALLOC_CONF`), one value for
-    /// every size; 0: off.
+    /// `roundup_power2_divisions` (`PYTORCH_CUDA_ALLOC_CONF`): one number
+    /// for every size or a per-interval list; 0: off.
     #[serde(default)]
-    pub roundup_power2_divisions: u64,
+    pub roundup_power2_divisions: RoundupDivisions,
     /// `expandable_segments:True` (`PYTORCH_CUDA_ALLOC_CONF`).
     #[serde(default)]
     pub expandable_segments: bool,
@@ -73,7 +74,7 @@ impl Default for Settings {
             garbage_collection_threshold: 0.0,
             per_process_memory_fraction: None,
             cublas_workspace_config: None,
-            roundup_power2_divisions: 0,
+            roundup_power2_divisions: RoundupDivisions::default(),
             expandable_segments: false,
         }
     }
@@ -162,9 +163,10 @@ pub struct RestartSettings {
         skip_serializing_if = "Option::is_none"
     )]
     pub cublas_workspace_config: Option<Option<String>>,
-    /// PyTorch: `roundup_power2_divisions` (0 or a power of two; 0: off).
+    /// PyTorch: `roundup_power2_divisions` (0 or a power of two, or a list
+    /// like `"[256:1,512:2,>:8]"`; 0: off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub roundup_power2_divisions: Option<u64>,
+    pub roundup_power2_divisions: Option<RoundupDivisions>,
     /// PyTorch: `expandable_segments:True`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expandable_segments: Option<bool>,
@@ -298,13 +300,6 @@ impl Settings {
                     "Invalid fraction value: {f:?}. Allowed range: 0~1"
                 )));
             }
-        }
-        let d = self.roundup_power2_divisions;
-        if d != 0 && !d.is_power_of_two() {
-            // `parseRoundUpPower2Divisions`'s check.
-            return Err(invalid(format!(
-                "For roundups, the divisions has to be power of 2 or 0 to disable roundup (got {d})"
-            )));
         }
         let (major, minor) = self.compute_capability;
         if !(1..=20).contains(&major) || minor > 9 {

@@ -68,7 +68,7 @@ fn restart_code(s: &RestartSettings, framework: Framework) -> String {
             if s.expandable_segments == Some(true) {
                 conf.push("expandable_segments:True".into());
             }
-            if let Some(d) = s.roundup_power2_divisions.filter(|&d| d > 0) {
+            if let Some(d) = s.roundup_power2_divisions.filter(|d| !d.is_off()) {
                 conf.push(format!("roundup_power2_divisions:{d}"));
             }
             if !conf.is_empty() {

@@ -217,7 +217,8 @@ fn check_sequence(framework: Framework, variant: u8, ops: &[Op]) -> Result<(), T
                     prop_assert_eq!(after.num_ooms, before.num_ooms + 1);
                     // §7.8: "Tried to allocate" shows the segment size.
                     if let Op::Alloc(_, bytes) = op {
-                        let shown = format_size(allocation_size(round_size(*bytes, 0)));
+                        let shown =
+                            format_size(allocation_size(round_size(*bytes, &Default::default())));
                         prop_assert!(
                             err.message.contains(&format!("Tried to allocate {shown}.")),
                             "{}",

@@ -9,6 +9,7 @@
 //! the default one are not modelled.
 
 use super::arena::{Arena, Block};
+use super::roundup::RoundupDivisions;
 use super::{
     device_malloc, AllocError, Allocator, AllocatorStats, BlockId, PoolKind, SegmentView,
     TraceEvent,
@@ -30,11 +31,12 @@ pub const MIN_LARGE_ALLOC: u64 = 10 * MIB;
 pub const ROUND_LARGE: u64 = 2 * MIB;
 
 /// `round_size`: at least 512 bytes; with `roundup_power2_divisions` set
-/// (`divisions` > 1, the same for every size interval) and a size above
-/// 512 × divisions, up to the next of `divisions` equal steps between the
-/// powers of two around it (`roundup_power2_next_division`); else up to a
-/// multiple of 512.
-pub fn round_size(size: u64, divisions: u64) -> u64 {
+/// for the size's interval (`divisions` > 1) and a size above 512 ×
+/// divisions, up to the next of `divisions` equal steps between the powers
+/// of two around it (`roundup_power2_next_division`); else up to a multiple
+/// of 512.
+pub fn round_size(size: u64, roundup: &RoundupDivisions) -> u64 {
+    let divisions = roundup.for_size(size);
     if size < MIN_BLOCK_SIZE {
         MIN_BLOCK_SIZE
     } else if divisions > 1 && size > MIN_BLOCK_SIZE * divisions {
@@ -93,8 +95,8 @@ pub struct CachingConfig {
     pub garbage_collection_threshold: f64,
     /// `torch.cuda.set_per_process_memory_fraction`.
     pub memory_fraction: Option<f64>,
-    /// `roundup_power2_divisions`, one value for every size; 0: off.
-    pub roundup_power2_divisions: u64,
+    /// `roundup_power2_divisions`, per size interval.
+    pub roundup_power2_divisions: RoundupDivisions,
 }
 
 impl CachingConfig {
@@ -112,7 +114,7 @@ impl Default for CachingConfig {
             max_split_size: u64::MAX,
             garbage_collection_threshold: 0.0,
             memory_fraction: None,
-            roundup_power2_divisions: 0,
+            roundup_power2_divisions: RoundupDivisions::default(),
         }
     }
 }
@@ -348,7 +350,7 @@ impl Allocator for CachingAllocator {
         if requested == 0 {
             return Ok(None);
         }
-        let size = round_size(requested, self.config.roundup_power2_divisions);
+        let size = round_size(requested, &self.config.roundup_power2_divisions);
         let id = self.find_or_grow(device, requested, size)?;
         let split = self.should_split(id, size);
         Ok(Some(self.arena.allocate(id, size, requested, split)))
@@ -390,7 +392,7 @@ impl Allocator for CachingAllocator {
         self.arena.check_invariants(device, MIN_BLOCK_SIZE)?;
         for segment in self.arena.segments() {
             for b in segment.blocks.iter().filter(|b| b.id.is_some()) {
-                let rounded = round_size(b.requested_size, self.config.roundup_power2_divisions);
+                let rounded = round_size(b.requested_size, &self.config.roundup_power2_divisions);
                 if pool_for_size(rounded) != segment.pool {
                     return Err("a block serves a request of the other pool".into());
                 }

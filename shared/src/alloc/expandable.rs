@@ -256,7 +256,7 @@ impl Allocator for ExpandableAllocator {
         if requested == 0 {
             return Ok(None);
         }
-        let size = round_size(requested, self.config.roundup_power2_divisions);
+        let size = round_size(requested, &self.config.roundup_power2_divisions);
         let pool = pool_for_size(size);
         if let Some(at) = self.space(pool).best_fit(size) {
             return Ok(Some(self.allocate_at(pool, at, size, requested)));

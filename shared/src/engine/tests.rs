@@ -440,3 +440,34 @@ fn a_restarts_result_carries_its_settings_and_device() {
     let r = run(&mut e, r#"{"cmd":"gc"}"#);
     assert!(r.settings.is_none() && r.device.is_none());
 }
+
+/// `roundup_power2_divisions` as `PYTORCH_CUDA_ALLOC_CONF` writes its list
+/// (`parseRoundUpPower2Divisions`): 33 MiB takes a 36 MiB block (8 steps
+/// from 32 MiB), 5 MiB + 1 byte stays on plain 512-byte rounding; the
+/// setting reads back as given and a bad list changes nothing.
+#[test]
+fn roundup_power2_divisions_takes_the_per_size_list() {
+    let mut e = Engine::new_simulated();
+    let r = run(
+        &mut e,
+        r#"{"cmd":"restart","roundup_power2_divisions":"[1:0,32:8]"}"#,
+    );
+    assert!(r.ok, "{:?}", r.error);
+    let divisions = r.settings.unwrap().roundup_power2_divisions;
+    assert_eq!(divisions.for_size(33 * MIB), 8);
+    assert_eq!(divisions.for_size(5 * MIB), 0);
+    let r = run(&mut e, r#"{"cmd":"alloc","name":"a","bytes":34603008}"#);
+    assert_eq!(r.stats.allocated_bytes, 36 * MIB);
+    let r = run(&mut e, r#"{"cmd":"alloc","name":"b","bytes":5242881}"#);
+    assert_eq!(r.stats.allocated_bytes, 36 * MIB + 5 * MIB + 512);
+    let r = run(
+        &mut e,
+        r#"{"cmd":"restart","roundup_power2_divisions":"[300:8]"}"#,
+    );
+    assert!(!r.ok);
+    assert!(r
+        .error
+        .unwrap()
+        .message
+        .contains("intervals have to be power of 2"));
+}

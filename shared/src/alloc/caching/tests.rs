@@ -68,7 +68,11 @@ fn worked_examples_of_section_1_4() {
         ),
     ];
     for (request, rounded, pool, segment, split, handed) in cases {
-        assert_eq!(round_size(request, 0), rounded, "round_size({request})");
+        assert_eq!(
+            round_size(request, &div(0)),
+            rounded,
+            "round_size({request})"
+        );
         assert_eq!(pool_for_size(rounded), pool, "pool of {request}");
         assert_eq!(allocation_size(rounded), segment, "segment for {request}");
         let (mut a, mut dev) = setup(GIB);
@@ -311,25 +315,41 @@ fn garbage_collection_frees_every_block_over_the_age_threshold_in_a_pass() {
 /// gives 1536.)
 #[test]
 fn roundup_power2_divisions_round_to_equal_steps_between_powers_of_two() {
-    assert_eq!(round_size(1200, 4), 1536);
-    assert_eq!(round_size(4500, 4), 5120);
-    assert_eq!(round_size(2000, 4), 2048);
-    assert_eq!(round_size(2048, 4), 2048);
-    assert_eq!(round_size(2049, 4), 2560);
-    assert_eq!(round_size(1200, 1), 1536);
-    assert_eq!(round_size(1200, 0), 1536);
+    assert_eq!(round_size(1200, &div(4)), 1536);
+    assert_eq!(round_size(4500, &div(4)), 5120);
+    assert_eq!(round_size(2000, &div(4)), 2048);
+    assert_eq!(round_size(2048, &div(4)), 2048);
+    assert_eq!(round_size(2049, &div(4)), 2560);
+    assert_eq!(round_size(1200, &div(1)), 1536);
+    assert_eq!(round_size(1200, &div(0)), 1536);
     // 512 × 4 = 2048 is not above the threshold: plain rounding.
-    assert_eq!(round_size(1900, 8), 2048);
-    assert_eq!(round_size(5 * MIB + 1, 4), 6 * MIB);
-    assert_eq!(round_size(5 * MIB + 1, 8), 5 * MIB + 512 * 1024);
-    assert_eq!(round_size(33 * MIB, 8), 36 * MIB);
+    assert_eq!(round_size(1900, &div(8)), 2048);
+    assert_eq!(round_size(5 * MIB + 1, &div(4)), 6 * MIB);
+    assert_eq!(round_size(5 * MIB + 1, &div(8)), 5 * MIB + 512 * 1024);
+    assert_eq!(round_size(33 * MIB, &div(8)), 36 * MIB);
     // A 33 MiB request with 8 divisions takes a 36 MiB block.
     let (mut a, mut dev) = setup(GIB);
-    a.config.roundup_power2_divisions = 8;
+    a.config.roundup_power2_divisions = div(8);
     let id = a.malloc(&mut dev, 33 * MIB).unwrap().unwrap();
     assert_eq!(a.block_size(id), 36 * MIB);
     assert_eq!(a.stats().requested_bytes.current, 33 * MIB);
     a.check_invariants(&dev).unwrap();
+}
+
+/// Divisions per size interval: `[1:0,32:8]` rounds only sizes from 32 MiB
+/// up; `[32:8]` every size below too (`parseRoundUpPower2Divisions` fills
+/// below its first entry).
+#[test]
+fn roundup_power2_divisions_per_interval() {
+    let from_32 = RoundupDivisions::parse("[1:0,32:8]").unwrap();
+    assert_eq!(round_size(5 * MIB + 1, &from_32), 5 * MIB + 512);
+    assert_eq!(round_size(33 * MIB, &from_32), 36 * MIB);
+    let filled = RoundupDivisions::parse("[32:8]").unwrap();
+    assert_eq!(round_size(5 * MIB + 1, &filled), 5 * MIB + 512 * 1024);
+}
+
+fn div(n: u64) -> RoundupDivisions {
+    RoundupDivisions::uniform(n).unwrap()
 }
 
 /// Segments placed where a recorded trace had them (here: the second one
