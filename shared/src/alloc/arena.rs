@@ -21,6 +21,10 @@ pub(crate) struct Block {
     /// What the caller asked for (0 while free).
     pub requested: u64,
     pub pool: PoolKind,
+    /// The CUDA stream its segment was allocated for: blocks serve only
+    /// requests on their own stream (`BlockComparatorSize` orders by stream
+    /// first).
+    pub stream: u64,
     pub allocated: bool,
     pub prev: BlockId,
     pub next: BlockId,
@@ -76,11 +80,14 @@ impl Arena {
         &mut self.free[pool.index()]
     }
 
-    /// The smallest free block of `pool` of at least `size` bytes, lowest
-    /// address first: `(size, id)`. It stays free.
-    pub fn best_fit(&self, pool: PoolKind, size: u64) -> Option<(u64, BlockId)> {
-        let &(found, _, id) = self.free_blocks(pool).blocks.range((size, 0, 0)..).next()?;
-        Some((found, id))
+    /// The smallest free block of `pool` on `stream` of at least `size`
+    /// bytes, lowest address first: `(size, id)`. It stays free.
+    pub fn best_fit(&self, pool: PoolKind, size: u64, stream: u64) -> Option<(u64, BlockId)> {
+        self.free_blocks(pool)
+            .blocks
+            .range((size, 0, 0)..)
+            .find(|&&(_, _, id)| self.blocks.get(id).stream == stream)
+            .map(|&(found, _, id)| (found, id))
     }
 
     /// Puts a free block into its pool, stamped with the pool's lookup count.
@@ -105,7 +112,7 @@ impl Arena {
 
     /// A new segment from the driver at `address`, as one free block that is
     /// not yet in its pool.
-    pub fn add_segment(&mut self, address: u64, size: u64, pool: PoolKind) -> BlockId {
+    pub fn add_segment(&mut self, address: u64, size: u64, pool: PoolKind, stream: u64) -> BlockId {
         self.stats.num_device_alloc += 1;
         self.stats.segment.increase(1);
         self.stats.reserved_bytes.increase(size);
@@ -114,6 +121,7 @@ impl Arena {
             size,
             requested: 0,
             pool,
+            stream,
             allocated: false,
             prev: NIL,
             next: NIL,
@@ -151,6 +159,42 @@ impl Arena {
         })
     }
 
+    /// Allocates exactly `[address, address + size)`, which must lie inside
+    /// one free block: the free space before and after it stays free. This
+    /// rebuilds a recorded allocator state (a snapshot's live blocks), not
+    /// a policy of any allocator.
+    pub fn carve(&mut self, address: u64, size: u64, requested: u64) -> Result<BlockId, String> {
+        let id = self
+            .free_block_containing(address, size)
+            .ok_or_else(|| format!("no free space for a block of {size} bytes at {address:#x}"))?;
+        self.take_free(id);
+        let mut net = self.split_contribution(id, -1);
+        let offset = address - self.blocks.get(id).address;
+        let target = if offset > 0 {
+            let rest = self.split_off(id, offset);
+            self.take_free(rest);
+            self.insert_free(id);
+            net = add(net, self.split_contribution(id, 1));
+            rest
+        } else {
+            id
+        };
+        // `allocate` takes out the target's own share, which it never had.
+        net = add(net, self.split_contribution(target, 1));
+        self.stats.inactive_split.apply(net.0);
+        self.stats.inactive_split_bytes.apply(net.1);
+        let split = self.blocks.get(target).size > size;
+        Ok(self.allocate(target, size, requested, split))
+    }
+
+    fn free_block_containing(&self, address: u64, size: u64) -> Option<BlockId> {
+        let (_, segment) = self.segments.range(..=address).next_back()?;
+        let (id, b) = self
+            .segment_blocks(segment.head)
+            .find(|(_, b)| b.address <= address && address < b.address + b.size)?;
+        (!b.allocated && address + size <= b.address + b.size).then_some(id)
+    }
+
     /// Hands out a free block (already taken out of its pool) for a request
     /// of `requested` bytes rounded to `size`; with `split`, the rest past
     /// `size` becomes a free block of its own (`alloc_found_block`,
@@ -183,11 +227,13 @@ impl Arena {
     fn split_off(&mut self, id: BlockId, size: u64) -> BlockId {
         let b = self.blocks.get(id);
         let (address, remaining, pool, next) = (b.address, b.size - size, b.pool, b.next);
+        let stream = b.stream;
         let rest = self.blocks.insert(Block {
             address: address + size,
             size: remaining,
             requested: 0,
             pool,
+            stream,
             allocated: false,
             prev: id,
             next,
@@ -287,6 +333,7 @@ impl Arena {
                 address,
                 total_size: s.size,
                 pool: self.blocks.get(s.head).pool,
+                stream: self.blocks.get(s.head).stream,
                 blocks: self
                     .segment_blocks(s.head)
                     .map(|(id, b)| view(id, b))

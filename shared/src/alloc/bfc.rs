@@ -112,7 +112,7 @@ impl BfcAllocator {
         if !increased {
             self.curr_region_allocation_bytes *= 2;
         }
-        let id = self.arena.add_segment(address, bytes, PoolKind::Region);
+        let id = self.arena.add_segment(address, bytes, PoolKind::Region, 0);
         self.arena.insert_free(id);
         Ok(true)
     }
@@ -121,7 +121,7 @@ impl BfcAllocator {
     /// that fits, split when it is at least twice the request or the slack
     /// reaches `max_internal_fragmentation_bytes`.
     fn find_chunk(&mut self, rounded: u64, requested: u64) -> Option<BlockId> {
-        let (size, id) = self.arena.best_fit(PoolKind::Region, rounded)?;
+        let (size, id) = self.arena.best_fit(PoolKind::Region, rounded, 0)?;
         self.arena.take_free(id);
         let split = size >= rounded * 2 || size - rounded >= MAX_INTERNAL_FRAGMENTATION;
         Some(self.arena.allocate(id, rounded, requested, split))

@@ -148,12 +148,12 @@ impl CachingAllocator {
 
     /// `get_free_block`: the smallest cached block that fits, lowest address
     /// first, subject to the oversize rules of `max_split_size`.
-    fn get_free_block(&mut self, pool: PoolKind, size: u64) -> Option<BlockId> {
+    fn get_free_block(&mut self, pool: PoolKind, size: u64, stream: u64) -> Option<BlockId> {
         if self.gc_enabled() {
             self.arena.free_blocks_mut(pool).lookups += 1;
         }
         let max_split = self.config.max_split_size;
-        let (found_size, id) = self.arena.best_fit(pool, size)?;
+        let (found_size, id) = self.arena.best_fit(pool, size, stream)?;
         if size < max_split && found_size >= max_split {
             return None;
         }
@@ -169,7 +169,7 @@ impl CachingAllocator {
         &mut self,
         device: &mut dyn Device,
         pool: PoolKind,
-        alloc_size: u64,
+        (alloc_size, stream): (u64, u64),
         is_retry: bool,
     ) -> Result<Option<BlockId>, AllocError> {
         if is_retry {
@@ -183,7 +183,7 @@ impl CachingAllocator {
         let Some(address) = device_malloc(device, alloc_size)? else {
             return Ok(None);
         };
-        Ok(Some(self.arena.add_segment(address, alloc_size, pool)))
+        Ok(Some(self.arena.add_segment(address, alloc_size, pool, stream)))
     }
 
     /// `release_blocks` of one pool: every whole free segment, smallest first.
@@ -214,7 +214,7 @@ impl CachingAllocator {
         &mut self,
         device: &mut dyn Device,
         pool: PoolKind,
-        size: u64,
+        (size, stream): (u64, u64),
     ) -> bool {
         let max_split = self.config.max_split_size;
         if max_split == u64::MAX {
@@ -223,7 +223,7 @@ impl CachingAllocator {
         let key_size = size.max(max_split);
         // Only whole segments can go back to the driver; an oversize block is
         // never split by a request, so this matches PyTorch in practice.
-        if let Some((_, id)) = self.arena.best_fit(pool, key_size) {
+        if let Some((_, id)) = self.arena.best_fit(pool, key_size, stream) {
             if self.arena.block(id).is_split() {
                 return false;
             }
@@ -311,24 +311,23 @@ impl CachingAllocator {
     fn find_or_grow(
         &mut self,
         device: &mut dyn Device,
-        requested: u64,
-        size: u64,
+        (requested, size, stream): (u64, u64, u64),
     ) -> Result<BlockId, AllocError> {
         let pool = pool_for_size(size);
-        if let Some(id) = self.get_free_block(pool, size) {
+        if let Some(id) = self.get_free_block(pool, size, stream) {
             return Ok(id);
         }
         if self.gc_enabled() {
             self.garbage_collect(device);
         }
         let alloc_size = allocation_size(size);
-        let mut got = self.alloc_block(device, pool, alloc_size, false)?;
-        if got.is_none() && self.release_available_cached_blocks(device, pool, size) {
-            got = self.alloc_block(device, pool, alloc_size, false)?;
+        let mut got = self.alloc_block(device, pool, (alloc_size, stream), false)?;
+        if got.is_none() && self.release_available_cached_blocks(device, pool, (size, stream)) {
+            got = self.alloc_block(device, pool, (alloc_size, stream), false)?;
         }
         if got.is_none() {
             self.release_cached_blocks(device);
-            got = self.alloc_block(device, pool, alloc_size, true)?;
+            got = self.alloc_block(device, pool, (alloc_size, stream), true)?;
         }
         got.ok_or_else(|| {
             AllocError::OutOfMemory(self.arena.out_of_memory(
@@ -341,19 +340,59 @@ impl CachingAllocator {
     }
 }
 
+impl CachingAllocator {
+    /// `malloc` on a given CUDA stream: only that stream's cached blocks
+    /// serve it, and a new segment belongs to it.
+    pub fn malloc_on(
+        &mut self,
+        device: &mut dyn Device,
+        requested: u64,
+        stream: u64,
+    ) -> Result<Option<BlockId>, AllocError> {
+        if requested == 0 {
+            return Ok(None);
+        }
+        let size = round_size(requested, &self.config.roundup_power2_divisions);
+        let id = self.find_or_grow(device, (requested, size, stream))?;
+        let split = self.should_split(id, size);
+        Ok(Some(self.arena.allocate(id, size, requested, split)))
+    }
+}
+
+/// Rebuilding a recorded state (a snapshot's segments and live blocks)
+/// before replaying what happened after it.
+impl CachingAllocator {
+    /// A segment of `size` bytes for `pool` and `stream`, where the device
+    /// puts its next segment (see `SimDevice::place_next`); returns its
+    /// address.
+    pub fn seed_segment(
+        &mut self,
+        device: &mut dyn Device,
+        size: u64,
+        (pool, stream): (PoolKind, u64),
+    ) -> Result<u64, AllocError> {
+        let address = device_malloc(device, size)?.ok_or_else(|| {
+            AllocError::Driver(format!("the device has no room for a {size}-byte segment"))
+        })?;
+        let id = self.arena.add_segment(address, size, pool, stream);
+        self.arena.insert_free(id);
+        Ok(address)
+    }
+
+    /// A live block of exactly `size` bytes at `address`, inside free space
+    /// of a seeded segment.
+    pub fn seed_block(&mut self, address: u64, size: u64, requested: u64) -> Result<BlockId, String> {
+        self.arena.carve(address, size, requested)
+    }
+}
+
 impl Allocator for CachingAllocator {
     fn malloc(
         &mut self,
         device: &mut dyn Device,
         requested: u64,
     ) -> Result<Option<BlockId>, AllocError> {
-        if requested == 0 {
-            return Ok(None);
-        }
-        let size = round_size(requested, &self.config.roundup_power2_divisions);
-        let id = self.find_or_grow(device, requested, size)?;
-        let split = self.should_split(id, size);
-        Ok(Some(self.arena.allocate(id, size, requested, split)))
+        self.malloc_on(device, requested, 0)
     }
 
     fn free(&mut self, _device: &mut dyn Device, id: BlockId) {

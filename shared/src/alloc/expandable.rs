@@ -355,6 +355,7 @@ impl Allocator for ExpandableAllocator {
                     address,
                     total_size: 0,
                     pool: space.pool,
+                    stream: 0,
                     blocks: Vec::new(),
                 });
                 segment.total_size += size;

@@ -160,6 +160,8 @@ pub struct SegmentView {
     pub address: u64,
     pub total_size: u64,
     pub pool: PoolKind,
+    /// The CUDA stream it serves (0: the default stream).
+    pub stream: u64,
     pub blocks: Vec<BlockView>,
 }
 

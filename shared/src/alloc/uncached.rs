@@ -81,6 +81,7 @@ impl Allocator for UncachedAllocator {
                 address,
                 total_size: size,
                 pool: PoolKind::Uncached,
+                stream: 0,
                 blocks: vec![BlockView {
                     id: Some(id),
                     address,

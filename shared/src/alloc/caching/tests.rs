@@ -386,3 +386,34 @@ fn best_fit_ties_go_to_the_lowest_address_wherever_segments_were_placed() {
     assert_eq!(third.address, 0x7f00_4000_0000 + 20 * MIB);
     a.check_invariants(&dev).unwrap();
 }
+
+/// A recorded state rebuilt: a 20 MiB segment placed at a given address
+/// with one live 4 MiB block 2 MiB into it; the free space on both sides
+/// stays free and counts as inactive split, and the next large request
+/// takes the lowest free block that fits.
+#[test]
+fn a_seeded_segment_and_block_are_where_the_record_says() {
+    let (mut a, mut dev) = setup(GIB);
+    let base = 0x7f00_0000_0000;
+    assert!(dev.place_next(base, LARGE_BUFFER));
+    let at = a
+        .seed_segment(&mut dev, LARGE_BUFFER, (PoolKind::Large, 7))
+        .unwrap();
+    assert_eq!(at, base);
+    a.seed_block(base + 2 * MIB, 4 * MIB, 4 * MIB - 100).unwrap();
+    let s = a.stats();
+    assert_eq!(s.allocated_bytes.current, 4 * MIB);
+    assert_eq!(s.inactive_split.current, 2);
+    assert_eq!(s.inactive_split_bytes.current, 16 * MIB);
+    a.check_invariants(&dev).unwrap();
+    assert!(a.seed_block(base + 3 * MIB, 512, 512).is_err());
+    // Stream 0 has no cached block: a new segment.
+    a.malloc(&mut dev, 2 * MIB).unwrap();
+    assert_eq!(a.stats().segment.current, 2);
+    // Stream 7 reuses the free 2 MiB at the segment's start.
+    let id = a.malloc_on(&mut dev, 2 * MIB, 7).unwrap().unwrap();
+    let seg = &a.segments()[0];
+    assert_eq!((seg.address, seg.stream), (base, 7));
+    assert_eq!(seg.blocks[0].id, Some(id));
+    a.check_invariants(&dev).unwrap();
+}
