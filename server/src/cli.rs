@@ -27,6 +27,33 @@ pub enum Command {
     Run(RunArgs),
     /// Serve the playground: the web app, /healthz and the engine.
     Serve(ServeArgs),
+    /// Replay a PyTorch memory snapshot (the pickle that
+    /// `torch.cuda.memory._dump_snapshot()` writes, or its JSON): exactly as
+    /// recorded, checked event by event, and under other settings.
+    Replay(ReplayArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The snapshot file.
+    pub file: PathBuf,
+    /// Replay again with these `restart` settings changed, as key=value
+    /// pairs, comma-separated (repeat for several runs), e.g.
+    /// 'expandable_segments=true' or 'max_split_size_mb=128'.
+    #[arg(long = "what-if")]
+    pub what_if: Vec<String>,
+    /// Run the what-if replays on this GPU (t4, l4, a100-40gb, a100-80gb,
+    /// rtx-4090, h100-80gb, h200); with no --what-if, one run with the
+    /// recorded settings on it.
+    #[arg(long)]
+    pub gpu: Option<String>,
+    /// Which CUDA device's trace (default: the one with the most events).
+    #[arg(long = "cuda-device")]
+    pub cuda_device: Option<usize>,
+    /// Print one JSON record per trace event of the exact replay, then one
+    /// JSON line with the outcome of every run.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -44,6 +71,11 @@ pub struct RunArgs {
     /// live objects, events) as one more JSON line.
     #[arg(long, env = "VRAMLAB_SNAPSHOT")]
     pub snapshot: bool,
+    /// After the last command, write the session as a PyTorch memory
+    /// snapshot pickle (for pytorch.org/memory_viz, or `vramlab replay`);
+    /// a name ending in .json writes JSON.
+    #[arg(long = "export-snapshot")]
+    pub export_snapshot: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -4,6 +4,7 @@
 //! - [`backend`]: which device a kernel runs on (simulated GPU or CUDA).
 //! - [`cuda`]: the real GPU through the CUDA driver (loaded at run time).
 //! - [`runner`]: `vramlab run`, the headless runner of command files.
+//! - [`replay`]: `vramlab replay`, real PyTorch memory snapshots replayed.
 //! - [`app`]: the state the request handlers share.
 //! - [`http`]: `vramlab serve`, the axum application and its routes.
 //! - [`access`]: the access token, the host names served, the websocket's
@@ -25,6 +26,7 @@ pub mod http;
 pub mod listener;
 pub mod metrics;
 pub mod rate;
+pub mod replay;
 pub mod runner;
 pub mod session;
 pub mod ws;

@@ -5,6 +5,7 @@ use tracing_subscriber::EnvFilter;
 use vramlab_server::backend::select;
 use vramlab_server::cli::{Cli, Command, LogFormat, RunArgs, ServeArgs};
 use vramlab_server::http::{self, build};
+use vramlab_server::replay::replay_file;
 use vramlab_server::runner::{run, RunOptions};
 
 fn main() -> ExitCode {
@@ -12,6 +13,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run_file(args),
         Command::Serve(args) => serve(args).map(|()| ExitCode::SUCCESS),
+        Command::Replay(args) => replay_file(&args, &mut std::io::stdout().lock()),
     };
     match result {
         Ok(code) => code,
@@ -27,6 +29,7 @@ fn run_file(args: RunArgs) -> anyhow::Result<ExitCode> {
     let options = RunOptions {
         check: args.check,
         snapshot: args.snapshot,
+        export_snapshot: args.export_snapshot.clone(),
     };
     let stdout = std::io::stdout().lock();
     let summary = if args.file.as_os_str() == "-" {

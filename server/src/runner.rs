@@ -6,6 +6,7 @@ use crate::backend::Backend;
 use std::io::{BufRead, Write};
 use vramlab_shared::command::parse_line;
 use vramlab_shared::lesson::check_step;
+use vramlab_shared::memory_snapshot;
 
 /// What a run found.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -19,6 +20,8 @@ pub struct RunSummary {
 pub struct RunOptions {
     pub check: bool,
     pub snapshot: bool,
+    /// Write the session as a PyTorch memory snapshot here at the end.
+    pub export_snapshot: Option<std::path::PathBuf>,
 }
 
 /// Reads commands from `input` until its end, writing one record per
@@ -59,7 +62,26 @@ pub fn run(
         output.write_all(b"\n")?;
         output.flush()?;
     }
+    if let Some(path) = &options.export_snapshot {
+        export(&engine.snapshot(usize::MAX), path)?;
+    }
     Ok(summary)
+}
+
+/// Writes a session as a memory snapshot: JSON for a `.json` name, else
+/// the pickle `torch.cuda.memory._dump_snapshot()` writes.
+fn export(
+    snapshot: &vramlab_shared::snapshot::Snapshot,
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    let exported = memory_snapshot::export::from_session(snapshot);
+    let bytes = if path.extension().is_some_and(|e| e == "json") {
+        serde_json::to_vec(&exported)?
+    } else {
+        memory_snapshot::write_pickle(&exported)
+    };
+    std::fs::write(path, bytes)
+        .map_err(|e| anyhow::anyhow!("cannot write the snapshot to {}: {e}", path.display()))
 }
 
 #[cfg(test)]
@@ -78,6 +100,7 @@ mod tests {
             &RunOptions {
                 check,
                 snapshot: false,
+                export_snapshot: None,
             },
         )
         .unwrap();

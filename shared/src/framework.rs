@@ -177,6 +177,16 @@ fn invalid(message: String) -> CommandError {
 }
 
 impl Settings {
+    /// PyTorch's caching allocator options.
+    pub fn caching_config(&self) -> CachingConfig {
+        CachingConfig {
+            max_split_size: self.max_split_size_mb.map_or(u64::MAX, |mb| mb * MIB),
+            garbage_collection_threshold: self.garbage_collection_threshold,
+            memory_fraction: self.per_process_memory_fraction,
+            roundup_power2_divisions: self.roundup_power2_divisions,
+        }
+    }
+
     /// These settings with a `restart` command's fields applied, checked.
     pub fn patched(&self, patch: &RestartSettings) -> Result<Settings, CommandError> {
         let mut s = self.clone();
@@ -435,12 +445,7 @@ pub fn make_allocator(settings: &Settings, device: &dyn Device) -> Box<dyn Alloc
     match settings.framework {
         Framework::Pytorch if settings.no_caching => Box::new(UncachedAllocator::new()),
         Framework::Pytorch => {
-            let config = CachingConfig {
-                max_split_size: settings.max_split_size_mb.map_or(u64::MAX, |mb| mb * MIB),
-                garbage_collection_threshold: settings.garbage_collection_threshold,
-                memory_fraction: settings.per_process_memory_fraction,
-                roundup_power2_divisions: settings.roundup_power2_divisions,
-            };
+            let config = settings.caching_config();
             let total = device.mem_get_info().1;
             if settings.expandable_segments {
                 Box::new(ExpandableAllocator::new(config, total))

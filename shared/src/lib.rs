@@ -28,6 +28,7 @@ pub mod framework;
 pub mod gpu;
 pub mod kernel;
 pub mod lesson;
+pub mod memory_snapshot;
 pub mod protocol;
 pub mod python;
 pub mod runtime;

@@ -183,7 +183,9 @@ impl CachingAllocator {
         let Some(address) = device_malloc(device, alloc_size)? else {
             return Ok(None);
         };
-        Ok(Some(self.arena.add_segment(address, alloc_size, pool, stream)))
+        Ok(Some(
+            self.arena.add_segment(address, alloc_size, pool, stream),
+        ))
     }
 
     /// `release_blocks` of one pool: every whole free segment, smallest first.
@@ -381,8 +383,29 @@ impl CachingAllocator {
 
     /// A live block of exactly `size` bytes at `address`, inside free space
     /// of a seeded segment.
-    pub fn seed_block(&mut self, address: u64, size: u64, requested: u64) -> Result<BlockId, String> {
+    pub fn seed_block(
+        &mut self,
+        address: u64,
+        size: u64,
+        requested: u64,
+    ) -> Result<BlockId, String> {
         self.arena.carve(address, size, requested)
+    }
+
+    /// `release_block` of the segment at `address`, as a recorded
+    /// `segment_free` says happened: it must be one whole free block.
+    pub fn release_segment_at(
+        &mut self,
+        device: &mut dyn Device,
+        address: u64,
+    ) -> Result<u64, String> {
+        let id = self
+            .arena
+            .whole_free_segments()
+            .find(|&(id, _)| self.arena.block(id).address == address)
+            .map(|(id, _)| id)
+            .ok_or_else(|| format!("no whole free segment at {address:#x}"))?;
+        Ok(self.arena.release_segment(device, id))
     }
 }
 

@@ -30,7 +30,9 @@ impl RoundupDivisions {
         Ok(Self([encode(divisions)?; INTERVALS]))
     }
 
-    fn from_table(table: [u64; INTERVALS]) -> Result<Self, String> {
+    /// One value per interval, from 1 MiB up (as a snapshot's
+    /// `allocator_settings` lists them).
+    pub fn from_table(table: [u64; INTERVALS]) -> Result<Self, String> {
         let mut out = [0; INTERVALS];
         for (o, d) in out.iter_mut().zip(table) {
             *o = encode(d)?;

@@ -400,7 +400,8 @@ fn a_seeded_segment_and_block_are_where_the_record_says() {
         .seed_segment(&mut dev, LARGE_BUFFER, (PoolKind::Large, 7))
         .unwrap();
     assert_eq!(at, base);
-    a.seed_block(base + 2 * MIB, 4 * MIB, 4 * MIB - 100).unwrap();
+    a.seed_block(base + 2 * MIB, 4 * MIB, 4 * MIB - 100)
+        .unwrap();
     let s = a.stats();
     assert_eq!(s.allocated_bytes.current, 4 * MIB);
     assert_eq!(s.inactive_split.current, 2);

@@ -1,0 +1,179 @@
+//! `vramlab replay`: a real PyTorch memory snapshot replayed exactly as
+//! recorded (checked event by event) and under other settings, with a
+//! summary or, with `--json`, one record per event and the outcome.
+
+use crate::cli::ReplayArgs;
+use std::io::Write;
+use std::process::ExitCode;
+use vramlab_shared::framework::RestartSettings;
+use vramlab_shared::memory_snapshot::replay::{
+    busiest_device, parse_what_if, replay_exact, replay_what_if, ReplayRun,
+};
+use vramlab_shared::memory_snapshot::{self, MemorySnapshot};
+use vramlab_shared::units::format_size;
+
+/// Replays the file; exit status 1 when the exact replay differs from the
+/// recording.
+pub fn replay_file(args: &ReplayArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
+    let bytes = std::fs::read(&args.file)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.file.display()))?;
+    let snapshot = memory_snapshot::read(&bytes)?;
+    let device = args
+        .cuda_device
+        .unwrap_or_else(|| busiest_device(&snapshot));
+    if device >= snapshot.device_traces.len().max(1) {
+        anyhow::bail!("the snapshot has no trace for CUDA device {device}");
+    }
+    let exact = replay_exact(&snapshot, device);
+    let mut runs = Vec::new();
+    for (label, what_if) in what_ifs(args)? {
+        runs.push((label, replay_what_if(&snapshot, device, &what_if)?));
+    }
+    if args.json {
+        write_json(out, &snapshot, device, &exact, &runs)?;
+    } else {
+        write_summary(out, &snapshot, device, &exact, &runs)?;
+    }
+    Ok(match &exact {
+        Ok(run) if run.exact == Some(false) => ExitCode::from(1),
+        _ => ExitCode::SUCCESS,
+    })
+}
+
+/// Each `--what-if`, with `--gpu` added; `--gpu` alone is one run.
+fn what_ifs(args: &ReplayArgs) -> anyhow::Result<Vec<(String, RestartSettings)>> {
+    let mut texts = args.what_if.clone();
+    if texts.is_empty() && args.gpu.is_some() {
+        texts.push(String::new());
+    }
+    texts
+        .into_iter()
+        .map(|text| {
+            let full = match &args.gpu {
+                Some(gpu) if text.is_empty() => format!("gpu={gpu}"),
+                Some(gpu) => format!("{text},gpu={gpu}"),
+                None => text,
+            };
+            Ok((full.clone(), parse_what_if(&full)?))
+        })
+        .collect()
+}
+
+fn write_summary(
+    out: &mut impl Write,
+    snapshot: &MemorySnapshot,
+    device: usize,
+    exact: &Result<ReplayRun, memory_snapshot::SnapshotError>,
+    runs: &[(String, ReplayRun)],
+) -> anyhow::Result<()> {
+    let events = snapshot.device_traces.get(device).map_or(0, Vec::len);
+    writeln!(
+        out,
+        "CUDA device {device}: {events} trace events, {} segments at the dump",
+        snapshot
+            .segments
+            .iter()
+            .filter(|s| s.device as usize == device)
+            .count()
+    )?;
+    match exact {
+        Ok(run) => {
+            let verdict = match &run.first_difference {
+                None => "exact: every segment_alloc, segment_free and block placement as recorded"
+                    .to_string(),
+                Some(d) => format!(
+                    "differs first at event {}: the trace has {}; the replay made {}",
+                    d.event, d.trace, d.engine
+                ),
+            };
+            writeln!(out, "exact replay: {verdict}")?;
+            writeln!(out, "  {}", figures(run))?;
+            if run.recorded_ooms > 0 {
+                writeln!(
+                    out,
+                    "  the recording shows {} out-of-memory error(s)",
+                    run.recorded_ooms
+                )?;
+            }
+        }
+        Err(e) => writeln!(out, "exact replay: not possible: {e}")?,
+    }
+    for (label, run) in runs {
+        writeln!(out, "what if {label}:")?;
+        writeln!(out, "  {}", figures(run))?;
+        match run.ooms.first() {
+            None => writeln!(out, "  no out-of-memory error")?,
+            Some(oom) => writeln!(
+                out,
+                "  {} out-of-memory error(s), the first at event {}: {}",
+                run.ooms.len(),
+                oom.event,
+                oom.message
+            )?,
+        }
+    }
+    Ok(())
+}
+
+fn figures(run: &ReplayRun) -> String {
+    format!(
+        "peak reserved {}, peak allocated {}, reserved but unallocated at the reserved peak {}",
+        format_size(run.peak_reserved_bytes),
+        format_size(run.peak_allocated_bytes),
+        format_size(run.fragmentation_at_peak_bytes)
+    )
+}
+
+fn write_json(
+    out: &mut impl Write,
+    snapshot: &MemorySnapshot,
+    device: usize,
+    exact: &Result<ReplayRun, memory_snapshot::SnapshotError>,
+    runs: &[(String, ReplayRun)],
+) -> anyhow::Result<()> {
+    let trace = snapshot
+        .device_traces
+        .get(device)
+        .map_or(&[][..], Vec::as_slice);
+    if let Ok(run) = exact {
+        for (e, point) in trace.iter().zip(&run.timeline) {
+            let record = serde_json::json!({
+                "event": point.event,
+                "action": e.action.name(),
+                "addr": e.addr,
+                "size": e.size,
+                "stream": e.stream,
+                "allocated_bytes": point.allocated_bytes,
+                "reserved_bytes": point.reserved_bytes,
+            });
+            writeln!(out, "{record}")?;
+        }
+    }
+    let outcome = |run: &ReplayRun| {
+        serde_json::json!({
+            "peak_reserved_bytes": run.peak_reserved_bytes,
+            "peak_allocated_bytes": run.peak_allocated_bytes,
+            "fragmentation_at_peak_bytes": run.fragmentation_at_peak_bytes,
+            "ooms": run.ooms,
+        })
+    };
+    let last = match exact {
+        Ok(run) => serde_json::json!({
+            "exact": run.exact == Some(true),
+            "events": trace.len(),
+            "first_difference": run.first_difference,
+            "recorded_ooms": run.recorded_ooms,
+            "replay": outcome(run),
+            "what_if": runs.iter().map(|(l, r)| serde_json::json!({"settings": l, "replay": outcome(r)})).collect::<Vec<_>>(),
+        }),
+        Err(e) => serde_json::json!({
+            "exact": false,
+            "events": trace.len(),
+            "first_difference": null,
+            "error": e.to_string(),
+            "what_if": runs.iter().map(|(l, r)| serde_json::json!({"settings": l, "replay": outcome(r)})).collect::<Vec<_>>(),
+        }),
+    };
+    writeln!(out, "{last}")?;
+    Ok(())
+}

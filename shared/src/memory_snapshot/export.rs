@@ -1,0 +1,101 @@
+//! A vramlab session as a PyTorch memory snapshot: its segments and blocks
+//! (each live block's one frame names the tensor and its category, which
+//! memory_viz shows as the block's stack) and its event log as the device
+//! trace. A `restart` ends a process, so only events after the last one
+//! are written. The log keeps a bounded window; when it dropped older
+//! events the trace starts mid-run, as a real recording often does.
+
+use super::format::{Action, Block, BlockState, Frame, MemorySnapshot, Segment, TraceEntry};
+use crate::alloc::BlockState as EngineState;
+use crate::snapshot::{Event, EventAction, Snapshot};
+
+/// What a memory snapshot holds of a vramlab snapshot.
+pub fn from_session(session: &Snapshot) -> MemorySnapshot {
+    let segments = session.segments.iter().map(segment).collect();
+    let since_restart = session
+        .events
+        .iter()
+        .rposition(|e| e.action == EventAction::Restart)
+        .map_or(0, |i| i + 1);
+    let trace = session.events[since_restart..]
+        .iter()
+        .flat_map(trace_entries)
+        .collect();
+    MemorySnapshot {
+        segments,
+        device_traces: vec![trace],
+        allocator_settings: None,
+    }
+}
+
+fn segment(s: &crate::snapshot::SegmentSnapshot) -> Segment {
+    let blocks: Vec<Block> = s
+        .blocks
+        .iter()
+        .map(|b| Block {
+            address: b.address,
+            size: b.size,
+            requested_size: b.requested_size,
+            state: match b.state {
+                EngineState::ActiveAllocated => BlockState::ActiveAllocated,
+                EngineState::Inactive => BlockState::Inactive,
+            },
+            frames: b
+                .owner
+                .iter()
+                .map(|owner| owner_frame(owner, b.category))
+                .collect(),
+        })
+        .collect();
+    let active: u64 = blocks
+        .iter()
+        .filter(|b| b.state.is_active())
+        .map(|b| b.size)
+        .sum();
+    Segment {
+        device: 0,
+        address: s.address,
+        total_size: s.total_size,
+        allocated_size: s.allocated_size,
+        active_size: active,
+        requested_size: s.requested_size,
+        stream: 0,
+        segment_type: if s.pool == "small" { "small" } else { "large" }.into(),
+        segment_pool_id: (0, 0),
+        is_expandable: false,
+        blocks,
+        frames: Vec::new(),
+    }
+}
+
+fn owner_frame(owner: &str, category: Option<crate::types::Category>) -> Frame {
+    Frame {
+        filename: "vramlab".into(),
+        line: 0,
+        name: match category {
+            Some(c) => format!("{owner} ({})", c.name()),
+            None => owner.to_string(),
+        },
+    }
+}
+
+/// A freed block is `free_requested` then `free_completed` (one stream:
+/// nothing waits).
+fn trace_entries(e: &Event) -> Vec<TraceEntry> {
+    let entry = |action: Action| TraceEntry {
+        action,
+        addr: e.address,
+        size: e.size,
+        stream: 0,
+        time_us: None,
+        frames: e.name.iter().map(|n| owner_frame(n, None)).collect(),
+    };
+    match e.action {
+        EventAction::Alloc => vec![entry(Action::Alloc)],
+        EventAction::Free => vec![entry(Action::FreeRequested), entry(Action::FreeCompleted)],
+        EventAction::SegmentAlloc => vec![entry(Action::SegmentAlloc)],
+        EventAction::SegmentFree => vec![entry(Action::SegmentFree)],
+        EventAction::Oom => vec![entry(Action::Oom)],
+        EventAction::Restart => Vec::new(),
+    }
+}

@@ -1,0 +1,175 @@
+//! The allocator's state just before a trace's first event. A recording
+//! usually starts mid-run, so the segment list at the dump is walked back
+//! through the trace, newest event first: an `alloc` is undone by freeing
+//! its block, a `free_completed` by bringing its block back, a
+//! `segment_alloc` by removing the segment, a `segment_free` by restoring
+//! it. Any event that does not fit the state (a free of a block that is
+//! not there, a segment removed under live blocks) is reported.
+
+use super::format::{Action, MemorySnapshot, TraceEntry};
+use super::SnapshotError;
+use crate::alloc::caching::{pool_for_size, round_size, MIN_BLOCK_SIZE, SMALL_BUFFER, SMALL_SIZE};
+use crate::alloc::PoolKind;
+use std::collections::BTreeMap;
+
+/// A segment as it was before the first event, with its live blocks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeedSegment {
+    pub address: u64,
+    pub size: u64,
+    pub stream: u64,
+    pub pool: PoolKind,
+    /// Live blocks by address: (size, requested).
+    pub blocks: BTreeMap<u64, (u64, u64)>,
+}
+
+/// Every segment of one device before its trace's first event.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InitialState {
+    pub segments: BTreeMap<u64, SeedSegment>,
+}
+
+/// A live block whose size is not yet known (allocated before the trace
+/// began, freed during it).
+const UNKNOWN: u64 = 0;
+
+/// Walks `device`'s trace back from the dump's segment list.
+pub fn initial_state(
+    snapshot: &MemorySnapshot,
+    device: usize,
+) -> Result<InitialState, SnapshotError> {
+    let mut state = final_state(snapshot, device)?;
+    let trace = snapshot
+        .device_traces
+        .get(device)
+        .map_or(&[][..], Vec::as_slice);
+    for (index, event) in trace.iter().enumerate().rev() {
+        undo(&mut state, event).map_err(|why| {
+            SnapshotError(format!(
+                "the trace contradicts its segment list at event {index} ({} at {:#x}, {} bytes): {why}",
+                event.action.name(),
+                event.addr,
+                event.size
+            ))
+        })?;
+    }
+    estimate_unknown_sizes(&mut state);
+    Ok(state)
+}
+
+fn final_state(snapshot: &MemorySnapshot, device: usize) -> Result<InitialState, SnapshotError> {
+    let mut state = InitialState::default();
+    for s in snapshot
+        .segments
+        .iter()
+        .filter(|s| s.device as usize == device)
+    {
+        if s.segment_pool_id != (0, 0) {
+            return Err(SnapshotError(format!(
+                "segment {:#x} belongs to a CUDA graph's private memory pool {:?}; only the default pools are replayed",
+                s.address, s.segment_pool_id
+            )));
+        }
+        let pool = if s.segment_type == "small" {
+            PoolKind::Small
+        } else {
+            PoolKind::Large
+        };
+        let blocks = s
+            .blocks
+            .iter()
+            .filter(|b| b.state.is_active())
+            .map(|b| (b.address, (b.size, b.requested_size)))
+            .collect();
+        let seed = SeedSegment {
+            address: s.address,
+            size: s.total_size,
+            stream: s.stream,
+            pool,
+            blocks,
+        };
+        state.segments.insert(s.address, seed);
+    }
+    Ok(state)
+}
+
+fn undo(state: &mut InitialState, e: &TraceEntry) -> Result<(), String> {
+    match e.action {
+        Action::Alloc => {
+            let segment = segment_of(state, e.addr)?;
+            segment
+                .blocks
+                .remove(&e.addr)
+                .map(drop)
+                .ok_or_else(|| "no live block there at the end of it".to_string())
+        }
+        Action::FreeCompleted => {
+            let segment = segment_of(state, e.addr)?;
+            if segment.blocks.insert(e.addr, (UNKNOWN, e.size)).is_some() {
+                return Err("a live block is already there".into());
+            }
+            Ok(())
+        }
+        Action::SegmentAlloc => match state.segments.remove(&e.addr) {
+            Some(s) if s.blocks.is_empty() => Ok(()),
+            Some(_) => Err("the segment still has live blocks".into()),
+            None => Err("no such segment".into()),
+        },
+        Action::SegmentFree => {
+            let pool = if e.size == SMALL_BUFFER {
+                PoolKind::Small
+            } else {
+                PoolKind::Large
+            };
+            let seed = SeedSegment {
+                address: e.addr,
+                size: e.size,
+                stream: e.stream,
+                pool,
+                blocks: BTreeMap::new(),
+            };
+            match state.segments.insert(e.addr, seed) {
+                None => Ok(()),
+                Some(_) => Err("a segment is already there".into()),
+            }
+        }
+        Action::SegmentMap | Action::SegmentUnmap => {
+            Err("expandable segments are replayed from the start of a recording only".into())
+        }
+        Action::FreeRequested | Action::Snapshot | Action::Oom | Action::Other(_) => Ok(()),
+    }
+}
+
+fn segment_of(state: &mut InitialState, address: u64) -> Result<&mut SeedSegment, String> {
+    state
+        .segments
+        .range_mut(..=address)
+        .next_back()
+        .map(|(_, s)| s)
+        .filter(|s| address < s.address + s.size)
+        .ok_or_else(|| "no segment holds that address".to_string())
+}
+
+/// A block that was live before the trace and freed during it: its size is
+/// its rounded request, or up to the next live block when the rest would
+/// have been too small to split off (`should_split`).
+fn estimate_unknown_sizes(state: &mut InitialState) {
+    for segment in state.segments.values_mut() {
+        let end = segment.address + segment.size;
+        let starts: Vec<u64> = segment.blocks.keys().copied().collect();
+        for (i, &address) in starts.iter().enumerate() {
+            let (size, requested) = segment.blocks[&address];
+            if size != UNKNOWN {
+                continue;
+            }
+            let room = starts.get(i + 1).copied().unwrap_or(end) - address;
+            let rounded = round_size(requested, &Default::default()).min(room);
+            let keep_whole = match pool_for_size(rounded) {
+                PoolKind::Small => room - rounded < MIN_BLOCK_SIZE,
+                _ => room - rounded <= SMALL_SIZE,
+            };
+            let size = if keep_whole { room } else { rounded };
+            segment.blocks.insert(address, (size, requested));
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! Real PyTorch memory snapshots in and out: reading the file that
+//! `torch.cuda.memory._dump_snapshot()` writes ([`format`]), rebuilding the
+//! allocator's state at the trace's first event ([`initial`]), replaying
+//! the trace on vramlab's allocators, exactly or under other settings
+//! ([`replay`]), and writing any session as such a file ([`export`]).
+//!
+//! Only data is read: a pickle that names a Python class or function is
+//! refused, nothing is ever executed. Limits: [`MAX_FILE_BYTES`] of file
+//! and [`MAX_EVENTS`] trace events; stack frames beyond
+//! [`format::MAX_FRAMES`] per entry are dropped.
+
+pub mod export;
+pub mod format;
+pub mod initial;
+mod pickle;
+pub mod replay;
+
+pub use format::{Action, Block, BlockState, Frame, MemorySnapshot, Segment, TraceEntry};
+
+/// The largest file read (a snapshot of a long run with deep stacks is a
+/// few tens of MB).
+pub const MAX_FILE_BYTES: usize = 256 << 20;
+/// The most trace events over all devices.
+pub const MAX_EVENTS: usize = 4_000_000;
+
+/// Why a file could not be read as a snapshot, in words for the user.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotError(pub String);
+
+impl std::fmt::Display for SnapshotError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SnapshotError {}
+
+/// Reads a snapshot from a pickle (protocol 2 to 5) or from JSON of the
+/// same shape.
+pub fn read(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
+    if bytes.len() > MAX_FILE_BYTES {
+        return Err(SnapshotError(format!(
+            "the file is {} MB; snapshots of up to {} MB are read",
+            bytes.len() >> 20,
+            MAX_FILE_BYTES >> 20
+        )));
+    }
+    let snapshot = match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(0x80) => read_pickle(bytes)?,
+        Some(b'{') => serde_json::from_slice(bytes)
+            .map_err(|e| SnapshotError(format!("the JSON is not a memory snapshot: {e}")))?,
+        _ => {
+            return Err(SnapshotError(
+                "not a PyTorch memory snapshot: expected the pickle that torch.cuda.memory._dump_snapshot() writes, or JSON".into(),
+            ))
+        }
+    };
+    let events: usize = snapshot.device_traces.iter().map(Vec::len).sum();
+    if events > MAX_EVENTS {
+        return Err(SnapshotError(format!(
+            "the trace has {events} events; up to {MAX_EVENTS} are replayed"
+        )));
+    }
+    Ok(snapshot)
+}
+
+fn read_pickle(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
+    let data = pickle::read(bytes).map_err(SnapshotError)?;
+    serde_json::from_value(data)
+        .map_err(|e| SnapshotError(format!("the pickle is not a memory snapshot: {e}")))
+}
+
+/// Writes a snapshot as a pickle (protocol 3) that
+/// `torch.cuda.memory._memory_viz` and pytorch.org/memory_viz read.
+pub fn write_pickle(snapshot: &MemorySnapshot) -> Vec<u8> {
+    serde_pickle::to_vec(snapshot, serde_pickle::SerOptions::new())
+        .expect("plain data always pickles")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,423 @@
+//! A pickle reader for data only: the opcodes of protocols 2 to 5 that
+//! build None, booleans, integers, floats, strings, bytes, lists, tuples,
+//! dicts and sets, with the memo shared as CPython shares it (a value
+//! referenced twice is one value). Any opcode that would name a Python
+//! class or call a function (`GLOBAL`, `REDUCE`, `BUILD`, `NEWOBJ`, …) is
+//! an error: nothing in a file is ever run.
+//!
+//! The result is a `serde_json::Value` for serde to read; lists under a
+//! `frames` key keep their first [`MAX_FRAMES`] entries.
+
+use super::format::MAX_FRAMES;
+use serde_json::{Map, Number, Value as Json};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// Nesting deeper than this is refused (a snapshot nests six levels).
+const MAX_DEPTH: usize = 32;
+
+#[derive(Clone, Debug)]
+enum Value {
+    None,
+    Bool(bool),
+    Int(i128),
+    Float(f64),
+    Str(Rc<str>),
+    Bytes(Rc<[u8]>),
+    /// Lists, tuples and sets (built in place after being memoized).
+    List(Rc<RefCell<Vec<Value>>>),
+    Dict(Rc<RefCell<Vec<(Value, Value)>>>),
+    Mark,
+}
+
+struct Machine<'a> {
+    input: &'a [u8],
+    at: usize,
+    stack: Vec<Value>,
+    memo: HashMap<u32, Value>,
+}
+
+/// Reads a pickle into plain data.
+pub fn read(input: &[u8]) -> Result<Json, String> {
+    let mut m = Machine {
+        input,
+        at: 0,
+        stack: Vec::new(),
+        memo: HashMap::new(),
+    };
+    let top = m.run()?;
+    to_json(&top, 0, false)
+}
+
+fn list(items: Vec<Value>) -> Value {
+    Value::List(Rc::new(RefCell::new(items)))
+}
+
+impl<'a> Machine<'a> {
+    fn run(&mut self) -> Result<Value, String> {
+        loop {
+            let op = self.take(1)?[0];
+            if op == b'.' {
+                return self.pop();
+            }
+            self.step(op)?;
+        }
+    }
+
+    fn step(&mut self, op: u8) -> Result<(), String> {
+        match op {
+            0x80 => _ = self.take(1)?,            // PROTO
+            0x95 => _ = self.take(8)?,            // FRAME
+            b'(' => self.stack.push(Value::Mark), // MARK
+            b'N' => self.stack.push(Value::None),
+            0x88 => self.stack.push(Value::Bool(true)),
+            0x89 => self.stack.push(Value::Bool(false)),
+            b'J' => {
+                let n = i32::from_le_bytes(self.array()?);
+                self.stack.push(Value::Int(n.into()));
+            }
+            b'K' => {
+                let n = self.take(1)?[0];
+                self.stack.push(Value::Int(n.into()));
+            }
+            b'M' => {
+                let n = u16::from_le_bytes(self.array()?);
+                self.stack.push(Value::Int(n.into()));
+            }
+            0x8a => {
+                let n = self.take(1)?[0] as usize;
+                self.long(n)?;
+            }
+            0x8b => {
+                let n = self.length(4)?;
+                self.long(n)?;
+            }
+            b'G' => {
+                let f = f64::from_be_bytes(self.array()?);
+                self.stack.push(Value::Float(f));
+            }
+            _ => return self.step_strings(op),
+        }
+        Ok(())
+    }
+
+    fn step_strings(&mut self, op: u8) -> Result<(), String> {
+        let text = |m: &mut Self, len: usize| -> Result<(), String> {
+            let bytes = m.take(len)?;
+            let s = std::str::from_utf8(bytes)
+                .map_err(|_| "a string is not valid UTF-8".to_string())?;
+            m.stack.push(Value::Str(s.into()));
+            Ok(())
+        };
+        let bytes = |m: &mut Self, len: usize| -> Result<(), String> {
+            let b = m.take(len)?;
+            m.stack.push(Value::Bytes(b.into()));
+            Ok(())
+        };
+        match op {
+            b'X' => {
+                let n = self.length(4)?;
+                text(self, n)
+            }
+            0x8c => {
+                let n = self.take(1)?[0] as usize;
+                text(self, n)
+            }
+            0x8d => {
+                let n = self.length(8)?;
+                text(self, n)
+            }
+            // Protocol 2's `str`: bytes, read as text where they are UTF-8.
+            b'T' | b'U' => {
+                let n = if op == b'T' {
+                    self.length(4)?
+                } else {
+                    self.take(1)?[0] as usize
+                };
+                let b = self.take(n)?;
+                let s = String::from_utf8_lossy(b);
+                self.stack.push(Value::Str(s.as_ref().into()));
+                Ok(())
+            }
+            b'B' | 0x8e | 0x96 => {
+                let n = self.length(if op == b'B' { 4 } else { 8 })?;
+                bytes(self, n)
+            }
+            b'C' => {
+                let n = self.take(1)?[0] as usize;
+                bytes(self, n)
+            }
+            _ => self.step_containers(op),
+        }
+    }
+
+    fn step_containers(&mut self, op: u8) -> Result<(), String> {
+        match op {
+            b']' | b')' | 0x8f => self.stack.push(list(Vec::new())),
+            b'}' => self.stack.push(Value::Dict(Rc::default())),
+            b'l' | b't' | 0x91 => {
+                let items = self.pop_mark()?;
+                self.stack.push(list(items));
+            }
+            0x85..=0x87 => {
+                let n = usize::from(op - 0x84);
+                if self.stack.len() < n {
+                    return Err("the pickle's stack runs empty".into());
+                }
+                let items = self.stack.split_off(self.stack.len() - n);
+                self.stack.push(list(items));
+            }
+            b'd' => {
+                let items = self.pop_mark()?;
+                let pairs = pairs(items)?;
+                self.stack.push(Value::Dict(Rc::new(RefCell::new(pairs))));
+            }
+            b'a' => {
+                let item = self.pop()?;
+                self.extend(vec![item])?;
+            }
+            b'e' | 0x90 => {
+                let items = self.pop_mark()?;
+                self.extend(items)?;
+            }
+            b's' => {
+                let value = self.pop()?;
+                let key = self.pop()?;
+                self.set_items(vec![(key, value)])?;
+            }
+            b'u' => {
+                let items = self.pop_mark()?;
+                self.set_items(pairs(items)?)?;
+            }
+            b'0' => _ = self.pop()?,
+            b'1' => _ = self.pop_mark()?,
+            b'2' => {
+                let top = self
+                    .stack
+                    .last()
+                    .cloned()
+                    .ok_or("the pickle's stack runs empty")?;
+                self.stack.push(top);
+            }
+            _ => return self.step_memo(op),
+        }
+        Ok(())
+    }
+
+    fn step_memo(&mut self, op: u8) -> Result<(), String> {
+        match op {
+            b'q' | b'r' => {
+                let id = if op == b'q' {
+                    self.take(1)?[0].into()
+                } else {
+                    u32::from_le_bytes(self.array()?)
+                };
+                let top = self
+                    .stack
+                    .last()
+                    .cloned()
+                    .ok_or("the pickle's stack runs empty")?;
+                self.memo.insert(id, top);
+            }
+            0x94 => {
+                let id = self.memo.len() as u32;
+                let top = self
+                    .stack
+                    .last()
+                    .cloned()
+                    .ok_or("the pickle's stack runs empty")?;
+                self.memo.insert(id, top);
+            }
+            b'h' | b'j' => {
+                let id = if op == b'h' {
+                    self.take(1)?[0].into()
+                } else {
+                    u32::from_le_bytes(self.array()?)
+                };
+                let value = self.memo.get(&id).cloned().ok_or_else(|| {
+                    format!("the pickle refers to memo entry {id}, which it never stored")
+                })?;
+                self.stack.push(value);
+            }
+            b'c'
+            | 0x93
+            | b'R'
+            | b'b'
+            | b'i'
+            | b'o'
+            | 0x81
+            | 0x92
+            | 0x82..=0x84
+            | b'P'
+            | b'Q'
+            | 0x97
+            | 0x98 => {
+                return Err(format!(
+                    "the pickle refers to Python code or classes (opcode {:#04x} at byte {}); a memory snapshot holds only plain data, and vramlab runs nothing from a file",
+                    op,
+                    self.at - 1
+                ));
+            }
+            _ => {
+                return Err(format!(
+                    "the pickle has an opcode vramlab does not read ({:#04x} at byte {})",
+                    op,
+                    self.at - 1
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let input: &'a [u8] = self.input;
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|&e| e <= input.len())
+            .ok_or("the pickle ends too early: the file is truncated")?;
+        let bytes = &input[self.at..end];
+        self.at = end;
+        Ok(bytes)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        Ok(self.take(N)?.try_into().expect("N bytes"))
+    }
+
+    /// A length prefix of 4 or 8 bytes.
+    fn length(&mut self, width: usize) -> Result<usize, String> {
+        let n = if width == 4 {
+            u64::from(u32::from_le_bytes(self.array()?))
+        } else {
+            u64::from_le_bytes(self.array()?)
+        };
+        usize::try_from(n).map_err(|_| "a length in the pickle is too large".to_string())
+    }
+
+    /// `LONG1` / `LONG4`: little-endian two's complement of `n` bytes.
+    fn long(&mut self, n: usize) -> Result<(), String> {
+        if n > 16 {
+            return Err("an integer in the pickle is larger than 128 bits".into());
+        }
+        let bytes = self.take(n)?;
+        let mut v: i128 = 0;
+        for (i, &b) in bytes.iter().enumerate() {
+            v |= i128::from(b) << (8 * i);
+        }
+        if n > 0 && n < 16 && bytes[n - 1] & 0x80 != 0 {
+            v -= 1i128 << (8 * n);
+        }
+        self.stack.push(Value::Int(v));
+        Ok(())
+    }
+
+    fn pop(&mut self) -> Result<Value, String> {
+        match self.stack.pop() {
+            Some(Value::Mark) | None => Err("the pickle's stack runs empty".into()),
+            Some(v) => Ok(v),
+        }
+    }
+
+    fn pop_mark(&mut self) -> Result<Vec<Value>, String> {
+        let mark = self
+            .stack
+            .iter()
+            .rposition(|v| matches!(v, Value::Mark))
+            .ok_or("the pickle has no mark where it needs one")?;
+        let items = self.stack.split_off(mark + 1);
+        self.stack.pop();
+        Ok(items)
+    }
+
+    fn extend(&mut self, items: Vec<Value>) -> Result<(), String> {
+        match self.stack.last() {
+            Some(Value::List(l)) => {
+                l.borrow_mut().extend(items);
+                Ok(())
+            }
+            _ => Err("the pickle appends to something that is not a list".into()),
+        }
+    }
+
+    fn set_items(&mut self, items: Vec<(Value, Value)>) -> Result<(), String> {
+        match self.stack.last() {
+            Some(Value::Dict(d)) => {
+                d.borrow_mut().extend(items);
+                Ok(())
+            }
+            _ => Err("the pickle sets items on something that is not a dict".into()),
+        }
+    }
+}
+
+fn pairs(items: Vec<Value>) -> Result<Vec<(Value, Value)>, String> {
+    if items.len() % 2 != 0 {
+        return Err("a dict in the pickle has a key without a value".into());
+    }
+    let mut it = items.into_iter();
+    let mut out = Vec::new();
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        out.push((k, v));
+    }
+    Ok(out)
+}
+
+fn to_json(v: &Value, depth: usize, frames: bool) -> Result<Json, String> {
+    if depth > MAX_DEPTH {
+        return Err(format!(
+            "the pickle nests deeper than {MAX_DEPTH} levels (or refers to itself)"
+        ));
+    }
+    Ok(match v {
+        Value::None | Value::Mark => Json::Null,
+        Value::Bool(b) => Json::Bool(*b),
+        Value::Int(i) => int(*i)?,
+        Value::Float(f) => Number::from_f64(*f).map_or(Json::Null, Json::Number),
+        Value::Str(s) => Json::String(s.to_string()),
+        Value::Bytes(b) => Json::String(String::from_utf8_lossy(b).into_owned()),
+        Value::List(items) => {
+            let items = items.borrow();
+            let keep = if frames {
+                MAX_FRAMES.min(items.len())
+            } else {
+                items.len()
+            };
+            Json::Array(
+                items[..keep]
+                    .iter()
+                    .map(|i| to_json(i, depth + 1, false))
+                    .collect::<Result<_, _>>()?,
+            )
+        }
+        Value::Dict(pairs) => {
+            let mut map = Map::new();
+            for (k, value) in pairs.borrow().iter() {
+                let key = match k {
+                    Value::Str(s) => s.to_string(),
+                    Value::Int(i) => i.to_string(),
+                    _ => {
+                        return Err(
+                            "a dict in the pickle has a key that is not a string or an integer"
+                                .into(),
+                        )
+                    }
+                };
+                let value = to_json(value, depth + 1, key == "frames")?;
+                map.insert(key, value);
+            }
+            Json::Object(map)
+        }
+    })
+}
+
+fn int(i: i128) -> Result<Json, String> {
+    if let Ok(u) = u64::try_from(i) {
+        Ok(Json::Number(u.into()))
+    } else if let Ok(s) = i64::try_from(i) {
+        Ok(Json::Number(s.into()))
+    } else {
+        Err(format!("the integer {i} is out of range"))
+    }
+}

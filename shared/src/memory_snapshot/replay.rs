@@ -1,0 +1,512 @@
+//! Replaying a recorded trace on vramlab's allocators.
+//!
+//! **Exact**: the allocator starts from the state at the trace's first
+//! event ([`super::initial`]) with the recorded settings, on a device large
+//! enough never to refuse. New segments go where the trace put them (the
+//! driver's choice, `SimDevice::place_next`); a recorded `segment_free`
+//! releases that segment at that moment (the driver ran out, or the program
+//! called `empty_cache`: the trace does not say how big the GPU was). Every
+//! other decision is the allocator's own, and it is checked event by event:
+//! whether a request needed a new segment, and which block it took.
+//!
+//! **What if**: the same requests under other settings and on a chosen
+//! GPU; every decision is the allocator's, out-of-memory errors included.
+//! A run of recorded `segment_free`s not followed by a `segment_alloc`
+//! (an `empty_cache()` call) empties the cache there too.
+
+use super::format::{Action, MemorySnapshot, TraceEntry};
+use super::initial::{initial_state, InitialState};
+use super::SnapshotError;
+use crate::alloc::caching::CachingAllocator;
+use crate::alloc::roundup::RoundupDivisions;
+use crate::alloc::{AllocError, Allocator, BlockId, SegmentView, TraceAction, TraceEvent};
+use crate::device::{Device, SimDevice, SimDeviceConfig};
+use crate::framework::{make_allocator, RestartSettings, Settings};
+use crate::types::Framework;
+use crate::units::{format_size, GIB};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// A device no recorded run outgrows (1 PiB).
+const UNBOUNDED: u64 = 1024 * 1024 * GIB;
+/// Timeline points a chart needs.
+const TIMELINE_POINTS: usize = 2000;
+
+/// Where a replay first did something other than the trace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Difference {
+    /// The trace event's index.
+    pub event: usize,
+    pub trace: String,
+    pub engine: String,
+}
+
+/// A request the replay could not serve.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayOom {
+    pub event: usize,
+    pub requested_bytes: u64,
+    pub message: String,
+}
+
+/// Memory after one trace event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimelinePoint {
+    pub event: usize,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+}
+
+/// One replay's outcome.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ReplayRun {
+    pub settings: Settings,
+    pub events: usize,
+    /// Exact replays: every recorded event reproduced at the same place.
+    pub exact: Option<bool>,
+    pub first_difference: Option<Difference>,
+    pub peak_reserved_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    /// Reserved minus allocated when reserved peaked.
+    pub fragmentation_at_peak_bytes: u64,
+    /// Out-of-memory errors the recording itself shows.
+    pub recorded_ooms: usize,
+    pub ooms: Vec<ReplayOom>,
+    /// After every event (see [`thin`] for a chart).
+    pub timeline: Vec<TimelinePoint>,
+    #[serde(skip)]
+    pub segments: Vec<SegmentView>,
+}
+
+/// The settings a recording was made with (PyTorch, on a device that never
+/// refuses).
+pub fn recorded_settings(snapshot: &MemorySnapshot) -> Settings {
+    let mut s = Settings {
+        framework: Framework::Pytorch,
+        device_total_bytes: UNBOUNDED,
+        context_bytes: 0,
+        ..Settings::default()
+    };
+    if let Some(a) = &snapshot.allocator_settings {
+        s.expandable_segments = a.expandable_segments;
+        s.max_split_size_mb = u64::try_from(a.max_split_size).ok().map(|b| b >> 20);
+        s.garbage_collection_threshold = a.garbage_collection_threshold;
+        let mut table = [0; crate::alloc::roundup::INTERVALS];
+        for (i, slot) in table.iter_mut().enumerate() {
+            *slot = a
+                .roundup_power2_divisions
+                .get(&(1u64 << i).to_string())
+                .copied()
+                .unwrap_or(0);
+        }
+        s.roundup_power2_divisions = RoundupDivisions::from_table(table).unwrap_or_default();
+    }
+    s
+}
+
+/// The device (trace index) with the most events.
+pub fn busiest_device(snapshot: &MemorySnapshot) -> usize {
+    (0..snapshot.device_traces.len())
+        .max_by_key(|&d| (snapshot.device_traces[d].len(), usize::MAX - d))
+        .unwrap_or(0)
+}
+
+/// Replays `device`'s trace exactly as recorded.
+pub fn replay_exact(snapshot: &MemorySnapshot, device: usize) -> Result<ReplayRun, SnapshotError> {
+    let settings = recorded_settings(snapshot);
+    if settings.expandable_segments {
+        return Err(SnapshotError(
+            "this recording uses expandable segments; it replays under \"what if\" (its exact replay follows the non-expandable allocator only)".into(),
+        ));
+    }
+    Replay::new(snapshot, device, settings, true)?.run()
+}
+
+/// Replays `device`'s trace under the recorded settings changed by
+/// `what_if` (a `restart` command's fields: `expandable_segments`,
+/// `max_split_size_mb`, `gpu`, …).
+pub fn replay_what_if(
+    snapshot: &MemorySnapshot,
+    device: usize,
+    what_if: &RestartSettings,
+) -> Result<ReplayRun, SnapshotError> {
+    let settings = recorded_settings(snapshot)
+        .patched(what_if)
+        .map_err(|e| SnapshotError(e.message))?;
+    if settings.framework != Framework::Pytorch {
+        return Err(SnapshotError(
+            "a PyTorch recording replays on PyTorch only".into(),
+        ));
+    }
+    Replay::new(snapshot, device, settings, false)?.run()
+}
+
+enum Kernel {
+    /// The caching allocator: seeded exactly, per-stream pools.
+    Caching(Box<CachingAllocator>),
+    /// Any other (expandable segments, no caching): seeded by allocating
+    /// the live blocks.
+    Other(Box<dyn Allocator>),
+}
+
+impl Kernel {
+    fn allocator(&mut self) -> &mut dyn Allocator {
+        match self {
+            Kernel::Caching(a) => a.as_mut(),
+            Kernel::Other(a) => a.as_mut(),
+        }
+    }
+
+    fn malloc(
+        &mut self,
+        device: &mut SimDevice,
+        e: &TraceEntry,
+    ) -> Result<Option<BlockId>, AllocError> {
+        match self {
+            Kernel::Caching(a) => a.malloc_on(device, e.size, e.stream),
+            Kernel::Other(a) => a.malloc(device, e.size),
+        }
+    }
+}
+
+struct Replay<'a> {
+    trace: &'a [TraceEntry],
+    exact: bool,
+    device: SimDevice,
+    kernel: Kernel,
+    /// Recorded block address → the replay's block.
+    blocks: HashMap<u64, BlockId>,
+    /// A recorded `segment_alloc` the next request must make.
+    expected_segment: Option<(u64, u64)>,
+    /// Recorded `segment_free`s since the last `segment_alloc` (what-if).
+    released_since: bool,
+    out: ReplayRun,
+    drained: Vec<TraceEvent>,
+    reserved_peak: u64,
+}
+
+impl<'a> Replay<'a> {
+    fn new(
+        snapshot: &'a MemorySnapshot,
+        device_index: usize,
+        settings: Settings,
+        exact: bool,
+    ) -> Result<Self, SnapshotError> {
+        let trace = snapshot
+            .device_traces
+            .get(device_index)
+            .map_or(&[][..], Vec::as_slice);
+        let device = SimDevice::new(SimDeviceConfig {
+            total_bytes: settings.device_total_bytes,
+            context_bytes: settings.context_bytes,
+            other_processes_bytes: settings.other_processes_bytes,
+            ..Default::default()
+        });
+        let kernel = if settings.expandable_segments || settings.no_caching {
+            Kernel::Other(make_allocator(&settings, &device))
+        } else {
+            let total = device.mem_get_info().1;
+            Kernel::Caching(Box::new(CachingAllocator::new(
+                settings.caching_config(),
+                total,
+            )))
+        };
+        let out = ReplayRun {
+            settings: settings.clone(),
+            events: trace.len(),
+            exact: exact.then_some(true),
+            first_difference: None,
+            peak_reserved_bytes: 0,
+            peak_allocated_bytes: 0,
+            fragmentation_at_peak_bytes: 0,
+            recorded_ooms: 0,
+            ooms: Vec::new(),
+            timeline: Vec::with_capacity(trace.len()),
+            segments: Vec::new(),
+        };
+        let mut replay = Replay {
+            trace,
+            exact,
+            device,
+            kernel,
+            blocks: HashMap::new(),
+            expected_segment: None,
+            released_since: false,
+            out,
+            drained: Vec::new(),
+            reserved_peak: 0,
+        };
+        replay.seed(&initial_state(snapshot, device_index)?)?;
+        Ok(replay)
+    }
+
+    /// Rebuilds the state at the first event.
+    fn seed(&mut self, state: &InitialState) -> Result<(), SnapshotError> {
+        let refused = |why: String| {
+            SnapshotError(format!(
+                "the memory in use when the recording starts does not fit: {why}"
+            ))
+        };
+        for s in state.segments.values() {
+            match &mut self.kernel {
+                Kernel::Caching(a) => {
+                    self.device.place_next(s.address, s.size);
+                    let at = a
+                        .seed_segment(&mut self.device, s.size, (s.pool, s.stream))
+                        .map_err(|e| match e {
+                            AllocError::Driver(why) => refused(why),
+                            AllocError::OutOfMemory(_) => refused("out of memory".into()),
+                        })?;
+                    for (&address, &(size, requested)) in &s.blocks {
+                        let id = a
+                            .seed_block(at + (address - s.address), size, requested)
+                            .map_err(refused)?;
+                        self.blocks.insert(address, id);
+                    }
+                }
+                Kernel::Other(a) => {
+                    for (&address, &(_, requested)) in &s.blocks {
+                        if let Ok(Some(id)) = a.malloc(&mut self.device, requested) {
+                            self.blocks.insert(address, id);
+                        }
+                    }
+                }
+            }
+        }
+        let a = self.kernel.allocator();
+        a.set_tracing(true);
+        a.drain_trace(&mut Vec::new());
+        a.reset_peak_stats();
+        Ok(())
+    }
+
+    fn run(mut self) -> Result<ReplayRun, SnapshotError> {
+        for (index, e) in self.trace.iter().enumerate() {
+            self.step(index, e);
+            self.sample(index);
+        }
+        if self.released_since {
+            self.empty_cache();
+        }
+        let stats = self.kernel.allocator().stats().clone();
+        self.out.peak_reserved_bytes = stats.reserved_bytes.peak;
+        self.out.peak_allocated_bytes = stats.allocated_bytes.peak;
+        self.out.segments = self.kernel.allocator().segments();
+        Ok(self.out)
+    }
+
+    fn step(&mut self, index: usize, e: &TraceEntry) {
+        match e.action {
+            Action::Alloc => self.alloc(index, e),
+            Action::FreeCompleted => self.free(index, e),
+            Action::SegmentAlloc => {
+                self.released_since = false;
+                if self.exact {
+                    self.device.place_next(e.addr, e.size);
+                    self.expected_segment = Some((e.addr, e.size));
+                }
+            }
+            Action::SegmentFree => self.segment_free(index, e),
+            Action::Oom => self.out.recorded_ooms += 1,
+            Action::SegmentMap | Action::SegmentUnmap => {}
+            Action::FreeRequested | Action::Snapshot | Action::Other(_) => {}
+        }
+    }
+
+    fn alloc(&mut self, index: usize, e: &TraceEntry) {
+        if self.released_since {
+            self.empty_cache();
+        }
+        match self.kernel.malloc(&mut self.device, e) {
+            Ok(Some(id)) => {
+                self.blocks.insert(e.addr, id);
+            }
+            Ok(None) => {}
+            Err(AllocError::OutOfMemory(oom)) => self.out.ooms.push(ReplayOom {
+                event: index,
+                requested_bytes: e.size,
+                message: format!(
+                    "CUDA out of memory. Tried to allocate {}. {} reserved by PyTorch, {} allocated.",
+                    format_size(oom.rounded),
+                    format_size(oom.reserved),
+                    format_size(oom.allocated)
+                ),
+            }),
+            Err(AllocError::Driver(message)) => self.out.ooms.push(ReplayOom {
+                event: index,
+                requested_bytes: e.size,
+                message,
+            }),
+        }
+        if self.exact {
+            self.check_alloc(index, e);
+        }
+        self.expected_segment = None;
+    }
+
+    /// Compares what the allocator just did with the recorded request.
+    fn check_alloc(&mut self, index: usize, e: &TraceEntry) {
+        self.drained.clear();
+        self.kernel.allocator().drain_trace(&mut self.drained);
+        let made: Vec<(u64, u64)> = self
+            .drained
+            .iter()
+            .filter(|t| t.action == TraceAction::SegmentAlloc)
+            .map(|t| (t.address, t.size))
+            .collect();
+        let placed = self
+            .drained
+            .iter()
+            .find(|t| t.action == TraceAction::Alloc)
+            .map(|t| t.address);
+        let trace = match self.expected_segment {
+            Some((a, s)) => format!(
+                "a new {s}-byte segment at {a:#x}, the block at {:#x}",
+                e.addr
+            ),
+            None => format!("a cached block at {:#x}", e.addr),
+        };
+        let engine = match (made.first(), placed) {
+            (_, None) => "no block (out of memory)".to_string(),
+            (Some(&(a, s)), Some(p)) => {
+                format!("a new {s}-byte segment at {a:#x}, the block at {p:#x}")
+            }
+            (None, Some(p)) => format!("a cached block at {p:#x}"),
+        };
+        if trace != engine {
+            self.differ(index, format!("alloc of {} bytes: {trace}", e.size), engine);
+        }
+    }
+
+    fn free(&mut self, index: usize, e: &TraceEntry) {
+        match self.blocks.remove(&e.addr) {
+            Some(id) => self.kernel.allocator().free(&mut self.device, id),
+            None if self.exact => {
+                self.differ(
+                    index,
+                    format!("free_completed of the block at {:#x}", e.addr),
+                    "no live block there".into(),
+                );
+            }
+            None => {} // its request ran out of memory in this run
+        }
+        if self.exact {
+            self.kernel.allocator().drain_trace(&mut self.drained);
+        }
+    }
+
+    fn segment_free(&mut self, index: usize, e: &TraceEntry) {
+        if !self.exact {
+            self.released_since = true;
+            return;
+        }
+        let Kernel::Caching(a) = &mut self.kernel else {
+            return;
+        };
+        let released = a.release_segment_at(&mut self.device, e.addr);
+        a.drain_trace(&mut self.drained);
+        if let Err(why) = released {
+            let trace = format!(
+                "segment_free of the {}-byte segment at {:#x}",
+                e.size, e.addr
+            );
+            self.differ(index, trace, why);
+        }
+    }
+
+    fn empty_cache(&mut self) {
+        self.released_since = false;
+        self.kernel.allocator().empty_cache(&mut self.device);
+    }
+
+    fn differ(&mut self, event: usize, trace: String, engine: String) {
+        self.out.exact = Some(false);
+        self.out.first_difference.get_or_insert(Difference {
+            event,
+            trace,
+            engine,
+        });
+    }
+
+    fn sample(&mut self, event: usize) {
+        let s = self.kernel.allocator().stats();
+        let (allocated, reserved) = (s.allocated_bytes.current, s.reserved_bytes.current);
+        if reserved > self.reserved_peak {
+            self.reserved_peak = reserved;
+            self.out.fragmentation_at_peak_bytes = reserved - allocated;
+        }
+        self.out.timeline.push(TimelinePoint {
+            event,
+            allocated_bytes: allocated,
+            reserved_bytes: reserved,
+        });
+    }
+}
+
+/// At most [`TIMELINE_POINTS`] of a timeline, for a chart: in each stretch, the point where allocated
+/// peaks and the one where reserved peaks.
+pub fn thin(points: &[TimelinePoint]) -> Vec<TimelinePoint> {
+    if points.len() <= TIMELINE_POINTS {
+        return points.to_vec();
+    }
+    let stretch = points.len().div_ceil(TIMELINE_POINTS / 2);
+    let mut out = Vec::with_capacity(TIMELINE_POINTS);
+    for chunk in points.chunks(stretch) {
+        let a = chunk
+            .iter()
+            .max_by_key(|p| p.allocated_bytes)
+            .expect("non-empty");
+        let r = chunk
+            .iter()
+            .max_by_key(|p| p.reserved_bytes)
+            .expect("non-empty");
+        let (first, second) = if a.event <= r.event { (a, r) } else { (r, a) };
+        out.push(*first);
+        if second.event != first.event {
+            out.push(*second);
+        }
+    }
+    out
+}
+
+/// Reads a what-if as the command line writes it: `key=value` pairs of
+/// `restart` settings, comma-separated (`expandable_segments=true,
+/// max_split_size_mb=128`, `gpu=a100-40gb`). A value is JSON when it reads
+/// as JSON, else a string.
+pub fn parse_what_if(text: &str) -> Result<RestartSettings, SnapshotError> {
+    let mut fields = serde_json::Map::new();
+    for pair in split_pairs(text) {
+        let (key, value) = pair.split_once('=').ok_or_else(|| {
+            SnapshotError(format!(
+                "'{pair}' is not key=value (for example expandable_segments=true)"
+            ))
+        })?;
+        let value = serde_json::from_str(value.trim())
+            .unwrap_or_else(|_| serde_json::Value::String(value.trim().to_string()));
+        fields.insert(key.trim().to_string(), value);
+    }
+    serde_json::from_value(serde_json::Value::Object(fields))
+        .map_err(|e| SnapshotError(format!("what if '{text}': {e}")))
+}
+
+/// Splits at commas outside brackets (`roundup_power2_divisions=[256:1,>:8]`
+/// stays whole).
+fn split_pairs(text: &str) -> Vec<&str> {
+    let (mut out, mut depth, mut start) = (Vec::new(), 0i32, 0);
+    for (i, c) in text.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&text[start..]);
+    out.into_iter()
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect()
+}
