@@ -19,6 +19,8 @@ pub struct SeedSegment {
     pub size: u64,
     pub stream: u64,
     pub pool: PoolKind,
+    /// A mapped range of an expandable segment.
+    pub expandable: bool,
     /// Live blocks by address: (size, requested).
     pub blocks: BTreeMap<u64, (u64, u64)>,
 }
@@ -86,6 +88,7 @@ fn final_state(snapshot: &MemorySnapshot, device: usize) -> Result<InitialState,
             size: s.total_size,
             stream: s.stream,
             pool,
+            expandable: s.is_expandable,
             blocks,
         };
         state.segments.insert(s.address, seed);
@@ -126,6 +129,7 @@ fn undo(state: &mut InitialState, e: &TraceEntry) -> Result<(), String> {
                 size: e.size,
                 stream: e.stream,
                 pool,
+                expandable: false,
                 blocks: BTreeMap::new(),
             };
             match state.segments.insert(e.addr, seed) {
@@ -133,9 +137,8 @@ fn undo(state: &mut InitialState, e: &TraceEntry) -> Result<(), String> {
                 Some(_) => Err("a segment is already there".into()),
             }
         }
-        Action::SegmentMap | Action::SegmentUnmap => {
-            Err("expandable segments are replayed from the start of a recording only".into())
-        }
+        Action::SegmentMap => unmap_range(state, e.addr, e.size),
+        Action::SegmentUnmap => map_range(state, e),
         Action::FreeRequested | Action::Snapshot | Action::Oom | Action::Other(_) => Ok(()),
     }
 }
@@ -148,6 +151,83 @@ fn segment_of(state: &mut InitialState, address: u64) -> Result<&mut SeedSegment
         .map(|(_, s)| s)
         .filter(|s| address < s.address + s.size)
         .ok_or_else(|| "no segment holds that address".to_string())
+}
+
+/// Before a `segment_map`, its pages were not mapped: the range leaves the
+/// mapped segment that holds it (which may split in two).
+fn unmap_range(state: &mut InitialState, address: u64, size: u64) -> Result<(), String> {
+    let segment = segment_of(state, address)?;
+    let (start, end) = (segment.address, segment.address + segment.size);
+    if address + size > end {
+        return Err("the mapped range runs past its segment".into());
+    }
+    if segment
+        .blocks
+        .range(address..address + size)
+        .next()
+        .is_some()
+    {
+        return Err("live blocks sit in pages that were not yet mapped".into());
+    }
+    let mut whole = state.segments.remove(&start).expect("found above");
+    let right_blocks = whole.blocks.split_off(&(address + size));
+    for (from, to, blocks) in [
+        (start, address, whole.blocks.clone()),
+        (address + size, end, right_blocks),
+    ] {
+        if to > from {
+            let part = SeedSegment {
+                address: from,
+                size: to - from,
+                blocks,
+                ..whole.clone()
+            };
+            state.segments.insert(from, part);
+        }
+    }
+    whole.blocks.clear();
+    Ok(())
+}
+
+/// Before a `segment_unmap`, its pages were mapped: the range joins the
+/// mapped segments on either side.
+fn map_range(state: &mut InitialState, e: &TraceEntry) -> Result<(), String> {
+    if segment_of(state, e.addr).is_ok() {
+        return Err("the pages are mapped already".into());
+    }
+    let mut joined = SeedSegment {
+        address: e.addr,
+        size: e.size,
+        stream: e.stream,
+        pool: if e.size <= SMALL_BUFFER {
+            PoolKind::Small
+        } else {
+            PoolKind::Large
+        },
+        expandable: true,
+        blocks: BTreeMap::new(),
+    };
+    let before = state
+        .segments
+        .range(..e.addr)
+        .next_back()
+        .map(|(_, s)| s.clone());
+    if let Some(left) = before.filter(|s| s.expandable && s.address + s.size == e.addr) {
+        state.segments.remove(&left.address);
+        joined.blocks.extend(left.blocks);
+        joined.pool = left.pool;
+        (joined.address, joined.size) = (left.address, left.size + e.size);
+    }
+    if let Some(right) = state.segments.remove(&(e.addr + e.size)) {
+        if right.expandable {
+            joined.size += right.size;
+            joined.blocks.extend(right.blocks);
+        } else {
+            state.segments.insert(right.address, right);
+        }
+    }
+    state.segments.insert(joined.address, joined);
+    Ok(())
 }
 
 /// A block that was live before the trace and freed during it: its size is

@@ -65,9 +65,13 @@ pub fn read(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
 }
 
 fn read_pickle(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
-    let data = pickle::read(bytes).map_err(SnapshotError)?;
-    serde_json::from_value(data)
-        .map_err(|e| SnapshotError(format!("the pickle is not a memory snapshot: {e}")))
+    pickle::read(bytes).map_err(|e| {
+        SnapshotError(if e.starts_with("the pickle") {
+            e
+        } else {
+            format!("the pickle is not a memory snapshot: {e}")
+        })
+    })
 }
 
 /// Writes a snapshot as a pickle (protocol 3) that

@@ -5,11 +5,9 @@
 //! class or call a function (`GLOBAL`, `REDUCE`, `BUILD`, `NEWOBJ`, …) is
 //! an error: nothing in a file is ever run.
 //!
-//! The result is a `serde_json::Value` for serde to read; lists under a
-//! `frames` key keep their first [`MAX_FRAMES`] entries.
+//! The result is read through serde straight into the snapshot's types.
 
-use super::format::MAX_FRAMES;
-use serde_json::{Map, Number, Value as Json};
+use serde::de::{self, Visitor};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -38,8 +36,8 @@ struct Machine<'a> {
     memo: HashMap<u32, Value>,
 }
 
-/// Reads a pickle into plain data.
-pub fn read(input: &[u8]) -> Result<Json, String> {
+/// Reads a pickle into `T` through serde.
+pub fn read<T: de::DeserializeOwned>(input: &[u8]) -> Result<T, String> {
     let mut m = Machine {
         input,
         at: 0,
@@ -47,7 +45,11 @@ pub fn read(input: &[u8]) -> Result<Json, String> {
         memo: HashMap::new(),
     };
     let top = m.run()?;
-    to_json(&top, 0, false)
+    T::deserialize(Reader {
+        value: &top,
+        depth: 0,
+    })
+    .map_err(|e| e.0)
 }
 
 fn list(items: Vec<Value>) -> Value {
@@ -364,60 +366,99 @@ fn pairs(items: Vec<Value>) -> Result<Vec<(Value, Value)>, String> {
     Ok(out)
 }
 
-fn to_json(v: &Value, depth: usize, frames: bool) -> Result<Json, String> {
-    if depth > MAX_DEPTH {
-        return Err(format!(
-            "the pickle nests deeper than {MAX_DEPTH} levels (or refers to itself)"
-        ));
+/// Why the data does not fit the type asked for.
+#[derive(Debug)]
+pub struct DataError(String);
+
+impl std::fmt::Display for DataError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
     }
-    Ok(match v {
-        Value::None | Value::Mark => Json::Null,
-        Value::Bool(b) => Json::Bool(*b),
-        Value::Int(i) => int(*i)?,
-        Value::Float(f) => Number::from_f64(*f).map_or(Json::Null, Json::Number),
-        Value::Str(s) => Json::String(s.to_string()),
-        Value::Bytes(b) => Json::String(String::from_utf8_lossy(b).into_owned()),
-        Value::List(items) => {
-            let items = items.borrow();
-            let keep = if frames {
-                MAX_FRAMES.min(items.len())
-            } else {
-                items.len()
-            };
-            Json::Array(
-                items[..keep]
-                    .iter()
-                    .map(|i| to_json(i, depth + 1, false))
-                    .collect::<Result<_, _>>()?,
-            )
-        }
-        Value::Dict(pairs) => {
-            let mut map = Map::new();
-            for (k, value) in pairs.borrow().iter() {
-                let key = match k {
-                    Value::Str(s) => s.to_string(),
-                    Value::Int(i) => i.to_string(),
-                    _ => {
-                        return Err(
-                            "a dict in the pickle has a key that is not a string or an integer"
-                                .into(),
-                        )
-                    }
-                };
-                let value = to_json(value, depth + 1, key == "frames")?;
-                map.insert(key, value);
-            }
-            Json::Object(map)
-        }
-    })
 }
 
-fn int(i: i128) -> Result<Json, String> {
-    if let Ok(u) = u64::try_from(i) {
-        Ok(Json::Number(u.into()))
-    } else if let Ok(s) = i64::try_from(i) {
-        Ok(Json::Number(s.into()))
-    } else {
-        Err(format!("the integer {i} is out of range"))
+impl std::error::Error for DataError {}
+
+impl de::Error for DataError {
+    fn custom<T: std::fmt::Display>(msg: T) -> Self {
+        DataError(msg.to_string())
+    }
+}
+
+/// A value read through serde, `depth` levels down.
+struct Reader<'v> {
+    value: &'v Value,
+    depth: usize,
+}
+
+impl<'v> Reader<'v> {
+    fn child(&self, value: &'v Value) -> Result<Reader<'v>, DataError> {
+        if self.depth >= MAX_DEPTH {
+            return Err(DataError(format!(
+                "the pickle nests deeper than {MAX_DEPTH} levels (or refers to itself)"
+            )));
+        }
+        Ok(Reader {
+            value,
+            depth: self.depth + 1,
+        })
+    }
+}
+
+impl<'de, 'v> de::Deserializer<'de> for Reader<'v> {
+    type Error = DataError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DataError> {
+        match self.value {
+            Value::None | Value::Mark => visitor.visit_unit(),
+            Value::Bool(b) => visitor.visit_bool(*b),
+            Value::Int(i) => match (u64::try_from(*i), i64::try_from(*i)) {
+                (Ok(u), _) => visitor.visit_u64(u),
+                (_, Ok(s)) => visitor.visit_i64(s),
+                _ => Err(DataError(format!("the integer {i} is out of range"))),
+            },
+            Value::Float(f) => visitor.visit_f64(*f),
+            Value::Str(s) => visitor.visit_str(s),
+            Value::Bytes(b) => visitor.visit_bytes(b),
+            Value::List(items) => {
+                let items = items.borrow();
+                let mut readers = Vec::with_capacity(items.len());
+                for item in items.iter() {
+                    readers.push(self.child(item)?);
+                }
+                visitor.visit_seq(de::value::SeqDeserializer::new(readers.into_iter()))
+            }
+            Value::Dict(pairs) => {
+                let pairs = pairs.borrow();
+                let mut readers = Vec::with_capacity(pairs.len());
+                for (k, v) in pairs.iter() {
+                    readers.push((self.child(k)?, self.child(v)?));
+                }
+                visitor.visit_map(de::value::MapDeserializer::new(readers.into_iter()))
+            }
+        }
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DataError> {
+        match self.value {
+            Value::None => visitor.visit_none(),
+            _ => visitor.visit_some(self),
+        }
+    }
+
+    fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DataError> {
+        visitor.visit_unit()
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf unit unit_struct newtype_struct seq tuple
+        tuple_struct map struct enum identifier
+    }
+}
+
+impl<'de, 'v> de::IntoDeserializer<'de, DataError> for Reader<'v> {
+    type Deserializer = Self;
+    fn into_deserializer(self) -> Self {
+        self
     }
 }
