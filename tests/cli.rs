@@ -212,3 +212,65 @@ fn device_env_var_is_honoured() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("bogus"));
 }
+
+/// A lesson's session exported as a PyTorch memory snapshot, replayed by
+/// `vramlab replay`: exactly as it ran, and with expandable segments on the
+/// fragmentation lesson's small GPU.
+#[test]
+fn an_exported_session_replays_exactly_through_the_command_line() {
+    let dir = std::env::temp_dir().join(format!("vramlab-export-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pickle = dir.join("session.pickle");
+    let lesson = vramlab_tests::root().join("tests/lessons/05-fragmentation-oom.jsonl");
+    let status = Command::new(vramlab_bin())
+        .args(["run", "--device", "sim", "--export-snapshot"])
+        .arg(&pickle)
+        .arg(&lesson)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = Command::new(vramlab_bin())
+        .arg("replay")
+        .arg(&pickle)
+        .args(["--json", "--what-if", "expandable_segments=true"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let last = lines.last().unwrap();
+    assert_eq!(last["exact"], true, "{last}");
+    assert_eq!(last["first_difference"], serde_json::Value::Null);
+    let events = last["events"].as_u64().unwrap();
+    assert_eq!(lines.len() as u64, events + 1);
+    assert_eq!(lines[0]["action"], "segment_alloc");
+    let what_if = &last["what_if"][0];
+    assert_eq!(what_if["settings"], "expandable_segments=true");
+    assert!(what_if["replay"]["peak_reserved_bytes"].as_u64().unwrap() > 0);
+    let out = Command::new(vramlab_bin())
+        .arg("replay")
+        .arg(&pickle)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("exact replay: exact: every segment_alloc, segment_free and block placement as recorded"), "{text}");
+    let not_a_snapshot = dir.join("notes.txt");
+    std::fs::write(&not_a_snapshot, "hello").unwrap();
+    let out = Command::new(vramlab_bin())
+        .arg("replay")
+        .arg(&not_a_snapshot)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a PyTorch memory snapshot"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
