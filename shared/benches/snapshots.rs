@@ -67,6 +67,7 @@ fn recording() -> MemorySnapshot {
             addr: e.address,
             size: e.size,
             stream: 0,
+            device_free: None,
             time_us: None,
             frames: frames.clone(),
         })

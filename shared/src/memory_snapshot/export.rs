@@ -17,10 +17,17 @@ pub fn from_session(session: &Snapshot) -> MemorySnapshot {
         .iter()
         .rposition(|e| e.action == EventAction::Restart)
         .map_or(0, |i| i + 1);
-    let trace = session.events[since_restart..]
-        .iter()
-        .flat_map(trace_entries)
-        .collect();
+    // PyTorch records a free with the size its caller asked for.
+    let mut requested = std::collections::HashMap::new();
+    let mut trace = Vec::new();
+    for e in &session.events[since_restart..] {
+        let size = match e.action {
+            EventAction::Alloc => *requested.entry(e.address).insert_entry(e.size).get(),
+            EventAction::Free => requested.remove(&e.address).unwrap_or(e.size),
+            _ => e.size,
+        };
+        trace.extend(trace_entries(e, size));
+    }
     MemorySnapshot {
         segments,
         device_traces: vec![trace],
@@ -81,12 +88,13 @@ fn owner_frame(owner: &str, category: Option<crate::types::Category>) -> Frame {
 
 /// A freed block is `free_requested` then `free_completed` (one stream:
 /// nothing waits).
-fn trace_entries(e: &Event) -> Vec<TraceEntry> {
+fn trace_entries(e: &Event, size: u64) -> Vec<TraceEntry> {
     let entry = |action: Action| TraceEntry {
         action,
         addr: e.address,
-        size: e.size,
+        size,
         stream: 0,
+        device_free: None,
         time_us: None,
         frames: e.name.iter().map(|n| owner_frame(n, None)).collect(),
     };
@@ -95,7 +103,12 @@ fn trace_entries(e: &Event) -> Vec<TraceEntry> {
         EventAction::Free => vec![entry(Action::FreeRequested), entry(Action::FreeCompleted)],
         EventAction::SegmentAlloc => vec![entry(Action::SegmentAlloc)],
         EventAction::SegmentFree => vec![entry(Action::SegmentFree)],
-        EventAction::Oom => vec![entry(Action::Oom)],
+        // The log keeps the driver's free bytes where the address goes.
+        EventAction::Oom => vec![TraceEntry {
+            addr: 0,
+            device_free: Some(e.address),
+            ..entry(Action::Oom)
+        }],
         EventAction::Restart => Vec::new(),
     }
 }

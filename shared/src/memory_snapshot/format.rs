@@ -103,8 +103,7 @@ impl BlockState {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TraceEntry {
     pub action: Action,
-    /// Block or segment address; for `oom`, the free bytes the driver
-    /// reported.
+    /// Block or segment address (absent on `oom`).
     #[serde(default)]
     pub addr: u64,
     /// `alloc`, `free_requested`, `free_completed`: the caller's requested
@@ -114,6 +113,9 @@ pub struct TraceEntry {
     pub size: u64,
     #[serde(default)]
     pub stream: u64,
+    /// `oom`: the free bytes the driver reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_free: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_us: Option<i64>,
     #[serde(default, deserialize_with = "bounded_frames")]

@@ -103,6 +103,7 @@ fn entry(action: Action, addr: u64, size: u64) -> TraceEntry {
         addr,
         size,
         stream: 0,
+        device_free: None,
         time_us: None,
         frames: Vec::new(),
     }
@@ -303,4 +304,21 @@ fn an_export_replays_exactly_as_the_session_ran() {
     );
     let json = serde_json::to_vec(&exported).unwrap();
     assert_eq!(read(&json).unwrap(), exported);
+}
+
+/// An out-of-memory error exported as memory_viz reads it: `oom` with the
+/// request's size and the driver's free bytes as `device_free`.
+#[test]
+fn an_exported_oom_carries_the_free_bytes() {
+    let mut e = Engine::new_simulated();
+    let r = e.run_line(r#"{"cmd":"alloc","name":"x","bytes":1099511627776}"#);
+    assert!(!r.ok);
+    let free = r.stats.device_total_bytes - r.stats.device_used_bytes;
+    let exported = export::from_session(&e.snapshot(usize::MAX));
+    let oom = exported.device_traces[0]
+        .iter()
+        .find(|t| t.action == Action::Oom)
+        .unwrap();
+    assert_eq!(oom.device_free, Some(free));
+    assert_eq!(oom.size, 1 << 40);
 }
