@@ -101,6 +101,7 @@ pub fn recorded_settings(snapshot: &MemorySnapshot) -> Settings {
         }
         s.roundup_power2_divisions = RoundupDivisions::from_table(table).unwrap_or_default();
     }
+    s.expandable_segments |= uses_expandable_segments(snapshot);
     s
 }
 
@@ -120,6 +121,17 @@ pub fn replay_exact(snapshot: &MemorySnapshot, device: usize) -> Result<ReplayRu
         ));
     }
     Replay::new(snapshot, device, settings, true)?.run()
+}
+
+/// Expandable ranges in the segment list or mapping events in a trace
+/// (older recordings have no `allocator_settings` to say so).
+fn uses_expandable_segments(snapshot: &MemorySnapshot) -> bool {
+    snapshot.segments.iter().any(|s| s.is_expandable)
+        || snapshot
+            .device_traces
+            .iter()
+            .flatten()
+            .any(|e| matches!(e.action, Action::SegmentMap | Action::SegmentUnmap))
 }
 
 /// Replays `device`'s trace under the recorded settings changed by
@@ -266,16 +278,21 @@ impl<'a> Replay<'a> {
                 }
                 Kernel::Other(a) => {
                     for (&address, &(_, requested)) in &s.blocks {
-                        if let Ok(Some(id)) = a.malloc(&mut self.device, requested) {
-                            self.blocks.insert(address, id);
+                        match a.malloc(&mut self.device, requested) {
+                            Ok(Some(id)) => _ = self.blocks.insert(address, id),
+                            Ok(None) => {}
+                            Err(_) => {
+                                return Err(refused(format!("a live {requested}-byte block")))
+                            }
                         }
                     }
                 }
             }
         }
+        // Only the exact replay reads the allocator's trace.
         let a = self.kernel.allocator();
-        a.set_tracing(true);
         a.drain_trace(&mut Vec::new());
+        a.set_tracing(self.exact);
         a.reset_peak_stats();
         Ok(())
     }

@@ -32,6 +32,35 @@ const PYTHON_PICKLE: &str = concat!(
     "313932944b008c053136333834944b008c053332373638944b007575752e",
 );
 
+/// The same snapshot as `pickle.dumps(snapshot, protocol=2)`: BINPUT and
+/// BINGET instead of MEMOIZE, no FRAME.
+const PYTHON_PICKLE_2: &str = concat!(
+    "80027d71002858080000007365676d656e747371015d71027d710328580600000064657669636571044b0058",
+    "070000006164647265737371058a06000000000001580a000000746f74616c5f73697a6571064a0000200058",
+    "0e000000616c6c6f63617465645f73697a6571074d0004580b0000006163746976655f73697a6571084d0004",
+    "580e0000007265717565737465645f73697a6571094de803580600000073747265616d710a4b00580c000000",
+    "7365676d656e745f74797065710b5805000000736d616c6c710c580f0000007365676d656e745f706f6f6c5f",
+    "6964710d4b004b0086710e580d00000069735f657870616e6461626c65710f8958060000006672616d657371",
+    "105d71115806000000626c6f636b7371125d7113287d71142868058a06000000000001580400000073697a65",
+    "71154d000468094de80358050000007374617465711658100000006163746976655f616c6c6f636174656471",
+    "1768105d71187d711928580800000066696c656e616d65711a5808000000747261696e2e7079711b58040000",
+    "006c696e65711c4b0c58040000006e616d65711d5807000000666f7277617264711e7561757d711f2868058a",
+    "0600040000000168154a00fc1f0068094b0068165808000000696e616374697665712068105d712175657561",
+    "580d0000006465766963655f74726163657371225d71235d7124287d7125285806000000616374696f6e7126",
+    "580d0000007365676d656e745f616c6c6f63712758040000006164647271288a0600000000000168154a0000",
+    "2000680a4b00580700000074696d655f757371294b0168106818757d712a2868265805000000616c6c6f6371",
+    "2b68288a0600000000000168154de803680a4b0068294b02681068187565615812000000616c6c6f6361746f",
+    "725f73657474696e6773712c7d712d2858170000005059544f5243485f435544415f414c4c4f435f434f4e46",
+    "712e5800000000712f580e0000006d61785f73706c69745f73697a6571304affffffff581c00000067617262",
+    "6167655f636f6c6c656374696f6e5f7468726573686f6c647131470000000000000000581300000065787061",
+    "6e6461626c655f7365676d656e74737132895818000000726f756e6475705f706f776572325f646976697369",
+    "6f6e7371337d71342858010000003171354b0058010000003271364b0058010000003471374b005801000000",
+    "3871384b005802000000313671394b0058020000003332713a4b0058020000003634713b4b00580300000031",
+    "3238713c4b005803000000323536713d4b005803000000353132713e4b00580400000031303234713f4b0058",
+    "040000003230343871404b0058040000003430393671414b0058040000003831393271424b00580500000031",
+    "3633383471434b005805000000333237363871444b007575752e",
+);
+
 fn bytes_of(hex: &str) -> Vec<u8> {
     (0..hex.len())
         .step_by(2)
@@ -53,9 +82,26 @@ fn a_pickle_written_by_python_reads_with_its_shared_objects() {
     assert_eq!(trace[1].action, Action::Alloc);
     assert_eq!(trace[1].frames, seg.blocks[0].frames);
     assert_eq!(trace[1].time_us, Some(2));
-    let settings = s.allocator_settings.unwrap();
+    let settings = s.allocator_settings.clone().unwrap();
     assert_eq!(settings.max_split_size, -1);
     assert_eq!(settings.roundup_power2_divisions.len(), 16);
+    assert_eq!(read(&bytes_of(PYTHON_PICKLE_2)).unwrap(), s);
+}
+
+/// Deep stacks keep their innermost frames only.
+#[test]
+fn an_entry_keeps_its_first_32_frames() {
+    let frame = |i: i64| Frame {
+        filename: "model.py".into(),
+        line: i,
+        name: "forward".into(),
+    };
+    let mut s = recorded_from_start();
+    s.device_traces[0][1].frames = (0..40).map(frame).collect();
+    let back = read(&write_pickle(&s)).unwrap();
+    let kept = &back.device_traces[0][1].frames;
+    assert_eq!(kept.len(), format::MAX_FRAMES);
+    assert_eq!(kept[31], frame(31));
 }
 
 #[test]
@@ -321,4 +367,102 @@ fn an_exported_oom_carries_the_free_bytes() {
         .unwrap();
     assert_eq!(oom.device_free, Some(free));
     assert_eq!(oom.size, 1 << 40);
+}
+
+/// The program called `empty_cache()`: the trace shows the freed 16 MiB
+/// segment released with no new segment after it. The exact replay
+/// releases it there; a what-if empties the cache there too.
+#[test]
+fn a_recorded_empty_cache_is_replayed_in_both_kinds_of_run() {
+    let mut s = recorded_from_start();
+    s.device_traces[0].extend([
+        entry(Action::FreeRequested, BASE + 20 * MIB, 16 * MIB),
+        entry(Action::FreeCompleted, BASE + 20 * MIB, 16 * MIB),
+        entry(Action::SegmentFree, BASE + 20 * MIB, 16 * MIB),
+        entry(Action::Alloc, BASE + 10 * MIB, 2 * MIB),
+    ]);
+    s.segments.pop();
+    s.segments[0].blocks.splice(
+        2..,
+        [
+            block(
+                BASE + 10 * MIB,
+                2 * MIB,
+                2 * MIB,
+                BlockState::ActiveAllocated,
+            ),
+            block(BASE + 12 * MIB, 8 * MIB, 0, BlockState::Inactive),
+        ],
+    );
+    let exact = replay_exact(&s, 0).unwrap();
+    assert_eq!(exact.exact, Some(true), "{:?}", exact.first_difference);
+    assert_eq!(exact.timeline[10].reserved_bytes, 20 * MIB);
+    let on_a_t4 = replay_what_if(&s, 0, &parse_what_if("gpu=t4").unwrap()).unwrap();
+    // The what-if empties the cache before the next request.
+    assert_eq!(on_a_t4.timeline[10].reserved_bytes, 36 * MIB);
+    assert_eq!(on_a_t4.timeline[11].reserved_bytes, 20 * MIB);
+    assert_eq!(on_a_t4.segments.len(), 1);
+}
+
+/// An expandable recording that starts mid-run: undoing `segment_unmap`
+/// joins the range back, undoing `segment_map` takes it out again.
+#[test]
+fn expandable_ranges_are_rebuilt_through_map_and_unmap() {
+    let mapped = Segment {
+        address: BASE,
+        total_size: 40 * MIB,
+        is_expandable: true,
+        blocks: vec![
+            block(BASE, 4 * MIB, 4 * MIB, BlockState::ActiveAllocated),
+            block(BASE + 4 * MIB, 16 * MIB, 0, BlockState::Inactive),
+            block(
+                BASE + 20 * MIB,
+                8 * MIB,
+                8 * MIB,
+                BlockState::ActiveAllocated,
+            ),
+            block(BASE + 28 * MIB, 12 * MIB, 0, BlockState::Inactive),
+        ],
+        ..Segment::default()
+    };
+    let s = MemorySnapshot {
+        segments: vec![mapped],
+        device_traces: vec![vec![
+            entry(Action::SegmentMap, BASE + 20 * MIB, 20 * MIB),
+            entry(Action::Alloc, BASE + 20 * MIB, 8 * MIB),
+            entry(Action::SegmentUnmap, BASE + 40 * MIB, 20 * MIB),
+        ]],
+        allocator_settings: None,
+    };
+    let state = initial::initial_state(&s, 0).unwrap();
+    let ranges: Vec<(u64, u64, usize)> = state
+        .segments
+        .values()
+        .map(|r| (r.address, r.size, r.blocks.len()))
+        .collect();
+    assert_eq!(
+        ranges,
+        vec![(BASE, 20 * MIB, 1), (BASE + 40 * MIB, 20 * MIB, 0)]
+    );
+    let err = replay_exact(&s, 0).unwrap_err().to_string();
+    assert!(err.contains("replays under \"what if\""), "{err}");
+}
+
+/// A what-if on a GPU too small for what the recording already holds at
+/// its first event says so, whichever allocator it runs.
+#[test]
+fn a_gpu_too_small_for_the_first_event_is_refused() {
+    let mut s = recorded_from_start();
+    s.device_traces[0].drain(..3);
+    for what_if in [
+        "device_total_bytes=4194304",
+        "device_total_bytes=4194304,expandable_segments=true",
+    ] {
+        let err = replay_what_if(&s, 0, &parse_what_if(what_if).unwrap()).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("the memory in use when the recording starts does not fit"),
+            "{err}"
+        );
+    }
 }
