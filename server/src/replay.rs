@@ -157,23 +157,25 @@ fn write_json(
             "ooms": run.ooms,
         })
     };
-    let last = match exact {
-        Ok(run) => serde_json::json!({
-            "exact": run.exact == Some(true),
-            "events": trace.len(),
-            "first_difference": run.first_difference,
-            "recorded_ooms": run.recorded_ooms,
-            "replay": outcome(run),
-            "what_if": runs.iter().map(|(l, r)| serde_json::json!({"settings": l, "replay": outcome(r)})).collect::<Vec<_>>(),
-        }),
-        Err(e) => serde_json::json!({
-            "exact": false,
-            "events": trace.len(),
-            "first_difference": null,
-            "error": e.to_string(),
-            "what_if": runs.iter().map(|(l, r)| serde_json::json!({"settings": l, "replay": outcome(r)})).collect::<Vec<_>>(),
-        }),
-    };
+    let what_if: Vec<_> = runs
+        .iter()
+        .map(|(l, r)| serde_json::json!({"settings": l, "replay": outcome(r)}))
+        .collect();
+    let mut last = serde_json::json!({
+        "exact": false,
+        "events": trace.len(),
+        "first_difference": null,
+        "what_if": what_if,
+    });
+    match exact {
+        Ok(run) => {
+            last["exact"] = (run.exact == Some(true)).into();
+            last["first_difference"] = serde_json::to_value(&run.first_difference)?;
+            last["recorded_ooms"] = run.recorded_ooms.into();
+            last["replay"] = outcome(run);
+        }
+        Err(e) => last["error"] = e.to_string().into(),
+    }
     writeln!(out, "{last}")?;
     Ok(())
 }

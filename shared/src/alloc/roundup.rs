@@ -83,7 +83,6 @@ impl RoundupDivisions {
                 format!("roundup_power2_divisions: '{entry}' is not interval_mb:divisions")
             })?;
             let divisions = parse_number(divisions)?;
-            check_divisions(divisions)?;
             if interval == ">" {
                 table[last_index..].fill(divisions);
                 continue;

@@ -22,7 +22,10 @@ pub fn from_session(session: &Snapshot) -> MemorySnapshot {
     let mut trace = Vec::new();
     for e in &session.events[since_restart..] {
         let size = match e.action {
-            EventAction::Alloc => *requested.entry(e.address).insert_entry(e.size).get(),
+            EventAction::Alloc => {
+                requested.insert(e.address, e.size);
+                e.size
+            }
             EventAction::Free => requested.remove(&e.address).unwrap_or(e.size),
             _ => e.size,
         };

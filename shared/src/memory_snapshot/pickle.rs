@@ -195,11 +195,7 @@ impl<'a> Machine<'a> {
             b'0' => _ = self.pop()?,
             b'1' => _ = self.pop_mark()?,
             b'2' => {
-                let top = self
-                    .stack
-                    .last()
-                    .cloned()
-                    .ok_or("the pickle's stack runs empty")?;
+                let top = self.top()?;
                 self.stack.push(top);
             }
             _ => return self.step_memo(op),
@@ -209,34 +205,18 @@ impl<'a> Machine<'a> {
 
     fn step_memo(&mut self, op: u8) -> Result<(), String> {
         match op {
-            b'q' | b'r' => {
-                let id = if op == b'q' {
-                    self.take(1)?[0].into()
-                } else {
-                    u32::from_le_bytes(self.array()?)
+            // BINPUT, LONG_BINPUT, MEMOIZE
+            b'q' | b'r' | 0x94 => {
+                let id = match op {
+                    0x94 => self.memo.len() as u32,
+                    _ => self.memo_id(op == b'q')?,
                 };
-                let top = self
-                    .stack
-                    .last()
-                    .cloned()
-                    .ok_or("the pickle's stack runs empty")?;
+                let top = self.top()?;
                 self.memo.insert(id, top);
             }
-            0x94 => {
-                let id = self.memo.len() as u32;
-                let top = self
-                    .stack
-                    .last()
-                    .cloned()
-                    .ok_or("the pickle's stack runs empty")?;
-                self.memo.insert(id, top);
-            }
+            // BINGET, LONG_BINGET
             b'h' | b'j' => {
-                let id = if op == b'h' {
-                    self.take(1)?[0].into()
-                } else {
-                    u32::from_le_bytes(self.array()?)
-                };
+                let id = self.memo_id(op == b'h')?;
                 let value = self.memo.get(&id).cloned().ok_or_else(|| {
                     format!("the pickle refers to memo entry {id}, which it never stored")
                 })?;
@@ -313,6 +293,22 @@ impl<'a> Machine<'a> {
         }
         self.stack.push(Value::Int(v));
         Ok(())
+    }
+
+    /// A memo index: one byte (`short`) or four.
+    fn memo_id(&mut self, short: bool) -> Result<u32, String> {
+        Ok(match short {
+            true => self.take(1)?[0].into(),
+            false => u32::from_le_bytes(self.array()?),
+        })
+    }
+
+    /// The value on top of the stack, kept there.
+    fn top(&self) -> Result<Value, String> {
+        match self.stack.last() {
+            Some(Value::Mark) | None => Err("the pickle's stack runs empty".into()),
+            Some(v) => Ok(v.clone()),
+        }
     }
 
     fn pop(&mut self) -> Result<Value, String> {
