@@ -713,3 +713,53 @@ async fn a_sessions_budget_is_shared_and_its_watchers_bounded() {
     let err = second.err().expect("a second watcher is refused");
     assert!(err.contains("session_limit"), "{err}");
 }
+
+/// `export_snapshot` gives the session as a PyTorch memory snapshot: its
+/// segments now and its trace since the restart, which replays exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exported_session_is_a_snapshot_that_replays_exactly() {
+    use vramlab_shared::memory_snapshot::replay::replay_exact;
+    use vramlab_shared::memory_snapshot::{Action, MemorySnapshot};
+    let addr = start(options()).await;
+    let mut c = Client::connect(&addr, "").await;
+    let commands = [
+        json!({"cmd":"alloc","name":"x","bytes":1000}),
+        json!({"cmd":"restart"}),
+        json!({"cmd":"alloc","name":"a","bytes":3000000}),
+        json!({"cmd":"alloc","name":"b","bytes":30000000}),
+        json!({"cmd":"del","name":"a"}),
+        json!({"cmd":"alloc","name":"c","bytes":2000000}),
+    ];
+    for (id, cmd) in commands.into_iter().enumerate() {
+        assert_eq!(c.command(id as u64, cmd).await["ok"], true);
+    }
+    c.send(json!({"type":"export_snapshot"})).await;
+    let m = c.recv_type("memory_snapshot").await;
+    let exported: MemorySnapshot = serde_json::from_value(m["snapshot"].clone()).unwrap();
+    // After the restart: a 20 MiB segment for a, one of its own for b; c
+    // takes the block a left in the cache.
+    let actions: Vec<&str> = exported.device_traces[0]
+        .iter()
+        .map(|e| e.action.name())
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "segment_alloc",
+            "alloc",
+            "segment_alloc",
+            "alloc",
+            "free_requested",
+            "free_completed",
+            "alloc"
+        ]
+    );
+    assert_eq!(exported.segments.len(), 2);
+    assert_eq!(exported.device_traces[0][6].action, Action::Alloc);
+    assert_eq!(
+        exported.device_traces[0][6].addr,
+        exported.device_traces[0][1].addr
+    );
+    let run = replay_exact(&exported, 0).unwrap();
+    assert_eq!(run.exact, Some(true), "{:?}", run.first_difference);
+}

@@ -7,8 +7,9 @@ use std::io::Write;
 use std::process::ExitCode;
 use vramlab_shared::framework::RestartSettings;
 use vramlab_shared::memory_snapshot::replay::{
-    busiest_device, parse_what_if, replay_exact, replay_what_if, ReplayRun,
+    busiest_device, replay_exact, replay_what_if, ReplayRun,
 };
+use vramlab_shared::memory_snapshot::what_if::parse_what_if;
 use vramlab_shared::memory_snapshot::{self, MemorySnapshot};
 use vramlab_shared::units::format_size;
 

@@ -15,6 +15,7 @@ use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
 use std::sync::Arc;
+use vramlab_shared::memory_snapshot::export;
 use vramlab_shared::protocol::{
     parse_client_message, ClientMessage, ConnectionError, ConnectionErrorKind, Role, ServerMessage,
 };
@@ -330,7 +331,7 @@ fn handle(
             client.subscribed = false;
             None
         }
-        ClientMessage::Snapshot {} if !session.allow() => {
+        ClientMessage::Snapshot {} | ClientMessage::ExportSnapshot {} if !session.allow() => {
             Metrics::inc(&state.sessions.metrics.refused.rate_limited);
             Some(error_msg(
                 None,
@@ -339,6 +340,7 @@ fn handle(
             ))
         }
         ClientMessage::Snapshot {} => Some(client.full_snapshot(session)),
+        ClientMessage::ExportSnapshot {} => Some(export(session)),
         ClientMessage::Command { id, .. } if role == Role::Watcher => Some(read_only(Some(id))),
         ClientMessage::Stop {} if role == Role::Watcher => Some(read_only(None)),
         ClientMessage::Stop {} => {
@@ -366,6 +368,18 @@ fn handle(
             }
         }
     }
+}
+
+/// The session as a PyTorch memory snapshot: its segments now and every
+/// event the session keeps.
+fn export(session: &Session) -> Wire {
+    let live = session.live();
+    let mut snapshot = (*live.snapshot).clone();
+    snapshot.events = live.events.iter().cloned().collect();
+    drop(live);
+    wire(&ServerMessage::MemorySnapshot {
+        snapshot: Box::new(export::from_session(&snapshot)),
+    })
 }
 
 fn read_only(id: Option<u64>) -> Wire {

@@ -6,6 +6,7 @@ use crate::device::DeviceInfo;
 use crate::engine::Engine;
 use crate::error::CommandError;
 use crate::framework::Settings;
+use crate::memory_snapshot::MemorySnapshot;
 use crate::snapshot::{Event, Snapshot, SnapshotDelta, Stats};
 use crate::types::Framework;
 use serde::{Deserialize, Serialize};
@@ -58,6 +59,9 @@ pub enum ClientMessage {
     Unsubscribe {},
     /// Send a full snapshot now.
     Snapshot {},
+    /// The session as a PyTorch memory snapshot (segments and the event
+    /// log since the last restart), for a file memory_viz opens.
+    ExportSnapshot {},
     /// Stop the running command after its current step.
     Stop {},
     Ping {
@@ -127,6 +131,10 @@ pub enum ServerMessage {
     /// Everything, on connect and on request.
     Snapshot {
         snapshot: Box<Snapshot>,
+    },
+    /// The answer to `export_snapshot`.
+    MemorySnapshot {
+        snapshot: Box<MemorySnapshot>,
     },
     /// What changed since the last snapshot or delta this client received,
     /// with the exact peaks in between.

@@ -181,6 +181,36 @@ pub struct Frame {
     pub name: String,
 }
 
+impl Frame {
+    /// `name (file:line)`, or the name alone for a frame without a source
+    /// file (C++ frames, vramlab's own owner frames).
+    pub fn label(&self) -> String {
+        if self.filename.ends_with(".py") {
+            format!("{} ({}:{})", self.name, self.filename, self.line)
+        } else {
+            self.name.clone()
+        }
+    }
+
+    fn is_python(&self) -> bool {
+        self.filename.ends_with(".py")
+    }
+
+    fn is_torch(&self) -> bool {
+        self.filename.contains("/torch/") || self.filename.starts_with("torch/")
+    }
+}
+
+/// The frame a reader looks for: the innermost Python frame outside
+/// PyTorch's own files, else the innermost Python frame, else the first.
+pub fn user_frame(frames: &[Frame]) -> Option<&Frame> {
+    frames
+        .iter()
+        .find(|f| f.is_python() && !f.is_torch())
+        .or_else(|| frames.iter().find(|f| f.is_python()))
+        .or_else(|| frames.first())
+}
+
 /// The allocator's settings at the dump (`allocator_settings`, PyTorch 2.1
 /// and later).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -14,6 +14,7 @@ pub mod format;
 pub mod initial;
 mod pickle;
 pub mod replay;
+pub mod what_if;
 
 pub use format::{Action, Block, BlockState, Frame, MemorySnapshot, Segment, TraceEntry};
 

@@ -14,7 +14,7 @@
 //! A run of recorded `segment_free`s not followed by a `segment_alloc`
 //! (an `empty_cache()` call) empties the cache there too.
 
-use super::format::{Action, MemorySnapshot, TraceEntry};
+use super::format::{user_frame, Action, MemorySnapshot, TraceEntry};
 use super::initial::{initial_state, InitialState};
 use super::SnapshotError;
 use crate::alloc::caching::CachingAllocator;
@@ -22,6 +22,7 @@ use crate::alloc::roundup::RoundupDivisions;
 use crate::alloc::{AllocError, Allocator, BlockId, SegmentView, TraceAction, TraceEvent};
 use crate::device::{Device, SimDevice, SimDeviceConfig};
 use crate::framework::{make_allocator, RestartSettings, Settings};
+use crate::snapshot::{BlockSnapshot, SegmentSnapshot};
 use crate::types::Framework;
 use crate::units::{format_size, GIB};
 use serde::{Deserialize, Serialize};
@@ -123,6 +124,36 @@ pub fn replay_exact(snapshot: &MemorySnapshot, device: usize) -> Result<ReplayRu
     Replay::new(snapshot, device, settings, true)?.run()
 }
 
+/// The segments after trace event `event` (the last one if beyond) in the
+/// exact replay (`what_if`: `None`) or a what-if replay; each live block
+/// is named by the frame that allocated it ([`super::format::user_frame`]).
+/// A `segment_alloc` shows with the request that made it.
+pub fn segments_at(
+    snapshot: &MemorySnapshot,
+    device: usize,
+    what_if: Option<&RestartSettings>,
+    event: usize,
+) -> Result<Vec<SegmentSnapshot>, SnapshotError> {
+    let mut replay = match what_if {
+        None => Replay::new(snapshot, device, recorded_settings(snapshot), true)?,
+        Some(w) => Replay::new(snapshot, device, what_if_settings(snapshot, w)?, false)?,
+    };
+    let mut last = event.min(replay.trace.len().saturating_sub(1));
+    // A segment is made by the request that needs it, the next `alloc`.
+    while replay
+        .trace
+        .get(last)
+        .is_some_and(|e| e.action == Action::SegmentAlloc)
+        && last + 1 < replay.trace.len()
+    {
+        last += 1;
+    }
+    for (index, e) in replay.trace.iter().enumerate().take(last + 1) {
+        replay.step(index, e);
+    }
+    Ok(replay.segment_snapshots())
+}
+
 /// Expandable ranges in the segment list or mapping events in a trace
 /// (older recordings have no `allocator_settings` to say so).
 fn uses_expandable_segments(snapshot: &MemorySnapshot) -> bool {
@@ -142,6 +173,19 @@ pub fn replay_what_if(
     device: usize,
     what_if: &RestartSettings,
 ) -> Result<ReplayRun, SnapshotError> {
+    Replay::new(
+        snapshot,
+        device,
+        what_if_settings(snapshot, what_if)?,
+        false,
+    )?
+    .run()
+}
+
+fn what_if_settings(
+    snapshot: &MemorySnapshot,
+    what_if: &RestartSettings,
+) -> Result<Settings, SnapshotError> {
     let settings = recorded_settings(snapshot)
         .patched(what_if)
         .map_err(|e| SnapshotError(e.message))?;
@@ -150,7 +194,7 @@ pub fn replay_what_if(
             "a PyTorch recording replays on PyTorch only".into(),
         ));
     }
-    Replay::new(snapshot, device, settings, false)?.run()
+    Ok(settings)
 }
 
 enum Kernel {
@@ -186,8 +230,9 @@ struct Replay<'a> {
     exact: bool,
     device: SimDevice,
     kernel: Kernel,
-    /// Recorded block address → the replay's block.
-    blocks: HashMap<u64, BlockId>,
+    /// Recorded block address → the replay's block and the event that
+    /// allocated it (`None`: live when the recording starts).
+    blocks: HashMap<u64, (BlockId, Option<usize>)>,
     /// A recorded `segment_alloc` the next request must make.
     expected_segment: Option<(u64, u64)>,
     /// Recorded `segment_free`s since the last `segment_alloc` (what-if).
@@ -273,13 +318,13 @@ impl<'a> Replay<'a> {
                         let id = a
                             .seed_block(at + (address - s.address), size, requested)
                             .map_err(refused)?;
-                        self.blocks.insert(address, id);
+                        self.blocks.insert(address, (id, None));
                     }
                 }
                 Kernel::Other(a) => {
                     for (&address, &(_, requested)) in &s.blocks {
                         match a.malloc(&mut self.device, requested) {
-                            Ok(Some(id)) => _ = self.blocks.insert(address, id),
+                            Ok(Some(id)) => _ = self.blocks.insert(address, (id, None)),
                             Ok(None) => {}
                             Err(_) => {
                                 return Err(refused(format!("a live {requested}-byte block")))
@@ -336,7 +381,7 @@ impl<'a> Replay<'a> {
         }
         match self.kernel.malloc(&mut self.device, e) {
             Ok(Some(id)) => {
-                self.blocks.insert(e.addr, id);
+                self.blocks.insert(e.addr, (id, Some(index)));
             }
             Ok(None) => {}
             Err(AllocError::OutOfMemory(oom)) => self.out.ooms.push(ReplayOom {
@@ -397,7 +442,7 @@ impl<'a> Replay<'a> {
 
     fn free(&mut self, index: usize, e: &TraceEntry) {
         match self.blocks.remove(&e.addr) {
-            Some(id) => self.kernel.allocator().free(&mut self.device, id),
+            Some((id, _)) => self.kernel.allocator().free(&mut self.device, id),
             None if self.exact => {
                 self.differ(
                     index,
@@ -445,6 +490,30 @@ impl<'a> Replay<'a> {
         });
     }
 
+    /// The allocator's segments, each live block named by its origin.
+    fn segment_snapshots(&mut self) -> Vec<SegmentSnapshot> {
+        let owners: HashMap<BlockId, String> = self
+            .blocks
+            .values()
+            .map(|&(id, origin)| (id, self.origin_label(origin)))
+            .collect();
+        let segments = self.kernel.allocator().segments();
+        segments
+            .into_iter()
+            .map(|s| segment_snapshot(s, &owners))
+            .collect()
+    }
+
+    fn origin_label(&self, origin: Option<usize>) -> String {
+        let Some(event) = origin else {
+            return "live when the recording starts".into();
+        };
+        match user_frame(&self.trace[event].frames) {
+            Some(frame) => format!("{} (event {event})", frame.label()),
+            None => format!("allocated at event {event}"),
+        }
+    }
+
     fn sample(&mut self, event: usize) {
         let s = self.kernel.allocator().stats();
         let (allocated, reserved) = (s.allocated_bytes.current, s.reserved_bytes.current);
@@ -457,6 +526,29 @@ impl<'a> Replay<'a> {
             allocated_bytes: allocated,
             reserved_bytes: reserved,
         });
+    }
+}
+
+fn segment_snapshot(s: SegmentView, owners: &HashMap<BlockId, String>) -> SegmentSnapshot {
+    let live = || s.blocks.iter().filter(|b| b.id.is_some());
+    SegmentSnapshot {
+        address: s.address,
+        total_size: s.total_size,
+        allocated_size: live().map(|b| b.size).sum(),
+        requested_size: live().map(|b| b.requested_size).sum(),
+        pool: s.pool.name().into(),
+        blocks: s
+            .blocks
+            .iter()
+            .map(|b| BlockSnapshot {
+                address: b.address,
+                size: b.size,
+                requested_size: b.requested_size,
+                state: b.state,
+                owner: b.id.and_then(|id| owners.get(&id).cloned()),
+                category: None,
+            })
+            .collect(),
     }
 }
 
@@ -484,46 +576,4 @@ pub fn thin(points: &[TimelinePoint]) -> Vec<TimelinePoint> {
         }
     }
     out
-}
-
-/// Reads a what-if as the command line writes it: `key=value` pairs of
-/// `restart` settings, comma-separated (`expandable_segments=true,
-/// max_split_size_mb=128`, `gpu=a100-40gb`). A value is JSON when it reads
-/// as JSON, else a string.
-pub fn parse_what_if(text: &str) -> Result<RestartSettings, SnapshotError> {
-    let mut fields = serde_json::Map::new();
-    for pair in split_pairs(text) {
-        let (key, value) = pair.split_once('=').ok_or_else(|| {
-            SnapshotError(format!(
-                "'{pair}' is not key=value (for example expandable_segments=true)"
-            ))
-        })?;
-        let value = serde_json::from_str(value.trim())
-            .unwrap_or_else(|_| serde_json::Value::String(value.trim().to_string()));
-        fields.insert(key.trim().to_string(), value);
-    }
-    serde_json::from_value(serde_json::Value::Object(fields))
-        .map_err(|e| SnapshotError(format!("what if '{text}': {e}")))
-}
-
-/// Splits at commas outside brackets (`roundup_power2_divisions=[256:1,>:8]`
-/// stays whole).
-fn split_pairs(text: &str) -> Vec<&str> {
-    let (mut out, mut depth, mut start) = (Vec::new(), 0i32, 0);
-    for (i, c) in text.char_indices() {
-        match c {
-            '[' => depth += 1,
-            ']' => depth -= 1,
-            ',' if depth == 0 => {
-                out.push(&text[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    out.push(&text[start..]);
-    out.into_iter()
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .collect()
 }

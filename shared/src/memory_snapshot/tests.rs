@@ -1,7 +1,8 @@
 //! Snapshot reading, replay and export, on snapshots built from the format
 //! as PyTorch defines it.
 
-use super::replay::{parse_what_if, replay_exact, replay_what_if};
+use super::replay::{replay_exact, replay_what_if};
+use super::what_if::parse_what_if;
 use super::*;
 use crate::units::{GIB, MIB};
 use crate::Engine;
@@ -465,4 +466,79 @@ fn a_gpu_too_small_for_the_first_event_is_refused() {
             "{err}"
         );
     }
+}
+
+fn frame(filename: &str, line: i64, name: &str) -> Frame {
+    Frame {
+        filename: filename.into(),
+        line,
+        name: name.into(),
+    }
+}
+
+#[test]
+fn the_user_frame_is_the_innermost_python_frame_outside_torch() {
+    let cpp = frame("??", 0, "c10::cuda::CUDACachingAllocator::malloc");
+    let torch = frame(
+        "/usr/lib/python3/site-packages/torch/nn/modules/linear.py",
+        125,
+        "forward",
+    );
+    let user = frame("train.py", 12, "step");
+    let all = [cpp.clone(), torch.clone(), user.clone()];
+    assert_eq!(format::user_frame(&all), Some(&user));
+    assert_eq!(user.label(), "step (train.py:12)");
+    assert_eq!(
+        format::user_frame(&[cpp.clone(), torch.clone()]),
+        Some(&torch)
+    );
+    assert_eq!(format::user_frame(std::slice::from_ref(&cpp)), Some(&cpp));
+    assert_eq!(cpp.label(), "c10::cuda::CUDACachingAllocator::malloc");
+    assert_eq!(format::user_frame(&[]), None);
+}
+
+/// The segment map after any event: blocks where the allocator put them,
+/// each named by the frame that allocated it.
+#[test]
+fn the_segments_after_an_event_name_each_block_by_its_frame() {
+    let mut s = recorded_from_start();
+    s.device_traces[0][2].frames = vec![frame("train.py", 12, "forward")];
+    let at = |event, what_if: Option<&crate::framework::RestartSettings>| {
+        replay::segments_at(&s, 0, what_if, event).unwrap()
+    };
+    // The segment_alloc shows with the request that made it.
+    let start = at(0, None);
+    assert_eq!(start.len(), 1);
+    assert_eq!(start[0].allocated_size, 4 * MIB);
+    assert_eq!(start[0].blocks.len(), 2);
+    assert_eq!(start, at(1, None));
+    let after = at(4, None);
+    assert_eq!(after.len(), 2);
+    let owners: Vec<_> = after[0]
+        .blocks
+        .iter()
+        .map(|b| (b.address, b.size, b.owner.clone()))
+        .collect();
+    assert_eq!(
+        owners,
+        vec![
+            (BASE, 4 * MIB, Some("allocated at event 1".to_string())),
+            (
+                BASE + 4 * MIB,
+                6 * MIB,
+                Some("forward (train.py:12) (event 2)".to_string())
+            ),
+            (BASE + 10 * MIB, 10 * MIB, None),
+        ]
+    );
+    assert_eq!(after[0].allocated_size, 10 * MIB);
+    assert_eq!(after[1].pool, "large");
+    // Beyond the last event: the end, as the dump shows it.
+    let end = at(1000, None);
+    assert_eq!(end[0].blocks[0].size, 4 * MIB);
+    assert_eq!(end[0].blocks[0].requested_size, 3 * MIB);
+    // A what-if's own segments: one expandable range, 40 MiB mapped.
+    let expandable = parse_what_if("expandable_segments=true").unwrap();
+    let mapped: u64 = at(7, Some(&expandable)).iter().map(|s| s.total_size).sum();
+    assert_eq!(mapped, 40 * MIB);
 }
