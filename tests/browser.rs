@@ -5,142 +5,17 @@
 //! segment-map frame time with thousands of blocks) are measured and
 //! printed. Screenshots go to target/screenshots/.
 
-use chromiumoxide::browser::{Browser, BrowserConfig};
-use chromiumoxide::page::ScreenshotParams;
+mod chromium;
+
+use chromium::*;
 use chromiumoxide::Page;
 use futures::StreamExt;
 use serde_json::Value;
 use std::io::Write;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio_tungstenite::connect_async;
 use tokio_tungstenite::tungstenite::Message;
-use vramlab_server::backend::{select, DeviceChoice};
-use vramlab_server::http::{build, ServeOptions};
 use vramlab_tests::root;
-
-const WAIT: Duration = Duration::from_secs(30);
-
-fn chromium() -> Option<PathBuf> {
-    let candidates = [
-        std::env::var_os("CHROMIUM").map(PathBuf::from),
-        Some(PathBuf::from("/usr/bin/chromium")),
-        Some(PathBuf::from("/usr/bin/chromium-browser")),
-    ];
-    candidates.into_iter().flatten().find(|p| p.exists())
-}
-
-/// Browser tests skip where Chromium or the built app is missing, unless
-/// VRAMLAB_REQUIRE_BROWSER is set (the test command sets it).
-fn prerequisites() -> Option<PathBuf> {
-    let dist = root().join("dist/index.html");
-    let found = chromium().filter(|_| dist.exists());
-    if found.is_none() {
-        assert!(
-            std::env::var_os("VRAMLAB_REQUIRE_BROWSER").is_none(),
-            "browser test needs Chromium and dist/ (scripts/setup, scripts/build-web)"
-        );
-        eprintln!("skip: Chromium or dist/ missing");
-    }
-    found
-}
-
-/// Serves on `port` (0: any) until `stop` fires; returns the address.
-async fn serve_on(port: u16, stop: tokio::sync::oneshot::Receiver<()>) -> std::net::SocketAddr {
-    let options = ServeOptions {
-        dist: root().join("dist"),
-        ..ServeOptions::default()
-    };
-    let server = build(&options, select(DeviceChoice::Sim).unwrap()).unwrap();
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(vramlab_server::http::serve_until(
-        listener,
-        server,
-        async move {
-            let _ = stop.await;
-        },
-    ));
-    addr
-}
-
-async fn launch(name: &str) -> (Browser, tokio::task::JoinHandle<()>, PathBuf) {
-    let profile =
-        std::env::temp_dir().join(format!("vramlab-chromium-{}-{name}", std::process::id()));
-    let config = BrowserConfig::builder()
-        .chrome_executable(chromium().unwrap())
-        .no_sandbox()
-        .user_data_dir(&profile)
-        .window_size(1280, 1000)
-        .viewport(Some(chromiumoxide::handler::viewport::Viewport {
-            width: 1280,
-            height: 1000,
-            ..Default::default()
-        }))
-        .args([
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-        ])
-        .build()
-        .unwrap();
-    let (browser, mut handler) = Browser::launch(config).await.expect("Chromium starts");
-    let events = tokio::spawn(async move { while handler.next().await.is_some() {} });
-    (browser, events, profile)
-}
-
-/// Opens a page and waits until it is connected to the server.
-async fn open(browser: &Browser, url: &str) -> Page {
-    let page = browser.new_page(url).await.unwrap();
-    until(
-        &page,
-        "document.getElementById('status').textContent === 'connected'",
-    )
-    .await;
-    page
-}
-
-async fn js(page: &Page, script: &str) -> Value {
-    page.evaluate(script)
-        .await
-        .unwrap_or_else(|e| panic!("{script}: {e}"))
-        .into_value()
-        .unwrap_or(Value::Null)
-}
-
-/// Polls a JS expression until it is truthy; returns its value.
-async fn until(page: &Page, expr: &str) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let v = js(
-            page,
-            &format!("(() => {{ try {{ return {expr}; }} catch (e) {{ return null; }} }})()"),
-        )
-        .await;
-        if !(v.is_null() || v == Value::Bool(false) || v == Value::String(String::new())) {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {expr}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
-async fn click(page: &Page, id: &str) {
-    js(page, &format!("document.getElementById('{id}').click()")).await;
-}
-
-async fn set_input(page: &Page, id: &str, value: &str) {
-    js(
-        page,
-        &format!("(() => {{ const e = document.getElementById('{id}'); e.value = '{value}'; e.dispatchEvent(new Event('input', {{bubbles: true}})); }})()"),
-    )
-    .await;
-}
 
 async fn last_step(page: &Page) -> i64 {
     js(
@@ -169,17 +44,6 @@ async fn numbers(page: &Page) -> [u64; 3] {
     .await;
     let a: Vec<u64> = serde_json::from_value(v).unwrap();
     [a[0], a[1], a[2]]
-}
-
-async fn shot(page: &Page, name: &str) {
-    let dir = root().join("target/screenshots");
-    std::fs::create_dir_all(&dir).unwrap();
-    page.save_screenshot(
-        ScreenshotParams::builder().full_page(true).build(),
-        dir.join(name),
-    )
-    .await
-    .unwrap();
 }
 
 fn gzip_len(bytes: &[u8]) -> usize {

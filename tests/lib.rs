@@ -51,3 +51,24 @@ pub fn lesson_files() -> Vec<PathBuf> {
     files.sort();
     files
 }
+
+/// A PyTorch memory snapshot of a vramlab training run, as
+/// `torch.cuda.memory._dump_snapshot()` writes it: an MLP of `layers`
+/// hidden layers trained with Adam for `steps` steps, every event kept.
+pub fn training_snapshot(layers: u32, steps: u32) -> Vec<u8> {
+    use vramlab_shared::memory_snapshot::{export, write_pickle};
+    let mut engine = vramlab_shared::Engine::new_simulated();
+    engine.set_event_capacity(usize::MAX);
+    for line in [
+        format!(r#"{{"cmd":"model","name":"model","layers":{layers},"width":256}}"#),
+        r#"{"cmd":"data","name":"data"}"#.into(),
+        r#"{"cmd":"optimizer","name":"opt","model":"model","kind":"adam"}"#.into(),
+        format!(
+            r#"{{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":{steps}}}"#
+        ),
+    ] {
+        let record = engine.run_line(&line);
+        assert!(record.ok, "{line}: {:?}", record.error);
+    }
+    write_pickle(&export::from_session(&engine.snapshot(usize::MAX)))
+}

@@ -4,7 +4,9 @@
 //! what a link should reproduce (`url`).
 
 mod conn;
+mod files;
 mod lessons;
+mod replay;
 mod socket;
 mod state;
 mod url;
@@ -48,6 +50,7 @@ fn Playground() -> impl IntoView {
                 <CodePane app=app />
             </div>
         </main>
+        <SnapshotPanel app=app />
     }
 }
 

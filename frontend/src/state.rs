@@ -1,12 +1,15 @@
 //! The playground's state: what the server said, what the user did, and
 //! what the views draw. Every incoming message goes through [`App::handle`].
 
+use crate::files;
 use crate::lessons::LESSONS;
+use crate::replay::Replays;
 use crate::socket;
 use leptos::prelude::*;
 use std::collections::{HashMap, VecDeque};
 use vramlab_shared::command::{parse_line, Command, CommandLine, RestartSettings};
 use vramlab_shared::lesson::check_step;
+use vramlab_shared::memory_snapshot::{self, MemorySnapshot};
 use vramlab_shared::protocol::{
     ClientMessage, ConnectionErrorKind, Hello, Role, ServerMessage, StepRecord,
 };
@@ -51,6 +54,15 @@ pub struct LessonRun {
     pub outcome: Option<(bool, String)>,
 }
 
+/// Where an exported session goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExportTo {
+    /// Opened in the snapshot panel.
+    Panel,
+    /// Saved as a pickle.
+    Download,
+}
+
 struct Pending {
     command: Command,
     before: Stats,
@@ -79,6 +91,9 @@ pub struct App {
     pending: RwSignal<HashMap<u64, Pending>>,
     /// Framework asked for in the URL, applied on the first connection.
     pub wanted_framework: RwSignal<Option<Framework>>,
+    /// A snapshot file opened in the page.
+    pub replays: Replays,
+    export_to: RwSignal<Option<ExportTo>>,
 }
 
 const MAX_POINTS: usize = 400;
@@ -115,7 +130,30 @@ impl App {
             next_id: RwSignal::new(1),
             pending: RwSignal::new(HashMap::new()),
             wanted_framework: RwSignal::new(None),
+            replays: Replays::new(),
+            export_to: RwSignal::new(None),
         }
+    }
+
+    /// Asks the server for this session as a memory snapshot.
+    pub fn export(&self, to: ExportTo) {
+        self.export_to.set(Some(to));
+        socket::send(&ClientMessage::ExportSnapshot {});
+    }
+
+    fn on_export(&self, snapshot: &MemorySnapshot) {
+        let name = "vramlab-session.pickle";
+        let bytes = memory_snapshot::write_pickle(snapshot);
+        match self.export_to.get_untracked() {
+            Some(ExportTo::Panel) => self.replays.open(name.into(), &bytes),
+            Some(ExportTo::Download) => {
+                if let Err(why) = files::download(name, &bytes, "application/octet-stream") {
+                    self.banner.set(Some(why));
+                }
+            }
+            None => {}
+        }
+        self.export_to.set(None);
     }
 
     pub fn framework(&self) -> Framework {
@@ -240,6 +278,7 @@ impl App {
                 }
                 self.banner.set(Some(error.message));
             }
+            ServerMessage::MemorySnapshot { snapshot } => self.on_export(&snapshot),
             ServerMessage::Pong { .. } => {}
         }
     }

@@ -1,17 +1,21 @@
 //! The views: controls, the three numbers as a stacked bar, the timeline,
 //! the segment map, the table of live objects, the event log, the code pane,
-//! the explanation and the lessons. Controls send typed [`Command`] values.
+//! the explanation, the lessons, and a snapshot file opened in the page. Controls send typed [`Command`] values.
 
 mod kernel;
 mod lessons;
+mod replay;
+mod replay_chart;
 mod segments;
 mod status;
 mod tables;
 mod timeline;
+mod trace;
 mod training;
 
 pub use kernel::Controls;
 pub use lessons::Lessons;
+pub use replay::SnapshotPanel;
 pub use segments::SegmentMap;
 pub use status::{Banner, Explanation, Numbers, StatusBar};
 pub use tables::{CodePane, EventLog, Objects};

@@ -6,7 +6,7 @@ use crate::state::App;
 use leptos::html;
 use leptos::prelude::*;
 use vramlab_shared::alloc::BlockState;
-use vramlab_shared::snapshot::{BlockSnapshot, SegmentSnapshot, Snapshot};
+use vramlab_shared::snapshot::{BlockSnapshot, SegmentSnapshot};
 use vramlab_shared::units::format_size;
 use wasm_bindgen::JsCast;
 
@@ -15,16 +15,16 @@ const LABEL: f64 = 70.0;
 /// A canvas can be about 32,000 pixels tall.
 const MAX_ROWS: usize = 2000;
 
-fn now_ms() -> Option<f64> {
+pub(super) fn now_ms() -> Option<f64> {
     web_sys::window()
         .and_then(|w| w.performance())
         .map(|p| p.now())
 }
 
 /// Draws every segment (up to [`MAX_ROWS`]) on the canvas.
-fn draw(c: &web_sys::HtmlCanvasElement, snap: &Snapshot) -> Option<()> {
+pub(super) fn draw(c: &web_sys::HtmlCanvasElement, segments: &[SegmentSnapshot]) -> Option<()> {
     let width = c.client_width().max(300) as f64;
-    let rows = snap.segments.len().clamp(1, MAX_ROWS);
+    let rows = segments.len().clamp(1, MAX_ROWS);
     c.set_width(width as u32);
     c.set_height((rows as f64 * ROW) as u32);
     let ctx = c
@@ -35,7 +35,7 @@ fn draw(c: &web_sys::HtmlCanvasElement, snap: &Snapshot) -> Option<()> {
     ctx.clear_rect(0.0, 0.0, width, rows as f64 * ROW);
     ctx.set_font("10px sans-serif");
     let span = width - LABEL;
-    for (r, seg) in snap.segments.iter().take(MAX_ROWS).enumerate() {
+    for (r, seg) in segments.iter().take(MAX_ROWS).enumerate() {
         let y = r as f64 * ROW;
         ctx.set_fill_style_str("#333");
         let _ = ctx.fill_text(&format_size(seg.total_size), 2.0, y + 11.0);
@@ -54,6 +54,21 @@ fn draw(c: &web_sys::HtmlCanvasElement, snap: &Snapshot) -> Option<()> {
     Some(())
 }
 
+/// What the pointer is over: the block's address, size, owner.
+pub(super) fn hover(
+    c: &web_sys::HtmlCanvasElement,
+    e: &web_sys::MouseEvent,
+    segments: &[SegmentSnapshot],
+) -> Option<String> {
+    let rect = c.get_bounding_client_rect();
+    let (x, y) = (
+        e.client_x() as f64 - rect.left(),
+        e.client_y() as f64 - rect.top(),
+    );
+    let seg = segments.get((y / ROW) as usize)?;
+    block_at(seg, x, rect.width() - LABEL).map(describe)
+}
+
 /// The block under a point of a row `span` pixels wide, if any.
 fn block_at(seg: &SegmentSnapshot, x: f64, span: f64) -> Option<&BlockSnapshot> {
     let at = seg.address + (((x - LABEL) / span).clamp(0.0, 1.0) * seg.total_size as f64) as u64;
@@ -68,23 +83,27 @@ fn describe(b: &BlockSnapshot) -> String {
         b.address,
         format_size(b.size),
         format_size(b.requested_size),
-        b.owner.clone().unwrap_or_else(|| "free (cached)".into()),
+        match (&b.owner, b.state) {
+            (Some(owner), _) => owner.clone(),
+            (None, BlockState::ActiveAllocated) => "allocated".into(),
+            (None, BlockState::Inactive) => "free (cached)".into(),
+        },
         b.category
             .map(|c| format!(" · {}", c.name()))
             .unwrap_or_default()
     )
 }
 
-fn heading(s: &Snapshot, draw_ms: f64) -> String {
-    let blocks: usize = s.segments.iter().map(|g| g.blocks.len()).sum();
-    let shown = if s.segments.len() > MAX_ROWS {
+pub(super) fn heading(segments: &[SegmentSnapshot], draw_ms: f64) -> String {
+    let blocks: usize = segments.iter().map(|g| g.blocks.len()).sum();
+    let shown = if segments.len() > MAX_ROWS {
         format!(" (the first {MAX_ROWS} drawn)")
     } else {
         String::new()
     };
     format!(
         " {} segments{shown}, {blocks} blocks, drawn in {draw_ms:.1} ms",
-        s.segments.len()
+        segments.len()
     )
 }
 
@@ -98,7 +117,7 @@ pub fn SegmentMap(app: App) -> impl IntoView {
         };
         let start = now_ms();
         app.snapshot
-            .with(|snap| snap.as_ref().and_then(|s| draw(&c, s)));
+            .with(|snap| snap.as_ref().and_then(|s| draw(&c, &s.segments)));
         if let (Some(t0), Some(t1)) = (start, now_ms()) {
             app.draw_ms.set(t1 - t0);
         }
@@ -107,20 +126,14 @@ pub fn SegmentMap(app: App) -> impl IntoView {
         let Some(c) = canvas.get() else {
             return;
         };
-        let rect = c.get_bounding_client_rect();
-        let (x, y) = (
-            e.client_x() as f64 - rect.left(),
-            e.client_y() as f64 - rect.top(),
-        );
-        let text = app.snapshot.with(|snap| {
-            let seg = snap.as_ref()?.segments.get((y / ROW) as usize)?;
-            block_at(seg, x, rect.width() - LABEL).map(describe)
-        });
+        let text = app
+            .snapshot
+            .with(|snap| hover(&c, &e, &snap.as_ref()?.segments));
         tip.set(text.unwrap_or_default());
     };
     let title = move || {
         app.snapshot
-            .with(|s| s.as_ref().map(|s| heading(s, app.draw_ms.get())))
+            .with(|s| s.as_ref().map(|s| heading(&s.segments, app.draw_ms.get())))
             .unwrap_or_default()
     };
     view! {

@@ -45,3 +45,44 @@ fn split_pairs(text: &str) -> Vec<&str> {
         .filter(|p| !p.is_empty())
         .collect()
 }
+
+/// A what-if in the form [`parse_what_if`] reads (`key=value,…`), for the
+/// command line that repeats what the page did.
+pub fn describe_what_if(settings: &RestartSettings) -> String {
+    let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(settings) else {
+        return String::new();
+    };
+    fields
+        .iter()
+        .map(|(key, value)| match value {
+            serde_json::Value::String(s) => format!("{key}={s}"),
+            other => format!("{key}={other}"),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_described_what_if_reads_back_the_same() {
+        for text in [
+            "expandable_segments=true",
+            "gpu=a100-40gb,max_split_size_mb=128,garbage_collection_threshold=0.6",
+            "max_split_size_mb=null",
+        ] {
+            let settings = parse_what_if(text).unwrap();
+            assert_eq!(describe_what_if(&settings), text);
+            assert_eq!(
+                parse_what_if(&describe_what_if(&settings)).unwrap(),
+                settings
+            );
+        }
+        // A divisions list is written whole, interval by interval.
+        let list = parse_what_if("roundup_power2_divisions=[256:1,>:8]").unwrap();
+        assert_eq!(parse_what_if(&describe_what_if(&list)).unwrap(), list);
+        assert_eq!(describe_what_if(&RestartSettings::default()), "");
+    }
+}

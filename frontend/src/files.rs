@@ -1,0 +1,61 @@
+//! Files in the browser: reading one the user opened or dropped, and
+//! offering bytes as a download. Nothing is uploaded anywhere.
+
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
+
+/// The bytes of a file the user chose, if it is at most `max` bytes.
+pub async fn read(file: &web_sys::File, max: usize) -> Result<Vec<u8>, String> {
+    if file.size() > max as f64 {
+        return Err(format!(
+            "{} is {} MB; files of up to {} MB are read",
+            file.name(),
+            (file.size() / 1e6).round(),
+            max / 1_000_000
+        ));
+    }
+    let buffer = JsFuture::from(file.array_buffer())
+        .await
+        .map_err(|_| format!("the browser could not read {}", file.name()))?;
+    Ok(js_sys::Uint8Array::new(&buffer).to_vec())
+}
+
+/// The first file of a file input's change event or of a drop.
+pub fn first(files: Option<web_sys::FileList>) -> Option<web_sys::File> {
+    files?.get(0)
+}
+
+/// The files of an `<input type=file>`'s change event.
+pub fn of_input(e: &web_sys::Event) -> Option<web_sys::FileList> {
+    e.target()?
+        .dyn_into::<web_sys::HtmlInputElement>()
+        .ok()?
+        .files()
+}
+
+/// Offers `bytes` as a download named `name`.
+pub fn download(name: &str, bytes: &[u8], mime: &str) -> Result<(), String> {
+    let failed = |_| format!("the browser could not save {name}");
+    let parts = js_sys::Array::of1(&js_sys::Uint8Array::from(bytes));
+    let options = web_sys::BlobPropertyBag::new();
+    options.set_type(mime);
+    let blob =
+        web_sys::Blob::new_with_u8_array_sequence_and_options(&parts, &options).map_err(failed)?;
+    let url = web_sys::Url::create_object_url_with_blob(&blob).map_err(failed)?;
+    let document = web_sys::window()
+        .and_then(|w| w.document())
+        .ok_or_else(|| format!("no document to save {name} from"))?;
+    let link: web_sys::HtmlAnchorElement = document
+        .create_element("a")
+        .map_err(failed)?
+        .unchecked_into();
+    link.set_href(&url);
+    link.set_download(name);
+    link.click();
+    // The download starts after this returns: the URL lives a while.
+    leptos::prelude::set_timeout(
+        move || _ = web_sys::Url::revoke_object_url(&url),
+        std::time::Duration::from_secs(60),
+    );
+    Ok(())
+}

@@ -1,0 +1,170 @@
+//! A PyTorch memory snapshot the user opened: read and replayed in the
+//! page (the engine in `shared` is compiled into the app; nothing is
+//! uploaded), a what-if run beside it, and the trace event being looked at.
+
+use leptos::prelude::*;
+use std::sync::Arc;
+use vramlab_shared::framework::RestartSettings;
+use vramlab_shared::memory_snapshot::replay::{
+    busiest_device, replay_exact, replay_what_if, segments_at, thin, ReplayRun, TimelinePoint,
+};
+use vramlab_shared::memory_snapshot::{self, Action, MemorySnapshot};
+use vramlab_shared::snapshot::SegmentSnapshot;
+
+/// A file read and replayed under its recorded settings.
+pub struct Opened {
+    pub name: String,
+    pub bytes: usize,
+    pub snapshot: MemorySnapshot,
+    /// The trace replayed (the busiest device's).
+    pub device: usize,
+    /// The exact replay; for a recording it cannot follow exactly, the
+    /// replay under its recorded settings.
+    pub recorded: ReplayRun,
+    /// Why `recorded` is not an exact replay.
+    pub inexact: Option<String>,
+    pub chart: Vec<TimelinePoint>,
+    /// Reading and replaying, in the page.
+    pub ms: f64,
+}
+
+impl Opened {
+    pub fn trace(&self) -> &[memory_snapshot::TraceEntry] {
+        &self.snapshot.device_traces[self.device]
+    }
+}
+
+/// The same trace under other settings.
+pub struct WhatIf {
+    pub settings: RestartSettings,
+    pub run: ReplayRun,
+    pub chart: Vec<TimelinePoint>,
+    pub ms: f64,
+}
+
+/// Whose segments the map shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shown {
+    Recorded,
+    WhatIf,
+}
+
+#[derive(Clone, Copy)]
+pub struct Replays {
+    pub opened: RwSignal<Option<Arc<Opened>>>,
+    pub what_if: RwSignal<Option<Arc<WhatIf>>>,
+    pub error: RwSignal<Option<String>>,
+    /// The trace event being looked at.
+    pub selected: RwSignal<usize>,
+    pub shown: RwSignal<Shown>,
+}
+
+pub fn now_ms() -> f64 {
+    web_sys::window()
+        .and_then(|w| w.performance())
+        .map_or(0.0, |p| p.now())
+}
+
+impl Replays {
+    pub fn new() -> Self {
+        Self {
+            opened: RwSignal::new(None),
+            what_if: RwSignal::new(None),
+            error: RwSignal::new(None),
+            selected: RwSignal::new(0),
+            shown: RwSignal::new(Shown::Recorded),
+        }
+    }
+
+    /// Reads and replays a file; on failure the error says why and what
+    /// was open stays open.
+    pub fn open(&self, name: String, bytes: &[u8]) {
+        let start = now_ms();
+        match load(name, bytes) {
+            Ok(mut opened) => {
+                opened.ms = now_ms() - start;
+                self.selected.set(first_interesting(&opened));
+                self.what_if.set(None);
+                self.shown.set(Shown::Recorded);
+                self.error.set(None);
+                self.opened.set(Some(Arc::new(opened)));
+            }
+            Err(why) => self.error.set(Some(why)),
+        }
+    }
+
+    /// Replays the open trace under `settings`.
+    pub fn run_what_if(&self, settings: RestartSettings) {
+        let Some(opened) = self.opened.get_untracked() else {
+            return;
+        };
+        let start = now_ms();
+        match replay_what_if(&opened.snapshot, opened.device, &settings) {
+            Ok(run) => {
+                let chart = thin(&run.timeline);
+                self.error.set(None);
+                self.what_if.set(Some(Arc::new(WhatIf {
+                    settings,
+                    run,
+                    chart,
+                    ms: now_ms() - start,
+                })));
+                self.shown.set(Shown::WhatIf);
+            }
+            Err(why) => self.error.set(Some(why.0)),
+        }
+    }
+
+    /// The segments after the selected event, in the run shown.
+    pub fn segments(&self) -> Option<Result<Vec<SegmentSnapshot>, String>> {
+        let opened = self.opened.get()?;
+        let event = self.selected.get();
+        let what_if = match (self.shown.get(), self.what_if.get()) {
+            (Shown::WhatIf, Some(w)) => Some(w.settings.clone()),
+            _ => opened.inexact.as_ref().map(|_| RestartSettings::default()),
+        };
+        Some(segments_at(&opened.snapshot, opened.device, what_if.as_ref(), event).map_err(|e| e.0))
+    }
+}
+
+fn load(name: String, bytes: &[u8]) -> Result<Opened, String> {
+    let snapshot = memory_snapshot::read(bytes).map_err(|e| e.0)?;
+    let device = busiest_device(&snapshot);
+    if snapshot.device_traces.get(device).is_none_or(Vec::is_empty) {
+        return Err(format!(
+            "{name} holds no trace events: record with torch.cuda.memory._record_memory_history() before the run, then _dump_snapshot()"
+        ));
+    }
+    let (recorded, inexact) = match replay_exact(&snapshot, device) {
+        Ok(run) => (run, None),
+        Err(why) => (
+            replay_what_if(&snapshot, device, &RestartSettings::default()).map_err(|e| e.0)?,
+            Some(why.0),
+        ),
+    };
+    Ok(Opened {
+        name,
+        bytes: bytes.len(),
+        chart: thin(&recorded.timeline),
+        snapshot,
+        device,
+        recorded,
+        inexact,
+        ms: 0.0,
+    })
+}
+
+/// Where to look first: the first recorded out-of-memory, else where
+/// reserved memory peaked.
+fn first_interesting(opened: &Opened) -> usize {
+    if let Some(oom) = opened.trace().iter().position(|e| e.action == Action::Oom) {
+        return oom;
+    }
+    let peak = opened.recorded.peak_reserved_bytes;
+    opened
+        .recorded
+        .timeline
+        .iter()
+        .find(|p| p.reserved_bytes == peak)
+        .map_or(0, |p| p.event)
+}

@@ -1,0 +1,214 @@
+//! "Your snapshot": open or drop a PyTorch memory snapshot, see whether
+//! vramlab replays it exactly, ask what if, and compare the two runs.
+
+use super::replay_chart::CompareChart;
+use super::trace::{TraceEvents, TraceSegments};
+use super::{checkbox, text_input};
+use crate::files;
+use crate::replay::{Opened, Replays, WhatIf};
+use crate::state::App;
+use leptos::prelude::*;
+use vramlab_shared::framework::RestartSettings;
+use vramlab_shared::gpu::GpuModel;
+use vramlab_shared::memory_snapshot::replay::ReplayRun;
+use vramlab_shared::memory_snapshot::what_if::describe_what_if;
+use vramlab_shared::memory_snapshot::MAX_FILE_BYTES;
+use vramlab_shared::units::{format_size, MIB};
+
+/// Reads the file and opens it in the panel.
+fn open_file(r: Replays, file: Option<web_sys::File>) {
+    let Some(file) = file else {
+        return;
+    };
+    leptos::task::spawn_local(async move {
+        match files::read(&file, MAX_FILE_BYTES).await {
+            Ok(bytes) => r.open(file.name(), &bytes),
+            Err(why) => r.error.set(Some(why)),
+        }
+    });
+}
+
+#[component]
+pub fn SnapshotPanel(app: App) -> impl IntoView {
+    let r = app.replays;
+    let on_drop = move |e: web_sys::DragEvent| {
+        e.prevent_default();
+        open_file(r, files::first(e.data_transfer().and_then(|d| d.files())));
+    };
+    view! {
+        <section id="your-snapshot" class="snapshot" aria-label="Your snapshot"
+            on:dragover=|e: web_sys::DragEvent| e.prevent_default() on:drop=on_drop>
+            <h2>"Your snapshot " <small>"a PyTorch memory snapshot, replayed on vramlab's allocator in this page (nothing is uploaded)"</small></h2>
+            <p class="open">
+                <label class="file">"Open a snapshot "
+                    <input id="snapshot-file" type="file" accept=".pickle,.pkl,.json"
+                        on:change=move |e| open_file(r, files::first(files::of_input(&e))) />
+                </label>
+                " or drop it here. Record one with "
+                <code>"torch.cuda.memory._record_memory_history()"</code>" … "
+                <code>"torch.cuda.memory._dump_snapshot(\"x.pickle\")"</code>"; "
+                <button id="btn-replay-session" disabled=move || app.hello.get().is_none()
+                    title="This session's memory as a snapshot, opened here"
+                    on:click=move |_| app.export(crate::state::ExportTo::Panel)>"replay this session"</button>
+                <button id="btn-export" disabled=move || app.hello.get().is_none()
+                    title="Save this session as a snapshot that pytorch.org/memory_viz opens"
+                    on:click=move |_| app.export(crate::state::ExportTo::Download)>"save this session as a snapshot"</button>
+            </p>
+            <p id="snapshot-error" class="outcome bad" role="alert">{move || r.error.get()}</p>
+            {move || r.opened.get().map(|o| view! {
+                <Summary opened=o.clone() r=r />
+                <WhatIfForm opened=o.clone() r=r />
+                <CompareChart r=r />
+                <TraceSegments r=r />
+                <TraceEvents r=r />
+            })}
+        </section>
+    }
+}
+
+/// What the file is and whether the replay follows it exactly.
+#[component]
+fn Summary(opened: std::sync::Arc<Opened>, r: Replays) -> impl IntoView {
+    let run = &opened.recorded;
+    let verdict = match (&opened.inexact, run.exact, &run.first_difference) {
+        (Some(why), _, _) => format!("Replayed under its recorded settings, not checked event by event: {why}."),
+        (None, Some(true), _) => "Replayed exactly: every segment and every block where the recording put it.".to_string(),
+        (None, _, Some(d)) => format!(
+            "The replay first differs at event {}: the recording has {}; vramlab's allocator made {}.",
+            d.event, d.trace, d.engine
+        ),
+        (None, _, None) => String::new(),
+    };
+    let devices = opened.snapshot.device_traces.len();
+    view! {
+        <p id="snapshot-summary" class="summary" class:exact=run.exact == Some(true)>
+            <b>{opened.name.clone()}</b>
+            {format!(
+                " · {} · {} events (device {} of {devices}) · {} segments at the dump",
+                format_size(opened.bytes as u64),
+                run.events,
+                opened.device,
+                opened.snapshot.segments.len()
+            )}
+            " · read and replayed in "<span id="snapshot-ms">{format!("{:.0}", opened.ms)}</span>" ms"
+            <br />
+            <span id="snapshot-verdict">{verdict}</span>
+        </p>
+        <Comparison r=r />
+    }
+}
+
+fn ooms(run: &ReplayRun) -> String {
+    match (run.ooms.first(), run.recorded_ooms) {
+        (Some(first), _) => format!("{} (first at event {})", run.ooms.len(), first.event),
+        (None, 0) => "none".into(),
+        (None, n) => format!("none here; {n} in the recording"),
+    }
+}
+
+/// Peak, fragmentation and out-of-memory errors of both runs.
+#[component]
+fn Comparison(r: Replays) -> impl IntoView {
+    let rows = move || {
+        let opened = r.opened.get()?;
+        let what_if = r.what_if.get();
+        let cell = |f: &dyn Fn(&ReplayRun) -> String| {
+            (f(&opened.recorded), what_if.as_ref().map(|w| f(&w.run)))
+        };
+        Some([
+            (
+                "peak reserved (max_memory_reserved)",
+                cell(&|run| format_size(run.peak_reserved_bytes)),
+            ),
+            (
+                "peak allocated (max_memory_allocated)",
+                cell(&|run| format_size(run.peak_allocated_bytes)),
+            ),
+            (
+                "fragmentation at the peak (reserved − allocated)",
+                cell(&|run| format_size(run.fragmentation_at_peak_bytes)),
+            ),
+            ("out of memory", cell(&ooms)),
+        ])
+    };
+    let heading = move || {
+        r.what_if
+            .get()
+            .map(|w| format!("what if {}", describe_what_if(&w.settings)))
+    };
+    view! {
+        <table id="what-if-table" class="compare">
+            <thead><tr><th></th><th>"as recorded"</th><th>{heading}</th></tr></thead>
+            <tbody>
+                {move || rows().into_iter().flatten().map(|(name, (recorded, what_if))| view! {
+                    <tr><td>{name}</td><td class="num">{recorded}</td><td class="num">{what_if.unwrap_or_default()}</td></tr>
+                }).collect::<Vec<_>>()}
+            </tbody>
+        </table>
+    }
+}
+
+/// The settings a what-if changes, with their recorded values first.
+#[component]
+fn WhatIfForm(opened: std::sync::Arc<Opened>, r: Replays) -> impl IntoView {
+    let recorded = &opened.recorded.settings;
+    let expandable = RwSignal::new(!recorded.expandable_segments);
+    let max_split = RwSignal::new(
+        recorded
+            .max_split_size_mb
+            .map_or(String::new(), |m| m.to_string()),
+    );
+    let gc = RwSignal::new(format!("{}", recorded.garbage_collection_threshold));
+    let gpu = RwSignal::new(None::<GpuModel>);
+    let mib = RwSignal::new(String::new());
+    // Only what differs from the recording.
+    let (was_expandable, was_split, was_gc) = (
+        recorded.expandable_segments,
+        recorded.max_split_size_mb,
+        recorded.garbage_collection_threshold,
+    );
+    let settings = move || {
+        let split: Option<u64> = max_split.get_untracked().trim().parse().ok();
+        let gc: f64 = gc.get_untracked().trim().parse().unwrap_or(0.0);
+        RestartSettings {
+            expandable_segments: Some(expandable.get_untracked()).filter(|&e| e != was_expandable),
+            max_split_size_mb: Some(split).filter(|&s| s != was_split),
+            garbage_collection_threshold: Some(gc).filter(|&g| g != was_gc),
+            gpu: gpu.get_untracked(),
+            device_total_bytes: mib
+                .get_untracked()
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .map(|m| m * MIB),
+            ..Default::default()
+        }
+    };
+    let command = move || {
+        r.what_if.get().map(|w: std::sync::Arc<WhatIf>| {
+            format!(
+                "vramlab replay {} --what-if '{}'",
+                opened.name,
+                describe_what_if(&w.settings)
+            )
+        })
+    };
+    view! {
+        <fieldset class="what-if">
+            <legend>"What if"</legend>
+            <label>{checkbox(expandable)}" expandable_segments"</label>
+            <label>"max_split_size_mb " {text_input("what-if-max-split", "5", "none", max_split)}</label>
+            <label>"garbage_collection_threshold " {text_input("what-if-gc", "4", "0", gc)}</label>
+            <label>"on a GPU "
+                <select id="what-if-gpu" on:change=move |e| gpu.set(GpuModel::from_id(&event_target_value(&e)))>
+                    <option value="">"of any size"</option>
+                    {GpuModel::ALL.map(|g| view! { <option value=g.id()>{g.spec().name}</option> })}
+                </select>
+            </label>
+            <label>"or of (MiB) " {text_input("what-if-mib", "6", "", mib)}</label>
+            <button id="btn-what-if" on:click=move |_| r.run_what_if(settings())>"Replay what if"</button>
+            <p class="cli"><code id="what-if-command">{command}</code>
+                {move || r.what_if.get().map(|w| format!(" · replayed in {:.0} ms", w.ms))}</p>
+        </fieldset>
+    }
+}

@@ -1,0 +1,274 @@
+//! A PyTorch memory snapshot opened in the page, in headless Chromium: the
+//! file chosen through the real file input, replayed exactly in the page
+//! with the same numbers the engine gives natively, a what-if beside it,
+//! the segment map and stack frames at an event, a broken file refused,
+//! and the session saved and reopened as a snapshot. The in-page time to
+//! read and replay a ~40,000-event file is printed as a figure.
+
+mod chromium;
+
+use chromium::*;
+use chromiumoxide::cdp::browser_protocol::dom::SetFileInputFilesParams;
+use chromiumoxide::Page;
+use std::path::Path;
+use vramlab_shared::framework::RestartSettings;
+use vramlab_shared::memory_snapshot::replay::{replay_exact, replay_what_if, segments_at};
+use vramlab_shared::memory_snapshot::{self, MemorySnapshot};
+use vramlab_shared::units::format_size;
+use vramlab_tests::training_snapshot;
+
+/// Chooses `path` in the file input, as a user does in the file dialog.
+async fn choose_file(page: &Page, path: &Path) {
+    let input = page.find_element("#snapshot-file").await.unwrap();
+    page.execute(SetFileInputFilesParams {
+        files: vec![path.display().to_string()],
+        node_id: None,
+        backend_node_id: Some(input.backend_node_id),
+        object_id: None,
+    })
+    .await
+    .unwrap();
+}
+
+async fn text(page: &Page, id: &str) -> String {
+    js(
+        page,
+        &format!("document.getElementById('{id}').textContent"),
+    )
+    .await
+    .as_str()
+    .unwrap_or_default()
+    .to_string()
+}
+
+/// The segment and block counts in a segment map's heading.
+async fn map_counts(page: &Page) -> (usize, usize) {
+    let heading = text(page, "replay-segments-heading").await;
+    let number = |word: &str| -> usize {
+        let before = heading.split(word).next().unwrap().trim_end();
+        before.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    (number(" segments"), number(" blocks"))
+}
+
+fn counts(s: &[vramlab_shared::snapshot::SegmentSnapshot]) -> (usize, usize) {
+    (s.len(), s.iter().map(|g| g.blocks.len()).sum())
+}
+
+/// The table's cell for a row and column (1: as recorded, 2: what if).
+async fn cell(page: &Page, row: usize, column: usize) -> String {
+    js(page, &format!("document.querySelectorAll('#what-if-table tbody tr')[{row}].children[{column}].textContent"))
+        .await
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Where the page looks first: where reserved peaked (no OOM recorded).
+fn peak_event(s: &MemorySnapshot) -> usize {
+    let run = replay_exact(s, 0).unwrap();
+    let peak = run.peak_reserved_bytes;
+    run.timeline
+        .iter()
+        .find(|p| p.reserved_bytes == peak)
+        .unwrap()
+        .event
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("vramlab-snapshot-page-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("training.pickle");
+    let bytes = training_snapshot(48, 34);
+    std::fs::write(&file, &bytes).unwrap();
+    let native = memory_snapshot::read(&bytes).unwrap();
+    let events = native.device_traces[0].len();
+
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let addr = serve_on(0, stop_rx).await;
+    let (mut browser, handler, profile) = launch("snapshot").await;
+    let page = open(&browser, &format!("http://{addr}/")).await;
+
+    // Open: replayed exactly, with the engine's own numbers.
+    choose_file(&page, &file).await;
+    let verdict = until(
+        &page,
+        "document.getElementById('snapshot-verdict').textContent",
+    )
+    .await;
+    assert!(
+        verdict.as_str().unwrap().starts_with("Replayed exactly"),
+        "{verdict}"
+    );
+    let summary = text(&page, "snapshot-summary").await;
+    assert!(summary.contains(&format!("{events} events")), "{summary}");
+    let ms = text(&page, "snapshot-ms").await;
+    println!(
+        "figure: a {:.1} MB snapshot with {events} events read and replayed in the page in {ms} ms",
+        bytes.len() as f64 / 1e6
+    );
+    let recorded = replay_exact(&native, 0).unwrap();
+    assert_eq!(
+        cell(&page, 0, 1).await,
+        format_size(recorded.peak_reserved_bytes)
+    );
+    assert_eq!(
+        cell(&page, 2, 1).await,
+        format_size(recorded.fragmentation_at_peak_bytes)
+    );
+    let at = peak_event(&native);
+    until(
+        &page,
+        "document.getElementById('replay-segments-heading').textContent.includes('blocks')",
+    )
+    .await;
+    assert_eq!(
+        map_counts(&page).await,
+        counts(&segments_at(&native, 0, None, at).unwrap())
+    );
+    shot(&page, "snapshot.png").await;
+
+    // What if: expandable segments on a T4, beside the recording.
+    js(&page, "(() => { const s = document.getElementById('what-if-gpu'); s.value = 't4'; s.dispatchEvent(new Event('change', {bubbles: true})); })()").await;
+    click(&page, "btn-what-if").await;
+    let command = until(
+        &page,
+        "document.getElementById('what-if-command').textContent",
+    )
+    .await;
+    assert_eq!(
+        command.as_str().unwrap(),
+        "vramlab replay training.pickle --what-if 'gpu=t4,expandable_segments=true'"
+    );
+    let what_if = RestartSettings {
+        gpu: vramlab_shared::gpu::GpuModel::from_id("t4"),
+        expandable_segments: Some(true),
+        ..Default::default()
+    };
+    let native_what_if = replay_what_if(&native, 0, &what_if).unwrap();
+    assert_eq!(
+        cell(&page, 0, 2).await,
+        format_size(native_what_if.peak_reserved_bytes)
+    );
+    assert_ne!(
+        native_what_if.peak_reserved_bytes,
+        recorded.peak_reserved_bytes
+    );
+    let dashed = js(&page, "document.querySelectorAll('#replay-chart polyline')[0].getAttribute('points').split(' ').length").await;
+    assert!(dashed.as_u64().unwrap() > 100, "{dashed}");
+    // The what-if's segments at the same event: expandable ranges.
+    until(
+        &page,
+        "document.getElementById('segments-of').value === 'what-if'",
+    )
+    .await;
+    let expected = counts(&segments_at(&native, 0, Some(&what_if), at).unwrap());
+    until(&page, &format!("document.getElementById('replay-segments-heading').textContent.includes(' {} segments')", expected.0)).await;
+    assert_eq!(map_counts(&page).await, expected);
+    shot(&page, "what-if.png").await;
+
+    // A GPU of 80 MiB: where the same run runs out of memory.
+    js(&page, "(() => { const s = document.getElementById('what-if-gpu'); s.value = ''; s.dispatchEvent(new Event('change', {bubbles: true})); })()").await;
+    set_input(&page, "what-if-mib", "80").await;
+    click(&page, "btn-what-if").await;
+    until(&page, "document.getElementById('what-if-command').textContent.includes('device_total_bytes=83886080')").await;
+    let small = RestartSettings {
+        device_total_bytes: Some(80 << 20),
+        expandable_segments: Some(true),
+        ..Default::default()
+    };
+    let native_small = replay_what_if(&native, 0, &small).unwrap();
+    let first_oom = native_small.ooms.first().expect("80 MiB is too small");
+    assert_eq!(
+        cell(&page, 3, 2).await,
+        format!(
+            "{} (first at event {})",
+            native_small.ooms.len(),
+            first_oom.event
+        )
+    );
+    let marks = js(
+        &page,
+        "document.querySelectorAll('#replay-chart .what-if-oom').length",
+    )
+    .await;
+    assert_eq!(marks.as_u64().unwrap() as usize, native_small.ooms.len());
+
+    // An event's stack: the row clicked, its frame listed.
+    js(
+        &page,
+        "document.querySelector('#trace-events tbody tr').click()",
+    )
+    .await;
+    let first = at.saturating_sub(12);
+    until(
+        &page,
+        &format!(
+            "document.querySelector('#trace-events tr.selected td').textContent === '{first}'"
+        ),
+    )
+    .await;
+    let frames = js(&page, "document.getElementById('trace-frames').textContent").await;
+    let expected: String = native.device_traces[0][first]
+        .frames
+        .iter()
+        .map(|f| f.label())
+        .collect();
+    assert_eq!(frames.as_str().unwrap(), expected);
+
+    // A file that is not a snapshot: said, and what was open stays.
+    let broken = dir.join("notes.pickle");
+    std::fs::write(&broken, b"\x80\x04not really").unwrap();
+    choose_file(&page, &broken).await;
+    let error = until(
+        &page,
+        "document.getElementById('snapshot-error').textContent",
+    )
+    .await;
+    assert!(error.as_str().unwrap().contains("pickle"), "{error}");
+    assert!(text(&page, "snapshot-summary")
+        .await
+        .contains("training.pickle"));
+
+    // This session, saved as a snapshot and opened here.
+    for _ in 0..3 {
+        click(&page, "btn-alloc").await;
+    }
+    until(
+        &page,
+        "document.getElementById('last-step').textContent === '2'",
+    )
+    .await;
+    js(&page, "(() => { window.saved = null; const make = URL.createObjectURL; URL.createObjectURL = b => { window.saved = b; return make(b); }; })()").await;
+    click(&page, "btn-export").await;
+    until(&page, "window.saved !== null").await;
+    let saved = js(
+        &page,
+        "(async () => Array.from(new Uint8Array(await window.saved.arrayBuffer())))()",
+    )
+    .await;
+    let saved: Vec<u8> = serde_json::from_value(saved).unwrap();
+    let session = memory_snapshot::read(&saved).unwrap();
+    let allocs = session.device_traces[0]
+        .iter()
+        .filter(|e| e.action == memory_snapshot::Action::Alloc)
+        .count();
+    assert_eq!(allocs, 3);
+    assert_eq!(replay_exact(&session, 0).unwrap().exact, Some(true));
+    click(&page, "btn-replay-session").await;
+    until(&page, "document.getElementById('snapshot-summary').textContent.includes('vramlab-session.pickle')").await;
+    assert!(text(&page, "snapshot-verdict")
+        .await
+        .starts_with("Replayed exactly"));
+
+    let _ = stop_tx.send(());
+    browser.close().await.unwrap();
+    browser.wait().await.unwrap();
+    handler.abort();
+    let _ = std::fs::remove_dir_all(&profile);
+    let _ = std::fs::remove_dir_all(&dir);
+}
