@@ -272,5 +272,65 @@ fn an_exported_session_replays_exactly_through_the_command_line() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a PyTorch memory snapshot"));
+    // A what-if saved as a snapshot replays exactly under its settings.
+    let what_if = dir.join("what-if.pickle");
+    let out = Command::new(vramlab_bin())
+        .arg("replay")
+        .arg(&pickle)
+        .args(["--what-if", "max_split_size_mb=40", "--export-snapshot"])
+        .arg(&what_if)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(vramlab_bin())
+        .arg("replay")
+        .arg(&what_if)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("exact replay: exact:"), "{text}");
+    let out = Command::new(vramlab_bin())
+        .arg("replay")
+        .arg(&pickle)
+        .args(["--export-snapshot", "x.pickle"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("add --what-if or --gpu"));
+    memory_viz_reads(&[&pickle, &what_if]);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `python -m torch.cuda._memory_viz stats` and `trace` read each file,
+/// where a Python with PyTorch is found (`VRAMLAB_PYTHON`, else
+/// `python3`); elsewhere this part is skipped and says so.
+fn memory_viz_reads(files: &[&std::path::Path]) {
+    let python = std::env::var("VRAMLAB_PYTHON").unwrap_or_else(|_| "python3".into());
+    let has_torch = Command::new(&python)
+        .args(["-c", "import torch"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_torch {
+        eprintln!("skip: no PyTorch for {python}; memory_viz not run");
+        return;
+    }
+    for file in files {
+        for view in ["stats", "trace"] {
+            let out = Command::new(&python)
+                .args(["-m", "torch.cuda._memory_viz", view])
+                .arg(file)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success() && !out.stdout.is_empty(),
+                "{view} {}: {}",
+                file.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
 }

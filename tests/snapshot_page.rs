@@ -75,6 +75,19 @@ fn peak_event(s: &MemorySnapshot) -> usize {
         .event
 }
 
+/// The bytes a button offers as a download.
+async fn saved_by(page: &Page, button: &str) -> Vec<u8> {
+    js(page, "(() => { window.saved = null; if (!window.made) { window.made = URL.createObjectURL; URL.createObjectURL = b => { window.saved = b; return window.made(b); }; } })()").await;
+    click(page, button).await;
+    until(page, "window.saved !== null").await;
+    let saved = js(
+        page,
+        "(async () => Array.from(new Uint8Array(await window.saved.arrayBuffer())))()",
+    )
+    .await;
+    serde_json::from_value(saved).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     if prerequisites().is_none() {
@@ -198,6 +211,21 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     .await;
     assert_eq!(marks.as_u64().unwrap() as usize, native_small.ooms.len());
 
+    // The what-if saved as a snapshot: its own out-of-memory errors.
+    let saved = memory_snapshot::read(&saved_by(&page, "btn-export-what-if").await).unwrap();
+    assert!(
+        saved
+            .allocator_settings
+            .as_ref()
+            .unwrap()
+            .expandable_segments
+    );
+    let ooms = saved.device_traces[0]
+        .iter()
+        .filter(|e| e.action == memory_snapshot::Action::Oom)
+        .count();
+    assert_eq!(ooms, native_small.ooms.len());
+
     // An event's stack: the row clicked, its frame listed.
     js(
         &page,
@@ -243,16 +271,7 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
         "document.getElementById('last-step').textContent === '2'",
     )
     .await;
-    js(&page, "(() => { window.saved = null; const make = URL.createObjectURL; URL.createObjectURL = b => { window.saved = b; return make(b); }; })()").await;
-    click(&page, "btn-export").await;
-    until(&page, "window.saved !== null").await;
-    let saved = js(
-        &page,
-        "(async () => Array.from(new Uint8Array(await window.saved.arrayBuffer())))()",
-    )
-    .await;
-    let saved: Vec<u8> = serde_json::from_value(saved).unwrap();
-    let session = memory_snapshot::read(&saved).unwrap();
+    let session = memory_snapshot::read(&saved_by(&page, "btn-export").await).unwrap();
     let allocs = session.device_traces[0]
         .iter()
         .filter(|e| e.action == memory_snapshot::Action::Alloc)

@@ -2,11 +2,13 @@
 //! page (the engine in `shared` is compiled into the app; nothing is
 //! uploaded), a what-if run beside it, and the trace event being looked at.
 
+use crate::files;
 use leptos::prelude::*;
 use std::sync::Arc;
 use vramlab_shared::framework::RestartSettings;
 use vramlab_shared::memory_snapshot::replay::{
-    busiest_device, replay_exact, replay_what_if, segments_at, thin, ReplayRun, TimelinePoint,
+    busiest_device, export_what_if, replay_exact, replay_what_if, segments_at, thin, ReplayRun,
+    TimelinePoint,
 };
 use vramlab_shared::memory_snapshot::{self, Action, MemorySnapshot};
 use vramlab_shared::snapshot::SegmentSnapshot;
@@ -112,6 +114,33 @@ impl Replays {
                 self.shown.set(Shown::WhatIf);
             }
             Err(why) => self.error.set(Some(why.0)),
+        }
+    }
+
+    /// Saves the what-if run as a snapshot file next to the opened one's
+    /// name.
+    pub fn save_what_if(&self) {
+        let (Some(opened), Some(what_if)) =
+            (self.opened.get_untracked(), self.what_if.get_untracked())
+        else {
+            return;
+        };
+        let saved = export_what_if(&opened.snapshot, opened.device, &what_if.settings)
+            .map_err(|e| e.0)
+            .and_then(|s| {
+                let stem = opened
+                    .name
+                    .rsplit_once('.')
+                    .map_or(&*opened.name, |(s, _)| s);
+                let name = format!("{stem}-what-if.pickle");
+                files::download(
+                    &name,
+                    &memory_snapshot::write_pickle(&s),
+                    "application/octet-stream",
+                )
+            });
+        if let Err(why) = saved {
+            self.error.set(Some(why));
         }
     }
 

@@ -54,6 +54,10 @@ pub struct ReplayArgs {
     /// JSON line with the outcome of every run.
     #[arg(long)]
     pub json: bool,
+    /// Write the last what-if run as a PyTorch memory snapshot (pickle;
+    /// JSON for a .json name) that memory_viz opens and `replay` follows.
+    #[arg(long = "export-snapshot")]
+    pub export_snapshot: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use vramlab_shared::framework::RestartSettings;
 use vramlab_shared::memory_snapshot::replay::{
-    busiest_device, replay_exact, replay_what_if, ReplayRun,
+    busiest_device, export_what_if, replay_exact, replay_what_if, ReplayRun,
 };
 use vramlab_shared::memory_snapshot::what_if::parse_what_if;
 use vramlab_shared::memory_snapshot::{self, MemorySnapshot};
@@ -26,9 +26,16 @@ pub fn replay_file(args: &ReplayArgs, out: &mut impl Write) -> anyhow::Result<Ex
         anyhow::bail!("the snapshot has no trace for CUDA device {device}");
     }
     let exact = replay_exact(&snapshot, device);
+    let what_ifs = what_ifs(args)?;
     let mut runs = Vec::new();
-    for (label, what_if) in what_ifs(args)? {
-        runs.push((label, replay_what_if(&snapshot, device, &what_if)?));
+    for (label, what_if) in &what_ifs {
+        runs.push((label.clone(), replay_what_if(&snapshot, device, what_if)?));
+    }
+    if let Some(path) = &args.export_snapshot {
+        let Some((_, last)) = what_ifs.last() else {
+            anyhow::bail!("--export-snapshot writes a what-if run: add --what-if or --gpu");
+        };
+        write_snapshot_file(&export_what_if(&snapshot, device, last)?, path)?;
     }
     if args.json {
         write_json(out, &snapshot, device, &exact, &runs)?;
@@ -39,6 +46,21 @@ pub fn replay_file(args: &ReplayArgs, out: &mut impl Write) -> anyhow::Result<Ex
         Ok(run) if run.exact == Some(false) => ExitCode::from(1),
         _ => ExitCode::SUCCESS,
     })
+}
+
+/// Writes a snapshot: JSON for a `.json` name, else the pickle
+/// `torch.cuda.memory._dump_snapshot()` writes.
+pub fn write_snapshot_file(
+    snapshot: &MemorySnapshot,
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    let bytes = if path.extension().is_some_and(|e| e == "json") {
+        serde_json::to_vec(snapshot)?
+    } else {
+        memory_snapshot::write_pickle(snapshot)
+    };
+    std::fs::write(path, bytes)
+        .map_err(|e| anyhow::anyhow!("cannot write the snapshot to {}: {e}", path.display()))
 }
 
 /// Each `--what-if`, with `--gpu` added; `--gpu` alone is one run.

@@ -68,20 +68,12 @@ pub fn run(
     Ok(summary)
 }
 
-/// Writes a session as a memory snapshot: JSON for a `.json` name, else
-/// the pickle `torch.cuda.memory._dump_snapshot()` writes.
+/// Writes a session as a memory snapshot.
 fn export(
     snapshot: &vramlab_shared::snapshot::Snapshot,
     path: &std::path::Path,
 ) -> anyhow::Result<()> {
-    let exported = memory_snapshot::export::from_session(snapshot);
-    let bytes = if path.extension().is_some_and(|e| e == "json") {
-        serde_json::to_vec(&exported)?
-    } else {
-        memory_snapshot::write_pickle(&exported)
-    };
-    std::fs::write(path, bytes)
-        .map_err(|e| anyhow::anyhow!("cannot write the snapshot to {}: {e}", path.display()))
+    crate::replay::write_snapshot_file(&memory_snapshot::export::from_session(snapshot), path)
 }
 
 #[cfg(test)]

@@ -207,6 +207,9 @@ fn WhatIfForm(opened: std::sync::Arc<Opened>, r: Replays) -> impl IntoView {
             </label>
             <label>"or of (MiB) " {text_input("what-if-mib", "6", "", mib)}</label>
             <button id="btn-what-if" on:click=move |_| r.run_what_if(settings())>"Replay what if"</button>
+            <button id="btn-export-what-if" disabled=move || r.what_if.get().is_none()
+                title="The what-if run as a snapshot that pytorch.org/memory_viz opens"
+                on:click=move |_| r.save_what_if()>"save the what-if as a snapshot"</button>
             <p class="cli"><code id="what-if-command">{command}</code>
                 {move || r.what_if.get().map(|w| format!(" · replayed in {:.0} ms", w.ms))}</p>
         </fieldset>

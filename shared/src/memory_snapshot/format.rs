@@ -122,6 +122,21 @@ pub struct TraceEntry {
     pub frames: Vec<Frame>,
 }
 
+impl TraceEntry {
+    /// An entry with its action alone (no address, size or frames).
+    pub fn new(action: Action) -> Self {
+        TraceEntry {
+            action,
+            addr: 0,
+            size: 0,
+            stream: 0,
+            device_free: None,
+            time_us: None,
+            frames: Vec::new(),
+        }
+    }
+}
+
 /// `TraceEntry::Action`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {

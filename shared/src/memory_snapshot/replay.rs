@@ -28,6 +28,9 @@ use crate::units::{format_size, GIB};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
+mod record;
+pub use record::export_what_if;
+
 /// A device no recorded run outgrows (1 PiB).
 const UNBOUNDED: u64 = 1024 * 1024 * GIB;
 /// Timeline points a chart needs.

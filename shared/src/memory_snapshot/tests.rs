@@ -542,3 +542,50 @@ fn the_segments_after_an_event_name_each_block_by_its_frame() {
     let mapped: u64 = at(7, Some(&expandable)).iter().map(|s| s.total_size).sum();
     assert_eq!(mapped, 40 * MIB);
 }
+
+/// A what-if written as a snapshot is the what-if's own run: an exact
+/// replay of it follows every placement, under the settings it carries.
+#[test]
+fn an_exported_what_if_replays_exactly_under_its_settings() {
+    use replay::export_what_if;
+    let mut s = recorded_from_start();
+    s.device_traces[0][2].frames = vec![frame("train.py", 12, "forward")];
+    let split = parse_what_if("max_split_size_mb=21,roundup_power2_divisions=4").unwrap();
+    let exported = export_what_if(&s, 0, &split).unwrap();
+    let settings = exported.allocator_settings.as_ref().unwrap();
+    assert_eq!(settings.max_split_size, 21 << 20);
+    assert_eq!(settings.alloc_conf, "max_split_size_mb:21");
+    assert_eq!(settings.roundup_power2_divisions["1024"], 4);
+    let what_if = replay_what_if(&s, 0, &split).unwrap();
+    let again = replay_exact(&exported, 0).unwrap();
+    assert_eq!(again.exact, Some(true), "{:?}", again.first_difference);
+    assert_eq!(again.peak_reserved_bytes, what_if.peak_reserved_bytes);
+    assert_eq!(again.segments, what_if.segments);
+    // The 6 MiB block keeps the frame of the request that made it.
+    let six = exported.segments[0]
+        .blocks
+        .iter()
+        .find(|b| b.requested_size == 6 * MIB)
+        .unwrap();
+    assert_eq!(six.frames, vec![frame("train.py", 12, "forward")]);
+    // On 30 MiB the 16 MiB request fails: an oom with the driver's free
+    // bytes, and no alloc for it.
+    let small = parse_what_if("device_total_bytes=31457280,context_bytes=0").unwrap();
+    let exported = export_what_if(&s, 0, &small).unwrap();
+    let oom: Vec<_> = exported.device_traces[0]
+        .iter()
+        .filter(|e| e.action == Action::Oom)
+        .collect();
+    assert_eq!(oom.len(), 1);
+    assert_eq!(oom[0].device_free, Some(10 * MIB));
+    assert_eq!(replay_exact(&exported, 0).unwrap().exact, Some(true));
+    // Expandable segments: mapped pages as segment_map, ranges marked.
+    let expandable = parse_what_if("expandable_segments=true").unwrap();
+    let exported = export_what_if(&s, 0, &expandable).unwrap();
+    assert!(exported.segments.iter().all(|s| s.is_expandable));
+    assert!(exported.device_traces[0]
+        .iter()
+        .any(|e| e.action == Action::SegmentMap));
+    let as_recorded = replay_what_if(&exported, 0, &Default::default()).unwrap();
+    assert_eq!(as_recorded.peak_reserved_bytes, 40 * MIB);
+}
