@@ -70,6 +70,12 @@ impl ExpandableAllocator {
         }
     }
 
+    /// Where the next pool's address range starts (a recording's replay
+    /// puts each range where the recording had it).
+    pub fn place_next_range(&mut self, base: u64) {
+        self.next_base = base;
+    }
+
     /// The pool's expandable segment, reserved at its first use.
     fn space(&mut self, pool: PoolKind) -> &mut Space {
         let i = slot(pool);

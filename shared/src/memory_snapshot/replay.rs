@@ -15,20 +15,23 @@
 //! (an `empty_cache()` call) empties the cache there too.
 
 use super::format::{user_frame, Action, MemorySnapshot, TraceEntry};
-use super::initial::{initial_state, InitialState};
+use super::initial::initial_state;
 use super::SnapshotError;
-use crate::alloc::caching::CachingAllocator;
 use crate::alloc::roundup::RoundupDivisions;
 use crate::alloc::{AllocError, Allocator, BlockId, SegmentView, TraceAction, TraceEvent};
-use crate::device::{Device, SimDevice, SimDeviceConfig};
-use crate::framework::{make_allocator, RestartSettings, Settings};
+use crate::device::{SimDevice, SimDeviceConfig};
+use crate::framework::{RestartSettings, Settings};
 use crate::snapshot::{BlockSnapshot, SegmentSnapshot};
 use crate::types::Framework;
 use crate::units::{format_size, GIB};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
+mod kernel;
 mod record;
+mod seed;
+
+use kernel::Kernel;
 pub use record::export_what_if;
 
 /// A device no recorded run outgrows (1 PiB).
@@ -118,13 +121,7 @@ pub fn busiest_device(snapshot: &MemorySnapshot) -> usize {
 
 /// Replays `device`'s trace exactly as recorded.
 pub fn replay_exact(snapshot: &MemorySnapshot, device: usize) -> Result<ReplayRun, SnapshotError> {
-    let settings = recorded_settings(snapshot);
-    if settings.expandable_segments {
-        return Err(SnapshotError(
-            "this recording uses expandable segments; it replays under \"what if\" (its exact replay follows the non-expandable allocator only)".into(),
-        ));
-    }
-    Replay::new(snapshot, device, settings, true)?.run()
+    Replay::new(snapshot, device, recorded_settings(snapshot), true)?.run()
 }
 
 /// The segments after trace event `event` (the last one if beyond) in the
@@ -146,7 +143,7 @@ pub fn segments_at(
     while replay
         .trace
         .get(last)
-        .is_some_and(|e| e.action == Action::SegmentAlloc)
+        .is_some_and(|e| matches!(e.action, Action::SegmentAlloc | Action::SegmentMap))
         && last + 1 < replay.trace.len()
     {
         last += 1;
@@ -200,34 +197,6 @@ fn what_if_settings(
     Ok(settings)
 }
 
-enum Kernel {
-    /// The caching allocator: seeded exactly, per-stream pools.
-    Caching(Box<CachingAllocator>),
-    /// Any other (expandable segments, no caching): seeded by allocating
-    /// the live blocks.
-    Other(Box<dyn Allocator>),
-}
-
-impl Kernel {
-    fn allocator(&mut self) -> &mut dyn Allocator {
-        match self {
-            Kernel::Caching(a) => a.as_mut(),
-            Kernel::Other(a) => a.as_mut(),
-        }
-    }
-
-    fn malloc(
-        &mut self,
-        device: &mut SimDevice,
-        e: &TraceEntry,
-    ) -> Result<Option<BlockId>, AllocError> {
-        match self {
-            Kernel::Caching(a) => a.malloc_on(device, e.size, e.stream),
-            Kernel::Other(a) => a.malloc(device, e.size),
-        }
-    }
-}
-
 struct Replay<'a> {
     trace: &'a [TraceEntry],
     exact: bool,
@@ -236,8 +205,12 @@ struct Replay<'a> {
     /// Recorded block address → the replay's block and the event that
     /// allocated it (`None`: live when the recording starts).
     blocks: HashMap<u64, (BlockId, Option<usize>)>,
-    /// A recorded `segment_alloc` the next request must make.
-    expected_segment: Option<(u64, u64)>,
+    /// The recorded `segment_alloc`s (or `segment_map`s) the next request
+    /// must make.
+    expected_segments: Vec<(u64, u64)>,
+    /// Expandable segments: what the `empty_cache` replayed for a run of
+    /// recorded `segment_unmap`s unmapped and the run has not yet shown.
+    unmapped: Option<Vec<(u64, u64)>>,
     /// Recorded `segment_free`s since the last `segment_alloc` (what-if).
     released_since: bool,
     out: ReplayRun,
@@ -262,15 +235,7 @@ impl<'a> Replay<'a> {
             other_processes_bytes: settings.other_processes_bytes,
             ..Default::default()
         });
-        let kernel = if settings.expandable_segments || settings.no_caching {
-            Kernel::Other(make_allocator(&settings, &device))
-        } else {
-            let total = device.mem_get_info().1;
-            Kernel::Caching(Box::new(CachingAllocator::new(
-                settings.caching_config(),
-                total,
-            )))
-        };
+        let kernel = Kernel::new(&settings, &device);
         let out = ReplayRun {
             settings: settings.clone(),
             events: trace.len(),
@@ -290,7 +255,8 @@ impl<'a> Replay<'a> {
             device,
             kernel,
             blocks: HashMap::new(),
-            expected_segment: None,
+            expected_segments: Vec::new(),
+            unmapped: None,
             released_since: false,
             out,
             drained: Vec::new(),
@@ -298,51 +264,6 @@ impl<'a> Replay<'a> {
         };
         replay.seed(&initial_state(snapshot, device_index)?)?;
         Ok(replay)
-    }
-
-    /// Rebuilds the state at the first event.
-    fn seed(&mut self, state: &InitialState) -> Result<(), SnapshotError> {
-        let refused = |why: String| {
-            SnapshotError(format!(
-                "the memory in use when the recording starts does not fit: {why}"
-            ))
-        };
-        for s in state.segments.values() {
-            match &mut self.kernel {
-                Kernel::Caching(a) => {
-                    self.device.place_next(s.address, s.size);
-                    let at = a
-                        .seed_segment(&mut self.device, s.size, (s.pool, s.stream))
-                        .map_err(|e| match e {
-                            AllocError::Driver(why) => refused(why),
-                            AllocError::OutOfMemory(_) => refused("out of memory".into()),
-                        })?;
-                    for (&address, &(size, requested)) in &s.blocks {
-                        let id = a
-                            .seed_block(at + (address - s.address), size, requested)
-                            .map_err(refused)?;
-                        self.blocks.insert(address, (id, None));
-                    }
-                }
-                Kernel::Other(a) => {
-                    for (&address, &(_, requested)) in &s.blocks {
-                        match a.malloc(&mut self.device, requested) {
-                            Ok(Some(id)) => _ = self.blocks.insert(address, (id, None)),
-                            Ok(None) => {}
-                            Err(_) => {
-                                return Err(refused(format!("a live {requested}-byte block")))
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        // Only the exact replay reads the allocator's trace.
-        let a = self.kernel.allocator();
-        a.drain_trace(&mut Vec::new());
-        a.set_tracing(self.exact);
-        a.reset_peak_stats();
-        Ok(())
     }
 
     fn run(mut self) -> Result<ReplayRun, SnapshotError> {
@@ -361,21 +282,33 @@ impl<'a> Replay<'a> {
     }
 
     fn step(&mut self, index: usize, e: &TraceEntry) {
+        if e.action != Action::SegmentUnmap {
+            self.end_unmapping(index);
+        }
         match e.action {
             Action::Alloc => self.alloc(index, e),
             Action::FreeCompleted => self.free(index, e),
-            Action::SegmentAlloc => {
-                self.released_since = false;
-                if self.exact {
-                    self.device.place_next(e.addr, e.size);
-                    self.expected_segment = Some((e.addr, e.size));
-                }
-            }
+            Action::SegmentAlloc | Action::SegmentMap => self.segment_made(e),
             Action::SegmentFree => self.segment_free(index, e),
+            Action::SegmentUnmap if self.exact => self.unmap(index, e),
+            Action::SegmentUnmap => self.released_since = true,
             Action::Oom => self.out.recorded_ooms += 1,
-            Action::SegmentMap | Action::SegmentUnmap => {}
             Action::FreeRequested | Action::Snapshot | Action::Other(_) => {}
         }
+    }
+
+    /// A recorded segment (or mapped range) the next request must make,
+    /// placed where the recording had it.
+    fn segment_made(&mut self, e: &TraceEntry) {
+        self.released_since = false;
+        if !self.exact {
+            return;
+        }
+        match &mut self.kernel {
+            Kernel::Expandable(a) => a.place_next_range(e.addr),
+            _ => _ = self.device.place_next(e.addr, e.size),
+        }
+        self.expected_segments.push((e.addr, e.size));
     }
 
     fn alloc(&mut self, index: usize, e: &TraceEntry) {
@@ -406,7 +339,7 @@ impl<'a> Replay<'a> {
         if self.exact {
             self.check_alloc(index, e);
         }
-        self.expected_segment = None;
+        self.expected_segments.clear();
     }
 
     /// Compares what the allocator just did with the recorded request.
@@ -424,20 +357,9 @@ impl<'a> Replay<'a> {
             .iter()
             .find(|t| t.action == TraceAction::Alloc)
             .map(|t| t.address);
-        let trace = match self.expected_segment {
-            Some((a, s)) => format!(
-                "a new {s}-byte segment at {a:#x}, the block at {:#x}",
-                e.addr
-            ),
-            None => format!("a cached block at {:#x}", e.addr),
-        };
-        let engine = match (made.first(), placed) {
-            (_, None) => "no block (out of memory)".to_string(),
-            (Some(&(a, s)), Some(p)) => {
-                format!("a new {s}-byte segment at {a:#x}, the block at {p:#x}")
-            }
-            (None, Some(p)) => format!("a cached block at {p:#x}"),
-        };
+        let expandable = matches!(self.kernel, Kernel::Expandable(_));
+        let trace = placement(&self.expected_segments, Some(e.addr), expandable);
+        let engine = placement(&made, placed, expandable);
         if trace != engine {
             self.differ(index, format!("alloc of {} bytes: {trace}", e.size), engine);
         }
@@ -476,6 +398,43 @@ impl<'a> Replay<'a> {
                 e.size, e.addr
             );
             self.differ(index, trace, why);
+        }
+    }
+
+    /// One recorded `segment_unmap` of a run: the first replays
+    /// `empty_cache`, and each must be among what it unmapped.
+    fn unmap(&mut self, index: usize, e: &TraceEntry) {
+        if self.unmapped.is_none() {
+            self.drained.clear();
+            self.kernel.allocator().empty_cache(&mut self.device);
+            self.kernel.allocator().drain_trace(&mut self.drained);
+            let freed = (self.drained.iter())
+                .filter(|t| t.action == TraceAction::SegmentFree)
+                .map(|t| (t.address, t.size));
+            self.unmapped = Some(freed.collect());
+        }
+        let unmapped = self.unmapped.as_mut().expect("just set");
+        match unmapped.iter().position(|&u| u == (e.addr, e.size)) {
+            Some(i) => _ = unmapped.swap_remove(i),
+            None => self.differ(
+                index,
+                format!("segment_unmap of {} bytes at {:#x}", e.size, e.addr),
+                "empty_cache() does not unmap that range".into(),
+            ),
+        }
+    }
+
+    /// After a run of `segment_unmap`s: the replay unmapped nothing more.
+    fn end_unmapping(&mut self, index: usize) {
+        let Some(left) = self.unmapped.take() else {
+            return;
+        };
+        if let Some(&(a, s)) = left.first() {
+            self.differ(
+                index,
+                "no further segment_unmap".into(),
+                format!("empty_cache() also unmapped {s} bytes at {a:#x}"),
+            );
         }
     }
 
@@ -553,6 +512,24 @@ fn segment_snapshot(s: SegmentView, owners: &HashMap<BlockId, String>) -> Segmen
             })
             .collect(),
     }
+}
+
+/// A request's outcome in words: the segments it made (mapped ranges with
+/// expandable segments) and where its block went.
+fn placement(segments: &[(u64, u64)], block: Option<u64>, expandable: bool) -> String {
+    let Some(block) = block else {
+        return "no block (out of memory)".into();
+    };
+    if segments.is_empty() {
+        return format!("a cached block at {block:#x}");
+    }
+    let made: Vec<String> = (segments.iter())
+        .map(|&(a, s)| match expandable {
+            true => format!("{s} bytes mapped at {a:#x}"),
+            false => format!("a new {s}-byte segment at {a:#x}"),
+        })
+        .collect();
+    format!("{}, the block at {block:#x}", made.join(", "))
 }
 
 /// At most [`TIMELINE_POINTS`] of a timeline, for a chart: in each stretch, the point where allocated

@@ -589,3 +589,122 @@ fn an_exported_what_if_replays_exactly_under_its_settings() {
     let as_recorded = replay_what_if(&exported, 0, &Default::default()).unwrap();
     assert_eq!(as_recorded.peak_reserved_bytes, 40 * MIB);
 }
+
+/// An expandable recording from the process's start, as PyTorch writes
+/// it: 20 MiB pages of one large range mapped on demand (`segment_map`),
+/// `empty_cache()` unmapping the whole free page (`segment_unmap`).
+fn expandable_from_start(last_block: u64) -> MemorySnapshot {
+    use Action::*;
+    let trace = vec![
+        entry(SegmentMap, BASE, 20 * MIB),
+        entry(Alloc, BASE, 4 * MIB),
+        entry(Alloc, BASE + 4 * MIB, 6 * MIB),
+        // 10 MiB free at the end of the mapped page, one page more.
+        entry(SegmentMap, BASE + 20 * MIB, 20 * MIB),
+        entry(Alloc, BASE + 10 * MIB, 16 * MIB),
+        entry(FreeRequested, BASE + 4 * MIB, 6 * MIB),
+        entry(FreeCompleted, BASE + 4 * MIB, 6 * MIB),
+        entry(FreeRequested, BASE + 10 * MIB, 16 * MIB),
+        entry(FreeCompleted, BASE + 10 * MIB, 16 * MIB),
+        entry(SegmentUnmap, BASE + 20 * MIB, 20 * MIB),
+        entry(Alloc, last_block, 3 * MIB),
+    ];
+    use BlockState::*;
+    let mut blocks = vec![block(BASE, 4 * MIB, 4 * MIB, ActiveAllocated)];
+    if last_block > BASE + 4 * MIB {
+        blocks.push(block(
+            BASE + 4 * MIB,
+            last_block - BASE - 4 * MIB,
+            0,
+            Inactive,
+        ));
+    }
+    let end = last_block + 3 * MIB;
+    blocks.push(block(last_block, 3 * MIB, 3 * MIB, ActiveAllocated));
+    blocks.push(block(end, BASE + 20 * MIB - end, 0, Inactive));
+    MemorySnapshot {
+        segments: vec![Segment {
+            address: BASE,
+            total_size: 20 * MIB,
+            is_expandable: true,
+            blocks,
+            segment_type: "large".into(),
+            ..Segment::default()
+        }],
+        device_traces: vec![trace],
+        allocator_settings: Some(format::AllocatorSettings {
+            expandable_segments: true,
+            max_split_size: -1,
+            ..Default::default()
+        }),
+    }
+}
+
+#[test]
+fn an_expandable_recording_replays_exactly_with_its_maps_and_unmaps() {
+    let s = expandable_from_start(BASE + 4 * MIB);
+    let run = replay_exact(&s, 0).unwrap();
+    assert_eq!(run.exact, Some(true), "{:?}", run.first_difference);
+    assert_eq!(run.peak_reserved_bytes, 40 * MIB);
+    assert_eq!(run.timeline[9].reserved_bytes, 20 * MIB);
+    // The trace puts the 3 MiB block 4 MiB further: best fit takes the
+    // start of the free piece.
+    let moved = expandable_from_start(BASE + 8 * MIB);
+    let d = replay_exact(&moved, 0).unwrap().first_difference.unwrap();
+    assert_eq!(d.event, 10);
+    assert_eq!(
+        d.trace,
+        format!(
+            "alloc of {} bytes: a cached block at {:#x}",
+            3 * MIB,
+            BASE + 8 * MIB
+        )
+    );
+    assert_eq!(d.engine, format!("a cached block at {:#x}", BASE + 4 * MIB));
+    // A wrong map is named with what the allocator mapped instead.
+    let mut wrong = s.clone();
+    wrong.device_traces[0][3].addr = BASE + 40 * MIB;
+    wrong.device_traces[0][9].addr = BASE + 40 * MIB;
+    let d = replay_exact(&wrong, 0).unwrap().first_difference.unwrap();
+    assert_eq!(d.event, 4);
+    assert_eq!(
+        d.engine,
+        format!(
+            "{} bytes mapped at {:#x}, the block at {:#x}",
+            20 * MIB,
+            BASE + 20 * MIB,
+            BASE + 10 * MIB
+        )
+    );
+    // A recording whose empty_cache() left the small pool's free page
+    // mapped contradicts the allocator, which unmaps it too.
+    let small = 0x7e00_0000_0000;
+    let mut kept = s.clone();
+    kept.device_traces[0].splice(
+        9..9,
+        [
+            entry(Action::SegmentMap, small, 2 * MIB),
+            entry(Action::Alloc, small, 1000),
+            entry(Action::FreeRequested, small, 1000),
+            entry(Action::FreeCompleted, small, 1000),
+        ],
+    );
+    kept.segments.push(Segment {
+        address: small,
+        total_size: 2 * MIB,
+        is_expandable: true,
+        blocks: vec![block(small, 2 * MIB, 0, BlockState::Inactive)],
+        segment_type: "small".into(),
+        ..Segment::default()
+    });
+    let d = replay_exact(&kept, 0).unwrap().first_difference.unwrap();
+    assert_eq!(d.event, 14);
+    assert_eq!(d.trace, "no further segment_unmap");
+    assert_eq!(
+        d.engine,
+        format!(
+            "empty_cache() also unmapped {} bytes at {small:#x}",
+            2 * MIB
+        )
+    );
+}

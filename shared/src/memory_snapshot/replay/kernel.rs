@@ -1,0 +1,56 @@
+//! The allocator a replay runs on, by the recording's settings.
+
+use crate::alloc::caching::CachingAllocator;
+use crate::alloc::expandable::ExpandableAllocator;
+use crate::alloc::{AllocError, Allocator, BlockId};
+use crate::device::{Device, SimDevice};
+use crate::framework::{make_allocator, Settings};
+use crate::memory_snapshot::format::TraceEntry;
+
+pub(super) enum Kernel {
+    /// The caching allocator: seeded exactly, per-stream pools.
+    Caching(Box<CachingAllocator>),
+    /// Expandable segments: each pool's range where the recording had it.
+    Expandable(Box<ExpandableAllocator>),
+    /// Without caching: seeded by allocating the live blocks.
+    Other(Box<dyn Allocator>),
+}
+
+impl Kernel {
+    pub(super) fn new(settings: &Settings, device: &SimDevice) -> Self {
+        let total = device.mem_get_info().1;
+        if settings.no_caching {
+            Kernel::Other(make_allocator(settings, device))
+        } else if settings.expandable_segments {
+            Kernel::Expandable(Box::new(ExpandableAllocator::new(
+                settings.caching_config(),
+                total,
+            )))
+        } else {
+            Kernel::Caching(Box::new(CachingAllocator::new(
+                settings.caching_config(),
+                total,
+            )))
+        }
+    }
+
+    pub(super) fn allocator(&mut self) -> &mut dyn Allocator {
+        match self {
+            Kernel::Caching(a) => a.as_mut(),
+            Kernel::Expandable(a) => a.as_mut(),
+            Kernel::Other(a) => a.as_mut(),
+        }
+    }
+
+    pub(super) fn malloc(
+        &mut self,
+        device: &mut SimDevice,
+        e: &TraceEntry,
+    ) -> Result<Option<BlockId>, AllocError> {
+        match self {
+            Kernel::Caching(a) => a.malloc_on(device, e.size, e.stream),
+            Kernel::Expandable(a) => a.malloc(device, e.size),
+            Kernel::Other(a) => a.malloc(device, e.size),
+        }
+    }
+}

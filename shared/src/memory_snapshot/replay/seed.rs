@@ -1,0 +1,60 @@
+//! Rebuilding the allocator's state at a recording's first event.
+
+use super::{Kernel, Replay};
+use crate::alloc::AllocError;
+use crate::memory_snapshot::initial::InitialState;
+use crate::memory_snapshot::SnapshotError;
+
+impl Replay<'_> {
+    /// Rebuilds the state at the first event.
+    pub(super) fn seed(&mut self, state: &InitialState) -> Result<(), SnapshotError> {
+        let refused = |why: String| {
+            SnapshotError(format!(
+                "the memory in use when the recording starts does not fit: {why}"
+            ))
+        };
+        for s in state.segments.values() {
+            match &mut self.kernel {
+                Kernel::Caching(a) => {
+                    self.device.place_next(s.address, s.size);
+                    let at = a
+                        .seed_segment(&mut self.device, s.size, (s.pool, s.stream))
+                        .map_err(|e| match e {
+                            AllocError::Driver(why) => refused(why),
+                            AllocError::OutOfMemory(_) => refused("out of memory".into()),
+                        })?;
+                    for (&address, &(size, requested)) in &s.blocks {
+                        let id = a
+                            .seed_block(at + (address - s.address), size, requested)
+                            .map_err(refused)?;
+                        self.blocks.insert(address, (id, None));
+                    }
+                }
+                Kernel::Expandable(_) if self.exact => {
+                    return Err(SnapshotError(
+                        "this recording with expandable segments starts mid-run: it replays under \"what if\" (the exact replay of an expandable recording starts from the process's first allocation)".into(),
+                    ))
+                }
+                // Elsewhere the live blocks are allocated anew.
+                _ => {
+                    let a = self.kernel.allocator();
+                    for (&address, &(_, requested)) in &s.blocks {
+                        match a.malloc(&mut self.device, requested) {
+                            Ok(Some(id)) => _ = self.blocks.insert(address, (id, None)),
+                            Ok(None) => {}
+                            Err(_) => {
+                                return Err(refused(format!("a live {requested}-byte block")))
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // Only the exact replay reads the allocator's trace.
+        let a = self.kernel.allocator();
+        a.drain_trace(&mut Vec::new());
+        a.set_tracing(self.exact);
+        a.reset_peak_stats();
+        Ok(())
+    }
+}
