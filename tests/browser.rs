@@ -218,6 +218,12 @@ async fn the_playground_in_a_browser() {
         js(&watcher, "document.getElementById('btn-gc').disabled").await,
         Value::Bool(true)
     );
+    // The presenter sees that someone watches.
+    until(
+        &page,
+        "document.getElementById('watchers').textContent === '1 watcher'",
+    )
+    .await;
     let step = press(&page, "btn-alloc").await;
     let stats = server_stats(step).await;
     until(

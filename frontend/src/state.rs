@@ -91,6 +91,8 @@ pub struct App {
     pending: RwSignal<HashMap<u64, Pending>>,
     /// Framework asked for in the URL, applied on the first connection.
     pub wanted_framework: RwSignal<Option<Framework>>,
+    /// Who watches the session now.
+    pub watchers: RwSignal<Vec<String>>,
     /// A snapshot file opened in the page.
     pub replays: Replays,
     export_to: RwSignal<Option<ExportTo>>,
@@ -130,6 +132,7 @@ impl App {
             next_id: RwSignal::new(1),
             pending: RwSignal::new(HashMap::new()),
             wanted_framework: RwSignal::new(None),
+            watchers: RwSignal::new(Vec::new()),
             replays: Replays::new(),
             export_to: RwSignal::new(None),
         }
@@ -279,6 +282,7 @@ impl App {
                 self.banner.set(Some(error.message));
             }
             ServerMessage::MemorySnapshot { snapshot } => self.on_export(&snapshot),
+            ServerMessage::Watchers { watchers } => self.watchers.set(watchers),
             ServerMessage::Pong { .. } => {}
         }
     }

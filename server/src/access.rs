@@ -2,7 +2,9 @@
 //! URL, then kept in a cookie; never logged), the `Host` names it answers to
 //! (a loopback server answers only to loopback names, so a DNS-rebound page
 //! cannot reach it), and, for the websocket, an `Origin` allow-list that
-//! refuses cross-site connections.
+//! refuses cross-site connections. Behind an authenticating reverse proxy,
+//! the user it names in a header (only when the request comes from one of
+//! the configured proxy addresses).
 
 use crate::metrics::Metrics;
 use axum::extract::{Request, State};
@@ -19,7 +21,15 @@ pub struct Access {
     /// Origins allowed to open the websocket; empty: the server's own.
     pub allowed_origins: Vec<String>,
     pub allowed_hosts: AllowedHosts,
+    /// The header an authenticating proxy names the user in (lower case);
+    /// `None`: users are not known.
+    pub user_header: Option<String>,
+    /// The proxies whose user header is believed.
+    pub trusted_proxies: Vec<std::net::IpAddr>,
 }
+
+/// The longest user name taken from a proxy header.
+const MAX_USER: usize = 256;
 
 /// The `Host` names (without port) the server answers to.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -100,6 +110,32 @@ fn cookie_token(req: &Request) -> Option<String> {
 }
 
 impl Access {
+    /// The user a request comes from: `Ok(None)` when the server does not
+    /// know users; the proxy's header when the request comes through a
+    /// trusted proxy; refused otherwise (a request around the proxy, or
+    /// one the proxy did not authenticate).
+    pub fn user(
+        &self,
+        headers: &axum::http::HeaderMap,
+        peer: Option<std::net::IpAddr>,
+    ) -> Result<Option<String>, String> {
+        let Some(name) = &self.user_header else {
+            return Ok(None);
+        };
+        if !peer.is_some_and(|p| self.trusted_proxies.contains(&p)) {
+            return Err("this server takes its users from an authenticating proxy, and this request did not come through it".into());
+        }
+        let user = headers
+            .get(name.as_str())
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|u| !u.is_empty() && u.len() <= MAX_USER && !u.chars().any(char::is_control));
+        match user {
+            Some(u) => Ok(Some(u.to_string())),
+            None => Err(format!("the proxy sent no user in {name}")),
+        }
+    }
+
     /// Whether a websocket from `origin` may connect to a server reached as `host`.
     pub fn origin_allowed(&self, origin: &str, host: Option<&str>) -> bool {
         if self.allowed_origins.is_empty() {

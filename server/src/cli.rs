@@ -117,11 +117,26 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub allowed_hosts: Vec<String>,
+    /// Take users from this header of an authenticating reverse proxy
+    /// (oauth2-proxy: X-Forwarded-User, X-Auth-Request-User): a session
+    /// belongs to the user who made it. Off by default; needs
+    /// --trusted-proxy.
+    #[arg(long, env = "VRAMLAB_USER_HEADER", requires = "trusted_proxies")]
+    pub user_header: Option<String>,
+    /// The addresses of the proxies whose user header is believed (repeat,
+    /// or comma-separate in the variable).
+    #[arg(
+        long = "trusted-proxy",
+        env = "VRAMLAB_TRUSTED_PROXIES",
+        value_delimiter = ','
+    )]
+    pub trusted_proxies: Vec<std::net::IpAddr>,
     /// The most sessions the server holds at once.
     #[arg(long, env = "VRAMLAB_MAX_SESSIONS", default_value_t = 64)]
     pub max_sessions: usize,
-    /// The most sessions one client address may hold at once (0: no limit;
-    /// behind a reverse proxy every client has the proxy's address).
+    /// The most sessions one client address (or, with --user-header, one
+    /// user) may hold at once (0: no limit; behind a reverse proxy without
+    /// users every client has the proxy's address).
     #[arg(long, env = "VRAMLAB_MAX_SESSIONS_PER_CLIENT", default_value_t = 8)]
     pub max_sessions_per_client: usize,
     /// The most TCP connections open at once; more wait to be accepted.
@@ -163,6 +178,8 @@ impl ServeArgs {
                     self.addr,
                     &self.allowed_hosts,
                 ),
+                user_header: self.user_header.as_ref().map(|h| h.to_ascii_lowercase()),
+                trusted_proxies: self.trusted_proxies.clone(),
             },
             limits: vramlab_shared::protocol::Limits {
                 max_message_bytes: self.max_message_bytes,

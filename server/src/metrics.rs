@@ -28,6 +28,8 @@ pub struct Refusals {
     pub too_large: AtomicU64,
     /// Commands over the rate limit.
     pub rate_limited: AtomicU64,
+    /// No user from a trusted proxy, or another user's session.
+    pub user: AtomicU64,
 }
 
 impl Refusals {
@@ -43,7 +45,7 @@ impl Refusals {
         out
     }
 
-    fn by_reason(&self) -> [(&'static str, &AtomicU64); 6] {
+    fn by_reason(&self) -> [(&'static str, &AtomicU64); 7] {
         [
             ("token", &self.token),
             ("host", &self.host),
@@ -51,6 +53,7 @@ impl Refusals {
             ("session_limit", &self.session_limit),
             ("too_large", &self.too_large),
             ("rate_limited", &self.rate_limited),
+            ("user", &self.user),
         ]
     }
 }

@@ -99,6 +99,8 @@ enum Job {
 
 struct Client {
     role: Role,
+    /// Who it is, behind an authenticating proxy.
+    user: Option<String>,
     outbox: tmpsc::Sender<Wire>,
 }
 
@@ -127,6 +129,9 @@ pub struct Session {
     rate: Mutex<crate::rate::RateLimit>,
     /// The address of the client that made it, when known.
     client: Option<IpAddr>,
+    /// The user who made it, behind an authenticating proxy: only they may
+    /// resume it.
+    pub owner: Option<String>,
     hello: Mutex<(Settings, vramlab_shared::device::DeviceInfo)>,
     config: SessionConfig,
     backend_name: &'static str,
@@ -169,7 +174,7 @@ impl Session {
         backend: &Backend,
         config: SessionConfig,
         metrics: Arc<Metrics>,
-        client: Option<IpAddr>,
+        (client, owner): (Option<IpAddr>, Option<String>),
     ) -> anyhow::Result<Arc<Session>> {
         let factory = QuotaFactory {
             inner: backend.factory(),
@@ -204,6 +209,7 @@ impl Session {
                 config.limits.commands_per_second,
             )),
             client,
+            owner,
             hello: Mutex::new((engine.settings().clone(), engine.device_info())),
             config,
             backend_name: backend.name,
@@ -217,7 +223,7 @@ impl Session {
     }
 
     /// The hello for a connection with this role.
-    pub fn hello(&self, role: Role, resumed: bool) -> ServerMessage {
+    pub fn hello(&self, role: Role, resumed: bool, user: Option<String>) -> ServerMessage {
         let (settings, device) = self.hello.lock().expect("hello lock").clone();
         ServerMessage::Hello(Box::new(Hello {
             protocol_version: PROTOCOL_VERSION,
@@ -235,6 +241,8 @@ impl Session {
             settings,
             device,
             limits: self.config.limits.clone(),
+            user,
+            owner: self.owner.clone(),
         }))
     }
 
@@ -249,8 +257,9 @@ impl Session {
         clients.values().filter(|c| c.role == Role::Watcher).count()
     }
 
-    /// Registers a connection.
-    pub fn attach(&self, role: Role) -> Attachment {
+    /// Registers a connection. A new watcher is announced to everyone; an
+    /// owner hears who already watches.
+    pub fn attach(&self, role: Role, user: Option<String>) -> Attachment {
         let client = self.next_client.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = tmpsc::channel(OUTBOX_MESSAGES);
         if role == Role::Owner {
@@ -259,10 +268,20 @@ impl Session {
                 let _ = tx.try_send(msg);
             }
         }
-        self.clients
-            .lock()
-            .expect("clients lock")
-            .insert(client, Client { role, outbox: tx });
+        self.clients.lock().expect("clients lock").insert(
+            client,
+            Client {
+                role,
+                user,
+                outbox: tx.clone(),
+            },
+        );
+        let watchers = self.watcher_names();
+        if role == Role::Watcher {
+            self.announce_watchers();
+        } else if !watchers.is_empty() {
+            let _ = tx.try_send(wire(&ServerMessage::Watchers { watchers }));
+        }
         Attachment {
             client,
             outbox: rx,
@@ -273,10 +292,30 @@ impl Session {
     /// A connection closed.
     pub fn detach(&self, client: u64) {
         let mut clients = self.clients.lock().expect("clients lock");
-        clients.remove(&client);
+        let left = clients.remove(&client);
         if !clients.values().any(|c| c.role == Role::Owner) {
             *self.detached_since.lock().expect("detach lock") = Some(Instant::now());
         }
+        drop(clients);
+        if left.is_some_and(|c| c.role == Role::Watcher) {
+            self.announce_watchers();
+        }
+    }
+
+    /// Who watches now: each watcher's user, or `anonymous`, sorted.
+    pub fn watcher_names(&self) -> Vec<String> {
+        let clients = self.clients.lock().expect("clients lock");
+        let mut names: Vec<String> = (clients.values())
+            .filter(|c| c.role == Role::Watcher)
+            .map(|c| c.user.clone().unwrap_or_else(|| "anonymous".into()))
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn announce_watchers(&self) {
+        let watchers = self.watcher_names();
+        self.broadcast(wire(&ServerMessage::Watchers { watchers }), false);
     }
 
     fn owner_connected(&self) -> bool {

@@ -11,7 +11,7 @@ use crate::metrics::Metrics;
 use crate::session::{wire, Session, Wire};
 use axum::extract::ws::{Message, WebSocket};
 use axum::extract::{Query, State, WebSocketUpgrade};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
 use std::sync::Arc;
@@ -39,15 +39,23 @@ pub async fn ws_handler(
     ws: WebSocketUpgrade,
     Query(query): Query<WsQuery>,
     State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
     peer: Option<axum::Extension<axum::extract::ConnectInfo<crate::listener::Peer>>>,
 ) -> Response {
     let client = peer.map(|axum::Extension(axum::extract::ConnectInfo(peer))| peer.0.ip());
+    let user = match state.access.user(&headers, client) {
+        Ok(user) => user,
+        Err(why) => {
+            Metrics::inc(&state.sessions.metrics.refused.user);
+            return (axum::http::StatusCode::UNAUTHORIZED, why).into_response();
+        }
+    };
     // Frames up to 4x the limit reach us, so a client is told its message
     // was too large instead of being cut off; beyond that the socket closes.
     let hard = state.limits.max_message_bytes.saturating_mul(4) as usize;
     ws.max_message_size(hard)
         .max_frame_size(hard)
-        .on_upgrade(move |socket| connection(socket, query, state, client))
+        .on_upgrade(move |socket| connection(socket, query, state, (client, user)))
 }
 
 fn error_msg(id: Option<u64>, kind: ConnectionErrorKind, message: impl Into<String>) -> Wire {
@@ -62,7 +70,7 @@ fn error_msg(id: Option<u64>, kind: ConnectionErrorKind, message: impl Into<Stri
 async fn resolve(
     state: &AppState,
     query: &WsQuery,
-    client: Option<std::net::IpAddr>,
+    (client, user): Who,
 ) -> Result<(Arc<Session>, Role, bool), Wire> {
     if let Some(watch) = &query.watch {
         let Some(session) = state.sessions.by_watch_id(watch) else {
@@ -84,14 +92,22 @@ async fn resolve(
         return Ok((session, Role::Watcher, true));
     }
     if let Some(id) = &query.session {
-        return state
+        let session = state
             .sessions
             .get(id)
-            .map(|s| (s, Role::Owner, true))
-            .ok_or_else(|| error_msg(None, ConnectionErrorKind::UnknownSession, format!("session {id} is not known: it expired or never existed; connect without ?session= for a new one")));
+            .ok_or_else(|| error_msg(None, ConnectionErrorKind::UnknownSession, format!("session {id} is not known: it expired or never existed; connect without ?session= for a new one")))?;
+        if session.owner != user {
+            Metrics::inc(&state.sessions.metrics.refused.user);
+            return Err(error_msg(
+                None,
+                ConnectionErrorKind::NotYours,
+                "that session belongs to another user: ask them for its watch link",
+            ));
+        }
+        return Ok((session, Role::Owner, true));
     }
     let sessions = state.sessions.clone();
-    let created = tokio::task::spawn_blocking(move || sessions.create_for(client))
+    let created = tokio::task::spawn_blocking(move || sessions.create_as(client, user))
         .await
         .unwrap_or_else(|e| {
             Err(ConnectionError::new(
@@ -104,14 +120,13 @@ async fn resolve(
         .map_err(|e| wire(&ServerMessage::Error { id: None, error: e }))
 }
 
-async fn connection(
-    socket: WebSocket,
-    query: WsQuery,
-    state: AppState,
-    client: Option<std::net::IpAddr>,
-) {
+/// The peer's address and, behind an authenticating proxy, its user.
+type Who = (Option<std::net::IpAddr>, Option<String>);
+
+async fn connection(socket: WebSocket, query: WsQuery, state: AppState, who: Who) {
     let (mut sink, mut stream) = socket.split();
-    let (session, role, resumed) = match resolve(&state, &query, client).await {
+    let user = who.1.clone();
+    let (session, role, resumed) = match resolve(&state, &query, who).await {
         Ok(found) => found,
         Err(msg) => {
             let _ = sink.send(Message::Text(msg.to_string().into())).await;
@@ -121,9 +136,9 @@ async fn connection(
     };
     Metrics::inc(&state.sessions.metrics.connections);
     tracing::info!(session = %&session.id[..8], ?role, resumed, "connected");
-    let mut attachment = session.attach(role);
+    let hello = wire(&session.hello(role, resumed, user.clone()));
+    let mut attachment = session.attach(role, user);
     let mut client = ClientState::new();
-    let hello = wire(&session.hello(role, resumed));
     let first = client.full_snapshot(&session);
     let max = state.limits.max_message_bytes as usize;
     let mut ok = send(&mut sink, &hello).await && send(&mut sink, &first).await;

@@ -107,6 +107,12 @@ pub struct Hello {
     pub framework: Framework,
     pub settings: Settings,
     pub limits: Limits,
+    /// Behind an authenticating proxy: who this connection is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Behind an authenticating proxy: whose session this is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// Messages from the server, tagged by `"type"`.
@@ -131,6 +137,11 @@ pub enum ServerMessage {
     /// Everything, on connect and on request.
     Snapshot {
         snapshot: Box<Snapshot>,
+    },
+    /// Who watches the session now (a watcher's user, or `anonymous`),
+    /// sent to every connection when one joins or leaves.
+    Watchers {
+        watchers: Vec<String>,
     },
     /// The answer to `export_snapshot`.
     MemorySnapshot {
@@ -173,6 +184,8 @@ pub enum ConnectionErrorKind {
     UnknownSession,
     /// The server holds as many sessions as it may.
     SessionLimit,
+    /// The session belongs to another user.
+    NotYours,
     /// The server could not start a session (its GPU failed).
     ServerError,
 }

@@ -45,7 +45,16 @@ pub fn StatusBar(app: App) -> impl IntoView {
             <span id="status" class="status" class:open=move || app.status.get() == Status::Open>{text}</span>
             <span id="device" class="device">{device}</span>
             <Show when=move || app.read_only()>
-                <span class="watching">"watching read-only"</span>
+                <span class="watching">{move || match app.hello.with(|h| h.as_ref().and_then(|h| h.owner.clone())) {
+                    Some(owner) => format!("watching {owner}'s session read-only"),
+                    None => "watching read-only".to_string(),
+                }}</span>
+            </Show>
+            {move || app.hello.with(|h| h.as_ref().and_then(|h| h.user.clone())).map(|u| view! {
+                <span id="user" class="user">{u}</span>
+            })}
+            <Show when=move || !app.watchers.with(Vec::is_empty)>
+                <span id="watchers" class="watchers" aria-live="polite">{move || watched_by(&app.watchers.get())}</span>
             </Show>
             {move || watch().map(|link| view! {
                 <label class="watch">"Watch link "
@@ -53,6 +62,24 @@ pub fn StatusBar(app: App) -> impl IntoView {
                 </label>
             })}
         </header>
+    }
+}
+
+/// "watched by alice, bob and 2 others", or "3 watchers" when none is named.
+fn watched_by(names: &[String]) -> String {
+    let anonymous = names.iter().filter(|n| *n == "anonymous").count();
+    let mut named: Vec<&str> = names
+        .iter()
+        .filter(|n| *n != "anonymous")
+        .map(String::as_str)
+        .collect();
+    named.dedup();
+    match (named.is_empty(), anonymous) {
+        (true, 1) => "1 watcher".into(),
+        (true, n) => format!("{n} watchers"),
+        (false, 0) => format!("watched by {}", named.join(", ")),
+        (false, 1) => format!("watched by {} and 1 other", named.join(", ")),
+        (false, n) => format!("watched by {} and {n} others", named.join(", ")),
     }
 }
 

@@ -46,11 +46,25 @@ impl Sessions {
     /// `max_per_client` sessions. Loopback clients are not counted: they are
     /// this machine's users, or a reverse proxy speaking for everyone.
     pub fn create_for(&self, client: Option<IpAddr>) -> Result<Arc<Session>, ConnectionError> {
+        self.create_as(client, None)
+    }
+
+    /// [`Sessions::create_for`] for a user an authenticating proxy named:
+    /// the session is theirs, and they may hold at most `max_per_client`.
+    pub fn create_as(
+        &self,
+        client: Option<IpAddr>,
+        user: Option<String>,
+    ) -> Result<Arc<Session>, ConnectionError> {
         self.check_limit()?;
-        self.check_client(client)?;
+        match &user {
+            Some(user) => self.check_user(user)?,
+            None => self.check_client(client)?,
+        }
         let config = self.config.clone();
+        let owner = (client, user);
         let session =
-            Session::new(&self.backend, config, self.metrics.clone(), client).map_err(|e| {
+            Session::new(&self.backend, config, self.metrics.clone(), owner).map_err(|e| {
                 ConnectionError::new(
                     ConnectionErrorKind::ServerError,
                     format!("the server could not start a session: {e}"),
@@ -65,6 +79,21 @@ impl Sessions {
         map.insert(session.id.clone(), session.clone());
         Metrics::inc(&self.metrics.sessions_created);
         Ok(session)
+    }
+
+    fn check_user(&self, user: &str) -> Result<(), ConnectionError> {
+        let max = self.config.max_per_client;
+        let held = (self.map.lock().expect("sessions lock").values())
+            .filter(|s| s.owner.as_deref() == Some(user))
+            .count();
+        if max > 0 && held >= max {
+            Metrics::inc(&self.metrics.refused.session_limit);
+            return Err(ConnectionError::new(
+                ConnectionErrorKind::SessionLimit,
+                format!("you already hold {held} sessions, the most one user may; reconnect to one of them (?session=) or wait for one to expire"),
+            ));
+        }
+        Ok(())
     }
 
     fn check_client(&self, client: Option<IpAddr>) -> Result<(), ConnectionError> {

@@ -87,7 +87,7 @@ fn sim_sessions() -> Arc<Sessions> {
 fn a_client_that_does_not_read_is_dropped_at_its_outbox_bound() {
     let sessions = sim_sessions();
     let session = sessions.create().unwrap();
-    let mut stuck = session.attach(Role::Watcher);
+    let mut stuck = session.attach(Role::Watcher, None);
     let msg: Wire = Arc::from("{}");
     for _ in 0..=OUTBOX_MESSAGES {
         session.broadcast(msg.clone(), false);
