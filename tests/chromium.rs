@@ -42,7 +42,7 @@ pub fn prerequisites() -> Option<PathBuf> {
 /// Serves on `port` (0: any) until `stop` fires; returns the address.
 pub async fn serve_on(port: u16, stop: tokio::sync::oneshot::Receiver<()>) -> std::net::SocketAddr {
     let options = ServeOptions {
-        dist: root().join("dist"),
+        dist: Some(root().join("dist")),
         ..ServeOptions::default()
     };
     let server = build(&options, select(DeviceChoice::Sim).unwrap()).unwrap();

@@ -24,7 +24,8 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn get(port: u16, path: &str) -> (u16, String) {
+/// The status, the headers (lower case) and the body.
+fn get_all(port: u16, path: &str) -> (u16, String, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
@@ -32,25 +33,32 @@ fn get(port: u16, path: &str) -> (u16, String) {
     s.read_to_end(&mut raw).unwrap();
     let text = String::from_utf8_lossy(&raw);
     let status = text[9..12].parse().unwrap();
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (status, head.to_ascii_lowercase(), body.to_string())
+}
+
+fn get(port: u16, path: &str) -> (u16, String) {
+    let (status, _, body) = get_all(port, path);
     (status, body)
 }
 
-fn start(dist: &std::path::Path) -> (Server, u16) {
+/// `vramlab serve` with `--dist`, or (`None`) with the web app built in,
+/// started in a folder without one.
+fn start(dist: Option<&std::path::Path>) -> (Server, u16) {
     let port = free_port();
-    let mut child = Command::new(vramlab_bin())
-        .args([
-            "serve",
-            "--addr",
-            &format!("127.0.0.1:{port}"),
-            "--device",
-            "sim",
-        ])
-        .arg("--dist")
-        .arg(dist)
+    let mut command = Command::new(vramlab_bin());
+    command.args([
+        "serve",
+        "--addr",
+        &format!("127.0.0.1:{port}"),
+        "--device",
+        "sim",
+    ]);
+    match dist {
+        Some(dist) => command.arg("--dist").arg(dist),
+        None => command.current_dir(std::env::temp_dir()),
+    };
+    let mut child = command
         .env("NO_COLOR", "1")
         .stderr(Stdio::piped())
         .spawn()
@@ -76,7 +84,7 @@ fn healthz_reports_version_and_simulated_device() {
     let dir = std::env::temp_dir().join(format!("vramlab-serve-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("index.html"), "<title>vramlab</title>").unwrap();
-    let (_server, port) = start(&dir);
+    let (_server, port) = start(Some(&dir));
     let (status, body) = get(port, "/healthz");
     assert_eq!(status, 200);
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -103,15 +111,21 @@ fn serves_the_built_web_app() {
         eprintln!("skip: dist/ is not built (scripts/build-web)");
         return;
     }
-    let (_server, port) = start(&dist);
-    let (status, body) = get(port, "/");
-    assert_eq!(status, 200);
-    let wasm = body
-        .split('"')
-        .find(|s| s.ends_with("_bg.wasm"))
-        .expect("index.html names the wasm module");
-    let (status, _) = get(port, wasm);
-    assert_eq!(status, 200, "{wasm}");
+    for dist in [Some(dist.as_path()), None] {
+        let (_server, port) = start(dist);
+        let (status, body) = get(port, "/");
+        assert_eq!(status, 200);
+        let wasm = body
+            .split('"')
+            .find(|s| s.ends_with("_bg.wasm"))
+            .expect("index.html names the wasm module");
+        let (status, head, _) = get_all(port, wasm);
+        assert_eq!(status, 200, "{wasm}");
+        assert!(head.contains("content-type: application/wasm"), "{head}");
+        // The app's own routes get index.html.
+        let (status, body) = get(port, "/lessons/1");
+        assert_eq!((status, body.contains("_bg.wasm")), (200, true));
+    }
 }
 
 #[test]

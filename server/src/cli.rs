@@ -87,9 +87,10 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "VRAMLAB_ADDR", default_value = "127.0.0.1:8080")]
     pub addr: SocketAddr,
-    /// Directory of the built web app (trunk's output).
-    #[arg(long, env = "VRAMLAB_DIST", default_value = "dist")]
-    pub dist: PathBuf,
+    /// Serve the web app from this folder (trunk's output) instead of the
+    /// one built into the binary.
+    #[arg(long, env = "VRAMLAB_DIST")]
+    pub dist: Option<PathBuf>,
     /// Which device kernels run on.
     #[arg(long, env = "VRAMLAB_DEVICE", value_enum, default_value_t = DeviceChoice::Auto)]
     pub device: DeviceChoice,

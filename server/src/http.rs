@@ -20,7 +20,8 @@ use vramlab_shared::protocol::{Limits, PROTOCOL_VERSION};
 /// Everything `serve` can be told (the command line fills it in).
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
-    pub dist: PathBuf,
+    /// A folder to serve the web app from; `None`: the one built in.
+    pub dist: Option<PathBuf>,
     pub access: Access,
     pub limits: Limits,
     pub max_sessions: usize,
@@ -36,7 +37,7 @@ pub struct ServeOptions {
 impl Default for ServeOptions {
     fn default() -> Self {
         Self {
-            dist: PathBuf::from("dist"),
+            dist: None,
             access: Access::default(),
             limits: Limits {
                 max_message_bytes: 64 * 1024,
@@ -90,12 +91,17 @@ pub fn build(options: &ServeOptions, backend: Backend) -> anyhow::Result<Server>
         limits: options.limits.clone(),
         keepalive: options.keepalive,
     };
-    let index = ServeFile::new(options.dist.join("index.html"));
     let router = Router::new()
         .route("/ws", get(crate::ws::ws_handler))
         .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
-        .fallback_service(ServeDir::new(&options.dist).fallback(index))
+        .route("/metrics", get(metrics));
+    let router = match &options.dist {
+        Some(dist) => router.fallback_service(
+            ServeDir::new(dist).fallback(ServeFile::new(dist.join("index.html"))),
+        ),
+        None => router.fallback(crate::webapp::serve),
+    };
+    let router = router
         .layer(axum::middleware::from_fn_with_state(
             Guard {
                 access: state.access.clone(),
@@ -181,7 +187,7 @@ mod tests {
     fn router(dist: &std::path::Path, token: Option<&str>) -> Router {
         let backend = crate::backend::select(crate::backend::DeviceChoice::Sim).unwrap();
         let options = ServeOptions {
-            dist: dist.to_path_buf(),
+            dist: Some(dist.to_path_buf()),
             access: Access {
                 token: token.map(str::to_string),
                 ..Access::default()

@@ -29,4 +29,5 @@ pub mod rate;
 pub mod replay;
 pub mod runner;
 pub mod session;
+pub mod webapp;
 pub mod ws;

@@ -70,11 +70,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     init_tracing(args.log_format);
     let backend = select(args.device)?;
     tracing::info!(backend = backend.name, "{}", backend.reason);
-    if !args.dist.join("index.html").exists() {
-        tracing::warn!(
-            dist = %args.dist.display(),
-            "the web app is not built there: run scripts/run (or scripts/build-web)"
-        );
+    match &args.dist {
+        Some(dist) if !dist.join("index.html").exists() => tracing::warn!(
+            dist = %dist.display(),
+            "the web app is not built there: run scripts/build-web"
+        ),
+        None if !vramlab_server::webapp::is_built() => tracing::warn!(
+            "this binary was built without its web app: run scripts/build-web, then build again"
+        ),
+        _ => {}
     }
     let options = args.options();
     let server = build(&options, backend)?;
