@@ -132,6 +132,15 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub trusted_proxies: Vec<std::net::IpAddr>,
+    /// Behind a load balancer: this server's name (letters and digits, up
+    /// to 16), the start of every session and watch id it hands out, so the
+    /// balancer routes reconnects and watch links back (deploy/nginx.conf).
+    #[arg(long = "instance-id", env = "VRAMLAB_INSTANCE_ID", value_parser = instance_id)]
+    pub instance_id: Option<String>,
+    /// On SIGTERM, drain first for up to this many seconds: /readyz says 503,
+    /// no new session starts, running ones go on until they end.
+    #[arg(long = "drain-secs", env = "VRAMLAB_DRAIN_SECS", default_value_t = 0)]
+    pub drain_secs: u64,
     /// The most sessions the server holds at once.
     #[arg(long, env = "VRAMLAB_MAX_SESSIONS", default_value_t = 64)]
     pub max_sessions: usize,
@@ -167,6 +176,13 @@ pub struct ServeArgs {
     pub session_quota_bytes: Option<u64>,
 }
 
+fn instance_id(text: &str) -> Result<String, String> {
+    let ok =
+        !text.is_empty() && text.len() <= 16 && text.chars().all(|c| c.is_ascii_alphanumeric());
+    ok.then(|| text.to_string())
+        .ok_or_else(|| "letters and digits, 1 to 16 of them".into())
+}
+
 impl ServeArgs {
     /// The options the server is built with.
     pub fn options(&self) -> crate::http::ServeOptions {
@@ -198,6 +214,8 @@ impl ServeArgs {
                 max_connections: self.max_connections,
                 ..Default::default()
             },
+            instance: self.instance_id.clone(),
+            drain: std::time::Duration::from_secs(self.drain_secs),
         }
     }
 }

@@ -32,6 +32,11 @@ pub struct ServeOptions {
     pub max_queue: usize,
     pub keepalive: crate::app::Keepalive,
     pub connections: crate::listener::ConnectionLimits,
+    /// Behind a load balancer: the start of every id this server hands out.
+    pub instance: Option<String>,
+    /// On SIGTERM, how long sessions may run on (no new ones start) before
+    /// the server stops them.
+    pub drain: Duration,
 }
 
 impl Default for ServeOptions {
@@ -52,6 +57,8 @@ impl Default for ServeOptions {
             max_queue: 64,
             keepalive: crate::app::Keepalive::default(),
             connections: crate::listener::ConnectionLimits::default(),
+            instance: None,
+            drain: Duration::ZERO,
         }
     }
 }
@@ -61,6 +68,9 @@ pub struct Server {
     pub router: Router,
     pub sessions: Arc<Sessions>,
     pub connections: crate::listener::ConnectionLimits,
+    /// On SIGTERM, how long sessions may run on (no new ones start) before
+    /// the server stops them.
+    pub drain: Duration,
 }
 
 pub fn build(options: &ServeOptions, backend: Backend) -> anyhow::Result<Server> {
@@ -82,6 +92,7 @@ pub fn build(options: &ServeOptions, backend: Backend) -> anyhow::Result<Server>
         max_watchers: options.max_watchers,
         quota: options.limits.session_quota_bytes,
         limits: options.limits.clone(),
+        instance: options.instance.clone(),
     };
     let sessions = Arc::new(Sessions::new(backend, config, Arc::new(Metrics::default())));
     let state = AppState {
@@ -94,6 +105,7 @@ pub fn build(options: &ServeOptions, backend: Backend) -> anyhow::Result<Server>
     let router = Router::new()
         .route("/ws", get(crate::ws::ws_handler))
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .route("/metrics", get(metrics));
     let router = match &options.dist {
         Some(dist) => router.fallback_service(
@@ -120,6 +132,7 @@ pub fn build(options: &ServeOptions, backend: Backend) -> anyhow::Result<Server>
         router,
         sessions,
         connections,
+        drain: options.drain,
     })
 }
 
@@ -148,6 +161,7 @@ pub async fn serve_until(
         }
     });
     let sessions = server.sessions.clone();
+    let drain_for = server.drain;
     // Small messages go out at once (no Nagle delay behind a result).
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
@@ -159,6 +173,7 @@ pub async fn serve_until(
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;
+            drain(&sessions, drain_for).await;
             let drain = move || sessions.drain_and_shut_down(SHUTDOWN_GRACE);
             let _ = tokio::task::spawn_blocking(drain).await;
         })
@@ -168,8 +183,32 @@ pub async fn serve_until(
     result
 }
 
+/// Draining: no new sessions, `/readyz` 503, until every session has
+/// ended (its owner left and its TTL passed) or `limit` has passed.
+async fn drain(sessions: &Sessions, limit: Duration) {
+    if limit.is_zero() {
+        return;
+    }
+    sessions.start_draining();
+    tracing::info!(sessions = sessions.len(), "draining: no new sessions");
+    let deadline = tokio::time::Instant::now() + limit;
+    while !sessions.is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 async fn healthz(State(state): State<AppState>) -> Json<Health> {
     Json((*state.health).clone())
+}
+
+/// 200 while new sessions may start here; 503 while draining (a load
+/// balancer sends new clients elsewhere, reconnects still come here).
+async fn readyz(State(state): State<AppState>) -> (axum::http::StatusCode, &'static str) {
+    if state.sessions.is_draining() {
+        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+    } else {
+        (axum::http::StatusCode::OK, "ready\n")
+    }
 }
 
 async fn metrics(State(state): State<AppState>) -> String {

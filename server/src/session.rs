@@ -45,6 +45,19 @@ pub struct SessionConfig {
     pub max_watchers: usize,
     pub quota: Option<u64>,
     pub limits: Limits,
+    /// Behind a load balancer: this server's name, the start of every
+    /// session and watch id it hands out, so the balancer can route a
+    /// reconnect or a watch link back here.
+    pub instance: Option<String>,
+}
+
+/// A new id, starting with the instance's name when there is one.
+fn new_id(instance: Option<&str>) -> String {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    match instance {
+        Some(name) => format!("{name}-{id}"),
+        None => id,
+    }
 }
 
 /// How long a session that never ran a command outlives its owner's
@@ -187,8 +200,8 @@ impl Session {
         let (live_tx, _) = watch::channel(0);
         let (tx, rx) = mpsc::channel();
         let session = Arc::new(Session {
-            id: uuid::Uuid::new_v4().simple().to_string(),
-            watch_id: uuid::Uuid::new_v4().simple().to_string(),
+            id: new_id(config.instance.as_deref()),
+            watch_id: new_id(config.instance.as_deref()),
             jobs: Mutex::new(Some(tx)),
             queued: AtomicUsize::new(0),
             stop: AtomicBool::new(false),

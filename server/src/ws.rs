@@ -43,6 +43,14 @@ pub async fn ws_handler(
     peer: Option<axum::Extension<axum::extract::ConnectInfo<crate::listener::Peer>>>,
 ) -> Response {
     let client = peer.map(|axum::Extension(axum::extract::ConnectInfo(peer))| peer.0.ip());
+    // A draining server takes no new session: a balancer tries another.
+    if query.session.is_none() && query.watch.is_none() && state.sessions.is_draining() {
+        return (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "this server is draining: connect again to reach another",
+        )
+            .into_response();
+    }
     let user = match state.access.user(&headers, client) {
         Ok(user) => user,
         Err(why) => {

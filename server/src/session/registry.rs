@@ -9,6 +9,8 @@ pub struct Sessions {
     backend: Backend,
     config: SessionConfig,
     pub metrics: Arc<Metrics>,
+    /// Draining: no new sessions; the others run until they end.
+    draining: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -24,7 +26,17 @@ impl Sessions {
             backend,
             config,
             metrics,
+            draining: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// From now on no new session starts here (`/readyz` says 503).
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
     }
 
     pub fn config(&self) -> &SessionConfig {
@@ -56,6 +68,12 @@ impl Sessions {
         client: Option<IpAddr>,
         user: Option<String>,
     ) -> Result<Arc<Session>, ConnectionError> {
+        if self.is_draining() {
+            return Err(ConnectionError::new(
+                ConnectionErrorKind::SessionLimit,
+                "this server is draining and starts no new sessions: connect again to reach another",
+            ));
+        }
         self.check_limit()?;
         match &user {
             Some(user) => self.check_user(user)?,

@@ -47,6 +47,7 @@ fn the_session_map_stays_free_while_a_session_starts() {
         max_watchers: 100,
         quota: None,
         limits: crate::http::ServeOptions::default().limits,
+        instance: None,
     };
     let sessions = Arc::new(Sessions::new(
         Backend::for_tests(gated),
@@ -75,6 +76,7 @@ fn sim_sessions() -> Arc<Sessions> {
         max_watchers: 100,
         quota: None,
         limits: crate::http::ServeOptions::default().limits,
+        instance: None,
     };
     let backend = crate::backend::select(crate::backend::DeviceChoice::Sim).unwrap();
     Arc::new(Sessions::new(backend, config, Arc::new(Metrics::default())))
