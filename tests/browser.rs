@@ -218,10 +218,10 @@ async fn the_playground_in_a_browser() {
         js(&watcher, "document.getElementById('btn-gc').disabled").await,
         Value::Bool(true)
     );
-    // The presenter sees that someone watches.
+    // The presenter sees who watches: this test's own listener and the page.
     until(
         &page,
-        "document.getElementById('watchers').textContent === '1 watcher'",
+        "document.getElementById('watchers').textContent === '2 watchers'",
     )
     .await;
     let step = press(&page, "btn-alloc").await;
