@@ -6,18 +6,19 @@
 //! clients are told. Skipped where nginx is missing, unless
 //! VRAMLAB_REQUIRE_NGINX is set (the test command sets it).
 
-use futures::{SinkExt, StreamExt};
+mod socket;
+
+use futures::SinkExt;
 use serde_json::{json, Value};
+use socket::{next, Socket};
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tokio_tungstenite::connect_async;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{connect_async, MaybeTlsStream, WebSocketStream};
 use vramlab_tests::{root, vramlab_bin};
-
-type Socket = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
 
 struct Process(Child);
 
@@ -114,22 +115,6 @@ fn balancer(nginx: &PathBuf, front: u16, ports: [u16; 3]) -> (Process, PathBuf) 
         std::thread::sleep(Duration::from_millis(50));
     }
     (Process(child), prefix)
-}
-
-async fn next(ws: &mut Socket, kind: &str) -> Value {
-    loop {
-        let msg = tokio::time::timeout(Duration::from_secs(30), ws.next())
-            .await
-            .expect("a message in time")
-            .expect("open")
-            .unwrap();
-        if let Message::Text(t) = msg {
-            let v: Value = serde_json::from_str(&t).unwrap();
-            if v["type"] == kind || v["type"] == "error" {
-                return v;
-            }
-        }
-    }
 }
 
 /// Connects through the balancer; the first `hello` (or error).

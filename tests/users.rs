@@ -3,17 +3,15 @@
 //! session belongs to the user who made it, others may only watch it, the
 //! owner hears who watches, and requests around the proxy are refused.
 
-use futures::StreamExt;
-use serde_json::{json, Value};
-use std::time::Duration;
+mod socket;
+
+use serde_json::json;
+use socket::{next, Socket};
 use tokio::net::TcpStream;
+use tokio_tungstenite::connect_async;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{connect_async, MaybeTlsStream, WebSocketStream};
 use vramlab_server::backend::{select, DeviceChoice};
 use vramlab_server::http::{build, serve, ServeOptions};
-
-type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 const HEADER: &str = "x-forwarded-user";
 
@@ -41,22 +39,6 @@ async fn connect(addr: &str, query: &str, user: Option<&str>) -> Result<Socket, 
         .await
         .map(|(ws, _)| ws)
         .map_err(|e| e.to_string())
-}
-
-async fn next(ws: &mut Socket, kind: &str) -> Value {
-    loop {
-        let msg = tokio::time::timeout(Duration::from_secs(30), ws.next())
-            .await
-            .expect("a message in time")
-            .expect("open")
-            .unwrap();
-        if let Message::Text(t) = msg {
-            let v: Value = serde_json::from_str(&t).unwrap();
-            if v["type"] == kind {
-                return v;
-            }
-        }
-    }
 }
 
 async fn refusals(addr: &str) -> u64 {

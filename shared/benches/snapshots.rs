@@ -8,12 +8,10 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use vramlab_shared::alloc::caching::{CachingAllocator, CachingConfig};
-use vramlab_shared::alloc::{Allocator, PoolKind, SegmentView, TraceAction};
+use vramlab_shared::alloc::{Allocator, TraceAction};
 use vramlab_shared::device::{SimDevice, SimDeviceConfig};
 use vramlab_shared::memory_snapshot::replay::replay_exact;
-use vramlab_shared::memory_snapshot::{
-    self, Action, Block, BlockState, Frame, MemorySnapshot, Segment, TraceEntry,
-};
+use vramlab_shared::memory_snapshot::{self, Action, Frame, MemorySnapshot, Segment, TraceEntry};
 
 const EVENTS: usize = 40_000;
 
@@ -73,38 +71,11 @@ fn recording() -> MemorySnapshot {
         })
         .collect();
     MemorySnapshot {
-        segments: allocator.segments().iter().map(segment).collect(),
+        segments: (allocator.segments().iter())
+            .map(|s| Segment::from_view(s, |_| Vec::new()))
+            .collect(),
         device_traces: vec![trace],
         allocator_settings: None,
-    }
-}
-
-fn segment(s: &SegmentView) -> Segment {
-    Segment {
-        address: s.address,
-        total_size: s.total_size,
-        segment_type: if s.pool == PoolKind::Small {
-            "small"
-        } else {
-            "large"
-        }
-        .into(),
-        blocks: s
-            .blocks
-            .iter()
-            .map(|b| Block {
-                address: b.address,
-                size: b.size,
-                requested_size: b.requested_size,
-                state: if b.id.is_some() {
-                    BlockState::ActiveAllocated
-                } else {
-                    BlockState::Inactive
-                },
-                frames: Vec::new(),
-            })
-            .collect(),
-        ..Segment::default()
     }
 }
 

@@ -57,25 +57,14 @@ fn segment(s: &crate::snapshot::SegmentSnapshot) -> Segment {
                 .collect(),
         })
         .collect();
-    let active: u64 = blocks
-        .iter()
-        .filter(|b| b.state.is_active())
-        .map(|b| b.size)
-        .sum();
     Segment {
-        device: 0,
         address: s.address,
         total_size: s.total_size,
-        allocated_size: s.allocated_size,
-        active_size: active,
-        requested_size: s.requested_size,
-        stream: 0,
         segment_type: if s.pool == "small" { "small" } else { "large" }.into(),
-        segment_pool_id: (0, 0),
-        is_expandable: false,
         blocks,
-        frames: Vec::new(),
+        ..Segment::default()
     }
+    .summed()
 }
 
 fn owner_frame(owner: &str, category: Option<crate::types::Category>) -> Frame {

@@ -6,6 +6,7 @@
 //! Fields a recording may lack default; fields vramlab does not use are
 //! skipped on reading.
 
+use crate::alloc::{BlockId, PoolKind, SegmentView};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Stack frames kept per block or event (a recording may hold hundreds;
@@ -58,6 +59,51 @@ pub struct Segment {
 
 fn large() -> String {
     "large".into()
+}
+
+impl Segment {
+    /// A segment as the allocator shows it (`SegmentView`), each live
+    /// block with the frames `frames_of` gives; the sizes summed from the
+    /// blocks as `_snapshot()` sums them.
+    pub fn from_view(view: &SegmentView, frames_of: impl Fn(BlockId) -> Vec<Frame>) -> Segment {
+        let blocks = (view.blocks.iter())
+            .map(|b| Block {
+                address: b.address,
+                size: b.size,
+                requested_size: b.requested_size,
+                state: match b.id {
+                    Some(_) => BlockState::ActiveAllocated,
+                    None => BlockState::Inactive,
+                },
+                frames: b.id.map(&frames_of).unwrap_or_default(),
+            })
+            .collect();
+        Segment {
+            address: view.address,
+            total_size: view.total_size,
+            stream: view.stream,
+            segment_type: match view.pool {
+                PoolKind::Small => "small",
+                _ => "large",
+            }
+            .into(),
+            blocks,
+            ..Segment::default()
+        }
+        .summed()
+    }
+
+    /// With `allocated_size`, `active_size` and `requested_size` summed
+    /// over its active blocks.
+    pub fn summed(mut self) -> Segment {
+        let active = || self.blocks.iter().filter(|b| b.state.is_active());
+        let (size, requested) = (
+            active().map(|b| b.size).sum(),
+            active().map(|b| b.requested_size).sum(),
+        );
+        (self.allocated_size, self.active_size, self.requested_size) = (size, size, requested);
+        self
+    }
 }
 
 /// A block of a segment: allocated, freed but waiting on a stream, or free.

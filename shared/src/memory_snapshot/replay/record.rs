@@ -5,10 +5,10 @@
 //! exact replay follows it.
 
 use super::{what_if_settings, Replay};
-use crate::alloc::{PoolKind, SegmentView, TraceAction, TraceEvent};
+use crate::alloc::{SegmentView, TraceAction, TraceEvent};
 use crate::framework::{RestartSettings, Settings};
 use crate::memory_snapshot::format::{
-    Action, AllocatorSettings, Block, BlockState, Frame, MemorySnapshot, Segment, TraceEntry,
+    Action, AllocatorSettings, Frame, MemorySnapshot, Segment, TraceEntry,
 };
 use crate::memory_snapshot::SnapshotError;
 use std::collections::HashMap;
@@ -96,51 +96,12 @@ fn segment(
     device: usize,
     expandable: bool,
 ) -> Segment {
-    let blocks: Vec<Block> = s
-        .blocks
-        .iter()
-        .map(|b| Block {
-            address: b.address,
-            size: b.size,
-            requested_size: b.requested_size,
-            state: if b.id.is_some() {
-                BlockState::ActiveAllocated
-            } else {
-                BlockState::Inactive
-            },
-            frames: b
-                .id
-                .and_then(|id| frames.get(&id).cloned().flatten())
-                .unwrap_or_default(),
-        })
-        .collect();
-    let allocated: u64 = blocks
-        .iter()
-        .filter(|b| b.state.is_active())
-        .map(|b| b.size)
-        .sum();
     Segment {
         device: device as u32,
-        address: s.address,
-        total_size: s.total_size,
-        allocated_size: allocated,
-        active_size: allocated,
-        requested_size: blocks
-            .iter()
-            .filter(|b| b.state.is_active())
-            .map(|b| b.requested_size)
-            .sum(),
-        stream: s.stream,
-        segment_type: if s.pool == PoolKind::Small {
-            "small"
-        } else {
-            "large"
-        }
-        .into(),
-        segment_pool_id: (0, 0),
         is_expandable: expandable,
-        blocks,
-        frames: Vec::new(),
+        ..Segment::from_view(&s, |id| {
+            frames.get(&id).cloned().flatten().unwrap_or_default()
+        })
     }
 }
 
