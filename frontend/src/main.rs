@@ -3,6 +3,7 @@
 //! and draws it in `views`. Lessons are built in (`lessons`); the URL keeps
 //! what a link should reproduce (`url`).
 
+mod clock;
 mod conn;
 mod files;
 mod lessons;

@@ -2,6 +2,7 @@
 //! page (the engine in `shared` is compiled into the app; nothing is
 //! uploaded), a what-if run beside it, and the trace event being looked at.
 
+use crate::clock::now_ms;
 use crate::files;
 use leptos::prelude::*;
 use std::sync::Arc;
@@ -59,12 +60,6 @@ pub struct Replays {
     /// The trace event being looked at.
     pub selected: RwSignal<usize>,
     pub shown: RwSignal<Shown>,
-}
-
-pub fn now_ms() -> f64 {
-    web_sys::window()
-        .and_then(|w| w.performance())
-        .map_or(0.0, |p| p.now())
 }
 
 impl Replays {

@@ -2,6 +2,7 @@
 //! canvas, and what the pointer is over.
 
 use super::{colour, CACHED};
+use crate::clock::now_ms;
 use crate::state::App;
 use leptos::html;
 use leptos::prelude::*;
@@ -14,12 +15,6 @@ const ROW: f64 = 16.0;
 const LABEL: f64 = 70.0;
 /// A canvas can be about 32,000 pixels tall.
 const MAX_ROWS: usize = 2000;
-
-pub(super) fn now_ms() -> Option<f64> {
-    web_sys::window()
-        .and_then(|w| w.performance())
-        .map(|p| p.now())
-}
 
 /// Draws every segment (up to [`MAX_ROWS`]) on the canvas.
 pub(super) fn draw(c: &web_sys::HtmlCanvasElement, segments: &[SegmentSnapshot]) -> Option<()> {
@@ -118,9 +113,7 @@ pub fn SegmentMap(app: App) -> impl IntoView {
         let start = now_ms();
         app.snapshot
             .with(|snap| snap.as_ref().and_then(|s| draw(&c, &s.segments)));
-        if let (Some(t0), Some(t1)) = (start, now_ms()) {
-            app.draw_ms.set(t1 - t0);
-        }
+        app.draw_ms.set(now_ms() - start);
     });
     let on_move = move |e: web_sys::MouseEvent| {
         let Some(c) = canvas.get() else {

@@ -2,7 +2,8 @@
 //! looked at (as recorded, or what if), the events around it, and its
 //! stack frames.
 
-use super::segments::{draw, heading, hover, now_ms};
+use super::segments::{draw, heading, hover};
+use crate::clock::now_ms;
 use crate::replay::{Replays, Shown};
 use leptos::html;
 use leptos::prelude::*;
@@ -26,9 +27,7 @@ pub fn TraceSegments(r: Replays) -> impl IntoView {
             Some(Ok(s)) => draw(&c, s),
             _ => draw(&c, &[]),
         });
-        if let (Some(t0), Some(t1)) = (start, now_ms()) {
-            draw_ms.set(t1 - t0);
-        }
+        draw_ms.set(now_ms() - start);
     });
     let on_move = move |e: web_sys::MouseEvent| {
         let Some(c) = canvas.get() else { return };

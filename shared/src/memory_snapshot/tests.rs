@@ -146,13 +146,9 @@ fn block(address: u64, size: u64, requested: u64, state: BlockState) -> Block {
 
 fn entry(action: Action, addr: u64, size: u64) -> TraceEntry {
     TraceEntry {
-        action,
         addr,
         size,
-        stream: 0,
-        device_free: None,
-        time_us: None,
-        frames: Vec::new(),
+        ..TraceEntry::new(action)
     }
 }
 
