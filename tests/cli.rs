@@ -230,12 +230,10 @@ fn an_exported_session_replays_exactly_through_the_command_line() {
         .status()
         .unwrap();
     assert!(status.success());
-    let out = Command::new(vramlab_bin())
-        .arg("replay")
-        .arg(&pickle)
-        .args(["--json", "--what-if", "expandable_segments=true"])
-        .output()
-        .unwrap();
+    let out = replay(
+        &pickle,
+        &["--json", "--what-if", "expandable_segments=true"],
+    );
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -256,52 +254,47 @@ fn an_exported_session_replays_exactly_through_the_command_line() {
     let what_if = &last["what_if"][0];
     assert_eq!(what_if["settings"], "expandable_segments=true");
     assert!(what_if["replay"]["peak_reserved_bytes"].as_u64().unwrap() > 0);
-    let out = Command::new(vramlab_bin())
-        .arg("replay")
-        .arg(&pickle)
-        .output()
-        .unwrap();
+    let out = replay(&pickle, &[]);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("exact replay: exact: every segment_alloc, segment_free and block placement as recorded"), "{text}");
     let not_a_snapshot = dir.join("notes.txt");
     std::fs::write(&not_a_snapshot, "hello").unwrap();
-    let out = Command::new(vramlab_bin())
-        .arg("replay")
-        .arg(&not_a_snapshot)
-        .output()
-        .unwrap();
+    let out = replay(&not_a_snapshot, &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a PyTorch memory snapshot"));
     // A what-if saved as a snapshot replays exactly under its settings.
     let what_if = dir.join("what-if.pickle");
-    let out = Command::new(vramlab_bin())
-        .arg("replay")
-        .arg(&pickle)
-        .args(["--what-if", "max_split_size_mb=40", "--export-snapshot"])
-        .arg(&what_if)
-        .output()
-        .unwrap();
+    let out = replay(
+        &pickle,
+        &[
+            "--what-if",
+            "max_split_size_mb=40",
+            "--export-snapshot",
+            what_if.to_str().unwrap(),
+        ],
+    );
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = Command::new(vramlab_bin())
-        .arg("replay")
-        .arg(&what_if)
-        .output()
-        .unwrap();
+    let out = replay(&what_if, &[]);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("exact replay: exact:"), "{text}");
-    let out = Command::new(vramlab_bin())
-        .arg("replay")
-        .arg(&pickle)
-        .args(["--export-snapshot", "x.pickle"])
-        .output()
-        .unwrap();
+    let out = replay(&pickle, &["--export-snapshot", "x.pickle"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("add --what-if or --gpu"));
     memory_viz_reads(&[&pickle, &what_if]);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `vramlab replay FILE ARGS…`.
+fn replay(file: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(vramlab_bin())
+        .arg("replay")
+        .arg(file)
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 /// `python -m torch.cuda._memory_viz stats` and `trace` read each file,
