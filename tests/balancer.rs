@@ -12,40 +12,12 @@ use futures::SinkExt;
 use serde_json::{json, Value};
 use socket::{next, Socket};
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio_tungstenite::connect_async;
 use tokio_tungstenite::tungstenite::Message;
-use vramlab_tests::{root, vramlab_bin};
-
-struct Process(Child);
-
-impl Drop for Process {
-    /// SIGTERM first: nginx's master stops its workers only when asked.
-    fn drop(&mut self) {
-        let pid = self.0.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use vramlab_tests::{free_port, root, vramlab_bin, Process};
 
 fn nginx() -> Option<PathBuf> {
     let found = ["/usr/sbin/nginx", "/usr/bin/nginx"]

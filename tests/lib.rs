@@ -2,7 +2,7 @@
 //! lesson files.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command};
 use std::sync::OnceLock;
 
 /// The workspace root.
@@ -71,4 +71,33 @@ pub fn training_snapshot(layers: u32, steps: u32) -> Vec<u8> {
         assert!(record.ok, "{line}: {:?}", record.error);
     }
     write_pickle(&export::from_session(&engine.snapshot(usize::MAX)))
+}
+
+/// A free TCP port on loopback.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("a free port")
+        .local_addr()
+        .expect("its address")
+        .port()
+}
+
+/// A child process stopped when dropped: SIGTERM first (nginx's master
+/// stops its workers only when asked), then killed after 5 s.
+pub struct Process(pub Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let pid = self.0.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -2,27 +2,10 @@
 //! answering `/healthz` and serving the web app.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use vramlab_tests::{root, vramlab_bin};
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use vramlab_tests::{free_port, root, vramlab_bin, Process};
 
 /// The status, the headers (lower case) and the body.
 fn get_all(port: u16, path: &str) -> (u16, String, String) {
@@ -44,7 +27,7 @@ fn get(port: u16, path: &str) -> (u16, String) {
 
 /// `vramlab serve` with `--dist`, or (`None`) with the web app built in,
 /// started in a folder without one.
-fn start(dist: Option<&std::path::Path>) -> (Server, u16) {
+fn start(dist: Option<&std::path::Path>) -> (Process, u16) {
     let port = free_port();
     let mut command = Command::new(vramlab_bin());
     command.args([
@@ -76,7 +59,7 @@ fn start(dist: Option<&std::path::Path>) -> (Server, u16) {
         }
     }
     std::thread::spawn(move || for _ in lines {});
-    (Server(child), port)
+    (Process(child), port)
 }
 
 #[test]
