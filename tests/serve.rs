@@ -7,17 +7,26 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use vramlab_tests::{free_port, root, vramlab_bin, Process};
 
-/// The status, the headers (lower case) and the body.
-fn get_all(port: u16, path: &str) -> (u16, String, String) {
+/// The status, the headers (lower case) and the body's bytes.
+fn get_all_bytes(port: u16, path: &str) -> (u16, String, Vec<u8>) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).unwrap();
-    let text = String::from_utf8_lossy(&raw);
-    let status = text[9..12].parse().unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    (status, head.to_ascii_lowercase(), body.to_string())
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(raw.len(), |i| i + 4);
+    let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+    let status = head[9..12].parse().unwrap();
+    (status, head, raw[end..].to_vec())
+}
+
+/// The status, the headers (lower case) and the body.
+fn get_all(port: u16, path: &str) -> (u16, String, String) {
+    let (status, head, body) = get_all_bytes(port, path);
+    (status, head, String::from_utf8_lossy(&body).into_owned())
 }
 
 fn get(port: u16, path: &str) -> (u16, String) {
@@ -28,6 +37,11 @@ fn get(port: u16, path: &str) -> (u16, String) {
 /// `vramlab serve` with `--dist`, or (`None`) with the web app built in,
 /// started in a folder without one.
 fn start(dist: Option<&std::path::Path>) -> (Process, u16) {
+    start_with(dist, &[])
+}
+
+/// As [`start`], with more arguments.
+fn start_with(dist: Option<&std::path::Path>, more: &[&str]) -> (Process, u16) {
     let port = free_port();
     let mut command = Command::new(vramlab_bin());
     command.args([
@@ -37,6 +51,7 @@ fn start(dist: Option<&std::path::Path>) -> (Process, u16) {
         "--device",
         "sim",
     ]);
+    command.args(more);
     match dist {
         Some(dist) => command.arg("--dist").arg(dist),
         None => command.current_dir(std::env::temp_dir()),
@@ -101,14 +116,49 @@ fn serves_the_built_web_app() {
         let wasm = body
             .split('"')
             .find(|s| s.ends_with("_bg.wasm"))
-            .expect("index.html names the wasm module");
-        let (status, head, _) = get_all(port, wasm);
+            .expect("index.html names the wasm module")
+            .trim_start_matches("./");
+        let (status, head, served) = get_all_bytes(port, &format!("/{wasm}"));
         assert_eq!(status, 200, "{wasm}");
         assert!(head.contains("content-type: application/wasm"), "{head}");
+        // The very module scripts/build-web wrote, whether read from the
+        // folder or carried inside the binary.
+        assert!(served == std::fs::read(root().join("dist").join(wasm)).unwrap());
         // The app's own routes get index.html.
         let (status, body) = get(port, "/lessons/1");
         assert_eq!((status, body.contains("_bg.wasm")), (200, true));
     }
+}
+
+/// Probes and Prometheus reach `/healthz`, `/readyz` and `/metrics` on the
+/// admin port without the access token; the public port still asks for it.
+#[test]
+fn the_admin_port_answers_probes_without_the_token() {
+    let admin = free_port();
+    let admin_addr = format!("127.0.0.1:{admin}");
+    let (_server, port) = start_with(
+        Some(&std::env::temp_dir()),
+        &["--token", "s3cret", "--admin-addr", &admin_addr],
+    );
+    assert_eq!(get(port, "/metrics").0, 401);
+    assert_eq!(get(port, "/readyz").0, 401);
+    assert_eq!(get(admin, "/readyz"), (200, "ready\n".to_string()));
+    let (status, body) = get(admin, "/metrics");
+    assert_eq!(status, 200);
+    // The refused request above is counted.
+    assert!(
+        body.contains("vramlab_refused_total{reason=\"token\"} 2"),
+        "{body}"
+    );
+    let (status, body) = get(admin, "/healthz");
+    assert_eq!(
+        (status, body.contains("\"version\"")),
+        (200, true),
+        "{body}"
+    );
+    // Only the probes: no web app, no websocket there.
+    assert_eq!(get(admin, "/ws").0, 404);
+    assert_eq!(get(admin, "/").0, 404);
 }
 
 #[test]

@@ -24,8 +24,8 @@ pub struct Access {
     /// The header an authenticating proxy names the user in (lower case);
     /// `None`: users are not known.
     pub user_header: Option<String>,
-    /// The proxies whose user header is believed.
-    pub trusted_proxies: Vec<std::net::IpAddr>,
+    /// The proxies whose user header is believed: addresses or networks.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 /// The longest user name taken from a proxy header.
@@ -122,7 +122,7 @@ impl Access {
         let Some(name) = &self.user_header else {
             return Ok(None);
         };
-        if !peer.is_some_and(|p| self.trusted_proxies.contains(&p)) {
+        if !peer.is_some_and(|p| self.trusted_proxies.iter().any(|n| n.contains(&p))) {
             return Err("this server takes its users from an authenticating proxy, and this request did not come through it".into());
         }
         let user = headers

@@ -87,8 +87,12 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "VRAMLAB_ADDR", default_value = "127.0.0.1:8080")]
     pub addr: SocketAddr,
-    /// Serve the web app from this folder (trunk's output) instead of the
-    /// one built into the binary.
+    /// Also serve `/healthz`, `/readyz` and `/metrics` here, with no token
+    /// or host check: an internal port for probes and Prometheus.
+    #[arg(long = "admin-addr", env = "VRAMLAB_ADMIN_ADDR")]
+    pub admin_addr: Option<SocketAddr>,
+    /// Serve the web app from this folder (scripts/build-web's output)
+    /// instead of the one built into the binary.
     #[arg(long, env = "VRAMLAB_DIST")]
     pub dist: Option<PathBuf>,
     /// Which device kernels run on.
@@ -124,14 +128,16 @@ pub struct ServeArgs {
     /// --trusted-proxy.
     #[arg(long, env = "VRAMLAB_USER_HEADER", requires = "trusted_proxies")]
     pub user_header: Option<String>,
-    /// The addresses of the proxies whose user header is believed (repeat,
-    /// or comma-separate in the variable).
+    /// The proxies whose user header is believed: addresses, or networks
+    /// such as a cluster's pod range 10.0.0.0/8 (repeat, or comma-separate
+    /// in the variable).
     #[arg(
         long = "trusted-proxy",
         env = "VRAMLAB_TRUSTED_PROXIES",
-        value_delimiter = ','
+        value_delimiter = ',',
+        value_parser = proxy_network
     )]
-    pub trusted_proxies: Vec<std::net::IpAddr>,
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Behind a load balancer: this server's name (letters and digits, up
     /// to 16), the start of every session and watch id it hands out, so the
     /// balancer routes reconnects and watch links back (deploy/nginx.conf).
@@ -174,6 +180,13 @@ pub struct ServeArgs {
     /// past it allocations fail as with set_per_process_memory_fraction.
     #[arg(long, env = "VRAMLAB_SESSION_QUOTA_BYTES")]
     pub session_quota_bytes: Option<u64>,
+}
+
+/// An address (a network of one) or a network in CIDR notation.
+fn proxy_network(text: &str) -> Result<ipnet::IpNet, String> {
+    text.parse::<ipnet::IpNet>()
+        .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| "an address (10.1.2.3) or a network (10.0.0.0/8)".into())
 }
 
 fn instance_id(text: &str) -> Result<String, String> {
@@ -244,5 +257,37 @@ mod tests {
         };
         assert_eq!(args.file, PathBuf::from("-"));
         assert_eq!(args.device, DeviceChoice::Sim);
+    }
+
+    /// A proxy is an address or a network; a user's own address outside the
+    /// network is not believed.
+    #[test]
+    fn trusted_proxies_are_addresses_or_networks() {
+        let cli = Cli::try_parse_from([
+            "vramlab",
+            "serve",
+            "--user-header",
+            "X-Forwarded-User",
+            "--trusted-proxy",
+            "10.0.0.0/8",
+            "--trusted-proxy",
+            "192.168.1.7",
+        ])
+        .unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!()
+        };
+        let access = args.options().access;
+        let believed = |ip: &str| {
+            let ip: std::net::IpAddr = ip.parse().unwrap();
+            access.trusted_proxies.iter().any(|n| n.contains(&ip))
+        };
+        assert!(believed("10.244.3.17") && believed("192.168.1.7"));
+        assert!(!believed("192.168.1.8") && !believed("11.0.0.1"));
+        let bad = Cli::try_parse_from(["vramlab", "serve", "--trusted-proxy", "10.0.0.0/33"]);
+        assert!(bad
+            .unwrap_err()
+            .to_string()
+            .contains("a network (10.0.0.0/8)"));
     }
 }

@@ -1,5 +1,6 @@
 //! `vramlab serve`: the axum application. `/ws` (the websocket), `/healthz`,
-//! `/metrics`, and the built web app, behind the access guard.
+//! `/readyz`, `/metrics`, and the built web app, behind the access guard;
+//! and the same three probes without it, for an internal admin port.
 
 use crate::access::{guard, Access, Guard};
 use crate::app::{AppState, Health};
@@ -66,6 +67,9 @@ impl Default for ServeOptions {
 /// The application and its sessions.
 pub struct Server {
     pub router: Router,
+    /// `/healthz`, `/readyz` and `/metrics` with no token or host check:
+    /// for probes and scrapers on an internal port (`--admin-addr`).
+    pub admin: Router,
     pub sessions: Arc<Sessions>,
     pub connections: crate::listener::ConnectionLimits,
     /// On SIGTERM, how long sessions may run on (no new ones start) before
@@ -102,11 +106,8 @@ pub fn build(options: &ServeOptions, backend: Backend) -> anyhow::Result<Server>
         limits: options.limits.clone(),
         keepalive: options.keepalive,
     };
-    let router = Router::new()
-        .route("/ws", get(crate::ws::ws_handler))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics));
+    let admin = probes().with_state(state.clone());
+    let router = probes().route("/ws", get(crate::ws::ws_handler));
     let router = match &options.dist {
         Some(dist) => router.fallback_service(
             ServeDir::new(dist).fallback(ServeFile::new(dist.join("index.html"))),
@@ -130,6 +131,7 @@ pub fn build(options: &ServeOptions, backend: Backend) -> anyhow::Result<Server>
     let connections = options.connections;
     Ok(Server {
         router,
+        admin,
         sessions,
         connections,
         drain: options.drain,
@@ -195,6 +197,13 @@ async fn drain(sessions: &Sessions, limit: Duration) {
     while !sessions.is_empty() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+fn probes() -> Router<AppState> {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
 }
 
 async fn healthz(State(state): State<AppState>) -> Json<Health> {

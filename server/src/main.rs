@@ -88,6 +88,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.addr))?;
         let local = listener.local_addr()?;
+        if let Some(addr) = args.admin_addr {
+            serve_admin(addr, server.admin.clone()).await?;
+        }
         tracing::info!(
             token = options.access.token.is_some(),
             "vramlab serving on http://{local}"
@@ -99,6 +102,16 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await?;
         Ok(())
     })
+}
+
+/// The probes on their own port, for as long as the server runs.
+async fn serve_admin(addr: std::net::SocketAddr, admin: http::Router) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr} (--admin-addr): {e}"))?;
+    tracing::info!("probes and metrics on http://{}", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, admin).await });
+    Ok(())
 }
 
 /// SIGINT (Ctrl-C) or, on Unix, SIGTERM (what service managers and

@@ -1,5 +1,5 @@
-//! The built web app inside the binary: release builds carry `dist/` (as
-//! it was when they were built), debug builds read it from disk. Each file
+//! The built web app inside the binary: every build carries `dist/` as it
+//! was when it was built (the build script rebuilds when it changes). Each file
 //! goes out with its type; hashed assets are cached for good, `index.html`
 //! is revalidated, and any other path gets `index.html` (the app's own
 //! routes).
