@@ -26,7 +26,7 @@ pub enum Command {
     /// are reported and the run goes on.
     Run(RunArgs),
     /// Serve the playground: the web app, /healthz and the engine.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Replay a PyTorch memory snapshot (the pickle that
     /// `torch.cuda.memory._dump_snapshot()` writes, or its JSON): exactly as
     /// recorded, checked event by event, and under other settings.

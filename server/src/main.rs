@@ -12,7 +12,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run_file(args),
-        Command::Serve(args) => serve(args).map(|()| ExitCode::SUCCESS),
+        Command::Serve(args) => serve(*args).map(|()| ExitCode::SUCCESS),
         Command::Replay(args) => replay_file(&args, &mut std::io::stdout().lock()),
     };
     match result {
