@@ -101,3 +101,58 @@ impl Drop for Process {
         let _ = self.0.wait();
     }
 }
+
+/// Starts `vramlab serve` (as `command` says) and returns once it listens;
+/// the rest of its log is read meanwhile, warnings and errors shown.
+pub fn serving(mut command: Command) -> Process {
+    use std::io::{BufRead, BufReader};
+    let mut child = command
+        .env("NO_COLOR", "1")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("vramlab serve starts");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let listening = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|l| l.contains("vramlab serving on"));
+    assert!(listening, "vramlab serve exited before listening");
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            if line.contains("WARN") || line.contains("ERROR") {
+                eprintln!("{line}");
+            }
+        }
+    });
+    Process(child)
+}
+
+/// A plain HTTP/1.0 GET on loopback: the status, the head (lower case) and
+/// the body's bytes.
+pub fn http_get_bytes(port: u16, path: &str) -> (u16, String, Vec<u8>) {
+    http_get_from(port, "127.0.0.1", path)
+}
+
+/// As [`http_get_bytes`], naming `host` in the `Host` header.
+pub fn http_get_from(port: u16, host: &str, path: &str) -> (u16, String, Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(raw.len(), |i| i + 4);
+    let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+    let status = head[9..12].parse().unwrap();
+    (status, head, raw[end..].to_vec())
+}
+
+/// As [`http_get_bytes`]: the status and the body as text.
+pub fn http_get(port: u16, path: &str) -> (u16, String) {
+    let (status, _, body) = http_get_bytes(port, path);
+    (status, String::from_utf8_lossy(&body).into_owned())
+}

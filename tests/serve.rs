@@ -1,38 +1,10 @@
 //! `vramlab serve` as a user starts it: the real binary on a free port,
 //! answering `/healthz` and serving the web app.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-use vramlab_tests::{free_port, root, vramlab_bin, Process};
-
-/// The status, the headers (lower case) and the body's bytes.
-fn get_all_bytes(port: u16, path: &str) -> (u16, String, Vec<u8>) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map_or(raw.len(), |i| i + 4);
-    let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
-    let status = head[9..12].parse().unwrap();
-    (status, head, raw[end..].to_vec())
-}
-
-/// The status, the headers (lower case) and the body.
-fn get_all(port: u16, path: &str) -> (u16, String, String) {
-    let (status, head, body) = get_all_bytes(port, path);
-    (status, head, String::from_utf8_lossy(&body).into_owned())
-}
-
-fn get(port: u16, path: &str) -> (u16, String) {
-    let (status, _, body) = get_all(port, path);
-    (status, body)
-}
+use vramlab_tests::http_get as get;
+use vramlab_tests::{free_port, http_get_bytes, root, serving, vramlab_bin, Process};
 
 /// `vramlab serve` with `--dist`, or (`None`) with the web app built in,
 /// started in a folder without one.
@@ -56,25 +28,7 @@ fn start_with(dist: Option<&std::path::Path>, more: &[&str]) -> (Process, u16) {
         Some(dist) => command.arg("--dist").arg(dist),
         None => command.current_dir(std::env::temp_dir()),
     };
-    let mut child = command
-        .env("NO_COLOR", "1")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("vramlab serve starts");
-    // Wait for the line that says it is listening.
-    let stderr = child.stderr.take().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut lines = BufReader::new(stderr).lines();
-    loop {
-        assert!(Instant::now() < deadline, "server did not start");
-        match lines.next() {
-            Some(Ok(line)) if line.contains("serving on") => break,
-            Some(Ok(_)) => continue,
-            _ => panic!("server exited before listening"),
-        }
-    }
-    std::thread::spawn(move || for _ in lines {});
-    (Process(child), port)
+    (serving(command), port)
 }
 
 #[test]
@@ -118,7 +72,7 @@ fn serves_the_built_web_app() {
             .find(|s| s.ends_with("_bg.wasm"))
             .expect("index.html names the wasm module")
             .trim_start_matches("./");
-        let (status, head, served) = get_all_bytes(port, &format!("/{wasm}"));
+        let (status, head, served) = http_get_bytes(port, &format!("/{wasm}"));
         assert_eq!(status, 200, "{wasm}");
         assert!(head.contains("content-type: application/wasm"), "{head}");
         // The very module scripts/build-web wrote, whether read from the
