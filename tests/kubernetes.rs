@@ -106,7 +106,11 @@ fn the_manifests_pass_the_kubernetes_schemas() {
         ("podManagementPolicy", "podManagement"),
     ] {
         std::fs::write(&bad, text.replace(from, to)).unwrap();
-        let (ok, said) = validate(&mut python().unwrap(), VERSIONS[1], &[bad.clone()]);
+        let (ok, said) = validate(
+            &mut python().unwrap(),
+            VERSIONS[1],
+            std::slice::from_ref(&bad),
+        );
         assert!(!ok, "{to}: {said}");
     }
     std::fs::remove_file(&bad).unwrap();
