@@ -11,13 +11,12 @@ mod socket;
 use futures::SinkExt;
 use serde_json::{json, Value};
 use socket::{next, Socket};
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use tokio_tungstenite::connect_async;
 use tokio_tungstenite::tungstenite::Message;
-use vramlab_tests::{free_port, root, vramlab_bin, Process};
+use vramlab_tests::{free_port, root, serving, vramlab_bin, Process};
 
 fn nginx() -> Option<PathBuf> {
     let found = ["/usr/sbin/nginx", "/usr/bin/nginx"]
@@ -36,30 +35,12 @@ fn nginx() -> Option<PathBuf> {
 
 /// `vramlab serve --instance-id NAME` on `port`, once it listens.
 fn instance(name: &str, port: u16, extra: &[&str]) -> Process {
-    let mut child = Command::new(vramlab_bin())
+    let mut command = Command::new(vramlab_bin());
+    command
         .args(["serve", "--device", "sim", "--instance-id", name, "--addr"])
         .arg(format!("127.0.0.1:{port}"))
-        .args(extra)
-        .env("NO_COLOR", "1")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    for line in lines.by_ref() {
-        if line.unwrap().contains("vramlab serving on") {
-            break;
-        }
-    }
-    // The rest of its log is read (and its warnings shown) while it runs.
-    let name = name.to_string();
-    std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            if line.contains("WARN") || line.contains("ERROR") {
-                eprintln!("{name}: {line}");
-            }
-        }
-    });
-    Process(child)
+        .args(extra);
+    serving(command)
 }
 
 /// nginx with `deploy/nginx.conf`, its ports replaced by these.
