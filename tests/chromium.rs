@@ -146,3 +146,10 @@ pub async fn shot(page: &Page, name: &str) {
     .await
     .unwrap();
 }
+
+/// Emulates a screen `width` x `height` CSS pixels (a phone when narrow).
+pub async fn viewport(page: &Page, width: i64, height: i64) {
+    use chromiumoxide::cdp::browser_protocol::emulation::SetDeviceMetricsOverrideParams;
+    let params = SetDeviceMetricsOverrideParams::new(width, height, 1.0, width < 600);
+    page.execute(params).await.unwrap();
+}

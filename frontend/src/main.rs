@@ -34,12 +34,11 @@ fn Playground() -> impl IntoView {
     view! {
         <StatusBar app=app />
         <Banner app=app />
+        // The lesson and the numbers come first (on a phone, at the top;
+        // by keyboard, first); the controls sit in the left column.
         <main class="grid">
-            <div class="left">
-                <Controls app=app />
-                <Lessons app=app />
-            </div>
             <div class="right">
+                <Lessons app=app />
                 <Numbers app=app />
                 <Explanation app=app />
                 <Timeline app=app />
@@ -49,6 +48,9 @@ fn Playground() -> impl IntoView {
                     <EventLog app=app />
                 </div>
                 <CodePane app=app />
+            </div>
+            <div class="left">
+                <Controls app=app />
             </div>
         </main>
         <SnapshotPanel app=app />

@@ -96,6 +96,8 @@ pub struct App {
     /// A snapshot file opened in the page.
     pub replays: Replays,
     export_to: RwSignal<Option<ExportTo>>,
+    /// Whether a hello came since the page loaded.
+    greeted: RwSignal<bool>,
 }
 
 const MAX_POINTS: usize = 400;
@@ -135,6 +137,7 @@ impl App {
             watchers: RwSignal::new(Vec::new()),
             replays: Replays::new(),
             export_to: RwSignal::new(None),
+            greeted: RwSignal::new(false),
         }
     }
 
@@ -238,18 +241,16 @@ impl App {
                 if h.role == Role::Owner {
                     socket::remember_session(&h.session_id);
                 }
-                let first = !h.resumed;
+                let fresh_kernel = !h.resumed;
+                let page_loaded = !self.greeted.get_untracked();
+                self.greeted.set(true);
                 self.hello.set(Some(*h));
                 self.banner.set(None);
-                if first {
-                    if let Some(f) = self.wanted_framework.get_untracked() {
-                        if f != self.framework() {
-                            self.run(Command::Restart(RestartSettings {
-                                framework: Some(f),
-                                ..Default::default()
-                            }));
-                        }
-                    }
+                let owner = !self.read_only();
+                if owner && self.lesson_step() > 0 && (page_loaded || fresh_kernel) {
+                    self.catch_up_lesson();
+                } else if owner && page_loaded {
+                    self.apply_wanted_framework();
                 }
             }
             ServerMessage::Snapshot { snapshot } => {
@@ -351,6 +352,42 @@ impl App {
             }
         });
         self.save_url();
+    }
+
+    /// The step the lesson being played is at (0 with none).
+    fn lesson_step(&self) -> usize {
+        self.lesson.with_untracked(|l| l.as_ref().map_or(0, |l| l.step))
+    }
+
+    /// A link to step N of a lesson (or a kernel that lost its state while
+    /// the lesson was at step N): the steps before it run again, from the
+    /// lesson's own restart, so the kernel is where the step expects it.
+    fn catch_up_lesson(&self) {
+        let Some(run) = self.lesson.get_untracked() else {
+            return;
+        };
+        self.lesson.set(Some(LessonRun {
+            step: 0,
+            outcome: None,
+            ..run
+        }));
+        for step in 0..run.step {
+            if let Some(line) = Self::lesson_line(run.index, step) {
+                self.submit(line);
+            }
+        }
+    }
+
+    /// `?framework=` in the link: a kernel of that framework.
+    fn apply_wanted_framework(&self) {
+        if let Some(f) = self.wanted_framework.get_untracked() {
+            if f != self.framework() {
+                self.run(Command::Restart(RestartSettings {
+                    framework: Some(f),
+                    ..Default::default()
+                }));
+            }
+        }
     }
 
     /// A lesson step's line, annotations split off.

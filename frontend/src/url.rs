@@ -21,13 +21,11 @@ pub fn read() -> Initial {
     let p = params();
     let get = |k: &str| p.as_ref().and_then(|p| p.get(k));
     let framework = get("framework").and_then(|f| Framework::from_id(&f));
-    let lesson = get("lesson")
-        .and_then(|l| {
-            LESSONS
-                .iter()
-                .position(|x| x.slug == l || x.slug.starts_with(&format!("{l}-")))
-        })
-        .map(|i| (i, get("step").and_then(|s| s.parse().ok()).unwrap_or(0)));
+    let lesson = get("lesson").and_then(|l| lesson_index(&l)).map(|i| {
+        let steps = LESSONS[i].lines().len();
+        let step = get("step").and_then(|s| s.parse().ok()).unwrap_or(0);
+        (i, step.min(steps))
+    });
     let hide = get("hide")
         .map(|h| h.split(',').map(str::to_string).collect())
         .unwrap_or_default();
@@ -37,6 +35,22 @@ pub fn read() -> Initial {
         hide,
         watch: get("watch"),
     }
+}
+
+/// A lesson named by its slug (`01-del-vs-empty-cache`), its number as
+/// the list shows it (`1`, `01`), or the slug without its number.
+fn lesson_index(name: &str) -> Option<usize> {
+    let by_number = name
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_sub(1))
+        .filter(|&i| i < LESSONS.len());
+    by_number.or_else(|| {
+        LESSONS.iter().position(|x| {
+            x.slug == name
+                || x.slug.split_once('-').is_some_and(|(_, rest)| rest == name)
+        })
+    })
 }
 
 /// Writes the framework, the lesson step `(index, step)` and the hidden

@@ -18,6 +18,7 @@
 //! - [`python`]: the Python each command stands for.
 //! - [`protocol`]: result records and websocket messages (the wire format).
 //! - [`lesson`]: checks lesson files' expectations.
+//! - [`input`]: text typed into the page's fields, read or refused.
 
 pub mod alloc;
 pub mod command;
@@ -26,6 +27,7 @@ pub mod engine;
 pub mod error;
 pub mod framework;
 pub mod gpu;
+pub mod input;
 pub mod kernel;
 pub mod lesson;
 pub mod memory_snapshot;

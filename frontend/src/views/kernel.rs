@@ -2,11 +2,12 @@
 //! people try to free memory.
 
 use super::training::Training;
-use super::{button, checkbox, hidden, text_input};
+use super::{button, checkbox, checked_button, hidden, text_input};
 use crate::state::App;
 use leptos::prelude::*;
 use vramlab_shared::command::{AllocArgs, Command, HoldArgs, NameArgs, RestartSettings};
-use vramlab_shared::framework::Settings;
+use vramlab_shared::framework::{Settings, MAX_DEVICE_BYTES};
+use vramlab_shared::input;
 use vramlab_shared::gpu::GpuModel;
 use vramlab_shared::types::{Dtype, Framework};
 use vramlab_shared::units::{GIB, MIB};
@@ -95,33 +96,42 @@ impl SettingsFields {
             .set(s.cublas_workspace_config.clone().unwrap_or_default());
     }
 
-    /// `restart` with the settings as written (empty optional fields: none).
-    fn restart(&self) -> Command {
-        let gib: f64 = self.device_gib.get_untracked().parse().unwrap_or(16.0);
-        let mib: u64 = self.context_mib.get_untracked().parse().unwrap_or(300);
-        let parse_u64 = |s: RwSignal<String>| s.get_untracked().trim().parse::<u64>().ok();
-        let parse_f64 = |s: RwSignal<String>| s.get_untracked().trim().parse::<f64>().ok();
+    /// `restart` with the settings as written (empty optional fields:
+    /// none), or why a field cannot be read.
+    fn restart(&self) -> Result<Command, String> {
+        let field = |s: RwSignal<String>| s.get_untracked();
         let gpu = self.gpu.get_untracked();
-        let custom = |v: u64| gpu.is_none().then_some(v);
-        Command::Restart(RestartSettings {
+        let (device, context) = match gpu {
+            Some(_) => (None, None),
+            None => {
+                let max_gib = (MAX_DEVICE_BYTES / GIB) as f64;
+                let gib = input::positive(&field(self.device_gib), "GPU memory (GiB)", max_gib)?;
+                let context = input::whole(&field(self.context_mib), "context (MiB)", 0..=64 * 1024)?;
+                (Some((gib * GIB as f64) as u64), Some(context * MIB))
+            }
+        };
+        let most_mib = MAX_DEVICE_BYTES / MIB;
+        let limit = input::optional_whole(&field(self.memory_limit_mib), "TF memory limit (MiB)", 1..=most_mib)?;
+        let mem_fraction = input::optional_fraction(&field(self.mem_fraction), "JAX mem fraction")?;
+        let max_split = input::optional_whole(&field(self.max_split_mb), "max_split_size_mb", 1..=most_mib)?;
+        let fraction = input::optional_fraction(&field(self.fraction), "memory fraction")?;
+        let cublas = Some(field(self.cublas_config).trim().to_string()).filter(|c| !c.is_empty());
+        Ok(Command::Restart(RestartSettings {
             framework: Some(self.framework.get_untracked()),
             gpu,
-            device_total_bytes: custom((gib * GIB as f64) as u64),
-            context_bytes: custom(mib * MIB),
+            device_total_bytes: device,
+            context_bytes: context,
             allow_growth: Some(self.allow_growth.get_untracked()),
             preallocate: Some(self.preallocate.get_untracked()),
             no_caching: Some(self.no_caching.get_untracked()),
             expandable_segments: Some(self.expandable.get_untracked()),
-            memory_limit_bytes: Some(parse_u64(self.memory_limit_mib).map(|m| m * MIB)),
-            mem_fraction: Some(parse_f64(self.mem_fraction).unwrap_or(0.75)),
-            max_split_size_mb: Some(parse_u64(self.max_split_mb)),
-            per_process_memory_fraction: Some(parse_f64(self.fraction)),
-            cublas_workspace_config: Some(
-                Some(self.cublas_config.get_untracked().trim().to_string())
-                    .filter(|c| !c.is_empty()),
-            ),
+            memory_limit_bytes: Some(limit.map(|m| m * MIB)),
+            mem_fraction: Some(mem_fraction.unwrap_or(0.75)),
+            max_split_size_mb: Some(max_split),
+            per_process_memory_fraction: Some(fraction),
+            cublas_workspace_config: Some(cublas),
             ..Default::default()
-        })
+        }))
     }
 }
 
@@ -167,16 +177,9 @@ fn KernelSettings(app: App) -> impl IntoView {
             <label>"TF memory limit (MiB) " {text_input("memory-limit", "6", "default", f.memory_limit_mib)}</label>
             <label>"JAX mem fraction " {text_input("mem-fraction", "4", "", f.mem_fraction)}</label>
             <label>"CUBLAS_WORKSPACE_CONFIG " {text_input("cublas-config", "9", ":4096:2:16:8", f.cublas_config)}</label>
-            {button(app, "btn-restart-settings", "Restart with these settings", "Restart the kernel with the settings above", move || f.restart())}
+            {checked_button(app, "btn-restart-settings", "Restart with these settings", "Restart the kernel with the settings above", move || f.restart().map(|c| vec![c]))}
         </fieldset>
     }
-}
-
-/// Dimensions written as `1024, 1024` or `1024x1024`.
-fn parse_shape(text: &str) -> Vec<u64> {
-    text.split(|c: char| c == ',' || c == 'x' || c.is_whitespace())
-        .filter_map(|d| d.trim().parse().ok())
-        .collect()
 }
 
 #[component]
@@ -186,8 +189,8 @@ fn Tensors(app: App) -> impl IntoView {
     let size_mib = RwSignal::new("64".to_string());
     let hold_items = RwSignal::new("x".to_string());
     let cycle = RwSignal::new(true);
+    // A shape if one is written, else the size in MiB.
     let alloc = move || {
-        let dims = parse_shape(&shape.get_untracked());
         let mut args = AllocArgs {
             name: name.get_untracked(),
             bytes: None,
@@ -195,13 +198,13 @@ fn Tensors(app: App) -> impl IntoView {
             dtype: None,
             category: None,
         };
-        if dims.is_empty() {
-            let mib: f64 = size_mib.get_untracked().parse().unwrap_or(1.0);
-            args.bytes = Some((mib * MIB as f64) as u64);
-        } else {
-            (args.shape, args.dtype) = (Some(dims), Some(Dtype::Float32));
+        match input::shape(&shape.get_untracked())? {
+            Some(dims) => (args.shape, args.dtype) = (Some(dims), Some(Dtype::Float32)),
+            None => {
+                args.bytes = Some(input::mib(&size_mib.get_untracked(), "MiB", MAX_DEVICE_BYTES)?)
+            }
         }
-        Command::Alloc(args)
+        Ok(vec![Command::Alloc(args)])
     };
     let hold = move || {
         let items = hold_items
@@ -219,7 +222,7 @@ fn Tensors(app: App) -> impl IntoView {
             <label>"Name " <input id="name" size="6" prop:value=name on:input=move |e| { let v = event_target_value(&e); app.selected.set(v.clone()); name.set(v); } /></label>
             <label>"MiB " {text_input("size", "6", "", size_mib)}</label>
             <label>"or shape " {text_input("shape", "9", "1024, 1024", shape)}</label>
-            {button(app, "btn-alloc", "Allocate", "name = torch.empty(...) on the GPU", alloc)}
+            {checked_button(app, "btn-alloc", "Allocate", "name = torch.empty(...) on the GPU", alloc)}
             <label>"Hold " {text_input("hold-items", "8", "", hold_items)}</label>
             <label>{checkbox(cycle)}" cycle"</label>
             {button(app, "btn-hold", "h = [...]", "Keep references in a list h (with a cycle: h.append(h))", hold)}

@@ -57,8 +57,39 @@ fn button(
     title: &'static str,
     cmd: impl Fn() -> Command + 'static,
 ) -> impl IntoView {
+    checked_button(app, id, label, title, move || Ok(vec![cmd()]))
+}
+
+/// A button that runs the commands `cmds` reads from the fields, or, when
+/// a field cannot be read (or the server is not connected), says why
+/// beside it (`#ID-refused`) and sends nothing.
+fn checked_button(
+    app: App,
+    id: &'static str,
+    label: &'static str,
+    title: &'static str,
+    cmds: impl Fn() -> Result<Vec<Command>, String> + 'static,
+) -> impl IntoView {
+    let refused = RwSignal::new(None::<String>);
+    let click = move |_| {
+        let read = if app.status.get_untracked() != crate::state::Status::Open {
+            Err("Not connected to the server: reconnecting; nothing was sent.".to_string())
+        } else {
+            cmds()
+        };
+        match read {
+            Ok(cmds) => {
+                refused.set(None);
+                cmds.into_iter().for_each(|c| app.run(c));
+            }
+            Err(why) => refused.set(Some(why)),
+        }
+    };
     view! {
-        <button id=id title=title disabled=move || app.read_only() on:click=move |_| { app.run(cmd()); }>{label}</button>
+        <button id=id title=title disabled=move || app.read_only() on:click=click>{label}</button>
+        {move || refused.get().map(|why| view! {
+            <span class="refused" role="alert" id=format!("{id}-refused")>{why}</span>
+        })}
     }
 }
 

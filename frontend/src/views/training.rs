@@ -1,7 +1,8 @@
 //! Training: build a model, an optimizer and data, then run forward,
 //! backward, the optimizer, or whole training loops.
 
-use super::{button, checkbox, hidden, text_input};
+use super::{button, checkbox, checked_button, hidden, text_input};
+use std::ops::RangeInclusive;
 use crate::state::App;
 use leptos::prelude::*;
 use vramlab_shared::command::{
@@ -11,7 +12,9 @@ use vramlab_shared::command::{
     DEFAULT_WIDTH,
 };
 use vramlab_shared::protocol::ClientMessage;
-use vramlab_shared::train::OptimizerKind;
+use vramlab_shared::engine::{MAX_BATCH_SIZE, MAX_TRAIN_STEPS};
+use vramlab_shared::input;
+use vramlab_shared::train::{OptimizerKind, MAX_LAYERS, MAX_WIDTH};
 
 /// The training fields.
 #[derive(Clone, Copy)]
@@ -30,18 +33,19 @@ struct Fields {
     no_grad: RwSignal<bool>,
 }
 
-/// The number in a field, or `default` when it is not one.
-fn number(s: RwSignal<String>, default: u64) -> u64 {
-    s.get_untracked().trim().parse().unwrap_or(default)
+/// The whole number in a field, or why it is not one in `range`.
+fn number(s: RwSignal<String>, what: &str, range: RangeInclusive<u64>) -> Result<u64, String> {
+    input::whole(&s.get_untracked(), what, range)
 }
 
 impl Fields {
     fn new() -> Self {
         let text = |s: &str| RwSignal::new(s.to_string());
+        let number = |n: u64| RwSignal::new(n.to_string());
         Fields {
-            layers: text("4"),
-            width: text("1024"),
-            batch: text("64"),
+            layers: number(DEFAULT_LAYERS.into()),
+            width: number(DEFAULT_WIDTH),
+            batch: number(DEFAULT_BATCH),
             steps: text("100"),
             optimizer: RwSignal::new(OptimizerKind::Adam),
             accumulate: text("1"),
@@ -54,16 +58,21 @@ impl Fields {
         }
     }
 
-    fn batch_size(&self) -> u64 {
-        number(self.batch, DEFAULT_BATCH)
+    fn batch_size(&self) -> Result<u64, String> {
+        number(self.batch, "batch", 1..=MAX_BATCH_SIZE)
+    }
+
+    fn accumulate(&self) -> Result<u64, String> {
+        number(self.accumulate, "accumulate", 1..=MAX_BATCH_SIZE)
     }
 
     /// `model`, `opt` and `data`, in that order.
-    fn build(&self) -> [Command; 3] {
+    fn build(&self) -> Result<Vec<Command>, String> {
+        let layers = number(self.layers, "layers", 1..=MAX_LAYERS.into())?;
         let model = Command::Model(ModelArgs {
             name: "model".into(),
-            layers: u32::try_from(number(self.layers, DEFAULT_LAYERS.into())).unwrap_or(u32::MAX),
-            width: number(self.width, DEFAULT_WIDTH),
+            layers: u32::try_from(layers).unwrap_or(MAX_LAYERS),
+            width: number(self.width, "width", 1..=MAX_WIDTH)?,
             input_dim: DEFAULT_FEATURES,
             classes: DEFAULT_CLASSES,
             dtype: None,
@@ -82,17 +91,17 @@ impl Fields {
             classes: DEFAULT_CLASSES,
             on_device: self.on_device.get_untracked(),
         });
-        [model, optimizer, data]
+        Ok(vec![model, optimizer, data])
     }
 
-    fn train(&self, steps: u64) -> Command {
-        Command::Train(TrainArgs {
+    fn train(&self, steps: u64) -> Result<Vec<Command>, String> {
+        Ok(vec![Command::Train(TrainArgs {
             model: "model".into(),
             optimizer: "opt".into(),
             data: "data".into(),
             steps,
-            batch_size: self.batch_size(),
-            accumulate: number(self.accumulate, 1),
+            batch_size: self.batch_size()?,
+            accumulate: self.accumulate()?,
             checkpointing: self.checkpointing.get_untracked(),
             amp: self.amp.get_untracked(),
             set_to_none: self.set_to_none.get_untracked(),
@@ -101,32 +110,32 @@ impl Fields {
             } else {
                 LossHistory::Item
             },
-        })
+        })])
     }
 
-    fn forward(&self) -> Command {
-        Command::Forward(ForwardArgs {
+    fn forward(&self) -> Result<Vec<Command>, String> {
+        Ok(vec![Command::Forward(ForwardArgs {
             name: "loss".into(),
             model: "model".into(),
             data: "data".into(),
-            batch_size: self.batch_size(),
+            batch_size: self.batch_size()?,
             no_grad: self.no_grad.get_untracked(),
             amp: self.amp.get_untracked(),
             checkpointing: self.checkpointing.get_untracked(),
-        })
+        })])
     }
 
-    fn estimate(&self) -> Command {
-        Command::Estimate(EstimateArgs {
+    fn estimate(&self) -> Result<Vec<Command>, String> {
+        Ok(vec![Command::Estimate(EstimateArgs {
             model: "model".into(),
             optimizer: Some("opt".into()),
             data: Some("data".into()),
-            batch_size: self.batch_size(),
-            accumulate: number(self.accumulate, 1),
+            batch_size: self.batch_size()?,
+            accumulate: self.accumulate()?,
             amp: self.amp.get_untracked(),
             checkpointing: self.checkpointing.get_untracked(),
             set_to_none: self.set_to_none.get_untracked(),
-        })
+        })])
     }
 }
 
@@ -142,7 +151,6 @@ fn find_batch_size() -> Command {
 #[component]
 pub fn Training(app: App) -> impl IntoView {
     let f = Fields::new();
-    let build = move |_| f.build().into_iter().for_each(|c| app.run(c));
     let on_optimizer = move |e| {
         if let Some(k) = OptimizerKind::from_id(&event_target_value(&e)) {
             f.optimizer.set(k);
@@ -178,7 +186,7 @@ pub fn Training(app: App) -> impl IntoView {
                 </select>
             </label>
             <label>{checkbox(f.on_device)}" data on the GPU"</label>
-            <button id="btn-build" disabled=move || app.read_only() on:click=build>"Build model, optimizer, data"</button>
+            {checked_button(app, "btn-build", "Build model, optimizer, data", "model = MLP(...); opt = ...; data on the host or the GPU", move || f.build())}
             <br />
             <label>"Batch " {text_input("batch", "5", "", f.batch)}</label>
             <label>"Accumulate " {text_input("accumulate", "2", "", f.accumulate)}</label>
@@ -188,15 +196,15 @@ pub fn Training(app: App) -> impl IntoView {
             <label>{checkbox(f.tensor_history)}" total_loss += loss"</label>
             <label>{checkbox(f.no_grad)}" no_grad (forward)"</label>
             <br />
-            {button(app, "btn-forward", "forward", "loss = criterion(model(x), y)", move || f.forward())}
+            {checked_button(app, "btn-forward", "forward", "loss = criterion(model(x), y)", move || f.forward())}
             {button(app, "btn-backward", "backward", "loss.backward()", backward)}
             {button(app, "btn-step", "step", "opt.step()", step)}
             {button(app, "btn-zero-grad", "zero_grad", "opt.zero_grad()", zero_grad)}
-            {button(app, "btn-train-1", "1 step", "One training step", move || f.train(1))}
+            {checked_button(app, "btn-train-1", "1 step", "One training step", move || f.train(1))}
             <label>"Steps " {text_input("steps", "5", "", f.steps)}</label>
-            {button(app, "btn-play", "▶ play", "Train for the number of steps", move || f.train(number(f.steps, 100)))}
+            {checked_button(app, "btn-play", "▶ play", "Train for the number of steps", move || f.train(number(f.steps, "steps", 1..=MAX_TRAIN_STEPS)?))}
             <br />
-            {button(app, "btn-estimate", "estimate", "Predict the step's memory before running it", move || f.estimate())}
+            {checked_button(app, "btn-estimate", "estimate", "Predict the step's memory before running it", move || f.estimate())}
             {button(app, "btn-find-batch", "find batch size", "The largest batch whose step stays under 80% of the memory limit", find_batch_size)}
             {button(app, "btn-tf-session", "tf.Session()", "TensorFlow 1: models built now belong to the session", move || Command::TfSession(session("sess")))}
             {button(app, "btn-close-session", "sess.close()", "Close the TF1 session", move || Command::Close(session("sess")))}

@@ -33,6 +33,9 @@ pub const MAX_NAME_LEN: usize = 64;
 /// The most steps one `train` command runs.
 pub const MAX_TRAIN_STEPS: u64 = 1_000_000;
 
+/// The largest batch a step may take.
+pub const MAX_BATCH_SIZE: u64 = 1 << 24;
+
 /// Starts a device for a kernel: the simulated GPU, or a real one.
 pub trait DeviceFactory: Send {
     fn start(&mut self, settings: &Settings) -> Result<Box<dyn Device>, CommandError>;

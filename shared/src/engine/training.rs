@@ -2,7 +2,7 @@
 //! training loop, each a [`step`] on the kernel inside a [`Frame`] whose
 //! locals an OOM leaves on `last_exception`.
 
-use super::{check_name, error, Engine, Outcome, Progress, MAX_TRAIN_STEPS};
+use super::{check_name, error, Engine, Outcome, Progress, MAX_BATCH_SIZE, MAX_TRAIN_STEPS};
 use crate::command::{BackwardArgs, ForwardArgs, LossHistory, StepArgs, TrainArgs, ZeroGradArgs};
 use crate::error::{CommandError, ErrorKind};
 use crate::kernel::AllocFailure;
@@ -442,10 +442,10 @@ pub(super) fn check_batch(
     data: &DataSpec,
     model: &ModelSpec,
 ) -> Result<(), CommandError> {
-    if batch == 0 || batch > 1 << 24 {
+    if batch == 0 || batch > MAX_BATCH_SIZE {
         return Err(error(
             ErrorKind::InvalidValue,
-            format!("batch_size must be 1 to {}, not {batch}", 1u64 << 24),
+            format!("batch_size must be 1 to {MAX_BATCH_SIZE}, not {batch}"),
         ));
     }
     if data.features != model.input_dim || data.classes != model.classes {

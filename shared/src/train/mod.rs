@@ -16,7 +16,7 @@ pub mod step;
 use crate::runtime::ObjId;
 use std::collections::HashMap;
 
-pub use spec::{DataSpec, Estimate, ModelSpec, OptimizerKind};
+pub use spec::{DataSpec, Estimate, ModelSpec, OptimizerKind, MAX_LAYERS, MAX_WIDTH};
 
 /// Steps above this many floating-point operations run shape-only (the
 /// simulated GPU keeps every allocation exact but computes no numbers).

@@ -4,6 +4,11 @@
 use crate::types::Dtype;
 use serde::{Deserialize, Serialize};
 
+/// The most hidden layers a model may have.
+pub const MAX_LAYERS: u32 = 1024;
+/// The widest a hidden layer may be.
+pub const MAX_WIDTH: u64 = 1 << 20;
+
 /// An MLP: `layers` hidden linear layers of `width` with ReLU, then a
 /// linear layer to `classes`, trained with softmax cross-entropy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,11 +78,14 @@ impl ModelSpec {
 
     /// Checks sizes; the message names what is wrong.
     pub fn validate(&self) -> Result<(), String> {
-        if !(1..=1024).contains(&self.layers) {
-            return Err(format!("layers must be 1 to 1024, not {}", self.layers));
+        if !(1..=MAX_LAYERS).contains(&self.layers) {
+            return Err(format!(
+                "layers must be 1 to {MAX_LAYERS}, not {}",
+                self.layers
+            ));
         }
         for (name, v, max) in [
-            ("width", self.width, 1 << 20),
+            ("width", self.width, MAX_WIDTH),
             ("input_dim", self.input_dim, 1 << 24),
             ("classes", self.classes, 1 << 20),
         ] {
