@@ -90,7 +90,13 @@ pub async fn launch(name: &str) -> (Browser, tokio::task::JoinHandle<()>, PathBu
 
 /// Opens a page and waits until it is connected to the server.
 pub async fn open(browser: &Browser, url: &str) -> Page {
-    let page = browser.new_page(url).await.unwrap();
+    // A blank page first, then the address: `new_page(url)` can miss a
+    // fast page's load event and wait for ever.
+    let page = browser.new_page("about:blank").await.unwrap();
+    tokio::time::timeout(WAIT, page.goto(url))
+        .await
+        .unwrap_or_else(|_| panic!("{url} did not load in {WAIT:?}"))
+        .unwrap();
     until(
         &page,
         "document.getElementById('status').textContent === 'connected'",
@@ -100,8 +106,9 @@ pub async fn open(browser: &Browser, url: &str) -> Page {
 }
 
 pub async fn js(page: &Page, script: &str) -> Value {
-    page.evaluate(script)
+    tokio::time::timeout(WAIT, page.evaluate(script))
         .await
+        .unwrap_or_else(|_| panic!("{script}: no answer in {WAIT:?}"))
         .unwrap_or_else(|e| panic!("{script}: {e}"))
         .into_value()
         .unwrap_or(Value::Null)

@@ -38,13 +38,12 @@ async fn on_screen(page: &Page, id: &str) -> bool {
 }
 
 async fn no_sideways_overflow(page: &Page) -> (bool, String) {
-    let v = js(
-        page,
-        "[document.documentElement.scrollWidth, innerWidth]",
-    )
-    .await;
+    let v = js(page, "[document.documentElement.scrollWidth, innerWidth]").await;
     let (wide, inner) = (v[0].as_i64().unwrap(), v[1].as_i64().unwrap());
-    (wide <= inner, format!("page {wide} px wide in a {inner} px window"))
+    (
+        wide <= inner,
+        format!("page {wide} px wide in a {inner} px window"),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -59,14 +58,24 @@ async fn at_every_width_the_step_and_the_numbers_are_on_screen_together() {
         let page = browser.new_page("about:blank").await.unwrap();
         viewport(&page, width, height).await;
         page.goto(format!("http://{addr}/")).await.unwrap();
-        until(&page, "document.getElementById('status').textContent === 'connected'").await;
+        until(
+            &page,
+            "document.getElementById('status').textContent === 'connected'",
+        )
+        .await;
         click(&page, "lesson-0").await;
         for step in 0..4 {
             until(&page, "document.getElementById('lesson-do')").await;
-            assert!(on_screen(&page, "lesson-do").await, "{width}: step {step} off screen");
+            assert!(
+                on_screen(&page, "lesson-do").await,
+                "{width}: step {step} off screen"
+            );
             press(&page, "lesson-do").await;
             for id in ["lesson-outcome", "allocated", "reserved", "device-used"] {
-                assert!(on_screen(&page, id).await, "{width}: #{id} off screen after step {step}");
+                assert!(
+                    on_screen(&page, id).await,
+                    "{width}: #{id} off screen after step {step}"
+                );
             }
             let (fits, why) = no_sideways_overflow(&page).await;
             assert!(fits, "{width}: {why}");
@@ -75,7 +84,11 @@ async fn at_every_width_the_step_and_the_numbers_are_on_screen_together() {
         let long = "t".repeat(60);
         chromium::set_input(&page, "name", &long).await;
         press(&page, "btn-alloc").await;
-        until(&page, &format!("document.getElementById('code').textContent.includes('{long}')")).await;
+        until(
+            &page,
+            &format!("document.getElementById('code').textContent.includes('{long}')"),
+        )
+        .await;
         let (fits, why) = no_sideways_overflow(&page).await;
         assert!(fits, "{width}, a long line: {why}");
         shot(&page, &format!("lesson-{width}.png")).await;
@@ -89,7 +102,11 @@ async fn at_every_width_the_step_and_the_numbers_are_on_screen_together() {
 
 /// The lesson box's step line ("Step 4 of 9: ...").
 async fn step_text(page: &Page) -> String {
-    until(page, "document.querySelector('.lesson .step')?.textContent").await.as_str().unwrap().to_string()
+    until(page, "document.querySelector('.lesson .step')?.textContent")
+        .await
+        .as_str()
+        .unwrap()
+        .to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -101,26 +118,65 @@ async fn links_to_a_lesson_step_run_the_steps_before_it() {
     let addr = serve_on(0, stop_rx).await;
     let (mut browser, events, profile) = launch("links").await;
     // Step 3 of the first lesson: steps 0 to 2 run first, each checked.
-    let page = open(&browser, &format!("http://{addr}/?lesson=01-del-vs-empty-cache&step=3")).await;
+    let page = open(
+        &browser,
+        &format!("http://{addr}/?lesson=01-del-vs-empty-cache&step=3"),
+    )
+    .await;
     until(&page, &format!("{COUNT} >= 3")).await;
-    assert!(step_text(&page).await.starts_with("Step 4 of"), "{}", step_text(&page).await);
-    let outcome = until(&page, "document.getElementById('lesson-outcome').textContent").await;
+    assert!(
+        step_text(&page).await.starts_with("Step 4 of"),
+        "{}",
+        step_text(&page).await
+    );
+    let outcome = until(
+        &page,
+        "document.getElementById('lesson-outcome').textContent",
+    )
+    .await;
     assert!(outcome.as_str().unwrap().starts_with('✓'), "{outcome}");
     // And the step itself then passes.
     press(&page, "lesson-do").await;
-    let outcome = js(&page, "document.getElementById('lesson-outcome').textContent").await;
+    let outcome = js(
+        &page,
+        "document.getElementById('lesson-outcome').textContent",
+    )
+    .await;
     assert!(outcome.as_str().unwrap().starts_with('✓'), "{outcome}");
     assert!(step_text(&page).await.starts_with("Step 5 of"));
     // The same tab (its session kept) opened at the lesson by its number.
-    page.goto(format!("http://{addr}/?lesson=1&step=2")).await.unwrap();
-    until(&page, "document.getElementById('status').textContent === 'connected'").await;
-    assert!(step_text(&page).await.starts_with("Step 3 of"));
+    page.goto(format!("http://{addr}/?lesson=1&step=2"))
+        .await
+        .unwrap();
+    until(&page, &format!("{COUNT} >= 2")).await;
+    until(
+        &page,
+        "document.querySelector('.lesson .step').textContent.startsWith('Step 3 of')",
+    )
+    .await;
     let title = js(&page, "document.querySelector('.lesson h3').textContent").await;
-    assert!(title.as_str().unwrap().to_lowercase().contains("empty cache"), "{title}");
+    assert!(
+        title
+            .as_str()
+            .unwrap()
+            .to_lowercase()
+            .contains("empty cache"),
+        "{title}"
+    );
     // ?framework= in a tab that already has a session.
-    page.goto(format!("http://{addr}/?framework=jax")).await.unwrap();
-    until(&page, "document.getElementById('framework').value === 'jax'").await;
-    until(&page, "document.getElementById('device').textContent.length > 0").await;
+    page.goto(format!("http://{addr}/?framework=jax"))
+        .await
+        .unwrap();
+    until(
+        &page,
+        "document.getElementById('framework').value === 'jax'",
+    )
+    .await;
+    until(
+        &page,
+        "document.getElementById('device').textContent.length > 0",
+    )
+    .await;
     page.close().await.unwrap();
     browser.close().await.unwrap();
     let _ = events.await;
@@ -135,11 +191,25 @@ async fn refused(page: &Page, field: &str, value: &str, button: &str, reason: &s
     let sent = js(page, "document.getElementById('code').textContent").await;
     chromium::set_input(page, field, value).await;
     click(page, button).await;
-    let said = until(page, &format!("document.getElementById('{button}-refused')?.textContent")).await;
-    assert!(said.as_str().unwrap().contains(reason), "{field}={value}: {said}");
+    let said = until(
+        page,
+        &format!("document.getElementById('{button}-refused')?.textContent"),
+    )
+    .await;
+    assert!(
+        said.as_str().unwrap().contains(reason),
+        "{field}={value}: {said}"
+    );
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert_eq!(results(page).await, before, "{field}={value} sent a command");
-    assert_eq!(js(page, "document.getElementById('code').textContent").await, sent);
+    assert_eq!(
+        results(page).await,
+        before,
+        "{field}={value} sent a command"
+    );
+    assert_eq!(
+        js(page, "document.getElementById('code').textContent").await,
+        sent
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -151,27 +221,73 @@ async fn bad_values_are_refused_where_they_are_typed() {
     let addr = serve_on(0, stop_rx).await;
     let (mut browser, events, profile) = launch("values").await;
     let page = open(&browser, &format!("http://{addr}/")).await;
-    refused(&page, "layers", "100000", "btn-build", "layers must be 1 to 1024, not 100000").await;
+    refused(
+        &page,
+        "layers",
+        "100000",
+        "btn-build",
+        "layers must be 1 to 1024, not 100000",
+    )
+    .await;
     chromium::set_input(&page, "layers", "4").await;
     press(&page, "btn-build").await;
     refused(&page, "size", "-5", "btn-alloc", "MiB must be more than 0").await;
     refused(&page, "size", "abc", "btn-alloc", "\"abc\" is not a number").await;
     chromium::set_input(&page, "size", "64").await;
-    refused(&page, "shape", "foo", "btn-alloc", "\"foo\" is not a dimension").await;
-    refused(&page, "shape", "-1, 5", "btn-alloc", "\"-1\" is not a dimension").await;
+    refused(
+        &page,
+        "shape",
+        "foo",
+        "btn-alloc",
+        "\"foo\" is not a dimension",
+    )
+    .await;
+    refused(
+        &page,
+        "shape",
+        "-1, 5",
+        "btn-alloc",
+        "\"-1\" is not a dimension",
+    )
+    .await;
     chromium::set_input(&page, "shape", "").await;
-    refused(&page, "steps", "ten", "btn-play", "steps: \"ten\" is not a whole number").await;
+    refused(
+        &page,
+        "steps",
+        "ten",
+        "btn-play",
+        "steps: \"ten\" is not a whole number",
+    )
+    .await;
     refused(&page, "batch", "0", "btn-train-1", "batch must be 1 to").await;
     chromium::set_input(&page, "batch", "64").await;
     // The reason goes once the value is good.
     press(&page, "btn-train-1").await;
-    assert_eq!(js(&page, "document.getElementById('btn-train-1-refused')").await, serde_json::Value::Null);
-    refused(&page, "device-gib", "big", "btn-restart-settings", "GPU memory (GiB): \"big\" is not a number").await;
+    assert_eq!(
+        js(&page, "document.getElementById('btn-train-1-refused')").await,
+        serde_json::Value::Null
+    );
+    refused(
+        &page,
+        "device-gib",
+        "big",
+        "btn-restart-settings",
+        "GPU memory (GiB): \"big\" is not a number",
+    )
+    .await;
     // While disconnected, a click says so and sends nothing.
     let _ = stop_tx.send(());
-    until(&page, "document.getElementById('status').textContent !== 'connected'").await;
+    until(
+        &page,
+        "document.getElementById('status').textContent !== 'connected'",
+    )
+    .await;
     click(&page, "btn-gc").await;
-    let said = until(&page, "document.getElementById('btn-gc-refused')?.textContent").await;
+    let said = until(
+        &page,
+        "document.getElementById('btn-gc-refused')?.textContent",
+    )
+    .await;
     assert!(said.as_str().unwrap().contains("Not connected"), "{said}");
     page.close().await.unwrap();
     browser.close().await.unwrap();

@@ -356,7 +356,8 @@ impl App {
 
     /// The step the lesson being played is at (0 with none).
     fn lesson_step(&self) -> usize {
-        self.lesson.with_untracked(|l| l.as_ref().map_or(0, |l| l.step))
+        self.lesson
+            .with_untracked(|l| l.as_ref().map_or(0, |l| l.step))
     }
 
     /// A link to step N of a lesson (or a kernel that lost its state while

@@ -47,8 +47,7 @@ fn lesson_index(name: &str) -> Option<usize> {
         .filter(|&i| i < LESSONS.len());
     by_number.or_else(|| {
         LESSONS.iter().position(|x| {
-            x.slug == name
-                || x.slug.split_once('-').is_some_and(|(_, rest)| rest == name)
+            x.slug == name || x.slug.split_once('-').is_some_and(|(_, rest)| rest == name)
         })
     })
 }

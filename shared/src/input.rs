@@ -45,7 +45,9 @@ pub fn positive(text: &str, what: &str, max: f64) -> Result<f64, String> {
         .filter(|v: &f64| v.is_finite())
         .ok_or_else(|| format!("{what}: \"{text}\" is not a number"))?;
     if v <= 0.0 || v > max {
-        return Err(format!("{what} must be more than 0 and at most {max}, not {v}"));
+        return Err(format!(
+            "{what} must be more than 0 and at most {max}, not {v}"
+        ));
     }
     Ok(v)
 }
@@ -146,10 +148,14 @@ mod tests {
         assert_eq!(shape("2x3 x4"), Ok(Some(vec![2, 3, 4])));
         assert_eq!(
             shape("foo"),
-            Err("shape: \"foo\" is not a dimension (whole numbers from 1, as in 1024, 1024)".into())
+            Err(
+                "shape: \"foo\" is not a dimension (whole numbers from 1, as in 1024, 1024)".into()
+            )
         );
         assert!(shape("-1, 5").unwrap_err().contains("\"-1\""));
         assert!(shape("0, 5").unwrap_err().contains("\"0\""));
-        assert!(shape("1,1,1,1,1,1,1,1,1").unwrap_err().contains("at most 8"));
+        assert!(shape("1,1,1,1,1,1,1,1,1")
+            .unwrap_err()
+            .contains("at most 8"));
     }
 }

@@ -7,8 +7,8 @@ use crate::state::App;
 use leptos::prelude::*;
 use vramlab_shared::command::{AllocArgs, Command, HoldArgs, NameArgs, RestartSettings};
 use vramlab_shared::framework::{Settings, MAX_DEVICE_BYTES};
-use vramlab_shared::input;
 use vramlab_shared::gpu::GpuModel;
+use vramlab_shared::input;
 use vramlab_shared::types::{Dtype, Framework};
 use vramlab_shared::units::{GIB, MIB};
 
@@ -106,14 +106,20 @@ impl SettingsFields {
             None => {
                 let max_gib = (MAX_DEVICE_BYTES / GIB) as f64;
                 let gib = input::positive(&field(self.device_gib), "GPU memory (GiB)", max_gib)?;
-                let context = input::whole(&field(self.context_mib), "context (MiB)", 0..=64 * 1024)?;
+                let context =
+                    input::whole(&field(self.context_mib), "context (MiB)", 0..=64 * 1024)?;
                 (Some((gib * GIB as f64) as u64), Some(context * MIB))
             }
         };
         let most_mib = MAX_DEVICE_BYTES / MIB;
-        let limit = input::optional_whole(&field(self.memory_limit_mib), "TF memory limit (MiB)", 1..=most_mib)?;
+        let limit = input::optional_whole(
+            &field(self.memory_limit_mib),
+            "TF memory limit (MiB)",
+            1..=most_mib,
+        )?;
         let mem_fraction = input::optional_fraction(&field(self.mem_fraction), "JAX mem fraction")?;
-        let max_split = input::optional_whole(&field(self.max_split_mb), "max_split_size_mb", 1..=most_mib)?;
+        let max_split =
+            input::optional_whole(&field(self.max_split_mb), "max_split_size_mb", 1..=most_mib)?;
         let fraction = input::optional_fraction(&field(self.fraction), "memory fraction")?;
         let cublas = Some(field(self.cublas_config).trim().to_string()).filter(|c| !c.is_empty());
         Ok(Command::Restart(RestartSettings {
@@ -201,7 +207,11 @@ fn Tensors(app: App) -> impl IntoView {
         match input::shape(&shape.get_untracked())? {
             Some(dims) => (args.shape, args.dtype) = (Some(dims), Some(Dtype::Float32)),
             None => {
-                args.bytes = Some(input::mib(&size_mib.get_untracked(), "MiB", MAX_DEVICE_BYTES)?)
+                args.bytes = Some(input::mib(
+                    &size_mib.get_untracked(),
+                    "MiB",
+                    MAX_DEVICE_BYTES,
+                )?)
             }
         }
         Ok(vec![Command::Alloc(args)])

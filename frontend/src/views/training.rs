@@ -2,18 +2,18 @@
 //! backward, the optimizer, or whole training loops.
 
 use super::{button, checkbox, checked_button, hidden, text_input};
-use std::ops::RangeInclusive;
 use crate::state::App;
 use leptos::prelude::*;
+use std::ops::RangeInclusive;
 use vramlab_shared::command::{
     BackwardArgs, Command, DataArgs, EstimateArgs, FindBatchSizeArgs, ForwardArgs, LossHistory,
     ModelArgs, NameArgs, OptimizerArgs, StepArgs, TrainArgs, ZeroGradArgs, DEFAULT_BATCH,
     DEFAULT_CLASSES, DEFAULT_FEATURES, DEFAULT_LAYERS, DEFAULT_SAMPLES, DEFAULT_THRESHOLD,
     DEFAULT_WIDTH,
 };
-use vramlab_shared::protocol::ClientMessage;
 use vramlab_shared::engine::{MAX_BATCH_SIZE, MAX_TRAIN_STEPS};
 use vramlab_shared::input;
+use vramlab_shared::protocol::ClientMessage;
 use vramlab_shared::train::{OptimizerKind, MAX_LAYERS, MAX_WIDTH};
 
 /// The training fields.
