@@ -18,7 +18,7 @@ const HEADER: &str = "x-forwarded-user";
 async fn start(trusted: &str, max_per_user: usize) -> String {
     let mut options = ServeOptions::default();
     options.access.user_header = Some(HEADER.into());
-    options.access.trusted_proxies = vec![trusted.parse().unwrap()];
+    options.access.trusted_proxies = vec![trusted.parse::<std::net::IpAddr>().unwrap().into()];
     options.max_sessions_per_client = max_per_user;
     let server = build(&options, select(DeviceChoice::Sim).unwrap()).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
