@@ -19,8 +19,12 @@
 //! - [`protocol`]: result records and websocket messages (the wire format).
 //! - [`lesson`]: checks lesson files' expectations.
 //! - [`input`]: text typed into the page's fields, read or refused.
+//! - [`cell`]: the code cell's Python, read into commands (no Python runtime).
+//! - [`advice`]: the popular advice on freeing memory, as cell code, and its claims judged.
 
+pub mod advice;
 pub mod alloc;
+pub mod cell;
 pub mod command;
 pub mod device;
 pub mod engine;

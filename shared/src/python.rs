@@ -3,6 +3,7 @@
 
 use crate::command::*;
 use crate::snapshot::Stats;
+use crate::train::OptimizerKind;
 use crate::types::Framework;
 use crate::units::{format_size, MIB};
 
@@ -27,13 +28,15 @@ pub fn code(cmd: &Command, framework: Framework) -> String {
             }
             s
         }
+        Command::Assign(a) => format!("{} = {}", a.name, a.value),
+        Command::Append(a) => format!("{}.append({})", a.name, a.item),
         Command::Gc {} => "import gc\ngc.collect()".into(),
         Command::EmptyCache {} => "torch.cuda.empty_cache()".into(),
         Command::ClearCublasWorkspaces {} => "torch._C._cuda_clearCublasWorkspaces()".into(),
         Command::ClearSession {} => "tf.keras.backend.clear_session()".into(),
         Command::ResetPeakMemoryStats {} => "torch.cuda.reset_peak_memory_stats()".into(),
         Command::Model(a) => model_code(a, framework),
-        Command::Optimizer(a) => format!("{} = {}({}.parameters())", a.name, a.kind.python(), a.model),
+        Command::Optimizer(a) => optimizer_code(a),
         Command::Data(a) => data_code(a),
         Command::Forward(a) => forward_code(a),
         Command::Backward(a) if a.retain_graph => format!("{}.backward(retain_graph=True)", a.name),
@@ -140,6 +143,17 @@ fn model_code(a: &ModelArgs, framework: Framework) -> String {
             layers.saturating_sub(1)
         )
     }
+}
+
+fn optimizer_code(a: &OptimizerArgs) -> String {
+    let mut args = format!("{}.parameters()", a.model);
+    if let Some(lr) = a.lr {
+        args.push_str(&format!(", lr={lr}"));
+    }
+    if a.kind == OptimizerKind::Momentum {
+        args.push_str(", momentum=0.9");
+    }
+    format!("{} = {}({args})", a.name, a.kind.python())
 }
 
 fn data_code(a: &DataArgs) -> String {
@@ -254,7 +268,11 @@ pub fn fact_link(cmd: &Command) -> (&'static str, &'static str) {
             "PyTorch: memory management",
             "https://pytorch.org/docs/stable/notes/cuda.html#memory-management",
         ),
-        Command::Del { .. } | Command::Hold { .. } | Command::Gc {} => (
+        Command::Del { .. }
+        | Command::Hold { .. }
+        | Command::Assign { .. }
+        | Command::Append { .. }
+        | Command::Gc {} => (
             "Python: the del statement and gc",
             "https://docs.python.org/3/library/gc.html",
         ),

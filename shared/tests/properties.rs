@@ -19,6 +19,10 @@ enum Op {
     Alloc(usize, u64),
     Del(usize),
     Hold(usize, Vec<usize>, bool),
+    /// `a = b`
+    Assign(usize, usize),
+    /// `a.append(b)`
+    Append(usize, usize),
     Gc,
     EmptyCache,
     ClearSession,
@@ -46,6 +50,8 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (0..NAMES.len()).prop_map(Op::Del),
         2 => (0..NAMES.len(), prop::collection::vec(0..NAMES.len(), 0..4), any::<bool>())
             .prop_map(|(n, items, cycle)| Op::Hold(n, items, cycle)),
+        2 => (0..NAMES.len(), 0..NAMES.len()).prop_map(|(a, b)| Op::Assign(a, b)),
+        2 => (0..NAMES.len(), 0..NAMES.len()).prop_map(|(a, b)| Op::Append(a, b)),
         1 => Just(Op::Gc),
         1 => Just(Op::EmptyCache),
         1 => Just(Op::ClearSession),
@@ -104,6 +110,14 @@ fn command(op: &Op, framework: Framework, variant: u8) -> Command {
             name: NAMES[*n].into(),
             items: items.iter().map(|&i| NAMES[i].to_string()).collect(),
             cycle: *cycle,
+        }),
+        Op::Assign(a, b) => Command::Assign(command::AssignArgs {
+            name: NAMES[*a].into(),
+            value: NAMES[*b].into(),
+        }),
+        Op::Append(a, b) => Command::Append(command::AppendArgs {
+            name: NAMES[*a].into(),
+            item: NAMES[*b].into(),
         }),
         Op::Gc => Command::Gc {},
         Op::EmptyCache => Command::EmptyCache {},

@@ -37,6 +37,22 @@ pub struct HoldArgs {
     pub cycle: bool,
 }
 
+/// `y = x`: a second name for the object `value` names.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AssignArgs {
+    pub name: String,
+    pub value: String,
+}
+
+/// `h.append(x)`: the list `name` takes a reference to `item` (itself: a cycle).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppendArgs {
+    pub name: String,
+    pub item: String,
+}
+
 /// `model = MLP(...).cuda()`: `layers` hidden layers of `width`. With
 /// `keras` (always under TensorFlow) Keras's global state holds it too.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

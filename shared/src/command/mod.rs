@@ -19,6 +19,8 @@ pub enum Command {
     Alloc(AllocArgs),
     Del(NameArgs),
     Hold(HoldArgs),
+    Assign(AssignArgs),
+    Append(AppendArgs),
     /// `gc.collect()`
     Gc {},
     /// `torch.cuda.empty_cache()`
@@ -53,6 +55,8 @@ impl Command {
             Command::Alloc(_) => "alloc",
             Command::Del(_) => "del",
             Command::Hold(_) => "hold",
+            Command::Assign(_) => "assign",
+            Command::Append(_) => "append",
             Command::Gc {} => "gc",
             Command::EmptyCache {} => "empty_cache",
             Command::ClearCublasWorkspaces {} => "clear_cublas_workspaces",

@@ -241,6 +241,8 @@ impl Engine {
             Command::Alloc(a) => self.alloc(a),
             Command::Del(a) => self.del(&a.name),
             Command::Hold(a) => self.hold(a),
+            Command::Assign(a) => self.assign(a),
+            Command::Append(a) => self.append(a),
             Command::Gc {} => Ok(self.gc()),
             Command::EmptyCache {} => Ok(self.empty_cache()),
             Command::ClearCublasWorkspaces {} => Ok(self.clear_cublas_workspaces()),

@@ -154,8 +154,9 @@ impl Engine {
         );
         self.kernel.bind_local(name, opt);
         Ok(Outcome::note(format!(
-            "`{name}` = {}: it holds references to the parameters; its state ({}) is allocated at the first step.",
+            "`{name}` = {}{}: it holds references to the parameters; its state ({}) is allocated at the first step.",
             kind.python(),
+            if kind == crate::train::OptimizerKind::Momentum { "(momentum=0.9)" } else { "" },
             match kind.state_per_param() {
                 0 => "none".to_string(),
                 n => format!("{n}x the parameters"),

@@ -2,7 +2,7 @@
 //! `empty_cache()` and `clear_session()`.
 
 use super::{check_name, error, name_error, Engine, Outcome};
-use crate::command::{AllocArgs, HoldArgs};
+use crate::command::{AllocArgs, AppendArgs, AssignArgs, HoldArgs};
 use crate::error::{CommandError, ErrorKind};
 use crate::runtime::{Holder, ObjId};
 use crate::train::step::clear_cublas_workspaces;
@@ -100,6 +100,54 @@ impl Engine {
             )
         };
         Ok(Outcome::note(note))
+    }
+
+    /// `y = x`: binds `name` to the object `value` names.
+    pub(super) fn assign(&mut self, a: &AssignArgs) -> Result<Outcome, CommandError> {
+        let (name, value) = (a.name.as_str(), a.value.as_str());
+        check_name(name)?;
+        let id = self.lookup(value)?;
+        if name == value {
+            return Ok(Outcome::note(format!("`{name} = {name}` changes nothing.")));
+        }
+        let released = self.kernel.runtime.bind(name, id);
+        let freed = self.kernel.release(&released);
+        let refs = self.kernel.runtime.get(id).map_or(0, |o| o.refcount);
+        let mut note = format!(
+            "`{name}` and `{value}` now name one object ({refs} references): nothing was allocated, and `del` of either frees nothing while the other lives."
+        );
+        if freed > 0 {
+            note.push_str(&format!(
+                " Rebinding `{name}` dropped its old object's last reference: {} freed.",
+                format_size(freed)
+            ));
+        }
+        Ok(Outcome::note(note))
+    }
+
+    /// `h.append(x)`: the list takes one more reference.
+    pub(super) fn append(&mut self, a: &AppendArgs) -> Result<Outcome, CommandError> {
+        let (name, item) = (a.name.as_str(), a.item.as_str());
+        let list = self.lookup(name)?;
+        let kind = self
+            .kernel
+            .runtime
+            .get(list)
+            .map(|o| o.kind.type_name())
+            .unwrap_or_default();
+        if kind != "list" {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                format!("AttributeError: '{kind}' object has no attribute 'append' (`{name}` is not a list)"),
+            ));
+        }
+        let target = self.lookup(item)?;
+        self.kernel.runtime.add_ref(list, target);
+        Ok(Outcome::note(if list == target {
+            format!("`{name}` now holds itself: a reference cycle. `del {name}` will leave it alive until gc.collect() finds it.")
+        } else {
+            format!("`{name}` holds `{item}` too: `del {item}` alone will not free it.")
+        }))
     }
 
     pub(super) fn hold(&mut self, a: &HoldArgs) -> Result<Outcome, CommandError> {

@@ -471,3 +471,47 @@ fn roundup_power2_divisions_takes_the_per_size_list() {
         .message
         .contains("intervals have to be power of 2"));
 }
+
+#[test]
+fn assign_names_one_object_twice_and_append_makes_a_cycle() {
+    let mut e = Engine::new_simulated();
+    run(&mut e, r#"{"cmd":"alloc","name":"x","bytes":67108864}"#);
+    let r = run(&mut e, r#"{"cmd":"assign","name":"y","value":"x"}"#);
+    assert_eq!(r.stats.allocated_bytes, 64 * MIB);
+    assert_eq!(
+        r.note.as_deref(),
+        Some("`y` and `x` now name one object (2 references): nothing was allocated, and `del` of either frees nothing while the other lives.")
+    );
+    assert_eq!(
+        run(&mut e, r#"{"cmd":"del","name":"x"}"#)
+            .stats
+            .allocated_bytes,
+        64 * MIB
+    );
+    run(&mut e, r#"{"cmd":"hold","name":"h","items":["y"]}"#);
+    run(&mut e, r#"{"cmd":"append","name":"h","item":"h"}"#);
+    assert_eq!(
+        run(&mut e, r#"{"cmd":"del","name":"y"}"#)
+            .stats
+            .allocated_bytes,
+        64 * MIB
+    );
+    // The list holds itself: only the collector frees it.
+    assert_eq!(
+        run(&mut e, r#"{"cmd":"del","name":"h"}"#)
+            .stats
+            .allocated_bytes,
+        64 * MIB
+    );
+    assert_eq!(run(&mut e, r#"{"cmd":"gc"}"#).stats.allocated_bytes, 0);
+    let r = run(&mut e, r#"{"cmd":"alloc","name":"t","bytes":512}"#);
+    assert!(r.ok);
+    let r = run(&mut e, r#"{"cmd":"append","name":"t","item":"t"}"#);
+    assert_eq!(
+        r.error.map(|e| e.message),
+        Some(
+            "AttributeError: 'Tensor' object has no attribute 'append' (`t` is not a list)"
+                .to_string()
+        )
+    );
+}

@@ -151,7 +151,7 @@ impl OptimizerKind {
     pub fn python(self) -> &'static str {
         match self {
             OptimizerKind::Sgd => "torch.optim.SGD",
-            OptimizerKind::Momentum => "torch.optim.SGD(momentum=0.9)",
+            OptimizerKind::Momentum => "torch.optim.SGD",
             OptimizerKind::Adam => "torch.optim.Adam",
             OptimizerKind::Adamw => "torch.optim.AdamW",
         }

@@ -1,0 +1,91 @@
+//! Keras's `model.compile(optimizer=...)` (the optimizer, its state made at
+//! the first step) and `model.fit(x, y, ...)` (the training loop, the
+//! arrays copied to the GPU batch by batch).
+
+use super::library::samples_features;
+use super::ops::optimizer_kind;
+use super::value::{Args, Eval, Value};
+use super::CellError;
+use crate::command::*;
+
+/// The optimizer `compile` makes for `model`.
+pub fn optimizer_name(model: &str) -> String {
+    format!("{model}_optimizer")
+}
+
+/// The dataset `fit` reads for `model`.
+pub fn data_name(model: &str) -> String {
+    format!("{model}_data")
+}
+
+pub fn method(ev: &Eval, model: &str, m: &str, args: &Args) -> Result<Value, CellError> {
+    match m {
+        "compile" => compile(ev, model, args),
+        _ => fit(ev, model, args),
+    }
+}
+
+fn compile(ev: &Eval, model: &str, args: &Args) -> Result<Value, CellError> {
+    let (kind, lr) = optimizer_kind(ev, args.get(0, "optimizer"))?;
+    Ok(Value::Effect(vec![Command::Optimizer(OptimizerArgs {
+        name: optimizer_name(model),
+        model: model.to_string(),
+        kind,
+        lr,
+    })]))
+}
+
+fn fit(ev: &Eval, model: &str, args: &Args) -> Result<Value, CellError> {
+    let Some(Some(optimizer)) = ev.names.keras.get(model) else {
+        return Err(ev.err(format!(
+            "`{model}.fit` needs `{model}.compile(optimizer=...)` first"
+        )));
+    };
+    let Some(Value::Tensor(x)) = args.get(0, "x") else {
+        return Err(ev.err("fit(x, y, ...) takes arrays made in the cell (for instance from keras.datasets.mnist.load_data())"));
+    };
+    let (samples, features) = samples_features(ev, &x.shape)?;
+    let batch = positive(ev, args.get(2, "batch_size"), 32, "batch_size")?;
+    let epochs = positive(ev, args.get(3, "epochs"), 1, "epochs")?;
+    let per_epoch = positive(
+        ev,
+        args.kw("steps_per_epoch"),
+        samples.div_ceil(batch),
+        "steps_per_epoch",
+    )?;
+    let data = data_name(model);
+    let mut commands = Vec::new();
+    if !ev.names.loaders.contains_key(&data) {
+        commands.push(Command::Data(DataArgs {
+            name: data.clone(),
+            samples,
+            features,
+            classes: DEFAULT_CLASSES,
+            on_device: x.gpu,
+        }));
+    }
+    commands.push(Command::Train(TrainArgs {
+        model: model.to_string(),
+        optimizer: optimizer.clone(),
+        data,
+        steps: per_epoch.saturating_mul(epochs),
+        batch_size: batch,
+        accumulate: 1,
+        checkpointing: false,
+        amp: false,
+        set_to_none: true,
+        loss_history: LossHistory::Item,
+    }));
+    Ok(Value::Effect(commands))
+}
+
+fn positive(ev: &Eval, v: Option<&Value>, default: u64, what: &str) -> Result<u64, CellError> {
+    match v {
+        None | Some(Value::None) => Ok(default),
+        Some(v) => v
+            .int()
+            .and_then(|i| u64::try_from(i).ok())
+            .filter(|&i| i > 0)
+            .ok_or_else(|| ev.err(format!("{what} must be a positive whole number"))),
+    }
+}

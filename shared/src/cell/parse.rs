@@ -1,0 +1,750 @@
+//! A recursive-descent parser from the cell's tokens to statements, with
+//! Python's precedence: `or`, `and`, `not`, comparisons, `+ -`,
+//! `* / // % @`, unary signs, `**`, then calls, attributes and indexing.
+
+use super::ast::{Arg, Expr, Stmt, StmtKind, Target};
+use super::lex::{tokens, Tok, Token};
+use super::CellError;
+
+/// The statements of `source`, top level first; blocks nest inside them.
+pub fn parse(source: &str) -> Result<Vec<Stmt>, CellError> {
+    let mut p = Parser {
+        toks: tokens(source)?,
+        pos: 0,
+    };
+    let mut out = Vec::new();
+    while !p.at(&Tok::End) {
+        out.extend(p.statement()?);
+    }
+    Ok(out)
+}
+
+/// Keywords that start a compound statement the cell does not run.
+const UNSUPPORTED: [&str; 8] = [
+    "def", "class", "while", "try", "lambda", "async", "return", "global",
+];
+
+struct Parser {
+    toks: Vec<Token>,
+    pos: usize,
+}
+
+impl Parser {
+    fn peek(&self) -> &Tok {
+        &self.toks[self.pos].tok
+    }
+
+    fn line(&self) -> usize {
+        self.toks[self.pos].line
+    }
+
+    fn prev_line(&self) -> usize {
+        self.toks[self.pos.saturating_sub(1)].line
+    }
+
+    /// The line of the last token consumed that is not layout (a statement's end).
+    fn end_line(&self) -> usize {
+        self.toks[..self.pos]
+            .iter()
+            .rev()
+            .find(|t| !matches!(t.tok, Tok::Newline | Tok::Indent | Tok::Dedent | Tok::End))
+            .map_or(1, |t| t.line)
+    }
+
+    fn at(&self, tok: &Tok) -> bool {
+        self.peek() == tok
+    }
+
+    fn at_op(&self, op: &str) -> bool {
+        matches!(self.peek(), Tok::Op(o) if *o == op)
+    }
+
+    fn at_name(&self, name: &str) -> bool {
+        matches!(self.peek(), Tok::Name(n) if n == name)
+    }
+
+    fn bump(&mut self) -> Tok {
+        let t = self.peek().clone();
+        if t != Tok::End {
+            self.pos += 1;
+        }
+        t
+    }
+
+    fn eat_op(&mut self, op: &str) -> bool {
+        let yes = self.at_op(op);
+        if yes {
+            self.pos += 1;
+        }
+        yes
+    }
+
+    fn eat_name(&mut self, name: &str) -> bool {
+        let yes = self.at_name(name);
+        if yes {
+            self.pos += 1;
+        }
+        yes
+    }
+
+    fn error(&self, message: impl Into<String>) -> CellError {
+        CellError::new(self.line(), message)
+    }
+
+    fn expect_op(&mut self, op: &str) -> Result<(), CellError> {
+        if self.eat_op(op) {
+            Ok(())
+        } else {
+            Err(self.error(format!("SyntaxError: expected '{op}'")))
+        }
+    }
+
+    fn name(&mut self) -> Result<String, CellError> {
+        match self.bump() {
+            Tok::Name(n) => Ok(n),
+            _ => Err(CellError::new(
+                self.prev_line(),
+                "SyntaxError: expected a name",
+            )),
+        }
+    }
+
+    // ---- statements ----
+
+    fn statement(&mut self) -> Result<Vec<Stmt>, CellError> {
+        let line = self.line();
+        let kind = match self.peek() {
+            Tok::Name(n) if n == "for" => self.for_stmt()?,
+            Tok::Name(n) if n == "with" => self.with_stmt()?,
+            Tok::Name(n) if n == "if" => self.if_stmt()?,
+            Tok::Name(n) if UNSUPPORTED.contains(&n.as_str()) => self.skip_unsupported()?,
+            Tok::Indent => return Err(self.error("IndentationError: unexpected indent")),
+            _ => return self.simple_statements(),
+        };
+        Ok(vec![Stmt {
+            kind,
+            line,
+            end_line: self.end_line(),
+        }])
+    }
+
+    /// `a; b; c` up to the end of the line.
+    fn simple_statements(&mut self) -> Result<Vec<Stmt>, CellError> {
+        let mut out = Vec::new();
+        loop {
+            let line = self.line();
+            let kind = self.simple()?;
+            out.push(Stmt {
+                kind,
+                line,
+                end_line: self.end_line(),
+            });
+            if !self.eat_op(";") || self.at(&Tok::Newline) {
+                break;
+            }
+        }
+        match self.bump() {
+            Tok::Newline | Tok::End => Ok(out),
+            other => Err(CellError::new(
+                self.prev_line(),
+                format!("SyntaxError: unexpected {}", describe(&other)),
+            )),
+        }
+    }
+
+    fn simple(&mut self) -> Result<StmtKind, CellError> {
+        if self.eat_name("import") {
+            return self.import();
+        }
+        if self.eat_name("from") {
+            return self.import_from();
+        }
+        if self.eat_name("del") {
+            return Ok(StmtKind::Del(self.expr_list_items()?));
+        }
+        if self.eat_name("pass") {
+            return Ok(StmtKind::Pass);
+        }
+        for jump in ["break", "continue"] {
+            if self.eat_name(jump) {
+                return Ok(StmtKind::Jump(jump));
+            }
+        }
+        self.expression_statement()
+    }
+
+    fn expression_statement(&mut self) -> Result<StmtKind, CellError> {
+        let first = self.expr_list()?;
+        for op in ["+=", "-=", "*=", "/=", "//=", "%=", "**="] {
+            if self.eat_op(op) {
+                let value = self.expr_list()?;
+                return Ok(StmtKind::AugAssign(target(first), op, value));
+            }
+        }
+        if !self.at_op("=") {
+            return Ok(StmtKind::Expr(first));
+        }
+        let mut targets = vec![target(first)];
+        let mut value = None;
+        while self.eat_op("=") {
+            if let Some(v) = value.take() {
+                targets.push(target(v));
+            }
+            value = Some(self.expr_list()?);
+        }
+        Ok(StmtKind::Assign(targets, value.expect("at least one '='")))
+    }
+
+    /// `import a.b as c, d`
+    fn import(&mut self) -> Result<StmtKind, CellError> {
+        let mut bound = Vec::new();
+        loop {
+            let module = self.dotted()?;
+            let name = if self.eat_name("as") {
+                self.name()?
+            } else {
+                module.split('.').next().unwrap_or_default().to_string()
+            };
+            bound.push((name, module));
+            if !self.eat_op(",") {
+                return Ok(StmtKind::Import(bound));
+            }
+        }
+    }
+
+    /// `from a.b import c as d, e`
+    fn import_from(&mut self) -> Result<StmtKind, CellError> {
+        let module = self.dotted()?;
+        if !self.eat_name("import") {
+            return Err(self.error("SyntaxError: expected 'import'"));
+        }
+        let parens = self.eat_op("(");
+        let mut bound = Vec::new();
+        loop {
+            let item = self.name()?;
+            let name = if self.eat_name("as") {
+                self.name()?
+            } else {
+                item.clone()
+            };
+            bound.push((name, format!("{module}.{item}")));
+            if !self.eat_op(",") || (parens && self.at_op(")")) {
+                break;
+            }
+        }
+        if parens {
+            self.expect_op(")")?;
+        }
+        Ok(StmtKind::Import(bound))
+    }
+
+    fn dotted(&mut self) -> Result<String, CellError> {
+        let mut s = self.name()?;
+        while self.eat_op(".") {
+            s.push('.');
+            s.push_str(&self.name()?);
+        }
+        Ok(s)
+    }
+
+    fn for_stmt(&mut self) -> Result<StmtKind, CellError> {
+        self.bump();
+        let mut items = vec![self.postfix()?];
+        while self.eat_op(",") {
+            items.push(self.postfix()?);
+        }
+        let t = if items.len() == 1 {
+            target(items.remove(0))
+        } else {
+            Target::Tuple(items.into_iter().map(target).collect())
+        };
+        if !self.eat_name("in") {
+            return Err(self.error("SyntaxError: expected 'in'"));
+        }
+        let iter = self.expr_list()?;
+        Ok(StmtKind::For(t, iter, self.block()?))
+    }
+
+    fn with_stmt(&mut self) -> Result<StmtKind, CellError> {
+        self.bump();
+        let mut items = Vec::new();
+        loop {
+            let e = self.expr()?;
+            let t = if self.eat_name("as") {
+                Some(target(self.postfix()?))
+            } else {
+                None
+            };
+            items.push((e, t));
+            if !self.eat_op(",") {
+                break;
+            }
+        }
+        Ok(StmtKind::With(items, self.block()?))
+    }
+
+    fn if_stmt(&mut self) -> Result<StmtKind, CellError> {
+        self.bump();
+        let cond = self.expr()?;
+        let body = self.block()?;
+        let orelse = if self.at_name("elif") {
+            let line = self.line();
+            let kind = self.if_stmt()?;
+            vec![Stmt {
+                kind,
+                line,
+                end_line: self.end_line(),
+            }]
+        } else if self.eat_name("else") {
+            self.block()?
+        } else {
+            Vec::new()
+        };
+        Ok(StmtKind::If(cond, body, orelse))
+    }
+
+    /// `: simple` on the same line, or `:` NEWLINE INDENT statements DEDENT.
+    fn block(&mut self) -> Result<Vec<Stmt>, CellError> {
+        self.expect_op(":")?;
+        if !self.at(&Tok::Newline) {
+            return self.simple_statements();
+        }
+        self.bump();
+        if self.bump() != Tok::Indent {
+            return Err(CellError::new(
+                self.prev_line(),
+                "IndentationError: expected an indented block",
+            ));
+        }
+        let mut body = Vec::new();
+        while !self.at(&Tok::Dedent) && !self.at(&Tok::End) {
+            body.extend(self.statement()?);
+        }
+        self.bump();
+        Ok(body)
+    }
+
+    /// Skips a statement the cell does not run, with its block and any
+    /// `elif`/`else`/`except`/`finally` clauses.
+    fn skip_unsupported(&mut self) -> Result<StmtKind, CellError> {
+        let Tok::Name(keyword) = self.bump() else {
+            unreachable!("called at a name")
+        };
+        loop {
+            let mut depth = 0usize;
+            while !(self.at(&Tok::End) || self.at(&Tok::Newline) && depth == 0) {
+                match self.bump() {
+                    Tok::Indent => depth += 1,
+                    Tok::Dedent => depth = depth.saturating_sub(1),
+                    _ => {}
+                }
+            }
+            self.bump();
+            if self.at(&Tok::Indent) {
+                self.skip_block();
+            }
+            let clause = ["elif", "else", "except", "finally"]
+                .iter()
+                .any(|k| self.at_name(k));
+            if !clause {
+                return Ok(StmtKind::Unsupported(keyword));
+            }
+        }
+    }
+
+    fn skip_block(&mut self) {
+        let mut depth = 0usize;
+        loop {
+            match self.bump() {
+                Tok::Indent => depth += 1,
+                Tok::Dedent if depth <= 1 => return,
+                Tok::Dedent => depth -= 1,
+                Tok::End => return,
+                _ => {}
+            }
+        }
+    }
+
+    // ---- expressions ----
+
+    /// `a, b` (a tuple) or one expression.
+    fn expr_list(&mut self) -> Result<Expr, CellError> {
+        let mut items = self.expr_list_items()?;
+        Ok(
+            if items.len() == 1 && !self.toks[self.pos - 1].tok.eq(&Tok::Op(",")) {
+                items.remove(0)
+            } else {
+                Expr::Tuple(items)
+            },
+        )
+    }
+
+    fn expr_list_items(&mut self) -> Result<Vec<Expr>, CellError> {
+        let mut items = vec![self.expr()?];
+        while self.eat_op(",") {
+            if self.ends_list() {
+                break;
+            }
+            items.push(self.expr()?);
+        }
+        Ok(items)
+    }
+
+    fn ends_list(&self) -> bool {
+        matches!(self.peek(), Tok::Newline | Tok::End)
+            || [")", "]", "=", ";", ":"].iter().any(|o| self.at_op(o))
+    }
+
+    fn expr(&mut self) -> Result<Expr, CellError> {
+        if self.at_name("lambda") {
+            return Err(self.error("lambda is not supported in the cell"));
+        }
+        let e = self.binary(0)?;
+        if self.at_name("if") {
+            return Err(self
+                .error("conditional expressions (`a if c else b`) are not supported in the cell"));
+        }
+        Ok(e)
+    }
+
+    /// Binary operators by precedence level (0 = `or` … 5 = `* /`).
+    fn binary(&mut self, level: usize) -> Result<Expr, CellError> {
+        const LEVELS: [&[&str]; 5] = [
+            &["or"],
+            &["and"],
+            &["==", "!=", "<", ">", "<=", ">=", "in", "is"],
+            &["+", "-"],
+            &["*", "/", "//", "%", "@"],
+        ];
+        if level == LEVELS.len() {
+            return self.unary();
+        }
+        if level == 2 && self.eat_name("not") {
+            return Ok(Expr::Unary("not", Box::new(self.binary(level)?)));
+        }
+        let mut left = self.binary(level + 1)?;
+        loop {
+            let Some(op) = LEVELS[level]
+                .iter()
+                .copied()
+                .find(|op| self.at_op(op) || self.at_name(op))
+            else {
+                return Ok(left);
+            };
+            self.bump();
+            let right = self.binary(level + 1)?;
+            left = Expr::Binary(Box::new(left), op, Box::new(right));
+        }
+    }
+
+    fn unary(&mut self) -> Result<Expr, CellError> {
+        for op in ["-", "+", "~"] {
+            if self.eat_op(op) {
+                return Ok(Expr::Unary(op, Box::new(self.unary()?)));
+            }
+        }
+        let base = self.postfix()?;
+        if self.eat_op("**") {
+            return Ok(Expr::Binary(Box::new(base), "**", Box::new(self.unary()?)));
+        }
+        Ok(base)
+    }
+
+    fn postfix(&mut self) -> Result<Expr, CellError> {
+        let mut e = self.atom()?;
+        loop {
+            if self.eat_op(".") {
+                e = Expr::Attr(Box::new(e), self.name()?);
+            } else if self.eat_op("(") {
+                e = Expr::Call(Box::new(e), self.args()?);
+            } else if self.eat_op("[") {
+                let index = self.expr_list()?;
+                self.expect_op("]")?;
+                e = Expr::Index(Box::new(e), Box::new(index));
+            } else {
+                return Ok(e);
+            }
+        }
+    }
+
+    fn args(&mut self) -> Result<Vec<Arg>, CellError> {
+        let mut args = Vec::new();
+        while !self.eat_op(")") {
+            if self.eat_op("**") {
+                return Err(self.error("`**kwargs` is not supported in the cell"));
+            }
+            let arg = if self.eat_op("*") {
+                Arg::Star(self.expr()?)
+            } else {
+                let e = self.expr()?;
+                match e {
+                    Expr::Name(n) if self.eat_op("=") => Arg::Keyword(n, self.expr()?),
+                    e => Arg::Pos(e),
+                }
+            };
+            args.push(arg);
+            if !self.eat_op(",") {
+                self.expect_op(")")?;
+                break;
+            }
+        }
+        Ok(args)
+    }
+
+    fn atom(&mut self) -> Result<Expr, CellError> {
+        let line = self.line();
+        Ok(match self.bump() {
+            Tok::Name(n) => match n.as_str() {
+                "True" => Expr::Bool(true),
+                "False" => Expr::Bool(false),
+                "None" => Expr::None,
+                _ => Expr::Name(n),
+            },
+            Tok::Int(i) => Expr::Int(i),
+            Tok::Float(f) => Expr::Float(f),
+            Tok::Str(s) => self.more_strings(s),
+            Tok::Op("...") => Expr::Ellipsis,
+            Tok::Op("(") => self.parenthesised()?,
+            Tok::Op("[") => self.list()?,
+            Tok::Op("{") => {
+                return Err(CellError::new(
+                    line,
+                    "dicts and sets are not supported in the cell",
+                ))
+            }
+            other => {
+                return Err(CellError::new(
+                    line,
+                    format!("SyntaxError: unexpected {}", describe(&other)),
+                ))
+            }
+        })
+    }
+
+    /// `"a" "b"`: adjacent strings join.
+    fn more_strings(&mut self, mut s: String) -> Expr {
+        while let Tok::Str(more) = self.peek().clone() {
+            self.bump();
+            s.push_str(&more);
+        }
+        Expr::Str(s)
+    }
+
+    fn parenthesised(&mut self) -> Result<Expr, CellError> {
+        if self.eat_op(")") {
+            return Ok(Expr::Tuple(Vec::new()));
+        }
+        let e = self.expr_list()?;
+        self.expect_op(")")?;
+        Ok(e)
+    }
+
+    fn list(&mut self) -> Result<Expr, CellError> {
+        if self.eat_op("]") {
+            return Ok(Expr::List(Vec::new()));
+        }
+        let first = self.expr()?;
+        if self.at_name("for") {
+            return self.comprehension(first);
+        }
+        let mut items = vec![first];
+        while self.eat_op(",") && !self.at_op("]") {
+            items.push(self.expr()?);
+        }
+        self.expect_op("]")?;
+        Ok(Expr::List(items))
+    }
+
+    fn comprehension(&mut self, item: Expr) -> Result<Expr, CellError> {
+        let mut fors = Vec::new();
+        while self.eat_name("for") {
+            let mut targets = vec![self.postfix()?];
+            while self.eat_op(",") {
+                targets.push(self.postfix()?);
+            }
+            let t = if targets.len() == 1 {
+                target(targets.remove(0))
+            } else {
+                Target::Tuple(targets.into_iter().map(target).collect())
+            };
+            if !self.eat_name("in") {
+                return Err(self.error("SyntaxError: expected 'in'"));
+            }
+            fors.push((t, self.binary(0)?));
+        }
+        if self.at_name("if") {
+            return Err(self.error("`if` in a list comprehension is not supported in the cell"));
+        }
+        self.expect_op("]")?;
+        Ok(Expr::ListComp(Box::new(item), fors))
+    }
+}
+
+fn target(e: Expr) -> Target {
+    match e {
+        Expr::Name(n) => Target::Name(n),
+        Expr::Tuple(items) | Expr::List(items) => {
+            Target::Tuple(items.into_iter().map(target).collect())
+        }
+        other => Target::Other(other),
+    }
+}
+
+fn describe(t: &Tok) -> String {
+    match t {
+        Tok::Name(n) => format!("'{n}'"),
+        Tok::Op(o) => format!("'{o}'"),
+        Tok::Int(_) | Tok::Float(_) => "number".into(),
+        Tok::Str(_) => "string".into(),
+        Tok::Newline => "end of line".into(),
+        Tok::Indent => "indent".into(),
+        Tok::Dedent => "dedent".into(),
+        Tok::End => "end of the cell".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(src: &str) -> StmtKind {
+        let mut s = parse(src).unwrap();
+        assert_eq!(s.len(), 1, "{s:?}");
+        s.remove(0).kind
+    }
+
+    fn name(n: &str) -> Expr {
+        Expr::Name(n.into())
+    }
+
+    #[test]
+    fn assignments_and_tuples() {
+        assert_eq!(
+            one("x, y = a, b"),
+            StmtKind::Assign(
+                vec![Target::Tuple(vec![
+                    Target::Name("x".into()),
+                    Target::Name("y".into())
+                ])],
+                Expr::Tuple(vec![name("a"), name("b")])
+            )
+        );
+        assert_eq!(
+            one("a = b = c"),
+            StmtKind::Assign(
+                vec![Target::Name("a".into()), Target::Name("b".into())],
+                name("c")
+            )
+        );
+        assert_eq!(
+            one("t += loss.item()"),
+            StmtKind::AugAssign(
+                Target::Name("t".into()),
+                "+=",
+                Expr::Call(
+                    Box::new(Expr::Attr(Box::new(name("loss")), "item".into())),
+                    vec![]
+                )
+            )
+        );
+    }
+
+    #[test]
+    fn precedence() {
+        let StmtKind::Expr(e) = one("1 + 2 * 3 ** 2 % 4 == 0") else {
+            panic!()
+        };
+        let Expr::Binary(left, "==", _) = e else {
+            panic!("{e:?}")
+        };
+        let Expr::Binary(_, "+", right) = *left else {
+            panic!()
+        };
+        assert!(matches!(*right, Expr::Binary(_, "%", _)));
+        let StmtKind::Expr(e) = one("-2 ** 2") else {
+            panic!()
+        };
+        assert!(matches!(e, Expr::Unary("-", _)));
+    }
+
+    #[test]
+    fn calls_keywords_stars_and_comprehensions() {
+        let StmtKind::Expr(Expr::Call(_, args)) =
+            one("nn.Sequential(nn.Linear(1, 2), *[m for _ in range(3) for m in (a, b)], dtype=torch.half)")
+        else {
+            panic!()
+        };
+        assert_eq!(args.len(), 3);
+        assert!(matches!(&args[1], Arg::Star(Expr::ListComp(_, fors)) if fors.len() == 2));
+        assert!(matches!(&args[2], Arg::Keyword(k, _) if k == "dtype"));
+    }
+
+    #[test]
+    fn blocks_with_lines() {
+        let s = parse("import torch\nfor x, y in loader:\n    loss = f(x)\n\n    loss.backward()\nopt.step()\n").unwrap();
+        assert_eq!(s.len(), 3);
+        assert_eq!((s[1].line, s[1].end_line), (2, 5));
+        let StmtKind::For(_, _, body) = &s[1].kind else {
+            panic!()
+        };
+        assert_eq!(body.len(), 2);
+        assert_eq!(s[2].line, 6);
+        assert_eq!(
+            s[0].kind,
+            StmtKind::Import(vec![("torch".into(), "torch".into())])
+        );
+    }
+
+    #[test]
+    fn imports_bind_names() {
+        assert_eq!(
+            one("import jax.numpy as jnp, gc"),
+            StmtKind::Import(vec![
+                ("jnp".into(), "jax.numpy".into()),
+                ("gc".into(), "gc".into())
+            ])
+        );
+        assert_eq!(
+            one("from torch import nn, optim as o"),
+            StmtKind::Import(vec![
+                ("nn".into(), "torch.nn".into()),
+                ("o".into(), "torch.optim".into())
+            ])
+        );
+    }
+
+    #[test]
+    fn semicolons_and_one_line_blocks() {
+        assert_eq!(parse("h = [x, y]; h.append(h)").unwrap().len(), 2);
+        let s = parse("with torch.no_grad(): out = model(x)").unwrap();
+        assert!(
+            matches!(&s[0].kind, StmtKind::With(items, body) if items.len() == 1 && body.len() == 1)
+        );
+    }
+
+    #[test]
+    fn unsupported_statements_are_skipped_whole() {
+        let s = parse("def f(x):\n    return x\nwhile True:\n    pass\nelse:\n    pass\ntry:\n    a()\nexcept E as e:\n    b()\ngc.collect()").unwrap();
+        let kinds: Vec<_> = s.iter().map(|s| s.kind.clone()).collect();
+        assert_eq!(kinds.len(), 4, "{kinds:?}");
+        assert_eq!(kinds[0], StmtKind::Unsupported("def".into()));
+        assert_eq!(kinds[1], StmtKind::Unsupported("while".into()));
+        assert_eq!(kinds[2], StmtKind::Unsupported("try".into()));
+        assert_eq!(s[3].line, 11);
+    }
+
+    #[test]
+    fn errors_say_what_and_where() {
+        let e = parse("x = torch.randn(3\ny = 1").unwrap_err();
+        assert!(e.message.contains("SyntaxError"), "{e:?}");
+        let e = parse("x = \n").unwrap_err();
+        assert_eq!(e.line, 1);
+        let e = parse("for x in y:\nz()").unwrap_err();
+        assert!(e.message.contains("expected an indented block"));
+        assert!(parse("x = {'a': 1}").unwrap_err().message.contains("dicts"));
+        assert!(parse("x = a if b else c")
+            .unwrap_err()
+            .message
+            .contains("conditional"));
+    }
+}

@@ -1,0 +1,324 @@
+//! What an expression stands for, worked out without running Python: a
+//! number, a new tensor (on the GPU or the host), a name in the kernel, a
+//! layer, a model, an optimizer, a data loader, a forward pass.
+
+use super::ast::{Arg, Expr, Target};
+use super::names::Names;
+use super::CellError;
+use crate::command::ModelArgs;
+use crate::train::OptimizerKind;
+use crate::types::{Dtype, Framework};
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    Int(i128),
+    Float(f64),
+    Str(String),
+    Bool(bool),
+    None,
+    Tuple(Vec<Value>),
+    List(Vec<Value>),
+    Dtype(Dtype),
+    /// `"cuda"`, `torch.device("cuda")`: true on the GPU.
+    Device(bool),
+    /// A function or module not called yet, by its full path.
+    Func(String),
+    /// An object in the kernel, by name.
+    Object(String),
+    /// A new tensor; `gpu: false` is a host array (no GPU memory).
+    Tensor(Tensor),
+    /// `nn.Linear(784, 1024)`, `layers.Dense(1024)`; `None` for layers without weights.
+    Layer(Option<(Option<u64>, u64)>),
+    Model(ModelArgs),
+    /// The kind, `lr`, and the model whose `parameters()` it was given.
+    Optimizer(OptimizerKind, Option<f32>, Option<String>),
+    /// `TensorDataset(X, y)`: samples and features, and whether it is on the GPU.
+    Dataset(u64, u64, bool),
+    /// `DataLoader(dataset, batch_size=...)`.
+    Loader(Loader),
+    /// One batch drawn from the loader of that name (`x, y` in a loop).
+    Batch(String),
+    /// `model(x)`, then `criterion(model(x), y)`, maybe `/ k`.
+    Forward(Forward),
+    /// `nn.CrossEntropyLoss()`, `F.cross_entropy`: a loss function.
+    Criterion,
+    /// `keras.Input(shape=(784,))`, `Flatten(input_shape=(28, 28))`: the input features.
+    Input(u64),
+    /// `model.parameters()`
+    Params(String),
+    /// `tf.compat.v1.Session()`
+    Session,
+    /// `receiver.method`, not called yet.
+    Method(Box<Value>, String),
+    /// A call done for what it does: the commands it stands for.
+    Effect(Vec<crate::command::Command>),
+    /// Anything else the cell keeps but does not use.
+    Opaque,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    pub shape: Vec<u64>,
+    pub dtype: Dtype,
+    pub gpu: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Loader {
+    pub samples: u64,
+    pub features: u64,
+    pub batch: u64,
+    pub on_device: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Forward {
+    pub model: String,
+    pub loader: String,
+    pub checkpointing: bool,
+    pub loss: bool,
+}
+
+impl Value {
+    pub fn int(&self) -> Option<i128> {
+        match self {
+            Value::Int(i) => Some(*i),
+            Value::Bool(b) => Some(i128::from(*b)),
+            _ => None,
+        }
+    }
+
+    pub fn float(&self) -> Option<f64> {
+        match self {
+            Value::Float(f) => Some(*f),
+            other => other.int().map(|i| i as f64),
+        }
+    }
+
+    /// A shape: `3`, `(3, 4)`, `[3, 4]`.
+    pub fn shape(&self) -> Option<Vec<u64>> {
+        match self {
+            Value::Tuple(items) | Value::List(items) => items
+                .iter()
+                .map(|v| v.int().and_then(|i| u64::try_from(i).ok()))
+                .collect(),
+            v => Some(vec![u64::try_from(v.int()?).ok()?]),
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Value::Object(n) => format!("`{n}`"),
+            Value::Tensor(t) if t.gpu => "a GPU tensor".into(),
+            Value::Tensor(_) => "a host (CPU) array".into(),
+            Value::Func(f) => format!("`{f}`"),
+            other => format!("{other:?}")
+                .split(['(', ' '])
+                .next()
+                .unwrap_or("value")
+                .to_lowercase(),
+        }
+    }
+}
+
+/// The arguments of a call, evaluated.
+pub struct Args {
+    pub pos: Vec<Value>,
+    pub kw: Vec<(String, Value)>,
+}
+
+impl Args {
+    pub fn get(&self, i: usize, key: &str) -> Option<&Value> {
+        self.kw
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v)
+            .or_else(|| self.pos.get(i))
+    }
+
+    pub fn kw(&self, key: &str) -> Option<&Value> {
+        self.kw.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// The GPU or host from `device=` (a string or `torch.device`).
+    pub fn device(&self) -> Option<bool> {
+        match self.kw("device")? {
+            Value::Device(gpu) => Some(*gpu),
+            Value::Str(s) => Some(is_cuda(s)),
+            _ => None,
+        }
+    }
+
+    pub fn dtype(&self, key: &str) -> Result<Option<Dtype>, String> {
+        match self.kw(key) {
+            None => Ok(None),
+            Some(Value::Dtype(d)) => Ok(Some(*d)),
+            Some(Value::Str(s)) => dtype_named(s)
+                .map(Some)
+                .ok_or_else(|| format!("unknown dtype {s:?}")),
+            Some(other) => Err(format!("{key}= must be a dtype, not {}", other.describe())),
+        }
+    }
+}
+
+pub fn is_cuda(s: &str) -> bool {
+    s == "cuda" || s.starts_with("cuda:") || s == "gpu"
+}
+
+/// `float32`, `half`, `bfloat16`, `uint8`, ... by their Python names.
+pub fn dtype_named(name: &str) -> Option<Dtype> {
+    Some(match name {
+        "float32" | "float" => Dtype::Float32,
+        "float16" | "half" => Dtype::Float16,
+        "bfloat16" => Dtype::Bfloat16,
+        "float64" | "double" => Dtype::Float64,
+        "int64" | "long" => Dtype::Int64,
+        "int32" | "int" => Dtype::Int32,
+        "uint8" => Dtype::Uint8,
+        "int8" => Dtype::Int8,
+        "bool" => Dtype::Bool,
+        _ => return None,
+    })
+}
+
+/// Evaluates expressions against what the cell knows of its names.
+pub struct Eval<'a> {
+    pub names: &'a Names,
+    pub framework: Framework,
+    pub line: usize,
+}
+
+impl Eval<'_> {
+    pub fn err(&self, message: impl Into<String>) -> CellError {
+        CellError::new(self.line, message)
+    }
+
+    pub fn expr(&self, e: &Expr) -> Result<Value, CellError> {
+        Ok(match e {
+            Expr::Int(i) => {
+                Value::Int(i128::try_from(*i).map_err(|_| self.err("that number is too large"))?)
+            }
+            Expr::Float(f) => Value::Float(*f),
+            Expr::Str(s) => Value::Str(s.clone()),
+            Expr::Bool(b) => Value::Bool(*b),
+            Expr::None | Expr::Ellipsis => Value::None,
+            Expr::Tuple(items) => Value::Tuple(self.all(items)?),
+            Expr::List(items) => Value::List(self.all(items)?),
+            Expr::Name(_) | Expr::Attr(..) => self.path_or_attr(e)?,
+            Expr::Call(func, args) => self.call(func, args)?,
+            Expr::Index(value, index) => self.index(value, index)?,
+            Expr::ListComp(item, fors) => self.comprehension(item, fors)?,
+            Expr::Unary(op, v) => super::ops::unary(self, op, self.expr(v)?)?,
+            Expr::Binary(a, op, b) => super::ops::binary(self, self.expr(a)?, op, self.expr(b)?)?,
+        })
+    }
+
+    fn all(&self, items: &[Expr]) -> Result<Vec<Value>, CellError> {
+        items.iter().map(|e| self.expr(e)).collect()
+    }
+
+    pub fn args(&self, args: &[Arg]) -> Result<Args, CellError> {
+        let mut out = Args {
+            pos: Vec::new(),
+            kw: Vec::new(),
+        };
+        for a in args {
+            match a {
+                Arg::Pos(e) => out.pos.push(self.expr(e)?),
+                Arg::Keyword(k, e) => out.kw.push((k.clone(), self.expr(e)?)),
+                Arg::Star(e) => match self.expr(e)? {
+                    Value::List(items) | Value::Tuple(items) => out.pos.extend(items),
+                    other => {
+                        return Err(self.err(format!("cannot unpack {} with *", other.describe())))
+                    }
+                },
+            }
+        }
+        Ok(out)
+    }
+
+    /// A name or `a.b.c`: a value the cell knows, a kernel object, a
+    /// module path, or an attribute of an object.
+    fn path_or_attr(&self, e: &Expr) -> Result<Value, CellError> {
+        if let Some(path) = e.path() {
+            if let Some(v) = self.names.resolve(&path) {
+                return Ok(match &v {
+                    Value::Func(p) => super::library::constant(p).unwrap_or(v),
+                    _ => v,
+                });
+            }
+        }
+        match e {
+            Expr::Attr(value, attr) => super::ops::attribute(self, self.expr(value)?, attr),
+            Expr::Name(n) => Ok(Value::Object(n.clone())),
+            _ => unreachable!("paths are names and attributes"),
+        }
+    }
+
+    fn call(&self, func: &Expr, args: &[Arg]) -> Result<Value, CellError> {
+        let args = self.args(args)?;
+        match self.expr(func)? {
+            Value::Func(path) => super::library::call(self, &path, &args),
+            callee => super::ops::call_value(self, callee, &args),
+        }
+    }
+
+    fn index(&self, value: &Expr, index: &Expr) -> Result<Value, CellError> {
+        let (v, i) = (self.expr(value)?, self.expr(index)?);
+        match (&v, i.int()) {
+            (Value::Tuple(items) | Value::List(items), Some(i)) => usize::try_from(i)
+                .ok()
+                .and_then(|i| items.get(i).cloned())
+                .ok_or_else(|| self.err("IndexError: index out of range")),
+            _ => Ok(Value::Opaque),
+        }
+    }
+
+    /// `[item for _ in range(n)]` and `[m for _ in range(n) for m in (a, b)]`.
+    fn comprehension(&self, item: &Expr, fors: &[(Target, Expr)]) -> Result<Value, CellError> {
+        let mut out = vec![Vec::<(String, Value)>::new()];
+        for (target, iter) in fors {
+            let items = match self.scoped(&out[0], |e| e.expr(iter))? {
+                Value::List(items) | Value::Tuple(items) => items,
+                other => {
+                    return Err(self.err(format!(
+                        "cannot loop over {} in a comprehension",
+                        other.describe()
+                    )))
+                }
+            };
+            let name = match target {
+                Target::Name(n) => n.clone(),
+                _ => return Err(self.err("a comprehension's loop variable must be one name")),
+            };
+            out = out
+                .into_iter()
+                .flat_map(|b| {
+                    let name = &name;
+                    items
+                        .iter()
+                        .map(move |v| [b.clone(), vec![(name.clone(), v.clone())]].concat())
+                })
+                .collect();
+            if out.len() > 10_000 {
+                return Err(self.err("that comprehension makes more than 10,000 items"));
+            }
+        }
+        let values = out
+            .iter()
+            .map(|b| self.scoped(b, |e| e.expr(item)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Value::List(values))
+    }
+
+    /// Runs `f` with the comprehension's variables bound, in a copy of the
+    /// names (they shadow nothing the cell keeps).
+    fn scoped<T>(&self, bindings: &[(String, Value)], f: impl FnOnce(&Eval) -> T) -> T {
+        let names = self.names.with(bindings);
+        f(&Eval {
+            names: &names,
+            framework: self.framework,
+            line: self.line,
+        })
+    }
+}
