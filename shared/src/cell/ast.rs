@@ -87,3 +87,14 @@ impl Expr {
         }
     }
 }
+
+/// What an expression binds when it is assigned to.
+pub fn target(e: Expr) -> Target {
+    match e {
+        Expr::Name(n) => Target::Name(n),
+        Expr::Tuple(items) | Expr::List(items) => {
+            Target::Tuple(items.into_iter().map(target).collect())
+        }
+        other => Target::Other(other),
+    }
+}
