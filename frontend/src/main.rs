@@ -3,6 +3,7 @@
 //! and draws it in `views`. Lessons are built in (`lessons`); the URL keeps
 //! what a link should reproduce (`url`).
 
+mod cell;
 mod clock;
 mod conn;
 mod files;
@@ -41,6 +42,7 @@ fn Playground() -> impl IntoView {
                 <Lessons app=app />
                 <Numbers app=app />
                 <Explanation app=app />
+                <CodeCell app=app />
                 <Timeline app=app />
                 <SegmentMap app=app />
                 <div class="two">

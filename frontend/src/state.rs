@@ -93,6 +93,8 @@ pub struct App {
     pub wanted_framework: RwSignal<Option<Framework>>,
     /// Who watches the session now.
     pub watchers: RwSignal<Vec<String>>,
+    /// The code cell.
+    pub cell: crate::cell::CellState,
     /// A snapshot file opened in the page.
     pub replays: Replays,
     export_to: RwSignal<Option<ExportTo>>,
@@ -135,6 +137,7 @@ impl App {
             pending: RwSignal::new(HashMap::new()),
             wanted_framework: RwSignal::new(None),
             watchers: RwSignal::new(Vec::new()),
+            cell: crate::cell::CellState::new(),
             replays: Replays::new(),
             export_to: RwSignal::new(None),
             greeted: RwSignal::new(false),
@@ -177,8 +180,11 @@ impl App {
         self.snapshot.with(|s| s.as_ref().map(|s| s.stats.clone()))
     }
 
-    /// Runs a command built by a control.
+    /// Runs a command built by a control; its line joins the code cell.
     pub fn run(&self, command: Command) {
+        if !matches!(command, Command::Restart(_)) {
+            self.cell.record(&python::code(&command, self.framework()));
+        }
         self.submit(CommandLine::from(command));
     }
 
@@ -300,6 +306,7 @@ impl App {
         self.last_step.set(Some(record.step));
         self.results.update(|n| *n += 1);
         let pending = self.pending.try_update(|p| p.remove(&id)).flatten();
+        self.cell.on_result(id, &record);
         let label = record
             .cmd
             .get("cmd")

@@ -2,6 +2,7 @@
 //! the segment map, the table of live objects, the event log, the code pane,
 //! the explanation, the lessons, and a snapshot file opened in the page. Controls send typed [`Command`] values.
 
+mod cell;
 mod kernel;
 mod lessons;
 mod replay;
@@ -13,6 +14,7 @@ mod timeline;
 mod trace;
 mod training;
 
+pub use cell::CodeCell;
 pub use kernel::Controls;
 pub use lessons::Lessons;
 pub use replay::SnapshotPanel;

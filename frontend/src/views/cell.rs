@@ -1,0 +1,154 @@
+//! The code cell: Python typed or pasted (or one of the popular pieces of
+//! advice), run statement by statement on the kernel, with each
+//! statement's state and, for the advice, which of its claims held.
+
+use crate::cell::{CellState, StepState};
+use crate::state::{App, Status};
+use leptos::prelude::*;
+use vramlab_shared::advice::{Run, ADVICE};
+use vramlab_shared::cell;
+use vramlab_shared::command::{Command, CommandLine, RestartSettings};
+
+#[component]
+pub fn CodeCell(app: App) -> impl IntoView {
+    let cell = app.cell;
+    let refused = RwSignal::new(None::<String>);
+    let step = move |_| refused.set(run(app, 1).err());
+    let run_all = move |_| {
+        cell.next.set(0);
+        refused.set(run(app, usize::MAX).err());
+    };
+    let pick = move |e: leptos::ev::Event| {
+        let i = event_target_value(&e).parse::<usize>().ok();
+        cell.advice.set(i.filter(|&i| i < ADVICE.len()));
+        if let Some(a) = i.and_then(|i| ADVICE.get(i)) {
+            cell.source.set(a.source.to_string());
+            cell.steps.set(Vec::new());
+            cell.next.set(0);
+        }
+    };
+    view! {
+        <section class="cell" aria-label="Python">
+            <h2>"Python"</h2>
+            <p class="hint">"Type or paste Python and run it line by line: after every statement the numbers and the explanation follow."</p>
+            <details class="understands">
+                <summary>"What the cell understands"</summary>
+                <p>"Tensors (torch.randn(..., device=\"cuda\"), tf.zeros([...]), jnp.zeros((...))), y = x, del, lists and h.append(h), gc.collect(), torch.cuda.empty_cache(), tf.keras.backend.clear_session(), nn.Sequential of Linear and ReLU or keras.Sequential of Dense, torch.optim optimizers, model.compile and model.fit, DataLoader(TensorDataset(X, y)), model(x) and a loss, with torch.no_grad() or torch.autocast(...), loss.backward(), opt.step(), opt.zero_grad(), training loops (for x, y in loader), tf.compat.v1.Session() and sess.close(). Anything else stops the cell at its line and says why."</p>
+            </details>
+            <label for="advice">"Try the popular advice: "</label>
+            <select id="advice" on:change=pick>
+                <option value="">"— your own code —"</option>
+                {ADVICE.iter().enumerate().map(|(i, a)| view! { <option value=i.to_string()>{a.title}</option> }).collect_view()}
+            </select>
+            <textarea id="cell-source" rows="12" spellcheck="false" aria-label="Python code"
+                prop:value=move || cell.source.get()
+                on:input=move |e| { cell.source.set(event_target_value(&e)); cell.next.set(0); cell.steps.set(Vec::new()); }
+                disabled=move || app.read_only()></textarea>
+            <div class="row">
+                <button id="cell-step" on:click=step disabled=move || app.read_only() title="Run the next statement (the first restarts the kernel)">"Step ▸"</button>
+                <button id="cell-run" on:click=run_all disabled=move || app.read_only() title="Restart the kernel and run every statement">"▶ Run all"</button>
+                {move || refused.get().map(|why| view! { <span class="refused" role="alert" id="cell-refused">{why}</span> })}
+                {move || cell.error.get().map(|why| view! { <span class="refused" role="alert" id="cell-error">{why}</span> })}
+            </div>
+            <Statements cell=cell />
+            <Verdicts cell=cell />
+        </section>
+    }
+}
+
+/// Runs up to `count` statements; the first of a run restarts the kernel.
+fn run(app: App, count: usize) -> Result<(), String> {
+    if app.status.get_untracked() != Status::Open {
+        return Err("Not connected to the server: reconnecting; nothing was sent.".into());
+    }
+    let cell = app.cell;
+    if cell.at_start() {
+        let framework = cell
+            .advice
+            .get_untracked()
+            .map(|i| ADVICE[i].framework)
+            .or_else(|| cell::framework(&cell.source.get_untracked()))
+            .unwrap_or_else(|| app.framework());
+        if !cell.load(framework) {
+            return Err("Nothing ran: fix the line above.".into());
+        }
+        let restart = Command::Restart(RestartSettings {
+            framework: Some(framework),
+            ..Default::default()
+        });
+        if let Some(id) = app.submit(CommandLine::from(restart)) {
+            cell.sent(None, id);
+        }
+    }
+    for _ in 0..count {
+        let Some((i, commands)) = cell.take_next() else {
+            return Ok(());
+        };
+        let commands = commands.map_err(|e| format!("line {}: {}", e.line, e.message))?;
+        for c in commands {
+            if let Some(id) = app.submit(CommandLine::from(c)) {
+                cell.sent(Some(i), id);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[component]
+fn Statements(cell: CellState) -> impl IntoView {
+    let rows = move || cell.steps.get().into_iter().enumerate().collect::<Vec<_>>();
+    view! {
+        <ol id="cell-steps" class="statements">
+            {move || rows().into_iter().map(|(i, s)| {
+                let (class, mark, why) = match &s.state {
+                    StepState::Waiting => ("waiting", " ", String::new()),
+                    StepState::Running => ("running", "…", String::new()),
+                    StepState::Done => ("done", "✓", String::new()),
+                    StepState::Failed(m) => ("failed", "✗", m.clone()),
+                };
+                let next = cell.next.get() == i && s.state == StepState::Waiting;
+                view! {
+                    <li class=class class:next=next data-state=class id=format!("cell-step-{i}")>
+                        <span class="mark" aria-hidden="true">{mark}</span>
+                        <span class="ln">{format!("{}", s.lines.0)}</span>
+                        <code>{s.source.clone()}</code>
+                        {(!why.is_empty()).then(|| view! { <div class="why" role="alert">{why}</div> })}
+                    </li>
+                }
+            }).collect_view()}
+        </ol>
+    }
+}
+
+/// The advice's claims, judged once the run reaches the statements they name.
+#[component]
+fn Verdicts(cell: CellState) -> impl IntoView {
+    let verdicts = move || {
+        let advice = &ADVICE[cell.advice.get()?];
+        let numbers = cell.numbers();
+        Some(
+            advice
+                .claims
+                .iter()
+                .map(|c| (c.text, c.judge(&numbers as &dyn Run)))
+                .collect::<Vec<_>>(),
+        )
+    };
+    view! {
+        <div id="verdicts" class="verdicts" aria-live="polite">
+            {move || verdicts().map(|v| view! {
+                <h3>"What the advice claims, and what happened"</h3>
+                <ul>
+                    {v.into_iter().enumerate().map(|(i, (text, verdict))| {
+                        let (class, mark, because) = match verdict {
+                            Some(v) if v.held => ("held", "true", v.because),
+                            Some(v) => ("failed", "false", v.because),
+                            None => ("open", "not run yet", String::new()),
+                        };
+                        view! { <li class=class id=format!("claim-{i}")><b>{mark}</b>": " {text} <span class="because">{because}</span></li> }
+                    }).collect_view()}
+                </ul>
+            })}
+        </div>
+    }
+}
