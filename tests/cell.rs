@@ -8,12 +8,10 @@ mod chromium;
 
 use chromium::*;
 use chromiumoxide::Page;
-use std::io::Write;
-use std::process::{Command as Process, Stdio};
 use vramlab_shared::advice::ADVICE;
 use vramlab_shared::cell;
 use vramlab_shared::command::{Command, RestartSettings};
-use vramlab_tests::vramlab_bin;
+use vramlab_tests::run_stdin;
 
 /// The numbers after the last command, as `vramlab run` prints them.
 fn cli_numbers(commands: &[Command]) -> [u64; 3] {
@@ -21,33 +19,10 @@ fn cli_numbers(commands: &[Command]) -> [u64; 3] {
         .iter()
         .map(|c| serde_json::to_string(c).unwrap() + "\n")
         .collect();
-    let mut child = Process::new(vramlab_bin())
-        .args(["run", "-", "--device", "sim"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("vramlab starts");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let last: serde_json::Value = serde_json::from_str(
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .last()
-            .unwrap(),
-    )
-    .unwrap();
-    let stat = |k: &str| last["stats"][k].as_u64().unwrap();
-    [
-        stat("allocated_bytes"),
-        stat("reserved_bytes"),
-        stat("device_used_bytes"),
-    ]
+    let (lines, _, _) = run_stdin(&input, &[]);
+    let last = lines.last().expect("a line per command");
+    ["allocated_bytes", "reserved_bytes", "device_used_bytes"]
+        .map(|k| last["stats"][k].as_u64().unwrap())
 }
 
 async fn page_numbers(page: &Page) -> [u64; 3] {

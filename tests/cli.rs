@@ -1,38 +1,9 @@
 //! The `vramlab` command line: bad input never stops a run nor changes the
 //! engine, standard input works, options and errors are clear.
 
-use std::io::Write;
 use std::process::{Command, Stdio};
 use vramlab_shared::StepRecord;
-use vramlab_tests::vramlab_bin;
-
-fn run_stdin(input: &str, extra: &[&str]) -> (Vec<serde_json::Value>, String, i32) {
-    let mut child = Command::new(vramlab_bin())
-        .args(["run", "-", "--device", "sim"])
-        .args(extra)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("vramlab starts");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let lines = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("JSON output"))
-        .collect();
-    (
-        lines,
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-        out.status.code().unwrap_or(-1),
-    )
-}
+use vramlab_tests::{run_stdin, vramlab_bin};
 
 #[test]
 fn every_malformed_line_is_an_error_that_names_the_problem_and_changes_nothing() {

@@ -1,6 +1,7 @@
 //! Helpers for the end-to-end tests: the real `vramlab` binary and the
 //! lesson files.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::OnceLock;
@@ -155,4 +156,34 @@ pub fn http_get_from(port: u16, host: &str, path: &str) -> (u16, String, Vec<u8>
 pub fn http_get(port: u16, path: &str) -> (u16, String) {
     let (status, _, body) = http_get_bytes(port, path);
     (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// `vramlab run - --device sim` with `input` on standard input (and `extra`
+/// options): the JSON lines it printed, its standard error and exit code.
+pub fn run_stdin(input: &str, extra: &[&str]) -> (Vec<serde_json::Value>, String, i32) {
+    let mut child = Command::new(vramlab_bin())
+        .args(["run", "-", "--device", "sim"])
+        .args(extra)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("vramlab starts");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let lines = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON output"))
+        .collect();
+    (
+        lines,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out.status.code().unwrap_or(-1),
+    )
 }

@@ -64,18 +64,10 @@ fn fit(ev: &Eval, model: &str, args: &Args) -> Result<Value, CellError> {
             on_device: x.gpu,
         }));
     }
-    commands.push(Command::Train(TrainArgs {
-        model: model.to_string(),
-        optimizer: optimizer.clone(),
-        data,
-        steps: per_epoch.saturating_mul(epochs),
-        batch_size: batch,
-        accumulate: 1,
-        checkpointing: false,
-        amp: false,
-        set_to_none: true,
-        loss_history: LossHistory::Item,
-    }));
+    let steps = per_epoch.saturating_mul(epochs);
+    commands.push(Command::Train(TrainArgs::plain(
+        model, optimizer, &data, steps, batch,
+    )));
     Ok(Value::Effect(commands))
 }
 
@@ -83,9 +75,7 @@ fn positive(ev: &Eval, v: Option<&Value>, default: u64, what: &str) -> Result<u6
     match v {
         None | Some(Value::None) => Ok(default),
         Some(v) => v
-            .int()
-            .and_then(|i| u64::try_from(i).ok())
-            .filter(|&i| i > 0)
+            .count()
             .ok_or_else(|| ev.err(format!("{what} must be a positive whole number"))),
     }
 }

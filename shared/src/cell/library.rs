@@ -228,9 +228,7 @@ fn module(ev: &Eval, path: &str, args: &Args) -> Result<Option<Value>, CellError
 }
 
 fn whole(ev: &Eval, v: Option<&Value>, what: &str) -> Result<u64, CellError> {
-    v.and_then(Value::int)
-        .and_then(|i| u64::try_from(i).ok())
-        .filter(|&i| i > 0)
+    v.and_then(Value::count)
         .ok_or_else(|| ev.err(format!("{what} must be a positive whole number")))
 }
 

@@ -163,18 +163,7 @@ fn models_and_optimizers() {
 }
 
 fn train(steps: u64) -> TrainArgs {
-    TrainArgs {
-        model: "model".into(),
-        optimizer: "opt".into(),
-        data: "loader".into(),
-        steps,
-        batch_size: 64,
-        accumulate: 1,
-        checkpointing: false,
-        amp: false,
-        set_to_none: true,
-        loss_history: LossHistory::Item,
-    }
+    TrainArgs::plain("model", "opt", "loader", steps, 64)
 }
 
 #[test]

@@ -109,12 +109,11 @@ fn epochs<'a>(
         )));
     };
     let epochs = match args.as_slice() {
-        [Arg::Pos(e)] => ev.expr(e)?.int().and_then(|i| u64::try_from(i).ok()),
+        [Arg::Pos(e)] => ev.expr(e)?.count(),
         _ => None,
     };
-    let epochs = epochs
-        .filter(|&e| e > 0)
-        .ok_or_else(|| ev.err("range(E) takes a positive whole number of epochs"))?;
+    let epochs =
+        epochs.ok_or_else(|| ev.err("range(E) takes a positive whole number of epochs"))?;
     Ok(Some((epochs, inner)))
 }
 
@@ -144,9 +143,7 @@ fn range_steps(ev: &Eval, r: &Expr) -> Result<u64, CellError> {
         {
             Arg::Pos(n) => ev
                 .expr(n)?
-                .int()
-                .and_then(|i| u64::try_from(i).ok())
-                .filter(|&i| i > 0)
+                .count()
                 .ok_or_else(|| ev.err("range(N) takes a positive whole number of steps")),
             _ => Err(ev.err("range(N) takes the number of steps")),
         },

@@ -88,6 +88,13 @@ impl Value {
         }
     }
 
+    /// A positive whole number (a size, a count of steps).
+    pub fn count(&self) -> Option<u64> {
+        self.int()
+            .and_then(|i| u64::try_from(i).ok())
+            .filter(|&i| i > 0)
+    }
+
     pub fn float(&self) -> Option<f64> {
         match self {
             Value::Float(f) => Some(*f),

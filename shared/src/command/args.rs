@@ -175,6 +175,25 @@ pub struct TrainArgs {
     pub loss_history: LossHistory,
 }
 
+impl TrainArgs {
+    /// A loop with no technique turned on: one micro-batch a step, no
+    /// checkpointing or autocast, `zero_grad(set_to_none=True)`, `loss.item()`.
+    pub fn plain(model: &str, optimizer: &str, data: &str, steps: u64, batch_size: u64) -> Self {
+        TrainArgs {
+            model: model.into(),
+            optimizer: optimizer.into(),
+            data: data.into(),
+            steps,
+            batch_size,
+            accumulate: 1,
+            checkpointing: false,
+            amp: false,
+            set_to_none: true,
+            loss_history: LossHistory::Item,
+        }
+    }
+}
+
 /// The largest batch whose step peak stays under `threshold` of the memory limit.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -4,8 +4,7 @@
 
 use super::{error, Engine, Outcome, SimDeviceFactory};
 use crate::command::{
-    Command, DataArgs, EstimateArgs, FindBatchSizeArgs, LossHistory, ModelArgs, OptimizerArgs,
-    TrainArgs,
+    Command, DataArgs, EstimateArgs, FindBatchSizeArgs, ModelArgs, OptimizerArgs, TrainArgs,
 };
 use crate::error::{CommandError, ErrorKind};
 use crate::runtime::Class;
@@ -148,18 +147,9 @@ impl Engine {
         let mut peak = 0;
         for _ in 0..2 {
             trial
-                .execute(&Command::Train(TrainArgs {
-                    model: "model".into(),
-                    optimizer: "opt".into(),
-                    data: "data".into(),
-                    steps: 1,
-                    batch_size: batch,
-                    accumulate: 1,
-                    checkpointing: false,
-                    amp: false,
-                    set_to_none: true,
-                    loss_history: LossHistory::Item,
-                }))
+                .execute(&Command::Train(TrainArgs::plain(
+                    "model", "opt", "data", 1, batch,
+                )))
                 .ok()?;
             peak = peak.max(trial.stats().step_peak_allocated_bytes);
         }
