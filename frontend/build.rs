@@ -4,6 +4,27 @@
 use std::fmt::Write;
 use std::path::Path;
 
+/// A lesson's words, `NN-slug.md` beside its commands: `# question`, a
+/// summary, then `## What you saw` and the recap.
+fn read_words(path: &Path) -> (String, String, String) {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|_| {
+        panic!(
+            "every lesson needs its words: {} is missing",
+            path.display()
+        )
+    });
+    let (head, recap) = text
+        .split_once("## What you saw")
+        .unwrap_or_else(|| panic!("{}: no '## What you saw' section", path.display()));
+    let head = head.trim();
+    let (question, summary) = head.split_once('\n').unwrap_or((head, ""));
+    let question = question
+        .strip_prefix("# ")
+        .unwrap_or_else(|| panic!("{}: the first line is '# question'", path.display()));
+    let join = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    (join(question), join(summary), join(recap))
+}
+
 fn main() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/lessons");
     println!("cargo:rerun-if-changed={}", dir.display());
@@ -21,10 +42,13 @@ fn main() {
     let mut out = String::from("pub const LESSONS: &[Lesson] = &[\n");
     for slug in &slugs {
         let file = dir.join(format!("{slug}.jsonl"));
+        let words = dir.join(format!("{slug}.md"));
         println!("cargo:rerun-if-changed={}", file.display());
+        println!("cargo:rerun-if-changed={}", words.display());
+        let (question, summary, recap) = read_words(&words);
         writeln!(
             out,
-            "    Lesson {{ slug: {slug:?}, text: include_str!({:?}) }},",
+            "    Lesson {{ slug: {slug:?}, question: {question:?}, summary: {summary:?}, recap: {recap:?}, text: include_str!({:?}) }},",
             file.canonicalize().expect("lesson file").display()
         )
         .unwrap();

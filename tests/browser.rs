@@ -129,7 +129,7 @@ async fn the_playground_in_a_browser() {
         "btn-gc",
         "btn-empty-cache",
         "btn-alloc",
-        "btn-clear-session",
+        "btn-gc",
         "btn-restart",
     ] {
         let step = press(&page, id).await;
@@ -307,13 +307,23 @@ async fn the_playground_in_a_browser() {
         .as_str()
         .unwrap()
         .contains("framework=tensorflow"));
-    press(&page, "btn-empty-cache").await;
-    let explained = js(&page, "document.getElementById('explanation').textContent").await;
+    // Under TensorFlow the controls are TensorFlow's: no empty_cache()
+    // button, and the page says why; the numbers are named as TF names them.
+    let tf = js(&page, "[document.getElementById('btn-empty-cache').offsetParent === null, document.getElementById('btn-clear-session').offsetParent !== null, document.getElementById('no-empty-cache').textContent, document.getElementById('api-allocated').textContent]").await;
+    assert_eq!(tf[0], Value::Bool(true), "{tf}");
+    assert_eq!(tf[1], Value::Bool(true), "{tf}");
     assert!(
-        explained
+        tf[2]
             .as_str()
             .unwrap()
             .contains("TensorFlow has no empty_cache()"),
+        "{tf}"
+    );
+    assert!(tf[3].as_str().unwrap().contains("get_memory_info"), "{tf}");
+    press(&page, "btn-clear-session").await;
+    let explained = js(&page, "document.getElementById('explanation').textContent").await;
+    assert!(
+        explained.as_str().unwrap().contains("Keras: clear_session"),
         "{explained}"
     );
 

@@ -100,13 +100,16 @@ async fn at_every_width_the_step_and_the_numbers_are_on_screen_together() {
     let _ = std::fs::remove_dir_all(profile);
 }
 
-/// The lesson box's step line ("Step 4 of 9: ...").
+/// The lesson's progress line ("step 4 of 8").
 async fn step_text(page: &Page) -> String {
-    until(page, "document.querySelector('.lesson .step')?.textContent")
-        .await
-        .as_str()
-        .unwrap()
-        .to_string()
+    until(
+        page,
+        "document.querySelector('.progress-line span')?.textContent",
+    )
+    .await
+    .as_str()
+    .unwrap()
+    .to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -125,7 +128,7 @@ async fn links_to_a_lesson_step_run_the_steps_before_it() {
     .await;
     until(&page, &format!("{COUNT} >= 3")).await;
     assert!(
-        step_text(&page).await.starts_with("Step 4 of"),
+        step_text(&page).await.starts_with("step 4 of"),
         "{}",
         step_text(&page).await
     );
@@ -143,7 +146,7 @@ async fn links_to_a_lesson_step_run_the_steps_before_it() {
     )
     .await;
     assert!(outcome.as_str().unwrap().starts_with('✓'), "{outcome}");
-    assert!(step_text(&page).await.starts_with("Step 5 of"));
+    assert!(step_text(&page).await.starts_with("step 5 of"));
     // The same tab (its session kept) opened at the lesson by its number.
     page.goto(format!("http://{addr}/?lesson=1&step=2"))
         .await
@@ -151,18 +154,11 @@ async fn links_to_a_lesson_step_run_the_steps_before_it() {
     until(&page, &format!("{COUNT} >= 2")).await;
     until(
         &page,
-        "document.querySelector('.lesson .step').textContent.startsWith('Step 3 of')",
+        "document.querySelector('.progress-line span').textContent.startsWith('step 3 of')",
     )
     .await;
-    let title = js(&page, "document.querySelector('.lesson h3').textContent").await;
-    assert!(
-        title
-            .as_str()
-            .unwrap()
-            .to_lowercase()
-            .contains("empty cache"),
-        "{title}"
-    );
+    let title = js(&page, "document.querySelector('.lesson-title').textContent").await;
+    assert_eq!(title, "Does del free GPU memory?", "{title}");
     // ?framework= in a tab that already has a session.
     page.goto(format!("http://{addr}/?framework=jax"))
         .await
@@ -292,5 +288,103 @@ async fn bad_values_are_refused_where_they_are_typed() {
     page.close().await.unwrap();
     browser.close().await.unwrap();
     let _ = events.await;
+    let _ = std::fs::remove_dir_all(profile);
+}
+
+/// Text of the first element the selector finds ("" when none).
+async fn text(page: &Page, selector: &str) -> String {
+    js(
+        page,
+        &format!("document.querySelector({selector:?})?.textContent ?? ''"),
+    )
+    .await
+    .as_str()
+    .unwrap_or_default()
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lesson_played_from_the_first_screen_to_the_next_lesson() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let addr = serve_on(0, stop_rx).await;
+    let (mut browser, events, profile) = launch("first-screen").await;
+    let page = open(&browser, &format!("http://{addr}/")).await;
+    // The first screen: what vramlab shows, the lessons by their question,
+    // the words it uses.
+    assert!(text(&page, ".lead").await.contains("really give back"));
+    assert_eq!(text(&page, "#lesson-0").await, "Does del free GPU memory?");
+    assert_eq!(
+        text(&page, "#lesson-4").await,
+        "Why did it run out of memory with 300 MiB free?"
+    );
+    assert!(text(&page, "#glossary").await.contains("inactive split"));
+    click(&page, "lesson-0").await;
+    let mut predicted = 0;
+    for step in 0..8 {
+        assert!(
+            text(&page, ".progress-line span")
+                .await
+                .starts_with(&format!("step {} of 8", step + 1)),
+            "step {step}"
+        );
+        // Step 4 is `del x`: the prediction asks about reserved, the number
+        // that stays; the learner says it falls and is told otherwise.
+        let asked = text(&page, ".predict b").await;
+        if step == 3 {
+            assert_eq!(asked, "reserved");
+        }
+        if !asked.is_empty() {
+            click(&page, "guess-falls").await;
+            predicted += 1;
+        }
+        press(&page, "lesson-do").await;
+        let outcome = text(&page, "#lesson-outcome").await;
+        assert!(
+            outcome.starts_with('✓') && outcome.len() > 4,
+            "step {step}: {outcome}"
+        );
+        if step == 3 {
+            let verdict = text(&page, "#guess-verdict").await;
+            assert_eq!(
+                verdict,
+                "You said reserved falls; it stayed. Not what you expected: read why below."
+            );
+            // The number that moved is marked; the ones that stayed are not.
+            let marked = js(
+                &page,
+                "[...document.querySelectorAll('.big.moved')].map(e => e.classList[1])",
+            )
+            .await;
+            assert_eq!(marked, serde_json::json!(["allocated"]));
+        }
+    }
+    assert!(predicted >= 5, "{predicted} predictions asked");
+    assert!(text(&page, "#lesson-recap").await.contains("CUDA context"));
+    assert_eq!(
+        text(&page, "#lesson-next").await,
+        "Why does del not free a tensor held in a cycle?"
+    );
+    click(&page, "lesson-next").await;
+    until(
+        &page,
+        "document.querySelector('.lesson-title').textContent.includes('cycle')",
+    )
+    .await;
+    // Lesson 2 up to `del h`: the explanation no longer contradicts itself.
+    for _ in 0..5 {
+        press(&page, "lesson-do").await;
+    }
+    let explained = text(&page, "#explanation").await;
+    assert!(
+        explained.contains("still referenced (by itself: a reference cycle"),
+        "{explained}"
+    );
+    page.close().await.unwrap();
+    browser.close().await.unwrap();
+    let _ = events.await;
+    let _ = stop_tx.send(());
     let _ = std::fs::remove_dir_all(profile);
 }

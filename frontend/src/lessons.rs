@@ -1,7 +1,14 @@
-//! The lesson files, built in: the same files the tests play.
+//! The lesson files, built in: the same files the tests play, with the
+//! words written for each (`NN-slug.md`: its question, summary and recap).
 
 pub struct Lesson {
     pub slug: &'static str,
+    /// The question the lesson answers, its title.
+    pub question: &'static str,
+    /// What the learner will do, in a sentence or two.
+    pub summary: &'static str,
+    /// What the learner saw, shown at the end.
+    pub recap: &'static str,
     pub text: &'static str,
 }
 
@@ -9,19 +16,6 @@ pub struct Lesson {
 include!(concat!(env!("OUT_DIR"), "/lessons.rs"));
 
 impl Lesson {
-    /// "Del vs empty cache" from "01-del-vs-empty-cache".
-    pub fn title(&self) -> String {
-        let words = self
-            .slug
-            .split_once('-')
-            .map_or(self.slug, |(_, rest)| rest);
-        let mut t = words.replace('-', " ");
-        if let Some(first) = t.get_mut(0..1) {
-            first.make_ascii_uppercase();
-        }
-        t
-    }
-
     pub fn lines(&self) -> Vec<&'static str> {
         self.text.lines().filter(|l| !l.trim().is_empty()).collect()
     }

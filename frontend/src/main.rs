@@ -25,22 +25,19 @@ fn Playground() -> impl IntoView {
     app.wanted_framework.set(initial.framework);
     app.hidden.set(initial.hide.clone());
     if let Some((index, step)) = initial.lesson {
-        app.lesson.set(Some(LessonRun {
-            index,
-            step,
-            outcome: None,
-        }));
+        app.lesson.set(Some(LessonRun::at(index, step)));
     }
     conn::connect(app, initial.watch.clone());
     view! {
         <StatusBar app=app />
         <Banner app=app />
-        // The lesson and the numbers come first (on a phone, at the top;
-        // by keyboard, first); the controls sit in the left column.
+        // The numbers come first and stay on screen (sticky), the lesson
+        // right under them (on a phone, at the top; by keyboard, first);
+        // the controls sit in the left column.
         <main class="grid">
             <div class="right">
-                <Lessons app=app />
                 <Numbers app=app />
+                <Lessons app=app />
                 <Explanation app=app />
                 <CodeCell app=app />
                 <Timeline app=app />

@@ -9,14 +9,15 @@ use leptos::prelude::*;
 use std::collections::{HashMap, VecDeque};
 use vramlab_shared::command::{parse_line, Command, CommandLine, RestartSettings};
 use vramlab_shared::lesson::check_step;
+use vramlab_shared::lesson::predict::{self, Direction, Number};
 use vramlab_shared::memory_snapshot::{self, MemorySnapshot};
 use vramlab_shared::protocol::{
     ClientMessage, ConnectionErrorKind, Hello, Role, ServerMessage, StepRecord,
 };
-use vramlab_shared::python;
 use vramlab_shared::snapshot::{apply, Event, Snapshot, Stats};
 use vramlab_shared::types::Framework;
 use vramlab_shared::ErrorKind;
+use vramlab_shared::{explain, python};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Status {
@@ -52,6 +53,23 @@ pub struct LessonRun {
     pub step: usize,
     /// The outcome of the last checked step: passed, and the words.
     pub outcome: Option<(bool, String)>,
+    /// The learner's prediction for the step about to run.
+    pub guess: Option<Direction>,
+    /// How the last prediction went: right, and the words.
+    pub guessed: Option<(bool, String)>,
+}
+
+impl LessonRun {
+    /// Step `step` of lesson `index`, nothing checked or guessed yet.
+    pub fn at(index: usize, step: usize) -> Self {
+        LessonRun {
+            index,
+            step,
+            outcome: None,
+            guess: None,
+            guessed: None,
+        }
+    }
 }
 
 /// Where an exported session goes.
@@ -86,11 +104,12 @@ pub struct App {
     pub results: RwSignal<u64>,
     pub hidden: RwSignal<Vec<String>>,
     pub draw_ms: RwSignal<f64>,
-    pub peak: RwSignal<u64>,
     next_id: RwSignal<u64>,
     pending: RwSignal<HashMap<u64, Pending>>,
     /// Framework asked for in the URL, applied on the first connection.
     pub wanted_framework: RwSignal<Option<Framework>>,
+    /// The numbers the last result moved (drawn highlighted).
+    pub moved: RwSignal<Vec<Number>>,
     /// Who watches the session now.
     pub watchers: RwSignal<Vec<String>>,
     /// The code cell.
@@ -132,11 +151,11 @@ impl App {
             results: RwSignal::new(0),
             hidden: RwSignal::new(Vec::new()),
             draw_ms: RwSignal::new(0.0),
-            peak: RwSignal::new(0),
             next_id: RwSignal::new(1),
             pending: RwSignal::new(HashMap::new()),
             wanted_framework: RwSignal::new(None),
             watchers: RwSignal::new(Vec::new()),
+            moved: RwSignal::new(Vec::new()),
             cell: crate::cell::CellState::new(),
             replays: Replays::new(),
             export_to: RwSignal::new(None),
@@ -168,6 +187,13 @@ impl App {
     pub fn framework(&self) -> Framework {
         self.hello
             .with_untracked(|h| h.as_ref().map(|h| h.framework))
+            .unwrap_or(Framework::Pytorch)
+    }
+
+    /// The kernel's framework, tracked (for views that follow it).
+    pub fn framework_now(&self) -> Framework {
+        self.hello
+            .with(|h| h.as_ref().map(|h| h.framework))
             .unwrap_or(Framework::Pytorch)
     }
 
@@ -266,7 +292,6 @@ impl App {
                 self.snapshot.set(Some(s));
             }
             ServerMessage::Delta(delta) => {
-                self.peak.set(delta.peak_allocated_bytes);
                 self.push_point(&delta.stats, delta.peak_allocated_bytes, None);
                 self.snapshot.update(|s| {
                     if let Some(s) = s {
@@ -320,12 +345,18 @@ impl App {
                 None => record.note.clone().unwrap_or_default(),
             };
             self.explanation.set(Some(Explanation {
-                moved: python::moved(&p.before, &record.stats),
+                moved: explain::moved(&p.before, &record.stats),
                 why,
-                link: python::fact_link(&p.command),
+                link: explain::fact_link(&p.command, self.framework()),
                 ok: record.ok,
             }));
-            self.check_lesson(&p.command, &record);
+            self.moved.set(
+                [Number::Allocated, Number::Reserved, Number::NvidiaSmi]
+                    .into_iter()
+                    .filter(|n| n.of(&p.before) != n.of(&record.stats))
+                    .collect(),
+            );
+            self.check_lesson(p, &record);
         }
         match &record.error {
             Some(e) if e.kind == ErrorKind::OutOfMemory => {
@@ -374,11 +405,7 @@ impl App {
         let Some(run) = self.lesson.get_untracked() else {
             return;
         };
-        self.lesson.set(Some(LessonRun {
-            step: 0,
-            outcome: None,
-            ..run
-        }));
+        self.lesson.set(Some(LessonRun::at(run.index, 0)));
         for step in 0..run.step {
             if let Some(line) = Self::lesson_line(run.index, step) {
                 self.submit(line);
@@ -404,22 +431,28 @@ impl App {
         Some(parse_line(line))
     }
 
-    fn check_lesson(&self, sent: &Command, record: &StepRecord) {
+    fn check_lesson(&self, sent: &Pending, record: &StepRecord) {
         let Some(run) = self.lesson.get_untracked() else {
             return;
         };
         let Some(parsed) = Self::lesson_line(run.index, run.step) else {
             return;
         };
-        if parsed.command.as_ref() != Ok(sent) {
+        if parsed.command.as_ref() != Ok(&sent.command) {
             return;
         }
-        let mismatches = parsed
+        let expect = parsed.annotations.expect.unwrap_or_default();
+        let guessed = run.guess.and_then(|guess| {
+            let number = predict::number_to_predict(&expect, &sent.before)?;
+            Some(predict::verdict(number, guess, &sent.before, &record.stats))
+        });
+        let mismatches = check_step(&expect.into_iter().collect(), record);
+        // A step with no words of its own says what the engine said.
+        let why = parsed
             .annotations
-            .expect
-            .map(|e| check_step(&e.into_iter().collect(), record))
+            .why
+            .or_else(|| record.note.clone())
             .unwrap_or_default();
-        let why = parsed.annotations.why.unwrap_or_default();
         let outcome = if mismatches.is_empty() {
             (true, why)
         } else {
@@ -435,9 +468,9 @@ impl App {
             (false, format!("{} {why}", what.join("; ")))
         };
         self.lesson.set(Some(LessonRun {
-            index: run.index,
-            step: run.step + 1,
             outcome: Some(outcome),
+            guessed,
+            ..LessonRun::at(run.index, run.step + 1)
         }));
         self.save_url();
     }

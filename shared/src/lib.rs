@@ -16,6 +16,7 @@
 //! - [`command`]: the commands, their arguments, and `parse_line`.
 //! - [`engine`]: carries out commands on a kernel.
 //! - [`python`]: the Python each command stands for.
+//! - [`explain`]: which numbers moved, the framework's names for them, links.
 //! - [`protocol`]: result records and websocket messages (the wire format).
 //! - [`lesson`]: checks lesson files' expectations.
 //! - [`input`]: text typed into the page's fields, read or refused.
@@ -29,6 +30,7 @@ pub mod command;
 pub mod device;
 pub mod engine;
 pub mod error;
+pub mod explain;
 pub mod framework;
 pub mod gpu;
 pub mod input;

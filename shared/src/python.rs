@@ -2,10 +2,9 @@
 //! and the plain-language account of which of the three numbers moved.
 
 use crate::command::*;
-use crate::snapshot::Stats;
 use crate::train::OptimizerKind;
 use crate::types::Framework;
-use crate::units::{format_size, MIB};
+use crate::units::MIB;
 
 fn size_expr(bytes: u64) -> String {
     if bytes >= MIB && bytes % MIB == 0 {
@@ -236,61 +235,6 @@ fn py_bool(b: bool) -> &'static str {
     }
 }
 
-fn change(label: &str, before: u64, after: u64) -> String {
-    match after.cmp(&before) {
-        std::cmp::Ordering::Greater => format!("{label} rose by {}", format_size(after - before)),
-        std::cmp::Ordering::Less => format!("{label} fell by {}", format_size(before - after)),
-        std::cmp::Ordering::Equal => format!("{label} did not move"),
-    }
-}
-
-/// Which of the three numbers moved, and by how much.
-pub fn moved(before: &Stats, after: &Stats) -> String {
-    format!(
-        "{}; {}; {}.",
-        change("Allocated", before.allocated_bytes, after.allocated_bytes),
-        change("reserved", before.reserved_bytes, after.reserved_bytes),
-        change(
-            "nvidia-smi",
-            before.device_used_bytes,
-            after.device_used_bytes
-        ),
-    )
-}
-
-/// Where to read more about what a command does.
-pub fn fact_link(cmd: &Command) -> (&'static str, &'static str) {
-    match cmd {
-        Command::EmptyCache {}
-        | Command::ClearCublasWorkspaces {}
-        | Command::Alloc { .. }
-        | Command::ResetPeakMemoryStats {} => (
-            "PyTorch: memory management",
-            "https://pytorch.org/docs/stable/notes/cuda.html#memory-management",
-        ),
-        Command::Del { .. }
-        | Command::Hold { .. }
-        | Command::Assign { .. }
-        | Command::Append { .. }
-        | Command::Gc {} => (
-            "Python: the del statement and gc",
-            "https://docs.python.org/3/library/gc.html",
-        ),
-        Command::ClearSession {} | Command::TfSession { .. } | Command::Close { .. } => (
-            "TensorFlow: limiting GPU memory growth",
-            "https://www.tensorflow.org/guide/gpu#limiting_gpu_memory_growth",
-        ),
-        Command::Restart(_) => (
-            "JAX: GPU memory allocation",
-            "https://jax.readthedocs.io/en/latest/gpu_memory_allocation.html",
-        ),
-        _ => (
-            "PyTorch FAQ: out of memory",
-            "https://pytorch.org/docs/stable/notes/faq.html",
-        ),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,23 +271,5 @@ mod tests {
             Framework::Pytorch
         )
         .contains("total_loss += loss  #"));
-    }
-
-    #[test]
-    fn moved_names_the_three_numbers() {
-        let before = Stats {
-            allocated_bytes: 64 * MIB,
-            reserved_bytes: 64 * MIB,
-            device_used_bytes: 364 * MIB,
-            ..Stats::default()
-        };
-        let after = Stats {
-            allocated_bytes: 0,
-            ..before.clone()
-        };
-        assert_eq!(
-            moved(&before, &after),
-            "Allocated fell by 64.00 MiB; reserved did not move; nvidia-smi did not move."
-        );
     }
 }

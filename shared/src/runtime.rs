@@ -520,7 +520,9 @@ impl Runtime {
             .map(|(n, _)| format!("name `{n}`"))
             .collect();
         for (&h, o) in &self.objects {
-            if o.refs.contains(&id) {
+            if h == id && o.refs.contains(&id) {
+                out.push("itself: a reference cycle, which only `gc.collect()` breaks".into());
+            } else if o.refs.contains(&id) {
                 out.push(self.describe(h));
             }
         }

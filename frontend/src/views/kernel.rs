@@ -22,10 +22,17 @@ pub fn Controls(app: App) -> impl IntoView {
                 <legend>"What people try"</legend>
                 {button(app, "btn-del", "del", "del the selected name", move || Command::Del(NameArgs { name: app.selected.get_untracked() }))}
                 {button(app, "btn-gc", "gc.collect()", "Collect reference cycles", || Command::Gc {})}
-                {button(app, "btn-clear-session", "clear_session()", "tf.keras.backend.clear_session()", || Command::ClearSession {})}
-                {button(app, "btn-empty-cache", "torch.cuda.empty_cache()", "Return entirely free cached segments to the driver", || Command::EmptyCache {})}
-                {button(app, "btn-clear-cublas", "clearCublasWorkspaces()", "torch._C._cuda_clearCublasWorkspaces(): give the cuBLAS workspaces back to the cache", || Command::ClearCublasWorkspaces {})}
+                <span hidden=move || app.framework_now() == Framework::Pytorch>
+                    {button(app, "btn-clear-session", "clear_session()", "tf.keras.backend.clear_session()", || Command::ClearSession {})}
+                </span>
+                <span hidden=move || app.framework_now() != Framework::Pytorch>
+                    {button(app, "btn-empty-cache", "torch.cuda.empty_cache()", "Return entirely free cached segments to the driver", || Command::EmptyCache {})}
+                    {button(app, "btn-clear-cublas", "clearCublasWorkspaces()", "torch._C._cuda_clearCublasWorkspaces(): give the cuBLAS workspaces back to the cache", || Command::ClearCublasWorkspaces {})}
+                </span>
                 {button(app, "btn-restart", "restart kernel", "The process exits; a new one starts", || Command::Restart(RestartSettings::default()))}
+                <p class="hint" id="no-empty-cache" hidden=move || app.framework_now() == Framework::Pytorch>
+                    {move || format!("{} has no empty_cache(): its pool goes back to the driver only when the process exits.", app.framework_now().display_name())}
+                </p>
             </fieldset>
             <Training app=app />
         </section>
@@ -149,10 +156,20 @@ fn KernelSettings(app: App) -> impl IntoView {
             f.show(h.framework, &h.settings);
         }
     });
+    // Picking a framework starts its kernel at once (with the settings as
+    // typed, or, where a field cannot be read, with its defaults).
     let on_framework = move |e| {
-        if let Some(v) = Framework::from_id(&event_target_value(&e)) {
-            f.framework.set(v);
-        }
+        let Some(v) = Framework::from_id(&event_target_value(&e)) else {
+            return;
+        };
+        f.framework.set(v);
+        let restart = f.restart().unwrap_or_else(|_| {
+            Command::Restart(RestartSettings {
+                framework: Some(v),
+                ..Default::default()
+            })
+        });
+        app.run(restart);
     };
     let on_gpu = move |e| f.gpu.set(GpuModel::from_id(&event_target_value(&e)));
     let gpu_id = move || f.gpu.get().map_or("custom", GpuModel::id);
@@ -174,15 +191,24 @@ fn KernelSettings(app: App) -> impl IntoView {
                 <label>"GPU (GiB) " {text_input("device-gib", "4", "", f.device_gib)}</label>
                 <label>"Context (MiB) " {text_input("context-mib", "4", "", f.context_mib)}</label>
             </span>
-            <label>{checkbox(f.allow_growth)}" allow_growth (TF)"</label>
-            <label>{checkbox(f.preallocate)}" preallocate (JAX)"</label>
-            <label>{checkbox(f.no_caching)}" no caching (PyTorch)"</label>
-            <label>{checkbox(f.expandable)}" expandable_segments (PyTorch)"</label>
-            <label>"max_split_size_mb " {text_input("max-split", "4", "none", f.max_split_mb)}</label>
-            <label>"memory fraction " {text_input("fraction", "4", "none", f.fraction)}</label>
-            <label>"TF memory limit (MiB) " {text_input("memory-limit", "6", "default", f.memory_limit_mib)}</label>
-            <label>"JAX mem fraction " {text_input("mem-fraction", "4", "", f.mem_fraction)}</label>
-            <label>"CUBLAS_WORKSPACE_CONFIG " {text_input("cublas-config", "9", ":4096:2:16:8", f.cublas_config)}</label>
+            <details class="advanced">
+                <summary>"Allocator settings"</summary>
+                <span class="for" hidden=move || f.framework.get() != Framework::Pytorch>
+                    <label>{checkbox(f.no_caching)}" PYTORCH_NO_CUDA_MEMORY_CACHING"</label>
+                    <label>{checkbox(f.expandable)}" expandable_segments"</label>
+                    <label>"max_split_size_mb " {text_input("max-split", "4", "none", f.max_split_mb)}</label>
+                    <label>"memory fraction " {text_input("fraction", "4", "none", f.fraction)}</label>
+                    <label>"CUBLAS_WORKSPACE_CONFIG " {text_input("cublas-config", "9", ":4096:2:16:8", f.cublas_config)}</label>
+                </span>
+                <span class="for" hidden=move || f.framework.get() != Framework::Tensorflow>
+                    <label>{checkbox(f.allow_growth)}" set_memory_growth"</label>
+                    <label>"memory limit (MiB) " {text_input("memory-limit", "6", "default", f.memory_limit_mib)}</label>
+                </span>
+                <span class="for" hidden=move || f.framework.get() != Framework::Jax>
+                    <label>{checkbox(f.preallocate)}" XLA_PYTHON_CLIENT_PREALLOCATE"</label>
+                    <label>"XLA_PYTHON_CLIENT_MEM_FRACTION " {text_input("mem-fraction", "4", "", f.mem_fraction)}</label>
+                </span>
+            </details>
             {checked_button(app, "btn-restart-settings", "Restart with these settings", "Restart the kernel with the settings above", move || f.restart().map(|c| vec![c]))}
         </fieldset>
     }

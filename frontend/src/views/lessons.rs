@@ -1,71 +1,148 @@
-//! The lessons: a list, then one step at a time with its Python and the
-//! check of what the step should show.
+//! The lessons: the first screen (what vramlab shows, the lessons by their
+//! question, the words it uses), then one step at a time: its Python, a
+//! prediction asked before it runs, the check of what it showed, the
+//! progress, and at the end what was seen and the next lesson.
 
-use crate::lessons::LESSONS;
+use super::glossary::Glossary;
+use crate::lessons::{Lesson, LESSONS};
 use crate::state::{App, LessonRun};
 use leptos::prelude::*;
+use vramlab_shared::command::parse_line;
+use vramlab_shared::lesson::predict::{number_to_predict, Direction};
+
+/// Text with `code` spans drawn as code.
+pub fn inline_code(text: &str) -> Vec<AnyView> {
+    text.split('`')
+        .enumerate()
+        .map(|(i, part)| {
+            let part = part.to_string();
+            if i % 2 == 1 {
+                view! { <code>{part}</code> }.into_any()
+            } else {
+                part.into_any()
+            }
+        })
+        .collect()
+}
+
+fn start(app: App, index: usize) {
+    app.lesson.set(Some(LessonRun::at(index, 0)));
+    app.save_url();
+}
 
 #[component]
 pub fn Lessons(app: App) -> impl IntoView {
-    let start = move |index: usize| {
-        app.lesson.set(Some(LessonRun {
-            index,
-            step: 0,
-            outcome: None,
-        }));
-        app.save_url();
-    };
-    let current = move || {
-        app.lesson.get().map(|run| {
-            let lesson = &LESSONS[run.index];
-            let lines = lesson.lines();
-            let line = lines.get(run.step).copied();
-            let parsed = line.map(vramlab_shared::command::parse_line);
-            let say = parsed
-                .as_ref()
-                .and_then(|p| p.annotations.say.clone())
-                .unwrap_or_default();
-            let done = line.is_none();
-            let code = parsed
-                .as_ref()
-                .and_then(|p| p.command.as_ref().ok())
-                .map(|c| vramlab_shared::python::code(c, app.framework()))
-                .unwrap_or_default();
-            (run.clone(), lesson.title(), lines.len(), say, done, code)
+    view! {
+        <section class="lessons" aria-label="Lessons" id="lessons">
+            {move || match app.lesson.get() {
+                None => view! { <FirstScreen app=app /> }.into_any(),
+                Some(run) => view! { <Playing app=app run=run /> }.into_any(),
+            }}
+        </section>
+    }
+}
+
+#[component]
+fn FirstScreen(app: App) -> impl IntoView {
+    view! {
+        <h2 id="start-here">"Start here"</h2>
+        <p class="lead">"vramlab runs the memory rules of PyTorch, TensorFlow and JAX on a GPU (real or simulated) and shows, number by number, what "
+            <code>"del"</code>", "<code>"gc.collect()"</code>", "<code>"clear_session()"</code>" and "<code>"empty_cache()"</code>
+            " really give back. Pick a question:"</p>
+        <ol class="lesson-list">
+            {LESSONS.iter().enumerate().map(|(i, l)| view! {
+                <li>
+                    <button class="link question" id=format!("lesson-{i}") on:click=move |_| start(app, i)>{inline_code(l.question)}</button>
+                    <span class="summary">{inline_code(l.summary)}</span>
+                </li>
+            }).collect::<Vec<_>>()}
+        </ol>
+        <Glossary />
+    }
+}
+
+#[component]
+fn Playing(app: App, run: LessonRun) -> impl IntoView {
+    let lesson: &'static Lesson = &LESSONS[run.index];
+    let total = lesson.lines().len();
+    let done = run.step >= total;
+    view! {
+        <h2 class="lesson-title">{inline_code(lesson.question)}</h2>
+        <p class="progress-line">
+            <progress id="lesson-progress" max=total value=run.step.min(total)></progress>
+            <span>{if done { format!("all {total} steps done") } else { format!("step {} of {total}", run.step + 1) }}</span>
+        </p>
+        {run.outcome.clone().map(|(ok, why)| view! {
+            <p class="outcome" class:bad=!ok id="lesson-outcome">{if ok { "✓ " } else { "✗ " }}{why}</p>
+        })}
+        {run.guessed.clone().map(|(right, words)| view! {
+            <p class="guessed" class:bad=!right id="guess-verdict">{words}</p>
+        })}
+        {if done {
+            view! { <Finished app=app index=run.index /> }.into_any()
+        } else {
+            view! { <NextStep app=app run=run.clone() /> }.into_any()
+        }}
+        <button class="link" id="lesson-all" on:click=move |_| { app.lesson.set(None); app.save_url(); }>"All lessons"</button>
+    }
+}
+
+#[component]
+fn NextStep(app: App, run: LessonRun) -> impl IntoView {
+    let parsed = App::lesson_line(run.index, run.step).unwrap_or_else(|| parse_line(""));
+    let say = parsed.annotations.say.clone().unwrap_or_default();
+    let code = parsed
+        .command
+        .as_ref()
+        .ok()
+        .map(|c| vramlab_shared::python::code(c, app.framework()))
+        .unwrap_or_default();
+    let expect = parsed.annotations.expect.clone().unwrap_or_default();
+    let restart = matches!(
+        parsed.command,
+        Ok(vramlab_shared::command::Command::Restart(_))
+    );
+    let number = (!restart)
+        .then(|| app.stats().and_then(|s| number_to_predict(&expect, &s)))
+        .flatten();
+    let (index, step, guess) = (run.index, run.step, run.guess);
+    let choose = move |d: Direction| {
+        app.lesson.update(|l| {
+            if let Some(l) = l {
+                l.guess = Some(d);
+            }
         })
     };
     view! {
-        <section class="lessons" aria-label="Lessons" id="lessons">
-            <h2>"Lessons"</h2>
-            {move || match current() {
-                None => view! {
-                    <ol class="lesson-list">
-                        {LESSONS.iter().enumerate().map(|(i, l)| view! {
-                            <li><button class="link" id=format!("lesson-{i}") on:click=move |_| start(i)>{l.title()}</button></li>
-                        }).collect::<Vec<_>>()}
-                    </ol>
-                }.into_any(),
-                Some((run, title, total, say, done, code)) => view! {
-                    <div class="lesson">
-                        <h3>{title}</h3>
-                        {run.outcome.clone().map(|(ok, why)| view! {
-                            <p class="outcome" class:bad=!ok id="lesson-outcome">{if ok { "✓ " } else { "✗ " }}{why}</p>
-                        })}
-                        {if done {
-                            view! { <p id="lesson-done">"Lesson complete."</p> }.into_any()
-                        } else {
-                            view! {
-                                <p class="step">{format!("Step {} of {}: ", run.step + 1, total)}<b id="lesson-say">{say}</b></p>
-                                <pre class="step-code">{code}</pre>
-                                <button id="lesson-do" disabled=move || app.read_only() on:click=move |_| {
-                                    if let Some(line) = App::lesson_line(run.index, run.step) { app.submit(line); }
-                                }>"Do this step"</button>
-                            }.into_any()
-                        }}
-                        <button class="link" on:click=move |_| { app.lesson.set(None); app.save_url(); }>"All lessons"</button>
-                    </div>
-                }.into_any(),
-            }}
-        </section>
+        // What to do, in words, unless the words are the code itself.
+        <p class="step" hidden=say.trim() == code.trim()><b id="lesson-say">{say.clone()}</b></p>
+        <pre class="step-code" id="lesson-code">{code.clone()}</pre>
+        {number.map(|n| view! {
+            <div class="predict" role="group" aria-label="Your prediction">
+                <span>"Before you run it: what will "<b>{n.label()}</b>" do? "</span>
+                {Direction::ALL.map(|d| view! {
+                    <button id=format!("guess-{}", d.word()) class="guess" aria-pressed=(guess == Some(d)).to_string()
+                        on:click=move |_| choose(d)>{d.word()}</button>
+                })}
+            </div>
+        })}
+        <button id="lesson-do" class="primary" disabled=move || app.read_only() on:click=move |_| {
+            if let Some(line) = App::lesson_line(index, step) { app.submit(line); }
+        }>"Do this step"</button>
+    }
+}
+
+#[component]
+fn Finished(app: App, index: usize) -> impl IntoView {
+    let lesson = &LESSONS[index];
+    let next = LESSONS.get(index + 1);
+    view! {
+        <div class="finished">
+            <p id="lesson-done"><b>"Lesson complete. "</b>"What you saw:"</p>
+            <p id="lesson-recap">{inline_code(lesson.recap)}</p>
+            {next.map(|n| view! {
+                <p>"Next: "<button id="lesson-next" class="link question" on:click=move |_| start(app, index + 1)>{inline_code(n.question)}</button></p>
+            })}
+        </div>
     }
 }

@@ -3,6 +3,7 @@
 //! the explanation, the lessons, and a snapshot file opened in the page. Controls send typed [`Command`] values.
 
 mod cell;
+mod glossary;
 mod kernel;
 mod lessons;
 mod replay;

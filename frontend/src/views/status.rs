@@ -5,7 +5,9 @@ use super::{colour, CACHED, CONTEXT, FREE, OTHERS};
 use crate::state::{App, Status};
 use leptos::prelude::*;
 use vramlab_shared::device::DeviceKind;
-use vramlab_shared::types::Category;
+use vramlab_shared::explain;
+use vramlab_shared::lesson::predict::Number;
+use vramlab_shared::types::{Category, Framework};
 use vramlab_shared::units::format_size;
 
 #[component]
@@ -137,20 +139,25 @@ pub fn Numbers(app: App) -> impl IntoView {
             })
             .collect::<Vec<_>>()
     };
+    let captions = move || {
+        let framework = app.hello.with(|h| h.as_ref().map(|h| h.framework));
+        explain::captions(framework.unwrap_or(Framework::Pytorch))
+    };
+    let peak = stat(|s| s.step_peak_allocated_bytes);
     view! {
         <section class="numbers" aria-label="The three numbers" id="numbers">
-            <div class="big allocated"><span class="k">"allocated"</span>
+            <div class="big allocated" class:moved=move || app.moved.with(|m| m.contains(&Number::Allocated))><span class="k">"allocated"</span>
                 <span id="allocated" data-bytes=move || allocated().to_string()>{move || format_size(allocated())}</span>
-                <span class="api">"memory_allocated()"</span></div>
-            <div class="big reserved"><span class="k">"reserved"</span>
+                <span class="api" id="api-allocated">{move || captions().allocated}</span></div>
+            <div class="big reserved" class:moved=move || app.moved.with(|m| m.contains(&Number::Reserved))><span class="k">"reserved"</span>
                 <span id="reserved" data-bytes=move || reserved().to_string()>{move || format_size(reserved())}</span>
-                <span class="api">"memory_reserved()"</span></div>
-            <div class="big device"><span class="k">"nvidia-smi"</span>
+                <span class="api" id="api-reserved">{move || captions().reserved}</span></div>
+            <div class="big device" class:moved=move || app.moved.with(|m| m.contains(&Number::NvidiaSmi))><span class="k">"nvidia-smi"</span>
                 <span id="device-used" data-bytes=move || device().to_string()>{move || format_size(device())}</span>
                 <span class="api">"this process on the GPU"</span></div>
-            <div class="big peak"><span class="k">"peak since last sample"</span>
-                <span id="peak">{move || format_size(app.peak.get())}</span>
-                <span class="api">{move || app.progress.get().map(|(d, t)| format!("step {d} of {t}")).unwrap_or_default()}</span></div>
+            <div class="big peak"><span class="k">"peak of the last command"</span>
+                <span id="peak" data-bytes=move || peak().to_string()>{move || format_size(peak())}</span>
+                <span class="api">{move || app.progress.get().map(|(d, t)| format!("step {d} of {t}")).unwrap_or_else(|| captions().peak.to_string())}</span></div>
             <span id="last-step" hidden>{move || app.last_step.get().map(|s| s.to_string()).unwrap_or_default()}</span>
             <span id="result-count" hidden>{move || app.results.get().to_string()}</span>
             <div class="stack" role="img" aria-label="Device memory by use">{segments}</div>
