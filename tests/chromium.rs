@@ -144,10 +144,19 @@ pub async fn set_input(page: &Page, id: &str, value: &str) {
 }
 
 pub async fn shot(page: &Page, name: &str) {
+    save_shot(page, name, true).await;
+}
+
+/// What is on screen only (the window, not the whole page).
+pub async fn shot_screen(page: &Page, name: &str) {
+    save_shot(page, name, false).await;
+}
+
+async fn save_shot(page: &Page, name: &str, full_page: bool) {
     let dir = root().join("target/screenshots");
     std::fs::create_dir_all(&dir).unwrap();
     page.save_screenshot(
-        ScreenshotParams::builder().full_page(true).build(),
+        ScreenshotParams::builder().full_page(full_page).build(),
         dir.join(name),
     )
     .await

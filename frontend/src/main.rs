@@ -7,7 +7,10 @@ mod cell;
 mod clock;
 mod conn;
 mod files;
+mod history;
+mod keys;
 mod lessons;
+mod play;
 mod replay;
 mod socket;
 mod state;
@@ -27,8 +30,11 @@ fn Playground() -> impl IntoView {
     if let Some((index, step)) = initial.lesson {
         app.lesson.set(Some(LessonRun::at(index, step)));
     }
+    app.projector.set(initial.projector);
     conn::connect(app, initial.watch.clone());
+    keys::install();
     view! {
+        <a class="skip" href="#numbers">"Skip to the numbers and the lesson"</a>
         <StatusBar app=app />
         <Banner app=app />
         // The numbers come first and stay on screen (sticky), the lesson

@@ -2,6 +2,7 @@
 //! what the views draw. Every incoming message goes through [`App::handle`].
 
 use crate::files;
+use crate::history::{self, Point};
 use crate::lessons::LESSONS;
 use crate::replay::Replays;
 use crate::socket;
@@ -24,17 +25,6 @@ pub enum Status {
     Connecting,
     Open,
     Closed(String),
-}
-
-/// One point of the timeline.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Point {
-    pub allocated: u64,
-    pub reserved: u64,
-    pub device: u64,
-    pub peak: u64,
-    /// The command that ended here (a mark on the timeline).
-    pub label: Option<String>,
 }
 
 /// The explanation shown after a command.
@@ -108,12 +98,16 @@ pub struct App {
     pending: RwSignal<HashMap<u64, Pending>>,
     /// Framework asked for in the URL, applied on the first connection.
     pub wanted_framework: RwSignal<Option<Framework>>,
+    /// Projector mode: large type, dark, high contrast.
+    pub projector: RwSignal<bool>,
     /// The numbers the last result moved (drawn highlighted).
     pub moved: RwSignal<Vec<Number>>,
     /// Who watches the session now.
     pub watchers: RwSignal<Vec<String>>,
     /// The code cell.
     pub cell: crate::cell::CellState,
+    /// ▶ play: training a step at a time.
+    pub play: crate::play::Play,
     /// A snapshot file opened in the page.
     pub replays: Replays,
     export_to: RwSignal<Option<ExportTo>>,
@@ -121,7 +115,6 @@ pub struct App {
     greeted: RwSignal<bool>,
 }
 
-const MAX_POINTS: usize = 400;
 const MAX_EVENTS: usize = 200;
 
 impl App {
@@ -131,6 +124,7 @@ impl App {
             self.hello.get_untracked().map(|h| h.framework),
             self.lesson.get_untracked().map(|l| (l.index, l.step)),
             &self.hidden.get_untracked(),
+            self.projector.get_untracked(),
         );
     }
 
@@ -156,7 +150,9 @@ impl App {
             wanted_framework: RwSignal::new(None),
             watchers: RwSignal::new(Vec::new()),
             moved: RwSignal::new(Vec::new()),
+            projector: RwSignal::new(false),
             cell: crate::cell::CellState::new(),
+            play: crate::play::Play::new(),
             replays: Replays::new(),
             export_to: RwSignal::new(None),
             greeted: RwSignal::new(false),
@@ -217,6 +213,15 @@ impl App {
     /// Sends a parsed line (a lesson step keeps its annotations here);
     /// returns its id, or nothing when the line is not a command.
     pub fn submit(&self, line: CommandLine) -> Option<u64> {
+        if let Ok(command) = &line.command {
+            let code = python::code(command, self.framework());
+            self.code.update(|c| c.push(code));
+        }
+        self.submit_quietly(line)
+    }
+
+    /// Sends a parsed line without writing it into the Python pane.
+    pub fn submit_quietly(&self, line: CommandLine) -> Option<u64> {
         let command = line.command.clone().ok()?;
         let id = self.next_id.get_untracked();
         self.next_id.set(id + 1);
@@ -224,8 +229,6 @@ impl App {
             .snapshot
             .with_untracked(|s| s.as_ref().map(|s| s.stats.clone()))
             .unwrap_or_default();
-        self.code
-            .update(|c| c.push(python::code(&command, self.framework())));
         self.pending
             .update(|p| _ = p.insert(id, Pending { command, before }));
         socket::send(&ClientMessage::Command {
@@ -233,22 +236,6 @@ impl App {
             command: Box::new(line),
         });
         Some(id)
-    }
-
-    fn push_point(&self, stats: &Stats, peak: u64, label: Option<String>) {
-        self.history.update(|h| {
-            h.push(Point {
-                allocated: stats.allocated_bytes,
-                reserved: stats.reserved_bytes,
-                device: stats.device_used_bytes,
-                peak,
-                label,
-            });
-            if h.len() > MAX_POINTS {
-                let extra = h.len() - MAX_POINTS;
-                h.drain(..extra);
-            }
-        });
     }
 
     fn push_events(&self, events: &[Event]) {
@@ -288,11 +275,13 @@ impl App {
             ServerMessage::Snapshot { snapshot } => {
                 self.events.set(snapshot.events.iter().cloned().collect());
                 let s = *snapshot;
-                self.push_point(&s.stats, s.stats.allocated_bytes, None);
+                let point = Point::new(&s.stats, s.stats.allocated_bytes, None);
+                self.history.update(|h| history::push_sample(h, point));
                 self.snapshot.set(Some(s));
             }
             ServerMessage::Delta(delta) => {
-                self.push_point(&delta.stats, delta.peak_allocated_bytes, None);
+                let point = Point::new(&delta.stats, delta.peak_allocated_bytes, None);
+                self.history.update(|h| history::push_sample(h, point));
                 self.snapshot.update(|s| {
                     if let Some(s) = s {
                         apply(s, &delta);
@@ -332,12 +321,20 @@ impl App {
         self.results.update(|n| *n += 1);
         let pending = self.pending.try_update(|p| p.remove(&id)).flatten();
         self.cell.on_result(id, &record);
+        self.play.on_result(*self, id, &record);
         let label = record
             .cmd
             .get("cmd")
             .and_then(serde_json::Value::as_str)
             .map(str::to_string);
-        self.push_point(&record.stats, record.stats.step_peak_allocated_bytes, label);
+        let restart = record.settings.is_some();
+        let point = Point::new(
+            &record.stats,
+            record.stats.step_peak_allocated_bytes,
+            label.map(|l| (record.step, l)),
+        );
+        self.history
+            .update(|h| history::push_result(h, point, restart));
         self.follow_restart(&record);
         if let Some(p) = &pending {
             let why = match &record.error {
@@ -439,6 +436,18 @@ impl App {
             return;
         };
         if parsed.command.as_ref() != Ok(&sent.command) {
+            // A restart the lesson did not ask for empties the kernel the
+            // lesson stands on: it starts again from its first step.
+            if matches!(sent.command, Command::Restart(_)) && run.step > 0 {
+                self.lesson.set(Some(LessonRun {
+                    outcome: Some((
+                        false,
+                        "The kernel restarted: the lesson starts again from its first step.".into(),
+                    )),
+                    ..LessonRun::at(run.index, 0)
+                }));
+                self.save_url();
+            }
             return;
         }
         let expect = parsed.annotations.expect.unwrap_or_default();

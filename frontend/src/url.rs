@@ -1,6 +1,7 @@
 //! Shareable state in the URL: `?framework=`, `?lesson=&step=`, `?hide=`
-//! (control groups to hide for a focused exercise), `?watch=` (follow a
-//! session read-only). The access token never stays in the address bar.
+//! (control groups to hide for a focused exercise: `framework`, `tensor`,
+//! `buttons`, `training`), `?view=projector`, `?watch=` (follow a session
+//! read-only). The access token never stays in the address bar.
 
 use crate::lessons::LESSONS;
 use vramlab_shared::types::Framework;
@@ -10,6 +11,8 @@ pub struct Initial {
     pub lesson: Option<(usize, usize)>,
     pub hide: Vec<String>,
     pub watch: Option<String>,
+    /// `?view=projector`: large type, dark, high contrast.
+    pub projector: bool,
 }
 
 fn params() -> Option<web_sys::UrlSearchParams> {
@@ -34,6 +37,7 @@ pub fn read() -> Initial {
         lesson,
         hide,
         watch: get("watch"),
+        projector: get("view").as_deref() == Some("projector"),
     }
 }
 
@@ -54,7 +58,12 @@ fn lesson_index(name: &str) -> Option<usize> {
 
 /// Writes the framework, the lesson step `(index, step)` and the hidden
 /// groups into the URL.
-pub fn save(framework: Option<Framework>, lesson: Option<(usize, usize)>, hidden: &[String]) {
+pub fn save(
+    framework: Option<Framework>,
+    lesson: Option<(usize, usize)>,
+    hidden: &[String],
+    projector: bool,
+) {
     let Some(window) = web_sys::window() else {
         return;
     };
@@ -68,6 +77,9 @@ pub fn save(framework: Option<Framework>, lesson: Option<(usize, usize)>, hidden
     }
     if !hidden.is_empty() {
         q.push(format!("hide={}", hidden.join(",")));
+    }
+    if projector {
+        q.push("view=projector".into());
     }
     if let Some(w) = params().and_then(|p| p.get("watch")) {
         q.push(format!("watch={w}"));

@@ -30,6 +30,7 @@ pub fn Controls(app: App) -> impl IntoView {
                     {button(app, "btn-clear-cublas", "clearCublasWorkspaces()", "torch._C._cuda_clearCublasWorkspaces(): give the cuBLAS workspaces back to the cache", || Command::ClearCublasWorkspaces {})}
                 </span>
                 {button(app, "btn-restart", "restart kernel", "The process exits; a new one starts", || Command::Restart(RestartSettings::default()))}
+                <p class="hint" id="keys">"Keys: "{crate::keys::KEYS.iter().map(|(k, _, what)| view! { <kbd>{*k}</kbd>" "{*what}" · " }).collect::<Vec<_>>()}</p>
                 <p class="hint" id="no-empty-cache" hidden=move || app.framework_now() == Framework::Pytorch>
                     {move || format!("{} has no empty_cache(): its pool goes back to the driver only when the process exits.", app.framework_now().display_name())}
                 </p>

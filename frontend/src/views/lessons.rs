@@ -25,6 +25,11 @@ pub fn inline_code(text: &str) -> Vec<AnyView> {
         .collect()
 }
 
+/// Whether a step's words are just its code (quotes aside).
+fn same_code(say: &str, code: &str) -> bool {
+    say.trim().replace('\'', "\"") == code.trim().replace('\'', "\"")
+}
+
 fn start(app: App, index: usize) {
     app.lesson.set(Some(LessonRun::at(index, 0)));
     app.save_url();
@@ -83,7 +88,27 @@ fn Playing(app: App, run: LessonRun) -> impl IntoView {
         } else {
             view! { <NextStep app=app run=run.clone() /> }.into_any()
         }}
-        <button class="link" id="lesson-all" on:click=move |_| { app.lesson.set(None); app.save_url(); }>"All lessons"</button>
+        <p class="lesson-nav">
+            <button class="link" id="lesson-all" on:click=move |_| { app.lesson.set(None); app.save_url(); }>"All lessons"</button>
+            " · "<CopyLink />
+        </p>
+    }
+}
+
+/// Copies the address of this step (the URL keeps the lesson and step).
+#[component]
+fn CopyLink() -> impl IntoView {
+    let copied = RwSignal::new(false);
+    let copy = move |_| {
+        let Some(w) = web_sys::window() else { return };
+        if let Ok(href) = w.location().href() {
+            let _ = w.navigator().clipboard().write_text(&href);
+            copied.set(true);
+        }
+    };
+    view! {
+        <button class="link" id="lesson-link" on:click=copy>"copy a link to this step"</button>
+        <span role="status">{move || if copied.get() { " (copied)" } else { "" }}</span>
     }
 }
 
@@ -115,7 +140,7 @@ fn NextStep(app: App, run: LessonRun) -> impl IntoView {
     };
     view! {
         // What to do, in words, unless the words are the code itself.
-        <p class="step" hidden=say.trim() == code.trim()><b id="lesson-say">{say.clone()}</b></p>
+        <p class="step" hidden=same_code(&say, &code)><b id="lesson-say">{say.clone()}</b></p>
         <pre class="step-code" id="lesson-code">{code.clone()}</pre>
         {number.map(|n| view! {
             <div class="predict" role="group" aria-label="Your prediction">

@@ -39,8 +39,15 @@ pub fn colour(c: Category) -> &'static str {
         Category::Input => "#56b4e9",
         Category::Temporary => "#d55e00",
         Category::Workspace => "#f0e442",
-        Category::Other => "#8c6d1f",
+        Category::Other => "#3d3d8f",
     }
+}
+/// The three numbers' colours, the same in the numbers and the timeline
+/// (each at least 4.5:1 on white).
+pub mod colour_of {
+    pub const ALLOCATED: &str = "#0072b2";
+    pub const RESERVED: &str = "#8a5d00";
+    pub const DEVICE: &str = "#007a5a";
 }
 const CACHED: &str = "#bbbbbb";
 const CONTEXT: &str = "#444444";

@@ -1,5 +1,9 @@
-//! The segment map: one row per segment, its blocks drawn to scale on a
-//! canvas, and what the pointer is over.
+//! The segment map: one row per segment, each row as long as its segment
+//! (to scale with the largest), its blocks to scale inside it, with the
+//! same colours as the bar; free blocks inside a segment that still holds
+//! a tensor (inactive splits, which `empty_cache()` cannot return) are
+//! underlined. What the pointer is over, and a list of the segments in
+//! words for screen readers.
 
 use super::{colour, CACHED};
 use crate::clock::now_ms;
@@ -29,11 +33,16 @@ pub(super) fn draw(c: &web_sys::HtmlCanvasElement, segments: &[SegmentSnapshot])
         .ok()?;
     ctx.clear_rect(0.0, 0.0, width, rows as f64 * ROW);
     ctx.set_font("10px sans-serif");
-    let span = width - LABEL;
+    let largest = largest(segments);
     for (r, seg) in segments.iter().take(MAX_ROWS).enumerate() {
         let y = r as f64 * ROW;
         ctx.set_fill_style_str("#333");
         let _ = ctx.fill_text(&format_size(seg.total_size), 2.0, y + 11.0);
+        let span = row_span(seg, largest, width);
+        let in_use = seg
+            .blocks
+            .iter()
+            .any(|b| b.state == BlockState::ActiveAllocated);
         for b in &seg.blocks {
             let x = LABEL + (b.address - seg.address) as f64 / seg.total_size as f64 * span;
             let w = (b.size as f64 / seg.total_size as f64 * span).max(1.0);
@@ -44,9 +53,32 @@ pub(super) fn draw(c: &web_sys::HtmlCanvasElement, segments: &[SegmentSnapshot])
             };
             ctx.set_fill_style_str(fill);
             ctx.fill_rect(x, y + 1.0, w, ROW - 2.0);
+            if in_use && b.state == BlockState::Inactive {
+                ctx.set_fill_style_str(SPLIT);
+                ctx.fill_rect(x, y + ROW - 4.0, w, 2.0);
+            }
         }
     }
     Some(())
+}
+
+/// Inactive splits' underline.
+const SPLIT: &str = "#b33c00";
+/// The shortest row drawn, in pixels, so a small segment can be seen.
+const MIN_ROW: f64 = 6.0;
+
+fn largest(segments: &[SegmentSnapshot]) -> u64 {
+    segments
+        .iter()
+        .map(|s| s.total_size)
+        .max()
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// A segment's row length: to scale with the largest segment.
+fn row_span(seg: &SegmentSnapshot, largest: u64, width: f64) -> f64 {
+    ((width - LABEL) * seg.total_size as f64 / largest as f64).max(MIN_ROW)
 }
 
 /// What the pointer is over: the block's address, size, owner.
@@ -61,7 +93,11 @@ pub(super) fn hover(
         e.client_y() as f64 - rect.top(),
     );
     let seg = segments.get((y / ROW) as usize)?;
-    block_at(seg, x, rect.width() - LABEL).map(describe)
+    let span = row_span(seg, largest(segments), rect.width());
+    if x > LABEL + span {
+        return None;
+    }
+    block_at(seg, x, span).map(describe)
 }
 
 /// The block under a point of a row `span` pixels wide, if any.
@@ -86,6 +122,42 @@ fn describe(b: &BlockSnapshot) -> String {
         b.category
             .map(|c| format!(" · {}", c.name()))
             .unwrap_or_default()
+    )
+}
+
+/// Segments listed in words (the canvas's text alternative).
+const LISTED: usize = 100;
+
+/// A segment in words: its size, its tensors, its free bytes.
+fn in_words(seg: &SegmentSnapshot) -> String {
+    let live: Vec<String> = seg
+        .blocks
+        .iter()
+        .filter(|b| b.state == BlockState::ActiveAllocated)
+        .map(|b| {
+            format!(
+                "{} {}",
+                b.owner.as_deref().unwrap_or("a tensor"),
+                format_size(b.size)
+            )
+        })
+        .collect();
+    let free: u64 = seg
+        .blocks
+        .iter()
+        .filter(|b| b.state == BlockState::Inactive)
+        .map(|b| b.size)
+        .sum();
+    let holds = if live.is_empty() {
+        "no tensor".to_string()
+    } else {
+        live.join(", ")
+    };
+    format!(
+        "segment of {} at {:#x}: {holds}; {} free",
+        format_size(seg.total_size),
+        seg.address,
+        format_size(free)
     )
 }
 
@@ -134,8 +206,12 @@ pub fn SegmentMap(app: App) -> impl IntoView {
             <h2>"Segments" <small>{title}</small></h2>
             <div class="tip" id="segment-tip">{move || tip.get()}</div>
             <div class="map-scroll">
-                <canvas id="segment-map" node_ref=canvas on:mousemove=on_move></canvas>
+                <canvas id="segment-map" node_ref=canvas on:mousemove=on_move aria-describedby="segment-list"></canvas>
             </div>
+            <p class="keys">"Rows to scale with the largest segment; colours as in the bar. "<span class="split-key"></span>" free inside a segment that still holds a tensor: an inactive split, which empty_cache() cannot return."</p>
+            <ul class="sr-only" id="segment-list">
+                {move || app.snapshot.with(|s| s.as_ref().map(|s| s.segments.iter().take(LISTED).map(|g| view! { <li>{in_words(g)}</li> }).collect::<Vec<_>>()))}
+            </ul>
         </section>
     }
 }

@@ -41,9 +41,23 @@ pub fn StatusBar(app: App) -> impl IntoView {
                 .map(|w| crate::url::watch_link(&w))
         })
     };
+    // Projector mode is a class on the body, so every part follows it.
+    Effect::new(move |_| {
+        let on = app.projector.get();
+        if let Some(body) = web_sys::window()
+            .and_then(|w| w.document())
+            .and_then(|d| d.body())
+        {
+            let _ = body.class_list().toggle_with_force("projector", on);
+        }
+        app.save_url();
+    });
     view! {
         <header class="bar">
             <h1>"vramlab"</h1>
+            <button id="projector" aria-pressed=move || app.projector.get().to_string() aria-keyshortcuts="p"
+                title="Large type, dark, high contrast: for a projector or a big screen (key p)"
+                on:click=move |_| app.projector.update(|p| *p = !*p)>"projector mode"</button>
             <span id="status" class="status" class:open=move || app.status.get() == Status::Open>{text}</span>
             <span id="device" class="device">{device}</span>
             <Show when=move || app.read_only()>
@@ -103,33 +117,21 @@ pub fn Numbers(app: App) -> impl IntoView {
     let allocated = stat(|s| s.allocated_bytes);
     let reserved = stat(|s| s.reserved_bytes);
     let device = stat(|s| s.device_used_bytes);
+    // The bar's scale: this process on the GPU (what nvidia-smi shows for
+    // it), or the whole GPU with other processes and free memory.
+    let whole_gpu = RwSignal::new(false);
     let segments = move || {
         let Some(s) = app.stats() else {
             return Vec::new();
         };
-        let total = s.device_total_bytes.max(1) as f64;
-        let mut parts: Vec<(String, &'static str, u64)> = s
-            .categories
-            .iter()
-            .filter(|(_, &b)| b > 0)
-            .map(|(c, &b)| (c.name().replace('_', " "), colour(*c), b))
-            .collect();
-        let allocated_blocks: u64 = s.categories.values().sum();
-        let cached = s.reserved_bytes.saturating_sub(
-            s.allocated_bytes
-                .max(allocated_blocks.min(s.reserved_bytes)),
-        );
-        parts.push(("cached, free".into(), CACHED, cached));
-        let outside = s
-            .device_used_bytes
-            .saturating_sub(s.context_bytes + s.reserved_bytes.max(allocated_blocks));
-        if outside > 0 {
-            parts.push(("outside the allocator".into(), "#b07aa1", outside));
+        let whole = whole_gpu.get();
+        let total = if whole {
+            s.device_total_bytes
+        } else {
+            s.device_used_bytes
         }
-        parts.push(("CUDA context".into(), CONTEXT, s.context_bytes));
-        parts.push(("other processes".into(), OTHERS, s.other_processes_bytes));
-        parts.push(("free".into(), FREE, s.device_free_bytes));
-        parts
+        .max(1) as f64;
+        bar_parts(&s, whole)
             .into_iter()
             .filter(|p| p.2 > 0)
             .map(|(label, colour, bytes)| {
@@ -160,16 +162,70 @@ pub fn Numbers(app: App) -> impl IntoView {
                 <span class="api">{move || app.progress.get().map(|(d, t)| format!("step {d} of {t}")).unwrap_or_else(|| captions().peak.to_string())}</span></div>
             <span id="last-step" hidden>{move || app.last_step.get().map(|s| s.to_string()).unwrap_or_default()}</span>
             <span id="result-count" hidden>{move || app.results.get().to_string()}</span>
-            <div class="stack" role="img" aria-label="Device memory by use">{segments}</div>
+            <div class="scale">
+                <button id="bar-scale" class="link" on:click=move |_| whole_gpu.update(|w| *w = !*w)>
+                    {move || if whole_gpu.get() { "bar: the whole GPU (show this process)" } else { "bar: this process on the GPU (show the whole GPU)" }}
+                </button>
+            </div>
+            <div class="stack" id="bar" role="img" aria-label=move || bar_words(app, whole_gpu.get())>{segments}</div>
             <ul class="legend">
-                {Category::ALL.iter().map(|&c| view! { <li><i style=format!("background:{}", colour(c))></i>{c.name().replace('_', " ")}</li> }).collect::<Vec<_>>()}
-                <li><i style=format!("background:{CACHED}")></i>"cached, free"</li>
+                {Category::ALL.iter().map(|&c| view! { <li><i style=format!("background:{}", colour(c))></i>{category_label(c)}</li> }).collect::<Vec<_>>()}
+                <li><i style=format!("background:{CACHED}")></i>"cached (free blocks)"</li>
                 <li><i style=format!("background:{CONTEXT}")></i>"CUDA context"</li>
                 <li><i style=format!("background:{OTHERS}")></i>"other processes"</li>
                 <li><i style=format!("background:{FREE};border:1px solid #ccc")></i>"free"</li>
             </ul>
         </section>
     }
+}
+
+/// A category's name in the legend: tensors made by hand are "tensors".
+pub fn category_label(c: Category) -> String {
+    match c {
+        Category::Other => "tensors you made, other".into(),
+        c => c.name().replace('_', " "),
+    }
+}
+
+/// The bar's parts: each category, the cache, what lies outside the
+/// allocator, the context, and (for the whole GPU) other processes and
+/// free memory.
+fn bar_parts(s: &vramlab_shared::Stats, whole: bool) -> Vec<(String, &'static str, u64)> {
+    let mut parts: Vec<(String, &'static str, u64)> = s
+        .categories
+        .iter()
+        .filter(|(_, &b)| b > 0)
+        .map(|(c, &b)| (category_label(*c), colour(*c), b))
+        .collect();
+    let allocated_blocks: u64 = s.categories.values().sum();
+    let cached = s.reserved_bytes.saturating_sub(
+        s.allocated_bytes
+            .max(allocated_blocks.min(s.reserved_bytes)),
+    );
+    parts.push(("cached (free blocks)".into(), CACHED, cached));
+    let outside = s
+        .device_used_bytes
+        .saturating_sub(s.context_bytes + s.reserved_bytes.max(allocated_blocks));
+    parts.push(("outside the allocator".into(), "#b07aa1", outside));
+    parts.push(("CUDA context".into(), CONTEXT, s.context_bytes));
+    if whole {
+        parts.push(("other processes".into(), OTHERS, s.other_processes_bytes));
+        parts.push(("free".into(), FREE, s.device_free_bytes));
+    }
+    parts
+}
+
+/// The bar in words (its text alternative).
+fn bar_words(app: App, whole: bool) -> String {
+    let Some(s) = app.stats() else {
+        return "Device memory by use".into();
+    };
+    let parts: Vec<String> = bar_parts(&s, whole)
+        .into_iter()
+        .filter(|p| p.2 > 0)
+        .map(|(label, _, bytes)| format!("{label} {}", format_size(bytes)))
+        .collect();
+    format!("Device memory by use: {}", parts.join(", "))
 }
 
 #[component]

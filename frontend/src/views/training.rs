@@ -7,14 +7,17 @@ use leptos::prelude::*;
 use std::ops::RangeInclusive;
 use vramlab_shared::command::{
     BackwardArgs, Command, DataArgs, EstimateArgs, FindBatchSizeArgs, ForwardArgs, LossHistory,
-    ModelArgs, NameArgs, OptimizerArgs, StepArgs, TrainArgs, ZeroGradArgs, DEFAULT_BATCH,
-    DEFAULT_CLASSES, DEFAULT_FEATURES, DEFAULT_LAYERS, DEFAULT_SAMPLES, DEFAULT_THRESHOLD,
-    DEFAULT_WIDTH,
+    ModelArgs, NameArgs, OptimizerArgs, StepArgs, TrainArgs, ZeroGradArgs, DEFAULT_CLASSES,
+    DEFAULT_FEATURES, DEFAULT_SAMPLES, DEFAULT_THRESHOLD,
 };
 use vramlab_shared::engine::{MAX_BATCH_SIZE, MAX_TRAIN_STEPS};
 use vramlab_shared::input;
 use vramlab_shared::protocol::ClientMessage;
 use vramlab_shared::train::{OptimizerKind, MAX_LAYERS, MAX_WIDTH};
+
+const PAGE_LAYERS: u64 = 8;
+const PAGE_WIDTH: u64 = 512;
+const PAGE_BATCH: u64 = 1024;
 
 /// The training fields.
 #[derive(Clone, Copy)]
@@ -42,10 +45,14 @@ impl Fields {
     fn new() -> Self {
         let text = |s: &str| RwSignal::new(s.to_string());
         let number = |n: u64| RwSignal::new(n.to_string());
+        // The page's model: deep and wide enough, at a batch large enough,
+        // that batch size, amp, checkpointing and accumulation each move the
+        // step's peak by megabytes (on the command line's 4 x 1024 at batch
+        // 64, Adam's step sets the peak and hides them).
         Fields {
-            layers: number(DEFAULT_LAYERS.into()),
-            width: number(DEFAULT_WIDTH),
-            batch: number(DEFAULT_BATCH),
+            layers: number(PAGE_LAYERS),
+            width: number(PAGE_WIDTH),
+            batch: number(PAGE_BATCH),
             steps: text("100"),
             optimizer: RwSignal::new(OptimizerKind::Adam),
             accumulate: text("1"),
@@ -202,13 +209,77 @@ pub fn Training(app: App) -> impl IntoView {
             {button(app, "btn-zero-grad", "zero_grad", "opt.zero_grad()", zero_grad)}
             {checked_button(app, "btn-train-1", "1 step", "One training step", move || f.train(1))}
             <label>"Steps " {text_input("steps", "5", "", f.steps)}</label>
-            {checked_button(app, "btn-play", "▶ play", "Train for the number of steps", move || f.train(number(f.steps, "steps", 1..=MAX_TRAIN_STEPS)?))}
+            {checked_button(app, "btn-play", "▶ play", "Train step by step, each step's numbers on screen", move || {
+                let steps = number(f.steps, "steps", 1..=MAX_TRAIN_STEPS)?;
+                if let Some(Command::Train(args)) = f.train(steps)?.pop() {
+                    app.play.start(app, args);
+                }
+                Ok(Vec::new())
+            })}
+            <label>"pace "
+                <select id="play-speed" on:change=move |e| app.play.every_ms.set(event_target_value(&e).parse().unwrap_or(100))>
+                    <option value="500">"2 steps/s"</option>
+                    <option value="100" selected>"10 steps/s"</option>
+                    <option value="20">"50 steps/s"</option>
+                    <option value="0">"as fast as it answers"</option>
+                </select>
+            </label>
+            <LossCurve app=app />
             <br />
             {checked_button(app, "btn-estimate", "estimate", "Predict the step's memory before running it", move || f.estimate())}
             {button(app, "btn-find-batch", "find batch size", "The largest batch whose step stays under 80% of the memory limit", find_batch_size)}
             {button(app, "btn-tf-session", "tf.Session()", "TensorFlow 1: models built now belong to the session", move || Command::TfSession(session("sess")))}
             {button(app, "btn-close-session", "sess.close()", "Close the TF1 session", move || Command::Close(session("sess")))}
-            <button id="btn-pause" disabled=move || app.read_only() on:click=move |_| crate::socket::send(&ClientMessage::Stop {})>"❚❚ pause"</button>
+            <button id="btn-pause" disabled=move || app.read_only() on:click=move |_| { app.play.stop(); crate::socket::send(&ClientMessage::Stop {}); }>"❚❚ pause"</button>
         </fieldset>
+    }
+}
+
+/// The loss of each step played, or why there is none.
+#[component]
+fn LossCurve(app: App) -> impl IntoView {
+    const W: f64 = 240.0;
+    const H: f64 = 60.0;
+    let play = app.play;
+    let points = move || {
+        play.losses.with(|ls| {
+            let (low, high) = ls
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(a, b), &l| (a.min(l), b.max(l)));
+            let span = (high - low).max(1e-9);
+            let n = (ls.len().max(2) - 1) as f64;
+            ls.iter()
+                .enumerate()
+                .map(|(i, l)| {
+                    format!(
+                        "{:.1},{:.1}",
+                        i as f64 / n * W,
+                        H - 4.0 - (l - low) / span * (H - 8.0)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+    };
+    let words = move || {
+        let done = play.done.get();
+        let losses = play.losses.get();
+        match (losses.first(), losses.last()) {
+            (Some(a), Some(b)) => format!("step {done} of {}: loss {a:.4} → {b:.4}", play.total.get()),
+            _ if play.shape_only.get() => format!(
+                "step {done} of {}: shape-only (this model's step is too big to compute here), so there is no loss to plot; 2 layers of 128 at batch 32 compute it.",
+                play.total.get()
+            ),
+            _ => String::new(),
+        }
+    };
+    view! {
+        <div class="loss" hidden=move || play.total.get() == 0>
+            <p id="play-status" aria-live="polite">{words}</p>
+            <svg id="loss-curve" viewBox=format!("0 0 {W} {H}") role="img" aria-label="the loss of each step played"
+                hidden=move || play.losses.with(Vec::is_empty)>
+                <polyline points=points fill="none" stroke="#d55e00" stroke-width="2" />
+            </svg>
+        </div>
     }
 }

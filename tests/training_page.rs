@@ -1,0 +1,168 @@
+//! Training in the page, in headless Chromium against the real server: on
+//! the page's model each technique moves the step's peak; ▶ play sends one
+//! step at a time, so every step reaches the timeline and the loss curve;
+//! the timeline names its commands, answers hover, zooms and starts again
+//! at a restart.
+
+mod chromium;
+
+use chromium::*;
+use chromiumoxide::Page;
+
+const COUNT: &str = "Number(document.getElementById('result-count').textContent || 0)";
+
+async fn press(page: &Page, id: &str) {
+    let before = js(page, COUNT).await.as_i64().unwrap_or(0);
+    click(page, id).await;
+    until(page, &format!("{COUNT} > {before}")).await;
+}
+
+/// Ticks or unticks the checkbox whose label reads `label`.
+async fn tick(page: &Page, label: &str, on: bool) {
+    js(page, &format!("(() => {{ const box = [...document.querySelectorAll('label')].find(l => l.textContent.trim() === {label:?}).querySelector('input'); box.checked = {on}; box.dispatchEvent(new Event('change', {{bubbles: true}})); }})()")).await;
+}
+
+async fn peak(page: &Page) -> u64 {
+    let bytes = js(page, "document.getElementById('peak').dataset.bytes").await;
+    bytes.as_str().unwrap().parse().unwrap()
+}
+
+/// The peak of a training step (the second: Adam's state exists by then).
+async fn step_peak(page: &Page) -> u64 {
+    press(page, "btn-train-1").await;
+    press(page, "btn-train-1").await;
+    peak(page).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_page_model_every_technique_moves_the_peak() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let addr = serve_on(0, stop_rx).await;
+    let (mut browser, events, profile) = launch("techniques").await;
+    let page = open(&browser, &format!("http://{addr}/")).await;
+    click(&page, "btn-build").await;
+    until(&page, &format!("{COUNT} >= 3")).await;
+    let base = step_peak(&page).await;
+    const MIB: u64 = 1 << 20;
+    let mut moved = Vec::new();
+    set_input(&page, "batch", "2048").await;
+    moved.push(("batch 2048", step_peak(&page).await));
+    set_input(&page, "batch", "1024").await;
+    for label in ["amp", "checkpointing"] {
+        tick(&page, label, true).await;
+        moved.push((label, step_peak(&page).await));
+        tick(&page, label, false).await;
+    }
+    set_input(&page, "accumulate", "4").await;
+    moved.push(("accumulate 4", step_peak(&page).await));
+    for (what, p) in &moved {
+        assert!(
+            p.abs_diff(base) >= MIB,
+            "{what}: peak {p} against {base} without it"
+        );
+    }
+    // The explanation says what the peak did.
+    let said = js(&page, "document.getElementById('explanation').textContent").await;
+    assert!(said.as_str().unwrap().contains("Peak during it:"), "{said}");
+    page.close().await.unwrap();
+    browser.close().await.unwrap();
+    let _ = events.await;
+    let _ = stop_tx.send(());
+    let _ = std::fs::remove_dir_all(profile);
+}
+
+/// A pointer event on the timeline at a fraction of its drawn width.
+async fn pointer(page: &Page, kind: &str, at: f64) {
+    js(page, &format!("(() => {{ const s = document.getElementById('timeline'); const r = s.getBoundingClientRect(); const x = r.left + (58 / 640 + {at} * (1 - 58 / 640)) * r.width; s.dispatchEvent(new MouseEvent({kind:?}, {{clientX: x, clientY: r.top + r.height / 3, bubbles: true}})); }})()")).await;
+}
+
+async fn commands(page: &Page) -> i64 {
+    let t = js(
+        page,
+        "document.querySelector('.timeline h2 small').textContent",
+    )
+    .await;
+    t.as_str()
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn play_shows_every_step_and_the_timeline_follows() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let addr = serve_on(0, stop_rx).await;
+    let (mut browser, events, profile) = launch("play").await;
+    let page = open(&browser, &format!("http://{addr}/")).await;
+    // A model small enough to compute: the loss is plotted.
+    set_input(&page, "layers", "2").await;
+    set_input(&page, "width", "128").await;
+    set_input(&page, "batch", "32").await;
+    set_input(&page, "steps", "20").await;
+    js(&page, "(() => { const s = document.getElementById('play-speed'); s.value = '0'; s.dispatchEvent(new Event('change', {bubbles: true})); })()").await;
+    click(&page, "btn-build").await;
+    until(&page, &format!("{COUNT} >= 3")).await;
+    let before = js(&page, COUNT).await.as_i64().unwrap();
+    click(&page, "btn-play").await;
+    until(
+        &page,
+        "document.getElementById('play-status').textContent.startsWith('step 20 of 20: loss')",
+    )
+    .await;
+    // One result per step, one loss per step, one timeline slot per step.
+    assert_eq!(js(&page, COUNT).await.as_i64().unwrap(), before + 20);
+    let losses = js(&page, "document.querySelector('#loss-curve polyline').getAttribute('points').trim().split(' ').length").await;
+    assert_eq!(losses, 20);
+    assert!(commands(&page).await >= 24, "{}", commands(&page).await);
+    // The cell got the loop once.
+    let cell = js(&page, "document.getElementById('cell-source').value").await;
+    assert_eq!(
+        cell.as_str()
+            .unwrap()
+            .matches("for step, (x, y) in zip(range(20)")
+            .count(),
+        1,
+        "{cell}"
+    );
+    shot(&page, "play.png").await;
+    // Hover names the command under the pointer and its numbers.
+    pointer(&page, "mousemove", 0.99).await;
+    let tip = until(&page, "document.getElementById('timeline-tip').textContent.includes('train') && document.getElementById('timeline-tip').textContent").await;
+    assert!(tip.as_str().unwrap().contains("peak during it"), "{tip}");
+    // Drag across commands to zoom; show all again.
+    pointer(&page, "mousedown", 0.5).await;
+    pointer(&page, "mouseup", 0.8).await;
+    until(&page, "!document.getElementById('timeline-reset').disabled").await;
+    shot(&page, "timeline-zoomed.png").await;
+    click(&page, "timeline-reset").await;
+    until(&page, "document.getElementById('timeline-reset').disabled").await;
+    // A restart starts the timeline again; empty_cache gets its label.
+    press(&page, "btn-restart").await;
+    assert_eq!(commands(&page).await, 1);
+    for id in ["btn-alloc", "btn-del", "btn-empty-cache"] {
+        press(&page, id).await;
+    }
+    let marks = js(
+        &page,
+        "[...document.querySelectorAll('.timeline .mark text')].map(t => t.textContent)",
+    )
+    .await;
+    assert_eq!(
+        marks,
+        serde_json::json!(["restart", "alloc", "del", "empty_cache"])
+    );
+    page.close().await.unwrap();
+    browser.close().await.unwrap();
+    let _ = events.await;
+    let _ = stop_tx.send(());
+    let _ = std::fs::remove_dir_all(profile);
+}
