@@ -166,3 +166,35 @@ async fn play_shows_every_step_and_the_timeline_follows() {
     let _ = stop_tx.send(());
     let _ = std::fs::remove_dir_all(profile);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loss_history_leak_is_visible() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let addr = serve_on(0, stop_rx).await;
+    let (mut browser, events, profile) = launch("leak").await;
+    // Lesson 9 at its `total_loss += loss` step (the steps before it run).
+    let page = open(&browser, &format!("http://{addr}/?lesson=9&step=5")).await;
+    until(&page, &format!("{COUNT} >= 5")).await;
+    let allocated = || async {
+        let b = js(&page, "document.getElementById('allocated').dataset.bytes").await;
+        b.as_str().unwrap().parse::<u64>().unwrap()
+    };
+    let before = allocated().await;
+    for (step, live) in [(5, "11 → 210"), (6, "210 → 410")] {
+        until(&page, &format!("document.querySelector('.progress-line span').textContent.startsWith('step {} of')", step + 1)).await;
+        press(&page, "lesson-do").await;
+        let said = js(&page, "document.getElementById('explanation').textContent").await;
+        assert!(said.as_str().unwrap().contains(&format!("Live tensors: {live}")), "{said}");
+        let outcome = js(&page, "document.getElementById('lesson-outcome').textContent").await;
+        assert!(outcome.as_str().unwrap().starts_with('✓'), "{outcome}");
+    }
+    assert_eq!(allocated().await - before, 204_288, "two hundred steps of history");
+    page.close().await.unwrap();
+    browser.close().await.unwrap();
+    let _ = events.await;
+    let _ = stop_tx.send(());
+    let _ = std::fs::remove_dir_all(profile);
+}
