@@ -187,11 +187,24 @@ async fn the_loss_history_leak_is_visible() {
         until(&page, &format!("document.querySelector('.progress-line span').textContent.startsWith('step {} of')", step + 1)).await;
         press(&page, "lesson-do").await;
         let said = js(&page, "document.getElementById('explanation').textContent").await;
-        assert!(said.as_str().unwrap().contains(&format!("Live tensors: {live}")), "{said}");
-        let outcome = js(&page, "document.getElementById('lesson-outcome').textContent").await;
+        assert!(
+            said.as_str()
+                .unwrap()
+                .contains(&format!("Live tensors: {live}")),
+            "{said}"
+        );
+        let outcome = js(
+            &page,
+            "document.getElementById('lesson-outcome').textContent",
+        )
+        .await;
         assert!(outcome.as_str().unwrap().starts_with('✓'), "{outcome}");
     }
-    assert_eq!(allocated().await - before, 204_288, "two hundred steps of history");
+    assert_eq!(
+        allocated().await - before,
+        204_288,
+        "two hundred steps of history"
+    );
     page.close().await.unwrap();
     browser.close().await.unwrap();
     let _ = events.await;

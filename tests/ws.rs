@@ -412,6 +412,26 @@ async fn a_watcher_sees_everything_and_changes_nothing() {
         }
     };
     assert_eq!(seen["stats"], r["stats"]);
+    // The owner's page goes to the watcher; a watcher cannot send one; too
+    // many a second are refused.
+    let view = json!({"type":"presenter","view":{"cell":"del x","lesson":[0, 3, [true, "ok"]],"controls":{"batch":"2048"}}});
+    owner.send(view.clone()).await;
+    let got = watcher.recv_type("presenter").await;
+    assert_eq!(got["view"]["cell"], "del x");
+    assert_eq!(got["view"]["controls"]["batch"], "2048");
+    assert_eq!(got["view"]["lesson"], json!([0, 3, [true, "ok"]]));
+    watcher.send(view.clone()).await;
+    assert_eq!(
+        watcher.recv_type("error").await["error"]["kind"],
+        "read_only"
+    );
+    for _ in 0..30 {
+        owner.send(view.clone()).await;
+    }
+    assert_eq!(
+        owner.recv_type("error").await["error"]["kind"],
+        "rate_limited"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

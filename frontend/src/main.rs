@@ -10,6 +10,7 @@ mod files;
 mod history;
 mod keys;
 mod lessons;
+mod mirror;
 mod play;
 mod replay;
 mod socket;
@@ -33,6 +34,7 @@ fn Playground() -> impl IntoView {
     app.projector.set(initial.projector);
     conn::connect(app, initial.watch.clone());
     keys::install();
+    mirror::follow(app);
     view! {
         <a class="skip" href="#numbers">"Skip to the numbers and the lesson"</a>
         <StatusBar app=app />

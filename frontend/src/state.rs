@@ -32,8 +32,20 @@ pub enum Status {
 pub struct Explanation {
     pub moved: String,
     pub why: String,
-    pub link: (&'static str, &'static str),
+    pub link: (String, String),
     pub ok: bool,
+}
+
+impl Explanation {
+    /// The presenter's explanation, on a watcher's page.
+    pub fn mirrored(e: vramlab_shared::protocol::ExplanationView) -> Self {
+        Explanation {
+            moved: e.moved,
+            why: e.why,
+            link: e.link,
+            ok: e.ok,
+        }
+    }
 }
 
 /// A lesson being played.
@@ -98,6 +110,8 @@ pub struct App {
     pending: RwSignal<HashMap<u64, Pending>>,
     /// Framework asked for in the URL, applied on the first connection.
     pub wanted_framework: RwSignal<Option<Framework>>,
+    /// Edits of the controls (a change marker for mirroring them).
+    pub control_edits: RwSignal<u64>,
     /// Projector mode: large type, dark, high contrast.
     pub projector: RwSignal<bool>,
     /// The numbers the last result moved (drawn highlighted).
@@ -151,6 +165,7 @@ impl App {
             watchers: RwSignal::new(Vec::new()),
             moved: RwSignal::new(Vec::new()),
             projector: RwSignal::new(false),
+            control_edits: RwSignal::new(0),
             cell: crate::cell::CellState::new(),
             play: crate::play::Play::new(),
             replays: Replays::new(),
@@ -304,6 +319,11 @@ impl App {
             }
             ServerMessage::MemorySnapshot { snapshot } => self.on_export(&snapshot),
             ServerMessage::Watchers { watchers } => self.watchers.set(watchers),
+            ServerMessage::Presenter { view } => {
+                if self.read_only() {
+                    crate::mirror::show(*self, *view);
+                }
+            }
             ServerMessage::Pong { .. } => {}
         }
     }
@@ -344,7 +364,10 @@ impl App {
             self.explanation.set(Some(Explanation {
                 moved: explain::moved(&p.before, &record.stats),
                 why,
-                link: explain::fact_link(&p.command, self.framework()),
+                link: {
+                    let (title, url) = explain::fact_link(&p.command, self.framework());
+                    (title.into(), url.into())
+                },
                 ok: record.ok,
             }));
             self.moved.set(

@@ -22,7 +22,8 @@ use vramlab_shared::device::{Device, QuotaDevice};
 use vramlab_shared::engine::{DeviceFactory, Progress};
 use vramlab_shared::framework::Settings;
 use vramlab_shared::protocol::{
-    ConnectionError, ConnectionErrorKind, Hello, Limits, Role, ServerMessage, PROTOCOL_VERSION,
+    ConnectionError, ConnectionErrorKind, Hello, Limits, PresenterView, Role, ServerMessage,
+    PROTOCOL_VERSION,
 };
 use vramlab_shared::snapshot::{Event, Snapshot};
 use vramlab_shared::CommandError;
@@ -140,6 +141,8 @@ pub struct Session {
     used: AtomicBool,
     /// Commands and snapshot requests a second, all connections together.
     rate: Mutex<crate::rate::RateLimit>,
+    /// The owner's page, for watchers.
+    presenter: presenter::Presenter<Wire>,
     /// The address of the client that made it, when known.
     client: Option<IpAddr>,
     /// The user who made it, behind an authenticating proxy: only they may
@@ -221,6 +224,7 @@ impl Session {
             rate: Mutex::new(crate::rate::RateLimit::new(
                 config.limits.commands_per_second,
             )),
+            presenter: presenter::Presenter::new(),
             client,
             owner,
             hello: Mutex::new((engine.settings().clone(), engine.device_info())),
@@ -291,6 +295,9 @@ impl Session {
         );
         let watchers = self.watcher_names();
         if role == Role::Watcher {
+            if let Some(view) = self.presenter.latest() {
+                let _ = tx.try_send(view);
+            }
             self.announce_watchers();
         } else if !watchers.is_empty() {
             let _ = tx.try_send(wire(&ServerMessage::Watchers { watchers }));
@@ -324,6 +331,23 @@ impl Session {
             .collect();
         names.sort();
         names
+    }
+
+    /// The owner's page changed: keep it and pass it to the watchers.
+    /// Refused when updates come faster than the presenter's limit.
+    pub fn present(&self, view: Box<PresenterView>) -> Result<(), ConnectionError> {
+        let msg = wire(&ServerMessage::Presenter { view });
+        if !self.presenter.update(msg.clone()) {
+            return Err(ConnectionError::new(
+                ConnectionErrorKind::RateLimited,
+                "the page's view is mirrored to watchers at most 10 times a second: this update was dropped",
+            ));
+        }
+        let clients = self.clients.lock().expect("clients lock");
+        for c in clients.values().filter(|c| c.role == Role::Watcher) {
+            let _ = c.outbox.try_send(msg.clone());
+        }
+        Ok(())
     }
 
     fn announce_watchers(&self) {
@@ -505,6 +529,7 @@ fn run_engine(session: Arc<Session>, mut engine: Engine, jobs: mpsc::Receiver<Jo
     tracing::info!(session = %&session.id[..8], "session ended; its memory is released");
 }
 
+mod presenter;
 mod registry;
 pub use registry::Sessions;
 

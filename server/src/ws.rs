@@ -365,7 +365,13 @@ fn handle(
         ClientMessage::Snapshot {} => Some(client.full_snapshot(session)),
         ClientMessage::ExportSnapshot {} => Some(export(session)),
         ClientMessage::Command { id, .. } if role == Role::Watcher => Some(read_only(Some(id))),
-        ClientMessage::Stop {} if role == Role::Watcher => Some(read_only(None)),
+        ClientMessage::Stop {} | ClientMessage::Presenter { .. } if role == Role::Watcher => {
+            Some(read_only(None))
+        }
+        ClientMessage::Presenter { view } => session
+            .present(view)
+            .err()
+            .map(|error| wire(&ServerMessage::Error { id: None, error })),
         ClientMessage::Stop {} => {
             session.stop();
             None

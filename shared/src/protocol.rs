@@ -68,6 +68,39 @@ pub enum ClientMessage {
         #[serde(default)]
         nonce: u64,
     },
+    /// What the owner's page shows beyond the numbers (the lesson step,
+    /// the code cell, the explanation, the controls' values), for watchers.
+    Presenter {
+        view: Box<PresenterView>,
+    },
+}
+
+/// What a presenter's page shows beyond the numbers, mirrored on every
+/// watcher's page.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PresenterView {
+    /// The lesson being played: its index, the step it is at, and the
+    /// last step's outcome (passed, and the words).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lesson: Option<(usize, usize, Option<(bool, String)>)>,
+    /// The code cell's text.
+    #[serde(default)]
+    pub cell: String,
+    /// The explanation of the last command: which numbers moved, why, the
+    /// link, and whether it succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<ExplanationView>,
+    /// Each control's value, by its element id.
+    #[serde(default)]
+    pub controls: std::collections::BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExplanationView {
+    pub moved: String,
+    pub why: String,
+    pub link: (String, String),
+    pub ok: bool,
 }
 
 /// Whether a connection may change the session.
@@ -150,6 +183,11 @@ pub enum ServerMessage {
     /// What changed since the last snapshot or delta this client received,
     /// with the exact peaks in between.
     Delta(Box<SnapshotDelta>),
+    /// The owner's page, for watchers (sent when it changes, and to a
+    /// watcher when it joins).
+    Presenter {
+        view: Box<PresenterView>,
+    },
     /// Events since the last batch; `dropped` counts events this client
     /// missed because it was slow.
     Events {

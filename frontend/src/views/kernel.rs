@@ -15,7 +15,9 @@ use vramlab_shared::units::{GIB, MIB};
 #[component]
 pub fn Controls(app: App) -> impl IntoView {
     view! {
-        <section class="controls" aria-label="Controls">
+        <section class="controls" aria-label="Controls"
+            on:input=move |_| app.control_edits.update(|n| *n += 1)
+            on:change=move |_| app.control_edits.update(|n| *n += 1)>
             <KernelSettings app=app />
             <Tensors app=app />
             <fieldset class="five" hidden=hidden(app, "buttons")>

@@ -52,10 +52,10 @@ pub fn Objects(app: App) -> impl IntoView {
 pub fn EventLog(app: App) -> impl IntoView {
     view! {
         <section class="events" aria-label="Event log">
-            <h2>"Events"</h2>
+            <h2>"Events " <small>"(#: the command that caused it)"</small></h2>
             <ul id="events">
                 {move || app.events.with(|q| q.iter().rev().take(40).map(|e| view! {
-                    <li><code>{format!("step {} · {:?} · {} {}", e.step, e.action, format_size(e.size), e.name.clone().unwrap_or_default())}</code></li>
+                    <li><code>{format!("#{} · {:?} · {} {}", e.step, e.action, format_size(e.size), e.name.clone().unwrap_or_default())}</code></li>
                 }).collect::<Vec<_>>())}
             </ul>
         </section>

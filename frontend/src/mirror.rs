@@ -1,0 +1,149 @@
+//! Watchers see what the presenter sees: the owner's page sends its lesson
+//! step, code cell, explanation and control values (200 ms after the last
+//! change), and a watcher's page shows them. The numbers, the timeline and
+//! the segment map already come to every client from the session.
+
+use crate::state::{App, Explanation, LessonRun};
+use leptos::prelude::*;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use vramlab_shared::protocol::{ClientMessage, ExplanationView, PresenterView};
+use wasm_bindgen::JsCast;
+
+/// The pause after the last change before the view is sent.
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// The controls mirrored: text fields, selects and checkboxes in the
+/// controls column (the framework follows the kernel itself).
+const CONTROLS: &str = ".controls input, .controls select";
+
+fn controls() -> Vec<web_sys::HtmlElement> {
+    let Some(doc) = web_sys::window().and_then(|w| w.document()) else {
+        return Vec::new();
+    };
+    let Ok(list) = doc.query_selector_all(CONTROLS) else {
+        return Vec::new();
+    };
+    (0..list.length())
+        .filter_map(|i| list.item(i)?.dyn_into::<web_sys::HtmlElement>().ok())
+        .filter(|e| e.id() != "framework")
+        .collect()
+}
+
+/// A control's key: its id, or its label's words.
+fn key(e: &web_sys::HtmlElement) -> String {
+    if !e.id().is_empty() {
+        return e.id();
+    }
+    let label = e.closest("label").ok().flatten();
+    format!(
+        "label:{}",
+        label
+            .and_then(|l| l.text_content())
+            .unwrap_or_default()
+            .trim()
+    )
+}
+
+fn value(e: &web_sys::HtmlElement) -> Option<String> {
+    if let Some(input) = e.dyn_ref::<web_sys::HtmlInputElement>() {
+        return Some(if input.type_() == "checkbox" {
+            input.checked().to_string()
+        } else {
+            input.value()
+        });
+    }
+    e.dyn_ref::<web_sys::HtmlSelectElement>().map(|s| s.value())
+}
+
+/// What the owner's page shows now.
+fn view(app: App) -> PresenterView {
+    PresenterView {
+        lesson: app
+            .lesson
+            .get_untracked()
+            .map(|l| (l.index, l.step, l.outcome)),
+        cell: app.cell.source.get_untracked(),
+        explanation: app.explanation.get_untracked().map(|e| ExplanationView {
+            moved: e.moved,
+            why: e.why,
+            link: e.link,
+            ok: e.ok,
+        }),
+        controls: controls()
+            .iter()
+            .filter_map(|e| Some((key(e), value(e)?)))
+            .collect(),
+    }
+}
+
+/// On the owner's page: sends the view when it has settled after a change
+/// (the lesson, the cell, a result, or a control edited).
+pub fn follow(app: App) {
+    let waiting = RwSignal::new(false);
+    Effect::new(move |_| {
+        app.lesson.track();
+        app.cell.source.track();
+        app.results.track();
+        app.control_edits.track();
+        app.watchers.track();
+        if app.read_only() || waiting.get_untracked() {
+            return;
+        }
+        waiting.set(true);
+        set_timeout(
+            move || {
+                waiting.set(false);
+                if !app.read_only() && !app.watchers.with_untracked(Vec::is_empty) {
+                    crate::socket::send(&ClientMessage::Presenter {
+                        view: Box::new(view(app)),
+                    });
+                }
+            },
+            SETTLE,
+        );
+    });
+}
+
+/// On a watcher's page: shows the presenter's view.
+pub fn show(app: App, view: PresenterView) {
+    app.lesson
+        .set(view.lesson.map(|(index, step, outcome)| LessonRun {
+            outcome,
+            ..LessonRun::at(index, step)
+        }));
+    app.cell.source.set(view.cell);
+    if let Some(e) = view.explanation {
+        app.explanation.set(Some(Explanation::mirrored(e)));
+    }
+    set_controls(&view.controls);
+}
+
+fn set_controls(values: &BTreeMap<String, String>) {
+    for e in controls() {
+        let Some(v) = values.get(&key(&e)) else {
+            continue;
+        };
+        let event = if let Some(input) = e.dyn_ref::<web_sys::HtmlInputElement>() {
+            if input.type_() == "checkbox" {
+                input.set_checked(v == "true");
+                "change"
+            } else {
+                input.set_value(v);
+                "input"
+            }
+        } else if let Some(select) = e.dyn_ref::<web_sys::HtmlSelectElement>() {
+            select.set_value(v);
+            "change"
+        } else {
+            continue;
+        };
+        if let Ok(ev) = web_sys::Event::new_with_event_init_dict(event, &{
+            let init = web_sys::EventInit::new();
+            init.set_bubbles(true);
+            init
+        }) {
+            let _ = e.dispatch_event(&ev);
+        }
+    }
+}

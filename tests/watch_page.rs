@@ -1,0 +1,83 @@
+//! A team demo, in headless Chromium against the real server: a watcher's
+//! page mirrors the presenter's lesson step and its outcome, the
+//! explanation, the code cell and the controls' values, live, and a
+//! watcher who joins late gets them at once.
+
+mod chromium;
+
+use chromium::*;
+use chromiumoxide::Page;
+
+const COUNT: &str = "Number(document.getElementById('result-count').textContent || 0)";
+
+async fn press(page: &Page, id: &str) {
+    let before = js(page, COUNT).await.as_i64().unwrap_or(0);
+    click(page, id).await;
+    until(page, &format!("{COUNT} > {before}")).await;
+}
+
+/// What both pages must agree on.
+const SEEN: &str = "JSON.stringify([
+    document.querySelector('.progress-line span')?.textContent,
+    document.getElementById('lesson-outcome')?.textContent,
+    document.getElementById('explanation').textContent,
+    document.getElementById('cell-source').value,
+    document.getElementById('batch').value,
+    [...document.querySelectorAll('label')].find(l => l.textContent.trim() === 'amp').querySelector('input').checked,
+])";
+
+async fn seen(page: &Page) -> String {
+    js(page, SEEN).await.as_str().unwrap().to_string()
+}
+
+/// Waits until the watcher shows what the presenter shows.
+async fn mirrors(presenter: &Page, watcher: &Page) {
+    let want = seen(presenter).await;
+    until(
+        watcher,
+        &format!("{SEEN} === {}", serde_json::to_string(&want).unwrap()),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchers_mirror_the_lesson_the_code_and_the_controls() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let addr = serve_on(0, stop_rx).await;
+    let (mut browser, events, profile) = launch("watch").await;
+    let presenter = open(&browser, &format!("http://{addr}/")).await;
+    let link = until(&presenter, "document.getElementById('watch-link')?.value").await;
+    let watcher = open(&browser, link.as_str().unwrap()).await;
+    until(&presenter, "!!document.getElementById('watchers')").await;
+    // A lesson, two steps in.
+    click(&presenter, "lesson-0").await;
+    press(&presenter, "lesson-do").await;
+    press(&presenter, "lesson-do").await;
+    // A control edited, a box ticked, code typed.
+    set_input(&presenter, "batch", "2048").await;
+    js(&presenter, "(() => { const b = [...document.querySelectorAll('label')].find(l => l.textContent.trim() === 'amp').querySelector('input'); b.checked = true; b.dispatchEvent(new Event('change', {bubbles: true})); })()").await;
+    js(&presenter, "(() => { const t = document.getElementById('cell-source'); t.value = 'x = torch.zeros(1024, device=\"cuda\")'; t.dispatchEvent(new Event('input', {bubbles: true})); })()").await;
+    mirrors(&presenter, &watcher).await;
+    let shown = seen(&watcher).await;
+    assert!(
+        shown.contains("step 3 of 8") && shown.contains("2048") && shown.contains("torch.zeros"),
+        "{shown}"
+    );
+    // A watcher who joins now sees the same at once.
+    let late = open(&browser, link.as_str().unwrap()).await;
+    mirrors(&presenter, &late).await;
+    // The next step reaches both.
+    press(&presenter, "lesson-do").await;
+    mirrors(&presenter, &watcher).await;
+    assert!(seen(&watcher).await.contains("step 4 of 8"));
+    for page in [presenter, watcher, late] {
+        page.close().await.unwrap();
+    }
+    browser.close().await.unwrap();
+    let _ = events.await;
+    let _ = stop_tx.send(());
+    let _ = std::fs::remove_dir_all(profile);
+}
