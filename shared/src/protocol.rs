@@ -75,6 +75,10 @@ pub enum ClientMessage {
     },
 }
 
+/// A lesson's index, the step it is at, and the last step's outcome
+/// (passed, and the words).
+pub type LessonAt = (usize, usize, Option<(bool, String)>);
+
 /// What a presenter's page shows beyond the numbers, mirrored on every
 /// watcher's page.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -82,7 +86,7 @@ pub struct PresenterView {
     /// The lesson being played: its index, the step it is at, and the
     /// last step's outcome (passed, and the words).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lesson: Option<(usize, usize, Option<(bool, String)>)>,
+    pub lesson: Option<LessonAt>,
     /// The code cell's text.
     #[serde(default)]
     pub cell: String,
