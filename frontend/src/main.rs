@@ -35,6 +35,7 @@ fn Playground() -> impl IntoView {
     conn::connect(app, initial.watch.clone());
     keys::install();
     mirror::follow(app);
+    mirror::show_presented(app);
     view! {
         <a class="skip" href="#numbers">"Skip to the numbers and the lesson"</a>
         <StatusBar app=app />

@@ -105,8 +105,16 @@ pub fn follow(app: App) {
     });
 }
 
-/// On a watcher's page: shows the presenter's view.
-pub fn show(app: App, view: PresenterView) {
+/// On a watcher's page: shows the presenter's view when one comes.
+pub fn show_presented(app: App) {
+    Effect::new(move |_| {
+        if let Some(view) = app.presented.get() {
+            show(app, view);
+        }
+    });
+}
+
+fn show(app: App, view: PresenterView) {
     app.lesson
         .set(view.lesson.map(|(index, step, outcome)| LessonRun {
             outcome,

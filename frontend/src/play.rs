@@ -1,14 +1,12 @@
 //! ▶ play: a training run sent one step at a time at a chosen pace, so
 //! every step's numbers, its peak and its loss reach the screen (the
-//! timeline draws the sawtooth, the loss curve the learning). The cell and
-//! the Python pane get the loop once, as written.
+//! timeline draws the sawtooth, the loss curve the learning). This holds
+//! the run's state; the training view sends each step when `due` ticks.
 
-use crate::state::App;
 use leptos::prelude::*;
 use std::time::Duration;
 use vramlab_shared::command::{Command, CommandLine, TrainArgs};
 use vramlab_shared::protocol::StepRecord;
-use vramlab_shared::python;
 
 #[derive(Clone, Copy)]
 pub struct Play {
@@ -24,6 +22,8 @@ pub struct Play {
     pub losses: RwSignal<Vec<f64>>,
     /// Whether a step ran shape-only (no loss to plot).
     pub shape_only: RwSignal<bool>,
+    /// Ticks when the next step should be sent.
+    pub due: RwSignal<u64>,
     args: RwSignal<Option<TrainArgs>>,
     /// The step in flight.
     waiting: RwSignal<Option<u64>>,
@@ -38,44 +38,46 @@ impl Play {
             every_ms: RwSignal::new(100),
             losses: RwSignal::new(Vec::new()),
             shape_only: RwSignal::new(false),
+            due: RwSignal::new(0),
             args: RwSignal::new(None),
             waiting: RwSignal::new(None),
         }
     }
 
-    /// Starts a run of `args.steps` steps.
-    pub fn start(&self, app: App, args: TrainArgs) {
-        let code = python::code(&Command::Train(args.clone()), app.framework());
-        app.cell.record(&code);
-        app.code.update(|c| c.push(code));
+    /// Starts a run of `args.steps` steps; the page sends each step when
+    /// [`Play::due`] ticks (the first one at once).
+    pub fn begin(&self, args: TrainArgs) {
         self.total.set(args.steps);
         self.left.set(args.steps);
         self.done.set(0);
         self.losses.set(Vec::new());
         self.shape_only.set(false);
         self.args.set(Some(TrainArgs { steps: 1, ..args }));
-        self.send_next(app);
+        self.due.update(|n| *n += 1);
     }
 
     pub fn stop(&self) {
         self.left.set(0);
     }
 
-    fn send_next(&self, app: App) {
-        let Some(args) = self.args.get_untracked() else {
-            return;
-        };
-        if self.left.get_untracked() == 0 {
-            return;
+    /// The next step's line, if the run goes on.
+    pub fn next_line(&self) -> Option<CommandLine> {
+        let args = self.args.get_untracked()?;
+        if self.left.get_untracked() == 0 || self.waiting.get_untracked().is_some() {
+            return None;
         }
         self.left.update(|l| *l -= 1);
-        let line = CommandLine::from(Command::Train(args));
-        self.waiting.set(app.submit_quietly(line));
+        Some(CommandLine::from(Command::Train(args)))
+    }
+
+    /// The step just sent went out under this id.
+    pub fn sent(&self, id: Option<u64>) {
+        self.waiting.set(id);
     }
 
     /// A result: if it is the step in flight, note its loss and send the
     /// next one after the pause.
-    pub fn on_result(&self, app: App, id: u64, record: &StepRecord) {
+    pub fn on_result(&self, id: u64, record: &StepRecord) {
         if self.waiting.get_untracked() != Some(id) {
             return;
         }
@@ -90,9 +92,9 @@ impl Play {
             self.stop();
             return;
         }
-        let this = *self;
+        let due = self.due;
         set_timeout(
-            move || this.send_next(app),
+            move || due.update(|n| *n += 1),
             Duration::from_millis(self.every_ms.get_untracked()),
         );
     }

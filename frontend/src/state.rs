@@ -110,6 +110,8 @@ pub struct App {
     pending: RwSignal<HashMap<u64, Pending>>,
     /// Framework asked for in the URL, applied on the first connection.
     pub wanted_framework: RwSignal<Option<Framework>>,
+    /// The presenter's page, on a watcher's (`mirror` shows it).
+    pub presented: RwSignal<Option<vramlab_shared::protocol::PresenterView>>,
     /// Edits of the controls (a change marker for mirroring them).
     pub control_edits: RwSignal<u64>,
     /// Projector mode: large type, dark, high contrast.
@@ -166,6 +168,7 @@ impl App {
             moved: RwSignal::new(Vec::new()),
             projector: RwSignal::new(false),
             control_edits: RwSignal::new(0),
+            presented: RwSignal::new(None),
             cell: crate::cell::CellState::new(),
             play: crate::play::Play::new(),
             replays: Replays::new(),
@@ -321,7 +324,7 @@ impl App {
             ServerMessage::Watchers { watchers } => self.watchers.set(watchers),
             ServerMessage::Presenter { view } => {
                 if self.read_only() {
-                    crate::mirror::show(*self, *view);
+                    self.presented.set(Some(*view));
                 }
             }
             ServerMessage::Pong { .. } => {}
@@ -341,7 +344,7 @@ impl App {
         self.results.update(|n| *n += 1);
         let pending = self.pending.try_update(|p| p.remove(&id)).flatten();
         self.cell.on_result(id, &record);
-        self.play.on_result(*self, id, &record);
+        self.play.on_result(id, &record);
         let label = record
             .cmd
             .get("cmd")

@@ -143,6 +143,55 @@ fn describe(p: &Point) -> String {
     )
 }
 
+/// The three lines, the y axis's ticks, the command labels, the hovered
+/// slot (its x, width and words), the first point's index, how many.
+type Drawn = (
+    [String; 3],
+    Vec<(f64, String)>,
+    Vec<(f64, f64, String)>,
+    Option<(f64, f64, String)>,
+    usize,
+    usize,
+);
+
+fn drawing(
+    points: &[Point],
+    first: usize,
+    shown: [bool; 3],
+    zoom: bool,
+    hover: Option<usize>,
+) -> Drawn {
+    let (low, high) = range(points, shown, zoom);
+    let frame = Frame {
+        points,
+        first,
+        low,
+        high,
+    };
+    let ticks: Vec<(f64, String)> = (0..4)
+        .map(|k| {
+            let v = low + (high - low) * k as f64 / 3.0;
+            (frame.y(v as u64), format_size(v as u64))
+        })
+        .collect();
+    let lines = [
+        frame.allocated(),
+        frame.steps(|p| p.reserved),
+        frame.steps(|p| p.device),
+    ];
+    let hovered = hover
+        .filter(|&i| i < points.len())
+        .map(|i| (frame.x(i), frame.slot(), describe(&points[i])));
+    (
+        lines,
+        ticks,
+        labels(&frame),
+        hovered,
+        frame.first,
+        points.len(),
+    )
+}
+
 /// The slot under a pointer event, in the points in view.
 fn slot_at(e: &web_sys::MouseEvent, n: usize) -> Option<usize> {
     use wasm_bindgen::JsCast;
@@ -172,36 +221,7 @@ pub fn Timeline(app: App) -> impl IntoView {
     };
     let drawn = move || {
         let (first, points) = in_view();
-        let (low, high) = range(&points, shown.get(), zoom.get());
-        let frame = Frame {
-            points: &points,
-            first,
-            low,
-            high,
-        };
-        let ticks: Vec<(f64, String)> = (0..4)
-            .map(|k| {
-                let v = low + (high - low) * k as f64 / 3.0;
-                (frame.y(v as u64), format_size(v as u64))
-            })
-            .collect();
-        let lines = [
-            frame.allocated(),
-            frame.steps(|p| p.reserved),
-            frame.steps(|p| p.device),
-        ];
-        let hovered = hover
-            .get()
-            .filter(|&i| i < points.len())
-            .map(|i| (frame.x(i), frame.slot(), describe(&points[i])));
-        (
-            lines,
-            ticks,
-            labels(&frame),
-            hovered,
-            frame.first,
-            points.len(),
-        )
+        drawing(&points, first, shown.get(), zoom.get(), hover.get())
     };
     let on_move = move |e: web_sys::MouseEvent| hover.set(slot_at(&e, drawn().5));
     let on_down = move |e: web_sys::MouseEvent| drag.set(slot_at(&e, drawn().5));

@@ -158,6 +158,13 @@ fn find_batch_size() -> Command {
 #[component]
 pub fn Training(app: App) -> impl IntoView {
     let f = Fields::new();
+    // ▶ play: each step goes out when the run says it is due.
+    Effect::new(move |_| {
+        app.play.due.track();
+        if let Some(line) = app.play.next_line() {
+            app.play.sent(app.submit_quietly(line));
+        }
+    });
     let on_optimizer = move |e| {
         if let Some(k) = OptimizerKind::from_id(&event_target_value(&e)) {
             f.optimizer.set(k);
@@ -209,10 +216,28 @@ pub fn Training(app: App) -> impl IntoView {
             {button(app, "btn-zero-grad", "zero_grad", "opt.zero_grad()", zero_grad)}
             {checked_button(app, "btn-train-1", "1 step", "One training step", move || f.train(1))}
             <label>"Steps " {text_input("steps", "5", "", f.steps)}</label>
+            <PlayControls app=app f=f />
+            <br />
+            {checked_button(app, "btn-estimate", "estimate", "Predict the step's memory before running it", move || f.estimate())}
+            {button(app, "btn-find-batch", "find batch size", "The largest batch whose step stays under 80% of the memory limit", find_batch_size)}
+            {button(app, "btn-tf-session", "tf.Session()", "TensorFlow 1: models built now belong to the session", move || Command::TfSession(session("sess")))}
+            {button(app, "btn-close-session", "sess.close()", "Close the TF1 session", move || Command::Close(session("sess")))}
+            <button id="btn-pause" disabled=move || app.read_only() on:click=move |_| { app.play.stop(); crate::socket::send(&ClientMessage::Stop {}); }>"❚❚ pause"</button>
+        </fieldset>
+    }
+}
+
+/// ▶ play, its pace, and the loss curve.
+#[component]
+fn PlayControls(app: App, f: Fields) -> impl IntoView {
+    view! {
             {checked_button(app, "btn-play", "▶ play", "Train step by step, each step's numbers on screen", move || {
                 let steps = number(f.steps, "steps", 1..=MAX_TRAIN_STEPS)?;
                 if let Some(Command::Train(args)) = f.train(steps)?.pop() {
-                    app.play.start(app, args);
+                    let code = vramlab_shared::python::code(&Command::Train(args.clone()), app.framework());
+                    app.cell.record(&code);
+                    app.code.update(|c| c.push(code));
+                    app.play.begin(args);
                 }
                 Ok(Vec::new())
             })}
@@ -225,13 +250,6 @@ pub fn Training(app: App) -> impl IntoView {
                 </select>
             </label>
             <LossCurve app=app />
-            <br />
-            {checked_button(app, "btn-estimate", "estimate", "Predict the step's memory before running it", move || f.estimate())}
-            {button(app, "btn-find-batch", "find batch size", "The largest batch whose step stays under 80% of the memory limit", find_batch_size)}
-            {button(app, "btn-tf-session", "tf.Session()", "TensorFlow 1: models built now belong to the session", move || Command::TfSession(session("sess")))}
-            {button(app, "btn-close-session", "sess.close()", "Close the TF1 session", move || Command::Close(session("sess")))}
-            <button id="btn-pause" disabled=move || app.read_only() on:click=move |_| { app.play.stop(); crate::socket::send(&ClientMessage::Stop {}); }>"❚❚ pause"</button>
-        </fieldset>
     }
 }
 
