@@ -330,6 +330,13 @@ async fn a_lesson_played_from_the_first_screen_to_the_next_lesson() {
                 .starts_with(&format!("step {} of 8", step + 1)),
             "step {step}"
         );
+        // Words that are only the step's code are not shown twice.
+        let words_shown = js(&page, "!document.querySelector('.step').hidden").await;
+        assert_eq!(
+            words_shown,
+            serde_json::Value::Bool(step == 0 || step == 7),
+            "step {step}"
+        );
         // Step 4 is `del x`: the prediction asks about reserved, the number
         // that stays; the learner says it falls and is told otherwise.
         let asked = text(&page, ".predict b").await;
@@ -362,6 +369,22 @@ async fn a_lesson_played_from_the_first_screen_to_the_next_lesson() {
         }
     }
     assert!(predicted >= 5, "{predicted} predictions asked");
+    // A link to this step: copied, or shown to copy by hand.
+    click(&page, "lesson-link").await;
+    let said = until(&page, "document.getElementById('lesson-link-said').textContent.length > 0 && (document.getElementById('lesson-link-text')?.value || document.getElementById('lesson-link-said').textContent)").await;
+    let link = said.as_str().unwrap().to_string();
+    let search = js(&page, "location.search").await;
+    assert!(
+        search
+            .as_str()
+            .unwrap()
+            .contains("lesson=01-del-vs-empty-cache&step=8"),
+        "{search}"
+    );
+    assert!(
+        link.contains("copied") || link.contains("lesson=01-del-vs-empty-cache&step=8"),
+        "{link}"
+    );
     assert!(text(&page, "#lesson-recap").await.contains("CUDA context"));
     assert_eq!(
         text(&page, "#lesson-next").await,

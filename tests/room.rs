@@ -221,11 +221,10 @@ async fn by_keyboard_alone_and_for_the_room() {
     )
     .await;
     assert!(
-        words
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|w| w.as_str().unwrap().starts_with("segment of 700.00 MiB")),
+        words.as_array().unwrap().iter().any(|w| {
+            let w = w.as_str().unwrap();
+            w.starts_with("segment of 700.00 MiB") && w.contains("500.00 MiB free (inactive splits")
+        }),
         "{words}"
     );
     assert_eq!(
@@ -255,6 +254,28 @@ async fn by_keyboard_alone_and_for_the_room() {
         until(&first, &format!("{COUNT} > {before}")).await;
     }
     shot_screen(&first, "phone-390.png").await;
+    // Rows to scale: the far right of the 256 MiB segment's row is a block,
+    // of the 2 MiB segment's row nothing.
+    let mut tips = Vec::new();
+    for row in [0, 1] {
+        js(&first, &format!("(() => {{ const c = document.getElementById('segment-map'); const r = c.getBoundingClientRect(); c.dispatchEvent(new MouseEvent('mousemove', {{clientX: r.right - 3, clientY: r.top + {row} * 16 + 8, bubbles: true}})); }})()")).await;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        tips.push(js(&first, "document.getElementById('segment-tip').textContent").await);
+    }
+    let sizes = js(&first, "[...document.querySelectorAll('#segment-list li')].map(l => l.textContent.split(' at ')[0])").await;
+    assert_eq!(
+        sizes,
+        json!(["segment of 256.00 MiB", "segment of 2.00 MiB"])
+    );
+    assert!(tips[0].as_str().unwrap().contains("256.00 MiB"), "{tips:?}");
+    assert_eq!(tips[1], "", "{tips:?}");
+    // Tensors made by hand have their own name in the bar.
+    let bar = js(
+        &first,
+        "document.getElementById('bar').getAttribute('aria-label')",
+    )
+    .await;
+    assert!(bar.as_str().unwrap().contains("tensors you made"), "{bar}");
     first.close().await.unwrap();
     browser.close().await.unwrap();
     let _ = events.await;

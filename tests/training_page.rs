@@ -134,6 +134,54 @@ async fn play_shows_every_step_and_the_timeline_follows() {
         "{cell}"
     );
     shot(&page, "play.png").await;
+    // More steps than the server takes in a second at full speed: play
+    // keeps to the session's command rate, so none is refused.
+    set_input(&page, "steps", "120").await;
+    click(&page, "btn-play").await;
+    until(
+        &page,
+        "document.getElementById('play-status').textContent.startsWith('step 120 of 120: loss')",
+    )
+    .await;
+    // Pause stops a run part way; nothing more is sent.
+    js(&page, "(() => { const s = document.getElementById('play-speed'); s.value = '500'; s.dispatchEvent(new Event('change', {bubbles: true})); })()").await;
+    click(&page, "btn-play").await;
+    until(
+        &page,
+        "document.getElementById('play-status').textContent.startsWith('step 1 of 120')",
+    )
+    .await;
+    click(&page, "btn-pause").await;
+    let paused = js(&page, COUNT).await.as_i64().unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    assert!(
+        js(&page, COUNT).await.as_i64().unwrap() <= paused + 1,
+        "steps went on after pause"
+    );
+    // The keys hide a line; "zoom to the changes" off starts the axis at 0.
+    click(&page, "timeline-key-1").await;
+    assert_eq!(
+        js(
+            &page,
+            "document.querySelector('.line-reserved').getAttribute('visibility')"
+        )
+        .await,
+        "hidden"
+    );
+    pointer(&page, "mousedown", 0.9).await;
+    pointer(&page, "mouseup", 0.99).await;
+    until(&page, "!document.getElementById('timeline-reset').disabled").await;
+    let low = "document.querySelector('.timeline .tick text').textContent";
+    assert_ne!(
+        js(&page, low).await,
+        "0 bytes",
+        "zoomed to the training steps"
+    );
+    js(&page, "document.getElementById('timeline-zoom').click()").await;
+    until(&page, &format!("{low} === '0 bytes'")).await;
+    js(&page, "document.getElementById('timeline-zoom').click()").await;
+    click(&page, "timeline-key-1").await;
+    click(&page, "timeline-reset").await;
     // Hover names the command under the pointer and its numbers.
     pointer(&page, "mousemove", 0.99).await;
     let tip = until(&page, "document.getElementById('timeline-tip').textContent.includes('train') && document.getElementById('timeline-tip').textContent").await;

@@ -22,6 +22,10 @@ pub struct Play {
     pub losses: RwSignal<Vec<f64>>,
     /// Whether a step ran shape-only (no loss to plot).
     pub shape_only: RwSignal<bool>,
+    /// The shortest pause the server's command rate allows.
+    pub min_ms: RwSignal<u64>,
+    /// Why the run stopped early, when the server refused a step.
+    pub refused: RwSignal<Option<String>>,
     /// Ticks when the next step should be sent.
     pub due: RwSignal<u64>,
     args: RwSignal<Option<TrainArgs>>,
@@ -38,6 +42,8 @@ impl Play {
             every_ms: RwSignal::new(100),
             losses: RwSignal::new(Vec::new()),
             shape_only: RwSignal::new(false),
+            min_ms: RwSignal::new(0),
+            refused: RwSignal::new(None),
             due: RwSignal::new(0),
             args: RwSignal::new(None),
             waiting: RwSignal::new(None),
@@ -52,6 +58,7 @@ impl Play {
         self.done.set(0);
         self.losses.set(Vec::new());
         self.shape_only.set(false);
+        self.refused.set(None);
         self.args.set(Some(TrainArgs { steps: 1, ..args }));
         self.due.update(|n| *n += 1);
     }
@@ -75,6 +82,16 @@ impl Play {
         self.waiting.set(id);
     }
 
+    /// The server refused a message: if it was the step in flight, the run
+    /// stops and says why.
+    pub fn on_error(&self, id: u64, why: &str) {
+        if self.waiting.get_untracked() == Some(id) {
+            self.waiting.set(None);
+            self.stop();
+            self.refused.set(Some(why.to_string()));
+        }
+    }
+
     /// A result: if it is the step in flight, note its loss and send the
     /// next one after the pause.
     pub fn on_result(&self, id: u64, record: &StepRecord) {
@@ -95,7 +112,11 @@ impl Play {
         let due = self.due;
         set_timeout(
             move || due.update(|n| *n += 1),
-            Duration::from_millis(self.every_ms.get_untracked()),
+            Duration::from_millis(
+                self.every_ms
+                    .get_untracked()
+                    .max(self.min_ms.get_untracked()),
+            ),
         );
     }
 }

@@ -275,6 +275,9 @@ impl App {
         };
         match msg {
             ServerMessage::Hello(h) => {
+                // ▶ play never sends faster than the session's command rate.
+                let rate = u64::from(h.limits.commands_per_second.max(1));
+                self.play.min_ms.set(1000u64.div_ceil(rate));
                 if h.role == Role::Owner {
                     socket::remember_session(&h.session_id);
                 }
@@ -314,6 +317,7 @@ impl App {
                     self.pending.update(|p| {
                         p.remove(&id);
                     });
+                    self.play.on_error(id, &error.message);
                 }
                 if error.kind == ConnectionErrorKind::UnknownSession {
                     socket::forget_session();

@@ -95,20 +95,30 @@ fn Playing(app: App, run: LessonRun) -> impl IntoView {
     }
 }
 
-/// Copies the address of this step (the URL keeps the lesson and step).
+/// Copies the address of this step (the URL keeps the lesson and step);
+/// where the browser refuses the clipboard, shows the link to copy by hand.
 #[component]
 fn CopyLink() -> impl IntoView {
-    let copied = RwSignal::new(false);
+    // The link, and whether the clipboard took it.
+    let said = RwSignal::new(None::<(String, bool)>);
     let copy = move |_| {
         let Some(w) = web_sys::window() else { return };
-        if let Ok(href) = w.location().href() {
-            let _ = w.navigator().clipboard().write_text(&href);
-            copied.set(true);
-        }
+        let Ok(href) = w.location().href() else {
+            return;
+        };
+        let written = w.navigator().clipboard().write_text(&href);
+        wasm_bindgen_futures::spawn_local(async move {
+            let copied = wasm_bindgen_futures::JsFuture::from(written).await.is_ok();
+            said.set(Some((href, copied)));
+        });
     };
     view! {
         <button class="link" id="lesson-link" on:click=copy>"copy a link to this step"</button>
-        <span role="status">{move || if copied.get() { " (copied)" } else { "" }}</span>
+        <span role="status" id="lesson-link-said">{move || said.get().map(|(href, copied)| if copied {
+            view! { " copied" }.into_any()
+        } else {
+            view! { " copy it from here: "<input readonly id="lesson-link-text" value=href aria-label="Link to this step" /> }.into_any()
+        })}</span>
     }
 }
 

@@ -153,8 +153,13 @@ fn in_words(seg: &SegmentSnapshot) -> String {
     } else {
         live.join(", ")
     };
+    let split = if live.is_empty() || free == 0 {
+        ""
+    } else {
+        " (inactive splits: empty_cache() cannot return them)"
+    };
     format!(
-        "segment of {} at {:#x}: {holds}; {} free",
+        "segment of {} at {:#x}: {holds}; {} free{split}",
         format_size(seg.total_size),
         seg.address,
         format_size(free)

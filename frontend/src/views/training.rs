@@ -282,6 +282,9 @@ fn LossCurve(app: App) -> impl IntoView {
     let words = move || {
         let done = play.done.get();
         let losses = play.losses.get();
+        if let Some(why) = play.refused.get() {
+            return format!("stopped after {done} of {} steps: {why}", play.total.get());
+        }
         match (losses.first(), losses.last()) {
             (Some(a), Some(b)) => format!("step {done} of {}: loss {a:.4} → {b:.4}", play.total.get()),
             _ if play.shape_only.get() => format!(
