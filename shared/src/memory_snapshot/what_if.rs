@@ -46,14 +46,39 @@ fn split_pairs(text: &str) -> Vec<&str> {
         .collect()
 }
 
+/// `RestartSettings`' keys in the order it declares them (a test checks
+/// they agree), so the text does not depend on the map a
+/// `serde_json::Value` keeps.
+const KEYS: [&str; 18] = [
+    "framework",
+    "gpu",
+    "compute_capability",
+    "device_total_bytes",
+    "context_bytes",
+    "other_processes_bytes",
+    "allow_growth",
+    "memory_limit_bytes",
+    "gpu_garbage_collection",
+    "preallocate",
+    "mem_fraction",
+    "no_caching",
+    "max_split_size_mb",
+    "garbage_collection_threshold",
+    "per_process_memory_fraction",
+    "cublas_workspace_config",
+    "roundup_power2_divisions",
+    "expandable_segments",
+];
+
 /// A what-if in the form [`parse_what_if`] reads (`key=value,…`), for the
-/// command line that repeats what the page did.
+/// command line that repeats what the page did; the keys in the order
+/// `RestartSettings` declares them.
 pub fn describe_what_if(settings: &RestartSettings) -> String {
     let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(settings) else {
         return String::new();
     };
-    fields
-        .iter()
+    KEYS.iter()
+        .filter_map(|key| Some((key, fields.get(*key)?)))
         .map(|(key, value)| match value {
             serde_json::Value::String(s) => format!("{key}={s}"),
             other => format!("{key}={other}"),
@@ -65,6 +90,44 @@ pub fn describe_what_if(settings: &RestartSettings) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_keys_are_restart_settings_in_their_order() {
+        let all = RestartSettings {
+            framework: Some(crate::types::Framework::Pytorch),
+            gpu: Some(crate::gpu::GpuModel::ALL[0]),
+            compute_capability: Some((8, 0)),
+            device_total_bytes: Some(1),
+            context_bytes: Some(1),
+            other_processes_bytes: Some(1),
+            allow_growth: Some(true),
+            memory_limit_bytes: Some(None),
+            gpu_garbage_collection: Some(true),
+            preallocate: Some(true),
+            mem_fraction: Some(0.5),
+            no_caching: Some(true),
+            max_split_size_mb: Some(None),
+            garbage_collection_threshold: Some(0.5),
+            per_process_memory_fraction: Some(None),
+            cublas_workspace_config: Some(None),
+            roundup_power2_divisions: Some(Default::default()),
+            expandable_segments: Some(true),
+        };
+        let fields = serde_json::to_value(&all).unwrap();
+        assert_eq!(
+            fields.as_object().unwrap().len(),
+            KEYS.len(),
+            "every key listed"
+        );
+        // The JSON text keeps the declaration order.
+        let text = serde_json::to_string(&all).unwrap();
+        let mut at: Vec<(usize, &str)> = KEYS
+            .iter()
+            .map(|k| (text.find(&format!("\"{k}\":")).expect(k), *k))
+            .collect();
+        at.sort();
+        assert_eq!(at.iter().map(|p| p.1).collect::<Vec<_>>(), KEYS);
+    }
 
     #[test]
     fn a_described_what_if_reads_back_the_same() {
