@@ -182,6 +182,7 @@ pub enum ServerMessage {
     },
     /// The answer to `export_snapshot`.
     MemorySnapshot {
+        #[serde(deserialize_with = "crate::memory_snapshot::deserialize_boxed")]
         snapshot: Box<MemorySnapshot>,
     },
     /// What changed since the last snapshot or delta this client received,

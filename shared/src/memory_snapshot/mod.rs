@@ -48,8 +48,7 @@ pub fn read(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
     }
     let snapshot = match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
         Some(0x80) => read_pickle(bytes)?,
-        Some(b'{') => serde_json::from_slice(bytes)
-            .map_err(|e| SnapshotError(format!("the JSON is not a memory snapshot: {e}")))?,
+        Some(b'{') => read_json(bytes)?,
         _ => {
             return Err(SnapshotError(
                 "not a PyTorch memory snapshot: expected the pickle that torch.cuda.memory._dump_snapshot() writes, or JSON".into(),
@@ -63,6 +62,30 @@ pub fn read(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
         )));
     }
     Ok(snapshot)
+}
+
+fn read_json(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
+    let not_json = |e: &dyn std::fmt::Display| SnapshotError(format!("the file is not JSON: {e}"));
+    let text = std::str::from_utf8(bytes).map_err(|e| not_json(&e))?;
+    let value = serde_json::from_str(text).map_err(|e| not_json(&e))?;
+    from_json(value)
+}
+
+/// Reads a snapshot from JSON already parsed (a websocket message's field).
+pub fn from_json(value: serde_json::Value) -> Result<MemorySnapshot, SnapshotError> {
+    pickle::read_json(value)
+        .map_err(|e| SnapshotError(format!("the JSON is not a memory snapshot: {e}")))
+}
+
+/// `#[serde(deserialize_with)]` for a snapshot inside a JSON message: read
+/// as JSON, then as a snapshot by [`from_json`].
+pub fn deserialize_boxed<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Box<MemorySnapshot>, D::Error> {
+    let value = <serde_json::Value as serde::Deserialize>::deserialize(d)?;
+    from_json(value)
+        .map(Box::new)
+        .map_err(serde::de::Error::custom)
 }
 
 fn read_pickle(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {

@@ -52,6 +52,38 @@ pub fn read<T: de::DeserializeOwned>(input: &[u8]) -> Result<T, String> {
     .map_err(|e| e.0)
 }
 
+/// Reads JSON of the same shape into `T` through the same reader (one
+/// reading of the snapshot's types for both files).
+pub fn read_json<T: de::DeserializeOwned>(json: serde_json::Value) -> Result<T, String> {
+    let top = from_json(json);
+    T::deserialize(Reader {
+        value: &top,
+        depth: 0,
+    })
+    .map_err(|e| e.0)
+}
+
+fn from_json(json: serde_json::Value) -> Value {
+    use serde_json::Value as Json;
+    match json {
+        Json::Null => Value::None,
+        Json::Bool(b) => Value::Bool(b),
+        Json::Number(n) => match (n.as_u64(), n.as_i64()) {
+            (Some(u), _) => Value::Int(u.into()),
+            (_, Some(i)) => Value::Int(i.into()),
+            _ => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Json::String(s) => Value::Str(s.into()),
+        Json::Array(items) => list(items.into_iter().map(from_json).collect()),
+        Json::Object(fields) => Value::Dict(Rc::new(RefCell::new(
+            fields
+                .into_iter()
+                .map(|(k, v)| (Value::Str(k.into()), from_json(v)))
+                .collect(),
+        ))),
+    }
+}
+
 fn list(items: Vec<Value>) -> Value {
     Value::List(Rc::new(RefCell::new(items)))
 }
