@@ -119,11 +119,39 @@ impl Value {
             Value::Tensor(t) if t.gpu => "a GPU tensor".into(),
             Value::Tensor(_) => "a host (CPU) array".into(),
             Value::Func(f) => format!("`{f}`"),
-            other => format!("{other:?}")
-                .split(['(', ' '])
-                .next()
-                .unwrap_or("value")
-                .to_lowercase(),
+            other => other.kind().into(),
+        }
+    }
+
+    /// The variant's name in lower case: what a message calls the value.
+    fn kind(&self) -> &'static str {
+        match self {
+            Value::Int(_) => "int",
+            Value::Float(_) => "float",
+            Value::Str(_) => "str",
+            Value::Bool(_) => "bool",
+            Value::None => "none",
+            Value::Tuple(_) => "tuple",
+            Value::List(_) => "list",
+            Value::Dtype(_) => "dtype",
+            Value::Device(_) => "device",
+            Value::Func(_) => "func",
+            Value::Object(_) => "object",
+            Value::Tensor(_) => "tensor",
+            Value::Layer(_) => "layer",
+            Value::Model(_) => "model",
+            Value::Optimizer(..) => "optimizer",
+            Value::Dataset(..) => "dataset",
+            Value::Loader(_) => "loader",
+            Value::Batch(_) => "batch",
+            Value::Forward(_) => "forward",
+            Value::Criterion => "criterion",
+            Value::Input(_) => "input",
+            Value::Params(_) => "params",
+            Value::Session => "session",
+            Value::Method(..) => "method",
+            Value::Effect(_) => "effect",
+            Value::Opaque => "opaque",
         }
     }
 }
