@@ -36,7 +36,7 @@ fn compile(ev: &Eval, model: &str, args: &Args) -> Result<Value, CellError> {
 }
 
 fn fit(ev: &Eval, model: &str, args: &Args) -> Result<Value, CellError> {
-    let Some(Some(optimizer)) = ev.names.keras.get(model) else {
+    let Some(Some(optimizer)) = ev.names.keras(model) else {
         return Err(ev.err(format!(
             "`{model}.fit` needs `{model}.compile(optimizer=...)` first"
         )));
@@ -55,7 +55,7 @@ fn fit(ev: &Eval, model: &str, args: &Args) -> Result<Value, CellError> {
     )?;
     let data = data_name(model);
     let mut commands = Vec::new();
-    if !ev.names.loaders.contains_key(&data) {
+    if ev.names.loader(&data).is_none() {
         commands.push(Command::Data(DataArgs {
             name: data.clone(),
             samples,

@@ -79,7 +79,7 @@ fn builtin(ev: &Eval, path: &str, args: &Args) -> Result<Option<Value>, CellErro
         "builtins.print" => Value::None,
         "builtins.range" => range(ev, args)?,
         "builtins.iter" => match first {
-            Value::Object(l) if ev.names.loaders.contains_key(&l) => Value::Batch(l),
+            Value::Object(l) if ev.names.loader(&l).is_some() => Value::Batch(l),
             other => other,
         },
         "builtins.next" => match first {

@@ -70,16 +70,24 @@ pub fn framework_of(path: &str) -> Option<Framework> {
     }
 }
 
+/// What one Python name stands for in the cell (a name binds one thing).
+#[derive(Clone, Debug)]
+enum Binding {
+    /// An imported module, by its canonical path.
+    Module(String),
+    /// A value the cell keeps itself.
+    Value(Value),
+    /// A kernel tensor the cell made, with its shape.
+    Tensor(Tensor),
+    /// A loader (kernel dataset) the cell made, with its batch size.
+    Loader(Loader),
+    /// A Keras model, with the optimizer `compile` made for it.
+    Keras(Option<String>),
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Names {
-    modules: BTreeMap<String, String>,
-    values: BTreeMap<String, Value>,
-    /// Kernel tensors the cell made, with their shapes.
-    pub tensors: BTreeMap<String, Tensor>,
-    /// Loaders (kernel datasets) the cell made, with their batch sizes.
-    pub loaders: BTreeMap<String, Loader>,
-    /// Keras models, with the optimizer `compile` made for them.
-    pub keras: BTreeMap<String, Option<String>>,
+    names: BTreeMap<String, Binding>,
     /// Names the cell bound in the kernel.
     pub bound: BTreeSet<String>,
 }
@@ -87,21 +95,17 @@ pub struct Names {
 impl Names {
     /// `import module as name`
     pub fn import(&mut self, name: &str, module: &str) {
-        self.values.remove(name);
-        self.modules.insert(name.to_string(), canonical(module));
+        self.bind(name, Binding::Module(canonical(module)));
     }
 
     /// What `a.b.c` stands for, when its first name is one the cell keeps.
     pub fn resolve(&self, path: &[&str]) -> Option<Value> {
         let (first, rest) = path.split_first()?;
-        if let Some(v) = self.values.get(*first) {
-            return rest.is_empty().then(|| v.clone());
-        }
-        let module = self
-            .modules
-            .get(*first)
-            .map(String::as_str)
-            .or_else(|| USUAL.iter().find(|(n, _)| n == first).map(|(_, m)| *m))?;
+        let module = match self.names.get(*first) {
+            Some(Binding::Value(v)) => return rest.is_empty().then(|| v.clone()),
+            Some(Binding::Module(m)) => m.as_str(),
+            _ => USUAL.iter().find(|(n, _)| n == first).map(|(_, m)| *m)?,
+        };
         let full = std::iter::once(module)
             .chain(rest.iter().copied())
             .collect::<Vec<_>>()
@@ -111,17 +115,65 @@ impl Names {
 
     /// `name = value` for a value the cell keeps (not in the kernel).
     pub fn keep(&mut self, name: &str, value: Value) {
-        self.forget(name);
-        self.values.insert(name.to_string(), value);
+        self.bind(name, Binding::Value(value));
+    }
+
+    /// `name` now names a kernel tensor of this shape.
+    pub fn keep_tensor(&mut self, name: &str, tensor: Tensor) {
+        self.bind(name, Binding::Tensor(tensor));
+    }
+
+    /// `name` now names a kernel dataset read in batches.
+    pub fn keep_loader(&mut self, name: &str, loader: Loader) {
+        self.bind(name, Binding::Loader(loader));
+    }
+
+    /// `name` now names a Keras model, compiled with `optimizer` if any.
+    pub fn keep_keras(&mut self, name: &str, optimizer: Option<String>) {
+        self.bind(name, Binding::Keras(optimizer));
+    }
+
+    fn bind(&mut self, name: &str, binding: Binding) {
+        self.names.insert(name.to_string(), binding);
     }
 
     /// `name` now names a kernel object (or nothing the cell keeps).
     pub fn forget(&mut self, name: &str) {
-        self.values.remove(name);
-        self.modules.remove(name);
-        self.tensors.remove(name);
-        self.loaders.remove(name);
-        self.keras.remove(name);
+        self.names.remove(name);
+    }
+
+    /// The shape of the kernel tensor `name`, if the cell made it.
+    pub fn tensor(&self, name: &str) -> Option<&Tensor> {
+        match self.names.get(name)? {
+            Binding::Tensor(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The loader `name`, if the cell made it.
+    pub fn loader(&self, name: &str) -> Option<&Loader> {
+        match self.names.get(name)? {
+            Binding::Loader(l) => Some(l),
+            _ => None,
+        }
+    }
+
+    /// The Keras model `name`: the optimizer `compile` gave it, if any.
+    pub fn keras(&self, name: &str) -> Option<Option<&str>> {
+        match self.names.get(name)? {
+            Binding::Keras(o) => Some(o.as_deref()),
+            _ => None,
+        }
+    }
+
+    /// `n = src` for kernel objects: `n` knows what `src` knows.
+    pub fn alias(&mut self, n: &str, src: &str) {
+        match self.names.get(src).cloned() {
+            Some(b @ (Binding::Tensor(_) | Binding::Loader(_) | Binding::Keras(_))) => {
+                self.bind(n, b)
+            }
+            _ => self.forget(n),
+        }
     }
 
     /// A copy with comprehension variables bound.
@@ -151,7 +203,10 @@ impl Names {
 
     /// Names bound to a Python value the cell keeps, not the kernel.
     pub fn kept(&self, name: &str) -> bool {
-        self.values.contains_key(name) || self.modules.contains_key(name)
+        matches!(
+            self.names.get(name),
+            Some(Binding::Value(_) | Binding::Module(_))
+        )
     }
 }
 

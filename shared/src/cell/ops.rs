@@ -83,7 +83,7 @@ fn floats(x: f64, op: &str, y: f64) -> Value {
 fn tensor_of(ev: &Eval, v: &Value) -> Option<Tensor> {
     match v {
         Value::Tensor(t) => Some(t.clone()),
-        Value::Object(n) => ev.names.tensors.get(n).cloned(),
+        Value::Object(n) => ev.names.tensor(n).cloned(),
         _ => None,
     }
 }
@@ -239,10 +239,10 @@ fn reshaped(ev: &Eval, shape: &[u64], args: &Args) -> Result<Vec<u64>, CellError
 }
 
 fn object_method(ev: &Eval, n: String, m: &str, args: &Args) -> Result<Value, CellError> {
-    if let Some(t) = ev.names.tensors.get(&n) {
+    if let Some(t) = ev.names.tensor(&n) {
         return kernel_tensor_method(ev, n.clone(), t.clone(), m, args);
     }
-    if ev.names.keras.contains_key(&n) && matches!(m, "compile" | "fit") {
+    if ev.names.keras(&n).is_some() && matches!(m, "compile" | "fit") {
         return super::keras::method(ev, &n, m, args);
     }
     let effect = |c: Command| Ok(Value::Effect(vec![c]));

@@ -5,7 +5,7 @@
 
 use super::ast::{Arg, Expr, Stmt, StmtKind, Target};
 use super::names::Names;
-use super::value::{Eval, Forward, Value};
+use super::value::{Eval, Forward, Loader, Value};
 use super::CellError;
 use crate::command::{Command, LossHistory, TrainArgs};
 
@@ -48,7 +48,11 @@ pub fn training_loop(
         return Ok(cmds);
     }
     let (loader, steps) = header(ev, iter)?;
-    let batch = names.loaders[&loader].batch;
+    let Some(&Loader { batch, samples, .. }) = names.loader(&loader) else {
+        return Err(ev.err(format!(
+            "the loop must read a DataLoader made in the cell: {UNDERSTOOD}"
+        )));
+    };
     let mut scope = names.clone();
     bind_batch(&mut scope, target, &loader);
     let mut facts = Facts::default();
@@ -75,7 +79,7 @@ pub fn training_loop(
     }
     // With `if (i + 1) % k == 0: opt.step()` the loop's count is of micro-batches.
     let accumulate = facts.accumulate.unwrap_or(1);
-    let micro = steps.unwrap_or_else(|| names.loaders[&forward.loader].samples.div_ceil(batch));
+    let micro = steps.unwrap_or_else(|| samples.div_ceil(batch));
     Ok(vec![Command::Train(TrainArgs {
         model: forward.model,
         optimizer,
@@ -120,7 +124,7 @@ fn epochs<'a>(
 /// The loader and, for `zip(range(N), loader)`, the steps.
 fn header(ev: &Eval, iter: &Expr) -> Result<(String, Option<u64>), CellError> {
     let loader = |e: &Expr| match ev.expr(e)? {
-        Value::Object(l) if ev.names.loaders.contains_key(&l) => Ok(l),
+        Value::Object(l) if ev.names.loader(&l).is_some() => Ok(l),
         _ => Err(ev.err(format!(
             "the loop must read a DataLoader made in the cell: {UNDERSTOOD}"
         ))),

@@ -85,10 +85,8 @@ impl Translator {
     fn after_effect(&mut self, cmds: &[Command]) {
         for c in cmds {
             match c {
-                Command::Optimizer(a) if self.names.keras.contains_key(&a.model) => {
-                    self.names
-                        .keras
-                        .insert(a.model.clone(), Some(a.name.clone()));
+                Command::Optimizer(a) if self.names.keras(&a.model).is_some() => {
+                    self.names.keep_keras(&a.model, Some(a.name.clone()));
                 }
                 Command::Data(a) => {
                     let loader = super::value::Loader {
@@ -97,7 +95,7 @@ impl Translator {
                         batch: 1,
                         on_device: a.on_device,
                     };
-                    self.names.loaders.insert(a.name.clone(), loader);
+                    self.names.keep_loader(&a.name, loader);
                 }
                 Command::Close(a) => self.names.forget(&a.name),
                 _ => {}
@@ -189,8 +187,7 @@ impl Translator {
                     dtype: Some(t.dtype),
                     category: None,
                 });
-                self.names.forget(n);
-                self.names.tensors.insert(name, t);
+                self.names.keep_tensor(n, t);
                 return Ok(vec![cmd]);
             }
             Value::Object(src) => return Ok(self.alias(n, &src)),
@@ -201,8 +198,7 @@ impl Translator {
             }),
             Value::Model(a) => {
                 if a.keras {
-                    self.names.forget(n);
-                    self.names.keras.insert(name.clone(), None);
+                    self.names.keep_keras(n, None);
                     return Ok(vec![Command::Model(ModelArgs { name, ..a })]);
                 }
                 Command::Model(ModelArgs {
@@ -224,8 +220,7 @@ impl Translator {
                     classes: DEFAULT_CLASSES,
                     on_device: l.on_device,
                 });
-                self.names.forget(n);
-                self.names.loaders.insert(name, l);
+                self.names.keep_loader(n, l);
                 return Ok(vec![cmd]);
             }
             Value::Forward(f) => Command::Forward(ForwardArgs {
@@ -233,8 +228,7 @@ impl Translator {
                 model: f.model,
                 batch_size: self
                     .names
-                    .loaders
-                    .get(&f.loader)
+                    .loader(&f.loader)
                     .map_or(DEFAULT_BATCH, |l| l.batch),
                 data: f.loader,
                 no_grad: cx.no_grad,
@@ -272,13 +266,7 @@ impl Translator {
         if n == src {
             return Vec::new();
         }
-        let tensor = self.names.tensors.get(src).cloned();
-        let loader = self.names.loaders.get(src).cloned();
-        let keras = self.names.keras.get(src).cloned();
-        self.names.forget(n);
-        tensor.map(|t| self.names.tensors.insert(n.to_string(), t));
-        loader.map(|l| self.names.loaders.insert(n.to_string(), l));
-        keras.map(|k| self.names.keras.insert(n.to_string(), k));
+        self.names.alias(n, src);
         vec![Command::Assign(AssignArgs {
             name: n.to_string(),
             value: src.to_string(),
