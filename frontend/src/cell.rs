@@ -3,7 +3,6 @@
 //! popular advice's claims are judged on them).
 
 use leptos::prelude::*;
-use std::collections::BTreeMap;
 use vramlab_shared::advice::Run;
 use vramlab_shared::cell::{self, CellError};
 use vramlab_shared::command::Command;
@@ -41,8 +40,9 @@ pub struct CellState {
     pub advice: RwSignal<Option<usize>>,
     /// The numbers after the restart that starts a run.
     start: RwSignal<Option<Stats>>,
-    /// Which statement each command sent belongs to (`None`: the restart).
-    ids: RwSignal<BTreeMap<u64, Option<usize>>>,
+    /// Which statement each command sent belongs to (`None`: the restart),
+    /// by the command's id (few are in flight at once).
+    ids: RwSignal<Vec<(u64, Option<usize>)>>,
 }
 
 impl CellState {
@@ -54,7 +54,7 @@ impl CellState {
             error: RwSignal::new(None),
             advice: RwSignal::new(None),
             start: RwSignal::new(None),
-            ids: RwSignal::new(BTreeMap::new()),
+            ids: RwSignal::new(Vec::new()),
         }
     }
 
@@ -62,7 +62,7 @@ impl CellState {
     pub fn load(&self, framework: Framework) -> bool {
         self.next.set(0);
         self.start.set(None);
-        self.ids.set(BTreeMap::new());
+        self.ids.set(Vec::new());
         match cell::steps(&self.source.get_untracked(), framework) {
             Ok(steps) => {
                 self.steps.set(steps.into_iter().map(fresh).collect());
@@ -102,12 +102,16 @@ impl CellState {
 
     /// A command of statement `step` (or the run's restart) was sent as `id`.
     pub fn sent(&self, step: Option<usize>, id: u64) {
-        self.ids.update(|m| _ = m.insert(id, step));
+        self.ids.update(|m| m.push((id, step)));
     }
 
     /// A result came: the statement it belongs to takes its numbers.
     pub fn on_result(&self, id: u64, record: &StepRecord) {
-        let Some(step) = self.ids.try_update(|m| m.remove(&id)).flatten() else {
+        let taken = self.ids.try_update(|m| {
+            let at = m.iter().position(|(sent, _)| *sent == id)?;
+            Some(m.swap_remove(at).1)
+        });
+        let Some(step) = taken.flatten() else {
             return;
         };
         let Some(i) = step else {
