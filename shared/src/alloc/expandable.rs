@@ -375,7 +375,7 @@ impl Allocator for ExpandableAllocator {
             }
             out.extend(current);
         }
-        out.sort_by_key(|s| s.address);
+        out.sort_unstable_by_key(|s| s.address);
         out
     }
 

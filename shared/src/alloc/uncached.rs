@@ -91,7 +91,7 @@ impl Allocator for UncachedAllocator {
                 }],
             })
             .collect();
-        segments.sort_by_key(|s| s.address);
+        segments.sort_unstable_by_key(|s| s.address);
         segments
     }
 

@@ -147,9 +147,9 @@ pub fn apply(snapshot: &mut Snapshot, delta: &SnapshotDelta) {
                 None => seg.blocks.push(block.clone()),
             }
         }
-        seg.blocks.sort_by_key(|b| b.address);
+        seg.blocks.sort_unstable_by_key(|b| b.address);
     }
-    snapshot.segments.sort_by_key(|s| s.address);
+    snapshot.segments.sort_unstable_by_key(|s| s.address);
     snapshot
         .objects
         .retain(|o| !delta.removed_objects.contains(&o.id));
@@ -159,5 +159,5 @@ pub fn apply(snapshot: &mut Snapshot, delta: &SnapshotDelta) {
             None => snapshot.objects.push(obj.clone()),
         }
     }
-    snapshot.objects.sort_by_key(|o| o.id);
+    snapshot.objects.sort_unstable_by_key(|o| o.id);
 }
