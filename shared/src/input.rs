@@ -39,10 +39,8 @@ pub fn optional_whole(
 /// A positive decimal number no larger than `max`.
 pub fn positive(text: &str, what: &str, max: f64) -> Result<f64, String> {
     let text = text.trim();
-    let v: f64 = text
-        .parse()
-        .ok()
-        .filter(|v: &f64| v.is_finite())
+    let v = decimal(text)
+        .filter(|v| v.is_finite())
         .ok_or_else(|| format!("{what}: \"{text}\" is not a number"))?;
     if v <= 0.0 || v > max {
         return Err(format!(
@@ -50,6 +48,30 @@ pub fn positive(text: &str, what: &str, max: f64) -> Result<f64, String> {
         ));
     }
     Ok(v)
+}
+
+/// A decimal number as Python writes one (`2`, `0.5`, `.5`, `1.`,
+/// `1e-3`, `+7`, `007.5`); `None` for anything else. Read by the JSON
+/// number reader the page already carries, so that the page holds one
+/// reader of decimals, not two.
+pub fn decimal(text: &str) -> Option<f64> {
+    let unsigned = text.strip_prefix(['+', '-']).unwrap_or(text);
+    let negative = text.starts_with('-');
+    let (mantissa, exponent) =
+        unsigned.split_at(unsigned.find(['e', 'E']).unwrap_or(unsigned.len()));
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(whole) || !digits(fraction) || (whole.is_empty() && fraction.is_empty()) {
+        return None;
+    }
+    let whole = whole.trim_start_matches('0');
+    let json = format!(
+        "{}{}.{}{exponent}",
+        if negative { "-" } else { "" },
+        if whole.is_empty() { "0" } else { whole },
+        if fraction.is_empty() { "0" } else { fraction },
+    );
+    serde_json::from_str(&json).ok()
 }
 
 /// A size in MiB (decimals allowed) as bytes, at least one byte.
@@ -99,6 +121,40 @@ pub fn shape(text: &str) -> Result<Option<Vec<u64>>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decimals_as_python_writes_them() {
+        for (text, v) in [
+            ("2", 2.0),
+            ("0.5", 0.5),
+            (".5", 0.5),
+            ("1.", 1.0),
+            ("1e-3", 1e-3),
+            ("2.5E+2", 250.0),
+            ("+7", 7.0),
+            ("-2.5", -2.5),
+            ("007.5", 7.5),
+            ("0", 0.0),
+        ] {
+            assert_eq!(decimal(text), Some(v), "{text}");
+        }
+        for text in [
+            "", ".", "-", "+", "--5", "1e", "e5", "inf", "nan", "1_0", "abc", "1.2.3", "1e400",
+            " 1",
+        ] {
+            assert_eq!(decimal(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn decimals_equal_the_exact_reading() {
+        for text in [
+            "0.001", "3e-4", "0.1", "0.2", "0.3", "123.456", "2.5e-5", "0.9", "1e-8", "0.999",
+            "4096.75", "6e-5", "0.01",
+        ] {
+            assert_eq!(decimal(text), text.parse::<f64>().ok(), "{text}");
+        }
+    }
 
     #[test]
     fn whole_numbers_in_range_or_the_reason() {

@@ -169,7 +169,7 @@ fn WhatIfForm(opened: std::sync::Arc<Opened>, r: Replays) -> impl IntoView {
     );
     let settings = move || {
         let split: Option<u64> = max_split.get_untracked().trim().parse().ok();
-        let gc: f64 = gc.get_untracked().trim().parse().unwrap_or(0.0);
+        let gc = vramlab_shared::input::decimal(gc.get_untracked().trim()).unwrap_or(0.0);
         RestartSettings {
             expandable_segments: Some(expandable.get_untracked()).filter(|&e| e != was_expandable),
             max_split_size_mb: Some(split).filter(|&s| s != was_split),

@@ -223,7 +223,7 @@ fn number(line: usize, rest: &str) -> Result<(Tok, usize), CellError> {
     let tok = if let Some(hex) = text.strip_prefix("0x") {
         Tok::Int(u128::from_str_radix(hex, 16).map_err(|_| bad())?)
     } else if text.contains(['.', 'e', 'E']) {
-        Tok::Float(text.parse().map_err(|_| bad())?)
+        Tok::Float(crate::input::decimal(&text).ok_or_else(bad)?)
     } else {
         Tok::Int(text.parse().map_err(|_| bad())?)
     };
