@@ -8,11 +8,14 @@ pub mod parse;
 pub use crate::framework::RestartSettings;
 pub use args::*;
 pub use parse::{parse_line, parse_value, Annotations, CommandLine, ANNOTATION_KEYS};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// One command: one line of Python.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
+///
+/// Written with its `"cmd"` tag by serde; read by [`parse`], which names
+/// every problem (unknown commands and unknown fields included).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
 pub enum Command {
     /// Restart the kernel with these settings.
     Restart(RestartSettings),
@@ -48,6 +51,33 @@ pub enum Command {
 }
 
 impl Command {
+    /// Every command's name, as [`Command::name`] gives it.
+    pub const NAMES: [&'static str; 23] = [
+        "restart",
+        "alloc",
+        "del",
+        "hold",
+        "assign",
+        "append",
+        "gc",
+        "empty_cache",
+        "clear_cublas_workspaces",
+        "clear_session",
+        "reset_peak_memory_stats",
+        "model",
+        "optimizer",
+        "data",
+        "forward",
+        "backward",
+        "step",
+        "zero_grad",
+        "train",
+        "find_batch_size",
+        "estimate",
+        "tf_session",
+        "close",
+    ];
+
     /// The command's name as it appears in `"cmd"`.
     pub fn name(&self) -> &'static str {
         match self {

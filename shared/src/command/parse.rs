@@ -3,8 +3,9 @@
 
 use super::Command;
 use crate::error::{CommandError, ErrorKind};
+use serde::de::{DeserializeOwned, Deserializer, Error as _, Unexpected};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
 /// Fields a lesson file may add to any command line; the runner ignores
@@ -155,6 +156,60 @@ fn command_from_value(value: &Value) -> Result<Command, CommandError> {
     })
 }
 
+impl<'de> Deserialize<'de> for Command {
+    /// Reads `{"cmd": name, ...}`: the name picks the arguments' struct,
+    /// which reads the other fields and refuses unknown ones. (By hand:
+    /// serde's tagged enums buffer each line into a tree of their own.)
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut fields = Map::deserialize(d)?;
+        match fields.remove("cmd") {
+            Some(Value::String(name)) => read_args(&name, fields).map_err(D::Error::custom),
+            Some(other) => Err(D::Error::invalid_type(
+                Unexpected::Other(json_type(&other)),
+                &"a command name",
+            )),
+            None => Err(D::Error::missing_field("cmd")),
+        }
+    }
+}
+
+/// The command `name` with these fields.
+fn read_args(name: &str, fields: Map<String, Value>) -> Result<Command, serde_json::Error> {
+    fn args<T: DeserializeOwned>(fields: Map<String, Value>) -> Result<T, serde_json::Error> {
+        T::deserialize(Value::Object(fields))
+    }
+    let none = |fields: Map<String, Value>| match fields.keys().next() {
+        Some(k) => Err(serde_json::Error::unknown_field(k, &[])),
+        None => Ok(()),
+    };
+    Ok(match name {
+        "restart" => Command::Restart(args(fields)?),
+        "alloc" => Command::Alloc(args(fields)?),
+        "del" => Command::Del(args(fields)?),
+        "hold" => Command::Hold(args(fields)?),
+        "assign" => Command::Assign(args(fields)?),
+        "append" => Command::Append(args(fields)?),
+        "gc" => none(fields).map(|_| Command::Gc {})?,
+        "empty_cache" => none(fields).map(|_| Command::EmptyCache {})?,
+        "clear_cublas_workspaces" => none(fields).map(|_| Command::ClearCublasWorkspaces {})?,
+        "clear_session" => none(fields).map(|_| Command::ClearSession {})?,
+        "reset_peak_memory_stats" => none(fields).map(|_| Command::ResetPeakMemoryStats {})?,
+        "model" => Command::Model(args(fields)?),
+        "optimizer" => Command::Optimizer(args(fields)?),
+        "data" => Command::Data(args(fields)?),
+        "forward" => Command::Forward(args(fields)?),
+        "backward" => Command::Backward(args(fields)?),
+        "step" => Command::Step(args(fields)?),
+        "zero_grad" => Command::ZeroGrad(args(fields)?),
+        "train" => Command::Train(args(fields)?),
+        "find_batch_size" => Command::FindBatchSize(args(fields)?),
+        "estimate" => Command::Estimate(args(fields)?),
+        "tf_session" => Command::TfSession(args(fields)?),
+        "close" => Command::Close(args(fields)?),
+        _ => return Err(serde_json::Error::unknown_variant(name, &Command::NAMES)),
+    })
+}
+
 fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
@@ -231,6 +286,35 @@ mod tests {
         assert_eq!(
             parse_line(r#"{"cmd":"gc"}"#).command.unwrap(),
             Command::Gc {}
+        );
+    }
+
+    #[test]
+    fn every_command_name_is_read() {
+        for name in Command::NAMES {
+            let line = parse_line(&format!(r#"{{"cmd":"{name}"}}"#));
+            match line.command {
+                Ok(c) => assert_eq!(c.name(), name),
+                Err(e) => assert!(
+                    e.message
+                        .starts_with(&format!("bad \"{name}\" command: missing field")),
+                    "{}",
+                    e.message
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let msg = |line: &str| parse_line(line).command.unwrap_err().message;
+        assert_eq!(
+            msg(r#"{"cmd":"gc","x":1}"#),
+            "bad \"gc\" command: unknown field `x`, there are no fields"
+        );
+        assert_eq!(
+            msg(r#"{"cmd":"del","name":"x","y":1}"#),
+            "bad \"del\" command: unknown field `y`, expected `name`"
         );
     }
 
