@@ -161,19 +161,14 @@ impl Serialize for RoundupDivisions {
 /// A number (`8`) or the `PYTORCH_CUDA_ALLOC_CONF` text (`"[256:1,>:8]"`).
 impl<'de> Deserialize<'de> for RoundupDivisions {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Number(u64),
-            Text(String),
-        }
-        let parsed = match Raw::deserialize(deserializer).map_err(|_| {
-            serde::de::Error::custom(
-                "roundup_power2_divisions is a number like 8 or a list like \"[256:1,512:2,>:8]\"",
-            )
-        })? {
-            Raw::Number(n) => Self::uniform(n),
-            Raw::Text(t) => Self::parse(&t),
+        let value = serde_json::Value::deserialize(deserializer)?;
+        let parsed = match (value.as_u64(), value.as_str()) {
+            (Some(n), _) => Self::uniform(n),
+            (_, Some(text)) => Self::parse(text),
+            _ => Err(
+                "roundup_power2_divisions is a number like 8 or a list like \"[256:1,512:2,>:8]\""
+                    .into(),
+            ),
         };
         parsed.map_err(serde::de::Error::custom)
     }

@@ -77,17 +77,6 @@ pub fn from_json(value: serde_json::Value) -> Result<MemorySnapshot, SnapshotErr
         .map_err(|e| SnapshotError(format!("the JSON is not a memory snapshot: {e}")))
 }
 
-/// `#[serde(deserialize_with)]` for a snapshot inside a JSON message: read
-/// as JSON, then as a snapshot by [`from_json`].
-pub fn deserialize_boxed<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<Box<MemorySnapshot>, D::Error> {
-    let value = <serde_json::Value as serde::Deserialize>::deserialize(d)?;
-    from_json(value)
-        .map(Box::new)
-        .map_err(serde::de::Error::custom)
-}
-
 fn read_pickle(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
     pickle::read(bytes).map_err(|e| {
         SnapshotError(if e.starts_with("the pickle") {

@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
 
+mod read;
+
 /// Version of the wire format; bumped on any incompatible change.
 pub const PROTOCOL_VERSION: u32 = 1;
 
@@ -152,8 +154,9 @@ pub struct Hello {
     pub owner: Option<String>,
 }
 
-/// Messages from the server, tagged by `"type"`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// Messages from the server, tagged by `"type"` (written by serde, read
+/// by [`read`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ServerMessage {
     Hello(Box<Hello>),
@@ -182,7 +185,6 @@ pub enum ServerMessage {
     },
     /// The answer to `export_snapshot`.
     MemorySnapshot {
-        #[serde(deserialize_with = "crate::memory_snapshot::deserialize_boxed")]
         snapshot: Box<MemorySnapshot>,
     },
     /// What changed since the last snapshot or delta this client received,

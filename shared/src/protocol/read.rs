@@ -1,0 +1,206 @@
+//! Reading a server message, `{"type": ..., ...}`, by its tag. By hand:
+//! serde's internally tagged enums first buffer every message into a tree
+//! of their own, and the page reads a message for every change it shows.
+
+use super::ServerMessage;
+use crate::memory_snapshot;
+use serde::de::{DeserializeOwned, Deserializer, Error as _};
+use serde::Deserialize;
+use serde_json::{Error, Map, Value};
+
+/// Every message's `"type"`.
+const TYPES: [&str; 11] = [
+    "hello",
+    "result",
+    "progress",
+    "snapshot",
+    "watchers",
+    "memory_snapshot",
+    "delta",
+    "presenter",
+    "events",
+    "error",
+    "pong",
+];
+
+impl<'de> Deserialize<'de> for ServerMessage {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut fields = Fields(Map::deserialize(d)?);
+        let kind: String = fields.take("type").map_err(D::Error::custom)?;
+        fields.read(&kind).map_err(D::Error::custom)
+    }
+}
+
+/// A message's fields, taken one by one.
+struct Fields(Map<String, Value>);
+
+impl Fields {
+    /// The field `key`; a missing one reads as `null` (an `Option` is
+    /// `None`), and is missing for any other type.
+    fn take<T: DeserializeOwned>(&mut self, key: &'static str) -> Result<T, Error> {
+        match self.0.remove(key) {
+            Some(v) => T::deserialize(v),
+            None => T::deserialize(Value::Null).map_err(|_| Error::missing_field(key)),
+        }
+    }
+
+    /// The fields not taken, as one value (a variant's struct).
+    fn rest<T: DeserializeOwned>(self) -> Result<T, Error> {
+        T::deserialize(Value::Object(self.0))
+    }
+
+    fn read(mut self, kind: &str) -> Result<ServerMessage, Error> {
+        use ServerMessage as M;
+        Ok(match kind {
+            "hello" => M::Hello(self.rest()?),
+            "result" => M::Result {
+                id: self.take("id")?,
+                record: self.rest()?,
+            },
+            "progress" => M::Progress {
+                id: self.take("id")?,
+                done: self.take("done")?,
+                total: self.take("total")?,
+                loss: self.take("loss")?,
+            },
+            "snapshot" => M::Snapshot {
+                snapshot: self.take("snapshot")?,
+            },
+            "watchers" => M::Watchers {
+                watchers: self.take("watchers")?,
+            },
+            "memory_snapshot" => M::MemorySnapshot {
+                snapshot: Box::new(
+                    memory_snapshot::from_json(self.take("snapshot")?).map_err(Error::custom)?,
+                ),
+            },
+            "delta" => M::Delta(self.rest()?),
+            "presenter" => M::Presenter {
+                view: self.take("view")?,
+            },
+            "events" => M::Events {
+                events: self.take("events")?,
+                dropped: self.take("dropped")?,
+            },
+            "error" => M::Error {
+                id: self.take("id")?,
+                error: self.take("error")?,
+            },
+            "pong" => M::Pong {
+                nonce: self.take("nonce")?,
+            },
+            _ => return Err(Error::unknown_variant(kind, &TYPES)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::*;
+    use super::TYPES;
+    use crate::memory_snapshot::export;
+    use crate::snapshot::delta;
+
+    /// One message of every type, as a session sends them.
+    fn messages() -> Vec<ServerMessage> {
+        let mut engine = Engine::new_simulated();
+        let before = engine.snapshot(100);
+        let record = engine.run_line(r#"{"cmd":"alloc","name":"x","bytes":1048576}"#);
+        let after = engine.snapshot(100);
+        let hello = Hello {
+            protocol_version: PROTOCOL_VERSION,
+            session_id: "s".into(),
+            watch_id: Some("w".into()),
+            role: Role::Owner,
+            resumed: false,
+            backend: "sim".into(),
+            device: engine.device_info(),
+            framework: Framework::Pytorch,
+            settings: engine.settings().clone(),
+            limits: Limits {
+                max_message_bytes: 65536,
+                commands_per_second: 50,
+                snapshot_interval_ms: 100,
+                session_ttl_seconds: 600,
+                session_quota_bytes: None,
+            },
+            user: None,
+            owner: Some("ada".into()),
+        };
+        let view = PresenterView {
+            lesson: Some((1, 2, Some((true, "freed".into())))),
+            cell: "del x".into(),
+            ..Default::default()
+        };
+        vec![
+            ServerMessage::Hello(Box::new(hello)),
+            ServerMessage::Result {
+                id: 7,
+                record: Box::new(record),
+            },
+            ServerMessage::Progress {
+                id: 7,
+                done: 1,
+                total: 3,
+                loss: None,
+            },
+            ServerMessage::Snapshot {
+                snapshot: Box::new(after.clone()),
+            },
+            ServerMessage::Watchers {
+                watchers: vec!["anonymous".into()],
+            },
+            ServerMessage::MemorySnapshot {
+                snapshot: Box::new(export::from_session(&after)),
+            },
+            ServerMessage::Delta(Box::new(delta::diff(&before, &after, (1, 2)))),
+            ServerMessage::Presenter {
+                view: Box::new(view),
+            },
+            ServerMessage::Events {
+                events: after.events.clone(),
+                dropped: 0,
+            },
+            ServerMessage::Error {
+                id: None,
+                error: ConnectionError::new(ConnectionErrorKind::Busy, "busy"),
+            },
+            ServerMessage::Pong { nonce: 9 },
+        ]
+    }
+
+    #[test]
+    fn every_message_reads_back_as_written() {
+        let all = messages();
+        assert_eq!(all.len(), TYPES.len());
+        for (msg, kind) in all.into_iter().zip(TYPES) {
+            let text = serde_json::to_string(&msg).unwrap();
+            assert!(text.starts_with(&format!(r#"{{"type":"{kind}""#)), "{text}");
+            assert_eq!(serde_json::from_str::<ServerMessage>(&text).unwrap(), msg);
+        }
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        let err = |text: &str| {
+            serde_json::from_str::<ServerMessage>(text)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err(r#"{"id":1}"#).starts_with("missing field `type`"));
+        assert!(err(r#"{"type":"launch"}"#)
+            .starts_with("unknown variant `launch`, expected one of `hello`"));
+        assert!(err(r#"{"type":"pong"}"#).starts_with("missing field `nonce`"));
+        assert!(err(r#"{"type":"pong","nonce":"x"}"#).starts_with("invalid type: string \"x\""));
+        assert_eq!(
+            serde_json::from_str::<ServerMessage>(
+                r#"{"type":"error","error":{"kind":"busy","message":"m"}}"#
+            )
+            .unwrap(),
+            ServerMessage::Error {
+                id: None,
+                error: ConnectionError::new(ConnectionErrorKind::Busy, "m")
+            }
+        );
+    }
+}
