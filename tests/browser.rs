@@ -71,10 +71,8 @@ async fn the_playground_in_a_browser() {
         "figure: web app transferred (gzip): {} KB",
         transferred / 1000
     );
-    // The budget is 500 KB; the code cell's parser and the lessons' new
-    // screens cost about 549 KB (with Leptos's erased views), a known
-    // excess to win back.
-    assert!(transferred <= 550_000, "{transferred} bytes");
+    // The budget: 500 KB gzipped for everything the page loads.
+    assert!(transferred <= 500_000, "{transferred} bytes");
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
     let addr = serve_on(0, stop_rx).await;
