@@ -3,7 +3,6 @@
 
 use super::{BlockSnapshot, ObjectSnapshot, SegmentSnapshot, Snapshot, Stats};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
 
 /// What changed between two snapshots: what a subscribed client receives
 /// while a command runs.
@@ -44,9 +43,38 @@ pub struct SegmentPatch {
     pub removed_blocks: Vec<u64>,
 }
 
+/// Where each item sits, by its key (address or id), sorted for lookup.
+struct Index(Vec<(u64, usize)>);
+
+impl Index {
+    fn of<T>(items: &[T], key: impl Fn(&T) -> u64) -> Self {
+        let mut at: Vec<(u64, usize)> = items.iter().map(&key).zip(0..).collect();
+        at.sort_unstable();
+        Index(at)
+    }
+
+    fn get<'a, T>(&self, items: &'a [T], key: u64) -> Option<&'a T> {
+        let i = self.0.binary_search_by_key(&key, |&(k, _)| k).ok()?;
+        items.get(self.0[i].1)
+    }
+
+    fn contains(&self, key: u64) -> bool {
+        self.0.binary_search_by_key(&key, |&(k, _)| k).is_ok()
+    }
+
+    /// The keys not in `other`, in order.
+    fn missing_from(&self, other: &Index) -> impl Iterator<Item = u64> + '_ {
+        let other: Vec<u64> = other.0.iter().map(|&(k, _)| k).collect();
+        self.0
+            .iter()
+            .map(|&(k, _)| k)
+            .filter(move |k| other.binary_search(k).is_err())
+    }
+}
+
 fn patch(old: &SegmentSnapshot, new: &SegmentSnapshot) -> SegmentPatch {
-    let before: BTreeMap<u64, &BlockSnapshot> = old.blocks.iter().map(|b| (b.address, b)).collect();
-    let after: BTreeSet<u64> = new.blocks.iter().map(|b| b.address).collect();
+    let before = Index::of(&old.blocks, |b| b.address);
+    let after = Index::of(&new.blocks, |b| b.address);
     SegmentPatch {
         address: new.address,
         allocated_size: new.allocated_size,
@@ -54,26 +82,20 @@ fn patch(old: &SegmentSnapshot, new: &SegmentSnapshot) -> SegmentPatch {
         blocks: new
             .blocks
             .iter()
-            .filter(|b| before.get(&b.address) != Some(b))
+            .filter(|b| before.get(&old.blocks, b.address) != Some(b))
             .cloned()
             .collect(),
-        removed_blocks: before
-            .keys()
-            .filter(|a| !after.contains(a))
-            .copied()
-            .collect(),
+        removed_blocks: before.missing_from(&after).collect(),
     }
 }
 
 /// The delta that turns `old` into `new` (events aside: they travel in
 /// their own batches).
 pub fn diff(old: &Snapshot, new: &Snapshot, peaks: (u64, u64)) -> SnapshotDelta {
-    let old_segments: BTreeMap<u64, &SegmentSnapshot> =
-        old.segments.iter().map(|s| (s.address, s)).collect();
-    let new_addresses: BTreeSet<u64> = new.segments.iter().map(|s| s.address).collect();
-    let old_objects: BTreeMap<u32, &ObjectSnapshot> =
-        old.objects.iter().map(|o| (o.id, o)).collect();
-    let new_ids: BTreeSet<u32> = new.objects.iter().map(|o| o.id).collect();
+    let old_segments = Index::of(&old.segments, |s| s.address);
+    let new_segments = Index::of(&new.segments, |s| s.address);
+    let old_objects = Index::of(&old.objects, |o| o.id.into());
+    let new_objects = Index::of(&new.objects, |o| o.id.into());
     SnapshotDelta {
         step: new.step,
         stats: new.stats.clone(),
@@ -82,32 +104,27 @@ pub fn diff(old: &Snapshot, new: &Snapshot, peaks: (u64, u64)) -> SnapshotDelta 
         segments: new
             .segments
             .iter()
-            .filter(|s| !old_segments.contains_key(&s.address))
+            .filter(|s| !old_segments.contains(s.address))
             .cloned()
             .collect(),
         patched_segments: new
             .segments
             .iter()
             .filter_map(|s| {
-                let old = old_segments.get(&s.address)?;
-                (*old != s).then(|| patch(old, s))
+                let old = old_segments.get(&old.segments, s.address)?;
+                (old != s).then(|| patch(old, s))
             })
             .collect(),
-        removed_segments: old_segments
-            .keys()
-            .filter(|a| !new_addresses.contains(a))
-            .copied()
-            .collect(),
+        removed_segments: old_segments.missing_from(&new_segments).collect(),
         objects: new
             .objects
             .iter()
-            .filter(|o| old_objects.get(&o.id) != Some(o))
+            .filter(|o| old_objects.get(&old.objects, o.id.into()) != Some(o))
             .cloned()
             .collect(),
         removed_objects: old_objects
-            .keys()
-            .filter(|id| !new_ids.contains(id))
-            .copied()
+            .missing_from(&new_objects)
+            .filter_map(|id| u32::try_from(id).ok())
             .collect(),
     }
 }
