@@ -80,6 +80,18 @@ fn checked_button(
     title: &'static str,
     cmds: impl Fn() -> Result<Vec<Command>, String> + 'static,
 ) -> impl IntoView {
+    button_view(app, id, label, title, Box::new(cmds))
+}
+
+/// What [`checked_button`] draws, built once for every button (not once
+/// per kind of closure: a smaller download).
+fn button_view(
+    app: App,
+    id: &'static str,
+    label: &'static str,
+    title: &'static str,
+    cmds: Box<dyn Fn() -> Result<Vec<Command>, String>>,
+) -> AnyView {
     let refused = RwSignal::new(None::<String>);
     let click = move |_| {
         let read = if app.status.get_untracked() != crate::state::Status::Open {
@@ -101,6 +113,7 @@ fn checked_button(
             <span class="refused" role="alert" id=format!("{id}-refused")>{why}</span>
         })}
     }
+    .into_any()
 }
 
 /// A text field bound to a signal.
