@@ -27,24 +27,27 @@ pub fn Objects(app: App) -> impl IntoView {
             <table id="objects">
                 <thead><tr><th>"name"</th><th>"type"</th><th>"bytes"</th><th>"refs"</th><th>"kept alive by"</th></tr></thead>
                 <tbody>
-                    <For each=rows key=|o| (o.id, o.refcount, o.kept_alive_by.clone()) children=move |o| {
-                        let pick = o.names.first().cloned().unwrap_or_else(|| o.label.clone());
-                        let selected = pick.clone();
-                        view! {
-                            <tr class:selected=move || app.selected.get() == selected tabindex="0"
-                                on:click={ let pick = pick.clone(); move |_| app.selected.set(pick.clone()) }
-                                on:keydown=move |e: web_sys::KeyboardEvent| if e.key() == "Enter" || e.key() == " " { app.selected.set(pick.clone()) }>
-                                <td>{if o.names.is_empty() { format!("({})", o.label) } else { o.names.join(", ") }}</td>
-                                <td>{o.kind.clone()}</td>
-                                <td class="num">{if o.bytes > 0 { format_size(o.bytes) } else { String::new() }}</td>
-                                <td class="num">{o.refcount}</td>
-                                <td>{o.kept_alive_by.clone()}</td>
-                            </tr>
-                        }
-                    } />
+                    {move || rows().into_iter().map(|o| object_row(app, o)).collect::<Vec<_>>()}
                 </tbody>
             </table>
         </section>
+    }
+}
+
+/// One live object's row; clicking it (or Enter) selects its name.
+fn object_row(app: App, o: vramlab_shared::snapshot::ObjectSnapshot) -> impl IntoView {
+    let pick = o.names.first().cloned().unwrap_or_else(|| o.label.clone());
+    let selected = pick.clone();
+    view! {
+        <tr class:selected=move || app.selected.get() == selected tabindex="0"
+            on:click={ let pick = pick.clone(); move |_| app.selected.set(pick.clone()) }
+            on:keydown=move |e: web_sys::KeyboardEvent| if e.key() == "Enter" || e.key() == " " { app.selected.set(pick.clone()) }>
+            <td>{if o.names.is_empty() { format!("({})", o.label) } else { o.names.join(", ") }}</td>
+            <td>{o.kind}</td>
+            <td class="num">{if o.bytes > 0 { format_size(o.bytes) } else { String::new() }}</td>
+            <td class="num">{o.refcount}</td>
+            <td>{o.kept_alive_by}</td>
+        </tr>
     }
 }
 
