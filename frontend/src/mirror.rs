@@ -70,10 +70,9 @@ fn view(app: App) -> PresenterView {
             link: e.link,
             ok: e.ok,
         }),
-        controls: controls()
-            .iter()
-            .filter_map(|e| Some((key(e), value(e)?)))
-            .collect(),
+        controls: vramlab_shared::collections::map_of(
+            controls().iter().filter_map(|e| Some((key(e), value(e)?))),
+        ),
     }
 }
 

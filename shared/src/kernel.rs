@@ -341,10 +341,11 @@ impl Kernel {
     }
 
     pub fn categories(&self) -> BTreeMap<Category, u64> {
-        Category::ALL
-            .iter()
-            .map(|&c| (c, self.categories[category_index(c)]))
-            .collect()
+        crate::collections::map_of(
+            Category::ALL
+                .iter()
+                .map(|&c| (c, self.categories[category_index(c)])),
+        )
     }
 
     pub fn stats(&self) -> Stats {

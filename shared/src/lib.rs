@@ -26,6 +26,7 @@
 pub mod advice;
 pub mod alloc;
 pub mod cell;
+pub mod collections;
 pub mod command;
 pub mod device;
 pub mod engine;

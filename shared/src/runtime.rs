@@ -12,6 +12,7 @@
 //! objects that died, in order, and the engine frees their blocks.
 
 use crate::alloc::BlockId;
+use crate::collections::map_of;
 use crate::types::{Category, Dtype};
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -436,16 +437,13 @@ impl Runtime {
     pub fn retention(&self) -> BTreeMap<ObjId, String> {
         let chains = self.chains();
         let cycles = self.cycle_holders(&chains);
-        self.objects
-            .keys()
-            .map(|&id| {
-                let why = match chains.get(&id) {
-                    Some(chain) => chain.text(self),
-                    None => cycles.get(&id).cloned().unwrap_or_default(),
-                };
-                (id, why)
-            })
-            .collect()
+        map_of(self.objects.keys().map(|&id| {
+            let why = match chains.get(&id) {
+                Some(chain) => chain.text(self),
+                None => cycles.get(&id).cloned().unwrap_or_default(),
+            };
+            (id, why)
+        }))
     }
 
     /// The shortest chain from a root to every reachable object, found
@@ -495,20 +493,17 @@ impl Runtime {
                 holders.entry(target).or_default().push(h);
             }
         }
-        holders
-            .into_iter()
-            .map(|(id, by)| {
-                let mut names: Vec<String> = by.iter().take(3).map(|&h| self.describe(h)).collect();
-                if by.len() > 3 {
-                    names.push(format!("{} more", by.len() - 3));
-                }
-                let text = format!(
-                    "only a reference cycle (held by {}); gc.collect() frees it",
-                    names.join(", ")
-                );
-                (id, text)
-            })
-            .collect()
+        map_of(holders.into_iter().map(|(id, by)| {
+            let mut names: Vec<String> = by.iter().take(3).map(|&h| self.describe(h)).collect();
+            if by.len() > 3 {
+                names.push(format!("{} more", by.len() - 3));
+            }
+            let text = format!(
+                "only a reference cycle (held by {}); gc.collect() frees it",
+                names.join(", ")
+            );
+            (id, text)
+        }))
     }
 
     /// Who refers to `id`, in words (names, then holders).

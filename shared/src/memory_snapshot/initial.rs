@@ -77,12 +77,12 @@ fn final_state(snapshot: &MemorySnapshot, device: usize) -> Result<InitialState,
         } else {
             PoolKind::Large
         };
-        let blocks = s
-            .blocks
-            .iter()
-            .filter(|b| b.state.is_active())
-            .map(|b| (b.address, (b.size, b.requested_size)))
-            .collect();
+        let blocks = crate::collections::map_of(
+            s.blocks
+                .iter()
+                .filter(|b| b.state.is_active())
+                .map(|b| (b.address, (b.size, b.requested_size))),
+        );
         let seed = SeedSegment {
             address: s.address,
             size: s.total_size,
