@@ -375,7 +375,7 @@ impl Allocator for ExpandableAllocator {
             }
             out.extend(current);
         }
-        out.sort_unstable_by_key(|s| s.address);
+        crate::collections::sort_by_u64(&mut out, |s| s.address);
         out
     }
 

@@ -91,7 +91,7 @@ impl Allocator for UncachedAllocator {
                 }],
             })
             .collect();
-        segments.sort_unstable_by_key(|s| s.address);
+        crate::collections::sort_by_u64(&mut segments, |s| s.address);
         segments
     }
 

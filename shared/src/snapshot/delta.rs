@@ -2,6 +2,7 @@
 //! a command runs, and how it turns the old snapshot into the new one.
 
 use super::{BlockSnapshot, ObjectSnapshot, SegmentSnapshot, Snapshot, Stats};
+use crate::collections::sort_by_u64;
 use serde::{Deserialize, Serialize};
 
 /// What changed between two snapshots: what a subscribed client receives
@@ -164,9 +165,9 @@ pub fn apply(snapshot: &mut Snapshot, delta: &SnapshotDelta) {
                 None => seg.blocks.push(block.clone()),
             }
         }
-        seg.blocks.sort_unstable_by_key(|b| b.address);
+        sort_by_u64(&mut seg.blocks, |b| b.address);
     }
-    snapshot.segments.sort_unstable_by_key(|s| s.address);
+    sort_by_u64(&mut snapshot.segments, |s| s.address);
     snapshot
         .objects
         .retain(|o| !delta.removed_objects.contains(&o.id));
@@ -176,5 +177,5 @@ pub fn apply(snapshot: &mut Snapshot, delta: &SnapshotDelta) {
             None => snapshot.objects.push(obj.clone()),
         }
     }
-    snapshot.objects.sort_unstable_by_key(|o| o.id);
+    sort_by_u64(&mut snapshot.objects, |o| o.id.into());
 }
