@@ -41,6 +41,7 @@ pub fn StatusBar(app: App) -> impl IntoView {
                 .map(|w| crate::url::watch_link(&w))
         })
     };
+    let watched = Memo::new(move |_| !app.watchers.with(Vec::is_empty));
     // Projector mode is a class on the body, so every part follows it.
     Effect::new(move |_| {
         let on = app.projector.get();
@@ -60,18 +61,19 @@ pub fn StatusBar(app: App) -> impl IntoView {
                 on:click=move |_| app.projector.update(|p| *p = !*p)>"projector mode"</button>
             <span id="status" class="status" class:open=move || app.status.get() == Status::Open>{text}</span>
             <span id="device" class="device">{device}</span>
-            <Show when=move || app.read_only()>
+            {move || app.read_only().then(|| view! {
                 <span class="watching">{move || match app.hello.with(|h| h.as_ref().and_then(|h| h.owner.clone())) {
                     Some(owner) => format!("watching {owner}'s session read-only"),
                     None => "watching read-only".to_string(),
                 }}</span>
-            </Show>
+            })}
             {move || app.hello.with(|h| h.as_ref().and_then(|h| h.user.clone())).map(|u| view! {
                 <span id="user" class="user">{u}</span>
             })}
-            <Show when=move || !app.watchers.with(Vec::is_empty)>
+            // Kept while anyone watches, so its live region announces changes.
+            {move || watched.get().then(|| view! {
                 <span id="watchers" class="watchers" aria-live="polite">{move || watched_by(&app.watchers.get())}</span>
-            </Show>
+            })}
             {move || watch().map(|link| view! {
                 <label class="watch">"Watch link "
                     <input id="watch-link" readonly value=link.clone() aria-label="Read-only watch link for this session" />
