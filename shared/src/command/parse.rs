@@ -129,23 +129,24 @@ fn command_from_value(value: &Value) -> Result<Command, CommandError> {
             ),
         ));
     };
-    match map.get("cmd") {
+    let cmd = match map.get("cmd") {
         None => {
             return Err(CommandError::new(
                 ErrorKind::InvalidCommand,
                 "missing field `cmd`: say which command, e.g. {\"cmd\":\"alloc\",\"name\":\"x\",\"bytes\":1024}",
             ))
         }
-        Some(Value::String(_)) => {}
+        Some(Value::String(cmd)) => cmd,
         Some(other) => {
             return Err(CommandError::new(
                 ErrorKind::InvalidCommand,
                 format!("`cmd` must be a string, not {}", json_type(other)),
             ))
         }
-    }
-    Command::deserialize(value).map_err(|e| {
-        let cmd = map.get("cmd").and_then(Value::as_str).unwrap_or("?");
+    };
+    let mut fields = map.clone();
+    fields.remove("cmd");
+    read_args(cmd, fields).map_err(|e| {
         let text = e.to_string();
         let message = if text.starts_with("unknown variant") {
             format!("unknown command {cmd:?}: {text}")
