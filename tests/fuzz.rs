@@ -15,32 +15,13 @@ use tokio_tungstenite::connect_async;
 use tokio_tungstenite::tungstenite::Message;
 use vramlab_server::backend::{select, DeviceChoice};
 use vramlab_server::http::{build, serve, ServeOptions};
+use vramlab_shared::command::Command;
 use vramlab_shared::Engine;
 
-const COMMANDS: &[&str] = &[
-    "restart",
-    "alloc",
-    "del",
-    "hold",
-    "gc",
-    "empty_cache",
-    "clear_cublas_workspaces",
-    "clear_session",
-    "reset_peak_memory_stats",
-    "model",
-    "optimizer",
-    "data",
-    "forward",
-    "backward",
-    "step",
-    "zero_grad",
-    "train",
-    "find_batch_size",
-    "estimate",
-    "tf_session",
-    "close",
-    "nonsense",
-];
+/// Every command, and one that does not exist.
+fn commands() -> Vec<&'static str> {
+    Command::NAMES.into_iter().chain(["nonsense"]).collect()
+}
 
 const FIELDS: &[&str] = &[
     "name",
@@ -150,6 +131,8 @@ fn own_fields(cmd: &str) -> &'static [&'static str] {
         "alloc" => &["name", "bytes", "shape", "dtype", "category"],
         "del" | "tf_session" | "close" => &["name"],
         "hold" => &["name", "items", "cycle"],
+        "assign" => &["name", "value"],
+        "append" => &["name", "item"],
         "model" => &[
             "name",
             "layers",
@@ -193,7 +176,7 @@ fn own_fields(cmd: &str) -> &'static [&'static str] {
 /// A command object: a known (or unknown) `cmd` and a few fields, nine in
 /// ten of them its own.
 fn command() -> impl Strategy<Value = Value> {
-    prop::sample::select(COMMANDS).prop_flat_map(|cmd| {
+    prop::sample::select(commands()).prop_flat_map(|cmd| {
         let field = prop_oneof![
             9 => prop::sample::select(own_fields(cmd)),
             1 => prop::sample::select(FIELDS),
