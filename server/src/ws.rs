@@ -17,15 +17,10 @@ use serde::Deserialize;
 use std::sync::Arc;
 use vramlab_shared::memory_snapshot::export;
 use vramlab_shared::protocol::{
-    parse_client_message, ClientMessage, ConnectionError, ConnectionErrorKind, Role, ServerMessage,
+    local::event_batch, parse_client_message, ClientMessage, ConnectionError, ConnectionErrorKind,
+    Role, ServerMessage, SNAPSHOT_EVENTS,
 };
 use vramlab_shared::snapshot::{diff, Snapshot};
-
-/// The most recent events a full snapshot carries.
-const SNAPSHOT_EVENTS: usize = 2_000;
-/// The most events one live batch carries: during a fast training run the
-/// newest, with the count of those skipped (the log keeps them all).
-const LIVE_EVENT_BATCH: usize = 100;
 
 #[derive(Debug, Default, Deserialize)]
 pub struct WsQuery {
@@ -272,16 +267,8 @@ impl ClientState {
         let peaks = live.peaks_since(self.last_version);
         let new = live.snapshot.clone();
         let first_unsent = self.last_event.map_or(0, |s| s + 1);
-        let oldest = live.events.front().map_or(first_unsent, |e| e.seq);
-        let mut dropped = oldest.saturating_sub(first_unsent);
-        let fresh: Vec<_> = live
-            .events
-            .iter()
-            .filter(|e| e.seq >= first_unsent)
-            .collect();
-        let skip = fresh.len().saturating_sub(LIVE_EVENT_BATCH);
-        dropped += skip as u64;
-        let events: Vec<_> = fresh.into_iter().skip(skip).cloned().collect();
+        let fresh = live.events.iter().filter(|e| e.seq >= first_unsent);
+        let (events, dropped) = event_batch(fresh, first_unsent);
         let progress = live.progress.clone();
         self.last_version = live.version;
         drop(live);

@@ -13,10 +13,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
 
+pub mod local;
 mod read;
 
 /// Version of the wire format; bumped on any incompatible change.
 pub const PROTOCOL_VERSION: u32 = 1;
+/// The most events a full snapshot carries.
+pub const SNAPSHOT_EVENTS: usize = 2_000;
+/// The most events one live batch carries (the rest are counted as dropped).
+pub const LIVE_EVENT_BATCH: usize = 100;
 
 /// One line of `vramlab run` output.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

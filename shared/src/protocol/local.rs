@@ -1,0 +1,209 @@
+//! A session of one page: the engine answering a page's client messages
+//! with the messages the server sends, for the engine that runs in the page
+//! (in a Web Worker). The same hello, full snapshot, deltas with the exact
+//! peaks in between, event batches, progress and results as the websocket;
+//! what only a server has (watchers, a real GPU, quotas) is not offered.
+//!
+//! No I/O here: the caller gives a [`Outlet`] (where messages go, and a
+//! clock for the pace of live updates).
+
+use super::{
+    ClientMessage, Hello, Limits, Role, ServerMessage, LIVE_EVENT_BATCH, PROTOCOL_VERSION,
+    SNAPSHOT_EVENTS,
+};
+use crate::command::CommandLine;
+use crate::engine::{Engine, Progress};
+use crate::memory_snapshot::export;
+use crate::snapshot::{diff, Event, Snapshot};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// The backend a local session names in its hello.
+pub const BACKEND: &str = "page";
+/// The session id a local session names in its hello.
+pub const SESSION_ID: &str = "local";
+/// How often a running command's numbers are sent, at most (as the
+/// server's default `--snapshot-interval-ms`).
+pub const LIVE_INTERVAL_MS: f64 = 33.0;
+/// The events an exported memory snapshot carries, at most.
+const EXPORT_EVENTS: usize = 10_000;
+
+/// Where a local session's messages go, and the clock (milliseconds) that
+/// paces live updates during a long command. Plain functions, so the
+/// progress hook stays `Send`.
+#[derive(Clone, Copy)]
+pub struct Outlet {
+    pub post: fn(&ServerMessage),
+    pub now_ms: fn() -> f64,
+}
+
+/// What the page has received of the engine's state.
+#[derive(Default)]
+struct Sent {
+    snapshot: Option<Snapshot>,
+    /// The next event sequence number the page has not seen.
+    next_event: u64,
+}
+
+pub struct LocalSession {
+    engine: Engine,
+    outlet: Outlet,
+    sent: Arc<Mutex<Sent>>,
+    subscribed: bool,
+}
+
+impl LocalSession {
+    /// A session on the simulated GPU; says hello and sends the first
+    /// snapshot, as a server does on connect.
+    pub fn start(outlet: Outlet) -> Self {
+        let mut session = Self {
+            engine: Engine::new_simulated(),
+            outlet,
+            sent: Arc::default(),
+            subscribed: true,
+        };
+        (outlet.post)(&session.hello());
+        (outlet.post)(&session.full_snapshot());
+        session
+    }
+
+    pub fn hello(&self) -> ServerMessage {
+        let settings = self.engine.settings().clone();
+        ServerMessage::Hello(Box::new(Hello {
+            protocol_version: PROTOCOL_VERSION,
+            session_id: SESSION_ID.into(),
+            watch_id: None,
+            role: Role::Owner,
+            resumed: false,
+            backend: BACKEND.into(),
+            device: self.engine.device_info(),
+            framework: settings.framework,
+            settings,
+            limits: Limits {
+                max_message_bytes: u64::MAX,
+                commands_per_second: 1000,
+                snapshot_interval_ms: LIVE_INTERVAL_MS as u64,
+                session_ttl_seconds: 0,
+                session_quota_bytes: None,
+            },
+            user: None,
+            owner: None,
+        }))
+    }
+
+    /// Answers one message from the page (a JSON text).
+    pub fn handle(&mut self, text: &str) {
+        let post = self.outlet.post;
+        let msg = match super::parse_client_message(text) {
+            Ok(msg) => msg,
+            Err(error) => return post(&ServerMessage::Error { id: None, error }),
+        };
+        match msg {
+            ClientMessage::Command { id, command } => self.run(id, &command),
+            ClientMessage::Subscribe {} => self.subscribed = true,
+            ClientMessage::Unsubscribe {} => self.subscribed = false,
+            ClientMessage::Snapshot {} => post(&self.full_snapshot()),
+            ClientMessage::ExportSnapshot {} => post(&self.export()),
+            ClientMessage::Ping { nonce } => post(&ServerMessage::Pong { nonce }),
+            // A command runs to its end before the next message is read, so
+            // there is nothing to stop; nobody watches a page's session.
+            ClientMessage::Stop {} | ClientMessage::Presenter { .. } => {}
+        }
+    }
+
+    /// Runs one command: live updates while it runs (when subscribed),
+    /// then the last update and its result.
+    fn run(&mut self, id: u64, line: &CommandLine) {
+        let outlet = self.outlet;
+        if self.subscribed {
+            let sent = self.sent.clone();
+            let mut last = (outlet.now_ms)();
+            self.engine
+                .set_progress_hook(Some(Box::new(move |e: &mut Engine, p: &Progress| {
+                    let now = (outlet.now_ms)();
+                    if now - last >= LIVE_INTERVAL_MS || p.done == p.total {
+                        (outlet.post)(&ServerMessage::Progress {
+                            id,
+                            done: p.done,
+                            total: p.total,
+                            loss: p.loss,
+                        });
+                        post_updates(e, &sent, outlet.post);
+                        last = now;
+                    }
+                    true
+                })));
+        }
+        let record = self.engine.run_parsed(line);
+        self.engine.set_progress_hook(None);
+        if self.subscribed {
+            post_updates(&mut self.engine, &self.sent, outlet.post);
+        }
+        (outlet.post)(&ServerMessage::Result {
+            id,
+            record: Box::new(record),
+        });
+    }
+
+    /// Everything now, with the latest events (the page starts over from it).
+    fn full_snapshot(&mut self) -> ServerMessage {
+        let snapshot = self.engine.snapshot(SNAPSHOT_EVENTS);
+        self.engine.take_sample_peaks();
+        let mut sent = lock(&self.sent);
+        sent.next_event = snapshot.events.last().map_or(0, |e| e.seq + 1);
+        sent.snapshot = Some(Snapshot {
+            events: Vec::new(),
+            ..snapshot.clone()
+        });
+        ServerMessage::Snapshot {
+            snapshot: Box::new(snapshot),
+        }
+    }
+
+    fn export(&self) -> ServerMessage {
+        let snapshot = self.engine.snapshot(EXPORT_EVENTS);
+        ServerMessage::MemorySnapshot {
+            snapshot: Box::new(export::from_session(&snapshot)),
+        }
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+fn lock(sent: &Mutex<Sent>) -> std::sync::MutexGuard<'_, Sent> {
+    sent.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Sends what changed since the page's last update: a delta with the exact
+/// peaks in between, then the new events (the latest [`LIVE_EVENT_BATCH`]).
+fn post_updates(engine: &mut Engine, sent: &Mutex<Sent>, post: fn(&ServerMessage)) {
+    let new = engine.snapshot(0);
+    let peaks = engine.take_sample_peaks();
+    let mut sent = lock(sent);
+    let old = sent.snapshot.as_ref().unwrap_or(&new);
+    post(&ServerMessage::Delta(Box::new(diff(old, &new, peaks))));
+    let (events, dropped) = event_batch(engine.events_since(sent.next_event), sent.next_event);
+    if let Some(last) = events.last() {
+        sent.next_event = last.seq + 1;
+        post(&ServerMessage::Events { events, dropped });
+    }
+    sent.snapshot = Some(new);
+}
+
+/// The latest [`LIVE_EVENT_BATCH`] of `fresh` (events from `first_unsent`
+/// on), and how many the page misses: those cut here and those the log no
+/// longer holds.
+pub fn event_batch<'a>(
+    fresh: impl Iterator<Item = &'a Event>,
+    first_unsent: u64,
+) -> (Vec<Event>, u64) {
+    let fresh: Vec<&Event> = fresh.collect();
+    let oldest = fresh.first().map_or(first_unsent, |e| e.seq);
+    let skip = fresh.len().saturating_sub(LIVE_EVENT_BATCH);
+    let dropped = oldest.saturating_sub(first_unsent) + skip as u64;
+    (fresh.into_iter().skip(skip).cloned().collect(), dropped)
+}
+
+#[cfg(test)]
+mod tests;
