@@ -1,13 +1,16 @@
-//! The websocket to the server: connects (resuming the session kept in
-//! sessionStorage, or watching one), hands every message to the app, and
-//! reconnects on its own when the connection drops.
+//! Connects the page to an engine: the server's websocket (resuming the
+//! session kept in sessionStorage, or watching one; reconnecting on its own
+//! when the connection drops), or the engine in this page, in a Web Worker
+//! running the same wasm (`worker`). Automatic: the server when one answers,
+//! else the page. Either way every message goes to `App::handle`.
 
-use crate::socket;
+use crate::socket::{self, Link};
 use crate::state::{App, Status};
+use crate::url::EngineChoice;
 use leptos::prelude::*;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
-use web_sys::{CloseEvent, MessageEvent, WebSocket};
+use web_sys::{CloseEvent, ErrorEvent, MessageEvent, WebSocket, Worker, WorkerOptions, WorkerType};
 
 fn url(watch: Option<&str>) -> Option<String> {
     let location = web_sys::window()?.location();
@@ -25,8 +28,18 @@ fn url(watch: Option<&str>) -> Option<String> {
     Some(format!("{scheme}://{host}/ws{query}"))
 }
 
-/// Opens the connection; on close, tries again after a second.
-pub fn connect(app: App, watch: Option<String>) {
+/// Connects as `choice` says; watching a session always needs the server.
+pub fn connect(app: App, watch: Option<String>, choice: EngineChoice) {
+    match choice {
+        EngineChoice::Page if watch.is_none() => start_page(app, false),
+        EngineChoice::Auto => connect_server(app, watch, true),
+        _ => connect_server(app, watch, false),
+    }
+}
+
+/// Opens the websocket; on close, tries again after a second, or (when
+/// `fallback` and it never opened) starts the engine in the page.
+fn connect_server(app: App, watch: Option<String>, fallback: bool) {
     let Some(url) = url(watch.as_deref()) else {
         app.status.set(Status::Closed("no window".into()));
         return;
@@ -34,6 +47,7 @@ pub fn connect(app: App, watch: Option<String>) {
     app.status.set(Status::Connecting);
     let ws = match WebSocket::new(&url) {
         Ok(ws) => ws,
+        Err(_) if fallback => return start_page(app, true),
         Err(_) => {
             app.status
                 .set(Status::Closed("cannot open a websocket".into()));
@@ -51,10 +65,14 @@ pub fn connect(app: App, watch: Option<String>) {
     ws.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
     on_message.forget();
     let on_close = Closure::<dyn FnMut(CloseEvent)>::new(move |_e: CloseEvent| {
+        let opened = app.status.get_untracked() == Status::Open;
+        if fallback && !opened && !socket::is_page() {
+            return start_page(app, true);
+        }
         app.status
             .set(Status::Closed("connection lost; reconnecting".into()));
         let watch = watch.clone();
-        let retry = Closure::once_into_js(move || connect(app, watch));
+        let retry = Closure::once_into_js(move || connect_server(app, watch, false));
         if let Some(w) = web_sys::window() {
             let _ = w
                 .set_timeout_with_callback_and_timeout_and_arguments_0(retry.unchecked_ref(), 1000);
@@ -62,5 +80,55 @@ pub fn connect(app: App, watch: Option<String>) {
     });
     ws.set_onclose(Some(on_close.as_ref().unchecked_ref()));
     on_close.forget();
-    socket::set(ws);
+    socket::set(Link::Server(ws));
+}
+
+/// The worker script the build names in the page (`<meta name="vramlab-worker">`).
+fn worker_script() -> Option<String> {
+    web_sys::window()?
+        .document()?
+        .query_selector("meta[name=vramlab-worker]")
+        .ok()??
+        .get_attribute("content")
+}
+
+/// Starts the engine in a Web Worker of this page; `fallback`: because no
+/// server answered.
+fn start_page(app: App, fallback: bool) {
+    let failed = |why: String| app.status.set(Status::Closed(why));
+    let Some(script) = worker_script() else {
+        return failed(
+            "this build of the page has no engine of its own; it needs its server".into(),
+        );
+    };
+    let options = WorkerOptions::new();
+    options.set_type(WorkerType::Module);
+    let worker = match Worker::new_with_options(&script, &options) {
+        Ok(worker) => worker,
+        Err(_) => return failed("this browser cannot start the engine in the page".into()),
+    };
+    app.status.set(Status::Connecting);
+    let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
+        if let Some(text) = e.data().as_string() {
+            if !matches!(app.status.get_untracked(), Status::Page { .. }) {
+                socket::page_ready();
+                app.status.set(Status::Page { fallback });
+            }
+            app.handle(&text);
+        }
+    });
+    worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+    on_message.forget();
+    let on_error = Closure::<dyn FnMut(ErrorEvent)>::new(move |e: ErrorEvent| {
+        app.status.set(Status::Closed(format!(
+            "the engine in this page stopped: {}; reload the page",
+            e.message()
+        )));
+    });
+    worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
+    on_error.forget();
+    socket::set(Link::Page {
+        worker,
+        ready: false,
+    });
 }

@@ -1,5 +1,6 @@
 //! The vramlab playground: Leptos, client-side rendered. It talks to the
-//! server over one websocket (`conn`), keeps what the server said in `state`,
+//! server over one websocket or to the engine in a worker of its own
+//! (`conn`, `worker`), keeps what the server said in `state`,
 //! and draws it in `views`. Lessons are built in (`lessons`); the URL keeps
 //! what a link should reproduce (`url`).
 
@@ -17,10 +18,12 @@ mod socket;
 mod state;
 mod url;
 mod views;
+mod worker;
 
 use leptos::prelude::*;
 use state::{App, LessonRun};
 use views::*;
+use wasm_bindgen::prelude::wasm_bindgen;
 
 #[component]
 fn Playground() -> impl IntoView {
@@ -32,7 +35,7 @@ fn Playground() -> impl IntoView {
         app.lesson.set(Some(LessonRun::at(index, step)));
     }
     app.projector.set(initial.projector);
-    conn::connect(app, initial.watch.clone());
+    conn::connect(app, initial.watch.clone(), initial.engine);
     keys::install();
     mirror::follow(app);
     mirror::show_presented(app);
@@ -65,6 +68,15 @@ fn Playground() -> impl IntoView {
     }
 }
 
+/// The page; in the engine's worker (no window) nothing is mounted.
 fn main() {
-    leptos::mount::mount_to_body(Playground);
+    if web_sys::window().is_some() {
+        leptos::mount::mount_to_body(Playground);
+    }
+}
+
+/// The entry of the engine's worker (the build's worker script calls it).
+#[wasm_bindgen]
+pub fn worker_main() {
+    worker::run();
 }

@@ -1,14 +1,27 @@
-//! The socket and the session id kept in sessionStorage: the lowest layer
-//! of the page, which every other module may use to send typed messages.
+//! Where the page's messages go (the server's websocket, or the engine's
+//! worker in the page) and the session id kept in sessionStorage: the lowest
+//! layer of the page, which every other module may use to send typed
+//! messages without knowing which of the two it talks to.
 
 use std::cell::RefCell;
 use vramlab_shared::protocol::ClientMessage;
-use web_sys::WebSocket;
+use wasm_bindgen::JsValue;
+use web_sys::{WebSocket, Worker};
 
 const SESSION_KEY: &str = "vramlab_session";
 
+/// The other end of the protocol.
+pub enum Link {
+    Server(WebSocket),
+    /// The engine in a Web Worker of this page; `ready` once it said hello.
+    Page {
+        worker: Worker,
+        ready: bool,
+    },
+}
+
 thread_local! {
-    static SOCKET: RefCell<Option<WebSocket>> = const { RefCell::new(None) };
+    static LINK: RefCell<Option<Link>> = const { RefCell::new(None) };
 }
 
 fn storage() -> Option<web_sys::Storage> {
@@ -39,16 +52,35 @@ pub fn send(msg: &ClientMessage) {
 }
 
 fn send_text(text: &str) {
-    SOCKET.with(|s| {
-        if let Some(ws) = s.borrow().as_ref() {
-            if ws.ready_state() == WebSocket::OPEN {
-                let _ = ws.send_with_str(text);
-            }
+    LINK.with(|l| match l.borrow().as_ref() {
+        Some(Link::Server(ws)) if ws.ready_state() == WebSocket::OPEN => {
+            let _ = ws.send_with_str(text);
+        }
+        Some(Link::Page {
+            worker,
+            ready: true,
+        }) => {
+            let _ = worker.post_message(&JsValue::from_str(text));
+        }
+        _ => {}
+    });
+}
+
+/// Makes `link` where messages go (the one before it is dropped).
+pub fn set(link: Link) {
+    LINK.with(|l| *l.borrow_mut() = Some(link));
+}
+
+/// The engine in the page said hello: messages may go to it now.
+pub fn page_ready() {
+    LINK.with(|l| {
+        if let Some(Link::Page { ready, .. }) = l.borrow_mut().as_mut() {
+            *ready = true;
         }
     });
 }
 
-/// Makes `ws` the socket messages go to.
-pub fn set(ws: WebSocket) {
-    SOCKET.with(|s| *s.borrow_mut() = Some(ws));
+/// Whether messages go to the engine in this page.
+pub fn is_page() -> bool {
+    LINK.with(|l| matches!(l.borrow().as_ref(), Some(Link::Page { .. })))
 }

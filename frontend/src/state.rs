@@ -12,6 +12,7 @@ use vramlab_shared::command::{parse_line, Command, CommandLine, RestartSettings}
 use vramlab_shared::lesson::check_step;
 use vramlab_shared::lesson::predict::{self, Direction, Number};
 use vramlab_shared::memory_snapshot::{self, MemorySnapshot};
+use vramlab_shared::protocol::local;
 use vramlab_shared::protocol::{
     ClientMessage, ConnectionErrorKind, Hello, Role, ServerMessage, StepRecord,
 };
@@ -23,8 +24,20 @@ use vramlab_shared::{explain, python};
 #[derive(Clone, Debug, PartialEq)]
 pub enum Status {
     Connecting,
+    /// Connected to the server.
     Open,
+    /// The engine runs in this page; `fallback`: because no server answered.
+    Page {
+        fallback: bool,
+    },
     Closed(String),
+}
+
+impl Status {
+    /// Commands can go out: to the server, or to the engine in the page.
+    pub fn is_ready(&self) -> bool {
+        matches!(self, Status::Open | Status::Page { .. })
+    }
 }
 
 /// The explanation shown after a command.
@@ -278,7 +291,7 @@ impl App {
                 // ▶ play never sends faster than the session's command rate.
                 let rate = u64::from(h.limits.commands_per_second.max(1));
                 self.play.min_ms.set(1000u64.div_ceil(rate));
-                if h.role == Role::Owner {
+                if h.role == Role::Owner && h.backend != local::BACKEND {
                     socket::remember_session(&h.session_id);
                 }
                 let fresh_kernel = !h.resumed;

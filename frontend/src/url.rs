@@ -1,12 +1,33 @@
 //! Shareable state in the URL: `?framework=`, `?lesson=&step=`, `?hide=`
 //! (control groups to hide for a focused exercise: `framework`, `tensor`,
 //! `buttons`, `training`), `?view=projector`, `?watch=` (follow a session
-//! read-only). The access token never stays in the address bar.
+//! read-only), `?engine=local|server` (where the engine runs; automatic
+//! without it). The access token never stays in the address bar.
 
 use crate::lessons::LESSONS;
 use vramlab_shared::types::Framework;
 
+/// Where the engine runs: `?engine=server`, `?engine=local` (in this
+/// page), or automatic (the server when one answers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineChoice {
+    Auto,
+    Server,
+    Page,
+}
+
+impl EngineChoice {
+    fn from_param(value: Option<&str>) -> Self {
+        match value {
+            Some("server") => Self::Server,
+            Some("local") => Self::Page,
+            _ => Self::Auto,
+        }
+    }
+}
+
 pub struct Initial {
+    pub engine: EngineChoice,
     pub framework: Option<Framework>,
     pub lesson: Option<(usize, usize)>,
     pub hide: Vec<String>,
@@ -33,6 +54,7 @@ pub fn read() -> Initial {
         .map(|h| h.split(',').map(str::to_string).collect())
         .unwrap_or_default();
     Initial {
+        engine: EngineChoice::from_param(get("engine").as_deref()),
         framework,
         lesson,
         hide,
@@ -81,8 +103,10 @@ pub fn save(
     if projector {
         q.push("view=projector".into());
     }
-    if let Some(w) = params().and_then(|p| p.get("watch")) {
-        q.push(format!("watch={w}"));
+    for kept in ["watch", "engine"] {
+        if let Some(v) = params().and_then(|p| p.get(kept)) {
+            q.push(format!("{kept}={v}"));
+        }
     }
     let url = format!("?{}", q.join("&"));
     if let Ok(history) = window.history() {
@@ -96,4 +120,16 @@ pub fn watch_link(watch_id: &str) -> String {
         .and_then(|w| w.location().origin().ok())
         .unwrap_or_default();
     format!("{origin}/?watch={watch_id}")
+}
+
+/// Loads the page again with the engine `local` or `server`.
+pub fn switch_engine(engine: &str) {
+    let Some(location) = web_sys::window().map(|w| w.location()) else {
+        return;
+    };
+    let p = params().or_else(|| web_sys::UrlSearchParams::new().ok());
+    if let Some(p) = p {
+        p.set("engine", engine);
+        let _ = location.set_search(&String::from(p.to_string()));
+    }
 }

@@ -94,7 +94,7 @@ fn button_view(
 ) -> AnyView {
     let refused = RwSignal::new(None::<String>);
     let click = move |_| {
-        let read = if app.status.get_untracked() != crate::state::Status::Open {
+        let read = if !app.status.with_untracked(crate::state::Status::is_ready) {
             Err("Not connected to the server: reconnecting; nothing was sent.".to_string())
         } else {
             cmds()

@@ -15,6 +15,10 @@ pub fn StatusBar(app: App) -> impl IntoView {
     let text = move || match app.status.get() {
         Status::Connecting => "connecting…".to_string(),
         Status::Open => "connected".to_string(),
+        Status::Page { fallback: false } => "engine in this page".to_string(),
+        Status::Page { fallback: true } => {
+            "no server answered: the engine runs in this page".to_string()
+        }
         Status::Closed(why) => why,
     };
     let device = move || {
@@ -59,7 +63,8 @@ pub fn StatusBar(app: App) -> impl IntoView {
             <button id="projector" aria-pressed=move || app.projector.get().to_string() aria-keyshortcuts="p"
                 title="Large type, dark, high contrast: for a projector or a big screen (key p)"
                 on:click=move |_| app.projector.update(|p| *p = !*p)>"projector mode"</button>
-            <span id="status" class="status" class:open=move || app.status.get() == Status::Open>{text}</span>
+            <span id="status" class="status" class:open=move || app.status.with(Status::is_ready)>{text}</span>
+            <EngineSwitch app=app />
             <span id="device" class="device">{device}</span>
             {move || app.read_only().then(|| view! {
                 <span class="watching">{move || match app.hello.with(|h| h.as_ref().and_then(|h| h.owner.clone())) {
@@ -80,6 +85,22 @@ pub fn StatusBar(app: App) -> impl IntoView {
                 </label>
             })}
         </header>
+    }
+}
+
+/// Where the engine runs, and a way to move: the server has the watch
+/// link, real GPUs and the hosted tool's quotas; the page needs nothing.
+#[component]
+fn EngineSwitch(app: App) -> impl IntoView {
+    let in_page = move || matches!(app.status.get(), Status::Page { .. });
+    view! {
+        <label class="engine" title="Where the engine runs: in this page (no server needed) or on the server (watch links, real GPUs)">"engine "
+            <select id="engine" on:change=move |e| crate::url::switch_engine(&event_target_value(&e))>
+                <option value="local" selected=in_page>"this page"</option>
+                <option value="server" selected=move || !in_page()>"server"</option>
+            </select>
+        </label>
+        <span id="needs-server" class="note" hidden=move || !in_page()>"watch links and real GPUs need the server"</span>
     }
 }
 

@@ -20,7 +20,7 @@ pub fn gaussian(a: u64, b: u64, c: u64) -> f32 {
     let h = hash(a, b, c);
     let u1 = ((h >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
     let u2 = (hash(h, c, b) >> 11) as f64 / (1u64 << 53) as f64;
-    ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
+    ((-2.0 * libm::log(u1)).sqrt() * libm::cos(2.0 * std::f64::consts::PI * u2)) as f32
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

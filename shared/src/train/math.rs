@@ -61,11 +61,11 @@ pub fn forward(params: &Params, x: &[f32], y: &[usize]) -> (f32, ForwardCache) {
     for r in 0..batch {
         let row = &h[r * classes..(r + 1) * classes];
         let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let sum: f32 = row.iter().map(|v| (v - max).exp()).sum();
-        let log_sum = sum.ln() + max;
+        let sum: f32 = row.iter().map(|v| libm::expf(v - max)).sum();
+        let log_sum = libm::logf(sum) + max;
         loss += log_sum - row[y[r]];
         for c in 0..classes {
-            let p = (row[c] - log_sum).exp();
+            let p = libm::expf(row[c] - log_sum);
             dlogits[r * classes + c] = (p - if c == y[r] { 1.0 } else { 0.0 }) / batch as f32;
         }
     }

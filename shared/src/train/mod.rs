@@ -63,7 +63,7 @@ fn init_params(spec: &ModelSpec, seed: u64) -> math::Params {
             let n: u64 = shape.iter().product();
             (0..n)
                 .map(|j| {
-                    let u = (data::gaussian(seed, i as u64, j).tanh() + 1.0) / 2.0;
+                    let u = (libm::tanhf(data::gaussian(seed, i as u64, j)) + 1.0) / 2.0;
                     (2.0 * u - 1.0) * bound
                 })
                 .collect()

@@ -1,0 +1,261 @@
+//! The playground with no vramlab server at all: `dist/` served by a plain
+//! static file server (Python's `http.server`), the engine running in a Web
+//! Worker of the page. Every lesson is played through, the five buttons,
+//! training and the segment map are used, and every result the page got
+//! equals what `vramlab run` prints for the same command lines. The figures
+//! (download, button press to numbers, frame gaps while training plays)
+//! are printed.
+
+mod chromium;
+
+use chromium::*;
+use chromiumoxide::Page;
+use serde_json::Value;
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use vramlab_tests::{free_port, root, run_stdin, Process};
+
+/// Python's static file server over `dist/`, on a free port.
+fn static_server() -> (Process, u16) {
+    let port = free_port();
+    let child = Command::new("python3")
+        .args(["-m", "http.server", "--bind", "127.0.0.1"])
+        .arg(port.to_string())
+        .arg("--directory")
+        .arg(root().join("dist"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3 starts");
+    let process = Process(child);
+    let deadline = Instant::now() + WAIT;
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the static server did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (process, port)
+}
+
+/// Records every message between the page and its engine's worker.
+const RECORDER: &str = r#"
+window.__sent = []; window.__got = [];
+const PageWorker = window.Worker;
+window.Worker = function (url, options) {
+    const w = new PageWorker(url, options);
+    const post = w.postMessage.bind(w);
+    w.postMessage = (m) => { window.__sent.push(m); post(m); };
+    w.addEventListener('message', (e) => window.__got.push(e.data));
+    return w;
+};
+"#;
+
+async fn open_static(browser: &chromiumoxide::Browser, url: &str) -> Page {
+    let page = browser.new_page("about:blank").await.unwrap();
+    page.evaluate_on_new_document(RECORDER).await.unwrap();
+    tokio::time::timeout(WAIT, page.goto(url))
+        .await
+        .unwrap_or_else(|_| panic!("{url} did not load in {WAIT:?}"))
+        .unwrap();
+    page
+}
+
+async fn count(page: &Page) -> i64 {
+    js(
+        page,
+        "Number(document.getElementById('result-count').textContent || 0)",
+    )
+    .await
+    .as_i64()
+    .unwrap_or(0)
+}
+
+/// Clicks a button and waits for the result it causes to be on screen.
+async fn press(page: &Page, id: &str) {
+    let before = count(page).await;
+    click(page, id).await;
+    until(
+        page,
+        &format!("Number(document.getElementById('result-count').textContent || 0) > {before}"),
+    )
+    .await;
+}
+
+/// Plays every lesson from the first, step by step, through "next lesson".
+async fn play_every_lesson(page: &Page) -> usize {
+    click(page, "lesson-0").await;
+    let mut lessons = 1;
+    loop {
+        until(
+            page,
+            "document.getElementById('lesson-do') || document.getElementById('lesson-done')",
+        )
+        .await;
+        if js(page, "!!document.getElementById('lesson-done')").await == Value::Bool(true) {
+            if js(page, "!!document.getElementById('lesson-next')").await != Value::Bool(true) {
+                return lessons;
+            }
+            click(page, "lesson-next").await;
+            lessons += 1;
+            until(page, "!!document.getElementById('lesson-do')").await;
+            continue;
+        }
+        let say = js(page, "document.getElementById('lesson-code').textContent").await;
+        press(page, "lesson-do").await;
+        let outcome = until(
+            page,
+            "document.getElementById('lesson-outcome').textContent",
+        )
+        .await;
+        assert!(
+            outcome.as_str().unwrap().starts_with('✓'),
+            "lesson {lessons}, {say}: {outcome}"
+        );
+    }
+}
+
+/// Every result the page received equals `vramlab run`'s record for the
+/// command lines the page sent, in order.
+async fn same_as_vramlab_run(page: &Page) -> usize {
+    // The texts as they crossed, read here (JSON.parse would turn 0.0 into 0).
+    let texts = |list: &str| {
+        let expr = format!("window.{list}");
+        async move {
+            let v: Vec<String> = serde_json::from_value(js(page, &expr).await).unwrap();
+            v.iter()
+                .map(|t| serde_json::from_str::<Value>(t).unwrap())
+                .collect::<Vec<Value>>()
+        }
+    };
+    let of_type = |messages: Vec<Value>, kind: &str| -> Vec<Value> {
+        messages.into_iter().filter(|m| m["type"] == kind).collect()
+    };
+    let lines: Vec<String> = of_type(texts("__sent").await, "command")
+        .iter()
+        .map(|m| m["command"].to_string())
+        .collect();
+    let got = of_type(texts("__got").await, "result");
+    let (expected, stderr, _) = run_stdin(&(lines.join("\n") + "\n"), &[]);
+    assert_eq!(expected.len(), lines.len(), "{stderr}");
+    assert_eq!(got.len(), lines.len());
+    for (mut page_result, run) in got.into_iter().zip(&expected) {
+        let object = page_result.as_object_mut().unwrap();
+        object.remove("type");
+        object.remove("id");
+        assert_eq!(&page_result, run);
+    }
+    lines.len()
+}
+
+async fn numbers_match_the_last_result(page: &Page) {
+    let on_screen = js(page, "['allocated','reserved','device-used'].map(id => Number(document.getElementById(id).dataset.bytes))").await;
+    let last = js(page, "(() => { const r = window.__got.map(m => JSON.parse(m)).filter(m => m.type === 'result').pop().stats; return [r.allocated_bytes, r.reserved_bytes, r.device_used_bytes]; })()").await;
+    assert_eq!(on_screen, last);
+}
+
+/// The p95 of button press to numbers on screen, measured in the page.
+async fn press_to_numbers_p95(page: &Page) -> f64 {
+    js(page, r#"(async () => {
+        const times = [];
+        for (let i = 0; i < 40; i++) {
+            const el = document.getElementById('last-step');
+            const before = el.textContent;
+            const t0 = performance.now();
+            document.getElementById('btn-gc').click();
+            await new Promise(r => { const o = new MutationObserver(() => { if (el.textContent !== before) { o.disconnect(); r(); } }); o.observe(el, {childList: true, characterData: true, subtree: true}); });
+            times.push(performance.now() - t0);
+            await new Promise(r => setTimeout(r, 30));
+        }
+        times.sort((a, b) => a - b);
+        return times[Math.floor(0.95 * (times.length - 1))];
+    })()"#).await.as_f64().unwrap()
+}
+
+/// Plays 100 training steps as fast as the engine answers; returns the
+/// longest and the p95 gap between frames on the main thread meanwhile.
+async fn play_training(page: &Page) -> (f64, f64) {
+    // A model small enough that each step computes its loss.
+    set_input(page, "layers", "2").await;
+    set_input(page, "width", "128").await;
+    set_input(page, "batch", "32").await;
+    press(page, "btn-build").await;
+    set_input(page, "steps", "100").await;
+    js(page, "(() => { const s = document.getElementById('play-speed'); s.value = '0'; s.dispatchEvent(new Event('change', {bubbles: true})); })()").await;
+    js(page, "window.__frames = []; window.__playing = true; (function tick(t) { window.__frames.push(t); if (window.__playing) requestAnimationFrame(tick); })(performance.now())").await;
+    click(page, "btn-play").await;
+    until(
+        page,
+        "document.getElementById('play-status').textContent.startsWith('step 100 of 100')",
+    )
+    .await;
+    let gaps = js(page, "(() => { window.__playing = false; const f = window.__frames; const g = []; for (let i = 1; i < f.length; i++) g.push(f[i] - f[i-1]); g.sort((a, b) => a - b); return [g[g.length - 1], g[Math.floor(0.95 * (g.length - 1))]]; })()").await;
+    (gaps[0].as_f64().unwrap(), gaps[1].as_f64().unwrap())
+}
+
+/// Picks where the engine runs in the page's control; the page loads again.
+async fn switch_engine(page: &Page, engine: &str) {
+    js(page, &format!("(() => {{ const s = document.getElementById('engine'); s.value = '{engine}'; s.dispatchEvent(new Event('change', {{bubbles: true}})); }})()")).await;
+    tokio::time::timeout(WAIT, page.wait_for_navigation())
+        .await
+        .expect("the page loads again")
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_playground_with_no_server() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let (_server, port) = static_server();
+    let (mut browser, events, profile) = launch("static").await;
+    let page = open_static(&browser, &format!("http://127.0.0.1:{port}/")).await;
+    // Nothing answers on /ws: the page says so and runs the engine itself.
+    until(&page, "document.getElementById('status').textContent === 'no server answered: the engine runs in this page'").await;
+    let note = js(&page, "document.getElementById('needs-server').hidden").await;
+    assert_eq!(note, Value::Bool(false));
+
+    for id in [
+        "btn-alloc",
+        "btn-hold",
+        "btn-del",
+        "btn-gc",
+        "btn-empty-cache",
+        "btn-alloc",
+        "btn-gc",
+        "btn-restart",
+    ] {
+        press(&page, id).await;
+        numbers_match_the_last_result(&page).await;
+    }
+    let lessons = play_every_lesson(&page).await;
+    assert_eq!(lessons, vramlab_tests::lesson_files().len());
+
+    let p95 = press_to_numbers_p95(&page).await;
+    println!("figure: no server: button press to numbers on screen: p95 {p95:.1} ms measured in the page");
+    click(&page, "lesson-all").await;
+    let (longest, gap95) = play_training(&page).await;
+    println!("figure: no server: 100 training steps played: longest frame gap {longest:.1} ms, p95 {gap95:.1} ms");
+    let losses = js(&page, "document.getElementById('loss-curve').querySelector('polyline').getAttribute('points').split(' ').length").await;
+    assert_eq!(losses.as_u64(), Some(100));
+    let map = until(&page, "(() => { const t = document.querySelector('.segments h2 small').textContent; return /\\d+ blocks/.test(t) && t; })()").await;
+    println!("figure: no server: segment map: {map}");
+    numbers_match_the_last_result(&page).await;
+    let commands = same_as_vramlab_run(&page).await;
+    println!("no server: {commands} results equal vramlab run's");
+
+    // The engine control: to the server (none here), and back to the page.
+    switch_engine(&page, "server").await;
+    until(&page, "location.search.includes('engine=server') && document.getElementById('status').textContent.includes('reconnecting')").await;
+    switch_engine(&page, "local").await;
+    until(&page, "location.search.includes('engine=local') && document.getElementById('status').textContent === 'engine in this page'").await;
+    press(&page, "btn-alloc").await;
+    numbers_match_the_last_result(&page).await;
+
+    browser.close().await.unwrap();
+    browser.wait().await.unwrap();
+    events.abort();
+    let _ = std::fs::remove_dir_all(&profile);
+}
