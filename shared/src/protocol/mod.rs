@@ -50,9 +50,10 @@ pub struct StepRecord {
 
 // ----- the websocket --------------------------------------------------------
 
-/// Messages from a client to the server, tagged by `"type"`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+/// Messages from a client to the server, tagged by `"type"` (written by
+/// serde, read by [`read`]; a field a message does not have is refused).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
 pub enum ClientMessage {
     /// Run a command; its result comes back with the same `id`.
     Command {
@@ -72,7 +73,6 @@ pub enum ClientMessage {
     /// Stop the running command after its current step.
     Stop {},
     Ping {
-        #[serde(default)]
         nonce: u64,
     },
     /// What the owner's page shows beyond the numbers (the lesson step,

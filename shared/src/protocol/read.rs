@@ -1,8 +1,9 @@
-//! Reading a server message, `{"type": ..., ...}`, by its tag. By hand:
-//! serde's internally tagged enums first buffer every message into a tree
-//! of their own, and the page reads a message for every change it shows.
+//! Reading a message, `{"type": ..., ...}`, by its tag: a server message
+//! (the page reads one for every change it shows) and a client message (the
+//! server and the page's engine read them). By hand: serde's internally
+//! tagged enums first buffer every message into a tree of their own.
 
-use super::ServerMessage;
+use super::{ClientMessage, ServerMessage};
 use crate::memory_snapshot;
 use serde::de::{DeserializeOwned, Deserializer, Error as _};
 use serde::Deserialize;
@@ -31,6 +32,26 @@ impl<'de> Deserialize<'de> for ServerMessage {
     }
 }
 
+/// Every client message's `"type"`.
+const CLIENT_TYPES: [&str; 8] = [
+    "command",
+    "subscribe",
+    "unsubscribe",
+    "snapshot",
+    "export_snapshot",
+    "stop",
+    "ping",
+    "presenter",
+];
+
+impl<'de> Deserialize<'de> for ClientMessage {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut fields = Fields(Map::deserialize(d)?);
+        let kind: String = fields.take("type").map_err(D::Error::custom)?;
+        fields.read_client(&kind).map_err(D::Error::custom)
+    }
+}
+
 /// A message's fields, taken one by one.
 struct Fields(Map<String, Value>);
 
@@ -47,6 +68,48 @@ impl Fields {
     /// The fields not taken, as one value (a variant's struct).
     fn rest<T: DeserializeOwned>(self) -> Result<T, Error> {
         T::deserialize(Value::Object(self.0))
+    }
+
+    /// Refuses a field not taken (a client message names only its own).
+    fn done(self, expected: &'static [&'static str]) -> Result<(), Error> {
+        match self.0.keys().next() {
+            Some(key) => Err(Error::unknown_field(key, expected)),
+            None => Ok(()),
+        }
+    }
+
+    fn read_client(mut self, kind: &str) -> Result<ClientMessage, Error> {
+        use ClientMessage as M;
+        let (message, fields): (_, &'static [&'static str]) = match kind {
+            "command" => {
+                let id = self.take("id")?;
+                let command = self.take("command")?;
+                (M::Command { id, command }, &["id", "command"])
+            }
+            "subscribe" => (M::Subscribe {}, &[]),
+            "unsubscribe" => (M::Unsubscribe {}, &[]),
+            "snapshot" => (M::Snapshot {}, &[]),
+            "export_snapshot" => (M::ExportSnapshot {}, &[]),
+            "stop" => (M::Stop {}, &[]),
+            "ping" => {
+                let nonce: Option<u64> = self.take("nonce")?;
+                (
+                    M::Ping {
+                        nonce: nonce.unwrap_or(0),
+                    },
+                    &["nonce"],
+                )
+            }
+            "presenter" => (
+                M::Presenter {
+                    view: self.take("view")?,
+                },
+                &["view"],
+            ),
+            _ => return Err(Error::unknown_variant(kind, &CLIENT_TYPES)),
+        };
+        self.done(fields)?;
+        Ok(message)
     }
 
     fn read(mut self, kind: &str) -> Result<ServerMessage, Error> {
@@ -97,7 +160,7 @@ impl Fields {
 #[cfg(test)]
 mod tests {
     use super::super::*;
-    use super::TYPES;
+    use super::{CLIENT_TYPES, TYPES};
     use crate::memory_snapshot::export;
     use crate::snapshot::delta;
 
@@ -201,6 +264,68 @@ mod tests {
                 id: None,
                 error: ConnectionError::new(ConnectionErrorKind::Busy, "m")
             }
+        );
+    }
+
+    fn client_messages() -> Vec<ClientMessage> {
+        use crate::command::parse_line;
+        let line = parse_line(r#"{"cmd":"alloc","name":"x","bytes":1024,"say":"x = ..."}"#);
+        vec![
+            ClientMessage::Command {
+                id: 3,
+                command: Box::new(line),
+            },
+            ClientMessage::Subscribe {},
+            ClientMessage::Unsubscribe {},
+            ClientMessage::Snapshot {},
+            ClientMessage::ExportSnapshot {},
+            ClientMessage::Stop {},
+            ClientMessage::Ping { nonce: 5 },
+            ClientMessage::Presenter {
+                view: Box::new(PresenterView {
+                    cell: "x = 1".into(),
+                    ..PresenterView::default()
+                }),
+            },
+        ]
+    }
+
+    #[test]
+    fn every_client_message_reads_back_as_written() {
+        let all = client_messages();
+        assert_eq!(all.len(), CLIENT_TYPES.len());
+        for (msg, kind) in all.into_iter().zip(CLIENT_TYPES) {
+            let text = serde_json::to_string(&msg).unwrap();
+            assert!(text.starts_with(&format!(r#"{{"type":"{kind}""#)), "{text}");
+            assert_eq!(serde_json::from_str::<ClientMessage>(&text).unwrap(), msg);
+        }
+    }
+
+    #[test]
+    fn client_errors_name_the_problem() {
+        let err = |text: &str| {
+            serde_json::from_str::<ClientMessage>(text)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err(r#"{"type":"launch"}"#)
+            .starts_with("unknown variant `launch`, expected one of `command`"));
+        assert!(
+            err(r#"{"type":"command","command":{"cmd":"gc"}}"#).starts_with("missing field `id`")
+        );
+        assert!(err(r#"{"type":"command","id":"one","command":{}}"#)
+            .starts_with("invalid type: string \"one\", expected u64"));
+        assert!(
+            err(r#"{"type":"command","id":9,"bogus":1,"command":{"cmd":"gc"}}"#)
+                .starts_with("unknown field `bogus`, expected `id` or `command`")
+        );
+        assert!(err(r#"{"type":"stop","now":true}"#)
+            .starts_with("unknown field `now`, there are no fields"));
+        assert!(err("[1,2,3]").starts_with("invalid type: sequence, expected a map"));
+        // A ping's nonce may be left out.
+        assert_eq!(
+            serde_json::from_str::<ClientMessage>(r#"{"type":"ping"}"#).unwrap(),
+            ClientMessage::Ping { nonce: 0 }
         );
     }
 }
