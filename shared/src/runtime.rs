@@ -12,10 +12,8 @@
 //! objects that died, in order, and the engine frees their blocks.
 
 use crate::alloc::BlockId;
-use crate::collections::map_of;
 use crate::types::{Category, Dtype};
-use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 pub type ObjId = u32;
 
@@ -371,9 +369,16 @@ impl Runtime {
         self.held.iter().map(|(_, id)| id)
     }
 
-    /// Objects reachable from the namespace or the framework's state.
-    fn reachable(&self) -> BTreeSet<ObjId> {
-        let mut seen = BTreeSet::new();
+    /// The live objects' ids in order: per-object tables are `Vec`s in
+    /// this order (one kind of ordered map fewer in the page's download).
+    fn ids(&self) -> Vec<ObjId> {
+        self.objects.keys().copied().collect()
+    }
+
+    /// Whether each live object (in [`Self::ids`] order) is reachable from
+    /// the namespace or the framework's state.
+    fn reachable(&self, ids: &[ObjId]) -> Vec<bool> {
+        let mut seen = vec![false; ids.len()];
         let mut queue: VecDeque<ObjId> = self
             .namespace
             .values()
@@ -381,11 +386,11 @@ impl Runtime {
             .copied()
             .collect();
         while let Some(id) = queue.pop_front() {
-            if !seen.insert(id) {
+            let Ok(at) = ids.binary_search(&id) else {
                 continue;
-            }
-            if let Some(o) = self.objects.get(&id) {
-                queue.extend(o.refs.iter().copied());
+            };
+            if !std::mem::replace(&mut seen[at], true) {
+                queue.extend(self.objects[&id].refs.iter().copied());
             }
         }
         seen
@@ -394,12 +399,11 @@ impl Runtime {
     /// `gc.collect()`: frees what only reference cycles keep alive. Returns
     /// the number of unreachable objects found and the objects destroyed.
     pub fn collect(&mut self) -> (usize, Vec<Released>) {
-        let reachable = self.reachable();
-        let unreachable: Vec<ObjId> = self
-            .objects
-            .keys()
-            .copied()
-            .filter(|id| !reachable.contains(id))
+        let ids = self.ids();
+        let reachable = self.reachable(&ids);
+        let unreachable: Vec<ObjId> = (ids.iter().zip(&reachable))
+            .filter(|(_, &r)| !r)
+            .map(|(&id, _)| id)
             .collect();
         let mut released = Vec::new();
         for &id in &unreachable {
@@ -415,11 +419,14 @@ impl Runtime {
         *self = Self::default();
     }
 
-    /// Names bound to each object.
-    pub fn names_of(&self) -> BTreeMap<ObjId, Vec<String>> {
-        let mut out: BTreeMap<ObjId, Vec<String>> = BTreeMap::new();
-        for (name, &id) in &self.namespace {
-            out.entry(id).or_default().push(name.clone());
+    /// The names bound to each live object, in [`Self::objects`] order.
+    pub fn names_of(&self) -> Vec<Vec<String>> {
+        let ids = self.ids();
+        let mut out = vec![Vec::new(); ids.len()];
+        for (name, id) in &self.namespace {
+            if let Ok(at) = ids.binary_search(id) {
+                out[at].push(name.clone());
+            }
         }
         out
     }
@@ -433,25 +440,26 @@ impl Runtime {
 
     /// For every live object, the shortest chain of references from a root,
     /// e.g. ``name `h` -> list `h` ``; objects with no chain are kept alive
-    /// only by a cycle.
-    pub fn retention(&self) -> BTreeMap<ObjId, String> {
-        let chains = self.chains();
-        let cycles = self.cycle_holders(&chains);
-        map_of(self.objects.keys().map(|&id| {
-            let why = match chains.get(&id) {
+    /// only by a cycle. In [`Self::objects`] order.
+    pub fn retention(&self) -> Vec<String> {
+        let ids = self.ids();
+        let chains = self.chains(&ids);
+        let mut cycles = self.cycle_holders(&ids, &chains);
+        (chains.iter().zip(&mut cycles))
+            .map(|(chain, cycle)| match chain {
                 Some(chain) => chain.text(self),
-                None => cycles.get(&id).cloned().unwrap_or_default(),
-            };
-            (id, why)
-        }))
+                None => std::mem::take(cycle),
+            })
+            .collect()
     }
 
     /// The shortest chain from a root to every reachable object, found
     /// breadth first. Each chain shares its first hops with its holder's, so
     /// a deep chain costs no more than a short one.
-    fn chains(&self) -> BTreeMap<ObjId, Chain> {
-        let mut chains: BTreeMap<ObjId, Chain> = BTreeMap::new();
-        let mut queue: VecDeque<ObjId> = VecDeque::new();
+    fn chains(&self, ids: &[ObjId]) -> Vec<Option<Chain>> {
+        let mut chains: Vec<Option<Chain>> = vec![None; ids.len()];
+        // Positions in `ids`.
+        let mut queue: VecDeque<usize> = VecDeque::new();
         let roots = self
             .namespace
             .iter()
@@ -462,23 +470,26 @@ impl Runtime {
                     .map(|&(h, id)| (id, h.describe().to_string())),
             );
         for (id, why) in roots {
-            if let Entry::Vacant(e) = chains.entry(id) {
-                e.insert(Chain::root(why));
-                queue.push_back(id);
+            if let Ok(at) = ids.binary_search(&id) {
+                if chains[at].is_none() {
+                    chains[at] = Some(Chain::root(why));
+                    queue.push_back(at);
+                }
             }
         }
-        while let Some(id) = queue.pop_front() {
-            let Some(o) = self.objects.get(&id) else {
+        while let Some(at) = queue.pop_front() {
+            let id = ids[at];
+            let o = &self.objects[&id];
+            let Some(chain) = chains[at].as_ref().filter(|_| !o.refs.is_empty()) else {
                 continue;
             };
-            if o.refs.is_empty() {
-                continue;
-            }
-            let child = chains[&id].child(id, &self.describe(id));
-            for &item in &o.refs {
-                if let Entry::Vacant(e) = chains.entry(item) {
-                    e.insert(child.clone());
-                    queue.push_back(item);
+            let child = chain.child(id, &self.describe(id));
+            for item in &o.refs {
+                if let Ok(to) = ids.binary_search(item) {
+                    if chains[to].is_none() {
+                        chains[to] = Some(child.clone());
+                        queue.push_back(to);
+                    }
                 }
             }
         }
@@ -486,24 +497,31 @@ impl Runtime {
     }
 
     /// For objects no root reaches: who holds them (a few, then a count).
-    fn cycle_holders(&self, chains: &BTreeMap<ObjId, Chain>) -> BTreeMap<ObjId, String> {
-        let mut holders: BTreeMap<ObjId, Vec<ObjId>> = BTreeMap::new();
+    /// In `ids` order; empty for an object a root reaches.
+    fn cycle_holders(&self, ids: &[ObjId], chains: &[Option<Chain>]) -> Vec<String> {
+        let mut holders: Vec<Vec<ObjId>> = vec![Vec::new(); ids.len()];
         for (&h, o) in &self.objects {
-            for &target in o.refs.iter().filter(|t| !chains.contains_key(t)) {
-                holders.entry(target).or_default().push(h);
+            for target in &o.refs {
+                match ids.binary_search(target) {
+                    Ok(at) if chains[at].is_none() => holders[at].push(h),
+                    _ => {}
+                }
             }
         }
-        map_of(holders.into_iter().map(|(id, by)| {
+        let told = |by: &Vec<ObjId>| {
+            if by.is_empty() {
+                return String::new();
+            }
             let mut names: Vec<String> = by.iter().take(3).map(|&h| self.describe(h)).collect();
             if by.len() > 3 {
                 names.push(format!("{} more", by.len() - 3));
             }
-            let text = format!(
+            format!(
                 "only a reference cycle (held by {}); gc.collect() frees it",
                 names.join(", ")
-            );
-            (id, text)
-        }))
+            )
+        };
+        holders.iter().map(told).collect()
     }
 
     /// Who refers to `id`, in words (names, then holders).

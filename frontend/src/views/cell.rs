@@ -3,7 +3,7 @@
 //! statement's state and, for the advice, which of its claims held.
 
 use crate::cell::{CellState, StepState};
-use crate::state::{App, Status};
+use crate::state::App;
 use leptos::prelude::*;
 use vramlab_shared::advice::{Run, ADVICE};
 use vramlab_shared::cell;

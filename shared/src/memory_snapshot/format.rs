@@ -3,11 +3,11 @@
 //! it (`SegmentInfo`, `BlockInfo`, `TraceEntry` in
 //! `c10/cuda/CUDACachingAllocator.h`; the dict keys from
 //! `torch/csrc/cuda/memory_snapshot.cpp`, `_memory_snapshot_pickled`).
-//! Fields a recording may lack default; fields vramlab does not use are
-//! skipped on reading.
+//! Written by serde (as a pickle or JSON); read by `decode`: fields a
+//! recording may lack default, fields vramlab does not use are skipped.
 
 use crate::alloc::{BlockId, PoolKind, SegmentView};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Serialize, Serializer};
 
 /// Stack frames kept per block or event (a recording may hold hundreds;
 /// the first are the innermost, where the allocation happened).
@@ -15,50 +15,34 @@ pub const MAX_FRAMES: usize = 32;
 
 /// A whole snapshot: every segment at the moment of the dump, and each
 /// device's trace of what happened before it.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct MemorySnapshot {
-    #[serde(default)]
     pub segments: Vec<Segment>,
     /// One trace per device, oldest event first.
-    #[serde(default)]
     pub device_traces: Vec<Vec<TraceEntry>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub allocator_settings: Option<AllocatorSettings>,
 }
 
 /// One segment (`cudaMalloc`ed range, or an expandable segment's mapped
 /// range) with its blocks in address order.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Segment {
-    #[serde(default)]
     pub device: u32,
     pub address: u64,
     pub total_size: u64,
-    #[serde(default)]
     pub allocated_size: u64,
-    #[serde(default)]
     pub active_size: u64,
-    #[serde(default)]
     pub requested_size: u64,
     /// The `cudaStream_t` it serves, as an integer (0: the default stream).
-    #[serde(default)]
     pub stream: u64,
     /// `"small"` (2 MiB segments for requests up to 1 MiB) or `"large"`.
-    #[serde(default = "large")]
     pub segment_type: String,
     /// `(0, 0)` for the default pools; a CUDA graph's private pool else.
-    #[serde(default)]
     pub segment_pool_id: (u64, u64),
-    #[serde(default)]
     pub is_expandable: bool,
-    #[serde(default)]
     pub blocks: Vec<Block>,
-    #[serde(default, deserialize_with = "bounded_frames")]
     pub frames: Vec<Frame>,
-}
-
-fn large() -> String {
-    "large".into()
 }
 
 impl Segment {
@@ -107,15 +91,13 @@ impl Segment {
 }
 
 /// A block of a segment: allocated, freed but waiting on a stream, or free.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Block {
     pub address: u64,
     pub size: u64,
     /// What the caller asked for (for a free block, its last user's).
-    #[serde(default)]
     pub requested_size: u64,
     pub state: BlockState,
-    #[serde(default, deserialize_with = "bounded_frames")]
     pub frames: Vec<Frame>,
 }
 
@@ -146,25 +128,21 @@ impl BlockState {
 }
 
 /// One event of a device's trace (`TraceEntry`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TraceEntry {
     pub action: Action,
     /// Block or segment address (absent on `oom`).
-    #[serde(default)]
     pub addr: u64,
     /// `alloc`, `free_requested`, `free_completed`: the caller's requested
     /// size; segment events: the segment's (or mapped range's) size; `oom`:
     /// the segment size that could not be had.
-    #[serde(default)]
     pub size: u64,
-    #[serde(default)]
     pub stream: u64,
     /// `oom`: the free bytes the driver reported.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub device_free: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub time_us: Option<i64>,
-    #[serde(default, deserialize_with = "bounded_frames")]
     pub frames: Vec<Frame>,
 }
 
@@ -215,7 +193,7 @@ impl Action {
         }
     }
 
-    fn from_name(name: String) -> Self {
+    pub(super) fn from_name(name: String) -> Self {
         match name.as_str() {
             "alloc" => Action::Alloc,
             "free_requested" => Action::FreeRequested,
@@ -232,13 +210,10 @@ impl Action {
 }
 
 /// One stack frame.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Frame {
-    #[serde(default)]
     pub filename: String,
-    #[serde(default)]
     pub line: i64,
-    #[serde(default)]
     pub name: String,
 }
 
@@ -274,82 +249,28 @@ pub fn user_frame(frames: &[Frame]) -> Option<&Frame> {
 
 /// The allocator's settings at the dump (`allocator_settings`, PyTorch 2.1
 /// and later).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct AllocatorSettings {
-    #[serde(rename = "PYTORCH_CUDA_ALLOC_CONF", default)]
+    #[serde(rename = "PYTORCH_CUDA_ALLOC_CONF")]
     pub alloc_conf: String,
     /// Bytes; -1 when unset.
-    #[serde(default = "unset")]
     pub max_split_size: i64,
-    #[serde(default)]
     pub garbage_collection_threshold: f64,
-    #[serde(default)]
     pub expandable_segments: bool,
     /// Interval in MiB (as a string: `"1"` … `"32768"`) to divisions.
-    #[serde(default)]
     pub roundup_power2_divisions: std::collections::BTreeMap<String, u64>,
-}
-
-fn unset() -> i64 {
-    -1
 }
 
 /// Strings on the wire, as PyTorch writes them.
 macro_rules! by_name {
-    ($type:ty, $from:expr) => {
+    ($type:ty) => {
         impl Serialize for $type {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 s.serialize_str(self.name())
             }
         }
-        impl<'de> Deserialize<'de> for $type {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let name = String::deserialize(d)?;
-                $from(name)
-            }
-        }
     };
 }
 
-by_name!(Action, |name| Ok(Action::from_name(name)));
-by_name!(BlockState, |name: String| match name.as_str() {
-    "active_allocated" => Ok(BlockState::ActiveAllocated),
-    "active_pending_free" => Ok(BlockState::ActivePendingFree),
-    "inactive" => Ok(BlockState::Inactive),
-    other => Err(serde::de::Error::custom(format!(
-        "unknown block state '{other}' (expected active_allocated, active_pending_free or inactive)"
-    ))),
-});
-
-/// Reads a list of frames, keeping the first [`MAX_FRAMES`]; `None` reads
-/// as none.
-fn bounded_frames<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Frame>, D::Error> {
-    struct Bounded;
-    impl<'de> serde::de::Visitor<'de> for Bounded {
-        type Value = Vec<Frame>;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a list of stack frames")
-        }
-        fn visit_unit<E>(self) -> Result<Vec<Frame>, E> {
-            Ok(Vec::new())
-        }
-        fn visit_none<E>(self) -> Result<Vec<Frame>, E> {
-            Ok(Vec::new())
-        }
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(
-            self,
-            mut seq: A,
-        ) -> Result<Vec<Frame>, A::Error> {
-            let mut kept = Vec::new();
-            while kept.len() < MAX_FRAMES {
-                match seq.next_element::<Frame>()? {
-                    Some(frame) => kept.push(frame),
-                    None => return Ok(kept),
-                }
-            }
-            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-            Ok(kept)
-        }
-    }
-    d.deserialize_any(Bounded)
-}
+by_name!(Action);
+by_name!(BlockState);

@@ -9,6 +9,7 @@
 //! and [`MAX_EVENTS`] trace events; stack frames beyond
 //! [`format::MAX_FRAMES`] per entry are dropped.
 
+mod decode;
 pub mod export;
 pub mod format;
 pub mod initial;
@@ -73,12 +74,13 @@ fn read_json(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
 
 /// Reads a snapshot from JSON already parsed (a websocket message's field).
 pub fn from_json(value: serde_json::Value) -> Result<MemorySnapshot, SnapshotError> {
-    pickle::read_json(value)
+    decode::snapshot(&pickle::from_json(value))
         .map_err(|e| SnapshotError(format!("the JSON is not a memory snapshot: {e}")))
 }
 
 fn read_pickle(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
-    pickle::read(bytes).map_err(|e| {
+    let top = pickle::read(bytes).map_err(SnapshotError)?;
+    decode::snapshot(&top).map_err(|e| {
         SnapshotError(if e.starts_with("the pickle") {
             e
         } else {
@@ -89,9 +91,13 @@ fn read_pickle(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
 
 /// Writes a snapshot as a pickle (protocol 3) that
 /// `torch.cuda.memory._memory_viz` and pytorch.org/memory_viz read.
+///
+/// Through the snapshot's JSON text and tree (the serialization of its types
+/// the page already carries; tuples become lists, which readers take alike).
 pub fn write_pickle(snapshot: &MemorySnapshot) -> Vec<u8> {
-    serde_pickle::to_vec(snapshot, serde_pickle::SerOptions::new())
-        .expect("plain data always pickles")
+    let text = serde_json::to_vec(snapshot).expect("plain data always serializes");
+    let tree: serde_json::Value = serde_json::from_slice(&text).expect("its own JSON reads back");
+    serde_pickle::to_vec(&tree, serde_pickle::SerOptions::new()).expect("plain data always pickles")
 }
 
 #[cfg(test)]

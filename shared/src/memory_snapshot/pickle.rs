@@ -5,24 +5,22 @@
 //! class or call a function (`GLOBAL`, `REDUCE`, `BUILD`, `NEWOBJ`, …) is
 //! an error: nothing in a file is ever run.
 //!
-//! The result is read through serde straight into the snapshot's types.
+//! The result is a tree of [`Value`]s (JSON is read into the same tree),
+//! which `decode` reads into the snapshot's types.
 
-use serde::de::{self, Visitor};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-/// Nesting deeper than this is refused (a snapshot nests six levels).
-const MAX_DEPTH: usize = 32;
-
 #[derive(Clone, Debug)]
-enum Value {
+pub enum Value {
     None,
     Bool(bool),
     Int(i128),
     Float(f64),
     Str(Rc<str>),
-    Bytes(Rc<[u8]>),
+    /// Bytes (no field of a snapshot holds any: only their kind is kept).
+    Bytes,
     /// Lists, tuples and sets (built in place after being memoized).
     List(Rc<RefCell<Vec<Value>>>),
     Dict(Rc<RefCell<Vec<(Value, Value)>>>),
@@ -36,34 +34,19 @@ struct Machine<'a> {
     memo: HashMap<u32, Value>,
 }
 
-/// Reads a pickle into `T` through serde.
-pub fn read<T: de::DeserializeOwned>(input: &[u8]) -> Result<T, String> {
+/// Runs a pickle's opcodes; the value it builds.
+pub fn read(input: &[u8]) -> Result<Value, String> {
     let mut m = Machine {
         input,
         at: 0,
         stack: Vec::new(),
         memo: HashMap::new(),
     };
-    let top = m.run()?;
-    T::deserialize(Reader {
-        value: &top,
-        depth: 0,
-    })
-    .map_err(|e| e.0)
+    m.run()
 }
 
-/// Reads JSON of the same shape into `T` through the same reader (one
-/// reading of the snapshot's types for both files).
-pub fn read_json<T: de::DeserializeOwned>(json: serde_json::Value) -> Result<T, String> {
-    let top = from_json(json);
-    T::deserialize(Reader {
-        value: &top,
-        depth: 0,
-    })
-    .map_err(|e| e.0)
-}
-
-fn from_json(json: serde_json::Value) -> Value {
+/// JSON as the same tree a pickle builds.
+pub fn from_json(json: serde_json::Value) -> Value {
     use serde_json::Value as Json;
     match json {
         Json::Null => Value::None,
@@ -145,8 +128,8 @@ impl<'a> Machine<'a> {
             Ok(())
         };
         let bytes = |m: &mut Self, len: usize| -> Result<(), String> {
-            let b = m.take(len)?;
-            m.stack.push(Value::Bytes(b.into()));
+            m.take(len)?;
+            m.stack.push(Value::Bytes);
             Ok(())
         };
         match op {
@@ -392,101 +375,4 @@ fn pairs(items: Vec<Value>) -> Result<Vec<(Value, Value)>, String> {
         out.push((k, v));
     }
     Ok(out)
-}
-
-/// Why the data does not fit the type asked for.
-#[derive(Debug)]
-pub struct DataError(String);
-
-impl std::fmt::Display for DataError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for DataError {}
-
-impl de::Error for DataError {
-    fn custom<T: std::fmt::Display>(msg: T) -> Self {
-        DataError(msg.to_string())
-    }
-}
-
-/// A value read through serde, `depth` levels down.
-struct Reader<'v> {
-    value: &'v Value,
-    depth: usize,
-}
-
-impl<'v> Reader<'v> {
-    fn child(&self, value: &'v Value) -> Result<Reader<'v>, DataError> {
-        if self.depth >= MAX_DEPTH {
-            return Err(DataError(format!(
-                "the pickle nests deeper than {MAX_DEPTH} levels (or refers to itself)"
-            )));
-        }
-        Ok(Reader {
-            value,
-            depth: self.depth + 1,
-        })
-    }
-}
-
-impl<'de, 'v> de::Deserializer<'de> for Reader<'v> {
-    type Error = DataError;
-
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DataError> {
-        match self.value {
-            Value::None | Value::Mark => visitor.visit_unit(),
-            Value::Bool(b) => visitor.visit_bool(*b),
-            Value::Int(i) => match (u64::try_from(*i), i64::try_from(*i)) {
-                (Ok(u), _) => visitor.visit_u64(u),
-                (_, Ok(s)) => visitor.visit_i64(s),
-                _ => Err(DataError(format!("the integer {i} is out of range"))),
-            },
-            Value::Float(f) => visitor.visit_f64(*f),
-            Value::Str(s) => visitor.visit_str(s),
-            Value::Bytes(b) => visitor.visit_bytes(b),
-            Value::List(items) => {
-                let items = items.borrow();
-                let mut readers = Vec::with_capacity(items.len());
-                for item in items.iter() {
-                    readers.push(self.child(item)?);
-                }
-                visitor.visit_seq(de::value::SeqDeserializer::new(readers.into_iter()))
-            }
-            Value::Dict(pairs) => {
-                let pairs = pairs.borrow();
-                let mut readers = Vec::with_capacity(pairs.len());
-                for (k, v) in pairs.iter() {
-                    readers.push((self.child(k)?, self.child(v)?));
-                }
-                visitor.visit_map(de::value::MapDeserializer::new(readers.into_iter()))
-            }
-        }
-    }
-
-    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DataError> {
-        match self.value {
-            Value::None => visitor.visit_none(),
-            _ => visitor.visit_some(self),
-        }
-    }
-
-    fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DataError> {
-        visitor.visit_unit()
-    }
-
-    serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
-        bytes byte_buf unit unit_struct newtype_struct seq tuple
-        tuple_struct map struct enum identifier
-    }
-}
-
-impl<'de, 'v> de::IntoDeserializer<'de, DataError> for Reader<'v> {
-    type Deserializer = Self;
-    fn into_deserializer(self) -> Self {
-        self
-    }
 }

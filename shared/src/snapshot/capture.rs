@@ -76,7 +76,8 @@ fn objects(kernel: &Kernel) -> Vec<ObjectSnapshot> {
         .runtime
         .objects()
         .iter()
-        .map(|(&id, o)| {
+        .zip(names.into_iter().zip(why))
+        .map(|((&id, o), (names, kept_alive_by))| {
             let (category, requested_bytes) = match &o.kind {
                 ObjectKind::Tensor(t) => (Some(t.category), t.bytes),
                 _ => (None, 0),
@@ -85,12 +86,12 @@ fn objects(kernel: &Kernel) -> Vec<ObjectSnapshot> {
                 id,
                 kind: o.kind.type_name().into(),
                 label: o.label.clone(),
-                names: names.get(&id).cloned().unwrap_or_default(),
+                names,
                 bytes: kernel.block_size(id),
                 requested_bytes,
                 refcount: o.refcount,
                 category,
-                kept_alive_by: why.get(&id).cloned().unwrap_or_default(),
+                kept_alive_by,
             }
         })
         .collect()

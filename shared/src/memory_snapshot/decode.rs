@@ -1,0 +1,264 @@
+//! The snapshot's types read from the value tree a pickle (or JSON)
+//! builds, field by field by the names `_snapshot()` gives them: a missing
+//! field (or `None`) takes its default, a field vramlab does not use is
+//! skipped, a value of the wrong kind is refused, saying where. By hand:
+//! one small reader instead of serde's code for every type and reader.
+
+use super::format::{
+    Action, AllocatorSettings, Block, BlockState, Frame, MemorySnapshot, Segment, TraceEntry,
+    MAX_FRAMES,
+};
+use super::pickle::Value;
+use std::cell::Ref;
+use std::collections::BTreeMap;
+
+/// The snapshot at the top of the tree.
+pub fn snapshot(top: &Value) -> Result<MemorySnapshot, String> {
+    let f = Fields::of(top, "the snapshot")?;
+    Ok(MemorySnapshot {
+        segments: f.list("segments", segment)?,
+        device_traces: f.list("device_traces", |v| {
+            items(v, "a device trace").and_then(|l| l.iter().map(trace_entry).collect())
+        })?,
+        allocator_settings: f
+            .get("allocator_settings")
+            .map(allocator_settings)
+            .transpose()?,
+    })
+}
+
+fn segment(v: &Value) -> Result<Segment, String> {
+    let f = Fields::of(v, "a segment")?;
+    let pool = f.list("segment_pool_id", |v| int(v, "a segment's pool id"))?;
+    Ok(Segment {
+        device: u32::try_from(f.int_or("device", 0)?).map_err(|_| f.out_of_range("device"))?,
+        address: f.int("address")?,
+        total_size: f.int("total_size")?,
+        allocated_size: f.int_or("allocated_size", 0)?,
+        active_size: f.int_or("active_size", 0)?,
+        requested_size: f.int_or("requested_size", 0)?,
+        stream: f.int_or("stream", 0)?,
+        segment_type: f.string_or("segment_type", "large")?,
+        segment_pool_id: (
+            pool.first().copied().unwrap_or(0),
+            pool.get(1).copied().unwrap_or(0),
+        ),
+        is_expandable: f.bool_or("is_expandable", false)?,
+        blocks: f.list("blocks", block)?,
+        frames: f.frames()?,
+    })
+}
+
+fn block(v: &Value) -> Result<Block, String> {
+    let f = Fields::of(v, "a block")?;
+    let state = match f.get("state") {
+        None => return Err(f.missing("state")),
+        Some(s) => match text(s, "a block's state")?.as_str() {
+            "active_allocated" => BlockState::ActiveAllocated,
+            "active_pending_free" => BlockState::ActivePendingFree,
+            "inactive" => BlockState::Inactive,
+            other => return Err(format!(
+                "unknown block state '{other}' (expected active_allocated, active_pending_free or inactive)"
+            )),
+        },
+    };
+    Ok(Block {
+        address: f.int("address")?,
+        size: f.int("size")?,
+        requested_size: f.int_or("requested_size", 0)?,
+        state,
+        frames: f.frames()?,
+    })
+}
+
+fn trace_entry(v: &Value) -> Result<TraceEntry, String> {
+    let f = Fields::of(v, "a trace entry")?;
+    let action = match f.get("action") {
+        Some(a) => Action::from_name(text(a, "a trace entry's action")?),
+        None => return Err(f.missing("action")),
+    };
+    Ok(TraceEntry {
+        action,
+        addr: f.int_or("addr", 0)?,
+        size: f.int_or("size", 0)?,
+        stream: f.int_or("stream", 0)?,
+        device_free: f
+            .get("device_free")
+            .map(|v| int(v, "device_free"))
+            .transpose()?,
+        time_us: f.get("time_us").map(|v| signed(v, "time_us")).transpose()?,
+        frames: f.frames()?,
+    })
+}
+
+fn frame(v: &Value) -> Result<Frame, String> {
+    let f = Fields::of(v, "a stack frame")?;
+    Ok(Frame {
+        filename: f.string_or("filename", "")?,
+        line: f
+            .get("line")
+            .map_or(Ok(0), |v| signed(v, "a frame's line"))?,
+        name: f.string_or("name", "")?,
+    })
+}
+
+fn allocator_settings(v: &Value) -> Result<AllocatorSettings, String> {
+    let f = Fields::of(v, "the allocator settings")?;
+    let mut divisions = BTreeMap::new();
+    if let Some(d) = f.get("roundup_power2_divisions") {
+        let d = Fields::of(d, "roundup_power2_divisions")?;
+        for (key, value) in d.pairs.iter() {
+            let interval = text(key, "a roundup_power2_divisions interval")?;
+            divisions.insert(interval, int(value, "roundup_power2_divisions")?);
+        }
+    }
+    Ok(AllocatorSettings {
+        alloc_conf: f.string_or("PYTORCH_CUDA_ALLOC_CONF", "")?,
+        max_split_size: f
+            .get("max_split_size")
+            .map_or(Ok(-1), |v| signed(v, "max_split_size"))?,
+        garbage_collection_threshold: match f.get("garbage_collection_threshold") {
+            None => 0.0,
+            Some(Value::Float(x)) => *x,
+            Some(Value::Int(i)) => *i as f64,
+            Some(other) => return Err(invalid(other, "a number", "garbage_collection_threshold")),
+        },
+        expandable_segments: f.bool_or("expandable_segments", false)?,
+        roundup_power2_divisions: divisions,
+    })
+}
+
+/// What a value is, in words.
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::None | Value::Mark => "None",
+        Value::Bool(_) => "a boolean",
+        Value::Int(_) => "an integer",
+        Value::Float(_) => "a float",
+        Value::Str(_) => "a string",
+        Value::Bytes => "bytes",
+        Value::List(_) => "a list",
+        Value::Dict(_) => "a dict",
+    }
+}
+
+fn invalid(v: &Value, expected: &str, at: &str) -> String {
+    format!("invalid type: {}, expected {expected} ({at})", kind(v))
+}
+
+fn int(v: &Value, at: &str) -> Result<u64, String> {
+    match v {
+        Value::Int(i) => {
+            u64::try_from(*i).map_err(|_| format!("the integer {i} is out of range ({at})"))
+        }
+        _ => Err(invalid(v, "a non-negative integer", at)),
+    }
+}
+
+fn signed(v: &Value, at: &str) -> Result<i64, String> {
+    match v {
+        Value::Int(i) => {
+            i64::try_from(*i).map_err(|_| format!("the integer {i} is out of range ({at})"))
+        }
+        _ => Err(invalid(v, "an integer", at)),
+    }
+}
+
+fn text(v: &Value, at: &str) -> Result<String, String> {
+    match v {
+        Value::Str(s) => Ok(s.to_string()),
+        _ => Err(invalid(v, "a string", at)),
+    }
+}
+
+fn items<'a>(v: &'a Value, at: &str) -> Result<Ref<'a, Vec<Value>>, String> {
+    match v {
+        Value::List(l) => Ok(l.borrow()),
+        _ => Err(invalid(v, "a list", at)),
+    }
+}
+
+/// A dict's fields, looked up by name.
+struct Fields<'a> {
+    pairs: Ref<'a, Vec<(Value, Value)>>,
+    what: &'static str,
+}
+
+impl<'a> Fields<'a> {
+    fn of(v: &'a Value, what: &'static str) -> Result<Self, String> {
+        match v {
+            Value::Dict(d) => Ok(Fields {
+                pairs: d.borrow(),
+                what,
+            }),
+            _ => Err(invalid(v, "a dict", what)),
+        }
+    }
+
+    /// The field `key`, unless it is missing or `None`.
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.pairs
+            .iter()
+            .find(|(k, _)| matches!(k, Value::Str(s) if &**s == key))
+            .map(|(_, v)| v)
+            .filter(|v| !matches!(v, Value::None))
+    }
+
+    fn at(&self, key: &str) -> String {
+        format!("`{key}` of {}", self.what)
+    }
+
+    fn missing(&self, key: &str) -> String {
+        format!("missing field `{key}` in {}", self.what)
+    }
+
+    fn out_of_range(&self, key: &str) -> String {
+        format!("{} is out of range", self.at(key))
+    }
+
+    fn int(&self, key: &str) -> Result<u64, String> {
+        self.get(key)
+            .map_or_else(|| Err(self.missing(key)), |v| int(v, &self.at(key)))
+    }
+
+    fn int_or(&self, key: &str, default: u64) -> Result<u64, String> {
+        self.get(key).map_or(Ok(default), |v| int(v, &self.at(key)))
+    }
+
+    fn bool_or(&self, key: &str, default: bool) -> Result<bool, String> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(v) => Err(invalid(v, "a boolean", &self.at(key))),
+        }
+    }
+
+    fn string_or(&self, key: &str, default: &str) -> Result<String, String> {
+        self.get(key)
+            .map_or_else(|| Ok(default.to_string()), |v| text(v, &self.at(key)))
+    }
+
+    /// The list `key` (none when missing), each item read by `read`.
+    fn list<T>(
+        &self,
+        key: &str,
+        read: impl Fn(&Value) -> Result<T, String>,
+    ) -> Result<Vec<T>, String> {
+        match self.get(key) {
+            None => Ok(Vec::new()),
+            Some(v) => items(v, &self.at(key))?.iter().map(read).collect(),
+        }
+    }
+
+    /// The first [`MAX_FRAMES`] of the stack frames, innermost first.
+    fn frames(&self) -> Result<Vec<Frame>, String> {
+        match self.get("frames") {
+            None => Ok(Vec::new()),
+            Some(v) => items(v, &self.at("frames"))?
+                .iter()
+                .take(MAX_FRAMES)
+                .map(frame)
+                .collect(),
+        }
+    }
+}
