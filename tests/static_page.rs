@@ -4,7 +4,7 @@
 //! training and the segment map are used, and every result the page got
 //! equals what `vramlab run` prints for the same command lines. The figures
 //! (download, button press to numbers, frame gaps while training plays)
-//! are printed.
+//! are printed. A session begun in the page moves to a server.
 
 mod chromium;
 
@@ -254,6 +254,64 @@ async fn the_playground_with_no_server() {
     press(&page, "btn-alloc").await;
     numbers_match_the_last_result(&page).await;
 
+    browser.close().await.unwrap();
+    browser.wait().await.unwrap();
+    events.abort();
+    let _ = std::fs::remove_dir_all(&profile);
+}
+
+/// A session begun in the page moves to a server: its commands are
+/// replayed there, the numbers are the same, and it gets a watch link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_session_moves_to_the_server() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let addr = serve_on(0, stop_rx).await;
+    let (mut browser, events, profile) = launch("move").await;
+    let page = open_static(&browser, &format!("http://{addr}/?engine=local")).await;
+    until(
+        &page,
+        "document.getElementById('status').textContent === 'engine in this page'",
+    )
+    .await;
+    for id in ["btn-alloc", "btn-hold", "btn-alloc", "btn-del", "btn-gc"] {
+        press(&page, id).await;
+    }
+    let numbers = "['allocated','reserved','device-used'].map(id => document.getElementById(id).dataset.bytes).join(' ')";
+    let before = js(&page, numbers).await;
+    click(&page, "move-to-server").await;
+    tokio::time::timeout(WAIT, page.wait_for_navigation())
+        .await
+        .expect("the page loads again")
+        .unwrap();
+    until(&page, "document.getElementById('status').textContent === 'connected' && document.getElementById('banner').textContent.includes('the 5 commands this page ran were replayed')").await;
+    assert_eq!(js(&page, numbers).await, before);
+    assert_eq!(
+        js(&page, "document.getElementById('last-step').textContent").await,
+        "4"
+    );
+    until(
+        &page,
+        "document.getElementById('watch-link').value.includes('?watch=')",
+    )
+    .await;
+    // A reload resumes the session and does not replay the lines again.
+    page.reload().await.unwrap();
+    until(
+        &page,
+        "document.getElementById('status').textContent === 'connected'",
+    )
+    .await;
+    press(&page, "btn-gc").await;
+    assert_eq!(
+        js(&page, "document.getElementById('last-step').textContent").await,
+        "5"
+    );
+    assert_eq!(js(&page, numbers).await, before);
+
+    let _ = stop_tx.send(());
     browser.close().await.unwrap();
     browser.wait().await.unwrap();
     events.abort();

@@ -12,6 +12,7 @@ mod history;
 mod keys;
 mod lessons;
 mod mirror;
+mod moving;
 mod play;
 mod replay;
 mod socket;

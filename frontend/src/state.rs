@@ -142,6 +142,8 @@ pub struct App {
     export_to: RwSignal<Option<ExportTo>>,
     /// Whether a hello came since the page loaded.
     greeted: RwSignal<bool>,
+    /// Replaying the page's own session on the server.
+    moving: RwSignal<crate::moving::Move>,
 }
 
 const MAX_EVENTS: usize = 200;
@@ -187,6 +189,7 @@ impl App {
             replays: Replays::new(),
             export_to: RwSignal::new(None),
             greeted: RwSignal::new(false),
+            moving: RwSignal::new(Default::default()),
         }
     }
 
@@ -254,6 +257,9 @@ impl App {
     /// Sends a parsed line without writing it into the Python pane.
     pub fn submit_quietly(&self, line: CommandLine) -> Option<u64> {
         let command = line.command.clone().ok()?;
+        if socket::is_page() {
+            crate::moving::ran(&line);
+        }
         let id = self.next_id.get_untracked();
         self.next_id.set(id + 1);
         let before = self
@@ -267,6 +273,55 @@ impl App {
             command: Box::new(line),
         });
         Some(id)
+    }
+
+    /// On the server's hello: replays the lines a move brought, if any.
+    fn start_move(&self) -> bool {
+        let left: VecDeque<CommandLine> = crate::moving::take().into();
+        if left.is_empty() {
+            return false;
+        }
+        let total = left.len();
+        self.moving.set(crate::moving::Move {
+            left,
+            total,
+            in_flight: None,
+        });
+        self.send_moved_line();
+        true
+    }
+
+    fn send_moved_line(&self) {
+        let Some(line) = self.moving.try_update(|m| m.left.pop_front()).flatten() else {
+            return;
+        };
+        let id = self.submit_quietly(line);
+        self.moving.update(|m| m.in_flight = id);
+        self.banner
+            .set(Some(self.moving.with_untracked(|m| m.words())));
+        if id.is_none() {
+            // A line that is not a command: nothing to wait for.
+            self.after_moved_line();
+        }
+    }
+
+    /// The next line after the server's pace allows (its commands a second).
+    fn after_moved_line(&self) {
+        self.moving.update(|m| m.in_flight = None);
+        self.banner
+            .set(Some(self.moving.with_untracked(|m| m.words())));
+        if self.moving.with_untracked(|m| m.left.is_empty()) {
+            return;
+        }
+        let app = *self;
+        let next = wasm_bindgen::closure::Closure::once_into_js(move || app.send_moved_line());
+        if let Some(w) = web_sys::window() {
+            let wait = self.play.min_ms.get_untracked() as i32;
+            let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(
+                wasm_bindgen::JsCast::unchecked_ref(&next),
+                wait,
+            );
+        }
     }
 
     fn push_events(&self, events: &[Event]) {
@@ -300,7 +355,9 @@ impl App {
                 self.hello.set(Some(*h));
                 self.banner.set(None);
                 let owner = !self.read_only();
-                if owner && self.lesson_step() > 0 && (page_loaded || fresh_kernel) {
+                if owner && fresh_kernel && self.start_move() {
+                    // The moved session brings its own lesson and framework.
+                } else if owner && self.lesson_step() > 0 && (page_loaded || fresh_kernel) {
                     self.catch_up_lesson();
                 } else if owner && page_loaded {
                     self.apply_wanted_framework();
@@ -411,6 +468,9 @@ impl App {
             }
             Some(e) => self.banner.set(Some(e.message.clone())),
             None => self.banner.set(None),
+        }
+        if self.moving.with_untracked(|m| m.in_flight == Some(id)) {
+            self.after_moved_line();
         }
     }
 

@@ -100,7 +100,10 @@ fn EngineSwitch(app: App) -> impl IntoView {
                 <option value="server" selected=move || !in_page()>"server"</option>
             </select>
         </label>
-        <span id="needs-server" class="note" hidden=move || !in_page()>"watch links and real GPUs need the server"</span>
+        <span id="needs-server" class="note" hidden=move || !in_page()>"watch links and real GPUs need the server "
+            <button id="move-to-server" title="Replays every command this page ran on the server, so others can watch (the page loads again)"
+                on:click=move |_| crate::moving::start()>"move this session to the server"</button>
+        </span>
     }
 }
 

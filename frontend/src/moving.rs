@@ -1,0 +1,71 @@
+//! Moving the page's own session to the server (so others can watch it, or
+//! to run on the server's GPU): the command lines the engine in the page
+//! ran are kept, carried across the reload in sessionStorage, and replayed
+//! on the server's fresh session one after another.
+
+use crate::socket;
+use std::cell::RefCell;
+use vramlab_shared::command::{parse_value, CommandLine};
+
+const MOVE_KEY: &str = "vramlab_move";
+
+thread_local! {
+    static RAN: RefCell<Vec<serde_json::Value>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The engine in the page was sent this line.
+pub fn ran(line: &CommandLine) {
+    RAN.with(|r| r.borrow_mut().push(line.clone().into()));
+}
+
+fn storage() -> Option<web_sys::Storage> {
+    web_sys::window()?.session_storage().ok()?
+}
+
+/// Keeps the lines for the next page and loads it on the server.
+pub fn start() {
+    let lines = RAN.with(|r| serde_json::Value::Array(r.borrow().clone()));
+    if let Some(s) = storage() {
+        let _ = s.set_item(MOVE_KEY, &lines.to_string());
+    }
+    socket::forget_session();
+    crate::url::switch_engine("server");
+}
+
+/// The lines a move brought to this page (taken: a reload does not replay
+/// them twice).
+pub fn take() -> Vec<CommandLine> {
+    let Some(s) = storage() else {
+        return Vec::new();
+    };
+    let text = s.get_item(MOVE_KEY).ok().flatten();
+    let _ = s.remove_item(MOVE_KEY);
+    match text.and_then(|t| serde_json::from_str::<Vec<serde_json::Value>>(&t).ok()) {
+        Some(lines) => lines.into_iter().map(parse_value).collect(),
+        None => Vec::new(),
+    }
+}
+
+/// A move under way: the lines still to replay, how many there were, and
+/// the id of the one the server is running.
+#[derive(Clone, Debug, Default)]
+pub struct Move {
+    pub left: std::collections::VecDeque<CommandLine>,
+    pub total: usize,
+    pub in_flight: Option<u64>,
+}
+
+impl Move {
+    /// What the page says while it replays, and once it is done.
+    pub fn words(&self) -> String {
+        let done = self.total - self.left.len();
+        if self.left.is_empty() && self.in_flight.is_none() {
+            format!("Moved to the server: the {done} commands this page ran were replayed there; the watch link is in the status bar.")
+        } else {
+            format!(
+                "Moving this session to the server: {done} of {} commands replayed…",
+                self.total
+            )
+        }
+    }
+}
