@@ -2,6 +2,7 @@
 //! collected from an iterator sorts its pairs first, and every sort is
 //! compiled anew for each element type. These build the same results by
 //! inserting one by one, and by sorting one kind of list: (key, position).
+//! `IdMap`: the few objects of a kind by id, in a `Vec`.
 
 use std::collections::BTreeMap;
 
@@ -22,6 +23,63 @@ pub fn sort_by_u64<T>(items: &mut Vec<T>, key: impl Fn(&T) -> u64) {
     items.extend(order.into_iter().filter_map(|(_, i)| slots[i].take()));
 }
 
+/// A handful of values by object id (models, optimizers, datasets): a
+/// `Vec` searched in order, the same answers as a `HashMap` with a fraction
+/// of its code.
+#[derive(Clone, Debug)]
+pub struct IdMap<V>(Vec<(u32, V)>);
+
+impl<V> Default for IdMap<V> {
+    fn default() -> Self {
+        IdMap(Vec::new())
+    }
+}
+
+impl<V> IdMap<V> {
+    fn position(&self, id: u32) -> Option<usize> {
+        self.0.iter().position(|(k, _)| *k == id)
+    }
+
+    pub fn get(&self, id: &u32) -> Option<&V> {
+        self.position(*id).map(|i| &self.0[i].1)
+    }
+
+    pub fn get_mut(&mut self, id: &u32) -> Option<&mut V> {
+        self.position(*id).map(|i| &mut self.0[i].1)
+    }
+
+    pub fn contains_key(&self, id: &u32) -> bool {
+        self.position(*id).is_some()
+    }
+
+    /// Sets the value of `id`; the one it replaces, if any.
+    pub fn insert(&mut self, id: u32, value: V) -> Option<V> {
+        match self.position(id) {
+            Some(i) => Some(std::mem::replace(&mut self.0[i].1, value)),
+            None => {
+                self.0.push((id, value));
+                None
+            }
+        }
+    }
+
+    /// The values, in no particular order.
+    pub fn values(&self) -> impl Iterator<Item = &V> {
+        self.0.iter().map(|(_, v)| v)
+    }
+
+    pub fn remove(&mut self, id: &u32) -> Option<V> {
+        self.position(*id).map(|i| self.0.swap_remove(i).1)
+    }
+}
+
+impl<V> std::ops::Index<&u32> for IdMap<V> {
+    type Output = V;
+    fn index(&self, id: &u32) -> &V {
+        self.get(id).expect("an id the map holds")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -40,5 +98,23 @@ mod tests {
         let mut empty: Vec<(u64, char)> = Vec::new();
         sort_by_u64(&mut empty, |&(k, _)| k);
         assert!(empty.is_empty());
+    }
+
+    #[test]
+    fn an_id_map_answers_as_a_hash_map() {
+        let mut map = IdMap::default();
+        assert_eq!(map.insert(7, "a"), None);
+        assert_eq!(map.insert(3, "b"), None);
+        assert_eq!(map.insert(7, "c"), Some("a"));
+        assert_eq!(
+            (map.get(&7), map[&3], map.contains_key(&5)),
+            (Some(&"c"), "b", false)
+        );
+        *map.get_mut(&3).unwrap() = "d";
+        assert_eq!(map.remove(&3), Some("d"));
+        assert_eq!(
+            (map.remove(&3), map.get(&3), map.get(&7)),
+            (None, None, Some(&"c"))
+        );
     }
 }

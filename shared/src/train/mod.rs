@@ -13,8 +13,8 @@ pub mod math;
 pub mod spec;
 pub mod step;
 
+use crate::collections::IdMap;
 use crate::runtime::ObjId;
-use std::collections::HashMap;
 
 pub use spec::{DataSpec, Estimate, ModelSpec, OptimizerKind, MAX_LAYERS, MAX_WIDTH};
 
@@ -113,11 +113,11 @@ pub struct SessionState {
 /// Everything the engine knows about training objects, by object id.
 #[derive(Clone, Debug, Default)]
 pub struct TrainState {
-    pub models: HashMap<ObjId, ModelState>,
-    pub optimizers: HashMap<ObjId, OptimizerState>,
-    pub datasets: HashMap<ObjId, DatasetState>,
-    pub graphs: HashMap<ObjId, GraphState>,
-    pub sessions: HashMap<ObjId, SessionState>,
+    pub models: IdMap<ModelState>,
+    pub optimizers: IdMap<OptimizerState>,
+    pub datasets: IdMap<DatasetState>,
+    pub graphs: IdMap<GraphState>,
+    pub sessions: IdMap<SessionState>,
     /// The TF1 session new models are built in.
     pub open_session: Option<ObjId>,
     /// PyTorch's cuBLAS workspaces, per thread.
