@@ -18,7 +18,7 @@ pub fn snapshot(top: &Value) -> Result<MemorySnapshot, String> {
     Ok(MemorySnapshot {
         segments: f.list("segments", segment)?,
         device_traces: f.list("device_traces", |v| {
-            items(v, "a device trace").and_then(|l| l.iter().map(trace_entry).collect())
+            each(&items(v, "a device trace")?, trace_entry)
         })?,
         allocator_settings: f
             .get("allocator_settings")
@@ -171,6 +171,15 @@ fn text(v: &Value, at: &str) -> Result<String, String> {
     }
 }
 
+/// Each item read by `read` (a loop: less code than collecting `Result`s).
+fn each<T>(list: &[Value], read: impl Fn(&Value) -> Result<T, String>) -> Result<Vec<T>, String> {
+    let mut out = Vec::with_capacity(list.len());
+    for v in list {
+        out.push(read(v)?);
+    }
+    Ok(out)
+}
+
 fn items<'a>(v: &'a Value, at: &str) -> Result<Ref<'a, Vec<Value>>, String> {
     match v {
         Value::List(l) => Ok(l.borrow()),
@@ -246,7 +255,7 @@ impl<'a> Fields<'a> {
     ) -> Result<Vec<T>, String> {
         match self.get(key) {
             None => Ok(Vec::new()),
-            Some(v) => items(v, &self.at(key))?.iter().map(read).collect(),
+            Some(v) => each(&items(v, &self.at(key))?, read),
         }
     }
 
@@ -254,11 +263,102 @@ impl<'a> Fields<'a> {
     fn frames(&self) -> Result<Vec<Frame>, String> {
         match self.get("frames") {
             None => Ok(Vec::new()),
-            Some(v) => items(v, &self.at("frames"))?
-                .iter()
-                .take(MAX_FRAMES)
-                .map(frame)
-                .collect(),
+            Some(v) => {
+                let all = items(v, &self.at("frames"))?;
+                each(&all[..all.len().min(MAX_FRAMES)], frame)
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::pickle::from_json;
+    use super::*;
+    use serde_json::json;
+
+    fn read(v: serde_json::Value) -> Result<MemorySnapshot, String> {
+        snapshot(&from_json(v))
+    }
+
+    #[test]
+    fn missing_fields_and_none_take_their_defaults() {
+        let s = read(json!({"segments": [{"address": 4096, "total_size": 2097152,
+            "stream": null, "blocks": [{"address": 4096, "size": 512, "state": "active_allocated"}]}],
+            "device_traces": [[{"action": "alloc", "addr": 4096, "size": 512}, {"action": "new_thing"}]]}))
+        .unwrap();
+        let seg = &s.segments[0];
+        assert_eq!(
+            (seg.device, seg.stream, seg.segment_type.as_str()),
+            (0, 0, "large")
+        );
+        assert_eq!(
+            (seg.segment_pool_id, seg.is_expandable, seg.allocated_size),
+            ((0, 0), false, 0)
+        );
+        assert_eq!(seg.blocks[0].state, BlockState::ActiveAllocated);
+        assert_eq!(seg.blocks[0].requested_size, 0);
+        assert_eq!(s.device_traces[0][0].action, Action::Alloc);
+        assert_eq!(
+            s.device_traces[0][1].action,
+            Action::Other("new_thing".into())
+        );
+        assert_eq!(s.device_traces[0][1].device_free, None);
+        assert_eq!(s.allocator_settings, None);
+    }
+
+    #[test]
+    fn settings_and_pool_ids_are_read() {
+        let s = read(
+            json!({"segments": [{"address": 0, "total_size": 1, "segment_pool_id": [1, 2]}],
+            "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+                "garbage_collection_threshold": 1, "roundup_power2_divisions": {"1": 4}}}),
+        )
+        .unwrap();
+        assert_eq!(s.segments[0].segment_pool_id, (1, 2));
+        let a = s.allocator_settings.unwrap();
+        assert_eq!(
+            (a.alloc_conf.as_str(), a.max_split_size),
+            ("expandable_segments:True", -1)
+        );
+        assert_eq!(a.garbage_collection_threshold, 1.0);
+        assert_eq!(
+            a.roundup_power2_divisions,
+            BTreeMap::from([("1".to_string(), 4)])
+        );
+    }
+
+    #[test]
+    fn only_the_first_frames_are_kept() {
+        let frames: Vec<_> = (0..100)
+            .map(|i| json!({"filename": "a.py", "line": i, "name": "f"}))
+            .collect();
+        let s = read(json!({"device_traces": [[{"action": "alloc", "frames": frames}]]})).unwrap();
+        let kept = &s.device_traces[0][0].frames;
+        assert_eq!(kept.len(), MAX_FRAMES);
+        assert_eq!(kept[MAX_FRAMES - 1].line, MAX_FRAMES as i64 - 1);
+    }
+
+    #[test]
+    fn wrong_values_are_refused_saying_where() {
+        let err = |v| read(v).unwrap_err();
+        assert_eq!(
+            err(json!([1])),
+            "invalid type: a list, expected a dict (the snapshot)"
+        );
+        assert_eq!(
+            err(json!({"segments": 5})),
+            "invalid type: an integer, expected a list (`segments` of the snapshot)"
+        );
+        assert_eq!(
+            err(json!({"segments": [{"total_size": 1}]})),
+            "missing field `address` in a segment"
+        );
+        assert_eq!(
+            err(json!({"segments": [{"address": -1, "total_size": 1}]})),
+            "the integer -1 is out of range (`address` of a segment)"
+        );
+        assert!(err(json!({"segments": [{"address": 0, "total_size": 1, "blocks": [{"address": 0, "size": 1, "state": "odd"}]}]}))
+            .starts_with("unknown block state 'odd'"));
     }
 }
