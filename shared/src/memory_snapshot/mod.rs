@@ -95,8 +95,9 @@ fn read_pickle(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
 /// Through the snapshot's JSON text and tree (the serialization of its types
 /// the page already carries; tuples become lists, which readers take alike).
 pub fn write_pickle(snapshot: &MemorySnapshot) -> Vec<u8> {
-    let text = serde_json::to_vec(snapshot).expect("plain data always serializes");
-    let tree: serde_json::Value = serde_json::from_slice(&text).expect("its own JSON reads back");
+    let text = serde_json::to_string(snapshot).expect("plain data always serializes");
+    let tree: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&text).expect("its own JSON reads back");
     serde_pickle::to_vec(&tree, serde_pickle::SerOptions::new()).expect("plain data always pickles")
 }
 
