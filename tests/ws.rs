@@ -739,7 +739,7 @@ async fn a_sessions_budget_is_shared_and_its_watchers_bounded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exported_session_is_a_snapshot_that_replays_exactly() {
     use vramlab_shared::memory_snapshot::replay::replay_exact;
-    use vramlab_shared::memory_snapshot::{Action, MemorySnapshot};
+    use vramlab_shared::memory_snapshot::{self, Action, MemorySnapshot};
     let addr = start(options()).await;
     let mut c = Client::connect(&addr, "").await;
     let commands = [
@@ -755,7 +755,7 @@ async fn an_exported_session_is_a_snapshot_that_replays_exactly() {
     }
     c.send(json!({"type":"export_snapshot"})).await;
     let m = c.recv_type("memory_snapshot").await;
-    let exported: MemorySnapshot = serde_json::from_value(m["snapshot"].clone()).unwrap();
+    let exported: MemorySnapshot = memory_snapshot::from_json(m["snapshot"].clone()).unwrap();
     // After the restart: a 20 MiB segment for a, one of its own for b; c
     // takes the block a left in the cache.
     let actions: Vec<&str> = exported.device_traces[0]
