@@ -111,7 +111,7 @@ impl LocalSession {
     }
 
     /// Runs one command: live updates while it runs (when subscribed),
-    /// then the last update and its result.
+    /// then its result and the last update.
     fn run(&mut self, id: u64, line: &CommandLine) {
         let outlet = self.outlet;
         if self.subscribed {
@@ -135,13 +135,15 @@ impl LocalSession {
         }
         let record = self.engine.run_parsed(line);
         self.engine.set_progress_hook(None);
-        if self.subscribed {
-            post_updates(&mut self.engine, &self.sent, outlet.post);
-        }
+        // The result first: its numbers reach the screen before the page
+        // redraws the segment map and the tables from the delta.
         (outlet.post)(&ServerMessage::Result {
             id,
             record: Box::new(record),
         });
+        if self.subscribed {
+            post_updates(&mut self.engine, &self.sent, outlet.post);
+        }
     }
 
     /// Everything now, with the latest events (the page starts over from it).
