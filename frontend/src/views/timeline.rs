@@ -219,18 +219,24 @@ pub fn Timeline(app: App) -> impl IntoView {
             (a, h[a..b].to_vec())
         })
     };
-    let drawn = move || {
+    // Drawn once per change, however many parts of the chart read it.
+    let drawn = Memo::new(move |_| {
         let (first, points) = in_view();
         drawing(&points, first, shown.get(), zoom.get(), hover.get())
-    };
-    let on_move = move |e: web_sys::MouseEvent| hover.set(slot_at(&e, drawn().5));
-    let on_down = move |e: web_sys::MouseEvent| drag.set(slot_at(&e, drawn().5));
+    });
+    let on_move =
+        move |e: web_sys::MouseEvent| hover.set(slot_at(&e, drawn.with_untracked(|d| d.5)));
+    let on_down =
+        move |e: web_sys::MouseEvent| drag.set(slot_at(&e, drawn.with_untracked(|d| d.5)));
     let on_up = move |e: web_sys::MouseEvent| {
-        let (Some(a), Some(b)) = (drag.get_untracked(), slot_at(&e, drawn().5)) else {
+        let (Some(a), Some(b)) = (
+            drag.get_untracked(),
+            slot_at(&e, drawn.with_untracked(|d| d.5)),
+        ) else {
             return;
         };
         drag.set(None);
-        let first = drawn().4;
+        let first = drawn.with_untracked(|d| d.4);
         if a != b {
             window.set(Some((first + a.min(b), first + a.max(b) + 1)));
         }
@@ -256,18 +262,18 @@ pub fn Timeline(app: App) -> impl IntoView {
             <svg id="timeline" viewBox=format!("0 0 {W} {}", H + BELOW) role="img"
                 aria-label="allocated, reserved and nvidia-smi after each command; drag across commands to zoom"
                 on:mousemove=on_move on:mouseleave=move |_| hover.set(None) on:mousedown=on_down on:mouseup=on_up>
-                {move || drawn().1.into_iter().map(|(y, label)| view! {
+                {move || drawn.get().1.into_iter().map(|(y, label)| view! {
                     <g class="tick"><line x1=LEFT x2=W y1=y y2=y /><text x=LEFT - 4.0 y=y + 3.0 text-anchor="end">{label}</text></g>
                 }).collect::<Vec<_>>()}
-                {move || drawn().2.into_iter().map(|(x, y, l)| view! {
+                {move || drawn.get().2.into_iter().map(|(x, y, l)| view! {
                     <g class="mark"><line x1=x x2=x y1="0" y2=H /><text x=x + 1.0 y=y>{l}</text></g>
                 }).collect::<Vec<_>>()}
-                <polyline class="line-device" points=move || drawn().0[2].clone() stroke=LINES[2].1 visibility=move || if shown.get()[2] { "visible" } else { "hidden" } />
-                <polyline class="line-reserved" points=move || drawn().0[1].clone() stroke=LINES[1].1 visibility=move || if shown.get()[1] { "visible" } else { "hidden" } />
-                <polyline class="line-allocated" points=move || drawn().0[0].clone() stroke=LINES[0].1 visibility=move || if shown.get()[0] { "visible" } else { "hidden" } />
-                {move || drawn().3.map(|(x, w, _)| view! { <rect class="hover" x=x y="0" width=w height=H /> })}
+                <polyline class="line-device" points=move || drawn.with(|d| d.0[2].clone()) stroke=LINES[2].1 visibility=move || if shown.get()[2] { "visible" } else { "hidden" } />
+                <polyline class="line-reserved" points=move || drawn.with(|d| d.0[1].clone()) stroke=LINES[1].1 visibility=move || if shown.get()[1] { "visible" } else { "hidden" } />
+                <polyline class="line-allocated" points=move || drawn.with(|d| d.0[0].clone()) stroke=LINES[0].1 visibility=move || if shown.get()[0] { "visible" } else { "hidden" } />
+                {move || drawn.get().3.map(|(x, w, _)| view! { <rect class="hover" x=x y="0" width=w height=H /> })}
             </svg>
-            <p class="tip" id="timeline-tip" aria-live="polite">{move || drawn().3.map(|h| h.2).unwrap_or_else(|| "Point at a command to see its numbers.".into())}</p>
+            <p class="tip" id="timeline-tip" aria-live="polite">{move || drawn.get().3.map(|h| h.2).unwrap_or_else(|| "Point at a command to see its numbers.".into())}</p>
         </section>
     }
 }
