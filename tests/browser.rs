@@ -27,12 +27,9 @@ async fn last_step(page: &Page) -> i64 {
     .unwrap_or(-1)
 }
 
-/// Clicks a button and waits for the result it causes to be on screen.
-async fn press(page: &Page, id: &str) -> i64 {
-    let count = "Number(document.getElementById('result-count').textContent || 0)";
-    let before = js(page, count).await.as_i64().unwrap_or(0);
-    click(page, id).await;
-    until(page, &format!("{count} > {before}")).await;
+/// Clicks a button, waits for its result on screen; the step it was.
+async fn press_step(page: &Page, id: &str) -> i64 {
+    press(page, id).await;
     last_step(page).await
 }
 
@@ -131,7 +128,7 @@ async fn the_playground_in_a_browser() {
         "btn-gc",
         "btn-restart",
     ] {
-        let step = press(&page, id).await;
+        let step = press_step(&page, id).await;
         let on_screen = numbers(&page).await;
         let stats = server_stats(step).await;
         let expected = [
@@ -192,24 +189,11 @@ async fn the_playground_in_a_browser() {
         latencies.push(t.elapsed().as_secs_f64() * 1e3);
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    let in_page = js(&page, r#"(async () => {
-        const times = [];
-        for (let i = 0; i < 20; i++) {
-            const el = document.getElementById('last-step');
-            const before = el.textContent;
-            const t0 = performance.now();
-            document.getElementById('btn-gc').click();
-            await new Promise(r => { const o = new MutationObserver(() => { if (el.textContent !== before) { o.disconnect(); r(); } }); o.observe(el, {childList: true, characterData: true, subtree: true}); });
-            times.push(performance.now() - t0);
-            await new Promise(r => setTimeout(r, 30));
-        }
-        times.sort((a, b) => a - b);
-        return times[Math.floor(0.95 * (times.length - 1))];
-    })()"#).await;
+    let in_page = press_to_numbers_p95(&page, 20).await;
     latencies.sort_by(f64::total_cmp);
     println!(
         "figure: button press to numbers on screen: p95 {:.1} ms measured in the page ({:.1} ms from the test driver)",
-        in_page.as_f64().unwrap(),
+        in_page,
         latencies[(latencies.len() * 95 / 100).min(latencies.len() - 1)]
     );
 
@@ -225,7 +209,7 @@ async fn the_playground_in_a_browser() {
         "document.getElementById('watchers').textContent === '2 watchers'",
     )
     .await;
-    let step = press(&page, "btn-alloc").await;
+    let step = press_step(&page, "btn-alloc").await;
     let stats = server_stats(step).await;
     until(
         &watcher,
@@ -367,7 +351,7 @@ async fn the_page_reconnects_when_the_server_comes_back() {
         &format!("document.getElementById('status').textContent === 'connected' && document.getElementById('watch-link').value !== {first}"),
     )
     .await;
-    let step = press(&page, "btn-alloc").await;
+    let step = press_step(&page, "btn-alloc").await;
     assert_eq!(step, 0, "a fresh session counts from 0");
     browser.close().await.unwrap();
     browser.wait().await.unwrap();

@@ -169,3 +169,45 @@ pub async fn viewport(page: &Page, width: i64, height: i64) {
     let params = SetDeviceMetricsOverrideParams::new(width, height, 1.0, width < 600);
     page.execute(params).await.unwrap();
 }
+
+/// The number of results the page has shown (a JS expression).
+pub const COUNT: &str = "Number(document.getElementById('result-count').textContent || 0)";
+
+/// How many results the page has shown.
+pub async fn results(page: &Page) -> i64 {
+    js(page, COUNT).await.as_i64().unwrap_or(0)
+}
+
+/// Clicks a button and waits for the result it causes to be on screen.
+pub async fn press(page: &Page, id: &str) {
+    let before = results(page).await;
+    click(page, id).await;
+    until(page, &format!("{COUNT} > {before}")).await;
+}
+
+/// The p95 of `presses` presses of gc.collect() to the new step on screen,
+/// measured in the page (a MutationObserver on the step number).
+pub async fn press_to_numbers_p95(page: &Page, presses: usize) -> f64 {
+    js(page, &format!(r#"(async () => {{
+        const times = [];
+        for (let i = 0; i < {presses}; i++) {{
+            const el = document.getElementById('last-step');
+            const before = el.textContent;
+            const t0 = performance.now();
+            document.getElementById('btn-gc').click();
+            await new Promise(r => {{ const o = new MutationObserver(() => {{ if (el.textContent !== before) {{ o.disconnect(); r(); }} }}); o.observe(el, {{childList: true, characterData: true, subtree: true}}); }});
+            times.push(performance.now() - t0);
+            await new Promise(r => setTimeout(r, 30));
+        }}
+        times.sort((a, b) => a - b);
+        return times[Math.floor(0.95 * (times.length - 1))];
+    }})()"#)).await.as_f64().unwrap()
+}
+
+/// Closes the browser and removes its profile.
+pub async fn finish(mut browser: Browser, events: tokio::task::JoinHandle<()>, profile: PathBuf) {
+    browser.close().await.unwrap();
+    browser.wait().await.unwrap();
+    events.abort();
+    let _ = std::fs::remove_dir_all(&profile);
+}

@@ -10,19 +10,6 @@ mod chromium;
 use chromium::*;
 use chromiumoxide::Page;
 
-const COUNT: &str = "Number(document.getElementById('result-count').textContent || 0)";
-
-async fn results(page: &Page) -> i64 {
-    js(page, COUNT).await.as_i64().unwrap_or(0)
-}
-
-/// Clicks a button and waits for the result it causes.
-async fn press(page: &Page, id: &str) {
-    let before = results(page).await;
-    click(page, id).await;
-    until(page, &format!("{COUNT} > {before}")).await;
-}
-
 /// Whether the element is wholly inside the viewport.
 async fn on_screen(page: &Page, id: &str) -> bool {
     js(

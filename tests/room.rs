@@ -12,12 +12,6 @@ use chromiumoxide::cdp::browser_protocol::input::{DispatchKeyEventParams, Dispat
 use chromiumoxide::Page;
 use serde_json::json;
 
-const COUNT: &str = "Number(document.getElementById('result-count').textContent || 0)";
-
-async fn count(page: &Page) -> i64 {
-    js(page, COUNT).await.as_i64().unwrap_or(0)
-}
-
 /// Presses a key as the keyboard does (down, then up).
 async fn key(page: &Page, key: &str, code: i64) {
     let text = if key.len() == 1 {
@@ -100,7 +94,7 @@ async fn by_keyboard_alone_and_for_the_room() {
     assert_eq!(js(&page, "document.activeElement.className").await, "skip");
     // The five buttons by keyboard: Tab to each, Enter presses it.
     let allocate = tab_to(&page, "btn-alloc").await;
-    let before = count(&page).await;
+    let before = results(&page).await;
     key(&page, "Enter", 13).await;
     until(&page, &format!("{COUNT} > {before}")).await;
     for id in [
@@ -111,14 +105,14 @@ async fn by_keyboard_alone_and_for_the_room() {
         "btn-restart",
     ] {
         tab_to(&page, id).await;
-        let before = count(&page).await;
+        let before = results(&page).await;
         key(&page, "Enter", 13).await;
         until(&page, &format!("{COUNT} > {before}")).await;
     }
     assert!(allocate < 60, "{allocate} Tab presses to Allocate");
     // Shortcuts outside the fields: g is gc.collect().
     js(&page, "document.activeElement.blur()").await;
-    let before = count(&page).await;
+    let before = results(&page).await;
     key(&page, "g", 71).await;
     until(&page, &format!("{COUNT} > {before}")).await;
     let code = js(&page, "document.getElementById('code').textContent").await;
@@ -149,13 +143,13 @@ async fn by_keyboard_alone_and_for_the_room() {
     );
     js(&page, "document.activeElement.blur()").await;
     for step in 1..=3 {
-        let before = count(&page).await;
+        let before = results(&page).await;
         key(&page, "n", 78).await;
         until(&page, &format!("{COUNT} > {before}")).await;
         until(&page, &format!("document.querySelector('.progress-line span').textContent.startsWith('step {} of')", step + 1)).await;
     }
     // A restart the lesson did not ask for sends it back to its start.
-    let before = count(&page).await;
+    let before = results(&page).await;
     click(&page, "btn-restart").await;
     until(&page, &format!("{COUNT} > {before}")).await;
     until(
@@ -190,7 +184,7 @@ async fn by_keyboard_alone_and_for_the_room() {
     viewport(&page, 1920, 1080).await;
     click(&page, "lesson-4").await;
     for _ in 0..5 {
-        let before = count(&page).await;
+        let before = results(&page).await;
         click(&page, "lesson-do").await;
         until(&page, &format!("{COUNT} > {before}")).await;
     }
@@ -249,7 +243,7 @@ async fn by_keyboard_alone_and_for_the_room() {
     viewport(&first, 390, 844).await;
     click(&first, "lesson-0").await;
     for _ in 0..4 {
-        let before = count(&first).await;
+        let before = results(&first).await;
         click(&first, "lesson-do").await;
         until(&first, &format!("{COUNT} > {before}")).await;
     }

@@ -63,27 +63,6 @@ async fn open_static(browser: &chromiumoxide::Browser, url: &str) -> Page {
     page
 }
 
-async fn count(page: &Page) -> i64 {
-    js(
-        page,
-        "Number(document.getElementById('result-count').textContent || 0)",
-    )
-    .await
-    .as_i64()
-    .unwrap_or(0)
-}
-
-/// Clicks a button and waits for the result it causes to be on screen.
-async fn press(page: &Page, id: &str) {
-    let before = count(page).await;
-    click(page, id).await;
-    until(
-        page,
-        &format!("Number(document.getElementById('result-count').textContent || 0) > {before}"),
-    )
-    .await;
-}
-
 /// Plays every lesson from the first, step by step, through "next lesson".
 async fn play_every_lesson(page: &Page) -> usize {
     click(page, "lesson-0").await;
@@ -156,24 +135,6 @@ async fn numbers_match_the_last_result(page: &Page) {
     assert_eq!(on_screen, last);
 }
 
-/// The p95 of button press to numbers on screen, measured in the page.
-async fn press_to_numbers_p95(page: &Page) -> f64 {
-    js(page, r#"(async () => {
-        const times = [];
-        for (let i = 0; i < 40; i++) {
-            const el = document.getElementById('last-step');
-            const before = el.textContent;
-            const t0 = performance.now();
-            document.getElementById('btn-gc').click();
-            await new Promise(r => { const o = new MutationObserver(() => { if (el.textContent !== before) { o.disconnect(); r(); } }); o.observe(el, {childList: true, characterData: true, subtree: true}); });
-            times.push(performance.now() - t0);
-            await new Promise(r => setTimeout(r, 30));
-        }
-        times.sort((a, b) => a - b);
-        return times[Math.floor(0.95 * (times.length - 1))];
-    })()"#).await.as_f64().unwrap()
-}
-
 /// Plays 100 training steps as fast as the engine answers; returns the
 /// longest and the p95 gap between frames on the main thread meanwhile.
 async fn play_training(page: &Page) -> (f64, f64) {
@@ -210,7 +171,7 @@ async fn the_playground_with_no_server() {
         return;
     }
     let (_server, port) = static_server();
-    let (mut browser, events, profile) = launch("static").await;
+    let (browser, events, profile) = launch("static").await;
     let page = open_static(&browser, &format!("http://127.0.0.1:{port}/")).await;
     // Nothing answers on /ws: the page says so and runs the engine itself.
     until(&page, "document.getElementById('status').textContent === 'no server answered: the engine runs in this page'").await;
@@ -233,7 +194,7 @@ async fn the_playground_with_no_server() {
     let lessons = play_every_lesson(&page).await;
     assert_eq!(lessons, vramlab_tests::lesson_files().len());
 
-    let p95 = press_to_numbers_p95(&page).await;
+    let p95 = press_to_numbers_p95(&page, 40).await;
     println!("figure: no server: button press to numbers on screen: p95 {p95:.1} ms measured in the page");
     click(&page, "lesson-all").await;
     let (longest, gap95) = play_training(&page).await;
@@ -254,10 +215,7 @@ async fn the_playground_with_no_server() {
     press(&page, "btn-alloc").await;
     numbers_match_the_last_result(&page).await;
 
-    browser.close().await.unwrap();
-    browser.wait().await.unwrap();
-    events.abort();
-    let _ = std::fs::remove_dir_all(&profile);
+    finish(browser, events, profile).await;
 }
 
 /// A session begun in the page moves to a server: its commands are
@@ -269,7 +227,7 @@ async fn a_page_session_moves_to_the_server() {
     }
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
     let addr = serve_on(0, stop_rx).await;
-    let (mut browser, events, profile) = launch("move").await;
+    let (browser, events, profile) = launch("move").await;
     let page = open_static(&browser, &format!("http://{addr}/?engine=local")).await;
     until(
         &page,
@@ -312,8 +270,5 @@ async fn a_page_session_moves_to_the_server() {
     assert_eq!(js(&page, numbers).await, before);
 
     let _ = stop_tx.send(());
-    browser.close().await.unwrap();
-    browser.wait().await.unwrap();
-    events.abort();
-    let _ = std::fs::remove_dir_all(&profile);
+    finish(browser, events, profile).await;
 }

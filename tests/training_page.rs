@@ -9,14 +9,6 @@ mod chromium;
 use chromium::*;
 use chromiumoxide::Page;
 
-const COUNT: &str = "Number(document.getElementById('result-count').textContent || 0)";
-
-async fn press(page: &Page, id: &str) {
-    let before = js(page, COUNT).await.as_i64().unwrap_or(0);
-    click(page, id).await;
-    until(page, &format!("{COUNT} > {before}")).await;
-}
-
 /// Ticks or unticks the checkbox whose label reads `label`.
 async fn tick(page: &Page, label: &str, on: bool) {
     js(page, &format!("(() => {{ const box = [...document.querySelectorAll('label')].find(l => l.textContent.trim() === {label:?}).querySelector('input'); box.checked = {on}; box.dispatchEvent(new Event('change', {{bubbles: true}})); }})()")).await;

@@ -8,14 +8,6 @@ mod chromium;
 use chromium::*;
 use chromiumoxide::Page;
 
-const COUNT: &str = "Number(document.getElementById('result-count').textContent || 0)";
-
-async fn press(page: &Page, id: &str) {
-    let before = js(page, COUNT).await.as_i64().unwrap_or(0);
-    click(page, id).await;
-    until(page, &format!("{COUNT} > {before}")).await;
-}
-
 /// What both pages must agree on.
 const SEEN: &str = "JSON.stringify([
     document.querySelector('.progress-line span')?.textContent,
