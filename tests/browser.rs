@@ -220,7 +220,10 @@ async fn the_playground_in_a_browser() {
     )
     .await;
 
-    // Thousands of blocks: a 1024-layer model with Adam's state.
+    // Thousands of blocks: a 1024-layer model with Adam's state. The
+    // presenter's tab in front again: a tab in the background draws its
+    // charts when it is shown.
+    page.bring_to_front().await.unwrap();
     set_input(&page, "layers", "1024").await;
     set_input(&page, "width", "64").await;
     press(&page, "btn-build").await;

@@ -272,3 +272,52 @@ async fn a_page_session_moves_to_the_server() {
     let _ = stop_tx.send(());
     finish(browser, events, profile).await;
 }
+
+/// A training loop of 300 computed steps, run from the code cell.
+const LONG_LOOP: &str = "import torch\\nX = torch.randn(6000, 784)\\ny = torch.randint(0, 10, (6000,))\\nloader = DataLoader(TensorDataset(X, y), batch_size=64, shuffle=True)\\nmodel = nn.Sequential(nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10)).cuda()\\nopt = torch.optim.Adam(model.parameters())\\ncriterion = nn.CrossEntropyLoss()\\nfor step, (x, y) in zip(range(300), loader):\\n    x, y = x.cuda(), y.cuda()\\n    loss = criterion(model(x), y)\\n    loss.backward()\\n    opt.step()\\n    opt.zero_grad()\\n";
+
+/// ❚❚ pause stops a long loop running in the page's engine after the step
+/// the page showed, as the server stops it after its current step; the
+/// page goes on working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_stops_a_long_loop_in_the_page() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let (_server, port) = static_server();
+    let (browser, events, profile) = launch("pause").await;
+    let page = open_static(&browser, &format!("http://127.0.0.1:{port}/?engine=local")).await;
+    until(
+        &page,
+        "document.getElementById('status').textContent === 'engine in this page'",
+    )
+    .await;
+    js(&page, &format!("(() => {{ const e = document.getElementById('cell-source'); e.value = \"{LONG_LOOP}\"; e.dispatchEvent(new Event('input', {{bubbles: true}})); }})()")).await;
+    click(&page, "cell-run").await;
+    let seen = until(&page, "(() => { const m = document.querySelector('.big.peak .api').textContent.match(/^step (\\d+) of 300$/); return m && Number(m[1]) >= 3 && Number(m[1]); })()").await;
+    let seen = seen.as_f64().unwrap_or_else(|| panic!("{seen}")) as u64;
+    let pressed = Instant::now();
+    click(&page, "btn-pause").await;
+    let note = until(&page, "(() => { const r = window.__got.map(m => JSON.parse(m)).filter(m => m.type === 'result' && m.cmd.cmd === 'train'); return r.length ? r[r.length - 1].note : null; })()").await;
+    let took = pressed.elapsed();
+    let note = note.as_str().unwrap();
+    let done: u64 = note
+        .strip_prefix("Stopped after ")
+        .and_then(|n| n.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{note}"));
+    assert!(
+        (seen..300).contains(&done) && note.contains(" of 300 steps."),
+        "seen {seen}, {note}"
+    );
+    println!("figure: no server: a 300-step loop paused at step {done} (step {seen} seen), answered {took:.2?} after the press");
+    numbers_match_the_last_result(&page).await;
+    // The engine started again goes on answering.
+    press(&page, "btn-alloc").await;
+    numbers_match_the_last_result(&page).await;
+    assert_eq!(
+        js(&page, "document.getElementById('status').textContent").await,
+        "engine in this page"
+    );
+    finish(browser, events, profile).await;
+}

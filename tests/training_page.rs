@@ -191,9 +191,10 @@ async fn play_shows_every_step_and_the_timeline_follows() {
     for id in ["btn-alloc", "btn-del", "btn-empty-cache"] {
         press(&page, id).await;
     }
-    let marks = js(
+    // The chart is drawn after the numbers are on screen.
+    let marks = until(
         &page,
-        "[...document.querySelectorAll('.timeline .mark text')].map(t => t.textContent)",
+        "(() => { const m = [...document.querySelectorAll('.timeline .mark text')].map(t => t.textContent); return m.length === 4 && m; })()",
     )
     .await;
     assert_eq!(

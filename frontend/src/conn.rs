@@ -72,11 +72,10 @@ fn connect_server(app: App, watch: Option<String>, fallback: bool) {
         app.status
             .set(Status::Closed("connection lost; reconnecting".into()));
         let watch = watch.clone();
-        let retry = Closure::once_into_js(move || connect_server(app, watch, false));
-        if let Some(w) = web_sys::window() {
-            let _ = w
-                .set_timeout_with_callback_and_timeout_and_arguments_0(retry.unchecked_ref(), 1000);
-        }
+        leptos::prelude::set_timeout(
+            move || connect_server(app, watch, false),
+            std::time::Duration::from_secs(1),
+        );
     });
     ws.set_onclose(Some(on_close.as_ref().unchecked_ref()));
     on_close.forget();
@@ -95,19 +94,48 @@ fn worker_script() -> Option<String> {
 /// Starts the engine in a Web Worker of this page; `fallback`: because no
 /// server answered.
 fn start_page(app: App, fallback: bool) {
+    if let Some(worker) = page_worker(app, fallback, None) {
+        app.status.set(Status::Connecting);
+        socket::set(Link::Page {
+            worker,
+            ready: false,
+        });
+    }
+}
+
+/// Ends the engine in this page and starts a new one from `resume` (what
+/// `worker::run` reads: the lines to replay and the command to stop).
+pub fn restart_page(app: App, resume: &str) {
+    socket::end_page();
+    let fallback = matches!(app.status.get_untracked(), Status::Page { fallback: true });
+    let Some(worker) = page_worker(app, fallback, Some(resume)) else {
+        return;
+    };
+    // The worker keeps what comes before it listens (`scripts/build-web`).
+    let _ = worker.post_message(&JsValue::from_str(resume));
+    socket::set(Link::Page {
+        worker,
+        ready: true,
+    });
+}
+
+/// A worker running the page's engine, its messages going to `App::handle`;
+/// named `resume` when it starts from a message (see `restart_page`).
+fn page_worker(app: App, fallback: bool, resume: Option<&str>) -> Option<Worker> {
     let failed = |why: String| app.status.set(Status::Closed(why));
     let Some(script) = worker_script() else {
-        return failed(
-            "this build of the page has no engine of its own; it needs its server".into(),
-        );
+        failed("this build of the page has no engine of its own; it needs its server".into());
+        return None;
     };
     let options = WorkerOptions::new();
     options.set_type(WorkerType::Module);
-    let worker = match Worker::new_with_options(&script, &options) {
-        Ok(worker) => worker,
-        Err(_) => return failed("this browser cannot start the engine in the page".into()),
+    if resume.is_some() {
+        options.set_name(crate::worker::RESUME);
+    }
+    let Ok(worker) = Worker::new_with_options(&script, &options) else {
+        failed("this browser cannot start the engine in the page".into());
+        return None;
     };
-    app.status.set(Status::Connecting);
     let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
         if let Some(text) = e.data().as_string() {
             if !matches!(app.status.get_untracked(), Status::Page { .. }) {
@@ -127,8 +155,5 @@ fn start_page(app: App, fallback: bool) {
     });
     worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
     on_error.forget();
-    socket::set(Link::Page {
-        worker,
-        ready: false,
-    });
+    Some(worker)
 }

@@ -17,6 +17,7 @@ mod play;
 mod replay;
 mod socket;
 mod state;
+mod stopping;
 mod url;
 mod views;
 mod worker;
@@ -76,8 +77,9 @@ fn main() {
     }
 }
 
-/// The entry of the engine's worker (the build's worker script calls it).
+/// The entry of the engine's worker (the build's worker script calls it
+/// with the messages that came while the wasm loaded).
 #[wasm_bindgen]
-pub fn worker_main() {
-    worker::run();
+pub fn worker_main(early: js_sys::Array) {
+    worker::run(early);
 }

@@ -10,12 +10,23 @@ use vramlab_shared::command::{parse_value, CommandLine};
 const MOVE_KEY: &str = "vramlab_move";
 
 thread_local! {
-    static RAN: RefCell<Vec<serde_json::Value>> = const { RefCell::new(Vec::new()) };
+    /// Every line sent to the engine in the page, with its command id.
+    static RAN: RefCell<Vec<(u64, serde_json::Value)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The engine in the page was sent this line.
-pub fn ran(line: &CommandLine) {
-    RAN.with(|r| r.borrow_mut().push(line.clone().into()));
+/// The engine in the page was sent this line as command `id`.
+pub fn ran(id: u64, line: &CommandLine) {
+    RAN.with(|r| r.borrow_mut().push((id, line.clone().into())));
+}
+
+/// The lines sent before command `id`, and those from it on.
+pub fn split_at(id: u64) -> (Vec<serde_json::Value>, Vec<(u64, serde_json::Value)>) {
+    RAN.with(|r| {
+        let r = r.borrow();
+        let at = r.iter().position(|(i, _)| *i >= id).unwrap_or(r.len());
+        let before = r[..at].iter().map(|(_, line)| line.clone()).collect();
+        (before, r[at..].to_vec())
+    })
 }
 
 fn storage() -> Option<web_sys::Storage> {
@@ -24,7 +35,8 @@ fn storage() -> Option<web_sys::Storage> {
 
 /// Keeps the lines for the next page and loads it on the server.
 pub fn start() {
-    let lines = RAN.with(|r| serde_json::Value::Array(r.borrow().clone()));
+    let lines = RAN.with(|r| r.borrow().iter().map(|(_, line)| line.clone()).collect());
+    let lines = serde_json::Value::Array(lines);
     if let Some(s) = storage() {
         let _ = s.set_item(MOVE_KEY, &lines.to_string());
     }

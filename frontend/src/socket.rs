@@ -80,6 +80,16 @@ pub fn page_ready() {
     });
 }
 
+/// Ends the engine in this page, if it runs one (a busy worker stops at
+/// once).
+pub fn end_page() {
+    LINK.with(|l| {
+        if let Some(Link::Page { worker, .. }) = l.borrow_mut().take() {
+            worker.terminate();
+        }
+    });
+}
+
 /// Whether messages go to the engine in this page.
 pub fn is_page() -> bool {
     LINK.with(|l| matches!(l.borrow().as_ref(), Some(Link::Page { .. })))

@@ -105,7 +105,11 @@ struct Pending {
 pub struct App {
     pub status: RwSignal<Status>,
     pub hello: RwSignal<Option<Hello>>,
+    /// The segments and objects, as of the last snapshot or delta.
     pub snapshot: RwSignal<Option<Snapshot>>,
+    /// The numbers now: from the last snapshot, delta or result (a result
+    /// comes before its delta, and its numbers need not wait for the map).
+    pub stats: RwSignal<Option<Stats>>,
     pub history: RwSignal<Vec<Point>>,
     pub events: RwSignal<VecDeque<Event>>,
     pub code: RwSignal<Vec<String>>,
@@ -164,6 +168,7 @@ impl App {
             status: RwSignal::new(Status::Connecting),
             hello: RwSignal::new(None),
             snapshot: RwSignal::new(None),
+            stats: RwSignal::new(None),
             history: RwSignal::new(Vec::new()),
             events: RwSignal::new(VecDeque::new()),
             code: RwSignal::new(Vec::new()),
@@ -233,7 +238,7 @@ impl App {
     }
 
     pub fn stats(&self) -> Option<Stats> {
-        self.snapshot.with(|s| s.as_ref().map(|s| s.stats.clone()))
+        self.stats.get()
     }
 
     /// Runs a command built by a control; its line joins the code cell.
@@ -257,15 +262,12 @@ impl App {
     /// Sends a parsed line without writing it into the Python pane.
     pub fn submit_quietly(&self, line: CommandLine) -> Option<u64> {
         let command = line.command.clone().ok()?;
-        if socket::is_page() {
-            crate::moving::ran(&line);
-        }
         let id = self.next_id.get_untracked();
         self.next_id.set(id + 1);
-        let before = self
-            .snapshot
-            .with_untracked(|s| s.as_ref().map(|s| s.stats.clone()))
-            .unwrap_or_default();
+        if socket::is_page() {
+            crate::moving::ran(id, &line);
+        }
+        let before = self.stats.get_untracked().unwrap_or_default();
         self.pending
             .update(|p| _ = p.insert(id, Pending { command, before }));
         socket::send(&ClientMessage::Command {
@@ -273,6 +275,11 @@ impl App {
             command: Box::new(line),
         });
         Some(id)
+    }
+
+    /// The commands sent and not yet answered.
+    pub fn pending_ids(&self) -> Vec<u64> {
+        self.pending.with_untracked(|p| p.keys().copied().collect())
     }
 
     /// On the server's hello: replays the lines a move brought, if any.
@@ -314,14 +321,11 @@ impl App {
             return;
         }
         let app = *self;
-        let next = wasm_bindgen::closure::Closure::once_into_js(move || app.send_moved_line());
-        if let Some(w) = web_sys::window() {
-            let wait = self.play.min_ms.get_untracked() as i32;
-            let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(
-                wasm_bindgen::JsCast::unchecked_ref(&next),
-                wait,
-            );
-        }
+        let wait = self.play.min_ms.get_untracked();
+        set_timeout(
+            move || app.send_moved_line(),
+            std::time::Duration::from_millis(wait),
+        );
     }
 
     fn push_events(&self, events: &[Event]) {
@@ -368,11 +372,13 @@ impl App {
                 let s = *snapshot;
                 let point = Point::new(&s.stats, s.stats.allocated_bytes, None);
                 self.history.update(|h| history::push_sample(h, point));
+                self.stats.set(Some(s.stats.clone()));
                 self.snapshot.set(Some(s));
             }
             ServerMessage::Delta(delta) => {
                 let point = Point::new(&delta.stats, delta.peak_allocated_bytes, None);
                 self.history.update(|h| history::push_sample(h, point));
+                self.stats.set(Some(delta.stats.clone()));
                 self.snapshot.update(|s| {
                     if let Some(s) = s {
                         apply(s, &delta);
@@ -408,12 +414,8 @@ impl App {
     fn on_result(&self, id: u64, record: StepRecord) {
         self.progress.set(None);
         // The result's stats are the state after the command; the segment
-        // map follows with the next delta.
-        self.snapshot.update(|s| {
-            if let Some(s) = s {
-                s.stats = record.stats.clone();
-            }
-        });
+        // map and the tables follow with the next delta.
+        self.stats.set(Some(record.stats.clone()));
         self.last_step.set(Some(record.step));
         self.results.update(|n| *n += 1);
         let pending = self.pending.try_update(|p| p.remove(&id)).flatten();

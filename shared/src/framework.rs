@@ -21,14 +21,14 @@ use serde::{Deserialize, Deserializer, Serialize};
 /// The largest simulated device accepted (1 PiB): anything above is a typo.
 pub const MAX_DEVICE_BYTES: u64 = 1024 * 1024 * GIB;
 
-/// Every kernel setting, resolved (what `restart` patches).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// Every kernel setting, resolved (what `restart` patches); read by hand
+/// (`read`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Settings {
     pub framework: Framework,
     /// The GPU model the simulated device stands for, if one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuModel>,
-    #[serde(default = "default_compute_capability")]
     pub compute_capability: (u32, u32),
     pub device_total_bytes: u64,
     pub context_bytes: u64,
@@ -44,14 +44,12 @@ pub struct Settings {
     pub per_process_memory_fraction: Option<f64>,
     /// `CUBLAS_WORKSPACE_CONFIG` (e.g. `:4096:8`; `:0:0` for none), unset
     /// by default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cublas_workspace_config: Option<String>,
     /// `roundup_power2_divisions` (`PYTORCH_CUDA_ALLOC_CONF`): one number
     /// for every size or a per-interval list; 0: off.
-    #[serde(default)]
     pub roundup_power2_divisions: RoundupDivisions,
     /// `expandable_segments:True` (`PYTORCH_CUDA_ALLOC_CONF`).
-    #[serde(default)]
     pub expandable_segments: bool,
 }
 
@@ -78,10 +76,6 @@ impl Default for Settings {
             expandable_segments: false,
         }
     }
-}
-
-fn default_compute_capability() -> (u32, u32) {
-    DEFAULT_COMPUTE_CAPABILITY
 }
 
 /// Deserializes a field that may be absent (keep the old value), `null`
@@ -537,5 +531,6 @@ pub fn oom_message(settings: &Settings, oom: &OutOfMemory, tensor: &TensorDesc) 
     }
 }
 
+mod read;
 #[cfg(test)]
 mod tests;

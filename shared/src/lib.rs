@@ -32,6 +32,7 @@ pub mod device;
 pub mod engine;
 pub mod error;
 pub mod explain;
+pub mod fields;
 pub mod framework;
 pub mod gpu;
 pub mod input;

@@ -3,13 +3,15 @@
 
 use crate::alloc::TraceAction;
 use crate::types::Category;
+use serde::de::{Deserializer, Error as _};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// The numbers of DESIGN.md, in bytes or counts. For TensorFlow and JAX,
 /// allocated is the BFC allocator's `bytes_in_use` and reserved its
 /// `pool_bytes`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Stats {
     /// `memory_allocated()`.
     pub allocated_bytes: u64,
@@ -54,29 +56,68 @@ impl Stats {
             let category = Category::ALL.into_iter().find(|c| c.name() == name)?;
             return Some(self.categories.get(&category).copied().unwrap_or(0));
         }
-        Some(match key {
-            "allocated_bytes" => self.allocated_bytes,
-            "reserved_bytes" => self.reserved_bytes,
-            "active_bytes" => self.active_bytes,
-            "requested_bytes" => self.requested_bytes,
-            "inactive_split_bytes" => self.inactive_split_bytes,
-            "peak_allocated_bytes" => self.peak_allocated_bytes,
-            "peak_reserved_bytes" => self.peak_reserved_bytes,
-            "device_used_bytes" => self.device_used_bytes,
-            "device_total_bytes" => self.device_total_bytes,
-            "device_free_bytes" => self.device_free_bytes,
-            "segments" => self.segments,
-            "num_alloc_retries" => self.num_alloc_retries,
-            "num_ooms" => self.num_ooms,
-            "allocations" => self.allocations,
-            "context_bytes" => self.context_bytes,
-            "other_processes_bytes" => self.other_processes_bytes,
-            "num_device_alloc" => self.num_device_alloc,
-            "num_device_free" => self.num_device_free,
-            "step_peak_allocated_bytes" => self.step_peak_allocated_bytes,
-            "step_peak_reserved_bytes" => self.step_peak_reserved_bytes,
-            _ => return None,
-        })
+        let mut stats = self.clone();
+        let found = stats.counts().into_iter().find(|(k, _)| *k == key);
+        found.map(|(_, v)| *v)
+    }
+
+    /// Every count by its JSON name, in the order they are written (all
+    /// but `categories`).
+    fn counts(&mut self) -> [(&'static str, &mut u64); 20] {
+        [
+            ("allocated_bytes", &mut self.allocated_bytes),
+            ("reserved_bytes", &mut self.reserved_bytes),
+            ("active_bytes", &mut self.active_bytes),
+            ("requested_bytes", &mut self.requested_bytes),
+            ("inactive_split_bytes", &mut self.inactive_split_bytes),
+            ("peak_allocated_bytes", &mut self.peak_allocated_bytes),
+            ("peak_reserved_bytes", &mut self.peak_reserved_bytes),
+            ("device_used_bytes", &mut self.device_used_bytes),
+            ("device_total_bytes", &mut self.device_total_bytes),
+            ("device_free_bytes", &mut self.device_free_bytes),
+            ("segments", &mut self.segments),
+            ("num_alloc_retries", &mut self.num_alloc_retries),
+            ("num_ooms", &mut self.num_ooms),
+            ("allocations", &mut self.allocations),
+            ("context_bytes", &mut self.context_bytes),
+            ("other_processes_bytes", &mut self.other_processes_bytes),
+            ("num_device_alloc", &mut self.num_device_alloc),
+            ("num_device_free", &mut self.num_device_free),
+            (
+                "step_peak_allocated_bytes",
+                &mut self.step_peak_allocated_bytes,
+            ),
+            (
+                "step_peak_reserved_bytes",
+                &mut self.step_peak_reserved_bytes,
+            ),
+        ]
+    }
+}
+
+/// Read by hand, through the names [`Stats::counts`] gives: every result,
+/// delta and snapshot carries the stats, and serde's derived reader for
+/// twenty fields is a large part of the page's download. As with the
+/// derived one, every field must be there and others are ignored.
+impl<'de> Deserialize<'de> for Stats {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut fields = serde_json::Map::<String, Value>::deserialize(d)?;
+        let mut stats = Stats::default();
+        for (key, slot) in stats.counts() {
+            let value = fields
+                .remove(key)
+                .ok_or_else(|| D::Error::missing_field(key))?;
+            *slot = value.as_u64().ok_or_else(|| {
+                D::Error::custom(format!(
+                    "{key}: expected a count of bytes or blocks, got {value}"
+                ))
+            })?;
+        }
+        let categories = fields
+            .remove("categories")
+            .ok_or_else(|| D::Error::missing_field("categories"))?;
+        stats.categories = BTreeMap::deserialize(categories).map_err(D::Error::custom)?;
+        Ok(stats)
     }
 }
 
@@ -116,5 +157,56 @@ impl From<TraceAction> for EventAction {
             TraceAction::SegmentFree => EventAction::SegmentFree,
             TraceAction::Oom => EventAction::Oom,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Stats {
+        let mut s = Stats::default();
+        for (i, (_, slot)) in s.counts().into_iter().enumerate() {
+            *slot = 1000 + i as u64;
+        }
+        s.categories.insert(Category::Activation, 512);
+        s
+    }
+
+    #[test]
+    fn stats_read_back_as_written() {
+        let s = sample();
+        let text = serde_json::to_string(&s).unwrap();
+        assert_eq!(serde_json::from_str::<Stats>(&text).unwrap(), s);
+        let value = serde_json::to_value(&s).unwrap();
+        assert_eq!(Stats::deserialize(value).unwrap(), s);
+    }
+
+    #[test]
+    fn every_count_has_its_own_name() {
+        let s = sample();
+        assert_eq!(s.get("allocated_bytes"), Some(1000));
+        assert_eq!(s.get("step_peak_reserved_bytes"), Some(1019));
+        assert_eq!(s.get("categories.activation"), Some(512));
+        assert_eq!(s.get("categories.parameter"), Some(0));
+        assert_eq!(s.get("allocated"), None);
+        let value = serde_json::to_value(&s).unwrap();
+        assert_eq!(value.as_object().unwrap().len(), 21);
+    }
+
+    #[test]
+    fn a_missing_or_wrong_count_is_named() {
+        let mut value = serde_json::to_value(sample()).unwrap();
+        value["unknown"] = 7.into();
+        assert!(serde_json::from_value::<Stats>(value.clone()).is_ok());
+        value["num_ooms"] = "two".into();
+        let e = serde_json::from_value::<Stats>(value.clone()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "num_ooms: expected a count of bytes or blocks, got \"two\""
+        );
+        value.as_object_mut().unwrap().remove("segments");
+        let e = serde_json::from_value::<Stats>(value).unwrap_err();
+        assert_eq!(e.to_string(), "missing field `segments`");
     }
 }

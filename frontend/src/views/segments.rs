@@ -21,11 +21,23 @@ const LABEL: f64 = 70.0;
 const MAX_ROWS: usize = 2000;
 
 /// Draws every segment (up to [`MAX_ROWS`]) on the canvas.
-pub(super) fn draw(c: &web_sys::HtmlCanvasElement, segments: &[SegmentSnapshot]) -> Option<()> {
-    let width = c.client_width().max(300) as f64;
+/// `width` is the canvas's width on screen, in CSS pixels.
+pub(super) fn draw(
+    c: &web_sys::HtmlCanvasElement,
+    width: u32,
+    segments: &[SegmentSnapshot],
+) -> Option<()> {
     let rows = segments.len().clamp(1, MAX_ROWS);
-    c.set_width(width as u32);
-    c.set_height((rows as f64 * ROW) as u32);
+    let height = (rows as f64 * ROW) as u32;
+    let width = width.max(300);
+    // Setting a size, even the same one, would make the page lay out again.
+    if c.width() != width {
+        c.set_width(width);
+    }
+    if c.height() != height {
+        c.set_height(height);
+    }
+    let width = f64::from(width);
     let ctx = c
         .get_context("2d")
         .ok()??
@@ -183,14 +195,38 @@ pub(super) fn heading(segments: &[SegmentSnapshot], draw_ms: f64) -> String {
 pub fn SegmentMap(app: App) -> impl IntoView {
     let canvas = NodeRef::<html::Canvas>::new();
     let tip = RwSignal::new(String::new());
+    // Drawn in the next frame, once however many deltas came before it.
+    // The width on screen is measured only when it may have changed (it
+    // makes the browser lay the page out at once).
+    let queued = StoredValue::new(false);
+    // (the window's width and projector mode then, the canvas's width).
+    let width = StoredValue::new((0.0, false, 0));
     Effect::new(move |_| {
+        app.snapshot.track();
+        app.projector.track();
         let Some(c) = canvas.get() else {
             return;
         };
-        let start = now_ms();
-        app.snapshot
-            .with(|snap| snap.as_ref().and_then(|s| draw(&c, &s.segments)));
-        app.draw_ms.set(now_ms() - start);
+        if queued.get_value() {
+            return;
+        }
+        queued.set_value(true);
+        request_animation_frame(move || {
+            queued.set_value(false);
+            let start = now_ms();
+            let window = web_sys::window()
+                .and_then(|w| w.inner_width().ok()?.as_f64())
+                .unwrap_or(0.0);
+            let projector = app.projector.get_untracked();
+            let (was, was_projector, mut w) = width.get_value();
+            if (was, was_projector) != (window, projector) {
+                w = c.client_width().max(0) as u32;
+                width.set_value((window, projector, w));
+            }
+            app.snapshot
+                .with_untracked(|snap| snap.as_ref().and_then(|s| draw(&c, w, &s.segments)));
+            app.draw_ms.set(now_ms() - start);
+        });
     });
     let on_move = move |e: web_sys::MouseEvent| {
         let Some(c) = canvas.get() else {
@@ -201,9 +237,11 @@ pub fn SegmentMap(app: App) -> impl IntoView {
             .with(|snap| hover(&c, &e, &snap.as_ref()?.segments));
         tip.set(text.unwrap_or_default());
     };
+    // Says what the canvas shows: it changes when a drawing is done.
     let title = move || {
+        let ms = app.draw_ms.get();
         app.snapshot
-            .with(|s| s.as_ref().map(|s| heading(&s.segments, app.draw_ms.get())))
+            .with_untracked(|s| s.as_ref().map(|s| heading(&s.segments, ms)))
             .unwrap_or_default()
     };
     view! {

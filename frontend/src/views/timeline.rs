@@ -5,6 +5,7 @@
 //! into commands, reset to see them all; the keys show or hide a line.
 
 use super::colour_of;
+use crate::clock::after_paint;
 use crate::history::Point;
 use crate::state::App;
 use leptos::prelude::*;
@@ -122,6 +123,15 @@ fn labels(frame: &Frame) -> Vec<(f64, f64, String)> {
     out
 }
 
+/// One path for the labelled commands' vertical lines (one attribute to
+/// change, however many commands there are).
+fn mark_lines(labels: &[(f64, f64, String)]) -> String {
+    labels
+        .iter()
+        .map(|(x, _, _)| format!("M{x:.1} 0V{H}"))
+        .collect()
+}
+
 /// The words for the point under the pointer.
 fn describe(p: &Point) -> String {
     let what = p
@@ -211,8 +221,23 @@ pub fn Timeline(app: App) -> impl IntoView {
     let window = RwSignal::new(None::<(usize, usize)>);
     let hover = RwSignal::new(None::<usize>);
     let drag = RwSignal::new(None::<usize>);
+    // The chart follows the history after the numbers are on screen, once
+    // however many points came in between.
+    let redraw = Trigger::new();
+    let queued = StoredValue::new(false);
+    Effect::new(move |_| {
+        app.history.track();
+        if !queued.get_value() {
+            queued.set_value(true);
+            after_paint(move || {
+                queued.set_value(false);
+                redraw.notify();
+            });
+        }
+    });
     let in_view = move || {
-        app.history.with(|h| {
+        redraw.track();
+        app.history.with_untracked(|h| {
             let (a, b) = window
                 .get()
                 .map_or((0, h.len()), |(a, b)| (a.min(h.len()), b.min(h.len())));
@@ -265,9 +290,10 @@ pub fn Timeline(app: App) -> impl IntoView {
                 {move || drawn.get().1.into_iter().map(|(y, label)| view! {
                     <g class="tick"><line x1=LEFT x2=W y1=y y2=y /><text x=LEFT - 4.0 y=y + 3.0 text-anchor="end">{label}</text></g>
                 }).collect::<Vec<_>>()}
-                {move || drawn.get().2.into_iter().map(|(x, y, l)| view! {
-                    <g class="mark"><line x1=x x2=x y1="0" y2=H /><text x=x + 1.0 y=y>{l}</text></g>
-                }).collect::<Vec<_>>()}
+                <g class="mark">
+                    <path d=move || drawn.with(|d| mark_lines(&d.2)) />
+                    {move || drawn.get().2.into_iter().map(|(x, y, l)| view! { <text x=x + 1.0 y=y>{l}</text> }).collect::<Vec<_>>()}
+                </g>
                 <polyline class="line-device" points=move || drawn.with(|d| d.0[2].clone()) stroke=LINES[2].1 visibility=move || if shown.get()[2] { "visible" } else { "hidden" } />
                 <polyline class="line-reserved" points=move || drawn.with(|d| d.0[1].clone()) stroke=LINES[1].1 visibility=move || if shown.get()[1] { "visible" } else { "hidden" } />
                 <polyline class="line-allocated" points=move || drawn.with(|d| d.0[0].clone()) stroke=LINES[0].1 visibility=move || if shown.get()[0] { "visible" } else { "hidden" } />

@@ -23,9 +23,10 @@ pub fn TraceSegments(r: Replays) -> impl IntoView {
     Effect::new(move |_| {
         let Some(c) = canvas.get() else { return };
         let start = now_ms();
+        let width = c.client_width().max(0) as u32;
         segments.with(|s| match s {
-            Some(Ok(s)) => draw(&c, s),
-            _ => draw(&c, &[]),
+            Some(Ok(s)) => draw(&c, width, s),
+            _ => draw(&c, width, &[]),
         });
         draw_ms.set(now_ms() - start);
     });

@@ -12,7 +12,6 @@ use vramlab_shared::command::{
 };
 use vramlab_shared::engine::{MAX_BATCH_SIZE, MAX_TRAIN_STEPS};
 use vramlab_shared::input;
-use vramlab_shared::protocol::ClientMessage;
 use vramlab_shared::train::{OptimizerKind, MAX_LAYERS, MAX_WIDTH};
 
 const PAGE_LAYERS: u64 = 8;
@@ -222,7 +221,7 @@ pub fn Training(app: App) -> impl IntoView {
             {button(app, "btn-find-batch", "find batch size", "The largest batch whose step stays under 80% of the memory limit", find_batch_size)}
             {button(app, "btn-tf-session", "tf.Session()", "TensorFlow 1: models built now belong to the session", move || Command::TfSession(session("sess")))}
             {button(app, "btn-close-session", "sess.close()", "Close the TF1 session", move || Command::Close(session("sess")))}
-            <button id="btn-pause" disabled=move || app.read_only() on:click=move |_| { app.play.stop(); crate::socket::send(&ClientMessage::Stop {}); }>"❚❚ pause"</button>
+            <button id="btn-pause" disabled=move || app.read_only() on:click=move |_| crate::stopping::stop(app)>"❚❚ pause"</button>
         </fieldset>
     }
 }

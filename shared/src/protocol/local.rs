@@ -44,6 +44,14 @@ struct Sent {
     next_event: u64,
 }
 
+/// The command a page stopped, to run again up to where it stopped.
+pub struct Stopped {
+    pub id: u64,
+    pub line: CommandLine,
+    /// The steps the page had seen done (at least one is run).
+    pub after_steps: u64,
+}
+
 pub struct LocalSession {
     engine: Engine,
     outlet: Outlet,
@@ -63,6 +71,35 @@ impl LocalSession {
         };
         (outlet.post)(&session.hello());
         (outlet.post)(&session.full_snapshot());
+        session
+    }
+
+    /// A session the page starts again to stop a running command: a
+    /// command that runs cannot read a stop, so the page ends its engine and
+    /// starts a new one from the same command lines. The engine is
+    /// deterministic, so replaying `lines` (silently) brings back the same
+    /// state; then a resumed hello, a full snapshot, and `stopped` runs
+    /// again, stopping after as many steps as the page had seen done, as a
+    /// server stops a command after its current step.
+    pub fn resume(outlet: Outlet, lines: &[CommandLine], stopped: Option<Stopped>) -> Self {
+        let mut session = Self {
+            engine: Engine::new_simulated(),
+            outlet,
+            sent: Arc::default(),
+            subscribed: true,
+        };
+        for line in lines {
+            session.engine.run_parsed(line);
+        }
+        let mut hello = session.hello();
+        if let ServerMessage::Hello(h) = &mut hello {
+            h.resumed = true;
+        }
+        (outlet.post)(&hello);
+        (outlet.post)(&session.full_snapshot());
+        if let Some(s) = stopped {
+            session.run(s.id, &s.line, s.after_steps.max(1));
+        }
         session
     }
 
@@ -98,7 +135,7 @@ impl LocalSession {
             Err(error) => return post(&ServerMessage::Error { id: None, error }),
         };
         match msg {
-            ClientMessage::Command { id, command } => self.run(id, &command),
+            ClientMessage::Command { id, command } => self.run(id, &command, u64::MAX),
             ClientMessage::Subscribe {} => self.subscribed = true,
             ClientMessage::Unsubscribe {} => self.subscribed = false,
             ClientMessage::Snapshot {} => post(&self.full_snapshot()),
@@ -111,16 +148,20 @@ impl LocalSession {
     }
 
     /// Runs one command: live updates while it runs (when subscribed),
-    /// then its result and the last update.
-    fn run(&mut self, id: u64, line: &CommandLine) {
+    /// then its result and the last update. A loop of steps stops once
+    /// `stop_after` are done.
+    fn run(&mut self, id: u64, line: &CommandLine, stop_after: u64) {
         let outlet = self.outlet;
-        if self.subscribed {
+        let subscribed = self.subscribed;
+        if subscribed || stop_after < u64::MAX {
             let sent = self.sent.clone();
             let mut last = (outlet.now_ms)();
             self.engine
                 .set_progress_hook(Some(Box::new(move |e: &mut Engine, p: &Progress| {
                     let now = (outlet.now_ms)();
-                    if now - last >= LIVE_INTERVAL_MS || p.done == p.total {
+                    let go_on = p.done < stop_after;
+                    let last_one = p.done == p.total || !go_on;
+                    if subscribed && (now - last >= LIVE_INTERVAL_MS || last_one) {
                         (outlet.post)(&ServerMessage::Progress {
                             id,
                             done: p.done,
@@ -130,7 +171,7 @@ impl LocalSession {
                         post_updates(e, &sent, outlet.post);
                         last = now;
                     }
-                    true
+                    go_on
                 })));
         }
         let record = self.engine.run_parsed(line);

@@ -23,8 +23,8 @@ pub const SNAPSHOT_EVENTS: usize = 2_000;
 /// The most events one live batch carries (the rest are counted as dropped).
 pub const LIVE_EVENT_BATCH: usize = 100;
 
-/// One line of `vramlab run` output.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// One line of `vramlab run` output (read by `read`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StepRecord {
     pub step: u64,
     pub cmd: Value,
@@ -134,8 +134,8 @@ pub struct Limits {
     pub session_quota_bytes: Option<u64>,
 }
 
-/// The first message on every connection.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// The first message on every connection (read by `read`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Hello {
     pub protocol_version: u32,
     pub session_id: String,

@@ -3,11 +3,12 @@
 //! server and the page's engine read them). By hand: serde's internally
 //! tagged enums first buffer every message into a tree of their own.
 
-use super::{ClientMessage, ServerMessage};
+use super::{ClientMessage, Hello, ServerMessage, StepRecord};
+use crate::fields::Fields;
 use crate::memory_snapshot;
-use serde::de::{DeserializeOwned, Deserializer, Error as _};
+use serde::de::{Deserializer, Error as _};
 use serde::Deserialize;
-use serde_json::{Error, Map, Value};
+use serde_json::{Error, Map};
 
 /// Every message's `"type"`.
 const TYPES: [&str; 11] = [
@@ -26,9 +27,9 @@ const TYPES: [&str; 11] = [
 
 impl<'de> Deserialize<'de> for ServerMessage {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let mut fields = Fields(Map::deserialize(d)?);
+        let mut fields = Fields::new(Map::deserialize(d)?);
         let kind: String = fields.take("type").map_err(D::Error::custom)?;
-        fields.read(&kind).map_err(D::Error::custom)
+        read(fields, &kind).map_err(D::Error::custom)
     }
 }
 
@@ -46,115 +47,130 @@ const CLIENT_TYPES: [&str; 8] = [
 
 impl<'de> Deserialize<'de> for ClientMessage {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let mut fields = Fields(Map::deserialize(d)?);
+        let mut fields = Fields::new(Map::deserialize(d)?);
         let kind: String = fields.take("type").map_err(D::Error::custom)?;
-        fields.read_client(&kind).map_err(D::Error::custom)
+        read_client(fields, &kind).map_err(D::Error::custom)
     }
 }
 
-/// A message's fields, taken one by one.
-struct Fields(Map<String, Value>);
-
-impl Fields {
-    /// The field `key`; a missing one reads as `null` (an `Option` is
-    /// `None`), and is missing for any other type.
-    fn take<T: DeserializeOwned>(&mut self, key: &'static str) -> Result<T, Error> {
-        match self.0.remove(key) {
-            Some(v) => T::deserialize(v),
-            None => T::deserialize(Value::Null).map_err(|_| Error::missing_field(key)),
+fn read_client(mut f: Fields, kind: &str) -> Result<ClientMessage, Error> {
+    use ClientMessage as M;
+    let (message, fields): (_, &'static [&'static str]) = match kind {
+        "command" => {
+            let id = f.take("id")?;
+            let command = f.take("command")?;
+            (M::Command { id, command }, &["id", "command"])
         }
-    }
-
-    /// The fields not taken, as one value (a variant's struct).
-    fn rest<T: DeserializeOwned>(self) -> Result<T, Error> {
-        T::deserialize(Value::Object(self.0))
-    }
-
-    /// Refuses a field not taken (a client message names only its own).
-    fn done(self, expected: &'static [&'static str]) -> Result<(), Error> {
-        match self.0.keys().next() {
-            Some(key) => Err(Error::unknown_field(key, expected)),
-            None => Ok(()),
-        }
-    }
-
-    fn read_client(mut self, kind: &str) -> Result<ClientMessage, Error> {
-        use ClientMessage as M;
-        let (message, fields): (_, &'static [&'static str]) = match kind {
-            "command" => {
-                let id = self.take("id")?;
-                let command = self.take("command")?;
-                (M::Command { id, command }, &["id", "command"])
-            }
-            "subscribe" => (M::Subscribe {}, &[]),
-            "unsubscribe" => (M::Unsubscribe {}, &[]),
-            "snapshot" => (M::Snapshot {}, &[]),
-            "export_snapshot" => (M::ExportSnapshot {}, &[]),
-            "stop" => (M::Stop {}, &[]),
-            "ping" => {
-                let nonce: Option<u64> = self.take("nonce")?;
-                (
-                    M::Ping {
-                        nonce: nonce.unwrap_or(0),
-                    },
-                    &["nonce"],
-                )
-            }
-            "presenter" => (
-                M::Presenter {
-                    view: self.take("view")?,
+        "subscribe" => (M::Subscribe {}, &[]),
+        "unsubscribe" => (M::Unsubscribe {}, &[]),
+        "snapshot" => (M::Snapshot {}, &[]),
+        "export_snapshot" => (M::ExportSnapshot {}, &[]),
+        "stop" => (M::Stop {}, &[]),
+        "ping" => {
+            let nonce: Option<u64> = f.take("nonce")?;
+            (
+                M::Ping {
+                    nonce: nonce.unwrap_or(0),
                 },
-                &["view"],
-            ),
-            _ => return Err(Error::unknown_variant(kind, &CLIENT_TYPES)),
-        };
-        self.done(fields)?;
-        Ok(message)
-    }
+                &["nonce"],
+            )
+        }
+        "presenter" => (
+            M::Presenter {
+                view: f.take("view")?,
+            },
+            &["view"],
+        ),
+        _ => return Err(Error::unknown_variant(kind, &CLIENT_TYPES)),
+    };
+    f.done(fields)?;
+    Ok(message)
+}
 
-    fn read(mut self, kind: &str) -> Result<ServerMessage, Error> {
-        use ServerMessage as M;
-        Ok(match kind {
-            "hello" => M::Hello(self.rest()?),
-            "result" => M::Result {
-                id: self.take("id")?,
-                record: self.rest()?,
-            },
-            "progress" => M::Progress {
-                id: self.take("id")?,
-                done: self.take("done")?,
-                total: self.take("total")?,
-                loss: self.take("loss")?,
-            },
-            "snapshot" => M::Snapshot {
-                snapshot: self.take("snapshot")?,
-            },
-            "watchers" => M::Watchers {
-                watchers: self.take("watchers")?,
-            },
-            "memory_snapshot" => M::MemorySnapshot {
-                snapshot: Box::new(
-                    memory_snapshot::from_json(self.take("snapshot")?).map_err(Error::custom)?,
-                ),
-            },
-            "delta" => M::Delta(self.rest()?),
-            "presenter" => M::Presenter {
-                view: self.take("view")?,
-            },
-            "events" => M::Events {
-                events: self.take("events")?,
-                dropped: self.take("dropped")?,
-            },
-            "error" => M::Error {
-                id: self.take("id")?,
-                error: self.take("error")?,
-            },
-            "pong" => M::Pong {
-                nonce: self.take("nonce")?,
-            },
-            _ => return Err(Error::unknown_variant(kind, &TYPES)),
-        })
+/// Every result's record, read by hand as the hello is (fields not named
+/// here are ignored; the optional ones may be missing).
+impl<'de> Deserialize<'de> for StepRecord {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut f = Fields::new(Map::deserialize(d)?);
+        record(&mut f).map_err(D::Error::custom)
     }
+}
+
+fn record(f: &mut Fields) -> Result<StepRecord, Error> {
+    Ok(StepRecord {
+        step: f.take("step")?,
+        cmd: f.take("cmd")?,
+        ok: f.take("ok")?,
+        error: f.take("error")?,
+        note: f.take("note")?,
+        value: f.take("value")?,
+        settings: f.take("settings")?,
+        device: f.take("device")?,
+        stats: f.take("stats")?,
+    })
+}
+
+/// A hello's fields (read by hand: a derived reader for a struct of
+/// twelve costs the page kilobytes).
+fn hello(mut f: Fields) -> Result<Hello, Error> {
+    Ok(Hello {
+        protocol_version: f.take("protocol_version")?,
+        session_id: f.take("session_id")?,
+        watch_id: f.take("watch_id")?,
+        role: f.take("role")?,
+        resumed: f.take("resumed")?,
+        backend: f.take("backend")?,
+        device: f.take("device")?,
+        framework: f.take("framework")?,
+        settings: f.take("settings")?,
+        limits: f.take("limits")?,
+        user: f.take("user")?,
+        owner: f.take("owner")?,
+    })
+}
+
+fn read(mut f: Fields, kind: &str) -> Result<ServerMessage, Error> {
+    use ServerMessage as M;
+    Ok(match kind {
+        "hello" => M::Hello(Box::new(hello(f)?)),
+        "result" => M::Result {
+            id: f.take("id")?,
+            record: f.rest()?,
+        },
+        "progress" => M::Progress {
+            id: f.take("id")?,
+            done: f.take("done")?,
+            total: f.take("total")?,
+            loss: f.take("loss")?,
+        },
+        "snapshot" => M::Snapshot {
+            snapshot: f.take("snapshot")?,
+        },
+        "watchers" => M::Watchers {
+            watchers: f.take("watchers")?,
+        },
+        "memory_snapshot" => M::MemorySnapshot {
+            snapshot: Box::new(
+                memory_snapshot::from_json(f.take("snapshot")?).map_err(Error::custom)?,
+            ),
+        },
+        "delta" => M::Delta(f.rest()?),
+        "presenter" => M::Presenter {
+            view: f.take("view")?,
+        },
+        "events" => M::Events {
+            events: f.take("events")?,
+            dropped: f.take("dropped")?,
+        },
+        "error" => M::Error {
+            id: f.take("id")?,
+            error: f.take("error")?,
+        },
+        "pong" => M::Pong {
+            nonce: f.take("nonce")?,
+        },
+        _ => return Err(Error::unknown_variant(kind, &TYPES)),
+    })
 }
 
 #[cfg(test)]
@@ -327,5 +343,25 @@ mod tests {
             serde_json::from_str::<ClientMessage>(r#"{"type":"ping"}"#).unwrap(),
             ClientMessage::Ping { nonce: 0 }
         );
+    }
+
+    #[test]
+    fn a_record_reads_without_its_optional_fields_and_names_a_missing_one() {
+        let mut engine = Engine::new_simulated();
+        let record = engine.run_line(r#"{"cmd":"restart","framework":"jax"}"#);
+        assert!(record.settings.is_some() && record.device.is_some());
+        let mut v = serde_json::to_value(&record).unwrap();
+        assert_eq!(
+            serde_json::from_value::<StepRecord>(v.clone()).unwrap(),
+            record
+        );
+        for key in ["error", "note", "value", "settings", "device"] {
+            v.as_object_mut().unwrap().remove(key);
+        }
+        let bare = serde_json::from_value::<StepRecord>(v.clone()).unwrap();
+        assert_eq!((bare.settings, bare.note, bare.value), (None, None, None));
+        v.as_object_mut().unwrap().remove("stats");
+        let e = serde_json::from_value::<StepRecord>(v).unwrap_err();
+        assert_eq!(e.to_string(), "missing field `stats`");
     }
 }

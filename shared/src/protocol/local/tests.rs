@@ -204,3 +204,54 @@ fn ping_snapshot_export_and_bad_messages_are_answered() {
     assert_eq!(exported.segments.len(), snapshot.segments.len());
     assert_eq!(error.kind, crate::protocol::ConnectionErrorKind::BadMessage);
 }
+
+/// A page stops a running command by starting its engine again: the lines
+/// before it replay silently, and the command runs to where it stopped,
+/// with the same state as an engine that stopped it there.
+#[test]
+fn a_resumed_session_replays_and_stops_where_the_page_stopped() {
+    let lines: Vec<CommandLine> = TRAINING
+        .iter()
+        .map(|l| crate::command::parse_value(serde_json::from_str(l).unwrap()))
+        .collect();
+    let (before, train) = lines.split_at(3);
+    taken();
+    let session = LocalSession::resume(
+        Outlet { post, now_ms },
+        before,
+        Some(Stopped {
+            id: 9,
+            line: train[0].clone(),
+            after_steps: 2,
+        }),
+    );
+    let said = taken();
+    let ServerMessage::Hello(hello) = &said[0] else {
+        panic!("{:?}", said[0]);
+    };
+    assert!(hello.resumed);
+    assert!(matches!(said[1], ServerMessage::Snapshot { .. }));
+    let results = results(&said);
+    assert_eq!(results.len(), 1, "only the stopped command answers");
+    let record = &results[0];
+    assert_eq!(record.value.as_ref().unwrap()["stopped"], true);
+    assert!(
+        record
+            .note
+            .as_deref()
+            .unwrap()
+            .starts_with("Stopped after 2 of 6 steps."),
+        "{:?}",
+        record.note
+    );
+
+    // The same as an engine that ran the lines and stopped after step 2.
+    let mut engine = Engine::new_simulated();
+    for l in before {
+        engine.run_parsed(l);
+    }
+    engine.set_progress_hook(Some(Box::new(|_: &mut Engine, p: &Progress| p.done < 2)));
+    let expected = engine.run_parsed(&train[0]);
+    assert_eq!(*record, expected);
+    assert_eq!(session.engine().snapshot(0), engine.snapshot(0));
+}

@@ -1,0 +1,51 @@
+//! ❚❚ pause: play stops, and so does the command that runs. The server
+//! stops it after its current step. The engine in the page cannot read a
+//! stop while it runs a command, so the page ends that engine and starts
+//! a new one, which replays the session's earlier lines (the engine is
+//! deterministic: the same state comes back) and runs the stopped command
+//! again up to the step the page had seen done. Commands sent after it are
+//! sent again.
+
+use crate::moving;
+use crate::socket;
+use crate::state::App;
+use leptos::prelude::*;
+use serde_json::json;
+use vramlab_shared::command::parse_value;
+use vramlab_shared::protocol::ClientMessage;
+
+pub fn stop(app: App) {
+    app.play.stop();
+    if !socket::is_page() {
+        socket::send(&ClientMessage::Stop {});
+        return;
+    }
+    // Only a loop of steps reports progress; nothing else can be stopped.
+    let Some((done, _)) = app.progress.get_untracked() else {
+        return;
+    };
+    let pending = app.pending_ids();
+    // Commands run one at a time, in the order sent.
+    let Some(&running) = pending.iter().min() else {
+        return;
+    };
+    let (before, from) = moving::split_at(running);
+    let Some(((_, line), queued)) = from.split_first() else {
+        return;
+    };
+    let resume = json!({
+        "lines": &before,
+        "stopped": {"id": running, "line": line, "after_steps": done},
+    });
+    app.banner.set(Some(format!(
+        "Stopping: the engine in this page starts again and replays this session's {} earlier commands…",
+        before.len()
+    )));
+    crate::conn::restart_page(app, &resume.to_string());
+    for (id, line) in queued.iter().filter(|(id, _)| pending.contains(id)) {
+        socket::send(&ClientMessage::Command {
+            id: *id,
+            command: Box::new(parse_value(line.clone())),
+        });
+    }
+}

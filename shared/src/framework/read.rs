@@ -1,0 +1,88 @@
+//! Settings read by hand, field by field: every hello and every restart's
+//! result carries them, and serde's derived reader for eighteen fields is a
+//! large part of the page's download. As with the derived reader, fields
+//! not named here are ignored, and those with a default may be missing.
+
+use super::{Settings, DEFAULT_COMPUTE_CAPABILITY};
+use crate::fields::Fields;
+use serde::de::{Deserializer, Error as _};
+use serde::Deserialize;
+
+impl<'de> Deserialize<'de> for Settings {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut f = Fields::new(serde_json::Map::deserialize(d)?);
+        read(&mut f).map_err(D::Error::custom)
+    }
+}
+
+fn read(f: &mut Fields) -> Result<Settings, serde_json::Error> {
+    Ok(Settings {
+        framework: f.take("framework")?,
+        gpu: f.take("gpu")?,
+        compute_capability: f.take_or("compute_capability", DEFAULT_COMPUTE_CAPABILITY)?,
+        device_total_bytes: f.take("device_total_bytes")?,
+        context_bytes: f.take("context_bytes")?,
+        other_processes_bytes: f.take("other_processes_bytes")?,
+        allow_growth: f.take("allow_growth")?,
+        memory_limit_bytes: f.take("memory_limit_bytes")?,
+        gpu_garbage_collection: f.take("gpu_garbage_collection")?,
+        preallocate: f.take("preallocate")?,
+        mem_fraction: f.take("mem_fraction")?,
+        no_caching: f.take("no_caching")?,
+        max_split_size_mb: f.take("max_split_size_mb")?,
+        garbage_collection_threshold: f.take("garbage_collection_threshold")?,
+        per_process_memory_fraction: f.take("per_process_memory_fraction")?,
+        cublas_workspace_config: f.take("cublas_workspace_config")?,
+        roundup_power2_divisions: f.take_or("roundup_power2_divisions", Default::default())?,
+        expandable_segments: f.take_or("expandable_segments", false)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Framework;
+
+    #[test]
+    fn settings_read_back_as_written() {
+        let s = Settings {
+            framework: Framework::Jax,
+            memory_limit_bytes: Some(1 << 30),
+            cublas_workspace_config: Some(":4096:8".into()),
+            expandable_segments: true,
+            ..Settings::default()
+        };
+        let text = serde_json::to_string(&s).unwrap();
+        assert_eq!(serde_json::from_str::<Settings>(&text).unwrap(), s);
+    }
+
+    #[test]
+    fn fields_with_a_default_may_be_missing_and_others_are_named() {
+        let mut v = serde_json::to_value(Settings::default()).unwrap();
+        let o = v.as_object_mut().unwrap();
+        for key in [
+            "gpu",
+            "compute_capability",
+            "cublas_workspace_config",
+            "roundup_power2_divisions",
+            "expandable_segments",
+            "memory_limit_bytes",
+        ] {
+            o.remove(key);
+        }
+        o.insert("unknown".into(), 1.into());
+        assert_eq!(
+            serde_json::from_value::<Settings>(v.clone()).unwrap(),
+            Settings::default()
+        );
+        v.as_object_mut().unwrap().remove("preallocate");
+        let e = serde_json::from_value::<Settings>(v.clone()).unwrap_err();
+        assert_eq!(e.to_string(), "missing field `preallocate`");
+        v["preallocate"] = "yes".into();
+        let e = serde_json::from_value::<Settings>(v).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid type: string \"yes\", expected a boolean"
+        );
+    }
+}
