@@ -9,6 +9,7 @@
 //! - [`data`]: the synthetic, learnable classification set.
 
 pub mod data;
+pub mod kinds;
 pub mod math;
 pub mod spec;
 pub mod step;
