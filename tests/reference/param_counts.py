@@ -89,8 +89,9 @@ def describe(kind, shape):
     }
 
 
-print(json.dumps({
-    "torch": torch.__version__,
-    "python": platform.python_version(),
-    "models": [describe(k, s) for k, s in CASES],
-}, indent=1))
+if __name__ == "__main__":
+    print(json.dumps({
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "models": [describe(k, s) for k, s in CASES],
+    }, indent=1))

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""What a training step of each model kind allocates and frees in real
+PyTorch, op by op: every tensor an aten op creates (its bytes, rounded up to
+the caching allocator's 512-byte blocks) and the moment its storage dies,
+recorded with a TorchDispatchMode on the CPU, with the peak of live bytes.
+These are tensor lifetimes, not allocator blocks: no caching, no segments,
+no cuBLAS or cuDNN workspaces (those are the simulator's own rules). On a
+GPU the same ops run, except where a kernel is picked by device: scaled
+dot-product attention here uses the CPU's flash kernel, which, like the
+CUDA ones, saves the log-sum-exp and no S x S matrix.
+
+    python3 tests/reference/step_trace.py > tests/reference/step_trace.json
+
+Needs PyTorch (a CPU build is enough).
+"""
+import json
+import platform
+import weakref
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.checkpoint import checkpoint
+
+from param_counts import cnn, mlp
+
+BLOCK = 512
+
+
+def rounded(n):
+    return (n + BLOCK - 1) // BLOCK * BLOCK
+
+
+class Live(TorchDispatchMode):
+    """Counts the bytes of live storages: each new storage when an op
+    returns it, until the storage is freed."""
+
+    def __init__(self):
+        super().__init__()
+        self.live, self.peak, self.ops = 0, 0, []
+        self.seen = set()
+
+    def track(self, t, op):
+        if not isinstance(t, torch.Tensor):
+            return
+        s = t.untyped_storage()
+        key = s.data_ptr()
+        if key in self.seen or s.nbytes() == 0:
+            return
+        self.seen.add(key)
+        size = rounded(s.nbytes())
+        self.live += size
+        self.peak = max(self.peak, self.live)
+        self.ops.append([op, size])
+
+        def gone(key=key, size=size):
+            self.seen.discard(key)
+            self.live -= size
+            self.ops.append(["free", -size])
+
+        weakref.finalize(s, gone)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        inputs = {
+            t.untyped_storage().data_ptr()
+            for t in torch.utils._pytree.tree_leaves((args, kwargs))
+            if isinstance(t, torch.Tensor)
+        }
+        out = func(*args, **kwargs)
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            # A view or an in-place op returns storage it was given.
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
+                self.track(t, func.__name__)
+        return out
+
+
+class Attention(nn.Module):
+    def __init__(self, width, heads, fused):
+        super().__init__()
+        self.heads, self.fused = heads, fused
+        self.c_attn = nn.Linear(width, 3 * width)
+        self.c_proj = nn.Linear(width, width)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.c_attn(x).split(d, dim=2)
+        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        if self.fused:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / (d // self.heads) ** 0.5)
+            mask = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
+            att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+            y = att @ v
+        return self.c_proj(y.transpose(1, 2).contiguous().view(b, s, d))
+
+
+class Block(nn.Module):
+    def __init__(self, width, heads, fused):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(width)
+        self.attn = Attention(width, heads, fused)
+        self.ln_2 = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class Gpt(nn.Module):
+    def __init__(self, layers, width, heads, seq_len, vocab, fused, checkpointing):
+        super().__init__()
+        self.checkpointing = checkpointing
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(seq_len, width)
+        self.h = nn.ModuleList(Block(width, heads, fused) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(width)
+        self.lm_head = nn.Linear(width, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight
+
+    def forward(self, idx):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        for block in self.h:
+            x = checkpoint(block, x, use_reentrant=False) if self.checkpointing else block(x)
+        return self.lm_head(self.ln_f(x))
+
+
+def trace(build, batch_of, flat):
+    """Two steps of a training loop (`loss = criterion(model(x), y)`, the
+    batch already on the device, Adam as on a GPU: foreach); the second is
+    reported, from its start: Adam's state exists, and the first step's loss
+    lives until the second one's is assigned, as in any loop."""
+    torch.manual_seed(0)
+    model = build()
+    x, y = batch_of()
+    opt = torch.optim.Adam(model.parameters(), foreach=True)
+    mode = Live()
+    with mode:
+        for s in range(2):
+            if s == 1:
+                start, mode.peak, first = mode.live, mode.live, len(mode.ops)
+            logits = model(x) if not flat else model(x).flatten(0, 1)
+            loss = F.cross_entropy(logits, y.flatten())
+            del logits
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        end = mode.live
+    return {"peak_bytes": mode.peak - start, "net_bytes": end - start, "events": mode.ops[first:]}
+
+
+CASES = [
+    ("mlp", dict(layers=2, width=128, input_dim=784, classes=10), dict(batch=32)),
+    ("cnn", dict(channels=3, image_size=32, blocks=3, width=32, classes=10), dict(batch=16)),
+    ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=False, checkpointing=False), dict(batch=4)),
+    ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=True, checkpointing=False), dict(batch=4)),
+    ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=False, checkpointing=True), dict(batch=4)),
+]
+
+
+def run(kind, shape, data):
+    b = data["batch"]
+    if kind == "mlp":
+        return trace(lambda: mlp(**shape), lambda: (torch.randn(b, shape["input_dim"]), torch.randint(0, shape["classes"], (b,))), False)
+    if kind == "cnn":
+        s = shape["image_size"]
+        return trace(lambda: cnn(**shape), lambda: (torch.randn(b, shape["channels"], s, s), torch.randint(0, shape["classes"], (b,))), False)
+    s, v = shape["seq_len"], shape["vocab"]
+    return trace(lambda: Gpt(**shape), lambda: (torch.randint(0, v, (b, s)), torch.randint(0, v, (b, s))), True)
+
+
+if __name__ == "__main__":
+    print(json.dumps({
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "device": "cpu",
+        "block_bytes": BLOCK,
+        "steps": [{"kind": k, **shape, **data, **run(k, shape, data)} for k, shape, data in CASES],
+    }))

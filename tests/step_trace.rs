@@ -1,0 +1,47 @@
+//! A training step's tensors against real PyTorch: the bytes a step adds
+//! over what lived before it, at its peak, as `tests/reference/step_trace.py`
+//! recorded PyTorch's own ops creating and freeing them (tensor lifetimes on
+//! the CPU, each rounded to the caching allocator's 512-byte blocks).
+
+use serde_json::{json, Value};
+use vramlab_shared::engine::Engine;
+
+const PYTORCH: &str = include_str!("reference/step_trace.json");
+
+fn reference(kind: &str) -> Vec<Value> {
+    let all: Value = serde_json::from_str(PYTORCH).unwrap();
+    let steps = all["steps"].as_array().unwrap();
+    steps
+        .iter()
+        .filter(|s| s["kind"] == kind)
+        .cloned()
+        .collect()
+}
+
+/// The peak of the second of two steps over what was allocated before it.
+fn simulated_step_peak(engine: &mut Engine, train: &Value) -> u64 {
+    let first = engine.run_line(&train.to_string());
+    assert!(first.ok, "{:?}", first.error);
+    let before = first.stats.allocated_bytes;
+    let record = engine.run_line(&train.to_string());
+    assert!(record.ok, "{:?}", record.error);
+    record.stats.step_peak_allocated_bytes - before
+}
+
+#[test]
+fn an_mlp_step_peaks_where_pytorchs_does() {
+    let cases = reference("mlp");
+    assert_eq!(cases.len(), 1);
+    let case = &cases[0];
+    let mut engine = Engine::new_simulated();
+    for line in [
+        json!({"cmd":"model","name":"model","layers":case["layers"],"width":case["width"],"input_dim":case["input_dim"],"classes":case["classes"]}),
+        json!({"cmd":"optimizer","name":"opt","model":"model","kind":"adam"}),
+        json!({"cmd":"data","name":"data","on_device":true}),
+    ] {
+        assert!(engine.run_line(&line.to_string()).ok, "{line}");
+    }
+    let train = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":1,"batch_size":case["batch"]});
+    let peak = simulated_step_peak(&mut engine, &train);
+    assert_eq!(peak, case["peak_bytes"].as_u64().unwrap());
+}
