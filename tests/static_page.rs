@@ -294,30 +294,83 @@ async fn pause_stops_a_long_loop_in_the_page() {
     .await;
     js(&page, &format!("(() => {{ const e = document.getElementById('cell-source'); e.value = \"{LONG_LOOP}\"; e.dispatchEvent(new Event('input', {{bubbles: true}})); }})()")).await;
     click(&page, "cell-run").await;
-    let seen = until(&page, "(() => { const m = document.querySelector('.big.peak .api').textContent.match(/^step (\\d+) of 300$/); return m && Number(m[1]) >= 3 && Number(m[1]); })()").await;
-    let seen = seen.as_f64().unwrap_or_else(|| panic!("{seen}")) as u64;
-    let pressed = Instant::now();
-    click(&page, "btn-pause").await;
-    let note = until(&page, "(() => { const r = window.__got.map(m => JSON.parse(m)).filter(m => m.type === 'result' && m.cmd.cmd === 'train'); return r.length ? r[r.length - 1].note : null; })()").await;
-    let took = pressed.elapsed();
-    let note = note.as_str().unwrap();
-    let done: u64 = note
-        .strip_prefix("Stopped after ")
-        .and_then(|n| n.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{note}"));
-    assert!(
-        (seen..300).contains(&done) && note.contains(" of 300 steps."),
-        "seen {seen}, {note}"
-    );
-    println!("figure: no server: a 300-step loop paused at step {done} (step {seen} seen), answered {took:.2?} after the press");
+    let (done, took) = pause_the_loop(&page, 1).await;
+    println!("figure: no server: a 300-step loop paused at step {done}, answered {took:.2?} after the press");
     numbers_match_the_last_result(&page).await;
-    // The engine started again goes on answering.
+    // The engine started again goes on answering, and stops a loop again
+    // (replaying the first as the steps it ran).
     press(&page, "btn-alloc").await;
     numbers_match_the_last_result(&page).await;
+    click(&page, "cell-run").await;
+    pause_the_loop(&page, 2).await;
+    numbers_match_the_last_result(&page).await;
+    same_as_stopped_loops_run(&page).await;
     assert_eq!(
         js(&page, "document.getElementById('status').textContent").await,
         "engine in this page"
     );
     finish(browser, events, profile).await;
+}
+
+/// Waits for the `nth` loop to show step 3 or later, presses ❚❚ pause and
+/// reads the stopped loop's result: the step it stopped after (no earlier
+/// than the one on screen), and how long after the press it came.
+async fn pause_the_loop(page: &Page, nth: usize) -> (u64, Duration) {
+    let seen = until(page, "(() => { const m = document.querySelector('.big.peak .api').textContent.match(/^step (\\d+) of 300$/); return m && Number(m[1]) >= 3 && Number(m[1]); })()").await;
+    let seen = seen.as_f64().unwrap_or_else(|| panic!("{seen}")) as u64;
+    let pressed = Instant::now();
+    click(page, "btn-pause").await;
+    let note = until(page, &format!("(() => {{ const r = window.__got.map(m => JSON.parse(m)).filter(m => m.type === 'result' && m.cmd.cmd === 'train'); return r.length === {nth} ? r[{nth} - 1].note : null; }})()")).await;
+    let took = pressed.elapsed();
+    let note = note.as_str().unwrap();
+    let done = stopped_after(note).unwrap_or_else(|| panic!("{note}"));
+    assert!(
+        (seen..300).contains(&done) && note.contains(" of 300 steps."),
+        "seen {seen}, {note}"
+    );
+    (done, took)
+}
+
+fn stopped_after(note: &str) -> Option<u64> {
+    note.strip_prefix("Stopped after ")?
+        .split(' ')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The page's last numbers equal `vramlab run`'s for the lines it sent (once
+/// each), each stopped loop as the steps it ran.
+async fn same_as_stopped_loops_run(page: &Page) {
+    let messages = |list: &str| {
+        let expr = format!("window.{list}.map(m => JSON.parse(m))");
+        async move {
+            let v: Vec<Value> = serde_json::from_value(js(page, &expr).await).unwrap();
+            v
+        }
+    };
+    let results = messages("__got").await;
+    let results: Vec<&Value> = results.iter().filter(|m| m["type"] == "result").collect();
+    let stopped = |id: &Value| {
+        let r = results.iter().find(|r| r["id"] == *id)?;
+        stopped_after(r["note"].as_str()?)
+    };
+    let mut lines = Vec::new();
+    let mut sent = std::collections::HashSet::new();
+    for m in messages("__sent").await {
+        // A command queued behind a stopped loop is sent again to the new
+        // engine: it runs once.
+        if m["type"] != "command" || !sent.insert(m["id"].clone()) {
+            continue;
+        }
+        let mut line = m["command"].clone();
+        if let Some(steps) = stopped(&m["id"]) {
+            line["steps"] = steps.into();
+        }
+        lines.push(line.to_string());
+    }
+    let (expected, stderr, _) = run_stdin(&(lines.join("\n") + "\n"), &[]);
+    assert_eq!(expected.len(), lines.len(), "{stderr}");
+    let last = results.last().unwrap();
+    assert_eq!(last["stats"], expected.last().unwrap()["stats"]);
 }

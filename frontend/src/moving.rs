@@ -19,6 +19,15 @@ pub fn ran(id: u64, line: &CommandLine) {
     RAN.with(|r| r.borrow_mut().push((id, line.clone().into())));
 }
 
+/// Command `id` was stopped after `steps`: it replays as the steps it ran.
+pub fn stopped(id: u64, steps: u64) {
+    RAN.with(|r| {
+        if let Some((_, line)) = r.borrow_mut().iter_mut().find(|(i, _)| *i == id) {
+            vramlab_shared::protocol::local::as_run(line, steps);
+        }
+    });
+}
+
 /// The lines sent before command `id`, and those from it on.
 pub fn split_at(id: u64) -> (Vec<serde_json::Value>, Vec<(u64, serde_json::Value)>) {
     RAN.with(|r| {

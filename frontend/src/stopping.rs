@@ -3,8 +3,9 @@
 //! stop while it runs a command, so the page ends that engine and starts
 //! a new one, which replays the session's earlier lines (the engine is
 //! deterministic: the same state comes back) and runs the stopped command
-//! again up to the step the page had seen done. Commands sent after it are
-//! sent again.
+//! again up to the step the page had seen done; the session's lines keep it
+//! as the steps it ran (`as_run`), so a later stop, or a move to the server,
+//! replays it without stopping. Commands sent after it are sent again.
 
 use crate::moving;
 use crate::socket;
@@ -33,10 +34,13 @@ pub fn stop(app: App) {
     let Some(((_, line), queued)) = from.split_first() else {
         return;
     };
+    // At least one step runs, as on the server.
+    let steps = done.max(1);
     let resume = json!({
         "lines": &before,
-        "stopped": {"id": running, "line": line, "after_steps": done},
+        "stopped": {"id": running, "line": line, "after_steps": steps},
     });
+    moving::stopped(running, steps);
     app.banner.set(Some(format!(
         "Stopping: the engine in this page starts again and replays this session's {} earlier commands…",
         before.len()

@@ -44,6 +44,17 @@ struct Sent {
     next_event: u64,
 }
 
+/// A stopped loop's line as it replays: a `train` of the steps it ran,
+/// which leaves the same state as the loop stopped there, so later replays
+/// of the session (here, or on a server it moves to) need no stop.
+pub fn as_run(line: &mut serde_json::Value, steps: u64) {
+    if let Some(map) = line.as_object_mut() {
+        if map.get("cmd").and_then(|c| c.as_str()) == Some("train") {
+            map.insert("steps".into(), steps.into());
+        }
+    }
+}
+
 /// The command a page stopped, to run again up to where it stopped.
 pub struct Stopped {
     pub id: u64,

@@ -255,3 +255,38 @@ fn a_resumed_session_replays_and_stops_where_the_page_stopped() {
     assert_eq!(*record, expected);
     assert_eq!(session.engine().snapshot(0), engine.snapshot(0));
 }
+
+/// Replaying a session that stopped a loop runs the steps it ran: the same
+/// state as the stopped loop.
+#[test]
+fn a_stopped_loop_replays_as_the_steps_it_ran() {
+    let mut lines: Vec<serde_json::Value> = TRAINING
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let parsed: Vec<CommandLine> = lines
+        .iter()
+        .cloned()
+        .map(crate::command::parse_value)
+        .collect();
+    taken();
+    let stopped = LocalSession::resume(
+        Outlet { post, now_ms },
+        &parsed[..3],
+        Some(Stopped {
+            id: 1,
+            line: parsed[3].clone(),
+            after_steps: 4,
+        }),
+    );
+    as_run(&mut lines[3], 4);
+    assert_eq!(lines[3]["steps"], 4);
+    let mut replayed = Engine::new_simulated();
+    for line in &lines {
+        assert!(replayed.run_line(&line.to_string()).ok);
+    }
+    assert_eq!(stopped.engine().snapshot(0), replayed.snapshot(0));
+    let mut other = serde_json::json!({"cmd": "gc"});
+    as_run(&mut other, 4);
+    assert_eq!(other, serde_json::json!({"cmd": "gc"}));
+}
