@@ -37,12 +37,29 @@ pub enum DeviceKind {
 }
 
 /// What a device says about itself, for the hello message, `/healthz` and the UI.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct DeviceInfo {
     pub kind: DeviceKind,
     pub name: String,
     pub total_bytes: u64,
     pub compute_capability: (u32, u32),
+}
+
+/// Read by hand, as a hello and a snapshot are (`fields`).
+impl<'de> Deserialize<'de> for DeviceInfo {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let mut f = crate::fields::Fields::new(serde_json::Map::deserialize(d)?);
+        let mut read = || -> Result<Self, serde_json::Error> {
+            Ok(DeviceInfo {
+                kind: f.take("kind")?,
+                name: f.take("name")?,
+                total_bytes: f.take("total_bytes")?,
+                compute_capability: f.take("compute_capability")?,
+            })
+        };
+        read().map_err(D::Error::custom)
+    }
 }
 
 /// A GPU that hands out whole segments.
@@ -275,6 +292,16 @@ impl Device for QuotaDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn device_info_reads_back_and_names_a_missing_field() {
+        let info = SimDevice::new(SimDeviceConfig::default()).info();
+        let mut v = serde_json::to_value(&info).unwrap();
+        assert_eq!(DeviceInfo::deserialize(v.clone()).unwrap(), info);
+        v.as_object_mut().unwrap().remove("total_bytes");
+        let e = DeviceInfo::deserialize(v).unwrap_err();
+        assert_eq!(e.to_string(), "missing field `total_bytes`");
+    }
 
     #[test]
     fn addresses_are_aligned_and_never_reused() {

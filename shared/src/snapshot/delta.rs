@@ -6,8 +6,8 @@ use crate::collections::sort_by_u64;
 use serde::{Deserialize, Serialize};
 
 /// What changed between two snapshots: what a subscribed client receives
-/// while a command runs.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// while a command runs (read by `snapshot::read`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SnapshotDelta {
     pub step: u64,
     pub stats: Stats,

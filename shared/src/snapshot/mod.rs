@@ -4,6 +4,7 @@
 
 mod capture;
 pub mod delta;
+mod read;
 
 pub use crate::stats::{Event, EventAction, Stats};
 pub use capture::capture;
@@ -149,8 +150,8 @@ impl From<ObjectWire> for ObjectSnapshot {
     }
 }
 
-/// Everything the views draw, at one moment.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// Everything the views draw, at one moment (read by `read`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Snapshot {
     pub step: u64,
     pub framework: Framework,
