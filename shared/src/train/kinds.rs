@@ -227,5 +227,7 @@ fn in_range(name: &str, v: u64, low: u64, high: u64) -> Result<(), String> {
     }
 }
 
+pub mod step;
+
 #[cfg(test)]
 mod tests;
