@@ -118,16 +118,7 @@ async fn the_playground_in_a_browser() {
     };
 
     // The five buttons (after making something to free).
-    for id in [
-        "btn-alloc",
-        "btn-hold",
-        "btn-del",
-        "btn-gc",
-        "btn-empty-cache",
-        "btn-alloc",
-        "btn-gc",
-        "btn-restart",
-    ] {
+    for id in FIVE_BUTTONS {
         let step = press_step(&page, id).await;
         let on_screen = numbers(&page).await;
         let stats = server_stats(step).await;

@@ -185,6 +185,18 @@ pub async fn press(page: &Page, id: &str) {
     until(page, &format!("{COUNT} > {before}")).await;
 }
 
+/// The five buttons, after making something to free, and a restart.
+pub const FIVE_BUTTONS: [&str; 8] = [
+    "btn-alloc",
+    "btn-hold",
+    "btn-del",
+    "btn-gc",
+    "btn-empty-cache",
+    "btn-alloc",
+    "btn-gc",
+    "btn-restart",
+];
+
 /// The p95 of `presses` presses of gc.collect() to the new step on screen,
 /// measured in the page (a MutationObserver on the step number).
 pub async fn press_to_numbers_p95(page: &Page, presses: usize) -> f64 {

@@ -96,27 +96,28 @@ async fn play_every_lesson(page: &Page) -> usize {
     }
 }
 
+/// The messages that crossed between the page and its engine (`__sent` or
+/// `__got`), read here from their texts (JSON.parse would turn 0.0 into 0).
+async fn crossed(page: &Page, list: &str) -> Vec<Value> {
+    let texts: Vec<String> =
+        serde_json::from_value(js(page, &format!("window.{list}")).await).unwrap();
+    texts
+        .iter()
+        .map(|t| serde_json::from_str::<Value>(t).unwrap())
+        .collect()
+}
+
 /// Every result the page received equals `vramlab run`'s record for the
 /// command lines the page sent, in order.
 async fn same_as_vramlab_run(page: &Page) -> usize {
-    // The texts as they crossed, read here (JSON.parse would turn 0.0 into 0).
-    let texts = |list: &str| {
-        let expr = format!("window.{list}");
-        async move {
-            let v: Vec<String> = serde_json::from_value(js(page, &expr).await).unwrap();
-            v.iter()
-                .map(|t| serde_json::from_str::<Value>(t).unwrap())
-                .collect::<Vec<Value>>()
-        }
-    };
     let of_type = |messages: Vec<Value>, kind: &str| -> Vec<Value> {
         messages.into_iter().filter(|m| m["type"] == kind).collect()
     };
-    let lines: Vec<String> = of_type(texts("__sent").await, "command")
+    let lines: Vec<String> = of_type(crossed(page, "__sent").await, "command")
         .iter()
         .map(|m| m["command"].to_string())
         .collect();
-    let got = of_type(texts("__got").await, "result");
+    let got = of_type(crossed(page, "__got").await, "result");
     let (expected, stderr, _) = run_stdin(&(lines.join("\n") + "\n"), &[]);
     assert_eq!(expected.len(), lines.len(), "{stderr}");
     assert_eq!(got.len(), lines.len());
@@ -178,16 +179,7 @@ async fn the_playground_with_no_server() {
     let note = js(&page, "document.getElementById('needs-server').hidden").await;
     assert_eq!(note, Value::Bool(false));
 
-    for id in [
-        "btn-alloc",
-        "btn-hold",
-        "btn-del",
-        "btn-gc",
-        "btn-empty-cache",
-        "btn-alloc",
-        "btn-gc",
-        "btn-restart",
-    ] {
+    for id in FIVE_BUTTONS {
         press(&page, id).await;
         numbers_match_the_last_result(&page).await;
     }
@@ -342,14 +334,7 @@ fn stopped_after(note: &str) -> Option<u64> {
 /// The page's last numbers equal `vramlab run`'s for the lines it sent (once
 /// each), each stopped loop as the steps it ran.
 async fn same_as_stopped_loops_run(page: &Page) {
-    let messages = |list: &str| {
-        let expr = format!("window.{list}.map(m => JSON.parse(m))");
-        async move {
-            let v: Vec<Value> = serde_json::from_value(js(page, &expr).await).unwrap();
-            v
-        }
-    };
-    let results = messages("__got").await;
+    let results = crossed(page, "__got").await;
     let results: Vec<&Value> = results.iter().filter(|m| m["type"] == "result").collect();
     let stopped = |id: &Value| {
         let r = results.iter().find(|r| r["id"] == *id)?;
@@ -357,7 +342,7 @@ async fn same_as_stopped_loops_run(page: &Page) {
     };
     let mut lines = Vec::new();
     let mut sent = std::collections::HashSet::new();
-    for m in messages("__sent").await {
+    for m in crossed(page, "__sent").await {
         // A command queued behind a stopped loop is sent again to the new
         // engine: it runs once.
         if m["type"] != "command" || !sent.insert(m["id"].clone()) {

@@ -48,17 +48,14 @@ pub struct DeviceInfo {
 /// Read by hand, as a hello and a snapshot are (`fields`).
 impl<'de> Deserialize<'de> for DeviceInfo {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::Error as _;
-        let mut f = crate::fields::Fields::new(serde_json::Map::deserialize(d)?);
-        let mut read = || -> Result<Self, serde_json::Error> {
+        crate::fields::read(d, |f| {
             Ok(DeviceInfo {
                 kind: f.take("kind")?,
                 name: f.take("name")?,
                 total_bytes: f.take("total_bytes")?,
                 compute_capability: f.take("compute_capability")?,
             })
-        };
-        read().map_err(D::Error::custom)
+        })
     }
 }
 

@@ -2,8 +2,18 @@
 //! every page reads are read by hand (serde's derived readers for them are
 //! a large part of the page's download).
 
-use serde::de::{DeserializeOwned, Error as _};
+use serde::de::{DeserializeOwned, Deserializer, Error as _};
+use serde::Deserialize;
 use serde_json::{Error, Map, Value};
+
+/// A struct read from any input by `read`, which takes its fields one by
+/// one; its errors come back as the input's own.
+pub fn read<'de, D, T>(d: D, read: fn(&mut Fields) -> Result<T, Error>) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    read(&mut Fields::new(Map::deserialize(d)?)).map_err(D::Error::custom)
+}
 
 pub struct Fields(Map<String, Value>);
 

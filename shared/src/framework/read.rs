@@ -4,14 +4,12 @@
 //! not named here are ignored, and those with a default may be missing.
 
 use super::{Settings, DEFAULT_COMPUTE_CAPABILITY};
-use crate::fields::Fields;
-use serde::de::{Deserializer, Error as _};
-use serde::Deserialize;
+use crate::fields::{self, Fields};
+use serde::{Deserialize, Deserializer};
 
 impl<'de> Deserialize<'de> for Settings {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let mut f = Fields::new(serde_json::Map::deserialize(d)?);
-        read(&mut f).map_err(D::Error::custom)
+        fields::read(d, read)
     }
 }
 

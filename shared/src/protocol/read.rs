@@ -91,8 +91,7 @@ fn read_client(mut f: Fields, kind: &str) -> Result<ClientMessage, Error> {
 /// here are ignored; the optional ones may be missing).
 impl<'de> Deserialize<'de> for StepRecord {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let mut f = Fields::new(Map::deserialize(d)?);
-        record(&mut f).map_err(D::Error::custom)
+        crate::fields::read(d, record)
     }
 }
 

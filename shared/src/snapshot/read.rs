@@ -4,17 +4,12 @@
 //! ignored; a delta's lists may be missing (they are not written empty).
 
 use super::{Snapshot, SnapshotDelta};
-use crate::fields::Fields;
-use serde::de::{Deserializer, Error as _};
-use serde::Deserialize;
-
-fn fields<'de, D: Deserializer<'de>>(d: D) -> Result<Fields, D::Error> {
-    Ok(Fields::new(serde_json::Map::deserialize(d)?))
-}
+use crate::fields::{self, Fields};
+use serde::{Deserialize, Deserializer};
 
 impl<'de> Deserialize<'de> for Snapshot {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        snapshot(&mut fields(d)?).map_err(D::Error::custom)
+        fields::read(d, snapshot)
     }
 }
 
@@ -32,7 +27,7 @@ fn snapshot(f: &mut Fields) -> Result<Snapshot, serde_json::Error> {
 
 impl<'de> Deserialize<'de> for SnapshotDelta {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        delta(&mut fields(d)?).map_err(D::Error::custom)
+        fields::read(d, delta)
     }
 }
 
