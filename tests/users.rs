@@ -35,8 +35,10 @@ async fn connect(addr: &str, query: &str, user: Option<&str>) -> Result<Socket, 
     if let Some(user) = user {
         request.headers_mut().insert(HEADER, user.parse().unwrap());
     }
-    connect_async(request)
+    // Bounded: a stalled handshake fails here, named, instead of hanging.
+    tokio::time::timeout(std::time::Duration::from_secs(30), connect_async(request))
         .await
+        .unwrap_or_else(|_| panic!("no websocket handshake in 30 s for {user:?} {query}"))
         .map(|(ws, _)| ws)
         .map_err(|e| e.to_string())
 }
@@ -56,7 +58,13 @@ async fn reqwest_get(addr: &str, path: &str) -> String {
     let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut out = String::new();
-    stream.read_to_string(&mut out).await.unwrap();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        stream.read_to_string(&mut out),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("GET {path}: no whole answer in 30 s"))
+    .unwrap();
     out
 }
 
@@ -97,7 +105,10 @@ async fn a_session_belongs_to_its_user_and_others_only_watch() {
         next(&mut alice, "watchers").await["watchers"],
         json!(["bob"])
     );
-    watcher.close(None).await.unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(30), watcher.close(None))
+        .await
+        .expect("the watcher's close in 30 s")
+        .unwrap();
     assert_eq!(next(&mut alice, "watchers").await["watchers"], json!([]));
 
     // Alice comes back to her own session.
