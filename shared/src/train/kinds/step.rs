@@ -1,16 +1,25 @@
 //! A transformer's training step as PyTorch runs it, op by op: every tensor
-//! an aten op creates (its bytes, in 512-byte blocks) and every free, from
-//! the embeddings through the loss, backward and a foreach Adam step to
-//! `zero_grad(set_to_none=True)`, in float32, the batch already on the
-//! device, Adam's state already there. What each op saves follows autograd's
-//! derivatives (`tools/autograd/derivatives.yaml`): LayerNorm saves its input,
-//! mean and rstd; GELU its input; softmax its output; `masked_fill` its mask;
-//! each `addmm` its input; `at::matmul` copies non-contiguous heads before
-//! `bmm`; fused attention saves q, k, v, its output and the log-sum-exp, and
-//! no S x S matrix. `tests/reference/step_trace.py` records the same step
-//! from PyTorch's own ops; the tests hold this to it event by event.
+//! an aten op creates (its shape and type) and the moment each one is freed,
+//! from the embeddings through the loss and backward, in float32, the batch
+//! already on the device. What each op saves follows autograd's derivatives
+//! (`tools/autograd/derivatives.yaml`): LayerNorm saves its input, mean and
+//! rstd; GELU its input; softmax its output; `masked_fill` its mask; each
+//! `addmm` its input; `at::matmul` copies non-contiguous heads before `bmm`;
+//! fused attention saves q, k, v, its output and the log-sum-exp, and no
+//! S x S matrix. Under activation checkpointing (`checkpoint(block, x,
+//! use_reentrant=False)`) a block's forward saves only its input, and its
+//! backward first recomputes the block up to the last tensor backward needs.
+//!
+//! The step is a [`Program`]: allocations with their roles (an activation,
+//! a gradient of an activation, a parameter's `.grad`, the loss), frees
+//! naming the allocation they free, and the cuBLAS calls that may allocate a
+//! workspace. The engine plays it on a kernel; the optimizer's step is the
+//! engine's own. `tests/reference/step_trace.py` records the same step from
+//! PyTorch's own ops; the tests hold this to it event by event.
 
 use super::TransformerShape;
+use crate::train::step::BlasThread;
+use crate::types::Dtype;
 
 /// How attention is computed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,27 +30,100 @@ pub enum Attention {
     Sdpa,
 }
 
-/// One event: an op made a tensor of `bytes` (> 0), or a tensor of
-/// `-bytes` was freed (`op` is `free`).
+/// What a step does to memory besides its shapes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    pub attention: Attention,
+    /// Each block under `torch.utils.checkpoint` (non-reentrant).
+    pub checkpointing: bool,
+}
+
+/// What an allocation is, for its category and what happens to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Made by the forward pass.
+    Forward,
+    /// A gradient of an activation, made by backward.
+    Backward,
+    /// The gradient of parameter `i` (in `parameters()` order): it becomes
+    /// `.grad`, or is added into an existing `.grad` and dies.
+    Grad(usize),
+    /// The loss: the loop's `loss` is rebound to it at [`Op::Rebind`].
+    Loss,
+}
+
+/// A tensor an op creates.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Alloc {
+    /// The aten op that made it.
+    pub op: &'static str,
+    pub shape: Vec<u64>,
+    pub dtype: Dtype,
+    pub role: Role,
+    /// The block it belongs to, if any.
+    pub layer: Option<u32>,
+}
+
+impl Alloc {
+    pub fn bytes(&self) -> u64 {
+        self.shape.iter().product::<u64>() * self.dtype.size_bytes()
+    }
+}
+
+/// One step of the program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// `allocs[i]` is created.
+    Alloc(usize),
+    /// `allocs[i]` dies.
+    Free(usize),
+    /// A cuBLAS call on a thread (its first allocates the workspace).
+    Blas(BlasThread),
+    /// `loss = ...`: the loop's previous loss dies.
+    Rebind,
+}
+
+/// A training step's forward and backward passes.
+#[derive(Clone, Debug, Default)]
+pub struct Program {
+    pub allocs: Vec<Alloc>,
+    pub ops: Vec<Op>,
+}
+
+/// One event of a trace: an op made a tensor of `bytes` (> 0), or a
+/// tensor of `-bytes` was freed (`op` is `free`), in 512-byte blocks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Event {
     pub op: &'static str,
     pub bytes: i64,
 }
 
-const FREE: &str = "free";
-const F32: u64 = 4;
-
-/// The step's events, in order.
-pub fn events(t: &TransformerShape, batch: u64, attention: Attention) -> Vec<Event> {
-    let mut tape = Tape::new(t, batch);
-    tape.forward(attention);
-    tape.backward(attention);
-    tape.optimizer(t);
-    tape.events
+impl Program {
+    /// The step's allocations and frees as a trace, without cuBLAS calls;
+    /// the loop's previous loss (a float32 scalar) dies at the rebinding.
+    pub fn events(&self) -> Vec<Event> {
+        self.ops
+            .iter()
+            .filter_map(|op| match *op {
+                Op::Alloc(i) => Some((self.allocs[i].op, blocks(self.allocs[i].bytes()) as i64)),
+                Op::Free(i) => Some(("free", -(blocks(self.allocs[i].bytes()) as i64))),
+                Op::Rebind => Some(("free", -(blocks(4) as i64))),
+                Op::Blas(_) => None,
+            })
+            .map(|(op, bytes)| Event { op, bytes })
+            .collect()
+    }
 }
 
-/// The most bytes the step has live at once, over what lived before it.
+/// The step's forward and backward passes.
+pub fn program(t: &TransformerShape, batch: u64, options: Options) -> Program {
+    let mut tape = Tape::new(t, batch, options);
+    let top = tape.forward();
+    tape.backward(top);
+    tape.program
+}
+
+/// The most bytes a trace has live at once, over what lived before it.
 pub fn peak(events: &[Event]) -> u64 {
     let mut live = 0i64;
     let mut peak = 0i64;
@@ -52,101 +134,134 @@ pub fn peak(events: &[Event]) -> u64 {
     peak as u64
 }
 
-/// The sizes of a step's tensors, and the events so far.
-struct Tape {
-    events: Vec<Event>,
-    layers: u32,
-    /// B·S·D: a hidden state.
-    act: u64,
-    /// B·S: LayerNorm's mean or rstd.
-    stat: u64,
-    /// B·H·S·S: attention scores.
-    scores: u64,
-    /// S·S booleans: the causal mask.
-    mask: u64,
-    /// B·H·S: the log-sum-exp fused attention saves.
-    lse: u64,
-    /// B·S·V: the logits.
-    logits: u64,
-    width: u64,
-    ratio: u64,
-    vocab: u64,
-    seq_len: u64,
-}
-
-impl Tape {
-    fn new(t: &TransformerShape, batch: u64) -> Self {
-        let tokens = batch * t.seq_len;
-        Self {
-            events: Vec::new(),
-            layers: t.layers,
-            act: tokens * t.width * F32,
-            stat: tokens * F32,
-            scores: batch * t.heads * t.seq_len * t.seq_len * F32,
-            mask: t.seq_len * t.seq_len,
-            lse: batch * t.heads * t.seq_len * F32,
-            logits: tokens * t.vocab * F32,
-            width: t.width,
-            ratio: t.mlp_ratio,
-            vocab: t.vocab,
-            seq_len: t.seq_len,
-        }
-    }
-
-    fn alloc(&mut self, op: &'static str, bytes: u64) {
-        self.events.push(Event {
-            op,
-            bytes: blocks(bytes) as i64,
-        });
-    }
-
-    fn free(&mut self, bytes: u64) {
-        self.events.push(Event {
-            op: FREE,
-            bytes: -(blocks(bytes) as i64),
-        });
-    }
-
-    fn layer_norm(&mut self) {
-        let (act, stat) = (self.act, self.stat);
-        self.alloc("native_layer_norm", act);
-        self.alloc("native_layer_norm", stat);
-        self.alloc("native_layer_norm", stat);
-    }
-
-    /// LayerNorm's backward, then its incoming gradient, saved input, mean
-    /// and rstd go.
-    fn layer_norm_backward(&mut self) {
-        let (act, stat, vector) = (self.act, self.stat, self.width * F32);
-        self.alloc("native_layer_norm_backward", act);
-        self.alloc("native_layer_norm_backward", vector);
-        self.alloc("native_layer_norm_backward", vector);
-        for bytes in [act, act, stat, stat] {
-            self.free(bytes);
-        }
-    }
-
-    /// A linear layer's backward: the input's gradient, the weight's, the
-    /// bias's (`sum`).
-    fn linear_backward(&mut self, input: u64, fan_in: u64, fan_out: u64) {
-        self.alloc("mm", input);
-        self.alloc("mm", fan_in * fan_out * F32);
-        self.alloc("sum", fan_out * F32);
-    }
-
-    /// A residual add's backward: the two gradients summed, both go.
-    fn residual_backward(&mut self) {
-        let act = self.act;
-        self.alloc("add", act);
-        self.free(act);
-        self.free(act);
-    }
+/// Adam's foreach update and `zero_grad(set_to_none=True)` as a trace:
+/// `exp_avg_sq.sqrt()` for every parameter at once, freed last first; then
+/// every gradient, in order. (The engine runs its own optimizer step; this
+/// is the same sequence, for comparing whole steps with PyTorch's.)
+pub fn optimizer_events(t: &TransformerShape) -> Vec<Event> {
+    let sizes: Vec<i64> = t
+        .parameters(Dtype::Float32)
+        .iter()
+        .map(|p| blocks(p.numel() * 4) as i64)
+        .collect();
+    let sqrt = sizes.iter().map(|&b| ("_foreach_sqrt", b));
+    let temps = sizes.iter().rev().map(|&b| ("free", -b));
+    let grads = sizes.iter().map(|&b| ("free", -b));
+    sqrt.chain(temps)
+        .chain(grads)
+        .map(|(op, bytes)| Event { op, bytes })
+        .collect()
 }
 
 fn blocks(bytes: u64) -> u64 {
     bytes.div_ceil(512) * 512
 }
 
+/// A handle on an allocation of the program being written.
+type H = usize;
+
+/// A step being written: its sizes and the program so far.
+struct Tape {
+    program: Program,
+    shape: TransformerShape,
+    options: Options,
+    batch: u64,
+    /// Activations' element type.
+    adt: Dtype,
+    /// The block being written, for the labels.
+    layer: Option<u32>,
+    /// The role of what the pass being written allocates.
+    role: Role,
+    /// The thread its matrix products run on.
+    thread: BlasThread,
+}
+
+impl Tape {
+    fn new(t: &TransformerShape, batch: u64, options: Options) -> Self {
+        Self {
+            program: Program::default(),
+            shape: *t,
+            options,
+            batch,
+            adt: Dtype::Float32,
+            layer: None,
+            role: Role::Forward,
+            thread: BlasThread::Main,
+        }
+    }
+
+    fn alloc_as(&mut self, op: &'static str, shape: Vec<u64>, dtype: Dtype, role: Role) -> H {
+        let p = &mut self.program;
+        p.allocs.push(Alloc {
+            op,
+            shape,
+            dtype,
+            role,
+            layer: self.layer,
+        });
+        p.ops.push(Op::Alloc(p.allocs.len() - 1));
+        p.allocs.len() - 1
+    }
+
+    fn alloc(&mut self, op: &'static str, shape: Vec<u64>) -> H {
+        self.alloc_as(op, shape, self.adt, self.role)
+    }
+
+    /// A matrix product's output, then its cuBLAS call.
+    fn matmul(&mut self, op: &'static str, shape: Vec<u64>) -> H {
+        let h = self.alloc(op, shape);
+        self.blas();
+        h
+    }
+
+    /// A parameter's gradient from a matrix product.
+    fn grad_mm(&mut self, param: usize, shape: Vec<u64>) -> H {
+        let h = self.alloc_as("mm", shape, self.adt, Role::Grad(param));
+        self.blas();
+        h
+    }
+
+    fn grad(&mut self, op: &'static str, param: usize, shape: Vec<u64>) -> H {
+        self.alloc_as(op, shape, self.adt, Role::Grad(param))
+    }
+
+    fn blas(&mut self) {
+        self.program.ops.push(Op::Blas(self.thread));
+    }
+
+    fn free(&mut self, h: H) {
+        self.program.ops.push(Op::Free(h));
+    }
+
+    fn free_all(&mut self, hs: &[H]) {
+        hs.iter().for_each(|&h| self.free(h));
+    }
+
+    /// Frees a node's saved tensors and its incoming gradient: autograd
+    /// drops the gradient first, then releases the node; a checkpointed
+    /// block's unpacked tensors die with the backward function, first.
+    fn node_done(&mut self, saved: &[H], incoming: H, ckpt: bool) {
+        if ckpt {
+            self.free_all(saved);
+            self.free(incoming);
+        } else {
+            self.free(incoming);
+            self.free_all(saved);
+        }
+    }
+
+    /// B x S x `n`: a hidden state `n` wide.
+    fn tokens(&self, n: u64) -> Vec<u64> {
+        vec![self.batch, self.shape.seq_len, n]
+    }
+
+    fn act(&self) -> Vec<u64> {
+        self.tokens(self.shape.width)
+    }
+}
+
+mod attention;
+mod block;
 mod passes;
 
 #[cfg(test)]

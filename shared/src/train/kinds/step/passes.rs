@@ -1,198 +1,164 @@
-//! The step's three passes, in the order PyTorch runs their ops.
+//! The step's two passes: embeddings, the blocks (checkpointed or not),
+//! the final norm, the head and the loss; then backward in reverse.
 
-use super::{Attention, Tape, F32};
-use crate::train::kinds::TransformerShape;
+use super::block::{Keep, Normed, Params, Saved};
+use super::{Op, Role, Tape, H};
+use crate::train::kinds::Norm;
+use crate::train::step::BlasThread;
 use crate::types::Dtype;
 
-const SDPA: &str = "_scaled_dot_product_flash_attention";
-const SDPA_BACKWARD: &str = "_scaled_dot_product_flash_attention_backward";
+/// What backward needs from the forward pass.
+pub(super) struct Top {
+    /// The position ids the position embedding saves.
+    positions: H,
+    /// Each block's saved tensors, or (checkpointed) its input.
+    blocks: Vec<Block>,
+    final_norm: Normed,
+    log_probs: H,
+    total_weight: H,
+}
+
+enum Block {
+    Saved(Saved),
+    Checkpointed(H),
+}
 
 impl Tape {
-    pub(super) fn forward(&mut self, attention: Attention) {
-        let (act, d) = (self.act, self.width);
-        // Token and position embeddings (the positions' ids are saved).
-        self.alloc("embedding", act);
-        self.alloc("arange", self.seq_len * 8);
-        self.alloc("embedding", self.seq_len * d * F32);
-        self.alloc("add", act);
-        self.free(act);
-        self.free(self.seq_len * d * F32);
-        for _ in 0..self.layers {
-            self.layer_norm();
-            self.alloc("addmm", 3 * act);
-            match attention {
-                Attention::Sdpa => self.sdpa(),
-                Attention::Eager => self.eager_attention(),
+    /// Parameters per norm: LayerNorm's weight and bias, RMSNorm's weight.
+    fn norm_params(&self) -> usize {
+        match self.shape.norm {
+            Norm::LayerNorm => 2,
+            Norm::RmsNorm => 1,
+        }
+    }
+
+    fn block_params(&self, layer: u32) -> Params {
+        let n = self.norm_params();
+        let ln1 = 2 + layer as usize * (2 * n + 8);
+        let (attn, proj) = (ln1 + n, ln1 + n + 2);
+        let ln2 = proj + 2;
+        Params {
+            ln1,
+            attn,
+            proj,
+            ln2,
+            fc: ln2 + n,
+            out: ln2 + n + 2,
+        }
+    }
+
+    /// The final norm's weight; an untied head follows it.
+    fn final_norm_param(&self) -> usize {
+        self.block_params(self.shape.layers).ln1
+    }
+
+    fn logits(&self) -> Vec<u64> {
+        vec![self.batch * self.shape.seq_len, self.shape.vocab]
+    }
+
+    pub(super) fn forward(&mut self) -> Top {
+        let (seq, d) = (self.shape.seq_len, self.shape.width);
+        let tokens = self.alloc("embedding", self.act());
+        let positions = self.alloc_as("arange", vec![seq], Dtype::Int64, Role::Forward);
+        let pos = self.alloc("embedding", vec![seq, d]);
+        let mut x = self.alloc("add", self.act());
+        self.free_all(&[tokens, pos]);
+        let mut blocks = Vec::new();
+        for l in 0..self.shape.layers {
+            self.layer = Some(l);
+            let keep = if self.options.checkpointing {
+                blocks.push(Block::Checkpointed(x));
+                Keep::Nothing
+            } else {
+                Keep::All
+            };
+            let (out, saved) = self.block(x, keep);
+            blocks.extend(saved.map(Block::Saved));
+            x = out.expect("a whole block has an output");
+        }
+        self.layer = None;
+        let final_norm = self.norm(x, true);
+        let logits = self.matmul("mm", self.logits());
+        let f32 = Dtype::Float32;
+        let log_probs = self.alloc_as("_log_softmax", self.logits(), f32, Role::Forward);
+        self.alloc_as("nll_loss_forward", vec![], f32, Role::Loss);
+        let total_weight = self.alloc_as("nll_loss_forward", vec![], f32, Role::Forward);
+        // `loss = ...` drops the loop's previous loss; `del logits`.
+        self.program.ops.push(Op::Rebind);
+        self.free(logits);
+        Top {
+            positions,
+            blocks,
+            final_norm,
+            log_probs,
+            total_weight,
+        }
+    }
+
+    pub(super) fn backward(&mut self, top: Top) {
+        (self.role, self.thread) = (Role::Backward, BlasThread::Autograd);
+        let (d, vocab, f32) = (self.shape.width, self.shape.vocab, Dtype::Float32);
+        // `torch.autograd.backward` keeps its `ones_like` seed to the end.
+        let seed = self.alloc_as("ones_like", vec![], f32, Role::Backward);
+        let g = self.alloc_as("nll_loss_backward", self.logits(), f32, Role::Backward);
+        self.free(top.total_weight);
+        let g_logits = self.alloc_as(
+            "_log_softmax_backward_data",
+            self.logits(),
+            f32,
+            Role::Backward,
+        );
+        self.free_all(&[g, top.log_probs]);
+        let head = self.final_norm_param() + self.norm_params();
+        let g_head = if self.shape.tied {
+            self.matmul("mm", vec![vocab, d])
+        } else {
+            self.grad_mm(head, vec![vocab, d])
+        };
+        let g_norm = self.matmul("mm", self.act());
+        self.free_all(&[g_logits, top.final_norm.out]);
+        let param = self.final_norm_param();
+        let mut g = self.norm_backward(&top.final_norm, g_norm, param, false);
+        for (l, block) in (0..self.shape.layers).zip(top.blocks).rev() {
+            self.layer = Some(l);
+            g = self.block_backward_from(block, g, l);
+        }
+        self.layer = None;
+        self.embeddings_backward(top.positions, g, g_head);
+        self.free(seed);
+    }
+
+    /// A block's backward; a checkpointed block is recomputed first.
+    fn block_backward_from(&mut self, block: Block, g: H, layer: u32) -> H {
+        let params = self.block_params(layer);
+        match block {
+            Block::Saved(saved) => self.block_backward(saved, g, params, false),
+            Block::Checkpointed(input) => {
+                self.role = Role::Forward;
+                let (_, saved) = self.block(input, Keep::UpToGelu);
+                self.role = Role::Backward;
+                let saved = saved.expect("a recomputed block saves");
+                self.block_backward(saved, g, params, true)
             }
-            self.alloc("add", act);
-            self.free(act);
-            self.layer_norm();
-            self.alloc("addmm", self.ratio * act);
-            self.alloc("gelu", self.ratio * act);
-            self.alloc("addmm", act);
-            self.alloc("add", act);
-            self.free(act);
-        }
-        self.layer_norm();
-        // The head, log-softmax and NLL (its loss and total weight); the
-        // loop's previous loss goes, then the logits.
-        self.alloc("mm", self.logits);
-        self.alloc("_log_softmax", self.logits);
-        self.alloc("nll_loss_forward", F32);
-        self.alloc("nll_loss_forward", F32);
-        self.free(F32);
-        self.free(self.logits);
-    }
-
-    fn sdpa(&mut self) {
-        let act = self.act;
-        self.alloc(SDPA, act);
-        self.alloc(SDPA, self.lse);
-        self.alloc("addmm", act);
-    }
-
-    fn eager_attention(&mut self) {
-        let (act, scores, mask) = (self.act, self.scores, self.mask);
-        self.alloc("clone", act);
-        self.alloc("clone", act);
-        self.alloc("bmm", scores);
-        self.alloc("mul", scores);
-        self.free(scores);
-        self.alloc("ones", mask);
-        self.alloc("tril", mask);
-        self.free(mask);
-        self.alloc("bitwise_not", mask);
-        self.alloc("masked_fill", scores);
-        self.alloc("_softmax", scores);
-        self.free(scores);
-        self.free(scores);
-        self.alloc("clone", act);
-        self.alloc("bmm", act);
-        self.alloc("clone", act);
-        self.alloc("addmm", act);
-        // q, k, v's storage, the heads' output and the mask go with the
-        // attention's locals.
-        self.free(3 * act);
-        self.free(act);
-        self.free(mask);
-    }
-
-    pub(super) fn backward(&mut self, attention: Attention) {
-        let (act, d, logits) = (self.act, self.width, self.logits);
-        self.alloc("ones_like", F32);
-        self.alloc("nll_loss_backward", logits);
-        self.free(F32);
-        self.alloc("_log_softmax_backward_data", logits);
-        self.free(logits);
-        self.free(logits);
-        self.alloc("mm", self.vocab * d * F32);
-        self.alloc("mm", act);
-        self.free(logits);
-        self.free(act);
-        self.layer_norm_backward();
-        for _ in 0..self.layers {
-            self.mlp_backward();
-            self.attention_backward(attention);
-        }
-        // The position embedding's gradient (summed over the batch), then
-        // the tied token embedding's, added to the head's.
-        let (positions, tokens) = (self.seq_len * d * F32, self.vocab * d * F32);
-        self.alloc("sum", positions);
-        self.alloc("embedding_dense_backward", positions);
-        self.free(positions);
-        self.free(self.seq_len * 8);
-        self.alloc("embedding_dense_backward", tokens);
-        self.free(act);
-        self.alloc("add", tokens);
-        self.free(tokens);
-        self.free(tokens);
-        self.free(F32);
-    }
-
-    fn mlp_backward(&mut self) {
-        let (act, d, wide) = (self.act, self.width, self.ratio * self.act);
-        self.linear_backward(wide, self.ratio * d, d);
-        self.free(wide);
-        self.alloc("gelu_backward", wide);
-        self.free(wide);
-        self.free(wide);
-        self.linear_backward(act, d, self.ratio * d);
-        self.free(wide);
-        self.free(act);
-        self.layer_norm_backward();
-        self.residual_backward();
-    }
-
-    fn attention_backward(&mut self, attention: Attention) {
-        let (act, d) = (self.act, self.width);
-        self.linear_backward(act, d, d);
-        match attention {
-            Attention::Sdpa => {
-                for _ in 0..3 {
-                    self.alloc(SDPA_BACKWARD, act);
-                }
-                for bytes in [act, 3 * act, self.lse, act] {
-                    self.free(bytes);
-                }
-            }
-            Attention::Eager => self.eager_attention_backward(),
-        }
-        self.alloc("cat", 3 * act);
-        for _ in 0..3 {
-            self.free(act);
-        }
-        self.linear_backward(act, d, 3 * d);
-        self.free(3 * act);
-        self.free(act);
-        self.layer_norm_backward();
-        self.residual_backward();
-    }
-
-    fn eager_attention_backward(&mut self) {
-        let (act, scores, mask) = (self.act, self.scores, self.mask);
-        self.free(act);
-        self.alloc("clone", act);
-        self.free(act);
-        self.alloc("bmm", act);
-        self.alloc("bmm", scores);
-        self.free(act);
-        self.free(act);
-        self.alloc("_softmax_backward_data", scores);
-        self.free(scores);
-        self.free(scores);
-        self.alloc("masked_fill", scores);
-        self.free(scores);
-        self.free(mask);
-        self.alloc("mul", scores);
-        self.free(scores);
-        self.alloc("bmm", act);
-        self.alloc("bmm", act);
-        self.free(scores);
-        self.free(act);
-        self.free(act);
-        for _ in 0..2 {
-            self.alloc("clone", act);
-            self.free(act);
         }
     }
 
-    /// Adam's foreach update: `exp_avg_sq.sqrt()` for every parameter at
-    /// once, freed last first; then `zero_grad(set_to_none=True)` frees
-    /// every gradient, in order.
-    pub(super) fn optimizer(&mut self, t: &TransformerShape) {
-        let sizes: Vec<u64> = t
-            .parameters(Dtype::Float32)
-            .iter()
-            .map(|p| p.numel() * F32)
-            .collect();
-        for &bytes in &sizes {
-            self.alloc("_foreach_sqrt", bytes);
-        }
-        for &bytes in sizes.iter().rev() {
-            self.free(bytes);
-        }
-        for &bytes in &sizes {
-            self.free(bytes);
+    /// The position embedding's gradient (summed over the batch), then the
+    /// token embedding's, added to the tied head's.
+    fn embeddings_backward(&mut self, positions: H, g: H, g_head: H) {
+        let (seq, d, vocab) = (self.shape.seq_len, self.shape.width, self.shape.vocab);
+        let summed = self.alloc("sum", vec![seq, d]);
+        self.grad("embedding_dense_backward", 1, vec![seq, d]);
+        self.free_all(&[summed, positions]);
+        let op = "embedding_dense_backward";
+        if self.shape.tied {
+            let g_tokens = self.alloc(op, vec![vocab, d]);
+            self.free(g);
+            self.grad("add", 0, vec![vocab, d]);
+            self.free_all(&[g_head, g_tokens]);
+        } else {
+            self.grad(op, 0, vec![vocab, d]);
+            self.free(g);
         }
     }
 }

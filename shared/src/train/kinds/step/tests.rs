@@ -7,15 +7,33 @@ use serde_json::Value;
 
 const PYTORCH: &str = include_str!("../../../../../tests/reference/step_trace.json");
 
-/// The recorded transformer steps without checkpointing.
+/// The recorded transformer steps.
 fn recorded() -> Vec<Value> {
     let all: Value = serde_json::from_str(PYTORCH).unwrap();
     let steps = all["steps"].as_array().unwrap();
     steps
         .iter()
-        .filter(|s| s["kind"] == "transformer" && s["checkpointing"] == false)
+        .filter(|s| s["kind"] == "transformer")
         .cloned()
         .collect()
+}
+
+fn options(s: &Value) -> Options {
+    Options {
+        attention: if s["fused"] == true {
+            Attention::Sdpa
+        } else {
+            Attention::Eager
+        },
+        checkpointing: s["checkpointing"] == true,
+    }
+}
+
+/// A whole step as a trace: forward, backward, Adam, `zero_grad`.
+fn events(t: &TransformerShape, batch: u64, options: Options) -> Vec<Event> {
+    let mut events = program(t, batch, options).events();
+    events.extend(optimizer_events(t));
+    events
 }
 
 fn shape(s: &Value) -> TransformerShape {
@@ -39,16 +57,12 @@ fn op(name: &str) -> String {
 }
 
 #[test]
-fn eager_and_fused_steps_are_pytorchs_event_by_event() {
+fn eager_fused_and_checkpointed_steps_are_pytorchs_event_by_event() {
     let steps = recorded();
-    assert_eq!(steps.len(), 2);
+    assert_eq!(steps.len(), 3);
     for s in steps {
-        let attention = if s["fused"] == true {
-            Attention::Sdpa
-        } else {
-            Attention::Eager
-        };
-        let ours = events(&shape(&s), s["batch"].as_u64().unwrap(), attention);
+        let options = options(&s);
+        let ours = events(&shape(&s), s["batch"].as_u64().unwrap(), options);
         let theirs: Vec<(String, i64)> = s["events"]
             .as_array()
             .unwrap()
@@ -56,11 +70,9 @@ fn eager_and_fused_steps_are_pytorchs_event_by_event() {
             .map(|e| (op(e[0].as_str().unwrap()), e[1].as_i64().unwrap()))
             .collect();
         let ours: Vec<(String, i64)> = ours.iter().map(|e| (e.op.to_string(), e.bytes)).collect();
-        assert_eq!(ours, theirs, "{attention:?}");
-        assert_eq!(
-            peak(&events(&shape(&s), s["batch"].as_u64().unwrap(), attention)),
-            s["peak_bytes"].as_u64().unwrap()
-        );
+        let peak = peak(&events(&shape(&s), s["batch"].as_u64().unwrap(), options));
+        assert_eq!(ours, theirs, "{options:?}");
+        assert_eq!(peak, s["peak_bytes"].as_u64().unwrap());
     }
 }
 
@@ -84,8 +96,14 @@ fn eager_attention_keeps_the_square_of_the_sequence_and_fused_does_not() {
             tied: true,
         };
         let batch = 4;
-        let eager = peak(&events(&t, batch, Attention::Eager));
-        let fused = peak(&events(&t, batch, Attention::Sdpa));
+        let run = |attention| {
+            let options = Options {
+                attention,
+                checkpointing: false,
+            };
+            peak(&events(&t, batch, options))
+        };
+        let (eager, fused) = (run(Attention::Eager), run(Attention::Sdpa));
         let probabilities = batch * t.heads * seq_len * seq_len * 4;
         let mask = seq_len * seq_len;
         let lse = batch * t.heads * seq_len * 4;
@@ -94,5 +112,60 @@ fn eager_attention_keeps_the_square_of_the_sequence_and_fused_does_not() {
             u64::from(t.layers) * (probabilities + mask - lse),
             "seq_len {seq_len}"
         );
+    }
+}
+
+/// Every free names a live tensor; at the end only the loss and one
+/// gradient per parameter (its shape) are alive, for every kind of norm,
+/// tied or not, attention and checkpointing.
+#[test]
+fn a_program_frees_what_it_made_and_leaves_one_gradient_per_parameter() {
+    for (norm, tied) in [(Norm::LayerNorm, true), (Norm::RmsNorm, false)] {
+        for attention in [Attention::Eager, Attention::Sdpa] {
+            for checkpointing in [false, true] {
+                let t = TransformerShape {
+                    layers: 3,
+                    width: 64,
+                    heads: 4,
+                    seq_len: 32,
+                    vocab: 100,
+                    mlp_ratio: 4,
+                    norm,
+                    tied,
+                };
+                let options = Options {
+                    attention,
+                    checkpointing,
+                };
+                let p = program(&t, 2, options);
+                let mut live = vec![false; p.allocs.len()];
+                for op in &p.ops {
+                    match *op {
+                        Op::Alloc(i) => live[i] = true,
+                        Op::Free(i) => {
+                            assert!(live[i], "{options:?}: {:?} freed twice", p.allocs[i]);
+                            live[i] = false;
+                        }
+                        Op::Blas(_) | Op::Rebind => {}
+                    }
+                }
+                let mut grads: Vec<(usize, Vec<u64>)> = Vec::new();
+                for (i, a) in p.allocs.iter().enumerate().filter(|(i, _)| live[*i]) {
+                    match a.role {
+                        Role::Grad(param) => grads.push((param, a.shape.clone())),
+                        Role::Loss => {}
+                        _ => panic!("{options:?}: {a:?} (#{i}) outlives the step"),
+                    }
+                }
+                grads.sort();
+                let expected: Vec<(usize, Vec<u64>)> = t
+                    .parameters(Dtype::Float32)
+                    .into_iter()
+                    .map(|p| p.shape)
+                    .enumerate()
+                    .collect();
+                assert_eq!(grads, expected, "{norm:?} tied {tied} {options:?}");
+            }
+        }
     }
 }

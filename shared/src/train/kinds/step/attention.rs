@@ -1,0 +1,183 @@
+//! Causal self-attention's forward and backward: eager (`q @ k.T`, scale,
+//! mask, softmax, `@ v`, each op its own tensor) or fused
+//! (`scaled_dot_product_attention`'s flash kernel).
+
+use super::{Attention, Tape, H};
+use crate::types::Dtype;
+
+const SDPA: &str = "_scaled_dot_product_flash_attention";
+const SDPA_BACKWARD: &str = "_scaled_dot_product_flash_attention_backward";
+
+/// What attention's backward needs from its forward.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Saved {
+    /// `bmm` saves the contiguous copies of q, k and v and the
+    /// probabilities (which softmax saves too), `masked_fill` its mask, and
+    /// the output projection its contiguous input.
+    Eager {
+        q: H,
+        k: H,
+        mask: H,
+        probs: H,
+        v: H,
+        heads_out: H,
+    },
+    /// The fused kernel saves q, k, v (views of the projection), its output
+    /// (which the output projection saves too) and the log-sum-exp.
+    Sdpa { qkv: H, out: H, lse: H },
+}
+
+impl Saved {
+    /// The output projection's saved input, when only it holds it (the
+    /// fused kernel's output is saved by the kernel too).
+    pub(super) fn projection_input(&self) -> Option<H> {
+        match *self {
+            Saved::Eager { heads_out, .. } => Some(heads_out),
+            Saved::Sdpa { .. } => None,
+        }
+    }
+}
+
+impl Tape {
+    /// `c_attn`, attention and `c_proj` on the normed input: returns the
+    /// projection's output. With `keep` false (a checkpointed block's
+    /// first forward), nothing is saved and each tensor dies when its last
+    /// user is done.
+    pub(super) fn attention(&mut self, keep: bool) -> (H, Option<Saved>) {
+        let d = self.shape.width;
+        let qkv = self.matmul("addmm", self.tokens(3 * d));
+        match self.options.attention {
+            Attention::Sdpa => {
+                let out = self.alloc(SDPA, self.act());
+                let lse = self.alloc(SDPA, self.heads(&[]));
+                let proj = self.matmul("addmm", self.act());
+                if !keep {
+                    self.free_all(&[out, qkv, lse]);
+                    return (proj, None);
+                }
+                (proj, Some(Saved::Sdpa { qkv, out, lse }))
+            }
+            Attention::Eager => self.eager(qkv, keep),
+        }
+    }
+
+    /// B x H x S x `rest`, float32.
+    fn heads(&self, rest: &[u64]) -> Vec<u64> {
+        let t = &self.shape;
+        let mut s = vec![self.batch, t.heads, t.seq_len];
+        s.extend_from_slice(rest);
+        s
+    }
+
+    fn scores(&self) -> Vec<u64> {
+        self.heads(&[self.shape.seq_len])
+    }
+
+    fn square(&self) -> Vec<u64> {
+        vec![self.shape.seq_len, self.shape.seq_len]
+    }
+
+    fn eager(&mut self, qkv: H, keep: bool) -> (H, Option<Saved>) {
+        let q = self.alloc("clone", self.act());
+        let k = self.alloc("clone", self.act());
+        let raw = self.matmul("bmm", self.scores());
+        if !keep {
+            self.free_all(&[q, k]);
+        }
+        let scaled = self.alloc("mul", self.scores());
+        self.free(raw);
+        let ones = self.alloc_as("ones", self.square(), Dtype::Bool, self.role);
+        let tril = self.alloc_as("tril", self.square(), Dtype::Bool, self.role);
+        self.free(ones);
+        let mask = self.alloc_as("bitwise_not", self.square(), Dtype::Bool, self.role);
+        let filled = self.alloc("masked_fill", self.scores());
+        if !keep {
+            self.free(mask);
+        }
+        let probs = self.alloc("_softmax", self.scores());
+        self.free_all(&[filled, scaled]);
+        let v = self.alloc("clone", self.act());
+        let y = self.matmul("bmm", self.act());
+        if !keep {
+            self.free(v);
+        }
+        let heads_out = self.alloc("clone", self.act());
+        let proj = self.matmul("addmm", self.act());
+        if !keep {
+            self.free(heads_out);
+        }
+        // The function's locals go: q, k, v's storage, y, att, the mask.
+        self.free_all(&[qkv, y]);
+        if !keep {
+            self.free(probs);
+        }
+        self.free(tril);
+        let saved = Saved::Eager {
+            q,
+            k,
+            mask,
+            probs,
+            v,
+            heads_out,
+        };
+        (proj, keep.then_some(saved))
+    }
+
+    /// From the output projection's input gradient `g` to the gradient of
+    /// the fused q/k/v projection's output.
+    pub(super) fn attention_backward(&mut self, saved: Saved, g: H, ckpt: bool) -> H {
+        let (q, k, v) = match saved {
+            Saved::Sdpa { qkv, out, lse } => {
+                let grads = [(); 3].map(|_| self.alloc(SDPA_BACKWARD, self.act()));
+                if ckpt {
+                    self.free_all(&[qkv, lse, out, g]);
+                } else {
+                    self.free_all(&[g, qkv, lse, out]);
+                }
+                (grads[0], grads[1], grads[2])
+            }
+            Saved::Eager { .. } => self.eager_backward(saved, g, ckpt),
+        };
+        let cat = self.alloc("cat", self.tokens(3 * self.shape.width));
+        self.free_all(&[q, k, v]);
+        cat
+    }
+
+    fn eager_backward(&mut self, saved: Saved, g: H, ckpt: bool) -> (H, H, H) {
+        let Saved::Eager {
+            q,
+            k,
+            mask,
+            probs,
+            v,
+            ..
+        } = saved
+        else {
+            unreachable!("eager attention's saved tensors")
+        };
+        let g_y = self.alloc("clone", self.act());
+        self.free(g);
+        let g_v = self.matmul("bmm", self.act());
+        let g_probs = self.matmul("bmm", self.scores());
+        self.node_done(&[v], g_y, ckpt);
+        let g_filled = self.alloc("_softmax_backward_data", self.scores());
+        self.node_done(&[probs], g_probs, ckpt);
+        let g_scaled = self.alloc("masked_fill", self.scores());
+        self.node_done(&[mask], g_filled, ckpt);
+        let g_raw = self.alloc("mul", self.scores());
+        self.free(g_scaled);
+        let g_q = self.matmul("bmm", self.act());
+        let g_k = self.matmul("bmm", self.act());
+        if ckpt {
+            self.free_all(&[q, k, g_raw]);
+        } else {
+            self.free_all(&[g_raw, q, k]);
+        }
+        // The heads' gradients made contiguous for the projection's split.
+        let q_grad = self.alloc("clone", self.act());
+        self.free(g_q);
+        let k_grad = self.alloc("clone", self.act());
+        self.free(g_k);
+        (q_grad, k_grad, g_v)
+    }
+}

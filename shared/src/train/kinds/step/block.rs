@@ -1,0 +1,193 @@
+//! One transformer block (`x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))`)
+//! forward and backward, its norms and linear layers' backward, and what a
+//! checkpointed block keeps.
+
+use super::attention::Saved as AttentionSaved;
+use super::{Tape, H};
+use crate::train::kinds::Norm;
+use crate::types::Dtype;
+
+/// What a block's forward keeps for backward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Keep {
+    /// Everything autograd saves.
+    All,
+    /// Nothing (a checkpointed block's first forward): each tensor dies
+    /// when its last user is done.
+    Nothing,
+    /// Backward's recomputation of a checkpointed block: all it saves, up
+    /// to GELU's output, the last tensor backward needs (non-reentrant
+    /// checkpointing stops recomputing there).
+    UpToGelu,
+}
+
+/// A norm's output and what its backward needs.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Normed {
+    pub out: H,
+    pub input: H,
+    /// LayerNorm's mean (RMSNorm has none).
+    pub mean: Option<H>,
+    pub rstd: H,
+}
+
+/// What a block's backward needs from its forward.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Saved {
+    ln1: Normed,
+    attention: AttentionSaved,
+    ln2: Normed,
+    fc: H,
+    gelu: H,
+}
+
+/// Where a block's parameters sit in `parameters()`: each layer's weight
+/// (its bias, if any, follows).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Params {
+    pub ln1: usize,
+    pub attn: usize,
+    pub proj: usize,
+    pub ln2: usize,
+    pub fc: usize,
+    pub out: usize,
+}
+
+impl Tape {
+    fn norm_ops(&self) -> (&'static str, &'static str) {
+        match self.shape.norm {
+            Norm::LayerNorm => ("native_layer_norm", "native_layer_norm_backward"),
+            Norm::RmsNorm => ("_fused_rms_norm", "_fused_rms_norm_backward"),
+        }
+    }
+
+    /// The norm's output and its float32 statistics; freed at once unless
+    /// kept.
+    pub(super) fn norm(&mut self, input: H, keep: bool) -> Normed {
+        let (op, _) = self.norm_ops();
+        let out = self.alloc(op, self.act());
+        let layer_norm = self.shape.norm == Norm::LayerNorm;
+        let stat = |t: &mut Self| t.alloc_as(op, t.tokens(1), Dtype::Float32, t.role);
+        let mean = layer_norm.then(|| stat(self));
+        let rstd = stat(self);
+        if !keep {
+            self.free_all(&[mean, Some(rstd)].into_iter().flatten().collect::<Vec<_>>());
+        }
+        Normed {
+            out,
+            input,
+            mean,
+            rstd,
+        }
+    }
+
+    /// The input's gradient, the weight's (and LayerNorm's bias's), then
+    /// the incoming gradient and the saved tensors go.
+    pub(super) fn norm_backward(&mut self, n: &Normed, incoming: H, param: usize, ckpt: bool) -> H {
+        let (_, op) = self.norm_ops();
+        let g = self.alloc(op, self.act());
+        let d = self.shape.width;
+        self.grad(op, param, vec![d]);
+        if n.mean.is_some() {
+            self.grad(op, param + 1, vec![d]);
+        }
+        let stats: Vec<H> = [n.mean, Some(n.rstd)].into_iter().flatten().collect();
+        if ckpt {
+            self.free_all(&stats);
+            self.free_all(&[n.input, incoming]);
+        } else {
+            self.free_all(&[incoming, n.input]);
+            self.free_all(&stats);
+        }
+        g
+    }
+
+    /// `addmm`'s backward: the input's gradient and the weight's (`mm`),
+    /// the bias's (`sum`). The saved input dies after the weight's
+    /// gradient in a checkpointed block, with the node otherwise.
+    pub(super) fn linear_backward(
+        &mut self,
+        input: Option<H>,
+        incoming: Option<H>,
+        param: usize,
+        (fan_in, fan_out): (u64, u64),
+        ckpt: bool,
+    ) -> H {
+        let g = self.matmul("mm", self.tokens(fan_in));
+        self.grad_mm(param, vec![fan_out, fan_in]);
+        let input = input.map_or(vec![], |i| vec![i]);
+        if ckpt {
+            self.free_all(&input);
+        }
+        self.grad("sum", param + 1, vec![fan_out]);
+        self.free_all(&incoming.map_or(vec![], |i| vec![i]));
+        if !ckpt {
+            self.free_all(&input);
+        }
+        g
+    }
+
+    /// A residual add's backward: the two gradients of its input summed.
+    fn residual_backward(&mut self, through: H, branch: H) -> H {
+        let g = self.alloc("add", self.act());
+        self.free_all(&[through, branch]);
+        g
+    }
+
+    /// A block's forward from `x`: its output (none when recomputing stops
+    /// early) and what it saved.
+    pub(super) fn block(&mut self, x: H, keep: Keep) -> (Option<H>, Option<Saved>) {
+        let save = keep != Keep::Nothing;
+        let wide = self.shape.mlp_ratio * self.shape.width;
+        let ln1 = self.norm(x, save);
+        let (proj, attention) = self.attention(save);
+        if !save {
+            self.free(ln1.out);
+        }
+        let x2 = self.alloc("add", self.act());
+        self.free(proj);
+        let ln2 = self.norm(x2, save);
+        let fc = self.matmul("addmm", self.tokens(wide));
+        let gelu = self.alloc("gelu", self.tokens(wide));
+        let saved = attention.map(|attention| Saved {
+            ln1,
+            attention,
+            ln2,
+            fc,
+            gelu,
+        });
+        if keep == Keep::UpToGelu {
+            return (None, saved);
+        }
+        if !save {
+            self.free(fc);
+        }
+        let out = self.matmul("addmm", self.act());
+        if !save {
+            self.free_all(&[gelu, ln2.out]);
+        }
+        let x3 = self.alloc("add", self.act());
+        self.free(out);
+        if !save {
+            self.free(x2);
+        }
+        (Some(x3), saved)
+    }
+
+    /// A block's backward from its output's gradient `g`: its input's.
+    pub(super) fn block_backward(&mut self, s: Saved, g: H, p: Params, ckpt: bool) -> H {
+        let (d, wide) = (self.shape.width, self.shape.mlp_ratio * self.shape.width);
+        let g_gelu = self.linear_backward(Some(s.gelu), None, p.out, (wide, d), ckpt);
+        let g_fc = self.alloc("gelu_backward", self.tokens(wide));
+        self.node_done(&[s.fc], g_gelu, ckpt);
+        let g_ln2 = self.linear_backward(Some(s.ln2.out), Some(g_fc), p.fc, (d, wide), ckpt);
+        let g_x2 = self.norm_backward(&s.ln2, g_ln2, p.ln2, ckpt);
+        let g_x2 = self.residual_backward(g, g_x2);
+        let input = s.attention.projection_input();
+        let g_heads = self.linear_backward(input, None, p.proj, (d, d), ckpt);
+        let g_qkv = self.attention_backward(s.attention, g_heads, ckpt);
+        let g_ln1 = self.linear_backward(Some(s.ln1.out), Some(g_qkv), p.attn, (d, 3 * d), ckpt);
+        let g_x = self.norm_backward(&s.ln1, g_ln1, p.ln1, ckpt);
+        self.residual_backward(g_x2, g_x)
+    }
+}
