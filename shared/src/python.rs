@@ -2,6 +2,8 @@
 //! and the plain-language account of which of the three numbers moved.
 
 use crate::command::*;
+use crate::train::kinds::Norm;
+use crate::train::spec::Kind;
 use crate::train::OptimizerKind;
 use crate::types::Framework;
 use crate::units::MIB;
@@ -131,7 +133,10 @@ fn alloc_code(a: &AllocArgs, framework: Framework) -> String {
 
 fn model_code(a: &ModelArgs, framework: Framework) -> String {
     let (name, layers, width, input_dim, classes) =
-        (&a.name, a.layers, a.width, a.input_dim, a.classes);
+        (&a.name, a.layers, a.width(), a.input_dim, a.classes);
+    if let Some(code) = kind_code(a) {
+        return code;
+    }
     if framework == Framework::Tensorflow {
         format!(
             "{name} = tf.keras.Sequential([tf.keras.layers.Dense({width}, activation='relu') for _ in range({layers})] + [tf.keras.layers.Dense({classes})])\n{name}.build((None, {input_dim}))"
@@ -142,6 +147,30 @@ fn model_code(a: &ModelArgs, framework: Framework) -> String {
             layers.saturating_sub(1)
         )
     }
+}
+
+/// A CNN or a transformer, as the module that builds it.
+fn kind_code(a: &ModelArgs) -> Option<String> {
+    let spec = a.spec().ok()?;
+    let name = &a.name;
+    Some(match spec.kind {
+        Kind::Mlp => return None,
+        Kind::Cnn(c) => format!(
+            "{name} = CNN(channels={}, image_size={}, blocks={}, width={}, classes={}).cuda()  # per block: Conv2d(3x3) -> BatchNorm2d -> ReLU -> MaxPool2d(2); then Linear",
+            c.channels, c.image_size, c.blocks, c.width, c.classes
+        ),
+        Kind::Transformer(t) => format!(
+            "{name} = GPT(layers={}, width={}, heads={}, seq_len={}, vocab={}, mlp_ratio={}, norm=nn.{}, tied={}).cuda()",
+            t.layers,
+            t.width,
+            t.heads,
+            t.seq_len,
+            t.vocab,
+            t.mlp_ratio,
+            if t.norm == Norm::LayerNorm { "LayerNorm" } else { "RMSNorm" },
+            if t.tied { "True" } else { "False" }
+        ),
+    })
 }
 
 fn optimizer_code(a: &OptimizerArgs) -> String {

@@ -125,13 +125,9 @@ fn command(op: &Op, framework: Framework, variant: u8) -> Command {
         Op::ResetPeaks => Command::ResetPeakMemoryStats {},
         Op::Restart(total) => restart(framework, *total, variant),
         Op::Model(layers, width) => Command::Model(command::ModelArgs {
-            name: "m".into(),
-            layers: *layers,
-            width: *width,
             input_dim: 256,
-            classes: 10,
-            dtype: None,
             keras: variant & 1 != 0,
+            ..command::ModelArgs::mlp("m", *layers, *width)
         }),
         Op::Forward(n, batch) => Command::Forward(command::ForwardArgs {
             name: NAMES[*n].into(),
@@ -164,6 +160,7 @@ fn command(op: &Op, framework: Framework, variant: u8) -> Command {
             } else {
                 command::LossHistory::Item
             },
+            attention: Default::default(),
         }),
     }
 }

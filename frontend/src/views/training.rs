@@ -75,15 +75,11 @@ impl Fields {
     /// `model`, `opt` and `data`, in that order.
     fn build(&self) -> Result<Vec<Command>, String> {
         let layers = number(self.layers, "layers", 1..=MAX_LAYERS.into())?;
-        let model = Command::Model(ModelArgs {
-            name: "model".into(),
-            layers: u32::try_from(layers).unwrap_or(MAX_LAYERS),
-            width: number(self.width, "width", 1..=MAX_WIDTH)?,
-            input_dim: DEFAULT_FEATURES,
-            classes: DEFAULT_CLASSES,
-            dtype: None,
-            keras: false,
-        });
+        let model = Command::Model(ModelArgs::mlp(
+            "model",
+            u32::try_from(layers).unwrap_or(MAX_LAYERS),
+            number(self.width, "width", 1..=MAX_WIDTH)?,
+        ));
         let optimizer = Command::Optimizer(OptimizerArgs {
             name: "opt".into(),
             model: "model".into(),
@@ -116,6 +112,7 @@ impl Fields {
             } else {
                 LossHistory::Item
             },
+            attention: Default::default(),
         })])
     }
 

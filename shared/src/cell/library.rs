@@ -293,13 +293,12 @@ fn sequential(ev: &Eval, layers: &[Value], keras: bool) -> Result<Value, CellErr
         ));
     }
     Ok(Value::Model(ModelArgs {
-        name: String::new(),
         layers: hidden.len().max(1) as u32,
-        width,
+        width: Some(width),
         input_dim: input_dim.unwrap_or(crate::command::DEFAULT_FEATURES),
         classes,
-        dtype: None,
         keras,
+        ..Default::default()
     }))
 }
 

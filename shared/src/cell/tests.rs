@@ -43,13 +43,8 @@ const MLP: &str = "model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Lin
 
 fn mlp(layers: u32, keras: bool) -> Command {
     Command::Model(ModelArgs {
-        name: "model".into(),
-        layers,
-        width: 1024,
-        input_dim: 784,
-        classes: 10,
-        dtype: None,
         keras,
+        ..ModelArgs::mlp("model", layers, 1024)
     })
 }
 

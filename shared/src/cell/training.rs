@@ -91,6 +91,7 @@ pub fn training_loop(
         amp: facts.amp,
         set_to_none,
         loss_history: facts.history,
+        attention: Default::default(),
     })])
 }
 

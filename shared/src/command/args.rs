@@ -1,6 +1,8 @@
 //! One argument struct per command, with the defaults a field takes when it
 //! is left out. Validation, execution and the Python pane take them whole.
 
+use crate::train::kinds::{Attention, CnnShape, Norm, TransformerShape};
+use crate::train::spec::{Kind, ModelSpec};
 use crate::train::OptimizerKind;
 use crate::types::{Category, Dtype};
 use serde::{Deserialize, Serialize};
@@ -53,16 +55,22 @@ pub struct AppendArgs {
     pub item: String,
 }
 
-/// `model = MLP(...).cuda()`: `layers` hidden layers of `width`. With
-/// `keras` (always under TensorFlow) Keras's global state holds it too.
+/// `model = MLP(...).cuda()`: `layers` hidden layers of `width`; or a CNN
+/// (`blocks` of convolutions, the first `width` channels wide, on images of
+/// `channels` x `image_size` x `image_size`, into `classes`); or a
+/// transformer (`layers` blocks `width` wide with `heads`, over `seq_len`
+/// tokens of a `vocab`, the MLP `mlp_ratio` times wider). With `keras`
+/// (always under TensorFlow) Keras's global state holds it too.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelArgs {
     pub name: String,
+    #[serde(default, skip_serializing_if = "ModelKind::is_mlp")]
+    pub kind: ModelKind,
     #[serde(default = "default_layers")]
     pub layers: u32,
-    #[serde(default = "default_width")]
-    pub width: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub width: Option<u64>,
     #[serde(default = "default_features")]
     pub input_dim: u64,
     #[serde(default = "default_classes")]
@@ -71,6 +79,121 @@ pub struct ModelArgs {
     pub dtype: Option<Dtype>,
     #[serde(default)]
     pub keras: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heads: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq_len: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vocab: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mlp_ratio: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub norm: Option<Norm>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tied: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channels: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_size: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<u32>,
+}
+
+/// Which network `model` builds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelKind {
+    #[default]
+    Mlp,
+    Cnn,
+    Transformer,
+}
+
+impl ModelKind {
+    fn is_mlp(&self) -> bool {
+        *self == ModelKind::Mlp
+    }
+}
+
+/// The defaults a line that leaves every field out gets.
+impl Default for ModelArgs {
+    fn default() -> Self {
+        ModelArgs {
+            name: String::new(),
+            kind: ModelKind::Mlp,
+            layers: DEFAULT_LAYERS,
+            width: None,
+            input_dim: DEFAULT_FEATURES,
+            classes: DEFAULT_CLASSES,
+            dtype: None,
+            keras: false,
+            heads: None,
+            seq_len: None,
+            vocab: None,
+            mlp_ratio: None,
+            norm: None,
+            tied: None,
+            channels: None,
+            image_size: None,
+            blocks: None,
+        }
+    }
+}
+
+impl ModelArgs {
+    /// An MLP of these sizes, the rest left to their defaults.
+    pub fn mlp(name: &str, layers: u32, width: u64) -> Self {
+        ModelArgs {
+            name: name.into(),
+            layers,
+            width: Some(width),
+            ..Default::default()
+        }
+    }
+
+    /// The model these arguments build (its sizes unchecked), or what is
+    /// wrong with them.
+    pub fn spec(&self) -> Result<ModelSpec, String> {
+        let width = self.width();
+        let dtype = self.dtype.unwrap_or(Dtype::Float32);
+        let kind = match self.kind {
+            ModelKind::Mlp => {
+                let only = [("heads", self.heads), ("seq_len", self.seq_len), ("vocab", self.vocab)];
+                if let Some((field, _)) = only.iter().find(|(_, v)| v.is_some()) {
+                    return Err(format!("`{field}` is a transformer's: add \"kind\": \"transformer\""));
+                }
+                return Ok(ModelSpec::mlp(self.layers, width, self.input_dim, self.classes, dtype));
+            }
+            ModelKind::Cnn => Kind::Cnn(CnnShape {
+                channels: self.channels.unwrap_or(3),
+                image_size: self.image_size.unwrap_or(32),
+                blocks: self.blocks.unwrap_or(3),
+                width,
+                classes: self.classes,
+            }),
+            ModelKind::Transformer => Kind::Transformer(TransformerShape {
+                layers: self.layers,
+                width,
+                heads: self.heads.unwrap_or((width / 64).max(1)),
+                seq_len: self.seq_len.unwrap_or(1024),
+                vocab: self.vocab.unwrap_or(50257),
+                mlp_ratio: self.mlp_ratio.unwrap_or(4),
+                norm: self.norm.unwrap_or_default(),
+                tied: self.tied.unwrap_or(true),
+            }),
+        };
+        Ok(ModelSpec::of(kind, dtype))
+    }
+
+    /// The width given, or the kind's default: the MLP's hidden layers
+    /// 1024, the transformer 768 (GPT-2 small), the CNN's first block 32.
+    pub fn width(&self) -> u64 {
+        self.width.unwrap_or(match self.kind {
+            ModelKind::Mlp => DEFAULT_WIDTH,
+            ModelKind::Transformer => 768,
+            ModelKind::Cnn => 32,
+        })
+    }
 }
 
 /// `opt = torch.optim.Adam(model.parameters())`; state comes at the first step.
@@ -173,6 +296,8 @@ pub struct TrainArgs {
     pub set_to_none: bool,
     #[serde(default)]
     pub loss_history: LossHistory,
+    #[serde(default, skip_serializing_if = "Attention::is_eager")]
+    pub attention: Attention,
 }
 
 impl TrainArgs {
@@ -190,6 +315,7 @@ impl TrainArgs {
             amp: false,
             set_to_none: true,
             loss_history: LossHistory::Item,
+            attention: Attention::Eager,
         }
     }
 }
@@ -224,6 +350,8 @@ pub struct EstimateArgs {
     pub checkpointing: bool,
     #[serde(default = "yes")]
     pub set_to_none: bool,
+    #[serde(default, skip_serializing_if = "Attention::is_eager")]
+    pub attention: Attention,
 }
 
 /// Hidden layers of a model when `layers` is left out.
@@ -245,9 +373,6 @@ pub const DEFAULT_THRESHOLD: f64 = 0.8;
 
 fn default_layers() -> u32 {
     DEFAULT_LAYERS
-}
-fn default_width() -> u64 {
-    DEFAULT_WIDTH
 }
 fn default_features() -> u64 {
     DEFAULT_FEATURES

@@ -246,6 +246,7 @@ mod tests {
             amp: false,
             set_to_none: false,
             loss_history: crate::command::LossHistory::Tensor,
+            attention: crate::train::kinds::Attention::Sdpa,
         });
         for command in [restart, train, Command::Gc {}] {
             let line = CommandLine::from(command.clone());

@@ -10,6 +10,7 @@
 
 mod objects;
 mod planning;
+mod program;
 mod tensors;
 mod tf1;
 mod training;

@@ -7,6 +7,7 @@ use crate::error::{CommandError, ErrorKind};
 use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::{Class, Holder, ObjId, ObjectKind};
 use crate::train::step::Frame;
+use crate::train::spec::Kind;
 use crate::train::{DataSpec, DatasetState, ModelSpec, ModelState, OptimizerState};
 use crate::types::{Category, Dtype, Framework};
 use crate::units::{format_size, PIB, TIB};
@@ -46,50 +47,63 @@ impl Engine {
     pub(super) fn model(&mut self, a: &ModelArgs) -> Result<Outcome, CommandError> {
         let name = a.name.as_str();
         check_name(name)?;
-        let spec = ModelSpec {
-            layers: a.layers,
-            width: a.width,
-            input_dim: a.input_dim,
-            classes: a.classes,
-            dtype: a.dtype.unwrap_or(Dtype::Float32),
-        };
-        spec.validate()
-            .map_err(|m| error(ErrorKind::InvalidValue, m))?;
+        let invalid = |m| error(ErrorKind::InvalidValue, m);
+        let spec = a.spec().map_err(invalid)?;
+        spec.validate().map_err(invalid)?;
         if spec.param_bytes() >= TIB {
-            return Err(error(
-                ErrorKind::InvalidValue,
-                format!("{} parameters is absurd", spec.param_count()),
-            ));
+            return Err(invalid(format!(
+                "{} parameters is absurd",
+                spec.param_count()
+            )));
         }
+        let framework = self.settings.framework;
+        if spec.kind != Kind::Mlp && framework != Framework::Pytorch {
+            return Err(invalid(format!(
+                "the {} runs PyTorch's ops: switch the framework to PyTorch to train one",
+                spec.kind_name()
+            )));
+        }
+        let keras = a.keras || framework == Framework::Tensorflow;
+        let session = self.build_model(name, spec, keras)?;
+        let mut note = format!(
+            "`{name}` has {} parameters: {} on the device.",
+            spec.param_count(),
+            format_size(spec.param_bytes())
+        );
+        if session.is_some() {
+            note.push_str(
+                " Its variables belong to the open tf.Session: closing the session frees them.",
+            );
+        } else if keras {
+            note.push_str(" Keras's global state holds the model too: `del` alone will not free it; clear_session() will.");
+        }
+        Ok(Outcome::note(note))
+    }
+
+    /// `name = Model(...).cuda()`: its parameters (and buffers) moved to
+    /// the device in registration order. Returns the tf.Session that owns
+    /// its variables, if one is open.
+    pub(super) fn build_model(
+        &mut self,
+        name: &str,
+        spec: ModelSpec,
+        keras: bool,
+    ) -> Result<Option<ObjId>, CommandError> {
         let session = self
             .train
             .open_session
             .filter(|_| self.settings.framework == Framework::Tensorflow);
         let mut frame = Frame::default();
         let model = frame.instance(&mut self.kernel, Class::Model, name);
-        let mut params = Vec::new();
-        for (suffix, shape) in spec.param_shapes() {
-            let label = format!("{name}.{suffix}");
-            match frame.alloc(
-                &mut self.kernel,
-                &label,
-                &shape,
-                spec.dtype,
-                Category::Parameter,
-            ) {
-                Ok(p) => {
-                    frame.take(p);
-                    self.kernel.attach_local(session.unwrap_or(model), p);
-                    params.push(p);
-                }
-                Err(f) => {
-                    let e = self.alloc_error(&f);
-                    frame.finish(&mut self.kernel);
-                    return Err(e);
-                }
+        let owner = session.unwrap_or(model);
+        let params = match self.move_to_device(&mut frame, name, owner, &spec) {
+            Ok(params) => params,
+            Err(f) => {
+                let e = self.alloc_error(&f);
+                frame.finish(&mut self.kernel);
+                return Err(e);
             }
-        }
-        let keras = a.keras || self.settings.framework == Framework::Tensorflow;
+        };
         if keras && session.is_none() {
             self.kernel.runtime.hold(Holder::FrameworkState, model);
         }
@@ -106,19 +120,32 @@ impl Engine {
         );
         frame.take(model);
         self.kernel.bind_local(name, model);
-        let mut note = format!(
-            "`{name}` has {} parameters: {} on the device.",
-            spec.param_count(),
-            format_size(spec.param_bytes())
-        );
-        if session.is_some() {
-            note.push_str(
-                " Its variables belong to the open tf.Session: closing the session frees them.",
-            );
-        } else if keras {
-            note.push_str(" Keras's global state holds the model too: `del` alone will not free it; clear_session() will.");
+        Ok(session)
+    }
+
+    /// Allocates every parameter, then every buffer, held by `owner`;
+    /// returns the parameters.
+    fn move_to_device(
+        &mut self,
+        frame: &mut Frame,
+        name: &str,
+        owner: ObjId,
+        spec: &ModelSpec,
+    ) -> Result<Vec<ObjId>, AllocFailure> {
+        let mut params = Vec::new();
+        let buffers = spec.buffers();
+        let count = spec.parameters().len();
+        for (i, t) in spec.parameters().iter().chain(&buffers).enumerate() {
+            let label = format!("{name}.{}", t.name);
+            let k = &mut self.kernel;
+            let p = frame.alloc(k, &label, &t.shape, t.dtype, Category::Parameter)?;
+            frame.take(p);
+            k.attach_local(owner, p);
+            if i < count {
+                params.push(p);
+            }
         }
-        Ok(Outcome::note(note))
+        Ok(params)
     }
 
     pub(super) fn optimizer(&mut self, a: &OptimizerArgs) -> Result<Outcome, CommandError> {

@@ -4,7 +4,7 @@
 
 use super::{error, Engine, Outcome, SimDeviceFactory};
 use crate::command::{
-    Command, DataArgs, EstimateArgs, FindBatchSizeArgs, ModelArgs, OptimizerArgs, TrainArgs,
+    Command, DataArgs, EstimateArgs, FindBatchSizeArgs, OptimizerArgs, TrainArgs,
 };
 use crate::error::{CommandError, ErrorKind};
 use crate::runtime::Class;
@@ -117,16 +117,9 @@ impl Engine {
         let mut trial = Engine::new(Box::new(SimDeviceFactory), self.settings.clone()).ok()?;
         trial.set_event_capacity(0);
         trial.set_tracing(false);
+        let keras = self.settings.framework == crate::types::Framework::Tensorflow;
+        trial.build_model("model", *spec, keras).ok()?;
         let setup = [
-            Command::Model(ModelArgs {
-                name: "model".into(),
-                layers: spec.layers,
-                width: spec.width,
-                input_dim: spec.input_dim,
-                classes: spec.classes,
-                dtype: Some(spec.dtype),
-                keras: false,
-            }),
             Command::Optimizer(OptimizerArgs {
                 name: "opt".into(),
                 model: "model".into(),

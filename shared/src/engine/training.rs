@@ -7,6 +7,9 @@ use crate::command::{BackwardArgs, ForwardArgs, LossHistory, StepArgs, TrainArgs
 use crate::error::{CommandError, ErrorKind};
 use crate::kernel::AllocFailure;
 use crate::runtime::{Class, ObjId, ObjectKind};
+use super::program::{self, Target};
+use crate::train::kinds::step::{Options, Program};
+use crate::train::spec::Kind;
 use crate::train::step::{self, BackwardError, Frame};
 use crate::train::{DataSpec, ModelSpec};
 use crate::types::{Category, Dtype};
@@ -21,12 +24,16 @@ struct Plan {
     data: ObjId,
     micro_batch: u64,
     compute: bool,
+    /// A CNN's or a transformer's step, written once for the loop.
+    program: Option<Program>,
 }
 
 impl Engine {
-    /// Whether a step of this model at this batch computes numbers.
+    /// Whether a step of this model at this batch computes numbers (the
+    /// CNN and the transformer are shapes only).
     pub(super) fn computes(&self, spec: &ModelSpec, batch: u64) -> bool {
-        spec.step_flops(batch) <= self.flop_limit
+        spec.kind == Kind::Mlp
+            && spec.step_flops(batch) <= self.flop_limit
             && spec.step_host_bytes(batch) <= crate::train::ARITHMETIC_HOST_LIMIT
     }
 
@@ -62,6 +69,15 @@ impl Engine {
         check_name(name)?;
         let (model_id, state) = self.model_state(model)?;
         let spec = state.spec;
+        if spec.kind != Kind::Mlp {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                format!(
+                    "`forward` builds an MLP's graph one command at a time; a {}'s step runs whole in `train` (steps 1 for one step)",
+                    spec.kind_name()
+                ),
+            ));
+        }
         let data_id = self.instance(data, Class::Dataset)?;
         check_batch(batch, &self.train.datasets[&data_id].spec, &spec)?;
         let compute = self.computes(&spec, batch);
@@ -225,6 +241,10 @@ impl Engine {
         }
         let micro_batch = a.batch_size / a.accumulate;
         check_batch(micro_batch, &self.train.datasets[&data].spec, &spec)?;
+        let options = Options {
+            attention: a.attention,
+            checkpointing: a.checkpointing,
+        };
         Ok(Plan {
             model,
             spec,
@@ -232,6 +252,7 @@ impl Engine {
             data,
             micro_batch,
             compute: self.computes(&spec, micro_batch),
+            program: program::of(&spec, micro_batch, options),
         })
     }
 
@@ -288,15 +309,10 @@ impl Engine {
         if self.train.datasets[&plan.data].on_device.is_some() {
             return Ok(None);
         }
-        let (k, b) = (&mut self.kernel, plan.micro_batch);
-        let x = frame.alloc(
-            k,
-            "x",
-            &[b, plan.spec.input_dim],
-            Dtype::Float32,
-            Category::Input,
-        )?;
-        let y = frame.alloc(k, "y", &[b], Dtype::Int64, Category::Input)?;
+        let k = &mut self.kernel;
+        let (x_shape, x_dtype, y_shape) = plan.spec.batch(plan.micro_batch);
+        let x = frame.alloc(k, "x", &x_shape, x_dtype, Category::Input)?;
+        let y = frame.alloc(k, "y", &y_shape, Dtype::Int64, Category::Input)?;
         for (name, t) in [("x", x), ("y", y)] {
             frame.take(t);
             k.bind_local(name, t);
@@ -314,6 +330,17 @@ impl Engine {
         plan: &Plan,
     ) -> Result<Option<f32>, AllocFailure> {
         let input = self.loop_batch(frame, plan)?;
+        if let Some(p) = &plan.program {
+            let params = self.train.models[&plan.model].params.clone();
+            let name = self.kernel.runtime.get(plan.model).map(|m| m.label.clone());
+            let target = Target {
+                name: name.as_deref().unwrap_or("model"),
+                params: &params,
+                loss: "loss",
+            };
+            program::play(&mut self.kernel, frame, &mut self.train.cublas, p, &target)?;
+            return Ok(None);
+        }
         let args = step::ForwardArgs {
             input,
             tag: "loss",
@@ -414,6 +441,12 @@ fn train_outcome(a: &TrainArgs, plan: &Plan, steps: StepLog, stopped: bool) -> O
             plural(a.steps, "step"),
             a.batch_size
         ),
+        _ if plan.program.is_some() => format!(
+            "{} of batch {}, shape-only: every allocation is the one PyTorch's ops make for this {}, in their order, but no arithmetic runs, so no loss was computed.",
+            plural(a.steps, "step"),
+            a.batch_size,
+            plan.spec.kind_name()
+        ),
         _ => format!(
             "{} of batch {}, shape-only: every allocation is the one a computed step makes, but a step of {:.0} MFLOP is too big to compute here, so no loss was computed.",
             plural(a.steps, "step"),
@@ -449,11 +482,27 @@ pub(super) fn check_batch(
         ));
     }
     if data.features != model.input_dim || data.classes != model.classes {
+        let hint = match model.kind {
+            Kind::Mlp => "",
+            Kind::Cnn(_) => " (a CNN's features are its images' channels x height x width)",
+            Kind::Transformer(_) => {
+                " (a transformer's features are its sequence length, its classes its vocabulary)"
+            }
+        };
         return Err(error(
             ErrorKind::InvalidValue,
             format!(
-                "the data has {} features and {} classes but the model expects {} and {}",
+                "the data has {} features and {} classes but the model expects {} and {}{hint}",
                 data.features, data.classes, model.input_dim, model.classes
+            ),
+        ));
+    }
+    if data.on_device && model.kind != Kind::Mlp {
+        return Err(error(
+            ErrorKind::InvalidValue,
+            format!(
+                "a dataset on the device holds an MLP's float features; the {}'s batches are copied in each step: make the data without on_device",
+                model.kind_name()
             ),
         ));
     }

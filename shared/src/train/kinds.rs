@@ -17,7 +17,7 @@ pub struct Tensor {
 }
 
 impl Tensor {
-    fn new(name: String, shape: Vec<u64>, dtype: Dtype) -> Self {
+    pub fn new(name: String, shape: Vec<u64>, dtype: Dtype) -> Self {
         Self { name, shape, dtype }
     }
 
@@ -126,8 +126,10 @@ impl CnnShape {
 }
 
 /// The normalization before attention, before the MLP and at the end.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Norm {
+    #[default]
     /// `nn.LayerNorm`: a weight and a bias.
     LayerNorm,
     /// `nn.RMSNorm`: a weight only.
@@ -228,6 +230,8 @@ fn in_range(name: &str, v: u64, low: u64, high: u64) -> Result<(), String> {
 }
 
 pub mod step;
+
+pub use step::Attention;
 
 #[cfg(test)]
 mod tests;

@@ -8,6 +8,7 @@
 //! - [`math`]: the same step's arithmetic on the CPU, for small steps.
 //! - [`data`]: the synthetic, learnable classification set.
 
+pub mod cublas;
 pub mod data;
 pub mod kinds;
 pub mod math;

@@ -1,6 +1,7 @@
 //! Models, optimizers and datasets as shapes and bytes, and the memory
 //! estimate of a training step computed from them before anything runs.
 
+use super::kinds::{self, CnnShape, TransformerShape};
 use crate::types::Dtype;
 use serde::{Deserialize, Serialize};
 
@@ -9,18 +10,102 @@ pub const MAX_LAYERS: u32 = 1024;
 /// The widest a hidden layer may be.
 pub const MAX_WIDTH: u64 = 1 << 20;
 
-/// An MLP: `layers` hidden linear layers of `width` with ReLU, then a
-/// linear layer to `classes`, trained with softmax cross-entropy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A model trained with softmax cross-entropy. An MLP: `layers` hidden
+/// linear layers of `width` with ReLU, then a linear layer to `classes`.
+/// A CNN or a transformer: its [`Kind`]'s shape, with `input_dim` the
+/// numbers in one sample (C·H·W, or the sequence's tokens) and `classes`
+/// the labels (or the vocabulary).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ModelSpec {
     pub layers: u32,
     pub width: u64,
     pub input_dim: u64,
     pub classes: u64,
     pub dtype: Dtype,
+    pub kind: Kind,
+}
+
+/// Which network a model is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Mlp,
+    Cnn(CnnShape),
+    Transformer(TransformerShape),
 }
 
 impl ModelSpec {
+    /// The MLP of these sizes.
+    pub fn mlp(layers: u32, width: u64, input_dim: u64, classes: u64, dtype: Dtype) -> Self {
+        ModelSpec {
+            layers,
+            width,
+            input_dim,
+            classes,
+            dtype,
+            kind: Kind::Mlp,
+        }
+    }
+
+    /// A CNN's or a transformer's spec (the sizes its data must have).
+    pub fn of(kind: Kind, dtype: Dtype) -> Self {
+        let (layers, width, input_dim, classes) = match kind {
+            Kind::Cnn(c) => (c.blocks, c.width, c.channels * c.image_size * c.image_size, c.classes),
+            Kind::Transformer(t) => (t.layers, t.width, t.seq_len, t.vocab),
+            Kind::Mlp => unreachable!("an MLP is built by ModelSpec::mlp"),
+        };
+        ModelSpec {
+            layers,
+            width,
+            input_dim,
+            classes,
+            dtype,
+            kind,
+        }
+    }
+
+    /// Every parameter (name, shape, type) as `named_parameters()` lists it.
+    pub fn parameters(&self) -> Vec<kinds::Tensor> {
+        match self.kind {
+            Kind::Mlp => self
+                .param_shapes()
+                .into_iter()
+                .map(|(name, shape)| kinds::Tensor::new(name, shape, self.dtype))
+                .collect(),
+            Kind::Cnn(c) => c.parameters(self.dtype),
+            Kind::Transformer(t) => t.parameters(self.dtype),
+        }
+    }
+
+    /// Every buffer (BatchNorm's running statistics).
+    pub fn buffers(&self) -> Vec<kinds::Tensor> {
+        match self.kind {
+            Kind::Cnn(c) => c.buffers(),
+            Kind::Mlp | Kind::Transformer(_) => Vec::new(),
+        }
+    }
+
+    /// A batch of `b` samples on the device: its shape and type, then the
+    /// targets' shape (int64): features, images or token ids.
+    pub fn batch(&self, b: u64) -> (Vec<u64>, Dtype, Vec<u64>) {
+        match self.kind {
+            Kind::Mlp => (vec![b, self.input_dim], Dtype::Float32, vec![b]),
+            Kind::Cnn(c) => {
+                let image = vec![b, c.channels, c.image_size, c.image_size];
+                (image, Dtype::Float32, vec![b])
+            }
+            Kind::Transformer(t) => (vec![b, t.seq_len], Dtype::Int64, vec![b, t.seq_len]),
+        }
+    }
+
+    /// What the model is, in a few words.
+    pub fn kind_name(&self) -> &'static str {
+        match self.kind {
+            Kind::Mlp => "MLP",
+            Kind::Cnn(_) => "CNN",
+            Kind::Transformer(_) => "transformer",
+        }
+    }
+
     /// Widths: input, hidden..., classes.
     pub fn dims(&self) -> Vec<u64> {
         let mut d = vec![self.input_dim];
@@ -45,8 +130,10 @@ impl ModelSpec {
     }
 
     pub fn param_count(&self) -> u64 {
-        let d = self.dims();
-        d.windows(2).map(|w| w[0] * w[1] + w[1]).sum()
+        match self.kind {
+            Kind::Mlp => self.dims().windows(2).map(|w| w[0] * w[1] + w[1]).sum(),
+            _ => kinds::count(&self.parameters()),
+        }
     }
 
     pub fn param_bytes(&self) -> u64 {
@@ -78,6 +165,11 @@ impl ModelSpec {
 
     /// Checks sizes; the message names what is wrong.
     pub fn validate(&self) -> Result<(), String> {
+        match self.kind {
+            Kind::Cnn(c) => return c.validate(),
+            Kind::Transformer(t) => return t.validate(),
+            Kind::Mlp => {}
+        }
         if !(1..=MAX_LAYERS).contains(&self.layers) {
             return Err(format!(
                 "layers must be 1 to {MAX_LAYERS}, not {}",
@@ -310,13 +402,7 @@ mod tests {
     use super::*;
 
     fn default_model() -> ModelSpec {
-        ModelSpec {
-            layers: 4,
-            width: 1024,
-            input_dim: 784,
-            classes: 10,
-            dtype: Dtype::Float32,
-        }
+        ModelSpec::mlp(4, 1024, 784, 10, Dtype::Float32)
     }
 
     #[test]

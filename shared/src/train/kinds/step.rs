@@ -17,17 +17,25 @@
 //! engine's own. `tests/reference/step_trace.py` records the same step from
 //! PyTorch's own ops; the tests hold this to it event by event.
 
-use super::TransformerShape;
-use crate::train::step::BlasThread;
+use super::{Tensor, TransformerShape};
+use crate::train::cublas::BlasThread;
 use crate::types::Dtype;
 
 /// How attention is computed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Attention {
     /// `softmax(q @ k.T * scale, masked) @ v`: B x H x S x S tensors.
+    #[default]
     Eager,
     /// `F.scaled_dot_product_attention` with a fused (flash) kernel.
     Sdpa,
+}
+
+impl Attention {
+    pub fn is_eager(&self) -> bool {
+        *self == Attention::Eager
+    }
 }
 
 /// What a step does to memory besides its shapes.
@@ -88,6 +96,8 @@ pub enum Op {
 pub struct Program {
     pub allocs: Vec<Alloc>,
     pub ops: Vec<Op>,
+    /// What the model calls its blocks (`h` in GPT-2), for labels.
+    pub scope: &'static str,
 }
 
 /// One event of a trace: an op made a tensor of `bytes` (> 0), or a
@@ -117,7 +127,7 @@ impl Program {
 
 /// The step's forward and backward passes.
 pub fn program(t: &TransformerShape, batch: u64, options: Options) -> Program {
-    let mut tape = Tape::new(t, batch, options);
+    let mut tape = Tape::new(*t, "h", batch, options);
     let top = tape.forward();
     tape.backward(top);
     tape.program
@@ -138,11 +148,10 @@ pub fn peak(events: &[Event]) -> u64 {
 /// `exp_avg_sq.sqrt()` for every parameter at once, freed last first; then
 /// every gradient, in order. (The engine runs its own optimizer step; this
 /// is the same sequence, for comparing whole steps with PyTorch's.)
-pub fn optimizer_events(t: &TransformerShape) -> Vec<Event> {
-    let sizes: Vec<i64> = t
-        .parameters(Dtype::Float32)
+pub fn optimizer_events(parameters: &[Tensor]) -> Vec<Event> {
+    let sizes: Vec<i64> = parameters
         .iter()
-        .map(|p| blocks(p.numel() * 4) as i64)
+        .map(|p| blocks(p.numel() * p.dtype.size_bytes()) as i64)
         .collect();
     let sqrt = sizes.iter().map(|&b| ("_foreach_sqrt", b));
     let temps = sizes.iter().rev().map(|&b| ("free", -b));
@@ -160,10 +169,10 @@ fn blocks(bytes: u64) -> u64 {
 /// A handle on an allocation of the program being written.
 type H = usize;
 
-/// A step being written: its sizes and the program so far.
-struct Tape {
+/// A step being written: the model's shape and the program so far.
+struct Tape<S> {
     program: Program,
-    shape: TransformerShape,
+    shape: S,
     options: Options,
     batch: u64,
     /// Activations' element type.
@@ -176,11 +185,14 @@ struct Tape {
     thread: BlasThread,
 }
 
-impl Tape {
-    fn new(t: &TransformerShape, batch: u64, options: Options) -> Self {
+impl<S> Tape<S> {
+    fn new(shape: S, scope: &'static str, batch: u64, options: Options) -> Self {
         Self {
-            program: Program::default(),
-            shape: *t,
+            program: Program {
+                scope,
+                ..Program::default()
+            },
+            shape,
             options,
             batch,
             adt: Dtype::Float32,
@@ -250,6 +262,48 @@ impl Tape {
         }
     }
 
+}
+
+/// What the loss's backward needs.
+struct Loss {
+    log_probs: H,
+    total_weight: H,
+}
+
+impl<S> Tape<S> {
+    /// `loss = F.cross_entropy(logits, y)` (`log_softmax`, then NLL's loss
+    /// and total weight, all float32), which drops the loop's previous
+    /// loss; then `del logits`.
+    fn cross_entropy(&mut self, logits: H, shape: &[u64]) -> Loss {
+        let f32 = Dtype::Float32;
+        let log_probs = self.alloc_as("_log_softmax", shape.to_vec(), f32, Role::Forward);
+        self.alloc_as("nll_loss_forward", vec![], f32, Role::Loss);
+        let total_weight = self.alloc_as("nll_loss_forward", vec![], f32, Role::Forward);
+        self.program.ops.push(Op::Rebind);
+        self.free(logits);
+        Loss {
+            log_probs,
+            total_weight,
+        }
+    }
+
+    /// Backward starts: the `ones_like` seed (which `torch.autograd.backward`
+    /// keeps to the end), NLL's and log-softmax's backward. Returns the
+    /// seed and the logits' gradient.
+    fn cross_entropy_backward(&mut self, loss: Loss, shape: &[u64]) -> (H, H) {
+        (self.role, self.thread) = (Role::Backward, BlasThread::Autograd);
+        let f32 = Dtype::Float32;
+        let seed = self.alloc_as("ones_like", vec![], f32, Role::Backward);
+        let g = self.alloc_as("nll_loss_backward", shape.to_vec(), f32, Role::Backward);
+        self.free(loss.total_weight);
+        let op = "_log_softmax_backward_data";
+        let g_logits = self.alloc_as(op, shape.to_vec(), f32, Role::Backward);
+        self.free_all(&[g, loss.log_probs]);
+        (seed, g_logits)
+    }
+}
+
+impl Tape<TransformerShape> {
     /// B x S x `n`: a hidden state `n` wide.
     fn tokens(&self, n: u64) -> Vec<u64> {
         vec![self.batch, self.shape.seq_len, n]
@@ -262,7 +316,10 @@ impl Tape {
 
 mod attention;
 mod block;
+mod cnn;
 mod passes;
+
+pub use cnn::program as cnn_program;
 
 #[cfg(test)]
 mod tests;

@@ -39,13 +39,13 @@ fn mlp_parameters_are_pytorchs() {
     let cases = models("mlp");
     assert_eq!(cases.len(), 2);
     for m in cases {
-        let spec = ModelSpec {
-            layers: u(&m, "layers") as u32,
-            width: u(&m, "width"),
-            input_dim: u(&m, "input_dim"),
-            classes: u(&m, "classes"),
-            dtype: Dtype::Float32,
-        };
+        let spec = ModelSpec::mlp(
+            u(&m, "layers") as u32,
+            u(&m, "width"),
+            u(&m, "input_dim"),
+            u(&m, "classes"),
+            Dtype::Float32,
+        );
         assert_eq!(spec.param_shapes(), named(&m["parameters"]), "{m}");
         assert_eq!(spec.param_count(), u(&m, "count"));
     }

@@ -2,7 +2,7 @@
 //! allocating gradient buffers, accumulating into `.grad`, and releasing
 //! what each node saved as it runs.
 
-use super::cublas::{BlasThread, CublasWorkspaces};
+use crate::train::cublas::{BlasThread, CublasWorkspaces};
 use super::forward::SavedPlan;
 use super::frame::Frame;
 use crate::kernel::{AllocFailure, Kernel};

@@ -1,7 +1,7 @@
 //! The forward pass, `loss = criterion(model(x), y)`: what each op allocates,
 //! when each intermediate dies, and what autograd saves for backward.
 
-use super::cublas::{BlasThread, CublasWorkspaces};
+use crate::train::cublas::{BlasThread, CublasWorkspaces};
 use super::frame::Frame;
 use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::{Class, ObjId};

@@ -16,16 +16,15 @@
 //! - [`forward`]: `loss = criterion(model(x), y)` and what autograd saves.
 //! - [`backward`]: `loss.backward()`, node by node.
 //! - [`optimizer`]: `optimizer.step()` and `optimizer.zero_grad()`.
-//! - [`cublas`]: the workspace a thread's first cuBLAS call allocates.
+
 
 mod backward;
-mod cublas;
 mod forward;
 mod frame;
 mod optimizer;
 
 pub use backward::{backward, find_graph, grad_of, BackwardError, BACKWARD_TWICE, NO_GRAD_FN};
-pub use cublas::{clear_cublas_workspaces, BlasThread, CublasWorkspaces};
+pub use crate::train::cublas::{clear_cublas_workspaces, BlasThread, CublasWorkspaces};
 pub use forward::{forward, ForwardArgs, ForwardOut, SavedPlan};
 pub use frame::Frame;
 pub use optimizer::{optimizer_step, zero_grad};

@@ -2,6 +2,7 @@
 //! mask, softmax, `@ v`, each op its own tensor) or fused
 //! (`scaled_dot_product_attention`'s flash kernel).
 
+use crate::train::kinds::TransformerShape;
 use super::{Attention, Tape, H};
 use crate::types::Dtype;
 
@@ -38,7 +39,7 @@ impl Saved {
     }
 }
 
-impl Tape {
+impl Tape<TransformerShape> {
     /// `c_attn`, attention and `c_proj` on the normed input: returns the
     /// projection's output. With `keep` false (a checkpointed block's
     /// first forward), nothing is saved and each tensor dies when its last

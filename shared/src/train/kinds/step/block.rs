@@ -2,6 +2,7 @@
 //! forward and backward, its norms and linear layers' backward, and what a
 //! checkpointed block keeps.
 
+use crate::train::kinds::TransformerShape;
 use super::attention::Saved as AttentionSaved;
 use super::{Tape, H};
 use crate::train::kinds::Norm;
@@ -53,7 +54,7 @@ pub(super) struct Params {
     pub out: usize,
 }
 
-impl Tape {
+impl Tape<TransformerShape> {
     fn norm_ops(&self) -> (&'static str, &'static str) {
         match self.shape.norm {
             Norm::LayerNorm => ("native_layer_norm", "native_layer_norm_backward"),

@@ -1,10 +1,10 @@
 //! The step's two passes: embeddings, the blocks (checkpointed or not),
 //! the final norm, the head and the loss; then backward in reverse.
 
+use crate::train::kinds::TransformerShape;
 use super::block::{Keep, Normed, Params, Saved};
-use super::{Op, Role, Tape, H};
+use super::{Loss, Role, Tape, H};
 use crate::train::kinds::Norm;
-use crate::train::step::BlasThread;
 use crate::types::Dtype;
 
 /// What backward needs from the forward pass.
@@ -14,8 +14,7 @@ pub(super) struct Top {
     /// Each block's saved tensors, or (checkpointed) its input.
     blocks: Vec<Block>,
     final_norm: Normed,
-    log_probs: H,
-    total_weight: H,
+    loss: Loss,
 }
 
 enum Block {
@@ -23,7 +22,7 @@ enum Block {
     Checkpointed(H),
 }
 
-impl Tape {
+impl Tape<TransformerShape> {
     /// Parameters per norm: LayerNorm's weight and bias, RMSNorm's weight.
     fn norm_params(&self) -> usize {
         match self.shape.norm {
@@ -79,36 +78,18 @@ impl Tape {
         self.layer = None;
         let final_norm = self.norm(x, true);
         let logits = self.matmul("mm", self.logits());
-        let f32 = Dtype::Float32;
-        let log_probs = self.alloc_as("_log_softmax", self.logits(), f32, Role::Forward);
-        self.alloc_as("nll_loss_forward", vec![], f32, Role::Loss);
-        let total_weight = self.alloc_as("nll_loss_forward", vec![], f32, Role::Forward);
-        // `loss = ...` drops the loop's previous loss; `del logits`.
-        self.program.ops.push(Op::Rebind);
-        self.free(logits);
+        let loss = self.cross_entropy(logits, &self.logits());
         Top {
             positions,
             blocks,
             final_norm,
-            log_probs,
-            total_weight,
+            loss,
         }
     }
 
     pub(super) fn backward(&mut self, top: Top) {
-        (self.role, self.thread) = (Role::Backward, BlasThread::Autograd);
-        let (d, vocab, f32) = (self.shape.width, self.shape.vocab, Dtype::Float32);
-        // `torch.autograd.backward` keeps its `ones_like` seed to the end.
-        let seed = self.alloc_as("ones_like", vec![], f32, Role::Backward);
-        let g = self.alloc_as("nll_loss_backward", self.logits(), f32, Role::Backward);
-        self.free(top.total_weight);
-        let g_logits = self.alloc_as(
-            "_log_softmax_backward_data",
-            self.logits(),
-            f32,
-            Role::Backward,
-        );
-        self.free_all(&[g, top.log_probs]);
+        let (d, vocab) = (self.shape.width, self.shape.vocab);
+        let (seed, g_logits) = self.cross_entropy_backward(top.loss, &self.logits());
         let head = self.final_norm_param() + self.norm_params();
         let g_head = if self.shape.tied {
             self.matmul("mm", vec![vocab, d])

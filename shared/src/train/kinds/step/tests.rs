@@ -32,7 +32,7 @@ fn options(s: &Value) -> Options {
 /// A whole step as a trace: forward, backward, Adam, `zero_grad`.
 fn events(t: &TransformerShape, batch: u64, options: Options) -> Vec<Event> {
     let mut events = program(t, batch, options).events();
-    events.extend(optimizer_events(t));
+    events.extend(optimizer_events(&t.parameters(Dtype::Float32)));
     events
 }
 
@@ -74,6 +74,39 @@ fn eager_fused_and_checkpointed_steps_are_pytorchs_event_by_event() {
         assert_eq!(ours, theirs, "{options:?}");
         assert_eq!(peak, s["peak_bytes"].as_u64().unwrap());
     }
+}
+
+fn pytorch_events(s: &Value) -> Vec<(String, i64)> {
+    s["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (op(e[0].as_str().unwrap()), e[1].as_i64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn the_cnn_step_is_pytorchs_event_by_event() {
+    let all: Value = serde_json::from_str(PYTORCH).unwrap();
+    let s = all["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["kind"] == "cnn")
+        .unwrap();
+    let u = |k: &str| s[k].as_u64().unwrap();
+    let c = crate::train::kinds::CnnShape {
+        channels: u("channels"),
+        image_size: u("image_size"),
+        blocks: u("blocks") as u32,
+        width: u("width"),
+        classes: u("classes"),
+    };
+    let mut ours = cnn_program(&c, u("batch")).events();
+    ours.extend(optimizer_events(&c.parameters(Dtype::Float32)));
+    let pairs: Vec<(String, i64)> = ours.iter().map(|e| (e.op.to_string(), e.bytes)).collect();
+    assert_eq!(pairs, pytorch_events(s));
+    assert_eq!(peak(&ours), u("peak_bytes"));
 }
 
 /// What eager attention keeps for backward and fused attention does not,
