@@ -8,7 +8,7 @@ use crate::error::{CommandError, ErrorKind};
 use crate::kernel::AllocFailure;
 use crate::runtime::{Class, ObjId, ObjectKind};
 use super::program::{self, Target};
-use crate::train::kinds::step::{Options, Program};
+use crate::train::kinds::step::{Attention, Options, Program};
 use crate::train::spec::Kind;
 use crate::train::step::{self, BackwardError, Frame};
 use crate::train::{DataSpec, ModelSpec};
@@ -241,6 +241,7 @@ impl Engine {
         }
         let micro_batch = a.batch_size / a.accumulate;
         check_batch(micro_batch, &self.train.datasets[&data].spec, &spec)?;
+        check_technique(a, &spec)?;
         let options = Options {
             attention: a.attention,
             checkpointing: a.checkpointing,
@@ -468,6 +469,35 @@ fn train_outcome(a: &TrainArgs, plan: &Plan, steps: StepLog, stopped: bool) -> O
             "steps": steps.first.into_iter().chain(steps.last).collect::<Vec<_>>(),
         })),
     }
+}
+
+/// What the CNN's and the transformer's steps do not model yet.
+fn check_technique(a: &TrainArgs, spec: &ModelSpec) -> Result<(), CommandError> {
+    let missing = if spec.kind == Kind::Mlp {
+        return if a.attention == Attention::Sdpa {
+            Err(error(
+                ErrorKind::InvalidValue,
+                "an MLP has no attention: `attention` is for a transformer",
+            ))
+        } else {
+            Ok(())
+        };
+    } else if a.amp {
+        "autocast (`amp`)"
+    } else if a.loss_history == LossHistory::Tensor {
+        "`total_loss += loss` (loss_history \"tensor\")"
+    } else if a.checkpointing && matches!(spec.kind, Kind::Cnn(_)) {
+        "checkpointing"
+    } else {
+        return Ok(());
+    };
+    Err(error(
+        ErrorKind::InvalidValue,
+        format!(
+            "{missing} is modelled for the MLP; the {}'s step does not model it yet",
+            spec.kind_name()
+        ),
+    ))
 }
 
 pub(super) fn check_batch(
