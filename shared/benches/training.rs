@@ -71,9 +71,10 @@ fn bench(c: &mut Criterion) {
         ("fused attention", json!({"attention":"sdpa"})),
         ("checkpointing", json!({"checkpointing":true})),
     ] {
-        group.bench_function(format!("transformer 12x768 batch 8 seq 1024, {name}"), |b| {
-            b.iter(|| step_with(&mut e, 8, extra.clone()))
-        });
+        group.bench_function(
+            format!("transformer 12x768 batch 8 seq 1024, {name}"),
+            |b| b.iter(|| step_with(&mut e, 8, extra.clone())),
+        );
     }
     let mut e = built(
         json!({"cmd":"model","name":"model","kind":"cnn","channels":3,"image_size":224,"blocks":5,"width":64,"classes":1000}),

@@ -49,7 +49,7 @@ impl Fields {
     }
 
     /// Refuses a field not taken (a client message names only its own).
-    pub fn done(self, expected: &'static [&'static str]) -> Result<(), Error> {
+    pub fn done(&self, expected: &'static [&'static str]) -> Result<(), Error> {
         match self.0.keys().next() {
             Some(key) => Err(Error::unknown_field(key, expected)),
             None => Ok(()),

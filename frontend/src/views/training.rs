@@ -7,9 +7,10 @@ use leptos::prelude::*;
 use std::ops::RangeInclusive;
 use vramlab_shared::command::{
     BackwardArgs, Command, DataArgs, EstimateArgs, FindBatchSizeArgs, ForwardArgs, LossHistory,
-    ModelArgs, NameArgs, OptimizerArgs, StepArgs, TrainArgs, ZeroGradArgs, DEFAULT_CLASSES,
-    DEFAULT_FEATURES, DEFAULT_SAMPLES, DEFAULT_THRESHOLD,
+    ModelArgs, ModelKind, NameArgs, OptimizerArgs, StepArgs, TrainArgs, ZeroGradArgs,
+    DEFAULT_CLASSES, DEFAULT_FEATURES, DEFAULT_SAMPLES, DEFAULT_THRESHOLD,
 };
+use vramlab_shared::train::kinds::Attention;
 use vramlab_shared::engine::{MAX_BATCH_SIZE, MAX_TRAIN_STEPS};
 use vramlab_shared::input;
 use vramlab_shared::train::{OptimizerKind, MAX_LAYERS, MAX_WIDTH};
@@ -21,6 +22,12 @@ const PAGE_BATCH: u64 = 1024;
 /// The training fields.
 #[derive(Clone, Copy)]
 struct Fields {
+    kind: RwSignal<ModelKind>,
+    /// A transformer's sequence length and vocabulary; a CNN's image side.
+    seq_len: RwSignal<String>,
+    vocab: RwSignal<String>,
+    image_size: RwSignal<String>,
+    attention: RwSignal<Attention>,
     layers: RwSignal<String>,
     width: RwSignal<String>,
     batch: RwSignal<String>,
@@ -49,6 +56,11 @@ impl Fields {
         // step's peak by megabytes (on the command line's 4 x 1024 at batch
         // 64, Adam's step sets the peak and hides them).
         Fields {
+            kind: RwSignal::new(ModelKind::Mlp),
+            seq_len: text("512"),
+            vocab: text("8000"),
+            image_size: text("64"),
+            attention: RwSignal::new(Attention::Eager),
             layers: number(PAGE_LAYERS),
             width: number(PAGE_WIDTH),
             batch: number(PAGE_BATCH),
@@ -72,14 +84,50 @@ impl Fields {
         number(self.accumulate, "accumulate", 1..=MAX_BATCH_SIZE)
     }
 
-    /// `model`, `opt` and `data`, in that order.
-    fn build(&self) -> Result<Vec<Command>, String> {
+    /// A new kind: sizes that fit it (a transformer at batch 1024 would
+    /// not fit anywhere).
+    fn set_kind(&self, kind: ModelKind) {
+        let (layers, width, batch) = match kind {
+            ModelKind::Mlp => (PAGE_LAYERS, PAGE_WIDTH, PAGE_BATCH),
+            ModelKind::Cnn => (3, 32, 64),
+            ModelKind::Transformer => (4, 256, 8),
+        };
+        self.kind.set(kind);
+        for (field, n) in [(self.layers, layers), (self.width, width), (self.batch, batch)] {
+            field.set(n.to_string());
+        }
+    }
+
+    /// The model, and the data's features and classes that fit it.
+    fn model(&self) -> Result<(ModelArgs, u64, u64), String> {
         let layers = number(self.layers, "layers", 1..=MAX_LAYERS.into())?;
-        let model = Command::Model(ModelArgs::mlp(
+        let mut m = ModelArgs::mlp(
             "model",
             u32::try_from(layers).unwrap_or(MAX_LAYERS),
             number(self.width, "width", 1..=MAX_WIDTH)?,
-        ));
+        );
+        m.kind = self.kind.get_untracked();
+        Ok(match m.kind {
+            ModelKind::Mlp => (m, DEFAULT_FEATURES, DEFAULT_CLASSES),
+            ModelKind::Cnn => {
+                let side = number(self.image_size, "image size", 1..=8192)?;
+                m.blocks = Some(m.layers);
+                m.image_size = Some(side);
+                (m, 3 * side * side, DEFAULT_CLASSES)
+            }
+            ModelKind::Transformer => {
+                let seq_len = number(self.seq_len, "sequence length", 1..=1 << 20)?;
+                let vocab = number(self.vocab, "vocabulary", 1..=1 << 22)?;
+                (m.seq_len, m.vocab) = (Some(seq_len), Some(vocab));
+                (m, seq_len, vocab)
+            }
+        })
+    }
+
+    /// `model`, `opt` and `data`, in that order.
+    fn build(&self) -> Result<Vec<Command>, String> {
+        let (model, features, classes) = self.model()?;
+        let model = Command::Model(model);
         let optimizer = Command::Optimizer(OptimizerArgs {
             name: "opt".into(),
             model: "model".into(),
@@ -89,8 +137,8 @@ impl Fields {
         let data = Command::Data(DataArgs {
             name: "data".into(),
             samples: DEFAULT_SAMPLES,
-            features: DEFAULT_FEATURES,
-            classes: DEFAULT_CLASSES,
+            features,
+            classes,
             on_device: self.on_device.get_untracked(),
         });
         Ok(vec![model, optimizer, data])
@@ -112,7 +160,7 @@ impl Fields {
             } else {
                 LossHistory::Item
             },
-            attention: Default::default(),
+            attention: self.attention.get_untracked(),
         })])
     }
 
@@ -138,6 +186,7 @@ impl Fields {
             amp: self.amp.get_untracked(),
             checkpointing: self.checkpointing.get_untracked(),
             set_to_none: self.set_to_none.get_untracked(),
+            attention: self.attention.get_untracked(),
         })])
     }
 }
@@ -184,9 +233,32 @@ pub fn Training(app: App) -> impl IntoView {
         })
     };
     let session = |name: &str| NameArgs { name: name.into() };
+    let on_kind = move |e| {
+        let kind = match event_target_value(&e).as_str() {
+            "cnn" => ModelKind::Cnn,
+            "transformer" => ModelKind::Transformer,
+            _ => ModelKind::Mlp,
+        };
+        f.set_kind(kind);
+    };
+    let is = move |k| f.kind.get() == k;
     view! {
         <fieldset hidden=hidden(app, "training")>
             <legend>"Training"</legend>
+            <label>"Model "
+                <select id="model-kind" on:change=on_kind>
+                    <option value="mlp">"MLP"</option><option value="cnn">"CNN"</option>
+                    <option value="transformer">"transformer"</option>
+                </select>
+            </label>
+            <span hidden=move || !is(ModelKind::Cnn)>
+                <label>"Image " {text_input("image-size", "4", "", f.image_size)}</label>
+            </span>
+            <span hidden=move || !is(ModelKind::Transformer)>
+                <label>"Sequence " {text_input("seq-len", "5", "", f.seq_len)}</label>
+                <label>"Vocabulary " {text_input("vocab", "6", "", f.vocab)}</label>
+                <label>{fused_checkbox(f.attention)}" fused attention (sdpa)"</label>
+            </span>
             <label>"Layers " {text_input("layers", "3", "", f.layers)}</label>
             <label>"Width " {text_input("width", "5", "", f.width)}</label>
             <label>"Optimizer "
@@ -245,13 +317,22 @@ fn PlayControls(app: App, f: Fields) -> impl IntoView {
                     <option value="0">"as fast as it answers"</option>
                 </select>
             </label>
-            <LossCurve app=app />
+            <LossCurve app=app kind=f.kind />
+    }
+}
+
+/// A checkbox for fused attention: checked is `sdpa`.
+fn fused_checkbox(attention: RwSignal<Attention>) -> impl IntoView {
+    view! {
+        <input type="checkbox" id="attention-sdpa"
+            prop:checked=move || attention.get() == Attention::Sdpa
+            on:change=move |e| attention.set(if event_target_checked(&e) { Attention::Sdpa } else { Attention::Eager }) />
     }
 }
 
 /// The loss of each step played, or why there is none.
 #[component]
-fn LossCurve(app: App) -> impl IntoView {
+fn LossCurve(app: App, kind: RwSignal<ModelKind>) -> impl IntoView {
     const W: f64 = 240.0;
     const H: f64 = 60.0;
     let play = app.play;
@@ -283,6 +364,10 @@ fn LossCurve(app: App) -> impl IntoView {
         }
         match (losses.first(), losses.last()) {
             (Some(a), Some(b)) => format!("step {done} of {}: loss {a:.4} → {b:.4}", play.total.get()),
+            _ if play.shape_only.get() && kind.get() != ModelKind::Mlp => format!(
+                "step {done} of {}: shape-only. Every allocation is the one PyTorch's ops make for this model, in their order, but no arithmetic runs here, so there is no loss to plot.",
+                play.total.get()
+            ),
             _ if play.shape_only.get() => format!(
                 "step {done} of {}: shape-only (this model's step is too big to compute here), so there is no loss to plot; 2 layers of 128 at batch 32 compute it.",
                 play.total.get()

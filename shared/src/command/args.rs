@@ -8,17 +8,16 @@ use crate::types::{Category, Dtype};
 use serde::{Deserialize, Serialize};
 
 /// `x = torch.empty(...)` on the GPU: `bytes`, or `shape` and `dtype`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct AllocArgs {
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub bytes: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub shape: Option<Vec<u64>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub dtype: Option<Dtype>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub category: Option<Category>,
 }
 
@@ -61,41 +60,36 @@ pub struct AppendArgs {
 /// transformer (`layers` blocks `width` wide with `heads`, over `seq_len`
 /// tokens of a `vocab`, the MLP `mlp_ratio` times wider). With `keras`
 /// (always under TensorFlow) Keras's global state holds it too.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ModelArgs {
     pub name: String,
-    #[serde(default, skip_serializing_if = "ModelKind::is_mlp")]
+    #[serde(skip_serializing_if = "ModelKind::is_mlp")]
     pub kind: ModelKind,
-    #[serde(default = "default_layers")]
     pub layers: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub width: Option<u64>,
-    #[serde(default = "default_features")]
     pub input_dim: u64,
-    #[serde(default = "default_classes")]
     pub classes: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub dtype: Option<Dtype>,
-    #[serde(default)]
     pub keras: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub heads: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub seq_len: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub vocab: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub mlp_ratio: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub norm: Option<Norm>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tied: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub channels: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub image_size: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub blocks: Option<u32>,
 }
 
@@ -158,11 +152,23 @@ impl ModelArgs {
         let dtype = self.dtype.unwrap_or(Dtype::Float32);
         let kind = match self.kind {
             ModelKind::Mlp => {
-                let only = [("heads", self.heads), ("seq_len", self.seq_len), ("vocab", self.vocab)];
+                let only = [
+                    ("heads", self.heads),
+                    ("seq_len", self.seq_len),
+                    ("vocab", self.vocab),
+                ];
                 if let Some((field, _)) = only.iter().find(|(_, v)| v.is_some()) {
-                    return Err(format!("`{field}` is a transformer's: add \"kind\": \"transformer\""));
+                    return Err(format!(
+                        "`{field}` is a transformer's: add \"kind\": \"transformer\""
+                    ));
                 }
-                return Ok(ModelSpec::mlp(self.layers, width, self.input_dim, self.classes, dtype));
+                return Ok(ModelSpec::mlp(
+                    self.layers,
+                    width,
+                    self.input_dim,
+                    self.classes,
+                    dtype,
+                ));
             }
             ModelKind::Cnn => Kind::Cnn(CnnShape {
                 channels: self.channels.unwrap_or(3),
@@ -208,34 +214,24 @@ pub struct OptimizerArgs {
 }
 
 /// A synthetic, learnable classification set; `on_device` puts all of it on the GPU.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct DataArgs {
     pub name: String,
-    #[serde(default = "default_samples")]
     pub samples: u64,
-    #[serde(default = "default_features")]
     pub features: u64,
-    #[serde(default = "default_classes")]
     pub classes: u64,
-    #[serde(default)]
     pub on_device: bool,
 }
 
 /// `loss = criterion(model(x), y)`: the loss keeps the graph alive.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ForwardArgs {
     pub name: String,
     pub model: String,
     pub data: String,
-    #[serde(default = "default_batch")]
     pub batch_size: u64,
-    #[serde(default)]
     pub no_grad: bool,
-    #[serde(default)]
     pub amp: bool,
-    #[serde(default)]
     pub checkpointing: bool,
 }
 
@@ -276,27 +272,19 @@ pub enum LossHistory {
 }
 
 /// The training loop.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TrainArgs {
     pub model: String,
     pub optimizer: String,
     pub data: String,
-    #[serde(default = "default_steps")]
     pub steps: u64,
-    #[serde(default = "default_batch")]
     pub batch_size: u64,
-    #[serde(default = "one")]
     pub accumulate: u64,
-    #[serde(default)]
     pub checkpointing: bool,
-    #[serde(default)]
     pub amp: bool,
-    #[serde(default = "yes")]
     pub set_to_none: bool,
-    #[serde(default)]
     pub loss_history: LossHistory,
-    #[serde(default, skip_serializing_if = "Attention::is_eager")]
+    #[serde(skip_serializing_if = "Attention::is_eager")]
     pub attention: Attention,
 }
 
@@ -332,25 +320,19 @@ pub struct FindBatchSizeArgs {
 }
 
 /// Predicts a training step's memory from the shapes, before running it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct EstimateArgs {
     pub model: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub optimizer: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
-    #[serde(default = "default_batch")]
     pub batch_size: u64,
-    #[serde(default = "one")]
     pub accumulate: u64,
-    #[serde(default)]
     pub amp: bool,
-    #[serde(default)]
     pub checkpointing: bool,
-    #[serde(default = "yes")]
     pub set_to_none: bool,
-    #[serde(default, skip_serializing_if = "Attention::is_eager")]
+    #[serde(skip_serializing_if = "Attention::is_eager")]
     pub attention: Attention,
 }
 
@@ -371,29 +353,8 @@ pub const DEFAULT_STEPS: u64 = 10;
 /// `find_batch_size`'s share of the memory limit when `threshold` is left out.
 pub const DEFAULT_THRESHOLD: f64 = 0.8;
 
-fn default_layers() -> u32 {
-    DEFAULT_LAYERS
-}
-fn default_features() -> u64 {
-    DEFAULT_FEATURES
-}
-fn default_classes() -> u64 {
-    DEFAULT_CLASSES
-}
-fn default_samples() -> u64 {
-    DEFAULT_SAMPLES
-}
-fn default_batch() -> u64 {
-    DEFAULT_BATCH
-}
-fn default_steps() -> u64 {
-    DEFAULT_STEPS
-}
 fn default_threshold() -> f64 {
     DEFAULT_THRESHOLD
-}
-fn one() -> u64 {
-    1
 }
 fn yes() -> bool {
     true

@@ -4,6 +4,7 @@
 
 pub mod args;
 pub mod parse;
+mod read;
 
 pub use crate::framework::RestartSettings;
 pub use args::*;

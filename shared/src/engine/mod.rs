@@ -340,4 +340,6 @@ impl Engine {
 }
 
 #[cfg(test)]
+mod kinds_tests;
+#[cfg(test)]
 mod tests;

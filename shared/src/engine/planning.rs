@@ -2,6 +2,7 @@
 //! step's memory) and `find_batch_size` (trial steps on a fresh simulated
 //! kernel with this one's settings).
 
+use super::training::Technique;
 use super::{error, Engine, Outcome, SimDeviceFactory};
 use crate::command::{
     Command, DataArgs, EstimateArgs, FindBatchSizeArgs, OptimizerArgs, TrainArgs,
@@ -22,8 +23,16 @@ impl Engine {
             checkpointing: a.checkpointing,
             set_to_none: a.set_to_none,
             workspace_bytes: self.settings.cublas_workspace_bytes(),
+            attention: a.attention,
         };
         let (_, state) = self.model_state(&a.model)?;
+        let technique = Technique {
+            amp: a.amp,
+            tensor_history: false,
+            checkpointing: a.checkpointing,
+            attention: a.attention,
+        };
+        technique.check(&state.spec)?;
         let kind = match a.optimizer.as_deref() {
             Some(o) => Some(self.train.optimizers[&self.instance(o, Class::Optimizer)?].kind),
             None => None,

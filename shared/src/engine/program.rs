@@ -8,7 +8,10 @@
 use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::ObjId;
 use crate::train::cublas::CublasWorkspaces;
-use crate::train::kinds::{self, step::{Alloc, Op, Options, Program, Role}};
+use crate::train::kinds::{
+    self,
+    step::{Alloc, Op, Options, Program, Role},
+};
 use crate::train::spec::{Kind, ModelSpec};
 use crate::train::step::{grad_of, Frame};
 use crate::types::Category;

@@ -2,12 +2,12 @@
 //! training loop, each a [`step`] on the kernel inside a [`Frame`] whose
 //! locals an OOM leaves on `last_exception`.
 
+use super::program::{self, Target};
 use super::{check_name, error, Engine, Outcome, Progress, MAX_BATCH_SIZE, MAX_TRAIN_STEPS};
 use crate::command::{BackwardArgs, ForwardArgs, LossHistory, StepArgs, TrainArgs, ZeroGradArgs};
 use crate::error::{CommandError, ErrorKind};
 use crate::kernel::AllocFailure;
 use crate::runtime::{Class, ObjId, ObjectKind};
-use super::program::{self, Target};
 use crate::train::kinds::step::{Attention, Options, Program};
 use crate::train::spec::Kind;
 use crate::train::step::{self, BackwardError, Frame};
@@ -241,7 +241,7 @@ impl Engine {
         }
         let micro_batch = a.batch_size / a.accumulate;
         check_batch(micro_batch, &self.train.datasets[&data].spec, &spec)?;
-        check_technique(a, &spec)?;
+        Technique::of(a).check(&spec)?;
         let options = Options {
             attention: a.attention,
             checkpointing: a.checkpointing,
@@ -471,33 +471,51 @@ fn train_outcome(a: &TrainArgs, plan: &Plan, steps: StepLog, stopped: bool) -> O
     }
 }
 
-/// What the CNN's and the transformer's steps do not model yet.
-fn check_technique(a: &TrainArgs, spec: &ModelSpec) -> Result<(), CommandError> {
-    let missing = if spec.kind == Kind::Mlp {
-        return if a.attention == Attention::Sdpa {
-            Err(error(
-                ErrorKind::InvalidValue,
-                "an MLP has no attention: `attention` is for a transformer",
-            ))
+/// The techniques a step uses that not every kind models.
+pub(super) struct Technique {
+    pub amp: bool,
+    pub tensor_history: bool,
+    pub checkpointing: bool,
+    pub attention: Attention,
+}
+
+impl Technique {
+    fn of(a: &TrainArgs) -> Self {
+        Technique {
+            amp: a.amp,
+            tensor_history: a.loss_history == LossHistory::Tensor,
+            checkpointing: a.checkpointing,
+            attention: a.attention,
+        }
+    }
+
+    /// Refuses what the model's kind does not model yet, saying so.
+    pub(super) fn check(&self, spec: &ModelSpec) -> Result<(), CommandError> {
+        let missing = if spec.kind == Kind::Mlp {
+            if self.attention == Attention::Sdpa {
+                return Err(error(
+                    ErrorKind::InvalidValue,
+                    "an MLP has no attention: `attention` is for a transformer",
+                ));
+            }
+            return Ok(());
+        } else if self.amp {
+            "autocast (`amp`)"
+        } else if self.tensor_history {
+            "`total_loss += loss` (loss_history \"tensor\")"
+        } else if self.checkpointing && matches!(spec.kind, Kind::Cnn(_)) {
+            "checkpointing"
         } else {
-            Ok(())
+            return Ok(());
         };
-    } else if a.amp {
-        "autocast (`amp`)"
-    } else if a.loss_history == LossHistory::Tensor {
-        "`total_loss += loss` (loss_history \"tensor\")"
-    } else if a.checkpointing && matches!(spec.kind, Kind::Cnn(_)) {
-        "checkpointing"
-    } else {
-        return Ok(());
-    };
-    Err(error(
-        ErrorKind::InvalidValue,
-        format!(
-            "{missing} is modelled for the MLP; the {}'s step does not model it yet",
-            spec.kind_name()
-        ),
-    ))
+        Err(error(
+            ErrorKind::InvalidValue,
+            format!(
+                "{missing} is modelled for the MLP; the {}'s step does not model it yet",
+                spec.kind_name()
+            ),
+        ))
+    }
 }
 
 pub(super) fn check_batch(

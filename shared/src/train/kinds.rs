@@ -229,6 +229,7 @@ fn in_range(name: &str, v: u64, low: u64, high: u64) -> Result<(), String> {
     }
 }
 
+pub mod estimate;
 pub mod step;
 
 pub use step::Attention;

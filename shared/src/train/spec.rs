@@ -1,7 +1,8 @@
 //! Models, optimizers and datasets as shapes and bytes, and the memory
 //! estimate of a training step computed from them before anything runs.
 
-use super::kinds::{self, CnnShape, TransformerShape};
+use super::kinds::step::{Attention, Options};
+use super::kinds::{self, estimate, CnnShape, TransformerShape};
 use crate::types::Dtype;
 use serde::{Deserialize, Serialize};
 
@@ -49,7 +50,12 @@ impl ModelSpec {
     /// A CNN's or a transformer's spec (the sizes its data must have).
     pub fn of(kind: Kind, dtype: Dtype) -> Self {
         let (layers, width, input_dim, classes) = match kind {
-            Kind::Cnn(c) => (c.blocks, c.width, c.channels * c.image_size * c.image_size, c.classes),
+            Kind::Cnn(c) => (
+                c.blocks,
+                c.width,
+                c.channels * c.image_size * c.image_size,
+                c.classes,
+            ),
             Kind::Transformer(t) => (t.layers, t.width, t.seq_len, t.vocab),
             Kind::Mlp => unreachable!("an MLP is built by ModelSpec::mlp"),
         };
@@ -279,6 +285,11 @@ pub struct Estimate {
     pub dataset_bytes: u64,
     /// PyTorch's cuBLAS workspaces: the main thread's and autograd's.
     pub workspace_bytes: u64,
+    /// The part of `activation_bytes` attention alone keeps (a
+    /// transformer's): eager attention's probabilities and mask, or fused
+    /// attention's log-sum-exp.
+    #[serde(default)]
+    pub attention_bytes: u64,
     /// Largest sum of the above plus temporaries during forward, backward
     /// and the optimizer step.
     pub peak_bytes: u64,
@@ -295,6 +306,8 @@ pub struct StepShape {
     /// One cuBLAS workspace (`Settings::cublas_workspace_bytes`); a step
     /// has two, forward's and backward's threads.
     pub workspace_bytes: u64,
+    /// A transformer's attention.
+    pub attention: Attention,
 }
 
 /// Hidden layers per checkpointed segment: about the square root of the
@@ -328,13 +341,17 @@ fn saved_activation_bytes(model: &ModelSpec, s: &StepShape, b: u64) -> u64 {
 }
 
 /// The memory estimate of a training step, in steady state (the
-/// optimizer's state exists). Closed-form: it does not run the step.
+/// optimizer's state exists). It does not run the step: the MLP's is
+/// closed-form; a CNN's or a transformer's adds up its program's sizes.
 pub fn estimate(
     model: &ModelSpec,
     optimizer: Option<OptimizerKind>,
     data: Option<&DataSpec>,
     s: &StepShape,
 ) -> Estimate {
+    if model.kind != Kind::Mlp {
+        return kinds_estimate(model, optimizer, s);
+    }
     let p = model.param_bytes();
     let o = optimizer.map_or(0, |k| k.state_per_param() * p);
     let b = s.batch_size / s.accumulate.max(1);
@@ -393,7 +410,65 @@ pub fn estimate(
         input_bytes: input,
         dataset_bytes: dataset,
         workspace_bytes: workspaces,
+        attention_bytes: 0,
         peak_bytes: forward.max(backward).max(step),
+    }
+}
+
+fn rounded(tensors: &[kinds::Tensor]) -> u64 {
+    let bytes = |t: &kinds::Tensor| estimate::blocks(t.numel() * t.dtype.size_bytes());
+    tensors.iter().map(bytes).sum()
+}
+
+/// A CNN's or a transformer's estimate: parameters and buffers, their
+/// gradients and optimizer state, the activations in closed form, and the
+/// peak from the step's program added up: the micro-batch's own (its
+/// gradients new, or added into those kept), or the optimizer step's.
+fn kinds_estimate(model: &ModelSpec, optimizer: Option<OptimizerKind>, s: &StepShape) -> Estimate {
+    let b = s.batch_size / s.accumulate.max(1);
+    let options = Options {
+        attention: s.attention,
+        checkpointing: s.checkpointing,
+    };
+    let (program, (saved, attention)) = match model.kind {
+        Kind::Transformer(t) => (
+            kinds::step::program(&t, b, options),
+            estimate::transformer_saved(&t, b, options),
+        ),
+        Kind::Cnn(c) => (
+            kinds::step::cnn_program(&c, b),
+            (estimate::cnn_saved(&c, b), 0),
+        ),
+        Kind::Mlp => unreachable!("the MLP's estimate is closed-form"),
+    };
+    let p = rounded(&model.parameters());
+    let o = optimizer.map_or(0, |k| k.state_per_param() * p);
+    let (x, x_dtype, y) = model.batch(b);
+    let count = |shape: &[u64]| shape.iter().product::<u64>();
+    let input =
+        estimate::blocks(count(&x) * x_dtype.size_bytes()) + estimate::blocks(count(&y) * 8);
+    let workspaces = 2 * s.workspace_bytes;
+    // The loop's last loss lives until the new one is bound.
+    let resident = p + rounded(&model.buffers()) + o + workspaces + 512;
+    let fresh = estimate::walk(&program, false).peak;
+    let kept = estimate::walk(&program, true).peak + p;
+    let micro_batch = match (s.set_to_none, s.accumulate > 1) {
+        (true, false) => fresh,
+        (true, true) => fresh.max(kept),
+        (false, _) => kept,
+    };
+    let adam = matches!(optimizer, Some(OptimizerKind::Adam | OptimizerKind::Adamw));
+    let optimizer_step = p + if adam { p } else { 0 };
+    Estimate {
+        parameter_bytes: p,
+        gradient_bytes: p,
+        optimizer_state_bytes: o,
+        activation_bytes: saved,
+        input_bytes: input,
+        dataset_bytes: 0,
+        workspace_bytes: workspaces,
+        attention_bytes: attention,
+        peak_bytes: resident + input + micro_batch.max(optimizer_step),
     }
 }
 
@@ -428,6 +503,7 @@ mod tests {
             checkpointing: false,
             set_to_none: true,
             workspace_bytes: 0,
+            attention: Attention::Eager,
         };
         let e = estimate(&m, Some(OptimizerKind::Adam), None, &shape);
         assert_eq!(e.optimizer_state_bytes, 2 * e.parameter_bytes);

@@ -261,7 +261,6 @@ impl<S> Tape<S> {
             self.free_all(saved);
         }
     }
-
 }
 
 /// What the loss's backward needs.

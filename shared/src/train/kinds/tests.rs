@@ -161,3 +161,53 @@ fn shapes_that_cannot_be_built_say_why() {
     };
     assert_eq!(t.validate().unwrap_err(), "layers must be 1 to 1024, not 0");
 }
+
+/// The closed-form activations are exactly what the step's program holds
+/// when backward starts, for every option and both norms.
+#[test]
+fn closed_form_activations_equal_the_programs() {
+    use super::estimate::{cnn_saved, transformer_saved, walk};
+    use super::step::{cnn_program, program, Attention, Options};
+    for (layers, width, heads, seq_len, vocab, norm) in [
+        (2, 128, 4, 256, 1000, Norm::LayerNorm),
+        (3, 96, 3, 100, 777, Norm::RmsNorm),
+        (12, 768, 12, 1024, 50257, Norm::LayerNorm),
+    ] {
+        let t = TransformerShape {
+            layers,
+            width,
+            heads,
+            seq_len,
+            vocab,
+            mlp_ratio: 4,
+            norm,
+            tied: norm == Norm::LayerNorm,
+        };
+        for attention in [Attention::Eager, Attention::Sdpa] {
+            for checkpointing in [false, true] {
+                let options = Options {
+                    attention,
+                    checkpointing,
+                };
+                for batch in [1, 3, 8] {
+                    let (saved, _) = transformer_saved(&t, batch, options);
+                    let w = walk(&program(&t, batch, options), false);
+                    assert_eq!(saved, w.saved, "{t:?} {options:?} batch {batch}");
+                }
+            }
+        }
+    }
+    for (channels, image_size, blocks, width) in [(3, 32, 3, 32), (1, 28, 2, 8), (3, 224, 5, 64)] {
+        let c = CnnShape {
+            channels,
+            image_size,
+            blocks,
+            width,
+            classes: 10,
+        };
+        for batch in [1, 16] {
+            let w = walk(&cnn_program(&c, batch), false);
+            assert_eq!(cnn_saved(&c, batch), w.saved, "{c:?} batch {batch}");
+        }
+    }
+}

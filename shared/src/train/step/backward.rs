@@ -2,11 +2,11 @@
 //! allocating gradient buffers, accumulating into `.grad`, and releasing
 //! what each node saved as it runs.
 
-use crate::train::cublas::{BlasThread, CublasWorkspaces};
 use super::forward::SavedPlan;
 use super::frame::Frame;
 use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::{Class, ObjId, ObjectKind};
+use crate::train::cublas::{BlasThread, CublasWorkspaces};
 use crate::train::{math, TrainState};
 use crate::types::{Category, Dtype};
 

@@ -17,14 +17,13 @@
 //! - [`backward`]: `loss.backward()`, node by node.
 //! - [`optimizer`]: `optimizer.step()` and `optimizer.zero_grad()`.
 
-
 mod backward;
 mod forward;
 mod frame;
 mod optimizer;
 
-pub use backward::{backward, find_graph, grad_of, BackwardError, BACKWARD_TWICE, NO_GRAD_FN};
 pub use crate::train::cublas::{clear_cublas_workspaces, BlasThread, CublasWorkspaces};
+pub use backward::{backward, find_graph, grad_of, BackwardError, BACKWARD_TWICE, NO_GRAD_FN};
 pub use forward::{forward, ForwardArgs, ForwardOut, SavedPlan};
 pub use frame::Frame;
 pub use optimizer::{optimizer_step, zero_grad};

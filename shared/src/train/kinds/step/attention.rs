@@ -2,8 +2,8 @@
 //! mask, softmax, `@ v`, each op its own tensor) or fused
 //! (`scaled_dot_product_attention`'s flash kernel).
 
-use crate::train::kinds::TransformerShape;
 use super::{Attention, Tape, H};
+use crate::train::kinds::TransformerShape;
 use crate::types::Dtype;
 
 const SDPA: &str = "_scaled_dot_product_flash_attention";

@@ -2,10 +2,10 @@
 //! forward and backward, its norms and linear layers' backward, and what a
 //! checkpointed block keeps.
 
-use crate::train::kinds::TransformerShape;
 use super::attention::Saved as AttentionSaved;
 use super::{Tape, H};
 use crate::train::kinds::Norm;
+use crate::train::kinds::TransformerShape;
 use crate::types::Dtype;
 
 /// What a block's forward keeps for backward.

@@ -61,7 +61,11 @@ impl Tape<CnnShape> {
     /// (input channels, output channels, side) of block `b`'s convolution.
     fn sizes(&self, b: u32) -> (u64, u64, u64) {
         let c = &self.shape;
-        let c_in = if b == 0 { c.channels } else { c.width << (b - 1) };
+        let c_in = if b == 0 {
+            c.channels
+        } else {
+            c.width << (b - 1)
+        };
         (c_in, c.width << b, c.image_size >> b)
     }
 

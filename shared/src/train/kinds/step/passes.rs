@@ -1,10 +1,10 @@
 //! The step's two passes: embeddings, the blocks (checkpointed or not),
 //! the final norm, the head and the loss; then backward in reverse.
 
-use crate::train::kinds::TransformerShape;
 use super::block::{Keep, Normed, Params, Saved};
 use super::{Loss, Role, Tape, H};
 use crate::train::kinds::Norm;
+use crate::train::kinds::TransformerShape;
 use crate::types::Dtype;
 
 /// What backward needs from the forward pass.

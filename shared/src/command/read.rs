@@ -1,0 +1,144 @@
+//! The argument structs with the most fields, read by hand through
+//! [`fields`](crate::fields) (serde's derived readers for them are a large
+//! part of the page's download). As with the derived readers, a missing
+//! field takes its default, an unknown one is refused with the list of
+//! those the command knows.
+
+use super::args::*;
+use crate::fields::{self, Fields};
+use serde::{Deserialize, Deserializer};
+use serde_json::Error;
+
+macro_rules! read_by_hand {
+    ($($t:ty => $read:ident),* $(,)?) => {$(
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                fields::read(d, $read)
+            }
+        }
+    )*};
+}
+
+read_by_hand! {
+    AllocArgs => alloc,
+    ModelArgs => model,
+    DataArgs => data,
+    ForwardArgs => forward,
+    TrainArgs => train,
+    EstimateArgs => estimate,
+}
+
+fn alloc(f: &mut Fields) -> Result<AllocArgs, Error> {
+    let a = AllocArgs {
+        name: f.take("name")?,
+        bytes: f.take("bytes")?,
+        shape: f.take("shape")?,
+        dtype: f.take("dtype")?,
+        category: f.take("category")?,
+    };
+    f.done(&["name", "bytes", "shape", "dtype", "category"])?;
+    Ok(a)
+}
+
+const MODEL: &[&str] = &[
+    "name", "kind", "layers", "width", "input_dim", "classes", "dtype", "keras", "heads",
+    "seq_len", "vocab", "mlp_ratio", "norm", "tied", "channels", "image_size", "blocks",
+];
+
+fn model(f: &mut Fields) -> Result<ModelArgs, Error> {
+    let a = ModelArgs {
+        name: f.take("name")?,
+        kind: f.take_or("kind", ModelKind::Mlp)?,
+        layers: f.take_or("layers", DEFAULT_LAYERS)?,
+        width: f.take("width")?,
+        input_dim: f.take_or("input_dim", DEFAULT_FEATURES)?,
+        classes: f.take_or("classes", DEFAULT_CLASSES)?,
+        dtype: f.take("dtype")?,
+        keras: f.take_or("keras", false)?,
+        heads: f.take("heads")?,
+        seq_len: f.take("seq_len")?,
+        vocab: f.take("vocab")?,
+        mlp_ratio: f.take("mlp_ratio")?,
+        norm: f.take("norm")?,
+        tied: f.take("tied")?,
+        channels: f.take("channels")?,
+        image_size: f.take("image_size")?,
+        blocks: f.take("blocks")?,
+    };
+    f.done(MODEL)?;
+    Ok(a)
+}
+
+fn data(f: &mut Fields) -> Result<DataArgs, Error> {
+    let a = DataArgs {
+        name: f.take("name")?,
+        samples: f.take_or("samples", DEFAULT_SAMPLES)?,
+        features: f.take_or("features", DEFAULT_FEATURES)?,
+        classes: f.take_or("classes", DEFAULT_CLASSES)?,
+        on_device: f.take_or("on_device", false)?,
+    };
+    f.done(&["name", "samples", "features", "classes", "on_device"])?;
+    Ok(a)
+}
+
+const FORWARD: &[&str] = &[
+    "name", "model", "data", "batch_size", "no_grad", "amp", "checkpointing",
+];
+
+fn forward(f: &mut Fields) -> Result<ForwardArgs, Error> {
+    let a = ForwardArgs {
+        name: f.take("name")?,
+        model: f.take("model")?,
+        data: f.take("data")?,
+        batch_size: f.take_or("batch_size", DEFAULT_BATCH)?,
+        no_grad: f.take_or("no_grad", false)?,
+        amp: f.take_or("amp", false)?,
+        checkpointing: f.take_or("checkpointing", false)?,
+    };
+    f.done(FORWARD)?;
+    Ok(a)
+}
+
+const TRAIN: &[&str] = &[
+    "model", "optimizer", "data", "steps", "batch_size", "accumulate", "checkpointing", "amp",
+    "set_to_none", "loss_history", "attention",
+];
+
+fn train(f: &mut Fields) -> Result<TrainArgs, Error> {
+    let a = TrainArgs {
+        model: f.take("model")?,
+        optimizer: f.take("optimizer")?,
+        data: f.take("data")?,
+        steps: f.take_or("steps", DEFAULT_STEPS)?,
+        batch_size: f.take_or("batch_size", DEFAULT_BATCH)?,
+        accumulate: f.take_or("accumulate", 1)?,
+        checkpointing: f.take_or("checkpointing", false)?,
+        amp: f.take_or("amp", false)?,
+        set_to_none: f.take_or("set_to_none", true)?,
+        loss_history: f.take_or("loss_history", LossHistory::Item)?,
+        attention: f.take_or("attention", Default::default())?,
+    };
+    f.done(TRAIN)?;
+    Ok(a)
+}
+
+const ESTIMATE: &[&str] = &[
+    "model", "optimizer", "data", "batch_size", "accumulate", "amp", "checkpointing",
+    "set_to_none", "attention",
+];
+
+fn estimate(f: &mut Fields) -> Result<EstimateArgs, Error> {
+    let a = EstimateArgs {
+        model: f.take("model")?,
+        optimizer: f.take("optimizer")?,
+        data: f.take("data")?,
+        batch_size: f.take_or("batch_size", DEFAULT_BATCH)?,
+        accumulate: f.take_or("accumulate", 1)?,
+        amp: f.take_or("amp", false)?,
+        checkpointing: f.take_or("checkpointing", false)?,
+        set_to_none: f.take_or("set_to_none", true)?,
+        attention: f.take_or("attention", Default::default())?,
+    };
+    f.done(ESTIMATE)?;
+    Ok(a)
+}

@@ -1,0 +1,155 @@
+//! The CNN and the transformer on the engine: what a step leaves, what the
+//! engine refuses, and `estimate` against the simulated peak.
+
+use super::*;
+use crate::protocol::StepRecord;
+use serde_json::{json, Value};
+
+fn run(engine: &mut Engine, line: &Value) -> StepRecord {
+    let r = engine.run_line(&line.to_string());
+    engine.check_invariants().unwrap();
+    r
+}
+
+/// A fresh 80 GB PyTorch process with `model` (its fields), `optimizer`
+/// and data shaped for it.
+fn engine(model: Value, optimizer: &str, features: u64, classes: u64) -> Engine {
+    let mut e = Engine::new_simulated();
+    let mut m = json!({"cmd":"model","name":"model"});
+    for (k, v) in model.as_object().unwrap() {
+        m[k] = v.clone();
+    }
+    for line in [
+        json!({"cmd":"restart","framework":"pytorch","device_total_bytes": 80u64 << 30}),
+        m,
+        json!({"cmd":"optimizer","name":"opt","model":"model","kind":optimizer}),
+        json!({"cmd":"data","name":"data","samples":4096,"features":features,"classes":classes}),
+    ] {
+        let r = run(&mut e, &line);
+        assert!(r.ok, "{line}: {:?}", r.error);
+    }
+    e
+}
+
+fn gpt(layers: u32, width: u64, heads: u64, seq_len: u64, vocab: u64) -> (Value, u64, u64) {
+    let model = json!({"kind":"transformer","layers":layers,"width":width,"heads":heads,"seq_len":seq_len,"vocab":vocab});
+    (model, seq_len, vocab)
+}
+
+fn cnn(image_size: u64, blocks: u32, width: u64) -> (Value, u64, u64) {
+    let model = json!({"kind":"cnn","channels":3,"image_size":image_size,"blocks":blocks,"width":width,"classes":100});
+    (model, 3 * image_size * image_size, 100)
+}
+
+/// `extra` added to a `train` line and to an `estimate` line.
+fn with(mut line: Value, extra: &Value) -> Value {
+    for (k, v) in extra.as_object().unwrap() {
+        line[k] = v.clone();
+    }
+    line
+}
+
+/// The estimate is within 5% of the simulated step's peak, in steady state,
+/// for each kind with every technique it models.
+#[test]
+fn estimate_is_within_five_percent_of_the_simulated_peak() {
+    let transformers = [
+        gpt(2, 128, 4, 256, 1000),
+        gpt(4, 256, 4, 512, 8000),
+        gpt(2, 128, 4, 2048, 1000),
+        gpt(12, 768, 12, 1024, 50257),
+    ];
+    let mut cases = Vec::new();
+    for t in &transformers {
+        for attention in ["eager", "sdpa"] {
+            for checkpointing in [false, true] {
+                cases.push((
+                    t.clone(),
+                    json!({"attention":attention,"checkpointing":checkpointing}),
+                ));
+            }
+        }
+    }
+    for c in [cnn(32, 3, 32), cnn(224, 4, 32), cnn(64, 2, 128)] {
+        cases.push((c, json!({})));
+    }
+    let mut worst = 0f64;
+    for ((model, features, classes), technique) in cases {
+        for (batch, accumulate, set_to_none, optimizer) in [
+            (8, 1, true, "adam"),
+            (8, 2, true, "adam"),
+            (4, 1, false, "sgd"),
+            (16, 4, true, "momentum"),
+        ] {
+            let mut e = engine(model.clone(), optimizer, features, classes);
+            let common = json!({"model":"model","optimizer":"opt","batch_size":batch,"accumulate":accumulate,"set_to_none":set_to_none});
+            let estimate = run(
+                &mut e,
+                &with(with(json!({"cmd":"estimate"}), &common), &technique),
+            );
+            assert!(estimate.ok, "{:?}", estimate.error);
+            let predicted = estimate.value.unwrap()["peak_bytes"].as_u64().unwrap();
+            let train = json!({"cmd":"train","data":"data","steps":3});
+            let r = run(&mut e, &with(with(train, &common), &technique));
+            assert!(r.ok, "{model} {technique}: {:?}", r.error);
+            let simulated = r.stats.step_peak_allocated_bytes;
+            let error = (predicted as f64 - simulated as f64).abs() / simulated as f64;
+            worst = worst.max(error);
+            assert!(
+                error <= 0.05,
+                "{model} {technique} batch {batch} x{accumulate} set_to_none {set_to_none} {optimizer}: estimated {predicted}, simulated {simulated} ({:.1}%)",
+                error * 100.0
+            );
+        }
+    }
+    println!("worst estimate error: {:.2}%", worst * 100.0);
+}
+
+/// After a step only the model, Adam's state, both cuBLAS workspaces, the
+/// loop's batch (int64 token ids and targets) and its loss are left; with
+/// `set_to_none=False` the gradients too, one per parameter.
+#[test]
+fn a_transformer_step_leaves_the_model_its_state_the_batch_and_the_loss() {
+    let (model, features, classes) = gpt(2, 128, 4, 256, 1000);
+    let mut e = engine(model, "adam", features, classes);
+    let params = 557_568 * 4;
+    let workspace = e.settings.cublas_workspace_bytes();
+    for (set_to_none, grads) in [(true, 0), (false, params)] {
+        let train = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":2,"batch_size":4,"set_to_none":set_to_none});
+        let r = run(&mut e, &train);
+        assert!(r.ok, "{:?}", r.error);
+        let batch = 2 * 4 * 256 * 8;
+        assert_eq!(
+            r.stats.allocated_bytes,
+            3 * params + grads + 2 * workspace + batch + 512
+        );
+    }
+}
+
+#[test]
+fn what_the_new_kinds_do_not_model_is_refused_with_the_reason() {
+    let (model, features, classes) = gpt(2, 128, 4, 256, 1000);
+    let mut e = engine(model, "adam", features, classes);
+    let train = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":1,"batch_size":4});
+    for (extra, words) in [
+        (
+            json!({"amp":true}),
+            "autocast (`amp`) is modelled for the MLP",
+        ),
+        (json!({"loss_history":"tensor"}), "loss_history"),
+    ] {
+        let r = run(&mut e, &with(train.clone(), &extra));
+        assert!(r.error.unwrap().message.contains(words), "{extra}");
+    }
+    let forward = json!({"cmd":"forward","name":"loss","model":"model","data":"data"});
+    let r = run(&mut e, &forward);
+    assert!(r.error.unwrap().message.contains("runs whole in `train`"));
+    let restart = json!({"cmd":"restart","framework":"tensorflow"});
+    assert!(run(&mut e, &restart).ok);
+    let r = run(&mut e, &json!({"cmd":"model","name":"m","kind":"cnn"}));
+    assert!(r
+        .error
+        .unwrap()
+        .message
+        .contains("switch the framework to PyTorch"));
+}
