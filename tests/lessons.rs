@@ -83,6 +83,9 @@ fn the_required_lessons_exist() {
         "last-exception",
         "checkpointing",
         "find-batch-size",
+        "long-context-attention",
+        "transformer-checkpointing",
+        "cnn-image-size",
     ] {
         assert!(
             names.iter().any(|n| n.contains(topic)),

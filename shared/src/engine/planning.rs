@@ -51,9 +51,14 @@ impl Engine {
             ));
         }
         let e = estimate(&state.spec, kind, data.as_ref(), shape);
+        let attention = if e.attention_bytes > 0 {
+            format!(" (of which attention {})", format_size(e.attention_bytes))
+        } else {
+            String::new()
+        };
         Ok(Outcome {
             note: Some(format!(
-                "Predicted: parameters {}, gradients {}, optimizer state {}, activations {}, batch {}, cuBLAS workspaces {}; peak about {}.",
+                "Predicted: parameters {}, gradients {}, optimizer state {}, activations {}{attention}, batch {}, cuBLAS workspaces {}; peak about {}.",
                 format_size(e.parameter_bytes),
                 format_size(e.gradient_bytes),
                 format_size(e.optimizer_state_bytes),
