@@ -252,3 +252,54 @@ async fn the_loss_history_leak_is_visible() {
     let _ = stop_tx.send(());
     let _ = std::fs::remove_dir_all(profile);
 }
+
+/// Picks a model kind in the training panel.
+async fn pick_kind(page: &Page, kind: &str) {
+    js(page, &format!("(() => {{ const s = document.getElementById('model-kind'); s.value = {kind:?}; s.dispatchEvent(new Event('change', {{bubbles: true}})); }})()")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transformer_and_a_cnn_train_in_the_page() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let addr = serve_on(0, stop_rx).await;
+    let (browser, events, profile) = launch("kinds").await;
+    let page = open(&browser, &format!("http://{addr}/")).await;
+    until(&page, "document.getElementById('model-kind')").await;
+    pick_kind(&page, "transformer").await;
+    // The sizes follow the kind: a transformer at the MLP's batch of 1024
+    // would not fit.
+    let batch = js(&page, "document.getElementById('batch').value").await;
+    assert_eq!(batch.as_str(), Some("8"));
+    set_input(&page, "seq-len", "1024").await;
+    click(&page, "btn-build").await;
+    until(&page, &format!("{COUNT} >= 3")).await;
+    let eager = step_peak(&page).await;
+    let said = js(&page, "document.getElementById('explanation').textContent").await;
+    assert!(said.as_str().unwrap().contains("shape-only"), "{said}");
+    tick(&page, "fused attention (sdpa)", true).await;
+    let fused = step_peak(&page).await;
+    // Fused attention keeps no 1024 x 1024 matrix per head and layer: at
+    // least the four layers' 8 x 4 x 1024 x 1024 probabilities less.
+    assert!(
+        eager >= fused + 4 * 8 * 4 * 1024 * 1024 * 4,
+        "{eager} vs {fused}"
+    );
+    pick_kind(&page, "cnn").await;
+    let before = results(&page).await;
+    click(&page, "btn-build").await;
+    until(&page, &format!("{COUNT} >= {}", before + 3)).await;
+    let cnn = step_peak(&page).await;
+    assert!(cnn > 0);
+    let code = js(&page, "document.getElementById('code').textContent").await;
+    assert!(
+        code.as_str()
+            .unwrap()
+            .contains("CNN(channels=3, image_size=64"),
+        "{code}"
+    );
+    finish(browser, events, profile).await;
+    let _ = stop_tx.send(());
+}

@@ -10,9 +10,9 @@ use vramlab_shared::command::{
     ModelArgs, ModelKind, NameArgs, OptimizerArgs, StepArgs, TrainArgs, ZeroGradArgs,
     DEFAULT_CLASSES, DEFAULT_FEATURES, DEFAULT_SAMPLES, DEFAULT_THRESHOLD,
 };
-use vramlab_shared::train::kinds::Attention;
 use vramlab_shared::engine::{MAX_BATCH_SIZE, MAX_TRAIN_STEPS};
 use vramlab_shared::input;
+use vramlab_shared::train::kinds::Attention;
 use vramlab_shared::train::{OptimizerKind, MAX_LAYERS, MAX_WIDTH};
 
 const PAGE_LAYERS: u64 = 8;
@@ -93,7 +93,11 @@ impl Fields {
             ModelKind::Transformer => (4, 256, 8),
         };
         self.kind.set(kind);
-        for (field, n) in [(self.layers, layers), (self.width, width), (self.batch, batch)] {
+        for (field, n) in [
+            (self.layers, layers),
+            (self.width, width),
+            (self.batch, batch),
+        ] {
             field.set(n.to_string());
         }
     }
@@ -233,32 +237,10 @@ pub fn Training(app: App) -> impl IntoView {
         })
     };
     let session = |name: &str| NameArgs { name: name.into() };
-    let on_kind = move |e| {
-        let kind = match event_target_value(&e).as_str() {
-            "cnn" => ModelKind::Cnn,
-            "transformer" => ModelKind::Transformer,
-            _ => ModelKind::Mlp,
-        };
-        f.set_kind(kind);
-    };
-    let is = move |k| f.kind.get() == k;
     view! {
         <fieldset hidden=hidden(app, "training")>
             <legend>"Training"</legend>
-            <label>"Model "
-                <select id="model-kind" on:change=on_kind>
-                    <option value="mlp">"MLP"</option><option value="cnn">"CNN"</option>
-                    <option value="transformer">"transformer"</option>
-                </select>
-            </label>
-            <span hidden=move || !is(ModelKind::Cnn)>
-                <label>"Image " {text_input("image-size", "4", "", f.image_size)}</label>
-            </span>
-            <span hidden=move || !is(ModelKind::Transformer)>
-                <label>"Sequence " {text_input("seq-len", "5", "", f.seq_len)}</label>
-                <label>"Vocabulary " {text_input("vocab", "6", "", f.vocab)}</label>
-                <label>{fused_checkbox(f.attention)}" fused attention (sdpa)"</label>
-            </span>
+            <ModelKindControls f=f />
             <label>"Layers " {text_input("layers", "3", "", f.layers)}</label>
             <label>"Width " {text_input("width", "5", "", f.width)}</label>
             <label>"Optimizer "
@@ -292,6 +274,36 @@ pub fn Training(app: App) -> impl IntoView {
             {button(app, "btn-close-session", "sess.close()", "Close the TF1 session", move || Command::Close(session("sess")))}
             <button id="btn-pause" disabled=move || app.read_only() on:click=move |_| crate::stopping::stop(app)>"❚❚ pause"</button>
         </fieldset>
+    }
+}
+
+/// The model's kind and the sizes only a CNN or a transformer has.
+#[component]
+fn ModelKindControls(f: Fields) -> impl IntoView {
+    let on_kind = move |e| {
+        let kind = match event_target_value(&e).as_str() {
+            "cnn" => ModelKind::Cnn,
+            "transformer" => ModelKind::Transformer,
+            _ => ModelKind::Mlp,
+        };
+        f.set_kind(kind);
+    };
+    let is = move |k| f.kind.get() == k;
+    view! {
+            <label>"Model "
+                <select id="model-kind" on:change=on_kind>
+                    <option value="mlp">"MLP"</option><option value="cnn">"CNN"</option>
+                    <option value="transformer">"transformer"</option>
+                </select>
+            </label>
+            <span hidden=move || !is(ModelKind::Cnn)>
+                <label>"Image " {text_input("image-size", "4", "", f.image_size)}</label>
+            </span>
+            <span hidden=move || !is(ModelKind::Transformer)>
+                <label>"Sequence " {text_input("seq-len", "5", "", f.seq_len)}</label>
+                <label>"Vocabulary " {text_input("vocab", "6", "", f.vocab)}</label>
+                <label>{fused_checkbox(f.attention)}" fused attention (sdpa)"</label>
+            </span>
     }
 }
 

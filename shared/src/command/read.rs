@@ -41,8 +41,23 @@ fn alloc(f: &mut Fields) -> Result<AllocArgs, Error> {
 }
 
 const MODEL: &[&str] = &[
-    "name", "kind", "layers", "width", "input_dim", "classes", "dtype", "keras", "heads",
-    "seq_len", "vocab", "mlp_ratio", "norm", "tied", "channels", "image_size", "blocks",
+    "name",
+    "kind",
+    "layers",
+    "width",
+    "input_dim",
+    "classes",
+    "dtype",
+    "keras",
+    "heads",
+    "seq_len",
+    "vocab",
+    "mlp_ratio",
+    "norm",
+    "tied",
+    "channels",
+    "image_size",
+    "blocks",
 ];
 
 fn model(f: &mut Fields) -> Result<ModelArgs, Error> {
@@ -82,7 +97,13 @@ fn data(f: &mut Fields) -> Result<DataArgs, Error> {
 }
 
 const FORWARD: &[&str] = &[
-    "name", "model", "data", "batch_size", "no_grad", "amp", "checkpointing",
+    "name",
+    "model",
+    "data",
+    "batch_size",
+    "no_grad",
+    "amp",
+    "checkpointing",
 ];
 
 fn forward(f: &mut Fields) -> Result<ForwardArgs, Error> {
@@ -100,8 +121,17 @@ fn forward(f: &mut Fields) -> Result<ForwardArgs, Error> {
 }
 
 const TRAIN: &[&str] = &[
-    "model", "optimizer", "data", "steps", "batch_size", "accumulate", "checkpointing", "amp",
-    "set_to_none", "loss_history", "attention",
+    "model",
+    "optimizer",
+    "data",
+    "steps",
+    "batch_size",
+    "accumulate",
+    "checkpointing",
+    "amp",
+    "set_to_none",
+    "loss_history",
+    "attention",
 ];
 
 fn train(f: &mut Fields) -> Result<TrainArgs, Error> {
@@ -123,8 +153,15 @@ fn train(f: &mut Fields) -> Result<TrainArgs, Error> {
 }
 
 const ESTIMATE: &[&str] = &[
-    "model", "optimizer", "data", "batch_size", "accumulate", "amp", "checkpointing",
-    "set_to_none", "attention",
+    "model",
+    "optimizer",
+    "data",
+    "batch_size",
+    "accumulate",
+    "amp",
+    "checkpointing",
+    "set_to_none",
+    "attention",
 ];
 
 fn estimate(f: &mut Fields) -> Result<EstimateArgs, Error> {
