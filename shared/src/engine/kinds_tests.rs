@@ -2,13 +2,27 @@
 //! engine refuses, and `estimate` against the simulated peak.
 
 use super::*;
-use crate::protocol::StepRecord;
+use crate::error::CommandError;
+use crate::stats::Stats;
 use serde_json::{json, Value};
 
-fn run(engine: &mut Engine, line: &Value) -> StepRecord {
+/// What a line's record says (the record's type belongs to the layer above).
+struct Ran {
+    ok: bool,
+    error: Option<CommandError>,
+    value: Option<Value>,
+    stats: Stats,
+}
+
+fn run(engine: &mut Engine, line: &Value) -> Ran {
     let r = engine.run_line(&line.to_string());
     engine.check_invariants().unwrap();
-    r
+    Ran {
+        ok: r.ok,
+        error: r.error,
+        value: r.value,
+        stats: r.stats,
+    }
 }
 
 /// A fresh 80 GB PyTorch process with `model` (its fields), `optimizer`
