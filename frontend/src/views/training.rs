@@ -27,7 +27,8 @@ struct Fields {
     seq_len: RwSignal<String>,
     vocab: RwSignal<String>,
     image_size: RwSignal<String>,
-    attention: RwSignal<Attention>,
+    /// A transformer's attention is the fused kernel (`sdpa`).
+    fused: RwSignal<bool>,
     layers: RwSignal<String>,
     width: RwSignal<String>,
     batch: RwSignal<String>,
@@ -60,7 +61,7 @@ impl Fields {
             seq_len: text("512"),
             vocab: text("8000"),
             image_size: text("64"),
-            attention: RwSignal::new(Attention::Eager),
+            fused: RwSignal::new(false),
             layers: number(PAGE_LAYERS),
             width: number(PAGE_WIDTH),
             batch: number(PAGE_BATCH),
@@ -73,6 +74,14 @@ impl Fields {
             tensor_history: RwSignal::new(false),
             on_device: RwSignal::new(false),
             no_grad: RwSignal::new(false),
+        }
+    }
+
+    fn attention(&self) -> Attention {
+        if self.fused.get_untracked() {
+            Attention::Sdpa
+        } else {
+            Attention::Eager
         }
     }
 
@@ -164,7 +173,7 @@ impl Fields {
             } else {
                 LossHistory::Item
             },
-            attention: self.attention.get_untracked(),
+            attention: self.attention(),
         })])
     }
 
@@ -190,7 +199,7 @@ impl Fields {
             amp: self.amp.get_untracked(),
             checkpointing: self.checkpointing.get_untracked(),
             set_to_none: self.set_to_none.get_untracked(),
-            attention: self.attention.get_untracked(),
+            attention: self.attention(),
         })])
     }
 }
@@ -302,7 +311,7 @@ fn ModelKindControls(f: Fields) -> impl IntoView {
             <span hidden=move || !is(ModelKind::Transformer)>
                 <label>"Sequence " {text_input("seq-len", "5", "", f.seq_len)}</label>
                 <label>"Vocabulary " {text_input("vocab", "6", "", f.vocab)}</label>
-                <label>{fused_checkbox(f.attention)}" fused attention (sdpa)"</label>
+                <label>{checkbox(f.fused)}" fused attention (sdpa)"</label>
             </span>
     }
 }
@@ -330,15 +339,6 @@ fn PlayControls(app: App, f: Fields) -> impl IntoView {
                 </select>
             </label>
             <LossCurve app=app kind=f.kind />
-    }
-}
-
-/// A checkbox for fused attention: checked is `sdpa`.
-fn fused_checkbox(attention: RwSignal<Attention>) -> impl IntoView {
-    view! {
-        <input type="checkbox" id="attention-sdpa"
-            prop:checked=move || attention.get() == Attention::Sdpa
-            on:change=move |e| attention.set(if event_target_checked(&e) { Attention::Sdpa } else { Attention::Eager }) />
     }
 }
 

@@ -179,3 +179,46 @@ fn estimate(f: &mut Fields) -> Result<EstimateArgs, Error> {
     f.done(ESTIMATE)?;
     Ok(a)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Left-out fields take the defaults the constants name; written
+    /// fields read back as written; an unknown one is named with the list.
+    #[test]
+    fn hand_read_arguments_default_round_trip_and_refuse_unknown_fields() {
+        let m: ModelArgs = serde_json::from_value(json!({"name":"m"})).unwrap();
+        assert_eq!(
+            m,
+            ModelArgs {
+                name: "m".into(),
+                ..Default::default()
+            }
+        );
+        let t: TrainArgs =
+            serde_json::from_value(json!({"model":"m","optimizer":"o","data":"d"})).unwrap();
+        assert_eq!(
+            t,
+            TrainArgs::plain("m", "o", "d", DEFAULT_STEPS, DEFAULT_BATCH)
+        );
+        let gpt = ModelArgs {
+            kind: ModelKind::Transformer,
+            heads: Some(4),
+            seq_len: Some(256),
+            tied: Some(false),
+            ..ModelArgs::mlp("gpt", 2, 128)
+        };
+        let back: ModelArgs = serde_json::from_value(serde_json::to_value(&gpt).unwrap()).unwrap();
+        assert_eq!(back, gpt);
+        let e = serde_json::from_value::<EstimateArgs>(json!({"model":"m","lora":8})).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("unknown field `lora`, expected one of `model`"),
+            "{e}"
+        );
+        let e = serde_json::from_value::<DataArgs>(json!({})).unwrap_err();
+        assert_eq!(e.to_string(), "missing field `name`");
+    }
+}

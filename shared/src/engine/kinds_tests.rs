@@ -155,6 +155,17 @@ fn what_the_new_kinds_do_not_model_is_refused_with_the_reason() {
         let r = run(&mut e, &with(train.clone(), &extra));
         assert!(r.error.unwrap().message.contains(words), "{extra}");
     }
+    let estimate = json!({"cmd":"estimate","model":"model","amp":true});
+    let r = run(&mut e, &estimate);
+    assert!(r.error.unwrap().message.contains("autocast (`amp`)"));
+    let on_device = json!({"cmd":"data","name":"gpu_data","samples":64,"features":256,"classes":1000,"on_device":true});
+    assert!(run(&mut e, &on_device).ok);
+    let r = run(&mut e, &with(train.clone(), &json!({"data":"gpu_data"})));
+    assert!(r
+        .error
+        .unwrap()
+        .message
+        .contains("make the data without on_device"));
     let forward = json!({"cmd":"forward","name":"loss","model":"model","data":"data"});
     let r = run(&mut e, &forward);
     assert!(r.error.unwrap().message.contains("runs whole in `train`"));
@@ -166,4 +177,37 @@ fn what_the_new_kinds_do_not_model_is_refused_with_the_reason() {
         .unwrap()
         .message
         .contains("switch the framework to PyTorch"));
+}
+
+#[test]
+fn fused_attention_on_an_mlp_is_refused() {
+    let mut e = engine(json!({}), "adam", 784, 10);
+    let train = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":1,"attention":"sdpa"});
+    let r = run(&mut e, &train);
+    assert!(r.error.unwrap().message.contains("an MLP has no attention"));
+}
+
+/// `find_batch_size` trains the same transformer on a scratch kernel: the
+/// batch it finds fits under the threshold, and twice that batch does not.
+#[test]
+fn find_batch_size_covers_a_transformer() {
+    let (model, features, classes) = gpt(2, 128, 4, 256, 1000);
+    let mut e = engine(model, "adam", features, classes);
+    let find = json!({"cmd":"find_batch_size","model":"model","optimizer":"opt","data":"data","threshold":0.1});
+    let r = run(&mut e, &find);
+    assert!(r.ok, "{:?}", r.error);
+    let v = r.value.unwrap();
+    let (best, limit) = (
+        v["batch_size"].as_u64().unwrap(),
+        v["limit_bytes"].as_u64().unwrap(),
+    );
+    let tried = v["tried"].as_array().unwrap();
+    let last = tried.last().unwrap();
+    assert_eq!(last["batch_size"].as_u64(), Some(2 * best));
+    assert!(last["peak_allocated_bytes"]
+        .as_u64()
+        .is_none_or(|p| p > limit));
+    let train = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":2,"batch_size":best});
+    let r = run(&mut e, &train);
+    assert!(r.ok && r.stats.step_peak_allocated_bytes <= limit);
 }

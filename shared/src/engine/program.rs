@@ -8,23 +8,9 @@
 use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::ObjId;
 use crate::train::cublas::CublasWorkspaces;
-use crate::train::kinds::{
-    self,
-    step::{Alloc, Op, Options, Program, Role},
-};
-use crate::train::spec::{Kind, ModelSpec};
+use crate::train::kinds::step::{Alloc, Op, Program, Role};
 use crate::train::step::{grad_of, Frame};
 use crate::types::Category;
-
-/// The step of a CNN or a transformer at micro-batch `batch`; `None` for
-/// the MLP, whose step `train::step` makes.
-pub(super) fn of(spec: &ModelSpec, batch: u64, options: Options) -> Option<Program> {
-    match spec.kind {
-        Kind::Mlp => None,
-        Kind::Transformer(t) => Some(kinds::step::program(&t, batch, options)),
-        Kind::Cnn(c) => Some(kinds::step::cnn_program(&c, batch)),
-    }
-}
 
 /// The model a program runs on.
 pub(super) struct Target<'a> {

@@ -253,7 +253,7 @@ impl Engine {
             data,
             micro_batch,
             compute: self.computes(&spec, micro_batch),
-            program: program::of(&spec, micro_batch, options),
+            program: spec.step_program(micro_batch, options),
         })
     }
 

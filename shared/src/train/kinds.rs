@@ -26,6 +26,11 @@ impl Tensor {
     }
 }
 
+/// A tensor's bytes in the caching allocator's 512-byte blocks.
+pub fn blocks(bytes: u64) -> u64 {
+    bytes.div_ceil(512) * 512
+}
+
 /// The elements of all of `tensors`.
 pub fn count(tensors: &[Tensor]) -> u64 {
     tensors.iter().map(Tensor::numel).sum()

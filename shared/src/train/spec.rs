@@ -103,6 +103,16 @@ impl ModelSpec {
         }
     }
 
+    /// The step of a CNN or a transformer at micro-batch `batch`; `None`
+    /// for the MLP, whose step `train::step` makes.
+    pub fn step_program(&self, batch: u64, options: Options) -> Option<kinds::step::Program> {
+        match self.kind {
+            Kind::Mlp => None,
+            Kind::Transformer(t) => Some(kinds::step::program(&t, batch, options)),
+            Kind::Cnn(c) => Some(kinds::step::cnn_program(&c, batch)),
+        }
+    }
+
     /// What the model is, in a few words.
     pub fn kind_name(&self) -> &'static str {
         match self.kind {
@@ -416,7 +426,7 @@ pub fn estimate(
 }
 
 fn rounded(tensors: &[kinds::Tensor]) -> u64 {
-    let bytes = |t: &kinds::Tensor| estimate::blocks(t.numel() * t.dtype.size_bytes());
+    let bytes = |t: &kinds::Tensor| kinds::blocks(t.numel() * t.dtype.size_bytes());
     tensors.iter().map(bytes).sum()
 }
 
@@ -430,23 +440,19 @@ fn kinds_estimate(model: &ModelSpec, optimizer: Option<OptimizerKind>, s: &StepS
         attention: s.attention,
         checkpointing: s.checkpointing,
     };
-    let (program, (saved, attention)) = match model.kind {
-        Kind::Transformer(t) => (
-            kinds::step::program(&t, b, options),
-            estimate::transformer_saved(&t, b, options),
-        ),
-        Kind::Cnn(c) => (
-            kinds::step::cnn_program(&c, b),
-            (estimate::cnn_saved(&c, b), 0),
-        ),
+    let (saved, attention) = match model.kind {
+        Kind::Transformer(t) => estimate::transformer_saved(&t, b, options),
+        Kind::Cnn(c) => (estimate::cnn_saved(&c, b), 0),
         Kind::Mlp => unreachable!("the MLP's estimate is closed-form"),
     };
+    let program = model
+        .step_program(b, options)
+        .expect("a CNN or a transformer");
     let p = rounded(&model.parameters());
     let o = optimizer.map_or(0, |k| k.state_per_param() * p);
     let (x, x_dtype, y) = model.batch(b);
     let count = |shape: &[u64]| shape.iter().product::<u64>();
-    let input =
-        estimate::blocks(count(&x) * x_dtype.size_bytes()) + estimate::blocks(count(&y) * 8);
+    let input = kinds::blocks(count(&x) * x_dtype.size_bytes()) + kinds::blocks(count(&y) * 8);
     let workspaces = 2 * s.workspace_bytes;
     // The loop's last loss lives until the new one is bound.
     let resident = p + rounded(&model.buffers()) + o + workspaces + 512;

@@ -5,12 +5,7 @@
 //! program allocates and frees in order (no allocator runs).
 
 use super::step::{Attention, Op, Options, Program, Role};
-use super::{CnnShape, Norm, TransformerShape};
-
-/// A tensor's bytes in the caching allocator's 512-byte blocks.
-pub fn blocks(bytes: u64) -> u64 {
-    bytes.div_ceil(512) * 512
-}
+use super::{blocks, CnnShape, Norm, TransformerShape};
 
 /// What a transformer's forward pass leaves saved for backward (its
 /// log-probabilities, loss and NLL's total weight included), and the part

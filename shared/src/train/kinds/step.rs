@@ -17,7 +17,7 @@
 //! engine's own. `tests/reference/step_trace.py` records the same step from
 //! PyTorch's own ops; the tests hold this to it event by event.
 
-use super::{Tensor, TransformerShape};
+use super::{blocks, Tensor, TransformerShape};
 use crate::train::cublas::BlasThread;
 use crate::types::Dtype;
 
@@ -160,10 +160,6 @@ pub fn optimizer_events(parameters: &[Tensor]) -> Vec<Event> {
         .chain(grads)
         .map(|(op, bytes)| Event { op, bytes })
         .collect()
-}
-
-fn blocks(bytes: u64) -> u64 {
-    bytes.div_ceil(512) * 512
 }
 
 /// A handle on an allocation of the program being written.
