@@ -4,7 +4,7 @@
 use crate::command::*;
 use crate::train::kinds::Norm;
 use crate::train::spec::Kind;
-use crate::train::OptimizerKind;
+use crate::train::{OptimizerKind, OptimizerSpec};
 use crate::types::Framework;
 use crate::units::MIB;
 
@@ -181,7 +181,8 @@ fn optimizer_code(a: &OptimizerArgs) -> String {
     if a.kind == OptimizerKind::Momentum {
         args.push_str(", momentum=0.9");
     }
-    format!("{} = {}({args})", a.name, a.kind.python())
+    let class = OptimizerSpec::new(a.kind, a.bits).map_or(a.kind.python(), |s| s.python());
+    format!("{} = {class}({args})", a.name)
 }
 
 fn data_code(a: &DataArgs) -> String {

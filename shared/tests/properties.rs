@@ -198,6 +198,7 @@ fn check_sequence(framework: Framework, variant: u8, ops: &[Op]) -> Result<(), T
                 model: "m".into(),
                 kind,
                 lr: None,
+                bits: 32,
             }));
             let _ = e.execute(&Command::Data(command::DataArgs {
                 name: "d".into(),

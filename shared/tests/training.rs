@@ -21,7 +21,9 @@ fn ok(e: &mut Engine, cmd: Value) -> StepRecord {
 }
 
 /// A PyTorch kernel with `model`, `opt` and `data`.
+/// `opt` is an optimizer's kind; `adam8` and the like its 8-bit state.
 fn setup(model: Value, opt: &str, data: Value) -> Engine {
+    let (kind, bits) = opt.strip_suffix('8').map_or((opt, 32), |kind| (kind, 8));
     let mut e = Engine::new_simulated();
     ok(
         &mut e,
@@ -34,7 +36,7 @@ fn setup(model: Value, opt: &str, data: Value) -> Engine {
     ok(&mut e, m);
     ok(
         &mut e,
-        json!({"cmd":"optimizer","name":"opt","model":"model","kind":opt}),
+        json!({"cmd":"optimizer","name":"opt","model":"model","kind":kind,"bits":bits}),
     );
     let mut d = json!({"cmd":"data","name":"data"});
     d.as_object_mut()
@@ -415,6 +417,15 @@ fn the_estimate_matches_the_measured_peak_within_5_percent() {
     let cases = [
         (json!({}), "adam", 64u64, 1u64, false, false),
         (json!({}), "sgd", 64, 1, false, false),
+        (json!({}), "adam8", 64, 1, false, false),
+        (
+            json!({"layers": 8, "width": 2048}),
+            "momentum8",
+            1024,
+            1,
+            false,
+            false,
+        ),
         (
             json!({"layers": 8, "width": 2048}),
             "momentum",

@@ -8,7 +8,7 @@ use std::ops::RangeInclusive;
 use vramlab_shared::command::{
     BackwardArgs, Command, DataArgs, EstimateArgs, FindBatchSizeArgs, ForwardArgs, LossHistory,
     ModelArgs, ModelKind, NameArgs, OptimizerArgs, StepArgs, TrainArgs, ZeroGradArgs,
-    DEFAULT_CLASSES, DEFAULT_FEATURES, DEFAULT_SAMPLES, DEFAULT_THRESHOLD,
+    DEFAULT_CLASSES, DEFAULT_FEATURES, DEFAULT_SAMPLES, DEFAULT_THRESHOLD, STATE_BITS,
 };
 use vramlab_shared::engine::{MAX_BATCH_SIZE, MAX_TRAIN_STEPS};
 use vramlab_shared::input;
@@ -34,6 +34,8 @@ struct Fields {
     batch: RwSignal<String>,
     steps: RwSignal<String>,
     optimizer: RwSignal<OptimizerKind>,
+    /// The optimizer's state bits: 32, or bitsandbytes' 8.
+    bits: RwSignal<u8>,
     accumulate: RwSignal<String>,
     amp: RwSignal<bool>,
     checkpointing: RwSignal<bool>,
@@ -67,6 +69,7 @@ impl Fields {
             batch: number(PAGE_BATCH),
             steps: text("100"),
             optimizer: RwSignal::new(OptimizerKind::Adam),
+            bits: RwSignal::new(STATE_BITS),
             accumulate: text("1"),
             amp: RwSignal::new(false),
             checkpointing: RwSignal::new(false),
@@ -146,6 +149,7 @@ impl Fields {
             model: "model".into(),
             kind: self.optimizer.get_untracked(),
             lr: None,
+            bits: self.bits.get_untracked(),
         });
         let data = Command::Data(DataArgs {
             name: "data".into(),
@@ -223,10 +227,20 @@ pub fn Training(app: App) -> impl IntoView {
             app.play.sent(app.submit_quietly(line));
         }
     });
+    // `adam8` is bitsandbytes' `Adam8bit`.
     let on_optimizer = move |e| {
-        if let Some(k) = OptimizerKind::from_id(&event_target_value(&e)) {
+        let value = event_target_value(&e);
+        let (id, bits) = value
+            .strip_suffix('8')
+            .map_or((value.as_str(), STATE_BITS), |id| (id, 8));
+        if let Some(k) = OptimizerKind::from_id(id) {
             f.optimizer.set(k);
+            f.bits.set(bits);
         }
+    };
+    let optimizer_value = move || {
+        let eight = if f.bits.get() == 8 { "8" } else { "" };
+        format!("{}{eight}", f.optimizer.get().id())
     };
     let backward = || {
         Command::Backward(BackwardArgs {
@@ -253,9 +267,10 @@ pub fn Training(app: App) -> impl IntoView {
             <label>"Layers " {text_input("layers", "3", "", f.layers)}</label>
             <label>"Width " {text_input("width", "5", "", f.width)}</label>
             <label>"Optimizer "
-                <select id="optimizer" prop:value=move || f.optimizer.get().id() on:change=on_optimizer>
+                <select id="optimizer" prop:value=optimizer_value on:change=on_optimizer>
                     <option value="sgd">"SGD"</option><option value="momentum">"SGD + momentum"</option>
                     <option value="adam">"Adam"</option><option value="adamw">"AdamW"</option>
+                    <option value="adam8">"Adam 8-bit (bitsandbytes)"</option><option value="adamw8">"AdamW 8-bit (bitsandbytes)"</option>
                 </select>
             </label>
             <label>{checkbox(f.on_device)}" data on the GPU"</label>

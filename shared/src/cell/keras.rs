@@ -32,6 +32,7 @@ fn compile(ev: &Eval, model: &str, args: &Args) -> Result<Value, CellError> {
         model: model.to_string(),
         kind,
         lr,
+        bits: crate::command::STATE_BITS,
     })]))
 }
 

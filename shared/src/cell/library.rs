@@ -6,8 +6,9 @@
 use super::names::framework_of;
 use super::value::{dtype_named, Args, Eval, Forward, Loader, Tensor, Value};
 use super::CellError;
+use crate::command::STATE_BITS;
 use crate::command::{Command, ModelArgs};
-use crate::train::OptimizerKind;
+use crate::train::{OptimizerKind, OptimizerSpec};
 use crate::types::{Dtype, Framework};
 
 /// MNIST and CIFAR-10 as `load_data()` returns them (train, then test).
@@ -206,7 +207,10 @@ fn module(ev: &Eval, path: &str, args: &Args) -> Result<Option<Value>, CellError
         p if p.starts_with("nn.") && p[3..].ends_with("Loss") => Value::Criterion,
         p if p.starts_with("nn.") || p.starts_with("keras.layers.") => Value::Layer(None),
         "F.cross_entropy" | "F.nll_loss" | "F.mse_loss" => loss_of(ev, args)?,
-        p if p.starts_with("torch.optim.") || p.starts_with("keras.optimizers.") => {
+        p if ["torch.optim.", "keras.optimizers.", "bnb.optim."]
+            .iter()
+            .any(|m| p.starts_with(m)) =>
+        {
             optimizer(ev, p, args)?
         }
         "torch.utils.data.TensorDataset" => dataset(ev, args)?,
@@ -309,17 +313,23 @@ fn optimizer(ev: &Eval, path: &str, args: &Args) -> Result<Value, CellError> {
         .unwrap_or_default()
         .to_ascii_lowercase();
     let momentum = args.kw("momentum").and_then(Value::float).unwrap_or(0.0) > 0.0;
-    let kind = match name.as_str() {
+    // bitsandbytes' 8-bit optimizers: `bnb.optim.Adam8bit`, ...
+    let (name, bits) = match name.strip_suffix("8bit") {
+        Some(base) if path.starts_with("bnb.") => (base, 8),
+        _ => (name.as_str(), STATE_BITS),
+    };
+    let kind = match name {
         "sgd" if momentum => OptimizerKind::Momentum,
         "sgd" => OptimizerKind::Sgd,
         "adam" => OptimizerKind::Adam,
         "adamw" => OptimizerKind::Adamw,
         _ => {
             return Err(ev.err(format!(
-                "`{path}`: the cell knows SGD (with or without momentum), Adam and AdamW"
+                "`{path}`: the cell knows SGD (with or without momentum), Adam and AdamW, and bitsandbytes' SGD8bit, Adam8bit and AdamW8bit"
             )))
         }
     };
+    let spec = OptimizerSpec::new(kind, bits).map_err(|e| ev.err(format!("`{path}`: {e}")))?;
     let lr = args
         .kw("lr")
         .or(args.kw("learning_rate"))
@@ -329,7 +339,7 @@ fn optimizer(ev: &Eval, path: &str, args: &Args) -> Result<Value, CellError> {
         Some(Value::Params(model)) => Some(model.clone()),
         _ => None,
     };
-    Ok(Value::Optimizer(kind, lr, model))
+    Ok(Value::Optimizer(spec, lr, model))
 }
 
 fn dataset(ev: &Eval, args: &Args) -> Result<Value, CellError> {

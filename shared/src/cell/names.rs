@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Module paths under one spelling: `tensorflow.keras` and `tf.keras` are
 /// `keras`, `torch.nn` is `nn`, `jax.numpy` is `jnp`, ...
-const CANONICAL: [(&str, &str); 10] = [
+const CANONICAL: [(&str, &str); 11] = [
+    ("bitsandbytes", "bnb"),
     ("tensorflow.compat.v1.keras", "keras"),
     ("tf.compat.v1.keras", "keras"),
     ("tensorflow.keras", "keras"),
@@ -24,7 +25,8 @@ const CANONICAL: [(&str, &str); 10] = [
 ];
 
 /// Names a snippet often uses without importing them.
-const USUAL: [(&str, &str); 20] = [
+const USUAL: [(&str, &str); 21] = [
+    ("bnb", "bnb"),
     ("torch", "torch"),
     ("nn", "nn"),
     ("F", "F"),
@@ -63,7 +65,7 @@ pub fn canonical(path: &str) -> String {
 /// The framework a function belongs to, by its canonical path.
 pub fn framework_of(path: &str) -> Option<Framework> {
     match path.split('.').next()? {
-        "torch" | "nn" | "F" | "checkpoint" => Some(Framework::Pytorch),
+        "torch" | "nn" | "F" | "checkpoint" | "bnb" => Some(Framework::Pytorch),
         "tf" | "keras" => Some(Framework::Tensorflow),
         "jax" | "jnp" => Some(Framework::Jax),
         _ => None,

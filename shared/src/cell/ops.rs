@@ -314,7 +314,7 @@ pub fn optimizer_kind(
     v: Option<&Value>,
 ) -> Result<(OptimizerKind, Option<f32>), CellError> {
     match v {
-        Some(Value::Optimizer(kind, lr, _)) => Ok((*kind, *lr)),
+        Some(Value::Optimizer(spec, lr, _)) => Ok((spec.kind, *lr)),
         Some(Value::Str(s)) => match s.to_ascii_lowercase().as_str() {
             "adam" => Ok((OptimizerKind::Adam, None)),
             "adamw" => Ok((OptimizerKind::Adamw, None)),

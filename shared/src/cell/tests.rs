@@ -141,10 +141,29 @@ fn models_and_optimizers() {
                 name: "opt".into(),
                 model: "model".into(),
                 kind: OptimizerKind::Momentum,
-                lr: Some(0.1)
+                lr: Some(0.1),
+                bits: 32,
             })
         ]
     );
+    for import in ["import bitsandbytes as bnb\n", ""] {
+        let cell = format!("{import}{MLP}\nopt = bnb.optim.AdamW8bit(model.parameters())");
+        assert_eq!(
+            torch(&cell)[1],
+            Command::Optimizer(OptimizerArgs {
+                name: "opt".into(),
+                model: "model".into(),
+                kind: OptimizerKind::Adamw,
+                lr: None,
+                bits: 8,
+            })
+        );
+    }
+    let e = error(
+        &format!("{MLP}\nopt = bnb.optim.SGD8bit(model.parameters(), lr=0.1)"),
+        Framework::Pytorch,
+    );
+    assert!(e.message.contains("no state"), "{e}");
     let half =
         torch("m = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)).cuda().half()");
     assert!(

@@ -206,11 +206,12 @@ impl Translator {
                     ..a
                 })
             }
-            Value::Optimizer(kind, lr, Some(model)) => Command::Optimizer(OptimizerArgs {
+            Value::Optimizer(spec, lr, Some(model)) => Command::Optimizer(OptimizerArgs {
                 name: name.clone(),
                 model,
-                kind,
+                kind: spec.kind,
                 lr,
+                bits: spec.bits,
             }),
             Value::Loader(l) => {
                 let cmd = Command::Data(DataArgs {

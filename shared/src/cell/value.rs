@@ -6,7 +6,7 @@ use super::ast::{Arg, Expr, Target};
 use super::names::Names;
 use super::CellError;
 use crate::command::ModelArgs;
-use crate::train::OptimizerKind;
+use crate::train::OptimizerSpec;
 use crate::types::{Dtype, Framework};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -31,7 +31,7 @@ pub enum Value {
     Layer(Option<(Option<u64>, u64)>),
     Model(ModelArgs),
     /// The kind, `lr`, and the model whose `parameters()` it was given.
-    Optimizer(OptimizerKind, Option<f32>, Option<String>),
+    Optimizer(OptimizerSpec, Option<f32>, Option<String>),
     /// `TensorDataset(X, y)`: samples and features, and whether it is on the GPU.
     Dataset(u64, u64, bool),
     /// `DataLoader(dataset, batch_size=...)`.

@@ -202,7 +202,8 @@ impl ModelArgs {
     }
 }
 
-/// `opt = torch.optim.Adam(model.parameters())`; state comes at the first step.
+/// `opt = torch.optim.Adam(model.parameters())`, or with `bits: 8`
+/// bitsandbytes' `bnb.optim.Adam8bit(...)`; state comes at the first step.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OptimizerArgs {
@@ -211,6 +212,20 @@ pub struct OptimizerArgs {
     pub kind: OptimizerKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lr: Option<f32>,
+    /// The state's bits: 32 (`torch.optim`) or 8 (bitsandbytes).
+    #[serde(default = "state_bits", skip_serializing_if = "is_state_bits")]
+    pub bits: u8,
+}
+
+/// `torch.optim`'s float32 state.
+pub const STATE_BITS: u8 = 32;
+
+fn state_bits() -> u8 {
+    STATE_BITS
+}
+
+fn is_state_bits(bits: &u8) -> bool {
+    *bits == STATE_BITS
 }
 
 /// A synthetic, learnable classification set; `on_device` puts all of it on the GPU.

@@ -26,8 +26,11 @@ fn run(engine: &mut Engine, line: &Value) -> Ran {
 }
 
 /// A fresh 80 GB PyTorch process with `model` (its fields), `optimizer`
-/// and data shaped for it.
+/// (`adam8` is 8-bit Adam) and data shaped for it.
 fn engine(model: Value, optimizer: &str, features: u64, classes: u64) -> Engine {
+    let (kind, bits) = optimizer
+        .strip_suffix('8')
+        .map_or((optimizer, 32), |kind| (kind, 8));
     let mut e = Engine::new_simulated();
     let mut m = json!({"cmd":"model","name":"model"});
     for (k, v) in model.as_object().unwrap() {
@@ -36,7 +39,7 @@ fn engine(model: Value, optimizer: &str, features: u64, classes: u64) -> Engine 
     for line in [
         json!({"cmd":"restart","framework":"pytorch","device_total_bytes": 80u64 << 30}),
         m,
-        json!({"cmd":"optimizer","name":"opt","model":"model","kind":optimizer}),
+        json!({"cmd":"optimizer","name":"opt","model":"model","kind":kind,"bits":bits}),
         json!({"cmd":"data","name":"data","samples":4096,"features":features,"classes":classes}),
     ] {
         let r = run(&mut e, &line);
@@ -94,6 +97,7 @@ fn estimate_is_within_five_percent_of_the_simulated_peak() {
             (8, 2, true, "adam"),
             (4, 1, false, "sgd"),
             (16, 4, true, "momentum"),
+            (8, 1, true, "adamw8"),
         ] {
             let mut e = engine(model.clone(), optimizer, features, classes);
             let common = json!({"model":"model","optimizer":"opt","batch_size":batch,"accumulate":accumulate,"set_to_none":set_to_none});

@@ -342,4 +342,6 @@ impl Engine {
 #[cfg(test)]
 mod kinds_tests;
 #[cfg(test)]
+mod optim_tests;
+#[cfg(test)]
 mod tests;

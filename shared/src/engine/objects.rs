@@ -8,7 +8,7 @@ use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::{Class, Holder, ObjId, ObjectKind};
 use crate::train::spec::Kind;
 use crate::train::step::Frame;
-use crate::train::{DataSpec, DatasetState, ModelSpec, ModelState, OptimizerState};
+use crate::train::{DataSpec, DatasetState, ModelSpec, ModelState, OptimizerSpec, OptimizerState};
 use crate::types::{Category, Dtype, Framework};
 use crate::units::{format_size, PIB, TIB};
 
@@ -158,6 +158,14 @@ impl Engine {
                 format!("lr must be a positive number, not {lr}"),
             ));
         }
+        let spec =
+            OptimizerSpec::new(kind, a.bits).map_err(|e| error(ErrorKind::InvalidValue, e))?;
+        if spec.is_8bit() && self.settings.framework != Framework::Pytorch {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                "8-bit optimizer state is bitsandbytes', a PyTorch library",
+            ));
+        }
         let (model_id, state) = self.model_state(model)?;
         let params = state.params.clone();
         let opt = self
@@ -171,6 +179,7 @@ impl Engine {
             opt,
             OptimizerState {
                 kind,
+                bits: spec.bits,
                 model: model_id,
                 params,
                 lr,
@@ -182,12 +191,9 @@ impl Engine {
         self.kernel.bind_local(name, opt);
         Ok(Outcome::note(format!(
             "`{name}` = {}{}: it holds references to the parameters; its state ({}) is allocated at the first step.",
-            kind.python(),
+            spec.python(),
             if kind == crate::train::OptimizerKind::Momentum { "(momentum=0.9)" } else { "" },
-            match kind.state_per_param() {
-                0 => "none".to_string(),
-                n => format!("{n}x the parameters"),
-            }
+            state_words(spec)
         )))
     }
 
@@ -279,4 +285,15 @@ fn upload_dataset(
         k.attach_local(ds, t);
     }
     Ok((x, y))
+}
+
+/// What an optimizer's state will be, in words.
+fn state_words(spec: OptimizerSpec) -> String {
+    match (spec.kind.state_per_param(), spec.is_8bit()) {
+        (0, _) => "none".into(),
+        (n, false) => format!("{n}x the parameters"),
+        (n, true) => format!(
+            "{n} uint8 per element and {n} float32 absmax per 256 elements for tensors of 4096 elements or more, float32 for smaller ones"
+        ),
+    }
 }

@@ -10,7 +10,7 @@ use crate::command::{
 use crate::error::{CommandError, ErrorKind};
 use crate::runtime::Class;
 use crate::train::spec::{estimate, StepShape};
-use crate::train::{DataSpec, ModelSpec, OptimizerKind};
+use crate::train::{DataSpec, ModelSpec, OptimizerSpec};
 use crate::units::format_size;
 use serde_json::json;
 
@@ -33,8 +33,8 @@ impl Engine {
             attention: a.attention,
         };
         technique.check(&state.spec)?;
-        let kind = match a.optimizer.as_deref() {
-            Some(o) => Some(self.train.optimizers[&self.instance(o, Class::Optimizer)?].kind),
+        let optimizer = match a.optimizer.as_deref() {
+            Some(o) => Some(self.train.optimizers[&self.instance(o, Class::Optimizer)?].spec()),
             None => None,
         };
         let data = match a.data.as_deref() {
@@ -50,7 +50,7 @@ impl Engine {
                 "batch_size must be positive and a multiple of accumulate",
             ));
         }
-        let e = estimate(&state.spec, kind, data.as_ref(), shape);
+        let e = estimate(&state.spec, optimizer, data.as_ref(), shape);
         let attention = if e.attention_bytes > 0 {
             format!(" (of which attention {})", format_size(e.attention_bytes))
         } else {
@@ -84,7 +84,7 @@ impl Engine {
         }
         let (_, state) = self.model_state(model)?;
         let spec = state.spec;
-        let kind = self.train.optimizers[&self.instance(optimizer, Class::Optimizer)?].kind;
+        let optimizer = self.train.optimizers[&self.instance(optimizer, Class::Optimizer)?].spec();
         let data_spec = self.train.datasets[&self.instance(data, Class::Dataset)?].spec;
         let budget = self.settings.memory_budget(self.kernel.device.as_ref());
         let limit = (threshold * budget as f64) as u64;
@@ -92,7 +92,7 @@ impl Engine {
         let mut best = None;
         let mut batch = 1u64;
         while batch <= data_spec.samples.min(1 << 24) {
-            let peak = self.trial_peak(&spec, kind, &data_spec, batch);
+            let peak = self.trial_peak(&spec, optimizer, &data_spec, batch);
             let fits = peak.is_some_and(|p| p <= limit);
             tried.push(json!({"batch_size": batch, "peak_allocated_bytes": peak, "fits": fits}));
             if !fits {
@@ -124,7 +124,7 @@ impl Engine {
     pub(super) fn trial_peak(
         &self,
         spec: &ModelSpec,
-        kind: OptimizerKind,
+        optimizer: OptimizerSpec,
         data: &DataSpec,
         batch: u64,
     ) -> Option<u64> {
@@ -137,8 +137,9 @@ impl Engine {
             Command::Optimizer(OptimizerArgs {
                 name: "opt".into(),
                 model: "model".into(),
-                kind,
+                kind: optimizer.kind,
                 lr: None,
+                bits: optimizer.bits,
             }),
             Command::Data(DataArgs {
                 name: "data".into(),

@@ -12,13 +12,15 @@ pub mod cublas;
 pub mod data;
 pub mod kinds;
 pub mod math;
+pub mod optim;
 pub mod spec;
 pub mod step;
 
 use crate::collections::IdMap;
 use crate::runtime::ObjId;
 
-pub use spec::{DataSpec, Estimate, ModelSpec, OptimizerKind, MAX_LAYERS, MAX_WIDTH};
+pub use optim::{OptimizerKind, OptimizerSpec};
+pub use spec::{DataSpec, Estimate, ModelSpec, MAX_LAYERS, MAX_WIDTH};
 
 /// Steps above this many floating-point operations run shape-only (the
 /// simulated GPU keeps every allocation exact but computes no numbers).
@@ -76,6 +78,8 @@ fn init_params(spec: &ModelSpec, seed: u64) -> math::Params {
 #[derive(Clone, Debug)]
 pub struct OptimizerState {
     pub kind: OptimizerKind,
+    /// 32 (`torch.optim`) or 8 (bitsandbytes).
+    pub bits: u8,
     pub model: ObjId,
     /// The parameters it updates (`param_groups`): it holds them alive.
     pub params: Vec<ObjId>,
@@ -85,6 +89,15 @@ pub struct OptimizerState {
     /// CPU values of the state, per tensor.
     pub state_values: Vec<Vec<f32>>,
     pub steps: u32,
+}
+
+impl OptimizerState {
+    pub fn spec(&self) -> OptimizerSpec {
+        OptimizerSpec {
+            kind: self.kind,
+            bits: self.bits,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]

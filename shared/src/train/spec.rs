@@ -3,6 +3,7 @@
 
 use super::kinds::step::{Attention, Options};
 use super::kinds::{self, estimate, CnnShape, TransformerShape};
+use super::optim::OptimizerSpec;
 use crate::types::Dtype;
 use serde::{Deserialize, Serialize};
 
@@ -206,67 +207,6 @@ impl ModelSpec {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OptimizerKind {
-    Sgd,
-    Momentum,
-    Adam,
-    Adamw,
-}
-
-impl OptimizerKind {
-    pub const ALL: [OptimizerKind; 4] = [
-        OptimizerKind::Sgd,
-        OptimizerKind::Momentum,
-        OptimizerKind::Adam,
-        OptimizerKind::Adamw,
-    ];
-
-    /// The name on the wire: `sgd`, `momentum`, `adam`, `adamw`.
-    pub fn id(self) -> &'static str {
-        match self {
-            OptimizerKind::Sgd => "sgd",
-            OptimizerKind::Momentum => "momentum",
-            OptimizerKind::Adam => "adam",
-            OptimizerKind::Adamw => "adamw",
-        }
-    }
-
-    /// The optimizer a wire name stands for.
-    pub fn from_id(id: &str) -> Option<OptimizerKind> {
-        OptimizerKind::ALL.into_iter().find(|k| k.id() == id)
-    }
-
-    /// State tensors per parameter: none, a momentum buffer, or
-    /// `exp_avg` and `exp_avg_sq`.
-    pub fn state_per_param(self) -> u64 {
-        match self {
-            OptimizerKind::Sgd => 0,
-            OptimizerKind::Momentum => 1,
-            OptimizerKind::Adam | OptimizerKind::Adamw => 2,
-        }
-    }
-
-    pub fn default_lr(self) -> f32 {
-        match self {
-            OptimizerKind::Sgd => 0.1,
-            OptimizerKind::Momentum => 0.05,
-            OptimizerKind::Adam | OptimizerKind::Adamw => 1e-3,
-        }
-    }
-
-    /// The Python that builds it.
-    pub fn python(self) -> &'static str {
-        match self {
-            OptimizerKind::Sgd => "torch.optim.SGD",
-            OptimizerKind::Momentum => "torch.optim.SGD",
-            OptimizerKind::Adam => "torch.optim.Adam",
-            OptimizerKind::Adamw => "torch.optim.AdamW",
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DataSpec {
     pub samples: u64,
     pub features: u64,
@@ -355,7 +295,7 @@ fn saved_activation_bytes(model: &ModelSpec, s: &StepShape, b: u64) -> u64 {
 /// closed-form; a CNN's or a transformer's adds up its program's sizes.
 pub fn estimate(
     model: &ModelSpec,
-    optimizer: Option<OptimizerKind>,
+    optimizer: Option<OptimizerSpec>,
     data: Option<&DataSpec>,
     s: &StepShape,
 ) -> Estimate {
@@ -363,7 +303,7 @@ pub fn estimate(
         return kinds_estimate(model, optimizer, s);
     }
     let p = model.param_bytes();
-    let o = optimizer.map_or(0, |k| k.state_per_param() * p);
+    let o = state_bytes(model, optimizer, |b| b);
     let b = s.batch_size / s.accumulate.max(1);
     let ab = if s.amp { 2 } else { model.dtype.size_bytes() };
     let layers = model.layers as u64;
@@ -406,10 +346,7 @@ pub fn estimate(
             .max(late_grads + recompute)
             .max(p);
     // Optimizer step: Adam's foreach update needs one temporary per parameter.
-    let temporaries = match optimizer {
-        Some(OptimizerKind::Adam | OptimizerKind::Adamw) => p,
-        _ => 0,
-    };
+    let temporaries = optimizer.map_or(0, |o| o.step_temporary_bytes(p));
     // The loop's batch stays bound through the optimizer step.
     let step = resident + p + temporaries + input;
     Estimate {
@@ -425,6 +362,13 @@ pub fn estimate(
     }
 }
 
+/// The optimizer's state for the model's parameters.
+fn state_bytes(model: &ModelSpec, optimizer: Option<OptimizerSpec>, round: fn(u64) -> u64) -> u64 {
+    let params = model.parameters();
+    let shapes = params.iter().map(|t| (t.shape.as_slice(), t.dtype));
+    optimizer.map_or(0, |o| o.state_bytes(shapes, round))
+}
+
 fn rounded(tensors: &[kinds::Tensor]) -> u64 {
     let bytes = |t: &kinds::Tensor| kinds::blocks(t.numel() * t.dtype.size_bytes());
     tensors.iter().map(bytes).sum()
@@ -434,7 +378,7 @@ fn rounded(tensors: &[kinds::Tensor]) -> u64 {
 /// gradients and optimizer state, the activations in closed form, and the
 /// peak from the step's program added up: the micro-batch's own (its
 /// gradients new, or added into those kept), or the optimizer step's.
-fn kinds_estimate(model: &ModelSpec, optimizer: Option<OptimizerKind>, s: &StepShape) -> Estimate {
+fn kinds_estimate(model: &ModelSpec, optimizer: Option<OptimizerSpec>, s: &StepShape) -> Estimate {
     let b = s.batch_size / s.accumulate.max(1);
     let options = Options {
         attention: s.attention,
@@ -449,7 +393,7 @@ fn kinds_estimate(model: &ModelSpec, optimizer: Option<OptimizerKind>, s: &StepS
         .step_program(b, options)
         .expect("a CNN or a transformer");
     let p = rounded(&model.parameters());
-    let o = optimizer.map_or(0, |k| k.state_per_param() * p);
+    let o = state_bytes(model, optimizer, kinds::blocks);
     let (x, x_dtype, y) = model.batch(b);
     let count = |shape: &[u64]| shape.iter().product::<u64>();
     let input = kinds::blocks(count(&x) * x_dtype.size_bytes()) + kinds::blocks(count(&y) * 8);
@@ -463,8 +407,7 @@ fn kinds_estimate(model: &ModelSpec, optimizer: Option<OptimizerKind>, s: &StepS
         (true, true) => fresh.max(kept),
         (false, _) => kept,
     };
-    let adam = matches!(optimizer, Some(OptimizerKind::Adam | OptimizerKind::Adamw));
-    let optimizer_step = p + if adam { p } else { 0 };
+    let optimizer_step = p + optimizer.map_or(0, |o| o.step_temporary_bytes(p));
     Estimate {
         parameter_bytes: p,
         gradient_bytes: p,
@@ -481,6 +424,7 @@ fn kinds_estimate(model: &ModelSpec, optimizer: Option<OptimizerKind>, s: &StepS
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::train::OptimizerKind;
 
     fn default_model() -> ModelSpec {
         ModelSpec::mlp(4, 1024, 784, 10, Dtype::Float32)
@@ -511,9 +455,11 @@ mod tests {
             workspace_bytes: 0,
             attention: Attention::Eager,
         };
-        let e = estimate(&m, Some(OptimizerKind::Adam), None, &shape);
+        let adam = OptimizerSpec::torch(OptimizerKind::Adam);
+        let e = estimate(&m, Some(adam), None, &shape);
         assert_eq!(e.optimizer_state_bytes, 2 * e.parameter_bytes);
-        let e = estimate(&m, Some(OptimizerKind::Momentum), None, &shape);
+        let momentum = OptimizerSpec::torch(OptimizerKind::Momentum);
+        let e = estimate(&m, Some(momentum), None, &shape);
         assert_eq!(e.optimizer_state_bytes, e.parameter_bytes);
         assert_eq!(checkpoint_segment(16), 4);
         assert_eq!(checkpoint_segment(1), 1);

@@ -1,21 +1,15 @@
 //! `optimizer.step()` and `optimizer.zero_grad()`: lazy state at the first
-//! step, Adam's foreach temporaries, and what `set_to_none` frees.
+//! step (`torch.optim`'s, or bitsandbytes' 8-bit state with its
+//! quantization maps), Adam's foreach temporaries, and what `set_to_none`
+//! frees.
 
 use super::backward::grad_of;
 use super::frame::Frame;
 use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::ObjId;
-use crate::train::{math, OptimizerKind, OptimizerState, TrainState};
-use crate::types::Category;
-
-/// The state tensors an optimizer keeps per parameter.
-fn state_slots(kind: OptimizerKind) -> &'static [&'static str] {
-    match kind {
-        OptimizerKind::Sgd => &[],
-        OptimizerKind::Momentum => &["momentum_buffer"],
-        OptimizerKind::Adam | OptimizerKind::Adamw => &["exp_avg", "exp_avg_sq"],
-    }
-}
+use crate::train::optim::QMAP_VALUES;
+use crate::train::{math, OptimizerKind, OptimizerSpec, OptimizerState, TrainState};
+use crate::types::{Category, Dtype};
 
 /// `optimizer.step()`. Returns whether the update was computed.
 pub fn optimizer_step(
@@ -26,7 +20,7 @@ pub fn optimizer_step(
 ) -> Result<bool, AllocFailure> {
     let mark = frame.mark();
     let opt = &ts.optimizers[&optimizer];
-    let (kind, model, first_step) = (opt.kind, opt.model, opt.state.is_empty());
+    let (spec, model, first_step) = (opt.spec(), opt.model, opt.state.is_empty());
     let label = k
         .runtime
         .get(optimizer)
@@ -39,14 +33,13 @@ pub fn optimizer_step(
         .enumerate()
         .filter(|&(_, p)| grad_of(k, p).is_some())
         .collect();
-    let slots = state_slots(kind);
-    if first_step && !slots.is_empty() && !with_grad.is_empty() {
-        let state = lazy_state(k, frame, optimizer, &label, slots, &with_grad)?;
+    if first_step && spec.kind.state_per_param() > 0 && !with_grad.is_empty() {
+        let state = lazy_state(k, frame, optimizer, &label, spec, &with_grad)?;
         if let Some(o) = ts.optimizers.get_mut(&optimizer) {
             o.state = state;
         }
     }
-    if matches!(kind, OptimizerKind::Adam | OptimizerKind::Adamw) {
+    if spec.step_temporary_bytes(1) > 0 {
         foreach_sqrt(k, frame, &label, &with_grad)?;
     }
     frame.finish_from(k, mark);
@@ -58,25 +51,47 @@ fn param_shape(k: &Kernel, p: ObjId) -> (Vec<u64>, crate::types::Dtype) {
     (t.shape.clone(), t.dtype)
 }
 
-/// The state tensors, allocated at the first step per parameter in order;
-/// the optimizer holds them.
+/// The state tensors, allocated at the first step per parameter in order
+/// (bitsandbytes' quantization maps before the first 8-bit state); the
+/// optimizer holds them.
 fn lazy_state(
     k: &mut Kernel,
     frame: &mut Frame,
     optimizer: ObjId,
     label: &str,
-    slots: &[&str],
+    spec: OptimizerSpec,
     with_grad: &[(usize, ObjId)],
 ) -> Result<Vec<ObjId>, AllocFailure> {
     let mut state = Vec::new();
+    let mut hold = |k: &mut Kernel, label: String, shape: &[u64], dtype| {
+        let t = frame.alloc(k, &label, shape, dtype, Category::OptimizerState)?;
+        frame.take(t);
+        k.attach_local(optimizer, t);
+        state.push(t);
+        Ok(())
+    };
+    let mut maps_moved = false;
     for &(i, p) in with_grad {
         let (shape, dtype) = param_shape(k, p);
-        for slot in slots {
-            let label = format!("{label}.state[{i}].{slot}");
-            let t = frame.alloc(k, &label, &shape, dtype, Category::OptimizerState)?;
-            frame.take(t);
-            k.attach_local(optimizer, t);
-            state.push(t);
+        if !maps_moved && spec.quantizes(shape.iter().product()) {
+            maps_moved = true;
+            for map in spec.qmaps() {
+                let shape = [QMAP_VALUES];
+                hold(
+                    k,
+                    format!("{label}.name2qmap['{map}']"),
+                    &shape,
+                    Dtype::Float32,
+                )?;
+            }
+        }
+        for t in spec.state(&shape, dtype) {
+            hold(
+                k,
+                format!("{label}.state[{i}].{}", t.name),
+                &t.shape,
+                t.dtype,
+            )?;
         }
     }
     Ok(state)
@@ -130,8 +145,8 @@ fn update_values(ts: &mut TrainState, optimizer: ObjId, model: ObjId) -> bool {
 
 /// One update of the parameters' values by the optimizer's rule.
 fn apply(o: &mut OptimizerState, values: &mut math::Params, grads: &math::Params) {
-    let slots = state_slots(o.kind).len();
-    if o.state_values.len() != o.state.len() {
+    let slots = o.kind.state_per_param() as usize;
+    if o.state_values.len() != values.len() * slots {
         o.state_values = values
             .iter()
             .flat_map(|p| std::iter::repeat_n(vec![0f32; p.len()], slots))
