@@ -110,8 +110,40 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
+class LoraLinear(nn.Module):
+    """peft's `lora.Linear` as `get_peft_model` wraps an `nn.Linear`
+    (`LoraConfig(r=rank, lora_dropout=0)`: the dropout is `nn.Identity`):
+    `result = base_layer(x); result = result + lora_B(lora_A(x)) * scaling`."""
+
+    def __init__(self, base, rank):
+        super().__init__()
+        self.base_layer = base
+        self.lora_A = nn.Linear(base.in_features, rank, bias=False)
+        self.lora_B = nn.Linear(rank, base.out_features, bias=False)
+        nn.init.zeros_(self.lora_B.weight)
+        self.scaling = 8 / rank
+
+    def forward(self, x):
+        result = self.base_layer(x)
+        return result + self.lora_B(self.lora_A(x)) * self.scaling
+
+
+def with_lora(model, rank):
+    """`get_peft_model(model, LoraConfig(r=rank, target_modules="all-linear"))`:
+    every linear layer of the blocks gets adapters (not the head), and every
+    parameter but the adapters is frozen."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for block in model.h:
+        for parent in (block.attn, block.mlp):
+            for name, child in list(parent.named_children()):
+                if isinstance(child, nn.Linear):
+                    setattr(parent, name, LoraLinear(child, rank))
+    return model
+
+
 class Gpt(nn.Module):
-    def __init__(self, layers, width, heads, seq_len, vocab, fused, checkpointing):
+    def __init__(self, layers, width, heads, seq_len, vocab, fused, checkpointing, lora_rank=0):
         super().__init__()
         self.checkpointing = checkpointing
         self.wte = nn.Embedding(vocab, width)
@@ -120,6 +152,8 @@ class Gpt(nn.Module):
         self.ln_f = nn.LayerNorm(width)
         self.lm_head = nn.Linear(width, vocab, bias=False)
         self.lm_head.weight = self.wte.weight
+        if lora_rank:
+            with_lora(self, lora_rank)
 
     def forward(self, idx):
         x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
@@ -158,6 +192,9 @@ CASES = [
     ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=False, checkpointing=False), dict(batch=4)),
     ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=True, checkpointing=False), dict(batch=4)),
     ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=False, checkpointing=True), dict(batch=4)),
+    ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=False, checkpointing=False, lora_rank=8), dict(batch=4)),
+    ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=True, checkpointing=False, lora_rank=8), dict(batch=4)),
+    ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=False, checkpointing=True, lora_rank=8), dict(batch=4)),
 ]
 
 

@@ -85,6 +85,10 @@ pub struct ModelArgs {
     pub norm: Option<Norm>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tied: Option<bool>,
+    /// peft's LoRA adapters of this rank on every linear layer of the
+    /// blocks, the rest frozen (a transformer's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora_rank: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub channels: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -127,6 +131,7 @@ impl Default for ModelArgs {
             mlp_ratio: None,
             norm: None,
             tied: None,
+            lora_rank: None,
             channels: None,
             image_size: None,
             blocks: None,
@@ -150,6 +155,12 @@ impl ModelArgs {
     pub fn spec(&self) -> Result<ModelSpec, String> {
         let width = self.width();
         let dtype = self.dtype.unwrap_or(Dtype::Float32);
+        if self.lora_rank.is_some() && self.kind != ModelKind::Transformer {
+            return Err(
+                "`lora_rank` wraps a transformer's linear layers: add \"kind\": \"transformer\""
+                    .into(),
+            );
+        }
         let kind = match self.kind {
             ModelKind::Mlp => {
                 let only = [
@@ -186,6 +197,7 @@ impl ModelArgs {
                 mlp_ratio: self.mlp_ratio.unwrap_or(4),
                 norm: self.norm.unwrap_or_default(),
                 tied: self.tied.unwrap_or(true),
+                lora_rank: self.lora_rank.unwrap_or(0),
             }),
         };
         Ok(ModelSpec::of(kind, dtype))

@@ -8,17 +8,24 @@
 use crate::types::Dtype;
 
 /// A parameter or buffer: its name in `named_parameters()` /
-/// `named_buffers()`, its shape and its element type.
+/// `named_buffers()`, its shape and its element type; a frozen parameter
+/// (`requires_grad=False`) gets no gradient and no optimizer state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Tensor {
     pub name: String,
     pub shape: Vec<u64>,
     pub dtype: Dtype,
+    pub frozen: bool,
 }
 
 impl Tensor {
     pub fn new(name: String, shape: Vec<u64>, dtype: Dtype) -> Self {
-        Self { name, shape, dtype }
+        Self {
+            name,
+            shape,
+            dtype,
+            frozen: false,
+        }
     }
 
     pub fn numel(&self) -> u64 {
@@ -145,7 +152,11 @@ pub enum Norm {
 /// embeddings, `layers` blocks (norm, attention with a fused q/k/v
 /// projection and an output projection, norm, an MLP `mlp_ratio` times as
 /// wide), a final norm and a head over `vocab` without bias, tied to the
-/// token embedding or not.
+/// token embedding or not. With `lora_rank` r > 0 it is what peft's
+/// `get_peft_model(model, LoraConfig(r=r, target_modules="all-linear"))`
+/// makes of it: every linear layer of the blocks (not the head) gets
+/// adapters `lora_A` (r x in) and `lora_B` (out x r), and every other
+/// parameter is frozen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TransformerShape {
     pub layers: u32,
@@ -156,6 +167,8 @@ pub struct TransformerShape {
     pub mlp_ratio: u64,
     pub norm: Norm,
     pub tied: bool,
+    /// LoRA adapters' rank; 0 for none.
+    pub lora_rank: u64,
 }
 
 impl TransformerShape {
@@ -170,18 +183,59 @@ impl TransformerShape {
         }
     }
 
-    fn linear(name: &str, fan_in: u64, fan_out: u64, dtype: Dtype, out: &mut Vec<Tensor>) {
+    /// A linear layer's weight and bias, then its adapters' weights (peft
+    /// registers `lora_A` and `lora_B` after the wrapped `base_layer`).
+    fn linear(
+        &self,
+        name: &str,
+        (fan_in, fan_out): (u64, u64),
+        dtype: Dtype,
+        out: &mut Vec<Tensor>,
+    ) {
         out.push(Tensor::new(
             format!("{name}.weight"),
             vec![fan_out, fan_in],
             dtype,
         ));
         out.push(Tensor::new(format!("{name}.bias"), vec![fan_out], dtype));
+        let r = self.lora_rank;
+        if r > 0 {
+            out.push(Tensor::new(
+                format!("{name}.lora_A.weight"),
+                vec![r, fan_in],
+                dtype,
+            ));
+            out.push(Tensor::new(
+                format!("{name}.lora_B.weight"),
+                vec![fan_out, r],
+                dtype,
+            ));
+        }
+    }
+
+    /// Parameters per linear layer: weight, bias and any adapters.
+    pub fn linear_params(&self) -> usize {
+        if self.lora_rank > 0 {
+            4
+        } else {
+            2
+        }
     }
 
     /// `named_parameters()`; a tied head is the token embedding's weight,
-    /// which `parameters()` yields once.
+    /// which `parameters()` yields once. With LoRA all but the adapters
+    /// are frozen.
     pub fn parameters(&self, dtype: Dtype) -> Vec<Tensor> {
+        let mut out = self.base_parameters(dtype);
+        if self.lora_rank > 0 {
+            for t in &mut out {
+                t.frozen = !t.name.contains(".lora_");
+            }
+        }
+        out
+    }
+
+    fn base_parameters(&self, dtype: Dtype) -> Vec<Tensor> {
         let d = self.width;
         let mut out = vec![
             Tensor::new("wte.weight".into(), vec![self.vocab, d], dtype),
@@ -190,12 +244,12 @@ impl TransformerShape {
         for l in 0..self.layers {
             let h = format!("h.{l}");
             self.norm(&format!("{h}.ln_1"), dtype, &mut out);
-            Self::linear(&format!("{h}.attn.c_attn"), d, 3 * d, dtype, &mut out);
-            Self::linear(&format!("{h}.attn.c_proj"), d, d, dtype, &mut out);
+            self.linear(&format!("{h}.attn.c_attn"), (d, 3 * d), dtype, &mut out);
+            self.linear(&format!("{h}.attn.c_proj"), (d, d), dtype, &mut out);
             self.norm(&format!("{h}.ln_2"), dtype, &mut out);
             let inner = self.mlp_ratio * d;
-            Self::linear(&format!("{h}.mlp.c_fc"), d, inner, dtype, &mut out);
-            Self::linear(&format!("{h}.mlp.c_proj"), inner, d, dtype, &mut out);
+            self.linear(&format!("{h}.mlp.c_fc"), (d, inner), dtype, &mut out);
+            self.linear(&format!("{h}.mlp.c_proj"), (inner, d), dtype, &mut out);
         }
         self.norm("ln_f", dtype, &mut out);
         if !self.tied {
@@ -216,6 +270,12 @@ impl TransformerShape {
         in_range("seq_len", self.seq_len, 1, 1 << 20)?;
         in_range("vocab", self.vocab, 1, 1 << 22)?;
         in_range("mlp_ratio", self.mlp_ratio, 1, 64)?;
+        if self.lora_rank > self.width {
+            return Err(format!(
+                "lora_rank must be 0 (no adapters) to the width {}, not {}",
+                self.width, self.lora_rank
+            ));
+        }
         if self.width % self.heads != 0 {
             return Err(format!(
                 "heads must divide width: {} heads cannot share {} dimensions",

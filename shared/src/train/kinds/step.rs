@@ -13,7 +13,8 @@
 //! The step is a [`Program`]: allocations with their roles (an activation,
 //! a gradient of an activation, a parameter's `.grad`, the loss), frees
 //! naming the allocation they free, and the cuBLAS calls that may allocate a
-//! workspace. The engine plays it on a kernel; the optimizer's step is the
+//! workspace. With LoRA (`lora`) the frozen layers make no gradients: the
+//! first block's input needs none, so what it saves shrinks too. The engine plays it on a kernel; the optimizer's step is the
 //! engine's own. `tests/reference/step_trace.py` records the same step from
 //! PyTorch's own ops; the tests hold this to it event by event.
 
@@ -179,6 +180,9 @@ struct Tape<S> {
     role: Role,
     /// The thread its matrix products run on.
     thread: BlasThread,
+    /// The block being written's input requires a gradient (with LoRA the
+    /// first block's does not: the embeddings are frozen).
+    input_grad: bool,
 }
 
 impl<S> Tape<S> {
@@ -195,6 +199,7 @@ impl<S> Tape<S> {
             layer: None,
             role: Role::Forward,
             thread: BlasThread::Main,
+            input_grad: true,
         }
     }
 
@@ -307,11 +312,17 @@ impl Tape<TransformerShape> {
     fn act(&self) -> Vec<u64> {
         self.tokens(self.shape.width)
     }
+
+    /// With LoRA every parameter but the adapters is frozen.
+    fn frozen(&self) -> bool {
+        self.shape.lora_rank > 0
+    }
 }
 
 mod attention;
 mod block;
 mod cnn;
+mod lora;
 mod passes;
 
 pub use cnn::program as cnn_program;

@@ -103,6 +103,7 @@ fn transformer_parameters_are_pytorchs() {
                 Norm::LayerNorm
             },
             tied: m["tied"] == true,
+            lora_rank: m["lora_rank"].as_u64().unwrap_or(0),
         };
         shape.validate().unwrap();
         let params = shape.parameters(Dtype::Float32);
@@ -123,6 +124,7 @@ fn gpt2_small_has_its_124m_parameters() {
         mlp_ratio: 4,
         norm: Norm::LayerNorm,
         tied: true,
+        lora_rank: 0,
     };
     assert_eq!(count(&gpt2.parameters(Dtype::Float32)), 124_439_808);
 }
@@ -149,6 +151,7 @@ fn shapes_that_cannot_be_built_say_why() {
         mlp_ratio: 4,
         norm: Norm::RmsNorm,
         tied: false,
+        lora_rank: 0,
     };
     assert_eq!(
         t.validate().unwrap_err(),
@@ -182,6 +185,7 @@ fn closed_form_activations_equal_the_programs() {
             mlp_ratio: 4,
             norm,
             tied: norm == Norm::LayerNorm,
+            lora_rank: 0,
         };
         for attention in [Attention::Eager, Attention::Sdpa] {
             for checkpointing in [false, true] {

@@ -44,22 +44,23 @@ impl Tape<TransformerShape> {
     /// projection's output. With `keep` false (a checkpointed block's
     /// first forward), nothing is saved and each tensor dies when its last
     /// user is done.
-    pub(super) fn attention(&mut self, keep: bool) -> (H, Option<Saved>) {
+    /// With LoRA, also `c_attn`'s and `c_proj`'s `lora_A` outputs, if kept.
+    pub(super) fn attention(&mut self, keep: bool) -> (H, Option<Saved>, [Option<H>; 2]) {
         let d = self.shape.width;
-        let qkv = self.matmul("addmm", self.tokens(3 * d));
-        match self.options.attention {
+        let (qkv, attn_h) = self.linear(3 * d, keep);
+        let (proj, saved, proj_h) = match self.options.attention {
             Attention::Sdpa => {
                 let out = self.alloc(SDPA, self.act());
                 let lse = self.alloc(SDPA, self.heads(&[]));
-                let proj = self.matmul("addmm", self.act());
+                let (proj, proj_h) = self.linear(d, keep);
                 if !keep {
                     self.free_all(&[out, qkv, lse]);
-                    return (proj, None);
                 }
-                (proj, Some(Saved::Sdpa { qkv, out, lse }))
+                (proj, keep.then_some(Saved::Sdpa { qkv, out, lse }), proj_h)
             }
             Attention::Eager => self.eager(qkv, keep),
-        }
+        };
+        (proj, saved, [attn_h, proj_h])
     }
 
     /// B x H x S x `rest`, float32.
@@ -78,7 +79,7 @@ impl Tape<TransformerShape> {
         vec![self.shape.seq_len, self.shape.seq_len]
     }
 
-    fn eager(&mut self, qkv: H, keep: bool) -> (H, Option<Saved>) {
+    fn eager(&mut self, qkv: H, keep: bool) -> (H, Option<Saved>, Option<H>) {
         let q = self.alloc("clone", self.act());
         let k = self.alloc("clone", self.act());
         let raw = self.matmul("bmm", self.scores());
@@ -103,7 +104,7 @@ impl Tape<TransformerShape> {
             self.free(v);
         }
         let heads_out = self.alloc("clone", self.act());
-        let proj = self.matmul("addmm", self.act());
+        let (proj, proj_h) = self.linear(self.shape.width, keep);
         if !keep {
             self.free(heads_out);
         }
@@ -121,7 +122,7 @@ impl Tape<TransformerShape> {
             v,
             heads_out,
         };
-        (proj, keep.then_some(saved))
+        (proj, keep.then_some(saved), proj_h)
     }
 
     /// From the output projection's input gradient `g` to the gradient of

@@ -3,6 +3,7 @@
 //! checkpointed block keeps.
 
 use super::attention::Saved as AttentionSaved;
+use super::lora::Node;
 use super::{Tape, H};
 use crate::train::kinds::Norm;
 use crate::train::kinds::TransformerShape;
@@ -18,7 +19,8 @@ pub(super) enum Keep {
     Nothing,
     /// Backward's recomputation of a checkpointed block: all it saves, up
     /// to GELU's output, the last tensor backward needs (non-reentrant
-    /// checkpointing stops recomputing there).
+    /// checkpointing stops recomputing there); with LoRA, on to the MLP
+    /// projection's `lora_A` output.
     UpToGelu,
 }
 
@@ -40,6 +42,9 @@ pub(super) struct Saved {
     ln2: Normed,
     fc: H,
     gelu: H,
+    /// With LoRA, each linear layer's `lora_A` output (`c_attn`,
+    /// `c_proj`, `c_fc`, the MLP's `c_proj`).
+    lora: [Option<H>; 4],
 }
 
 /// Where a block's parameters sit in `parameters()`: each layer's weight
@@ -88,9 +93,11 @@ impl Tape<TransformerShape> {
         let (_, op) = self.norm_ops();
         let g = self.alloc(op, self.act());
         let d = self.shape.width;
-        self.grad(op, param, vec![d]);
-        if n.mean.is_some() {
-            self.grad(op, param + 1, vec![d]);
+        if !self.frozen() {
+            self.grad(op, param, vec![d]);
+            if n.mean.is_some() {
+                self.grad(op, param + 1, vec![d]);
+            }
         }
         let stats: Vec<H> = [n.mean, Some(n.rstd)].into_iter().flatten().collect();
         if ckpt {
@@ -128,6 +135,16 @@ impl Tape<TransformerShape> {
         g
     }
 
+    /// A linear layer's backward, LoRA's when it has adapters; `None`
+    /// when its input needs no gradient.
+    fn linear_grad(&mut self, n: Node, ckpt: bool) -> Option<H> {
+        if self.frozen() {
+            return self.lora_backward(n, ckpt);
+        }
+        let incoming = n.incoming_dies.then_some(n.incoming);
+        Some(self.linear_backward(n.input, incoming, n.weight, n.fans, ckpt))
+    }
+
     /// A residual add's backward: the two gradients of its input summed.
     fn residual_backward(&mut self, through: H, branch: H) -> H {
         let g = self.alloc("add", self.act());
@@ -139,31 +156,44 @@ impl Tape<TransformerShape> {
     /// early) and what it saved.
     pub(super) fn block(&mut self, x: H, keep: Keep) -> (Option<H>, Option<Saved>) {
         let save = keep != Keep::Nothing;
-        let wide = self.shape.mlp_ratio * self.shape.width;
-        let ln1 = self.norm(x, save);
-        let (proj, attention) = self.attention(save);
+        let (d, wide) = (self.shape.width, self.shape.mlp_ratio * self.shape.width);
+        let ln1 = self.norm(x, save && self.input_grad);
+        let (proj, attention, [attn_h, proj_h]) = self.attention(save);
         if !save {
             self.free(ln1.out);
         }
         let x2 = self.alloc("add", self.act());
         self.free(proj);
         let ln2 = self.norm(x2, save);
-        let fc = self.matmul("addmm", self.tokens(wide));
+        let (fc, fc_h) = self.linear(wide, save);
         let gelu = self.alloc("gelu", self.tokens(wide));
-        let saved = attention.map(|attention| Saved {
+        let mut saved = attention.map(|attention| Saved {
             ln1,
             attention,
             ln2,
             fc,
             gelu,
+            lora: [attn_h, proj_h, fc_h, None],
         });
         if keep == Keep::UpToGelu {
+            if self.frozen() {
+                // LoRA saves one more: the MLP projection's `lora_A` output.
+                let base = self.matmul("addmm", self.act());
+                let hidden = self.matmul("mm", vec![self.rows(), self.shape.lora_rank]);
+                self.free(base);
+                if let Some(s) = saved.as_mut() {
+                    s.lora[3] = Some(hidden);
+                }
+            }
             return (None, saved);
         }
         if !save {
             self.free(fc);
         }
-        let out = self.matmul("addmm", self.act());
+        let (out, out_h) = self.linear(d, save);
+        if let Some(s) = saved.as_mut() {
+            s.lora[3] = out_h;
+        }
         if !save {
             self.free_all(&[gelu, ln2.out]);
         }
@@ -175,20 +205,54 @@ impl Tape<TransformerShape> {
         (Some(x3), saved)
     }
 
-    /// A block's backward from its output's gradient `g`: its input's.
-    pub(super) fn block_backward(&mut self, s: Saved, g: H, p: Params, ckpt: bool) -> H {
+    /// A block's backward from its output's gradient `g`: its input's,
+    /// when the input requires one. `scaled`: LoRA's `g * scaling` for the
+    /// MLP's projection, when made before a checkpointed block's
+    /// recomputation.
+    pub(super) fn block_backward(
+        &mut self,
+        s: Saved,
+        (g, scaled): (H, Option<H>),
+        p: Params,
+        ckpt: bool,
+    ) -> Option<H> {
         let (d, wide) = (self.shape.width, self.shape.mlp_ratio * self.shape.width);
-        let g_gelu = self.linear_backward(Some(s.gelu), None, p.out, (wide, d), ckpt);
+        let node = |input, hidden, incoming, weight, fans| Node {
+            input,
+            hidden,
+            incoming,
+            scaled: None,
+            weight,
+            fans,
+            incoming_dies: true,
+            input_grad: true,
+        };
+        let out = node(Some(s.gelu), s.lora[3], g, p.out, (wide, d));
+        let out = Node {
+            incoming_dies: false,
+            scaled,
+            ..out
+        };
+        let g_gelu = self.linear_grad(out, ckpt)?;
         let g_fc = self.alloc("gelu_backward", self.tokens(wide));
         self.node_done(&[s.fc], g_gelu, ckpt);
-        let g_ln2 = self.linear_backward(Some(s.ln2.out), Some(g_fc), p.fc, (d, wide), ckpt);
+        let fc = node(Some(s.ln2.out), s.lora[2], g_fc, p.fc, (d, wide));
+        let g_ln2 = self.linear_grad(fc, ckpt)?;
         let g_x2 = self.norm_backward(&s.ln2, g_ln2, p.ln2, ckpt);
         let g_x2 = self.residual_backward(g, g_x2);
+        // The residual shares `g_x2` with the block's input, if that needs it.
+        let input_grad = self.input_grad;
         let input = s.attention.projection_input();
-        let g_heads = self.linear_backward(input, None, p.proj, (d, d), ckpt);
+        let proj = node(input, s.lora[1], g_x2, p.proj, (d, d));
+        let proj = Node {
+            incoming_dies: !input_grad,
+            ..proj
+        };
+        let g_heads = self.linear_grad(proj, ckpt)?;
         let g_qkv = self.attention_backward(s.attention, g_heads, ckpt);
-        let g_ln1 = self.linear_backward(Some(s.ln1.out), Some(g_qkv), p.attn, (d, 3 * d), ckpt);
+        let attn = node(Some(s.ln1.out), s.lora[0], g_qkv, p.attn, (d, 3 * d));
+        let g_ln1 = self.linear_grad(Node { input_grad, ..attn }, ckpt)?;
         let g_x = self.norm_backward(&s.ln1, g_ln1, p.ln1, ckpt);
-        self.residual_backward(g_x2, g_x)
+        Some(self.residual_backward(g_x2, g_x))
     }
 }

@@ -32,17 +32,18 @@ impl Tape<TransformerShape> {
     }
 
     fn block_params(&self, layer: u32) -> Params {
-        let n = self.norm_params();
-        let ln1 = 2 + layer as usize * (2 * n + 8);
-        let (attn, proj) = (ln1 + n, ln1 + n + 2);
-        let ln2 = proj + 2;
+        let (n, linear) = (self.norm_params(), self.shape.linear_params());
+        let ln1 = 2 + layer as usize * (2 * n + 4 * linear);
+        let attn = ln1 + n;
+        let proj = attn + linear;
+        let ln2 = proj + linear;
         Params {
             ln1,
             attn,
             proj,
             ln2,
             fc: ln2 + n,
-            out: ln2 + n + 2,
+            out: ln2 + n + linear,
         }
     }
 
@@ -60,11 +61,16 @@ impl Tape<TransformerShape> {
         let tokens = self.alloc("embedding", self.act());
         let positions = self.alloc_as("arange", vec![seq], Dtype::Int64, Role::Forward);
         let pos = self.alloc("embedding", vec![seq, d]);
+        if self.frozen() {
+            // A frozen embedding saves no indices.
+            self.free(positions);
+        }
         let mut x = self.alloc("add", self.act());
         self.free_all(&[tokens, pos]);
         let mut blocks = Vec::new();
         for l in 0..self.shape.layers {
             self.layer = Some(l);
+            self.input_grad = !(self.frozen() && l == 0);
             let keep = if self.options.checkpointing {
                 blocks.push(Block::Checkpointed(x));
                 Keep::Nothing
@@ -73,11 +79,19 @@ impl Tape<TransformerShape> {
             };
             let (out, saved) = self.block(x, keep);
             blocks.extend(saved.map(Block::Saved));
+            if !self.input_grad && !self.options.checkpointing {
+                // Nothing saved the embeddings' sum.
+                self.free(x);
+            }
             x = out.expect("a whole block has an output");
         }
         self.layer = None;
         let final_norm = self.norm(x, true);
         let logits = self.matmul("mm", self.logits());
+        if self.frozen() {
+            // A frozen head saves no input.
+            self.free(final_norm.out);
+        }
         let loss = self.cross_entropy(logits, &self.logits());
         Top {
             positions,
@@ -91,35 +105,47 @@ impl Tape<TransformerShape> {
         let (d, vocab) = (self.shape.width, self.shape.vocab);
         let (seed, g_logits) = self.cross_entropy_backward(top.loss, &self.logits());
         let head = self.final_norm_param() + self.norm_params();
-        let g_head = if self.shape.tied {
-            self.matmul("mm", vec![vocab, d])
-        } else {
-            self.grad_mm(head, vec![vocab, d])
+        let g_head = match (self.frozen(), self.shape.tied) {
+            (true, _) => None,
+            (false, true) => Some(self.matmul("mm", vec![vocab, d])),
+            (false, false) => Some(self.grad_mm(head, vec![vocab, d])),
         };
         let g_norm = self.matmul("mm", self.act());
-        self.free_all(&[g_logits, top.final_norm.out]);
+        self.free(g_logits);
+        if !self.frozen() {
+            self.free(top.final_norm.out);
+        }
         let param = self.final_norm_param();
-        let mut g = self.norm_backward(&top.final_norm, g_norm, param, false);
+        let mut g = Some(self.norm_backward(&top.final_norm, g_norm, param, false));
         for (l, block) in (0..self.shape.layers).zip(top.blocks).rev() {
             self.layer = Some(l);
-            g = self.block_backward_from(block, g, l);
+            self.input_grad = !(self.frozen() && l == 0);
+            g = g.and_then(|g| self.block_backward_from(block, g, l));
         }
         self.layer = None;
-        self.embeddings_backward(top.positions, g, g_head);
+        if let (Some(g), Some(g_head)) = (g, g_head) {
+            self.embeddings_backward(top.positions, g, g_head);
+        }
         self.free(seed);
     }
 
     /// A block's backward; a checkpointed block is recomputed first.
-    fn block_backward_from(&mut self, block: Block, g: H, layer: u32) -> H {
+    fn block_backward_from(&mut self, block: Block, g: H, layer: u32) -> Option<H> {
         let params = self.block_params(layer);
         match block {
-            Block::Saved(saved) => self.block_backward(saved, g, params, false),
+            Block::Saved(saved) => self.block_backward(saved, (g, None), params, false),
             Block::Checkpointed(input) => {
+                let scaled = self.frozen().then(|| self.scale(self.shape.width));
                 self.role = Role::Forward;
                 let (_, saved) = self.block(input, Keep::UpToGelu);
                 self.role = Role::Backward;
                 let saved = saved.expect("a recomputed block saves");
-                self.block_backward(saved, g, params, true)
+                let g = self.block_backward(saved, (g, scaled), params, true);
+                if g.is_none() {
+                    // The checkpoint held the input for its recomputation.
+                    self.free(input);
+                }
+                g
             }
         }
     }

@@ -32,7 +32,9 @@ fn options(s: &Value) -> Options {
 /// A whole step as a trace: forward, backward, Adam, `zero_grad`.
 fn events(t: &TransformerShape, batch: u64, options: Options) -> Vec<Event> {
     let mut events = program(t, batch, options).events();
-    events.extend(optimizer_events(&t.parameters(Dtype::Float32)));
+    let mut trained = t.parameters(Dtype::Float32);
+    trained.retain(|p| !p.frozen);
+    events.extend(optimizer_events(&trained));
     events
 }
 
@@ -47,6 +49,7 @@ fn shape(s: &Value) -> TransformerShape {
         mlp_ratio: 4,
         norm: Norm::LayerNorm,
         tied: true,
+        lora_rank: s["lora_rank"].as_u64().unwrap_or(0),
     }
 }
 
@@ -57,9 +60,9 @@ fn op(name: &str) -> String {
 }
 
 #[test]
-fn eager_fused_and_checkpointed_steps_are_pytorchs_event_by_event() {
+fn eager_fused_checkpointed_and_lora_steps_are_pytorchs_event_by_event() {
     let steps = recorded();
-    assert_eq!(steps.len(), 3);
+    assert_eq!(steps.len(), 6);
     for s in steps {
         let options = options(&s);
         let ours = events(&shape(&s), s["batch"].as_u64().unwrap(), options);
@@ -127,6 +130,7 @@ fn eager_attention_keeps_the_square_of_the_sequence_and_fused_does_not() {
             mlp_ratio: 4,
             norm: Norm::LayerNorm,
             tied: true,
+            lora_rank: 0,
         };
         let batch = 4;
         let run = |attention| {
@@ -149,11 +153,17 @@ fn eager_attention_keeps_the_square_of_the_sequence_and_fused_does_not() {
 }
 
 /// Every free names a live tensor; at the end only the loss and one
-/// gradient per parameter (its shape) are alive, for every kind of norm,
-/// tied or not, attention and checkpointing.
+/// gradient per trained parameter (its shape) are alive, for every kind of
+/// norm, tied or not, attention, checkpointing, with LoRA or without.
 #[test]
 fn a_program_frees_what_it_made_and_leaves_one_gradient_per_parameter() {
-    for (norm, tied) in [(Norm::LayerNorm, true), (Norm::RmsNorm, false)] {
+    let cases = [
+        (Norm::LayerNorm, true, 0),
+        (Norm::RmsNorm, false, 0),
+        (Norm::LayerNorm, true, 4),
+        (Norm::RmsNorm, false, 2),
+    ];
+    for (norm, tied, lora_rank) in cases {
         for attention in [Attention::Eager, Attention::Sdpa] {
             for checkpointing in [false, true] {
                 let t = TransformerShape {
@@ -165,6 +175,7 @@ fn a_program_frees_what_it_made_and_leaves_one_gradient_per_parameter() {
                     mlp_ratio: 4,
                     norm,
                     tied,
+                    lora_rank,
                 };
                 let options = Options {
                     attention,
@@ -194,10 +205,14 @@ fn a_program_frees_what_it_made_and_leaves_one_gradient_per_parameter() {
                 let expected: Vec<(usize, Vec<u64>)> = t
                     .parameters(Dtype::Float32)
                     .into_iter()
-                    .map(|p| p.shape)
                     .enumerate()
+                    .filter(|(_, p)| !p.frozen)
+                    .map(|(i, p)| (i, p.shape))
                     .collect();
-                assert_eq!(grads, expected, "{norm:?} tied {tied} {options:?}");
+                assert_eq!(
+                    grads, expected,
+                    "{norm:?} tied {tied} r {lora_rank} {options:?}"
+                );
             }
         }
     }
