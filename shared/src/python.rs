@@ -159,17 +159,23 @@ fn kind_code(a: &ModelArgs) -> Option<String> {
             "{name} = CNN(channels={}, image_size={}, blocks={}, width={}, classes={}).cuda()  # per block: Conv2d(3x3) -> BatchNorm2d -> ReLU -> MaxPool2d(2); then Linear",
             c.channels, c.image_size, c.blocks, c.width, c.classes
         ),
-        Kind::Transformer(t) => format!(
-            "{name} = GPT(layers={}, width={}, heads={}, seq_len={}, vocab={}, mlp_ratio={}, norm=nn.{}, tied={}).cuda()",
-            t.layers,
-            t.width,
-            t.heads,
-            t.seq_len,
-            t.vocab,
-            t.mlp_ratio,
-            if t.norm == Norm::LayerNorm { "LayerNorm" } else { "RMSNorm" },
-            if t.tied { "True" } else { "False" }
-        ),
+        Kind::Transformer(t) => {
+            let gpt = format!(
+                "GPT(layers={}, width={}, heads={}, seq_len={}, vocab={}, mlp_ratio={}, norm=nn.{}, tied={}).cuda()",
+                t.layers,
+                t.width,
+                t.heads,
+                t.seq_len,
+                t.vocab,
+                t.mlp_ratio,
+                if t.norm == Norm::LayerNorm { "LayerNorm" } else { "RMSNorm" },
+                if t.tied { "True" } else { "False" }
+            );
+            match t.lora_rank {
+                0 => format!("{name} = {gpt}"),
+                r => format!("{name} = get_peft_model({gpt}, LoraConfig(r={r}, target_modules=\"all-linear\"))  # adapters on every block's linear layers; the rest frozen"),
+            }
+        }
     })
 }
 

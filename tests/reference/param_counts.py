@@ -50,10 +50,45 @@ class Block(nn.Module):
         self.mlp.c_proj = nn.Linear(mlp_ratio * width, width)
 
 
+class LoraLinear(nn.Module):
+    """peft's `lora.Linear` as `get_peft_model` wraps an `nn.Linear`
+    (`LoraConfig(r=rank, lora_dropout=0)`: the dropout is `nn.Identity`),
+    its modules registered as peft registers them (`base_layer`, then the
+    `lora_A` and `lora_B` dicts with the "default" adapter):
+    `result = base_layer(x); result = result + lora_B(lora_A(x)) * scaling`."""
+
+    def __init__(self, base, rank):
+        super().__init__()
+        self.base_layer = base
+        self.lora_A = nn.ModuleDict({"default": nn.Linear(base.in_features, rank, bias=False)})
+        self.lora_B = nn.ModuleDict({"default": nn.Linear(rank, base.out_features, bias=False)})
+        nn.init.zeros_(self.lora_B["default"].weight)
+        self.scaling = 8 / rank
+
+    def forward(self, x):
+        result = self.base_layer(x)
+        return result + self.lora_B["default"](self.lora_A["default"](x)) * self.scaling
+
+
+def with_lora(model, rank):
+    """`get_peft_model(model, LoraConfig(r=rank, target_modules="all-linear"))`
+    (the names without peft's `base_model.model.` prefix): every linear
+    layer of the blocks gets adapters (not the head), and every parameter
+    but the adapters is frozen."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for block in model.h:
+        for parent in (block.attn, block.mlp):
+            for name, child in list(parent.named_children()):
+                if isinstance(child, nn.Linear):
+                    setattr(parent, name, LoraLinear(child, rank))
+    return model
+
+
 class Transformer(nn.Module):
     """A decoder-only language model as GPT-2 lays it out."""
 
-    def __init__(self, layers, width, heads, seq_len, vocab, mlp_ratio, norm, tied):
+    def __init__(self, layers, width, heads, seq_len, vocab, mlp_ratio, norm, tied, lora_rank=0):
         super().__init__()
         norm = {"layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm}[norm]
         self.wte = nn.Embedding(vocab, width)
@@ -63,6 +98,8 @@ class Transformer(nn.Module):
         self.lm_head = nn.Linear(width, vocab, bias=False)
         if tied:
             self.lm_head.weight = self.wte.weight
+        if lora_rank:
+            with_lora(self, lora_rank)
 
 
 CASES = [
@@ -74,6 +111,8 @@ CASES = [
     ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, mlp_ratio=4, norm="layernorm", tied=True)),
     ("transformer", dict(layers=12, width=768, heads=12, seq_len=1024, vocab=50257, mlp_ratio=4, norm="layernorm", tied=True)),
     ("transformer", dict(layers=4, width=256, heads=8, seq_len=512, vocab=32000, mlp_ratio=2, norm="rmsnorm", tied=False)),
+    ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, mlp_ratio=4, norm="layernorm", tied=True, lora_rank=8)),
+    ("transformer", dict(layers=4, width=256, heads=8, seq_len=512, vocab=32000, mlp_ratio=2, norm="rmsnorm", tied=False, lora_rank=16)),
 ]
 BUILD = {"mlp": mlp, "cnn": cnn, "transformer": Transformer}
 
@@ -86,6 +125,7 @@ def describe(kind, shape):
         "parameters": [[n, list(p.shape)] for n, p in model.named_parameters()],
         "buffers": [[n, list(b.shape), str(b.dtype).removeprefix("torch.")] for n, b in model.named_buffers()],
         "count": sum(p.numel() for p in model.parameters()),
+        "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
     }
 
 

@@ -210,6 +210,7 @@ mod tests {
             heads: Some(4),
             seq_len: Some(256),
             tied: Some(false),
+            lora_rank: Some(8),
             ..ModelArgs::mlp("gpt", 2, 128)
         };
         let back: ModelArgs = serde_json::from_value(serde_json::to_value(&gpt).unwrap()).unwrap();

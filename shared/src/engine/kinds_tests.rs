@@ -87,6 +87,12 @@ fn estimate_is_within_five_percent_of_the_simulated_peak() {
             }
         }
     }
+    for (model, features, classes) in &transformers[..2] {
+        let lora = with(model.clone(), &json!({"lora_rank": 8}));
+        for technique in [json!({}), json!({"attention":"sdpa","checkpointing":true})] {
+            cases.push(((lora.clone(), *features, *classes), technique));
+        }
+    }
     for c in [cnn(32, 3, 32), cnn(224, 4, 32), cnn(64, 2, 128)] {
         cases.push((c, json!({})));
     }
@@ -140,6 +146,32 @@ fn a_transformer_step_leaves_the_model_its_state_the_batch_and_the_loss() {
         assert_eq!(
             r.stats.allocated_bytes,
             3 * params + grads + 2 * workspace + batch + 512
+        );
+    }
+}
+
+/// With LoRA only the adapters get gradients and Adam's state: after a
+/// step the model (its base and its adapters), the adapters' state twice,
+/// both workspaces, the batch and the loss; with `set_to_none=False` the
+/// adapters' gradients too.
+#[test]
+fn a_lora_step_keeps_gradients_and_state_for_the_adapters_only() {
+    let (model, features, classes) = gpt(2, 128, 4, 256, 1000);
+    let model = with(model, &json!({"lora_rank": 8}));
+    let mut e = engine(model, "adam", features, classes);
+    let base = 557_568 * 4;
+    // Per block, A (8 x in) and B (out x 8) for c_attn (128 -> 384),
+    // c_proj (128 -> 128), c_fc (128 -> 512) and the MLP's c_proj.
+    let adapters = 2 * ((1024 + 3072) + (1024 + 1024) + (1024 + 4096) + (4096 + 1024)) * 4;
+    let workspace = e.settings.cublas_workspace_bytes();
+    for (set_to_none, grads) in [(true, 0), (false, adapters)] {
+        let train = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":2,"batch_size":4,"set_to_none":set_to_none});
+        let r = run(&mut e, &train);
+        assert!(r.ok, "{:?}", r.error);
+        let batch = 2 * 4 * 256 * 8;
+        assert_eq!(
+            r.stats.allocated_bytes,
+            base + 3 * adapters + grads + 2 * workspace + batch + 512
         );
     }
 }

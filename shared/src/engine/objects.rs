@@ -6,6 +6,7 @@ use crate::command::{DataArgs, ModelArgs, OptimizerArgs};
 use crate::error::{CommandError, ErrorKind};
 use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::{Class, Holder, ObjId, ObjectKind};
+use crate::train::kinds;
 use crate::train::spec::Kind;
 use crate::train::step::Frame;
 use crate::train::{DataSpec, DatasetState, ModelSpec, ModelState, OptimizerSpec, OptimizerState};
@@ -70,6 +71,22 @@ impl Engine {
             spec.param_count(),
             format_size(spec.param_bytes())
         );
+        let trained: Vec<_> = spec
+            .parameters()
+            .into_iter()
+            .filter(|t| !t.frozen)
+            .collect();
+        let lora = match spec.kind {
+            Kind::Transformer(t) if t.lora_rank > 0 => Some(t),
+            _ => None,
+        };
+        if let Some(t) = lora {
+            note.push_str(&format!(
+                " LoRA of rank {}: {} of them (the adapters) train; the rest is frozen, with no gradients and no optimizer state.",
+                t.lora_rank,
+                kinds::count(&trained)
+            ));
+        }
         if session.is_some() {
             note.push_str(
                 " Its variables belong to the open tf.Session: closing the session frees them.",
@@ -132,20 +149,33 @@ impl Engine {
         owner: ObjId,
         spec: &ModelSpec,
     ) -> Result<Vec<ObjId>, AllocFailure> {
-        let mut params = Vec::new();
-        let buffers = spec.buffers();
-        let count = spec.parameters().len();
-        for (i, t) in spec.parameters().iter().chain(&buffers).enumerate() {
+        let parameters = spec.parameters();
+        // With LoRA, peft makes the adapters on the device after
+        // `model.cuda()` moved the (frozen) rest.
+        let lora = parameters.iter().any(|t| t.frozen);
+        let (adapters, base): (Vec<_>, Vec<_>) = parameters
+            .iter()
+            .enumerate()
+            .partition(|(_, t)| lora && !t.frozen);
+        let buffers = spec.buffers().into_iter().map(|t| (None, t));
+        let order: Vec<(Option<usize>, kinds::Tensor)> = base
+            .into_iter()
+            .map(|(i, t)| (Some(i), t.clone()))
+            .chain(buffers)
+            .chain(adapters.into_iter().map(|(i, t)| (Some(i), t.clone())))
+            .collect();
+        let mut params = vec![None; parameters.len()];
+        for (i, t) in order {
             let label = format!("{name}.{}", t.name);
             let k = &mut self.kernel;
             let p = frame.alloc(k, &label, &t.shape, t.dtype, Category::Parameter)?;
             frame.take(p);
             k.attach_local(owner, p);
-            if i < count {
-                params.push(p);
+            if let Some(i) = i {
+                params[i] = Some(p);
             }
         }
-        Ok(params)
+        Ok(params.into_iter().flatten().collect())
     }
 
     pub(super) fn optimizer(&mut self, a: &OptimizerArgs) -> Result<Outcome, CommandError> {

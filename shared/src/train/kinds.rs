@@ -183,8 +183,9 @@ impl TransformerShape {
         }
     }
 
-    /// A linear layer's weight and bias, then its adapters' weights (peft
-    /// registers `lora_A` and `lora_B` after the wrapped `base_layer`).
+    /// A linear layer's weight and bias; with LoRA, peft's names: the
+    /// wrapped `base_layer`'s, then the "default" adapter's `lora_A` and
+    /// `lora_B`.
     fn linear(
         &self,
         name: &str,
@@ -192,24 +193,20 @@ impl TransformerShape {
         dtype: Dtype,
         out: &mut Vec<Tensor>,
     ) {
+        let r = self.lora_rank;
+        let base = if r > 0 { ".base_layer" } else { "" };
+        let weight = format!("{name}{base}.weight");
+        out.push(Tensor::new(weight, vec![fan_out, fan_in], dtype));
         out.push(Tensor::new(
-            format!("{name}.weight"),
-            vec![fan_out, fan_in],
+            format!("{name}{base}.bias"),
+            vec![fan_out],
             dtype,
         ));
-        out.push(Tensor::new(format!("{name}.bias"), vec![fan_out], dtype));
-        let r = self.lora_rank;
         if r > 0 {
-            out.push(Tensor::new(
-                format!("{name}.lora_A.weight"),
-                vec![r, fan_in],
-                dtype,
-            ));
-            out.push(Tensor::new(
-                format!("{name}.lora_B.weight"),
-                vec![fan_out, r],
-                dtype,
-            ));
+            let a = format!("{name}.lora_A.default.weight");
+            out.push(Tensor::new(a, vec![r, fan_in], dtype));
+            let b = format!("{name}.lora_B.default.weight");
+            out.push(Tensor::new(b, vec![fan_out, r], dtype));
         }
     }
 

@@ -362,10 +362,11 @@ pub fn estimate(
     }
 }
 
-/// The optimizer's state for the model's parameters.
+/// The optimizer's state for the model's trained parameters.
 fn state_bytes(model: &ModelSpec, optimizer: Option<OptimizerSpec>, round: fn(u64) -> u64) -> u64 {
     let params = model.parameters();
-    let shapes = params.iter().map(|t| (t.shape.as_slice(), t.dtype));
+    let trained = params.iter().filter(|t| !t.frozen);
+    let shapes = trained.map(|t| (t.shape.as_slice(), t.dtype));
     optimizer.map_or(0, |o| o.state_bytes(shapes, round))
 }
 
@@ -392,7 +393,12 @@ fn kinds_estimate(model: &ModelSpec, optimizer: Option<OptimizerSpec>, s: &StepS
     let program = model
         .step_program(b, options)
         .expect("a CNN or a transformer");
-    let p = rounded(&model.parameters());
+    let mut params = model.parameters();
+    let p = rounded(&params);
+    // Gradients, and the optimizer's state, only for what trains (LoRA's
+    // adapters alone when the base is frozen).
+    params.retain(|t| !t.frozen);
+    let g = rounded(&params);
     let o = state_bytes(model, optimizer, kinds::blocks);
     let (x, x_dtype, y) = model.batch(b);
     let count = |shape: &[u64]| shape.iter().product::<u64>();
@@ -401,16 +407,16 @@ fn kinds_estimate(model: &ModelSpec, optimizer: Option<OptimizerSpec>, s: &StepS
     // The loop's last loss lives until the new one is bound.
     let resident = p + rounded(&model.buffers()) + o + workspaces + 512;
     let fresh = estimate::walk(&program, false).peak;
-    let kept = estimate::walk(&program, true).peak + p;
+    let kept = estimate::walk(&program, true).peak + g;
     let micro_batch = match (s.set_to_none, s.accumulate > 1) {
         (true, false) => fresh,
         (true, true) => fresh.max(kept),
         (false, _) => kept,
     };
-    let optimizer_step = p + optimizer.map_or(0, |o| o.step_temporary_bytes(p));
+    let optimizer_step = g + optimizer.map_or(0, |o| o.step_temporary_bytes(g));
     Estimate {
         parameter_bytes: p,
-        gradient_bytes: p,
+        gradient_bytes: g,
         optimizer_state_bytes: o,
         activation_bytes: saved,
         input_bytes: input,

@@ -10,7 +10,10 @@ use super::{blocks, CnnShape, Norm, TransformerShape};
 /// What a transformer's forward pass leaves saved for backward (its
 /// log-probabilities, loss and NLL's total weight included), and the part
 /// of it attention alone keeps: eager attention's B·H·S² probabilities and
-/// S² mask per layer, or the fused kernel's B·H·S log-sum-exp.
+/// S² mask per layer, or the fused kernel's B·H·S log-sum-exp. LoRA adds
+/// each linear layer's r-wide `lora_A` output; with the embeddings and the
+/// head frozen, the position ids, the first block's input and norm
+/// statistics and the final norm's output are not saved.
 pub fn transformer_saved(t: &TransformerShape, batch: u64, options: Options) -> (u64, u64) {
     let (b, s, h) = (batch, t.seq_len, t.heads);
     let hidden = blocks(b * s * t.width * 4);
@@ -24,17 +27,27 @@ pub fn transformer_saved(t: &TransformerShape, batch: u64, options: Options) -> 
         Attention::Sdpa => blocks(4 * b * h * s),
     };
     let layers = u64::from(t.layers);
-    let per_layer = if options.checkpointing {
+    let lora = t.lora_rank > 0;
+    let adapters = if lora {
+        4 * blocks(b * s * t.lora_rank * 4)
+    } else {
+        0
+    };
+    let (per_layer, first_unsaved) = if options.checkpointing {
         // Only each block's input; the block is recomputed in backward.
-        hidden
+        (hidden, 0)
     } else {
         // Input, norms' outputs and statistics, q, k, v and the heads'
         // output (eager's copies or the fused kernel's projection and
         // output), the residual, the MLP's input to GELU and its output.
-        8 * hidden + 2 * wide + 2 * stats + attention
+        let all = 8 * hidden + 2 * wide + 2 * stats + attention + adapters;
+        (all, if lora { hidden + stats } else { 0 })
     };
-    let head = 2 * hidden + stats + blocks(b * s * t.vocab * 4);
-    let total = blocks(s * 8) + layers * per_layer + head + 2 * 512;
+    // The final norm's input and output (a frozen head saves no input),
+    // its statistics and the log-probabilities.
+    let head = if lora { 1 } else { 2 } * hidden + stats + blocks(b * s * t.vocab * 4);
+    let positions = if lora { 0 } else { blocks(s * 8) };
+    let total = positions + layers * per_layer - first_unsaved + head + 2 * 512;
     let kept = if options.checkpointing {
         0
     } else {

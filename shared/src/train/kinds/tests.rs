@@ -88,7 +88,7 @@ fn cnn_parameters_and_buffers_are_pytorchs() {
 #[test]
 fn transformer_parameters_are_pytorchs() {
     let cases = models("transformer");
-    assert_eq!(cases.len(), 3);
+    assert_eq!(cases.len(), 5);
     for m in cases {
         let shape = TransformerShape {
             layers: u(&m, "layers") as u32,
@@ -109,6 +109,8 @@ fn transformer_parameters_are_pytorchs() {
         let params = shape.parameters(Dtype::Float32);
         assert_eq!(ours(&params), named(&m["parameters"]), "{m}");
         assert_eq!(count(&params), u(&m, "count"));
+        let trained: Vec<Tensor> = params.into_iter().filter(|p| !p.frozen).collect();
+        assert_eq!(count(&trained), u(&m, "trainable"), "{m}");
         assert_eq!(m["buffers"], serde_json::json!([]));
     }
 }
@@ -171,10 +173,13 @@ fn shapes_that_cannot_be_built_say_why() {
 fn closed_form_activations_equal_the_programs() {
     use super::estimate::{cnn_saved, transformer_saved, walk};
     use super::step::{cnn_program, program, Attention, Options};
-    for (layers, width, heads, seq_len, vocab, norm) in [
-        (2, 128, 4, 256, 1000, Norm::LayerNorm),
-        (3, 96, 3, 100, 777, Norm::RmsNorm),
-        (12, 768, 12, 1024, 50257, Norm::LayerNorm),
+    for (layers, width, heads, seq_len, vocab, norm, lora_rank) in [
+        (2, 128, 4, 256, 1000, Norm::LayerNorm, 0),
+        (3, 96, 3, 100, 777, Norm::RmsNorm, 0),
+        (12, 768, 12, 1024, 50257, Norm::LayerNorm, 0),
+        (2, 128, 4, 256, 1000, Norm::LayerNorm, 8),
+        (3, 96, 3, 100, 777, Norm::RmsNorm, 3),
+        (12, 768, 12, 1024, 50257, Norm::LayerNorm, 16),
     ] {
         let t = TransformerShape {
             layers,
@@ -185,7 +190,7 @@ fn closed_form_activations_equal_the_programs() {
             mlp_ratio: 4,
             norm,
             tied: norm == Norm::LayerNorm,
-            lora_rank: 0,
+            lora_rank,
         };
         for attention in [Attention::Eager, Attention::Sdpa] {
             for checkpointing in [false, true] {

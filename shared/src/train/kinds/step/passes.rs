@@ -18,7 +18,7 @@ pub(super) struct Top {
 }
 
 enum Block {
-    Saved(Saved),
+    Saved(Box<Saved>),
     Checkpointed(H),
 }
 
@@ -78,7 +78,7 @@ impl Tape<TransformerShape> {
                 Keep::All
             };
             let (out, saved) = self.block(x, keep);
-            blocks.extend(saved.map(Block::Saved));
+            blocks.extend(saved.map(|s| Block::Saved(Box::new(s))));
             if !self.input_grad && !self.options.checkpointing {
                 // Nothing saved the embeddings' sum.
                 self.free(x);
@@ -133,7 +133,7 @@ impl Tape<TransformerShape> {
     fn block_backward_from(&mut self, block: Block, g: H, layer: u32) -> Option<H> {
         let params = self.block_params(layer);
         match block {
-            Block::Saved(saved) => self.block_backward(saved, (g, None), params, false),
+            Block::Saved(saved) => self.block_backward(*saved, (g, None), params, false),
             Block::Checkpointed(input) => {
                 let scaled = self.frozen().then(|| self.scale(self.shape.width));
                 self.role = Role::Forward;
