@@ -86,6 +86,7 @@ fn the_required_lessons_exist() {
         "long-context-attention",
         "transformer-checkpointing",
         "cnn-image-size",
+        "lora",
     ] {
         assert!(
             names.iter().any(|n| n.contains(topic)),

@@ -254,8 +254,13 @@ async fn the_loss_history_leak_is_visible() {
 }
 
 /// Picks a model kind in the training panel.
+/// Picks `value` in the select `id`.
+async fn pick(page: &Page, id: &str, value: &str) {
+    js(page, &format!("(() => {{ const s = document.getElementById({id:?}); s.value = {value:?}; s.dispatchEvent(new Event('change', {{bubbles: true}})); }})()")).await;
+}
+
 async fn pick_kind(page: &Page, kind: &str) {
-    js(page, &format!("(() => {{ const s = document.getElementById('model-kind'); s.value = {kind:?}; s.dispatchEvent(new Event('change', {{bubbles: true}})); }})()")).await;
+    pick(page, "model-kind", kind).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -286,6 +291,24 @@ async fn a_transformer_and_a_cnn_train_in_the_page() {
     assert!(
         eager >= fused + 4 * 8 * 4 * 1024 * 1024 * 4,
         "{eager} vs {fused}"
+    );
+    // LoRA with 8-bit Adam: the frozen base has no gradients and no state.
+    set_input(&page, "lora-rank", "8").await;
+    pick(&page, "optimizer", "adam8").await;
+    let before = results(&page).await;
+    click(&page, "btn-build").await;
+    until(&page, &format!("{COUNT} >= {}", before + 3)).await;
+    let lora = step_peak(&page).await;
+    assert!(lora < fused, "{lora} vs {fused}");
+    let code = js(&page, "document.getElementById('code').textContent").await;
+    let code = code.as_str().unwrap();
+    assert!(
+        code.contains("get_peft_model(GPT(") && code.contains("LoraConfig(r=8"),
+        "{code}"
+    );
+    assert!(
+        code.contains("opt = bnb.optim.Adam8bit(model.parameters())"),
+        "{code}"
     );
     pick_kind(&page, "cnn").await;
     let before = results(&page).await;

@@ -29,6 +29,8 @@ struct Fields {
     image_size: RwSignal<String>,
     /// A transformer's attention is the fused kernel (`sdpa`).
     fused: RwSignal<bool>,
+    /// A transformer's LoRA rank (0: none).
+    lora_rank: RwSignal<String>,
     layers: RwSignal<String>,
     width: RwSignal<String>,
     batch: RwSignal<String>,
@@ -64,6 +66,7 @@ impl Fields {
             vocab: text("8000"),
             image_size: text("64"),
             fused: RwSignal::new(false),
+            lora_rank: text("0"),
             layers: number(PAGE_LAYERS),
             width: number(PAGE_WIDTH),
             batch: number(PAGE_BATCH),
@@ -135,6 +138,8 @@ impl Fields {
                 let seq_len = number(self.seq_len, "sequence length", 1..=1 << 20)?;
                 let vocab = number(self.vocab, "vocabulary", 1..=1 << 22)?;
                 (m.seq_len, m.vocab) = (Some(seq_len), Some(vocab));
+                let rank = number(self.lora_rank, "LoRA rank", 0..=m.width())?;
+                m.lora_rank = (rank > 0).then_some(rank);
                 (m, seq_len, vocab)
             }
         })
@@ -327,6 +332,7 @@ fn ModelKindControls(f: Fields) -> impl IntoView {
                 <label>"Sequence " {text_input("seq-len", "5", "", f.seq_len)}</label>
                 <label>"Vocabulary " {text_input("vocab", "6", "", f.vocab)}</label>
                 <label>{checkbox(f.fused)}" fused attention (sdpa)"</label>
+                <label title="peft's LoRA adapters of this rank on every block's linear layers, the rest frozen; 0 for none">"LoRA rank " {text_input("lora-rank", "3", "", f.lora_rank)}</label>
             </span>
     }
 }

@@ -321,7 +321,7 @@ fn upload_dataset(
 fn state_words(spec: OptimizerSpec) -> String {
     match (spec.kind.state_per_param(), spec.is_8bit()) {
         (0, _) => "none".into(),
-        (n, false) => format!("{n}x the parameters"),
+        (n, false) => format!("{n}x the parameters that get gradients"),
         (n, true) => format!(
             "{n} uint8 per element and {n} float32 absmax per 256 elements for tensors of 4096 elements or more, float32 for smaller ones"
         ),
