@@ -68,10 +68,10 @@ async fn the_playground_in_a_browser() {
         "figure: web app transferred (gzip): {} KB",
         transferred / 1000
     );
-    // The budget: 520 KB gzipped for everything the page loads (500 KB
+    // The budget: 525 KB gzipped for everything the page loads (500 KB
     // until the engine in the page learned the CNN and the transformer,
     // 515 KB until LoRA and 8-bit optimizer state).
-    assert!(transferred <= 520_000, "{transferred} bytes");
+    assert!(transferred <= 525_000, "{transferred} bytes");
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
     let addr = serve_on(0, stop_rx).await;
