@@ -2,7 +2,8 @@
 //! batch 64, Adam) shape-only and with its arithmetic on the CPU, and an
 //! 8 x 8192 model at batch 1024 shape-only; a GPT-2-small-sized transformer
 //! (12 layers, 768 wide, 12 heads, vocabulary 50257) at batch 8, sequence
-//! 1024, with eager and fused attention and with checkpointing; a CNN. Each
+//! 1024, with eager and fused attention, with checkpointing and with LoRA of
+//! rank 16; a CNN. Each
 //! iteration is one `train {"steps":1}` command through the engine, event
 //! log included.
 //!
@@ -34,9 +35,14 @@ fn built(model: serde_json::Value, data: serde_json::Value) -> Engine {
     e
 }
 
-fn gpt2() -> Engine {
+/// GPT-2 small, with LoRA adapters of rank `lora_rank` if not 0.
+fn gpt2(lora_rank: u64) -> Engine {
+    let mut model = json!({"cmd":"model","name":"model","kind":"transformer","layers":12,"width":768,"heads":12,"seq_len":1024,"vocab":50257});
+    if lora_rank > 0 {
+        model["lora_rank"] = json!(lora_rank);
+    }
     built(
-        json!({"cmd":"model","name":"model","kind":"transformer","layers":12,"width":768,"heads":12,"seq_len":1024,"vocab":50257}),
+        model,
         json!({"cmd":"data","name":"data","features":1024,"classes":50257}),
     )
 }
@@ -65,7 +71,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("8x8192 batch 1024, shape-only", |b| {
         b.iter(|| step(&mut e, 1024))
     });
-    let mut e = gpt2();
+    let mut e = gpt2(0);
     for (name, extra) in [
         ("eager attention", json!({})),
         ("fused attention", json!({"attention":"sdpa"})),
@@ -76,6 +82,10 @@ fn bench(c: &mut Criterion) {
             |b| b.iter(|| step_with(&mut e, 8, extra.clone())),
         );
     }
+    let mut e = gpt2(16);
+    group.bench_function("transformer 12x768 batch 8 seq 1024, LoRA rank 16", |b| {
+        b.iter(|| step(&mut e, 8))
+    });
     let mut e = built(
         json!({"cmd":"model","name":"model","kind":"cnn","channels":3,"image_size":224,"blocks":5,"width":64,"classes":1000}),
         json!({"cmd":"data","name":"data","features":3 * 224 * 224,"classes":1000}),
