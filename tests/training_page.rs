@@ -279,6 +279,9 @@ async fn a_transformer_and_a_cnn_train_in_the_page() {
     let batch = js(&page, "document.getElementById('batch').value").await;
     assert_eq!(batch.as_str(), Some("8"));
     set_input(&page, "seq-len", "1024").await;
+    set_input(&page, "heads", "8").await;
+    tick(&page, "RMSNorm", true).await;
+    tick(&page, "tied head", false).await;
     click(&page, "btn-build").await;
     until(&page, &format!("{COUNT} >= 3")).await;
     let eager = step_peak(&page).await;
@@ -310,7 +313,10 @@ async fn a_transformer_and_a_cnn_train_in_the_page() {
         code.contains("opt = bnb.optim.Adam8bit(model.parameters())"),
         "{code}"
     );
+    assert!(code.contains("heads=8, seq_len=1024"), "{code}");
+    assert!(code.contains("norm=nn.RMSNorm, tied=False"), "{code}");
     pick_kind(&page, "cnn").await;
+    set_input(&page, "channels", "1").await;
     let before = results(&page).await;
     click(&page, "btn-build").await;
     until(&page, &format!("{COUNT} >= {}", before + 3)).await;
@@ -320,7 +326,7 @@ async fn a_transformer_and_a_cnn_train_in_the_page() {
     assert!(
         code.as_str()
             .unwrap()
-            .contains("CNN(channels=3, image_size=64"),
+            .contains("CNN(channels=1, image_size=64"),
         "{code}"
     );
     finish(browser, events, profile).await;

@@ -12,7 +12,7 @@ use vramlab_shared::command::{
 };
 use vramlab_shared::engine::{MAX_BATCH_SIZE, MAX_TRAIN_STEPS};
 use vramlab_shared::input;
-use vramlab_shared::train::kinds::Attention;
+use vramlab_shared::train::kinds::{Attention, Norm};
 use vramlab_shared::train::{OptimizerKind, MAX_LAYERS, MAX_WIDTH};
 
 const PAGE_LAYERS: u64 = 8;
@@ -31,6 +31,14 @@ struct Fields {
     fused: RwSignal<bool>,
     /// A transformer's LoRA rank (0: none).
     lora_rank: RwSignal<String>,
+    /// A transformer's heads (empty: width / 64), MLP ratio, RMSNorm for
+    /// LayerNorm, and head tied to the token embedding.
+    heads: RwSignal<String>,
+    mlp_ratio: RwSignal<String>,
+    rms_norm: RwSignal<bool>,
+    tied: RwSignal<bool>,
+    /// A CNN's image channels.
+    channels: RwSignal<String>,
     layers: RwSignal<String>,
     width: RwSignal<String>,
     batch: RwSignal<String>,
@@ -67,6 +75,11 @@ impl Fields {
             image_size: text("64"),
             fused: RwSignal::new(false),
             lora_rank: text("0"),
+            heads: text(""),
+            mlp_ratio: text("4"),
+            rms_norm: RwSignal::new(false),
+            tied: RwSignal::new(true),
+            channels: text("3"),
             layers: number(PAGE_LAYERS),
             width: number(PAGE_WIDTH),
             batch: number(PAGE_BATCH),
@@ -130,9 +143,10 @@ impl Fields {
             ModelKind::Mlp => (m, DEFAULT_FEATURES, DEFAULT_CLASSES),
             ModelKind::Cnn => {
                 let side = number(self.image_size, "image size", 1..=8192)?;
+                let channels = number(self.channels, "channels", 1..=4096)?;
                 m.blocks = Some(m.layers);
-                m.image_size = Some(side);
-                (m, 3 * side * side, DEFAULT_CLASSES)
+                (m.image_size, m.channels) = (Some(side), Some(channels));
+                (m, channels * side * side, DEFAULT_CLASSES)
             }
             ModelKind::Transformer => {
                 let seq_len = number(self.seq_len, "sequence length", 1..=1 << 20)?;
@@ -140,6 +154,13 @@ impl Fields {
                 (m.seq_len, m.vocab) = (Some(seq_len), Some(vocab));
                 let rank = number(self.lora_rank, "LoRA rank", 0..=m.width())?;
                 m.lora_rank = (rank > 0).then_some(rank);
+                if !self.heads.get_untracked().trim().is_empty() {
+                    m.heads = Some(number(self.heads, "heads", 1..=1024)?);
+                }
+                m.mlp_ratio = Some(number(self.mlp_ratio, "MLP ratio", 1..=64)?);
+                let rms = self.rms_norm.get_untracked();
+                m.norm = Some(if rms { Norm::RmsNorm } else { Norm::LayerNorm });
+                m.tied = Some(self.tied.get_untracked());
                 (m, seq_len, vocab)
             }
         })
@@ -327,10 +348,15 @@ fn ModelKindControls(f: Fields) -> impl IntoView {
             </label>
             <span hidden=move || !is(ModelKind::Cnn)>
                 <label>"Image " {text_input("image-size", "4", "", f.image_size)}</label>
+                <label>"Channels " {text_input("channels", "3", "", f.channels)}</label>
             </span>
             <span hidden=move || !is(ModelKind::Transformer)>
                 <label>"Sequence " {text_input("seq-len", "5", "", f.seq_len)}</label>
                 <label>"Vocabulary " {text_input("vocab", "6", "", f.vocab)}</label>
+                <label>"Heads " {text_input("heads", "3", "auto", f.heads)}</label>
+                <label>"MLP ratio " {text_input("mlp-ratio", "2", "", f.mlp_ratio)}</label>
+                <label>{checkbox(f.rms_norm)}" RMSNorm"</label>
+                <label>{checkbox(f.tied)}" tied head"</label>
                 <label>{checkbox(f.fused)}" fused attention (sdpa)"</label>
                 <label title="peft's LoRA adapters of this rank on every block's linear layers, the rest frozen; 0 for none">"LoRA rank " {text_input("lora-rank", "3", "", f.lora_rank)}</label>
             </span>
