@@ -23,7 +23,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import checkpoint
 
-from param_counts import cnn, mlp
+from param_counts import cnn, mlp, with_lora
 
 BLOCK = 512
 
@@ -108,38 +108,6 @@ class Block(nn.Module):
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
         return x + self.mlp(self.ln_2(x))
-
-
-class LoraLinear(nn.Module):
-    """peft's `lora.Linear` as `get_peft_model` wraps an `nn.Linear`
-    (`LoraConfig(r=rank, lora_dropout=0)`: the dropout is `nn.Identity`):
-    `result = base_layer(x); result = result + lora_B(lora_A(x)) * scaling`."""
-
-    def __init__(self, base, rank):
-        super().__init__()
-        self.base_layer = base
-        self.lora_A = nn.Linear(base.in_features, rank, bias=False)
-        self.lora_B = nn.Linear(rank, base.out_features, bias=False)
-        nn.init.zeros_(self.lora_B.weight)
-        self.scaling = 8 / rank
-
-    def forward(self, x):
-        result = self.base_layer(x)
-        return result + self.lora_B(self.lora_A(x)) * self.scaling
-
-
-def with_lora(model, rank):
-    """`get_peft_model(model, LoraConfig(r=rank, target_modules="all-linear"))`:
-    every linear layer of the blocks gets adapters (not the head), and every
-    parameter but the adapters is frozen."""
-    for p in model.parameters():
-        p.requires_grad_(False)
-    for block in model.h:
-        for parent in (block.attn, block.mlp):
-            for name, child in list(parent.named_children()):
-                if isinstance(child, nn.Linear):
-                    setattr(parent, name, LoraLinear(child, rank))
-    return model
 
 
 class Gpt(nn.Module):

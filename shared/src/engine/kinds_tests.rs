@@ -129,51 +129,65 @@ fn estimate_is_within_five_percent_of_the_simulated_peak() {
     println!("worst estimate error: {:.2}%", worst * 100.0);
 }
 
-/// After a step only the model, Adam's state, both cuBLAS workspaces, the
-/// loop's batch (int64 token ids and targets) and its loss are left; with
-/// `set_to_none=False` the gradients too, one per parameter.
-#[test]
-fn a_transformer_step_leaves_the_model_its_state_the_batch_and_the_loss() {
+/// Two steps of GPT 2 x 128 (S 256, vocabulary 1000) at batch 4 with Adam,
+/// `extra` in its model: after them only the model (`frozen` + `trained`
+/// bytes), Adam's state for what trains, both cuBLAS workspaces, the loop's
+/// batch (int64 token ids and targets) and its loss are left; with
+/// `set_to_none=False` the trained parameters' gradients too.
+fn steps_leave(extra: Value, frozen: u64, trained: u64) {
     let (model, features, classes) = gpt(2, 128, 4, 256, 1000);
-    let mut e = engine(model, "adam", features, classes);
-    let params = 557_568 * 4;
+    let mut e = engine(with(model, &extra), "adam", features, classes);
     let workspace = e.settings.cublas_workspace_bytes();
-    for (set_to_none, grads) in [(true, 0), (false, params)] {
+    for (set_to_none, grads) in [(true, 0), (false, trained)] {
         let train = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":2,"batch_size":4,"set_to_none":set_to_none});
         let r = run(&mut e, &train);
         assert!(r.ok, "{:?}", r.error);
         let batch = 2 * 4 * 256 * 8;
         assert_eq!(
             r.stats.allocated_bytes,
-            3 * params + grads + 2 * workspace + batch + 512
+            frozen + 3 * trained + grads + 2 * workspace + batch + 512
         );
     }
 }
 
-/// With LoRA only the adapters get gradients and Adam's state: after a
-/// step the model (its base and its adapters), the adapters' state twice,
-/// both workspaces, the batch and the loss; with `set_to_none=False` the
-/// adapters' gradients too.
+#[test]
+fn a_transformer_step_leaves_the_model_its_state_the_batch_and_the_loss() {
+    steps_leave(json!({}), 0, 557_568 * 4);
+}
+
+/// With LoRA only the adapters get gradients and Adam's state.
 #[test]
 fn a_lora_step_keeps_gradients_and_state_for_the_adapters_only() {
-    let (model, features, classes) = gpt(2, 128, 4, 256, 1000);
-    let model = with(model, &json!({"lora_rank": 8}));
-    let mut e = engine(model, "adam", features, classes);
-    let base = 557_568 * 4;
     // Per block, A (8 x in) and B (out x 8) for c_attn (128 -> 384),
     // c_proj (128 -> 128), c_fc (128 -> 512) and the MLP's c_proj.
     let adapters = 2 * ((1024 + 3072) + (1024 + 1024) + (1024 + 4096) + (4096 + 1024)) * 4;
-    let workspace = e.settings.cublas_workspace_bytes();
-    for (set_to_none, grads) in [(true, 0), (false, adapters)] {
-        let train = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":2,"batch_size":4,"set_to_none":set_to_none});
-        let r = run(&mut e, &train);
-        assert!(r.ok, "{:?}", r.error);
-        let batch = 2 * 4 * 256 * 8;
-        assert_eq!(
-            r.stats.allocated_bytes,
-            base + 3 * adapters + grads + 2 * workspace + batch + 512
-        );
-    }
+    steps_leave(json!({"lora_rank": 8}), 557_568 * 4, adapters);
+}
+
+/// `get_peft_model` on a model already on the GPU: the frozen base is
+/// allocated first, in registration order, then the adapters.
+#[test]
+fn lora_adapters_are_allocated_after_the_base_model() {
+    let (model, features, classes) = gpt(1, 64, 4, 32, 100);
+    let e = engine(
+        with(model, &json!({"lora_rank": 4})),
+        "adam",
+        features,
+        classes,
+    );
+    let names: Vec<&str> = e
+        .events_since(0)
+        .filter(|ev| ev.action == crate::snapshot::EventAction::Alloc)
+        .filter_map(|ev| ev.name.as_deref())
+        .collect();
+    let first_adapter = names.iter().position(|n| n.contains(".lora_")).unwrap();
+    assert_eq!(names[first_adapter - 1], "model.ln_f.bias");
+    assert_eq!(
+        names[first_adapter],
+        "model.h.0.attn.c_attn.lora_A.default.weight"
+    );
+    assert!(names[first_adapter..].iter().all(|n| n.contains(".lora_")));
+    assert_eq!(names.len() - first_adapter, 8);
 }
 
 #[test]

@@ -71,21 +71,14 @@ impl Engine {
             spec.param_count(),
             format_size(spec.param_bytes())
         );
-        let trained: Vec<_> = spec
-            .parameters()
-            .into_iter()
-            .filter(|t| !t.frozen)
-            .collect();
-        let lora = match spec.kind {
-            Kind::Transformer(t) if t.lora_rank > 0 => Some(t),
-            _ => None,
-        };
-        if let Some(t) = lora {
-            note.push_str(&format!(
-                " LoRA of rank {}: {} of them (the adapters) train; the rest is frozen, with no gradients and no optimizer state.",
-                t.lora_rank,
-                kinds::count(&trained)
-            ));
+        if let Kind::Transformer(t) = spec.kind {
+            if t.lora_rank > 0 {
+                note.push_str(&format!(
+                    " LoRA of rank {}: {} of them (the adapters) train; the rest is frozen, with no gradients and no optimizer state.",
+                    t.lora_rank,
+                    kinds::count(&spec.trained_parameters())
+                ));
+            }
         }
         if session.is_some() {
             note.push_str(

@@ -83,6 +83,14 @@ impl ModelSpec {
         }
     }
 
+    /// The parameters that get gradients and optimizer state (with LoRA the
+    /// adapters alone).
+    pub fn trained_parameters(&self) -> Vec<kinds::Tensor> {
+        let mut params = self.parameters();
+        params.retain(|t| !t.frozen);
+        params
+    }
+
     /// Every buffer (BatchNorm's running statistics).
     pub fn buffers(&self) -> Vec<kinds::Tensor> {
         match self.kind {
@@ -364,9 +372,8 @@ pub fn estimate(
 
 /// The optimizer's state for the model's trained parameters.
 fn state_bytes(model: &ModelSpec, optimizer: Option<OptimizerSpec>, round: fn(u64) -> u64) -> u64 {
-    let params = model.parameters();
-    let trained = params.iter().filter(|t| !t.frozen);
-    let shapes = trained.map(|t| (t.shape.as_slice(), t.dtype));
+    let trained = model.trained_parameters();
+    let shapes = trained.iter().map(|t| (t.shape.as_slice(), t.dtype));
     optimizer.map_or(0, |o| o.state_bytes(shapes, round))
 }
 
@@ -393,12 +400,9 @@ fn kinds_estimate(model: &ModelSpec, optimizer: Option<OptimizerSpec>, s: &StepS
     let program = model
         .step_program(b, options)
         .expect("a CNN or a transformer");
-    let mut params = model.parameters();
-    let p = rounded(&params);
-    // Gradients, and the optimizer's state, only for what trains (LoRA's
-    // adapters alone when the base is frozen).
-    params.retain(|t| !t.frozen);
-    let g = rounded(&params);
+    let p = rounded(&model.parameters());
+    // Gradients, and the optimizer's state, only for what trains.
+    let g = rounded(&model.trained_parameters());
     let o = state_bytes(model, optimizer, kinds::blocks);
     let (x, x_dtype, y) = model.batch(b);
     let count = |shape: &[u64]| shape.iter().product::<u64>();

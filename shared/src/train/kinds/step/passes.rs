@@ -47,6 +47,12 @@ impl Tape<TransformerShape> {
         }
     }
 
+    /// Whether block `layer`'s input requires a gradient: with LoRA the
+    /// first block's does not (the embeddings are frozen).
+    fn block_input_grad(&self, layer: u32) -> bool {
+        !(self.frozen() && layer == 0)
+    }
+
     /// The final norm's weight; an untied head follows it.
     fn final_norm_param(&self) -> usize {
         self.block_params(self.shape.layers).ln1
@@ -70,7 +76,7 @@ impl Tape<TransformerShape> {
         let mut blocks = Vec::new();
         for l in 0..self.shape.layers {
             self.layer = Some(l);
-            self.input_grad = !(self.frozen() && l == 0);
+            self.input_grad = self.block_input_grad(l);
             let keep = if self.options.checkpointing {
                 blocks.push(Block::Checkpointed(x));
                 Keep::Nothing
@@ -119,7 +125,7 @@ impl Tape<TransformerShape> {
         let mut g = Some(self.norm_backward(&top.final_norm, g_norm, param, false));
         for (l, block) in (0..self.shape.layers).zip(top.blocks).rev() {
             self.layer = Some(l);
-            self.input_grad = !(self.frozen() && l == 0);
+            self.input_grad = self.block_input_grad(l);
             g = g.and_then(|g| self.block_backward_from(block, g, l));
         }
         self.layer = None;
