@@ -13,6 +13,7 @@ CUDA ones, saves the log-sum-exp and no S x S matrix.
 
 Needs PyTorch (a CPU build is enough).
 """
+import contextlib
 import json
 import platform
 import weakref
@@ -23,6 +24,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import checkpoint
 
+from cuda_autocast import Autocast, emulate
 from param_counts import cnn, mlp, with_lora
 
 BLOCK = 512
@@ -68,7 +70,8 @@ class Live(TorchDispatchMode):
             for t in torch.utils._pytree.tree_leaves((args, kwargs))
             if isinstance(t, torch.Tensor)
         }
-        out = func(*args, **kwargs)
+        out = emulate(func, args, kwargs)
+        out = func(*args, **kwargs) if out is None else out
         for t in out if isinstance(out, (tuple, list)) else [out]:
             # A view or an in-place op returns storage it was given.
             if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
@@ -124,13 +127,25 @@ class Gpt(nn.Module):
             with_lora(self, lora_rank)
 
     def forward(self, idx):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
         for block in self.h:
             x = checkpoint(block, x, use_reentrant=False) if self.checkpointing else block(x)
         return self.lm_head(self.ln_f(x))
 
 
-def trace(build, batch_of, flat):
+AUTOCAST = Autocast(half=True)
+
+
+def autocast(amp):
+    """`torch.autocast('cuda', dtype=amp)` as CUDA runs it (see
+    cuda_autocast.py), or nothing."""
+    if amp is None:
+        return contextlib.nullcontext()
+    AUTOCAST.half = amp == "float16"
+    return torch.autocast("cpu", dtype=torch.bfloat16)
+
+
+def trace(build, batch_of, flat, amp=None):
     """Two steps of a training loop (`loss = criterion(model(x), y)`, the
     batch already on the device, Adam as on a GPU: foreach); the second is
     reported, from its start: Adam's state exists, and the first step's loss
@@ -144,9 +159,10 @@ def trace(build, batch_of, flat):
         for s in range(2):
             if s == 1:
                 start, mode.peak, first = mode.live, mode.live, len(mode.ops)
-            logits = model(x) if not flat else model(x).flatten(0, 1)
-            loss = F.cross_entropy(logits, y.flatten())
-            del logits
+            with autocast(amp):
+                logits = model(x) if not flat else model(x).flatten(0, 1)
+                loss = F.cross_entropy(logits, y.flatten())
+                del logits
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -163,18 +179,25 @@ CASES = [
     ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=False, checkpointing=False, lora_rank=8), dict(batch=4)),
     ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=True, checkpointing=False, lora_rank=8), dict(batch=4)),
     ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=False, checkpointing=True, lora_rank=8), dict(batch=4)),
+    ("mlp", dict(layers=2, width=128, input_dim=784, classes=10), dict(batch=32, amp="float16")),
+    ("cnn", dict(channels=3, image_size=32, blocks=3, width=32, classes=10), dict(batch=16, amp="float16")),
+    ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=False, checkpointing=False), dict(batch=4, amp="float16")),
+    ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=False, checkpointing=False), dict(batch=4, amp="bfloat16")),
+    ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=True, checkpointing=False), dict(batch=4, amp="float16")),
+    ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=False, checkpointing=True), dict(batch=4, amp="float16")),
+    ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=False, checkpointing=False, lora_rank=8), dict(batch=4, amp="float16")),
 ]
 
 
 def run(kind, shape, data):
-    b = data["batch"]
+    b, amp = data["batch"], data.get("amp")
     if kind == "mlp":
-        return trace(lambda: mlp(**shape), lambda: (torch.randn(b, shape["input_dim"]), torch.randint(0, shape["classes"], (b,))), False)
+        return trace(lambda: mlp(**shape), lambda: (torch.randn(b, shape["input_dim"]), torch.randint(0, shape["classes"], (b,))), False, amp)
     if kind == "cnn":
         s = shape["image_size"]
-        return trace(lambda: cnn(**shape), lambda: (torch.randn(b, shape["channels"], s, s), torch.randint(0, shape["classes"], (b,))), False)
+        return trace(lambda: cnn(**shape), lambda: (torch.randn(b, shape["channels"], s, s), torch.randint(0, shape["classes"], (b,))), False, amp)
     s, v = shape["seq_len"], shape["vocab"]
-    return trace(lambda: Gpt(**shape), lambda: (torch.randint(0, v, (b, s)), torch.randint(0, v, (b, s))), True)
+    return trace(lambda: Gpt(**shape), lambda: (torch.randint(0, v, (b, s)), torch.randint(0, v, (b, s))), True, amp)
 
 
 if __name__ == "__main__":

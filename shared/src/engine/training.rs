@@ -245,6 +245,7 @@ impl Engine {
         let options = Options {
             attention: a.attention,
             checkpointing: a.checkpointing,
+            amp: None,
         };
         Ok(Plan {
             model,

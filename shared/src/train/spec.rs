@@ -391,6 +391,7 @@ fn kinds_estimate(model: &ModelSpec, optimizer: Option<OptimizerSpec>, s: &StepS
     let options = Options {
         attention: s.attention,
         checkpointing: s.checkpointing,
+        amp: None,
     };
     let (saved, attention) = match model.kind {
         Kind::Transformer(t) => estimate::transformer_saved(&t, b, options),

@@ -45,6 +45,9 @@ pub struct Options {
     pub attention: Attention,
     /// Each block under `torch.utils.checkpoint` (non-reentrant).
     pub checkpointing: bool,
+    /// The forward pass and the loss under `torch.autocast('cuda', dtype)`
+    /// (float16 or bfloat16).
+    pub amp: Option<Dtype>,
 }
 
 /// What an allocation is, for its category and what happens to it.
@@ -172,8 +175,6 @@ struct Tape<S> {
     shape: S,
     options: Options,
     batch: u64,
-    /// Activations' element type.
-    adt: Dtype,
     /// The block being written, for the labels.
     layer: Option<u32>,
     /// The role of what the pass being written allocates.
@@ -183,6 +184,8 @@ struct Tape<S> {
     /// The block being written's input requires a gradient (with LoRA the
     /// first block's does not: the embeddings are frozen).
     input_grad: bool,
+    /// The autocast cache.
+    cache: Vec<autocast::Cached>,
 }
 
 impl<S> Tape<S> {
@@ -195,11 +198,11 @@ impl<S> Tape<S> {
             shape,
             options,
             batch,
-            adt: Dtype::Float32,
             layer: None,
             role: Role::Forward,
             thread: BlasThread::Main,
             input_grad: true,
+            cache: Vec::new(),
         }
     }
 
@@ -216,8 +219,14 @@ impl<S> Tape<S> {
         p.allocs.len() - 1
     }
 
+    /// A tensor in the type matrix products compute in.
     fn alloc(&mut self, op: &'static str, shape: Vec<u64>) -> H {
-        self.alloc_as(op, shape, self.adt, self.role)
+        self.alloc_as(op, shape, self.low(), self.role)
+    }
+
+    /// A float32 tensor (a norm's, a residual's, an embedding's).
+    fn alloc_f32(&mut self, op: &'static str, shape: Vec<u64>) -> H {
+        self.alloc_as(op, shape, Dtype::Float32, self.role)
     }
 
     /// A matrix product's output, then its cuBLAS call.
@@ -229,13 +238,13 @@ impl<S> Tape<S> {
 
     /// A parameter's gradient from a matrix product.
     fn grad_mm(&mut self, param: usize, shape: Vec<u64>) -> H {
-        let h = self.alloc_as("mm", shape, self.adt, Role::Grad(param));
+        let h = self.alloc_as("mm", shape, Dtype::Float32, Role::Grad(param));
         self.blas();
         h
     }
 
     fn grad(&mut self, op: &'static str, param: usize, shape: Vec<u64>) -> H {
-        self.alloc_as(op, shape, self.adt, Role::Grad(param))
+        self.alloc_as(op, shape, Dtype::Float32, Role::Grad(param))
     }
 
     fn blas(&mut self) {
@@ -267,22 +276,29 @@ impl<S> Tape<S> {
 /// What the loss's backward needs.
 struct Loss {
     log_probs: H,
+    /// NLL's float32 input: `log_probs`, or its float32 copy.
+    nll_input: H,
     total_weight: H,
 }
 
 impl<S> Tape<S> {
-    /// `loss = F.cross_entropy(logits, y)` (`log_softmax`, then NLL's loss
-    /// and total weight, all float32), which drops the loop's previous
-    /// loss; then `del logits`.
+    /// `loss = F.cross_entropy(logits, y)` (`log_softmax` in the logits'
+    /// type, then NLL's loss and total weight in float32, on a float32
+    /// copy under autocast), which drops the loop's previous loss; then
+    /// `del logits`, and the autocast region exits.
     fn cross_entropy(&mut self, logits: H, shape: &[u64]) -> Loss {
         let f32 = Dtype::Float32;
-        let log_probs = self.alloc_as("_log_softmax", shape.to_vec(), f32, Role::Forward);
+        let dtype = self.dtype_of(logits);
+        let log_probs = self.alloc_as("_log_softmax", shape.to_vec(), dtype, Role::Forward);
+        let nll_input = self.cast_to(log_probs, f32);
         self.alloc_as("nll_loss_forward", vec![], f32, Role::Loss);
         let total_weight = self.alloc_as("nll_loss_forward", vec![], f32, Role::Forward);
         self.program.ops.push(Op::Rebind);
         self.free(logits);
+        self.clear_cache();
         Loss {
             log_probs,
+            nll_input,
             total_weight,
         }
     }
@@ -295,9 +311,14 @@ impl<S> Tape<S> {
         let f32 = Dtype::Float32;
         let seed = self.alloc_as("ones_like", vec![], f32, Role::Backward);
         let g = self.alloc_as("nll_loss_backward", shape.to_vec(), f32, Role::Backward);
+        if loss.nll_input != loss.log_probs {
+            self.free(loss.nll_input);
+        }
         self.free(loss.total_weight);
+        let dtype = self.dtype_of(loss.log_probs);
+        let g = if dtype == f32 { g } else { self.uncast(g, dtype, Role::Backward) };
         let op = "_log_softmax_backward_data";
-        let g_logits = self.alloc_as(op, shape.to_vec(), f32, Role::Backward);
+        let g_logits = self.alloc_as(op, shape.to_vec(), dtype, Role::Backward);
         self.free_all(&[g, loss.log_probs]);
         (seed, g_logits)
     }
@@ -320,6 +341,7 @@ impl Tape<TransformerShape> {
 }
 
 mod attention;
+mod autocast;
 mod block;
 mod cnn;
 mod lora;

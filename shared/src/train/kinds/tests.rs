@@ -197,6 +197,7 @@ fn closed_form_activations_equal_the_programs() {
                 let options = Options {
                     attention,
                     checkpointing,
+                    amp: None,
                 };
                 for batch in [1, 3, 8] {
                     let (saved, _) = transformer_saved(&t, batch, options);

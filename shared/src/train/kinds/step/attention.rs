@@ -2,6 +2,7 @@
 //! mask, softmax, `@ v`, each op its own tensor) or fused
 //! (`scaled_dot_product_attention`'s flash kernel).
 
+use super::lora::Linear;
 use super::{Attention, Tape, H};
 use crate::train::kinds::TransformerShape;
 use crate::types::Dtype;
@@ -20,6 +21,9 @@ pub(super) enum Saved {
         k: H,
         mask: H,
         probs: H,
+        /// What `bmm` saved: the probabilities, or under autocast their
+        /// cast.
+        probs_low: H,
         v: H,
         heads_out: H,
     },
@@ -44,23 +48,30 @@ impl Tape<TransformerShape> {
     /// projection's output. With `keep` false (a checkpointed block's
     /// first forward), nothing is saved and each tensor dies when its last
     /// user is done.
-    /// With LoRA, also `c_attn`'s and `c_proj`'s `lora_A` outputs, if kept.
-    pub(super) fn attention(&mut self, keep: bool) -> (H, Option<Saved>, [Option<H>; 2]) {
+    /// Also what `c_attn`'s and `c_proj`'s backward need. `x`: the normed
+    /// input; `params`: `c_attn`'s and `c_proj`'s weights.
+    pub(super) fn attention(
+        &mut self,
+        x: H,
+        keep: bool,
+        (attn, proj): (usize, usize),
+    ) -> (Option<Saved>, [Linear; 2]) {
         let d = self.shape.width;
-        let (qkv, attn_h) = self.linear(3 * d, keep);
-        let (proj, saved, proj_h) = match self.options.attention {
+        let qkv_layer = self.linear(x, attn, (d, 3 * d), keep);
+        let qkv = qkv_layer.out;
+        let (saved, proj_layer) = match self.options.attention {
             Attention::Sdpa => {
                 let out = self.alloc(SDPA, self.act());
-                let lse = self.alloc(SDPA, self.heads(&[]));
-                let (proj, proj_h) = self.linear(d, keep);
+                let lse = self.alloc_f32(SDPA, self.heads(&[]));
+                let proj_layer = self.linear(out, proj, (d, d), keep);
                 if !keep {
                     self.free_all(&[out, qkv, lse]);
                 }
-                (proj, keep.then_some(Saved::Sdpa { qkv, out, lse }), proj_h)
+                (keep.then_some(Saved::Sdpa { qkv, out, lse }), proj_layer)
             }
-            Attention::Eager => self.eager(qkv, keep),
+            Attention::Eager => self.eager(qkv, keep, proj),
         };
-        (proj, saved, [attn_h, proj_h])
+        (saved, [qkv_layer, proj_layer])
     }
 
     /// B x H x S x `rest`, float32.
@@ -79,7 +90,19 @@ impl Tape<TransformerShape> {
         vec![self.shape.seq_len, self.shape.seq_len]
     }
 
-    fn eager(&mut self, qkv: H, keep: bool) -> (H, Option<Saved>, Option<H>) {
+    /// Softmax in float32 (autocast asks for it): float16's kernel converts
+    /// as it goes; others run on a float32 copy of the input.
+    fn softmax(&mut self, filled: H) -> H {
+        let half = self.options.amp == Some(Dtype::Float16);
+        let input = if half { filled } else { self.cast_to(filled, Dtype::Float32) };
+        let probs = self.alloc_f32("_softmax", self.scores());
+        if input != filled {
+            self.free(input);
+        }
+        probs
+    }
+
+    fn eager(&mut self, qkv: H, keep: bool, proj: usize) -> (Option<Saved>, Linear) {
         let q = self.alloc("clone", self.act());
         let k = self.alloc("clone", self.act());
         let raw = self.matmul("bmm", self.scores());
@@ -96,15 +119,24 @@ impl Tape<TransformerShape> {
         if !keep {
             self.free(mask);
         }
-        let probs = self.alloc("_softmax", self.scores());
+        let probs = if self.options.amp.is_some() {
+            self.softmax(filled)
+        } else {
+            self.alloc("_softmax", self.scores())
+        };
         self.free_all(&[filled, scaled]);
+        let probs_low = self.cast_input(probs);
         let v = self.alloc("clone", self.act());
         let y = self.matmul("bmm", self.act());
         if !keep {
             self.free(v);
+            if probs_low != probs {
+                self.free(probs_low);
+            }
         }
         let heads_out = self.alloc("clone", self.act());
-        let (proj, proj_h) = self.linear(self.shape.width, keep);
+        let d = self.shape.width;
+        let proj_layer = self.linear(heads_out, proj, (d, d), keep);
         if !keep {
             self.free(heads_out);
         }
@@ -119,10 +151,11 @@ impl Tape<TransformerShape> {
             k,
             mask,
             probs,
+            probs_low,
             v,
             heads_out,
         };
-        (proj, keep.then_some(saved), proj_h)
+        (keep.then_some(saved), proj_layer)
     }
 
     /// From the output projection's input gradient `g` to the gradient of
@@ -145,12 +178,23 @@ impl Tape<TransformerShape> {
         cat
     }
 
+    /// Softmax's backward: float16's kernel returns float16; otherwise the
+    /// gradient of the float32 copy (cast back by its `ToCopyBackward`).
+    fn softmax_backward(&mut self) -> H {
+        let op = "_softmax_backward_data";
+        match self.options.amp {
+            Some(Dtype::Float16) | None => self.alloc(op, self.scores()),
+            Some(_) => self.alloc_f32(op, self.scores()),
+        }
+    }
+
     fn eager_backward(&mut self, saved: Saved, g: H, ckpt: bool) -> (H, H, H) {
         let Saved::Eager {
             q,
             k,
             mask,
             probs,
+            probs_low,
             v,
             ..
         } = saved
@@ -161,9 +205,15 @@ impl Tape<TransformerShape> {
         self.free(g);
         let g_v = self.matmul("bmm", self.act());
         let g_probs = self.matmul("bmm", self.scores());
-        self.node_done(&[v], g_y, ckpt);
-        let g_filled = self.alloc("_softmax_backward_data", self.scores());
+        match (probs_low == probs, ckpt) {
+            (true, _) => self.node_done(&[v], g_y, ckpt),
+            (false, false) => self.node_done(&[v, probs_low], g_y, ckpt),
+            (false, true) => self.node_done(&[probs_low, v], g_y, ckpt),
+        }
+        let g_probs = self.back_to(g_probs, Dtype::Float32);
+        let g_filled = self.softmax_backward();
         self.node_done(&[probs], g_probs, ckpt);
+        let g_filled = self.back_to(g_filled, self.low());
         let g_scaled = self.alloc("masked_fill", self.scores());
         self.node_done(&[mask], g_filled, ckpt);
         let g_raw = self.alloc("mul", self.scores());

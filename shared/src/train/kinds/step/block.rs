@@ -3,8 +3,8 @@
 //! checkpointed block keeps.
 
 use super::attention::Saved as AttentionSaved;
-use super::lora::Node;
-use super::{Tape, H};
+use super::lora::{Linear, Node};
+use super::{Role, Tape, H};
 use crate::train::kinds::Norm;
 use crate::train::kinds::TransformerShape;
 use crate::types::Dtype;
@@ -42,9 +42,37 @@ pub(super) struct Saved {
     ln2: Normed,
     fc: H,
     gelu: H,
-    /// With LoRA, each linear layer's `lora_A` output (`c_attn`,
-    /// `c_proj`, `c_fc`, the MLP's `c_proj`).
-    lora: [Option<H>; 4],
+    /// What each linear layer's backward needs (`c_attn`, `c_proj`, `c_fc`,
+    /// the MLP's `c_proj`).
+    kept: [Kept; 4],
+}
+
+/// What a linear layer's backward needs from its forward.
+#[derive(Clone, Copy, Debug, Default)]
+struct Kept {
+    /// Under autocast, the cast of its float32 input (`addmm` saved it).
+    input: Option<H>,
+    /// With LoRA, `lora_A`'s output.
+    hidden: Option<H>,
+    /// Under autocast, the weight's cast.
+    weight: Option<H>,
+}
+
+impl Saved {
+    /// The MLP's normed input when its first layer saved a cast instead.
+    pub(super) fn normed_mlp_input(&self) -> Option<H> {
+        self.kept[2].input.map(|_| self.ln2.out)
+    }
+}
+
+impl Kept {
+    fn of(l: &Linear, x: H) -> Self {
+        Kept {
+            input: (l.input != x).then_some(l.input),
+            hidden: l.hidden,
+            weight: l.weight,
+        }
+    }
 }
 
 /// Where a block's parameters sit in `parameters()`: each layer's weight
@@ -71,7 +99,7 @@ impl Tape<TransformerShape> {
     /// kept.
     pub(super) fn norm(&mut self, input: H, keep: bool) -> Normed {
         let (op, _) = self.norm_ops();
-        let out = self.alloc(op, self.act());
+        let out = self.alloc_f32(op, self.act());
         let layer_norm = self.shape.norm == Norm::LayerNorm;
         let stat = |t: &mut Self| t.alloc_as(op, t.tokens(1), Dtype::Float32, t.role);
         let mean = layer_norm.then(|| stat(self));
@@ -91,7 +119,7 @@ impl Tape<TransformerShape> {
     /// the incoming gradient and the saved tensors go.
     pub(super) fn norm_backward(&mut self, n: &Normed, incoming: H, param: usize, ckpt: bool) -> H {
         let (_, op) = self.norm_ops();
-        let g = self.alloc(op, self.act());
+        let g = self.alloc_f32(op, self.act());
         let d = self.shape.width;
         if !self.frozen() {
             self.grad(op, param, vec![d]);
@@ -112,26 +140,55 @@ impl Tape<TransformerShape> {
 
     /// `addmm`'s backward: the input's gradient and the weight's (`mm`),
     /// the bias's (`sum`). The saved input dies after the weight's
-    /// gradient in a checkpointed block, with the node otherwise.
-    pub(super) fn linear_backward(
-        &mut self,
-        input: Option<H>,
-        incoming: Option<H>,
-        param: usize,
-        (fan_in, fan_out): (u64, u64),
-        ckpt: bool,
-    ) -> H {
+    /// gradient in a checkpointed block, with the node otherwise. Under
+    /// autocast the incoming gradient is cast first when it is float32,
+    /// and each cast's `ToCopyBackward` follows: the input's, the
+    /// weight's, the bias's.
+    pub(super) fn linear_backward(&mut self, n: &Node, ckpt: bool) -> H {
+        let (fan_in, fan_out) = n.fans;
+        let incoming = match n.scaled {
+            Some(cast) => cast,
+            None => self.grad_as(n.incoming, self.low()),
+        };
         let g = self.matmul("mm", self.tokens(fan_in));
-        self.grad_mm(param, vec![fan_out, fan_in]);
-        let input = input.map_or(vec![], |i| vec![i]);
+        let amp = self.options.amp.is_some();
+        let weight = if amp {
+            self.matmul("mm", vec![fan_out, fan_in])
+        } else {
+            self.grad_mm(n.weight, vec![fan_out, fan_in])
+        };
+        let input = n.input.map_or(vec![], |i| vec![i]);
         if ckpt {
+            self.free_all(&n.weight_cast.map_or(vec![], |w| vec![w]));
             self.free_all(&input);
         }
-        self.grad("sum", param + 1, vec![fan_out]);
-        self.free_all(&incoming.map_or(vec![], |i| vec![i]));
+        let bias = if amp {
+            self.alloc("sum", vec![fan_out])
+        } else {
+            self.grad("sum", n.weight + 1, vec![fan_out])
+        };
+        if incoming != n.incoming {
+            self.free(incoming);
+        }
+        if n.incoming_dies {
+            self.free(n.incoming);
+        }
         if !ckpt {
             self.free_all(&input);
         }
+        let Some(cast) = n.weight_cast else {
+            return g;
+        };
+        if !ckpt {
+            self.free(cast);
+        }
+        let g = if n.input_cast {
+            self.uncast(g, Dtype::Float32, Role::Backward)
+        } else {
+            g
+        };
+        self.uncast(weight, Dtype::Float32, Role::Grad(n.weight));
+        self.uncast(bias, Dtype::Float32, Role::Grad(n.weight + 1));
         g
     }
 
@@ -141,31 +198,32 @@ impl Tape<TransformerShape> {
         if self.frozen() {
             return self.lora_backward(n, ckpt);
         }
-        let incoming = n.incoming_dies.then_some(n.incoming);
-        Some(self.linear_backward(n.input, incoming, n.weight, n.fans, ckpt))
+        Some(self.linear_backward(&n, ckpt))
     }
 
     /// A residual add's backward: the two gradients of its input summed.
     fn residual_backward(&mut self, through: H, branch: H) -> H {
-        let g = self.alloc("add", self.act());
+        let g = self.alloc_f32("add", self.act());
         self.free_all(&[through, branch]);
         g
     }
 
     /// A block's forward from `x`: its output (none when recomputing stops
     /// early) and what it saved.
-    pub(super) fn block(&mut self, x: H, keep: Keep) -> (Option<H>, Option<Saved>) {
+    pub(super) fn block(&mut self, x: H, keep: Keep, p: Params) -> (Option<H>, Option<Saved>) {
         let save = keep != Keep::Nothing;
         let (d, wide) = (self.shape.width, self.shape.mlp_ratio * self.shape.width);
         let ln1 = self.norm(x, save && self.input_grad);
-        let (proj, attention, [attn_h, proj_h]) = self.attention(save);
-        if !save {
+        let (attention, [qkv, proj]) = self.attention(ln1.out, save, (p.attn, p.proj));
+        if !save || qkv.input != ln1.out {
+            // Nothing saved the norm's output (a float32 one under autocast).
             self.free(ln1.out);
         }
-        let x2 = self.alloc("add", self.act());
-        self.free(proj);
+        let x2 = self.alloc_f32("add", self.act());
+        self.free(proj.out);
         let ln2 = self.norm(x2, save);
-        let (fc, fc_h) = self.linear(wide, save);
+        let fc_layer = self.linear(ln2.out, p.fc, (d, wide), save);
+        let fc = fc_layer.out;
         let gelu = self.alloc("gelu", self.tokens(wide));
         let mut saved = attention.map(|attention| Saved {
             ln1,
@@ -173,42 +231,69 @@ impl Tape<TransformerShape> {
             ln2,
             fc,
             gelu,
-            lora: [attn_h, proj_h, fc_h, None],
+            kept: [
+                Kept::of(&qkv, ln1.out),
+                Kept::of(&proj, proj.input),
+                Kept::of(&fc_layer, ln2.out),
+                Kept::default(),
+            ],
         });
         if keep == Keep::UpToGelu {
-            if self.frozen() {
-                // LoRA saves one more: the MLP projection's `lora_A` output.
-                let base = self.matmul("addmm", self.act());
-                let hidden = self.matmul("mm", vec![self.rows(), self.shape.lora_rank]);
-                self.free(base);
-                if let Some(s) = saved.as_mut() {
-                    s.lora[3] = Some(hidden);
-                }
+            let last = self.recompute_projection(p.out, wide);
+            if let Some(s) = saved.as_mut() {
+                s.kept[3] = last;
             }
             return (None, saved);
         }
         if !save {
             self.free(fc);
         }
-        let (out, out_h) = self.linear(d, save);
+        let out = self.linear(gelu, p.out, (wide, d), save);
         if let Some(s) = saved.as_mut() {
-            s.lora[3] = out_h;
+            s.kept[3] = Kept::of(&out, gelu);
         }
         if !save {
             self.free_all(&[gelu, ln2.out]);
+        } else if fc_layer.input != ln2.out {
+            self.free(ln2.out);
         }
-        let x3 = self.alloc("add", self.act());
-        self.free(out);
+        let x3 = self.alloc_f32("add", self.act());
+        self.free(out.out);
         if !save {
             self.free(x2);
         }
         (Some(x3), saved)
     }
 
+    /// A checkpointed block's recomputation goes past GELU to the last
+    /// tensor the MLP's projection saves: with LoRA its `lora_A` output,
+    /// under autocast its weight's cast.
+    fn recompute_projection(&mut self, weight: usize, wide: u64) -> Kept {
+        let d = self.shape.width;
+        if self.frozen() {
+            let base = self.matmul("addmm", self.act());
+            let hidden = self.matmul("mm", vec![self.rows(), self.shape.lora_rank]);
+            self.free(base);
+            return Kept {
+                hidden: Some(hidden),
+                ..Kept::default()
+            };
+        }
+        self.cast_param(weight + 1, vec![d]);
+        let cast = self.cast_param(weight, vec![d, wide]);
+        if let Some(w) = cast {
+            self.save_cast(w);
+        }
+        Kept {
+            weight: cast,
+            ..Kept::default()
+        }
+    }
+
     /// A block's backward from its output's gradient `g`: its input's,
-    /// when the input requires one. `scaled`: LoRA's `g * scaling` for the
-    /// MLP's projection, when made before a checkpointed block's
-    /// recomputation.
+    /// when the input requires one. `scaled`: the MLP projection's
+    /// incoming gradient when made before a checkpointed block's
+    /// recomputation (LoRA's `g * scaling`, or autocast's cast of `g`).
     pub(super) fn block_backward(
         &mut self,
         s: Saved,
@@ -217,17 +302,19 @@ impl Tape<TransformerShape> {
         ckpt: bool,
     ) -> Option<H> {
         let (d, wide) = (self.shape.width, self.shape.mlp_ratio * self.shape.width);
-        let node = |input, hidden, incoming, weight, fans| Node {
-            input,
-            hidden,
+        let node = |input: Option<H>, kept: Kept, incoming, weight, fans| Node {
+            input: kept.input.or(input),
+            hidden: kept.hidden,
             incoming,
             scaled: None,
             weight,
             fans,
             incoming_dies: true,
             input_grad: true,
+            weight_cast: kept.weight,
+            input_cast: kept.input.is_some(),
         };
-        let out = node(Some(s.gelu), s.lora[3], g, p.out, (wide, d));
+        let out = node(Some(s.gelu), s.kept[3], g, p.out, (wide, d));
         let out = Node {
             incoming_dies: false,
             scaled,
@@ -236,21 +323,21 @@ impl Tape<TransformerShape> {
         let g_gelu = self.linear_grad(out, ckpt)?;
         let g_fc = self.alloc("gelu_backward", self.tokens(wide));
         self.node_done(&[s.fc], g_gelu, ckpt);
-        let fc = node(Some(s.ln2.out), s.lora[2], g_fc, p.fc, (d, wide));
+        let fc = node(Some(s.ln2.out), s.kept[2], g_fc, p.fc, (d, wide));
         let g_ln2 = self.linear_grad(fc, ckpt)?;
         let g_x2 = self.norm_backward(&s.ln2, g_ln2, p.ln2, ckpt);
         let g_x2 = self.residual_backward(g, g_x2);
         // The residual shares `g_x2` with the block's input, if that needs it.
         let input_grad = self.input_grad;
         let input = s.attention.projection_input();
-        let proj = node(input, s.lora[1], g_x2, p.proj, (d, d));
+        let proj = node(input, s.kept[1], g_x2, p.proj, (d, d));
         let proj = Node {
             incoming_dies: !input_grad,
             ..proj
         };
         let g_heads = self.linear_grad(proj, ckpt)?;
         let g_qkv = self.attention_backward(s.attention, g_heads, ckpt);
-        let attn = node(Some(s.ln1.out), s.lora[0], g_qkv, p.attn, (d, 3 * d));
+        let attn = node(Some(s.ln1.out), s.kept[0], g_qkv, p.attn, (d, 3 * d));
         let g_ln1 = self.linear_grad(Node { input_grad, ..attn }, ckpt)?;
         let g_x = self.norm_backward(&s.ln1, g_ln1, p.ln1, ckpt);
         Some(self.residual_backward(g_x2, g_x))

@@ -28,6 +28,7 @@ pub fn program(c: &CnnShape, batch: u64) -> Program {
     let options = Options {
         attention: Default::default(),
         checkpointing: false,
+        amp: None,
     };
     let mut tape = Tape::new(*c, "block", batch, options);
     let mut x = None;

@@ -18,7 +18,8 @@ pub(super) struct Node {
     pub hidden: Option<H>,
     /// The output's gradient.
     pub incoming: H,
-    /// `incoming * scaling`, when already made.
+    /// `incoming * scaling` (LoRA), or its cast (autocast), when already
+    /// made.
     pub scaled: Option<H>,
     /// The base layer's weight in `parameters()`: `lora_A` is 2 after it,
     /// `lora_B` 3.
@@ -29,6 +30,22 @@ pub(super) struct Node {
     /// Its input requires a gradient (the first block's does not: the
     /// embeddings are frozen).
     pub input_grad: bool,
+    /// Under autocast, the weight's cast, which the node saved.
+    pub weight_cast: Option<H>,
+    /// `input` is an autocast cast of a float32 tensor.
+    pub input_cast: bool,
+}
+
+/// A linear layer's forward: its output and what its backward needs.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Linear {
+    pub out: H,
+    /// With LoRA, `lora_A`'s output, when kept.
+    pub hidden: Option<H>,
+    /// The input `addmm` saves: `x`, or under autocast its cast.
+    pub input: H,
+    /// Under autocast, the weight's cast (`addmm` saves it).
+    pub weight: Option<H>,
 }
 
 impl Tape<TransformerShape> {
@@ -36,13 +53,29 @@ impl Tape<TransformerShape> {
         self.batch * self.shape.seq_len
     }
 
-    /// `nn.Linear` on the tokens (`addmm`), or with LoRA the wrapped layer:
-    /// its output and `lora_A`'s output when kept for backward.
-    pub(super) fn linear(&mut self, fan_out: u64, keep: bool) -> (H, Option<H>) {
+    /// `nn.Linear` (parameter `weight`, its bias next) on the tokens `x`
+    /// (`addmm`; under autocast on casts of the bias, the weight and `x`),
+    /// or with LoRA the wrapped layer.
+    pub(super) fn linear(&mut self, x: H, weight: usize, fans: (u64, u64), keep: bool) -> Linear {
+        let (fan_in, fan_out) = fans;
+        self.cast_param(weight + 1, vec![fan_out]);
+        let w = self.cast_param(weight, vec![fan_out, fan_in]);
+        let input = self.cast_input(x);
         let base = self.matmul("addmm", self.tokens(fan_out));
+        match w {
+            Some(w) if keep => self.save_cast(w),
+            Some(_) if input != x => self.free(input),
+            _ => {}
+        }
         let r = self.shape.lora_rank;
+        let linear = Linear {
+            out: base,
+            hidden: None,
+            input,
+            weight: w,
+        };
         if r == 0 {
-            return (base, None);
+            return linear;
         }
         let hidden = self.matmul("mm", vec![self.rows(), r]);
         let up = self.matmul("mm", vec![self.rows(), fan_out]);
@@ -53,7 +86,11 @@ impl Tape<TransformerShape> {
         self.free(up);
         let out = self.alloc("add", self.tokens(fan_out));
         self.free_all(&[scaled, base]);
-        (out, keep.then_some(hidden))
+        Linear {
+            out,
+            hidden: keep.then_some(hidden),
+            ..linear
+        }
     }
 
     /// `MulBackward`: the output's gradient times `scaling`, which needs

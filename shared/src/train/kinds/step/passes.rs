@@ -14,6 +14,8 @@ pub(super) struct Top {
     /// Each block's saved tensors, or (checkpointed) its input.
     blocks: Vec<Block>,
     final_norm: Normed,
+    /// Under autocast, the head's casts of its input and weight.
+    head_casts: Option<(H, H)>,
     loss: Loss,
 }
 
@@ -64,14 +66,14 @@ impl Tape<TransformerShape> {
 
     pub(super) fn forward(&mut self) -> Top {
         let (seq, d) = (self.shape.seq_len, self.shape.width);
-        let tokens = self.alloc("embedding", self.act());
+        let tokens = self.alloc_f32("embedding", self.act());
         let positions = self.alloc_as("arange", vec![seq], Dtype::Int64, Role::Forward);
-        let pos = self.alloc("embedding", vec![seq, d]);
+        let pos = self.alloc_f32("embedding", vec![seq, d]);
         if self.frozen() {
             // A frozen embedding saves no indices.
             self.free(positions);
         }
-        let mut x = self.alloc("add", self.act());
+        let mut x = self.alloc_f32("add", self.act());
         self.free_all(&[tokens, pos]);
         let mut blocks = Vec::new();
         for l in 0..self.shape.layers {
@@ -83,7 +85,7 @@ impl Tape<TransformerShape> {
             } else {
                 Keep::All
             };
-            let (out, saved) = self.block(x, keep);
+            let (out, saved) = self.block(x, keep, self.block_params(l));
             blocks.extend(saved.map(|s| Block::Saved(Box::new(s))));
             if !self.input_grad && !self.options.checkpointing {
                 // Nothing saved the embeddings' sum.
@@ -93,9 +95,14 @@ impl Tape<TransformerShape> {
         }
         self.layer = None;
         let final_norm = self.norm(x, true);
+        let weight = self.cast_param(self.head_param(), vec![self.shape.vocab, d]);
+        let input = self.cast_input(final_norm.out);
         let logits = self.matmul("mm", self.logits());
-        if self.frozen() {
-            // A frozen head saves no input.
+        if let Some(w) = weight {
+            self.save_cast(w);
+        }
+        if self.frozen() || input != final_norm.out {
+            // A frozen head saves no input; under autocast it saves the cast.
             self.free(final_norm.out);
         }
         let loss = self.cross_entropy(logits, &self.logits());
@@ -103,24 +110,45 @@ impl Tape<TransformerShape> {
             positions,
             blocks,
             final_norm,
+            head_casts: weight.map(|w| (input, w)),
             loss,
+        }
+    }
+
+    /// The head's weight: the token embedding's when tied.
+    fn head_param(&self) -> usize {
+        if self.shape.tied {
+            0
+        } else {
+            self.final_norm_param() + self.norm_params()
         }
     }
 
     pub(super) fn backward(&mut self, top: Top) {
         let (d, vocab) = (self.shape.width, self.shape.vocab);
         let (seed, g_logits) = self.cross_entropy_backward(top.loss, &self.logits());
-        let head = self.final_norm_param() + self.norm_params();
-        let g_head = match (self.frozen(), self.shape.tied) {
+        let head = self.head_param();
+        let amp = top.head_casts.is_some();
+        let g_head = match (self.frozen(), self.shape.tied || amp) {
             (true, _) => None,
             (false, true) => Some(self.matmul("mm", vec![vocab, d])),
             (false, false) => Some(self.grad_mm(head, vec![vocab, d])),
         };
-        let g_norm = self.matmul("mm", self.act());
+        let mut g_norm = self.matmul("mm", self.act());
         self.free(g_logits);
-        if !self.frozen() {
-            self.free(top.final_norm.out);
+        match top.head_casts {
+            Some((input, weight)) => {
+                self.free_all(&[weight, input]);
+                g_norm = self.uncast(g_norm, Dtype::Float32, Role::Backward);
+            }
+            None if !self.frozen() => self.free(top.final_norm.out),
+            None => {}
         }
+        let role = if self.shape.tied { Role::Backward } else { Role::Grad(head) };
+        let g_head = match g_head {
+            Some(g) if amp => Some(self.uncast(g, Dtype::Float32, role)),
+            g => g,
+        };
         let param = self.final_norm_param();
         let mut g = Some(self.norm_backward(&top.final_norm, g_norm, param, false));
         for (l, block) in (0..self.shape.layers).zip(top.blocks).rev() {
@@ -141,11 +169,24 @@ impl Tape<TransformerShape> {
         match block {
             Block::Saved(saved) => self.block_backward(*saved, (g, None), params, false),
             Block::Checkpointed(input) => {
-                let scaled = self.frozen().then(|| self.scale(self.shape.width));
+                let scaled = if self.frozen() {
+                    Some(self.scale(self.shape.width))
+                } else {
+                    // The engine casts the gradient for the projection first.
+                    let cast = self.grad_as(g, self.low());
+                    (cast != g).then_some(cast)
+                };
                 self.role = Role::Forward;
-                let (_, saved) = self.block(input, Keep::UpToGelu);
-                self.role = Role::Backward;
+                let (_, saved) = self.block(input, Keep::UpToGelu, params);
                 let saved = saved.expect("a recomputed block saves");
+                // The recomputation's autocast region exits, then the
+                // stopped forward's frames let go of the MLP's float32
+                // input (saved is its cast).
+                self.clear_cache();
+                if let Some(ln2) = saved.normed_mlp_input() {
+                    self.free(ln2);
+                }
+                self.role = Role::Backward;
                 let g = self.block_backward(saved, (g, scaled), params, true);
                 if g.is_none() {
                     // The checkpoint held the input for its recomputation.
@@ -160,12 +201,12 @@ impl Tape<TransformerShape> {
     /// token embedding's, added to the tied head's.
     fn embeddings_backward(&mut self, positions: H, g: H, g_head: H) {
         let (seq, d, vocab) = (self.shape.seq_len, self.shape.width, self.shape.vocab);
-        let summed = self.alloc("sum", vec![seq, d]);
+        let summed = self.alloc_f32("sum", vec![seq, d]);
         self.grad("embedding_dense_backward", 1, vec![seq, d]);
         self.free_all(&[summed, positions]);
         let op = "embedding_dense_backward";
         if self.shape.tied {
-            let g_tokens = self.alloc(op, vec![vocab, d]);
+            let g_tokens = self.alloc_f32(op, vec![vocab, d]);
             self.free(g);
             self.grad("add", 0, vec![vocab, d]);
             self.free_all(&[g_head, g_tokens]);

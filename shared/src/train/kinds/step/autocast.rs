@@ -1,0 +1,111 @@
+//! Autocast (`torch.autocast('cuda', dtype=...)` around the forward pass and
+//! the loss), as `aten/src/ATen/autocast_mode.cpp` runs it: a matrix
+//! product or convolution casts each floating input to the autocast type
+//! (`cached_cast`, the last argument first), norms and losses run in
+//! float32, and softmax asks for a float32 result. The casts of a
+//! parameter (a float32 leaf that requires a gradient) are cached until the
+//! outermost autocast region exits: a weight is cast once per forward, and
+//! a cast that nothing saved (a bias's, or any under checkpointing's first
+//! forward) lives until then. Backward, each cast's `ToCopyBackward` turns
+//! a gradient back into float32: a parameter's becomes its `.grad`.
+//! The cache is a hash map keyed by address, so the order in which it lets
+//! go of its casts depends on addresses; here it is the order they were
+//! made.
+
+use super::{Role, Tape, H};
+use crate::types::Dtype;
+
+/// A cast the autocast cache holds: the parameter's index in
+/// `parameters()`, the cast, and whether autograd saved it too.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Cached {
+    param: usize,
+    cast: H,
+    saved: bool,
+}
+
+impl<S> Tape<S> {
+    /// The type matrix products compute in: the autocast type, or float32.
+    pub(super) fn low(&self) -> Dtype {
+        self.options.amp.unwrap_or(Dtype::Float32)
+    }
+
+    pub(super) fn dtype_of(&self, h: H) -> Dtype {
+        self.program.allocs[h].dtype
+    }
+
+    /// `cached_cast` of parameter `param`: the cast already made in this
+    /// region, or a new one. `None` without autocast.
+    pub(super) fn cast_param(&mut self, param: usize, shape: Vec<u64>) -> Option<H> {
+        let dtype = self.options.amp?;
+        if let Some(c) = self.cache.iter().find(|c| c.param == param) {
+            return Some(c.cast);
+        }
+        let cast = self.alloc_as("_to_copy", shape, dtype, self.role);
+        self.cache.push(Cached {
+            param,
+            cast,
+            saved: false,
+        });
+        Some(cast)
+    }
+
+    /// Autograd saved a cast parameter: the cast outlives the cache.
+    pub(super) fn save_cast(&mut self, cast: H) {
+        if let Some(c) = self.cache.iter_mut().find(|c| c.cast == cast) {
+            c.saved = true;
+        }
+    }
+
+    /// An activation cast to the autocast type (never cached): a new
+    /// tensor, or `x` itself when it has that type already.
+    pub(super) fn cast_input(&mut self, x: H) -> H {
+        match self.options.amp {
+            Some(dtype) => self.cast_to(x, dtype),
+            None => x,
+        }
+    }
+
+    /// `x` as `dtype` (a copy), or `x` itself when it has that type.
+    pub(super) fn cast_to(&mut self, x: H, dtype: Dtype) -> H {
+        if self.dtype_of(x) == dtype {
+            return x;
+        }
+        let shape = self.program.allocs[x].shape.clone();
+        self.alloc_as("_to_copy", shape, dtype, self.role)
+    }
+
+    /// The outermost autocast region exits: the casts nothing saved die.
+    pub(super) fn clear_cache(&mut self) {
+        for c in std::mem::take(&mut self.cache) {
+            if !c.saved {
+                self.free(c.cast);
+            }
+        }
+    }
+
+    /// `ToCopyBackward`: a gradient `g` of a cast, back in `dtype`, with
+    /// `role` (a parameter's `.grad`, or an activation's gradient); `g`
+    /// dies.
+    pub(super) fn uncast(&mut self, g: H, dtype: Dtype, role: Role) -> H {
+        let shape = self.program.allocs[g].shape.clone();
+        let h = self.alloc_as("_to_copy", shape, dtype, role);
+        self.free(g);
+        h
+    }
+
+    /// A gradient as `dtype`: through the cast's `ToCopyBackward` when it
+    /// has another type (`g` dies), or `g` itself.
+    pub(super) fn back_to(&mut self, g: H, dtype: Dtype) -> H {
+        if self.dtype_of(g) == dtype {
+            return g;
+        }
+        self.uncast(g, dtype, Role::Backward)
+    }
+
+    /// What the engine does with a gradient for an output of another type
+    /// (`validate_outputs`): a copy in `dtype`, or `g` itself.
+    pub(super) fn grad_as(&mut self, g: H, dtype: Dtype) -> H {
+        self.cast_to(g, dtype)
+    }
+}
