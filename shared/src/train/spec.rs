@@ -118,7 +118,7 @@ impl ModelSpec {
         match self.kind {
             Kind::Mlp => None,
             Kind::Transformer(t) => Some(kinds::step::program(&t, batch, options)),
-            Kind::Cnn(c) => Some(kinds::step::cnn_program(&c, batch)),
+            Kind::Cnn(c) => Some(kinds::step::cnn_program(&c, batch, options.amp)),
         }
     }
 

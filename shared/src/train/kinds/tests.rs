@@ -216,7 +216,7 @@ fn closed_form_activations_equal_the_programs() {
             classes: 10,
         };
         for batch in [1, 16] {
-            let w = walk(&cnn_program(&c, batch), false);
+            let w = walk(&cnn_program(&c, batch, None), false);
             assert_eq!(cnn_saved(&c, batch), w.saved, "{c:?} batch {batch}");
         }
     }

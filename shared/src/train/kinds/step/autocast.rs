@@ -94,6 +94,13 @@ impl<S> Tape<S> {
         h
     }
 
+    /// The `ToCopyBackward` of a layer's weight (parameter `param`) and
+    /// bias: their float32 `.grad`s.
+    pub(super) fn uncast_grads(&mut self, param: usize, weight: H, bias: H) {
+        self.uncast(weight, Dtype::Float32, Role::Grad(param));
+        self.uncast(bias, Dtype::Float32, Role::Grad(param + 1));
+    }
+
     /// A gradient as `dtype`: through the cast's `ToCopyBackward` when it
     /// has another type (`g` dies), or `g` itself.
     pub(super) fn back_to(&mut self, g: H, dtype: Dtype) -> H {

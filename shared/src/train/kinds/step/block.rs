@@ -187,8 +187,7 @@ impl Tape<TransformerShape> {
         } else {
             g
         };
-        self.uncast(weight, Dtype::Float32, Role::Grad(n.weight));
-        self.uncast(bias, Dtype::Float32, Role::Grad(n.weight + 1));
+        self.uncast_grads(n.weight, weight, bias);
         g
     }
 
