@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 
 /// The most hidden layers a model may have.
 pub const MAX_LAYERS: u32 = 1024;
+/// The type `amp` autocasts to: `torch.autocast('cuda', dtype=torch.float16)`.
+pub const AUTOCAST_DTYPE: Dtype = Dtype::Float16;
 /// The widest a hidden layer may be.
 pub const MAX_WIDTH: u64 = 1 << 20;
 
@@ -391,11 +393,11 @@ fn kinds_estimate(model: &ModelSpec, optimizer: Option<OptimizerSpec>, s: &StepS
     let options = Options {
         attention: s.attention,
         checkpointing: s.checkpointing,
-        amp: None,
+        amp: s.amp.then_some(AUTOCAST_DTYPE),
     };
     let (saved, attention) = match model.kind {
         Kind::Transformer(t) => estimate::transformer_saved(&t, b, options),
-        Kind::Cnn(c) => (estimate::cnn_saved(&c, b), 0),
+        Kind::Cnn(c) => (estimate::cnn_saved(&c, b, options.amp), 0),
         Kind::Mlp => unreachable!("the MLP's estimate is closed-form"),
     };
     let program = model

@@ -6,6 +6,7 @@
 
 use super::step::{Attention, Op, Options, Program, Role};
 use super::{blocks, CnnShape, Norm, TransformerShape};
+use crate::types::Dtype;
 
 /// What a transformer's forward pass leaves saved for backward (its
 /// log-probabilities, loss and NLL's total weight included), and the part
@@ -13,39 +14,63 @@ use super::{blocks, CnnShape, Norm, TransformerShape};
 /// S² mask per layer, or the fused kernel's B·H·S log-sum-exp. LoRA adds
 /// each linear layer's r-wide `lora_A` output; with the embeddings and the
 /// head frozen, the position ids, the first block's input and norm
-/// statistics and the final norm's output are not saved.
+/// statistics and the final norm's output are not saved. Under autocast
+/// the matrix products' inputs and outputs are in the autocast type, the
+/// residual stream, the norms and the probabilities stay float32, and
+/// each weight's cast, the probabilities' cast and NLL's float32 copy of
+/// the log-probabilities are saved too.
 pub fn transformer_saved(t: &TransformerShape, batch: u64, options: Options) -> (u64, u64) {
-    let (b, s, h) = (batch, t.seq_len, t.heads);
-    let hidden = blocks(b * s * t.width * 4);
-    let wide = blocks(b * s * t.mlp_ratio * t.width * 4);
+    let (b, s, h, d) = (batch, t.seq_len, t.heads, t.width);
+    let amp = options.amp.is_some();
+    let lo = options.amp.map_or(4, |dtype| dtype.size_bytes());
+    let tokens = |n: u64, bytes: u64| blocks(b * s * n * bytes);
+    let (hidden, hidden_lo) = (tokens(d, 4), tokens(d, lo));
+    let wide_lo = tokens(t.mlp_ratio * d, lo);
     let stats = match t.norm {
-        Norm::LayerNorm => 2 * blocks(b * s * 4),
-        Norm::RmsNorm => blocks(b * s * 4),
+        Norm::LayerNorm => 2 * tokens(1, 4),
+        Norm::RmsNorm => tokens(1, 4),
     };
     let attention = match options.attention {
+        Attention::Eager if amp => blocks(4 * b * h * s * s) + blocks(lo * b * h * s * s) + blocks(s * s),
         Attention::Eager => blocks(4 * b * h * s * s) + blocks(s * s),
         Attention::Sdpa => blocks(4 * b * h * s),
     };
-    let layers = u64::from(t.layers);
-    let lora = t.lora_rank > 0;
-    let adapters = if lora {
-        4 * blocks(b * s * t.lora_rank * 4)
+    let weight_casts = if amp {
+        let wide = t.mlp_ratio * d;
+        blocks(3 * d * d * lo) + blocks(d * d * lo) + 2 * blocks(wide * d * lo)
     } else {
         0
     };
+    let layers = u64::from(t.layers);
+    let lora = t.lora_rank > 0;
+    let adapters = if lora { 4 * tokens(t.lora_rank, 4) } else { 0 };
     let (per_layer, first_unsaved) = if options.checkpointing {
         // Only each block's input; the block is recomputed in backward.
         (hidden, 0)
     } else {
-        // Input, norms' outputs and statistics, q, k, v and the heads'
-        // output (eager's copies or the fused kernel's projection and
-        // output), the residual, the MLP's input to GELU and its output.
-        let all = 8 * hidden + 2 * wide + 2 * stats + attention + adapters;
-        (all, if lora { hidden + stats } else { 0 })
+        // The input and the residual (float32); the norms' outputs (or
+        // their casts), q, k, v and the heads' output (eager's copies or
+        // the fused kernel's projection and output); the MLP's input to
+        // GELU and its output; the norms' statistics.
+        let qkv_out = match options.attention {
+            Attention::Eager => 4 * hidden_lo,
+            Attention::Sdpa => tokens(3 * d, lo) + hidden_lo,
+        };
+        let all = 2 * hidden + 2 * hidden_lo + qkv_out + 2 * wide_lo + 2 * stats + attention;
+        (all + adapters + weight_casts, if lora { hidden + stats } else { 0 })
     };
-    // The final norm's input and output (a frozen head saves no input),
-    // its statistics and the log-probabilities.
-    let head = if lora { 1 } else { 2 } * hidden + stats + blocks(b * s * t.vocab * 4);
+    // The final norm's input and output (a frozen head saves no input;
+    // under autocast, the output's cast), its statistics and the
+    // log-probabilities (under autocast also their float32 copy and the
+    // head weight's cast).
+    let output = if lora { 0 } else { hidden_lo };
+    let log_probs = tokens(t.vocab, lo);
+    let amp_head = if amp {
+        tokens(t.vocab, 4) + blocks(t.vocab * d * lo)
+    } else {
+        0
+    };
+    let head = hidden + output + stats + log_probs + amp_head;
     let positions = if lora { 0 } else { blocks(s * 8) };
     let total = positions + layers * per_layer - first_unsaved + head + 2 * 512;
     let kept = if options.checkpointing {
@@ -60,16 +85,32 @@ pub fn transformer_saved(t: &TransformerShape, batch: u64, options: Options) -> 
 /// convolution's output (BatchNorm's input), the batch statistics, ReLU's
 /// output (the pooling's input), the pooled output (the next convolution's
 /// or the head's input) and the pooling's int64 indices; then the
-/// log-probabilities, loss and total weight.
-pub fn cnn_saved(c: &CnnShape, batch: u64) -> u64 {
-    let mut total = blocks(batch * c.classes * 4) + 2 * 512;
+/// log-probabilities, loss and total weight. Under autocast the maps are in
+/// the autocast type, and the weights' casts, the images' cast and NLL's
+/// float32 copy of the log-probabilities are saved too.
+pub fn cnn_saved(c: &CnnShape, batch: u64, amp: Option<Dtype>) -> u64 {
+    let lo = amp.map_or(4, |dtype| dtype.size_bytes());
+    let mut total = blocks(batch * c.classes * lo) + 2 * 512;
+    let mut c_in = c.channels;
     for b in 0..c.blocks {
         let channels = c.width << b;
         let side = c.image_size >> b;
-        let maps = blocks(batch * channels * side * side * 4);
+        let maps = blocks(batch * channels * side * side * lo);
         let pooled = batch * channels * (side / 2) * (side / 2);
         let stats = 2 * blocks(channels * 4);
-        total += 2 * maps + stats + blocks(pooled * 4) + blocks(pooled * 8);
+        total += 2 * maps + stats + blocks(pooled * lo) + blocks(pooled * 8);
+        if amp.is_some() {
+            total += blocks(channels * c_in * 9 * lo);
+            if b == 0 {
+                total += blocks(batch * c_in * side * side * lo);
+            }
+        }
+        c_in = channels;
+    }
+    if amp.is_some() {
+        let side = c.image_size >> c.blocks;
+        let features = c_in * side * side;
+        total += blocks(batch * c.classes * 4) + blocks(c.classes * features * lo);
     }
     total
 }

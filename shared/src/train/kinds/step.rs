@@ -340,6 +340,18 @@ impl Tape<TransformerShape> {
     }
 }
 
+/// Every attention, checkpointing or not, with each of `amps` (for tests).
+#[cfg(test)]
+pub(crate) fn every_option<T>(amps: &[T]) -> Vec<(Attention, bool, &T)> {
+    let mut all = Vec::new();
+    for attention in [Attention::Eager, Attention::Sdpa] {
+        for checkpointing in [false, true] {
+            all.extend(amps.iter().map(|a| (attention, checkpointing, a)));
+        }
+    }
+    all
+}
+
 mod attention;
 mod autocast;
 mod block;

@@ -172,7 +172,7 @@ fn shapes_that_cannot_be_built_say_why() {
 #[test]
 fn closed_form_activations_equal_the_programs() {
     use super::estimate::{cnn_saved, transformer_saved, walk};
-    use super::step::{cnn_program, program, Attention, Options};
+    use super::step::{cnn_program, program, Options};
     for (layers, width, heads, seq_len, vocab, norm, lora_rank) in [
         (2, 128, 4, 256, 1000, Norm::LayerNorm, 0),
         (3, 96, 3, 100, 777, Norm::RmsNorm, 0),
@@ -192,13 +192,18 @@ fn closed_form_activations_equal_the_programs() {
             tied: norm == Norm::LayerNorm,
             lora_rank,
         };
-        for attention in [Attention::Eager, Attention::Sdpa] {
-            for checkpointing in [false, true] {
-                let options = Options {
-                    attention,
-                    checkpointing,
-                    amp: None,
-                };
+        let amps: &[Option<Dtype>] = if lora_rank > 0 {
+            &[None]
+        } else {
+            &[None, Some(Dtype::Float16), Some(Dtype::Bfloat16)]
+        };
+        for (attention, checkpointing, &amp) in super::step::every_option(amps) {
+            let options = Options {
+                attention,
+                checkpointing,
+                amp,
+            };
+            {
                 for batch in [1, 3, 8] {
                     let (saved, _) = transformer_saved(&t, batch, options);
                     let w = walk(&program(&t, batch, options), false);
@@ -216,8 +221,10 @@ fn closed_form_activations_equal_the_programs() {
             classes: 10,
         };
         for batch in [1, 16] {
-            let w = walk(&cnn_program(&c, batch, None), false);
-            assert_eq!(cnn_saved(&c, batch), w.saved, "{c:?} batch {batch}");
+            for amp in [None, Some(Dtype::Float16)] {
+                let w = walk(&cnn_program(&c, batch, amp), false);
+                assert_eq!(cnn_saved(&c, batch, amp), w.saved, "{c:?} batch {batch} {amp:?}");
+            }
         }
     }
 }

@@ -186,7 +186,8 @@ fn eager_attention_keeps_the_square_of_the_sequence_and_fused_does_not() {
 
 /// Every free names a live tensor; at the end only the loss and one
 /// gradient per trained parameter (its shape) are alive, for every kind of
-/// norm, tied or not, attention, checkpointing, with LoRA or without.
+/// norm, tied or not, attention, checkpointing, with LoRA or without, under
+/// autocast or not.
 #[test]
 fn a_program_frees_what_it_made_and_leaves_one_gradient_per_parameter() {
     let cases = [
@@ -196,8 +197,13 @@ fn a_program_frees_what_it_made_and_leaves_one_gradient_per_parameter() {
         (Norm::RmsNorm, false, 2),
     ];
     for (norm, tied, lora_rank) in cases {
-        for attention in [Attention::Eager, Attention::Sdpa] {
-            for checkpointing in [false, true] {
+        let amps: &[Option<Dtype>] = if lora_rank > 0 {
+            &[None]
+        } else {
+            &[None, Some(Dtype::Float16), Some(Dtype::Bfloat16)]
+        };
+        for (attention, checkpointing, &amp) in every_option(amps) {
+            {
                 let t = TransformerShape {
                     layers: 3,
                     width: 64,
@@ -212,7 +218,7 @@ fn a_program_frees_what_it_made_and_leaves_one_gradient_per_parameter() {
                 let options = Options {
                     attention,
                     checkpointing,
-                    amp: None,
+                    amp,
                 };
                 let p = program(&t, 2, options);
                 let mut live = vec![false; p.allocs.len()];
