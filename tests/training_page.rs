@@ -295,6 +295,14 @@ async fn a_transformer_and_a_cnn_train_in_the_page() {
         eager >= fused + 4 * 8 * 4 * 1024 * 1024 * 4,
         "{eager} vs {fused}"
     );
+    // Autocast: float16 matrix products, float32 norms and residuals.
+    tick(&page, "amp", true).await;
+    let amp = step_peak(&page).await;
+    assert!(amp < fused, "{amp} vs {fused}");
+    let code = js(&page, "document.getElementById('code').textContent").await;
+    let autocast = "with torch.autocast('cuda', dtype=torch.float16):";
+    assert!(code.as_str().unwrap().contains(autocast), "{code}");
+    tick(&page, "amp", false).await;
     // LoRA with 8-bit Adam: the frozen base has no gradients and no state.
     set_input(&page, "lora-rank", "8").await;
     pick(&page, "optimizer", "adam8").await;

@@ -204,9 +204,16 @@ fn what_the_new_kinds_do_not_model_is_refused_with_the_reason() {
     assert!(r.error.unwrap().message.contains(words));
     let estimate = json!({"cmd":"estimate","model":"model","amp":true});
     let r = run(&mut e, &estimate);
-    assert!(r.error.unwrap().message.contains("autocast (`amp`) with LoRA"));
+    assert!(r
+        .error
+        .unwrap()
+        .message
+        .contains("autocast (`amp`) with LoRA"));
     let mut e = engine(model, "adam", features, classes);
-    let r = run(&mut e, &with(train.clone(), &json!({"loss_history":"tensor"})));
+    let r = run(
+        &mut e,
+        &with(train.clone(), &json!({"loss_history":"tensor"})),
+    );
     assert!(r.error.unwrap().message.contains("loss_history"));
     let on_device = json!({"cmd":"data","name":"gpu_data","samples":64,"features":256,"classes":1000,"on_device":true});
     assert!(run(&mut e, &on_device).ok);

@@ -31,7 +31,9 @@ pub fn transformer_saved(t: &TransformerShape, batch: u64, options: Options) -> 
         Norm::RmsNorm => tokens(1, 4),
     };
     let attention = match options.attention {
-        Attention::Eager if amp => blocks(4 * b * h * s * s) + blocks(lo * b * h * s * s) + blocks(s * s),
+        Attention::Eager if amp => {
+            blocks(4 * b * h * s * s) + blocks(lo * b * h * s * s) + blocks(s * s)
+        }
         Attention::Eager => blocks(4 * b * h * s * s) + blocks(s * s),
         Attention::Sdpa => blocks(4 * b * h * s),
     };
@@ -57,7 +59,10 @@ pub fn transformer_saved(t: &TransformerShape, batch: u64, options: Options) -> 
             Attention::Sdpa => tokens(3 * d, lo) + hidden_lo,
         };
         let all = 2 * hidden + 2 * hidden_lo + qkv_out + 2 * wide_lo + 2 * stats + attention;
-        (all + adapters + weight_casts, if lora { hidden + stats } else { 0 })
+        (
+            all + adapters + weight_casts,
+            if lora { hidden + stats } else { 0 },
+        )
     };
     // The final norm's input and output (a frozen head saves no input;
     // under autocast, the output's cast), its statistics and the

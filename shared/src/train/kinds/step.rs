@@ -316,7 +316,11 @@ impl<S> Tape<S> {
         }
         self.free(loss.total_weight);
         let dtype = self.dtype_of(loss.log_probs);
-        let g = if dtype == f32 { g } else { self.uncast(g, dtype, Role::Backward) };
+        let g = if dtype == f32 {
+            g
+        } else {
+            self.uncast(g, dtype, Role::Backward)
+        };
         let op = "_log_softmax_backward_data";
         let g_logits = self.alloc_as(op, shape.to_vec(), dtype, Role::Backward);
         self.free_all(&[g, loss.log_probs]);

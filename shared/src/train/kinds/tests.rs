@@ -223,7 +223,11 @@ fn closed_form_activations_equal_the_programs() {
         for batch in [1, 16] {
             for amp in [None, Some(Dtype::Float16)] {
                 let w = walk(&cnn_program(&c, batch, amp), false);
-                assert_eq!(cnn_saved(&c, batch, amp), w.saved, "{c:?} batch {batch} {amp:?}");
+                assert_eq!(
+                    cnn_saved(&c, batch, amp),
+                    w.saved,
+                    "{c:?} batch {batch} {amp:?}"
+                );
             }
         }
     }

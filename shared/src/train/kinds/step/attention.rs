@@ -94,7 +94,11 @@ impl Tape<TransformerShape> {
     /// as it goes; others run on a float32 copy of the input.
     fn softmax(&mut self, filled: H) -> H {
         let half = self.options.amp == Some(Dtype::Float16);
-        let input = if half { filled } else { self.cast_to(filled, Dtype::Float32) };
+        let input = if half {
+            filled
+        } else {
+            self.cast_to(filled, Dtype::Float32)
+        };
         let probs = self.alloc_f32("_softmax", self.scores());
         if input != filled {
             self.free(input);

@@ -144,7 +144,11 @@ impl Tape<TransformerShape> {
             None if !self.frozen() => self.free(top.final_norm.out),
             None => {}
         }
-        let role = if self.shape.tied { Role::Backward } else { Role::Grad(head) };
+        let role = if self.shape.tied {
+            Role::Backward
+        } else {
+            Role::Grad(head)
+        };
         let g_head = match g_head {
             Some(g) if amp => Some(self.uncast(g, Dtype::Float32, role)),
             g => g,

@@ -101,7 +101,11 @@ fn eager_fused_checkpointed_lora_and_autocast_steps_are_pytorchs_event_by_event(
             .collect();
         let ours: Vec<(String, i64)> = ours.iter().map(|e| (e.op.to_string(), e.bytes)).collect();
         let peak = peak(&events(&shape(&s), s["batch"].as_u64().unwrap(), options));
-        assert!(ours == theirs, "{options:?}: {}", first_difference(&ours, &theirs));
+        assert!(
+            ours == theirs,
+            "{options:?}: {}",
+            first_difference(&ours, &theirs)
+        );
         assert_eq!(peak, s["peak_bytes"].as_u64().unwrap());
     }
 }
@@ -138,7 +142,12 @@ fn the_cnn_step_is_pytorchs_event_by_event_in_float32_and_under_autocast() {
         ours.extend(optimizer_events(&c.parameters(Dtype::Float32)));
         let pairs: Vec<(String, i64)> = ours.iter().map(|e| (e.op.to_string(), e.bytes)).collect();
         let theirs = pytorch_events(s);
-        assert!(pairs == theirs, "{:?}: {}", amp(s), first_difference(&pairs, &theirs));
+        assert!(
+            pairs == theirs,
+            "{:?}: {}",
+            amp(s),
+            first_difference(&pairs, &theirs)
+        );
         assert_eq!(peak(&ours), u("peak_bytes"));
     }
 }
