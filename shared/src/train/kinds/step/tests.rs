@@ -265,3 +265,35 @@ fn a_program_frees_what_it_made_and_leaves_one_gradient_per_parameter() {
         }
     }
 }
+
+/// Autocast does not halve a step: at S = 1024 eager attention saves the
+/// float32 probabilities and their float16 cast, and the step peaks higher
+/// than in float32; the fused kernel keeps no S x S tensor, and the step
+/// peaks lower.
+#[test]
+fn under_autocast_long_eager_attention_peaks_higher_and_fused_lower() {
+    let t = TransformerShape {
+        layers: 4,
+        width: 256,
+        heads: 8,
+        seq_len: 1024,
+        vocab: 8000,
+        mlp_ratio: 4,
+        norm: Norm::RmsNorm,
+        tied: false,
+        lora_rank: 0,
+    };
+    let run = |attention, amp| {
+        let options = Options {
+            attention,
+            checkpointing: false,
+            amp,
+        };
+        peak(&events(&t, 8, options))
+    };
+    let half = Some(Dtype::Float16);
+    let (eager, eager_amp) = (run(Attention::Eager, None), run(Attention::Eager, half));
+    let (fused, fused_amp) = (run(Attention::Sdpa, None), run(Attention::Sdpa, half));
+    assert!(eager_amp > eager, "{eager_amp} vs {eager}");
+    assert!(fused_amp < fused, "{fused_amp} vs {fused}");
+}
