@@ -500,7 +500,7 @@ impl Technique {
                 ));
             }
             return Ok(());
-        } else if self.amp && spec.trained_parameters().len() < spec.parameters().len() {
+        } else if self.amp && matches!(spec.kind, Kind::Transformer(t) if t.lora_rank > 0) {
             return Err(error(
                 ErrorKind::InvalidValue,
                 "autocast (`amp`) with LoRA is not modelled yet: the casts of frozen weights are not cached; train LoRA without `amp`, or autocast the whole model",

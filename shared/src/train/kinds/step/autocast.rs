@@ -109,10 +109,4 @@ impl<S> Tape<S> {
         }
         self.uncast(g, dtype, Role::Backward)
     }
-
-    /// What the engine does with a gradient for an output of another type
-    /// (`validate_outputs`): a copy in `dtype`, or `g` itself.
-    pub(super) fn grad_as(&mut self, g: H, dtype: Dtype) -> H {
-        self.cast_to(g, dtype)
-    }
 }

@@ -148,7 +148,8 @@ impl Tape<TransformerShape> {
         let (fan_in, fan_out) = n.fans;
         let incoming = match n.scaled {
             Some(cast) => cast,
-            None => self.grad_as(n.incoming, self.low()),
+            // The engine's `validate_outputs` casts a float32 gradient.
+            None => self.cast_to(n.incoming, self.low()),
         };
         let g = self.matmul("mm", self.tokens(fan_in));
         let amp = self.options.amp.is_some();

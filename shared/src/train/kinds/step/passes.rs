@@ -177,7 +177,7 @@ impl Tape<TransformerShape> {
                     Some(self.scale(self.shape.width))
                 } else {
                     // The engine casts the gradient for the projection first.
-                    let cast = self.grad_as(g, self.low());
+                    let cast = self.cast_to(g, self.low());
                     (cast != g).then_some(cast)
                 };
                 self.role = Role::Forward;
