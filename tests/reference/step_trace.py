@@ -185,6 +185,9 @@ CASES = [
     ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=False, checkpointing=False), dict(batch=4, amp="bfloat16")),
     ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=True, checkpointing=False), dict(batch=4, amp="float16")),
     ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=False, checkpointing=True), dict(batch=4, amp="float16")),
+    ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=False, checkpointing=False, lora_rank=8), dict(batch=4, amp="float16")),
+    ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=True, checkpointing=False, lora_rank=8), dict(batch=4, amp="bfloat16")),
+    ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=False, checkpointing=True, lora_rank=8), dict(batch=4, amp="float16")),
 ]
 
 

@@ -27,7 +27,6 @@ impl Engine {
         };
         let (_, state) = self.model_state(&a.model)?;
         let technique = Technique {
-            amp: a.amp,
             tensor_history: false,
             checkpointing: a.checkpointing,
             attention: a.attention,

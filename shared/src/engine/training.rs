@@ -474,7 +474,6 @@ fn train_outcome(a: &TrainArgs, plan: &Plan, steps: StepLog, stopped: bool) -> O
 
 /// The techniques a step uses that not every kind models.
 pub(super) struct Technique {
-    pub amp: bool,
     pub tensor_history: bool,
     pub checkpointing: bool,
     pub attention: Attention,
@@ -483,7 +482,6 @@ pub(super) struct Technique {
 impl Technique {
     fn of(a: &TrainArgs) -> Self {
         Technique {
-            amp: a.amp,
             tensor_history: a.loss_history == LossHistory::Tensor,
             checkpointing: a.checkpointing,
             attention: a.attention,
@@ -500,11 +498,6 @@ impl Technique {
                 ));
             }
             return Ok(());
-        } else if self.amp && matches!(spec.kind, Kind::Transformer(t) if t.lora_rank > 0) {
-            return Err(error(
-                ErrorKind::InvalidValue,
-                "autocast (`amp`) with LoRA is not modelled yet: the casts of frozen weights are not cached; train LoRA without `amp`, or autocast the whole model",
-            ));
         } else if self.tensor_history {
             "`total_loss += loss` (loss_history \"tensor\")"
         } else if self.checkpointing && matches!(spec.kind, Kind::Cnn(_)) {

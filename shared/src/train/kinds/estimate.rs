@@ -14,7 +14,9 @@ use crate::types::Dtype;
 /// S² mask per layer, or the fused kernel's B·H·S log-sum-exp. LoRA adds
 /// each linear layer's r-wide `lora_A` output; with the embeddings and the
 /// head frozen, the position ids, the first block's input and norm
-/// statistics and the final norm's output are not saved. Under autocast
+/// statistics and the final norm's output are not saved (under autocast,
+/// the adapters' weight casts are, but not the first block's `c_attn`
+/// weight casts). Under autocast
 /// the matrix products' inputs and outputs are in the autocast type, the
 /// residual stream, the norms and the probabilities stay float32, and
 /// each weight's cast, the probabilities' cast and NLL's float32 copy of
@@ -37,15 +39,31 @@ pub fn transformer_saved(t: &TransformerShape, batch: u64, options: Options) -> 
         Attention::Eager => blocks(4 * b * h * s * s) + blocks(s * s),
         Attention::Sdpa => blocks(4 * b * h * s),
     };
+    let wide = t.mlp_ratio * d;
     let weight_casts = if amp {
-        let wide = t.mlp_ratio * d;
         blocks(3 * d * d * lo) + blocks(d * d * lo) + 2 * blocks(wide * d * lo)
     } else {
         0
     };
     let layers = u64::from(t.layers);
-    let lora = t.lora_rank > 0;
-    let adapters = if lora { 4 * tokens(t.lora_rank, 4) } else { 0 };
+    let (lora, r) = (t.lora_rank > 0, t.lora_rank);
+    // Each `lora_A` output, and under autocast the adapters' weight casts.
+    let adapter_casts: u64 = [(d, 3 * d), (d, d), (d, wide), (wide, d)]
+        .iter()
+        .map(|&(fan_in, fan_out)| blocks(r * fan_in * lo) + blocks(fan_out * r * lo))
+        .sum();
+    let adapters = match (lora, amp) {
+        (false, _) => 0,
+        (true, false) => 4 * tokens(r, 4),
+        (true, true) => 4 * tokens(r, lo) + adapter_casts,
+    };
+    // The first block's input needs no gradient: its `c_attn` saves
+    // neither its base weight's cast nor its `lora_A` weight's.
+    let first_casts = if amp {
+        blocks(3 * d * d * lo) + blocks(r * d * lo)
+    } else {
+        0
+    };
     let (per_layer, first_unsaved) = if options.checkpointing {
         // Only each block's input; the block is recomputed in backward.
         (hidden, 0)
@@ -61,7 +79,11 @@ pub fn transformer_saved(t: &TransformerShape, batch: u64, options: Options) -> 
         let all = 2 * hidden + 2 * hidden_lo + qkv_out + 2 * wide_lo + 2 * stats + attention;
         (
             all + adapters + weight_casts,
-            if lora { hidden + stats } else { 0 },
+            if lora {
+                hidden + stats + first_casts
+            } else {
+                0
+            },
         )
     };
     // The final norm's input and output (a frozen head saves no input;

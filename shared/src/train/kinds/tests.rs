@@ -192,12 +192,8 @@ fn closed_form_activations_equal_the_programs() {
             tied: norm == Norm::LayerNorm,
             lora_rank,
         };
-        let amps: &[Option<Dtype>] = if lora_rank > 0 {
-            &[None]
-        } else {
-            &[None, Some(Dtype::Float16), Some(Dtype::Bfloat16)]
-        };
-        for (attention, checkpointing, &amp) in super::step::every_option(amps) {
+        let amps = [None, Some(Dtype::Float16), Some(Dtype::Bfloat16)];
+        for (attention, checkpointing, &amp) in super::step::every_option(&amps) {
             let options = Options {
                 attention,
                 checkpointing,

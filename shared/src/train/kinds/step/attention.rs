@@ -2,7 +2,7 @@
 //! mask, softmax, `@ v`, each op its own tensor) or fused
 //! (`scaled_dot_product_attention`'s flash kernel).
 
-use super::lora::Linear;
+use super::lora::{Layer, Linear};
 use super::{Attention, Tape, H};
 use crate::train::kinds::TransformerShape;
 use crate::types::Dtype;
@@ -49,21 +49,20 @@ impl Tape<TransformerShape> {
     /// first forward), nothing is saved and each tensor dies when its last
     /// user is done.
     /// Also what `c_attn`'s and `c_proj`'s backward need. `x`: the normed
-    /// input; `params`: `c_attn`'s and `c_proj`'s weights.
+    /// input; `layers`: `c_attn` and `c_proj`.
     pub(super) fn attention(
         &mut self,
         x: H,
         keep: bool,
-        (attn, proj): (usize, usize),
+        [attn, proj]: [Layer; 2],
     ) -> (Option<Saved>, [Linear; 2]) {
-        let d = self.shape.width;
-        let qkv_layer = self.linear(x, attn, (d, 3 * d), keep);
+        let qkv_layer = self.linear(x, attn, keep);
         let qkv = qkv_layer.out;
         let (saved, proj_layer) = match self.options.attention {
             Attention::Sdpa => {
                 let out = self.alloc(SDPA, self.act());
                 let lse = self.alloc_f32(SDPA, self.heads(&[]));
-                let proj_layer = self.linear(out, proj, (d, d), keep);
+                let proj_layer = self.linear(out, proj, keep);
                 if !keep {
                     self.free_all(&[out, qkv, lse]);
                 }
@@ -106,7 +105,7 @@ impl Tape<TransformerShape> {
         probs
     }
 
-    fn eager(&mut self, qkv: H, keep: bool, proj: usize) -> (Option<Saved>, Linear) {
+    fn eager(&mut self, qkv: H, keep: bool, proj: Layer) -> (Option<Saved>, Linear) {
         let q = self.alloc("clone", self.act());
         let k = self.alloc("clone", self.act());
         let raw = self.matmul("bmm", self.scores());
@@ -139,8 +138,7 @@ impl Tape<TransformerShape> {
             }
         }
         let heads_out = self.alloc("clone", self.act());
-        let d = self.shape.width;
-        let proj_layer = self.linear(heads_out, proj, (d, d), keep);
+        let proj_layer = self.linear(heads_out, proj, keep);
         if !keep {
             self.free(heads_out);
         }

@@ -97,8 +97,41 @@ impl<S> Tape<S> {
     /// The `ToCopyBackward` of a layer's weight (parameter `param`) and
     /// bias: their float32 `.grad`s.
     pub(super) fn uncast_grads(&mut self, param: usize, weight: H, bias: H) {
-        self.uncast(weight, Dtype::Float32, Role::Grad(param));
-        self.uncast(bias, Dtype::Float32, Role::Grad(param + 1));
+        self.weight_grad_done(weight, param);
+        self.weight_grad_done(bias, param + 1);
+    }
+
+    /// Parameter `param`'s gradient from `op`: its float32 `.grad`, or
+    /// under autocast the gradient of its cast, in the autocast type
+    /// (`weight_grad_done` turns it into the `.grad`).
+    pub(super) fn weight_grad(&mut self, op: &'static str, param: usize, shape: Vec<u64>) -> H {
+        let role = match self.options.amp {
+            Some(_) => self.role,
+            None => Role::Grad(param),
+        };
+        self.alloc_as(op, shape, self.low(), role)
+    }
+
+    /// `weight_grad` from a matrix product.
+    pub(super) fn weight_grad_mm(&mut self, param: usize, shape: Vec<u64>) -> H {
+        let g = self.weight_grad("mm", param, shape);
+        self.blas();
+        g
+    }
+
+    /// Under autocast, the cast's `ToCopyBackward`: the float32 `.grad` of
+    /// parameter `param` from its cast's gradient `g`, which dies.
+    pub(super) fn weight_grad_done(&mut self, g: H, param: usize) {
+        if self.options.amp.is_some() {
+            self.uncast(g, Dtype::Float32, Role::Grad(param));
+        }
+    }
+
+    /// A frozen parameter's cast: autocast caches only the casts of
+    /// parameters that require a gradient, so each use makes a new one.
+    pub(super) fn cast_frozen(&mut self, shape: Vec<u64>) -> Option<H> {
+        let dtype = self.options.amp?;
+        Some(self.alloc_as("_to_copy", shape, dtype, self.role))
     }
 
     /// A gradient as `dtype`: through the cast's `ToCopyBackward` when it

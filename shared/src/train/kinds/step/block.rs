@@ -3,8 +3,8 @@
 //! checkpointed block keeps.
 
 use super::attention::Saved as AttentionSaved;
-use super::lora::{Linear, Node};
-use super::{Role, Tape, H};
+use super::lora::{Casts, Early, Layer, Linear, Node};
+use super::{Tape, H};
 use crate::train::kinds::Norm;
 use crate::train::kinds::TransformerShape;
 use crate::types::Dtype;
@@ -50,19 +50,11 @@ pub(super) struct Saved {
 /// What a linear layer's backward needs from its forward.
 #[derive(Clone, Copy, Debug, Default)]
 struct Kept {
-    /// Under autocast, the cast of its float32 input (`addmm` saved it).
+    /// Under autocast, the cast of its float32 input (autograd saved it).
     input: Option<H>,
     /// With LoRA, `lora_A`'s output.
     hidden: Option<H>,
-    /// Under autocast, the weight's cast.
-    weight: Option<H>,
-}
-
-impl Saved {
-    /// The MLP's normed input when its first layer saved a cast instead.
-    pub(super) fn normed_mlp_input(&self) -> Option<H> {
-        self.kept[2].input.map(|_| self.ln2.out)
-    }
+    casts: Casts,
 }
 
 impl Kept {
@@ -70,7 +62,7 @@ impl Kept {
         Kept {
             input: (l.input != x).then_some(l.input),
             hidden: l.hidden,
-            weight: l.weight,
+            casts: l.casts,
         }
     }
 }
@@ -85,6 +77,29 @@ pub(super) struct Params {
     pub ln2: usize,
     pub fc: usize,
     pub out: usize,
+}
+
+impl Params {
+    /// The block's linear layers: `c_attn` (whose input requires a
+    /// gradient when the block's does), `c_proj`, `c_fc`, the MLP's
+    /// `c_proj`.
+    fn linears(&self, t: &TransformerShape, input_grad: bool) -> [Layer; 4] {
+        let (d, wide) = (t.width, t.mlp_ratio * t.width);
+        let layer = |weight, fans| Layer {
+            weight,
+            fans,
+            input_grad: true,
+        };
+        [
+            Layer {
+                input_grad,
+                ..layer(self.attn, (d, 3 * d))
+            },
+            layer(self.proj, (d, d)),
+            layer(self.fc, (d, wide)),
+            layer(self.out, (wide, d)),
+        ]
+    }
 }
 
 impl Tape<TransformerShape> {
@@ -145,50 +160,26 @@ impl Tape<TransformerShape> {
     /// and each cast's `ToCopyBackward` follows: the input's, the
     /// weight's, the bias's.
     pub(super) fn linear_backward(&mut self, n: &Node, ckpt: bool) -> H {
-        let (fan_in, fan_out) = n.fans;
-        let incoming = match n.scaled {
-            Some(cast) => cast,
-            // The engine's `validate_outputs` casts a float32 gradient.
-            None => self.cast_to(n.incoming, self.low()),
-        };
+        let ((fan_in, fan_out), param) = (n.layer.fans, n.layer.weight);
+        let (incoming, dies) = self.incoming(n);
         let g = self.matmul("mm", self.tokens(fan_in));
-        let amp = self.options.amp.is_some();
-        let weight = if amp {
-            self.matmul("mm", vec![fan_out, fan_in])
-        } else {
-            self.grad_mm(n.weight, vec![fan_out, fan_in])
-        };
-        let input = n.input.map_or(vec![], |i| vec![i]);
+        let weight = self.weight_grad_mm(param, vec![fan_out, fan_in]);
+        let input: Vec<H> = n.input.into_iter().collect();
+        let cast: Vec<H> = n.casts.weight.into_iter().collect();
         if ckpt {
-            self.free_all(&n.weight_cast.map_or(vec![], |w| vec![w]));
+            self.free_all(&cast);
             self.free_all(&input);
         }
-        let bias = if amp {
-            self.alloc("sum", vec![fan_out])
-        } else {
-            self.grad("sum", n.weight + 1, vec![fan_out])
-        };
-        if incoming != n.incoming {
+        let bias = self.weight_grad("sum", param + 1, vec![fan_out]);
+        if dies {
             self.free(incoming);
         }
-        if n.incoming_dies {
-            self.free(n.incoming);
-        }
         if !ckpt {
             self.free_all(&input);
+            self.free_all(&cast);
         }
-        let Some(cast) = n.weight_cast else {
-            return g;
-        };
-        if !ckpt {
-            self.free(cast);
-        }
-        let g = if n.input_cast {
-            self.uncast(g, Dtype::Float32, Role::Backward)
-        } else {
-            g
-        };
-        self.uncast_grads(n.weight, weight, bias);
+        let g = self.input_grad_done(g, n.input_cast);
+        self.uncast_grads(param, weight, bias);
         g
     }
 
@@ -212,9 +203,9 @@ impl Tape<TransformerShape> {
     /// early) and what it saved.
     pub(super) fn block(&mut self, x: H, keep: Keep, p: Params) -> (Option<H>, Option<Saved>) {
         let save = keep != Keep::Nothing;
-        let (d, wide) = (self.shape.width, self.shape.mlp_ratio * self.shape.width);
+        let [attn, proj, fc, out] = p.linears(&self.shape, self.input_grad);
         let ln1 = self.norm(x, save && self.input_grad);
-        let (attention, [qkv, proj]) = self.attention(ln1.out, save, (p.attn, p.proj));
+        let (attention, [qkv, proj]) = self.attention(ln1.out, save, [attn, proj]);
         if !save || qkv.input != ln1.out {
             // Nothing saved the norm's output (a float32 one under autocast).
             self.free(ln1.out);
@@ -222,14 +213,14 @@ impl Tape<TransformerShape> {
         let x2 = self.alloc_f32("add", self.act());
         self.free(proj.out);
         let ln2 = self.norm(x2, save);
-        let fc_layer = self.linear(ln2.out, p.fc, (d, wide), save);
-        let fc = fc_layer.out;
+        let fc_layer = self.linear(ln2.out, fc, save);
+        let wide = fc.fans.1;
         let gelu = self.alloc("gelu", self.tokens(wide));
         let mut saved = attention.map(|attention| Saved {
             ln1,
             attention,
             ln2,
-            fc,
+            fc: fc_layer.out,
             gelu,
             kept: [
                 Kept::of(&qkv, ln1.out),
@@ -239,16 +230,24 @@ impl Tape<TransformerShape> {
             ],
         });
         if keep == Keep::UpToGelu {
-            let last = self.recompute_projection(p.out, wide);
+            let (last, stopped) = self.recompute_projection(gelu, out);
+            // Recomputation stops: its autocast region exits, then the
+            // stopped forward's frames let go of the base layer's output
+            // (LoRA) and the MLP's float32 input (saved is its cast).
+            self.clear_cache();
+            self.free_all(&stopped.into_iter().collect::<Vec<_>>());
+            if fc_layer.input != ln2.out {
+                self.free(ln2.out);
+            }
             if let Some(s) = saved.as_mut() {
                 s.kept[3] = last;
             }
             return (None, saved);
         }
         if !save {
-            self.free(fc);
+            self.free(fc_layer.out);
         }
-        let out = self.linear(gelu, p.out, (wide, d), save);
+        let out = self.linear(gelu, out, save);
         if let Some(s) = saved.as_mut() {
             s.kept[3] = Kept::of(&out, gelu);
         }
@@ -266,79 +265,87 @@ impl Tape<TransformerShape> {
     }
 
     /// A checkpointed block's recomputation goes past GELU to the last
-    /// tensor the MLP's projection saves: with LoRA its `lora_A` output,
-    /// under autocast its weight's cast.
-    fn recompute_projection(&mut self, weight: usize, wide: u64) -> Kept {
-        let d = self.shape.width;
+    /// tensor the MLP's projection saves: with LoRA `lora_B`'s weight cast
+    /// (or `lora_A`'s output), under autocast the weight's cast. Returns
+    /// what the projection's backward needs, and with LoRA the base
+    /// layer's output, which dies when recomputation stops.
+    fn recompute_projection(&mut self, gelu: H, layer: Layer) -> (Kept, Option<H>) {
         if self.frozen() {
-            let base = self.matmul("addmm", self.act());
-            let hidden = self.matmul("mm", vec![self.rows(), self.shape.lora_rank]);
-            self.free(base);
-            return Kept {
-                hidden: Some(hidden),
-                ..Kept::default()
+            let s = self.lora_start(gelu, layer, true);
+            let kept = Kept {
+                input: (s.input != gelu).then_some(s.input),
+                hidden: Some(s.hidden),
+                casts: s.casts,
             };
+            return (kept, Some(s.base));
         }
-        self.cast_param(weight + 1, vec![d]);
-        let cast = self.cast_param(weight, vec![d, wide]);
-        if let Some(w) = cast {
+        let (fan_in, fan_out) = layer.fans;
+        self.cast_param(layer.weight + 1, vec![fan_out]);
+        let weight = self.cast_param(layer.weight, vec![fan_out, fan_in]);
+        if let Some(w) = weight {
             self.save_cast(w);
         }
-        Kept {
-            weight: cast,
+        let casts = Casts {
+            weight,
+            ..Casts::default()
+        };
+        let kept = Kept {
+            casts,
             ..Kept::default()
-        }
+        };
+        (kept, None)
     }
 
     /// A block's backward from its output's gradient `g`: its input's,
-    /// when the input requires one. `scaled`: the MLP projection's
-    /// incoming gradient when made before a checkpointed block's
-    /// recomputation (LoRA's `g * scaling`, or autocast's cast of `g`).
+    /// when the input requires one. `early`: what a checkpointed block
+    /// made for the MLP projection before its recomputation; `held`: a
+    /// checkpointed block's input.
     pub(super) fn block_backward(
         &mut self,
         s: Saved,
-        (g, scaled): (H, Option<H>),
+        (g, early): (H, Early),
         p: Params,
-        ckpt: bool,
+        held: Option<H>,
     ) -> Option<H> {
-        let (d, wide) = (self.shape.width, self.shape.mlp_ratio * self.shape.width);
-        let node = |input: Option<H>, kept: Kept, incoming, weight, fans| Node {
+        let ckpt = held.is_some();
+        let input_grad = self.input_grad;
+        let [attn, proj, fc, out] = p.linears(&self.shape, input_grad);
+        let node = |layer, input: Option<H>, kept: Kept, incoming| Node {
+            layer,
             input: kept.input.or(input),
+            input_cast: kept.input.is_some(),
             hidden: kept.hidden,
             incoming,
-            scaled: None,
-            weight,
-            fans,
             incoming_dies: true,
-            input_grad: true,
-            weight_cast: kept.weight,
-            input_cast: kept.input.is_some(),
+            early: Early::default(),
+            casts: kept.casts,
+            released: None,
         };
-        let out = node(Some(s.gelu), s.kept[3], g, p.out, (wide, d));
         let out = Node {
             incoming_dies: false,
-            scaled,
-            ..out
+            early,
+            ..node(out, Some(s.gelu), s.kept[3], g)
         };
         let g_gelu = self.linear_grad(out, ckpt)?;
-        let g_fc = self.alloc("gelu_backward", self.tokens(wide));
+        let g_fc = self.alloc("gelu_backward", self.tokens(fc.fans.1));
         self.node_done(&[s.fc], g_gelu, ckpt);
-        let fc = node(Some(s.ln2.out), s.kept[2], g_fc, p.fc, (d, wide));
+        let fc = node(fc, Some(s.ln2.out), s.kept[2], g_fc);
         let g_ln2 = self.linear_grad(fc, ckpt)?;
         let g_x2 = self.norm_backward(&s.ln2, g_ln2, p.ln2, ckpt);
         let g_x2 = self.residual_backward(g, g_x2);
         // The residual shares `g_x2` with the block's input, if that needs it.
-        let input_grad = self.input_grad;
         let input = s.attention.projection_input();
-        let proj = node(input, s.kept[1], g_x2, p.proj, (d, d));
         let proj = Node {
             incoming_dies: !input_grad,
-            ..proj
+            ..node(proj, input, s.kept[1], g_x2)
         };
         let g_heads = self.linear_grad(proj, ckpt)?;
         let g_qkv = self.attention_backward(s.attention, g_heads, ckpt);
-        let attn = node(Some(s.ln1.out), s.kept[0], g_qkv, p.attn, (d, 3 * d));
-        let g_ln1 = self.linear_grad(Node { input_grad, ..attn }, ckpt)?;
+        let attn = Node {
+            released: held.filter(|_| !input_grad),
+            ..node(attn, Some(s.ln1.out), s.kept[0], g_qkv)
+        };
+        let g_ln1 = self.linear_grad(attn, ckpt)?;
         let g_x = self.norm_backward(&s.ln1, g_ln1, p.ln1, ckpt);
         Some(self.residual_backward(g_x2, g_x))
     }

@@ -6,34 +6,66 @@
 //! (`MulBackward`, then each `MmBackward`, the weight's gradient first), the
 //! adapters get their gradients, and the input's gradient (when the input
 //! requires one) is `lora_A`'s part plus the base layer's, summed.
+//!
+//! Under autocast the frozen weight and bias are cast at every use (the
+//! cache keeps only casts of parameters that require a gradient) and the
+//! base layer's cast of `x` dies at once; `lora_A` casts `x` again and
+//! saves that cast. Backward, each cast's `ToCopyBackward` runs as soon as
+//! its gradient is ready: the adapters' `.grad`s, and a float32 input's two
+//! gradients each back in float32 before they are summed.
 
-use super::{Tape, H};
+use super::{Role, Tape, H};
 use crate::train::kinds::TransformerShape;
+use crate::types::Dtype;
 
-/// A LoRA layer's backward: what it needs and where its gradients go.
+/// A linear layer: its weight's index in `parameters()` (its bias next;
+/// with LoRA `lora_A` 2 after it, `lora_B` 3), its fans (in, out), and
+/// whether its input requires a gradient.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Layer {
+    pub weight: usize,
+    pub fans: (u64, u64),
+    pub input_grad: bool,
+}
+
+/// A linear layer's backward: what it needs and where its gradients go.
 pub(super) struct Node {
-    /// The input `lora_A` saved, when only it holds it.
+    pub layer: Layer,
+    /// The input autograd saved (`x` or its cast), when only it holds it.
     pub input: Option<H>,
+    /// `input` is an autocast cast of a float32 tensor.
+    pub input_cast: bool,
     /// `lora_A`'s output, saved by `lora_B` (a layer with adapters has one).
     pub hidden: Option<H>,
     /// The output's gradient.
     pub incoming: H,
-    /// `incoming * scaling` (LoRA), or its cast (autocast), when already
-    /// made.
-    pub scaled: Option<H>,
-    /// The base layer's weight in `parameters()`: `lora_A` is 2 after it,
-    /// `lora_B` 3.
-    pub weight: usize,
-    pub fans: (u64, u64),
     /// The layer is the last user of `incoming`.
     pub incoming_dies: bool,
-    /// Its input requires a gradient (the first block's does not: the
-    /// embeddings are frozen).
-    pub input_grad: bool,
-    /// Under autocast, the weight's cast, which the node saved.
-    pub weight_cast: Option<H>,
-    /// `input` is an autocast cast of a float32 tensor.
-    pub input_cast: bool,
+    /// Made before a checkpointed block's recomputation: `incoming`'s
+    /// autocast cast, and (LoRA) the cast (or `incoming`) times `scaling`.
+    pub early: Early,
+    /// Under autocast, the weight casts autograd saved: the base layer's,
+    /// `lora_A`'s, `lora_B`'s.
+    pub casts: Casts,
+    /// A tensor that dies with the node's saved tensors: a checkpointed
+    /// block's input, held for the recomputation until its last saved
+    /// tensor is gone.
+    pub released: Option<H>,
+}
+
+/// What a checkpointed block's backward makes before recomputing.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Early {
+    pub cast: Option<H>,
+    pub scaled: Option<H>,
+}
+
+/// Under autocast, the weight casts a linear layer's forward saved.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Casts {
+    pub weight: Option<H>,
+    pub lora_a: Option<H>,
+    pub lora_b: Option<H>,
 }
 
 /// A linear layer's forward: its output and what its backward needs.
@@ -42,10 +74,18 @@ pub(super) struct Linear {
     pub out: H,
     /// With LoRA, `lora_A`'s output, when kept.
     pub hidden: Option<H>,
-    /// The input `addmm` saves: `x`, or under autocast its cast.
+    /// The input autograd saves: `x`, or under autocast its cast.
     pub input: H,
-    /// Under autocast, the weight's cast (`addmm` saves it).
-    pub weight: Option<H>,
+    pub casts: Casts,
+}
+
+/// The start of a LoRA layer's forward, up to `lora_B`'s weight cast.
+pub(super) struct Started {
+    /// The base layer's output.
+    pub base: H,
+    pub hidden: H,
+    pub input: H,
+    pub casts: Casts,
 }
 
 impl Tape<TransformerShape> {
@@ -53,43 +93,86 @@ impl Tape<TransformerShape> {
         self.batch * self.shape.seq_len
     }
 
-    /// `nn.Linear` (parameter `weight`, its bias next) on the tokens `x`
-    /// (`addmm`; under autocast on casts of the bias, the weight and `x`),
-    /// or with LoRA the wrapped layer.
-    pub(super) fn linear(&mut self, x: H, weight: usize, fans: (u64, u64), keep: bool) -> Linear {
-        let (fan_in, fan_out) = fans;
-        self.cast_param(weight + 1, vec![fan_out]);
-        let w = self.cast_param(weight, vec![fan_out, fan_in]);
+    /// `nn.Linear` on the tokens `x` (`addmm`; under autocast on casts of
+    /// the bias, the weight and `x`), or with LoRA the wrapped layer.
+    pub(super) fn linear(&mut self, x: H, layer: Layer, keep: bool) -> Linear {
+        if self.frozen() {
+            return self.lora_linear(x, layer, keep);
+        }
+        let (fan_in, fan_out) = layer.fans;
+        self.cast_param(layer.weight + 1, vec![fan_out]);
+        let w = self.cast_param(layer.weight, vec![fan_out, fan_in]);
         let input = self.cast_input(x);
-        let base = self.matmul("addmm", self.tokens(fan_out));
+        let out = self.matmul("addmm", self.tokens(fan_out));
         match w {
             Some(w) if keep => self.save_cast(w),
             Some(_) if input != x => self.free(input),
             _ => {}
         }
-        let r = self.shape.lora_rank;
-        let linear = Linear {
-            out: base,
+        Linear {
+            out,
             hidden: None,
             input,
-            weight: w,
-        };
-        if r == 0 {
-            return linear;
+            casts: Casts {
+                weight: w,
+                ..Casts::default()
+            },
         }
-        let hidden = self.matmul("mm", vec![self.rows(), r]);
+    }
+
+    fn lora_linear(&mut self, x: H, layer: Layer, keep: bool) -> Linear {
+        let fan_out = layer.fans.1;
+        let s = self.lora_start(x, layer, keep);
         let up = self.matmul("mm", vec![self.rows(), fan_out]);
         if !keep {
-            self.free(hidden);
+            self.free(s.hidden);
         }
         let scaled = self.alloc("mul", self.tokens(fan_out));
         self.free(up);
         let out = self.alloc("add", self.tokens(fan_out));
-        self.free_all(&[scaled, base]);
+        self.free_all(&[scaled, s.base]);
         Linear {
             out,
-            hidden: keep.then_some(hidden),
-            ..linear
+            hidden: keep.then_some(s.hidden),
+            input: s.input,
+            casts: s.casts,
+        }
+    }
+
+    /// The frozen base layer, then `lora_A`, up to `lora_B`'s weight cast
+    /// (where a checkpointed block's recomputation stops).
+    pub(super) fn lora_start(&mut self, x: H, layer: Layer, keep: bool) -> Started {
+        let ((fan_in, fan_out), r) = (layer.fans, self.shape.lora_rank);
+        let bias = self.cast_frozen(vec![fan_out]);
+        let cast = self.cast_frozen(vec![fan_out, fan_in]);
+        let base_input = self.cast_input(x);
+        let base = self.matmul("addmm", self.tokens(fan_out));
+        // `addmm` saves the weight's cast for the input's gradient only.
+        let saves = keep && layer.input_grad;
+        let (w, unsaved) = (cast.filter(|_| saves), cast.filter(|_| !saves));
+        let base_input = Some(base_input).filter(|&h| h != x);
+        let dead: Vec<H> = [bias, unsaved, base_input].into_iter().flatten().collect();
+        self.free_all(&dead);
+        let lora_a = self.cast_param(layer.weight + 2, vec![r, fan_in]);
+        let input = self.cast_input(x);
+        let hidden = self.matmul("mm", vec![self.rows(), r]);
+        if !keep && input != x {
+            self.free(input);
+        }
+        let lora_b = self.cast_param(layer.weight + 3, vec![fan_out, r]);
+        let casts = Casts {
+            weight: w,
+            lora_a: lora_a.filter(|_| keep && layer.input_grad),
+            lora_b: lora_b.filter(|_| keep),
+        };
+        for c in [casts.lora_a, casts.lora_b].into_iter().flatten() {
+            self.save_cast(c);
+        }
+        Started {
+            base,
+            hidden,
+            input,
+            casts,
         }
     }
 
@@ -99,32 +182,80 @@ impl Tape<TransformerShape> {
         self.alloc("mul", self.tokens(fan_out))
     }
 
-    /// The adapters' gradients and the input's, if it requires one.
-    pub(super) fn lora_backward(&mut self, n: Node, ckpt: bool) -> Option<H> {
-        let (r, (fan_in, fan_out)) = (self.shape.lora_rank, n.fans);
-        let scaled = n.scaled.unwrap_or_else(|| self.scale(fan_out));
-        let base_grad = n.input_grad;
-        if !base_grad && n.incoming_dies {
-            self.free(n.incoming);
+    /// The engine's `validate_outputs` casts a float32 gradient to the
+    /// type the node computes in; the float32 one dies at once when
+    /// nothing else holds it. Returns the gradient the node uses and
+    /// whether the node is its last user.
+    pub(super) fn incoming(&mut self, n: &Node) -> (H, bool) {
+        let cast = match n.early.cast {
+            Some(cast) => cast,
+            None => self.cast_to(n.incoming, self.low()),
+        };
+        if cast == n.incoming {
+            return (cast, n.incoming_dies);
         }
-        self.grad_mm(n.weight + 3, vec![fan_out, r]);
-        let g_hidden = self.matmul("mm", vec![self.rows(), r]);
-        let hidden = n.hidden.expect("a LoRA layer keeps lora_A's output");
-        self.node_done(&[hidden], scaled, ckpt);
-        self.grad_mm(n.weight + 2, vec![r, fan_in]);
-        let input: Vec<H> = n.input.into_iter().collect();
-        if !base_grad {
-            self.node_done(&input, g_hidden, ckpt);
-            return None;
-        }
-        let g_lora = self.matmul("mm", vec![self.rows(), fan_in]);
-        self.node_done(&input, g_hidden, ckpt);
-        let g_base = self.matmul("mm", vec![self.rows(), fan_in]);
         if n.incoming_dies {
             self.free(n.incoming);
         }
-        let g = self.alloc("add", self.tokens(fan_in));
+        (cast, true)
+    }
+
+    /// The adapters' gradients and the input's, if it requires one.
+    pub(super) fn lora_backward(&mut self, n: Node, ckpt: bool) -> Option<H> {
+        let (r, (fan_in, fan_out)) = (self.shape.lora_rank, n.layer.fans);
+        let (incoming, dies) = self.incoming(&n);
+        let scaled = n.early.scaled.unwrap_or_else(|| self.scale(fan_out));
+        let input_grad = n.layer.input_grad;
+        if !input_grad && dies {
+            self.free(incoming);
+        }
+        let (a, b) = (n.layer.weight + 2, n.layer.weight + 3);
+        let g_b = self.weight_grad_mm(b, vec![fan_out, r]);
+        let g_hidden = self.matmul("mm", vec![self.rows(), r]);
+        let hidden = n.hidden.expect("a LoRA layer keeps lora_A's output");
+        let saved = saved_order(n.casts.lora_b, Some(hidden), ckpt);
+        self.node_done(&saved, scaled, ckpt);
+        self.weight_grad_done(g_b, b);
+        let g_a = self.weight_grad_mm(a, vec![r, fan_in]);
+        let g_lora = input_grad.then(|| self.matmul("mm", vec![self.rows(), fan_in]));
+        self.node_done(&saved_order(n.casts.lora_a, n.input, ckpt), g_hidden, ckpt);
+        if let Some(x) = n.released {
+            self.free(x);
+        }
+        let g_lora = g_lora.map(|g| self.input_grad_done(g, n.input_cast));
+        self.weight_grad_done(g_a, a);
+        let g_lora = g_lora?;
+        let g_base = self.matmul("mm", vec![self.rows(), fan_in]);
+        let weight: Vec<H> = n.casts.weight.into_iter().collect();
+        if dies {
+            self.node_done(&weight, incoming, ckpt);
+        } else {
+            self.free_all(&weight);
+        }
+        let g_base = self.input_grad_done(g_base, n.input_cast);
+        let g = self.alloc_as("add", self.tokens(fan_in), self.dtype_of(g_base), self.role);
         self.free_all(&[g_lora, g_base]);
         Some(g)
     }
+
+    /// An input's gradient back through its autocast cast, when it had
+    /// one.
+    pub(super) fn input_grad_done(&mut self, g: H, cast: bool) -> H {
+        if cast {
+            self.uncast(g, Dtype::Float32, Role::Backward)
+        } else {
+            g
+        }
+    }
+}
+
+/// A matrix product's saved tensors in the order autograd lets go of them:
+/// the weight's cast, then the activation; a checkpointed block's unpacked
+/// ones the other way round.
+fn saved_order(weight: Option<H>, activation: Option<H>, ckpt: bool) -> Vec<H> {
+    let mut all: Vec<H> = [weight, activation].into_iter().flatten().collect();
+    if ckpt {
+        all.reverse();
+    }
+    all
 }

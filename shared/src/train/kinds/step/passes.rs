@@ -2,6 +2,7 @@
 //! the final norm, the head and the loss; then backward in reverse.
 
 use super::block::{Keep, Normed, Params, Saved};
+use super::lora::Early;
 use super::{Loss, Role, Tape, H};
 use crate::train::kinds::Norm;
 use crate::train::kinds::TransformerShape;
@@ -14,8 +15,9 @@ pub(super) struct Top {
     /// Each block's saved tensors, or (checkpointed) its input.
     blocks: Vec<Block>,
     final_norm: Normed,
-    /// Under autocast, the head's casts of its input and weight.
-    head_casts: Option<(H, H)>,
+    /// Under autocast, the head's casts autograd saved: of its input
+    /// (unless the head is frozen) and of its weight.
+    head_casts: Option<(Option<H>, H)>,
     loss: Loss,
 }
 
@@ -95,13 +97,21 @@ impl Tape<TransformerShape> {
         }
         self.layer = None;
         let final_norm = self.norm(x, true);
-        let weight = self.cast_param(self.head_param(), vec![self.shape.vocab, d]);
+        let shape = vec![self.shape.vocab, d];
+        let weight = match self.frozen() {
+            true => self.cast_frozen(shape),
+            false => self.cast_param(self.head_param(), shape),
+        };
         let input = self.cast_input(final_norm.out);
         let logits = self.matmul("mm", self.logits());
         if let Some(w) = weight {
             self.save_cast(w);
         }
-        if self.frozen() || input != final_norm.out {
+        let cast = (input != final_norm.out).then_some(input);
+        if let Some(cast) = cast.filter(|_| self.frozen()) {
+            self.free(cast);
+        }
+        if self.frozen() || cast.is_some() {
             // A frozen head saves no input; under autocast it saves the cast.
             self.free(final_norm.out);
         }
@@ -110,7 +120,7 @@ impl Tape<TransformerShape> {
             positions,
             blocks,
             final_norm,
-            head_casts: weight.map(|w| (input, w)),
+            head_casts: weight.map(|w| (cast.filter(|_| !self.frozen()), w)),
             loss,
         }
     }
@@ -138,7 +148,8 @@ impl Tape<TransformerShape> {
         self.free(g_logits);
         match top.head_casts {
             Some((input, weight)) => {
-                self.free_all(&[weight, input]);
+                self.free(weight);
+                self.free_all(&input.into_iter().collect::<Vec<_>>());
                 g_norm = self.uncast(g_norm, Dtype::Float32, Role::Backward);
             }
             None if !self.frozen() => self.free(top.final_norm.out),
@@ -171,32 +182,20 @@ impl Tape<TransformerShape> {
     fn block_backward_from(&mut self, block: Block, g: H, layer: u32) -> Option<H> {
         let params = self.block_params(layer);
         match block {
-            Block::Saved(saved) => self.block_backward(*saved, (g, None), params, false),
+            Block::Saved(saved) => self.block_backward(*saved, (g, Early::default()), params, None),
             Block::Checkpointed(input) => {
-                let scaled = if self.frozen() {
-                    Some(self.scale(self.shape.width))
-                } else {
-                    // The engine casts the gradient for the projection first.
-                    let cast = self.cast_to(g, self.low());
-                    (cast != g).then_some(cast)
+                // The engine casts the gradient for the MLP's projection,
+                // and LoRA's `MulBackward` runs, before the recomputation.
+                let cast = self.cast_to(g, self.low());
+                let early = Early {
+                    cast: (cast != g).then_some(cast),
+                    scaled: self.frozen().then(|| self.scale(self.shape.width)),
                 };
                 self.role = Role::Forward;
                 let (_, saved) = self.block(input, Keep::UpToGelu, params);
                 let saved = saved.expect("a recomputed block saves");
-                // The recomputation's autocast region exits, then the
-                // stopped forward's frames let go of the MLP's float32
-                // input (saved is its cast).
-                self.clear_cache();
-                if let Some(ln2) = saved.normed_mlp_input() {
-                    self.free(ln2);
-                }
                 self.role = Role::Backward;
-                let g = self.block_backward(saved, (g, scaled), params, true);
-                if g.is_none() {
-                    // The checkpoint held the input for its recomputation.
-                    self.free(input);
-                }
-                g
+                self.block_backward(saved, (g, early), params, Some(input))
             }
         }
     }
