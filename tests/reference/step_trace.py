@@ -133,6 +133,27 @@ class Gpt(nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
+class CheckpointedCnn(nn.Module):
+    """The CNN with each Conv2d -> BatchNorm2d -> ReLU -> MaxPool2d block
+    under `checkpoint(block, x, use_reentrant=False)`; its parameters in
+    the plain CNN's order."""
+
+    def __init__(self, **shape):
+        super().__init__()
+        mods = list(cnn(**shape))
+        self.blocks = nn.ModuleList(nn.Sequential(*mods[i:i + 4]) for i in range(0, len(mods) - 2, 4))
+        self.head = nn.Sequential(*mods[-2:])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=False)
+        return self.head(x)
+
+
+def cnn_model(checkpointing=False, **shape):
+    return CheckpointedCnn(**shape) if checkpointing else cnn(**shape)
+
+
 AUTOCAST = Autocast(half=True)
 
 
@@ -188,6 +209,8 @@ CASES = [
     ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=False, checkpointing=False, lora_rank=8), dict(batch=4, amp="float16")),
     ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=True, checkpointing=False, lora_rank=8), dict(batch=4, amp="bfloat16")),
     ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=False, checkpointing=True, lora_rank=8), dict(batch=4, amp="float16")),
+    ("cnn", dict(channels=3, image_size=32, blocks=3, width=32, classes=10, checkpointing=True), dict(batch=16)),
+    ("cnn", dict(channels=3, image_size=32, blocks=3, width=32, classes=10, checkpointing=True), dict(batch=16, amp="float16")),
 ]
 
 
@@ -197,7 +220,7 @@ def run(kind, shape, data):
         return trace(lambda: mlp(**shape), lambda: (torch.randn(b, shape["input_dim"]), torch.randint(0, shape["classes"], (b,))), False, amp)
     if kind == "cnn":
         s = shape["image_size"]
-        return trace(lambda: cnn(**shape), lambda: (torch.randn(b, shape["channels"], s, s), torch.randint(0, shape["classes"], (b,))), False, amp)
+        return trace(lambda: cnn_model(**shape), lambda: (torch.randn(b, shape["channels"], s, s), torch.randint(0, shape["classes"], (b,))), False, amp)
     s, v = shape["seq_len"], shape["vocab"]
     return trace(lambda: Gpt(**shape), lambda: (torch.randint(0, v, (b, s)), torch.randint(0, v, (b, s))), True, amp)
 

@@ -102,8 +102,12 @@ fn estimate_is_within_five_percent_of_the_simulated_peak() {
         }
     }
     for c in [cnn(32, 3, 32), cnn(224, 4, 32), cnn(64, 2, 128)] {
-        cases.push((c.clone(), json!({})));
-        cases.push((c, json!({"amp":true})));
+        for checkpointing in [false, true] {
+            for amp in [false, true] {
+                let technique = json!({"checkpointing":checkpointing,"amp":amp});
+                cases.push((c.clone(), technique));
+            }
+        }
     }
     let mut worst = 0f64;
     for ((model, features, classes), technique) in cases {
@@ -238,11 +242,18 @@ fn what_the_new_kinds_do_not_model_is_refused_with_the_reason() {
 }
 
 #[test]
-fn fused_attention_on_an_mlp_is_refused() {
-    let mut e = engine(json!({}), "adam", 784, 10);
-    let train = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":1,"attention":"sdpa"});
-    let r = run(&mut e, &train);
-    assert!(r.error.unwrap().message.contains("an MLP has no attention"));
+fn fused_attention_on_an_mlp_or_a_cnn_is_refused() {
+    let (cnn, features, classes) = cnn(32, 3, 32);
+    for ((model, features, classes), kind) in [
+        ((json!({}), 784, 10), "MLP"),
+        ((cnn, features, classes), "CNN"),
+    ] {
+        let mut e = engine(model, "adam", features, classes);
+        let train = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":1,"attention":"sdpa"});
+        let r = run(&mut e, &train);
+        let words = format!("the {kind} has no attention");
+        assert!(r.error.unwrap().message.contains(&words));
+    }
 }
 
 /// `find_batch_size` trains the same transformer on a scratch kernel: the

@@ -28,7 +28,6 @@ impl Engine {
         let (_, state) = self.model_state(&a.model)?;
         let technique = Technique {
             tensor_history: false,
-            checkpointing: a.checkpointing,
             attention: a.attention,
         };
         technique.check(&state.spec)?;

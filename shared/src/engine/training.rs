@@ -475,7 +475,6 @@ fn train_outcome(a: &TrainArgs, plan: &Plan, steps: StepLog, stopped: bool) -> O
 /// The techniques a step uses that not every kind models.
 pub(super) struct Technique {
     pub tensor_history: bool,
-    pub checkpointing: bool,
     pub attention: Attention,
 }
 
@@ -483,35 +482,33 @@ impl Technique {
     fn of(a: &TrainArgs) -> Self {
         Technique {
             tensor_history: a.loss_history == LossHistory::Tensor,
-            checkpointing: a.checkpointing,
             attention: a.attention,
         }
     }
 
-    /// Refuses what the model's kind does not model yet, saying so.
+    /// Refuses what the model's kind does not have or does not model yet,
+    /// saying so.
     pub(super) fn check(&self, spec: &ModelSpec) -> Result<(), CommandError> {
-        let missing = if spec.kind == Kind::Mlp {
-            if self.attention == Attention::Sdpa {
-                return Err(error(
-                    ErrorKind::InvalidValue,
-                    "an MLP has no attention: `attention` is for a transformer",
-                ));
-            }
-            return Ok(());
-        } else if self.tensor_history {
-            "`total_loss += loss` (loss_history \"tensor\")"
-        } else if self.checkpointing && matches!(spec.kind, Kind::Cnn(_)) {
-            "checkpointing"
-        } else {
-            return Ok(());
-        };
-        Err(error(
-            ErrorKind::InvalidValue,
-            format!(
-                "{missing} is modelled for the MLP; the {}'s step does not model it yet",
-                spec.kind_name()
-            ),
-        ))
+        let transformer = matches!(spec.kind, Kind::Transformer(_));
+        if self.attention == Attention::Sdpa && !transformer {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                format!(
+                    "the {} has no attention: `attention` is for a transformer",
+                    spec.kind_name()
+                ),
+            ));
+        }
+        if self.tensor_history && spec.kind != Kind::Mlp {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                format!(
+                    "`total_loss += loss` (loss_history \"tensor\") is modelled for the MLP; the {}'s step does not model it yet",
+                    spec.kind_name()
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -120,7 +120,7 @@ impl ModelSpec {
         match self.kind {
             Kind::Mlp => None,
             Kind::Transformer(t) => Some(kinds::step::program(&t, batch, options)),
-            Kind::Cnn(c) => Some(kinds::step::cnn_program(&c, batch, options.amp)),
+            Kind::Cnn(c) => Some(kinds::step::cnn_program(&c, batch, options)),
         }
     }
 
@@ -397,7 +397,7 @@ fn kinds_estimate(model: &ModelSpec, optimizer: Option<OptimizerSpec>, s: &StepS
     };
     let (saved, attention) = match model.kind {
         Kind::Transformer(t) => estimate::transformer_saved(&t, b, options),
-        Kind::Cnn(c) => (estimate::cnn_saved(&c, b, options.amp), 0),
+        Kind::Cnn(c) => (estimate::cnn_saved(&c, b, options), 0),
         Kind::Mlp => unreachable!("the MLP's estimate is closed-form"),
     };
     let program = model

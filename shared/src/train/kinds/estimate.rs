@@ -6,7 +6,6 @@
 
 use super::step::{Attention, Op, Options, Program, Role};
 use super::{blocks, CnnShape, Norm, TransformerShape};
-use crate::types::Dtype;
 
 /// What a transformer's forward pass leaves saved for backward (its
 /// log-probabilities, loss and NLL's total weight included), and the part
@@ -114,25 +113,33 @@ pub fn transformer_saved(t: &TransformerShape, batch: u64, options: Options) -> 
 /// or the head's input) and the pooling's int64 indices; then the
 /// log-probabilities, loss and total weight. Under autocast the maps are in
 /// the autocast type, and the weights' casts, the images' cast and NLL's
-/// float32 copy of the log-probabilities are saved too.
-pub fn cnn_saved(c: &CnnShape, batch: u64, amp: Option<Dtype>) -> u64 {
+/// float32 copy of the log-probabilities are saved too. With each block
+/// checkpointed, only the pooled outputs (the next block's input) and
+/// the head's weight cast stay.
+pub fn cnn_saved(c: &CnnShape, batch: u64, options: Options) -> u64 {
+    let amp = options.amp;
     let lo = amp.map_or(4, |dtype| dtype.size_bytes());
     let mut total = blocks(batch * c.classes * lo) + 2 * 512;
     let mut c_in = c.channels;
     for b in 0..c.blocks {
         let channels = c.width << b;
         let side = c.image_size >> b;
-        let maps = blocks(batch * channels * side * side * lo);
         let pooled = batch * channels * (side / 2) * (side / 2);
+        total += blocks(pooled * lo);
+        c_in = channels;
+        if options.checkpointing {
+            continue;
+        }
+        let maps = blocks(batch * channels * side * side * lo);
         let stats = 2 * blocks(channels * 4);
-        total += 2 * maps + stats + blocks(pooled * lo) + blocks(pooled * 8);
+        total += 2 * maps + stats + blocks(pooled * 8);
         if amp.is_some() {
+            let c_in = if b == 0 { c.channels } else { channels / 2 };
             total += blocks(channels * c_in * 9 * lo);
             if b == 0 {
                 total += blocks(batch * c_in * side * side * lo);
             }
         }
-        c_in = channels;
     }
     if amp.is_some() {
         let side = c.image_size >> c.blocks;

@@ -217,12 +217,20 @@ fn closed_form_activations_equal_the_programs() {
             classes: 10,
         };
         for batch in [1, 16] {
-            for amp in [None, Some(Dtype::Float16)] {
-                let w = walk(&cnn_program(&c, batch, amp), false);
+            for (checkpointing, amp) in [false, true]
+                .map(|ck| [(ck, None), (ck, Some(Dtype::Float16))])
+                .concat()
+            {
+                let options = Options {
+                    attention: Attention::Eager,
+                    checkpointing,
+                    amp,
+                };
+                let w = walk(&cnn_program(&c, batch, options), false);
                 assert_eq!(
-                    cnn_saved(&c, batch, amp),
+                    cnn_saved(&c, batch, options),
                     w.saved,
-                    "{c:?} batch {batch} {amp:?}"
+                    "{c:?} batch {batch} {options:?}"
                 );
             }
         }

@@ -7,7 +7,7 @@
 //! gradient for the images. cuDNN's convolution workspace is not modelled:
 //! its size is the algorithm cuDNN picks on the GPU at run time.
 
-use super::{Options, Program, Tape, H};
+use super::{Options, Program, Role, Tape, H};
 use crate::train::kinds::CnnShape;
 use crate::types::Dtype;
 
@@ -28,22 +28,35 @@ struct Saved {
     indices: H,
 }
 
-/// The step's forward and backward passes at `batch` images, under
-/// autocast to `amp` if given (see `autocast`).
-pub fn program(c: &CnnShape, batch: u64, amp: Option<Dtype>) -> Program {
-    let options = Options {
-        attention: Default::default(),
-        checkpointing: false,
-        amp,
-    };
+/// What a block's forward keeps.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    /// Everything autograd saves.
+    All,
+    /// Nothing (a checkpointed block's first forward): each tensor dies
+    /// when its last user is done; the checkpoint holds the input.
+    Nothing,
+    /// Backward's recomputation of a checkpointed block: all it saves; the
+    /// pooled output dies, and the recomputation's autocast region exits.
+    Recompute,
+}
+
+/// The step's forward and backward passes at `batch` images, with each
+/// block checkpointed (`checkpoint(block, x, use_reentrant=False)`) and
+/// under autocast as `options` say (see `autocast`).
+pub fn program(c: &CnnShape, batch: u64, options: Options) -> Program {
     let mut tape = Tape::new(*c, "block", batch, options);
+    let keep = match options.checkpointing {
+        true => Keep::Nothing,
+        false => Keep::All,
+    };
     let mut x = None;
-    let mut saved = Vec::new();
+    let mut blocks = Vec::new();
     for b in 0..c.blocks {
         tape.layer = Some(b);
-        let (pooled, s) = tape.block(x, b);
-        saved.push(s);
-        x = Some(pooled);
+        let (pooled, s) = tape.block(x, b, keep);
+        blocks.push((x, s));
+        x = pooled;
     }
     tape.layer = None;
     let flat = x.expect("at least one block");
@@ -52,13 +65,11 @@ pub fn program(c: &CnnShape, batch: u64, amp: Option<Dtype>) -> Program {
     let loss = tape.cross_entropy(logits, &[batch, c.classes]);
     let shape = [batch, c.classes];
     let (seed, g_logits) = tape.cross_entropy_backward(loss, &shape);
-    let mut g = tape.head_backward(flat, g_logits, weight);
-    for (b, s) in (0..c.blocks).zip(saved).rev() {
+    let mut g = Some(tape.head_backward(flat, g_logits, weight));
+    for (b, (input, saved)) in (0..c.blocks).zip(blocks).rev() {
         tape.layer = Some(b);
-        match tape.block_backward(s, g, b) {
-            Some(next) => g = next,
-            None => break,
-        }
+        let saved = saved.unwrap_or_else(|| tape.recompute(input, b));
+        g = g.and_then(|g| tape.block_backward(saved, g, b));
     }
     tape.layer = None;
     tape.free(seed);
@@ -101,31 +112,50 @@ impl Tape<CnnShape> {
         w.inspect(|&w| self.save_cast(w))
     }
 
-    /// Block `b` on `x` (`None`: the images): returns the pooled output.
-    /// Under autocast the convolution runs on casts of its bias, weight and
-    /// (the images) input.
-    fn block(&mut self, x: Option<H>, b: u32) -> (H, Saved) {
+    /// Block `b` on `x` (`None`: the images): the pooled output (none
+    /// when recomputing) and, when kept, what backward needs. Under
+    /// autocast the convolution runs on casts of its bias, weight and (the
+    /// images) input.
+    fn block(&mut self, x: Option<H>, b: u32, keep: Keep) -> (Option<H>, Option<Saved>) {
         let (c_in, c, side) = self.sizes(b);
+        let save = keep != Keep::Nothing;
         self.cast_param(4 * b as usize + 1, vec![c]);
         let weight = self.cast_param(4 * b as usize, vec![c, c_in, 3, 3]);
+        let weight = weight.filter(|_| save);
         weight.inspect(|&w| self.save_cast(w));
         let images = self.shape.image_size;
-        let input = x.or_else(|| {
-            let amp = self.options.amp?;
-            Some(self.alloc_as("_to_copy", self.maps(c_in, images), amp, self.role))
-        });
+        let cast = match (x, self.options.amp) {
+            (None, Some(amp)) => {
+                Some(self.alloc_as("_to_copy", self.maps(c_in, images), amp, self.role))
+            }
+            _ => None,
+        };
         let conv = self.alloc("convolution", self.maps(c, side));
+        if let Some(cast) = cast.filter(|_| !save) {
+            self.free(cast);
+        }
         let norm = self.alloc("native_batch_norm", self.maps(c, side));
         let op = "native_batch_norm";
         let mean = self.alloc_as(op, vec![c], Dtype::Float32, self.role);
         let invstd = self.alloc_as(op, vec![c], Dtype::Float32, self.role);
+        if !save {
+            self.free_all(&[mean, invstd, conv]);
+        }
         let relu = self.alloc("relu", self.maps(c, side));
         self.free(norm);
         let pooled = self.alloc("max_pool2d_with_indices", self.maps(c, side / 2));
         let op = "max_pool2d_with_indices";
         let indices = self.alloc_as(op, self.maps(c, side / 2), Dtype::Int64, self.role);
+        match keep {
+            Keep::All => {}
+            Keep::Nothing => self.free_all(&[indices, relu]),
+            Keep::Recompute => {
+                self.free(pooled);
+                self.clear_cache();
+            }
+        }
         let saved = Saved {
-            input,
+            input: cast.or(x),
             input_grad: x.is_some(),
             weight,
             conv,
@@ -134,7 +164,17 @@ impl Tape<CnnShape> {
             relu,
             indices,
         };
-        (pooled, saved)
+        let pooled = (keep != Keep::Recompute).then_some(pooled);
+        (pooled, save.then_some(saved))
+    }
+
+    /// A checkpointed block's recomputation from its input, in its own
+    /// autocast region.
+    fn recompute(&mut self, x: Option<H>, b: u32) -> Saved {
+        self.role = Role::Forward;
+        let (_, saved) = self.block(x, b, Keep::Recompute);
+        self.role = Role::Backward;
+        saved.expect("a recomputed block saves")
     }
 
     /// The head's backward: the flattened input's gradient, the weight's
@@ -162,29 +202,37 @@ impl Tape<CnnShape> {
     /// its input's gradient (none for the images).
     fn block_backward(&mut self, s: Saved, g: H, b: u32) -> Option<H> {
         let (c_in, c, side) = self.sizes(b);
+        let ckpt = self.options.checkpointing;
         let g_relu = self.alloc("max_pool2d_with_indices_backward", self.maps(c, side));
-        self.free_all(&[g, s.indices]);
+        self.node_done(&[s.indices], g, ckpt);
         let g_norm = self.alloc("threshold_backward", self.maps(c, side));
-        self.free_all(&[g_relu, s.relu]);
+        self.node_done(&[s.relu], g_relu, ckpt);
         let op = "native_batch_norm_backward";
         let g_conv = self.alloc(op, self.maps(c, side));
         let (conv, norm) = (4 * b as usize, 4 * b as usize + 2);
         self.grad(op, norm, vec![c]);
         self.grad(op, norm + 1, vec![c]);
-        self.free_all(&[g_norm, s.conv, s.mean, s.invstd]);
+        let saved = match ckpt {
+            true => [s.mean, s.invstd, s.conv],
+            false => [s.conv, s.mean, s.invstd],
+        };
+        self.node_done(&saved, g_norm, ckpt);
         let op = "convolution_backward";
         let g_x = s.input_grad.then(|| self.alloc(op, self.maps(c_in, side)));
-        let Some(cast) = s.weight else {
-            self.grad(op, conv, vec![c, c_in, 3, 3]);
-            self.grad(op, conv + 1, vec![c]);
+        let weight = self.weight_grad(op, conv, vec![c, c_in, 3, 3]);
+        let bias = self.weight_grad(op, conv + 1, vec![c]);
+        let (input, cast) = (s.input.into_iter(), s.weight.into_iter());
+        if ckpt {
+            // The recomputed tensors die with the node, the gradient next,
+            // then the input the checkpoint held.
+            let (held, recomputed): (Vec<H>, Vec<H>) = input.partition(|_| s.input_grad);
+            self.free_all(&cast.chain(recomputed).collect::<Vec<_>>());
             self.free(g_conv);
-            self.free_all(&s.input.into_iter().collect::<Vec<_>>());
-            return g_x;
-        };
-        let weight = self.alloc(op, vec![c, c_in, 3, 3]);
-        let bias = self.alloc(op, vec![c]);
-        self.free(g_conv);
-        self.free_all(&s.input.into_iter().chain([cast]).collect::<Vec<_>>());
+            self.free_all(&held);
+        } else {
+            self.free(g_conv);
+            self.free_all(&input.chain(cast).collect::<Vec<_>>());
+        }
         self.uncast_grads(conv, weight, bias);
         g_x
     }

@@ -120,7 +120,7 @@ fn pytorch_events(s: &Value) -> Vec<(String, i64)> {
 }
 
 #[test]
-fn the_cnn_step_is_pytorchs_event_by_event_in_float32_and_under_autocast() {
+fn the_cnn_step_is_pytorchs_event_by_event_checkpointed_or_not_in_float32_and_under_autocast() {
     let all: Value = serde_json::from_str(PYTORCH).unwrap();
     let steps: Vec<&Value> = all["steps"]
         .as_array()
@@ -128,7 +128,7 @@ fn the_cnn_step_is_pytorchs_event_by_event_in_float32_and_under_autocast() {
         .iter()
         .filter(|s| s["kind"] == "cnn")
         .collect();
-    assert_eq!(steps.len(), 2);
+    assert_eq!(steps.len(), 4);
     for s in steps {
         let u = |k: &str| s[k].as_u64().unwrap();
         let c = crate::train::kinds::CnnShape {
@@ -138,14 +138,14 @@ fn the_cnn_step_is_pytorchs_event_by_event_in_float32_and_under_autocast() {
             width: u("width"),
             classes: u("classes"),
         };
-        let mut ours = cnn_program(&c, u("batch"), amp(s)).events();
+        let mut ours = cnn_program(&c, u("batch"), options(s)).events();
         ours.extend(optimizer_events(&c.parameters(Dtype::Float32)));
         let pairs: Vec<(String, i64)> = ours.iter().map(|e| (e.op.to_string(), e.bytes)).collect();
         let theirs = pytorch_events(s);
         assert!(
             pairs == theirs,
             "{:?}: {}",
-            amp(s),
+            options(s),
             first_difference(&pairs, &theirs)
         );
         assert_eq!(peak(&ours), u("peak_bytes"));
