@@ -15,7 +15,7 @@ const SEEN: &str = "JSON.stringify([
     document.getElementById('explanation').textContent,
     document.getElementById('cell-source').value,
     document.getElementById('batch').value,
-    [...document.querySelectorAll('label')].find(l => l.textContent.trim() === 'amp').querySelector('input').checked,
+    document.getElementById('amp').value,
 ])";
 
 async fn seen(page: &Page) -> String {
@@ -50,7 +50,7 @@ async fn watchers_mirror_the_lesson_the_code_and_the_controls() {
     press(&presenter, "lesson-do").await;
     // A control edited, a box ticked, code typed.
     set_input(&presenter, "batch", "2048").await;
-    js(&presenter, "(() => { const b = [...document.querySelectorAll('label')].find(l => l.textContent.trim() === 'amp').querySelector('input'); b.checked = true; b.dispatchEvent(new Event('change', {bubbles: true})); })()").await;
+    js(&presenter, "(() => { const b = document.getElementById('amp'); b.value = 'bfloat16'; b.dispatchEvent(new Event('change', {bubbles: true})); })()").await;
     js(&presenter, "(() => { const t = document.getElementById('cell-source'); t.value = 'x = torch.zeros(1024, device=\"cuda\")'; t.dispatchEvent(new Event('input', {bubbles: true})); })()").await;
     mirrors(&presenter, &watcher).await;
     let shown = seen(&watcher).await;

@@ -207,8 +207,11 @@ fn forward_code(a: &ForwardArgs) -> String {
     if a.no_grad {
         s.push_str("with torch.no_grad():\n    ");
     }
-    if a.amp {
-        s.push_str("with torch.autocast('cuda', dtype=torch.float16):\n    ");
+    if a.amp.is_on() {
+        let dtype = a.amp.torch_dtype();
+        s.push_str(&format!(
+            "with torch.autocast('cuda', dtype={dtype}):\n    "
+        ));
     }
     s.push_str(&format!(
         "{} = criterion({}(x.cuda()), y.cuda())",
@@ -240,8 +243,11 @@ fn train_code(a: &TrainArgs) -> String {
     s.push_str(indent);
     s.push_str("    x, y = x.cuda(), y.cuda()  # the last batch dies here\n");
     s.push_str(indent);
-    if a.amp {
-        s.push_str("    with torch.autocast('cuda', dtype=torch.float16):\n    ");
+    if a.amp.is_on() {
+        let dtype = a.amp.torch_dtype();
+        s.push_str(&format!(
+            "    with torch.autocast('cuda', dtype={dtype}):\n    "
+        ));
         s.push_str(indent);
     }
     s.push_str(&format!("    loss = criterion({forward}, y)"));

@@ -135,7 +135,7 @@ fn command(op: &Op, framework: Framework, variant: u8) -> Command {
             data: "d".into(),
             batch_size: *batch,
             no_grad: *batch == 1,
-            amp: variant & 2 != 0,
+            amp: amp(variant),
             checkpointing: variant & 4 != 0,
         }),
         Op::Backward(n) => Command::Backward(command::BackwardArgs {
@@ -153,7 +153,7 @@ fn command(op: &Op, framework: Framework, variant: u8) -> Command {
             batch_size: 32,
             accumulate: if *tensor_history { 2 } else { 1 },
             checkpointing: variant & 4 != 0,
-            amp: variant & 2 != 0,
+            amp: amp(variant),
             set_to_none: !*tensor_history,
             loss_history: if *tensor_history {
                 command::LossHistory::Tensor
@@ -402,5 +402,14 @@ proptest! {
                 return Err(TestCaseError::fail(format!("after {v}: {msg}")));
             }
         }
+    }
+}
+
+/// Autocast off, or to float16 or bfloat16, by the variant's bits.
+fn amp(variant: u8) -> command::Amp {
+    match (variant & 2 != 0, variant & 1 != 0) {
+        (false, _) => command::Amp::Off,
+        (true, false) => command::Amp::Float16,
+        (true, true) => command::Amp::Bfloat16,
     }
 }

@@ -6,8 +6,8 @@ use crate::state::App;
 use leptos::prelude::*;
 use std::ops::RangeInclusive;
 use vramlab_shared::command::{
-    BackwardArgs, Command, DataArgs, EstimateArgs, FindBatchSizeArgs, ForwardArgs, LossHistory,
-    ModelArgs, ModelKind, NameArgs, OptimizerArgs, StepArgs, TrainArgs, ZeroGradArgs,
+    Amp, BackwardArgs, Command, DataArgs, EstimateArgs, FindBatchSizeArgs, ForwardArgs,
+    LossHistory, ModelArgs, ModelKind, NameArgs, OptimizerArgs, StepArgs, TrainArgs, ZeroGradArgs,
     DEFAULT_CLASSES, DEFAULT_FEATURES, DEFAULT_SAMPLES, DEFAULT_THRESHOLD, STATE_BITS,
 };
 use vramlab_shared::engine::{MAX_BATCH_SIZE, MAX_TRAIN_STEPS};
@@ -47,7 +47,7 @@ struct Fields {
     /// The optimizer's state bits: 32, or bitsandbytes' 8.
     bits: RwSignal<u8>,
     accumulate: RwSignal<String>,
-    amp: RwSignal<bool>,
+    amp: RwSignal<Amp>,
     checkpointing: RwSignal<bool>,
     set_to_none: RwSignal<bool>,
     tensor_history: RwSignal<bool>,
@@ -87,7 +87,7 @@ impl Fields {
             optimizer: RwSignal::new(OptimizerKind::Adam),
             bits: RwSignal::new(STATE_BITS),
             accumulate: text("1"),
-            amp: RwSignal::new(false),
+            amp: RwSignal::new(Amp::Off),
             checkpointing: RwSignal::new(false),
             set_to_none: RwSignal::new(true),
             tensor_history: RwSignal::new(false),
@@ -304,7 +304,12 @@ pub fn Training(app: App) -> impl IntoView {
             <br />
             <label>"Batch " {text_input("batch", "5", "", f.batch)}</label>
             <label>"Accumulate " {text_input("accumulate", "2", "", f.accumulate)}</label>
-            <label>{checkbox(f.amp)}" amp"</label>
+            <label>"amp "
+                <select id="amp" title="torch.autocast('cuda', dtype=...) around the forward pass" prop:value=move || f.amp.get().id()
+                    on:change=move |e| f.amp.set(Amp::from_id(&event_target_value(&e)))>
+                    {Amp::ALL.map(|a| view! { <option value=a.id()>{a.id()}</option> })}
+                </select>
+            </label>
             <label>{checkbox(f.checkpointing)}" checkpointing"</label>
             <label>{checkbox(f.set_to_none)}" set_to_none"</label>
             <label>{checkbox(f.tensor_history)}" total_loss += loss"</label>

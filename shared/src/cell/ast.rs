@@ -88,6 +88,21 @@ impl Expr {
     }
 }
 
+/// `torch.autocast('cuda', dtype=...)` (or `torch.cuda.amp.autocast()`):
+/// the type it casts to, float16 unless `dtype` names bfloat16.
+pub fn autocast(e: &Expr) -> Option<crate::command::Amp> {
+    use crate::command::Amp;
+    let Expr::Call(f, args) = e else { return None };
+    f.path().filter(|p| p.last() == Some(&"autocast"))?;
+    let bf16 = args.iter().any(|a| match a {
+        Arg::Keyword(k, v) => {
+            k == "dtype" && v.path().is_some_and(|p| p.last() == Some(&"bfloat16"))
+        }
+        _ => false,
+    });
+    Some(if bf16 { Amp::Bfloat16 } else { Amp::Float16 })
+}
+
 /// What an expression binds when it is assigned to.
 pub fn target(e: Expr) -> Target {
     match e {

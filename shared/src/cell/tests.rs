@@ -207,12 +207,39 @@ for epoch in range(2):\n    for i, (x, y) in enumerate(loader):\n        with to
         TrainArgs {
             steps: 2 * 60_000u64.div_ceil(64).div_ceil(4),
             accumulate: 4,
-            amp: true,
+            amp: Amp::Float16,
             set_to_none: false,
             loss_history: LossHistory::Tensor,
             ..train(0)
         }
     );
+}
+
+#[test]
+fn autocast_reads_its_dtype() {
+    let lp = |with: &str| {
+        format!(
+            "{DATA}{MLP}\nopt = torch.optim.Adam(model.parameters())\n\
+for x, y in loader:\n    with {with}:\n        loss = F.cross_entropy(model(x), y)\n    loss.backward()\n    opt.step()\n    opt.zero_grad()\n"
+        )
+    };
+    for (with, amp) in [
+        (
+            "torch.autocast('cuda', dtype=torch.bfloat16)",
+            Amp::Bfloat16,
+        ),
+        (
+            "torch.autocast(device_type='cuda', dtype=torch.float16)",
+            Amp::Float16,
+        ),
+        ("torch.cuda.amp.autocast()", Amp::Float16),
+    ] {
+        let cmds = torch(&lp(with));
+        let Some(Command::Train(t)) = cmds.last() else {
+            panic!("{cmds:?}")
+        };
+        assert_eq!(t.amp, amp, "{with}");
+    }
 }
 
 #[test]
@@ -234,7 +261,7 @@ fn forward_passes_and_contexts() {
             data: "loader".into(),
             batch_size: 64,
             no_grad,
-            amp: false,
+            amp: Amp::Off,
             checkpointing: false,
         })
     };

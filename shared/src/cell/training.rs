@@ -3,11 +3,11 @@
 //! optimizer, and the techniques (autocast, gradient accumulation,
 //! checkpointing, `zero_grad(set_to_none=...)`, how the running loss is kept).
 
-use super::ast::{Arg, Expr, Stmt, StmtKind, Target};
+use super::ast::{autocast, Arg, Expr, Stmt, StmtKind, Target};
 use super::names::Names;
 use super::value::{Eval, Forward, Loader, Value};
 use super::CellError;
-use crate::command::{Command, LossHistory, TrainArgs};
+use crate::command::{Amp, Command, LossHistory, TrainArgs};
 
 /// What the loop's body was seen to do.
 #[derive(Default)]
@@ -16,7 +16,7 @@ struct Facts {
     backward: bool,
     optimizer: Option<String>,
     set_to_none: Option<bool>,
-    amp: bool,
+    amp: Amp,
     accumulate: Option<u64>,
     history: LossHistory,
 }
@@ -171,7 +171,9 @@ fn walk(scope: &mut Names, ev: &Eval, body: &[Stmt], facts: &mut Facts) -> Resul
     for stmt in body {
         match &stmt.kind {
             StmtKind::With(items, inner) => {
-                facts.amp |= items.iter().any(|(e, _)| is_autocast(e));
+                if let Some(amp) = items.iter().find_map(|(e, _)| autocast(e)) {
+                    facts.amp = amp;
+                }
                 walk(scope, ev, inner, facts)?;
             }
             StmtKind::If(cond, then, orelse) => {
@@ -251,7 +253,10 @@ fn call(ev: &Eval, e: &Expr, facts: &mut Facts) -> Result<(), CellError> {
         Expr::Attr(_, m) if m == "backward" => facts.backward = true,
         Expr::Attr(recv, m) if m == "step" => {
             facts.optimizer = named(args.first()).or_else(|| recv.path().map(|p| p.join(".")));
-            facts.amp |= !args.is_empty();
+            if !args.is_empty() && !facts.amp.is_on() {
+                // `scaler.step(opt)`: a GradScaler means float16 autocast.
+                facts.amp = Amp::Float16;
+            }
         }
         Expr::Attr(recv, m) if m == "zero_grad" => {
             facts
@@ -280,11 +285,6 @@ fn call(ev: &Eval, e: &Expr, facts: &mut Facts) -> Result<(), CellError> {
         }
     }
     Ok(())
-}
-
-fn is_autocast(e: &Expr) -> bool {
-    let Expr::Call(f, _) = e else { return false };
-    f.path().is_some_and(|p| p.last() == Some(&"autocast"))
 }
 
 /// `k` in `if (i + 1) % k == 0:`.

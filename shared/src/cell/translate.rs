@@ -2,7 +2,7 @@
 //! alias, build or bind; `del` unbinds; calls free, step or train; a `with`
 //! block runs its body under `no_grad`, `autocast` or a TF1 session.
 
-use super::ast::{Expr, Stmt, StmtKind, Target};
+use super::ast::{autocast, Expr, Stmt, StmtKind, Target};
 use super::names::Names;
 use super::value::{Eval, Value};
 use super::CellError;
@@ -13,7 +13,7 @@ use crate::types::Framework;
 #[derive(Clone, Copy, Default)]
 pub struct Context {
     pub no_grad: bool,
-    pub amp: bool,
+    pub amp: Amp,
 }
 
 pub struct Translator {
@@ -288,8 +288,8 @@ impl Translator {
                 cx.no_grad = true;
                 continue;
             }
-            if path_ends(e, &["autocast"]) {
-                cx.amp = true;
+            if let Some(amp) = autocast(e) {
+                cx.amp = amp;
                 continue;
             }
             match self.eval(line).expr(e)? {

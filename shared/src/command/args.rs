@@ -1,6 +1,7 @@
 //! One argument struct per command, with the defaults a field takes when it
 //! is left out. Validation, execution and the Python pane take them whole.
 
+use super::Amp;
 use crate::train::kinds::{Attention, CnnShape, Norm, TransformerShape};
 use crate::train::spec::{Kind, ModelSpec};
 use crate::train::OptimizerKind;
@@ -258,7 +259,7 @@ pub struct ForwardArgs {
     pub data: String,
     pub batch_size: u64,
     pub no_grad: bool,
-    pub amp: bool,
+    pub amp: Amp,
     pub checkpointing: bool,
 }
 
@@ -308,7 +309,7 @@ pub struct TrainArgs {
     pub batch_size: u64,
     pub accumulate: u64,
     pub checkpointing: bool,
-    pub amp: bool,
+    pub amp: Amp,
     pub set_to_none: bool,
     pub loss_history: LossHistory,
     #[serde(skip_serializing_if = "Attention::is_eager")]
@@ -327,7 +328,7 @@ impl TrainArgs {
             batch_size,
             accumulate: 1,
             checkpointing: false,
-            amp: false,
+            amp: Amp::Off,
             set_to_none: true,
             loss_history: LossHistory::Item,
             attention: Attention::Eager,
@@ -356,7 +357,7 @@ pub struct EstimateArgs {
     pub data: Option<String>,
     pub batch_size: u64,
     pub accumulate: u64,
-    pub amp: bool,
+    pub amp: Amp,
     pub checkpointing: bool,
     pub set_to_none: bool,
     #[serde(skip_serializing_if = "Attention::is_eager")]

@@ -2,11 +2,13 @@
 //! with a `"cmd"` field. Each command's arguments are one struct
 //! ([`args`]); [`parse`] reads a line, lesson annotations split off.
 
+mod amp;
 pub mod args;
 pub mod parse;
 mod read;
 
 pub use crate::framework::RestartSettings;
+pub use amp::Amp;
 pub use args::*;
 pub use parse::{parse_line, parse_value, Annotations, CommandLine, ANNOTATION_KEYS};
 use serde::Serialize;

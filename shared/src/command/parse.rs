@@ -243,7 +243,7 @@ mod tests {
             batch_size: 32,
             accumulate: 2,
             checkpointing: true,
-            amp: false,
+            amp: crate::command::Amp::Off,
             set_to_none: false,
             loss_history: crate::command::LossHistory::Tensor,
             attention: crate::train::kinds::Attention::Sdpa,

@@ -5,6 +5,7 @@
 //! those the command knows.
 
 use super::args::*;
+use super::Amp;
 use crate::fields::{self, Fields};
 use serde::{Deserialize, Deserializer};
 use serde_json::Error;
@@ -115,7 +116,7 @@ fn forward(f: &mut Fields) -> Result<ForwardArgs, Error> {
         data: f.take("data")?,
         batch_size: f.take_or("batch_size", DEFAULT_BATCH)?,
         no_grad: f.take_or("no_grad", false)?,
-        amp: f.take_or("amp", false)?,
+        amp: f.take_or("amp", Amp::Off)?,
         checkpointing: f.take_or("checkpointing", false)?,
     };
     f.done(FORWARD)?;
@@ -145,7 +146,7 @@ fn train(f: &mut Fields) -> Result<TrainArgs, Error> {
         batch_size: f.take_or("batch_size", DEFAULT_BATCH)?,
         accumulate: f.take_or("accumulate", 1)?,
         checkpointing: f.take_or("checkpointing", false)?,
-        amp: f.take_or("amp", false)?,
+        amp: f.take_or("amp", Amp::Off)?,
         set_to_none: f.take_or("set_to_none", true)?,
         loss_history: f.take_or("loss_history", LossHistory::Item)?,
         attention: f.take_or("attention", Default::default())?,
@@ -173,7 +174,7 @@ fn estimate(f: &mut Fields) -> Result<EstimateArgs, Error> {
         data: f.take("data")?,
         batch_size: f.take_or("batch_size", DEFAULT_BATCH)?,
         accumulate: f.take_or("accumulate", 1)?,
-        amp: f.take_or("amp", false)?,
+        amp: f.take_or("amp", Amp::Off)?,
         checkpointing: f.take_or("checkpointing", false)?,
         set_to_none: f.take_or("set_to_none", true)?,
         attention: f.take_or("attention", Default::default())?,

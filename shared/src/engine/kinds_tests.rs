@@ -280,3 +280,26 @@ fn find_batch_size_covers_a_transformer() {
     let r = run(&mut e, &train);
     assert!(r.ok && r.stats.step_peak_allocated_bytes <= limit);
 }
+
+/// `amp` takes the autocast type to the step: under bfloat16, eager
+/// attention's softmax runs on a float32 copy of its input (float16's
+/// kernel converts as it goes), so a long sequence's step peaks higher
+/// (the step's ops against PyTorch's are in `step::tests`); with fused
+/// attention the two types hold the same bytes.
+#[test]
+fn amp_takes_float16_or_bfloat16() {
+    let (model, features, classes) = gpt(2, 128, 4, 2048, 1000);
+    let peak = |attention: &str, amp: &str| {
+        let mut e = engine(model.clone(), "adam", features, classes);
+        let train = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":2,"batch_size":2,"attention":attention,"amp":amp});
+        let r = run(&mut e, &train);
+        assert!(r.ok, "{:?}", r.error);
+        r.stats.step_peak_allocated_bytes
+    };
+    assert!(peak("eager", "bfloat16") > peak("eager", "float16"));
+    assert_eq!(peak("sdpa", "bfloat16"), peak("sdpa", "float16"));
+    let mut e = engine(model, "adam", features, classes);
+    let bad = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","amp":"int8"});
+    let r = run(&mut e, &bad);
+    assert!(r.error.unwrap().message.contains("\"bfloat16\""));
+}

@@ -19,7 +19,7 @@ impl Engine {
         let shape = &StepShape {
             batch_size: a.batch_size,
             accumulate: a.accumulate,
-            amp: a.amp,
+            amp: a.amp.dtype(),
             checkpointing: a.checkpointing,
             set_to_none: a.set_to_none,
             workspace_bytes: self.settings.cublas_workspace_bytes(),

@@ -9,7 +9,7 @@ use crate::error::{CommandError, ErrorKind};
 use crate::kernel::AllocFailure;
 use crate::runtime::{Class, ObjId, ObjectKind};
 use crate::train::kinds::step::{Attention, Options, Program};
-use crate::train::spec::{Kind, AUTOCAST_DTYPE};
+use crate::train::spec::Kind;
 use crate::train::step::{self, BackwardError, Frame};
 use crate::train::{DataSpec, ModelSpec};
 use crate::types::{Category, Dtype};
@@ -88,7 +88,7 @@ impl Engine {
             data: data_id,
             batch,
             no_grad: a.no_grad,
-            amp: a.amp,
+            amp: a.amp.dtype(),
             checkpointing: a.checkpointing,
             compute,
             input: None,
@@ -245,7 +245,7 @@ impl Engine {
         let options = Options {
             attention: a.attention,
             checkpointing: a.checkpointing,
-            amp: a.amp.then_some(AUTOCAST_DTYPE),
+            amp: a.amp.dtype(),
         };
         Ok(Plan {
             model,
@@ -350,7 +350,7 @@ impl Engine {
             data: plan.data,
             batch: plan.micro_batch,
             no_grad: false,
-            amp: a.amp,
+            amp: a.amp.dtype(),
             checkpointing: a.checkpointing,
             compute: plan.compute,
         };

@@ -9,8 +9,6 @@ use serde::{Deserialize, Serialize};
 
 /// The most hidden layers a model may have.
 pub const MAX_LAYERS: u32 = 1024;
-/// The type `amp` autocasts to: `torch.autocast('cuda', dtype=torch.float16)`.
-pub const AUTOCAST_DTYPE: Dtype = Dtype::Float16;
 /// The widest a hidden layer may be.
 pub const MAX_WIDTH: u64 = 1 << 20;
 
@@ -260,7 +258,8 @@ pub struct Estimate {
 pub struct StepShape {
     pub batch_size: u64,
     pub accumulate: u64,
-    pub amp: bool,
+    /// The autocast type, if any.
+    pub amp: Option<Dtype>,
     pub checkpointing: bool,
     pub set_to_none: bool,
     /// One cuBLAS workspace (`Settings::cublas_workspace_bytes`); a step
@@ -278,11 +277,11 @@ pub fn checkpoint_segment(layers: u32) -> u32 {
 
 /// What a forward pass at micro-batch `b` saves for backward, besides the
 /// log-probabilities: the hidden outputs (only segment boundaries and the
-/// last one under checkpointing), and under amp fp16 copies of the input and
+/// last one under checkpointing), and under autocast casts of the input and
 /// of every weight.
 fn saved_activation_bytes(model: &ModelSpec, s: &StepShape, b: u64) -> u64 {
     let layers = model.layers as u64;
-    let ab = if s.amp { 2 } else { model.dtype.size_bytes() };
+    let ab = s.amp.unwrap_or(model.dtype).size_bytes();
     let saved_hidden = if s.checkpointing {
         // Segment boundaries (the first is the input itself) plus the last
         // hidden output, which the output layer saves.
@@ -291,7 +290,7 @@ fn saved_activation_bytes(model: &ModelSpec, s: &StepShape, b: u64) -> u64 {
     } else {
         layers
     };
-    let amp_extra = if s.amp {
+    let amp_extra = if s.amp.is_some() {
         let weights: u64 = model.dims().windows(2).map(|d| d[0] * d[1] * 2).sum();
         b * model.input_dim * 2 + weights
     } else {
@@ -315,7 +314,7 @@ pub fn estimate(
     let p = model.param_bytes();
     let o = state_bytes(model, optimizer, |b| b);
     let b = s.batch_size / s.accumulate.max(1);
-    let ab = if s.amp { 2 } else { model.dtype.size_bytes() };
+    let ab = s.amp.unwrap_or(model.dtype).size_bytes();
     let layers = model.layers as u64;
     let on_device = data.is_some_and(|d| d.on_device);
     let dataset = data
@@ -393,7 +392,7 @@ fn kinds_estimate(model: &ModelSpec, optimizer: Option<OptimizerSpec>, s: &StepS
     let options = Options {
         attention: s.attention,
         checkpointing: s.checkpointing,
-        amp: s.amp.then_some(AUTOCAST_DTYPE),
+        amp: s.amp,
     };
     let (saved, attention) = match model.kind {
         Kind::Transformer(t) => estimate::transformer_saved(&t, b, options),
@@ -462,7 +461,7 @@ mod tests {
         let shape = StepShape {
             batch_size: 64,
             accumulate: 1,
-            amp: false,
+            amp: None,
             checkpointing: false,
             set_to_none: true,
             workspace_bytes: 0,

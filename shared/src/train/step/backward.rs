@@ -84,11 +84,7 @@ pub fn backward(
         dims: spec.dims(),
         classes: spec.classes,
         param_dtype: spec.dtype,
-        adt: if g.plan.amp {
-            Dtype::Float16
-        } else {
-            spec.dtype
-        },
+        adt: g.plan.amp.unwrap_or(spec.dtype),
     };
     let mark = frame.mark();
     let tag = k
@@ -324,9 +320,9 @@ impl Backward<'_> {
         index: usize,
     ) -> Result<ObjId, AllocFailure> {
         let (param, shape, label) = self.param_info(k, index);
-        let g = if self.plan.amp {
-            let label = format!("{label}.grad_fp16");
-            frame.alloc(k, &label, &shape, Dtype::Float16, Category::Temporary)?
+        let g = if let Some(low) = self.plan.amp {
+            let label = format!("{label}.grad_{}", super::forward::short(low));
+            frame.alloc(k, &label, &shape, low, Category::Temporary)?
         } else {
             self.grad_buffer(k, frame, param, &shape, &label)?
         };
@@ -366,7 +362,7 @@ impl Backward<'_> {
         g: ObjId,
     ) -> Result<(), AllocFailure> {
         let (param, shape, label) = self.param_info(k, index);
-        let g = if self.plan.amp {
+        let g = if self.plan.amp.is_some() {
             let full = self.grad_buffer(k, frame, param, &shape, &label)?;
             frame.drop(k, g);
             full

@@ -14,7 +14,8 @@ use crate::types::{Category, Dtype};
 #[derive(Clone, Debug, Default)]
 pub struct SavedPlan {
     pub batch: u64,
-    pub amp: bool,
+    /// The autocast type, if any.
+    pub amp: Option<Dtype>,
     pub checkpointing: bool,
     pub targets: Option<ObjId>,
     pub total_weight: Option<ObjId>,
@@ -25,7 +26,7 @@ pub struct SavedPlan {
     pub mat1: Vec<Option<ObjId>>,
     /// Each ReLU's saved output; `None` inside checkpointed segments.
     pub relu: Vec<Option<ObjId>>,
-    /// fp16 weight copies per linear layer (amp).
+    /// Weight casts per linear layer (autocast).
     pub weight_casts: Vec<Option<ObjId>>,
     /// Checkpointed segments: first and one-past-last hidden layer, input.
     pub segments: Vec<(usize, usize, ObjId)>,
@@ -38,7 +39,8 @@ pub struct ForwardArgs<'a> {
     pub data: ObjId,
     pub batch: u64,
     pub no_grad: bool,
-    pub amp: bool,
+    /// `torch.autocast('cuda', dtype)` around the pass, if given.
+    pub amp: Option<Dtype>,
     pub checkpointing: bool,
     /// Compute the numbers on the CPU.
     pub compute: bool,
@@ -64,8 +66,8 @@ struct Pass<'a, 'b> {
     /// Widths: the input, each hidden layer, the classes.
     dims: Vec<u64>,
     batch: u64,
-    amp: bool,
-    /// The dtype activations are computed in (float16 under autocast).
+    amp: Option<Dtype>,
+    /// The dtype activations are computed in (the autocast type).
     adt: Dtype,
     graph: Option<ObjId>,
     plan: SavedPlan,
@@ -167,7 +169,7 @@ impl<'a, 'b> Pass<'a, 'b> {
             dims: spec.dims(),
             batch: a.batch,
             amp: a.amp,
-            adt: if a.amp { Dtype::Float16 } else { spec.dtype },
+            adt: a.amp.unwrap_or(spec.dtype),
             graph,
             plan,
         }
@@ -190,13 +192,13 @@ impl<'a, 'b> Pass<'a, 'b> {
         let layers = self.spec.layers as usize;
         let seg = checkpoint_segment(self.spec.layers) as usize;
         let mut prev = x;
-        if self.amp {
-            // Autocast copies the input to float16 for the first matmul.
+        if let Some(low) = self.amp {
+            // Autocast casts the input for the first matmul.
             prev = frame.alloc(
                 k,
-                &format!("{}.x_fp16", self.tag),
+                &format!("{}.x_{}", self.tag, short(low)),
                 &[self.batch, self.spec.input_dim],
-                Dtype::Float16,
+                low,
                 Category::Activation,
             )?;
         }
@@ -215,8 +217,8 @@ impl<'a, 'b> Pass<'a, 'b> {
         self.linear(k, frame, layers, &label, prev, x, true)
     }
 
-    /// `addmm`: allocates the layer's output; under autocast, fp16 copies of
-    /// the weight and bias first. Saves its input (and the fp16 weight) when
+    /// `addmm`: allocates the layer's output; under autocast, casts of the
+    /// weight and bias first. Saves its input (and the weight's cast) when
     /// recording; the input dies unless it is the batch itself.
     #[allow(clippy::too_many_arguments)]
     fn linear(
@@ -231,19 +233,19 @@ impl<'a, 'b> Pass<'a, 'b> {
     ) -> Result<ObjId, AllocFailure> {
         let (inp, out) = (self.dims[l], self.dims[l + 1]);
         let grad_mode = self.graph.is_some() && recorded;
-        let cast = if self.amp {
+        let cast = if let Some(low) = self.amp {
             let w = frame.alloc(
                 k,
-                &format!("{}.{}.weight_fp16", self.tag, 2 * l),
+                &format!("{}.{}.weight_{}", self.tag, 2 * l, short(low)),
                 &[out, inp],
-                Dtype::Float16,
+                low,
                 Category::Temporary,
             )?;
             let bias = frame.alloc(
                 k,
-                &format!("{}.{}.bias_fp16", self.tag, 2 * l),
+                &format!("{}.{}.bias_{}", self.tag, 2 * l, short(low)),
                 &[out],
-                Dtype::Float16,
+                low,
                 Category::Temporary,
             )?;
             Some((w, bias))
@@ -343,4 +345,13 @@ fn dataset_cursor(d: &mut DatasetState, batch: u64) -> u64 {
     let start = d.cursor;
     d.cursor = (d.cursor + batch) % d.spec.samples.max(1);
     start
+}
+
+/// A cast's label suffix: `fp16`, `bf16`.
+pub(super) fn short(dtype: Dtype) -> &'static str {
+    match dtype {
+        Dtype::Bfloat16 => "bf16",
+        Dtype::Float16 => "fp16",
+        other => other.torch_name(),
+    }
 }
