@@ -68,10 +68,11 @@ async fn the_playground_in_a_browser() {
         "figure: web app transferred (gzip): {} KB",
         transferred / 1000
     );
-    // The budget: 525 KB gzipped for everything the page loads (500 KB
+    // The budget: 530 KB gzipped for everything the page loads (500 KB
     // until the engine in the page learned the CNN and the transformer,
-    // 515 KB until LoRA and 8-bit optimizer state).
-    assert!(transferred <= 525_000, "{transferred} bytes");
+    // 515 KB until LoRA and 8-bit optimizer state, 525 KB until LoRA
+    // under autocast, the CNN's checkpointing and bfloat16).
+    assert!(transferred <= 530_000, "{transferred} bytes");
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
     let addr = serve_on(0, stop_rx).await;
