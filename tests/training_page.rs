@@ -42,7 +42,13 @@ async fn on_the_page_model_every_technique_moves_the_peak() {
     let mut moved = Vec::new();
     set_input(&page, "batch", "2048").await;
     moved.push(("batch 2048", step_peak(&page).await));
-    set_input(&page, "batch", "1024").await;
+    // The slider beside the field moves in powers of two and writes there.
+    let slider = js(&page, "document.getElementById('batch-slider').value").await;
+    assert_eq!(slider.as_str(), Some("11"));
+    set_input(&page, "batch-slider", "10").await;
+    let batch = js(&page, "document.getElementById('batch').value").await;
+    assert_eq!(batch.as_str(), Some("1024"));
+    assert_eq!(step_peak(&page).await, base);
     pick(&page, "amp", "float16").await;
     moved.push(("amp", step_peak(&page).await));
     pick(&page, "amp", "off").await;
@@ -279,7 +285,9 @@ async fn a_transformer_and_a_cnn_train_in_the_page() {
     // would not fit.
     let batch = js(&page, "document.getElementById('batch').value").await;
     assert_eq!(batch.as_str(), Some("8"));
-    set_input(&page, "seq-len", "1024").await;
+    set_input(&page, "seq-slider", "10").await;
+    let seq = js(&page, "document.getElementById('seq-len').value").await;
+    assert_eq!(seq.as_str(), Some("1024"));
     set_input(&page, "heads", "8").await;
     tick(&page, "RMSNorm", true).await;
     tick(&page, "tied head", false).await;

@@ -126,6 +126,27 @@ fn text_input(
     view! { <input id=id size=size placeholder=placeholder prop:value=value on:input=move |e| value.set(event_target_value(&e)) /> }
 }
 
+/// A slider over the powers of two `2^low..=2^high`, for the number in
+/// the text field `value` (typing there moves it; dragging it writes
+/// there).
+fn pow2_slider(
+    id: &'static str,
+    label: &'static str,
+    (low, high): (u32, u32),
+    value: RwSignal<String>,
+) -> impl IntoView {
+    let at = move || {
+        let n = value.get().trim().parse::<u64>().unwrap_or(1).max(1);
+        n.ilog2().clamp(low, high).to_string()
+    };
+    let set = move |e| {
+        if let Ok(p) = event_target_value(&e).parse::<u32>() {
+            value.set((1u64 << p.min(high)).to_string());
+        }
+    };
+    view! { <input type="range" id=id aria-label=label min=low.to_string() max=high.to_string() prop:value=at on:input=set /> }
+}
+
 /// A checkbox bound to a signal.
 fn checkbox(value: RwSignal<bool>) -> impl IntoView {
     view! { <input type="checkbox" prop:checked=value on:change=move |e| value.set(event_target_checked(&e)) /> }

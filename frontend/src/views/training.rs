@@ -1,7 +1,7 @@
 //! Training: build a model, an optimizer and data, then run forward,
 //! backward, the optimizer, or whole training loops.
 
-use super::{button, checkbox, checked_button, hidden, text_input};
+use super::{button, checkbox, checked_button, hidden, pow2_slider, text_input};
 use crate::state::App;
 use leptos::prelude::*;
 use std::ops::RangeInclusive;
@@ -303,6 +303,7 @@ pub fn Training(app: App) -> impl IntoView {
             {checked_button(app, "btn-build", "Build model, optimizer, data", "model = MLP(...); opt = ...; data on the host or the GPU", move || f.build())}
             <br />
             <label>"Batch " {text_input("batch", "5", "", f.batch)}</label>
+            {pow2_slider("batch-slider", "batch size", (0, 14), f.batch)}
             <label>"Accumulate " {text_input("accumulate", "2", "", f.accumulate)}</label>
             <label>"amp "
                 <select id="amp" title="torch.autocast('cuda', dtype=...) around the forward pass" prop:value=move || f.amp.get().id()
@@ -357,6 +358,7 @@ fn ModelKindControls(f: Fields) -> impl IntoView {
             </span>
             <span hidden=move || !is(ModelKind::Transformer)>
                 <label>"Sequence " {text_input("seq-len", "5", "", f.seq_len)}</label>
+                {pow2_slider("seq-slider", "sequence length", (4, 15), f.seq_len)}
                 <label>"Vocabulary " {text_input("vocab", "6", "", f.vocab)}</label>
                 <label>"Heads " {text_input("heads", "3", "auto", f.heads)}</label>
                 <label>"MLP ratio " {text_input("mlp-ratio", "2", "", f.mlp_ratio)}</label>
