@@ -86,6 +86,10 @@ fn bench(c: &mut Criterion) {
     group.bench_function("transformer 12x768 batch 8 seq 1024, LoRA rank 16", |b| {
         b.iter(|| step(&mut e, 8))
     });
+    group.bench_function(
+        "transformer 12x768 batch 8 seq 1024, LoRA rank 16, bfloat16 autocast",
+        |b| b.iter(|| step_with(&mut e, 8, json!({"amp":"bfloat16"}))),
+    );
     let mut e = built(
         json!({"cmd":"model","name":"model","kind":"cnn","channels":3,"image_size":224,"blocks":5,"width":64,"classes":1000}),
         json!({"cmd":"data","name":"data","features":3 * 224 * 224,"classes":1000}),
@@ -93,6 +97,10 @@ fn bench(c: &mut Criterion) {
     group.bench_function("CNN 5 blocks on 224x224 batch 64", |b| {
         b.iter(|| step(&mut e, 64))
     });
+    group.bench_function(
+        "CNN 5 blocks on 224x224 batch 64, checkpointed, float16 autocast",
+        |b| b.iter(|| step_with(&mut e, 64, json!({"checkpointing":true,"amp":"float16"}))),
+    );
     group.sample_size(10);
     let mut e = engine(4, 1024, true);
     group.bench_function("4x1024 batch 64, with arithmetic", |b| {
