@@ -46,8 +46,9 @@ pub fn code(cmd: &Command, framework: Framework) -> String {
         Command::ZeroGrad(a) => format!("{}.zero_grad(set_to_none={})", a.optimizer, py_bool(a.set_to_none)),
         Command::Train(a) => train_code(a),
         Command::FindBatchSize(a) => format!(
-            "# try batch sizes 1, 2, 4, ... and keep the largest whose step peak stays under {} of the memory limit",
-            a.threshold
+            "# try batch sizes 1, 2, 4, ... and keep the largest whose step peak stays under {} of the memory limit{}",
+            a.threshold,
+            techniques(a)
         ),
         Command::Estimate(a) => format!(
             "# estimate parameters, gradients, optimizer state and activations at batch {}",
@@ -199,6 +200,24 @@ fn data_code(a: &DataArgs) -> String {
         )
     } else {
         format!("{name} = DataLoader(TensorDataset(X, y), batch_size=...)  # {samples} x {features}, on the host")
+    }
+}
+
+/// The techniques a batch-size search trains with, in words.
+fn techniques(a: &FindBatchSizeArgs) -> String {
+    let mut words = Vec::new();
+    if a.amp.is_on() {
+        words.push(format!("autocast to {}", a.amp.torch_dtype()));
+    }
+    if a.checkpointing {
+        words.push("checkpointing".to_string());
+    }
+    if !a.attention.is_eager() {
+        words.push("fused attention".to_string());
+    }
+    match words.is_empty() {
+        true => String::new(),
+        false => format!(", with {}", words.join(", ")),
     }
 }
 

@@ -96,8 +96,10 @@ impl Fields {
         }
     }
 
+    /// Fused attention when ticked, for a transformer (the other kinds
+    /// have none).
     fn attention(&self) -> Attention {
-        if self.fused.get_untracked() {
+        if self.fused.get_untracked() && self.kind.get_untracked() == ModelKind::Transformer {
             Attention::Sdpa
         } else {
             Attention::Eager
@@ -234,12 +236,16 @@ impl Fields {
     }
 }
 
-fn find_batch_size() -> Command {
+/// The largest batch with the techniques ticked.
+fn find_batch_size(f: Fields) -> Command {
     Command::FindBatchSize(FindBatchSizeArgs {
         model: "model".into(),
         optimizer: "opt".into(),
         data: "data".into(),
         threshold: DEFAULT_THRESHOLD,
+        amp: f.amp.get_untracked(),
+        checkpointing: f.checkpointing.get_untracked(),
+        attention: f.attention(),
     })
 }
 
@@ -325,7 +331,7 @@ pub fn Training(app: App) -> impl IntoView {
             <PlayControls app=app f=f />
             <br />
             {checked_button(app, "btn-estimate", "estimate", "Predict the step's memory before running it", move || f.estimate())}
-            {button(app, "btn-find-batch", "find batch size", "The largest batch whose step stays under 80% of the memory limit", find_batch_size)}
+            {button(app, "btn-find-batch", "find batch size", "The largest batch whose step stays under 80% of the memory limit, with the techniques ticked", move || find_batch_size(f))}
             {button(app, "btn-tf-session", "tf.Session()", "TensorFlow 1: models built now belong to the session", move || Command::TfSession(session("sess")))}
             {button(app, "btn-close-session", "sess.close()", "Close the TF1 session", move || Command::Close(session("sess")))}
             <button id="btn-pause" disabled=move || app.read_only() on:click=move |_| crate::stopping::stop(app)>"❚❚ pause"</button>

@@ -336,7 +336,8 @@ impl TrainArgs {
     }
 }
 
-/// The largest batch whose step peak stays under `threshold` of the memory limit.
+/// The largest batch whose step peak stays under `threshold` of the memory
+/// limit, with the techniques a `train` would use.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FindBatchSizeArgs {
@@ -345,6 +346,16 @@ pub struct FindBatchSizeArgs {
     pub data: String,
     #[serde(default = "default_threshold")]
     pub threshold: f64,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub amp: Amp,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub checkpointing: bool,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub attention: Attention,
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 /// Predicts a training step's memory from the shapes, before running it.

@@ -258,27 +258,43 @@ fn fused_attention_on_an_mlp_or_a_cnn_is_refused() {
 
 /// `find_batch_size` trains the same transformer on a scratch kernel: the
 /// batch it finds fits under the threshold, and twice that batch does not.
+/// `find_batch_size` trains the same transformer on a scratch kernel, with
+/// the techniques asked for: the batch it finds fits under the threshold
+/// with them, and twice that batch does not; checkpointing, autocast and
+/// fused attention together let a larger batch fit.
 #[test]
-fn find_batch_size_covers_a_transformer() {
+fn find_batch_size_covers_a_transformer_and_its_techniques() {
     let (model, features, classes) = gpt(2, 128, 4, 256, 1000);
     let mut e = engine(model, "adam", features, classes);
-    let find = json!({"cmd":"find_batch_size","model":"model","optimizer":"opt","data":"data","threshold":0.1});
+    let mut found = Vec::new();
+    for technique in [
+        json!({}),
+        json!({"checkpointing":true,"amp":"bfloat16","attention":"sdpa"}),
+    ] {
+        let find = json!({"cmd":"find_batch_size","model":"model","optimizer":"opt","data":"data","threshold":0.1});
+        let r = run(&mut e, &with(find, &technique));
+        assert!(r.ok, "{:?}", r.error);
+        let v = r.value.unwrap();
+        let (best, limit) = (
+            v["batch_size"].as_u64().unwrap(),
+            v["limit_bytes"].as_u64().unwrap(),
+        );
+        let tried = v["tried"].as_array().unwrap();
+        let last = tried.last().unwrap();
+        assert_eq!(last["batch_size"].as_u64(), Some(2 * best));
+        assert!(last["peak_allocated_bytes"]
+            .as_u64()
+            .is_none_or(|p| p > limit));
+        let train = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":2,"batch_size":best});
+        let r = run(&mut e, &with(train, &technique));
+        assert!(r.ok && r.stats.step_peak_allocated_bytes <= limit);
+        found.push(best);
+    }
+    assert!(found[1] > found[0], "{found:?}");
+    let mut e = engine(json!({}), "adam", 784, 10);
+    let find = json!({"cmd":"find_batch_size","model":"model","optimizer":"opt","data":"data","attention":"sdpa"});
     let r = run(&mut e, &find);
-    assert!(r.ok, "{:?}", r.error);
-    let v = r.value.unwrap();
-    let (best, limit) = (
-        v["batch_size"].as_u64().unwrap(),
-        v["limit_bytes"].as_u64().unwrap(),
-    );
-    let tried = v["tried"].as_array().unwrap();
-    let last = tried.last().unwrap();
-    assert_eq!(last["batch_size"].as_u64(), Some(2 * best));
-    assert!(last["peak_allocated_bytes"]
-        .as_u64()
-        .is_none_or(|p| p > limit));
-    let train = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":2,"batch_size":best});
-    let r = run(&mut e, &train);
-    assert!(r.ok && r.stats.step_peak_allocated_bytes <= limit);
+    assert!(r.error.unwrap().message.contains("has no attention"));
 }
 
 /// `amp` takes the autocast type to the step: under bfloat16, eager

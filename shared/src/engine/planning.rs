@@ -82,6 +82,11 @@ impl Engine {
         }
         let (_, state) = self.model_state(model)?;
         let spec = state.spec;
+        let technique = Technique {
+            tensor_history: false,
+            attention: a.attention,
+        };
+        technique.check(&spec)?;
         let optimizer = self.train.optimizers[&self.instance(optimizer, Class::Optimizer)?].spec();
         let data_spec = self.train.datasets[&self.instance(data, Class::Dataset)?].spec;
         let budget = self.settings.memory_budget(self.kernel.device.as_ref());
@@ -90,7 +95,13 @@ impl Engine {
         let mut best = None;
         let mut batch = 1u64;
         while batch <= data_spec.samples.min(1 << 24) {
-            let peak = self.trial_peak(&spec, optimizer, &data_spec, batch);
+            let train = TrainArgs {
+                amp: a.amp,
+                checkpointing: a.checkpointing,
+                attention: a.attention,
+                ..TrainArgs::plain("model", "opt", "data", 1, batch)
+            };
+            let peak = self.trial_peak(&spec, optimizer, &data_spec, &train);
             let fits = peak.is_some_and(|p| p <= limit);
             tried.push(json!({"batch_size": batch, "peak_allocated_bytes": peak, "fits": fits}));
             if !fits {
@@ -117,14 +128,15 @@ impl Engine {
         })
     }
 
-    /// The peak allocated of two training steps at `batch`, on a fresh
-    /// simulated kernel with this one's settings; `None` on OOM.
+    /// The peak allocated of two training steps (`train`, on the names
+    /// `model`, `opt`, `data`), on a fresh simulated kernel with this
+    /// one's settings; `None` on OOM or a technique the model refuses.
     pub(super) fn trial_peak(
         &self,
         spec: &ModelSpec,
         optimizer: OptimizerSpec,
         data: &DataSpec,
-        batch: u64,
+        train: &TrainArgs,
     ) -> Option<u64> {
         let mut trial = Engine::new(Box::new(SimDeviceFactory), self.settings.clone()).ok()?;
         trial.set_event_capacity(0);
@@ -152,11 +164,7 @@ impl Engine {
         }
         let mut peak = 0;
         for _ in 0..2 {
-            trial
-                .execute(&Command::Train(TrainArgs::plain(
-                    "model", "opt", "data", 1, batch,
-                )))
-                .ok()?;
+            trial.execute(&Command::Train(train.clone())).ok()?;
             peak = peak.max(trial.stats().step_peak_allocated_bytes);
         }
         Some(peak)
