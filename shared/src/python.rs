@@ -279,7 +279,10 @@ fn train_code(a: &TrainArgs) -> String {
     s.push_str(indent);
     s.push_str(match a.loss_history {
         LossHistory::Item => "    total_loss += loss.item()\n",
-        LossHistory::Tensor => "    total_loss += loss  # keeps every step's graph reachable\n",
+        LossHistory::Tensor => {
+            "    total_loss += loss  # one scalar on the GPU; its history is host memory\n"
+        }
+        LossHistory::List => "    losses.append(loss)  # every step's loss stays\n",
     });
     s.push_str(&format!(
         "    {optimizer}.step()\n    {optimizer}.zero_grad(set_to_none={})",

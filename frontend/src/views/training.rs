@@ -50,7 +50,7 @@ struct Fields {
     amp: RwSignal<Amp>,
     checkpointing: RwSignal<bool>,
     set_to_none: RwSignal<bool>,
-    tensor_history: RwSignal<bool>,
+    loss_history: RwSignal<LossHistory>,
     on_device: RwSignal<bool>,
     no_grad: RwSignal<bool>,
 }
@@ -90,7 +90,7 @@ impl Fields {
             amp: RwSignal::new(Amp::Off),
             checkpointing: RwSignal::new(false),
             set_to_none: RwSignal::new(true),
-            tensor_history: RwSignal::new(false),
+            loss_history: RwSignal::new(LossHistory::Item),
             on_device: RwSignal::new(false),
             no_grad: RwSignal::new(false),
         }
@@ -200,11 +200,7 @@ impl Fields {
             checkpointing: self.checkpointing.get_untracked(),
             amp: self.amp.get_untracked(),
             set_to_none: self.set_to_none.get_untracked(),
-            loss_history: if self.tensor_history.get_untracked() {
-                LossHistory::Tensor
-            } else {
-                LossHistory::Item
-            },
+            loss_history: self.loss_history.get_untracked(),
             attention: self.attention(),
         })])
     }
@@ -319,7 +315,12 @@ pub fn Training(app: App) -> impl IntoView {
             </label>
             <label>{checkbox(f.checkpointing)}" checkpointing"</label>
             <label>{checkbox(f.set_to_none)}" set_to_none"</label>
-            <label>{checkbox(f.tensor_history)}" total_loss += loss"</label>
+            <label>"loss "
+                <select id="loss-history" title="What the loop keeps of each step's loss" prop:value=move || f.loss_history.get().id()
+                    on:change=move |e| f.loss_history.set(LossHistory::from_id(&event_target_value(&e)))>
+                    {LossHistory::ALL.map(|h| view! { <option value=h.id()>{h.code()}</option> })}
+                </select>
+            </label>
             <label>{checkbox(f.no_grad)}" no_grad (forward)"</label>
             <br />
             {checked_button(app, "btn-forward", "forward", "loss = criterion(model(x), y)", move || f.forward())}

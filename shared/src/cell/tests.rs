@@ -209,7 +209,7 @@ for epoch in range(2):\n    for i, (x, y) in enumerate(loader):\n        with to
             accumulate: 4,
             amp: Amp::Float16,
             set_to_none: false,
-            loss_history: LossHistory::Tensor,
+            loss_history: LossHistory::List,
             ..train(0)
         }
     );

@@ -272,7 +272,7 @@ fn call(ev: &Eval, e: &Expr, facts: &mut Facts) -> Result<(), CellError> {
         Expr::Attr(_, m) if m == "append" => {
             if let Some(Arg::Pos(a)) = args.first() {
                 if matches!(ev.expr(a)?, Value::Forward(_)) {
-                    facts.history = LossHistory::Tensor;
+                    facts.history = LossHistory::List;
                 }
             }
         }

@@ -295,8 +295,40 @@ pub enum LossHistory {
     /// `total_loss += loss.item()`: a Python float.
     #[default]
     Item,
-    /// `total_loss += loss`: a tensor whose history keeps every step's loss.
+    /// `total_loss += loss`: a tensor, one scalar on the GPU (its history
+    /// is autograd's nodes, in host memory).
     Tensor,
+    /// `losses.append(loss)`: every step's loss stays alive in the list.
+    List,
+}
+
+impl LossHistory {
+    pub const ALL: [LossHistory; 3] = [LossHistory::Item, LossHistory::Tensor, LossHistory::List];
+
+    /// Its name in a command: `item`, `tensor`, `list`.
+    pub fn id(self) -> &'static str {
+        match self {
+            LossHistory::Item => "item",
+            LossHistory::Tensor => "tensor",
+            LossHistory::List => "list",
+        }
+    }
+
+    pub fn from_id(id: &str) -> Self {
+        LossHistory::ALL
+            .into_iter()
+            .find(|h| h.id() == id)
+            .unwrap_or_default()
+    }
+
+    /// The line of the loop it stands for.
+    pub fn code(self) -> &'static str {
+        match self {
+            LossHistory::Item => "total_loss += loss.item()",
+            LossHistory::Tensor => "total_loss += loss",
+            LossHistory::List => "losses.append(loss)",
+        }
+    }
 }
 
 /// The training loop.

@@ -215,11 +215,23 @@ fn what_the_new_kinds_do_not_model_is_refused_with_the_reason() {
     let estimate = json!({"cmd":"estimate","model":"model","amp":true});
     assert!(run(&mut e, &estimate).ok);
     let mut e = engine(model, "adam", features, classes);
+    // What the loop keeps of each loss: one scalar, or one a step.
     let r = run(
         &mut e,
         &with(train.clone(), &json!({"loss_history":"tensor"})),
     );
-    assert!(r.error.unwrap().message.contains("loss_history"));
+    assert!(r.ok, "{:?}", r.error);
+    let r = run(
+        &mut e,
+        &with(train.clone(), &json!({"loss_history":"list","steps":3})),
+    );
+    assert!(r.ok, "{:?}", r.error);
+    let listed = r.stats.allocations;
+    let r = run(
+        &mut e,
+        &with(train.clone(), &json!({"loss_history":"list","steps":2})),
+    );
+    assert_eq!(r.stats.allocations, listed + 2);
     let on_device = json!({"cmd":"data","name":"gpu_data","samples":64,"features":256,"classes":1000,"on_device":true});
     assert!(run(&mut e, &on_device).ok);
     let r = run(&mut e, &with(train.clone(), &json!({"data":"gpu_data"})));

@@ -2,7 +2,7 @@
 //! step's memory) and `find_batch_size` (trial steps on a fresh simulated
 //! kernel with this one's settings).
 
-use super::training::Technique;
+use super::training::check_attention;
 use super::{error, Engine, Outcome, SimDeviceFactory};
 use crate::command::{
     Command, DataArgs, EstimateArgs, FindBatchSizeArgs, OptimizerArgs, TrainArgs,
@@ -26,11 +26,7 @@ impl Engine {
             attention: a.attention,
         };
         let (_, state) = self.model_state(&a.model)?;
-        let technique = Technique {
-            tensor_history: false,
-            attention: a.attention,
-        };
-        technique.check(&state.spec)?;
+        check_attention(a.attention, &state.spec)?;
         let optimizer = match a.optimizer.as_deref() {
             Some(o) => Some(self.train.optimizers[&self.instance(o, Class::Optimizer)?].spec()),
             None => None,
@@ -82,11 +78,7 @@ impl Engine {
         }
         let (_, state) = self.model_state(model)?;
         let spec = state.spec;
-        let technique = Technique {
-            tensor_history: false,
-            attention: a.attention,
-        };
-        technique.check(&spec)?;
+        check_attention(a.attention, &spec)?;
         let optimizer = self.train.optimizers[&self.instance(optimizer, Class::Optimizer)?].spec();
         let data_spec = self.train.datasets[&self.instance(data, Class::Dataset)?].spec;
         let budget = self.settings.memory_budget(self.kernel.device.as_ref());

@@ -6,7 +6,7 @@ use super::program::{self, Target};
 use super::{check_name, error, Engine, Outcome, Progress, MAX_BATCH_SIZE, MAX_TRAIN_STEPS};
 use crate::command::{BackwardArgs, ForwardArgs, LossHistory, StepArgs, TrainArgs, ZeroGradArgs};
 use crate::error::{CommandError, ErrorKind};
-use crate::kernel::AllocFailure;
+use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::{Class, ObjId, ObjectKind};
 use crate::train::kinds::step::{Attention, Options, Program};
 use crate::train::spec::Kind;
@@ -241,7 +241,7 @@ impl Engine {
         }
         let micro_batch = a.batch_size / a.accumulate;
         check_batch(micro_batch, &self.train.datasets[&data].spec, &spec)?;
-        Technique::of(a).check(&spec)?;
+        check_attention(a.attention, &spec)?;
         let options = Options {
             attention: a.attention,
             checkpointing: a.checkpointing,
@@ -341,6 +341,9 @@ impl Engine {
                 loss: "loss",
             };
             program::play(&mut self.kernel, frame, &mut self.train.cublas, p, &target)?;
+            if let Some(loss) = self.kernel.runtime.lookup("loss") {
+                keep_history(&mut self.kernel, frame, a.loss_history, loss)?;
+            }
             return Ok(None);
         }
         let args = step::ForwardArgs {
@@ -369,16 +372,7 @@ impl Engine {
             Err(BackwardError::Oom(f)) => return Err(f),
             Err(_) => unreachable!("a fresh graph has not been consumed"),
         }
-        if a.loss_history == LossHistory::Tensor {
-            // total_loss += loss: a new tensor whose history holds both.
-            let total = frame.alloc(k, "total_loss", &[], Dtype::Float32, Category::Other)?;
-            if let Some(prev) = k.runtime.lookup("total_loss") {
-                k.runtime.add_ref(total, prev);
-            }
-            k.runtime.add_ref(total, loss);
-            frame.take(total);
-            k.bind_local("total_loss", total);
-        }
+        keep_history(k, frame, a.loss_history, loss)?;
         frame.take(loss);
         k.bind_local("loss", loss);
         Ok(out.value)
@@ -391,6 +385,49 @@ impl Engine {
         self.progress = hook;
         go_on
     }
+}
+
+/// What the loop keeps of each step's `loss` (after `loss.backward()`).
+/// `total_loss += loss`: the first step makes `total_loss` a tensor
+/// (`0 + loss`, a new scalar), later steps add into it in place; its
+/// history (`AddBackward0` nodes, which save nothing, and graphs whose
+/// saved tensors backward already freed) is host memory, so the GPU keeps
+/// this one scalar. `losses.append(loss)`: the list keeps every step's
+/// scalar. Both as PyTorch's own loop keeps them
+/// (`tests/reference/loss_history.py`).
+fn keep_history(
+    k: &mut Kernel,
+    frame: &mut Frame,
+    history: LossHistory,
+    loss: ObjId,
+) -> Result<(), AllocFailure> {
+    match history {
+        LossHistory::Item => {}
+        LossHistory::Tensor if k.runtime.lookup("total_loss").is_some() => {}
+        LossHistory::Tensor => {
+            let total = frame.alloc(k, "total_loss", &[], Dtype::Float32, Category::Other)?;
+            frame.take(total);
+            k.bind_local("total_loss", total);
+        }
+        LossHistory::List => {
+            let list = match k.runtime.lookup("losses") {
+                Some(list)
+                    if k.runtime
+                        .get(list)
+                        .is_some_and(|o| o.kind == ObjectKind::List) =>
+                {
+                    list
+                }
+                _ => {
+                    let list = k.runtime.new_list(&[], false, "losses");
+                    k.bind_local("losses", list);
+                    list
+                }
+            };
+            k.runtime.add_ref(list, loss);
+        }
+    }
+    Ok(())
 }
 
 /// The note and value of a finished (or stopped) training loop.
@@ -472,44 +509,18 @@ fn train_outcome(a: &TrainArgs, plan: &Plan, steps: StepLog, stopped: bool) -> O
     }
 }
 
-/// The techniques a step uses that not every kind models.
-pub(super) struct Technique {
-    pub tensor_history: bool,
-    pub attention: Attention,
-}
-
-impl Technique {
-    fn of(a: &TrainArgs) -> Self {
-        Technique {
-            tensor_history: a.loss_history == LossHistory::Tensor,
-            attention: a.attention,
-        }
+/// Refuses fused attention for a kind that has no attention, saying so.
+pub(super) fn check_attention(attention: Attention, spec: &ModelSpec) -> Result<(), CommandError> {
+    if attention == Attention::Sdpa && !matches!(spec.kind, Kind::Transformer(_)) {
+        return Err(error(
+            ErrorKind::InvalidValue,
+            format!(
+                "the {} has no attention: `attention` is for a transformer",
+                spec.kind_name()
+            ),
+        ));
     }
-
-    /// Refuses what the model's kind does not have or does not model yet,
-    /// saying so.
-    pub(super) fn check(&self, spec: &ModelSpec) -> Result<(), CommandError> {
-        let transformer = matches!(spec.kind, Kind::Transformer(_));
-        if self.attention == Attention::Sdpa && !transformer {
-            return Err(error(
-                ErrorKind::InvalidValue,
-                format!(
-                    "the {} has no attention: `attention` is for a transformer",
-                    spec.kind_name()
-                ),
-            ));
-        }
-        if self.tensor_history && spec.kind != Kind::Mlp {
-            return Err(error(
-                ErrorKind::InvalidValue,
-                format!(
-                    "`total_loss += loss` (loss_history \"tensor\") is modelled for the MLP; the {}'s step does not model it yet",
-                    spec.kind_name()
-                ),
-            ));
-        }
-        Ok(())
-    }
+    Ok(())
 }
 
 pub(super) fn check_batch(
