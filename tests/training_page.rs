@@ -19,6 +19,11 @@ async fn peak(page: &Page) -> u64 {
     bytes.as_str().unwrap().parse().unwrap()
 }
 
+async fn allocated(page: &Page) -> u64 {
+    let bytes = js(page, "document.getElementById('allocated').dataset.bytes").await;
+    bytes.as_str().unwrap().parse().unwrap()
+}
+
 /// The peak of a training step (the second: Adam's state exists by then).
 async fn step_peak(page: &Page) -> u64 {
     press(page, "btn-train-1").await;
@@ -66,6 +71,18 @@ async fn on_the_page_model_every_technique_moves_the_peak() {
     // The explanation says what the peak did.
     let said = js(&page, "document.getElementById('explanation').textContent").await;
     assert!(said.as_str().unwrap().contains("Peak during it:"), "{said}");
+    // `losses.append(loss)` keeps one scalar a step: 512 bytes each.
+    set_input(&page, "accumulate", "1").await;
+    pick(&page, "loss-history", "list").await;
+    press(&page, "btn-train-1").await;
+    let code = js(&page, "document.getElementById('code').textContent").await;
+    assert!(
+        code.as_str().unwrap().contains("losses.append(loss)"),
+        "{code}"
+    );
+    let listed = allocated(&page).await;
+    press(&page, "btn-train-1").await;
+    assert_eq!(allocated(&page).await, listed + 512);
     page.close().await.unwrap();
     browser.close().await.unwrap();
     let _ = events.await;
@@ -248,11 +265,7 @@ async fn lesson_9_shows_what_a_loss_history_keeps() {
     // Lesson 9 at its `total_loss += loss` step (the steps before it run).
     let page = open(&browser, &format!("http://{addr}/?lesson=9&step=5")).await;
     until(&page, &format!("{COUNT} >= 5")).await;
-    let allocated = || async {
-        let b = js(&page, "document.getElementById('allocated').dataset.bytes").await;
-        b.as_str().unwrap().parse::<u64>().unwrap()
-    };
-    let before = allocated().await;
+    let before = allocated(&page).await;
     // `total_loss += loss`: one scalar; 100 more steps: nothing more; an
     // evaluation loss never backwarded: its graph.
     for (step, live) in [(5, Some("11 → 12")), (6, None), (7, Some("12 → 19"))] {
@@ -262,7 +275,7 @@ async fn lesson_9_shows_what_a_loss_history_keeps() {
         }
     }
     assert_eq!(
-        allocated().await - before,
+        allocated(&page).await - before,
         512 + 136_192,
         "the scalar and one evaluation graph"
     );

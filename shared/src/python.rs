@@ -336,4 +336,21 @@ mod tests {
         )
         .contains("total_loss += loss  #"));
     }
+
+    #[test]
+    fn each_loss_history_and_a_batch_search_s_techniques_are_written() {
+        for h in LossHistory::ALL {
+            let line = format!(
+                r#"{{"cmd":"train","model":"m","optimizer":"o","data":"d","loss_history":"{}"}}"#,
+                h.id()
+            );
+            assert!(py(&line, Framework::Pytorch).contains(h.code()), "{line}");
+        }
+        let find = r#"{"cmd":"find_batch_size","model":"m","optimizer":"o","data":"d","amp":"bfloat16","checkpointing":true,"attention":"sdpa"}"#;
+        assert!(py(find, Framework::Pytorch).ends_with(
+            "memory limit, with autocast to torch.bfloat16, checkpointing, fused attention"
+        ));
+        let plain = r#"{"cmd":"find_batch_size","model":"m","optimizer":"o","data":"d"}"#;
+        assert!(py(plain, Framework::Pytorch).ends_with("memory limit"));
+    }
 }

@@ -330,6 +330,18 @@ fn loss_history_tensor_keeps_one_scalar_as_in_pytorch() {
     assert_eq!(grown(&listed), (tensors, bytes));
     ok(&mut tensor, json!({"cmd":"del","name":"losses"}));
     assert_eq!(grown(&ok(&mut tensor, json!({"cmd":"gc"}))), (0, 0));
+    // Under accumulation the list keeps each micro-batch's `loss / k`, k a
+    // step: the criterion's own scalar dies at the division
+    // (`DivBackward1` saves only the number).
+    let mut accumulated = setup(json!({"layers": 2, "width": 128}), "sgd", json!({}));
+    let list = json!({"steps": 1, "accumulate": 2, "batch_size": 64, "loss_history": "list"});
+    let one = train(&mut accumulated, list.clone());
+    let two = train(&mut accumulated, list);
+    assert_eq!(two.stats.allocations - one.stats.allocations, 2);
+    assert_eq!(
+        two.stats.allocated_bytes - one.stats.allocated_bytes,
+        2 * 512
+    );
 }
 
 #[test]

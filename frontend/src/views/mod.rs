@@ -147,6 +147,34 @@ fn pow2_slider(
     view! { <input type="range" id=id aria-label=label min=low.to_string() max=high.to_string() prop:value=at on:input=set /> }
 }
 
+/// An option's value, or its text.
+type Words<T> = fn(T) -> &'static str;
+
+/// A select over `all`, bound to `value`: each option's value is `key`,
+/// its text `label`.
+fn choice<T>(
+    id: &'static str,
+    title: &'static str,
+    value: RwSignal<T>,
+    all: &'static [T],
+    (key, label): (Words<T>, Words<T>),
+) -> impl IntoView
+where
+    T: Copy + Send + Sync + 'static,
+{
+    let pick = move |e| {
+        let picked = event_target_value(&e);
+        if let Some(&v) = all.iter().find(|&&v| key(v) == picked) {
+            value.set(v);
+        }
+    };
+    view! {
+        <select id=id title=title prop:value=move || key(value.get()) on:change=pick>
+            {all.iter().map(|&v| view! { <option value=key(v)>{label(v)}</option> }).collect_view()}
+        </select>
+    }
+}
+
 /// A checkbox bound to a signal.
 fn checkbox(value: RwSignal<bool>) -> impl IntoView {
     view! { <input type="checkbox" prop:checked=value on:change=move |e| value.set(event_target_checked(&e)) /> }

@@ -1,7 +1,7 @@
 //! Training: build a model, an optimizer and data, then run forward,
 //! backward, the optimizer, or whole training loops.
 
-use super::{button, checkbox, checked_button, hidden, pow2_slider, text_input};
+use super::{button, checkbox, checked_button, choice, hidden, pow2_slider, text_input};
 use crate::state::App;
 use leptos::prelude::*;
 use std::ops::RangeInclusive;
@@ -307,20 +307,10 @@ pub fn Training(app: App) -> impl IntoView {
             <label>"Batch " {text_input("batch", "5", "", f.batch)}</label>
             {pow2_slider("batch-slider", "batch size", (0, 14), f.batch)}
             <label>"Accumulate " {text_input("accumulate", "2", "", f.accumulate)}</label>
-            <label>"amp "
-                <select id="amp" title="torch.autocast('cuda', dtype=...) around the forward pass" prop:value=move || f.amp.get().id()
-                    on:change=move |e| f.amp.set(Amp::from_id(&event_target_value(&e)))>
-                    {Amp::ALL.map(|a| view! { <option value=a.id()>{a.id()}</option> })}
-                </select>
-            </label>
+            <label>"amp " {choice("amp", "torch.autocast('cuda', dtype=...) around the forward pass", f.amp, &Amp::ALL, (Amp::id, Amp::id))}</label>
             <label>{checkbox(f.checkpointing)}" checkpointing"</label>
             <label>{checkbox(f.set_to_none)}" set_to_none"</label>
-            <label>"loss "
-                <select id="loss-history" title="What the loop keeps of each step's loss" prop:value=move || f.loss_history.get().id()
-                    on:change=move |e| f.loss_history.set(LossHistory::from_id(&event_target_value(&e)))>
-                    {LossHistory::ALL.map(|h| view! { <option value=h.id()>{h.code()}</option> })}
-                </select>
-            </label>
+            <label>"loss " {choice("loss-history", "What the loop keeps of each step's loss", f.loss_history, &LossHistory::ALL, (LossHistory::id, LossHistory::code))}</label>
             <label>{checkbox(f.no_grad)}" no_grad (forward)"</label>
             <br />
             {checked_button(app, "btn-forward", "forward", "loss = criterion(model(x), y)", move || f.forward())}

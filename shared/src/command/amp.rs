@@ -42,13 +42,6 @@ impl Amp {
         }
     }
 
-    pub fn from_id(id: &str) -> Self {
-        Amp::ALL
-            .into_iter()
-            .find(|a| a.id() == id)
-            .unwrap_or_default()
-    }
-
     /// PyTorch's name of the type: `torch.float16`.
     pub fn torch_dtype(self) -> &'static str {
         match self {
@@ -102,9 +95,6 @@ mod tests {
             assert_eq!(serde_json::from_value::<Amp>(again).unwrap(), amp);
         }
         assert_eq!(Amp::Bfloat16.dtype(), Some(Dtype::Bfloat16));
-        for amp in Amp::ALL {
-            assert_eq!(Amp::from_id(amp.id()), amp);
-        }
         let e = serde_json::from_value::<Amp>(json!("int8")).unwrap_err();
         assert!(e.to_string().contains("\"float16\" or \"bfloat16\""));
     }

@@ -314,13 +314,6 @@ impl LossHistory {
         }
     }
 
-    pub fn from_id(id: &str) -> Self {
-        LossHistory::ALL
-            .into_iter()
-            .find(|h| h.id() == id)
-            .unwrap_or_default()
-    }
-
     /// The line of the loop it stands for.
     pub fn code(self) -> &'static str {
         match self {

@@ -206,32 +206,8 @@ fn lora_adapters_are_allocated_after_the_base_model() {
 #[test]
 fn what_the_new_kinds_do_not_model_is_refused_with_the_reason() {
     let (model, features, classes) = gpt(2, 128, 4, 256, 1000);
-    let lora = with(model.clone(), &json!({"lora_rank": 8}));
-    let mut e = engine(lora, "adam", features, classes);
     let train = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":1,"batch_size":4});
-    // LoRA under autocast is modelled: it trains and is estimated.
-    let r = run(&mut e, &with(train.clone(), &json!({"amp":true})));
-    assert!(r.ok, "{:?}", r.error);
-    let estimate = json!({"cmd":"estimate","model":"model","amp":true});
-    assert!(run(&mut e, &estimate).ok);
     let mut e = engine(model, "adam", features, classes);
-    // What the loop keeps of each loss: one scalar, or one a step.
-    let r = run(
-        &mut e,
-        &with(train.clone(), &json!({"loss_history":"tensor"})),
-    );
-    assert!(r.ok, "{:?}", r.error);
-    let r = run(
-        &mut e,
-        &with(train.clone(), &json!({"loss_history":"list","steps":3})),
-    );
-    assert!(r.ok, "{:?}", r.error);
-    let listed = r.stats.allocations;
-    let r = run(
-        &mut e,
-        &with(train.clone(), &json!({"loss_history":"list","steps":2})),
-    );
-    assert_eq!(r.stats.allocations, listed + 2);
     let on_device = json!({"cmd":"data","name":"gpu_data","samples":64,"features":256,"classes":1000,"on_device":true});
     assert!(run(&mut e, &on_device).ok);
     let r = run(&mut e, &with(train.clone(), &json!({"data":"gpu_data"})));
@@ -253,6 +229,33 @@ fn what_the_new_kinds_do_not_model_is_refused_with_the_reason() {
         .contains("switch the framework to PyTorch"));
 }
 
+/// LoRA under autocast trains and is estimated; a transformer's loop
+/// keeps its losses as `loss_history` says: one scalar for
+/// `total_loss += loss`, one a step for `losses.append(loss)`.
+#[test]
+fn lora_under_autocast_and_the_loss_histories_train() {
+    let (model, features, classes) = gpt(2, 128, 4, 256, 1000);
+    let lora = with(model.clone(), &json!({"lora_rank": 8}));
+    let mut e = engine(lora, "adam", features, classes);
+    let train = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":1,"batch_size":4});
+    let r = run(&mut e, &with(train.clone(), &json!({"amp":true})));
+    assert!(r.ok, "{:?}", r.error);
+    let estimate = json!({"cmd":"estimate","model":"model","amp":true});
+    assert!(run(&mut e, &estimate).ok);
+    let mut e = engine(model, "adam", features, classes);
+    let kept = |e: &mut Engine, history: &str, steps: u64| {
+        let extra = json!({"loss_history":history,"steps":steps});
+        let r = run(e, &with(train.clone(), &extra));
+        assert!(r.ok, "{:?}", r.error);
+        r.stats.allocations
+    };
+    let before = kept(&mut e, "item", 1);
+    assert_eq!(kept(&mut e, "tensor", 3), before + 1);
+    assert_eq!(kept(&mut e, "tensor", 2), before + 1);
+    let listed = kept(&mut e, "list", 3);
+    assert_eq!(kept(&mut e, "list", 2), listed + 2);
+}
+
 #[test]
 fn fused_attention_on_an_mlp_or_a_cnn_is_refused() {
     let (cnn, features, classes) = cnn(32, 3, 32);
@@ -268,8 +271,6 @@ fn fused_attention_on_an_mlp_or_a_cnn_is_refused() {
     }
 }
 
-/// `find_batch_size` trains the same transformer on a scratch kernel: the
-/// batch it finds fits under the threshold, and twice that batch does not.
 /// `find_batch_size` trains the same transformer on a scratch kernel, with
 /// the techniques asked for: the batch it finds fits under the threshold
 /// with them, and twice that batch does not; checkpointing, autocast and

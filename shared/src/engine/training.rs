@@ -362,8 +362,13 @@ impl Engine {
         frame.locals.push(loss);
         let k = &mut self.kernel;
         if a.accumulate > 1 {
+            // `loss = criterion(...) / accumulate`: the quotient holds the
+            // graph; `DivBackward1` saves only the number, so the
+            // criterion's own scalar dies with its last name.
             let scaled = frame.alloc(k, "loss", &[], Dtype::Float32, Category::Activation)?;
-            k.runtime.add_ref(scaled, loss);
+            if let Some(graph) = step::find_graph(k, loss) {
+                k.runtime.add_ref(scaled, graph);
+            }
             frame.drop(k, loss);
             loss = scaled;
         }
