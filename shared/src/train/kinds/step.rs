@@ -169,6 +169,22 @@ pub fn optimizer_events(parameters: &[Tensor]) -> Vec<Event> {
 /// A handle on an allocation of the program being written.
 type H = usize;
 
+/// What a block's forward keeps for backward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Keep {
+    /// Everything autograd saves.
+    All,
+    /// Nothing (a checkpointed block's first forward): each tensor dies
+    /// when its last user is done; the checkpoint holds the block's input.
+    Nothing,
+    /// Backward's recomputation of a checkpointed block, in its own
+    /// autocast region: all it saves, up to the last tensor backward needs
+    /// (non-reentrant checkpointing stops recomputing there: the
+    /// transformer's GELU output, or with LoRA the MLP projection's
+    /// `lora_B` weight cast; the CNN's pooling indices).
+    Recompute,
+}
+
 /// A step being written: the model's shape and the program so far.
 struct Tape<S> {
     program: Program,

@@ -4,25 +4,10 @@
 
 use super::attention::Saved as AttentionSaved;
 use super::lora::{Casts, Early, Layer, Linear, Node};
-use super::{Tape, H};
+use super::{Keep, Tape, H};
 use crate::train::kinds::Norm;
 use crate::train::kinds::TransformerShape;
 use crate::types::Dtype;
-
-/// What a block's forward keeps for backward.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Keep {
-    /// Everything autograd saves.
-    All,
-    /// Nothing (a checkpointed block's first forward): each tensor dies
-    /// when its last user is done.
-    Nothing,
-    /// Backward's recomputation of a checkpointed block: all it saves, up
-    /// to GELU's output, the last tensor backward needs (non-reentrant
-    /// checkpointing stops recomputing there); with LoRA, on to the MLP
-    /// projection's `lora_A` output.
-    UpToGelu,
-}
 
 /// A norm's output and what its backward needs.
 #[derive(Clone, Copy, Debug)]
@@ -229,7 +214,7 @@ impl Tape<TransformerShape> {
                 Kept::default(),
             ],
         });
-        if keep == Keep::UpToGelu {
+        if keep == Keep::Recompute {
             let (last, stopped) = self.recompute_projection(gelu, out);
             // Recomputation stops: its autocast region exits, then the
             // stopped forward's frames let go of the base layer's output

@@ -7,7 +7,7 @@
 //! gradient for the images. cuDNN's convolution workspace is not modelled:
 //! its size is the algorithm cuDNN picks on the GPU at run time.
 
-use super::{Options, Program, Role, Tape, H};
+use super::{Keep, Options, Program, Role, Tape, H};
 use crate::train::kinds::CnnShape;
 use crate::types::Dtype;
 
@@ -26,19 +26,6 @@ struct Saved {
     invstd: H,
     relu: H,
     indices: H,
-}
-
-/// What a block's forward keeps.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Keep {
-    /// Everything autograd saves.
-    All,
-    /// Nothing (a checkpointed block's first forward): each tensor dies
-    /// when its last user is done; the checkpoint holds the input.
-    Nothing,
-    /// Backward's recomputation of a checkpointed block: all it saves; the
-    /// pooled output dies, and the recomputation's autocast region exits.
-    Recompute,
 }
 
 /// The step's forward and backward passes at `batch` images, with each

@@ -1,9 +1,9 @@
 //! The step's two passes: embeddings, the blocks (checkpointed or not),
 //! the final norm, the head and the loss; then backward in reverse.
 
-use super::block::{Keep, Normed, Params, Saved};
+use super::block::{Normed, Params, Saved};
 use super::lora::Early;
-use super::{Loss, Role, Tape, H};
+use super::{Keep, Loss, Role, Tape, H};
 use crate::train::kinds::Norm;
 use crate::train::kinds::TransformerShape;
 use crate::types::Dtype;
@@ -192,7 +192,7 @@ impl Tape<TransformerShape> {
                     scaled: self.frozen().then(|| self.scale(self.shape.width)),
                 };
                 self.role = Role::Forward;
-                let (_, saved) = self.block(input, Keep::UpToGelu, params);
+                let (_, saved) = self.block(input, Keep::Recompute, params);
                 let saved = saved.expect("a recomputed block saves");
                 self.role = Role::Backward;
                 self.block_backward(saved, (g, early), params, Some(input))
