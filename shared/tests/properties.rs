@@ -137,6 +137,7 @@ fn command(op: &Op, framework: Framework, variant: u8) -> Command {
             no_grad: *batch == 1,
             amp: amp(variant),
             checkpointing: variant & 4 != 0,
+            attention: Default::default(),
         }),
         Op::Backward(n) => Command::Backward(command::BackwardArgs {
             name: NAMES[*n].into(),

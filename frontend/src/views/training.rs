@@ -214,6 +214,7 @@ impl Fields {
             no_grad: self.no_grad.get_untracked(),
             amp: self.amp.get_untracked(),
             checkpointing: self.checkpointing.get_untracked(),
+            attention: self.attention(),
         })])
     }
 

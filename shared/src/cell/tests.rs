@@ -263,6 +263,7 @@ fn forward_passes_and_contexts() {
             no_grad,
             amp: Amp::Off,
             checkpointing: false,
+            attention: Default::default(),
         })
     };
     assert_eq!(

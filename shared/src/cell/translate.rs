@@ -235,6 +235,7 @@ impl Translator {
                 no_grad: cx.no_grad,
                 amp: cx.amp,
                 checkpointing: f.checkpointing,
+                attention: Default::default(),
             }),
             Value::Session => Command::TfSession(NameArgs { name: name.clone() }),
             Value::Effect(mut cmds) => {

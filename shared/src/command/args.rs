@@ -261,6 +261,8 @@ pub struct ForwardArgs {
     pub no_grad: bool,
     pub amp: Amp,
     pub checkpointing: bool,
+    #[serde(skip_serializing_if = "Attention::is_eager")]
+    pub attention: Attention,
 }
 
 /// `loss.backward(retain_graph=...)`

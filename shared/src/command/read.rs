@@ -107,6 +107,7 @@ const FORWARD: &[&str] = &[
     "no_grad",
     "amp",
     "checkpointing",
+    "attention",
 ];
 
 fn forward(f: &mut Fields) -> Result<ForwardArgs, Error> {
@@ -118,6 +119,7 @@ fn forward(f: &mut Fields) -> Result<ForwardArgs, Error> {
         no_grad: f.take_or("no_grad", false)?,
         amp: f.take_or("amp", Amp::Off)?,
         checkpointing: f.take_or("checkpointing", false)?,
+        attention: f.take_or("attention", Default::default())?,
     };
     f.done(FORWARD)?;
     Ok(a)

@@ -11,6 +11,7 @@
 mod objects;
 mod planning;
 mod program;
+mod stepwise;
 mod tensors;
 mod tf1;
 mod training;
@@ -343,5 +344,7 @@ impl Engine {
 mod kinds_tests;
 #[cfg(test)]
 mod optim_tests;
+#[cfg(test)]
+mod stepwise_tests;
 #[cfg(test)]
 mod tests;

@@ -4,11 +4,16 @@
 //! workspaces at their threads' first matrix product, each parameter's
 //! gradient into `.grad` (or added into the one there, then freed), and the
 //! loop's `loss` rebound where PyTorch drops the previous one.
+//!
+//! A training loop plays the whole program in one frame. `forward` plays it
+//! up to [`Op::ForwardEnd`] and hands what lives to an autograd graph;
+//! `backward` plays the rest over the graph's saved tensors, letting go of
+//! each (unless the graph is retained) where the program frees it.
 
 use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::ObjId;
 use crate::train::cublas::CublasWorkspaces;
-use crate::train::kinds::step::{Alloc, Op, Program, Role};
+use crate::train::kinds::step::{Alloc, Batch, Op, Program, Role};
 use crate::train::step::{grad_of, Frame};
 use crate::types::Category;
 
@@ -22,43 +27,162 @@ pub(super) struct Target<'a> {
     pub loss: &'a str,
 }
 
-/// Plays `program`; on an allocation failure the frame keeps what was
-/// live (the caller raises it into `last_exception`).
-pub(super) fn play(
-    k: &mut Kernel,
-    frame: &mut Frame,
-    blas: &mut CublasWorkspaces,
-    program: &Program,
-    target: &Target,
-) -> Result<(), AllocFailure> {
-    let mut live: Vec<Option<ObjId>> = vec![None; program.allocs.len()];
-    let mut loss = None;
-    for op in &program.ops {
-        match *op {
-            Op::Alloc(i) => {
-                let a = &program.allocs[i];
-                let id = alloc(k, frame, a, program.scope, target)?;
-                match a.role {
-                    Role::Grad(p) => into_grad(k, frame, target.params[p], id),
-                    Role::Loss => loss = Some(id),
-                    Role::Forward | Role::Backward => live[i] = Some(id),
-                }
-            }
-            Op::Free(i) => {
-                if let Some(id) = live[i].take() {
-                    frame.drop(k, id);
-                }
-            }
-            Op::Blas(thread) => blas.call(k, thread)?,
-            Op::Rebind => {
-                if let Some(id) = loss {
-                    frame.take(id);
-                    k.bind_local(target.loss, id);
-                }
-            }
+/// Who holds a tensor the program made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    /// A local of the frame the program runs in.
+    Frame(ObjId),
+    /// Saved by the autograd graph (made by an earlier `forward`).
+    Graph(ObjId),
+}
+
+/// A program being played: which tensor each allocation made, while it
+/// lives.
+pub(super) struct Player<'p> {
+    program: &'p Program,
+    live: Vec<Option<Slot>>,
+    /// The graph holding the saved tensors and the batch (`backward`).
+    graph: Option<ObjId>,
+    /// The batch the graph saved: inputs, targets.
+    batch: [Option<ObjId>; 2],
+    /// `backward(retain_graph=True)`: the graph keeps what it saved.
+    retain: bool,
+    /// The loss, once made (a local of the frame).
+    pub loss: Option<ObjId>,
+    /// A loop's `loss = ...` rebinds the name where the program says; a
+    /// `forward` command binds it when the statement ends.
+    rebind: bool,
+}
+
+impl<'p> Player<'p> {
+    /// A training loop's step: its batch is held by the loop's names.
+    pub fn in_loop(program: &'p Program) -> Self {
+        Player {
+            program,
+            live: vec![None; program.allocs.len()],
+            graph: None,
+            batch: [None, None],
+            retain: false,
+            loss: None,
+            rebind: true,
         }
     }
-    Ok(())
+
+    /// A `forward` statement: the loss is bound when it returns.
+    pub fn statement(program: &'p Program) -> Self {
+        Player {
+            rebind: false,
+            ..Self::in_loop(program)
+        }
+    }
+
+    /// `backward` over a graph: `saved` holds its tensors by allocation.
+    pub fn over_graph(
+        program: &'p Program,
+        graph: ObjId,
+        saved: &[Option<ObjId>],
+        batch: [Option<ObjId>; 2],
+        retain: bool,
+    ) -> Self {
+        Player {
+            live: saved.iter().map(|s| s.map(Slot::Graph)).collect(),
+            graph: Some(graph),
+            batch,
+            retain,
+            ..Self::statement(program)
+        }
+    }
+
+    /// Plays `ops` (a range of the program's); on an allocation failure the
+    /// frame keeps what was live (the caller raises it into
+    /// `last_exception`).
+    pub fn play(
+        &mut self,
+        k: &mut Kernel,
+        frame: &mut Frame,
+        blas: &mut CublasWorkspaces,
+        ops: std::ops::Range<usize>,
+        target: &Target,
+    ) -> Result<(), AllocFailure> {
+        let program = self.program;
+        for op in &program.ops[ops] {
+            match *op {
+                Op::Alloc(i) => {
+                    let a = &program.allocs[i];
+                    let id = alloc(k, frame, a, program.scope, target)?;
+                    match a.role {
+                        Role::Grad(p) => into_grad(k, frame, target.params[p], id),
+                        Role::Loss => self.loss = Some(id),
+                        Role::Forward | Role::Backward => self.live[i] = Some(Slot::Frame(id)),
+                    }
+                }
+                Op::Free(i) => self.free(k, frame, i),
+                Op::Blas(thread) => blas.call(k, thread)?,
+                Op::Rebind => {
+                    if let (true, Some(id)) = (self.rebind, self.loss) {
+                        frame.take(id);
+                        k.bind_local(target.loss, id);
+                    }
+                }
+                Op::Release(part) => self.release(k, part),
+                Op::ForwardEnd => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn free(&mut self, k: &mut Kernel, frame: &mut Frame, i: usize) {
+        match self.live[i].take() {
+            Some(Slot::Frame(id)) => frame.drop(k, id),
+            Some(Slot::Graph(id)) if self.retain => self.live[i] = Some(Slot::Graph(id)),
+            Some(Slot::Graph(id)) => {
+                if let Some(g) = self.graph {
+                    k.detach(g, id);
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// A node lets go of the part of the batch it saved.
+    fn release(&mut self, k: &mut Kernel, part: Batch) {
+        let slot = &mut self.batch[part as usize];
+        if let (Some(g), false, Some(id)) = (self.graph, self.retain, *slot) {
+            *slot = None;
+            k.detach(g, id);
+        }
+    }
+
+    /// The forward pass ends: `graph` saves what lives (moved out of the
+    /// frame) and the parts of `batch` that backward will let go of.
+    /// Returns the saved tensors by allocation.
+    pub fn save_into(
+        mut self,
+        k: &mut Kernel,
+        frame: &mut Frame,
+        graph: ObjId,
+        batch: [ObjId; 2],
+    ) -> (Vec<Option<ObjId>>, [Option<ObjId>; 2]) {
+        let saved = std::mem::take(&mut self.live)
+            .into_iter()
+            .map(|slot| {
+                slot.map(|(Slot::Frame(id) | Slot::Graph(id))| {
+                    frame.take(id);
+                    k.attach_local(graph, id);
+                    id
+                })
+            })
+            .collect();
+        let parts = [Batch::Inputs, Batch::Targets];
+        let held = parts.map(|part| {
+            let id = batch[part as usize];
+            self.program.saves(part).then(|| {
+                k.runtime.add_ref(graph, id);
+                id
+            })
+        });
+        (saved, held)
+    }
 }
 
 /// Allocates `a`, labelled by the op that made it and its block (`scope`:

@@ -2,9 +2,9 @@
 //! training loop, each a [`step`] on the kernel inside a [`Frame`] whose
 //! locals an OOM leaves on `last_exception`.
 
-use super::program::{self, Target};
-use super::{check_name, error, Engine, Outcome, Progress, MAX_BATCH_SIZE, MAX_TRAIN_STEPS};
-use crate::command::{BackwardArgs, ForwardArgs, LossHistory, StepArgs, TrainArgs, ZeroGradArgs};
+use super::program::{Player, Target};
+use super::{error, Engine, Outcome, Progress, MAX_BATCH_SIZE, MAX_TRAIN_STEPS};
+use crate::command::{LossHistory, TrainArgs};
 use crate::error::{CommandError, ErrorKind};
 use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::{Class, ObjId, ObjectKind};
@@ -13,7 +13,6 @@ use crate::train::spec::Kind;
 use crate::train::step::{self, BackwardError, Frame};
 use crate::train::{DataSpec, ModelSpec};
 use crate::types::{Category, Dtype};
-use crate::units::format_size;
 use serde_json::{json, Value};
 
 /// What a training loop runs on, once its arguments are checked.
@@ -57,126 +56,6 @@ impl Engine {
             "\n(The exception's frame keeps the failed step's tensors alive: `del last_exception` frees them.)",
         );
         e
-    }
-
-    pub(super) fn forward(&mut self, a: &ForwardArgs) -> Result<Outcome, CommandError> {
-        let (name, model, data, batch) = (
-            a.name.as_str(),
-            a.model.as_str(),
-            a.data.as_str(),
-            a.batch_size,
-        );
-        check_name(name)?;
-        let (model_id, state) = self.model_state(model)?;
-        let spec = state.spec;
-        if spec.kind != Kind::Mlp {
-            return Err(error(
-                ErrorKind::InvalidValue,
-                format!(
-                    "`forward` builds an MLP's graph one command at a time; a {}'s step runs whole in `train` (steps 1 for one step)",
-                    spec.kind_name()
-                ),
-            ));
-        }
-        let data_id = self.instance(data, Class::Dataset)?;
-        check_batch(batch, &self.train.datasets[&data_id].spec, &spec)?;
-        let compute = self.computes(&spec, batch);
-        let mut frame = Frame::default();
-        let args = step::ForwardArgs {
-            tag: name,
-            model: model_id,
-            data: data_id,
-            batch,
-            no_grad: a.no_grad,
-            amp: a.amp.dtype(),
-            checkpointing: a.checkpointing,
-            compute,
-            input: None,
-        };
-        let out = match step::forward(&mut self.kernel, &mut frame, &mut self.train, &args) {
-            Ok(out) => out,
-            Err(f) => return Err(self.raise_in_frame(frame, &f)),
-        };
-        self.kernel.bind_local(name, out.loss);
-        let saved: u64 = step::find_graph(&self.kernel, out.loss)
-            .and_then(|g| self.kernel.runtime.get(g))
-            .map(|g| g.refs.iter().map(|&t| self.kernel.block_size(t)).sum())
-            .unwrap_or(0);
-        let mut note = if a.no_grad {
-            "Under torch.no_grad() nothing is saved: every activation died as soon as the next layer had used it.".to_string()
-        } else {
-            format!(
-                "`{name}` keeps its autograd graph alive, and with it {} of saved tensors (activations and the batch) until backward runs or `{name}` dies.",
-                format_size(saved)
-            )
-        };
-        note.push_str(&loss_note(out.value));
-        Ok(Outcome {
-            note: Some(note),
-            value: Some(json!({"loss": out.value, "loss_computed": out.value.is_some()})),
-        })
-    }
-
-    pub(super) fn backward(&mut self, a: &BackwardArgs) -> Result<Outcome, CommandError> {
-        let (name, retain) = (a.name.as_str(), a.retain_graph);
-        let loss = self.lookup(name)?;
-        let mut frame = Frame::default();
-        let before = self.kernel.stats().allocated_bytes;
-        match step::backward(&mut self.kernel, &mut frame, &mut self.train, loss, retain) {
-            Ok(()) => {}
-            Err(BackwardError::NoGraph) => {
-                return Err(error(ErrorKind::RuntimeError, step::NO_GRAD_FN));
-            }
-            Err(BackwardError::Consumed) => {
-                return Err(error(ErrorKind::RuntimeError, step::BACKWARD_TWICE));
-            }
-            Err(BackwardError::Oom(f)) => return Err(self.raise_in_frame(frame, &f)),
-        }
-        let after = self.kernel.stats().allocated_bytes;
-        Ok(Outcome::note(if retain {
-            "Backward ran with retain_graph=True: the gradients were added to .grad and the saved tensors stay for another backward.".to_string()
-        } else {
-            format!(
-                "Backward released the saved tensors as it walked the graph and put the gradients in .grad (allocated {} {}).",
-                if after >= before { "rose by" } else { "fell by" },
-                format_size(after.abs_diff(before))
-            )
-        }))
-    }
-
-    pub(super) fn optimizer_step(&mut self, a: &StepArgs) -> Result<Outcome, CommandError> {
-        let opt = self.instance(&a.optimizer, Class::Optimizer)?;
-        let first = self.train.optimizers[&opt].state.is_empty();
-        let mut frame = Frame::default();
-        let before = self.kernel.stats().allocated_bytes;
-        if let Err(f) = step::optimizer_step(&mut self.kernel, &mut frame, &mut self.train, opt) {
-            return Err(self.raise_in_frame(frame, &f));
-        }
-        let grown = self.kernel.stats().allocated_bytes.saturating_sub(before);
-        Ok(Outcome::note(if first && grown > 0 {
-            format!(
-                "The first step allocated the optimizer's state: {}.",
-                format_size(grown)
-            )
-        } else {
-            "The parameters were updated in place.".to_string()
-        }))
-    }
-
-    pub(super) fn zero_grad(&mut self, a: &ZeroGradArgs) -> Result<Outcome, CommandError> {
-        let (opt, set_to_none) = (
-            self.instance(&a.optimizer, Class::Optimizer)?,
-            a.set_to_none,
-        );
-        let freed = step::zero_grad(&mut self.kernel, &mut self.train, opt, set_to_none);
-        Ok(Outcome::note(if set_to_none {
-            format!(
-                "zero_grad(set_to_none=True) dropped every .grad: {} freed.",
-                format_size(freed)
-            )
-        } else {
-            "zero_grad(set_to_none=False) zeroed the gradients in place: their memory stays allocated.".to_string()
-        }))
     }
 
     pub(super) fn train_loop(&mut self, a: &TrainArgs) -> Result<Outcome, CommandError> {
@@ -340,7 +219,8 @@ impl Engine {
                 params: &params,
                 loss: "loss",
             };
-            program::play(&mut self.kernel, frame, &mut self.train.cublas, p, &target)?;
+            let blas = &mut self.train.cublas;
+            Player::in_loop(p).play(&mut self.kernel, frame, blas, 0..p.ops.len(), &target)?;
             if let Some(loss) = self.kernel.runtime.lookup("loss") {
                 keep_history(&mut self.kernel, frame, a.loss_history, loss)?;
             }
@@ -572,12 +452,5 @@ fn plural(n: u64, word: &str) -> String {
         format!("1 {word}")
     } else {
         format!("{n} {word}s")
-    }
-}
-
-fn loss_note(value: Option<f32>) -> String {
-    match value {
-        Some(v) => format!(" Loss {v:.4} (computed on the CPU)."),
-        None => " The step is too large to compute here: shape-only, loss not computed.".into(),
     }
 }

@@ -114,10 +114,34 @@ pub struct DatasetState {
 #[derive(Clone, Debug)]
 pub struct GraphState {
     pub model: ObjId,
-    pub plan: step::SavedPlan,
-    pub cache: Option<math::ForwardCache>,
+    pub saved: Saved,
     /// Backward ran without `retain_graph`: the saved tensors are gone.
     pub consumed: bool,
+}
+
+/// What a forward pass saved, by the kind of step that made it.
+#[derive(Clone, Debug)]
+pub enum Saved {
+    /// The MLP's step: its saved tensors by role, and the CPU arithmetic's
+    /// cache when it computed.
+    Mlp {
+        plan: step::SavedPlan,
+        cache: Option<math::ForwardCache>,
+    },
+    /// A step program's forward pass (`kinds::step`): backward plays the
+    /// rest of it.
+    Program(Box<ProgramGraph>),
+}
+
+/// A step program stopped at [`kinds::step::Op::ForwardEnd`] by `forward`.
+#[derive(Clone, Debug)]
+pub struct ProgramGraph {
+    pub program: kinds::step::Program,
+    /// The tensor of each of the program's allocations that the graph
+    /// saved (by allocation index).
+    pub saved: Vec<Option<ObjId>>,
+    /// The batch the graph saved: its inputs, its targets.
+    pub batch: [Option<ObjId>; 2],
 }
 
 #[derive(Clone, Debug)]

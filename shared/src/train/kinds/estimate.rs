@@ -176,7 +176,7 @@ pub fn walk(program: &Program, grads_exist: bool) -> Walk {
                 }
             }
             Op::Free(i) => live -= blocks(program.allocs[i].bytes()),
-            Op::Blas(_) | Op::Rebind => {}
+            Op::Blas(_) | Op::Rebind | Op::Release(_) | Op::ForwardEnd => {}
         }
     }
     Walk {

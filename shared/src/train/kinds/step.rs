@@ -93,6 +93,22 @@ pub enum Op {
     Blas(BlasThread),
     /// `loss = ...`: the loop's previous loss dies.
     Rebind,
+    /// A node done with a part of the batch it saved (NLL's targets, the
+    /// token embedding's indices, the first convolution's images): a graph
+    /// that holds the batch lets go of it here; a loop's names keep it.
+    Release(Batch),
+    /// The forward pass ends (the loss is made, the autocast region has
+    /// exited): what lives now from the forward pass is what autograd saved.
+    ForwardEnd,
+}
+
+/// A part of the batch a step's graph may save.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Batch {
+    /// The model's input: token ids, or images.
+    Inputs,
+    /// The labels.
+    Targets,
 }
 
 /// A training step's forward and backward passes.
@@ -122,10 +138,25 @@ impl Program {
                 Op::Alloc(i) => Some((self.allocs[i].op, blocks(self.allocs[i].bytes()) as i64)),
                 Op::Free(i) => Some(("free", -(blocks(self.allocs[i].bytes()) as i64))),
                 Op::Rebind => Some(("free", -(blocks(4) as i64))),
-                Op::Blas(_) => None,
+                Op::Blas(_) | Op::Release(_) | Op::ForwardEnd => None,
             })
             .map(|(op, bytes)| Event { op, bytes })
             .collect()
+    }
+
+    /// Where backward starts: the position of [`Op::ForwardEnd`] (the
+    /// whole program when it has none).
+    pub fn forward_end(&self) -> usize {
+        self.ops
+            .iter()
+            .position(|op| *op == Op::ForwardEnd)
+            .unwrap_or(self.ops.len())
+    }
+
+    /// Whether backward lets go of `part` of the batch: then the graph
+    /// saved it.
+    pub fn saves(&self, part: Batch) -> bool {
+        self.ops.contains(&Op::Release(part))
     }
 }
 
@@ -133,6 +164,7 @@ impl Program {
 pub fn program(t: &TransformerShape, batch: u64, options: Options) -> Program {
     let mut tape = Tape::new(*t, "h", batch, options);
     let top = tape.forward();
+    tape.program.ops.push(Op::ForwardEnd);
     tape.backward(top);
     tape.program
 }
@@ -271,6 +303,10 @@ impl<S> Tape<S> {
         self.program.ops.push(Op::Free(h));
     }
 
+    fn release(&mut self, part: Batch) {
+        self.program.ops.push(Op::Release(part));
+    }
+
     fn free_all(&mut self, hs: &[H]) {
         hs.iter().for_each(|&h| self.free(h));
     }
@@ -331,6 +367,7 @@ impl<S> Tape<S> {
             self.free(loss.nll_input);
         }
         self.free(loss.total_weight);
+        self.release(Batch::Targets);
         let dtype = self.dtype_of(loss.log_probs);
         let g = if dtype == f32 {
             g

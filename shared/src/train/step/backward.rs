@@ -7,7 +7,7 @@ use super::frame::Frame;
 use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::{Class, ObjId, ObjectKind};
 use crate::train::cublas::{BlasThread, CublasWorkspaces};
-use crate::train::{math, TrainState};
+use crate::train::{math, Saved, TrainState};
 use crate::types::{Category, Dtype};
 
 /// Why backward could not run (not an OOM).
@@ -73,6 +73,9 @@ pub fn backward(
     if g.consumed {
         return Err(BackwardError::Consumed);
     }
+    let Saved::Mlp { plan, .. } = &g.saved else {
+        return Err(BackwardError::NoGraph);
+    };
     let model = ts.models.get(&g.model).ok_or(BackwardError::NoGraph)?;
     let spec = model.spec;
     let mut bw = Backward {
@@ -80,11 +83,11 @@ pub fn backward(
         graph,
         retain,
         params: &model.params,
-        plan: &g.plan,
+        plan,
         dims: spec.dims(),
         classes: spec.classes,
         param_dtype: spec.dtype,
-        adt: g.plan.amp.unwrap_or(spec.dtype),
+        adt: plan.amp.unwrap_or(spec.dtype),
     };
     let mark = frame.mark();
     let tag = k
@@ -103,7 +106,9 @@ pub fn backward(
         k.clear_refs(graph);
         if let Some(state) = ts.graphs.get_mut(&graph) {
             state.consumed = true;
-            state.cache = None;
+            if let Saved::Mlp { cache, .. } = &mut state.saved {
+                *cache = None;
+            }
         }
     }
     Ok(())
@@ -115,7 +120,13 @@ fn accumulate_grad_values(ts: &mut TrainState, graph: ObjId) {
     let Some(g) = ts.graphs.get(&graph) else {
         return;
     };
-    let (Some(cache), Some(state)) = (&g.cache, ts.models.get_mut(&g.model)) else {
+    let Saved::Mlp {
+        cache: Some(cache), ..
+    } = &g.saved
+    else {
+        return;
+    };
+    let Some(state) = ts.models.get_mut(&g.model) else {
         return;
     };
     let grads = math::backward(state.values_mut(), cache);

@@ -7,7 +7,7 @@ use crate::runtime::{Class, ObjId};
 use crate::train::cublas::{BlasThread, CublasWorkspaces};
 use crate::train::data::Synthetic;
 use crate::train::spec::checkpoint_segment;
-use crate::train::{math, DatasetState, GraphState, ModelSpec, TrainState};
+use crate::train::{math, DatasetState, GraphState, ModelSpec, Saved, TrainState};
 use crate::types::{Category, Dtype};
 
 /// What one forward pass saved for backward, by role.
@@ -110,8 +110,10 @@ pub fn forward(
         k.runtime.add_ref(loss, g);
         let state = GraphState {
             model: a.model,
-            plan: pass.plan,
-            cache,
+            saved: Saved::Mlp {
+                plan: pass.plan,
+                cache,
+            },
             consumed: false,
         };
         ts.graphs.insert(g, state);

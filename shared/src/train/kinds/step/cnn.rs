@@ -7,7 +7,7 @@
 //! gradient for the images. cuDNN's convolution workspace is not modelled:
 //! its size is the algorithm cuDNN picks on the GPU at run time.
 
-use super::{Keep, Options, Program, Role, Tape, H};
+use super::{Batch, Keep, Op, Options, Program, Role, Tape, H};
 use crate::train::kinds::CnnShape;
 use crate::types::Dtype;
 
@@ -50,6 +50,7 @@ pub fn program(c: &CnnShape, batch: u64, options: Options) -> Program {
     let weight = tape.head_forward();
     let logits = tape.matmul("addmm", vec![batch, c.classes]);
     let loss = tape.cross_entropy(logits, &[batch, c.classes]);
+    tape.program.ops.push(Op::ForwardEnd);
     let shape = [batch, c.classes];
     let (seed, g_logits) = tape.cross_entropy_backward(loss, &shape);
     let mut g = Some(tape.head_backward(flat, g_logits, weight));
@@ -219,6 +220,11 @@ impl Tape<CnnShape> {
         } else {
             self.free(g_conv);
             self.free_all(&input.chain(cast).collect::<Vec<_>>());
+        }
+        if b == 0 && (ckpt || self.options.amp.is_none()) {
+            // The images: the first convolution saved them (under autocast
+            // it saved their cast), or the checkpoint held them.
+            self.release(Batch::Inputs);
         }
         self.uncast_grads(conv, weight, bias);
         g_x

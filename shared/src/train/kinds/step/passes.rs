@@ -3,7 +3,7 @@
 
 use super::block::{Normed, Params, Saved};
 use super::lora::Early;
-use super::{Keep, Loss, Role, Tape, H};
+use super::{Batch, Keep, Loss, Role, Tape, H};
 use crate::train::kinds::Norm;
 use crate::train::kinds::TransformerShape;
 use crate::types::Dtype;
@@ -208,14 +208,17 @@ impl Tape<TransformerShape> {
         self.grad("embedding_dense_backward", 1, vec![seq, d]);
         self.free_all(&[summed, positions]);
         let op = "embedding_dense_backward";
+        // The token embedding's node lets go of the token ids it saved.
         if self.shape.tied {
             let g_tokens = self.alloc_f32(op, vec![vocab, d]);
             self.free(g);
+            self.release(Batch::Inputs);
             self.grad("add", 0, vec![vocab, d]);
             self.free_all(&[g_head, g_tokens]);
         } else {
             self.grad(op, 0, vec![vocab, d]);
             self.free(g);
+            self.release(Batch::Inputs);
         }
     }
 }

@@ -230,6 +230,7 @@ fn a_program_frees_what_it_made_and_leaves_one_gradient_per_parameter() {
                     amp,
                 };
                 let p = program(&t, 2, options);
+                check_marks(&p, lora_rank == 0);
                 let mut live = vec![false; p.allocs.len()];
                 for op in &p.ops {
                     match *op {
@@ -238,7 +239,7 @@ fn a_program_frees_what_it_made_and_leaves_one_gradient_per_parameter() {
                             assert!(live[i], "{options:?}: {:?} freed twice", p.allocs[i]);
                             live[i] = false;
                         }
-                        Op::Blas(_) | Op::Rebind => {}
+                        Op::Blas(_) | Op::Rebind | Op::Release(_) | Op::ForwardEnd => {}
                     }
                 }
                 let mut grads: Vec<(usize, Vec<u64>)> = Vec::new();
@@ -296,4 +297,45 @@ fn under_autocast_long_eager_attention_peaks_higher_and_fused_lower() {
     let (fused, fused_amp) = (run(Attention::Sdpa, None), run(Attention::Sdpa, half));
     assert!(eager_amp > eager, "{eager_amp} vs {eager}");
     assert!(fused_amp < fused, "{fused_amp} vs {fused}");
+}
+
+/// One forward end, with the loss before it and every gradient after it;
+/// NLL's node lets go of the targets, the token embedding's (or the first
+/// convolution's) of the inputs when it saved them.
+fn check_marks(p: &Program, inputs_saved: bool) {
+    let ends = p.ops.iter().filter(|op| **op == Op::ForwardEnd).count();
+    assert_eq!(ends, 1);
+    let end = p.forward_end();
+    for (at, op) in p.ops.iter().enumerate() {
+        match *op {
+            Op::Alloc(i) if at < end => assert!(!matches!(p.allocs[i].role, Role::Grad(_))),
+            Op::Alloc(i) => assert_ne!(p.allocs[i].role, Role::Loss),
+            Op::Release(_) | Op::Rebind => assert_eq!(at < end, *op == Op::Rebind),
+            _ => {}
+        }
+    }
+    let releases = |part| p.ops.iter().filter(|op| **op == Op::Release(part)).count();
+    assert_eq!(releases(Batch::Targets), 1);
+    assert_eq!(releases(Batch::Inputs), usize::from(inputs_saved));
+}
+
+#[test]
+fn the_cnn_saves_its_images_unless_autocast_cast_them_outside_a_checkpoint() {
+    let c = crate::train::kinds::CnnShape {
+        channels: 3,
+        image_size: 16,
+        blocks: 2,
+        width: 8,
+        classes: 10,
+    };
+    for checkpointing in [false, true] {
+        for amp in [None, Some(Dtype::Float16)] {
+            let options = Options {
+                attention: Attention::Eager,
+                checkpointing,
+                amp,
+            };
+            check_marks(&cnn_program(&c, 4, options), checkpointing || amp.is_none());
+        }
+    }
 }

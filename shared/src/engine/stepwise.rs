@@ -1,0 +1,319 @@
+//! A CNN's or a transformer's step one statement at a time: `forward`
+//! plays its program up to the loss and leaves the saved tensors (and the
+//! batch parts they include) on an autograd graph the loss holds;
+//! `backward` plays the rest over that graph, as a training loop's step
+//! plays it whole. `opt.step()` and `zero_grad` are the same for every kind.
+
+use super::program::{Player, Target};
+use super::training::{check_attention, check_batch};
+use super::{check_name, error, Engine, Outcome};
+use crate::command::{BackwardArgs, ForwardArgs, StepArgs, ZeroGradArgs};
+use crate::error::{CommandError, ErrorKind};
+use crate::kernel::AllocFailure;
+use crate::runtime::{Class, ObjId};
+use crate::train::kinds::step::{Options, Program};
+use crate::train::step::{self, BackwardError, Frame, BACKWARD_TWICE};
+use crate::train::{GraphState, ProgramGraph, Saved};
+use crate::types::{Category, Dtype};
+use crate::units::format_size;
+use serde_json::json;
+
+/// A `forward` of a program: the loss's name, the model, the micro-batch.
+pub(super) struct Statement<'a> {
+    pub name: &'a str,
+    pub model: ObjId,
+    pub batch: u64,
+}
+
+impl Engine {
+    pub(super) fn forward(&mut self, a: &ForwardArgs) -> Result<Outcome, CommandError> {
+        let (name, model, data, batch) = (
+            a.name.as_str(),
+            a.model.as_str(),
+            a.data.as_str(),
+            a.batch_size,
+        );
+        check_name(name)?;
+        let (model_id, state) = self.model_state(model)?;
+        let spec = state.spec;
+        let data_id = self.instance(data, Class::Dataset)?;
+        check_batch(batch, &self.train.datasets[&data_id].spec, &spec)?;
+        check_attention(a.attention, &spec)?;
+        let options = Options {
+            attention: a.attention,
+            checkpointing: a.checkpointing,
+            amp: a.amp.dtype(),
+        };
+        if let Some(program) = spec.step_program(batch, options) {
+            if a.no_grad {
+                return Err(error(
+                    ErrorKind::InvalidValue,
+                    format!(
+                        "`forward` under no_grad is for the MLP; a {}'s forward records its graph",
+                        spec.kind_name()
+                    ),
+                ));
+            }
+            let s = Statement {
+                name,
+                model: model_id,
+                batch,
+            };
+            self.forward_program(&s, program)?;
+            return Ok(self.forward_outcome(name, false, None));
+        }
+        let compute = self.computes(&spec, batch);
+        let mut frame = Frame::default();
+        let args = step::ForwardArgs {
+            tag: name,
+            model: model_id,
+            data: data_id,
+            batch,
+            no_grad: a.no_grad,
+            amp: a.amp.dtype(),
+            checkpointing: a.checkpointing,
+            compute,
+            input: None,
+        };
+        let out = match step::forward(&mut self.kernel, &mut frame, &mut self.train, &args) {
+            Ok(out) => out,
+            Err(f) => return Err(self.raise_in_frame(frame, &f)),
+        };
+        self.kernel.bind_local(name, out.loss);
+        Ok(self.forward_outcome(name, a.no_grad, out.value))
+    }
+
+    /// What a forward pass left: the bytes its graph saved, the loss.
+    fn forward_outcome(&self, name: &str, no_grad: bool, value: Option<f32>) -> Outcome {
+        let graph = self
+            .kernel
+            .runtime
+            .lookup(name)
+            .and_then(|loss| step::find_graph(&self.kernel, loss));
+        let saved: u64 = graph
+            .and_then(|g| self.kernel.runtime.get(g))
+            .map(|g| g.refs.iter().map(|&t| self.kernel.block_size(t)).sum())
+            .unwrap_or(0);
+        let mut note = if no_grad {
+            "Under torch.no_grad() nothing is saved: every activation died as soon as the next layer had used it.".to_string()
+        } else {
+            format!(
+                "`{name}` keeps its autograd graph alive, and with it {} of saved tensors (activations and the batch) until backward runs or `{name}` dies.",
+                format_size(saved)
+            )
+        };
+        note.push_str(&loss_note(value));
+        Outcome {
+            note: Some(note),
+            value: Some(json!({"loss": value, "loss_computed": value.is_some()})),
+        }
+    }
+
+    pub(super) fn backward(&mut self, a: &BackwardArgs) -> Result<Outcome, CommandError> {
+        let (name, retain) = (a.name.as_str(), a.retain_graph);
+        let loss = self.lookup(name)?;
+        let before = self.kernel.stats().allocated_bytes;
+        match step::find_graph(&self.kernel, loss) {
+            Some(graph) if self.is_program_graph(graph) => self.backward_program(graph, retain)?,
+            _ => self.backward_mlp(loss, retain)?,
+        }
+        let after = self.kernel.stats().allocated_bytes;
+        Ok(Outcome::note(if retain {
+            "Backward ran with retain_graph=True: the gradients were added to .grad and the saved tensors stay for another backward.".to_string()
+        } else {
+            format!(
+                "Backward released the saved tensors as it walked the graph and put the gradients in .grad (allocated {} {}).",
+                if after >= before { "rose by" } else { "fell by" },
+                format_size(after.abs_diff(before))
+            )
+        }))
+    }
+
+    fn backward_mlp(&mut self, loss: ObjId, retain: bool) -> Result<(), CommandError> {
+        let mut frame = Frame::default();
+        match step::backward(&mut self.kernel, &mut frame, &mut self.train, loss, retain) {
+            Ok(()) => {}
+            Err(BackwardError::NoGraph) => {
+                return Err(error(ErrorKind::RuntimeError, step::NO_GRAD_FN));
+            }
+            Err(BackwardError::Consumed) => {
+                return Err(error(ErrorKind::RuntimeError, step::BACKWARD_TWICE));
+            }
+            Err(BackwardError::Oom(f)) => return Err(self.raise_in_frame(frame, &f)),
+        }
+        Ok(())
+    }
+
+    pub(super) fn optimizer_step(&mut self, a: &StepArgs) -> Result<Outcome, CommandError> {
+        let opt = self.instance(&a.optimizer, Class::Optimizer)?;
+        let first = self.train.optimizers[&opt].state.is_empty();
+        let mut frame = Frame::default();
+        let before = self.kernel.stats().allocated_bytes;
+        if let Err(f) = step::optimizer_step(&mut self.kernel, &mut frame, &mut self.train, opt) {
+            return Err(self.raise_in_frame(frame, &f));
+        }
+        let grown = self.kernel.stats().allocated_bytes.saturating_sub(before);
+        Ok(Outcome::note(if first && grown > 0 {
+            format!(
+                "The first step allocated the optimizer's state: {}.",
+                format_size(grown)
+            )
+        } else {
+            "The parameters were updated in place.".to_string()
+        }))
+    }
+
+    pub(super) fn zero_grad(&mut self, a: &ZeroGradArgs) -> Result<Outcome, CommandError> {
+        let (opt, set_to_none) = (
+            self.instance(&a.optimizer, Class::Optimizer)?,
+            a.set_to_none,
+        );
+        let freed = step::zero_grad(&mut self.kernel, &mut self.train, opt, set_to_none);
+        Ok(Outcome::note(if set_to_none {
+            format!(
+                "zero_grad(set_to_none=True) dropped every .grad: {} freed.",
+                format_size(freed)
+            )
+        } else {
+            "zero_grad(set_to_none=False) zeroed the gradients in place: their memory stays allocated.".to_string()
+        }))
+    }
+
+    /// `loss = criterion(model(x.cuda()), y.cuda())`: the batch is copied
+    /// in, the forward pass runs, and the graph keeps what autograd saved
+    /// (the batch too, where a node saved it); the rest dies with the
+    /// statement. Returns the loss, bound to the statement's name.
+    pub(super) fn forward_program(
+        &mut self,
+        s: &Statement,
+        program: Program,
+    ) -> Result<ObjId, CommandError> {
+        let mut frame = Frame::default();
+        match self.forward_in(&mut frame, s, program) {
+            Ok(loss) => {
+                frame.finish(&mut self.kernel);
+                self.kernel.bind_local(s.name, loss);
+                Ok(loss)
+            }
+            Err(f) => Err(self.raise_in_frame(frame, &f)),
+        }
+    }
+
+    fn forward_in(
+        &mut self,
+        frame: &mut Frame,
+        s: &Statement,
+        program: Program,
+    ) -> Result<ObjId, AllocFailure> {
+        let spec = self.train.models[&s.model].spec;
+        let (params, model) = self.model_target(s.model);
+        let k = &mut self.kernel;
+        let (x_shape, x_dtype, y_shape) = spec.batch(s.batch);
+        let x = frame.alloc(
+            k,
+            &format!("{}.x", s.name),
+            &x_shape,
+            x_dtype,
+            Category::Input,
+        )?;
+        let y = frame.alloc(
+            k,
+            &format!("{}.y", s.name),
+            &y_shape,
+            Dtype::Int64,
+            Category::Input,
+        )?;
+        let graph = frame.instance(k, Class::Graph, &format!("{}.grad_fn", s.name));
+        let target = Target {
+            name: &model,
+            params: &params,
+            loss: s.name,
+        };
+        let mut player = Player::statement(&program);
+        let end = program.forward_end();
+        player.play(k, frame, &mut self.train.cublas, 0..end, &target)?;
+        let loss = player.loss.expect("a forward pass makes its loss");
+        let (saved, batch) = player.save_into(k, frame, graph, [x, y]);
+        k.runtime.add_ref(loss, graph);
+        let state = GraphState {
+            model: s.model,
+            saved: Saved::Program(Box::new(ProgramGraph {
+                program,
+                saved,
+                batch,
+            })),
+            consumed: false,
+        };
+        self.train.graphs.insert(graph, state);
+        Ok(frame.take(loss))
+    }
+
+    /// The model's parameters and its name (the labels' prefix).
+    fn model_target(&self, model: ObjId) -> (Vec<ObjId>, String) {
+        let params = self.train.models[&model].params.clone();
+        let name = self.kernel.runtime.get(model).map(|m| m.label.clone());
+        (params, name.unwrap_or_else(|| "model".into()))
+    }
+
+    /// `loss.backward(retain_graph=...)` over a program's graph: the rest
+    /// of the program, each saved tensor let go of where its node is done
+    /// (kept for another backward when retained).
+    pub(super) fn backward_program(
+        &mut self,
+        graph: ObjId,
+        retain: bool,
+    ) -> Result<(), CommandError> {
+        let Some(state) = self.train.graphs.get_mut(&graph) else {
+            return Ok(());
+        };
+        if state.consumed {
+            return Err(error(ErrorKind::RuntimeError, BACKWARD_TWICE));
+        }
+        // Nodes that ran let go of what they saved, even if a later one
+        // raises: without `retain_graph` there is no second backward.
+        state.consumed = !retain;
+        let model = state.model;
+        let Saved::Program(pg) = state.saved.clone() else {
+            return Ok(());
+        };
+        let (params, name) = self.model_target(model);
+        let target = Target {
+            name: &name,
+            params: &params,
+            loss: "loss",
+        };
+        let mut frame = Frame::default();
+        let ops = pg.program.forward_end()..pg.program.ops.len();
+        let mut player = Player::over_graph(&pg.program, graph, &pg.saved, pg.batch, retain);
+        let played = player.play(
+            &mut self.kernel,
+            &mut frame,
+            &mut self.train.cublas,
+            ops,
+            &target,
+        );
+        if let Err(f) = played {
+            return Err(self.raise_in_frame(frame, &f));
+        }
+        frame.finish(&mut self.kernel);
+        if !retain {
+            self.kernel.clear_refs(graph);
+        }
+        Ok(())
+    }
+
+    /// Whether `graph` is a program's (a CNN's or a transformer's).
+    pub(super) fn is_program_graph(&self, graph: ObjId) -> bool {
+        self.train
+            .graphs
+            .get(&graph)
+            .is_some_and(|g| matches!(g.saved, Saved::Program(_)))
+    }
+}
+
+fn loss_note(value: Option<f32>) -> String {
+    match value {
+        Some(v) => format!(" Loss {v:.4} (computed on the CPU)."),
+        None => " The step is too large to compute here: shape-only, loss not computed.".into(),
+    }
+}

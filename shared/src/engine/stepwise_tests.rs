@@ -1,0 +1,179 @@
+//! A CNN's and a transformer's step one statement at a time: the same
+//! allocations as a training loop's step, and `retain_graph`, a second
+//! backward and `del loss` as PyTorch has them.
+
+use super::kinds_tests::{cnn, engine, gpt, run, with};
+use super::*;
+use crate::stats::EventAction;
+use serde_json::{json, Value};
+
+/// Every case the step programs model: each attention, checkpointing and
+/// autocast, LoRA, and the CNN.
+fn cases() -> Vec<((Value, u64, u64), Value)> {
+    let mut cases = Vec::new();
+    let t = gpt(2, 64, 4, 32, 100);
+    for attention in ["eager", "sdpa"] {
+        for checkpointing in [false, true] {
+            for amp in [false, true] {
+                let technique =
+                    json!({"attention":attention,"checkpointing":checkpointing,"amp":amp});
+                cases.push((t.clone(), technique));
+            }
+        }
+    }
+    let lora = (with(t.0.clone(), &json!({"lora_rank": 4})), t.1, t.2);
+    for technique in [json!({}), json!({"checkpointing":true,"amp":"bfloat16"})] {
+        cases.push((lora.clone(), technique));
+    }
+    let tied = (
+        with(t.0.clone(), &json!({"tied": false, "norm": "rmsnorm"})),
+        t.1,
+        t.2,
+    );
+    cases.push((tied, json!({})));
+    for checkpointing in [false, true] {
+        for amp in [false, true] {
+            let technique = json!({"checkpointing":checkpointing,"amp":amp});
+            cases.push((cnn(16, 2, 8), technique));
+        }
+    }
+    cases
+}
+
+/// The allocations' sizes in order, and the peak of live bytes, leaving
+/// out the batch (`x`, `y`: a loop's names hold it, a statement's graph
+/// lets go of it where its node is done).
+fn trace(e: &Engine) -> (Vec<u64>, u64) {
+    let mut batch = Vec::new();
+    let (mut sizes, mut live, mut peak) = (Vec::new(), 0i64, 0i64);
+    for ev in e.kernel.events() {
+        let name = ev.name.as_deref().unwrap_or("");
+        let is_batch = ["x", "y", "loss.x", "loss.y"].contains(&name);
+        match ev.action {
+            EventAction::Alloc if is_batch => batch.push(ev.address),
+            EventAction::Alloc => {
+                sizes.push(ev.size);
+                live += ev.size as i64;
+            }
+            EventAction::Free if batch.contains(&ev.address) => {
+                batch.retain(|&a| a != ev.address);
+            }
+            EventAction::Free => live -= ev.size as i64,
+            _ => {}
+        }
+        peak = peak.max(live);
+    }
+    (sizes, peak as u64)
+}
+
+#[test]
+fn forward_backward_step_and_zero_grad_allocate_what_one_training_step_does() {
+    for ((model, features, classes), technique) in cases() {
+        let common = json!({"model":"model","data":"data","batch_size":4});
+        let mut looped = engine(model.clone(), "adam", features, classes);
+        let train = with(json!({"cmd":"train","optimizer":"opt","steps":1}), &common);
+        let r = run(&mut looped, &with(train, &technique));
+        assert!(r.ok, "{model} {technique}: {:?}", r.error);
+
+        let mut stepped = engine(model.clone(), "adam", features, classes);
+        let forward = with(json!({"cmd":"forward","name":"loss"}), &common);
+        for line in [
+            with(forward, &technique),
+            json!({"cmd":"backward","name":"loss"}),
+            json!({"cmd":"step","optimizer":"opt"}),
+            json!({"cmd":"zero_grad","optimizer":"opt","set_to_none":true}),
+        ] {
+            let r = run(&mut stepped, &line);
+            assert!(r.ok, "{model} {technique} {line}: {:?}", r.error);
+        }
+        let (ours, theirs) = (trace(&stepped), trace(&looped));
+        assert_eq!(ours.0, theirs.0, "{model} {technique}: allocations differ");
+        assert_eq!(ours.1, theirs.1, "{model} {technique}: peaks differ");
+        assert!(ours.1 > 0);
+    }
+}
+
+/// Allocated bytes after each line, from a fresh engine.
+fn allocated_after(model: &(Value, u64, u64), lines: &[Value]) -> Vec<u64> {
+    let mut e = engine(model.0.clone(), "adam", model.1, model.2);
+    lines
+        .iter()
+        .map(|line| {
+            let r = run(&mut e, line);
+            assert!(r.ok, "{line}: {:?}", r.error);
+            r.stats.allocated_bytes
+        })
+        .collect()
+}
+
+#[test]
+fn retain_graph_keeps_the_saved_tensors_for_a_second_backward_and_a_third_is_refused() {
+    for model in [gpt(1, 32, 2, 16, 64), cnn(16, 2, 8)] {
+        let forward =
+            json!({"cmd":"forward","name":"loss","model":"model","data":"data","batch_size":4});
+        let backward = json!({"cmd":"backward","name":"loss"});
+        let retained = json!({"cmd":"backward","name":"loss","retain_graph":true});
+        let once = allocated_after(&model, &[forward.clone(), backward.clone()]);
+        let twice = allocated_after(&model, &[forward.clone(), retained, backward.clone()]);
+        // After a retained backward the saved tensors are all still there,
+        // and the gradients too.
+        assert!(twice[1] > once[1], "{}: {twice:?} vs {once:?}", model.0);
+        // The second backward adds into .grad and lets go of the graph:
+        // the same memory as one backward.
+        assert_eq!(twice[2], once[1], "{}", model.0);
+
+        // A retained backward lets go of nothing the graph saved.
+        let mut e = engine(model.0.clone(), "adam", model.1, model.2);
+        assert!(run(&mut e, &forward).ok);
+        let saved = |e: &Engine| {
+            let loss = e.kernel.runtime.lookup("loss").unwrap();
+            let graph = crate::train::step::find_graph(&e.kernel, loss).unwrap();
+            e.kernel.runtime.get(graph).unwrap().refs.clone()
+        };
+        let before = saved(&e);
+        assert!(before.len() > 2, "{}: {before:?}", model.0);
+        let retained = json!({"cmd":"backward","name":"loss","retain_graph":true});
+        assert!(run(&mut e, &retained).ok);
+        assert_eq!(saved(&e), before, "{}", model.0);
+        assert!(run(&mut e, &backward).ok);
+        assert!(saved(&e).is_empty(), "{}", model.0);
+        let r = run(&mut e, &backward);
+        let error = r.error.expect("a second backward through a freed graph");
+        assert!(error
+            .message
+            .contains("backward through the graph a second time"));
+    }
+}
+
+#[test]
+fn the_loss_holds_the_saved_tensors_and_del_frees_them() {
+    for model in [gpt(1, 32, 2, 16, 64), cnn(16, 2, 8)] {
+        let forward =
+            json!({"cmd":"forward","name":"loss","model":"model","data":"data","batch_size":4});
+        let after = allocated_after(
+            &model,
+            &[
+                json!({"cmd":"reset_peak_memory_stats"}),
+                forward.clone(),
+                json!({"cmd":"del","name":"loss"}),
+                json!({"cmd":"clear_cublas_workspaces"}),
+                forward,
+            ],
+        );
+        // Everything the forward pass made dies with the loss (the cuBLAS
+        // workspace its first matrix product made stays until cleared).
+        assert!(after[1] > after[2], "{}: {after:?}", model.0);
+        assert_eq!(after[3], after[0], "{}: {after:?}", model.0);
+        assert_eq!(after[4], after[1], "{}", model.0);
+    }
+}
+
+#[test]
+fn no_grad_is_refused_for_a_program_with_the_reason() {
+    let (model, features, classes) = gpt(1, 32, 2, 16, 64);
+    let mut e = engine(model, "adam", features, classes);
+    let forward =
+        json!({"cmd":"forward","name":"loss","model":"model","data":"data","no_grad":true});
+    let r = run(&mut e, &forward);
+    assert!(r.error.unwrap().message.contains("no_grad"));
+}
