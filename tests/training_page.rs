@@ -381,3 +381,73 @@ async fn a_transformer_and_a_cnn_train_in_the_page() {
     finish(browser, events, profile).await;
     let _ = stop_tx.send(());
 }
+
+/// The explanation's text.
+async fn explanation(page: &Page) -> String {
+    let said = js(page, "document.getElementById('explanation').textContent").await;
+    said.as_str().unwrap_or_default().to_string()
+}
+
+/// forward, backward, step and zero_grad one button at a time on a
+/// transformer and on a CNN: the graph is kept, then released, and the
+/// step's peak is a one-step train's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transformer_and_a_cnn_step_one_statement_at_a_time() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let addr = serve_on(0, stop_rx).await;
+    let (browser, events, profile) = launch("stepwise").await;
+    let page = open(&browser, &format!("http://{addr}/")).await;
+    until(&page, "document.getElementById('model-kind')").await;
+    for kind in ["transformer", "cnn"] {
+        // A fresh process: nothing of the last kind's loop lives on.
+        press(&page, "btn-restart").await;
+        pick_kind(&page, kind).await;
+        let before = results(&page).await;
+        click(&page, "btn-build").await;
+        until(&page, &format!("{COUNT} >= {}", before + 3)).await;
+        let built = allocated(&page).await;
+        press(&page, "btn-forward").await;
+        let said = explanation(&page).await;
+        assert!(
+            said.contains("keeps its autograd graph alive"),
+            "{kind}: {said}"
+        );
+        assert!(allocated(&page).await > built, "{kind}");
+        let forward_peak = peak(&page).await;
+        press(&page, "btn-backward").await;
+        let said = explanation(&page).await;
+        assert!(
+            said.contains("Backward released the saved tensors"),
+            "{kind}: {said}"
+        );
+        // The peak shown is the command's.
+        let stepped = forward_peak.max(peak(&page).await);
+        press(&page, "btn-backward").await;
+        let said = explanation(&page).await;
+        assert!(
+            said.contains("backward through the graph a second time"),
+            "{kind}: {said}"
+        );
+        press(&page, "btn-step").await;
+        press(&page, "btn-zero-grad").await;
+        // The same step in a loop, from a fresh model: the same peak, but
+        // for the batch, which the loop's names hold to the end while the
+        // statement's graph lets go of it where its nodes are done (the
+        // engine's tests compare the two event by event).
+        press(&page, "btn-restart").await;
+        let before = results(&page).await;
+        click(&page, "btn-build").await;
+        until(&page, &format!("{COUNT} >= {}", before + 3)).await;
+        press(&page, "btn-train-1").await;
+        let looped = peak(&page).await;
+        assert!(
+            stepped <= looped && looped - stepped <= 1 << 20,
+            "{kind}: {stepped} vs {looped}"
+        );
+    }
+    finish(browser, events, profile).await;
+    let _ = stop_tx.send(());
+}
