@@ -23,6 +23,9 @@ pub(super) struct Statement<'a> {
     pub name: &'a str,
     pub model: ObjId,
     pub batch: u64,
+    /// Autograd records (not under `torch.no_grad()`, whose program ends
+    /// with the forward pass and leaves no graph).
+    pub grad: bool,
 }
 
 impl Engine {
@@ -44,23 +47,19 @@ impl Engine {
             checkpointing: a.checkpointing,
             amp: a.amp.dtype(),
         };
-        if let Some(program) = spec.step_program(batch, options) {
-            if a.no_grad {
-                return Err(error(
-                    ErrorKind::InvalidValue,
-                    format!(
-                        "`forward` under no_grad is for the MLP; a {}'s forward records its graph",
-                        spec.kind_name()
-                    ),
-                ));
-            }
+        let program = match a.no_grad {
+            true => spec.no_grad_program(batch, options),
+            false => spec.step_program(batch, options),
+        };
+        if let Some(program) = program {
             let s = Statement {
                 name,
                 model: model_id,
                 batch,
+                grad: !a.no_grad,
             };
             self.forward_program(&s, program)?;
-            return Ok(self.forward_outcome(name, false, None));
+            return Ok(self.forward_outcome(name, a.no_grad, None));
         }
         let compute = self.computes(&spec, batch);
         let mut frame = Frame::default();
@@ -223,7 +222,6 @@ impl Engine {
             Dtype::Int64,
             Category::Input,
         )?;
-        let graph = frame.instance(k, Class::Graph, &format!("{}.grad_fn", s.name));
         let target = Target {
             name: &model,
             params: &params,
@@ -233,6 +231,10 @@ impl Engine {
         let end = program.forward_end();
         player.play(k, frame, &mut self.train.cublas, 0..end, &target)?;
         let loss = player.loss.expect("a forward pass makes its loss");
+        if !s.grad {
+            return Ok(frame.take(loss));
+        }
+        let graph = frame.instance(k, Class::Graph, &format!("{}.grad_fn", s.name));
         let (saved, batch) = player.save_into(k, frame, graph, [x, y]);
         k.runtime.add_ref(loss, graph);
         let state = GraphState {

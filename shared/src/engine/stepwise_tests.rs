@@ -168,12 +168,36 @@ fn the_loss_holds_the_saved_tensors_and_del_frees_them() {
     }
 }
 
+/// Under `torch.no_grad()` a forward statement leaves the loss alone (no
+/// graph: backward is refused with PyTorch's message), and peaks lower
+/// than the same statement recording its graph.
 #[test]
-fn no_grad_is_refused_for_a_program_with_the_reason() {
-    let (model, features, classes) = gpt(1, 32, 2, 16, 64);
-    let mut e = engine(model, "adam", features, classes);
-    let forward =
-        json!({"cmd":"forward","name":"loss","model":"model","data":"data","no_grad":true});
-    let r = run(&mut e, &forward);
-    assert!(r.error.unwrap().message.contains("no_grad"));
+fn under_no_grad_a_forward_keeps_nothing_and_cannot_backward() {
+    for model in [gpt(2, 64, 4, 32, 100), cnn(16, 2, 8)] {
+        for technique in [json!({}), json!({"amp":"float16","checkpointing":true})] {
+            let forward = with(
+                json!({"cmd":"forward","name":"loss","model":"model","data":"data","batch_size":4}),
+                &technique,
+            );
+            let no_grad = with(forward.clone(), &json!({"no_grad": true}));
+            let mut e = engine(model.0.clone(), "adam", model.1, model.2);
+            let before = run(&mut e, &json!({"cmd":"clear_cublas_workspaces"}));
+            let r = run(&mut e, &no_grad);
+            assert!(r.ok, "{}: {:?}", model.0, r.error);
+            // The loss (one 512-byte block) and the main thread's cuBLAS
+            // workspace are all that is left.
+            let left = r.stats.allocated_bytes - before.stats.allocated_bytes;
+            let workspace = e.train.cublas.bytes;
+            assert_eq!(left, 512 + workspace, "{} {technique}", model.0);
+            let r = run(&mut e, &json!({"cmd":"backward","name":"loss"}));
+            let error = r.error.expect("no graph to backward through");
+            assert!(error.message.contains("does not require grad"), "{}", error.message);
+
+            let mut recorded = engine(model.0.clone(), "adam", model.1, model.2);
+            let r = run(&mut recorded, &forward);
+            assert!(r.ok);
+            let inference = run(&mut e, &no_grad).stats.step_peak_allocated_bytes;
+            assert!(inference < r.stats.step_peak_allocated_bytes, "{}", model.0);
+        }
+    }
 }

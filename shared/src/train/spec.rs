@@ -122,6 +122,16 @@ impl ModelSpec {
         }
     }
 
+    /// The forward pass of a CNN or a transformer under `torch.no_grad()`;
+    /// `None` for the MLP.
+    pub fn no_grad_program(&self, batch: u64, options: Options) -> Option<kinds::step::Program> {
+        match self.kind {
+            Kind::Mlp => None,
+            Kind::Transformer(t) => Some(kinds::step::no_grad_program(&t, batch, options)),
+            Kind::Cnn(c) => Some(kinds::step::cnn_no_grad_program(&c, batch, options)),
+        }
+    }
+
     /// What the model is, in a few words.
     pub fn kind_name(&self) -> &'static str {
         match self.kind {

@@ -160,6 +160,21 @@ impl Program {
     }
 }
 
+/// The forward pass alone under `torch.no_grad()`: nothing is saved, each
+/// tensor dies after its last use (a block's input when the next block
+/// returns), and `checkpoint` runs its block plainly.
+pub fn no_grad_program(t: &TransformerShape, batch: u64, options: Options) -> Program {
+    let options = Options {
+        checkpointing: false,
+        ..options
+    };
+    let mut tape = Tape::new(*t, "h", batch, options);
+    tape.grad = false;
+    tape.forward();
+    tape.program.ops.push(Op::ForwardEnd);
+    tape.program
+}
+
 /// The step's forward and backward passes.
 pub fn program(t: &TransformerShape, batch: u64, options: Options) -> Program {
     let mut tape = Tape::new(*t, "h", batch, options);
@@ -234,6 +249,8 @@ struct Tape<S> {
     input_grad: bool,
     /// The autocast cache.
     cache: Vec<autocast::Cached>,
+    /// Autograd records (off under `torch.no_grad()`: nothing is saved).
+    grad: bool,
 }
 
 impl<S> Tape<S> {
@@ -251,6 +268,7 @@ impl<S> Tape<S> {
             thread: BlasThread::Main,
             input_grad: true,
             cache: Vec::new(),
+            grad: true,
         }
     }
 
@@ -346,6 +364,14 @@ impl<S> Tape<S> {
         self.alloc_as("nll_loss_forward", vec![], f32, Role::Loss);
         let total_weight = self.alloc_as("nll_loss_forward", vec![], f32, Role::Forward);
         self.program.ops.push(Op::Rebind);
+        if !self.grad {
+            // Nothing saved them.
+            self.free(total_weight);
+            if nll_input != log_probs {
+                self.free(nll_input);
+            }
+            self.free(log_probs);
+        }
         self.free(logits);
         self.clear_cache();
         Loss {
@@ -416,7 +442,7 @@ mod cnn;
 mod lora;
 mod passes;
 
-pub use cnn::program as cnn_program;
+pub use cnn::{no_grad_program as cnn_no_grad_program, program as cnn_program};
 
 #[cfg(test)]
 mod tests;

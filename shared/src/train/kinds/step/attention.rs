@@ -62,9 +62,15 @@ impl Tape<TransformerShape> {
             Attention::Sdpa => {
                 let out = self.alloc(SDPA, self.act());
                 let lse = self.alloc_f32(SDPA, self.heads(&[]));
+                if !self.grad {
+                    // `scaled_dot_product_attention` returns only the output.
+                    self.free(lse);
+                }
                 let proj_layer = self.linear(out, proj, keep);
-                if !keep {
-                    self.free_all(&[out, qkv, lse]);
+                match (keep, self.grad) {
+                    (true, _) => {}
+                    (false, true) => self.free_all(&[out, qkv, lse]),
+                    (false, false) => self.free_all(&[qkv, out]),
                 }
                 (keep.then_some(Saved::Sdpa { qkv, out, lse }), proj_layer)
             }

@@ -52,8 +52,9 @@ impl<S> Tape<S> {
 
     /// Autograd saved a cast parameter: the cast outlives the cache.
     pub(super) fn save_cast(&mut self, cast: H) {
+        let grad = self.grad;
         if let Some(c) = self.cache.iter_mut().find(|c| c.cast == cast) {
-            c.saved = true;
+            c.saved = grad;
         }
     }
 

@@ -28,6 +28,30 @@ struct Saved {
     indices: H,
 }
 
+/// The forward pass alone under `torch.no_grad()`: each block's input dies
+/// after its convolution, the head's after the head, nothing is saved.
+pub fn no_grad_program(c: &CnnShape, batch: u64, options: Options) -> Program {
+    let options = Options {
+        checkpointing: false,
+        ..options
+    };
+    let mut tape = Tape::new(*c, "block", batch, options);
+    tape.grad = false;
+    let mut x = None;
+    for b in 0..c.blocks {
+        tape.layer = Some(b);
+        x = tape.block(x, b, Keep::Nothing).0;
+    }
+    tape.layer = None;
+    let flat = x.expect("at least one block");
+    tape.head_forward();
+    let logits = tape.matmul("addmm", vec![batch, c.classes]);
+    tape.free(flat);
+    tape.cross_entropy(logits, &[batch, c.classes]);
+    tape.program.ops.push(Op::ForwardEnd);
+    tape.program
+}
+
 /// The step's forward and backward passes at `batch` images, with each
 /// block checkpointed (`checkpoint(block, x, use_reentrant=False)`) and
 /// under autocast as `options` say (see `autocast`).
@@ -121,6 +145,10 @@ impl Tape<CnnShape> {
         let conv = self.alloc("convolution", self.maps(c, side));
         if let Some(cast) = cast.filter(|_| !save) {
             self.free(cast);
+        }
+        if let Some(x) = x.filter(|_| !self.grad) {
+            // Under no_grad nothing holds the last block's output.
+            self.free(x);
         }
         let norm = self.alloc("native_batch_norm", self.maps(c, side));
         let op = "native_batch_norm";

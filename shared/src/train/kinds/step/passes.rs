@@ -71,8 +71,9 @@ impl Tape<TransformerShape> {
         let tokens = self.alloc_f32("embedding", self.act());
         let positions = self.alloc_as("arange", vec![seq], Dtype::Int64, Role::Forward);
         let pos = self.alloc_f32("embedding", vec![seq, d]);
-        if self.frozen() {
-            // A frozen embedding saves no indices.
+        if self.frozen() || !self.grad {
+            // A frozen embedding saves no indices (nor does any under
+            // no_grad).
             self.free(positions);
         }
         let mut x = self.alloc_f32("add", self.act());
@@ -81,7 +82,9 @@ impl Tape<TransformerShape> {
         for l in 0..self.shape.layers {
             self.layer = Some(l);
             self.input_grad = self.block_input_grad(l);
-            let keep = if self.options.checkpointing {
+            let keep = if !self.grad {
+                Keep::Nothing
+            } else if self.options.checkpointing {
                 blocks.push(Block::Checkpointed(x));
                 Keep::Nothing
             } else {
@@ -89,14 +92,15 @@ impl Tape<TransformerShape> {
             };
             let (out, saved) = self.block(x, keep, self.block_params(l));
             blocks.extend(saved.map(|s| Block::Saved(Box::new(s))));
-            if !self.input_grad && !self.options.checkpointing {
-                // Nothing saved the embeddings' sum.
+            if !self.grad || (!self.input_grad && !self.options.checkpointing) {
+                // Nothing saved the block's input (with LoRA, the
+                // embeddings' sum): it dies as the block returns.
                 self.free(x);
             }
             x = out.expect("a whole block has an output");
         }
         self.layer = None;
-        let final_norm = self.norm(x, true);
+        let final_norm = self.norm(x, self.grad);
         let shape = vec![self.shape.vocab, d];
         let weight = match self.frozen() {
             true => self.cast_frozen(shape),
@@ -108,12 +112,22 @@ impl Tape<TransformerShape> {
             self.save_cast(w);
         }
         let cast = (input != final_norm.out).then_some(input);
-        if let Some(cast) = cast.filter(|_| self.frozen()) {
-            self.free(cast);
-        }
-        if self.frozen() || cast.is_some() {
-            // A frozen head saves no input; under autocast it saves the cast.
-            self.free(final_norm.out);
+        if !self.grad {
+            // Nothing saved: the casts die with the head's call, then the
+            // norm's output and its input.
+            let frozen = weight.filter(|_| self.frozen());
+            let dead: Vec<H> = frozen.into_iter().chain(cast).collect();
+            self.free_all(&dead);
+            self.free_all(&[final_norm.out, x]);
+        } else {
+            if let Some(cast) = cast.filter(|_| self.frozen()) {
+                self.free(cast);
+            }
+            if self.frozen() || cast.is_some() {
+                // A frozen head saves no input; under autocast it saves the
+                // cast.
+                self.free(final_norm.out);
+            }
         }
         let loss = self.cross_entropy(logits, &self.logits());
         Top {

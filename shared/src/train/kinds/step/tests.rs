@@ -339,3 +339,41 @@ fn the_cnn_saves_its_images_unless_autocast_cast_them_outside_a_checkpoint() {
         }
     }
 }
+
+const NO_GRAD: &str = include_str!("../../../../../tests/reference/no_grad_trace.json");
+
+#[test]
+fn forward_passes_under_no_grad_are_pytorchs_event_by_event() {
+    let all: Value = serde_json::from_str(NO_GRAD).unwrap();
+    let steps = all["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 10);
+    for s in steps {
+        let u = |k: &str| s[k].as_u64().unwrap();
+        let options = options(s);
+        let mut p = if s["kind"] == "cnn" {
+            let c = crate::train::kinds::CnnShape {
+                channels: u("channels"),
+                image_size: u("image_size"),
+                blocks: u("blocks") as u32,
+                width: u("width"),
+                classes: u("classes"),
+            };
+            cnn_no_grad_program(&c, u("batch"), options)
+        } else {
+            no_grad_program(&shape(s), u("batch"), options)
+        };
+        // A statement binds its loss when it returns; no earlier loss dies.
+        p.ops.retain(|op| *op != Op::Rebind);
+        assert_eq!(p.forward_end() + 1, p.ops.len());
+        let ours = p.events();
+        let pairs: Vec<(String, i64)> = ours.iter().map(|e| (e.op.to_string(), e.bytes)).collect();
+        let theirs = pytorch_events(s);
+        assert!(
+            pairs == theirs,
+            "{} {options:?}: {}",
+            s["kind"],
+            first_difference(&pairs, &theirs)
+        );
+        assert_eq!(peak(&ours), u("peak_bytes"));
+    }
+}
