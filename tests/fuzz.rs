@@ -9,13 +9,14 @@ use futures::{SinkExt, StreamExt};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestRunner};
+use serde_aux::serde_introspection::serde_introspect;
 use serde_json::{json, Map, Value};
 use std::time::{Duration, Instant};
 use tokio_tungstenite::connect_async;
 use tokio_tungstenite::tungstenite::Message;
 use vramlab_server::backend::{select, DeviceChoice};
 use vramlab_server::http::{build, serve, ServeOptions};
-use vramlab_shared::command::Command;
+use vramlab_shared::command::{self as c, Command};
 use vramlab_shared::Engine;
 
 /// Every command, and one that does not exist.
@@ -23,60 +24,41 @@ fn commands() -> Vec<&'static str> {
     Command::NAMES.into_iter().chain(["nonsense"]).collect()
 }
 
-const FIELDS: &[&str] = &[
-    "name",
-    "bytes",
-    "shape",
-    "dtype",
-    "category",
-    "items",
-    "cycle",
-    "layers",
-    "width",
-    "input_dim",
-    "classes",
-    "kind",
-    "lr",
-    "model",
-    "optimizer",
-    "data",
-    "samples",
-    "features",
-    "on_device",
-    "batch_size",
-    "steps",
-    "accumulate",
-    "amp",
-    "checkpointing",
-    "no_grad",
-    "set_to_none",
-    "retain_graph",
-    "loss_history",
-    "keras",
-    "threshold",
-    "framework",
-    "gpu",
-    "device_total_bytes",
-    "context_bytes",
-    "other_processes_bytes",
-    "allow_growth",
-    "memory_limit_bytes",
-    "preallocate",
-    "mem_fraction",
-    "no_caching",
-    "max_split_size_mb",
-    "garbage_collection_threshold",
-    "per_process_memory_fraction",
-    "cublas_workspace_config",
-    "roundup_power2_divisions",
-    "expandable_segments",
-    "compute_capability",
-    "expect",
-    "say",
-];
+/// The fields a command's reader takes, asked of the reader itself.
+fn own_fields(cmd: &str) -> &'static [&'static str] {
+    match cmd {
+        "restart" => serde_introspect::<c::RestartSettings>(),
+        "alloc" => serde_introspect::<c::AllocArgs>(),
+        "del" | "tf_session" | "close" => serde_introspect::<c::NameArgs>(),
+        "hold" => serde_introspect::<c::HoldArgs>(),
+        "assign" => serde_introspect::<c::AssignArgs>(),
+        "append" => serde_introspect::<c::AppendArgs>(),
+        "model" => serde_introspect::<c::ModelArgs>(),
+        "optimizer" => serde_introspect::<c::OptimizerArgs>(),
+        "data" => serde_introspect::<c::DataArgs>(),
+        "forward" => serde_introspect::<c::ForwardArgs>(),
+        "backward" => serde_introspect::<c::BackwardArgs>(),
+        "step" => serde_introspect::<c::StepArgs>(),
+        "zero_grad" => serde_introspect::<c::ZeroGradArgs>(),
+        "train" => serde_introspect::<c::TrainArgs>(),
+        "find_batch_size" => serde_introspect::<c::FindBatchSizeArgs>(),
+        "estimate" => serde_introspect::<c::EstimateArgs>(),
+        _ => &[],
+    }
+}
 
-/// Where `restart`'s fields sit in [`FIELDS`].
-const RESTART_FIELDS: std::ops::Range<usize> = 30..47;
+/// Every field of every command, and the lesson annotations.
+fn all_fields() -> Vec<&'static str> {
+    let mut fields: Vec<&'static str> = commands()
+        .into_iter()
+        .flat_map(own_fields)
+        .copied()
+        .collect();
+    fields.extend(c::ANNOTATION_KEYS);
+    fields.sort_unstable();
+    fields.dedup();
+    fields
+}
 
 const NAMES: &[&str] = &["x", "y", "h", "model", "opt", "data", "sess", "loss", ""];
 
@@ -111,6 +93,14 @@ fn value() -> impl Strategy<Value = Value> {
             json!("adam"),
             json!("sgd"),
             json!("float16"),
+            json!("bfloat16"),
+            json!("transformer"),
+            json!("cnn"),
+            json!("mlp"),
+            json!("sdpa"),
+            json!("eager"),
+            json!("rmsnorm"),
+            json!("list"),
             json!("[256:1,>:8]"),
             json!(":4096:8"),
             json!("é\u{0}\u{202e}"),
@@ -123,63 +113,13 @@ fn value() -> impl Strategy<Value = Value> {
     })
 }
 
-/// The fields a command takes (a fuzzed command mostly uses its own, so
-/// that most get past parsing to the engine).
-fn own_fields(cmd: &str) -> &'static [&'static str] {
-    match cmd {
-        "restart" => &FIELDS[RESTART_FIELDS],
-        "alloc" => &["name", "bytes", "shape", "dtype", "category"],
-        "del" | "tf_session" | "close" => &["name"],
-        "hold" => &["name", "items", "cycle"],
-        "assign" => &["name", "value"],
-        "append" => &["name", "item"],
-        "model" => &[
-            "name",
-            "layers",
-            "width",
-            "input_dim",
-            "classes",
-            "dtype",
-            "keras",
-        ],
-        "optimizer" => &["name", "model", "kind", "lr"],
-        "data" => &["name", "samples", "features", "classes", "on_device"],
-        "forward" => &[
-            "name",
-            "model",
-            "data",
-            "batch_size",
-            "no_grad",
-            "amp",
-            "checkpointing",
-        ],
-        "backward" => &["name", "retain_graph"],
-        "step" => &["optimizer"],
-        "zero_grad" => &["optimizer", "set_to_none"],
-        "train" | "estimate" => &[
-            "model",
-            "optimizer",
-            "data",
-            "steps",
-            "batch_size",
-            "accumulate",
-            "amp",
-            "checkpointing",
-            "set_to_none",
-            "loss_history",
-        ],
-        "find_batch_size" => &["model", "optimizer", "data", "threshold"],
-        _ => FIELDS,
-    }
-}
-
 /// A command object: a known (or unknown) `cmd` and a few fields, nine in
 /// ten of them its own.
 fn command() -> impl Strategy<Value = Value> {
     prop::sample::select(commands()).prop_flat_map(|cmd| {
         let field = prop_oneof![
             9 => prop::sample::select(own_fields(cmd)),
-            1 => prop::sample::select(FIELDS),
+            1 => prop::sample::select(all_fields()),
         ];
         prop::collection::vec((field, value()), 0..6).prop_map(move |fields| {
             let mut object = Map::new();
@@ -192,15 +132,30 @@ fn command() -> impl Strategy<Value = Value> {
     })
 }
 
-/// Half the sequences start with a model, an optimizer and data, so that
-/// training commands find them.
+/// Half the sequences start with a model (an MLP, a transformer or a CNN),
+/// an optimizer and data shaped for it, so that training commands find
+/// them.
 fn sequence() -> impl Strategy<Value = Vec<Value>> {
-    (any::<bool>(), prop::collection::vec(command(), 1..16)).prop_map(|(built, mut cmds)| {
-        if built {
+    let setup = prop_oneof![3 => Just(None), 1 => Just(Some(0usize)), 1 => Just(Some(1)), 1 => Just(Some(2))];
+    (setup, prop::collection::vec(command(), 1..16)).prop_map(|(setup, mut cmds)| {
+        let models = [
+            (json!({"cmd":"model","name":"model"}), 784, 10),
+            (
+                json!({"cmd":"model","name":"model","kind":"transformer","layers":2,"width":32,"heads":2,"seq_len":16,"vocab":64}),
+                16,
+                64,
+            ),
+            (
+                json!({"cmd":"model","name":"model","kind":"cnn","channels":1,"image_size":16,"blocks":2,"width":8,"classes":10}),
+                256,
+                10,
+            ),
+        ];
+        if let Some((model, features, classes)) = setup.map(|i| models[i].clone()) {
             let setup = [
-                json!({"cmd":"model","name":"model"}),
+                model,
                 json!({"cmd":"optimizer","name":"opt","model":"model"}),
-                json!({"cmd":"data","name":"data"}),
+                json!({"cmd":"data","name":"data","features":features,"classes":classes}),
             ];
             cmds.splice(0..0, setup);
         }

@@ -7,12 +7,65 @@ use proptest::test_runner::TestCaseError;
 use vramlab_shared::alloc::caching::{allocation_size, round_size};
 use vramlab_shared::command::{self, Command, RestartSettings};
 use vramlab_shared::snapshot::Stats;
+use vramlab_shared::train::kinds::Attention;
 use vramlab_shared::types::Category;
 use vramlab_shared::units::{format_size, GIB, MIB};
 use vramlab_shared::Engine;
 use vramlab_shared::{ErrorKind, Framework};
 
 const NAMES: [&str; 6] = ["a", "b", "c", "d", "h", "k"];
+
+/// The model kinds (the transformer and the CNN are PyTorch's only).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Mlp,
+    Transformer,
+    Cnn,
+}
+
+impl Kind {
+    /// The model named `m`: `layers` layers or blocks `width` wide.
+    fn model(self, layers: u32, width: u64, keras: bool) -> command::ModelArgs {
+        let mlp = command::ModelArgs::mlp("m", layers, width);
+        match self {
+            Kind::Mlp => command::ModelArgs {
+                input_dim: 256,
+                keras,
+                ..mlp
+            },
+            Kind::Transformer => command::ModelArgs {
+                kind: command::ModelKind::Transformer,
+                heads: Some(2),
+                seq_len: Some(16),
+                vocab: Some(64),
+                ..mlp
+            },
+            Kind::Cnn => command::ModelArgs {
+                kind: command::ModelKind::Cnn,
+                channels: Some(1),
+                image_size: Some(8),
+                ..mlp
+            },
+        }
+    }
+
+    /// A dataset's (features, classes) for this kind.
+    fn data(self) -> (u64, u64) {
+        match self {
+            Kind::Mlp => (256, 10),
+            Kind::Transformer => (16, 64),
+            Kind::Cnn => (64, 10),
+        }
+    }
+
+    /// Fused attention, for a transformer when `fused`.
+    fn attention(self, fused: bool) -> Attention {
+        match (self, fused) {
+            (Kind::Transformer, true) => Attention::Sdpa,
+            _ => Attention::Eager,
+        }
+    }
+}
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -28,8 +81,9 @@ enum Op {
     ClearSession,
     ResetPeaks,
     Restart(u64),
-    /// Training: a model of (layers, width), then forward/backward/step/train.
-    Model(u32, u64),
+    /// Training: a model of a kind with (layers, width), then
+    /// forward/backward/step/train.
+    Model(Kind, u32, u64),
     Forward(usize, u64),
     Backward(usize),
     Step,
@@ -58,7 +112,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::ResetPeaks),
         // Small devices make OOMs frequent.
         1 => prop_oneof![Just(512 * MIB), Just(GIB), Just(3 * GIB), Just(16 * GIB)].prop_map(Op::Restart),
-        1 => (1u32..4, prop_oneof![Just(8u64), Just(512), Just(4096)]).prop_map(|(l, w)| Op::Model(l, w)),
+        1 => (prop_oneof![2 => Just(Kind::Mlp), 1 => Just(Kind::Transformer), 1 => Just(Kind::Cnn)], 1u32..4, prop_oneof![Just(8u64), Just(512), Just(4096)])
+            .prop_map(|(k, l, w)| Op::Model(k, l, w)),
         1 => (0..NAMES.len(), prop_oneof![Just(1u64), Just(64), Just(8192)]).prop_map(|(n, b)| Op::Forward(n, b)),
         1 => (0..NAMES.len()).prop_map(Op::Backward),
         1 => Just(Op::Step),
@@ -94,7 +149,7 @@ fn restart(framework: Framework, total: u64, variant: u8) -> Command {
     Command::Restart(s)
 }
 
-fn command(op: &Op, framework: Framework, variant: u8) -> Command {
+fn command(op: &Op, framework: Framework, variant: u8, kind: Kind) -> Command {
     match op {
         Op::Alloc(n, bytes) => Command::Alloc(command::AllocArgs {
             name: NAMES[*n].into(),
@@ -124,11 +179,9 @@ fn command(op: &Op, framework: Framework, variant: u8) -> Command {
         Op::ClearSession => Command::ClearSession {},
         Op::ResetPeaks => Command::ResetPeakMemoryStats {},
         Op::Restart(total) => restart(framework, *total, variant),
-        Op::Model(layers, width) => Command::Model(command::ModelArgs {
-            input_dim: 256,
-            keras: variant & 1 != 0,
-            ..command::ModelArgs::mlp("m", *layers, *width)
-        }),
+        Op::Model(kind, layers, width) => {
+            Command::Model(kind.model(*layers, *width, variant & 1 != 0))
+        }
         Op::Forward(n, batch) => Command::Forward(command::ForwardArgs {
             name: NAMES[*n].into(),
             model: "m".into(),
@@ -137,7 +190,7 @@ fn command(op: &Op, framework: Framework, variant: u8) -> Command {
             no_grad: *batch == 1,
             amp: amp(variant),
             checkpointing: variant & 4 != 0,
-            attention: Default::default(),
+            attention: kind.attention(variant & 2 != 0),
         }),
         Op::Backward(n) => Command::Backward(command::BackwardArgs {
             name: NAMES[*n].into(),
@@ -161,7 +214,7 @@ fn command(op: &Op, framework: Framework, variant: u8) -> Command {
             } else {
                 command::LossHistory::Item
             },
-            attention: Default::default(),
+            attention: kind.attention(variant & 2 != 0),
         }),
     }
 }
@@ -183,13 +236,15 @@ fn check_sequence(framework: Framework, variant: u8, ops: &[Op]) -> Result<(), T
         .map_err(|err| TestCaseError::fail(err.message))?;
     let caching = framework == Framework::Pytorch && variant & 8 == 0;
     let default_caching = caching && variant & 3 == 0;
+    let mut kind = Kind::Mlp;
     for op in ops {
         let before = e.stats();
-        let cmd = command(op, framework, variant);
+        let cmd = command(op, framework, variant, kind);
         let result = e.execute(&cmd);
-        if matches!(op, Op::Model(..)) && result.is_ok() {
+        if let (Op::Model(k, ..), true) = (op, result.is_ok()) {
+            kind = *k;
             // Every model comes with an optimizer and a dataset.
-            let kind = [
+            let optimizer = [
                 vramlab_shared::train::OptimizerKind::Sgd,
                 vramlab_shared::train::OptimizerKind::Momentum,
                 vramlab_shared::train::OptimizerKind::Adam,
@@ -197,16 +252,17 @@ fn check_sequence(framework: Framework, variant: u8, ops: &[Op]) -> Result<(), T
             let _ = e.execute(&Command::Optimizer(command::OptimizerArgs {
                 name: "o".into(),
                 model: "m".into(),
-                kind,
+                kind: optimizer,
                 lr: None,
                 bits: 32,
             }));
+            let (features, classes) = kind.data();
             let _ = e.execute(&Command::Data(command::DataArgs {
                 name: "d".into(),
                 samples: 1000,
-                features: 256,
-                classes: 10,
-                on_device: variant & 4 != 0,
+                features,
+                classes,
+                on_device: variant & 4 != 0 && kind == Kind::Mlp,
             }));
         }
         let after = e.stats();

@@ -11,23 +11,26 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Error;
 
 macro_rules! read_by_hand {
-    ($($t:ty => $read:ident),* $(,)?) => {$(
+    ($($t:ident => $read:ident, $fields:ident),* $(,)?) => {$(
         impl<'de> Deserialize<'de> for $t {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                fields::read(d, $read)
+                fields::read_struct(d, stringify!($t), $fields, $read)
             }
         }
     )*};
 }
 
 read_by_hand! {
-    AllocArgs => alloc,
-    ModelArgs => model,
-    DataArgs => data,
-    ForwardArgs => forward,
-    TrainArgs => train,
-    EstimateArgs => estimate,
+    AllocArgs => alloc, ALLOC,
+    ModelArgs => model, MODEL,
+    DataArgs => data, DATA,
+    ForwardArgs => forward, FORWARD,
+    TrainArgs => train, TRAIN,
+    EstimateArgs => estimate, ESTIMATE,
 }
+
+const ALLOC: &[&str] = &["name", "bytes", "shape", "dtype", "category"];
+const DATA: &[&str] = &["name", "samples", "features", "classes", "on_device"];
 
 fn alloc(f: &mut Fields) -> Result<AllocArgs, Error> {
     let a = AllocArgs {
@@ -37,7 +40,7 @@ fn alloc(f: &mut Fields) -> Result<AllocArgs, Error> {
         dtype: f.take("dtype")?,
         category: f.take("category")?,
     };
-    f.done(&["name", "bytes", "shape", "dtype", "category"])?;
+    f.done(ALLOC)?;
     Ok(a)
 }
 
@@ -95,7 +98,7 @@ fn data(f: &mut Fields) -> Result<DataArgs, Error> {
         classes: f.take_or("classes", DEFAULT_CLASSES)?,
         on_device: f.take_or("on_device", false)?,
     };
-    f.done(&["name", "samples", "features", "classes", "on_device"])?;
+    f.done(DATA)?;
     Ok(a)
 }
 

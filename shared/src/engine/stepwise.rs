@@ -275,9 +275,6 @@ impl Engine {
         // raises: without `retain_graph` there is no second backward.
         state.consumed = !retain;
         let model = state.model;
-        let Saved::Program(pg) = state.saved.clone() else {
-            return Ok(());
-        };
         let (params, name) = self.model_target(model);
         let target = Target {
             name: &name,
@@ -285,12 +282,16 @@ impl Engine {
             loss: "loss",
         };
         let mut frame = Frame::default();
+        let train = &mut self.train;
+        let Some(Saved::Program(pg)) = train.graphs.get(&graph).map(|g| &g.saved) else {
+            return Ok(());
+        };
         let ops = pg.program.forward_end()..pg.program.ops.len();
         let mut player = Player::over_graph(&pg.program, graph, &pg.saved, pg.batch, retain);
         let played = player.play(
             &mut self.kernel,
             &mut frame,
-            &mut self.train.cublas,
+            &mut train.cublas,
             ops,
             &target,
         );

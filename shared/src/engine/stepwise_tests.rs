@@ -191,7 +191,11 @@ fn under_no_grad_a_forward_keeps_nothing_and_cannot_backward() {
             assert_eq!(left, 512 + workspace, "{} {technique}", model.0);
             let r = run(&mut e, &json!({"cmd":"backward","name":"loss"}));
             let error = r.error.expect("no graph to backward through");
-            assert!(error.message.contains("does not require grad"), "{}", error.message);
+            assert!(
+                error.message.contains("does not require grad"),
+                "{}",
+                error.message
+            );
 
             let mut recorded = engine(model.0.clone(), "adam", model.1, model.2);
             let r = run(&mut recorded, &forward);
