@@ -24,26 +24,18 @@ fn commands() -> Vec<&'static str> {
     Command::NAMES.into_iter().chain(["nonsense"]).collect()
 }
 
-/// The fields a command's reader takes, asked of the reader itself.
+/// The fields a command's reader takes, asked of the reader itself
+/// (serde's derive names them; the readers written by hand list theirs).
 fn own_fields(cmd: &str) -> &'static [&'static str] {
-    match cmd {
-        "restart" => serde_introspect::<c::RestartSettings>(),
-        "alloc" => serde_introspect::<c::AllocArgs>(),
-        "del" | "tf_session" | "close" => serde_introspect::<c::NameArgs>(),
-        "hold" => serde_introspect::<c::HoldArgs>(),
-        "assign" => serde_introspect::<c::AssignArgs>(),
-        "append" => serde_introspect::<c::AppendArgs>(),
-        "model" => serde_introspect::<c::ModelArgs>(),
-        "optimizer" => serde_introspect::<c::OptimizerArgs>(),
-        "data" => serde_introspect::<c::DataArgs>(),
-        "forward" => serde_introspect::<c::ForwardArgs>(),
-        "backward" => serde_introspect::<c::BackwardArgs>(),
-        "step" => serde_introspect::<c::StepArgs>(),
-        "zero_grad" => serde_introspect::<c::ZeroGradArgs>(),
-        "train" => serde_introspect::<c::TrainArgs>(),
-        "find_batch_size" => serde_introspect::<c::FindBatchSizeArgs>(),
-        "estimate" => serde_introspect::<c::EstimateArgs>(),
-        _ => &[],
+    // `tf_session` and `close` take `del`'s one name.
+    let cmd = match cmd {
+        "tf_session" | "close" => "del",
+        cmd => cmd,
+    };
+    match c::FIELDS_BY_HAND.iter().find(|(name, _)| *name == cmd) {
+        Some((_, fields)) => fields,
+        None if cmd == "restart" => serde_introspect::<c::RestartSettings>(),
+        None => &[],
     }
 }
 

@@ -29,12 +29,17 @@ pub const DEFAULT_TOTAL_BYTES: u64 = 16 * GIB;
 pub const OTHER_PROCESS_PID: u32 = 4242;
 
 /// Which backend a device is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DeviceKind {
     Simulated,
     Cuda,
 }
+
+crate::by_name::read_by_name!(DeviceKind {
+    Simulated = "simulated",
+    Cuda = "cuda",
+});
 
 /// What a device says about itself, for the hello message, `/healthz` and the UI.
 #[derive(Clone, Debug, PartialEq, Serialize)]

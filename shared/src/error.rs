@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// Kinds of error a command can end in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
     /// The line is not JSON.
@@ -26,6 +26,16 @@ pub enum ErrorKind {
     /// context that could not be created.
     DeviceError,
 }
+
+crate::by_name::read_by_name!(ErrorKind {
+    ParseError = "parse_error",
+    InvalidCommand = "invalid_command",
+    InvalidValue = "invalid_value",
+    NameError = "name_error",
+    OutOfMemory = "out_of_memory",
+    RuntimeError = "runtime_error",
+    DeviceError = "device_error",
+});
 
 /// An error as a value: what went wrong, in words a user understands.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,41 +2,9 @@
 //! every page reads are read by hand (serde's derived readers for them are
 //! a large part of the page's download).
 
-use serde::de::value::MapAccessDeserializer;
-use serde::de::{DeserializeOwned, Deserializer, Error as _, MapAccess, Visitor};
+use serde::de::{DeserializeOwned, Deserializer, Error as _};
 use serde::Deserialize;
 use serde_json::{Error, Map, Value};
-
-/// A struct named `name` with `fields`, read by `read` as [`read`] does;
-/// the deserializer is told the struct's fields, as serde's derived
-/// readers tell it (so a tool that lists a type's fields lists these).
-pub fn read_struct<'de, D, T>(
-    d: D,
-    name: &'static str,
-    fields: &'static [&'static str],
-    read: fn(&mut Fields) -> Result<T, Error>,
-) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-{
-    let map = d.deserialize_struct(name, fields, Object)?;
-    read(&mut Fields::new(map)).map_err(D::Error::custom)
-}
-
-/// A JSON object, as a map.
-struct Object;
-
-impl<'de> Visitor<'de> for Object {
-    type Value = Map<String, Value>;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("an object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-        Map::deserialize(MapAccessDeserializer::new(map))
-    }
-}
 
 /// A struct read from any input by `read`, which takes its fields one by
 /// one; its errors come back as the input's own.

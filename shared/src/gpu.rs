@@ -10,10 +10,10 @@
 //! Neither has been measured on these cards by this project yet.
 
 use crate::units::MIB;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// A GPU model, by the name `restart`'s `"gpu"` takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum GpuModel {
     #[serde(rename = "t4")]
     T4,
@@ -30,6 +30,16 @@ pub enum GpuModel {
     #[serde(rename = "h200")]
     H200,
 }
+
+crate::by_name::read_by_name!(GpuModel {
+    T4 = "t4",
+    L4 = "l4",
+    A100_40gb = "a100-40gb",
+    A100_80gb = "a100-80gb",
+    Rtx4090 = "rtx-4090",
+    H100_80gb = "h100-80gb",
+    H200 = "h200",
+});
 
 /// What a GPU model brings to a simulated device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -25,6 +25,7 @@
 
 pub mod advice;
 pub mod alloc;
+mod by_name;
 pub mod cell;
 pub mod collections;
 pub mod command;

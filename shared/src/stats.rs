@@ -136,7 +136,7 @@ pub struct Event {
     pub name: Option<String>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EventAction {
     Alloc,
@@ -147,6 +147,15 @@ pub enum EventAction {
     /// The kernel restarted: the process and its context are gone.
     Restart,
 }
+
+crate::by_name::read_by_name!(EventAction {
+    Alloc = "alloc",
+    Free = "free",
+    SegmentAlloc = "segment_alloc",
+    SegmentFree = "segment_free",
+    Oom = "oom",
+    Restart = "restart",
+});
 
 impl From<TraceAction> for EventAction {
     fn from(a: TraceAction) -> Self {

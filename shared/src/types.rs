@@ -1,16 +1,22 @@
 //! The plain words of the domain, used by every layer above: which
 //! framework, which element type, what a block of memory holds.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// The framework whose allocator the kernel runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Framework {
     Pytorch,
     Tensorflow,
     Jax,
 }
+
+crate::by_name::read_by_name!(Framework {
+    Pytorch = "pytorch",
+    Tensorflow = "tensorflow",
+    Jax = "jax",
+});
 
 impl Framework {
     pub const ALL: [Framework; 3] = [Framework::Pytorch, Framework::Tensorflow, Framework::Jax];
@@ -39,7 +45,7 @@ impl Framework {
 }
 
 /// Element types a tensor can have.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Dtype {
     Float64,
@@ -53,6 +59,19 @@ pub enum Dtype {
     Uint8,
     Bool,
 }
+
+crate::by_name::read_by_name!(Dtype {
+    Float64 = "float64",
+    Float32 = "float32",
+    Float16 = "float16",
+    Bfloat16 = "bfloat16",
+    Int64 = "int64",
+    Int32 = "int32",
+    Int16 = "int16",
+    Int8 = "int8",
+    Uint8 = "uint8",
+    Bool = "bool",
+});
 
 impl Dtype {
     pub fn size_bytes(self) -> u64 {
@@ -92,9 +111,7 @@ impl Dtype {
 }
 
 /// What a block of memory holds (the memory_viz legend).
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Category {
     Parameter,
@@ -109,6 +126,17 @@ pub enum Category {
     #[default]
     Other,
 }
+
+crate::by_name::read_by_name!(Category {
+    Parameter = "parameter",
+    Gradient = "gradient",
+    OptimizerState = "optimizer_state",
+    Activation = "activation",
+    Input = "input",
+    Temporary = "temporary",
+    Workspace = "workspace",
+    Other = "other",
+});
 
 impl Category {
     pub const ALL: [Category; 8] = [

@@ -105,12 +105,17 @@ impl AllocatorStats {
 }
 
 /// State of a block in the segment map (PyTorch snapshot names).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BlockState {
     ActiveAllocated,
     Inactive,
 }
+
+crate::by_name::read_by_name!(BlockState {
+    ActiveAllocated = "active_allocated",
+    Inactive = "inactive",
+});
 
 /// One block of a segment, as `torch.cuda.memory._snapshot()` shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,7 +129,7 @@ pub struct BlockView {
 }
 
 /// Which pool a segment belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PoolKind {
     /// PyTorch's small pool (requests up to 1 MiB, 2 MiB segments).
@@ -136,6 +141,13 @@ pub enum PoolKind {
     /// PyTorch without caching: one segment per tensor.
     Uncached,
 }
+
+crate::by_name::read_by_name!(PoolKind {
+    Small = "small",
+    Large = "large",
+    Region = "region",
+    Uncached = "uncached",
+});
 
 impl PoolKind {
     pub(crate) const COUNT: usize = 4;

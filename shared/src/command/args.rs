@@ -6,7 +6,7 @@ use crate::train::kinds::{Attention, CnnShape, Norm, TransformerShape};
 use crate::train::spec::{Kind, ModelSpec};
 use crate::train::OptimizerKind;
 use crate::types::{Category, Dtype};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// `x = torch.empty(...)` on the GPU: `bytes`, or `shape` and `dtype`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -23,33 +23,28 @@ pub struct AllocArgs {
 }
 
 /// `del x`, `sess = tf.compat.v1.Session()`, `sess.close()`: one name.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct NameArgs {
     pub name: String,
 }
 
 /// `h = [x, y]` and, with `cycle`, `h.append(h)`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct HoldArgs {
     pub name: String,
     pub items: Vec<String>,
-    #[serde(default)]
     pub cycle: bool,
 }
 
 /// `y = x`: a second name for the object `value` names.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct AssignArgs {
     pub name: String,
     pub value: String,
 }
 
 /// `h.append(x)`: the list `name` takes a reference to `item` (itself: a cycle).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct AppendArgs {
     pub name: String,
     pub item: String,
@@ -99,7 +94,7 @@ pub struct ModelArgs {
 }
 
 /// Which network `model` builds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ModelKind {
     #[default]
@@ -107,6 +102,12 @@ pub enum ModelKind {
     Cnn,
     Transformer,
 }
+
+crate::by_name::read_by_name!(ModelKind {
+    Mlp = "mlp",
+    Cnn = "cnn",
+    Transformer = "transformer",
+});
 
 impl ModelKind {
     fn is_mlp(&self) -> bool {
@@ -217,25 +218,20 @@ impl ModelArgs {
 
 /// `opt = torch.optim.Adam(model.parameters())`, or with `bits: 8`
 /// bitsandbytes' `bnb.optim.Adam8bit(...)`; state comes at the first step.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct OptimizerArgs {
     pub name: String,
     pub model: String,
     pub kind: OptimizerKind,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub lr: Option<f32>,
     /// The state's bits: 32 (`torch.optim`) or 8 (bitsandbytes).
-    #[serde(default = "state_bits", skip_serializing_if = "is_state_bits")]
+    #[serde(skip_serializing_if = "is_state_bits")]
     pub bits: u8,
 }
 
 /// `torch.optim`'s float32 state.
 pub const STATE_BITS: u8 = 32;
-
-fn state_bits() -> u8 {
-    STATE_BITS
-}
 
 fn is_state_bits(bits: &u8) -> bool {
     *bits == STATE_BITS
@@ -266,32 +262,27 @@ pub struct ForwardArgs {
 }
 
 /// `loss.backward(retain_graph=...)`
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct BackwardArgs {
     pub name: String,
-    #[serde(default)]
     pub retain_graph: bool,
 }
 
 /// `opt.step()`
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StepArgs {
     pub optimizer: String,
 }
 
 /// `opt.zero_grad(set_to_none=...)`
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ZeroGradArgs {
     pub optimizer: String,
-    #[serde(default = "yes")]
     pub set_to_none: bool,
 }
 
 /// How the loop keeps its running loss.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LossHistory {
     /// `total_loss += loss.item()`: a Python float.
@@ -303,6 +294,12 @@ pub enum LossHistory {
     /// `losses.append(loss)`: every step's loss stays alive in the list.
     List,
 }
+
+crate::by_name::read_by_name!(LossHistory {
+    Item = "item",
+    Tensor = "tensor",
+    List = "list",
+});
 
 impl LossHistory {
     pub const ALL: [LossHistory; 3] = [LossHistory::Item, LossHistory::Tensor, LossHistory::List];
@@ -365,13 +362,11 @@ impl TrainArgs {
 
 /// The largest batch whose step peak stays under `threshold` of the memory
 /// limit, with the techniques a `train` would use.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct FindBatchSizeArgs {
     pub model: String,
     pub optimizer: String,
     pub data: String,
-    #[serde(default = "default_threshold")]
     pub threshold: f64,
     #[serde(default, skip_serializing_if = "is_default")]
     pub amp: Amp,
@@ -418,10 +413,3 @@ pub const DEFAULT_BATCH: u64 = 64;
 pub const DEFAULT_STEPS: u64 = 10;
 /// `find_batch_size`'s share of the memory limit when `threshold` is left out.
 pub const DEFAULT_THRESHOLD: f64 = 0.8;
-
-fn default_threshold() -> f64 {
-    DEFAULT_THRESHOLD
-}
-fn yes() -> bool {
-    true
-}

@@ -11,6 +11,7 @@ pub use crate::framework::RestartSettings;
 pub use amp::Amp;
 pub use args::*;
 pub use parse::{parse_line, parse_value, Annotations, CommandLine, ANNOTATION_KEYS};
+pub use read::FIELDS_BY_HAND;
 use serde::Serialize;
 
 /// One command: one line of Python.

@@ -11,25 +11,144 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Error;
 
 macro_rules! read_by_hand {
-    ($($t:ident => $read:ident, $fields:ident),* $(,)?) => {$(
-        impl<'de> Deserialize<'de> for $t {
+    ($($cmd:literal: $t:ident => $read:ident, $fields:ident),* $(,)?) => {
+        $(impl<'de> Deserialize<'de> for $t {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                fields::read_struct(d, stringify!($t), $fields, $read)
+                fields::read(d, $read)
             }
-        }
-    )*};
+        })*
+
+        /// The fields of the commands read here, by command name (the
+        /// others' readers are serde's derive, which names its fields to
+        /// the deserializer).
+        pub const FIELDS_BY_HAND: &[(&str, &[&str])] = &[$(($cmd, $fields)),*];
+    };
 }
 
 read_by_hand! {
-    AllocArgs => alloc, ALLOC,
-    ModelArgs => model, MODEL,
-    DataArgs => data, DATA,
-    ForwardArgs => forward, FORWARD,
-    TrainArgs => train, TRAIN,
-    EstimateArgs => estimate, ESTIMATE,
+    "del": NameArgs => name, NAME,
+    "hold": HoldArgs => hold, HOLD,
+    "assign": AssignArgs => assign, ASSIGN,
+    "append": AppendArgs => append, APPEND,
+    "optimizer": OptimizerArgs => optimizer, OPTIMIZER,
+    "backward": BackwardArgs => backward, BACKWARD,
+    "step": StepArgs => step, STEP,
+    "zero_grad": ZeroGradArgs => zero_grad, ZERO_GRAD,
+    "find_batch_size": FindBatchSizeArgs => find_batch_size, FIND_BATCH_SIZE,
+    "alloc": AllocArgs => alloc, ALLOC,
+    "model": ModelArgs => model, MODEL,
+    "data": DataArgs => data, DATA,
+    "forward": ForwardArgs => forward, FORWARD,
+    "train": TrainArgs => train, TRAIN,
+    "estimate": EstimateArgs => estimate, ESTIMATE,
 }
 
+const NAME: &[&str] = &["name"];
+const HOLD: &[&str] = &["name", "items", "cycle"];
+const ASSIGN: &[&str] = &["name", "value"];
+const APPEND: &[&str] = &["name", "item"];
+const OPTIMIZER: &[&str] = &["name", "model", "kind", "lr", "bits"];
+const BACKWARD: &[&str] = &["name", "retain_graph"];
+const STEP: &[&str] = &["optimizer"];
+const ZERO_GRAD: &[&str] = &["optimizer", "set_to_none"];
+const FIND_BATCH_SIZE: &[&str] = &[
+    "model",
+    "optimizer",
+    "data",
+    "threshold",
+    "amp",
+    "checkpointing",
+    "attention",
+];
 const ALLOC: &[&str] = &["name", "bytes", "shape", "dtype", "category"];
+
+fn name(f: &mut Fields) -> Result<NameArgs, Error> {
+    let a = NameArgs {
+        name: f.take("name")?,
+    };
+    f.done(NAME)?;
+    Ok(a)
+}
+
+fn hold(f: &mut Fields) -> Result<HoldArgs, Error> {
+    let a = HoldArgs {
+        name: f.take("name")?,
+        items: f.take("items")?,
+        cycle: f.take_or("cycle", false)?,
+    };
+    f.done(HOLD)?;
+    Ok(a)
+}
+
+fn assign(f: &mut Fields) -> Result<AssignArgs, Error> {
+    let a = AssignArgs {
+        name: f.take("name")?,
+        value: f.take("value")?,
+    };
+    f.done(ASSIGN)?;
+    Ok(a)
+}
+
+fn append(f: &mut Fields) -> Result<AppendArgs, Error> {
+    let a = AppendArgs {
+        name: f.take("name")?,
+        item: f.take("item")?,
+    };
+    f.done(APPEND)?;
+    Ok(a)
+}
+
+fn optimizer(f: &mut Fields) -> Result<OptimizerArgs, Error> {
+    let a = OptimizerArgs {
+        name: f.take("name")?,
+        model: f.take("model")?,
+        kind: f.take("kind")?,
+        lr: f.take("lr")?,
+        bits: f.take_or("bits", STATE_BITS)?,
+    };
+    f.done(OPTIMIZER)?;
+    Ok(a)
+}
+
+fn backward(f: &mut Fields) -> Result<BackwardArgs, Error> {
+    let a = BackwardArgs {
+        name: f.take("name")?,
+        retain_graph: f.take_or("retain_graph", false)?,
+    };
+    f.done(BACKWARD)?;
+    Ok(a)
+}
+
+fn step(f: &mut Fields) -> Result<StepArgs, Error> {
+    let a = StepArgs {
+        optimizer: f.take("optimizer")?,
+    };
+    f.done(STEP)?;
+    Ok(a)
+}
+
+fn zero_grad(f: &mut Fields) -> Result<ZeroGradArgs, Error> {
+    let a = ZeroGradArgs {
+        optimizer: f.take("optimizer")?,
+        set_to_none: f.take_or("set_to_none", true)?,
+    };
+    f.done(ZERO_GRAD)?;
+    Ok(a)
+}
+
+fn find_batch_size(f: &mut Fields) -> Result<FindBatchSizeArgs, Error> {
+    let a = FindBatchSizeArgs {
+        model: f.take("model")?,
+        optimizer: f.take("optimizer")?,
+        data: f.take("data")?,
+        threshold: f.take_or("threshold", DEFAULT_THRESHOLD)?,
+        amp: f.take_or("amp", Amp::Off)?,
+        checkpointing: f.take_or("checkpointing", false)?,
+        attention: f.take_or("attention", Default::default())?,
+    };
+    f.done(FIND_BATCH_SIZE)?;
+    Ok(a)
+}
 const DATA: &[&str] = &["name", "samples", "features", "classes", "on_device"];
 
 fn alloc(f: &mut Fields) -> Result<AllocArgs, Error> {

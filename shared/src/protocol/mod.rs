@@ -115,13 +115,18 @@ pub struct ExplanationView {
 }
 
 /// Whether a connection may change the session.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     Owner,
     /// Sees everything live, changes nothing (team demos).
     Watcher,
 }
+
+crate::by_name::read_by_name!(Role {
+    Owner = "owner",
+    Watcher = "watcher",
+});
 
 /// The server's limits, as the client should know them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -217,7 +222,7 @@ pub enum ServerMessage {
 }
 
 /// Kinds of error a connection (not a command) can meet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ConnectionErrorKind {
     /// A websocket message that is not a valid client message.
@@ -239,6 +244,18 @@ pub enum ConnectionErrorKind {
     /// The server could not start a session (its GPU failed).
     ServerError,
 }
+
+crate::by_name::read_by_name!(ConnectionErrorKind {
+    BadMessage = "bad_message",
+    TooLarge = "too_large",
+    RateLimited = "rate_limited",
+    Busy = "busy",
+    ReadOnly = "read_only",
+    UnknownSession = "unknown_session",
+    SessionLimit = "session_limit",
+    NotYours = "not_yours",
+    ServerError = "server_error",
+});
 
 /// A connection error as a value, in words a user understands.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

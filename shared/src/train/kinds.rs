@@ -138,7 +138,7 @@ impl CnnShape {
 }
 
 /// The normalization before attention, before the MLP and at the end.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Norm {
     #[default]
@@ -147,6 +147,11 @@ pub enum Norm {
     /// `nn.RMSNorm`: a weight only.
     RmsNorm,
 }
+
+crate::by_name::read_by_name!(Norm {
+    LayerNorm = "layernorm",
+    RmsNorm = "rmsnorm",
+});
 
 /// A decoder-only language model laid out as GPT-2: token and position
 /// embeddings, `layers` blocks (norm, attention with a fused q/k/v

@@ -12,7 +12,7 @@
 //! (`optimizer_update_8bit_blockwise`): its step makes no temporaries.
 
 use crate::types::Dtype;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// bitsandbytes' `min_8bit_size`: smaller parameters keep float32 state.
 pub const MIN_8BIT_SIZE: u64 = 4096;
@@ -21,7 +21,7 @@ pub const BLOCKSIZE: u64 = 256;
 /// Values in a quantization map.
 pub const QMAP_VALUES: u64 = 256;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OptimizerKind {
     Sgd,
@@ -29,6 +29,13 @@ pub enum OptimizerKind {
     Adam,
     Adamw,
 }
+
+crate::by_name::read_by_name!(OptimizerKind {
+    Sgd = "sgd",
+    Momentum = "momentum",
+    Adam = "adam",
+    Adamw = "adamw",
+});
 
 impl OptimizerKind {
     pub const ALL: [OptimizerKind; 4] = [

@@ -23,7 +23,7 @@ use crate::train::cublas::BlasThread;
 use crate::types::Dtype;
 
 /// How attention is computed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Attention {
     /// `softmax(q @ k.T * scale, masked) @ v`: B x H x S x S tensors.
@@ -32,6 +32,11 @@ pub enum Attention {
     /// `F.scaled_dot_product_attention` with a fused (flash) kernel.
     Sdpa,
 }
+
+crate::by_name::read_by_name!(Attention {
+    Eager = "eager",
+    Sdpa = "sdpa",
+});
 
 impl Attention {
     pub fn is_eager(&self) -> bool {
