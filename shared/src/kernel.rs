@@ -3,8 +3,9 @@
 //! creates or frees goes through here, so the events, the per-category
 //! totals and the per-command peaks are always right.
 
+use crate::alloc::uncached::UncachedAllocator;
 use crate::alloc::{AllocError, Allocator, BlockId, TraceAction, TraceEvent};
-use crate::device::Device;
+use crate::device::{Device, SimDevice, SimDeviceConfig};
 use crate::runtime::{Holder, ObjId, ObjectKind, Released, Runtime, Tensor};
 use crate::stats::{Event, EventAction, Stats};
 use crate::types::{Category, Dtype};
@@ -80,15 +81,28 @@ impl Kernel {
         }
     }
 
-    /// A new process on a new device: the old one's events continue.
-    pub fn restart(&mut self, device: Box<dyn Device>, allocator: Box<dyn Allocator>) {
-        self.allocator = allocator;
-        self.device = device;
+    /// The process exits: its allocator and device are dropped (on a real
+    /// GPU the context is destroyed, and the driver takes back every
+    /// segment) before anything else starts; until [`Kernel::start`] it
+    /// holds an empty device. The events continue.
+    pub fn exit(&mut self) {
+        self.allocator = Box::new(UncachedAllocator::new());
+        self.device = Box::new(SimDevice::new(SimDeviceConfig {
+            total_bytes: 0,
+            context_bytes: 0,
+            ..SimDeviceConfig::default()
+        }));
         self.runtime.clear();
         self.categories = [0; Category::ALL.len()];
         self.dead_instances.clear();
         self.begin_command(self.step);
         self.push_event(EventAction::Restart, 0, 0, None);
+    }
+
+    /// A new process on a new device, after [`Kernel::exit`].
+    pub fn start(&mut self, device: Box<dyn Device>, allocator: Box<dyn Allocator>) {
+        self.allocator = allocator;
+        self.device = device;
     }
 
     /// Starts the window for per-command peaks.

@@ -270,18 +270,40 @@ impl Engine {
 
     fn restart(&mut self, patch: &RestartSettings) -> Result<Outcome, CommandError> {
         let settings = self.settings.patched(patch)?;
-        let device = self.factory.start(&settings)?;
-        let allocator = make_allocator(&settings, device.as_ref());
-        // The old process exits: its context and segments go back to the driver.
-        self.kernel.restart(device, allocator);
-        self.kernel.first_kernel_scratch = settings.first_kernel_scratch_bytes();
-        self.train = TrainState::new(settings.cublas_workspace_bytes());
+        // The old process exits first: the driver takes back its context
+        // and segments before the new one starts and reads the free memory
+        // (TensorFlow sizes its pool from it).
+        self.kernel.exit();
+        self.train = TrainState::new(0);
+        let (settings, failed) = match self.factory.start(&settings) {
+            Ok(device) => (self.start(settings, device), None),
+            Err(e) => match self.factory.start(&self.settings) {
+                Ok(device) => (self.start(self.settings.clone(), device), Some(e)),
+                Err(_) => return Err(no_process(e)),
+            },
+        };
         self.settings = settings;
+        if let Some(mut e) = failed {
+            e.message.push_str(
+                " (the old process had exited: a new one started with the previous settings)",
+            );
+            return Err(e);
+        }
         Ok(Outcome::note(format!(
             "The kernel restarted with {}: the process exited, so the driver took back everything, context included; the new process holds only its CUDA context ({}).",
             self.settings.framework.display_name(),
             format_size(self.kernel.device.context_bytes())
         )))
+    }
+
+    /// A new process on `device`: its allocator, workspaces and scratch as
+    /// `settings` say. Returns the settings.
+    fn start(&mut self, settings: Settings, device: Box<dyn Device>) -> Settings {
+        let allocator = make_allocator(&settings, device.as_ref());
+        self.kernel.start(device, allocator);
+        self.kernel.first_kernel_scratch = settings.first_kernel_scratch_bytes();
+        self.train = TrainState::new(settings.cublas_workspace_bytes());
+        settings
     }
 
     /// The error for a failed allocation: the framework's out-of-memory
@@ -340,10 +362,21 @@ impl Engine {
     }
 }
 
+/// A restart whose new process and the previous settings' both failed to
+/// start: no process runs until a restart succeeds.
+fn no_process(mut e: CommandError) -> CommandError {
+    e.message.push_str(
+        " (the old process had exited and none could start again: restart to try once more)",
+    );
+    e
+}
+
 #[cfg(test)]
 mod kinds_tests;
 #[cfg(test)]
 mod optim_tests;
+#[cfg(test)]
+mod restart_tests;
 #[cfg(test)]
 mod stepwise_tests;
 #[cfg(test)]
