@@ -1,13 +1,18 @@
-//! The module graph of each crate has no cycle: a module's `crate::x`
-//! references (test code aside) point only at modules below it.
+//! The module graph of each crate has no cycle at any depth: among the
+//! modules of one parent (the crate's top-level modules, `train`'s,
+//! `cell`'s …), what one names (through `crate::a::b`, `super::b`,
+//! `self::b`, in `use` lists too; test code aside) must not lead back to it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use vramlab_tests::root;
 
-/// Top-level module → the top-level modules its non-test code names.
-fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+type Module = Vec<String>;
+
+/// Every source file's module path (`train/kinds/step.rs` is
+/// `train::kinds::step`, a `mod.rs` its folder's), with its non-test code.
+fn sources(src: &Path) -> Vec<(Module, String)> {
+    let mut files = Vec::new();
     let mut stack = vec![src.to_path_buf()];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).expect("source folder") {
@@ -16,37 +21,162 @@ fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
                 stack.push(path);
                 continue;
             }
-            // Test modules (`tests.rs`) may use anything.
-            if path.extension().is_none_or(|e| e != "rs") || path.ends_with("tests.rs") {
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            // Test modules (`tests.rs`, `*_tests.rs`) may use anything.
+            if !name.ends_with(".rs") || name.ends_with("tests.rs") {
                 continue;
             }
             let rel = path.strip_prefix(src).expect("under src");
-            let first = rel.components().next().expect("a component");
-            let top = first
-                .as_os_str()
-                .to_string_lossy()
-                .trim_end_matches(".rs")
-                .to_string();
-            if matches!(top.as_str(), "lib" | "main") {
-                continue;
+            let mut module: Module = rel
+                .components()
+                .map(|c| {
+                    c.as_os_str()
+                        .to_string_lossy()
+                        .trim_end_matches(".rs")
+                        .to_string()
+                })
+                .collect();
+            if matches!(
+                module.last().map(String::as_str),
+                Some("mod" | "lib" | "main")
+            ) {
+                module.pop();
             }
             let text = std::fs::read_to_string(&path).expect("readable source");
-            let code = text.split("#[cfg(test)]").next().unwrap_or("");
-            let deps = graph.entry(top.clone()).or_default();
-            for line in code.lines().map(|l| l.split("//").next().unwrap_or("")) {
-                for (i, _) in line.match_indices("crate::") {
-                    let name: String = line[i + 7..]
-                        .chars()
-                        .take_while(|c| c.is_alphanumeric() || *c == '_')
-                        .collect();
-                    if !name.is_empty() && name != top {
-                        deps.insert(name);
+            let code = text.split("#[cfg(test)]").next().unwrap_or("").to_string();
+            files.push((module, code));
+        }
+    }
+    files
+}
+
+/// The paths `code` names from `module`, made absolute: `crate::a::b`,
+/// `super::b`, `self::b`, each entry of a `{…}` list.
+fn named_paths(module: &Module, code: &str) -> Vec<Module> {
+    let code: String = code
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut paths = Vec::new();
+    let bytes = code.as_bytes();
+    for start in ["crate::", "super::", "self::"] {
+        for (i, _) in code.match_indices(start) {
+            let before = i.checked_sub(1).map(|j| bytes[j] as char);
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue;
+            }
+            let base: Module = match start {
+                "crate::" => Vec::new(),
+                "self::" => module.clone(),
+                _ => module[..module.len().saturating_sub(1)].to_vec(),
+            };
+            parse_path(&code[i + start.len()..], base, &mut paths, module);
+        }
+    }
+    paths
+}
+
+/// Reads `a::b::{c, d::e}` from `text` onto `base`, pushing each path.
+fn parse_path(text: &str, mut base: Module, out: &mut Vec<Module>, module: &Module) {
+    let mut rest = text;
+    loop {
+        if let Some(inner) = rest.strip_prefix('{') {
+            let mut depth = 1;
+            let end = inner
+                .char_indices()
+                .find(|&(_, c)| {
+                    depth += match c {
+                        '{' => 1,
+                        '}' => -1,
+                        _ => 0,
+                    };
+                    depth == 0
+                })
+                .map_or(inner.len(), |(j, _)| j);
+            let mut level = 0;
+            let mut from = 0;
+            let list = &inner[..end];
+            for (j, c) in list.char_indices().chain([(list.len(), ',')]) {
+                match c {
+                    '{' => level += 1,
+                    '}' => level -= 1,
+                    ',' if level == 0 => {
+                        parse_path(list[from..j].trim(), base.clone(), out, module);
+                        from = j + 1;
                     }
+                    _ => {}
                 }
+            }
+            return;
+        }
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        match name.as_str() {
+            "" => break,
+            "super" => {
+                base.pop();
+            }
+            "self" => {}
+            _ => base.push(name.clone()),
+        }
+        rest = &rest[name.len()..];
+        match rest.strip_prefix("::") {
+            Some(r) => rest = r,
+            None => break,
+        }
+    }
+    if !base.is_empty() && base != *module {
+        out.push(base);
+    }
+}
+
+/// For each parent module, the graph among its children: child → the
+/// siblings whose code its own code (at any depth below it) names.
+fn sibling_graphs(src: &Path) -> BTreeMap<Module, BTreeMap<String, BTreeSet<String>>> {
+    let files = sources(src);
+    let modules: BTreeSet<Module> = files.iter().map(|(m, _)| m.clone()).collect();
+    let mut graphs: BTreeMap<Module, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for m in &modules {
+        if let Some((child, parent)) = m.split_last() {
+            graphs
+                .entry(parent.to_vec())
+                .or_default()
+                .entry(child.clone())
+                .or_default();
+        }
+    }
+    for (module, code) in &files {
+        for path in named_paths(module, code) {
+            // The deepest module the path names.
+            let Some(target) = (1..=path.len())
+                .rev()
+                .map(|n| path[..n].to_vec())
+                .find(|p| modules.contains(p))
+            else {
+                continue;
+            };
+            // Where `module` and `target` part: both below one parent.
+            let common = module
+                .iter()
+                .zip(&target)
+                .take_while(|(a, b)| a == b)
+                .count();
+            if common < module.len() && common < target.len() {
+                let parent = module[..common].to_vec();
+                let (from, to) = (module[common].clone(), target[common].clone());
+                graphs
+                    .entry(parent)
+                    .or_default()
+                    .entry(from)
+                    .or_default()
+                    .insert(to);
             }
         }
     }
-    graph
+    graphs
 }
 
 /// A cycle in the graph, if there is one.
@@ -82,17 +212,43 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
 }
 
 #[test]
-fn no_crate_has_an_import_cycle() {
+fn no_crate_has_an_import_cycle_at_any_depth() {
+    let mut cycles = Vec::new();
     for krate in ["shared", "server", "frontend"] {
-        let graph = module_graph(&root().join(krate).join("src"));
-        assert!(graph.len() > 3, "{krate}: modules found");
-        if let Some(cycle) = find_cycle(&graph) {
-            panic!(
-                "{krate}: modules depend on each other in a loop: {}",
-                cycle.join(" -> ")
-            );
+        let graphs = sibling_graphs(&root().join(krate).join("src"));
+        assert!(graphs[&Vec::new()].len() > 3, "{krate}: modules found");
+        for (parent, graph) in &graphs {
+            if let Some(cycle) = find_cycle(graph) {
+                let at = parent.iter().map(|p| format!("{p}::")).collect::<String>();
+                let cycle: Vec<String> = cycle.iter().map(|c| format!("{at}{c}")).collect();
+                cycles.push(format!("{krate}: {}", cycle.join(" -> ")));
+            }
         }
     }
+    assert!(
+        cycles.is_empty(),
+        "modules depend on each other in a loop:\n{}",
+        cycles.join("\n")
+    );
+}
+
+#[test]
+fn paths_are_read_from_any_depth() {
+    let module: Module = vec!["cell".into(), "value".into()];
+    let code = "use super::{names::Names, ops};\nuse crate::train::{kinds::step::Op, spec};\nself::inner::f();";
+    let mut paths = named_paths(&module, code);
+    paths.sort();
+    let expect: Vec<Module> = [
+        "cell::names::Names",
+        "cell::ops",
+        "cell::value::inner::f",
+        "train::kinds::step::Op",
+        "train::spec",
+    ]
+    .iter()
+    .map(|p| p.split("::").map(str::to_string).collect())
+    .collect();
+    assert_eq!(paths, expect);
 }
 
 #[test]

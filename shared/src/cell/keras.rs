@@ -3,10 +3,11 @@
 //! arrays copied to the GPU batch by batch).
 
 use super::library::samples_features;
-use super::ops::optimizer_kind;
-use super::value::{Args, Eval, Value};
+use super::scope::Eval;
+use super::value::{Args, Value};
 use super::CellError;
 use crate::command::*;
+use crate::train::OptimizerKind;
 
 /// The optimizer `compile` makes for `model`.
 pub fn optimizer_name(model: &str) -> String {
@@ -78,5 +79,22 @@ fn positive(ev: &Eval, v: Option<&Value>, default: u64, what: &str) -> Result<u6
         Some(v) => v
             .count()
             .ok_or_else(|| ev.err(format!("{what} must be a positive whole number"))),
+    }
+}
+
+/// `optimizer="adam"` or a Keras optimizer object.
+pub fn optimizer_kind(
+    ev: &Eval,
+    v: Option<&Value>,
+) -> Result<(OptimizerKind, Option<f32>), CellError> {
+    match v {
+        Some(Value::Optimizer(spec, lr, _)) => Ok((spec.kind, *lr)),
+        Some(Value::Str(s)) => match s.to_ascii_lowercase().as_str() {
+            "adam" => Ok((OptimizerKind::Adam, None)),
+            "adamw" => Ok((OptimizerKind::Adamw, None)),
+            "sgd" => Ok((OptimizerKind::Sgd, None)),
+            other => Err(ev.err(format!("optimizer {other:?}: the cell knows \"sgd\", \"adam\" and \"adamw\""))),
+        },
+        _ => Err(ev.err("compile needs optimizer=\"adam\" (or \"sgd\", \"adamw\", or a keras.optimizers object)")),
     }
 }

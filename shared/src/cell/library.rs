@@ -4,7 +4,8 @@
 //! memory.
 
 use super::names::framework_of;
-use super::value::{dtype_named, Args, Eval, Forward, Loader, Tensor, Value};
+use super::scope::Eval;
+use super::value::{dtype_named, Args, Forward, Loader, Tensor, Value};
 use super::CellError;
 use crate::command::STATE_BITS;
 use crate::command::{Command, ModelArgs};

@@ -8,12 +8,14 @@
 //! becomes `train`) → `translate` (a statement becomes commands).
 
 mod ast;
+mod eval;
 mod keras;
 mod lex;
 mod library;
 mod names;
 mod ops;
 mod parse;
+mod scope;
 mod training;
 mod translate;
 mod value;

@@ -3,10 +3,10 @@
 //! and methods (`x.cuda()`, `loss.backward()`, `opt.step()`,
 //! `h.append(x)`, `model.compile(...)`, `model.fit(...)`).
 
-use super::value::{Args, Eval, Forward, Tensor, Value};
+use super::scope::Eval;
+use super::value::{Args, Forward, Tensor, Value};
 use super::CellError;
 use crate::command::*;
-use crate::train::OptimizerKind;
 use crate::types::Dtype;
 
 pub fn unary(ev: &Eval, op: &str, v: Value) -> Result<Value, CellError> {
@@ -305,22 +305,5 @@ fn kernel_tensor_method(
         }
         "append" => append(ev, n, args),
         _ => tensor_method(ev, t, m, args),
-    }
-}
-
-/// `optimizer="adam"` or a Keras optimizer object.
-pub fn optimizer_kind(
-    ev: &Eval,
-    v: Option<&Value>,
-) -> Result<(OptimizerKind, Option<f32>), CellError> {
-    match v {
-        Some(Value::Optimizer(spec, lr, _)) => Ok((spec.kind, *lr)),
-        Some(Value::Str(s)) => match s.to_ascii_lowercase().as_str() {
-            "adam" => Ok((OptimizerKind::Adam, None)),
-            "adamw" => Ok((OptimizerKind::Adamw, None)),
-            "sgd" => Ok((OptimizerKind::Sgd, None)),
-            other => Err(ev.err(format!("optimizer {other:?}: the cell knows \"sgd\", \"adam\" and \"adamw\""))),
-        },
-        _ => Err(ev.err("compile needs optimizer=\"adam\" (or \"sgd\", \"adamw\", or a keras.optimizers object)")),
     }
 }

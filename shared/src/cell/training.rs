@@ -5,7 +5,8 @@
 
 use super::ast::{autocast, Arg, Expr, Stmt, StmtKind, Target};
 use super::names::Names;
-use super::value::{Eval, Forward, Loader, Value};
+use super::scope::Eval;
+use super::value::{Forward, Loader, Value};
 use super::CellError;
 use crate::command::{Amp, Command, LossHistory, TrainArgs};
 

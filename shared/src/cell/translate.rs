@@ -4,7 +4,8 @@
 
 use super::ast::{autocast, Expr, Stmt, StmtKind, Target};
 use super::names::Names;
-use super::value::{Eval, Value};
+use super::scope::Eval;
+use super::value::Value;
 use super::CellError;
 use crate::command::*;
 use crate::types::Framework;
