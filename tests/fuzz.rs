@@ -110,7 +110,10 @@ fn value() -> impl Strategy<Value = Value> {
 fn command() -> impl Strategy<Value = Value> {
     prop::sample::select(commands()).prop_flat_map(|cmd| {
         let field = prop_oneof![
-            9 => prop::sample::select(own_fields(cmd)),
+            9 => prop::sample::select(match own_fields(cmd) {
+                [] => all_fields(),
+                own => own.to_vec(),
+            }),
             1 => prop::sample::select(all_fields()),
         ];
         prop::collection::vec((field, value()), 0..6).prop_map(move |fields| {

@@ -237,12 +237,17 @@ impl Engine {
         let graph = frame.instance(k, Class::Graph, &format!("{}.grad_fn", s.name));
         let (saved, batch) = player.save_into(k, frame, graph, [x, y]);
         k.runtime.add_ref(loss, graph);
+        for &p in &params {
+            k.runtime.add_ref(graph, p);
+        }
         let state = GraphState {
             model: s.model,
             saved: Saved::Program(Box::new(ProgramGraph {
                 program,
                 saved,
                 batch,
+                params,
+                model_name: model,
             })),
             consumed: false,
         };
@@ -274,17 +279,15 @@ impl Engine {
         // Nodes that ran let go of what they saved, even if a later one
         // raises: without `retain_graph` there is no second backward.
         state.consumed = !retain;
-        let model = state.model;
-        let (params, name) = self.model_target(model);
-        let target = Target {
-            name: &name,
-            params: &params,
-            loss: "loss",
-        };
         let mut frame = Frame::default();
         let train = &mut self.train;
         let Some(Saved::Program(pg)) = train.graphs.get(&graph).map(|g| &g.saved) else {
             return Ok(());
+        };
+        let target = Target {
+            name: &pg.model_name,
+            params: &pg.params,
+            loss: "loss",
         };
         let ops = pg.program.forward_end()..pg.program.ops.len();
         let mut player = Player::over_graph(&pg.program, graph, &pg.saved, pg.batch, retain);
@@ -300,9 +303,24 @@ impl Engine {
         }
         frame.finish(&mut self.kernel);
         if !retain {
-            self.kernel.clear_refs(graph);
+            self.release_saved(graph);
         }
         Ok(())
+    }
+
+    /// The graph lets go of whatever it still saved; it keeps the
+    /// parameters (its nodes hold them while the loss lives).
+    fn release_saved(&mut self, graph: ObjId) {
+        let Some(Saved::Program(pg)) = self.train.graphs.get(&graph).map(|g| &g.saved) else {
+            return;
+        };
+        let params = pg.params.clone();
+        let held = self.kernel.runtime.get(graph).map(|g| g.refs.clone());
+        for id in held.unwrap_or_default() {
+            if !params.contains(&id) {
+                self.kernel.detach(graph, id);
+            }
+        }
     }
 
     /// Whether `graph` is a program's (a CNN's or a transformer's).

@@ -136,7 +136,9 @@ fn retain_graph_keeps_the_saved_tensors_for_a_second_backward_and_a_third_is_ref
         assert!(run(&mut e, &retained).ok);
         assert_eq!(saved(&e), before, "{}", model.0);
         assert!(run(&mut e, &backward).ok);
-        assert!(saved(&e).is_empty(), "{}", model.0);
+        // What is left is the parameters, which autograd's nodes hold.
+        let params = e.train.models.values().next().unwrap().params.len();
+        assert_eq!(saved(&e).len(), params, "{}", model.0);
         let r = run(&mut e, &backward);
         let error = r.error.expect("a second backward through a freed graph");
         assert!(error
@@ -203,5 +205,36 @@ fn under_no_grad_a_forward_keeps_nothing_and_cannot_backward() {
             let inference = run(&mut e, &no_grad).stats.step_peak_allocated_bytes;
             assert!(inference < r.stats.step_peak_allocated_bytes, "{}", model.0);
         }
+    }
+}
+
+/// `del model` between `forward` and `backward`: the graph holds the
+/// parameters (as autograd's nodes do), so backward still runs and fills
+/// their `.grad`; the memory goes when the loss goes.
+#[test]
+fn the_graph_keeps_the_parameters_of_a_deleted_model() {
+    for model in [gpt(1, 32, 2, 16, 64), cnn(16, 2, 8)] {
+        let mut e = engine(model.0.clone(), "sgd", model.1, model.2);
+        let lines = [
+            json!({"cmd":"del","name":"opt"}),
+            json!({"cmd":"forward","name":"loss","model":"model","data":"data","batch_size":4}),
+            json!({"cmd":"del","name":"model"}),
+        ];
+        for line in &lines {
+            assert!(run(&mut e, line).ok, "{line}");
+        }
+        let held = run(&mut e, &json!({"cmd":"gc"})).stats.allocated_bytes;
+        let r = run(&mut e, &json!({"cmd":"backward","name":"loss"}));
+        assert!(r.ok, "{}: {:?}", model.0, r.error);
+        let r = run(&mut e, &json!({"cmd":"del","name":"loss"}));
+        assert!(r.ok);
+        // The parameters, their gradients and the saved tensors are gone;
+        // the cuBLAS workspaces stay.
+        let workspaces = 2 * e.train.cublas.bytes;
+        assert_eq!(
+            r.stats.allocated_bytes, workspaces,
+            "{}: held {held}",
+            model.0
+        );
     }
 }

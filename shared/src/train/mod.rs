@@ -142,6 +142,12 @@ pub struct ProgramGraph {
     pub saved: Vec<Option<ObjId>>,
     /// The batch the graph saved: its inputs, its targets.
     pub batch: [Option<ObjId>; 2],
+    /// The model's parameters, in `parameters()` order: the graph holds
+    /// them (autograd's nodes do: `AccumulateGrad` its leaf, a matrix
+    /// product its weight), so `del model` before `backward` frees none.
+    pub params: Vec<ObjId>,
+    /// The model's name when the graph was made (the labels' prefix).
+    pub model_name: String,
 }
 
 #[derive(Clone, Debug)]
