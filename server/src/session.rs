@@ -4,8 +4,9 @@
 //!
 //! Commands run one after another in the order they arrive (a bounded queue;
 //! past it the client is told the session is busy). Results go to every
-//! client of the session and are never dropped; while no owner is connected
-//! they wait for it. The engine publishes a snapshot at most every
+//! client of the session through a bounded outbox (a client that lets it
+//! fill is dropped: its connection ends); while no owner is connected the
+//! last `OUTBOX_MESSAGES` wait for it. The engine publishes a snapshot at most every
 //! `snapshot_interval` while a command runs and after every command; clients
 //! take the latest (coalescing) and still learn the exact peaks in between.
 

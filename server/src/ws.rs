@@ -1,8 +1,9 @@
 //! One websocket connection: its session (new, resumed, or watched), the
 //! client's messages in, results and live snapshots out.
 //!
-//! Results and errors travel through an unbounded queue and are never
-//! dropped. Live snapshots are coalesced: when the client is slow it gets
+//! Results and errors travel through the session's bounded outbox (a
+//! client that lets it fill is dropped, so one slow reader cannot hold a
+//! session's memory). Live snapshots are coalesced: when the client is slow it gets
 //! the latest state, with the exact peaks of everything it missed, and the
 //! engine never waits for it.
 

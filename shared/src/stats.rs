@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-/// The numbers of DESIGN.md, in bytes or counts. For TensorFlow and JAX,
+/// The numbers every result carries, in bytes or counts. For TensorFlow and JAX,
 /// allocated is the BFC allocator's `bytes_in_use` and reserved its
 /// `pool_bytes`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]

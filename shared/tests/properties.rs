@@ -1,4 +1,4 @@
-//! Property tests: the invariants of allocators.md §7 and of the runtime,
+//! Property tests: the allocators' invariants and the runtime's,
 //! checked after every command of random command sequences, for every
 //! allocator; and no input, however malformed, makes the engine panic.
 
@@ -284,7 +284,7 @@ fn check_sequence(framework: Framework, variant: u8, ops: &[Op]) -> Result<(), T
             Err(err) if err.kind == ErrorKind::OutOfMemory => {
                 if caching {
                     prop_assert_eq!(after.num_ooms, before.num_ooms + 1);
-                    // §7.8: "Tried to allocate" shows the segment size.
+                    // "Tried to allocate" shows the segment size.
                     if let Op::Alloc(_, bytes) = op {
                         let shown =
                             format_size(allocation_size(round_size(*bytes, &Default::default())));
@@ -296,7 +296,7 @@ fn check_sequence(framework: Framework, variant: u8, ops: &[Op]) -> Result<(), T
                     }
                 }
                 if default_caching && matches!(op, Op::Alloc(..)) {
-                    // §7.7: exactly one release-and-retry before the OOM.
+                    // Exactly one release-and-retry before the OOM.
                     prop_assert_eq!(after.num_alloc_retries, before.num_alloc_retries + 1);
                 }
                 if matches!(op, Op::Alloc(..)) {
@@ -315,14 +315,14 @@ fn check_sequence(framework: Framework, variant: u8, ops: &[Op]) -> Result<(), T
             Ok(_) => {}
         }
         if framework != Framework::Pytorch && !restarted {
-            // BFC §7.1: the pool only shrinks through garbage collection.
+            // BFC: the pool only shrinks through garbage collection.
             prop_assert!(
                 after.reserved_bytes >= before.reserved_bytes
                     || after.num_device_free > before.num_device_free
             );
         }
         if caching && matches!(op, Op::EmptyCache) {
-            // §7.5: no entirely free segment survives empty_cache.
+            // No entirely free segment survives empty_cache.
             let snap = e.snapshot(0);
             for seg in &snap.segments {
                 prop_assert!(

@@ -269,7 +269,7 @@ mod tests {
         assert_eq!(bin_for_size(64 * GIB), 20);
     }
 
-    /// allocators.md §3.5 worked example: allow_growth, 1000 B then 3 MiB.
+    /// The BFC allocator's worked example: allow_growth, 1000 B then 3 MiB.
     #[test]
     fn worked_example_of_section_3_5() {
         let (mut a, mut dev) = setup(GIB, true);
@@ -286,7 +286,7 @@ mod tests {
         a.check_invariants(&dev).unwrap();
     }
 
-    /// §3.5: a 100 MiB request with curr = 8 MiB doubles curr to 128 MiB,
+    /// A 100 MiB request with curr = 8 MiB doubles curr to 128 MiB,
     /// takes a 128 MiB region and leaves curr at 128 MiB.
     #[test]
     fn large_request_doubles_the_region_without_a_second_doubling() {

@@ -27,7 +27,8 @@ fn block_sizes(a: &CachingAllocator) -> Vec<Vec<(u64, bool)>> {
         .collect()
 }
 
-/// allocators.md §1.4: request, rounded, pool, new segment, split, block handed out.
+/// The caching allocator's worked examples: request, rounded, pool, new
+/// segment, split, block handed out.
 #[test]
 fn worked_examples_of_section_1_4() {
     let cases: [(u64, u64, PoolKind, u64, bool, u64); 7] = [

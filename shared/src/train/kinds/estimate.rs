@@ -1,6 +1,6 @@
 //! What a CNN's or a transformer's step holds, predicted from the shapes:
 //! the activations autograd saves, in closed form (the formulas
-//! docs/estimate.md explains, equal to the step's own count), and the
+//! docs/simulator.md gives, equal to the step's own count), and the
 //! step's peak over what lived before it, by adding up the sizes its
 //! program allocates and frees in order (no allocator runs).
 
