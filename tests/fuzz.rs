@@ -21,7 +21,7 @@ use vramlab_shared::Engine;
 
 /// Every command, and one that does not exist.
 fn commands() -> Vec<&'static str> {
-    Command::NAMES.into_iter().chain(["nonsense"]).collect()
+    Command::NAMES.iter().copied().chain(["nonsense"]).collect()
 }
 
 /// The fields a command's reader takes, asked of the reader itself

@@ -14,100 +14,87 @@ pub use parse::{parse_line, parse_value, Annotations, CommandLine, ANNOTATION_KE
 pub use read::FIELDS_BY_HAND;
 use serde::Serialize;
 
-/// One command: one line of Python.
-///
-/// Written with its `"cmd"` tag by serde; read by [`parse`], which names
-/// every problem (unknown commands and unknown fields included).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(tag = "cmd", rename_all = "snake_case")]
-pub enum Command {
-    /// Restart the kernel with these settings.
-    Restart(RestartSettings),
-    Alloc(AllocArgs),
-    Del(NameArgs),
-    Hold(HoldArgs),
-    Assign(AssignArgs),
-    Append(AppendArgs),
-    /// `gc.collect()`
-    Gc {},
-    /// `torch.cuda.empty_cache()`
-    EmptyCache {},
-    /// `torch._C._cuda_clearCublasWorkspaces()`
-    ClearCublasWorkspaces {},
-    /// `tf.keras.backend.clear_session()`
-    ClearSession {},
-    /// `torch.cuda.reset_peak_memory_stats()` / `tf.config.experimental.reset_memory_stats`.
-    ResetPeakMemoryStats {},
-    Model(ModelArgs),
-    Optimizer(OptimizerArgs),
-    Data(DataArgs),
-    Forward(ForwardArgs),
-    Backward(BackwardArgs),
-    Step(StepArgs),
-    ZeroGrad(ZeroGradArgs),
-    Train(TrainArgs),
-    FindBatchSize(FindBatchSizeArgs),
-    Estimate(EstimateArgs),
-    /// `sess = tf.compat.v1.Session()`: owns the variables of models built while it is open.
-    TfSession(NameArgs),
-    /// `sess.close()`
-    Close(NameArgs),
+/// The command table: each command's variant, arguments and name, once.
+/// It makes the enum (whose serde tag is the name), [`Command::NAMES`],
+/// [`Command::name`] and the reader that picks the arguments by name.
+macro_rules! commands {
+    ($($(#[$doc:meta])* $variant:ident $(($args:ty))? $({$($unit:tt)?})? = $name:literal,)*) => {
+        /// One command: one line of Python.
+        ///
+        /// Written with its `"cmd"` tag by serde; read by [`parse`], which
+        /// names every problem (unknown commands and unknown fields
+        /// included).
+        #[derive(Clone, Debug, PartialEq, Serialize)]
+        #[serde(tag = "cmd")]
+        pub enum Command {
+            $($(#[$doc])* #[serde(rename = $name)] $variant $(($args))? $({$($unit)?})?,)*
+        }
+
+        impl Command {
+            /// Every command's name, as [`Command::name`] gives it.
+            pub const NAMES: &'static [&'static str] = &[$($name),*];
+
+            /// The command's name as it appears in `"cmd"`.
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $(Command::$variant $((commands!(@ignore $args)))? $({$($unit)?})? => $name,)*
+                }
+            }
+
+            /// The command `name` with these fields (`None`: no such command).
+            fn read(
+                name: &str,
+                fields: serde_json::Map<String, serde_json::Value>,
+            ) -> Option<Result<Command, serde_json::Error>> {
+                Some(match name {
+                    $($name => commands!(@read fields, $variant $(, $args)?),)*
+                    _ => return None,
+                })
+            }
+        }
+    };
+    (@ignore $args:ty) => { _ };
+    (@read $fields:ident, $variant:ident, $args:ty) => {
+        <$args as serde::Deserialize>::deserialize(serde_json::Value::Object($fields)).map(Command::$variant)
+    };
+    (@read $fields:ident, $variant:ident) => {
+        match $fields.keys().next() {
+            Some(k) => Err(<serde_json::Error as serde::de::Error>::unknown_field(k, &[])),
+            None => Ok(Command::$variant {}),
+        }
+    };
 }
 
-impl Command {
-    /// Every command's name, as [`Command::name`] gives it.
-    pub const NAMES: [&'static str; 23] = [
-        "restart",
-        "alloc",
-        "del",
-        "hold",
-        "assign",
-        "append",
-        "gc",
-        "empty_cache",
-        "clear_cublas_workspaces",
-        "clear_session",
-        "reset_peak_memory_stats",
-        "model",
-        "optimizer",
-        "data",
-        "forward",
-        "backward",
-        "step",
-        "zero_grad",
-        "train",
-        "find_batch_size",
-        "estimate",
-        "tf_session",
-        "close",
-    ];
-
-    /// The command's name as it appears in `"cmd"`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Command::Restart(_) => "restart",
-            Command::Alloc(_) => "alloc",
-            Command::Del(_) => "del",
-            Command::Hold(_) => "hold",
-            Command::Assign(_) => "assign",
-            Command::Append(_) => "append",
-            Command::Gc {} => "gc",
-            Command::EmptyCache {} => "empty_cache",
-            Command::ClearCublasWorkspaces {} => "clear_cublas_workspaces",
-            Command::ClearSession {} => "clear_session",
-            Command::ResetPeakMemoryStats {} => "reset_peak_memory_stats",
-            Command::Model(_) => "model",
-            Command::Optimizer(_) => "optimizer",
-            Command::Data(_) => "data",
-            Command::Forward(_) => "forward",
-            Command::Backward(_) => "backward",
-            Command::Step(_) => "step",
-            Command::ZeroGrad(_) => "zero_grad",
-            Command::Train(_) => "train",
-            Command::FindBatchSize(_) => "find_batch_size",
-            Command::Estimate(_) => "estimate",
-            Command::TfSession(_) => "tf_session",
-            Command::Close(_) => "close",
-        }
-    }
+commands! {
+    /// Restart the kernel with these settings.
+    Restart(RestartSettings) = "restart",
+    Alloc(AllocArgs) = "alloc",
+    Del(NameArgs) = "del",
+    Hold(HoldArgs) = "hold",
+    Assign(AssignArgs) = "assign",
+    Append(AppendArgs) = "append",
+    /// `gc.collect()`
+    Gc {} = "gc",
+    /// `torch.cuda.empty_cache()`
+    EmptyCache {} = "empty_cache",
+    /// `torch._C._cuda_clearCublasWorkspaces()`
+    ClearCublasWorkspaces {} = "clear_cublas_workspaces",
+    /// `tf.keras.backend.clear_session()`
+    ClearSession {} = "clear_session",
+    /// `torch.cuda.reset_peak_memory_stats()` / `tf.config.experimental.reset_memory_stats`.
+    ResetPeakMemoryStats {} = "reset_peak_memory_stats",
+    Model(ModelArgs) = "model",
+    Optimizer(OptimizerArgs) = "optimizer",
+    Data(DataArgs) = "data",
+    Forward(ForwardArgs) = "forward",
+    Backward(BackwardArgs) = "backward",
+    Step(StepArgs) = "step",
+    ZeroGrad(ZeroGradArgs) = "zero_grad",
+    Train(TrainArgs) = "train",
+    FindBatchSize(FindBatchSizeArgs) = "find_batch_size",
+    Estimate(EstimateArgs) = "estimate",
+    /// `sess = tf.compat.v1.Session()`: owns the variables of models built while it is open.
+    TfSession(NameArgs) = "tf_session",
+    /// `sess.close()`
+    Close(NameArgs) = "close",
 }

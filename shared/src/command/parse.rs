@@ -3,7 +3,7 @@
 
 use super::Command;
 use crate::error::{CommandError, ErrorKind};
-use serde::de::{DeserializeOwned, Deserializer, Error as _, Unexpected};
+use serde::de::{Deserializer, Error as _, Unexpected};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -176,39 +176,8 @@ impl<'de> Deserialize<'de> for Command {
 
 /// The command `name` with these fields.
 fn read_args(name: &str, fields: Map<String, Value>) -> Result<Command, serde_json::Error> {
-    fn args<T: DeserializeOwned>(fields: Map<String, Value>) -> Result<T, serde_json::Error> {
-        T::deserialize(Value::Object(fields))
-    }
-    let none = |fields: Map<String, Value>| match fields.keys().next() {
-        Some(k) => Err(serde_json::Error::unknown_field(k, &[])),
-        None => Ok(()),
-    };
-    Ok(match name {
-        "restart" => Command::Restart(args(fields)?),
-        "alloc" => Command::Alloc(args(fields)?),
-        "del" => Command::Del(args(fields)?),
-        "hold" => Command::Hold(args(fields)?),
-        "assign" => Command::Assign(args(fields)?),
-        "append" => Command::Append(args(fields)?),
-        "gc" => none(fields).map(|_| Command::Gc {})?,
-        "empty_cache" => none(fields).map(|_| Command::EmptyCache {})?,
-        "clear_cublas_workspaces" => none(fields).map(|_| Command::ClearCublasWorkspaces {})?,
-        "clear_session" => none(fields).map(|_| Command::ClearSession {})?,
-        "reset_peak_memory_stats" => none(fields).map(|_| Command::ResetPeakMemoryStats {})?,
-        "model" => Command::Model(args(fields)?),
-        "optimizer" => Command::Optimizer(args(fields)?),
-        "data" => Command::Data(args(fields)?),
-        "forward" => Command::Forward(args(fields)?),
-        "backward" => Command::Backward(args(fields)?),
-        "step" => Command::Step(args(fields)?),
-        "zero_grad" => Command::ZeroGrad(args(fields)?),
-        "train" => Command::Train(args(fields)?),
-        "find_batch_size" => Command::FindBatchSize(args(fields)?),
-        "estimate" => Command::Estimate(args(fields)?),
-        "tf_session" => Command::TfSession(args(fields)?),
-        "close" => Command::Close(args(fields)?),
-        _ => return Err(serde_json::Error::unknown_variant(name, &Command::NAMES)),
-    })
+    Command::read(name, fields)
+        .unwrap_or_else(|| Err(serde_json::Error::unknown_variant(name, Command::NAMES)))
 }
 
 fn json_type(v: &Value) -> &'static str {
@@ -293,7 +262,7 @@ mod tests {
 
     #[test]
     fn every_command_name_is_read() {
-        for name in Command::NAMES {
+        for &name in Command::NAMES {
             let line = parse_line(&format!(r#"{{"cmd":"{name}"}}"#));
             match line.command {
                 Ok(c) => assert_eq!(c.name(), name),
