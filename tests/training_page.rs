@@ -448,6 +448,15 @@ async fn a_transformer_and_a_cnn_step_one_statement_at_a_time() {
             "{kind}: {stepped} vs {looped}"
         );
     }
+    // Running out of memory: the banner names PyTorch's exception.
+    set_input(&page, "size", "20000").await;
+    press(&page, "btn-alloc").await;
+    let banner = js(&page, "document.getElementById('banner').textContent").await;
+    let banner = banner.as_str().unwrap_or_default();
+    assert!(
+        banner.starts_with("torch.OutOfMemoryError: CUDA out of memory."),
+        "{banner}"
+    );
     finish(browser, events, profile).await;
     let _ = stop_tx.send(());
 }

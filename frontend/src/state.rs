@@ -9,6 +9,7 @@ use crate::socket;
 use leptos::prelude::*;
 use std::collections::{HashMap, VecDeque};
 use vramlab_shared::command::{parse_line, Command, CommandLine, RestartSettings};
+use vramlab_shared::framework::oom_exception;
 use vramlab_shared::lesson::check_step;
 use vramlab_shared::lesson::predict::{self, Direction, Number};
 use vramlab_shared::memory_snapshot::{self, MemorySnapshot};
@@ -459,14 +460,8 @@ impl App {
         }
         match &record.error {
             Some(e) if e.kind == ErrorKind::OutOfMemory => {
-                let prefix = match self.framework() {
-                    Framework::Pytorch => "torch.OutOfMemoryError",
-                    Framework::Tensorflow => {
-                        "tensorflow.python.framework.errors_impl.ResourceExhaustedError"
-                    }
-                    Framework::Jax => "jaxlib.xla_extension.XlaRuntimeError",
-                };
-                self.banner.set(Some(format!("{prefix}: {}", e.message)));
+                let exception = oom_exception(self.framework());
+                self.banner.set(Some(format!("{exception}: {}", e.message)));
             }
             Some(e) => self.banner.set(Some(e.message.clone())),
             None => self.banner.set(None),

@@ -476,6 +476,16 @@ pub struct TensorDesc<'a> {
 /// The hint PyTorch 2.9 and later append to every caching-allocator OOM.
 pub const PYTORCH_OOM_HINT: &str = " If reserved but unallocated memory is large try setting PYTORCH_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)";
 
+/// The exception class the framework raises when memory runs out, as
+/// Python names it in a traceback.
+pub fn oom_exception(framework: Framework) -> &'static str {
+    match framework {
+        Framework::Pytorch => "torch.OutOfMemoryError",
+        Framework::Tensorflow => "tensorflow.python.framework.errors_impl.ResourceExhaustedError",
+        Framework::Jax => "jaxlib.xla_extension.XlaRuntimeError",
+    }
+}
+
 /// The error text the framework raises for this failed allocation.
 pub fn oom_message(settings: &Settings, oom: &OutOfMemory, tensor: &TensorDesc) -> String {
     match settings.framework {
