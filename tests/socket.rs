@@ -11,10 +11,12 @@ pub type Socket = WebSocketStream<MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// The next message of type `kind`, or the next error, skipping others.
 pub async fn next(ws: &mut Socket, kind: &str) -> Value {
+    // One deadline for the message asked for, however many others come.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let msg = tokio::time::timeout(Duration::from_secs(30), ws.next())
+        let msg = tokio::time::timeout_at(deadline, ws.next())
             .await
-            .expect("a message in time")
+            .unwrap_or_else(|_| panic!("no {kind:?} message in 30 s"))
             .expect("open")
             .unwrap();
         if let Message::Text(t) = msg {

@@ -122,6 +122,12 @@ fn record(m: &Value) -> StepRecord {
     serde_json::from_value(m.clone()).unwrap_or_else(|e| panic!("{m}: {e}"))
 }
 
+/// A record as a client reads it from its text (a number read back may
+/// differ from the one written in its last bit).
+fn as_read(r: &StepRecord) -> StepRecord {
+    serde_json::from_str(&serde_json::to_string(r).unwrap()).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_lesson_over_the_socket_gives_the_same_results_as_vramlab_run() {
     let addr = start(options()).await;
@@ -135,6 +141,7 @@ async fn every_lesson_over_the_socket_gives_the_same_results_as_vramlab_run() {
                 .command(i as u64, serde_json::from_str(line).unwrap())
                 .await;
             assert_eq!(got["type"], "result", "{}: {got}", path.display());
+            let expected = as_read(&expected);
             assert_eq!(record(&got), expected, "{} line {i}", path.display());
         }
     }

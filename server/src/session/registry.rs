@@ -74,11 +74,11 @@ impl Sessions {
                 "this server is draining and starts no new sessions: connect again to reach another",
             ));
         }
-        self.check_limit()?;
-        match &user {
-            Some(user) => self.check_user(user)?,
-            None => self.check_client(client)?,
-        }
+        self.check_owner(
+            &self.map.lock().expect("sessions lock"),
+            client,
+            user.as_deref(),
+        )?;
         let config = self.config.clone();
         let owner = (client, user);
         let session =
@@ -88,20 +88,45 @@ impl Sessions {
                     format!("the server could not start a session: {e}"),
                 )
             })?;
+        // Checked again where the session is inserted: two connections of
+        // one user started at once must not both pass.
         let mut map = self.map.lock().expect("sessions lock");
-        if map.len() >= self.config.max_sessions {
+        let owner = session.owner.as_deref();
+        if let Err(e) = self.check_owner(&map, session.client, owner) {
             drop(map);
             session.shut_down();
-            return Err(self.limit_error());
+            return Err(e);
         }
         map.insert(session.id.clone(), session.clone());
         Metrics::inc(&self.metrics.sessions_created);
         Ok(session)
     }
 
-    fn check_user(&self, user: &str) -> Result<(), ConnectionError> {
+    /// The server's limit, then the user's (or the client's): whether one
+    /// more session may start, given the sessions in `map`.
+    fn check_owner(
+        &self,
+        map: &HashMap<String, Arc<Session>>,
+        client: Option<IpAddr>,
+        user: Option<&str>,
+    ) -> Result<(), ConnectionError> {
+        if map.len() >= self.config.max_sessions {
+            return Err(self.limit_error());
+        }
+        match user {
+            Some(user) => self.check_user(map, user),
+            None => self.check_client(map, client),
+        }
+    }
+
+    fn check_user(
+        &self,
+        map: &HashMap<String, Arc<Session>>,
+        user: &str,
+    ) -> Result<(), ConnectionError> {
         let max = self.config.max_per_client;
-        let held = (self.map.lock().expect("sessions lock").values())
+        let held = map
+            .values()
             .filter(|s| s.owner.as_deref() == Some(user))
             .count();
         if max > 0 && held >= max {
@@ -114,33 +139,24 @@ impl Sessions {
         Ok(())
     }
 
-    fn check_client(&self, client: Option<IpAddr>) -> Result<(), ConnectionError> {
+    fn check_client(
+        &self,
+        map: &HashMap<String, Arc<Session>>,
+        client: Option<IpAddr>,
+    ) -> Result<(), ConnectionError> {
         let (Some(ip), max) = (client, self.config.max_per_client) else {
             return Ok(());
         };
         if ip.is_loopback() {
             return Ok(());
         }
-        let held = self
-            .map
-            .lock()
-            .expect("sessions lock")
-            .values()
-            .filter(|s| s.client == Some(ip))
-            .count();
+        let held = map.values().filter(|s| s.client == Some(ip)).count();
         if max > 0 && held >= max {
             Metrics::inc(&self.metrics.refused.session_limit);
             return Err(ConnectionError::new(
                 ConnectionErrorKind::SessionLimit,
                 format!("your address already holds {held} sessions, the most one client may; reconnect to one of them (?session=) or wait for one to expire"),
             ));
-        }
-        Ok(())
-    }
-
-    fn check_limit(&self) -> Result<(), ConnectionError> {
-        if self.map.lock().expect("sessions lock").len() >= self.config.max_sessions {
-            return Err(self.limit_error());
         }
         Ok(())
     }

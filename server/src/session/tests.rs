@@ -150,3 +150,23 @@ fn one_client_address_holds_a_bounded_number_of_sessions() {
         s.shut_down();
     }
 }
+
+/// A user who opens many connections at once gets `max_per_client`
+/// sessions (2 here), not one per connection: the limit is checked again
+/// where a session is inserted, after its slow start outside the lock.
+#[test]
+fn sessions_started_at_once_keep_to_the_per_user_limit() {
+    let sessions = sim_sessions();
+    let started: Vec<_> = std::thread::scope(|s| {
+        let tries: Vec<_> = (0..6)
+            .map(|_| s.spawn(|| sessions.create_as(None, Some("alice".into()))))
+            .collect();
+        tries.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let made: Vec<_> = started.into_iter().filter_map(Result::ok).collect();
+    assert_eq!(made.len(), 2);
+    assert_eq!(sessions.len(), 2);
+    for s in made {
+        s.shut_down();
+    }
+}
