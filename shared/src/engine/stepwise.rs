@@ -59,7 +59,7 @@ impl Engine {
                 grad: !a.no_grad,
             };
             self.forward_program(&s, program)?;
-            return Ok(self.forward_outcome(name, a.no_grad, None));
+            return Ok(self.forward_outcome(name, a.no_grad, None, true));
         }
         let compute = self.computes(&spec, batch);
         let mut frame = Frame::default();
@@ -79,19 +79,38 @@ impl Engine {
             Err(f) => return Err(self.raise_in_frame(frame, &f)),
         };
         self.kernel.bind_local(name, out.loss);
-        Ok(self.forward_outcome(name, a.no_grad, out.value))
+        Ok(self.forward_outcome(name, a.no_grad, out.value, false))
     }
 
-    /// What a forward pass left: the bytes its graph saved, the loss.
-    fn forward_outcome(&self, name: &str, no_grad: bool, value: Option<f32>) -> Outcome {
+    /// What a forward pass left: the bytes its graph saved, the loss (a
+    /// `program`'s, a CNN's or a transformer's, is not computed).
+    fn forward_outcome(
+        &self,
+        name: &str,
+        no_grad: bool,
+        value: Option<f32>,
+        program: bool,
+    ) -> Outcome {
         let graph = self
             .kernel
             .runtime
             .lookup(name)
             .and_then(|loss| step::find_graph(&self.kernel, loss));
+        // What the graph saved; a program's graph holds the parameters too.
+        let params = graph
+            .and_then(|g| self.train.graphs.get(&g))
+            .and_then(|g| match &g.saved {
+                Saved::Program(pg) => Some(pg.params.as_slice()),
+                Saved::Mlp { .. } => None,
+            })
+            .unwrap_or_default();
         let saved: u64 = graph
             .and_then(|g| self.kernel.runtime.get(g))
-            .map(|g| g.refs.iter().map(|&t| self.kernel.block_size(t)).sum())
+            .map(|g| {
+                (g.refs.iter().filter(|t| !params.contains(t)))
+                    .map(|&t| self.kernel.block_size(t))
+                    .sum()
+            })
             .unwrap_or(0);
         let mut note = if no_grad {
             "Under torch.no_grad() nothing is saved: every activation died as soon as the next layer had used it.".to_string()
@@ -101,7 +120,7 @@ impl Engine {
                 format_size(saved)
             )
         };
-        note.push_str(&loss_note(value));
+        note.push_str(&loss_note(value, program));
         Outcome {
             note: Some(note),
             value: Some(json!({"loss": value, "loss_computed": value.is_some()})),
@@ -332,9 +351,14 @@ impl Engine {
     }
 }
 
-fn loss_note(value: Option<f32>) -> String {
+/// What the note says of the loss: its value, or why it has none (a CNN's
+/// or a transformer's step, a `program`, runs shape-only).
+fn loss_note(value: Option<f32>, program: bool) -> String {
     match value {
         Some(v) => format!(" Loss {v:.4} (computed on the CPU)."),
+        None if program => {
+            " Shape-only: every tensor PyTorch's ops make, with its shape, but no arithmetic, so no loss was computed.".into()
+        }
         None => " The step is too large to compute here: shape-only, loss not computed.".into(),
     }
 }

@@ -238,3 +238,34 @@ fn the_graph_keeps_the_parameters_of_a_deleted_model() {
         );
     }
 }
+
+/// The bytes `forward` says its graph saved are the bytes the last
+/// backward frees (the gradients and the autograd thread's workspace made
+/// by a retained backward before it).
+#[test]
+fn what_forward_says_it_saved_is_what_backward_frees() {
+    for model in [gpt(2, 64, 4, 32, 100), cnn(16, 2, 8)] {
+        let mut e = engine(model.0.clone(), "adam", model.1, model.2);
+        let mut note = |line: Value| {
+            let r = e.run_line(&line.to_string());
+            assert!(r.ok, "{line}: {:?}", r.error);
+            r.note.unwrap()
+        };
+        let said = note(
+            json!({"cmd":"forward","name":"loss","model":"model","data":"data","batch_size":4}),
+        );
+        let saved = said
+            .split("with it ")
+            .nth(1)
+            .and_then(|s| s.split(" of saved").next())
+            .unwrap()
+            .to_string();
+        note(json!({"cmd":"backward","name":"loss","retain_graph":true}));
+        let freed = note(json!({"cmd":"backward","name":"loss"}));
+        assert!(
+            freed.ends_with(&format!("(allocated fell by {saved}).")),
+            "{}: {said} / {freed}",
+            model.0
+        );
+    }
+}
