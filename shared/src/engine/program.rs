@@ -12,9 +12,10 @@
 
 use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::ObjId;
+use crate::train::autograd::grad_of;
 use crate::train::cublas::CublasWorkspaces;
+use crate::train::frame::Frame;
 use crate::train::kinds::step::{Alloc, Batch, Op, Program, Role};
-use crate::train::step::{grad_of, Frame};
 use crate::types::Category;
 
 /// The model a program runs on.

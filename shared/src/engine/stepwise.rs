@@ -11,8 +11,11 @@ use crate::command::{BackwardArgs, ForwardArgs, StepArgs, ZeroGradArgs};
 use crate::error::{CommandError, ErrorKind};
 use crate::kernel::AllocFailure;
 use crate::runtime::{Class, ObjId};
+use crate::train::autograd::{find_graph, BACKWARD_TWICE, NO_GRAD_FN};
+use crate::train::frame::Frame;
 use crate::train::kinds::step::{Options, Program};
-use crate::train::step::{self, BackwardError, Frame, BACKWARD_TWICE};
+use crate::train::mlp::{self, BackwardError};
+use crate::train::optimizer;
 use crate::train::{GraphState, ProgramGraph, Saved};
 use crate::types::{Category, Dtype};
 use crate::units::format_size;
@@ -63,7 +66,7 @@ impl Engine {
         }
         let compute = self.computes(&spec, batch);
         let mut frame = Frame::default();
-        let args = step::ForwardArgs {
+        let args = mlp::ForwardArgs {
             tag: name,
             model: model_id,
             data: data_id,
@@ -74,7 +77,7 @@ impl Engine {
             compute,
             input: None,
         };
-        let out = match step::forward(&mut self.kernel, &mut frame, &mut self.train, &args) {
+        let out = match mlp::forward(&mut self.kernel, &mut frame, &mut self.train, &args) {
             Ok(out) => out,
             Err(f) => return Err(self.raise_in_frame(frame, &f)),
         };
@@ -95,7 +98,7 @@ impl Engine {
             .kernel
             .runtime
             .lookup(name)
-            .and_then(|loss| step::find_graph(&self.kernel, loss));
+            .and_then(|loss| find_graph(&self.kernel, loss));
         // What the graph saved; a program's graph holds the parameters too.
         let params = graph
             .and_then(|g| self.train.graphs.get(&g))
@@ -131,7 +134,7 @@ impl Engine {
         let (name, retain) = (a.name.as_str(), a.retain_graph);
         let loss = self.lookup(name)?;
         let before = self.kernel.stats().allocated_bytes;
-        match step::find_graph(&self.kernel, loss) {
+        match find_graph(&self.kernel, loss) {
             Some(graph) if self.is_program_graph(graph) => self.backward_program(graph, retain)?,
             _ => self.backward_mlp(loss, retain)?,
         }
@@ -149,13 +152,13 @@ impl Engine {
 
     fn backward_mlp(&mut self, loss: ObjId, retain: bool) -> Result<(), CommandError> {
         let mut frame = Frame::default();
-        match step::backward(&mut self.kernel, &mut frame, &mut self.train, loss, retain) {
+        match mlp::backward(&mut self.kernel, &mut frame, &mut self.train, loss, retain) {
             Ok(()) => {}
             Err(BackwardError::NoGraph) => {
-                return Err(error(ErrorKind::RuntimeError, step::NO_GRAD_FN));
+                return Err(error(ErrorKind::RuntimeError, NO_GRAD_FN));
             }
             Err(BackwardError::Consumed) => {
-                return Err(error(ErrorKind::RuntimeError, step::BACKWARD_TWICE));
+                return Err(error(ErrorKind::RuntimeError, BACKWARD_TWICE));
             }
             Err(BackwardError::Oom(f)) => return Err(self.raise_in_frame(frame, &f)),
         }
@@ -167,7 +170,9 @@ impl Engine {
         let first = self.train.optimizers[&opt].state.is_empty();
         let mut frame = Frame::default();
         let before = self.kernel.stats().allocated_bytes;
-        if let Err(f) = step::optimizer_step(&mut self.kernel, &mut frame, &mut self.train, opt) {
+        if let Err(f) =
+            optimizer::optimizer_step(&mut self.kernel, &mut frame, &mut self.train, opt)
+        {
             return Err(self.raise_in_frame(frame, &f));
         }
         let grown = self.kernel.stats().allocated_bytes.saturating_sub(before);
@@ -186,7 +191,7 @@ impl Engine {
             self.instance(&a.optimizer, Class::Optimizer)?,
             a.set_to_none,
         );
-        let freed = step::zero_grad(&mut self.kernel, &mut self.train, opt, set_to_none);
+        let freed = optimizer::zero_grad(&mut self.kernel, &mut self.train, opt, set_to_none);
         Ok(Outcome::note(if set_to_none {
             format!(
                 "zero_grad(set_to_none=True) dropped every .grad: {} freed.",

@@ -127,7 +127,7 @@ fn retain_graph_keeps_the_saved_tensors_for_a_second_backward_and_a_third_is_ref
         assert!(run(&mut e, &forward).ok);
         let saved = |e: &Engine| {
             let loss = e.kernel.runtime.lookup("loss").unwrap();
-            let graph = crate::train::step::find_graph(&e.kernel, loss).unwrap();
+            let graph = crate::train::autograd::find_graph(&e.kernel, loss).unwrap();
             e.kernel.runtime.get(graph).unwrap().refs.clone()
         };
         let before = saved(&e);

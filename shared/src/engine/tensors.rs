@@ -5,7 +5,7 @@ use super::{check_name, error, name_error, Engine, Outcome};
 use crate::command::{AllocArgs, AppendArgs, AssignArgs, HoldArgs};
 use crate::error::{CommandError, ErrorKind};
 use crate::runtime::{Holder, ObjId};
-use crate::train::step::clear_cublas_workspaces;
+use crate::train::cublas::clear_cublas_workspaces;
 use crate::types::{Dtype, Framework};
 use crate::units::{format_size, EIB};
 

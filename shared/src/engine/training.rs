@@ -8,9 +8,12 @@ use crate::command::{LossHistory, TrainArgs};
 use crate::error::{CommandError, ErrorKind};
 use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::{Class, ObjId, ObjectKind};
+use crate::train::autograd::find_graph;
+use crate::train::frame::Frame;
 use crate::train::kinds::step::{Attention, Options, Program};
+use crate::train::mlp::{self, BackwardError};
+use crate::train::optimizer;
 use crate::train::spec::Kind;
-use crate::train::step::{self, BackwardError, Frame};
 use crate::train::{DataSpec, ModelSpec};
 use crate::types::{Category, Dtype};
 use serde_json::{json, Value};
@@ -170,10 +173,12 @@ impl Engine {
             }
         }
         let opt = plan.optimizer;
-        if let Err(f) = step::optimizer_step(&mut self.kernel, &mut frame, &mut self.train, opt) {
+        if let Err(f) =
+            optimizer::optimizer_step(&mut self.kernel, &mut frame, &mut self.train, opt)
+        {
             return Err(self.raise_in_frame(frame, &f));
         }
-        step::zero_grad(&mut self.kernel, &mut self.train, opt, a.set_to_none);
+        optimizer::zero_grad(&mut self.kernel, &mut self.train, opt, a.set_to_none);
         frame.finish(&mut self.kernel);
         Ok(Some((count > 0).then(|| sum / count as f32)))
     }
@@ -226,7 +231,7 @@ impl Engine {
             }
             return Ok(None);
         }
-        let args = step::ForwardArgs {
+        let args = mlp::ForwardArgs {
             input,
             tag: "loss",
             model: plan.model,
@@ -237,7 +242,7 @@ impl Engine {
             checkpointing: a.checkpointing,
             compute: plan.compute,
         };
-        let out = step::forward(&mut self.kernel, frame, &mut self.train, &args)?;
+        let out = mlp::forward(&mut self.kernel, frame, &mut self.train, &args)?;
         let mut loss = out.loss;
         frame.locals.push(loss);
         let k = &mut self.kernel;
@@ -246,13 +251,13 @@ impl Engine {
             // graph; `DivBackward1` saves only the number, so the
             // criterion's own scalar dies with its last name.
             let scaled = frame.alloc(k, "loss", &[], Dtype::Float32, Category::Activation)?;
-            if let Some(graph) = step::find_graph(k, loss) {
+            if let Some(graph) = find_graph(k, loss) {
                 k.runtime.add_ref(scaled, graph);
             }
             frame.drop(k, loss);
             loss = scaled;
         }
-        match step::backward(k, frame, &mut self.train, loss, false) {
+        match mlp::backward(k, frame, &mut self.train, loss, false) {
             Ok(()) => {}
             Err(BackwardError::Oom(f)) => return Err(f),
             Err(_) => unreachable!("a fresh graph has not been consumed"),

@@ -3,18 +3,24 @@
 //!
 //! - [`spec`]: what a model, an optimizer and a dataset are (shapes, bytes,
 //!   FLOPs) and the memory estimate.
-//! - [`step`]: forward, backward, optimizer step and `zero_grad` as
-//!   sequences of allocations and frees on a [`Kernel`](crate::kernel::Kernel).
+//! - [`mlp`]: the MLP's forward and backward as sequences of allocations
+//!   and frees on a [`Kernel`](crate::kernel::Kernel); [`kinds`]: the CNN
+//!   and the transformer, their step as a program.
+//! - [`frame`], [`autograd`], [`optimizer`]: what every kind's step shares:
+//!   the Python frame, the autograd graph, `opt.step()` and `zero_grad`.
 //! - [`math`]: the same step's arithmetic on the CPU, for small steps.
 //! - [`data`]: the synthetic, learnable classification set.
 
+pub mod autograd;
 pub mod cublas;
 pub mod data;
+pub mod frame;
 pub mod kinds;
 pub mod math;
+pub mod mlp;
 pub mod optim;
+pub mod optimizer;
 pub mod spec;
-pub mod step;
 
 use crate::collections::IdMap;
 use crate::runtime::ObjId;
@@ -125,7 +131,7 @@ pub enum Saved {
     /// The MLP's step: its saved tensors by role, and the CPU arithmetic's
     /// cache when it computed.
     Mlp {
-        plan: step::SavedPlan,
+        plan: mlp::SavedPlan,
         cache: Option<math::ForwardCache>,
     },
     /// A step program's forward pass (`kinds::step`): backward plays the
@@ -166,14 +172,14 @@ pub struct TrainState {
     /// The TF1 session new models are built in.
     pub open_session: Option<ObjId>,
     /// PyTorch's cuBLAS workspaces, per thread.
-    pub cublas: step::CublasWorkspaces,
+    pub cublas: cublas::CublasWorkspaces,
 }
 
 impl TrainState {
     /// A new process's state: one cuBLAS workspace is `workspace_bytes`.
     pub fn new(workspace_bytes: u64) -> Self {
         TrainState {
-            cublas: step::CublasWorkspaces::new(workspace_bytes),
+            cublas: cublas::CublasWorkspaces::new(workspace_bytes),
             ..Default::default()
         }
     }

@@ -113,7 +113,7 @@ impl ModelSpec {
     }
 
     /// The step of a CNN or a transformer at micro-batch `batch`; `None`
-    /// for the MLP, whose step `train::step` makes.
+    /// for the MLP, whose step `train::mlp` makes.
     pub fn step_program(&self, batch: u64, options: Options) -> Option<kinds::step::Program> {
         match self.kind {
             Kind::Mlp => None,

@@ -1,11 +1,11 @@
 //! The forward pass, `loss = criterion(model(x), y)`: what each op allocates,
 //! when each intermediate dies, and what autograd saves for backward.
 
-use super::frame::Frame;
 use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::{Class, ObjId};
 use crate::train::cublas::{BlasThread, CublasWorkspaces};
 use crate::train::data::Synthetic;
+use crate::train::frame::Frame;
 use crate::train::spec::checkpoint_segment;
 use crate::train::{math, DatasetState, GraphState, ModelSpec, Saved, TrainState};
 use crate::types::{Category, Dtype};

@@ -3,7 +3,7 @@
 //! quantization maps), Adam's foreach temporaries, and what `set_to_none`
 //! frees.
 
-use super::backward::grad_of;
+use super::autograd::grad_of;
 use super::frame::Frame;
 use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::ObjId;

@@ -3,10 +3,11 @@
 //! what each node saved as it runs.
 
 use super::forward::SavedPlan;
-use super::frame::Frame;
 use crate::kernel::{AllocFailure, Kernel};
-use crate::runtime::{Class, ObjId, ObjectKind};
+use crate::runtime::ObjId;
+use crate::train::autograd::{find_graph, grad_of};
 use crate::train::cublas::{BlasThread, CublasWorkspaces};
+use crate::train::frame::Frame;
 use crate::train::{math, Saved, TrainState};
 use crate::types::{Category, Dtype};
 
@@ -22,42 +23,6 @@ impl From<AllocFailure> for BackwardError {
     fn from(e: AllocFailure) -> Self {
         BackwardError::Oom(e)
     }
-}
-
-/// PyTorch's message for a second backward through a freed graph.
-pub const BACKWARD_TWICE: &str = "Trying to backward through the graph a second time (or directly access saved tensors after they have already been freed). Saved intermediate values of the graph are freed when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or if you need to access saved tensors after calling backward.";
-/// PyTorch's message for backward on a tensor without history.
-pub const NO_GRAD_FN: &str =
-    "element 0 of tensors does not require grad and does not have a grad_fn";
-
-/// The autograd graph a tensor's history leads to, if any.
-pub fn find_graph(k: &Kernel, tensor: ObjId) -> Option<ObjId> {
-    let mut stack = vec![tensor];
-    let mut seen = 0;
-    while let Some(id) = stack.pop() {
-        seen += 1;
-        if seen > 64 {
-            return None;
-        }
-        let o = k.runtime.get(id)?;
-        if o.kind == ObjectKind::Instance(Class::Graph) {
-            return Some(id);
-        }
-        if matches!(o.kind, ObjectKind::Tensor(_)) {
-            stack.extend(o.refs.iter().rev());
-        }
-    }
-    None
-}
-
-/// A parameter's `.grad`, if set.
-pub fn grad_of(k: &Kernel, param: ObjId) -> Option<ObjId> {
-    k.runtime
-        .get(param)?
-        .refs
-        .iter()
-        .copied()
-        .find(|&r| k.runtime.tensor(r).is_some())
 }
 
 /// `loss.backward(retain_graph=...)`.
