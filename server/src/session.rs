@@ -108,8 +108,10 @@ impl Live {
     }
 }
 
-enum Job {
-    Command { id: u64, line: Box<CommandLine> },
+/// A command for the session's engine thread, with the client's id for it.
+struct Job {
+    id: u64,
+    line: Box<CommandLine>,
 }
 
 struct Client {
@@ -402,7 +404,7 @@ impl Session {
             ));
         }
         let jobs = self.jobs.lock().expect("jobs lock");
-        match jobs.as_ref().map(|tx| tx.send(Job::Command { id, line })) {
+        match jobs.as_ref().map(|tx| tx.send(Job { id, line })) {
             Some(Ok(())) => Ok(()),
             _ => {
                 self.queued.fetch_sub(1, Ordering::SeqCst);
@@ -484,7 +486,7 @@ fn publish(session: &Session, engine: &mut Engine, progress: Option<(u64, Progre
 fn run_engine(session: Arc<Session>, mut engine: Engine, jobs: mpsc::Receiver<Job>) {
     let interval = session.config.snapshot_interval;
     while let Ok(job) = jobs.recv() {
-        let Job::Command { id, line } = job;
+        let Job { id, line } = job;
         if session.stop.load(Ordering::SeqCst) && session.jobs.lock().expect("jobs lock").is_none()
         {
             break;
