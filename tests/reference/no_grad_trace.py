@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(__file__))
-from step_trace import BLOCK, Gpt, Live, autocast, cnn_model  # noqa: E402
+from step_trace import BLOCK, Live, autocast, run  # noqa: E402
 
 GPT = dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000)
 CNN = dict(channels=3, image_size=32, blocks=3, width=32, classes=10)
@@ -54,20 +54,11 @@ def trace(build, batch_of, flat, amp=None):
     return {"peak_bytes": mode.peak, "net_bytes": end, "events": events}
 
 
-def run(kind, shape, data):
-    b, amp = data["batch"], data.get("amp")
-    if kind == "cnn":
-        s = shape["image_size"]
-        return trace(lambda: cnn_model(**shape), lambda: (torch.randn(b, shape["channels"], s, s), torch.randint(0, shape["classes"], (b,))), False, amp)
-    s, v = shape["seq_len"], shape["vocab"]
-    return trace(lambda: Gpt(**shape), lambda: (torch.randint(0, v, (b, s)), torch.randint(0, v, (b, s))), True, amp)
-
-
 if __name__ == "__main__":
     print(json.dumps({
         "torch": torch.__version__,
         "python": platform.python_version(),
         "device": "cpu",
         "block_bytes": BLOCK,
-        "steps": [{"kind": k, **shape, **data, **run(k, shape, data)} for k, shape, data in CASES],
+        "steps": [{"kind": k, **shape, **data, **run(k, shape, data, trace)} for k, shape, data in CASES],
     }))

@@ -214,7 +214,9 @@ CASES = [
 ]
 
 
-def run(kind, shape, data):
+def run(kind, shape, data, trace=trace):
+    """The case's model and batch, recorded by `trace` (a training step;
+    `no_grad_trace.py` passes its forward under no_grad)."""
     b, amp = data["batch"], data.get("amp")
     if kind == "mlp":
         return trace(lambda: mlp(**shape), lambda: (torch.randn(b, shape["input_dim"]), torch.randint(0, shape["classes"], (b,))), False, amp)

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 /// A simulated device that counts the devices alive.
 struct Counted {
-    inner: SimDevice,
+    inner: Box<dyn Device>,
     live: Arc<AtomicUsize>,
 }
 
@@ -57,16 +57,10 @@ impl DeviceFactory for Factory {
         if settings.framework == Framework::Jax {
             return Err(CommandError::new(ErrorKind::DeviceError, "no context"));
         }
-        let config = SimDeviceConfig {
-            total_bytes: settings.device_total_bytes,
-            context_bytes: settings.context_bytes,
-            other_processes_bytes: settings.other_processes_bytes,
-            compute_capability: settings.compute_capability,
-            model_name: None,
-        };
+        let inner = SimDeviceFactory.start(settings)?;
         self.live.fetch_add(1, Ordering::SeqCst);
         Ok(Box::new(Counted {
-            inner: SimDevice::new(config),
+            inner,
             live: self.live.clone(),
         }))
     }

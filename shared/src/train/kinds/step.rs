@@ -169,12 +169,7 @@ impl Program {
 /// tensor dies after its last use (a block's input when the next block
 /// returns), and `checkpoint` runs its block plainly.
 pub fn no_grad_program(t: &TransformerShape, batch: u64, options: Options) -> Program {
-    let options = Options {
-        checkpointing: false,
-        ..options
-    };
-    let mut tape = Tape::new(*t, "h", batch, options);
-    tape.grad = false;
+    let mut tape = Tape::no_grad(*t, "h", batch, options);
     tape.forward();
     tape.program.ops.push(Op::ForwardEnd);
     tape.program
@@ -274,6 +269,19 @@ impl<S> Tape<S> {
             input_grad: true,
             cache: Vec::new(),
             grad: true,
+        }
+    }
+
+    /// A forward pass under `torch.no_grad()`: autograd records nothing,
+    /// and `checkpoint` runs its block plainly.
+    fn no_grad(shape: S, scope: &'static str, batch: u64, options: Options) -> Self {
+        let options = Options {
+            checkpointing: false,
+            ..options
+        };
+        Self {
+            grad: false,
+            ..Self::new(shape, scope, batch, options)
         }
     }
 

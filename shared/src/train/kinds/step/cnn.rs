@@ -31,12 +31,7 @@ struct Saved {
 /// The forward pass alone under `torch.no_grad()`: each block's input dies
 /// after its convolution, the head's after the head, nothing is saved.
 pub fn no_grad_program(c: &CnnShape, batch: u64, options: Options) -> Program {
-    let options = Options {
-        checkpointing: false,
-        ..options
-    };
-    let mut tape = Tape::new(*c, "block", batch, options);
-    tape.grad = false;
+    let mut tape = Tape::no_grad(*c, "block", batch, options);
     let mut x = None;
     for b in 0..c.blocks {
         tape.layer = Some(b);

@@ -110,6 +110,18 @@ fn eager_fused_checkpointed_lora_and_autocast_steps_are_pytorchs_event_by_event(
     }
 }
 
+/// A recorded CNN's shape.
+fn cnn_shape(s: &Value) -> crate::train::kinds::CnnShape {
+    let u = |k: &str| s[k].as_u64().unwrap();
+    crate::train::kinds::CnnShape {
+        channels: u("channels"),
+        image_size: u("image_size"),
+        blocks: u("blocks") as u32,
+        width: u("width"),
+        classes: u("classes"),
+    }
+}
+
 fn pytorch_events(s: &Value) -> Vec<(String, i64)> {
     s["events"]
         .as_array()
@@ -131,13 +143,7 @@ fn the_cnn_step_is_pytorchs_event_by_event_checkpointed_or_not_in_float32_and_un
     assert_eq!(steps.len(), 4);
     for s in steps {
         let u = |k: &str| s[k].as_u64().unwrap();
-        let c = crate::train::kinds::CnnShape {
-            channels: u("channels"),
-            image_size: u("image_size"),
-            blocks: u("blocks") as u32,
-            width: u("width"),
-            classes: u("classes"),
-        };
+        let c = cnn_shape(s);
         let mut ours = cnn_program(&c, u("batch"), options(s)).events();
         ours.extend(optimizer_events(&c.parameters(Dtype::Float32)));
         let pairs: Vec<(String, i64)> = ours.iter().map(|e| (e.op.to_string(), e.bytes)).collect();
@@ -351,14 +357,7 @@ fn forward_passes_under_no_grad_are_pytorchs_event_by_event() {
         let u = |k: &str| s[k].as_u64().unwrap();
         let options = options(s);
         let mut p = if s["kind"] == "cnn" {
-            let c = crate::train::kinds::CnnShape {
-                channels: u("channels"),
-                image_size: u("image_size"),
-                blocks: u("blocks") as u32,
-                width: u("width"),
-                classes: u("classes"),
-            };
-            cnn_no_grad_program(&c, u("batch"), options)
+            cnn_no_grad_program(&cnn_shape(s), u("batch"), options)
         } else {
             no_grad_program(&shape(s), u("batch"), options)
         };
