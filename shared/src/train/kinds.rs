@@ -215,6 +215,11 @@ impl TransformerShape {
         }
     }
 
+    /// LoRA's `scaling`: peft's default `lora_alpha` (8) over the rank.
+    pub fn lora_scaling(&self) -> f32 {
+        8.0 / self.lora_rank.max(1) as f32
+    }
+
     /// Parameters per linear layer: weight, bias and any adapters.
     pub fn linear_params(&self) -> usize {
         if self.lora_rank > 0 {

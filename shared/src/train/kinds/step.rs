@@ -21,6 +21,7 @@
 use super::{blocks, Tensor, TransformerShape};
 use crate::train::cublas::BlasThread;
 use crate::types::Dtype;
+pub use calc::{Arg, Calc};
 
 /// How attention is computed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -70,10 +71,12 @@ pub enum Role {
 }
 
 /// A tensor an op creates.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Alloc {
     /// The aten op that made it.
     pub op: &'static str,
+    /// What it computes, from what.
+    pub calc: Calc,
     pub shape: Vec<u64>,
     pub dtype: Dtype,
     pub role: Role,
@@ -285,10 +288,17 @@ impl<S> Tape<S> {
         }
     }
 
-    fn alloc_as(&mut self, op: &'static str, shape: Vec<u64>, dtype: Dtype, role: Role) -> H {
+    fn alloc_as(
+        &mut self,
+        (op, calc): (&'static str, Calc),
+        shape: Vec<u64>,
+        dtype: Dtype,
+        role: Role,
+    ) -> H {
         let p = &mut self.program;
         p.allocs.push(Alloc {
             op,
+            calc,
             shape,
             dtype,
             role,
@@ -299,30 +309,30 @@ impl<S> Tape<S> {
     }
 
     /// A tensor in the type matrix products compute in.
-    fn alloc(&mut self, op: &'static str, shape: Vec<u64>) -> H {
+    fn alloc(&mut self, op: (&'static str, Calc), shape: Vec<u64>) -> H {
         self.alloc_as(op, shape, self.low(), self.role)
     }
 
     /// A float32 tensor (a norm's, a residual's, an embedding's).
-    fn alloc_f32(&mut self, op: &'static str, shape: Vec<u64>) -> H {
+    fn alloc_f32(&mut self, op: (&'static str, Calc), shape: Vec<u64>) -> H {
         self.alloc_as(op, shape, Dtype::Float32, self.role)
     }
 
     /// A matrix product's output, then its cuBLAS call.
-    fn matmul(&mut self, op: &'static str, shape: Vec<u64>) -> H {
+    fn matmul(&mut self, op: (&'static str, Calc), shape: Vec<u64>) -> H {
         let h = self.alloc(op, shape);
         self.blas();
         h
     }
 
     /// A parameter's gradient from a matrix product.
-    fn grad_mm(&mut self, param: usize, shape: Vec<u64>) -> H {
-        let h = self.alloc_as("mm", shape, Dtype::Float32, Role::Grad(param));
+    fn grad_mm(&mut self, param: usize, calc: Calc, shape: Vec<u64>) -> H {
+        let h = self.alloc_as(("mm", calc), shape, Dtype::Float32, Role::Grad(param));
         self.blas();
         h
     }
 
-    fn grad(&mut self, op: &'static str, param: usize, shape: Vec<u64>) -> H {
+    fn grad(&mut self, op: (&'static str, Calc), param: usize, shape: Vec<u64>) -> H {
         self.alloc_as(op, shape, Dtype::Float32, Role::Grad(param))
     }
 
@@ -372,10 +382,16 @@ impl<S> Tape<S> {
     fn cross_entropy(&mut self, logits: H, shape: &[u64]) -> Loss {
         let f32 = Dtype::Float32;
         let dtype = self.dtype_of(logits);
-        let log_probs = self.alloc_as("_log_softmax", shape.to_vec(), dtype, Role::Forward);
+        let op = ("_log_softmax", Calc::LogSoftmax(Arg::T(logits)));
+        let log_probs = self.alloc_as(op, shape.to_vec(), dtype, Role::Forward);
         let nll_input = self.cast_to(log_probs, f32);
-        self.alloc_as("nll_loss_forward", vec![], f32, Role::Loss);
-        let total_weight = self.alloc_as("nll_loss_forward", vec![], f32, Role::Forward);
+        let nll = Calc::Nll {
+            log_probs: Arg::T(nll_input),
+            targets: Arg::Batch(Batch::Targets),
+        };
+        let loss = self.alloc_as(("nll_loss_forward", nll), vec![], f32, Role::Loss);
+        let weight = ("nll_loss_forward", part(loss, 1));
+        let total_weight = self.alloc_as(weight, vec![], f32, Role::Forward);
         self.program.ops.push(Op::Rebind);
         if !self.grad {
             // Nothing saved them.
@@ -400,8 +416,18 @@ impl<S> Tape<S> {
     fn cross_entropy_backward(&mut self, loss: Loss, shape: &[u64]) -> (H, H) {
         (self.role, self.thread) = (Role::Backward, BlasThread::Autograd);
         let f32 = Dtype::Float32;
-        let seed = self.alloc_as("ones_like", vec![], f32, Role::Backward);
-        let g = self.alloc_as("nll_loss_backward", shape.to_vec(), f32, Role::Backward);
+        let seed = self.alloc_as(("ones_like", Calc::Ones), vec![], f32, Role::Backward);
+        let nll = Calc::NllBackward {
+            grad: Arg::T(seed),
+            targets: Arg::Batch(Batch::Targets),
+            total_weight: Arg::T(loss.total_weight),
+        };
+        let g = self.alloc_as(
+            ("nll_loss_backward", nll),
+            shape.to_vec(),
+            f32,
+            Role::Backward,
+        );
         if loss.nll_input != loss.log_probs {
             self.free(loss.nll_input);
         }
@@ -413,11 +439,25 @@ impl<S> Tape<S> {
         } else {
             self.uncast(g, dtype, Role::Backward)
         };
-        let op = "_log_softmax_backward_data";
+        let calc = Calc::LogSoftmaxBackward {
+            grad: Arg::T(g),
+            out: Arg::T(loss.log_probs),
+        };
+        let op = ("_log_softmax_backward_data", calc);
         let g_logits = self.alloc_as(op, shape.to_vec(), dtype, Role::Backward);
         self.free_all(&[g, loss.log_probs]);
         (seed, g_logits)
     }
+}
+
+/// Output `k` of the op that made `of`.
+fn part(of: H, k: usize) -> Calc {
+    Calc::Part { of, k }
+}
+
+/// A parameter as an op reads it: its autocast cast, or itself.
+fn param_or_cast(param: usize, cast: Option<H>) -> Arg {
+    cast.map_or(Arg::Param(param), Arg::T)
 }
 
 impl Tape<TransformerShape> {
@@ -451,6 +491,7 @@ pub(crate) fn every_option<T>(amps: &[T]) -> Vec<(Attention, bool, &T)> {
 mod attention;
 mod autocast;
 mod block;
+mod calc;
 mod cnn;
 mod lora;
 mod passes;

@@ -3,7 +3,7 @@
 //! (`scaled_dot_product_attention`'s flash kernel).
 
 use super::lora::{Layer, Linear};
-use super::{Attention, Tape, H};
+use super::{part, Arg, Attention, Calc, Tape, H};
 use crate::train::kinds::TransformerShape;
 use crate::types::Dtype;
 
@@ -33,12 +33,12 @@ pub(super) enum Saved {
 }
 
 impl Saved {
-    /// The output projection's saved input, when only it holds it (the
-    /// fused kernel's output is saved by the kernel too).
-    pub(super) fn projection_input(&self) -> Option<H> {
+    /// The output projection's input, and whether only the projection
+    /// holds it (the fused kernel's output is saved by the kernel too).
+    pub(super) fn projection_input(&self) -> (H, bool) {
         match *self {
-            Saved::Eager { heads_out, .. } => Some(heads_out),
-            Saved::Sdpa { .. } => None,
+            Saved::Eager { heads_out, .. } => (heads_out, true),
+            Saved::Sdpa { out, .. } => (out, false),
         }
     }
 }
@@ -60,8 +60,9 @@ impl Tape<TransformerShape> {
         let qkv = qkv_layer.out;
         let (saved, proj_layer) = match self.options.attention {
             Attention::Sdpa => {
-                let out = self.alloc(SDPA, self.act());
-                let lse = self.alloc_f32(SDPA, self.heads(&[]));
+                let sdpa = Calc::Sdpa { qkv: Arg::T(qkv) };
+                let out = self.alloc((SDPA, sdpa), self.act());
+                let lse = self.alloc_f32((SDPA, part(out, 1)), self.heads(&[]));
                 if !self.grad {
                     // `scaled_dot_product_attention` returns only the output.
                     self.free(lse);
@@ -87,6 +88,16 @@ impl Tape<TransformerShape> {
         s
     }
 
+    /// One of q, k, v (or their gradients) as heads: B x H x S x D.
+    fn head_dims(&self) -> Vec<u64> {
+        self.heads(&[self.shape.width / self.shape.heads])
+    }
+
+    /// `1 / sqrt(D)`, as the model computes it (in double, then float).
+    fn scale_factor(&self) -> f32 {
+        (1.0 / ((self.shape.width / self.shape.heads) as f64).sqrt()) as f32
+    }
+
     fn scores(&self) -> Vec<u64> {
         self.heads(&[self.shape.seq_len])
     }
@@ -104,7 +115,8 @@ impl Tape<TransformerShape> {
         } else {
             self.cast_to(filled, Dtype::Float32)
         };
-        let probs = self.alloc_f32("_softmax", self.scores());
+        let softmax = ("_softmax", Calc::Softmax(Arg::T(input)));
+        let probs = self.alloc_f32(softmax, self.scores());
         if input != filled {
             self.free(input);
         }
@@ -112,38 +124,66 @@ impl Tape<TransformerShape> {
     }
 
     fn eager(&mut self, qkv: H, keep: bool, proj: Layer) -> (Option<Saved>, Linear) {
-        let q = self.alloc("clone", self.act());
-        let k = self.alloc("clone", self.act());
-        let raw = self.matmul("bmm", self.scores());
+        let head = |part| {
+            (
+                "clone",
+                Calc::Heads {
+                    x: Arg::T(qkv),
+                    part,
+                },
+            )
+        };
+        let q = self.alloc(head(0), self.head_dims());
+        let k = self.alloc(head(1), self.head_dims());
+        let raw = self.matmul(
+            ("bmm", Calc::bmm(Arg::T(q), Arg::T(k), false, true)),
+            self.scores(),
+        );
         if !keep {
             self.free_all(&[q, k]);
         }
-        let scaled = self.alloc("mul", self.scores());
+        let scaled = self.alloc(
+            ("mul", Calc::Scale(Arg::T(raw), self.scale_factor())),
+            self.scores(),
+        );
         self.free(raw);
-        let ones = self.alloc_as("ones", self.square(), Dtype::Bool, self.role);
-        let tril = self.alloc_as("tril", self.square(), Dtype::Bool, self.role);
+        let (bool, role) = (Dtype::Bool, self.role);
+        let ones = self.alloc_as(("ones", Calc::Ones), self.square(), bool, role);
+        let tril = self.alloc_as(
+            ("tril", Calc::Tril(Arg::T(ones))),
+            self.square(),
+            bool,
+            role,
+        );
         self.free(ones);
-        let mask = self.alloc_as("bitwise_not", self.square(), Dtype::Bool, self.role);
-        let filled = self.alloc("masked_fill", self.scores());
+        let not = ("bitwise_not", Calc::Not(Arg::T(tril)));
+        let mask = self.alloc_as(not, self.square(), bool, role);
+        let fill = Calc::MaskedFill {
+            x: Arg::T(scaled),
+            mask: Arg::T(mask),
+            value: f32::NEG_INFINITY,
+        };
+        let filled = self.alloc(("masked_fill", fill), self.scores());
         if !keep {
             self.free(mask);
         }
         let probs = if self.options.amp.is_some() {
             self.softmax(filled)
         } else {
-            self.alloc("_softmax", self.scores())
+            self.alloc(("_softmax", Calc::Softmax(Arg::T(filled))), self.scores())
         };
         self.free_all(&[filled, scaled]);
         let probs_low = self.cast_input(probs);
-        let v = self.alloc("clone", self.act());
-        let y = self.matmul("bmm", self.act());
+        let v = self.alloc(head(2), self.head_dims());
+        let mix = Calc::bmm(Arg::T(probs_low), Arg::T(v), false, false);
+        let y = self.matmul(("bmm", mix), self.head_dims());
         if !keep {
             self.free(v);
             if probs_low != probs {
                 self.free(probs_low);
             }
         }
-        let heads_out = self.alloc("clone", self.act());
+        let heads_out = self.alloc(("clone", Calc::MergeHeads(Arg::T(y))), self.act());
         let proj_layer = self.linear(heads_out, proj, keep);
         if !keep {
             self.free(heads_out);
@@ -171,7 +211,16 @@ impl Tape<TransformerShape> {
     pub(super) fn attention_backward(&mut self, saved: Saved, g: H, ckpt: bool) -> H {
         let (q, k, v) = match saved {
             Saved::Sdpa { qkv, out, lse } => {
-                let grads = [(); 3].map(|_| self.alloc(SDPA_BACKWARD, self.act()));
+                let calc = Calc::SdpaBackward {
+                    grad: Arg::T(g),
+                    qkv: Arg::T(qkv),
+                    out: Arg::T(out),
+                    lse: Arg::T(lse),
+                };
+                let q = self.alloc((SDPA_BACKWARD, calc), self.head_dims());
+                let k = self.alloc((SDPA_BACKWARD, part(q, 1)), self.head_dims());
+                let v = self.alloc((SDPA_BACKWARD, part(q, 2)), self.head_dims());
+                let grads = [q, k, v];
                 if ckpt {
                     self.free_all(&[qkv, lse, out, g]);
                 } else {
@@ -181,15 +230,20 @@ impl Tape<TransformerShape> {
             }
             Saved::Eager { .. } => self.eager_backward(saved, g, ckpt),
         };
-        let cat = self.alloc("cat", self.tokens(3 * self.shape.width));
+        let cat = Calc::Cat([q, k, v].map(Arg::T));
+        let cat = self.alloc(("cat", cat), self.tokens(3 * self.shape.width));
         self.free_all(&[q, k, v]);
         cat
     }
 
     /// Softmax's backward: float16's kernel returns float16; otherwise the
     /// gradient of the float32 copy (cast back by its `ToCopyBackward`).
-    fn softmax_backward(&mut self) -> H {
-        let op = "_softmax_backward_data";
+    fn softmax_backward(&mut self, grad: H, out: H) -> H {
+        let calc = Calc::SoftmaxBackward {
+            grad: Arg::T(grad),
+            out: Arg::T(out),
+        };
+        let op = ("_softmax_backward_data", calc);
         match self.options.amp {
             Some(Dtype::Float16) | None => self.alloc(op, self.scores()),
             Some(_) => self.alloc_f32(op, self.scores()),
@@ -209,34 +263,59 @@ impl Tape<TransformerShape> {
         else {
             unreachable!("eager attention's saved tensors")
         };
-        let g_y = self.alloc("clone", self.act());
+        let split = (
+            "clone",
+            Calc::Heads {
+                x: Arg::T(g),
+                part: 0,
+            },
+        );
+        let g_y = self.alloc(split, self.head_dims());
         self.free(g);
-        let g_v = self.matmul("bmm", self.act());
-        let g_probs = self.matmul("bmm", self.scores());
+        let (gy, probs_arg) = (Arg::T(g_y), Arg::T(probs_low));
+        let g_v = self.matmul(
+            ("bmm", Calc::bmm(probs_arg, gy, true, false)),
+            self.head_dims(),
+        );
+        let g_probs = Calc::bmm(gy, Arg::T(v), false, true);
+        let g_probs = self.matmul(("bmm", g_probs), self.scores());
         match (probs_low == probs, ckpt) {
             (true, _) => self.node_done(&[v], g_y, ckpt),
             (false, false) => self.node_done(&[v, probs_low], g_y, ckpt),
             (false, true) => self.node_done(&[probs_low, v], g_y, ckpt),
         }
         let g_probs = self.back_to(g_probs, Dtype::Float32);
-        let g_filled = self.softmax_backward();
+        let g_filled = self.softmax_backward(g_probs, probs);
         self.node_done(&[probs], g_probs, ckpt);
         let g_filled = self.back_to(g_filled, self.low());
-        let g_scaled = self.alloc("masked_fill", self.scores());
+        let fill = Calc::MaskedFill {
+            x: Arg::T(g_filled),
+            mask: Arg::T(mask),
+            value: 0.0,
+        };
+        let g_scaled = self.alloc(("masked_fill", fill), self.scores());
         self.node_done(&[mask], g_filled, ckpt);
-        let g_raw = self.alloc("mul", self.scores());
+        let scale = Calc::Scale(Arg::T(g_scaled), self.scale_factor());
+        let g_raw = self.alloc(("mul", scale), self.scores());
         self.free(g_scaled);
-        let g_q = self.matmul("bmm", self.act());
-        let g_k = self.matmul("bmm", self.act());
+        let raw = Arg::T(g_raw);
+        let g_q = self.matmul(
+            ("bmm", Calc::bmm(raw, Arg::T(k), false, false)),
+            self.head_dims(),
+        );
+        let g_k = self.matmul(
+            ("bmm", Calc::bmm(raw, Arg::T(q), true, false)),
+            self.head_dims(),
+        );
         if ckpt {
             self.free_all(&[q, k, g_raw]);
         } else {
             self.free_all(&[g_raw, q, k]);
         }
         // The heads' gradients made contiguous for the projection's split.
-        let q_grad = self.alloc("clone", self.act());
+        let q_grad = self.alloc(("clone", Calc::MergeHeads(Arg::T(g_q))), self.act());
         self.free(g_q);
-        let k_grad = self.alloc("clone", self.act());
+        let k_grad = self.alloc(("clone", Calc::MergeHeads(Arg::T(g_k))), self.act());
         self.free(g_k);
         (q_grad, k_grad, g_v)
     }

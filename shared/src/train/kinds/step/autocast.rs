@@ -12,7 +12,7 @@
 //! go of its casts depends on addresses; here it is the order they were
 //! made.
 
-use super::{Role, Tape, H};
+use super::{Arg, Calc, Role, Tape, H};
 use crate::types::Dtype;
 
 /// A cast the autocast cache holds: the parameter's index in
@@ -41,13 +41,19 @@ impl<S> Tape<S> {
         if let Some(c) = self.cache.iter().find(|c| c.param == param) {
             return Some(c.cast);
         }
-        let cast = self.alloc_as("_to_copy", shape, dtype, self.role);
+        let op = ("_to_copy", Calc::Copy(Arg::Param(param)));
+        let cast = self.alloc_as(op, shape, dtype, self.role);
         self.cache.push(Cached {
             param,
             cast,
             saved: false,
         });
         Some(cast)
+    }
+
+    /// The cast of parameter `param` the cache holds, if any.
+    pub(super) fn cached(&self, param: usize) -> Option<H> {
+        self.cache.iter().find(|c| c.param == param).map(|c| c.cast)
     }
 
     /// Autograd saved a cast parameter: the cast outlives the cache.
@@ -73,7 +79,8 @@ impl<S> Tape<S> {
             return x;
         }
         let shape = self.program.allocs[x].shape.clone();
-        self.alloc_as("_to_copy", shape, dtype, self.role)
+        let op = ("_to_copy", Calc::Copy(Arg::T(x)));
+        self.alloc_as(op, shape, dtype, self.role)
     }
 
     /// The outermost autocast region exits: the casts nothing saved die.
@@ -90,7 +97,7 @@ impl<S> Tape<S> {
     /// dies.
     pub(super) fn uncast(&mut self, g: H, dtype: Dtype, role: Role) -> H {
         let shape = self.program.allocs[g].shape.clone();
-        let h = self.alloc_as("_to_copy", shape, dtype, role);
+        let h = self.alloc_as(("_to_copy", Calc::Copy(Arg::T(g))), shape, dtype, role);
         self.free(g);
         h
     }
@@ -105,7 +112,12 @@ impl<S> Tape<S> {
     /// Parameter `param`'s gradient from `op`: its float32 `.grad`, or
     /// under autocast the gradient of its cast, in the autocast type
     /// (`weight_grad_done` turns it into the `.grad`).
-    pub(super) fn weight_grad(&mut self, op: &'static str, param: usize, shape: Vec<u64>) -> H {
+    pub(super) fn weight_grad(
+        &mut self,
+        op: (&'static str, Calc),
+        param: usize,
+        shape: Vec<u64>,
+    ) -> H {
         let role = match self.options.amp {
             Some(_) => self.role,
             None => Role::Grad(param),
@@ -114,8 +126,8 @@ impl<S> Tape<S> {
     }
 
     /// `weight_grad` from a matrix product.
-    pub(super) fn weight_grad_mm(&mut self, param: usize, shape: Vec<u64>) -> H {
-        let g = self.weight_grad("mm", param, shape);
+    pub(super) fn weight_grad_mm(&mut self, param: usize, calc: Calc, shape: Vec<u64>) -> H {
+        let g = self.weight_grad(("mm", calc), param, shape);
         self.blas();
         g
     }
@@ -130,9 +142,10 @@ impl<S> Tape<S> {
 
     /// A frozen parameter's cast: autocast caches only the casts of
     /// parameters that require a gradient, so each use makes a new one.
-    pub(super) fn cast_frozen(&mut self, shape: Vec<u64>) -> Option<H> {
+    pub(super) fn cast_frozen(&mut self, param: usize, shape: Vec<u64>) -> Option<H> {
         let dtype = self.options.amp?;
-        Some(self.alloc_as("_to_copy", shape, dtype, self.role))
+        let op = ("_to_copy", Calc::Copy(Arg::Param(param)));
+        Some(self.alloc_as(op, shape, dtype, self.role))
     }
 
     /// A gradient as `dtype`: through the cast's `ToCopyBackward` when it

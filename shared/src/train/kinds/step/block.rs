@@ -4,7 +4,7 @@
 
 use super::attention::Saved as AttentionSaved;
 use super::lora::{Casts, Early, Layer, Linear, Node};
-use super::{Keep, Tape, H};
+use super::{param_or_cast, part, Arg, Calc, Keep, Tape, H};
 use crate::train::kinds::Norm;
 use crate::train::kinds::TransformerShape;
 use crate::types::Dtype;
@@ -95,15 +95,21 @@ impl Tape<TransformerShape> {
         }
     }
 
-    /// The norm's output and its float32 statistics; freed at once unless
-    /// kept.
-    pub(super) fn norm(&mut self, input: H, keep: bool) -> Normed {
+    /// The norm (its weight is parameter `param`, LayerNorm's bias next)
+    /// and its float32 statistics; freed at once unless kept.
+    pub(super) fn norm(&mut self, input: H, param: usize, keep: bool) -> Normed {
         let (op, _) = self.norm_ops();
-        let out = self.alloc_f32(op, self.act());
         let layer_norm = self.shape.norm == Norm::LayerNorm;
-        let stat = |t: &mut Self| t.alloc_as(op, t.tokens(1), Dtype::Float32, t.role);
-        let mean = layer_norm.then(|| stat(self));
-        let rstd = stat(self);
+        let calc = Calc::Norm {
+            x: Arg::T(input),
+            weight: Arg::Param(param),
+            bias: layer_norm.then_some(Arg::Param(param + 1)),
+        };
+        let out = self.alloc_f32((op, calc), self.act());
+        let stat =
+            |t: &mut Self, k| t.alloc_as((op, part(out, k)), t.tokens(1), Dtype::Float32, t.role);
+        let mean = layer_norm.then(|| stat(self, 1));
+        let rstd = stat(self, 1 + usize::from(layer_norm));
         if !keep {
             self.free_all(&[mean, Some(rstd)].into_iter().flatten().collect::<Vec<_>>());
         }
@@ -119,12 +125,19 @@ impl Tape<TransformerShape> {
     /// the incoming gradient and the saved tensors go.
     pub(super) fn norm_backward(&mut self, n: &Normed, incoming: H, param: usize, ckpt: bool) -> H {
         let (_, op) = self.norm_ops();
-        let g = self.alloc_f32(op, self.act());
+        let calc = Calc::NormBackward {
+            grad: Arg::T(incoming),
+            x: Arg::T(n.input),
+            mean: n.mean.map(Arg::T),
+            rstd: Arg::T(n.rstd),
+            weight: Arg::Param(param),
+        };
+        let g = self.alloc_f32((op, calc), self.act());
         let d = self.shape.width;
         if !self.frozen() {
-            self.grad(op, param, vec![d]);
+            self.grad((op, part(g, 1)), param, vec![d]);
             if n.mean.is_some() {
-                self.grad(op, param + 1, vec![d]);
+                self.grad((op, part(g, 2)), param + 1, vec![d]);
             }
         }
         let stats: Vec<H> = [n.mean, Some(n.rstd)].into_iter().flatten().collect();
@@ -147,15 +160,21 @@ impl Tape<TransformerShape> {
     pub(super) fn linear_backward(&mut self, n: &Node, ckpt: bool) -> H {
         let ((fan_in, fan_out), param) = (n.layer.fans, n.layer.weight);
         let (incoming, dies) = self.incoming(n);
-        let g = self.matmul("mm", self.tokens(fan_in));
-        let weight = self.weight_grad_mm(param, vec![fan_out, fan_in]);
+        let (g_out, x) = (Arg::T(incoming), Arg::T(n.x));
+        let w = param_or_cast(param, n.casts.weight);
+        let g = self.matmul(
+            ("mm", Calc::mm(g_out, w, false, false)),
+            self.tokens(fan_in),
+        );
+        let calc = Calc::mm(g_out, x, true, false);
+        let weight = self.weight_grad_mm(param, calc, vec![fan_out, fan_in]);
         let input: Vec<H> = n.input.into_iter().collect();
         let cast: Vec<H> = n.casts.weight.into_iter().collect();
         if ckpt {
             self.free_all(&cast);
             self.free_all(&input);
         }
-        let bias = self.weight_grad("sum", param + 1, vec![fan_out]);
+        let bias = self.weight_grad(("sum", Calc::Sum(g_out)), param + 1, vec![fan_out]);
         if dies {
             self.free(incoming);
         }
@@ -179,7 +198,8 @@ impl Tape<TransformerShape> {
 
     /// A residual add's backward: the two gradients of its input summed.
     fn residual_backward(&mut self, through: H, branch: H) -> H {
-        let g = self.alloc_f32("add", self.act());
+        let sum = ("add", Calc::Add(Arg::T(through), Arg::T(branch)));
+        let g = self.alloc_f32(sum, self.act());
         self.free_all(&[through, branch]);
         g
     }
@@ -189,18 +209,22 @@ impl Tape<TransformerShape> {
     pub(super) fn block(&mut self, x: H, keep: Keep, p: Params) -> (Option<H>, Option<Saved>) {
         let save = keep != Keep::Nothing;
         let [attn, proj, fc, out] = p.linears(&self.shape, self.input_grad);
-        let ln1 = self.norm(x, save && self.input_grad);
+        let ln1 = self.norm(x, p.ln1, save && self.input_grad);
         let (attention, [qkv, proj]) = self.attention(ln1.out, save, [attn, proj]);
         if !save || qkv.input != ln1.out {
             // Nothing saved the norm's output (a float32 one under autocast).
             self.free(ln1.out);
         }
-        let x2 = self.alloc_f32("add", self.act());
+        let residual = ("add", Calc::Add(Arg::T(x), Arg::T(proj.out)));
+        let x2 = self.alloc_f32(residual, self.act());
         self.free(proj.out);
-        let ln2 = self.norm(x2, save);
+        let ln2 = self.norm(x2, p.ln2, save);
         let fc_layer = self.linear(ln2.out, fc, save);
         let wide = fc.fans.1;
-        let gelu = self.alloc("gelu", self.tokens(wide));
+        let gelu = self.alloc(
+            ("gelu", Calc::Gelu(Arg::T(fc_layer.out))),
+            self.tokens(wide),
+        );
         let mut saved = attention.map(|attention| Saved {
             ln1,
             attention,
@@ -241,7 +265,8 @@ impl Tape<TransformerShape> {
         } else if fc_layer.input != ln2.out {
             self.free(ln2.out);
         }
-        let x3 = self.alloc_f32("add", self.act());
+        let residual = ("add", Calc::Add(Arg::T(x2), Arg::T(out.out)));
+        let x3 = self.alloc_f32(residual, self.act());
         self.free(out.out);
         if !save {
             self.free(x2);
@@ -295,9 +320,11 @@ impl Tape<TransformerShape> {
         let ckpt = held.is_some();
         let input_grad = self.input_grad;
         let [attn, proj, fc, out] = p.linears(&self.shape, input_grad);
-        let node = |layer, input: Option<H>, kept: Kept, incoming| Node {
+        // A layer's input `x`, and whether only its node holds it.
+        let node = |layer, (x, owned): (H, bool), kept: Kept, incoming| Node {
             layer,
-            input: kept.input.or(input),
+            x: kept.input.unwrap_or(x),
+            input: kept.input.or(owned.then_some(x)),
             input_cast: kept.input.is_some(),
             hidden: kept.hidden,
             incoming,
@@ -309,12 +336,16 @@ impl Tape<TransformerShape> {
         let out = Node {
             incoming_dies: false,
             early,
-            ..node(out, Some(s.gelu), s.kept[3], g)
+            ..node(out, (s.gelu, true), s.kept[3], g)
         };
         let g_gelu = self.linear_grad(out, ckpt)?;
-        let g_fc = self.alloc("gelu_backward", self.tokens(fc.fans.1));
+        let calc = Calc::GeluBackward {
+            grad: Arg::T(g_gelu),
+            x: Arg::T(s.fc),
+        };
+        let g_fc = self.alloc(("gelu_backward", calc), self.tokens(fc.fans.1));
         self.node_done(&[s.fc], g_gelu, ckpt);
-        let fc = node(fc, Some(s.ln2.out), s.kept[2], g_fc);
+        let fc = node(fc, (s.ln2.out, true), s.kept[2], g_fc);
         let g_ln2 = self.linear_grad(fc, ckpt)?;
         let g_x2 = self.norm_backward(&s.ln2, g_ln2, p.ln2, ckpt);
         let g_x2 = self.residual_backward(g, g_x2);
@@ -328,7 +359,7 @@ impl Tape<TransformerShape> {
         let g_qkv = self.attention_backward(s.attention, g_heads, ckpt);
         let attn = Node {
             released: held.filter(|_| !input_grad),
-            ..node(attn, Some(s.ln1.out), s.kept[0], g_qkv)
+            ..node(attn, (s.ln1.out, true), s.kept[0], g_qkv)
         };
         let g_ln1 = self.linear_grad(attn, ckpt)?;
         let g_x = self.norm_backward(&s.ln1, g_ln1, p.ln1, ckpt);

@@ -7,7 +7,7 @@
 //! gradient for the images. cuDNN's convolution workspace is not modelled:
 //! its size is the algorithm cuDNN picks on the GPU at run time.
 
-use super::{Batch, Keep, Op, Options, Program, Role, Tape, H};
+use super::{param_or_cast, part, Arg, Batch, Calc, Keep, Op, Options, Program, Role, Tape, H};
 use crate::train::kinds::CnnShape;
 use crate::types::Dtype;
 
@@ -39,8 +39,8 @@ pub fn no_grad_program(c: &CnnShape, batch: u64, options: Options) -> Program {
     }
     tape.layer = None;
     let flat = x.expect("at least one block");
-    tape.head_forward();
-    let logits = tape.matmul("addmm", vec![batch, c.classes]);
+    let head = tape.head_forward(flat);
+    let logits = tape.matmul(head, vec![batch, c.classes]);
     tape.free(flat);
     tape.cross_entropy(logits, &[batch, c.classes]);
     tape.program.ops.push(Op::ForwardEnd);
@@ -66,8 +66,9 @@ pub fn program(c: &CnnShape, batch: u64, options: Options) -> Program {
     }
     tape.layer = None;
     let flat = x.expect("at least one block");
-    let weight = tape.head_forward();
-    let logits = tape.matmul("addmm", vec![batch, c.classes]);
+    let head = tape.head_forward(flat);
+    let weight = tape.head_weight_cast();
+    let logits = tape.matmul(head, vec![batch, c.classes]);
     let loss = tape.cross_entropy(logits, &[batch, c.classes]);
     tape.program.ops.push(Op::ForwardEnd);
     let shape = [batch, c.classes];
@@ -111,12 +112,26 @@ impl Tape<CnnShape> {
         4 * self.shape.blocks as usize
     }
 
-    /// Under autocast, the head's casts of its bias and weight (saved).
-    fn head_forward(&mut self) -> Option<H> {
+    /// The head's `addmm` on the flattened `x`, under autocast on casts
+    /// of its bias and weight (the weight's saved) and of `x`'s.
+    fn head_forward(&mut self, x: H) -> (&'static str, Calc) {
         let (head, classes) = (self.head(), self.shape.classes);
-        self.cast_param(head + 1, vec![classes]);
+        let b = self.cast_param(head + 1, vec![classes]);
         let w = self.cast_param(head, vec![classes, self.features()]);
-        w.inspect(|&w| self.save_cast(w))
+        if let Some(w) = w {
+            self.save_cast(w);
+        }
+        let calc = Calc::Linear {
+            x: Arg::T(x),
+            weight: param_or_cast(head, w),
+            bias: param_or_cast(head + 1, b),
+        };
+        ("addmm", calc)
+    }
+
+    /// Under autocast, the head weight's cast (saved, in the cache).
+    fn head_weight_cast(&self) -> Option<H> {
+        self.cached(self.head())
     }
 
     /// Block `b` on `x` (`None`: the images): the pooled output (none
@@ -126,18 +141,26 @@ impl Tape<CnnShape> {
     fn block(&mut self, x: Option<H>, b: u32, keep: Keep) -> (Option<H>, Option<Saved>) {
         let (c_in, c, side) = self.sizes(b);
         let save = keep != Keep::Nothing;
-        self.cast_param(4 * b as usize + 1, vec![c]);
-        let weight = self.cast_param(4 * b as usize, vec![c, c_in, 3, 3]);
-        let weight = weight.filter(|_| save);
+        let (conv, norm) = (4 * b as usize, 4 * b as usize + 2);
+        let bias = self.cast_param(conv + 1, vec![c]);
+        let cast_weight = self.cast_param(conv, vec![c, c_in, 3, 3]);
+        let weight = cast_weight.filter(|_| save);
         weight.inspect(|&w| self.save_cast(w));
         let images = self.shape.image_size;
         let cast = match (x, self.options.amp) {
             (None, Some(amp)) => {
-                Some(self.alloc_as("_to_copy", self.maps(c_in, images), amp, self.role))
+                let copy = ("_to_copy", Calc::Copy(Arg::Batch(Batch::Inputs)));
+                Some(self.alloc_as(copy, self.maps(c_in, images), amp, self.role))
             }
             _ => None,
         };
-        let conv = self.alloc("convolution", self.maps(c, side));
+        let input = cast.or(x).map_or(Arg::Batch(Batch::Inputs), Arg::T);
+        let calc = Calc::Conv {
+            x: input,
+            weight: param_or_cast(conv, cast_weight),
+            bias: param_or_cast(conv + 1, bias),
+        };
+        let conv_out = self.alloc(("convolution", calc), self.maps(c, side));
         if let Some(cast) = cast.filter(|_| !save) {
             self.free(cast);
         }
@@ -145,18 +168,25 @@ impl Tape<CnnShape> {
             // Under no_grad nothing holds the last block's output.
             self.free(x);
         }
-        let norm = self.alloc("native_batch_norm", self.maps(c, side));
         let op = "native_batch_norm";
-        let mean = self.alloc_as(op, vec![c], Dtype::Float32, self.role);
-        let invstd = self.alloc_as(op, vec![c], Dtype::Float32, self.role);
+        let calc = Calc::BatchNorm {
+            x: Arg::T(conv_out),
+            weight: Arg::Param(norm),
+            bias: Arg::Param(norm + 1),
+        };
+        let normed = self.alloc((op, calc), self.maps(c, side));
+        let mean = self.alloc_as((op, part(normed, 1)), vec![c], Dtype::Float32, self.role);
+        let invstd = self.alloc_as((op, part(normed, 2)), vec![c], Dtype::Float32, self.role);
         if !save {
-            self.free_all(&[mean, invstd, conv]);
+            self.free_all(&[mean, invstd, conv_out]);
         }
-        let relu = self.alloc("relu", self.maps(c, side));
-        self.free(norm);
-        let pooled = self.alloc("max_pool2d_with_indices", self.maps(c, side / 2));
+        let relu = self.alloc(("relu", Calc::Relu(Arg::T(normed))), self.maps(c, side));
+        self.free(normed);
         let op = "max_pool2d_with_indices";
-        let indices = self.alloc_as(op, self.maps(c, side / 2), Dtype::Int64, self.role);
+        let pool = (op, Calc::MaxPool(Arg::T(relu)));
+        let pooled = self.alloc(pool, self.maps(c, side / 2));
+        let indices = (op, part(pooled, 1));
+        let indices = self.alloc_as(indices, self.maps(c, side / 2), Dtype::Int64, self.role);
         match keep {
             Keep::All => {}
             Keep::Nothing => self.free_all(&[indices, relu]),
@@ -169,7 +199,7 @@ impl Tape<CnnShape> {
             input: cast.or(x),
             input_grad: x.is_some(),
             weight,
-            conv,
+            conv: conv_out,
             mean,
             invstd,
             relu,
@@ -194,16 +224,19 @@ impl Tape<CnnShape> {
     fn head_backward(&mut self, flat: H, g_logits: H, cast: Option<H>) -> H {
         let (_, c, side) = self.sizes(self.shape.blocks - 1);
         let (head, classes) = (self.head(), self.shape.classes);
-        let g = self.matmul("mm", self.maps(c, side / 2));
+        let (g_out, x) = (Arg::T(g_logits), Arg::T(flat));
+        let g_input = Calc::mm(g_out, param_or_cast(head, cast), false, false);
+        let g = self.matmul(("mm", g_input), self.maps(c, side / 2));
         let shape = vec![classes, self.features()];
+        let (g_weight, g_bias) = (Calc::mm(g_out, x, true, false), ("sum", Calc::Sum(g_out)));
         let Some(cast) = cast else {
-            self.grad_mm(head, shape);
-            self.grad("sum", head + 1, vec![classes]);
+            self.grad_mm(head, g_weight, shape);
+            self.grad(g_bias, head + 1, vec![classes]);
             self.free_all(&[g_logits, flat]);
             return g;
         };
-        let weight = self.matmul("mm", shape);
-        let bias = self.alloc("sum", vec![classes]);
+        let weight = self.matmul(("mm", g_weight), shape);
+        let bias = self.alloc(g_bias, vec![classes]);
         self.free_all(&[g_logits, flat, cast]);
         self.uncast_grads(head, weight, bias);
         g
@@ -214,24 +247,53 @@ impl Tape<CnnShape> {
     fn block_backward(&mut self, s: Saved, g: H, b: u32) -> Option<H> {
         let (c_in, c, side) = self.sizes(b);
         let ckpt = self.options.checkpointing;
-        let g_relu = self.alloc("max_pool2d_with_indices_backward", self.maps(c, side));
+        let unpool = Calc::MaxPoolBackward {
+            grad: Arg::T(g),
+            indices: Arg::T(s.indices),
+        };
+        let op = ("max_pool2d_with_indices_backward", unpool);
+        let g_relu = self.alloc(op, self.maps(c, side));
         self.node_done(&[s.indices], g, ckpt);
-        let g_norm = self.alloc("threshold_backward", self.maps(c, side));
+        let threshold = Calc::ReluBackward {
+            grad: Arg::T(g_relu),
+            out: Arg::T(s.relu),
+        };
+        let g_norm = self.alloc(("threshold_backward", threshold), self.maps(c, side));
         self.node_done(&[s.relu], g_relu, ckpt);
         let op = "native_batch_norm_backward";
-        let g_conv = self.alloc(op, self.maps(c, side));
         let (conv, norm) = (4 * b as usize, 4 * b as usize + 2);
-        self.grad(op, norm, vec![c]);
-        self.grad(op, norm + 1, vec![c]);
+        let calc = Calc::BatchNormBackward {
+            grad: Arg::T(g_norm),
+            x: Arg::T(s.conv),
+            weight: Arg::Param(norm),
+            mean: Arg::T(s.mean),
+            invstd: Arg::T(s.invstd),
+        };
+        let g_conv = self.alloc((op, calc), self.maps(c, side));
+        self.grad((op, part(g_conv, 1)), norm, vec![c]);
+        self.grad((op, part(g_conv, 2)), norm + 1, vec![c]);
         let saved = match ckpt {
             true => [s.mean, s.invstd, s.conv],
             false => [s.conv, s.mean, s.invstd],
         };
         self.node_done(&saved, g_norm, ckpt);
         let op = "convolution_backward";
-        let g_x = s.input_grad.then(|| self.alloc(op, self.maps(c_in, side)));
-        let weight = self.weight_grad(op, conv, vec![c, c_in, 3, 3]);
-        let bias = self.weight_grad(op, conv + 1, vec![c]);
+        let calc = Calc::ConvBackward {
+            grad: Arg::T(g_conv),
+            x: s.input.map_or(Arg::Batch(Batch::Inputs), Arg::T),
+            weight: param_or_cast(conv, s.weight),
+            input_grad: s.input_grad,
+        };
+        let g_x = s
+            .input_grad
+            .then(|| self.alloc((op, calc), self.maps(c_in, side)));
+        let (first, k) = match g_x {
+            Some(g_x) => ((op, part(g_x, 1)), 2),
+            None => ((op, calc), 1),
+        };
+        let weight = self.weight_grad(first, conv, vec![c, c_in, 3, 3]);
+        let bias = (op, part(g_x.unwrap_or(weight), k));
+        let bias = self.weight_grad(bias, conv + 1, vec![c]);
         let (input, cast) = (s.input.into_iter(), s.weight.into_iter());
         if ckpt {
             // The recomputed tensors die with the node, the gradient next,

@@ -14,7 +14,7 @@
 //! its gradient is ready: the adapters' `.grad`s, and a float32 input's two
 //! gradients each back in float32 before they are summed.
 
-use super::{Role, Tape, H};
+use super::{param_or_cast, Arg, Calc, Role, Tape, H};
 use crate::train::kinds::TransformerShape;
 use crate::types::Dtype;
 
@@ -31,6 +31,8 @@ pub(super) struct Layer {
 /// A linear layer's backward: what it needs and where its gradients go.
 pub(super) struct Node {
     pub layer: Layer,
+    /// The input the layer read (`x`, or under autocast its cast).
+    pub x: H,
     /// The input autograd saved (`x` or its cast), when only it holds it.
     pub input: Option<H>,
     /// `input` is an autocast cast of a float32 tensor.
@@ -86,6 +88,8 @@ pub(super) struct Started {
     pub hidden: H,
     pub input: H,
     pub casts: Casts,
+    /// Under autocast, `lora_B`'s weight cast (saved or not).
+    pub lora_b: Option<H>,
 }
 
 impl Tape<TransformerShape> {
@@ -100,10 +104,15 @@ impl Tape<TransformerShape> {
             return self.lora_linear(x, layer, keep);
         }
         let (fan_in, fan_out) = layer.fans;
-        self.cast_param(layer.weight + 1, vec![fan_out]);
+        let b = self.cast_param(layer.weight + 1, vec![fan_out]);
         let w = self.cast_param(layer.weight, vec![fan_out, fan_in]);
         let input = self.cast_input(x);
-        let out = self.matmul("addmm", self.tokens(fan_out));
+        let calc = Calc::Linear {
+            x: Arg::T(input),
+            weight: param_or_cast(layer.weight, w),
+            bias: param_or_cast(layer.weight + 1, b),
+        };
+        let out = self.matmul(("addmm", calc), self.tokens(fan_out));
         match w {
             Some(w) if keep => self.save_cast(w),
             Some(_) if input != x => self.free(input),
@@ -123,13 +132,16 @@ impl Tape<TransformerShape> {
     fn lora_linear(&mut self, x: H, layer: Layer, keep: bool) -> Linear {
         let fan_out = layer.fans.1;
         let s = self.lora_start(x, layer, keep);
-        let up = self.matmul("mm", vec![self.rows(), fan_out]);
+        let b = param_or_cast(layer.weight + 3, s.lora_b);
+        let up = Calc::mm(Arg::T(s.hidden), b, false, true);
+        let up = self.matmul(("mm", up), vec![self.rows(), fan_out]);
         if !keep {
             self.free(s.hidden);
         }
-        let scaled = self.alloc("mul", self.tokens(fan_out));
+        let scaled = self.scale(up, fan_out);
         self.free(up);
-        let out = self.alloc("add", self.tokens(fan_out));
+        let sum = ("add", Calc::Add(Arg::T(scaled), Arg::T(s.base)));
+        let out = self.alloc(sum, self.tokens(fan_out));
         self.free_all(&[scaled, s.base]);
         Linear {
             out,
@@ -143,10 +155,15 @@ impl Tape<TransformerShape> {
     /// (where a checkpointed block's recomputation stops).
     pub(super) fn lora_start(&mut self, x: H, layer: Layer, keep: bool) -> Started {
         let ((fan_in, fan_out), r) = (layer.fans, self.shape.lora_rank);
-        let bias = self.cast_frozen(vec![fan_out]);
-        let cast = self.cast_frozen(vec![fan_out, fan_in]);
+        let bias = self.cast_frozen(layer.weight + 1, vec![fan_out]);
+        let cast = self.cast_frozen(layer.weight, vec![fan_out, fan_in]);
         let base_input = self.cast_input(x);
-        let base = self.matmul("addmm", self.tokens(fan_out));
+        let calc = Calc::Linear {
+            x: Arg::T(base_input),
+            weight: param_or_cast(layer.weight, cast),
+            bias: param_or_cast(layer.weight + 1, bias),
+        };
+        let base = self.matmul(("addmm", calc), self.tokens(fan_out));
         // `addmm` saves the weight's cast for the input's gradient only.
         let saves = keep && layer.input_grad;
         let (w, unsaved) = (cast.filter(|_| saves), cast.filter(|_| !saves));
@@ -155,7 +172,9 @@ impl Tape<TransformerShape> {
         self.free_all(&dead);
         let lora_a = self.cast_param(layer.weight + 2, vec![r, fan_in]);
         let input = self.cast_input(x);
-        let hidden = self.matmul("mm", vec![self.rows(), r]);
+        let a = param_or_cast(layer.weight + 2, lora_a);
+        let hidden = Calc::mm(Arg::T(input), a, false, true);
+        let hidden = self.matmul(("mm", hidden), vec![self.rows(), r]);
         if !keep && input != x {
             self.free(input);
         }
@@ -173,13 +192,16 @@ impl Tape<TransformerShape> {
             hidden,
             input,
             casts,
+            lora_b,
         }
     }
 
-    /// `MulBackward`: the output's gradient times `scaling`, which needs
-    /// nothing saved (a checkpointed block makes it before recomputing).
-    pub(super) fn scale(&mut self, fan_out: u64) -> H {
-        self.alloc("mul", self.tokens(fan_out))
+    /// `x * scaling`: forward, `lora_B`'s output; backward (`MulBackward`,
+    /// which needs nothing saved: a checkpointed block makes it before
+    /// recomputing), the output's gradient.
+    pub(super) fn scale(&mut self, x: H, fan_out: u64) -> H {
+        let scale = Calc::Scale(Arg::T(x), self.shape.lora_scaling());
+        self.alloc(("mul", scale), self.tokens(fan_out))
     }
 
     /// The engine's `validate_outputs` casts a float32 gradient to the
@@ -204,20 +226,29 @@ impl Tape<TransformerShape> {
     pub(super) fn lora_backward(&mut self, n: Node, ckpt: bool) -> Option<H> {
         let (r, (fan_in, fan_out)) = (self.shape.lora_rank, n.layer.fans);
         let (incoming, dies) = self.incoming(&n);
-        let scaled = n.early.scaled.unwrap_or_else(|| self.scale(fan_out));
+        let scaled = n
+            .early
+            .scaled
+            .unwrap_or_else(|| self.scale(incoming, fan_out));
         let input_grad = n.layer.input_grad;
         if !input_grad && dies {
             self.free(incoming);
         }
         let (a, b) = (n.layer.weight + 2, n.layer.weight + 3);
-        let g_b = self.weight_grad_mm(b, vec![fan_out, r]);
-        let g_hidden = self.matmul("mm", vec![self.rows(), r]);
         let hidden = n.hidden.expect("a LoRA layer keeps lora_A's output");
+        let (g_out, h) = (Arg::T(scaled), Arg::T(hidden));
+        let g_b = self.weight_grad_mm(b, Calc::mm(g_out, h, true, false), vec![fan_out, r]);
+        let b_weight = param_or_cast(b, n.casts.lora_b);
+        let g_hidden = Calc::mm(g_out, b_weight, false, false);
+        let g_hidden = self.matmul(("mm", g_hidden), vec![self.rows(), r]);
         let saved = saved_order(n.casts.lora_b, Some(hidden), ckpt);
         self.node_done(&saved, scaled, ckpt);
         self.weight_grad_done(g_b, b);
-        let g_a = self.weight_grad_mm(a, vec![r, fan_in]);
-        let g_lora = input_grad.then(|| self.matmul("mm", vec![self.rows(), fan_in]));
+        let (g_h, x) = (Arg::T(g_hidden), Arg::T(n.x));
+        let g_a = self.weight_grad_mm(a, Calc::mm(g_h, x, true, false), vec![r, fan_in]);
+        let a_weight = param_or_cast(a, n.casts.lora_a);
+        let g_lora = Calc::mm(g_h, a_weight, false, false);
+        let g_lora = input_grad.then(|| self.matmul(("mm", g_lora), vec![self.rows(), fan_in]));
         self.node_done(&saved_order(n.casts.lora_a, n.input, ckpt), g_hidden, ckpt);
         if let Some(x) = n.released {
             self.free(x);
@@ -225,7 +256,9 @@ impl Tape<TransformerShape> {
         let g_lora = g_lora.map(|g| self.input_grad_done(g, n.input_cast));
         self.weight_grad_done(g_a, a);
         let g_lora = g_lora?;
-        let g_base = self.matmul("mm", vec![self.rows(), fan_in]);
+        let base_weight = param_or_cast(n.layer.weight, n.casts.weight);
+        let g_base = Calc::mm(Arg::T(incoming), base_weight, false, false);
+        let g_base = self.matmul(("mm", g_base), vec![self.rows(), fan_in]);
         let weight: Vec<H> = n.casts.weight.into_iter().collect();
         if dies {
             self.node_done(&weight, incoming, ckpt);
@@ -233,7 +266,8 @@ impl Tape<TransformerShape> {
             self.free_all(&weight);
         }
         let g_base = self.input_grad_done(g_base, n.input_cast);
-        let g = self.alloc_as("add", self.tokens(fan_in), self.dtype_of(g_base), self.role);
+        let sum = ("add", Calc::Add(Arg::T(g_lora), Arg::T(g_base)));
+        let g = self.alloc_as(sum, self.tokens(fan_in), self.dtype_of(g_base), self.role);
         self.free_all(&[g_lora, g_base]);
         Some(g)
     }

@@ -3,7 +3,7 @@
 
 use super::block::{Normed, Params, Saved};
 use super::lora::Early;
-use super::{Batch, Keep, Loss, Role, Tape, H};
+use super::{param_or_cast, Arg, Batch, Calc, Keep, Loss, Role, Tape, H};
 use crate::train::kinds::Norm;
 use crate::train::kinds::TransformerShape;
 use crate::types::Dtype;
@@ -68,15 +68,19 @@ impl Tape<TransformerShape> {
 
     pub(super) fn forward(&mut self) -> Top {
         let (seq, d) = (self.shape.seq_len, self.shape.width);
-        let tokens = self.alloc_f32("embedding", self.act());
-        let positions = self.alloc_as("arange", vec![seq], Dtype::Int64, Role::Forward);
-        let pos = self.alloc_f32("embedding", vec![seq, d]);
+        let ids = Arg::Batch(Batch::Inputs);
+        let embedding = |weight, ids| ("embedding", Calc::Embedding { weight, ids });
+        let tokens = self.alloc_f32(embedding(Arg::Param(0), ids), self.act());
+        let arange = ("arange", Calc::Arange);
+        let positions = self.alloc_as(arange, vec![seq], Dtype::Int64, Role::Forward);
+        let pos = self.alloc_f32(embedding(Arg::Param(1), Arg::T(positions)), vec![seq, d]);
         if self.frozen() || !self.grad {
             // A frozen embedding saves no indices (nor does any under
             // no_grad).
             self.free(positions);
         }
-        let mut x = self.alloc_f32("add", self.act());
+        let sum = ("add", Calc::Add(Arg::T(tokens), Arg::T(pos)));
+        let mut x = self.alloc_f32(sum, self.act());
         self.free_all(&[tokens, pos]);
         let mut blocks = Vec::new();
         for l in 0..self.shape.layers {
@@ -100,14 +104,16 @@ impl Tape<TransformerShape> {
             x = out.expect("a whole block has an output");
         }
         self.layer = None;
-        let final_norm = self.norm(x, self.grad);
+        let final_norm = self.norm(x, self.final_norm_param(), self.grad);
         let shape = vec![self.shape.vocab, d];
+        let head = self.head_param();
         let weight = match self.frozen() {
-            true => self.cast_frozen(shape),
-            false => self.cast_param(self.head_param(), shape),
+            true => self.cast_frozen(head, shape),
+            false => self.cast_param(head, shape),
         };
         let input = self.cast_input(final_norm.out);
-        let logits = self.matmul("mm", self.logits());
+        let mm = Calc::mm(Arg::T(input), param_or_cast(head, weight), false, true);
+        let logits = self.matmul(("mm", mm), self.logits());
         if let Some(w) = weight {
             self.save_cast(w);
         }
@@ -153,12 +159,19 @@ impl Tape<TransformerShape> {
         let (seed, g_logits) = self.cross_entropy_backward(top.loss, &self.logits());
         let head = self.head_param();
         let amp = top.head_casts.is_some();
+        let input = match top.head_casts {
+            Some((Some(cast), _)) => cast,
+            _ => top.final_norm.out,
+        };
+        let weight = param_or_cast(head, top.head_casts.map(|(_, w)| w));
+        let g_weight = Calc::mm(Arg::T(g_logits), Arg::T(input), true, false);
         let g_head = match (self.frozen(), self.shape.tied || amp) {
             (true, _) => None,
-            (false, true) => Some(self.matmul("mm", vec![vocab, d])),
-            (false, false) => Some(self.grad_mm(head, vec![vocab, d])),
+            (false, true) => Some(self.matmul(("mm", g_weight), vec![vocab, d])),
+            (false, false) => Some(self.grad_mm(head, g_weight, vec![vocab, d])),
         };
-        let mut g_norm = self.matmul("mm", self.act());
+        let g_input = Calc::mm(Arg::T(g_logits), weight, false, false);
+        let mut g_norm = self.matmul(("mm", g_input), self.act());
         self.free(g_logits);
         match top.head_casts {
             Some((input, weight)) => {
@@ -203,7 +216,7 @@ impl Tape<TransformerShape> {
                 let cast = self.cast_to(g, self.low());
                 let early = Early {
                     cast: (cast != g).then_some(cast),
-                    scaled: self.frozen().then(|| self.scale(self.shape.width)),
+                    scaled: self.frozen().then(|| self.scale(cast, self.shape.width)),
                 };
                 self.role = Role::Forward;
                 let (_, saved) = self.block(input, Keep::Recompute, params);
@@ -218,16 +231,22 @@ impl Tape<TransformerShape> {
     /// token embedding's, added to the tied head's.
     fn embeddings_backward(&mut self, positions: H, g: H, g_head: H) {
         let (seq, d, vocab) = (self.shape.seq_len, self.shape.width, self.shape.vocab);
-        let summed = self.alloc_f32("sum", vec![seq, d]);
-        self.grad("embedding_dense_backward", 1, vec![seq, d]);
+        let summed = self.alloc_f32(("sum", Calc::Sum(Arg::T(g))), vec![seq, d]);
+        let backward = |grad, ids| {
+            let calc = Calc::EmbeddingBackward { grad, ids };
+            ("embedding_dense_backward", calc)
+        };
+        let op = backward(Arg::T(summed), Arg::T(positions));
+        self.grad(op, 1, vec![seq, d]);
         self.free_all(&[summed, positions]);
-        let op = "embedding_dense_backward";
+        let op = backward(Arg::T(g), Arg::Batch(Batch::Inputs));
         // The token embedding's node lets go of the token ids it saved.
         if self.shape.tied {
             let g_tokens = self.alloc_f32(op, vec![vocab, d]);
             self.free(g);
             self.release(Batch::Inputs);
-            self.grad("add", 0, vec![vocab, d]);
+            let sum = ("add", Calc::Add(Arg::T(g_head), Arg::T(g_tokens)));
+            self.grad(sum, 0, vec![vocab, d]);
             self.free_all(&[g_head, g_tokens]);
         } else {
             self.grad(op, 0, vec![vocab, d]);
