@@ -12,6 +12,7 @@
 //! - [`data`]: the synthetic, learnable classification set.
 
 pub mod autograd;
+pub mod cpu;
 pub mod cublas;
 pub mod data;
 pub mod frame;

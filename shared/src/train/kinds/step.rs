@@ -46,7 +46,7 @@ impl Attention {
 }
 
 /// What a step does to memory besides its shapes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Options {
     pub attention: Attention,
     /// Each block under `torch.utils.checkpoint` (non-reentrant).

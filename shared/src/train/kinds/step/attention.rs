@@ -60,7 +60,11 @@ impl Tape<TransformerShape> {
         let qkv = qkv_layer.out;
         let (saved, proj_layer) = match self.options.attention {
             Attention::Sdpa => {
-                let sdpa = Calc::Sdpa { qkv: Arg::T(qkv) };
+                let heads = self.shape.heads;
+                let sdpa = Calc::Sdpa {
+                    qkv: Arg::T(qkv),
+                    heads,
+                };
                 let out = self.alloc((SDPA, sdpa), self.act());
                 let lse = self.alloc_f32((SDPA, part(out, 1)), self.heads(&[]));
                 if !self.grad {

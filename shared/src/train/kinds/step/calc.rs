@@ -132,10 +132,11 @@ pub enum Calc {
         targets: Arg,
         total_weight: Arg,
     },
-    /// Causal attention on a B x S x 3·width projection: the output (B x S
-    /// x width), then the log-sum-exp (B x H x S).
+    /// Causal attention of `heads` heads on a B x S x 3·width projection:
+    /// the output (B x S x width), then the log-sum-exp (B x H x S).
     Sdpa {
         qkv: Arg,
+        heads: u64,
     },
     /// Its backward: the gradients of q, k and v as B x H x S x D.
     SdpaBackward {

@@ -1,0 +1,398 @@
+//! Embeddings, elementwise ops, sums, matrix products, LayerNorm and
+//! RMSNorm, GELU, softmax and the NLL loss, forward and backward, as
+//! PyTorch defines them (LayerNorm's epsilon 1e-5, RMSNorm's float32
+//! machine epsilon, GELU's exact erf form).
+
+use super::View;
+use crate::train::kinds::step::{Arg, Calc, Program};
+
+/// An op's outputs, or what is wrong with its operands.
+pub(super) type Out = Result<Vec<Vec<f32>>, String>;
+
+const LAYER_NORM_EPS: f32 = 1e-5;
+/// `nn.RMSNorm(eps=None)`: `torch.finfo(torch.float32).eps`.
+const RMS_NORM_EPS: f32 = f32::EPSILON;
+
+/// Rows of `weight` picked by `ids`.
+pub(super) fn embedding(weight: &View, ids: &View) -> Out {
+    let d = weight.last();
+    let rows = weight.data.len() / d.max(1);
+    let mut out = Vec::with_capacity(ids.data.len() * d);
+    for &id in ids.data {
+        let r = id as usize;
+        if id < 0.0 || r >= rows {
+            return Err(format!("an id {id} outside the {rows}-row table"));
+        }
+        out.extend_from_slice(&weight.data[r * d..(r + 1) * d]);
+    }
+    Ok(vec![out])
+}
+
+/// Each row of `grad` added into the row of a `numel`-element table its
+/// id picks.
+pub(super) fn embedding_backward(grad: &View, ids: &View, numel: usize) -> Out {
+    let d = grad.data.len() / ids.data.len().max(1);
+    let mut out = vec![0.0; numel];
+    for (r, &id) in ids.data.iter().enumerate() {
+        let at = id as usize * d;
+        let row = out
+            .get_mut(at..at + d)
+            .ok_or_else(|| format!("an id {id} outside the table"))?;
+        row.iter_mut()
+            .zip(&grad.data[r * d..(r + 1) * d])
+            .for_each(|(o, g)| *o += g);
+    }
+    Ok(vec![out])
+}
+
+/// `a + b`, the smaller repeated over the larger's leading dimensions.
+pub(super) fn add(a: &View, b: &View) -> Out {
+    let (big, small) = match a.data.len() >= b.data.len() {
+        true => (a.data, b.data),
+        false => (b.data, a.data),
+    };
+    if small.is_empty() || big.len() % small.len() != 0 {
+        return Err(format!("cannot add {:?} and {:?}", a.shape, b.shape));
+    }
+    let n = small.len();
+    Ok(vec![big
+        .iter()
+        .enumerate()
+        .map(|(i, v)| v + small[i % n])
+        .collect()])
+}
+
+/// `f` of two same-sized operands.
+pub(super) fn zip(a: &View, b: &View, f: impl Fn(f32, f32) -> f32) -> Out {
+    if a.data.len() != b.data.len() {
+        return Err(format!("{:?} and {:?} differ", a.shape, b.shape));
+    }
+    Ok(vec![a
+        .data
+        .iter()
+        .zip(b.data)
+        .map(|(&x, &y)| f(x, y))
+        .collect()])
+}
+
+/// `x` summed over its leading dimensions down to `numel` elements.
+pub(super) fn sum_to(x: &View, numel: usize) -> Out {
+    if numel == 0 || x.data.len() % numel != 0 {
+        return Err(format!("cannot sum {:?} to {numel} elements", x.shape));
+    }
+    let mut out = vec![0.0; numel];
+    for chunk in x.data.chunks(numel) {
+        out.iter_mut().zip(chunk).for_each(|(o, v)| *o += v);
+    }
+    Ok(vec![out])
+}
+
+/// A tensor as a matrix: an image batch (4-D) as `nn.Flatten` views it
+/// (a row per image), anything else with its last dimension as columns.
+fn matrix(v: &View) -> (usize, usize) {
+    let n = v.data.len();
+    let cols = match v.shape.len() {
+        4 => n / (v.shape[0] as usize).max(1),
+        _ => v.last(),
+    };
+    (n / cols.max(1), cols)
+}
+
+/// `a @ b`, each transposed when asked; batched over the leading
+/// dimensions of both when `batched`.
+pub(super) fn mm((a, ta): (&View, bool), (b, tb): (&View, bool), batched: bool) -> Out {
+    let split = |v: &View| -> (usize, usize, usize) {
+        if batched {
+            let s = v.shape;
+            let (r, c) = (s[s.len() - 2] as usize, s[s.len() - 1] as usize);
+            (v.data.len() / (r * c).max(1), r, c)
+        } else {
+            let (r, c) = matrix(v);
+            (1, r, c)
+        }
+    };
+    let ((batch, ra, ca), (batch_b, rb, cb)) = (split(a), split(b));
+    let (m, k) = if ta { (ca, ra) } else { (ra, ca) };
+    let (k2, n) = if tb { (cb, rb) } else { (rb, cb) };
+    if k != k2 || batch != batch_b {
+        return Err(format!(
+            "cannot multiply {:?} by {:?} (transposed: {ta}, {tb})",
+            a.shape, b.shape
+        ));
+    }
+    let mut out = vec![0.0; batch * m * n];
+    for i in 0..batch {
+        let (a, b) = (&a.data[i * m * k..][..m * k], &b.data[i * k * n..][..k * n]);
+        gemm(a, b, (m, k, n), (ta, tb), &mut out[i * m * n..][..m * n]);
+    }
+    Ok(vec![out])
+}
+
+/// `out = op(a) @ op(b)`: `a` is m x k (k x m when transposed), `b` is
+/// k x n (n x k when transposed).
+fn gemm(
+    a: &[f32],
+    b: &[f32],
+    (m, k, n): (usize, usize, usize),
+    (ta, tb): (bool, bool),
+    out: &mut [f32],
+) {
+    let at = |i: usize, p: usize| if ta { a[p * m + i] } else { a[i * k + p] };
+    if tb {
+        for i in 0..m {
+            for j in 0..n {
+                let row = &b[j * k..(j + 1) * k];
+                out[i * n + j] = (0..k).map(|p| at(i, p) * row[p]).sum();
+            }
+        }
+        return;
+    }
+    for i in 0..m {
+        let o = &mut out[i * n..(i + 1) * n];
+        for p in 0..k {
+            let x = at(i, p);
+            if x != 0.0 {
+                o.iter_mut()
+                    .zip(&b[p * n..(p + 1) * n])
+                    .for_each(|(o, b)| *o += x * b);
+            }
+        }
+    }
+}
+
+/// `x @ weight.T + bias`.
+pub(super) fn linear(x: &View, weight: &View, bias: &View) -> Out {
+    let (fan_out, fan_in) = (weight.shape[0] as usize, weight.last());
+    if fan_in == 0 || x.data.len() % fan_in != 0 || bias.data.len() != fan_out {
+        return Err(format!(
+            "a linear layer {:?} on {:?}",
+            weight.shape, x.shape
+        ));
+    }
+    let rows = x.data.len() / fan_in;
+    let mut out = vec![0.0; rows * fan_out];
+    gemm(
+        x.data,
+        weight.data,
+        (rows, fan_in, fan_out),
+        (false, true),
+        &mut out,
+    );
+    for row in out.chunks_mut(fan_out) {
+        row.iter_mut().zip(bias.data).for_each(|(o, b)| *o += b);
+    }
+    Ok(vec![out])
+}
+
+/// LayerNorm (with a bias) or RMSNorm over the last dimension: the output,
+/// (LayerNorm) the mean, the inverse deviation.
+pub(super) fn norm(x: &View, weight: &View, bias: Option<&View>) -> Out {
+    let d = weight.data.len();
+    if d == 0 || x.data.len() % d != 0 {
+        return Err(format!("a norm of {d} on {:?}", x.shape));
+    }
+    let (mut out, mut means, mut rstds) = (Vec::with_capacity(x.data.len()), vec![], vec![]);
+    for row in x.data.chunks(d) {
+        let mean = match bias {
+            Some(_) => row.iter().sum::<f32>() / d as f32,
+            None => 0.0,
+        };
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
+        let eps = if bias.is_some() {
+            LAYER_NORM_EPS
+        } else {
+            RMS_NORM_EPS
+        };
+        let rstd = 1.0 / (var + eps).sqrt();
+        for (j, v) in row.iter().enumerate() {
+            let b = bias.map_or(0.0, |b| b.data[j]);
+            out.push((v - mean) * rstd * weight.data[j] + b);
+        }
+        means.push(mean);
+        rstds.push(rstd);
+    }
+    Ok(match bias {
+        Some(_) => vec![out, means, rstds],
+        None => vec![out, rstds],
+    })
+}
+
+/// What a norm's backward reads.
+pub(super) struct NormSaved<'a> {
+    pub x: &'a View<'a>,
+    /// LayerNorm's mean; RMSNorm has none.
+    pub mean: Option<&'a View<'a>>,
+    pub rstd: &'a View<'a>,
+    pub weight: &'a View<'a>,
+}
+
+/// The input's gradient, the weight's, and (LayerNorm) the bias's.
+pub(super) fn norm_backward(g: &View, s: &NormSaved) -> Out {
+    let d = s.weight.data.len();
+    if d == 0 || g.data.len() != s.x.data.len() || s.x.data.len() / d != s.rstd.data.len() {
+        return Err(format!("a norm's backward on {:?}", s.x.shape));
+    }
+    let (mut dx, mut dw, mut db) = (vec![0.0; g.data.len()], vec![0.0; d], vec![0.0; d]);
+    for (r, (gr, xr)) in g.data.chunks(d).zip(s.x.data.chunks(d)).enumerate() {
+        let mean = s.mean.map_or(0.0, |m| m.data[r]);
+        let rstd = s.rstd.data[r];
+        let xhat: Vec<f32> = xr.iter().map(|v| (v - mean) * rstd).collect();
+        let dxhat: Vec<f32> = gr.iter().zip(s.weight.data).map(|(g, w)| g * w).collect();
+        let mean_dxhat = match s.mean {
+            Some(_) => dxhat.iter().sum::<f32>() / d as f32,
+            None => 0.0,
+        };
+        let mean_dot = dxhat.iter().zip(&xhat).map(|(a, b)| a * b).sum::<f32>() / d as f32;
+        for j in 0..d {
+            dx[r * d + j] = rstd * (dxhat[j] - mean_dxhat - xhat[j] * mean_dot);
+            dw[j] += gr[j] * xhat[j];
+            db[j] += gr[j];
+        }
+    }
+    Ok(match s.mean {
+        Some(_) => vec![dx, dw, db],
+        None => vec![dx, dw],
+    })
+}
+
+/// GELU, `0.5 x (1 + erf(x / sqrt 2))`.
+pub(super) fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+/// GELU's derivative.
+pub(super) fn gelu_grad(x: f32) -> f32 {
+    let cdf = 0.5 * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2));
+    let pdf = libm::expf(-0.5 * x * x) * 0.398_942_3;
+    cdf + x * pdf
+}
+
+/// The lower triangle (the diagonal included) of a square's ones.
+pub(super) fn tril(x: &View) -> Vec<f32> {
+    let n = x.last();
+    x.data
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| if i % n <= i / n % n { v } else { 0.0 })
+        .collect()
+}
+
+/// Softmax over the last dimension.
+pub(super) fn softmax(x: &View) -> Vec<f32> {
+    let mut out = Vec::with_capacity(x.data.len());
+    for row in x.data.chunks(x.last().max(1)) {
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let exps: Vec<f32> = row.iter().map(|v| libm::expf(v - max)).collect();
+        let sum: f32 = exps.iter().sum();
+        out.extend(exps.iter().map(|e| e / sum));
+    }
+    out
+}
+
+pub(super) fn softmax_backward(g: &View, y: &View) -> Out {
+    rowwise(g, y, |g, y, out| {
+        let dot: f32 = g.iter().zip(y).map(|(g, y)| g * y).sum();
+        out.extend(g.iter().zip(y).map(|(g, y)| y * (g - dot)));
+    })
+}
+
+/// Log-softmax over the last dimension.
+pub(super) fn log_softmax(x: &View) -> Vec<f32> {
+    let mut out = Vec::with_capacity(x.data.len());
+    for row in x.data.chunks(x.last().max(1)) {
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f32 = row.iter().map(|v| libm::expf(v - max)).sum();
+        let log_sum = libm::logf(sum) + max;
+        out.extend(row.iter().map(|v| v - log_sum));
+    }
+    out
+}
+
+pub(super) fn log_softmax_backward(g: &View, out: &View) -> Out {
+    rowwise(g, out, |g, y, o| {
+        let sum: f32 = g.iter().sum();
+        o.extend(g.iter().zip(y).map(|(g, y)| g - libm::expf(*y) * sum));
+    })
+}
+
+/// `f` over each row of two same-shaped operands.
+fn rowwise(a: &View, b: &View, f: impl Fn(&[f32], &[f32], &mut Vec<f32>)) -> Out {
+    let n = a.last().max(1);
+    if a.data.len() != b.data.len() {
+        return Err(format!("{:?} and {:?} differ", a.shape, b.shape));
+    }
+    let mut out = Vec::with_capacity(a.data.len());
+    for (ra, rb) in a.data.chunks(n).zip(b.data.chunks(n)) {
+        f(ra, rb, &mut out);
+    }
+    Ok(vec![out])
+}
+
+/// NLL's mean over the rows and its total weight (the row count).
+pub(super) fn nll(log_probs: &View, targets: &View) -> Out {
+    let classes = log_probs.last().max(1);
+    let rows = log_probs.data.len() / classes;
+    if targets.data.len() != rows {
+        return Err(format!("{} labels for {rows} rows", targets.data.len()));
+    }
+    let mut total = 0.0;
+    for (row, &t) in log_probs.data.chunks(classes).zip(targets.data) {
+        total -= row
+            .get(t as usize)
+            .ok_or_else(|| format!("a label {t} of {classes}"))?;
+    }
+    Ok(vec![vec![total / rows as f32], vec![rows as f32]])
+}
+
+/// NLL's backward: `-grad / total_weight` at each row's label.
+pub(super) fn nll_backward(grad: &View, targets: &View, weight: &View, numel: usize) -> Out {
+    let rows = targets.data.len().max(1);
+    let classes = numel / rows;
+    let scale = -grad.data[0] / weight.data[0];
+    let mut out = vec![0.0; numel];
+    for (r, &t) in targets.data.iter().enumerate() {
+        if t as usize >= classes {
+            return Err(format!("a label {t} of {classes}"));
+        }
+        out[r * classes + t as usize] = scale;
+    }
+    Ok(vec![out])
+}
+
+/// Two per multiply-add of allocation `i`'s op, its other outputs
+/// included; `params`: the parameters' shapes.
+pub(super) fn op_flops(program: &Program, params: &[Vec<u64>], i: usize) -> u64 {
+    let a = &program.allocs[i];
+    let out: u64 = a.shape.iter().product();
+    let shape = |arg| match arg {
+        Arg::T(j) => program.allocs[j].shape.as_slice(),
+        Arg::Param(p) => params.get(p).map_or(&[][..], Vec::as_slice),
+        Arg::Batch(_) => &[],
+    };
+    let last = |arg| shape(arg).last().copied().unwrap_or(1);
+    let numel = |arg| shape(arg).iter().product::<u64>();
+    let macs = match a.calc {
+        Calc::Linear { weight, .. } => out.saturating_mul(last(weight)),
+        // The inner dimension: `a`'s columns, or its rows when transposed.
+        Calc::Mm {
+            a: x, ta: false, ..
+        } => out.saturating_mul(last(x)),
+        Calc::Mm { a: x, ta: true, .. } => out.saturating_mul(numel(x) / last(x).max(1)),
+        Calc::Conv { weight, .. } => out.saturating_mul(numel(weight) / shape(weight)[0].max(1)),
+        Calc::ConvBackward {
+            grad,
+            weight,
+            input_grad,
+            ..
+        } => numel(grad)
+            .saturating_mul(numel(weight) / shape(weight)[0].max(1))
+            .saturating_mul(1 + u64::from(input_grad)),
+        // Two products of S x S per head, five backward.
+        Calc::Sdpa { qkv, .. } => out.saturating_mul(shape(qkv).get(1).copied().unwrap_or(1)) * 2,
+        Calc::SdpaBackward { qkv, .. } => {
+            out.saturating_mul(shape(qkv).get(1).copied().unwrap_or(1)) * 5
+        }
+        _ => out / 2,
+    };
+    macs.saturating_mul(2)
+}

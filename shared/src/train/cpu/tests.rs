@@ -1,0 +1,275 @@
+use super::*;
+use crate::train::kinds::step::{self, Attention, Options};
+use crate::train::kinds::{CnnShape, Norm, Tensor, TransformerShape};
+use crate::types::Dtype;
+
+fn gpt(norm: Norm, tied: bool, lora_rank: u64) -> TransformerShape {
+    TransformerShape {
+        layers: 2,
+        width: 8,
+        heads: 2,
+        seq_len: 5,
+        vocab: 7,
+        mlp_ratio: 2,
+        norm,
+        tied,
+        lora_rank,
+    }
+}
+
+fn small_cnn() -> CnnShape {
+    CnnShape {
+        channels: 2,
+        image_size: 6,
+        blocks: 2,
+        width: 3,
+        classes: 3,
+    }
+}
+
+/// Deterministic values, different for every parameter and element.
+fn values(tensors: &[Tensor]) -> Vec<(Vec<u64>, Vec<f32>)> {
+    tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let v = (0..t.numel())
+                .map(|j| 0.4 * (0.37 * (j + 1) as f32 + 1.1 * (i + 1) as f32).sin())
+                .collect();
+            (t.shape.clone(), v)
+        })
+        .collect()
+}
+
+fn tokens(batch: u64, t: &TransformerShape) -> BatchValues {
+    let ids: Vec<f32> = (0..batch * t.seq_len)
+        .map(|k| ((3 * k + k / 4) % t.vocab) as f32)
+        .collect();
+    let targets = ids.iter().map(|v| (v + 2.0) % t.vocab as f32).collect();
+    BatchValues {
+        inputs: ids,
+        input_shape: vec![batch, t.seq_len],
+        targets,
+    }
+}
+
+fn images(batch: u64, c: &CnnShape) -> BatchValues {
+    let n = batch * c.channels * c.image_size * c.image_size;
+    BatchValues {
+        inputs: (0..n).map(|k| (0.31 * k as f32).sin()).collect(),
+        input_shape: vec![batch, c.channels, c.image_size, c.image_size],
+        targets: (0..batch).map(|b| (b % c.classes) as f32).collect(),
+    }
+}
+
+fn whole(program: &Program, params: &[(Vec<u64>, Vec<f32>)], batch: &BatchValues) -> Values {
+    let mut values = Values::default();
+    let inputs = Inputs { params, batch };
+    run(program, 0..program.ops.len(), &inputs, &mut values).expect("the program runs");
+    values
+}
+
+fn options(attention: Attention, checkpointing: bool, amp: Option<Dtype>) -> Options {
+    Options {
+        attention,
+        checkpointing,
+        amp,
+    }
+}
+
+/// Every gradient the program makes is the loss's derivative, checked by
+/// central differences at three elements of every parameter; frozen
+/// parameters get none. `h`: the step, small enough not to cross a kink
+/// (ReLU's, a pooling window's choice).
+fn check_gradients(program: &Program, tensors: &[Tensor], batch: &BatchValues, h: f32) {
+    let params = values(tensors);
+    let got = whole(program, &params, batch);
+    let loss = |params: &[(Vec<u64>, Vec<f32>)]| whole(program, params, batch).loss.unwrap();
+    assert!(loss(&params).is_finite());
+    for (i, t) in tensors.iter().enumerate() {
+        let Some(grad) = &got.grads[i] else {
+            assert!(t.frozen, "{} has no gradient", t.name);
+            continue;
+        };
+        assert!(!t.frozen, "frozen {} has a gradient", t.name);
+        let n = grad.len();
+        for j in [0, n / 2, n - 1] {
+            let mut plus = params.clone();
+            plus[i].1[j] += h;
+            let mut minus = params.clone();
+            minus[i].1[j] -= h;
+            let numeric = (loss(&plus) - loss(&minus)) / (2.0 * h);
+            let analytic = grad[j];
+            assert!(
+                (numeric - analytic).abs() < 2e-3 + 0.03 * analytic.abs(),
+                "{}[{j}]: numeric {numeric}, analytic {analytic}",
+                t.name
+            );
+        }
+    }
+}
+
+#[test]
+fn transformer_gradients_are_the_losss_derivatives() {
+    for (norm, tied, lora) in [
+        (Norm::LayerNorm, true, 0),
+        (Norm::RmsNorm, false, 0),
+        (Norm::LayerNorm, true, 2),
+    ] {
+        let t = gpt(norm, tied, lora);
+        for attention in [Attention::Eager, Attention::Sdpa] {
+            let program = step::program(&t, 2, options(attention, false, None));
+            check_gradients(
+                &program,
+                &t.parameters(Dtype::Float32),
+                &tokens(2, &t),
+                1e-2,
+            );
+        }
+    }
+}
+
+#[test]
+fn cnn_gradients_are_the_losss_derivatives() {
+    let c = small_cnn();
+    let program = step::cnn_program(&c, 4, options(Attention::Eager, false, None));
+    check_gradients(
+        &program,
+        &c.parameters(Dtype::Float32),
+        &images(4, &c),
+        1e-3,
+    );
+}
+
+/// Fused or eager attention, checkpointed or not, under autocast or not
+/// (a cast is a copy here), the same step: the same loss and gradients.
+#[test]
+fn every_technique_computes_the_same_step() {
+    let close = |a: &Values, b: &Values, what: &str| {
+        assert!(
+            (a.loss.unwrap() - b.loss.unwrap()).abs() < 1e-5,
+            "{what}: loss"
+        );
+        for (i, (x, y)) in a.grads.iter().zip(&b.grads).enumerate() {
+            let (x, y) = (x.as_ref(), y.as_ref());
+            assert_eq!(x.is_some(), y.is_some(), "{what}: parameter {i}");
+            for (u, v) in x.into_iter().flatten().zip(y.into_iter().flatten()) {
+                assert!((u - v).abs() < 1e-4, "{what}: parameter {i}: {u} vs {v}");
+            }
+        }
+    };
+    for lora in [0, 2] {
+        let t = gpt(Norm::LayerNorm, lora == 0, lora);
+        let (params, batch) = (values(&t.parameters(Dtype::Float32)), tokens(3, &t));
+        let plain = whole(&step::program(&t, 3, Options::default()), &params, &batch);
+        for (attention, checkpointing, amp) in step::every_option(&[None, Some(Dtype::Bfloat16)]) {
+            let program = step::program(&t, 3, options(attention, checkpointing, *amp));
+            let what =
+                format!("lora {lora}, {attention:?}, checkpointing {checkpointing}, {amp:?}");
+            close(&plain, &whole(&program, &params, &batch), &what);
+        }
+    }
+    let c = small_cnn();
+    let (params, batch) = (values(&c.parameters(Dtype::Float32)), images(4, &c));
+    let plain = whole(
+        &step::cnn_program(&c, 4, Options::default()),
+        &params,
+        &batch,
+    );
+    for (checkpointing, amp) in [
+        (true, None),
+        (false, Some(Dtype::Float16)),
+        (true, Some(Dtype::Bfloat16)),
+    ] {
+        let program = step::cnn_program(&c, 4, options(Attention::Eager, checkpointing, amp));
+        close(&plain, &whole(&program, &params, &batch), "cnn");
+    }
+}
+
+#[test]
+fn a_forward_under_no_grad_computes_the_steps_loss() {
+    let t = gpt(Norm::RmsNorm, false, 0);
+    let (params, batch) = (values(&t.parameters(Dtype::Float32)), tokens(2, &t));
+    for attention in [Attention::Eager, Attention::Sdpa] {
+        let o = options(attention, false, None);
+        let step = whole(&step::program(&t, 2, o), &params, &batch);
+        let forward = whole(&step::no_grad_program(&t, 2, o), &params, &batch);
+        assert_eq!(step.loss, forward.loss);
+        assert!(forward.grads.iter().all(Option::is_none));
+    }
+}
+
+/// The loss at the start is about log(vocabulary) for small weights.
+#[test]
+fn an_untrained_models_loss_is_about_uniform() {
+    let t = gpt(Norm::LayerNorm, true, 0);
+    let params: Vec<_> = values(&t.parameters(Dtype::Float32))
+        .into_iter()
+        .map(|(s, v)| (s, v.iter().map(|x| x * 0.01).collect()))
+        .collect();
+    let loss = whole(
+        &step::program(&t, 2, Options::default()),
+        &params,
+        &tokens(2, &t),
+    )
+    .loss;
+    assert!((loss.unwrap() - (7f32).ln()).abs() < 0.01, "{loss:?}");
+}
+
+#[test]
+fn a_program_that_reads_a_freed_tensor_is_refused_with_its_op() {
+    let t = gpt(Norm::LayerNorm, true, 0);
+    let mut program = step::program(&t, 1, Options::default());
+    let first_free = program
+        .ops
+        .iter()
+        .position(|op| matches!(op, Op::Free(_)))
+        .unwrap();
+    let Op::Free(dead) = program.ops[first_free] else {
+        unreachable!()
+    };
+    // Free it at once, before the op that reads it.
+    program.ops.retain(|op| *op != Op::Free(dead));
+    let made = program
+        .ops
+        .iter()
+        .position(|op| *op == Op::Alloc(dead))
+        .unwrap();
+    program.ops.insert(made + 1, Op::Free(dead));
+    let params = values(&t.parameters(Dtype::Float32));
+    let batch = tokens(1, &t);
+    let mut v = Values::default();
+    let err = run(
+        &program,
+        0..program.ops.len(),
+        &Inputs {
+            params: &params,
+            batch: &batch,
+        },
+        &mut v,
+    )
+    .unwrap_err();
+    assert!(
+        err.0
+            .contains(&format!("reads allocation {dead} after it was freed")),
+        "{}",
+        err.0
+    );
+}
+
+#[test]
+fn the_cost_counts_the_products() {
+    let t = gpt(Norm::LayerNorm, true, 0);
+    let shapes: Vec<Vec<u64>> = t
+        .parameters(Dtype::Float32)
+        .into_iter()
+        .map(|p| p.shape)
+        .collect();
+    let one = cost(&step::program(&t, 1, Options::default()), &shapes);
+    let four = cost(&step::program(&t, 4, Options::default()), &shapes);
+    // The forward's products alone: per token 2 · (3d² + d² + 2 · 2d² + d · vocab).
+    let per_token = 2 * (3 * 64 + 64 + 2 * 2 * 64 + 8 * 7);
+    assert!(one.flops > 5 * per_token, "{one:?}");
+    assert!(four.flops > 3 * one.flops && four.flops < 5 * one.flops);
+    assert!(four.host_bytes > one.host_bytes);
+}
