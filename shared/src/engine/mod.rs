@@ -8,6 +8,7 @@
 //! - [`planning`]: `estimate` and `find_batch_size`.
 //! - [`tf1`]: TensorFlow 1's sessions.
 
+mod arithmetic;
 mod objects;
 mod planning;
 mod program;
@@ -373,6 +374,8 @@ fn no_process(mut e: CommandError) -> CommandError {
 
 #[cfg(test)]
 mod kinds_tests;
+#[cfg(test)]
+mod learning_tests;
 #[cfg(test)]
 mod optim_tests;
 #[cfg(test)]

@@ -12,6 +12,7 @@ use crate::error::{CommandError, ErrorKind};
 use crate::kernel::AllocFailure;
 use crate::runtime::{Class, ObjId};
 use crate::train::autograd::{find_graph, BACKWARD_TWICE, NO_GRAD_FN};
+use crate::train::cpu::{Computed, Values};
 use crate::train::frame::Frame;
 use crate::train::kinds::step::{Options, Program};
 use crate::train::mlp::{self, BackwardError};
@@ -21,10 +22,12 @@ use crate::types::{Category, Dtype};
 use crate::units::format_size;
 use serde_json::json;
 
-/// A `forward` of a program: the loss's name, the model, the micro-batch.
+/// A `forward` of a program: the loss's name, the model, the data, the
+/// micro-batch.
 pub(super) struct Statement<'a> {
     pub name: &'a str,
     pub model: ObjId,
+    pub data: ObjId,
     pub batch: u64,
     /// Autograd records (not under `torch.no_grad()`, whose program ends
     /// with the forward pass and leaves no graph).
@@ -58,11 +61,12 @@ impl Engine {
             let s = Statement {
                 name,
                 model: model_id,
+                data: data_id,
                 batch,
                 grad: !a.no_grad,
             };
-            self.forward_program(&s, program)?;
-            return Ok(self.forward_outcome(name, a.no_grad, None, true));
+            let value = self.forward_program(&s, program)?;
+            return Ok(self.forward_outcome(name, a.no_grad, value, true));
         }
         let compute = self.computes(&spec, batch);
         let mut frame = Frame::default();
@@ -205,28 +209,52 @@ impl Engine {
     /// `loss = criterion(model(x.cuda()), y.cuda())`: the batch is copied
     /// in, the forward pass runs, and the graph keeps what autograd saved
     /// (the batch too, where a node saved it); the rest dies with the
-    /// statement. Returns the loss, bound to the statement's name.
+    /// statement. The loss is bound to the statement's name; returns its
+    /// value when the arithmetic ran.
     pub(super) fn forward_program(
         &mut self,
         s: &Statement,
         program: Program,
-    ) -> Result<ObjId, CommandError> {
+    ) -> Result<Option<f32>, CommandError> {
         let mut frame = Frame::default();
-        match self.forward_in(&mut frame, s, program) {
-            Ok(loss) => {
-                frame.finish(&mut self.kernel);
-                self.kernel.bind_local(s.name, loss);
-                Ok(loss)
+        let computes = self.computes_program(&self.train.models[&s.model].spec, &program);
+        let loss = match self.forward_in(&mut frame, s, &program) {
+            Ok(loss) => loss,
+            Err(f) => return Err(self.raise_in_frame(frame, &f)),
+        };
+        frame.finish(&mut self.kernel);
+        self.kernel.bind_local(s.name, loss);
+        let computed = computes
+            .then(|| self.forward_arithmetic(s, &program))
+            .flatten();
+        let value = computed.as_ref().and_then(|c| c.values.loss);
+        let graph = find_graph(&self.kernel, loss);
+        if let Some(g) = graph.and_then(|g| self.train.graphs.get_mut(&g)) {
+            if let Saved::Program(pg) = &mut g.saved {
+                pg.program = program;
+                pg.computed = computed;
             }
-            Err(f) => Err(self.raise_in_frame(frame, &f)),
         }
+        Ok(value)
+    }
+
+    /// The forward pass's numbers on the next batch.
+    fn forward_arithmetic(&mut self, s: &Statement, program: &Program) -> Option<Computed> {
+        let spec = self.train.models[&s.model].spec;
+        let mut computed = Computed {
+            values: Values::default(),
+            batch: self.next_batch(s.data, &spec, s.batch),
+        };
+        let end = program.forward_end();
+        self.run_arithmetic(s.model, program, 0..end, &mut computed)?;
+        Some(computed)
     }
 
     fn forward_in(
         &mut self,
         frame: &mut Frame,
         s: &Statement,
-        program: Program,
+        program: &Program,
     ) -> Result<ObjId, AllocFailure> {
         let spec = self.train.models[&s.model].spec;
         let (params, model) = self.model_target(s.model);
@@ -251,7 +279,7 @@ impl Engine {
             params: &params,
             loss: s.name,
         };
-        let mut player = Player::statement(&program);
+        let mut player = Player::statement(program);
         let end = program.forward_end();
         player.play(k, frame, &mut self.train.cublas, 0..end, &target)?;
         let loss = player.loss.expect("a forward pass makes its loss");
@@ -267,11 +295,13 @@ impl Engine {
         let state = GraphState {
             model: s.model,
             saved: Saved::Program(Box::new(ProgramGraph {
-                program,
+                // The program itself is moved in once the statement ran.
+                program: Program::default(),
                 saved,
                 batch,
                 params,
                 model_name: model,
+                computed: None,
             })),
             consumed: false,
         };
@@ -329,7 +359,39 @@ impl Engine {
         if !retain {
             self.release_saved(graph);
         }
+        self.backward_arithmetic(graph, retain);
         Ok(())
+    }
+
+    /// The rest of the program's arithmetic over what `forward` computed
+    /// (a copy of it when the graph is retained): the gradients go into
+    /// `.grad`.
+    fn backward_arithmetic(&mut self, graph: ObjId, retain: bool) {
+        let Some(g) = self.train.graphs.get_mut(&graph) else {
+            return;
+        };
+        let model = g.model;
+        let Saved::Program(pg) = &mut g.saved else {
+            return;
+        };
+        let computed = match retain {
+            true => pg.computed.clone(),
+            false => pg.computed.take(),
+        };
+        let Some(mut computed) = computed else {
+            return;
+        };
+        let program = std::mem::take(&mut pg.program);
+        let rest = program.forward_end()..program.ops.len();
+        if self
+            .run_arithmetic(model, &program, rest, &mut computed)
+            .is_some()
+        {
+            self.add_grads(model, &mut computed.values, 1.0);
+        }
+        if let Some(Saved::Program(pg)) = self.train.graphs.get_mut(&graph).map(|g| &mut g.saved) {
+            pg.program = program;
+        }
     }
 
     /// The graph lets go of whatever it still saved; it keeps the

@@ -31,8 +31,7 @@ struct Plan {
 }
 
 impl Engine {
-    /// Whether a step of this model at this batch computes numbers (the
-    /// CNN and the transformer are shapes only).
+    /// Whether an MLP's step at this batch computes numbers.
     pub(super) fn computes(&self, spec: &ModelSpec, batch: u64) -> bool {
         spec.kind == Kind::Mlp
             && spec.step_flops(batch) <= self.flop_limit
@@ -129,14 +128,19 @@ impl Engine {
             checkpointing: a.checkpointing,
             amp: a.amp.dtype(),
         };
+        let program = spec.step_program(micro_batch, options);
+        let compute = match &program {
+            Some(p) => self.computes_program(&spec, p),
+            None => self.computes(&spec, micro_batch),
+        };
         Ok(Plan {
             model,
             spec,
             optimizer,
             data,
             micro_batch,
-            compute: self.computes(&spec, micro_batch),
-            program: spec.step_program(micro_batch, options),
+            compute,
+            program,
         })
     }
 
@@ -229,7 +233,12 @@ impl Engine {
             if let Some(loss) = self.kernel.runtime.lookup("loss") {
                 keep_history(&mut self.kernel, frame, a.loss_history, loss)?;
             }
-            return Ok(None);
+            let scale = 1.0 / a.accumulate as f32;
+            let step = (p, plan.micro_batch);
+            return Ok(plan
+                .compute
+                .then(|| self.compute_step(plan.model, plan.data, step, scale))
+                .flatten());
         }
         let args = mlp::ForwardArgs {
             input,

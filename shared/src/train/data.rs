@@ -54,6 +54,29 @@ impl Synthetic {
     }
 }
 
+impl Synthetic {
+    /// A language model's batch of `batch` sequences of `features` tokens
+    /// from `classes` (the vocabulary), starting at sample `start`: each
+    /// counts up from its own first token by its own stride (1 to 4),
+    /// wrapping around the vocabulary, and each target is the token that
+    /// follows. Predicting it needs the context (the stride is seen only
+    /// from two tokens), so attention has something to learn. As floats:
+    /// the token ids (batch x features), the targets.
+    pub fn sequences(&self, start: u64, batch: u64) -> (Vec<f32>, Vec<f32>) {
+        let (len, vocab) = (self.features, self.classes.max(1));
+        let (mut x, mut y) = (Vec::new(), Vec::new());
+        for k in 0..batch {
+            let i = (start + k) % self.samples.max(1);
+            let first = hash(self.seed, i, 13) % vocab;
+            let stride = 1 + hash(self.seed, i, 17) % 4;
+            let token = |j: u64| ((first + j * stride) % vocab) as f32;
+            x.extend((0..len).map(token));
+            y.extend((1..=len).map(token));
+        }
+        (x, y)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +94,17 @@ mod tests {
         for c in 0..3 {
             assert!(y.contains(&c));
         }
+        let s = Synthetic {
+            samples: 10,
+            features: 5,
+            classes: 7,
+            seed: 3,
+        };
+        let (x, y) = s.sequences(8, 3);
+        assert_eq!((x.len(), y.len()), (15, 15));
+        // Each target is the next token; the third sample wraps to the first.
+        assert_eq!(x[1..5], y[..4]);
+        assert_eq!(s.sequences(0, 1), (x[10..].to_vec(), y[10..].to_vec()));
         let g: Vec<f32> = (0..2000).map(|i| gaussian(1, i, 2)).collect();
         let mean = g.iter().sum::<f32>() / g.len() as f32;
         assert!(mean.abs() < 0.1, "{mean}");

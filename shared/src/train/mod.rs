@@ -16,6 +16,7 @@ pub mod cpu;
 pub mod cublas;
 pub mod data;
 pub mod frame;
+pub mod init;
 pub mod kinds;
 pub mod math;
 pub mod mlp;
@@ -55,31 +56,9 @@ impl ModelState {
     /// The parameters' CPU values, initialized at first use.
     pub fn values_mut(&mut self) -> &mut math::Params {
         let (spec, seed) = (self.spec, self.seed);
-        self.values.get_or_insert_with(|| init_params(&spec, seed))
+        self.values
+            .get_or_insert_with(|| init::initial_values(&spec.parameters(), seed))
     }
-}
-
-/// `nn.Linear`'s default initialization: uniform in ±1/sqrt(fan_in).
-fn init_params(spec: &ModelSpec, seed: u64) -> math::Params {
-    spec.param_shapes()
-        .iter()
-        .enumerate()
-        .map(|(i, (_, shape))| {
-            let fan_in = if shape.len() == 2 {
-                shape[1]
-            } else {
-                spec.dims()[i / 2]
-            };
-            let bound = 1.0 / (fan_in as f32).sqrt();
-            let n: u64 = shape.iter().product();
-            (0..n)
-                .map(|j| {
-                    let u = (libm::tanhf(data::gaussian(seed, i as u64, j)) + 1.0) / 2.0;
-                    (2.0 * u - 1.0) * bound
-                })
-                .collect()
-        })
-        .collect()
 }
 
 #[derive(Clone, Debug)]
@@ -155,6 +134,8 @@ pub struct ProgramGraph {
     pub params: Vec<ObjId>,
     /// The model's name when the graph was made (the labels' prefix).
     pub model_name: String,
+    /// The forward pass's numbers, when its arithmetic ran.
+    pub computed: Option<cpu::Computed>,
 }
 
 #[derive(Clone, Debug)]

@@ -118,33 +118,23 @@ fn foreach_sqrt(
     Ok(())
 }
 
-/// The numbers, when every gradient was computed: the update on the CPU.
+/// The numbers, when the gradients were computed: the update on the CPU
+/// of every parameter that has a `.grad` (as `torch.optim` skips a
+/// parameter whose `.grad` is `None`: a frozen one).
 fn update_values(ts: &mut TrainState, optimizer: ObjId, model: ObjId) -> bool {
     let Some(model) = ts.models.get_mut(&model) else {
         return false;
     };
-    let (Some(values), true) = (
-        model.values.as_mut(),
-        model.grad_values.iter().all(Option::is_some),
-    ) else {
+    let Some(values) = model.values.as_mut() else {
         return false;
     };
-    if model.grad_values.len() != values.len() {
+    let with_grad: Vec<usize> = (0..values.len())
+        .filter(|&i| model.grad_values.get(i).is_some_and(Option::is_some))
+        .collect();
+    if with_grad.is_empty() {
         return false;
     }
-    let grads: math::Params = model
-        .grad_values
-        .iter_mut()
-        .flat_map(Option::take)
-        .collect();
     let o = ts.optimizers.get_mut(&optimizer).expect("optimizer exists");
-    apply(o, values, &grads);
-    model.grad_values = grads.into_iter().map(Some).collect();
-    true
-}
-
-/// One update of the parameters' values by the optimizer's rule.
-fn apply(o: &mut OptimizerState, values: &mut math::Params, grads: &math::Params) {
     let slots = o.kind.state_per_param() as usize;
     if o.state_values.len() != values.len() * slots {
         o.state_values = values
@@ -152,15 +142,46 @@ fn apply(o: &mut OptimizerState, values: &mut math::Params, grads: &math::Params
             .flat_map(|p| std::iter::repeat_n(vec![0f32; p.len()], slots))
             .collect();
     }
+    // The parameters with gradients, their gradients and state, moved out
+    // for the update and back after it.
+    let take = |all: &mut math::Params, i: usize| std::mem::take(&mut all[i]);
+    let mut params: math::Params = with_grad.iter().map(|&i| take(values, i)).collect();
+    let mut grads: math::Params = with_grad
+        .iter()
+        .map(|&i| model.grad_values[i].take().unwrap_or_default())
+        .collect();
+    let state_of = |i: usize| (0..slots).map(move |s| i * slots + s);
+    let mut state: math::Params = with_grad
+        .iter()
+        .flat_map(|&i| state_of(i))
+        .map(|k| take(&mut o.state_values, k))
+        .collect();
+    apply(o, &mut params, &grads, &mut state);
+    for (n, &i) in with_grad.iter().enumerate() {
+        values[i] = take(&mut params, n);
+        model.grad_values[i] = Some(take(&mut grads, n));
+        for (s, k) in state_of(i).enumerate() {
+            o.state_values[k] = take(&mut state, n * slots + s);
+        }
+    }
+    true
+}
+
+/// One update of `values` by the optimizer's rule; `state`: each
+/// parameter's state tensors, in order.
+fn apply(
+    o: &mut OptimizerState,
+    values: &mut math::Params,
+    grads: &math::Params,
+    state: &mut math::Params,
+) {
     o.steps += 1;
     match o.kind {
         OptimizerKind::Sgd => math::sgd(values, grads, o.lr),
-        OptimizerKind::Momentum => {
-            math::momentum(values, grads, &mut o.state_values, o.steps == 1, o.lr)
-        }
+        OptimizerKind::Momentum => math::momentum(values, grads, state, o.steps == 1, o.lr),
         OptimizerKind::Adam | OptimizerKind::Adamw => {
             let (mut m, mut v): (math::Params, math::Params) = (Vec::new(), Vec::new());
-            for (i, s) in o.state_values.drain(..).enumerate() {
+            for (i, s) in state.drain(..).enumerate() {
                 if i % 2 == 0 {
                     m.push(s);
                 } else {
@@ -169,7 +190,7 @@ fn apply(o: &mut OptimizerState, values: &mut math::Params, grads: &math::Params
             }
             let adamw = o.kind == OptimizerKind::Adamw;
             math::adam(values, grads, &mut m, &mut v, o.steps as i32, o.lr, adamw);
-            o.state_values = m.into_iter().zip(v).flat_map(|(a, b)| [a, b]).collect();
+            *state = m.into_iter().zip(v).flat_map(|(a, b)| [a, b]).collect();
         }
     }
 }

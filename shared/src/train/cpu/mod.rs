@@ -19,8 +19,9 @@ use std::ops::Range;
 
 /// What a program reads besides its own tensors.
 pub struct Inputs<'a> {
-    /// Each parameter's values and shape, in `parameters()` order.
-    pub params: &'a [(Vec<u64>, Vec<f32>)],
+    /// Each parameter's shape and values, in `parameters()` order.
+    pub shapes: &'a [Vec<u64>],
+    pub params: &'a [Vec<f32>],
     pub batch: &'a BatchValues,
 }
 
@@ -43,6 +44,14 @@ pub struct Values {
     pub loss: Option<f32>,
     /// Each parameter's gradient, when the program made one.
     pub grads: Vec<Option<Vec<f32>>>,
+}
+
+/// A program's arithmetic under way: its values and the batch it reads
+/// (what `forward` leaves for `backward`).
+#[derive(Clone, Debug)]
+pub struct Computed {
+    pub values: Values,
+    pub batch: BatchValues,
 }
 
 /// A program whose arithmetic cannot run: an operand already freed, or
@@ -123,11 +132,9 @@ impl Machine<'_> {
                 shape: &self.program.allocs[i].shape,
             },
             Arg::Param(p) => {
-                let (shape, data) = self
-                    .inputs
-                    .params
-                    .get(p)
-                    .ok_or_else(|| format!("reads parameter {p}, which does not exist"))?;
+                let missing = || format!("reads parameter {p}, which does not exist");
+                let data = self.inputs.params.get(p).ok_or_else(missing)?;
+                let shape = self.inputs.shapes.get(p).ok_or_else(missing)?;
                 View { data, shape }
             }
             Arg::Batch(Batch::Inputs) => View {

@@ -27,18 +27,22 @@ fn small_cnn() -> CnnShape {
     }
 }
 
+/// Parameters' shapes and values.
+type Params = (Vec<Vec<u64>>, Vec<Vec<f32>>);
+
 /// Deterministic values, different for every parameter and element.
-fn values(tensors: &[Tensor]) -> Vec<(Vec<u64>, Vec<f32>)> {
-    tensors
+fn values(tensors: &[Tensor]) -> Params {
+    let shapes = tensors.iter().map(|t| t.shape.clone()).collect();
+    let values = tensors
         .iter()
         .enumerate()
         .map(|(i, t)| {
-            let v = (0..t.numel())
+            (0..t.numel())
                 .map(|j| 0.4 * (0.37 * (j + 1) as f32 + 1.1 * (i + 1) as f32).sin())
-                .collect();
-            (t.shape.clone(), v)
+                .collect()
         })
-        .collect()
+        .collect();
+    (shapes, values)
 }
 
 fn tokens(batch: u64, t: &TransformerShape) -> BatchValues {
@@ -62,9 +66,13 @@ fn images(batch: u64, c: &CnnShape) -> BatchValues {
     }
 }
 
-fn whole(program: &Program, params: &[(Vec<u64>, Vec<f32>)], batch: &BatchValues) -> Values {
+fn whole(program: &Program, (shapes, params): &Params, batch: &BatchValues) -> Values {
     let mut values = Values::default();
-    let inputs = Inputs { params, batch };
+    let inputs = Inputs {
+        shapes,
+        params,
+        batch,
+    };
     run(program, 0..program.ops.len(), &inputs, &mut values).expect("the program runs");
     values
 }
@@ -84,7 +92,7 @@ fn options(attention: Attention, checkpointing: bool, amp: Option<Dtype>) -> Opt
 fn check_gradients(program: &Program, tensors: &[Tensor], batch: &BatchValues, h: f32) {
     let params = values(tensors);
     let got = whole(program, &params, batch);
-    let loss = |params: &[(Vec<u64>, Vec<f32>)]| whole(program, params, batch).loss.unwrap();
+    let loss = |params: &Params| whole(program, params, batch).loss.unwrap();
     assert!(loss(&params).is_finite());
     for (i, t) in tensors.iter().enumerate() {
         let Some(grad) = &got.grads[i] else {
@@ -95,9 +103,9 @@ fn check_gradients(program: &Program, tensors: &[Tensor], batch: &BatchValues, h
         let n = grad.len();
         for j in [0, n / 2, n - 1] {
             let mut plus = params.clone();
-            plus[i].1[j] += h;
+            plus.1[i][j] += h;
             let mut minus = params.clone();
-            minus[i].1[j] -= h;
+            minus.1[i][j] -= h;
             let numeric = (loss(&plus) - loss(&minus)) / (2.0 * h);
             let analytic = grad[j];
             assert!(
@@ -203,10 +211,12 @@ fn a_forward_under_no_grad_computes_the_steps_loss() {
 #[test]
 fn an_untrained_models_loss_is_about_uniform() {
     let t = gpt(Norm::LayerNorm, true, 0);
-    let params: Vec<_> = values(&t.parameters(Dtype::Float32))
-        .into_iter()
-        .map(|(s, v)| (s, v.iter().map(|x| x * 0.01).collect()))
+    let (shapes, values) = values(&t.parameters(Dtype::Float32));
+    let small = values
+        .iter()
+        .map(|v| v.iter().map(|x| x * 0.01).collect())
         .collect();
+    let params = (shapes, small);
     let loss = whole(
         &step::program(&t, 2, Options::default()),
         &params,
@@ -236,17 +246,18 @@ fn a_program_that_reads_a_freed_tensor_is_refused_with_its_op() {
         .position(|op| *op == Op::Alloc(dead))
         .unwrap();
     program.ops.insert(made + 1, Op::Free(dead));
-    let params = values(&t.parameters(Dtype::Float32));
+    let (shapes, params) = values(&t.parameters(Dtype::Float32));
     let batch = tokens(1, &t);
-    let mut v = Values::default();
+    let inputs = Inputs {
+        shapes: &shapes,
+        params: &params,
+        batch: &batch,
+    };
     let err = run(
         &program,
         0..program.ops.len(),
-        &Inputs {
-            params: &params,
-            batch: &batch,
-        },
-        &mut v,
+        &inputs,
+        &mut Values::default(),
     )
     .unwrap_err();
     assert!(

@@ -1,0 +1,117 @@
+//! A step program's numbers: the next batch drawn from the dataset, the
+//! program's arithmetic run on the CPU over the model's values, the
+//! gradients added into `.grad`. The memory of the same ops is played by
+//! `engine::program`; this runs after it, so a step that ran out of memory
+//! computes nothing.
+
+use super::Engine;
+use crate::runtime::ObjId;
+use crate::train::cpu::{self, BatchValues, Computed, Inputs, Values};
+use crate::train::data::Synthetic;
+use crate::train::kinds::step::Program;
+use crate::train::spec::Kind;
+use crate::train::{ModelSpec, ARITHMETIC_HOST_LIMIT};
+use std::ops::Range;
+
+impl Engine {
+    /// Whether `program`'s arithmetic is small enough to run here.
+    pub(super) fn computes_program(&self, spec: &ModelSpec, program: &Program) -> bool {
+        let shapes: Vec<Vec<u64>> = spec.parameters().into_iter().map(|t| t.shape).collect();
+        let cost = cpu::cost(program, &shapes);
+        cost.flops <= self.flop_limit && cost.host_bytes <= ARITHMETIC_HOST_LIMIT
+    }
+
+    /// The next `batch` samples of `data` as a program reads them (token
+    /// ids and next tokens, or images and labels); the cursor moves past
+    /// them.
+    pub(super) fn next_batch(&mut self, data: ObjId, spec: &ModelSpec, batch: u64) -> BatchValues {
+        let d = self.train.datasets.get_mut(&data).expect("dataset exists");
+        let start = d.cursor;
+        d.cursor = (d.cursor + batch) % d.spec.samples.max(1);
+        let synthetic = Synthetic {
+            samples: d.spec.samples,
+            features: d.spec.features,
+            classes: d.spec.classes,
+            seed: d.seed,
+        };
+        let (input_shape, ..) = spec.batch(batch);
+        let (inputs, targets) = match spec.kind {
+            Kind::Transformer(_) => synthetic.sequences(start, batch),
+            Kind::Cnn(_) | Kind::Mlp => {
+                let (x, y) = synthetic.batch(start, batch);
+                (x, y.into_iter().map(|c| c as f32).collect())
+            }
+        };
+        BatchValues {
+            inputs,
+            input_shape,
+            targets,
+        }
+    }
+
+    /// Runs `program.ops[range]` on `values` with `model`'s parameters.
+    /// `None` (nothing computed) only if the program's arithmetic is
+    /// faulty, which the interpreter's tests rule out.
+    pub(super) fn run_arithmetic(
+        &mut self,
+        model: ObjId,
+        program: &Program,
+        range: Range<usize>,
+        computed: &mut Computed,
+    ) -> Option<()> {
+        let state = self.train.models.get_mut(&model)?;
+        let shapes: Vec<Vec<u64>> = state
+            .spec
+            .parameters()
+            .into_iter()
+            .map(|t| t.shape)
+            .collect();
+        let inputs = Inputs {
+            shapes: &shapes,
+            params: state.values_mut(),
+            batch: &computed.batch,
+        };
+        let ran = cpu::run(program, range, &inputs, &mut computed.values);
+        debug_assert!(ran.is_ok(), "{ran:?}");
+        ran.ok()
+    }
+
+    /// Adds the gradients `values` made, times `scale`, into the model's
+    /// `.grad` values.
+    pub(super) fn add_grads(&mut self, model: ObjId, values: &mut Values, scale: f32) {
+        let Some(state) = self.train.models.get_mut(&model) else {
+            return;
+        };
+        state.grad_values.resize(values.grads.len(), None);
+        for (slot, grad) in state.grad_values.iter_mut().zip(values.grads.iter_mut()) {
+            let Some(mut grad) = grad.take() else {
+                continue;
+            };
+            grad.iter_mut().for_each(|g| *g *= scale);
+            match slot {
+                Some(have) => have.iter_mut().zip(&grad).for_each(|(h, g)| *h += g),
+                None => *slot = Some(grad),
+            }
+        }
+    }
+
+    /// A whole step program's arithmetic on the next `batch` samples: its loss, the
+    /// gradients (times `scale`, as `loss / accumulate` scales them) added
+    /// into `.grad`.
+    pub(super) fn compute_step(
+        &mut self,
+        model: ObjId,
+        data: ObjId,
+        (program, batch): (&Program, u64),
+        scale: f32,
+    ) -> Option<f32> {
+        let spec = self.train.models.get(&model)?.spec;
+        let mut computed = Computed {
+            values: Values::default(),
+            batch: self.next_batch(data, &spec, batch),
+        };
+        self.run_arithmetic(model, program, 0..program.ops.len(), &mut computed)?;
+        self.add_grads(model, &mut computed.values, scale);
+        computed.values.loss
+    }
+}

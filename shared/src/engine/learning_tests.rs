@@ -1,0 +1,128 @@
+//! The CNN's and the transformer's steps compute on the CPU when small:
+//! the loss falls over a training run, LoRA trains its adapters alone, and
+//! `forward` + `backward` + `step` compute what `train` computes.
+
+use super::kinds_tests::{engine, gpt, run, with};
+use super::*;
+use serde_json::{json, Value};
+
+fn losses(value: &Value) -> Vec<f64> {
+    value["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["loss"].as_f64().expect("a computed loss"))
+        .collect()
+}
+
+/// The mean of the first and of the last five steps' losses.
+fn ends(l: &[f64]) -> (f64, f64) {
+    let mean = |s: &[f64]| s.iter().sum::<f64>() / s.len() as f64;
+    (mean(&l[..5]), mean(&l[l.len() - 5..]))
+}
+
+fn train(e: &mut Engine, extra: Value) -> Vec<f64> {
+    let line = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":30,"batch_size":8});
+    let r = run(e, &with(line, &extra));
+    assert!(r.ok, "{:?}", r.error);
+    let value = r.value.unwrap();
+    assert_eq!(value["loss_computed"], true, "{value}");
+    losses(&value)
+}
+
+#[test]
+fn a_small_transformer_learns_its_sequences() {
+    let (model, features, classes) = gpt(1, 32, 2, 16, 64);
+    let mut e = engine(model, "adam", features, classes);
+    let l = train(&mut e, json!({}));
+    let (first, last) = ends(&l);
+    assert!(l[0] > 3.0, "{l:?}");
+    assert!(last < 0.8 * first, "{first} -> {last}: {l:?}");
+}
+
+#[test]
+fn a_small_cnn_learns_its_clusters() {
+    let model =
+        json!({"kind":"cnn","channels":3,"image_size":16,"blocks":2,"width":8,"classes":10});
+    let mut e = engine(model, "adam", 3 * 16 * 16, 10);
+    let l = train(&mut e, json!({}));
+    let (first, last) = ends(&l);
+    assert!(last < 0.8 * first, "{first} -> {last}: {l:?}");
+}
+
+/// Every technique the step program models computes the same numbers:
+/// fused attention, checkpointing, autocast (a copy on the CPU), gradient
+/// accumulation (the mean of the micro-batches' gradients).
+#[test]
+fn techniques_change_memory_not_the_losses() {
+    let (model, features, classes) = gpt(1, 16, 2, 8, 32);
+    let reference = train(
+        &mut engine(model.clone(), "adam", features, classes),
+        json!({}),
+    );
+    for extra in [
+        json!({"attention":"sdpa"}),
+        json!({"checkpointing":true}),
+        json!({"amp":"bfloat16"}),
+    ] {
+        let l = train(
+            &mut engine(model.clone(), "adam", features, classes),
+            extra.clone(),
+        );
+        for (a, b) in l.iter().zip(&reference) {
+            assert!((a - b).abs() < 2e-3, "{extra}: {l:?} vs {reference:?}");
+        }
+    }
+    let l = train(
+        &mut engine(model, "adam", features, classes),
+        json!({"accumulate":2}),
+    );
+    assert!(ends(&l).1 < ends(&l).0, "{l:?}");
+}
+
+#[test]
+fn lora_trains_the_adapters_alone() {
+    let (mut model, features, classes) = gpt(1, 32, 2, 16, 64);
+    model["lora_rank"] = json!(4);
+    let mut e = engine(model, "adamw", features, classes);
+    let m = e.train.models.values().next().unwrap().clone();
+    let before = m.spec.parameters();
+    let l = train(&mut e, json!({}));
+    assert!(ends(&l).1 < ends(&l).0, "{l:?}");
+    let state = e.train.models.values().next().unwrap();
+    let first = crate::train::init::initial_values(&before, m.seed);
+    for ((t, now), was) in before
+        .iter()
+        .zip(state.values.as_ref().unwrap())
+        .zip(&first)
+    {
+        assert_eq!(t.frozen, now == was, "{}", t.name);
+    }
+}
+
+/// `forward`, `backward`, `opt.step()`, `zero_grad` one at a time give
+/// the losses a `train` loop gives.
+#[test]
+fn statements_compute_what_train_computes() {
+    let (model, features, classes) = gpt(1, 16, 2, 8, 32);
+    let looped = train(
+        &mut engine(model.clone(), "adam", features, classes),
+        json!({}),
+    );
+    let mut e = engine(model, "adam", features, classes);
+    for (s, want) in looped.iter().take(3).enumerate() {
+        let r = run(
+            &mut e,
+            &json!({"cmd":"forward","name":"loss","model":"model","data":"data","batch_size":8}),
+        );
+        let got = r.value.unwrap()["loss"].as_f64().unwrap();
+        assert!((got - want).abs() < 1e-6, "step {s}: {got} vs {want}");
+        for line in [
+            json!({"cmd":"backward","name":"loss"}),
+            json!({"cmd":"step","optimizer":"opt"}),
+            json!({"cmd":"zero_grad","optimizer":"opt"}),
+        ] {
+            assert!(run(&mut e, &line).ok, "{line}");
+        }
+    }
+}
