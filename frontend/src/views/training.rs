@@ -428,13 +428,14 @@ fn LossCurve(app: App, kind: RwSignal<ModelKind>) -> impl IntoView {
         }
         match (losses.first(), losses.last()) {
             (Some(a), Some(b)) => format!("step {done} of {}: loss {a:.4} → {b:.4}", play.total.get()),
-            _ if play.shape_only.get() && kind.get() != ModelKind::Mlp => format!(
-                "step {done} of {}: shape-only. Every allocation is the one PyTorch's ops make for this model, in their order, but no arithmetic runs here, so there is no loss to plot.",
-                play.total.get()
-            ),
             _ if play.shape_only.get() => format!(
-                "step {done} of {}: shape-only (this model's step is too big to compute here), so there is no loss to plot; 2 layers of 128 at batch 32 compute it.",
-                play.total.get()
+                "step {done} of {}: shape-only (this model's step is too big to compute here), so there is no loss to plot; {} compute it.",
+                play.total.get(),
+                match kind.get() {
+                    ModelKind::Mlp => "2 layers of 128 at batch 32",
+                    ModelKind::Transformer => "1 layer of width 32, sequence 16 and vocabulary 64 at batch 8",
+                    ModelKind::Cnn => "2 blocks of width 8 on 16x16 images at batch 8",
+                }
             ),
             _ => String::new(),
         }

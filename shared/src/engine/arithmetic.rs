@@ -16,9 +16,13 @@ use std::ops::Range;
 impl Engine {
     /// Whether `program`'s arithmetic is small enough to run here.
     pub(super) fn computes_program(&self, spec: &ModelSpec, program: &Program) -> bool {
-        let shapes: Vec<Vec<u64>> = spec.parameters().into_iter().map(|t| t.shape).collect();
-        let cost = cpu::cost(program, &shapes);
+        let cost = program_cost(spec, program);
         cost.flops <= self.flop_limit && cost.host_bytes <= ARITHMETIC_HOST_LIMIT
+    }
+
+    /// The floating-point operations of `program`'s arithmetic.
+    pub(super) fn program_flops(&self, spec: &ModelSpec, program: &Program) -> u64 {
+        program_cost(spec, program).flops
     }
 
     /// The next `batch` samples of `data` as a program reads them (token
@@ -114,4 +118,9 @@ impl Engine {
         self.add_grads(model, &mut computed.values, scale);
         computed.values.loss
     }
+}
+
+fn program_cost(spec: &ModelSpec, program: &Program) -> cpu::Cost {
+    let shapes: Vec<Vec<u64>> = spec.parameters().into_iter().map(|t| t.shape).collect();
+    cpu::cost(program, &shapes)
 }

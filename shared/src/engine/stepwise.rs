@@ -66,7 +66,7 @@ impl Engine {
                 grad: !a.no_grad,
             };
             let value = self.forward_program(&s, program)?;
-            return Ok(self.forward_outcome(name, a.no_grad, value, true));
+            return Ok(self.forward_outcome(name, a.no_grad, value));
         }
         let compute = self.computes(&spec, batch);
         let mut frame = Frame::default();
@@ -86,17 +86,16 @@ impl Engine {
             Err(f) => return Err(self.raise_in_frame(frame, &f)),
         };
         self.kernel.bind_local(name, out.loss);
-        Ok(self.forward_outcome(name, a.no_grad, out.value, false))
+        Ok(self.forward_outcome(name, a.no_grad, out.value))
     }
 
-    /// What a forward pass left: the bytes its graph saved, the loss (a
-    /// `program`'s, a CNN's or a transformer's, is not computed).
+    /// What a forward pass left: the bytes its graph saved, the loss when
+    /// computed.
     fn forward_outcome(
         &self,
         name: &str,
         no_grad: bool,
         value: Option<f32>,
-        program: bool,
     ) -> Outcome {
         let graph = self
             .kernel
@@ -127,7 +126,7 @@ impl Engine {
                 format_size(saved)
             )
         };
-        note.push_str(&loss_note(value, program));
+        note.push_str(&loss_note(value));
         Outcome {
             note: Some(note),
             value: Some(json!({"loss": value, "loss_computed": value.is_some()})),
@@ -418,14 +417,11 @@ impl Engine {
     }
 }
 
-/// What the note says of the loss: its value, or why it has none (a CNN's
-/// or a transformer's step, a `program`, runs shape-only).
-fn loss_note(value: Option<f32>, program: bool) -> String {
+/// What the note says of the loss: its value, or why it has none (the
+/// step is too large to compute here).
+fn loss_note(value: Option<f32>) -> String {
     match value {
         Some(v) => format!(" Loss {v:.4} (computed on the CPU)."),
-        None if program => {
-            " Shape-only: every tensor PyTorch's ops make, with its shape, but no arithmetic, so no loss was computed.".into()
-        }
         None => " The step is too large to compute here: shape-only, loss not computed.".into(),
     }
 }

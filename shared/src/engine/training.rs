@@ -26,6 +26,8 @@ struct Plan {
     data: ObjId,
     micro_batch: u64,
     compute: bool,
+    /// What one micro-batch's arithmetic costs.
+    flops: u64,
     /// A CNN's or a transformer's step, written once for the loop.
     program: Option<Program>,
 }
@@ -129,9 +131,9 @@ impl Engine {
             amp: a.amp.dtype(),
         };
         let program = spec.step_program(micro_batch, options);
-        let compute = match &program {
-            Some(p) => self.computes_program(&spec, p),
-            None => self.computes(&spec, micro_batch),
+        let (compute, flops) = match &program {
+            Some(p) => (self.computes_program(&spec, p), self.program_flops(&spec, p)),
+            None => (self.computes(&spec, micro_batch), spec.step_flops(micro_batch)),
         };
         Ok(Plan {
             model,
@@ -140,6 +142,7 @@ impl Engine {
             data,
             micro_batch,
             compute,
+            flops,
             program,
         })
     }
@@ -379,17 +382,11 @@ fn train_outcome(a: &TrainArgs, plan: &Plan, steps: StepLog, stopped: bool) -> O
             plural(a.steps, "step"),
             a.batch_size
         ),
-        _ if plan.program.is_some() => format!(
-            "{} of batch {}, shape-only: every allocation is the one PyTorch's ops make for this {}, in their order, but no arithmetic runs, so no loss was computed.",
-            plural(a.steps, "step"),
-            a.batch_size,
-            plan.spec.kind_name()
-        ),
         _ => format!(
             "{} of batch {}, shape-only: every allocation is the one a computed step makes, but a step of {:.0} MFLOP is too big to compute here, so no loss was computed.",
             plural(a.steps, "step"),
             a.batch_size,
-            plan.spec.step_flops(plan.micro_batch) as f64 / 1e6
+            plan.flops as f64 / 1e6
         ),
     };
     if stopped {
