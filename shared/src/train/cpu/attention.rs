@@ -12,7 +12,7 @@ pub(super) fn heads(x: &View, part: usize, out: &[u64]) -> Out {
     let width = h * d;
     let row = x.last();
     if x.data.len() != b * s * row || row < (part + 1) * width {
-        return Err(format!("head {part} of {:?} as {out:?}", x.shape));
+        return Err("takes a head its input does not have");
     }
     let mut v = Vec::with_capacity(b * h * s * d);
     for bi in 0..b {
@@ -47,7 +47,7 @@ pub(super) fn merge_heads(x: &View) -> Out {
 pub(super) fn masked_fill(x: &View, mask: &View, value: f32) -> Out {
     let m = mask.data.len();
     if m == 0 || x.data.len() % m != 0 {
-        return Err(format!("a mask {:?} on {:?}", mask.shape, x.shape));
+        return Err("has a mask that does not tile its input");
     }
     let fill = |(i, &v): (usize, &f32)| if mask.data[i % m] != 0.0 { value } else { v };
     Ok(vec![x.data.iter().enumerate().map(fill).collect()])
@@ -62,7 +62,7 @@ pub(super) fn cat(parts: &[View; 3], out: &[u64]) -> Out {
     let mut v = vec![0.0; tokens * row];
     for (p, part) in parts.iter().enumerate() {
         if part.data.len() != tokens * width {
-            return Err(format!("a part {:?} of {out:?}", part.shape));
+            return Err("joins a part of another size");
         }
         let tokens_layout = merged(part)?;
         for t in 0..tokens {
@@ -74,17 +74,17 @@ pub(super) fn cat(parts: &[View; 3], out: &[u64]) -> Out {
 }
 
 /// A part in the tokens' layout: heads are merged first.
-fn merged(part: &View) -> Result<Vec<f32>, String> {
+fn merged(part: &View) -> Result<Vec<f32>, &'static str> {
     match part.shape.len() {
         4 => Ok(merge_heads(part)?.remove(0)),
         _ => Ok(part.data.to_vec()),
     }
 }
 
-fn dims4(shape: &[u64]) -> Result<[usize; 4], String> {
+fn dims4(shape: &[u64]) -> Result<[usize; 4], &'static str> {
     match *shape {
         [b, h, s, d] => Ok([b as usize, h as usize, s as usize, d as usize]),
-        _ => Err(format!("{shape:?} is not B x H x S x D")),
+        _ => Err("reads heads that are not B x H x S x D"),
     }
 }
 
@@ -117,11 +117,11 @@ impl Dims {
 pub(super) fn sdpa(qkv: &View, heads: usize, out: &[u64]) -> Out {
     let (b, s, width) = match *out {
         [b, s, w] => (b as usize, s as usize, w as usize),
-        _ => return Err(format!("attention's output {out:?} is not B x S x width")),
+        _ => return Err("is not B x S x width"),
     };
     let (h, d) = (heads, width / heads.max(1));
     if qkv.data.len() != b * s * 3 * width || h * d != width {
-        return Err(format!("attention of {heads} heads on {:?}", qkv.shape));
+        return Err("splits its projection into heads that do not fit");
     }
     let dims = Dims { h, s, d };
     let data = qkv.data;
@@ -156,12 +156,12 @@ pub(super) fn sdpa(qkv: &View, heads: usize, out: &[u64]) -> Out {
 pub(super) fn sdpa_backward(g: &View, qkv: &View, out: &View, lse: &View) -> Out {
     let [b, h, s] = match *lse.shape {
         [b, h, s] => [b as usize, h as usize, s as usize],
-        _ => return Err(format!("a log-sum-exp {:?}", lse.shape)),
+        _ => return Err("reads a log-sum-exp that is not B x H x S"),
     };
     let width = out.last();
     let d = width / h.max(1);
     if g.data.len() != b * s * width || qkv.data.len() != 3 * g.data.len() || d * h != width {
-        return Err(format!("attention's backward on {:?}", qkv.shape));
+        return Err("reads operands of other sizes");
     }
     let dims = Dims { h, s, d };
     let data = qkv.data;

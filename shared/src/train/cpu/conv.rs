@@ -9,10 +9,10 @@ use super::View;
 const BATCH_NORM_EPS: f32 = 1e-5;
 
 /// Batch, channels, height, width.
-fn nchw(shape: &[u64]) -> Result<[usize; 4], String> {
+fn nchw(shape: &[u64]) -> Result<[usize; 4], &'static str> {
     match *shape {
         [n, c, h, w] => Ok([n as usize, c as usize, h as usize, w as usize]),
-        _ => Err(format!("{shape:?} is not N x C x H x W")),
+        _ => Err("reads maps that are not N x C x H x W"),
     }
 }
 
@@ -29,7 +29,7 @@ pub(super) fn conv(x: &View, weight: &View, bias: &View) -> Out {
     let [n, ci, h, w] = nchw(x.shape)?;
     let [co, wci, kh, kw] = nchw(weight.shape)?;
     if wci != ci || kh != 3 || kw != 3 || bias.data.len() != co {
-        return Err(format!("a {:?} convolution on {:?}", weight.shape, x.shape));
+        return Err("has a weight that does not fit its input");
     }
     let plane = h * w;
     let mut out = vec![0.0; n * co * plane];
@@ -57,7 +57,7 @@ pub(super) fn conv_backward(g: &View, x: &View, weight: &View, input_grad: bool)
     let [co, ..] = nchw(weight.shape)?;
     let plane = h * w;
     if g.data.len() != n * co * plane {
-        return Err(format!("a convolution's backward on {:?}", x.shape));
+        return Err("reads a gradient of another size");
     }
     let (mut dx, mut dw, mut db) = (
         vec![0.0; x.data.len()],
@@ -92,11 +92,7 @@ pub(super) fn conv_backward(g: &View, x: &View, weight: &View, input_grad: bool)
 pub(super) fn batch_norm(x: &View, weight: &View, bias: &View) -> Out {
     let [n, c, h, w] = nchw(x.shape)?;
     if weight.data.len() != c || bias.data.len() != c {
-        return Err(format!(
-            "a batch norm of {} on {:?}",
-            weight.data.len(),
-            x.shape
-        ));
+        return Err("has a weight that does not fit its channels");
     }
     let plane = h * w;
     let count = (n * plane) as f32;
@@ -125,7 +121,7 @@ pub(super) fn batch_norm_backward(
 ) -> Out {
     let [n, c, h, w] = nchw(x.shape)?;
     if g.data.len() != x.data.len() || mean.data.len() != c || invstd.data.len() != c {
-        return Err(format!("a batch norm's backward on {:?}", x.shape));
+        return Err("reads operands of other sizes");
     }
     let plane = h * w;
     let count = (n * plane) as f32;
@@ -175,7 +171,7 @@ pub(super) fn max_pool_backward(g: &View, indices: &View, out: &[u64]) -> Out {
     let [n, c, h, w] = nchw(out)?;
     let per_plane = g.data.len() / (n * c).max(1);
     if g.data.len() != indices.data.len() {
-        return Err(format!("pooling's backward on {:?}", g.shape));
+        return Err("reads indices of another size");
     }
     let mut dx = vec![0.0; n * c * h * w];
     for (k, (&gv, &i)) in g.data.iter().zip(indices.data).enumerate() {

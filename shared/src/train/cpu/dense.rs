@@ -7,7 +7,7 @@ use super::View;
 use crate::train::kinds::step::{Arg, Calc, Program};
 
 /// An op's outputs, or what is wrong with its operands.
-pub(super) type Out = Result<Vec<Vec<f32>>, String>;
+pub(super) type Out = Result<Vec<Vec<f32>>, &'static str>;
 
 const LAYER_NORM_EPS: f32 = 1e-5;
 /// `nn.RMSNorm(eps=None)`: `torch.finfo(torch.float32).eps`.
@@ -21,7 +21,7 @@ pub(super) fn embedding(weight: &View, ids: &View) -> Out {
     for &id in ids.data {
         let r = id as usize;
         if id < 0.0 || r >= rows {
-            return Err(format!("an id {id} outside the {rows}-row table"));
+            return Err("picks an id outside its table");
         }
         out.extend_from_slice(&weight.data[r * d..(r + 1) * d]);
     }
@@ -37,7 +37,7 @@ pub(super) fn embedding_backward(grad: &View, ids: &View, numel: usize) -> Out {
         let at = id as usize * d;
         let row = out
             .get_mut(at..at + d)
-            .ok_or_else(|| format!("an id {id} outside the table"))?;
+            .ok_or("picks an id outside its table")?;
         row.iter_mut()
             .zip(&grad.data[r * d..(r + 1) * d])
             .for_each(|(o, g)| *o += g);
@@ -52,7 +52,7 @@ pub(super) fn add(a: &View, b: &View) -> Out {
         false => (b.data, a.data),
     };
     if small.is_empty() || big.len() % small.len() != 0 {
-        return Err(format!("cannot add {:?} and {:?}", a.shape, b.shape));
+        return Err("adds tensors that do not tile");
     }
     let n = small.len();
     Ok(vec![big
@@ -65,7 +65,7 @@ pub(super) fn add(a: &View, b: &View) -> Out {
 /// `f` of two same-sized operands.
 pub(super) fn zip(a: &View, b: &View, f: impl Fn(f32, f32) -> f32) -> Out {
     if a.data.len() != b.data.len() {
-        return Err(format!("{:?} and {:?} differ", a.shape, b.shape));
+        return Err("reads operands of other sizes");
     }
     Ok(vec![a
         .data
@@ -78,7 +78,7 @@ pub(super) fn zip(a: &View, b: &View, f: impl Fn(f32, f32) -> f32) -> Out {
 /// `x` summed over its leading dimensions down to `numel` elements.
 pub(super) fn sum_to(x: &View, numel: usize) -> Out {
     if numel == 0 || x.data.len() % numel != 0 {
-        return Err(format!("cannot sum {:?} to {numel} elements", x.shape));
+        return Err("sums to a size that does not tile its input");
     }
     let mut out = vec![0.0; numel];
     for chunk in x.data.chunks(numel) {
@@ -115,10 +115,7 @@ pub(super) fn mm((a, ta): (&View, bool), (b, tb): (&View, bool), batched: bool) 
     let (m, k) = if ta { (ca, ra) } else { (ra, ca) };
     let (k2, n) = if tb { (cb, rb) } else { (rb, cb) };
     if k != k2 || batch != batch_b {
-        return Err(format!(
-            "cannot multiply {:?} by {:?} (transposed: {ta}, {tb})",
-            a.shape, b.shape
-        ));
+        return Err("multiplies matrices whose sizes do not match");
     }
     let mut out = vec![0.0; batch * m * n];
     for i in 0..batch {
@@ -164,10 +161,7 @@ fn gemm(
 pub(super) fn linear(x: &View, weight: &View, bias: &View) -> Out {
     let (fan_out, fan_in) = (weight.shape[0] as usize, weight.last());
     if fan_in == 0 || x.data.len() % fan_in != 0 || bias.data.len() != fan_out {
-        return Err(format!(
-            "a linear layer {:?} on {:?}",
-            weight.shape, x.shape
-        ));
+        return Err("has a weight that does not fit its input");
     }
     let rows = x.data.len() / fan_in;
     let mut out = vec![0.0; rows * fan_out];
@@ -189,7 +183,7 @@ pub(super) fn linear(x: &View, weight: &View, bias: &View) -> Out {
 pub(super) fn norm(x: &View, weight: &View, bias: Option<&View>) -> Out {
     let d = weight.data.len();
     if d == 0 || x.data.len() % d != 0 {
-        return Err(format!("a norm of {d} on {:?}", x.shape));
+        return Err("has a weight that does not fit its input");
     }
     let (mut out, mut means, mut rstds) = (Vec::with_capacity(x.data.len()), vec![], vec![]);
     for row in x.data.chunks(d) {
@@ -230,7 +224,7 @@ pub(super) struct NormSaved<'a> {
 pub(super) fn norm_backward(g: &View, s: &NormSaved) -> Out {
     let d = s.weight.data.len();
     if d == 0 || g.data.len() != s.x.data.len() || s.x.data.len() / d != s.rstd.data.len() {
-        return Err(format!("a norm's backward on {:?}", s.x.shape));
+        return Err("reads operands of other sizes");
     }
     let (mut dx, mut dw, mut db) = (vec![0.0; g.data.len()], vec![0.0; d], vec![0.0; d]);
     for (r, (gr, xr)) in g.data.chunks(d).zip(s.x.data.chunks(d)).enumerate() {
@@ -319,7 +313,7 @@ pub(super) fn log_softmax_backward(g: &View, out: &View) -> Out {
 fn rowwise(a: &View, b: &View, f: impl Fn(&[f32], &[f32], &mut Vec<f32>)) -> Out {
     let n = a.last().max(1);
     if a.data.len() != b.data.len() {
-        return Err(format!("{:?} and {:?} differ", a.shape, b.shape));
+        return Err("reads operands of other sizes");
     }
     let mut out = Vec::with_capacity(a.data.len());
     for (ra, rb) in a.data.chunks(n).zip(b.data.chunks(n)) {
@@ -333,13 +327,13 @@ pub(super) fn nll(log_probs: &View, targets: &View) -> Out {
     let classes = log_probs.last().max(1);
     let rows = log_probs.data.len() / classes;
     if targets.data.len() != rows {
-        return Err(format!("{} labels for {rows} rows", targets.data.len()));
+        return Err("has labels for another number of rows");
     }
     let mut total = 0.0;
     for (row, &t) in log_probs.data.chunks(classes).zip(targets.data) {
         total -= row
             .get(t as usize)
-            .ok_or_else(|| format!("a label {t} of {classes}"))?;
+            .ok_or("reads a label outside its classes")?;
     }
     Ok(vec![vec![total / rows as f32], vec![rows as f32]])
 }
@@ -352,7 +346,7 @@ pub(super) fn nll_backward(grad: &View, targets: &View, weight: &View, numel: us
     let mut out = vec![0.0; numel];
     for (r, &t) in targets.data.iter().enumerate() {
         if t as usize >= classes {
-            return Err(format!("a label {t} of {classes}"));
+            return Err("reads a label outside its classes");
         }
         out[r * classes + t as usize] = scale;
     }

@@ -123,18 +123,18 @@ impl View<'_> {
 }
 
 impl Machine<'_> {
-    fn arg(&self, a: Arg) -> Result<View<'_>, String> {
+    fn arg(&self, a: Arg) -> Result<View<'_>, &'static str> {
         Ok(match a {
             Arg::T(i) => View {
                 data: self.values.tensors[i]
                     .as_deref()
-                    .ok_or_else(|| format!("reads allocation {i} after it was freed"))?,
+                    .ok_or("reads a tensor after it was freed")?,
                 shape: &self.program.allocs[i].shape,
             },
             Arg::Param(p) => {
-                let missing = || format!("reads parameter {p}, which does not exist");
-                let data = self.inputs.params.get(p).ok_or_else(missing)?;
-                let shape = self.inputs.shapes.get(p).ok_or_else(missing)?;
+                let missing = "reads a parameter the model does not have";
+                let data = self.inputs.params.get(p).ok_or(missing)?;
+                let shape = self.inputs.shapes.get(p).ok_or(missing)?;
                 View { data, shape }
             }
             Arg::Batch(Batch::Inputs) => View {
@@ -165,7 +165,7 @@ impl Machine<'_> {
         }
         let mut outputs = self
             .outputs(alloc.calc, out)
-            .map_err(|e| fault(self.program, i, &e))?;
+            .map_err(|e| fault(self.program, i, e))?;
         let numel = out.iter().product::<u64>() as usize;
         if outputs.first().map(Vec::len) != Some(numel) {
             return Err(fault(
@@ -180,11 +180,11 @@ impl Machine<'_> {
     }
 
     /// The outputs of `calc`, the first of `out`'s shape.
-    fn outputs(&self, calc: Calc, out: &[u64]) -> Result<Vec<Vec<f32>>, String> {
+    fn outputs(&self, calc: Calc, out: &[u64]) -> dense::Out {
         let numel = out.iter().product::<u64>() as usize;
         let one = |v: Vec<f32>| Ok(vec![v]);
         match calc {
-            Calc::Part { .. } => Err("a part is read where its op runs".into()),
+            Calc::Part { .. } => Err("is a part read where its op runs"),
             Calc::Arange => one((0..numel).map(|v| v as f32).collect()),
             Calc::Ones => one(vec![1.0; numel]),
             Calc::Tril(x) => one(dense::tril(&self.arg(x)?)),
