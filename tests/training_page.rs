@@ -410,7 +410,8 @@ async fn a_small_transformer_learns_in_the_page() {
     click(&page, "btn-build").await;
     until(&page, &format!("{COUNT} >= 3")).await;
     click(&page, "btn-play").await;
-    let done = "document.getElementById('play-status').textContent.startsWith('step 30 of 30: loss')";
+    let done =
+        "document.getElementById('play-status').textContent.startsWith('step 30 of 30: loss')";
     until(&page, done).await;
     let status = js(&page, "document.getElementById('play-status').textContent").await;
     let status = status.as_str().unwrap();

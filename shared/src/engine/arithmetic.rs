@@ -16,13 +16,17 @@ use std::ops::Range;
 impl Engine {
     /// Whether `program`'s arithmetic is small enough to run here.
     pub(super) fn computes_program(&self, spec: &ModelSpec, program: &Program) -> bool {
+        if !cfg!(feature = "kinds-arithmetic") {
+            return false;
+        }
         let cost = program_cost(spec, program);
         cost.flops <= self.flop_limit && cost.host_bytes <= ARITHMETIC_HOST_LIMIT
     }
 
-    /// The floating-point operations of `program`'s arithmetic.
-    pub(super) fn program_flops(&self, spec: &ModelSpec, program: &Program) -> u64 {
-        program_cost(spec, program).flops
+    /// The floating-point operations of `program`'s arithmetic; `None`
+    /// where this build computes no program (the page's own engine).
+    pub(super) fn program_flops(&self, spec: &ModelSpec, program: &Program) -> Option<u64> {
+        cfg!(feature = "kinds-arithmetic").then(|| program_cost(spec, program).flops)
     }
 
     /// The next `batch` samples of `data` as a program reads them (token
@@ -63,6 +67,9 @@ impl Engine {
         range: Range<usize>,
         computed: &mut Computed,
     ) -> Option<()> {
+        if !cfg!(feature = "kinds-arithmetic") {
+            return None;
+        }
         let state = self.train.models.get_mut(&model)?;
         let shapes: Vec<Vec<u64>> = state
             .spec
@@ -109,6 +116,9 @@ impl Engine {
         (program, batch): (&Program, u64),
         scale: f32,
     ) -> Option<f32> {
+        if !cfg!(feature = "kinds-arithmetic") {
+            return None;
+        }
         let spec = self.train.models.get(&model)?.spec;
         let mut computed = Computed {
             values: Values::default(),

@@ -91,12 +91,7 @@ impl Engine {
 
     /// What a forward pass left: the bytes its graph saved, the loss when
     /// computed.
-    fn forward_outcome(
-        &self,
-        name: &str,
-        no_grad: bool,
-        value: Option<f32>,
-    ) -> Outcome {
+    fn forward_outcome(&self, name: &str, no_grad: bool, value: Option<f32>) -> Outcome {
         let graph = self
             .kernel
             .runtime
@@ -366,6 +361,9 @@ impl Engine {
     /// (a copy of it when the graph is retained): the gradients go into
     /// `.grad`.
     fn backward_arithmetic(&mut self, graph: ObjId, retain: bool) {
+        if !cfg!(feature = "kinds-arithmetic") {
+            return;
+        }
         let Some(g) = self.train.graphs.get_mut(&graph) else {
             return;
         };

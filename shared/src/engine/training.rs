@@ -26,8 +26,9 @@ struct Plan {
     data: ObjId,
     micro_batch: u64,
     compute: bool,
-    /// What one micro-batch's arithmetic costs.
-    flops: u64,
+    /// What one micro-batch's arithmetic costs (`None`: this build does
+    /// not compute a program).
+    flops: Option<u64>,
     /// A CNN's or a transformer's step, written once for the loop.
     program: Option<Program>,
 }
@@ -132,8 +133,14 @@ impl Engine {
         };
         let program = spec.step_program(micro_batch, options);
         let (compute, flops) = match &program {
-            Some(p) => (self.computes_program(&spec, p), self.program_flops(&spec, p)),
-            None => (self.computes(&spec, micro_batch), spec.step_flops(micro_batch)),
+            Some(p) => (
+                self.computes_program(&spec, p),
+                self.program_flops(&spec, p),
+            ),
+            None => (
+                self.computes(&spec, micro_batch),
+                Some(spec.step_flops(micro_batch)),
+            ),
         };
         Ok(Plan {
             model,
@@ -383,10 +390,13 @@ fn train_outcome(a: &TrainArgs, plan: &Plan, steps: StepLog, stopped: bool) -> O
             a.batch_size
         ),
         _ => format!(
-            "{} of batch {}, shape-only: every allocation is the one a computed step makes, but a step of {:.0} MFLOP is too big to compute here, so no loss was computed.",
+            "{} of batch {}, shape-only: every allocation is the one a computed step makes, but {}, so no loss was computed.",
             plural(a.steps, "step"),
             a.batch_size,
-            plan.flops as f64 / 1e6
+            match plan.flops {
+                Some(flops) => format!("a step of {:.0} MFLOP is too big to compute here", flops as f64 / 1e6),
+                None => "the page's own engine computes no CNN or transformer step (a vramlab server does)".into(),
+            }
         ),
     };
     if stopped {

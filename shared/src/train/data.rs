@@ -15,12 +15,20 @@ fn hash(a: u64, b: u64, c: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// A standard normal number from a hash (Box-Muller).
+/// A standard normal number from a hash (Marsaglia's polar method: a
+/// point drawn in the unit disc, rehashed until it falls inside; float32
+/// `logf` and `sqrt`, the same to the bit on every target).
 pub fn gaussian(a: u64, b: u64, c: u64) -> f32 {
-    let h = hash(a, b, c);
-    let u1 = ((h >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
-    let u2 = (hash(h, c, b) >> 11) as f64 / (1u64 << 53) as f64;
-    ((-2.0 * libm::log(u1)).sqrt() * libm::cos(2.0 * std::f64::consts::PI * u2)) as f32
+    let mut h = hash(a, b, c);
+    loop {
+        let unit = |bits: u64| (bits & 0xff_ffff) as f32 / (1 << 23) as f32 - 1.0;
+        let (u, v) = (unit(h >> 40), unit(h >> 16));
+        let s = u * u + v * v;
+        if s > 0.0 && s < 1.0 {
+            return u * (-2.0 * libm::logf(s) / s).sqrt();
+        }
+        h = hash(h, c, b);
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

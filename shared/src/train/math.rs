@@ -2,6 +2,8 @@
 //! and backward with ReLU and softmax cross-entropy, and the optimizers'
 //! updates as PyTorch defines them. Used when a step is small enough.
 
+use super::OptimizerKind;
+
 /// Parameters of an MLP: per linear layer a weight (out x in, row-major)
 /// and a bias (out), in that order.
 pub type Params = Vec<Vec<f32>>;
@@ -141,56 +143,42 @@ pub const BETA2: f32 = 0.999;
 pub const EPS: f32 = 1e-8;
 pub const ADAMW_WEIGHT_DECAY: f32 = 0.01;
 
-/// `torch.optim.SGD` without momentum.
-pub fn sgd(params: &mut Params, grads: &Params, lr: f32) {
-    for (p, g) in params.iter_mut().zip(grads) {
-        p.iter_mut().zip(g).for_each(|(p, g)| *p -= lr * g);
-    }
-}
-
-/// `torch.optim.SGD(momentum=0.9)`: the buffer starts as a copy of the
-/// first gradient.
-pub fn momentum(params: &mut Params, grads: &Params, bufs: &mut Params, first: bool, lr: f32) {
-    for ((p, g), buf) in params.iter_mut().zip(grads).zip(bufs.iter_mut()) {
-        if first {
-            buf.copy_from_slice(g);
-        } else {
-            buf.iter_mut()
-                .zip(g)
-                .for_each(|(b, g)| *b = MOMENTUM * *b + g);
-        }
-        p.iter_mut().zip(buf.iter()).for_each(|(p, b)| *p -= lr * b);
-    }
-}
-
-/// `torch.optim.Adam` / `AdamW` (decoupled weight decay) at step `t` (from 1).
-pub fn adam(
-    params: &mut Params,
-    grads: &Params,
-    exp_avg: &mut Params,
-    exp_avg_sq: &mut Params,
-    t: i32,
+/// One parameter's update by `torch.optim`'s rule for `kind` at step `t`
+/// (from 1): `state` is its state tensors (SGD's momentum buffer, which
+/// starts as a copy of the first gradient; Adam's `exp_avg` and
+/// `exp_avg_sq`); AdamW's weight decay is decoupled.
+pub fn update(
+    kind: OptimizerKind,
+    p: &mut [f32],
+    g: &[f32],
+    state: &mut [Vec<f32>],
+    t: u32,
     lr: f32,
-    decoupled_weight_decay: bool,
 ) {
-    let bc1 = 1.0 - BETA1.powi(t);
-    let bc2_sqrt = (1.0 - BETA2.powi(t)).sqrt();
-    let step_size = lr / bc1;
-    for i in 0..params.len() {
-        let p = &mut params[i];
-        if decoupled_weight_decay {
-            p.iter_mut()
-                .for_each(|v| *v *= 1.0 - lr * ADAMW_WEIGHT_DECAY);
+    match (kind, state) {
+        (OptimizerKind::Sgd, _) => p.iter_mut().zip(g).for_each(|(p, g)| *p -= lr * g),
+        (OptimizerKind::Momentum, [buf]) => {
+            for ((p, g), b) in p.iter_mut().zip(g).zip(buf.iter_mut()) {
+                *b = if t == 1 { *g } else { MOMENTUM * *b + g };
+                *p -= lr * *b;
+            }
         }
-        for j in 0..p.len() {
-            let g = grads[i][j];
-            let m = &mut exp_avg[i][j];
-            let v = &mut exp_avg_sq[i][j];
-            *m += (g - *m) * (1.0 - BETA1);
-            *v = *v * BETA2 + (1.0 - BETA2) * g * g;
-            let denom = v.sqrt() / bc2_sqrt + EPS;
-            p[j] -= step_size * *m / denom;
+        (OptimizerKind::Adam | OptimizerKind::Adamw, [m, v]) => {
+            let bc1 = 1.0 - BETA1.powi(t as i32);
+            let bc2_sqrt = (1.0 - BETA2.powi(t as i32)).sqrt();
+            let step_size = lr / bc1;
+            if kind == OptimizerKind::Adamw {
+                p.iter_mut()
+                    .for_each(|x| *x *= 1.0 - lr * ADAMW_WEIGHT_DECAY);
+            }
+            for j in 0..p.len() {
+                m[j] += (g[j] - m[j]) * (1.0 - BETA1);
+                v[j] = v[j] * BETA2 + (1.0 - BETA2) * g[j] * g[j];
+                let denom = v[j].sqrt() / bc2_sqrt + EPS;
+                p[j] -= step_size * m[j] / denom;
+            }
         }
+        _ => {}
     }
 }
 

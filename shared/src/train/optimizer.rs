@@ -8,7 +8,7 @@ use super::frame::Frame;
 use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::ObjId;
 use crate::train::optim::QMAP_VALUES;
-use crate::train::{math, OptimizerKind, OptimizerSpec, OptimizerState, TrainState};
+use crate::train::{math, OptimizerSpec, TrainState};
 use crate::types::{Category, Dtype};
 
 /// `optimizer.step()`. Returns whether the update was computed.
@@ -142,57 +142,16 @@ fn update_values(ts: &mut TrainState, optimizer: ObjId, model: ObjId) -> bool {
             .flat_map(|p| std::iter::repeat_n(vec![0f32; p.len()], slots))
             .collect();
     }
-    // The parameters with gradients, their gradients and state, moved out
-    // for the update and back after it.
-    let take = |all: &mut math::Params, i: usize| std::mem::take(&mut all[i]);
-    let mut params: math::Params = with_grad.iter().map(|&i| take(values, i)).collect();
-    let mut grads: math::Params = with_grad
-        .iter()
-        .map(|&i| model.grad_values[i].take().unwrap_or_default())
-        .collect();
-    let state_of = |i: usize| (0..slots).map(move |s| i * slots + s);
-    let mut state: math::Params = with_grad
-        .iter()
-        .flat_map(|&i| state_of(i))
-        .map(|k| take(&mut o.state_values, k))
-        .collect();
-    apply(o, &mut params, &grads, &mut state);
-    for (n, &i) in with_grad.iter().enumerate() {
-        values[i] = take(&mut params, n);
-        model.grad_values[i] = Some(take(&mut grads, n));
-        for (s, k) in state_of(i).enumerate() {
-            o.state_values[k] = take(&mut state, n * slots + s);
-        }
+    o.steps += 1;
+    for i in with_grad {
+        let (p, g) = (
+            &mut values[i],
+            model.grad_values[i].as_deref().unwrap_or_default(),
+        );
+        let state = &mut o.state_values[i * slots..(i + 1) * slots];
+        math::update(o.kind, p, g, state, o.steps, o.lr);
     }
     true
-}
-
-/// One update of `values` by the optimizer's rule; `state`: each
-/// parameter's state tensors, in order.
-fn apply(
-    o: &mut OptimizerState,
-    values: &mut math::Params,
-    grads: &math::Params,
-    state: &mut math::Params,
-) {
-    o.steps += 1;
-    match o.kind {
-        OptimizerKind::Sgd => math::sgd(values, grads, o.lr),
-        OptimizerKind::Momentum => math::momentum(values, grads, state, o.steps == 1, o.lr),
-        OptimizerKind::Adam | OptimizerKind::Adamw => {
-            let (mut m, mut v): (math::Params, math::Params) = (Vec::new(), Vec::new());
-            for (i, s) in state.drain(..).enumerate() {
-                if i % 2 == 0 {
-                    m.push(s);
-                } else {
-                    v.push(s);
-                }
-            }
-            let adamw = o.kind == OptimizerKind::Adamw;
-            math::adam(values, grads, &mut m, &mut v, o.steps as i32, o.lr, adamw);
-            *state = m.into_iter().zip(v).flat_map(|(a, b)| [a, b]).collect();
-        }
-    }
 }
 
 /// `optimizer.zero_grad(set_to_none=...)`; returns the bytes freed.

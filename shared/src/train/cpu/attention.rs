@@ -55,7 +55,7 @@ pub(super) fn masked_fill(x: &View, mask: &View, value: f32) -> Out {
 
 /// The three gradients of the q/k/v split (each B x S x width, or heads)
 /// joined along the last dimension into `out` (B x S x 3·width).
-pub(super) fn cat(parts: &[View; 3], out: &[u64]) -> Out {
+pub(super) fn cat(parts: &[View], out: &[u64]) -> Out {
     let row = *out.last().unwrap_or(&0) as usize;
     let width = row / 3;
     let tokens = out.iter().product::<u64>() as usize / row.max(1);

@@ -182,142 +182,68 @@ impl Machine<'_> {
     /// The outputs of `calc`, the first of `out`'s shape.
     fn outputs(&self, calc: Calc, out: &[u64]) -> dense::Out {
         let numel = out.iter().product::<u64>() as usize;
-        let one = |v: Vec<f32>| Ok(vec![v]);
+        let mut v = Vec::with_capacity(5);
+        for a in calc.operands().into_iter().flatten() {
+            v.push(self.arg(a)?);
+        }
+        let one = |x: Vec<f32>| Ok(vec![x]);
+        let map = |f: fn(f32) -> f32| one(v[0].data.iter().map(|&x| f(x)).collect());
         match calc {
             Calc::Part { .. } => Err("is a part read where its op runs"),
-            Calc::Arange => one((0..numel).map(|v| v as f32).collect()),
+            Calc::Arange => one((0..numel).map(|x| x as f32).collect()),
             Calc::Ones => one(vec![1.0; numel]),
-            Calc::Tril(x) => one(dense::tril(&self.arg(x)?)),
-            Calc::Not(x) => one(self.arg(x)?.data.iter().map(|v| 1.0 - v).collect()),
-            Calc::Copy(x) => one(self.arg(x)?.data.to_vec()),
-            Calc::Embedding { weight, ids } => {
-                dense::embedding(&self.arg(weight)?, &self.arg(ids)?)
-            }
-            Calc::EmbeddingBackward { grad, ids } => {
-                dense::embedding_backward(&self.arg(grad)?, &self.arg(ids)?, numel)
-            }
-            Calc::Add(a, b) => dense::add(&self.arg(a)?, &self.arg(b)?),
-            Calc::Scale(x, f) => one(self.arg(x)?.data.iter().map(|v| v * f).collect()),
-            Calc::Sum(x) => dense::sum_to(&self.arg(x)?, numel),
+            Calc::Tril(_) => one(dense::tril(&v[0])),
+            Calc::Not(_) => map(|x| 1.0 - x),
+            Calc::Copy(_) => one(v[0].data.to_vec()),
+            Calc::Embedding { .. } => dense::embedding(&v[0], &v[1]),
+            Calc::EmbeddingBackward { .. } => dense::embedding_backward(&v[0], &v[1], numel),
+            Calc::Add(..) => dense::add(&v[0], &v[1]),
+            Calc::Scale(_, f) => one(v[0].data.iter().map(|x| x * f).collect()),
+            Calc::Sum(_) => dense::sum_to(&v[0], numel),
             Calc::Mm {
-                a,
-                b,
-                ta,
-                tb,
-                batched,
-            } => dense::mm((&self.arg(a)?, ta), (&self.arg(b)?, tb), batched),
-            Calc::Linear { x, weight, bias } => {
-                dense::linear(&self.arg(x)?, &self.arg(weight)?, &self.arg(bias)?)
-            }
-            Calc::Norm { x, weight, bias } => {
-                let bias = bias.map(|b| self.arg(b)).transpose()?;
-                dense::norm(&self.arg(x)?, &self.arg(weight)?, bias.as_ref())
-            }
-            Calc::NormBackward {
-                grad,
-                x,
-                mean,
-                rstd,
-                weight,
-            } => {
-                let mean = mean.map(|m| self.arg(m)).transpose()?;
+                ta, tb, batched, ..
+            } => dense::mm((&v[0], ta), (&v[1], tb), batched),
+            Calc::Linear { .. } => dense::linear(&v[0], &v[1], &v[2]),
+            Calc::Norm { .. } => dense::norm(&v[0], &v[1], v.get(2)),
+            Calc::NormBackward { mean, .. } => {
+                // grad, x, [mean], rstd, weight
+                let m = usize::from(mean.is_some());
                 let saved = dense::NormSaved {
-                    x: &self.arg(x)?,
-                    mean: mean.as_ref(),
-                    rstd: &self.arg(rstd)?,
-                    weight: &self.arg(weight)?,
+                    x: &v[1],
+                    mean: mean.map(|_| &v[2]),
+                    rstd: &v[2 + m],
+                    weight: &v[3 + m],
                 };
-                dense::norm_backward(&self.arg(grad)?, &saved)
+                dense::norm_backward(&v[0], &saved)
             }
-            Calc::Gelu(x) => one(self.arg(x)?.data.iter().map(|&v| dense::gelu(v)).collect()),
-            Calc::GeluBackward { grad, x } => {
-                let (g, x) = (self.arg(grad)?, self.arg(x)?);
-                dense::zip(&g, &x, |g, x| g * dense::gelu_grad(x))
+            Calc::Gelu(_) => map(dense::gelu),
+            Calc::GeluBackward { .. } => dense::zip(&v[0], &v[1], |g, x| g * dense::gelu_grad(x)),
+            Calc::Heads { part, .. } => attention::heads(&v[0], part, out),
+            Calc::MergeHeads(_) => attention::merge_heads(&v[0]),
+            Calc::MaskedFill { value, .. } => attention::masked_fill(&v[0], &v[1], value),
+            Calc::Softmax(_) => one(dense::softmax(&v[0])),
+            Calc::SoftmaxBackward { .. } => dense::softmax_backward(&v[0], &v[1]),
+            Calc::LogSoftmax(_) => one(dense::log_softmax(&v[0])),
+            Calc::LogSoftmaxBackward { .. } => dense::log_softmax_backward(&v[0], &v[1]),
+            Calc::Nll { .. } => dense::nll(&v[0], &v[1]),
+            Calc::NllBackward { .. } => dense::nll_backward(&v[0], &v[1], &v[2], numel),
+            Calc::Sdpa { heads, .. } => attention::sdpa(&v[0], heads as usize, out),
+            Calc::SdpaBackward { .. } => attention::sdpa_backward(&v[0], &v[1], &v[2], &v[3]),
+            Calc::Cat(_) => attention::cat(&v, out),
+            Calc::Conv { .. } => conv::conv(&v[0], &v[1], &v[2]),
+            Calc::ConvBackward { input_grad, .. } => {
+                conv::conv_backward(&v[0], &v[1], &v[2], input_grad)
             }
-            Calc::Heads { x, part } => attention::heads(&self.arg(x)?, part, out),
-            Calc::MergeHeads(x) => attention::merge_heads(&self.arg(x)?),
-            Calc::MaskedFill { x, mask, value } => {
-                attention::masked_fill(&self.arg(x)?, &self.arg(mask)?, value)
+            Calc::BatchNorm { .. } => conv::batch_norm(&v[0], &v[1], &v[2]),
+            Calc::BatchNormBackward { .. } => {
+                conv::batch_norm_backward(&v[0], &v[1], &v[2], (&v[3], &v[4]))
             }
-            Calc::Softmax(x) => one(dense::softmax(&self.arg(x)?)),
-            Calc::SoftmaxBackward { grad, out } => {
-                dense::softmax_backward(&self.arg(grad)?, &self.arg(out)?)
+            Calc::Relu(_) => map(|x| x.max(0.0)),
+            Calc::ReluBackward { .. } => {
+                dense::zip(&v[0], &v[1], |g, y| if y > 0.0 { g } else { 0.0 })
             }
-            Calc::LogSoftmax(x) => one(dense::log_softmax(&self.arg(x)?)),
-            Calc::LogSoftmaxBackward { grad, out } => {
-                dense::log_softmax_backward(&self.arg(grad)?, &self.arg(out)?)
-            }
-            Calc::Nll { log_probs, targets } => {
-                dense::nll(&self.arg(log_probs)?, &self.arg(targets)?)
-            }
-            Calc::NllBackward {
-                grad,
-                targets,
-                total_weight,
-            } => dense::nll_backward(
-                &self.arg(grad)?,
-                &self.arg(targets)?,
-                &self.arg(total_weight)?,
-                numel,
-            ),
-            Calc::Sdpa { qkv, heads } => attention::sdpa(&self.arg(qkv)?, heads as usize, out),
-            Calc::SdpaBackward {
-                grad,
-                qkv,
-                out: o,
-                lse,
-            } => attention::sdpa_backward(
-                &self.arg(grad)?,
-                &self.arg(qkv)?,
-                &self.arg(o)?,
-                &self.arg(lse)?,
-            ),
-            Calc::Cat(parts) => {
-                let [q, k, v] = [
-                    self.arg(parts[0])?,
-                    self.arg(parts[1])?,
-                    self.arg(parts[2])?,
-                ];
-                attention::cat(&[q, k, v], out)
-            }
-            Calc::Conv { x, weight, bias } => {
-                conv::conv(&self.arg(x)?, &self.arg(weight)?, &self.arg(bias)?)
-            }
-            Calc::ConvBackward {
-                grad,
-                x,
-                weight,
-                input_grad,
-            } => conv::conv_backward(
-                &self.arg(grad)?,
-                &self.arg(x)?,
-                &self.arg(weight)?,
-                input_grad,
-            ),
-            Calc::BatchNorm { x, weight, bias } => {
-                conv::batch_norm(&self.arg(x)?, &self.arg(weight)?, &self.arg(bias)?)
-            }
-            Calc::BatchNormBackward {
-                grad,
-                x,
-                weight,
-                mean,
-                invstd,
-            } => conv::batch_norm_backward(
-                &self.arg(grad)?,
-                &self.arg(x)?,
-                &self.arg(weight)?,
-                (&self.arg(mean)?, &self.arg(invstd)?),
-            ),
-            Calc::Relu(x) => one(self.arg(x)?.data.iter().map(|v| v.max(0.0)).collect()),
-            Calc::ReluBackward { grad, out } => {
-                let (g, y) = (self.arg(grad)?, self.arg(out)?);
-                dense::zip(&g, &y, |g, y| if y > 0.0 { g } else { 0.0 })
-            }
-            Calc::MaxPool(x) => conv::max_pool(&self.arg(x)?),
-            Calc::MaxPoolBackward { grad, indices } => {
-                conv::max_pool_backward(&self.arg(grad)?, &self.arg(indices)?, out)
-            }
+            Calc::MaxPool(_) => conv::max_pool(&v[0]),
+            Calc::MaxPoolBackward { .. } => conv::max_pool_backward(&v[0], &v[1], out),
         }
     }
 }

@@ -261,8 +261,7 @@ fn a_program_that_reads_a_freed_tensor_is_refused_with_its_op() {
     )
     .unwrap_err();
     assert!(
-        err.0
-            .contains("reads a tensor after it was freed"),
+        err.0.contains("reads a tensor after it was freed"),
         "{}",
         err.0
     );

@@ -192,6 +192,87 @@ pub enum Calc {
 }
 
 impl Calc {
+    /// The operands, in the order the fields are written (an absent
+    /// optional one skipped); `Part`'s allocation is not an operand.
+    pub fn operands(&self) -> [Option<Arg>; 5] {
+        use Calc::*;
+        let list = |args: &[Option<Arg>]| {
+            let mut out = [None; 5];
+            let mut n = 0;
+            for a in args.iter().flatten() {
+                out[n] = Some(*a);
+                n += 1;
+            }
+            out
+        };
+        match *self {
+            Part { .. } | Arange | Ones => [None; 5],
+            Tril(x)
+            | Not(x)
+            | Copy(x)
+            | Scale(x, _)
+            | Sum(x)
+            | Gelu(x)
+            | MergeHeads(x)
+            | Softmax(x)
+            | LogSoftmax(x)
+            | Relu(x)
+            | MaxPool(x)
+            | Heads { x, .. }
+            | Sdpa { qkv: x, .. } => list(&[Some(x)]),
+            Embedding { weight: a, ids: b }
+            | EmbeddingBackward { grad: a, ids: b }
+            | Add(a, b)
+            | Mm { a, b, .. }
+            | GeluBackward { grad: a, x: b }
+            | MaskedFill { x: a, mask: b, .. }
+            | SoftmaxBackward { grad: a, out: b }
+            | LogSoftmaxBackward { grad: a, out: b }
+            | Nll {
+                log_probs: a,
+                targets: b,
+            }
+            | ReluBackward { grad: a, out: b }
+            | MaxPoolBackward {
+                grad: a,
+                indices: b,
+            } => list(&[Some(a), Some(b)]),
+            Linear { x, weight, bias }
+            | Conv { x, weight, bias }
+            | BatchNorm { x, weight, bias } => list(&[Some(x), Some(weight), Some(bias)]),
+            Norm { x, weight, bias } => list(&[Some(x), Some(weight), bias]),
+            NormBackward {
+                grad,
+                x,
+                mean,
+                rstd,
+                weight,
+            } => list(&[Some(grad), Some(x), mean, Some(rstd), Some(weight)]),
+            NllBackward {
+                grad,
+                targets,
+                total_weight,
+            } => list(&[Some(grad), Some(targets), Some(total_weight)]),
+            SdpaBackward {
+                grad,
+                qkv,
+                out,
+                lse,
+            } => list(&[Some(grad), Some(qkv), Some(out), Some(lse)]),
+            Cat([a, b, c]) => list(&[Some(a), Some(b), Some(c)]),
+            ConvBackward {
+                grad, x, weight, ..
+            } => list(&[Some(grad), Some(x), Some(weight)]),
+            BatchNormBackward {
+                grad,
+                x,
+                weight,
+                mean,
+                invstd,
+            } => list(&[Some(grad), Some(x), Some(weight), Some(mean), Some(invstd)]),
+        }
+    }
+
     /// `ta`/`tb` products without batching.
     pub fn mm(a: Arg, b: Arg, ta: bool, tb: bool) -> Calc {
         Calc::Mm {
