@@ -283,3 +283,86 @@ fn the_cost_counts_the_products() {
     assert!(four.flops > 3 * one.flops && four.flops < 5 * one.flops);
     assert!(four.host_bytes > one.host_bytes);
 }
+
+const PYTORCH: &str = include_str!("../../../../tests/reference/cpu_step.json");
+
+/// The loss and every gradient equal PyTorch's for the same parameters
+/// and batch (`tests/reference/cpu_step.py`): per parameter its sum, its
+/// absolute sum and its sum weighted by cos(0.5 j), to float32 rounding.
+#[test]
+fn a_step_computes_what_pytorch_computes() {
+    let cases: serde_json::Value = serde_json::from_str(PYTORCH).unwrap();
+    let o = |attention| options(attention, false, None);
+    let (ln, rms, lora) = (
+        gpt(Norm::LayerNorm, true, 0),
+        gpt(Norm::RmsNorm, false, 0),
+        gpt(Norm::LayerNorm, true, 2),
+    );
+    let c = small_cnn();
+    let programs = [
+        (
+            "layernorm, tied, eager",
+            step::program(&ln, 2, o(Attention::Eager)),
+            ln.parameters(Dtype::Float32),
+            tokens(2, &ln),
+        ),
+        (
+            "rmsnorm, untied, sdpa",
+            step::program(&rms, 2, o(Attention::Sdpa)),
+            rms.parameters(Dtype::Float32),
+            tokens(2, &rms),
+        ),
+        (
+            "layernorm, tied, eager, lora 2",
+            step::program(&lora, 2, o(Attention::Eager)),
+            lora.parameters(Dtype::Float32),
+            tokens(2, &lora),
+        ),
+        (
+            "cnn",
+            step::cnn_program(&c, 4, o(Attention::Eager)),
+            c.parameters(Dtype::Float32),
+            images(4, &c),
+        ),
+    ];
+    for (name, program, tensors, batch) in programs {
+        let want = &cases["cases"][name];
+        let got = whole(&program, &values(&tensors), &batch);
+        let loss = want["loss"].as_f64().unwrap();
+        assert!(
+            (got.loss.unwrap() as f64 - loss).abs() < 1e-5,
+            "{name}: loss {:?} vs {loss}",
+            got.loss
+        );
+        let grads = want["grads"].as_array().unwrap();
+        assert_eq!(grads.len(), tensors.len(), "{name}");
+        for ((t, g), w) in tensors.iter().zip(&got.grads).zip(grads) {
+            let (Some(g), Some(w)) = (g, w.as_array()) else {
+                assert!(
+                    g.is_none() && w.is_null(),
+                    "{name}: {} has a gradient in one only",
+                    t.name
+                );
+                continue;
+            };
+            let weighted: f64 = g
+                .iter()
+                .enumerate()
+                .map(|(j, v)| *v as f64 * (0.5 * j as f64).cos())
+                .sum();
+            let sums = [
+                g.iter().map(|v| *v as f64).sum::<f64>(),
+                g.iter().map(|v| v.abs() as f64).sum(),
+                weighted,
+            ];
+            for (k, (a, b)) in sums.iter().zip(w).enumerate() {
+                let b = b.as_f64().unwrap();
+                assert!(
+                    (a - b).abs() < 1e-5 + 1e-4 * b.abs(),
+                    "{name}: {} sum {k}: {a} vs {b}",
+                    t.name
+                );
+            }
+        }
+    }
+}
