@@ -65,9 +65,9 @@ pub(super) fn conv_backward(g: &View, x: &View, weight: &View, input_grad: bool)
         vec![0.0; co],
     );
     for b in 0..n {
-        for o in 0..co {
+        for (o, bias) in db.iter_mut().enumerate() {
             let go = &g.data[(b * co + o) * plane..][..plane];
-            db[o] += go.iter().sum::<f32>();
+            *bias += go.iter().sum::<f32>();
             for c in 0..ci {
                 let src = &x.data[(b * ci + c) * plane..][..plane];
                 let k = &weight.data[(o * ci + c) * 9..][..9];

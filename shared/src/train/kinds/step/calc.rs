@@ -198,10 +198,8 @@ impl Calc {
         use Calc::*;
         let list = |args: &[Option<Arg>]| {
             let mut out = [None; 5];
-            let mut n = 0;
-            for a in args.iter().flatten() {
-                out[n] = Some(*a);
-                n += 1;
+            for (slot, a) in out.iter_mut().zip(args.iter().flatten()) {
+                *slot = Some(*a);
             }
             out
         };
