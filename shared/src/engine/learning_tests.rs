@@ -50,27 +50,23 @@ fn a_small_cnn_learns_its_clusters() {
     assert!(last < 0.8 * first, "{first} -> {last}: {l:?}");
 }
 
-/// Every technique the step program models computes the same numbers:
-/// fused attention, checkpointing, autocast (a copy on the CPU), gradient
-/// accumulation (the mean of the micro-batches' gradients).
+/// Fused attention and checkpointing change memory, not the losses;
+/// autocast changes them by its rounding only; gradient accumulation
+/// learns too (the mean of the micro-batches' gradients).
 #[test]
 fn techniques_change_memory_not_the_losses() {
     let (model, features, classes) = gpt(1, 16, 2, 8, 32);
-    let reference = train(
-        &mut engine(model.clone(), "adam", features, classes),
-        json!({}),
-    );
-    for extra in [
-        json!({"attention":"sdpa"}),
-        json!({"checkpointing":true}),
-        json!({"amp":"bfloat16"}),
+    let fresh = || engine(model.clone(), "adam", features, classes);
+    let reference = train(&mut fresh(), json!({}));
+    for (extra, tolerance) in [
+        (json!({"attention":"sdpa"}), 1e-4),
+        (json!({"checkpointing":true}), 1e-4),
+        (json!({"amp":"bfloat16"}), 0.01),
     ] {
-        let l = train(
-            &mut engine(model.clone(), "adam", features, classes),
-            extra.clone(),
-        );
+        let l = train(&mut fresh(), extra.clone());
         for (a, b) in l.iter().zip(&reference) {
-            assert!((a - b).abs() < 2e-3, "{extra}: {l:?} vs {reference:?}");
+            let close = (a - b).abs() < tolerance * b.abs();
+            assert!(close, "{extra}: {l:?} vs {reference:?}");
         }
     }
     let l = train(

@@ -3,8 +3,9 @@
 //! value dropped where the program frees it. The memory interpreter
 //! (`engine::program`) plays the same ops on the allocator; this one gives
 //! the numbers: the loss and every parameter's gradient. Integer and
-//! boolean tensors (token ids, masks, pooling indices) are held as floats,
-//! and an autocast cast is a copy (the arithmetic stays float32).
+//! boolean tensors (token ids, masks, pooling indices) are held as floats;
+//! each op computes in float32 and a float16 or bfloat16 tensor is rounded
+//! to its type as it is stored (an autocast cast is a rounding copy).
 //!
 //! - [`dense`]: embeddings, sums, products, norms, GELU, softmax, the loss.
 //! - [`attention`]: heads, causal attention (eager pieces and fused).
@@ -15,6 +16,7 @@ mod conv;
 mod dense;
 
 use crate::train::kinds::step::{Arg, Batch, Calc, Op, Program, Role};
+use crate::types::Dtype;
 use std::ops::Range;
 
 /// What a program reads besides its own tensors.
@@ -87,9 +89,11 @@ pub fn run(
 }
 
 impl Values {
-    /// Stores allocation `i`'s value; a loss is read, a parameter's
-    /// gradient added into what it has (as `.grad` accumulates).
-    fn keep(&mut self, program: &Program, i: usize, value: Vec<f32>) {
+    /// Stores allocation `i`'s value, rounded to its type; a loss is
+    /// read, a parameter's gradient added into what it has (as `.grad`
+    /// accumulates).
+    fn keep(&mut self, program: &Program, i: usize, mut value: Vec<f32>) {
+        round_to(program.allocs[i].dtype, &mut value);
         match program.allocs[i].role {
             Role::Loss => self.loss = value.first().copied(),
             Role::Grad(p) => match &mut self.grads[p] {
@@ -100,6 +104,46 @@ impl Values {
         }
         self.tensors[i] = Some(value);
     }
+}
+
+/// `values` rounded to `dtype` (to nearest, ties to even) where it is
+/// narrower than float32: an op that writes a float16 or bfloat16 tensor
+/// (a matrix product under autocast, a cast) computes in float32 and
+/// rounds what it stores, as CUDA's kernels do.
+fn round_to(dtype: Dtype, values: &mut [f32]) {
+    let round: fn(f32) -> f32 = match dtype {
+        Dtype::Float16 => to_f16,
+        Dtype::Bfloat16 => to_bf16,
+        _ => return,
+    };
+    values.iter_mut().for_each(|v| *v = round(*v));
+}
+
+/// The nearest bfloat16 (8 bits of exponent, 7 of mantissa).
+fn to_bf16(x: f32) -> f32 {
+    if x.is_nan() {
+        return x;
+    }
+    let b = x.to_bits();
+    f32::from_bits(b.wrapping_add(0x7fff + ((b >> 16) & 1)) & 0xffff_0000)
+}
+
+/// The nearest float16 (5 bits of exponent, 10 of mantissa; below 2^-14
+/// its subnormals, steps of 2^-24; from 65520 on, infinity).
+fn to_f16(x: f32) -> f32 {
+    let a = x.abs();
+    if x.is_nan() || a < f32::MIN_POSITIVE {
+        return x;
+    }
+    if a >= 65520.0 {
+        return f32::INFINITY.copysign(x);
+    }
+    if a < 6.103_515_6e-5 {
+        let quantum = 5.960_464_5e-8;
+        return libm::rintf(x / quantum) * quantum;
+    }
+    let b = x.to_bits();
+    f32::from_bits(b.wrapping_add(0xfff + ((b >> 13) & 1)) & !0x1fff)
 }
 
 /// One allocation's evaluation.

@@ -1,7 +1,7 @@
 //! What each allocation of a step program computes: the aten op's
 //! arithmetic and its operands (tensors of the program, parameters, the
 //! batch). Memory play ignores it; the CPU interpreter (`train::cpu`) runs
-//! it in float32 (an autocast cast is a copy there). Shapes are the
+//! it in float32, rounding what it stores to each tensor's type. Shapes are the
 //! allocations' own: attention's heads are B x H x S x (width / H), so a
 //! batched product or a concatenation reads each operand's layout from its
 //! shape.
