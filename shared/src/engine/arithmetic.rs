@@ -14,19 +14,22 @@ use crate::train::{ModelSpec, ARITHMETIC_HOST_LIMIT};
 use std::ops::Range;
 
 impl Engine {
-    /// Whether `program`'s arithmetic is small enough to run here.
-    pub(super) fn computes_program(&self, spec: &ModelSpec, program: &Program) -> bool {
-        if !cfg!(feature = "kinds-arithmetic") {
-            return false;
-        }
+    /// Whether `program`'s arithmetic runs here: `Ok` when it does, else
+    /// why not: `Some(flops)`, too big a step; `None`, this build computes
+    /// no program (the page's own engine).
+    pub(super) fn program_arithmetic(
+        &self,
+        spec: &ModelSpec,
+        program: &Program,
+    ) -> Result<(), Option<u64>> {
         let cost = program_cost(spec, program);
-        cost.flops <= self.flop_limit && cost.host_bytes <= ARITHMETIC_HOST_LIMIT
-    }
-
-    /// The floating-point operations of `program`'s arithmetic; `None`
-    /// where this build computes no program (the page's own engine).
-    pub(super) fn program_flops(&self, spec: &ModelSpec, program: &Program) -> Option<u64> {
-        cfg!(feature = "kinds-arithmetic").then(|| program_cost(spec, program).flops)
+        if cost.flops > self.flop_limit || cost.host_bytes > ARITHMETIC_HOST_LIMIT {
+            return Err(Some(cost.flops));
+        }
+        match cfg!(feature = "kinds-arithmetic") {
+            true => Ok(()),
+            false => Err(None),
+        }
     }
 
     /// The next `batch` samples of `data` as a program reads them (token

@@ -86,12 +86,18 @@ impl Engine {
             Err(f) => return Err(self.raise_in_frame(frame, &f)),
         };
         self.kernel.bind_local(name, out.loss);
-        Ok(self.forward_outcome(name, a.no_grad, out.value))
+        let value = out.value.ok_or(Some(spec.step_flops(batch)));
+        Ok(self.forward_outcome(name, a.no_grad, value))
     }
 
     /// What a forward pass left: the bytes its graph saved, the loss when
     /// computed.
-    fn forward_outcome(&self, name: &str, no_grad: bool, value: Option<f32>) -> Outcome {
+    fn forward_outcome(
+        &self,
+        name: &str,
+        no_grad: bool,
+        value: Result<f32, Option<u64>>,
+    ) -> Outcome {
         let graph = self
             .kernel
             .runtime
@@ -124,7 +130,7 @@ impl Engine {
         note.push_str(&loss_note(value));
         Outcome {
             note: Some(note),
-            value: Some(json!({"loss": value, "loss_computed": value.is_some()})),
+            value: Some(json!({"loss": value.ok(), "loss_computed": value.is_ok()})),
         }
     }
 
@@ -209,19 +215,26 @@ impl Engine {
         &mut self,
         s: &Statement,
         program: Program,
-    ) -> Result<Option<f32>, CommandError> {
+    ) -> Result<Result<f32, Option<u64>>, CommandError> {
         let mut frame = Frame::default();
-        let computes = self.computes_program(&self.train.models[&s.model].spec, &program);
+        let spec = &self.train.models[&s.model].spec;
+        let arithmetic = self.program_arithmetic(spec, &program);
         let loss = match self.forward_in(&mut frame, s, &program) {
             Ok(loss) => loss,
             Err(f) => return Err(self.raise_in_frame(frame, &f)),
         };
         frame.finish(&mut self.kernel);
         self.kernel.bind_local(s.name, loss);
-        let computed = computes
+        let computed = arithmetic
+            .is_ok()
             .then(|| self.forward_arithmetic(s, &program))
             .flatten();
-        let value = computed.as_ref().and_then(|c| c.values.loss);
+        let value = match (computed.as_ref().and_then(|c| c.values.loss), arithmetic) {
+            (Some(v), _) => Ok(v),
+            (None, Err(why)) => Err(why),
+            // A program whose arithmetic is faulty runs shape-only.
+            (None, Ok(())) => Err(Some(0)),
+        };
         let graph = find_graph(&self.kernel, loss);
         if let Some(g) = graph.and_then(|g| self.train.graphs.get_mut(&g)) {
             if let Saved::Program(pg) = &mut g.saved {
@@ -234,6 +247,9 @@ impl Engine {
 
     /// The forward pass's numbers on the next batch.
     fn forward_arithmetic(&mut self, s: &Statement, program: &Program) -> Option<Computed> {
+        if !cfg!(feature = "kinds-arithmetic") {
+            return None;
+        }
         let spec = self.train.models[&s.model].spec;
         let mut computed = Computed {
             values: Values::default(),
@@ -417,9 +433,15 @@ impl Engine {
 
 /// What the note says of the loss: its value, or why it has none (the
 /// step is too large to compute here).
-fn loss_note(value: Option<f32>) -> String {
+fn loss_note(value: Result<f32, Option<u64>>) -> String {
     match value {
-        Some(v) => format!(" Loss {v:.4} (computed on the CPU)."),
-        None => " The step is too large to compute here: shape-only, loss not computed.".into(),
+        Ok(v) => format!(" Loss {v:.4} (computed on the CPU)."),
+        Err(Some(_)) => {
+            " The step is too large to compute here: shape-only, loss not computed.".into()
+        }
+        Err(None) => format!(
+            " Shape-only: {}, so no loss was computed.",
+            crate::train::cpu::NOT_IN_THIS_BUILD
+        ),
     }
 }

@@ -26,8 +26,8 @@ struct Plan {
     data: ObjId,
     micro_batch: u64,
     compute: bool,
-    /// What one micro-batch's arithmetic costs (`None`: this build does
-    /// not compute a program).
+    /// What one micro-batch's arithmetic costs, when that is why it does
+    /// not run (`None`: this build computes no program).
     flops: Option<u64>,
     /// A CNN's or a transformer's step, written once for the loop.
     program: Option<Program>,
@@ -133,10 +133,10 @@ impl Engine {
         };
         let program = spec.step_program(micro_batch, options);
         let (compute, flops) = match &program {
-            Some(p) => (
-                self.computes_program(&spec, p),
-                self.program_flops(&spec, p),
-            ),
+            Some(p) => match self.program_arithmetic(&spec, p) {
+                Ok(()) => (true, None),
+                Err(why) => (false, why),
+            },
             None => (
                 self.computes(&spec, micro_batch),
                 Some(spec.step_flops(micro_batch)),
@@ -395,7 +395,7 @@ fn train_outcome(a: &TrainArgs, plan: &Plan, steps: StepLog, stopped: bool) -> O
             a.batch_size,
             match plan.flops {
                 Some(flops) => format!("a step of {:.0} MFLOP is too big to compute here", flops as f64 / 1e6),
-                None => "the page's own engine computes no CNN or transformer step (a vramlab server does)".into(),
+                None => crate::train::cpu::NOT_IN_THIS_BUILD.into(),
             }
         ),
     };

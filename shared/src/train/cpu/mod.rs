@@ -19,6 +19,11 @@ use crate::train::kinds::step::{Arg, Batch, Calc, Op, Program, Role};
 use crate::types::Dtype;
 use std::ops::Range;
 
+/// Why a build without the `kinds-arithmetic` feature (the page's own
+/// engine) computes no loss for a CNN or a transformer.
+pub const NOT_IN_THIS_BUILD: &str =
+    "the page's own engine computes no CNN or transformer step (a vramlab server does)";
+
 /// What a program reads besides its own tensors.
 pub struct Inputs<'a> {
     /// Each parameter's shape and values, in `parameters()` order.
