@@ -14,8 +14,8 @@ use crate::backend::Backend;
 use crate::metrics::{Gauges, Metrics};
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc as tmpsc, watch};
 use vramlab_shared::command::{Command, CommandLine};
@@ -126,35 +126,72 @@ struct Client {
 /// make the server hold its messages without bound.
 pub const OUTBOX_MESSAGES: usize = 256;
 
+/// A session's changing state, shared by its connections and its engine
+/// thread behind one lock (each holder only long enough to read or change
+/// it: no lock is held while a command runs or a message is written).
+struct State {
+    /// Where commands go; `None` once the session has ended.
+    jobs: Option<mpsc::Sender<Job>>,
+    /// Commands submitted and not yet answered.
+    queued: usize,
+    clients: HashMap<u64, Client>,
+    next_client: u64,
+    /// Results produced while no owner was connected.
+    pending: VecDeque<Wire>,
+    live: Live,
+    /// When the last owner left (None while one is connected).
+    detached_since: Option<Instant>,
+    /// A command was ever submitted.
+    used: bool,
+    /// Commands and snapshot requests a second, all connections together.
+    rate: crate::rate::RateLimit,
+    /// The owner's page, for watchers.
+    presenter: presenter::Presenter<Wire>,
+    hello: (Settings, vramlab_shared::device::DeviceInfo),
+}
+
+impl State {
+    fn owner_connected(&self) -> bool {
+        self.clients.values().any(|c| c.role == Role::Owner)
+    }
+
+    /// Who watches now: each watcher's user, or `anonymous`, sorted.
+    fn watcher_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = (self.clients.values())
+            .filter(|c| c.role == Role::Watcher)
+            .map(|c| c.user.clone().unwrap_or_else(|| "anonymous".into()))
+            .collect();
+        names.sort();
+        names
+    }
+}
+
 pub struct Session {
     pub id: String,
     pub watch_id: String,
-    jobs: Mutex<Option<mpsc::Sender<Job>>>,
-    queued: AtomicUsize,
+    state: Mutex<State>,
+    /// Stops the running command after its current step: read by the
+    /// engine's progress hook while the command runs, so not in `state`.
     stop: AtomicBool,
-    clients: Mutex<HashMap<u64, Client>>,
-    next_client: AtomicU64,
-    /// Results produced while no owner was connected.
-    pending: Mutex<Vec<Wire>>,
-    live: Mutex<Live>,
     live_tx: watch::Sender<u64>,
-    /// When the last owner left (None while one is connected).
-    detached_since: Mutex<Option<Instant>>,
-    /// A command was ever submitted.
-    used: AtomicBool,
-    /// Commands and snapshot requests a second, all connections together.
-    rate: Mutex<crate::rate::RateLimit>,
-    /// The owner's page, for watchers.
-    presenter: presenter::Presenter<Wire>,
     /// The address of the client that made it, when known.
     client: Option<IpAddr>,
     /// The user who made it, behind an authenticating proxy: only they may
     /// resume it.
     pub owner: Option<String>,
-    hello: Mutex<(Settings, vramlab_shared::device::DeviceInfo)>,
     config: SessionConfig,
     backend_name: &'static str,
     metrics: Arc<Metrics>,
+}
+
+/// The live publication, read under the session's lock.
+pub struct LiveGuard<'a>(MutexGuard<'a, State>);
+
+impl std::ops::Deref for LiveGuard<'_> {
+    type Target = Live;
+    fn deref(&self) -> &Live {
+        &self.0.live
+    }
 }
 
 impl std::fmt::Debug for Session {
@@ -205,32 +242,33 @@ impl Session {
         let _ = engine.take_sample_peaks();
         let (live_tx, _) = watch::channel(0);
         let (tx, rx) = mpsc::channel();
-        let session = Arc::new(Session {
-            id: new_id(config.instance.as_deref()),
-            watch_id: new_id(config.instance.as_deref()),
-            jobs: Mutex::new(Some(tx)),
-            queued: AtomicUsize::new(0),
-            stop: AtomicBool::new(false),
-            clients: Mutex::new(HashMap::new()),
-            next_client: AtomicU64::new(0),
-            pending: Mutex::new(Vec::new()),
-            live: Mutex::new(Live {
+        let state = State {
+            jobs: Some(tx),
+            queued: 0,
+            clients: HashMap::new(),
+            next_client: 0,
+            pending: VecDeque::new(),
+            live: Live {
                 version: 0,
                 snapshot,
                 peaks: VecDeque::new(),
                 events: VecDeque::new(),
                 progress: None,
-            }),
-            live_tx,
-            detached_since: Mutex::new(Some(Instant::now())),
-            used: AtomicBool::new(false),
-            rate: Mutex::new(crate::rate::RateLimit::new(
-                config.limits.commands_per_second,
-            )),
+            },
+            detached_since: Some(Instant::now()),
+            used: false,
+            rate: crate::rate::RateLimit::new(config.limits.commands_per_second),
             presenter: presenter::Presenter::new(),
+            hello: (engine.settings().clone(), engine.device_info()),
+        };
+        let session = Arc::new(Session {
+            id: new_id(config.instance.as_deref()),
+            watch_id: new_id(config.instance.as_deref()),
+            state: Mutex::new(state),
+            stop: AtomicBool::new(false),
+            live_tx,
             client,
             owner,
-            hello: Mutex::new((engine.settings().clone(), engine.device_info())),
             config,
             backend_name: backend.name,
             metrics,
@@ -244,7 +282,7 @@ impl Session {
 
     /// The hello for a connection with this role.
     pub fn hello(&self, role: Role, resumed: bool, user: Option<String>) -> ServerMessage {
-        let (settings, device) = self.hello.lock().expect("hello lock").clone();
+        let (settings, device) = self.state().hello.clone();
         ServerMessage::Hello(Box::new(Hello {
             protocol_version: PROTOCOL_VERSION,
             // A watcher learns only the id it watches with: the owner's id
@@ -266,42 +304,48 @@ impl Session {
         }))
     }
 
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().expect("session lock")
+    }
+
     /// Takes one of the session's commands-a-second tokens, if one is left.
     pub fn allow(&self) -> bool {
-        self.rate.lock().expect("rate lock").allow()
+        self.state().rate.allow()
     }
 
     /// Connections watching (read-only) now.
     pub fn watchers(&self) -> usize {
-        let clients = self.clients.lock().expect("clients lock");
-        clients.values().filter(|c| c.role == Role::Watcher).count()
+        let state = self.state();
+        state
+            .clients
+            .values()
+            .filter(|c| c.role == Role::Watcher)
+            .count()
     }
 
     /// Registers a connection. A new watcher is announced to everyone; an
     /// owner hears who already watches.
     pub fn attach(&self, role: Role, user: Option<String>) -> Attachment {
-        let client = self.next_client.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = tmpsc::channel(OUTBOX_MESSAGES);
+        let mut state = self.state();
+        let client = state.next_client;
+        state.next_client += 1;
         if role == Role::Owner {
-            *self.detached_since.lock().expect("detach lock") = None;
-            for msg in self.pending.lock().expect("pending lock").drain(..) {
+            state.detached_since = None;
+            for msg in state.pending.drain(..) {
                 let _ = tx.try_send(msg);
             }
         }
-        self.clients.lock().expect("clients lock").insert(
-            client,
-            Client {
-                role,
-                user,
-                outbox: tx.clone(),
-            },
-        );
-        let watchers = self.watcher_names();
+        let outbox = tx.clone();
+        state.clients.insert(client, Client { role, user, outbox });
+        let watchers = state.watcher_names();
+        let view = state.presenter.latest();
+        drop(state);
         if role == Role::Watcher {
-            if let Some(view) = self.presenter.latest() {
+            if let Some(view) = view {
                 let _ = tx.try_send(view);
             }
-            self.announce_watchers();
+            self.broadcast(wire(&ServerMessage::Watchers { watchers }), false);
         } else if !watchers.is_empty() {
             let _ = tx.try_send(wire(&ServerMessage::Watchers { watchers }));
         }
@@ -314,105 +358,84 @@ impl Session {
 
     /// A connection closed.
     pub fn detach(&self, client: u64) {
-        let mut clients = self.clients.lock().expect("clients lock");
-        let left = clients.remove(&client);
-        if !clients.values().any(|c| c.role == Role::Owner) {
-            *self.detached_since.lock().expect("detach lock") = Some(Instant::now());
+        let mut state = self.state();
+        let left = state.clients.remove(&client);
+        if !state.owner_connected() {
+            state.detached_since = Some(Instant::now());
         }
-        drop(clients);
+        let watchers = state.watcher_names();
+        drop(state);
         if left.is_some_and(|c| c.role == Role::Watcher) {
-            self.announce_watchers();
+            self.broadcast(wire(&ServerMessage::Watchers { watchers }), false);
         }
     }
 
     /// Who watches now: each watcher's user, or `anonymous`, sorted.
     pub fn watcher_names(&self) -> Vec<String> {
-        let clients = self.clients.lock().expect("clients lock");
-        let mut names: Vec<String> = (clients.values())
-            .filter(|c| c.role == Role::Watcher)
-            .map(|c| c.user.clone().unwrap_or_else(|| "anonymous".into()))
-            .collect();
-        names.sort();
-        names
+        self.state().watcher_names()
     }
 
     /// The owner's page changed: keep it and pass it to the watchers.
     /// Refused when updates come faster than the presenter's limit.
     pub fn present(&self, view: Box<PresenterView>) -> Result<(), ConnectionError> {
         let msg = wire(&ServerMessage::Presenter { view });
-        if !self.presenter.update(msg.clone()) {
+        let mut state = self.state();
+        if !state.presenter.update(msg.clone()) {
             return Err(ConnectionError::new(
                 ConnectionErrorKind::RateLimited,
                 "the page's view is mirrored to watchers at most 10 times a second: this update was dropped",
             ));
         }
-        let clients = self.clients.lock().expect("clients lock");
-        for c in clients.values().filter(|c| c.role == Role::Watcher) {
+        for c in state.clients.values().filter(|c| c.role == Role::Watcher) {
             let _ = c.outbox.try_send(msg.clone());
         }
         Ok(())
-    }
-
-    fn announce_watchers(&self) {
-        let watchers = self.watcher_names();
-        self.broadcast(wire(&ServerMessage::Watchers { watchers }), false);
-    }
-
-    fn owner_connected(&self) -> bool {
-        self.clients
-            .lock()
-            .expect("clients lock")
-            .values()
-            .any(|c| c.role == Role::Owner)
     }
 
     /// Sends a message to every client; keeps it for the owner when none
     /// is connected.
     /// A client whose outbox is full is dropped (its connection ends).
     fn broadcast(&self, msg: Wire, keep_for_owner: bool) {
-        let mut clients = self.clients.lock().expect("clients lock");
-        clients.retain(|_, c| match c.outbox.try_send(msg.clone()) {
-            Err(tmpsc::error::TrySendError::Full(_)) => {
-                tracing::warn!(session = %&self.id[..8], "a client reads too slowly: dropped");
-                false
+        let mut state = self.state();
+        state
+            .clients
+            .retain(|_, c| match c.outbox.try_send(msg.clone()) {
+                Err(tmpsc::error::TrySendError::Full(_)) => {
+                    tracing::warn!(session = %&self.id[..8], "a client reads too slowly: dropped");
+                    false
+                }
+                _ => true,
+            });
+        if keep_for_owner && !state.owner_connected() {
+            if state.pending.len() == OUTBOX_MESSAGES {
+                state.pending.pop_front();
             }
-            _ => true,
-        });
-        let owner = clients.values().any(|c| c.role == Role::Owner);
-        drop(clients);
-        if keep_for_owner && !owner {
-            let mut pending = self.pending.lock().expect("pending lock");
-            if pending.len() == OUTBOX_MESSAGES {
-                pending.remove(0);
-            }
-            pending.push(msg);
+            state.pending.push_back(msg);
         }
     }
 
     /// Queues a command; refuses when the queue is full.
     pub fn submit(&self, id: u64, line: Box<CommandLine>) -> Result<(), ConnectionError> {
-        self.used.store(true, Ordering::SeqCst);
-        let queued = self.queued.fetch_add(1, Ordering::SeqCst);
-        if queued >= self.config.max_queue {
-            self.queued.fetch_sub(1, Ordering::SeqCst);
+        let mut state = self.state();
+        state.used = true;
+        if state.queued >= self.config.max_queue {
             return Err(ConnectionError::new(
                 ConnectionErrorKind::Busy,
                 format!(
-                    "busy: {queued} commands are already waiting (the most is {}); send it again when a result comes back",
-                    self.config.max_queue
+                    "busy: {} commands are already waiting (the most is {}); send it again when a result comes back",
+                    state.queued, self.config.max_queue
                 ),
             ));
         }
-        let jobs = self.jobs.lock().expect("jobs lock");
-        match jobs.as_ref().map(|tx| tx.send(Job { id, line })) {
-            Some(Ok(())) => Ok(()),
-            _ => {
-                self.queued.fetch_sub(1, Ordering::SeqCst);
-                Err(ConnectionError::new(
-                    ConnectionErrorKind::UnknownSession,
-                    "the session has ended",
-                ))
+        match state.jobs.as_ref().map(|tx| tx.send(Job { id, line })) {
+            Some(Ok(())) => {
+                state.queued += 1;
+                Ok(())
             }
+            _ => Err(ConnectionError::new(
+                ConnectionErrorKind::UnknownSession,
+                "the session has ended",
+            )),
         }
     }
 
@@ -421,30 +444,37 @@ impl Session {
         self.stop.store(true, Ordering::SeqCst);
     }
 
-    pub fn live(&self) -> std::sync::MutexGuard<'_, Live> {
-        self.live.lock().expect("live lock")
+    /// What the engine published last (the session is locked while the
+    /// guard lives).
+    pub fn live(&self) -> LiveGuard<'_> {
+        LiveGuard(self.state())
     }
 
     /// Whether the session has been without its owner for longer than it
     /// may: the TTL, or [`UNUSED_GRACE`] for one that never ran a command
     /// (so connect-and-drop cannot hold every slot for a whole TTL).
     fn expired(&self, now: Instant) -> bool {
-        let ttl = if self.used.load(Ordering::SeqCst) {
+        let state = self.state();
+        let ttl = if state.used {
             self.config.ttl
         } else {
             self.config.ttl.min(UNUSED_GRACE)
         };
-        self.detached_since
-            .lock()
-            .expect("detach lock")
-            .is_some_and(|t| now.duration_since(t) >= ttl)
+        let gone = state
+            .detached_since
+            .is_some_and(|t| now.duration_since(t) >= ttl);
+        gone && !state.owner_connected()
+    }
+
+    /// Whether a command is queued or running.
+    fn busy(&self) -> bool {
+        self.state().queued > 0
     }
 
     /// Ends the session: the engine stops after its current step, its
     /// thread ends, and everything it held is released.
     fn shut_down(&self) {
         self.stop.store(true, Ordering::SeqCst);
-        self.jobs.lock().expect("jobs lock").take();
         let msg = wire(&ServerMessage::Error {
             id: None,
             error: ConnectionError::new(
@@ -452,11 +482,12 @@ impl Session {
                 "the session has ended",
             ),
         });
-        let mut clients = self.clients.lock().expect("clients lock");
-        for c in clients.values() {
+        let mut state = self.state();
+        state.jobs.take();
+        for c in state.clients.values() {
             let _ = c.outbox.try_send(msg.clone());
         }
-        clients.clear();
+        state.clients.clear();
     }
 }
 
@@ -464,7 +495,8 @@ impl Session {
 fn publish(session: &Session, engine: &mut Engine, progress: Option<(u64, Progress)>) {
     let snapshot = Arc::new(engine.snapshot(0));
     let (peak_a, peak_r) = engine.take_sample_peaks();
-    let mut live = session.live.lock().expect("live lock");
+    let mut state = session.state();
+    let live = &mut state.live;
     let since = live.events.back().map_or(0, |e| e.seq + 1);
     live.events.extend(engine.events_since(since).cloned());
     while live.events.len() > EVENT_HISTORY {
@@ -478,7 +510,7 @@ fn publish(session: &Session, engine: &mut Engine, progress: Option<(u64, Progre
     }
     live.snapshot = snapshot;
     live.progress = progress;
-    drop(live);
+    drop(state);
     session.live_tx.send_replace(version);
 }
 
@@ -487,8 +519,7 @@ fn run_engine(session: Arc<Session>, mut engine: Engine, jobs: mpsc::Receiver<Jo
     let interval = session.config.snapshot_interval;
     while let Ok(job) = jobs.recv() {
         let Job { id, line } = job;
-        if session.stop.load(Ordering::SeqCst) && session.jobs.lock().expect("jobs lock").is_none()
-        {
+        if session.stop.load(Ordering::SeqCst) && session.state().jobs.is_none() {
             break;
         }
         session.stop.store(false, Ordering::SeqCst);
@@ -517,7 +548,7 @@ fn run_engine(session: Arc<Session>, mut engine: Engine, jobs: mpsc::Receiver<Jo
             "command"
         );
         if let (Some(settings), Some(device)) = (&record.settings, &record.device) {
-            *session.hello.lock().expect("hello lock") = (settings.clone(), device.clone());
+            session.state().hello = (settings.clone(), device.clone());
         }
         publish(&session, &mut engine, None);
         session.broadcast(
@@ -527,7 +558,7 @@ fn run_engine(session: Arc<Session>, mut engine: Engine, jobs: mpsc::Receiver<Jo
             }),
             true,
         );
-        session.queued.fetch_sub(1, Ordering::SeqCst);
+        session.state().queued -= 1;
     }
     tracing::info!(session = %&session.id[..8], "session ended; its memory is released");
 }

@@ -200,7 +200,7 @@ impl Sessions {
             let mut map = self.map.lock().expect("sessions lock");
             let ids: Vec<String> = map
                 .values()
-                .filter(|s| s.expired(now) && !s.owner_connected())
+                .filter(|s| s.expired(now))
                 .map(|s| s.id.clone())
                 .collect();
             ids.iter().filter_map(|id| map.remove(id)).collect()
@@ -228,7 +228,7 @@ impl Sessions {
             s.stop.store(true, Ordering::SeqCst);
         }
         let deadline = Instant::now() + grace;
-        while Instant::now() < deadline && all.iter().any(|s| s.queued.load(Ordering::SeqCst) > 0) {
+        while Instant::now() < deadline && all.iter().any(|s| s.busy()) {
             std::thread::sleep(Duration::from_millis(20));
         }
         self.shut_down_all();

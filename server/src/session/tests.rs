@@ -94,7 +94,7 @@ fn a_client_that_does_not_read_is_dropped_at_its_outbox_bound() {
     for _ in 0..=OUTBOX_MESSAGES {
         session.broadcast(msg.clone(), false);
     }
-    assert!(session.clients.lock().unwrap().is_empty());
+    assert!(session.state().clients.is_empty());
     let mut waiting = 0;
     while stuck.outbox.try_recv().is_ok() {
         waiting += 1;
@@ -103,7 +103,7 @@ fn a_client_that_does_not_read_is_dropped_at_its_outbox_bound() {
     for _ in 0..2 * OUTBOX_MESSAGES {
         session.broadcast(msg.clone(), true);
     }
-    assert_eq!(session.pending.lock().unwrap().len(), OUTBOX_MESSAGES);
+    assert_eq!(session.state().pending.len(), OUTBOX_MESSAGES);
     session.shut_down();
 }
 
