@@ -6,7 +6,7 @@ use crate::command::{DataArgs, ModelArgs, OptimizerArgs};
 use crate::error::{CommandError, ErrorKind};
 use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::{Class, Holder, ObjId, ObjectKind};
-use crate::train::frame::Frame;
+use crate::train::frame::PyFrame;
 use crate::train::kinds;
 use crate::train::spec::Kind;
 use crate::train::{DataSpec, DatasetState, ModelSpec, ModelState, OptimizerSpec, OptimizerState};
@@ -103,7 +103,7 @@ impl Engine {
             .train
             .open_session
             .filter(|_| self.settings.framework == Framework::Tensorflow);
-        let mut frame = Frame::default();
+        let mut frame = PyFrame::default();
         let model = frame.instance(&mut self.kernel, Class::Model, name);
         let owner = session.unwrap_or(model);
         let params = match self.move_to_device(&mut frame, name, owner, &spec) {
@@ -137,7 +137,7 @@ impl Engine {
     /// returns the parameters.
     fn move_to_device(
         &mut self,
-        frame: &mut Frame,
+        frame: &mut PyFrame,
         name: &str,
         owner: ObjId,
         spec: &ModelSpec,
@@ -151,7 +151,7 @@ impl Engine {
             .enumerate()
             .partition(|(_, t)| lora && !t.frozen);
         let buffers = spec.buffers().into_iter().map(|t| (None, t));
-        let order: Vec<(Option<usize>, kinds::Tensor)> = base
+        let order: Vec<(Option<usize>, kinds::NamedTensor)> = base
             .into_iter()
             .map(|(i, t)| (Some(i), t.clone()))
             .chain(buffers)
@@ -245,7 +245,7 @@ impl Engine {
                 "that dataset is absurdly large",
             ));
         }
-        let mut frame = Frame::default();
+        let mut frame = PyFrame::default();
         let ds = frame.instance(&mut self.kernel, Class::Dataset, name);
         let on_device = if spec.on_device {
             match upload_dataset(&mut self.kernel, &mut frame, ds, name, &spec) {
@@ -283,7 +283,7 @@ impl Engine {
 /// The whole set on the device: features then labels, held by the dataset.
 fn upload_dataset(
     k: &mut Kernel,
-    frame: &mut Frame,
+    frame: &mut PyFrame,
     ds: ObjId,
     name: &str,
     spec: &DataSpec,

@@ -14,7 +14,7 @@ use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::ObjId;
 use crate::train::autograd::grad_of;
 use crate::train::cublas::CublasWorkspaces;
-use crate::train::frame::Frame;
+use crate::train::frame::PyFrame;
 use crate::train::kinds::step::{Alloc, Batch, Op, Program, Role};
 use crate::types::Category;
 
@@ -100,7 +100,7 @@ impl<'p> Player<'p> {
     pub fn play(
         &mut self,
         k: &mut Kernel,
-        frame: &mut Frame,
+        frame: &mut PyFrame,
         blas: &mut CublasWorkspaces,
         ops: std::ops::Range<usize>,
         target: &Target,
@@ -132,7 +132,7 @@ impl<'p> Player<'p> {
         Ok(())
     }
 
-    fn free(&mut self, k: &mut Kernel, frame: &mut Frame, i: usize) {
+    fn free(&mut self, k: &mut Kernel, frame: &mut PyFrame, i: usize) {
         match self.live[i].take() {
             Some(Slot::Frame(id)) => frame.drop(k, id),
             Some(Slot::Graph(id)) if self.retain => self.live[i] = Some(Slot::Graph(id)),
@@ -160,7 +160,7 @@ impl<'p> Player<'p> {
     pub fn save_into(
         mut self,
         k: &mut Kernel,
-        frame: &mut Frame,
+        frame: &mut PyFrame,
         graph: ObjId,
         batch: [ObjId; 2],
     ) -> (Vec<Option<ObjId>>, [Option<ObjId>; 2]) {
@@ -190,7 +190,7 @@ impl<'p> Player<'p> {
 /// the transformer's `h`, the CNN's `block`), or as its parameter's grad.
 fn alloc(
     k: &mut Kernel,
-    frame: &mut Frame,
+    frame: &mut PyFrame,
     a: &Alloc,
     scope: &str,
     target: &Target,
@@ -224,7 +224,7 @@ fn alloc(
 
 /// `AccumulateGrad`: the gradient becomes `.grad`, or is added into the
 /// `.grad` there (`zero_grad(set_to_none=False)`, accumulation) and dies.
-fn into_grad(k: &mut Kernel, frame: &mut Frame, param: ObjId, g: ObjId) {
+fn into_grad(k: &mut Kernel, frame: &mut PyFrame, param: ObjId, g: ObjId) {
     if grad_of(k, param).is_some() {
         frame.drop(k, g);
     } else {

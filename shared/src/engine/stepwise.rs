@@ -13,7 +13,7 @@ use crate::kernel::AllocFailure;
 use crate::runtime::{Class, ObjId};
 use crate::train::autograd::{find_graph, BACKWARD_TWICE, NO_GRAD_FN};
 use crate::train::cpu::{Computed, Values};
-use crate::train::frame::Frame;
+use crate::train::frame::PyFrame;
 use crate::train::kinds::step::{Options, Program};
 use crate::train::mlp::{self, BackwardError};
 use crate::train::optimizer;
@@ -69,7 +69,7 @@ impl Engine {
             return Ok(self.forward_outcome(name, a.no_grad, value));
         }
         let compute = self.computes(&spec, batch);
-        let mut frame = Frame::default();
+        let mut frame = PyFrame::default();
         let args = mlp::ForwardArgs {
             tag: name,
             model: model_id,
@@ -155,7 +155,7 @@ impl Engine {
     }
 
     fn backward_mlp(&mut self, loss: ObjId, retain: bool) -> Result<(), CommandError> {
-        let mut frame = Frame::default();
+        let mut frame = PyFrame::default();
         match mlp::backward(&mut self.kernel, &mut frame, &mut self.train, loss, retain) {
             Ok(()) => {}
             Err(BackwardError::NoGraph) => {
@@ -172,7 +172,7 @@ impl Engine {
     pub(super) fn optimizer_step(&mut self, a: &StepArgs) -> Result<Outcome, CommandError> {
         let opt = self.instance(&a.optimizer, Class::Optimizer)?;
         let first = self.train.optimizers[&opt].state.is_empty();
-        let mut frame = Frame::default();
+        let mut frame = PyFrame::default();
         let before = self.kernel.stats().allocated_bytes;
         if let Err(f) =
             optimizer::optimizer_step(&mut self.kernel, &mut frame, &mut self.train, opt)
@@ -216,7 +216,7 @@ impl Engine {
         s: &Statement,
         program: Program,
     ) -> Result<Result<f32, Option<u64>>, CommandError> {
-        let mut frame = Frame::default();
+        let mut frame = PyFrame::default();
         let spec = &self.train.models[&s.model].spec;
         let arithmetic = self.program_arithmetic(spec, &program);
         let loss = match self.forward_in(&mut frame, s, &program) {
@@ -262,7 +262,7 @@ impl Engine {
 
     fn forward_in(
         &mut self,
-        frame: &mut Frame,
+        frame: &mut PyFrame,
         s: &Statement,
         program: &Program,
     ) -> Result<ObjId, AllocFailure> {
@@ -343,7 +343,7 @@ impl Engine {
         // Nodes that ran let go of what they saved, even if a later one
         // raises: without `retain_graph` there is no second backward.
         state.consumed = !retain;
-        let mut frame = Frame::default();
+        let mut frame = PyFrame::default();
         let train = &mut self.train;
         let Some(Saved::Program(pg)) = train.graphs.get(&graph).map(|g| &g.saved) else {
             return Ok(());

@@ -9,7 +9,7 @@ use crate::error::{CommandError, ErrorKind};
 use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::{Class, ObjId, ObjectKind};
 use crate::train::autograd::find_graph;
-use crate::train::frame::Frame;
+use crate::train::frame::PyFrame;
 use crate::train::kinds::step::{Attention, Options, Program};
 use crate::train::mlp::{self, BackwardError};
 use crate::train::optimizer;
@@ -45,7 +45,7 @@ impl Engine {
     /// the exception (bound to `last_exception`) keeps the frame's locals.
     pub(super) fn raise_in_frame(
         &mut self,
-        mut frame: Frame,
+        mut frame: PyFrame,
         failure: &AllocFailure,
     ) -> CommandError {
         let exc = self
@@ -165,7 +165,7 @@ impl Engine {
         done: u64,
     ) -> Result<Option<Option<f32>>, CommandError> {
         self.kernel.begin_window();
-        let mut frame = Frame::default();
+        let mut frame = PyFrame::default();
         let (mut sum, mut count) = (0.0f32, 0u32);
         for m in 0..a.accumulate {
             match self.micro_batch(&mut frame, a, plan) {
@@ -203,7 +203,7 @@ impl Engine {
     /// the device (the batch is a view of it).
     fn loop_batch(
         &mut self,
-        frame: &mut Frame,
+        frame: &mut PyFrame,
         plan: &Plan,
     ) -> Result<Option<(ObjId, ObjId)>, AllocFailure> {
         if self.train.datasets[&plan.data].on_device.is_some() {
@@ -225,7 +225,7 @@ impl Engine {
     /// loss` when the loop keeps tensors.
     fn micro_batch(
         &mut self,
-        frame: &mut Frame,
+        frame: &mut PyFrame,
         a: &TrainArgs,
         plan: &Plan,
     ) -> Result<Option<f32>, AllocFailure> {
@@ -306,7 +306,7 @@ impl Engine {
 /// (`tests/reference/loss_history.py`).
 fn keep_history(
     k: &mut Kernel,
-    frame: &mut Frame,
+    frame: &mut PyFrame,
     history: LossHistory,
     loss: ObjId,
 ) -> Result<(), AllocFailure> {

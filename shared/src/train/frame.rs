@@ -5,14 +5,15 @@ use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::{Class, ObjId, ObjectKind};
 use crate::types::{Category, Dtype};
 
-/// The local variables of the frame a step runs in. If the step raises,
+/// The Python frame a step runs in (not a stack frame of a memory
+/// snapshot): its local variables. If the step raises,
 /// they become the exception's (`last_exception` keeps them alive).
 #[derive(Debug, Default)]
-pub struct Frame {
+pub struct PyFrame {
     pub locals: Vec<ObjId>,
 }
 
-impl Frame {
+impl PyFrame {
     pub fn alloc(
         &mut self,
         k: &mut Kernel,

@@ -5,7 +5,7 @@
 //! biases zero, `lora_B` zero. The numbers come from the model's seed.
 
 use super::data::gaussian;
-use super::kinds::Tensor;
+use super::kinds::NamedTensor;
 use super::math;
 
 /// How one parameter starts.
@@ -18,7 +18,7 @@ enum Init {
 }
 
 /// Each parameter's rule, in `parameters()` order.
-fn rules(params: &[Tensor]) -> Vec<Init> {
+fn rules(params: &[NamedTensor]) -> Vec<Init> {
     let mut fan_in = 1u64;
     params
         .iter()
@@ -45,7 +45,7 @@ fn rules(params: &[Tensor]) -> Vec<Init> {
 }
 
 /// The first values of `params` for a model seeded `seed`.
-pub fn initial_values(params: &[Tensor], seed: u64) -> math::Params {
+pub fn initial_values(params: &[NamedTensor], seed: u64) -> math::Params {
     rules(params)
         .into_iter()
         .zip(params)
@@ -72,7 +72,7 @@ mod tests {
     use crate::train::kinds::{CnnShape, Norm, TransformerShape};
     use crate::types::Dtype;
 
-    fn named(params: &[Tensor]) -> Vec<(&str, Init)> {
+    fn named(params: &[NamedTensor]) -> Vec<(&str, Init)> {
         params
             .iter()
             .map(|t| t.name.as_str())

@@ -11,14 +11,14 @@ use crate::types::Dtype;
 /// `named_buffers()`, its shape and its element type; a frozen parameter
 /// (`requires_grad=False`) gets no gradient and no optimizer state.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Tensor {
+pub struct NamedTensor {
     pub name: String,
     pub shape: Vec<u64>,
     pub dtype: Dtype,
     pub frozen: bool,
 }
 
-impl Tensor {
+impl NamedTensor {
     pub fn new(name: String, shape: Vec<u64>, dtype: Dtype) -> Self {
         Self {
             name,
@@ -39,8 +39,8 @@ pub fn blocks(bytes: u64) -> u64 {
 }
 
 /// The elements of all of `tensors`.
-pub fn count(tensors: &[Tensor]) -> u64 {
-    tensors.iter().map(Tensor::numel).sum()
+pub fn count(tensors: &[NamedTensor]) -> u64 {
+    tensors.iter().map(NamedTensor::numel).sum()
 }
 
 /// `blocks` of Conv2d (3x3, padding 1) → BatchNorm2d → ReLU → MaxPool2d(2)
@@ -76,27 +76,31 @@ impl CnnShape {
 
     /// `named_parameters()`: each block's conv (index 4b) and BatchNorm
     /// (4b + 1) weight and bias, then the head (index 4 · blocks + 1).
-    pub fn parameters(&self, dtype: Dtype) -> Vec<Tensor> {
+    pub fn parameters(&self, dtype: Dtype) -> Vec<NamedTensor> {
         let mut out = Vec::new();
         for (b, (c_in, c_out)) in self.convs().enumerate() {
             let (conv, norm) = (4 * b, 4 * b + 1);
-            out.push(Tensor::new(
+            out.push(NamedTensor::new(
                 format!("{conv}.weight"),
                 vec![c_out, c_in, 3, 3],
                 dtype,
             ));
-            out.push(Tensor::new(format!("{conv}.bias"), vec![c_out], dtype));
-            out.push(Tensor::new(format!("{norm}.weight"), vec![c_out], dtype));
-            out.push(Tensor::new(format!("{norm}.bias"), vec![c_out], dtype));
+            out.push(NamedTensor::new(format!("{conv}.bias"), vec![c_out], dtype));
+            out.push(NamedTensor::new(
+                format!("{norm}.weight"),
+                vec![c_out],
+                dtype,
+            ));
+            out.push(NamedTensor::new(format!("{norm}.bias"), vec![c_out], dtype));
         }
         let (c, side) = self.head_input();
         let head = 4 * self.blocks as usize + 1;
-        out.push(Tensor::new(
+        out.push(NamedTensor::new(
             format!("{head}.weight"),
             vec![self.classes, c * side * side],
             dtype,
         ));
-        out.push(Tensor::new(
+        out.push(NamedTensor::new(
             format!("{head}.bias"),
             vec![self.classes],
             dtype,
@@ -106,15 +110,15 @@ impl CnnShape {
 
     /// `named_buffers()`: each BatchNorm's running statistics (in float32
     /// whatever the parameters' type) and its step counter.
-    pub fn buffers(&self) -> Vec<Tensor> {
+    pub fn buffers(&self) -> Vec<NamedTensor> {
         self.convs()
             .enumerate()
             .flat_map(|(b, (_, c))| {
                 let norm = 4 * b + 1;
                 [
-                    Tensor::new(format!("{norm}.running_mean"), vec![c], Dtype::Float32),
-                    Tensor::new(format!("{norm}.running_var"), vec![c], Dtype::Float32),
-                    Tensor::new(format!("{norm}.num_batches_tracked"), vec![], Dtype::Int64),
+                    NamedTensor::new(format!("{norm}.running_mean"), vec![c], Dtype::Float32),
+                    NamedTensor::new(format!("{norm}.running_var"), vec![c], Dtype::Float32),
+                    NamedTensor::new(format!("{norm}.num_batches_tracked"), vec![], Dtype::Int64),
                 ]
             })
             .collect()
@@ -177,14 +181,18 @@ pub struct TransformerShape {
 }
 
 impl TransformerShape {
-    fn norm(&self, name: &str, dtype: Dtype, out: &mut Vec<Tensor>) {
-        out.push(Tensor::new(
+    fn norm(&self, name: &str, dtype: Dtype, out: &mut Vec<NamedTensor>) {
+        out.push(NamedTensor::new(
             format!("{name}.weight"),
             vec![self.width],
             dtype,
         ));
         if self.norm == Norm::LayerNorm {
-            out.push(Tensor::new(format!("{name}.bias"), vec![self.width], dtype));
+            out.push(NamedTensor::new(
+                format!("{name}.bias"),
+                vec![self.width],
+                dtype,
+            ));
         }
     }
 
@@ -196,22 +204,22 @@ impl TransformerShape {
         name: &str,
         (fan_in, fan_out): (u64, u64),
         dtype: Dtype,
-        out: &mut Vec<Tensor>,
+        out: &mut Vec<NamedTensor>,
     ) {
         let r = self.lora_rank;
         let base = if r > 0 { ".base_layer" } else { "" };
         let weight = format!("{name}{base}.weight");
-        out.push(Tensor::new(weight, vec![fan_out, fan_in], dtype));
-        out.push(Tensor::new(
+        out.push(NamedTensor::new(weight, vec![fan_out, fan_in], dtype));
+        out.push(NamedTensor::new(
             format!("{name}{base}.bias"),
             vec![fan_out],
             dtype,
         ));
         if r > 0 {
             let a = format!("{name}.lora_A.default.weight");
-            out.push(Tensor::new(a, vec![r, fan_in], dtype));
+            out.push(NamedTensor::new(a, vec![r, fan_in], dtype));
             let b = format!("{name}.lora_B.default.weight");
-            out.push(Tensor::new(b, vec![fan_out, r], dtype));
+            out.push(NamedTensor::new(b, vec![fan_out, r], dtype));
         }
     }
 
@@ -232,7 +240,7 @@ impl TransformerShape {
     /// `named_parameters()`; a tied head is the token embedding's weight,
     /// which `parameters()` yields once. With LoRA all but the adapters
     /// are frozen.
-    pub fn parameters(&self, dtype: Dtype) -> Vec<Tensor> {
+    pub fn parameters(&self, dtype: Dtype) -> Vec<NamedTensor> {
         let mut out = self.base_parameters(dtype);
         if self.lora_rank > 0 {
             for t in &mut out {
@@ -242,11 +250,11 @@ impl TransformerShape {
         out
     }
 
-    fn base_parameters(&self, dtype: Dtype) -> Vec<Tensor> {
+    fn base_parameters(&self, dtype: Dtype) -> Vec<NamedTensor> {
         let d = self.width;
         let mut out = vec![
-            Tensor::new("wte.weight".into(), vec![self.vocab, d], dtype),
-            Tensor::new("wpe.weight".into(), vec![self.seq_len, d], dtype),
+            NamedTensor::new("wte.weight".into(), vec![self.vocab, d], dtype),
+            NamedTensor::new("wpe.weight".into(), vec![self.seq_len, d], dtype),
         ];
         for l in 0..self.layers {
             let h = format!("h.{l}");
@@ -260,7 +268,7 @@ impl TransformerShape {
         }
         self.norm("ln_f", dtype, &mut out);
         if !self.tied {
-            out.push(Tensor::new(
+            out.push(NamedTensor::new(
                 "lm_head.weight".into(),
                 vec![self.vocab, d],
                 dtype,

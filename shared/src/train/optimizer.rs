@@ -4,7 +4,7 @@
 //! frees.
 
 use super::autograd::grad_of;
-use super::frame::Frame;
+use super::frame::PyFrame;
 use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::ObjId;
 use crate::train::optim::QMAP_VALUES;
@@ -14,7 +14,7 @@ use crate::types::{Category, Dtype};
 /// `optimizer.step()`. Returns whether the update was computed.
 pub fn optimizer_step(
     k: &mut Kernel,
-    frame: &mut Frame,
+    frame: &mut PyFrame,
     ts: &mut TrainState,
     optimizer: ObjId,
 ) -> Result<bool, AllocFailure> {
@@ -56,7 +56,7 @@ fn param_shape(k: &Kernel, p: ObjId) -> (Vec<u64>, crate::types::Dtype) {
 /// optimizer holds them.
 fn lazy_state(
     k: &mut Kernel,
-    frame: &mut Frame,
+    frame: &mut PyFrame,
     optimizer: ObjId,
     label: &str,
     spec: OptimizerSpec,
@@ -102,7 +102,7 @@ fn lazy_state(
 /// items last first.
 fn foreach_sqrt(
     k: &mut Kernel,
-    frame: &mut Frame,
+    frame: &mut PyFrame,
     label: &str,
     with_grad: &[(usize, ObjId)],
 ) -> Result<(), AllocFailure> {

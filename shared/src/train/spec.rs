@@ -71,12 +71,12 @@ impl ModelSpec {
     }
 
     /// Every parameter (name, shape, type) as `named_parameters()` lists it.
-    pub fn parameters(&self) -> Vec<kinds::Tensor> {
+    pub fn parameters(&self) -> Vec<kinds::NamedTensor> {
         match self.kind {
             Kind::Mlp => self
                 .param_shapes()
                 .into_iter()
-                .map(|(name, shape)| kinds::Tensor::new(name, shape, self.dtype))
+                .map(|(name, shape)| kinds::NamedTensor::new(name, shape, self.dtype))
                 .collect(),
             Kind::Cnn(c) => c.parameters(self.dtype),
             Kind::Transformer(t) => t.parameters(self.dtype),
@@ -85,14 +85,14 @@ impl ModelSpec {
 
     /// The parameters that get gradients and optimizer state (with LoRA the
     /// adapters alone).
-    pub fn trained_parameters(&self) -> Vec<kinds::Tensor> {
+    pub fn trained_parameters(&self) -> Vec<kinds::NamedTensor> {
         let mut params = self.parameters();
         params.retain(|t| !t.frozen);
         params
     }
 
     /// Every buffer (BatchNorm's running statistics).
-    pub fn buffers(&self) -> Vec<kinds::Tensor> {
+    pub fn buffers(&self) -> Vec<kinds::NamedTensor> {
         match self.kind {
             Kind::Cnn(c) => c.buffers(),
             Kind::Mlp | Kind::Transformer(_) => Vec::new(),
@@ -388,8 +388,8 @@ fn state_bytes(model: &ModelSpec, optimizer: Option<OptimizerSpec>, round: fn(u6
     optimizer.map_or(0, |o| o.state_bytes(shapes, round))
 }
 
-fn rounded(tensors: &[kinds::Tensor]) -> u64 {
-    let bytes = |t: &kinds::Tensor| kinds::blocks(t.numel() * t.dtype.size_bytes());
+fn rounded(tensors: &[kinds::NamedTensor]) -> u64 {
+    let bytes = |t: &kinds::NamedTensor| kinds::blocks(t.numel() * t.dtype.size_bytes());
     tensors.iter().map(bytes).sum()
 }
 

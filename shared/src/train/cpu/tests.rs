@@ -1,6 +1,6 @@
 use super::*;
 use crate::train::kinds::step::{self, Attention, Options};
-use crate::train::kinds::{CnnShape, Norm, Tensor, TransformerShape};
+use crate::train::kinds::{CnnShape, NamedTensor, Norm, TransformerShape};
 use crate::types::Dtype;
 
 fn gpt(norm: Norm, tied: bool, lora_rank: u64) -> TransformerShape {
@@ -31,7 +31,7 @@ fn small_cnn() -> CnnShape {
 type Params = (Vec<Vec<u64>>, Vec<Vec<f32>>);
 
 /// Deterministic values, different for every parameter and element.
-fn values(tensors: &[Tensor]) -> Params {
+fn values(tensors: &[NamedTensor]) -> Params {
     let shapes = tensors.iter().map(|t| t.shape.clone()).collect();
     let values = tensors
         .iter()
@@ -89,7 +89,7 @@ fn options(attention: Attention, checkpointing: bool, amp: Option<Dtype>) -> Opt
 /// central differences at three elements of every parameter; frozen
 /// parameters get none. `h`: the step, small enough not to cross a kink
 /// (ReLU's, a pooling window's choice).
-fn check_gradients(program: &Program, tensors: &[Tensor], batch: &BatchValues, h: f32) {
+fn check_gradients(program: &Program, tensors: &[NamedTensor], batch: &BatchValues, h: f32) {
     let params = values(tensors);
     let got = whole(program, &params, batch);
     let loss = |params: &Params| whole(program, params, batch).loss.unwrap();

@@ -18,7 +18,7 @@
 //! engine's own. `tests/reference/step_trace.py` records the same step from
 //! PyTorch's own ops; the tests hold this to it event by event.
 
-use super::{blocks, Tensor, TransformerShape};
+use super::{blocks, NamedTensor, TransformerShape};
 use crate::train::cublas::BlasThread;
 use crate::types::Dtype;
 pub use calc::{Arg, Calc};
@@ -131,7 +131,7 @@ pub struct Program {
 /// One event of a trace: an op made a tensor of `bytes` (> 0), or a
 /// tensor of `-bytes` was freed (`op` is `free`), in 512-byte blocks.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Event {
+pub struct TraceEvent {
     pub op: &'static str,
     pub bytes: i64,
 }
@@ -139,7 +139,7 @@ pub struct Event {
 impl Program {
     /// The step's allocations and frees as a trace, without cuBLAS calls;
     /// the loop's previous loss (a float32 scalar) dies at the rebinding.
-    pub fn events(&self) -> Vec<Event> {
+    pub fn events(&self) -> Vec<TraceEvent> {
         self.ops
             .iter()
             .filter_map(|op| match *op {
@@ -148,7 +148,7 @@ impl Program {
                 Op::Rebind => Some(("free", -(blocks(4) as i64))),
                 Op::Blas(_) | Op::Release(_) | Op::ForwardEnd => None,
             })
-            .map(|(op, bytes)| Event { op, bytes })
+            .map(|(op, bytes)| TraceEvent { op, bytes })
             .collect()
     }
 
@@ -188,7 +188,7 @@ pub fn program(t: &TransformerShape, batch: u64, options: Options) -> Program {
 }
 
 /// The most bytes a trace has live at once, over what lived before it.
-pub fn peak(events: &[Event]) -> u64 {
+pub fn peak(events: &[TraceEvent]) -> u64 {
     let mut live = 0i64;
     let mut peak = 0i64;
     for e in events {
@@ -202,7 +202,7 @@ pub fn peak(events: &[Event]) -> u64 {
 /// `exp_avg_sq.sqrt()` for every parameter at once, freed last first; then
 /// every gradient, in order. (The engine runs its own optimizer step; this
 /// is the same sequence, for comparing whole steps with PyTorch's.)
-pub fn optimizer_events(parameters: &[Tensor]) -> Vec<Event> {
+pub fn optimizer_events(parameters: &[NamedTensor]) -> Vec<TraceEvent> {
     let sizes: Vec<i64> = parameters
         .iter()
         .map(|p| blocks(p.numel() * p.dtype.size_bytes()) as i64)
@@ -212,7 +212,7 @@ pub fn optimizer_events(parameters: &[Tensor]) -> Vec<Event> {
     let grads = sizes.iter().map(|&b| ("free", -b));
     sqrt.chain(temps)
         .chain(grads)
-        .map(|(op, bytes)| Event { op, bytes })
+        .map(|(op, bytes)| TraceEvent { op, bytes })
         .collect()
 }
 

@@ -27,7 +27,7 @@ fn named(list: &Value) -> Vec<(String, Vec<u64>)> {
     serde_json::from_value(list.clone()).unwrap()
 }
 
-fn ours(tensors: &[Tensor]) -> Vec<(String, Vec<u64>)> {
+fn ours(tensors: &[NamedTensor]) -> Vec<(String, Vec<u64>)> {
     tensors
         .iter()
         .map(|t| (t.name.clone(), t.shape.clone()))
@@ -109,7 +109,7 @@ fn transformer_parameters_are_pytorchs() {
         let params = shape.parameters(Dtype::Float32);
         assert_eq!(ours(&params), named(&m["parameters"]), "{m}");
         assert_eq!(count(&params), u(&m, "count"));
-        let trained: Vec<Tensor> = params.into_iter().filter(|p| !p.frozen).collect();
+        let trained: Vec<NamedTensor> = params.into_iter().filter(|p| !p.frozen).collect();
         assert_eq!(count(&trained), u(&m, "trainable"), "{m}");
         assert_eq!(m["buffers"], serde_json::json!([]));
     }

@@ -7,7 +7,7 @@ use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::ObjId;
 use crate::train::autograd::{find_graph, grad_of};
 use crate::train::cublas::{BlasThread, CublasWorkspaces};
-use crate::train::frame::Frame;
+use crate::train::frame::PyFrame;
 use crate::train::{math, Saved, TrainState};
 use crate::types::{Category, Dtype};
 
@@ -28,7 +28,7 @@ impl From<AllocFailure> for BackwardError {
 /// `loss.backward(retain_graph=...)`.
 pub fn backward(
     k: &mut Kernel,
-    frame: &mut Frame,
+    frame: &mut PyFrame,
     ts: &mut TrainState,
     loss: ObjId,
     retain: bool,
@@ -131,7 +131,7 @@ impl Backward<'_> {
     fn temp(
         &self,
         k: &mut Kernel,
-        frame: &mut Frame,
+        frame: &mut PyFrame,
         label: &str,
         width: u64,
         dtype: Dtype,
@@ -146,7 +146,7 @@ impl Backward<'_> {
     fn criterion(
         &self,
         k: &mut Kernel,
-        frame: &mut Frame,
+        frame: &mut PyFrame,
         tag: &str,
     ) -> Result<(ObjId, ObjId), AllocFailure> {
         let seed = frame.alloc(
@@ -169,7 +169,7 @@ impl Backward<'_> {
     fn layers(
         &mut self,
         k: &mut Kernel,
-        frame: &mut Frame,
+        frame: &mut PyFrame,
         mut grad: ObjId,
     ) -> Result<(), AllocFailure> {
         let layers = self.dims.len() - 2;
@@ -193,7 +193,7 @@ impl Backward<'_> {
     fn recompute(
         &self,
         k: &mut Kernel,
-        frame: &mut Frame,
+        frame: &mut PyFrame,
         hidden: std::ops::Range<usize>,
         recomputed: &mut [Option<ObjId>],
     ) -> Result<(), AllocFailure> {
@@ -224,7 +224,7 @@ impl Backward<'_> {
     fn relu(
         &self,
         k: &mut Kernel,
-        frame: &mut Frame,
+        frame: &mut PyFrame,
         l: usize,
         grad: ObjId,
         recomputed: Option<ObjId>,
@@ -247,7 +247,7 @@ impl Backward<'_> {
     fn linear(
         &mut self,
         k: &mut Kernel,
-        frame: &mut Frame,
+        frame: &mut PyFrame,
         l: usize,
         grad: ObjId,
     ) -> Result<Option<ObjId>, AllocFailure> {
@@ -292,7 +292,7 @@ impl Backward<'_> {
     fn param_grad(
         &mut self,
         k: &mut Kernel,
-        frame: &mut Frame,
+        frame: &mut PyFrame,
         index: usize,
     ) -> Result<ObjId, AllocFailure> {
         let (param, shape, label) = self.param_info(k, index);
@@ -315,7 +315,7 @@ impl Backward<'_> {
     fn grad_buffer(
         &self,
         k: &mut Kernel,
-        frame: &mut Frame,
+        frame: &mut PyFrame,
         param: ObjId,
         shape: &[u64],
         label: &str,
@@ -333,7 +333,7 @@ impl Backward<'_> {
     fn accumulate(
         &mut self,
         k: &mut Kernel,
-        frame: &mut Frame,
+        frame: &mut PyFrame,
         index: usize,
         g: ObjId,
     ) -> Result<(), AllocFailure> {

@@ -5,7 +5,7 @@ use crate::kernel::{AllocFailure, Kernel};
 use crate::runtime::{Class, ObjId};
 use crate::train::cublas::{BlasThread, CublasWorkspaces};
 use crate::train::data::Synthetic;
-use crate::train::frame::Frame;
+use crate::train::frame::PyFrame;
 use crate::train::spec::checkpoint_segment;
 use crate::train::{math, DatasetState, GraphState, ModelSpec, Saved, TrainState};
 use crate::types::{Category, Dtype};
@@ -76,7 +76,7 @@ struct Pass<'a, 'b> {
 /// The forward pass: `loss = criterion(model(x), y)`.
 pub fn forward(
     k: &mut Kernel,
-    frame: &mut Frame,
+    frame: &mut PyFrame,
     ts: &mut TrainState,
     a: &ForwardArgs,
 ) -> Result<ForwardOut, AllocFailure> {
@@ -127,7 +127,7 @@ pub fn forward(
 /// The batch: a view of the on-device set, or a copy to the device.
 fn load_batch(
     k: &mut Kernel,
-    frame: &mut Frame,
+    frame: &mut PyFrame,
     dataset: &DatasetState,
     spec: &ModelSpec,
     a: &ForwardArgs,
@@ -188,7 +188,7 @@ impl<'a, 'b> Pass<'a, 'b> {
     fn layers(
         &mut self,
         k: &mut Kernel,
-        frame: &mut Frame,
+        frame: &mut PyFrame,
         x: ObjId,
     ) -> Result<ObjId, AllocFailure> {
         let layers = self.spec.layers as usize;
@@ -226,7 +226,7 @@ impl<'a, 'b> Pass<'a, 'b> {
     fn linear(
         &mut self,
         k: &mut Kernel,
-        frame: &mut Frame,
+        frame: &mut PyFrame,
         l: usize,
         label: &str,
         input: ObjId,
@@ -279,7 +279,7 @@ impl<'a, 'b> Pass<'a, 'b> {
     fn relu(
         &mut self,
         k: &mut Kernel,
-        frame: &mut Frame,
+        frame: &mut PyFrame,
         l: usize,
         z: ObjId,
         recorded: bool,
@@ -307,7 +307,7 @@ impl<'a, 'b> Pass<'a, 'b> {
     fn criterion(
         &mut self,
         k: &mut Kernel,
-        frame: &mut Frame,
+        frame: &mut PyFrame,
         logits: ObjId,
         y: ObjId,
     ) -> Result<ObjId, AllocFailure> {

@@ -57,7 +57,7 @@ fn first_difference(ours: &[(String, i64)], theirs: &[(String, i64)]) -> String 
 }
 
 /// A whole step as a trace: forward, backward, Adam, `zero_grad`.
-fn events(t: &TransformerShape, batch: u64, options: Options) -> Vec<Event> {
+fn events(t: &TransformerShape, batch: u64, options: Options) -> Vec<TraceEvent> {
     let mut events = program(t, batch, options).events();
     let mut trained = t.parameters(Dtype::Float32);
     trained.retain(|p| !p.frozen);
