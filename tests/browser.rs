@@ -316,7 +316,7 @@ async fn the_playground_in_a_browser() {
     // ?hide= hides control groups for a focused exercise.
     let focused = open(&browser, &format!("http://{addr}/?hide=training,framework")).await;
     let hidden = js(&focused, "[...document.querySelectorAll('fieldset')].filter(f => f.hidden).map(f => f.querySelector('legend').textContent)").await;
-    assert_eq!(hidden, serde_json::json!(["Kernel", "Training"]));
+    assert_eq!(hidden, serde_json::json!(["Process", "Training"]));
 
     listener.abort();
     let _ = stop_tx.send(());

@@ -10,11 +10,11 @@
 //! - [`framework`]: settings, which allocator each framework builds, OOM texts.
 //! - [`runtime`]: names, reference counts, cycles and `gc.collect()`.
 //! - [`stats`]: the numbers every result carries and the event log's entries.
-//! - [`kernel`]: one process: device + allocator + runtime + event log.
-//! - [`snapshot`]: the segment map and live objects, captured from a kernel.
+//! - [`process`]: one process: device + allocator + runtime + event log.
+//! - [`snapshot`]: the segment map and live objects, captured from a process.
 //! - [`train`]: models, optimizers, data and the allocations of a training step.
 //! - [`command`]: the commands, their arguments, and `parse_line`.
-//! - [`engine`]: carries out commands on a kernel.
+//! - [`engine`]: carries out commands on a process.
 //! - [`python`]: the Python each command stands for.
 //! - [`explain`]: which numbers moved, the framework's names for them, links.
 //! - [`protocol`]: result records and websocket messages (the wire format).
@@ -37,9 +37,9 @@ pub mod fields;
 pub mod framework;
 pub mod gpu;
 pub mod input;
-pub mod kernel;
 pub mod lesson;
 pub mod memory_snapshot;
+pub mod process;
 pub mod protocol;
 pub mod python;
 pub mod runtime;

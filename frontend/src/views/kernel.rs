@@ -178,7 +178,7 @@ fn KernelSettings(app: App) -> impl IntoView {
     let gpu_id = move || f.gpu.get().map_or("custom", GpuModel::id);
     view! {
         <fieldset hidden=hidden(app, "framework")>
-            <legend>"Kernel"</legend>
+            <legend>"Process"</legend>
             <label>"Framework "
                 <select id="framework" prop:value=move || f.framework.get().id() on:change=on_framework>
                     {Framework::ALL.map(|v| view! { <option value=v.id()>{v.display_name()}</option> })}

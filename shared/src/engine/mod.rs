@@ -1,5 +1,5 @@
 //! The engine: carries out commands on one kernel. Each command is one line
-//! of Python; the engine validates it, runs it on the [`Kernel`], and
+//! of Python; the engine validates it, runs it on the [`Process`], and
 //! reports the stats after it. By concern:
 //!
 //! - [`tensors`]: `alloc`, `del`, `hold`, `gc`, `empty_cache`, `clear_session`.
@@ -22,14 +22,14 @@ use crate::command::{Command, RestartSettings};
 use crate::device::{Device, DeviceInfo, SimDevice, SimDeviceConfig};
 use crate::error::{CommandError, ErrorKind};
 use crate::framework::{make_allocator, oom_message, Settings, TensorDesc};
-use crate::kernel::{AllocFailure, Kernel};
+use crate::process::{AllocFailure, Process};
 use crate::snapshot::{self, Event, Snapshot, Stats};
 use crate::train::{self, TrainState};
 use crate::types::Framework;
 use crate::units::format_size;
 use serde_json::Value;
 
-pub use crate::kernel::DEFAULT_EVENT_CAPACITY;
+pub use crate::process::DEFAULT_EVENT_CAPACITY;
 
 /// The longest name accepted.
 pub const MAX_NAME_LEN: usize = 64;
@@ -98,7 +98,7 @@ impl Outcome {
 pub struct Engine {
     settings: Settings,
     factory: Box<dyn DeviceFactory>,
-    kernel: Kernel,
+    process: Process,
     train: TrainState,
     /// Steps executed so far (the next step's index).
     step: u64,
@@ -159,12 +159,12 @@ impl Engine {
         let device = factory.start(&settings)?;
         let allocator = make_allocator(&settings, device.as_ref());
         let train = TrainState::new(settings.cublas_workspace_bytes());
-        let mut kernel = Kernel::new(device, allocator);
-        kernel.first_kernel_scratch = settings.first_kernel_scratch_bytes();
+        let mut process = Process::new(device, allocator);
+        process.first_kernel_scratch = settings.first_kernel_scratch_bytes();
         Ok(Self {
             settings,
             factory,
-            kernel,
+            process,
             train,
             step: 0,
             flop_limit: train::ARITHMETIC_FLOP_LIMIT,
@@ -181,11 +181,11 @@ impl Engine {
     }
 
     pub fn device_info(&self) -> DeviceInfo {
-        self.kernel.device.info()
+        self.process.device.info()
     }
 
-    pub fn kernel(&self) -> &Kernel {
-        &self.kernel
+    pub fn process(&self) -> &Process {
+        &self.process
     }
 
     pub fn step(&self) -> u64 {
@@ -193,27 +193,27 @@ impl Engine {
     }
 
     pub fn set_event_capacity(&mut self, capacity: usize) {
-        self.kernel.set_event_capacity(capacity);
+        self.process.set_event_capacity(capacity);
     }
 
     /// Switches event recording in the allocator (benchmarks switch it off).
     pub fn set_tracing(&mut self, on: bool) {
-        self.kernel.allocator.set_tracing(on);
+        self.process.allocator.set_tracing(on);
     }
 
     /// Events with `seq >= since`, oldest first.
     pub fn events_since(&self, since: u64) -> impl Iterator<Item = &Event> {
-        self.kernel.events_since(since)
+        self.process.events_since(since)
     }
 
     pub fn stats(&self) -> Stats {
-        self.kernel.stats()
+        self.process.stats()
     }
 
     /// The peaks since the last call (allocated, reserved); see
-    /// [`Kernel::take_sample_peaks`].
+    /// [`Process::take_sample_peaks`].
     pub fn take_sample_peaks(&mut self) -> (u64, u64) {
-        self.kernel.take_sample_peaks()
+        self.process.take_sample_peaks()
     }
 
     /// Executes one command. On error nothing changed, except what the
@@ -222,10 +222,10 @@ impl Engine {
     /// step leaves `last_exception`). In debug builds every invariant of
     /// the kernel is checked after every command.
     pub fn execute(&mut self, cmd: &Command) -> Result<Outcome, CommandError> {
-        self.kernel.begin_command(self.step);
+        self.process.begin_command(self.step);
         self.step += 1;
         let result = self.dispatch(cmd);
-        let dead = self.kernel.take_dead_instances();
+        let dead = self.process.take_dead_instances();
         self.train.forget(&dead);
         debug_assert_eq!(self.check_invariants(), Ok(()), "after {}", cmd.name());
         result
@@ -233,7 +233,7 @@ impl Engine {
 
     /// Counts a line that is not a command as a step, and gives back its error.
     pub fn reject(&mut self, error: CommandError) -> CommandError {
-        self.kernel.begin_command(self.step);
+        self.process.begin_command(self.step);
         self.step += 1;
         error
     }
@@ -251,7 +251,7 @@ impl Engine {
             Command::ClearCublasWorkspaces {} => Ok(self.clear_cublas_workspaces()),
             Command::ClearSession {} => Ok(self.clear_session()),
             Command::ResetPeakMemoryStats {} => {
-                self.kernel.allocator.reset_peak_stats();
+                self.process.allocator.reset_peak_stats();
                 Ok(Outcome::note("Peaks now equal the current values."))
             }
             Command::Model(a) => self.model(a),
@@ -274,7 +274,7 @@ impl Engine {
         // The old process exits first: the driver takes back its context
         // and segments before the new one starts and reads the free memory
         // (TensorFlow sizes its pool from it).
-        self.kernel.exit();
+        self.process.exit();
         self.train = TrainState::new(0);
         let (settings, failed) = match self.factory.start(&settings) {
             Ok(device) => (self.start(settings, device), None),
@@ -293,7 +293,7 @@ impl Engine {
         Ok(Outcome::note(format!(
             "The kernel restarted with {}: the process exited, so the driver took back everything, context included; the new process holds only its CUDA context ({}).",
             self.settings.framework.display_name(),
-            format_size(self.kernel.device.context_bytes())
+            format_size(self.process.device.context_bytes())
         )))
     }
 
@@ -301,8 +301,8 @@ impl Engine {
     /// `settings` say. Returns the settings.
     fn start(&mut self, settings: Settings, device: Box<dyn Device>) -> Settings {
         let allocator = make_allocator(&settings, device.as_ref());
-        self.kernel.start(device, allocator);
-        self.kernel.first_kernel_scratch = settings.first_kernel_scratch_bytes();
+        self.process.start(device, allocator);
+        self.process.first_kernel_scratch = settings.first_kernel_scratch_bytes();
         self.train = TrainState::new(settings.cublas_workspace_bytes());
         settings
     }
@@ -348,7 +348,7 @@ impl Engine {
     /// Everything the views draw, with the last `max_events` events.
     pub fn snapshot(&self, max_events: usize) -> Snapshot {
         snapshot::capture(
-            &self.kernel,
+            &self.process,
             self.step,
             self.settings.framework,
             self.device_info(),
@@ -359,7 +359,7 @@ impl Engine {
     /// Checks every invariant of the allocator, the runtime and their
     /// agreement; `Err` names the first broken one.
     pub fn check_invariants(&self) -> Result<(), String> {
-        self.kernel.check_invariants()
+        self.process.check_invariants()
     }
 }
 

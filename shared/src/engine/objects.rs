@@ -4,7 +4,7 @@
 use super::{check_name, error, Engine, Outcome};
 use crate::command::{DataArgs, ModelArgs, OptimizerArgs};
 use crate::error::{CommandError, ErrorKind};
-use crate::kernel::{AllocFailure, Kernel};
+use crate::process::{AllocFailure, Process};
 use crate::runtime::{Class, Holder, ObjId, ObjectKind};
 use crate::train::frame::PyFrame;
 use crate::train::kinds;
@@ -17,7 +17,7 @@ impl Engine {
     /// The object bound to `name`, which must be of `class`.
     pub(super) fn instance(&self, name: &str, class: Class) -> Result<ObjId, CommandError> {
         let id = self.lookup(name)?;
-        let o = self.kernel.runtime.get(id).expect("bound objects exist");
+        let o = self.process.runtime.get(id).expect("bound objects exist");
         if o.kind != ObjectKind::Instance(class) {
             return Err(error(
                 ErrorKind::InvalidValue,
@@ -104,18 +104,18 @@ impl Engine {
             .open_session
             .filter(|_| self.settings.framework == Framework::Tensorflow);
         let mut frame = PyFrame::default();
-        let model = frame.instance(&mut self.kernel, Class::Model, name);
+        let model = frame.instance(&mut self.process, Class::Model, name);
         let owner = session.unwrap_or(model);
         let params = match self.move_to_device(&mut frame, name, owner, &spec) {
             Ok(params) => params,
             Err(f) => {
                 let e = self.alloc_error(&f);
-                frame.finish(&mut self.kernel);
+                frame.finish(&mut self.process);
                 return Err(e);
             }
         };
         if keras && session.is_none() {
-            self.kernel.runtime.hold(Holder::FrameworkState, model);
+            self.process.runtime.hold(Holder::FrameworkState, model);
         }
         self.train.models.insert(
             model,
@@ -129,7 +129,7 @@ impl Engine {
             },
         );
         frame.take(model);
-        self.kernel.bind_local(name, model);
+        self.process.bind_local(name, model);
         Ok(session)
     }
 
@@ -160,7 +160,7 @@ impl Engine {
         let mut params = vec![None; parameters.len()];
         for (i, t) in order {
             let label = format!("{name}.{}", t.name);
-            let k = &mut self.kernel;
+            let k = &mut self.process;
             let p = frame.alloc(k, &label, &t.shape, t.dtype, Category::Parameter)?;
             frame.take(p);
             k.attach_local(owner, p);
@@ -192,11 +192,11 @@ impl Engine {
         let (model_id, state) = self.model_state(model)?;
         let params = state.params.clone();
         let opt = self
-            .kernel
+            .process
             .runtime
             .new_local(ObjectKind::Instance(Class::Optimizer), name);
         for &p in &params {
-            self.kernel.runtime.add_ref(opt, p);
+            self.process.runtime.add_ref(opt, p);
         }
         self.train.optimizers.insert(
             opt,
@@ -211,7 +211,7 @@ impl Engine {
                 steps: 0,
             },
         );
-        self.kernel.bind_local(name, opt);
+        self.process.bind_local(name, opt);
         Ok(Outcome::note(format!(
             "`{name}` = {}{}: it holds references to the parameters; its state ({}) is allocated at the first step.",
             spec.python(),
@@ -246,12 +246,12 @@ impl Engine {
             ));
         }
         let mut frame = PyFrame::default();
-        let ds = frame.instance(&mut self.kernel, Class::Dataset, name);
+        let ds = frame.instance(&mut self.process, Class::Dataset, name);
         let on_device = if spec.on_device {
-            match upload_dataset(&mut self.kernel, &mut frame, ds, name, &spec) {
+            match upload_dataset(&mut self.process, &mut frame, ds, name, &spec) {
                 Ok(tensors) => Some(tensors),
                 Err(f) => {
-                    frame.finish(&mut self.kernel);
+                    frame.finish(&mut self.process);
                     return Err(self.alloc_error(&f));
                 }
             }
@@ -268,7 +268,7 @@ impl Engine {
             },
         );
         frame.take(ds);
-        self.kernel.bind_local(name, ds);
+        self.process.bind_local(name, ds);
         Ok(Outcome::note(if spec.on_device {
             format!(
                 "All of `{name}` is on the device: {} held for as long as the dataset lives.",
@@ -282,7 +282,7 @@ impl Engine {
 
 /// The whole set on the device: features then labels, held by the dataset.
 fn upload_dataset(
-    k: &mut Kernel,
+    k: &mut Process,
     frame: &mut PyFrame,
     ds: ObjId,
     name: &str,

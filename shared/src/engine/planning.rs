@@ -81,7 +81,7 @@ impl Engine {
         check_attention(a.attention, &spec)?;
         let optimizer = self.train.optimizers[&self.instance(optimizer, Class::Optimizer)?].spec();
         let data_spec = self.train.datasets[&self.instance(data, Class::Dataset)?].spec;
-        let budget = self.settings.memory_budget(self.kernel.device.as_ref());
+        let budget = self.settings.memory_budget(self.process.device.as_ref());
         let limit = (threshold * budget as f64) as u64;
         let mut tried = Vec::new();
         let mut best = None;

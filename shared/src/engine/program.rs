@@ -10,7 +10,7 @@
 //! `backward` plays the rest over the graph's saved tensors, letting go of
 //! each (unless the graph is retained) where the program frees it.
 
-use crate::kernel::{AllocFailure, Kernel};
+use crate::process::{AllocFailure, Process};
 use crate::runtime::ObjId;
 use crate::train::autograd::grad_of;
 use crate::train::cublas::CublasWorkspaces;
@@ -99,7 +99,7 @@ impl<'p> Player<'p> {
     /// `last_exception`).
     pub fn play(
         &mut self,
-        k: &mut Kernel,
+        k: &mut Process,
         frame: &mut PyFrame,
         blas: &mut CublasWorkspaces,
         ops: std::ops::Range<usize>,
@@ -132,7 +132,7 @@ impl<'p> Player<'p> {
         Ok(())
     }
 
-    fn free(&mut self, k: &mut Kernel, frame: &mut PyFrame, i: usize) {
+    fn free(&mut self, k: &mut Process, frame: &mut PyFrame, i: usize) {
         match self.live[i].take() {
             Some(Slot::Frame(id)) => frame.drop(k, id),
             Some(Slot::Graph(id)) if self.retain => self.live[i] = Some(Slot::Graph(id)),
@@ -146,7 +146,7 @@ impl<'p> Player<'p> {
     }
 
     /// A node lets go of the part of the batch it saved.
-    fn release(&mut self, k: &mut Kernel, part: Batch) {
+    fn release(&mut self, k: &mut Process, part: Batch) {
         let slot = &mut self.batch[part as usize];
         if let (Some(g), false, Some(id)) = (self.graph, self.retain, *slot) {
             *slot = None;
@@ -159,7 +159,7 @@ impl<'p> Player<'p> {
     /// Returns the saved tensors by allocation.
     pub fn save_into(
         mut self,
-        k: &mut Kernel,
+        k: &mut Process,
         frame: &mut PyFrame,
         graph: ObjId,
         batch: [ObjId; 2],
@@ -189,7 +189,7 @@ impl<'p> Player<'p> {
 /// Allocates `a`, labelled by the op that made it and its block (`scope`:
 /// the transformer's `h`, the CNN's `block`), or as its parameter's grad.
 fn alloc(
-    k: &mut Kernel,
+    k: &mut Process,
     frame: &mut PyFrame,
     a: &Alloc,
     scope: &str,
@@ -224,7 +224,7 @@ fn alloc(
 
 /// `AccumulateGrad`: the gradient becomes `.grad`, or is added into the
 /// `.grad` there (`zero_grad(set_to_none=False)`, accumulation) and dies.
-fn into_grad(k: &mut Kernel, frame: &mut PyFrame, param: ObjId, g: ObjId) {
+fn into_grad(k: &mut Process, frame: &mut PyFrame, param: ObjId, g: ObjId) {
     if grad_of(k, param).is_some() {
         frame.drop(k, g);
     } else {

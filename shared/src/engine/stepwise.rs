@@ -9,7 +9,7 @@ use super::training::{check_attention, check_batch};
 use super::{check_name, error, Engine, Outcome};
 use crate::command::{BackwardArgs, ForwardArgs, StepArgs, ZeroGradArgs};
 use crate::error::{CommandError, ErrorKind};
-use crate::kernel::AllocFailure;
+use crate::process::AllocFailure;
 use crate::runtime::{Class, ObjId};
 use crate::train::autograd::{find_graph, BACKWARD_TWICE, NO_GRAD_FN};
 use crate::train::cpu::{Computed, Values};
@@ -81,11 +81,11 @@ impl Engine {
             compute,
             input: None,
         };
-        let out = match mlp::forward(&mut self.kernel, &mut frame, &mut self.train, &args) {
+        let out = match mlp::forward(&mut self.process, &mut frame, &mut self.train, &args) {
             Ok(out) => out,
             Err(f) => return Err(self.raise_in_frame(frame, &f)),
         };
-        self.kernel.bind_local(name, out.loss);
+        self.process.bind_local(name, out.loss);
         let value = out.value.ok_or(Some(spec.step_flops(batch)));
         Ok(self.forward_outcome(name, a.no_grad, value))
     }
@@ -99,10 +99,10 @@ impl Engine {
         value: Result<f32, Option<u64>>,
     ) -> Outcome {
         let graph = self
-            .kernel
+            .process
             .runtime
             .lookup(name)
-            .and_then(|loss| find_graph(&self.kernel, loss));
+            .and_then(|loss| find_graph(&self.process, loss));
         // What the graph saved; a program's graph holds the parameters too.
         let params = graph
             .and_then(|g| self.train.graphs.get(&g))
@@ -112,10 +112,10 @@ impl Engine {
             })
             .unwrap_or_default();
         let saved: u64 = graph
-            .and_then(|g| self.kernel.runtime.get(g))
+            .and_then(|g| self.process.runtime.get(g))
             .map(|g| {
                 (g.refs.iter().filter(|t| !params.contains(t)))
-                    .map(|&t| self.kernel.block_size(t))
+                    .map(|&t| self.process.block_size(t))
                     .sum()
             })
             .unwrap_or(0);
@@ -137,12 +137,12 @@ impl Engine {
     pub(super) fn backward(&mut self, a: &BackwardArgs) -> Result<Outcome, CommandError> {
         let (name, retain) = (a.name.as_str(), a.retain_graph);
         let loss = self.lookup(name)?;
-        let before = self.kernel.stats().allocated_bytes;
-        match find_graph(&self.kernel, loss) {
+        let before = self.process.stats().allocated_bytes;
+        match find_graph(&self.process, loss) {
             Some(graph) if self.is_program_graph(graph) => self.backward_program(graph, retain)?,
             _ => self.backward_mlp(loss, retain)?,
         }
-        let after = self.kernel.stats().allocated_bytes;
+        let after = self.process.stats().allocated_bytes;
         Ok(Outcome::note(if retain {
             "Backward ran with retain_graph=True: the gradients were added to .grad and the saved tensors stay for another backward.".to_string()
         } else {
@@ -156,7 +156,7 @@ impl Engine {
 
     fn backward_mlp(&mut self, loss: ObjId, retain: bool) -> Result<(), CommandError> {
         let mut frame = PyFrame::default();
-        match mlp::backward(&mut self.kernel, &mut frame, &mut self.train, loss, retain) {
+        match mlp::backward(&mut self.process, &mut frame, &mut self.train, loss, retain) {
             Ok(()) => {}
             Err(BackwardError::NoGraph) => {
                 return Err(error(ErrorKind::RuntimeError, NO_GRAD_FN));
@@ -173,13 +173,13 @@ impl Engine {
         let opt = self.instance(&a.optimizer, Class::Optimizer)?;
         let first = self.train.optimizers[&opt].state.is_empty();
         let mut frame = PyFrame::default();
-        let before = self.kernel.stats().allocated_bytes;
+        let before = self.process.stats().allocated_bytes;
         if let Err(f) =
-            optimizer::optimizer_step(&mut self.kernel, &mut frame, &mut self.train, opt)
+            optimizer::optimizer_step(&mut self.process, &mut frame, &mut self.train, opt)
         {
             return Err(self.raise_in_frame(frame, &f));
         }
-        let grown = self.kernel.stats().allocated_bytes.saturating_sub(before);
+        let grown = self.process.stats().allocated_bytes.saturating_sub(before);
         Ok(Outcome::note(if first && grown > 0 {
             format!(
                 "The first step allocated the optimizer's state: {}.",
@@ -195,7 +195,7 @@ impl Engine {
             self.instance(&a.optimizer, Class::Optimizer)?,
             a.set_to_none,
         );
-        let freed = optimizer::zero_grad(&mut self.kernel, &mut self.train, opt, set_to_none);
+        let freed = optimizer::zero_grad(&mut self.process, &mut self.train, opt, set_to_none);
         Ok(Outcome::note(if set_to_none {
             format!(
                 "zero_grad(set_to_none=True) dropped every .grad: {} freed.",
@@ -223,8 +223,8 @@ impl Engine {
             Ok(loss) => loss,
             Err(f) => return Err(self.raise_in_frame(frame, &f)),
         };
-        frame.finish(&mut self.kernel);
-        self.kernel.bind_local(s.name, loss);
+        frame.finish(&mut self.process);
+        self.process.bind_local(s.name, loss);
         let computed = arithmetic
             .is_ok()
             .then(|| self.forward_arithmetic(s, &program))
@@ -235,7 +235,7 @@ impl Engine {
             // A program whose arithmetic is faulty runs shape-only.
             (None, Ok(())) => Err(Some(0)),
         };
-        let graph = find_graph(&self.kernel, loss);
+        let graph = find_graph(&self.process, loss);
         if let Some(g) = graph.and_then(|g| self.train.graphs.get_mut(&g)) {
             if let Saved::Program(pg) = &mut g.saved {
                 pg.program = program;
@@ -268,7 +268,7 @@ impl Engine {
     ) -> Result<ObjId, AllocFailure> {
         let spec = self.train.models[&s.model].spec;
         let (params, model) = self.model_target(s.model);
-        let k = &mut self.kernel;
+        let k = &mut self.process;
         let (x_shape, x_dtype, y_shape) = spec.batch(s.batch);
         let x = frame.alloc(
             k,
@@ -322,7 +322,7 @@ impl Engine {
     /// The model's parameters and its name (the labels' prefix).
     fn model_target(&self, model: ObjId) -> (Vec<ObjId>, String) {
         let params = self.train.models[&model].params.clone();
-        let name = self.kernel.runtime.get(model).map(|m| m.label.clone());
+        let name = self.process.runtime.get(model).map(|m| m.label.clone());
         (params, name.unwrap_or_else(|| "model".into()))
     }
 
@@ -356,7 +356,7 @@ impl Engine {
         let ops = pg.program.forward_end()..pg.program.ops.len();
         let mut player = Player::over_graph(&pg.program, graph, &pg.saved, pg.batch, retain);
         let played = player.play(
-            &mut self.kernel,
+            &mut self.process,
             &mut frame,
             &mut train.cublas,
             ops,
@@ -365,7 +365,7 @@ impl Engine {
         if let Err(f) = played {
             return Err(self.raise_in_frame(frame, &f));
         }
-        frame.finish(&mut self.kernel);
+        frame.finish(&mut self.process);
         if !retain {
             self.release_saved(graph);
         }
@@ -414,10 +414,10 @@ impl Engine {
             return;
         };
         let params = pg.params.clone();
-        let held = self.kernel.runtime.get(graph).map(|g| g.refs.clone());
+        let held = self.process.runtime.get(graph).map(|g| g.refs.clone());
         for id in held.unwrap_or_default() {
             if !params.contains(&id) {
-                self.kernel.detach(graph, id);
+                self.process.detach(graph, id);
             }
         }
     }

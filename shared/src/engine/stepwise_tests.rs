@@ -46,7 +46,7 @@ fn cases() -> Vec<((Value, u64, u64), Value)> {
 fn trace(e: &Engine) -> (Vec<u64>, u64) {
     let mut batch = Vec::new();
     let (mut sizes, mut live, mut peak) = (Vec::new(), 0i64, 0i64);
-    for ev in e.kernel.events() {
+    for ev in e.process.events() {
         let name = ev.name.as_deref().unwrap_or("");
         let is_batch = ["x", "y", "loss.x", "loss.y"].contains(&name);
         match ev.action {
@@ -126,9 +126,9 @@ fn retain_graph_keeps_the_saved_tensors_for_a_second_backward_and_a_third_is_ref
         let mut e = engine(model.0.clone(), "adam", model.1, model.2);
         assert!(run(&mut e, &forward).ok);
         let saved = |e: &Engine| {
-            let loss = e.kernel.runtime.lookup("loss").unwrap();
-            let graph = crate::train::autograd::find_graph(&e.kernel, loss).unwrap();
-            e.kernel.runtime.get(graph).unwrap().refs.clone()
+            let loss = e.process.runtime.lookup("loss").unwrap();
+            let graph = crate::train::autograd::find_graph(&e.process, loss).unwrap();
+            e.process.runtime.get(graph).unwrap().refs.clone()
         };
         let before = saved(&e);
         assert!(before.len() > 2, "{}: {before:?}", model.0);

@@ -19,12 +19,12 @@ impl Engine {
             return Err(self.more_than_an_exabyte(bytes));
         }
         let id = self
-            .kernel
+            .process
             .alloc_tensor(name, bytes, shape, dtype, category)
             .map_err(|f| self.op_alloc_error(&f, Some("Fill")))?;
-        let block_size = self.kernel.block_size(id);
-        let had_old = self.kernel.runtime.lookup(name).is_some();
-        let freed = self.kernel.bind_local(name, id);
+        let block_size = self.process.block_size(id);
+        let had_old = self.process.runtime.lookup(name).is_some();
+        let freed = self.process.bind_local(name, id);
         let mut note = format!(
             "`{name}` holds a block of {} ({} asked).",
             format_size(block_size),
@@ -55,7 +55,7 @@ impl Engine {
     }
 
     pub(super) fn lookup(&self, name: &str) -> Result<ObjId, CommandError> {
-        self.kernel
+        self.process
             .runtime
             .lookup(name)
             .ok_or_else(|| name_error(name))
@@ -63,19 +63,19 @@ impl Engine {
 
     pub(super) fn del(&mut self, name: &str) -> Result<Outcome, CommandError> {
         let id = self.lookup(name)?;
-        let holders = self.kernel.runtime.holders_of(id, Some(name));
+        let holders = self.process.runtime.holders_of(id, Some(name));
         let children = self
-            .kernel
+            .process
             .runtime
             .get(id)
             .map(|o| o.refs.clone())
             .unwrap_or_default();
         let released = self
-            .kernel
+            .process
             .runtime
             .unbind(name)
             .ok_or_else(|| name_error(name))?;
-        let freed = self.kernel.release(&released);
+        let freed = self.process.release(&released);
         let note = if released.is_empty() {
             format!(
                 "`del {name}` removed the name only: the object is still referenced (by {}), so nothing was freed.",
@@ -85,11 +85,11 @@ impl Engine {
             // The object died; what it referred to may live on elsewhere.
             let survivor = children
                 .iter()
-                .find(|&&c| self.kernel.runtime.get(c).is_some() && c != id);
+                .find(|&&c| self.process.runtime.get(c).is_some() && c != id);
             match survivor {
                 Some(&c) => format!(
                     "`{name}` died, but no memory was freed: what it held is still referenced (by {}).",
-                    self.kernel.runtime.holders_of(c, None).join(", ")
+                    self.process.runtime.holders_of(c, None).join(", ")
                 ),
                 None => format!("`{name}` was the last reference: the object died, but it held no device memory."),
             }
@@ -110,9 +110,9 @@ impl Engine {
         if name == value {
             return Ok(Outcome::note(format!("`{name} = {name}` changes nothing.")));
         }
-        let released = self.kernel.runtime.bind(name, id);
-        let freed = self.kernel.release(&released);
-        let refs = self.kernel.runtime.get(id).map_or(0, |o| o.refcount);
+        let released = self.process.runtime.bind(name, id);
+        let freed = self.process.release(&released);
+        let refs = self.process.runtime.get(id).map_or(0, |o| o.refcount);
         let mut note = format!(
             "`{name}` and `{value}` now name one object ({refs} references): nothing was allocated, and `del` of either frees nothing while the other lives."
         );
@@ -130,7 +130,7 @@ impl Engine {
         let (name, item) = (a.name.as_str(), a.item.as_str());
         let list = self.lookup(name)?;
         let kind = self
-            .kernel
+            .process
             .runtime
             .get(list)
             .map(|o| o.kind.type_name())
@@ -142,7 +142,7 @@ impl Engine {
             ));
         }
         let target = self.lookup(item)?;
-        self.kernel.runtime.add_ref(list, target);
+        self.process.runtime.add_ref(list, target);
         Ok(Outcome::note(if list == target {
             format!("`{name}` now holds itself: a reference cycle. `del {name}` will leave it alive until gc.collect() finds it.")
         } else {
@@ -157,8 +157,8 @@ impl Engine {
             .iter()
             .map(|item| self.lookup(item))
             .collect::<Result<Vec<ObjId>, _>>()?;
-        let list = self.kernel.runtime.new_list(&ids, cycle, name);
-        self.kernel.bind_local(name, list);
+        let list = self.process.runtime.new_list(&ids, cycle, name);
+        self.process.bind_local(name, list);
         let mut note = format!("`{name}` is a list holding {} reference(s)", ids.len());
         if cycle {
             note.push_str(" and itself: a reference cycle that only gc.collect() can break");
@@ -168,8 +168,8 @@ impl Engine {
     }
 
     pub(super) fn gc(&mut self) -> Outcome {
-        let (found, released) = self.kernel.runtime.collect();
-        let freed = self.kernel.release(&released);
+        let (found, released) = self.process.runtime.collect();
+        let freed = self.process.release(&released);
         Outcome::note(if found == 0 {
             "gc.collect() found no unreachable objects: every live tensor is still referenced, so nothing was freed.".to_string()
         } else {
@@ -182,10 +182,10 @@ impl Engine {
 
     pub(super) fn empty_cache(&mut self) -> Outcome {
         let released = self
-            .kernel
+            .process
             .allocator
-            .empty_cache(self.kernel.device.as_mut());
-        self.kernel.drain_allocator_events();
+            .empty_cache(self.process.device.as_mut());
+        self.process.drain_allocator_events();
         Outcome::note(match released {
             Some(0) if self.settings.no_caching => {
                 "With caching off there is no cache: every tensor already went back to the driver when it died.".to_string()
@@ -213,7 +213,7 @@ impl Engine {
                 self.settings.framework.display_name()
             ));
         }
-        let freed = clear_cublas_workspaces(&mut self.kernel, &mut self.train);
+        let freed = clear_cublas_workspaces(&mut self.process, &mut self.train);
         Outcome::note(if freed == 0 {
             "No cuBLAS workspace exists yet: a thread makes one at its first matrix product."
                 .to_string()
@@ -226,10 +226,10 @@ impl Engine {
     }
 
     pub(super) fn clear_session(&mut self) -> Outcome {
-        let dropped = self.kernel.runtime.release_holder(Holder::FrameworkState);
-        let mut freed = self.kernel.release(&dropped);
-        let (found, collected) = self.kernel.runtime.collect();
-        freed += self.kernel.release(&collected);
+        let dropped = self.process.runtime.release_holder(Holder::FrameworkState);
+        let mut freed = self.process.release(&dropped);
+        let (found, collected) = self.process.runtime.collect();
+        freed += self.process.release(&collected);
         Outcome::note(format!(
             "clear_session() dropped the framework's global state and ran gc.collect() ({found} unreachable object(s)): {} freed inside the pool. The pool itself and nvidia-smi did not shrink.",
             format_size(freed)

@@ -189,7 +189,7 @@ fn a_driver_failure_is_a_device_error_not_an_out_of_memory() {
     assert_eq!(err.message, "CUDA error: CUDA_ERROR_ILLEGAL_ADDRESS");
     assert_eq!(r.stats.num_ooms, 0);
     assert_eq!(r.stats.allocated_bytes, 0);
-    assert!(e.kernel().runtime.lookup("x").is_none());
+    assert!(e.process().runtime.lookup("x").is_none());
 }
 
 /// Regions of 128 and 256 MiB (growth doubles: `Extend`), both free again,

@@ -18,14 +18,14 @@ impl Engine {
             ));
         }
         let s = self
-            .kernel
+            .process
             .runtime
             .new_local(ObjectKind::Instance(Class::Session), name);
         self.train
             .sessions
             .insert(s, SessionState { closed: false });
         self.train.open_session = Some(s);
-        self.kernel.bind_local(name, s);
+        self.process.bind_local(name, s);
         Ok(Outcome::note(format!(
             "`{name}` is open: the variables of models built now belong to it."
         )))
@@ -33,7 +33,7 @@ impl Engine {
 
     pub(super) fn close(&mut self, name: &str) -> Result<Outcome, CommandError> {
         let s = self.instance(name, Class::Session)?;
-        let freed = self.kernel.clear_refs(s);
+        let freed = self.process.clear_refs(s);
         if let Some(state) = self.train.sessions.get_mut(&s) {
             state.closed = true;
         }

@@ -6,7 +6,7 @@ use super::program::{Player, Target};
 use super::{error, Engine, Outcome, Progress, MAX_BATCH_SIZE, MAX_TRAIN_STEPS};
 use crate::command::{LossHistory, TrainArgs};
 use crate::error::{CommandError, ErrorKind};
-use crate::kernel::{AllocFailure, Kernel};
+use crate::process::{AllocFailure, Process};
 use crate::runtime::{Class, ObjId, ObjectKind};
 use crate::train::autograd::find_graph;
 use crate::train::frame::PyFrame;
@@ -49,13 +49,13 @@ impl Engine {
         failure: &AllocFailure,
     ) -> CommandError {
         let exc = self
-            .kernel
+            .process
             .runtime
             .new_local(ObjectKind::Instance(Class::Exception), "last_exception");
         for id in std::mem::take(&mut frame.locals) {
-            self.kernel.attach_local(exc, id);
+            self.process.attach_local(exc, id);
         }
-        self.kernel.bind_local("last_exception", exc);
+        self.process.bind_local("last_exception", exc);
         let mut e = self.alloc_error(failure);
         e.message.push_str(
             "\n(The exception's frame keeps the failed step's tensors alive: `del last_exception` frees them.)",
@@ -75,9 +75,9 @@ impl Engine {
             steps.push(json!({
                 "step": s,
                 "loss": loss,
-                "peak_allocated_bytes": self.kernel.window_peak_allocated(),
-                "peak_reserved_bytes": self.kernel.window_peak_reserved(),
-                "allocated_bytes": self.kernel.stats().allocated_bytes,
+                "peak_allocated_bytes": self.process.window_peak_allocated(),
+                "peak_reserved_bytes": self.process.window_peak_reserved(),
+                "allocated_bytes": self.process.stats().allocated_bytes,
             }));
             let go_on = self.report_progress(&Progress {
                 done: s + 1,
@@ -164,7 +164,7 @@ impl Engine {
         plan: &Plan,
         done: u64,
     ) -> Result<Option<Option<f32>>, CommandError> {
-        self.kernel.begin_window();
+        self.process.begin_window();
         let mut frame = PyFrame::default();
         let (mut sum, mut count) = (0.0f32, 0u32);
         for m in 0..a.accumulate {
@@ -182,18 +182,18 @@ impl Engine {
                 loss: None,
             };
             if between && !self.report_progress(&progress) {
-                frame.finish(&mut self.kernel);
+                frame.finish(&mut self.process);
                 return Ok(None);
             }
         }
         let opt = plan.optimizer;
         if let Err(f) =
-            optimizer::optimizer_step(&mut self.kernel, &mut frame, &mut self.train, opt)
+            optimizer::optimizer_step(&mut self.process, &mut frame, &mut self.train, opt)
         {
             return Err(self.raise_in_frame(frame, &f));
         }
-        optimizer::zero_grad(&mut self.kernel, &mut self.train, opt, a.set_to_none);
-        frame.finish(&mut self.kernel);
+        optimizer::zero_grad(&mut self.process, &mut self.train, opt, a.set_to_none);
+        frame.finish(&mut self.process);
         Ok(Some((count > 0).then(|| sum / count as f32)))
     }
 
@@ -209,7 +209,7 @@ impl Engine {
         if self.train.datasets[&plan.data].on_device.is_some() {
             return Ok(None);
         }
-        let k = &mut self.kernel;
+        let k = &mut self.process;
         let (x_shape, x_dtype, y_shape) = plan.spec.batch(plan.micro_batch);
         let x = frame.alloc(k, "x", &x_shape, x_dtype, Category::Input)?;
         let y = frame.alloc(k, "y", &y_shape, Dtype::Int64, Category::Input)?;
@@ -232,16 +232,20 @@ impl Engine {
         let input = self.loop_batch(frame, plan)?;
         if let Some(p) = &plan.program {
             let params = self.train.models[&plan.model].params.clone();
-            let name = self.kernel.runtime.get(plan.model).map(|m| m.label.clone());
+            let name = self
+                .process
+                .runtime
+                .get(plan.model)
+                .map(|m| m.label.clone());
             let target = Target {
                 name: name.as_deref().unwrap_or("model"),
                 params: &params,
                 loss: "loss",
             };
             let blas = &mut self.train.cublas;
-            Player::in_loop(p).play(&mut self.kernel, frame, blas, 0..p.ops.len(), &target)?;
-            if let Some(loss) = self.kernel.runtime.lookup("loss") {
-                keep_history(&mut self.kernel, frame, a.loss_history, loss)?;
+            Player::in_loop(p).play(&mut self.process, frame, blas, 0..p.ops.len(), &target)?;
+            if let Some(loss) = self.process.runtime.lookup("loss") {
+                keep_history(&mut self.process, frame, a.loss_history, loss)?;
             }
             let scale = 1.0 / a.accumulate as f32;
             let step = (p, plan.micro_batch);
@@ -261,10 +265,10 @@ impl Engine {
             checkpointing: a.checkpointing,
             compute: plan.compute,
         };
-        let out = mlp::forward(&mut self.kernel, frame, &mut self.train, &args)?;
+        let out = mlp::forward(&mut self.process, frame, &mut self.train, &args)?;
         let mut loss = out.loss;
         frame.locals.push(loss);
-        let k = &mut self.kernel;
+        let k = &mut self.process;
         if a.accumulate > 1 {
             // `loss = criterion(...) / accumulate`: the quotient holds the
             // graph; `DivBackward1` saves only the number, so the
@@ -305,7 +309,7 @@ impl Engine {
 /// scalar. Both as PyTorch's own loop keeps them
 /// (`tests/reference/loss_history.py`).
 fn keep_history(
-    k: &mut Kernel,
+    k: &mut Process,
     frame: &mut PyFrame,
     history: LossHistory,
     loss: ObjId,

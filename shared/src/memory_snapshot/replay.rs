@@ -31,7 +31,7 @@ mod kernel;
 mod record;
 mod seed;
 
-use kernel::Kernel;
+use kernel::Process;
 pub use record::export_what_if;
 
 /// A device no recorded run outgrows (1 PiB).
@@ -201,7 +201,7 @@ struct Replay<'a> {
     trace: &'a [TraceEntry],
     exact: bool,
     device: SimDevice,
-    kernel: Kernel,
+    process: Process,
     /// Recorded block address → the replay's block and the event that
     /// allocated it (`None`: live when the recording starts).
     blocks: HashMap<u64, (BlockId, Option<usize>)>,
@@ -235,7 +235,7 @@ impl<'a> Replay<'a> {
             other_processes_bytes: settings.other_processes_bytes,
             ..Default::default()
         });
-        let kernel = Kernel::new(&settings, &device);
+        let process = Process::new(&settings, &device);
         let out = ReplayRun {
             settings: settings.clone(),
             events: trace.len(),
@@ -253,7 +253,7 @@ impl<'a> Replay<'a> {
             trace,
             exact,
             device,
-            kernel,
+            process,
             blocks: HashMap::new(),
             expected_segments: Vec::new(),
             unmapped: None,
@@ -274,10 +274,10 @@ impl<'a> Replay<'a> {
         if self.released_since {
             self.empty_cache();
         }
-        let stats = self.kernel.allocator().stats().clone();
+        let stats = self.process.allocator().stats().clone();
         self.out.peak_reserved_bytes = stats.reserved_bytes.peak;
         self.out.peak_allocated_bytes = stats.allocated_bytes.peak;
-        self.out.segments = self.kernel.allocator().segments();
+        self.out.segments = self.process.allocator().segments();
         Ok(self.out)
     }
 
@@ -304,8 +304,8 @@ impl<'a> Replay<'a> {
         if !self.exact {
             return;
         }
-        match &mut self.kernel {
-            Kernel::Expandable(a) => a.place_next_range(e.addr),
+        match &mut self.process {
+            Process::Expandable(a) => a.place_next_range(e.addr),
             _ => _ = self.device.place_next(e.addr, e.size),
         }
         self.expected_segments.push((e.addr, e.size));
@@ -315,7 +315,7 @@ impl<'a> Replay<'a> {
         if self.released_since {
             self.empty_cache();
         }
-        match self.kernel.malloc(&mut self.device, e) {
+        match self.process.malloc(&mut self.device, e) {
             Ok(Some(id)) => {
                 self.blocks.insert(e.addr, (id, Some(index)));
             }
@@ -345,7 +345,7 @@ impl<'a> Replay<'a> {
     /// Compares what the allocator just did with the recorded request.
     fn check_alloc(&mut self, index: usize, e: &TraceEntry) {
         self.drained.clear();
-        self.kernel.allocator().drain_trace(&mut self.drained);
+        self.process.allocator().drain_trace(&mut self.drained);
         let made: Vec<(u64, u64)> = self
             .drained
             .iter()
@@ -357,7 +357,7 @@ impl<'a> Replay<'a> {
             .iter()
             .find(|t| t.action == TraceAction::Alloc)
             .map(|t| t.address);
-        let expandable = matches!(self.kernel, Kernel::Expandable(_));
+        let expandable = matches!(self.process, Process::Expandable(_));
         let trace = placement(&self.expected_segments, Some(e.addr), expandable);
         let engine = placement(&made, placed, expandable);
         if trace != engine {
@@ -367,7 +367,7 @@ impl<'a> Replay<'a> {
 
     fn free(&mut self, index: usize, e: &TraceEntry) {
         match self.blocks.remove(&e.addr) {
-            Some((id, _)) => self.kernel.allocator().free(&mut self.device, id),
+            Some((id, _)) => self.process.allocator().free(&mut self.device, id),
             None if self.exact => {
                 self.differ(
                     index,
@@ -378,7 +378,7 @@ impl<'a> Replay<'a> {
             None => {} // its request ran out of memory in this run
         }
         if self.exact {
-            self.kernel.allocator().drain_trace(&mut self.drained);
+            self.process.allocator().drain_trace(&mut self.drained);
         }
     }
 
@@ -387,7 +387,7 @@ impl<'a> Replay<'a> {
             self.released_since = true;
             return;
         }
-        let Kernel::Caching(a) = &mut self.kernel else {
+        let Process::Caching(a) = &mut self.process else {
             return;
         };
         let released = a.release_segment_at(&mut self.device, e.addr);
@@ -406,8 +406,8 @@ impl<'a> Replay<'a> {
     fn unmap(&mut self, index: usize, e: &TraceEntry) {
         if self.unmapped.is_none() {
             self.drained.clear();
-            self.kernel.allocator().empty_cache(&mut self.device);
-            self.kernel.allocator().drain_trace(&mut self.drained);
+            self.process.allocator().empty_cache(&mut self.device);
+            self.process.allocator().drain_trace(&mut self.drained);
             let freed = (self.drained.iter())
                 .filter(|t| t.action == TraceAction::SegmentFree)
                 .map(|t| (t.address, t.size));
@@ -440,7 +440,7 @@ impl<'a> Replay<'a> {
 
     fn empty_cache(&mut self) {
         self.released_since = false;
-        self.kernel.allocator().empty_cache(&mut self.device);
+        self.process.allocator().empty_cache(&mut self.device);
     }
 
     fn differ(&mut self, event: usize, trace: String, engine: String) {
@@ -459,7 +459,7 @@ impl<'a> Replay<'a> {
             .values()
             .map(|&(id, origin)| (id, self.origin_label(origin)))
             .collect();
-        let segments = self.kernel.allocator().segments();
+        let segments = self.process.allocator().segments();
         segments
             .into_iter()
             .map(|s| segment_snapshot(s, &owners))
@@ -477,7 +477,7 @@ impl<'a> Replay<'a> {
     }
 
     fn sample(&mut self, event: usize) {
-        let s = self.kernel.allocator().stats();
+        let s = self.process.allocator().stats();
         let (allocated, reserved) = (s.allocated_bytes.current, s.reserved_bytes.current);
         if reserved > self.reserved_peak {
             self.reserved_peak = reserved;

@@ -4,35 +4,35 @@
 use super::{BlockSnapshot, ObjectSnapshot, SegmentSnapshot, Snapshot};
 use crate::alloc::{BlockId, SegmentView};
 use crate::device::DeviceInfo;
-use crate::kernel::Kernel;
+use crate::process::Process;
 use crate::runtime::ObjectKind;
 use crate::types::{Category, Framework};
 use std::collections::HashMap;
 
 /// Everything the views draw, with the last `max_events` events.
 pub fn capture(
-    kernel: &Kernel,
+    process: &Process,
     step: u64,
     framework: Framework,
     device: DeviceInfo,
     max_events: usize,
 ) -> Snapshot {
-    let owners = kernel.owners();
-    let segments = kernel
+    let owners = process.owners();
+    let segments = process
         .allocator
         .segments()
         .into_iter()
         .map(|s| segment(s, &owners))
         .collect();
-    let events = kernel.events();
+    let events = process.events();
     let skip = events.len().saturating_sub(max_events);
     Snapshot {
         step,
         framework,
         device,
-        stats: kernel.stats(),
+        stats: process.stats(),
         segments,
-        objects: objects(kernel),
+        objects: objects(process),
         events: events.iter().skip(skip).cloned().collect(),
     }
 }
@@ -69,10 +69,10 @@ fn segment(s: SegmentView, owners: &HashMap<BlockId, (&str, Category)>) -> Segme
     }
 }
 
-fn objects(kernel: &Kernel) -> Vec<ObjectSnapshot> {
-    let names = kernel.runtime.names_of();
-    let why = kernel.runtime.retention();
-    kernel
+fn objects(process: &Process) -> Vec<ObjectSnapshot> {
+    let names = process.runtime.names_of();
+    let why = process.runtime.retention();
+    process
         .runtime
         .objects()
         .iter()
@@ -87,7 +87,7 @@ fn objects(kernel: &Kernel) -> Vec<ObjectSnapshot> {
                 kind: o.kind.type_name().into(),
                 label: o.label.clone(),
                 names,
-                bytes: kernel.block_size(id),
+                bytes: process.block_size(id),
                 requested_bytes,
                 refcount: o.refcount,
                 category,

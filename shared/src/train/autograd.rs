@@ -2,7 +2,7 @@
 //! graph a loss leads to, a parameter's `.grad`, and PyTorch's messages for
 //! a backward that cannot run.
 
-use crate::kernel::Kernel;
+use crate::process::Process;
 use crate::runtime::{Class, ObjId, ObjectKind};
 
 /// PyTorch's message for a second backward through a freed graph.
@@ -12,7 +12,7 @@ pub const NO_GRAD_FN: &str =
     "element 0 of tensors does not require grad and does not have a grad_fn";
 
 /// The autograd graph a tensor's history leads to, if any.
-pub fn find_graph(k: &Kernel, tensor: ObjId) -> Option<ObjId> {
+pub fn find_graph(k: &Process, tensor: ObjId) -> Option<ObjId> {
     let mut stack = vec![tensor];
     let mut seen = 0;
     while let Some(id) = stack.pop() {
@@ -32,7 +32,7 @@ pub fn find_graph(k: &Kernel, tensor: ObjId) -> Option<ObjId> {
 }
 
 /// A parameter's `.grad`, if set.
-pub fn grad_of(k: &Kernel, param: ObjId) -> Option<ObjId> {
+pub fn grad_of(k: &Process, param: ObjId) -> Option<ObjId> {
     k.runtime
         .get(param)?
         .refs

@@ -8,7 +8,7 @@
 //! `torch._C._cuda_clearCublasWorkspaces()` (`clearCublasWorkspaces`) or the
 //! process.
 
-use crate::kernel::{AllocFailure, Kernel};
+use crate::process::{AllocFailure, Process};
 use crate::runtime::{Holder, ObjId};
 use crate::train::TrainState;
 use crate::types::{Category, Dtype};
@@ -48,7 +48,7 @@ impl CublasWorkspaces {
 
     /// A cuBLAS call on `thread`: the first one allocates the thread's
     /// workspace (after the op's own output, which it allocated first).
-    pub fn call(&mut self, k: &mut Kernel, thread: BlasThread) -> Result<(), AllocFailure> {
+    pub fn call(&mut self, k: &mut Process, thread: BlasThread) -> Result<(), AllocFailure> {
         let bytes = self.bytes;
         let slot = self.slot(thread);
         if bytes == 0 || slot.is_some() {
@@ -68,7 +68,7 @@ impl CublasWorkspaces {
 
 /// `torch._C._cuda_clearCublasWorkspaces()`: the map is cleared, every
 /// workspace goes back to the allocator's cache. Returns the bytes freed.
-pub fn clear_cublas_workspaces(k: &mut Kernel, ts: &mut TrainState) -> u64 {
+pub fn clear_cublas_workspaces(k: &mut Process, ts: &mut TrainState) -> u64 {
     let released = k.runtime.release_holder(Holder::CublasWorkspaces);
     ts.cublas = CublasWorkspaces::new(ts.cublas.bytes);
     k.release(&released)

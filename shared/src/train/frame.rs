@@ -1,7 +1,7 @@
 //! The frame a step runs in: its locals are references, and they die when
 //! the frame returns (or live on in `last_exception` if the step raises).
 
-use crate::kernel::{AllocFailure, Kernel};
+use crate::process::{AllocFailure, Process};
 use crate::runtime::{Class, ObjId, ObjectKind};
 use crate::types::{Category, Dtype};
 
@@ -16,7 +16,7 @@ pub struct PyFrame {
 impl PyFrame {
     pub fn alloc(
         &mut self,
-        k: &mut Kernel,
+        k: &mut Process,
         label: &str,
         shape: &[u64],
         dtype: Dtype,
@@ -28,21 +28,21 @@ impl PyFrame {
     }
 
     /// Adds an existing object as a local (a new reference to it).
-    pub fn hold(&mut self, k: &mut Kernel, id: ObjId) -> ObjId {
+    pub fn hold(&mut self, k: &mut Process, id: ObjId) -> ObjId {
         k.runtime.take_local(id);
         self.locals.push(id);
         id
     }
 
     /// A new non-tensor object held by this frame.
-    pub fn instance(&mut self, k: &mut Kernel, class: Class, label: &str) -> ObjId {
+    pub fn instance(&mut self, k: &mut Process, class: Class, label: &str) -> ObjId {
         let id = k.runtime.new_local(ObjectKind::Instance(class), label);
         self.locals.push(id);
         id
     }
 
     /// The local goes out of scope.
-    pub fn drop(&mut self, k: &mut Kernel, id: ObjId) {
+    pub fn drop(&mut self, k: &mut Process, id: ObjId) {
         self.take(id);
         k.drop_local(id);
     }
@@ -56,12 +56,12 @@ impl PyFrame {
     }
 
     /// The frame returns: its locals die, last first.
-    pub fn finish(&mut self, k: &mut Kernel) {
+    pub fn finish(&mut self, k: &mut Process) {
         self.finish_from(k, 0);
     }
 
     /// A nested call returns: the locals it added (from `mark` on) die.
-    pub fn finish_from(&mut self, k: &mut Kernel, mark: usize) {
+    pub fn finish_from(&mut self, k: &mut Process, mark: usize) {
         while self.locals.len() > mark {
             let id = self.locals.pop().expect("above the mark");
             k.drop_local(id);

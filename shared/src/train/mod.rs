@@ -4,7 +4,7 @@
 //! - [`spec`]: what a model, an optimizer and a dataset are (shapes, bytes,
 //!   FLOPs) and the memory estimate.
 //! - [`mlp`]: the MLP's forward and backward as sequences of allocations
-//!   and frees on a [`Kernel`](crate::kernel::Kernel); [`kinds`]: the CNN
+//!   and frees on a [`Process`](crate::process::Process); [`kinds`]: the CNN
 //!   and the transformer, their step as a program.
 //! - [`frame`], [`autograd`], [`optimizer`]: what every kind's step shares:
 //!   the Python frame, the autograd graph, `opt.step()` and `zero_grad`.

@@ -5,7 +5,7 @@
 
 use super::autograd::grad_of;
 use super::frame::PyFrame;
-use crate::kernel::{AllocFailure, Kernel};
+use crate::process::{AllocFailure, Process};
 use crate::runtime::ObjId;
 use crate::train::optim::QMAP_VALUES;
 use crate::train::{math, OptimizerSpec, TrainState};
@@ -13,7 +13,7 @@ use crate::types::{Category, Dtype};
 
 /// `optimizer.step()`. Returns whether the update was computed.
 pub fn optimizer_step(
-    k: &mut Kernel,
+    k: &mut Process,
     frame: &mut PyFrame,
     ts: &mut TrainState,
     optimizer: ObjId,
@@ -46,7 +46,7 @@ pub fn optimizer_step(
     Ok(update_values(ts, optimizer, model))
 }
 
-fn param_shape(k: &Kernel, p: ObjId) -> (Vec<u64>, crate::types::Dtype) {
+fn param_shape(k: &Process, p: ObjId) -> (Vec<u64>, crate::types::Dtype) {
     let t = k.runtime.tensor(p).expect("parameter tensor");
     (t.shape.clone(), t.dtype)
 }
@@ -55,7 +55,7 @@ fn param_shape(k: &Kernel, p: ObjId) -> (Vec<u64>, crate::types::Dtype) {
 /// (bitsandbytes' quantization maps before the first 8-bit state); the
 /// optimizer holds them.
 fn lazy_state(
-    k: &mut Kernel,
+    k: &mut Process,
     frame: &mut PyFrame,
     optimizer: ObjId,
     label: &str,
@@ -63,7 +63,7 @@ fn lazy_state(
     with_grad: &[(usize, ObjId)],
 ) -> Result<Vec<ObjId>, AllocFailure> {
     let mut state = Vec::new();
-    let mut hold = |k: &mut Kernel, label: String, shape: &[u64], dtype| {
+    let mut hold = |k: &mut Process, label: String, shape: &[u64], dtype| {
         let t = frame.alloc(k, &label, shape, dtype, Category::OptimizerState)?;
         frame.take(t);
         k.attach_local(optimizer, t);
@@ -101,7 +101,7 @@ fn lazy_state(
 /// one temporary per parameter; the list dies at the end of the update, its
 /// items last first.
 fn foreach_sqrt(
-    k: &mut Kernel,
+    k: &mut Process,
     frame: &mut PyFrame,
     label: &str,
     with_grad: &[(usize, ObjId)],
@@ -155,7 +155,7 @@ fn update_values(ts: &mut TrainState, optimizer: ObjId, model: ObjId) -> bool {
 }
 
 /// `optimizer.zero_grad(set_to_none=...)`; returns the bytes freed.
-pub fn zero_grad(k: &mut Kernel, ts: &mut TrainState, optimizer: ObjId, set_to_none: bool) -> u64 {
+pub fn zero_grad(k: &mut Process, ts: &mut TrainState, optimizer: ObjId, set_to_none: bool) -> u64 {
     let opt = &ts.optimizers[&optimizer];
     let mut freed = 0;
     for &p in &opt.params {

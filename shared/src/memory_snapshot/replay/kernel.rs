@@ -7,7 +7,7 @@ use crate::device::{Device, SimDevice};
 use crate::framework::{make_allocator, Settings};
 use crate::memory_snapshot::format::TraceEntry;
 
-pub(super) enum Kernel {
+pub(super) enum Process {
     /// The caching allocator: seeded exactly, per-stream pools.
     Caching(Box<CachingAllocator>),
     /// Expandable segments: each pool's range where the recording had it.
@@ -16,18 +16,18 @@ pub(super) enum Kernel {
     Other(Box<dyn Allocator>),
 }
 
-impl Kernel {
+impl Process {
     pub(super) fn new(settings: &Settings, device: &SimDevice) -> Self {
         let total = device.mem_get_info().1;
         if settings.no_caching {
-            Kernel::Other(make_allocator(settings, device))
+            Process::Other(make_allocator(settings, device))
         } else if settings.expandable_segments {
-            Kernel::Expandable(Box::new(ExpandableAllocator::new(
+            Process::Expandable(Box::new(ExpandableAllocator::new(
                 settings.caching_config(),
                 total,
             )))
         } else {
-            Kernel::Caching(Box::new(CachingAllocator::new(
+            Process::Caching(Box::new(CachingAllocator::new(
                 settings.caching_config(),
                 total,
             )))
@@ -36,9 +36,9 @@ impl Kernel {
 
     pub(super) fn allocator(&mut self) -> &mut dyn Allocator {
         match self {
-            Kernel::Caching(a) => a.as_mut(),
-            Kernel::Expandable(a) => a.as_mut(),
-            Kernel::Other(a) => a.as_mut(),
+            Process::Caching(a) => a.as_mut(),
+            Process::Expandable(a) => a.as_mut(),
+            Process::Other(a) => a.as_mut(),
         }
     }
 
@@ -48,9 +48,9 @@ impl Kernel {
         e: &TraceEntry,
     ) -> Result<Option<BlockId>, AllocError> {
         match self {
-            Kernel::Caching(a) => a.malloc_on(device, e.size, e.stream),
-            Kernel::Expandable(a) => a.malloc(device, e.size),
-            Kernel::Other(a) => a.malloc(device, e.size),
+            Process::Caching(a) => a.malloc_on(device, e.size, e.stream),
+            Process::Expandable(a) => a.malloc(device, e.size),
+            Process::Other(a) => a.malloc(device, e.size),
         }
     }
 }

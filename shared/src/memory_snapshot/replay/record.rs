@@ -22,17 +22,17 @@ pub fn export_what_if(
 ) -> Result<MemorySnapshot, SnapshotError> {
     let settings = what_if_settings(snapshot, what_if)?;
     let mut replay = Replay::new(snapshot, device, settings.clone(), false)?;
-    replay.kernel.allocator().set_tracing(true);
+    replay.process.allocator().set_tracing(true);
     let (mut trace, mut drained) = (Vec::new(), Vec::new());
     let none = TraceEntry::new(Action::Snapshot);
     for (index, e) in replay.trace.iter().enumerate() {
         replay.step(index, e);
-        replay.kernel.allocator().drain_trace(&mut drained);
+        replay.process.allocator().drain_trace(&mut drained);
         trace.extend(drained.drain(..).flat_map(|t| entries(&t, e, &settings)));
     }
     if replay.released_since {
         replay.empty_cache();
-        replay.kernel.allocator().drain_trace(&mut drained);
+        replay.process.allocator().drain_trace(&mut drained);
         trace.extend(
             drained
                 .drain(..)
@@ -45,7 +45,7 @@ pub fn export_what_if(
         .map(|&(id, origin)| (id, origin.map(|i| replay.trace[i].frames.clone())))
         .collect();
     let segments = replay
-        .kernel
+        .process
         .allocator()
         .segments()
         .into_iter()

@@ -1,6 +1,6 @@
 //! Rebuilding the allocator's state at a recording's first event.
 
-use super::{Kernel, Replay};
+use super::{Process, Replay};
 use crate::alloc::AllocError;
 use crate::memory_snapshot::initial::InitialState;
 use crate::memory_snapshot::SnapshotError;
@@ -14,8 +14,8 @@ impl Replay<'_> {
             ))
         };
         for s in state.segments.values() {
-            match &mut self.kernel {
-                Kernel::Caching(a) => {
+            match &mut self.process {
+                Process::Caching(a) => {
                     self.device.place_next(s.address, s.size);
                     let at = a
                         .seed_segment(&mut self.device, s.size, (s.pool, s.stream))
@@ -30,14 +30,14 @@ impl Replay<'_> {
                         self.blocks.insert(address, (id, None));
                     }
                 }
-                Kernel::Expandable(_) if self.exact => {
+                Process::Expandable(_) if self.exact => {
                     return Err(SnapshotError(
                         "this recording with expandable segments starts mid-run: it replays under \"what if\" (the exact replay of an expandable recording starts from the process's first allocation)".into(),
                     ))
                 }
                 // Elsewhere the live blocks are allocated anew.
                 _ => {
-                    let a = self.kernel.allocator();
+                    let a = self.process.allocator();
                     for (&address, &(_, requested)) in &s.blocks {
                         match a.malloc(&mut self.device, requested) {
                             Ok(Some(id)) => _ = self.blocks.insert(address, (id, None)),
@@ -51,7 +51,7 @@ impl Replay<'_> {
             }
         }
         // Only the exact replay reads the allocator's trace.
-        let a = self.kernel.allocator();
+        let a = self.process.allocator();
         a.drain_trace(&mut Vec::new());
         a.set_tracing(self.exact);
         a.reset_peak_stats();

@@ -3,7 +3,7 @@
 //! what each node saved as it runs.
 
 use super::forward::SavedPlan;
-use crate::kernel::{AllocFailure, Kernel};
+use crate::process::{AllocFailure, Process};
 use crate::runtime::ObjId;
 use crate::train::autograd::{find_graph, grad_of};
 use crate::train::cublas::{BlasThread, CublasWorkspaces};
@@ -27,7 +27,7 @@ impl From<AllocFailure> for BackwardError {
 
 /// `loss.backward(retain_graph=...)`.
 pub fn backward(
-    k: &mut Kernel,
+    k: &mut Process,
     frame: &mut PyFrame,
     ts: &mut TrainState,
     loss: ObjId,
@@ -121,7 +121,7 @@ struct Backward<'a> {
 
 impl Backward<'_> {
     /// A node ran: it lets go of one saved tensor.
-    fn release(&self, k: &mut Kernel, saved: Option<ObjId>) {
+    fn release(&self, k: &mut Process, saved: Option<ObjId>) {
         if let (false, Some(id)) = (self.retain, saved) {
             k.detach(self.graph, id);
         }
@@ -130,7 +130,7 @@ impl Backward<'_> {
     /// A gradient tensor of the step (a local of the frame).
     fn temp(
         &self,
-        k: &mut Kernel,
+        k: &mut Process,
         frame: &mut PyFrame,
         label: &str,
         width: u64,
@@ -145,7 +145,7 @@ impl Backward<'_> {
     /// gradient.
     fn criterion(
         &self,
-        k: &mut Kernel,
+        k: &mut Process,
         frame: &mut PyFrame,
         tag: &str,
     ) -> Result<(ObjId, ObjId), AllocFailure> {
@@ -168,7 +168,7 @@ impl Backward<'_> {
     /// The output layer, then the hidden layers in reverse.
     fn layers(
         &mut self,
-        k: &mut Kernel,
+        k: &mut Process,
         frame: &mut PyFrame,
         mut grad: ObjId,
     ) -> Result<(), AllocFailure> {
@@ -192,7 +192,7 @@ impl Backward<'_> {
     /// Recomputes a checkpointed segment, saving as forward would.
     fn recompute(
         &self,
-        k: &mut Kernel,
+        k: &mut Process,
         frame: &mut PyFrame,
         hidden: std::ops::Range<usize>,
         recomputed: &mut [Option<ObjId>],
@@ -223,7 +223,7 @@ impl Backward<'_> {
     /// the saved (or recomputed) output go.
     fn relu(
         &self,
-        k: &mut Kernel,
+        k: &mut Process,
         frame: &mut PyFrame,
         l: usize,
         grad: ObjId,
@@ -246,7 +246,7 @@ impl Backward<'_> {
     /// Returns the input's gradient.
     fn linear(
         &mut self,
-        k: &mut Kernel,
+        k: &mut Process,
         frame: &mut PyFrame,
         l: usize,
         grad: ObjId,
@@ -275,7 +275,7 @@ impl Backward<'_> {
     }
 
     /// A parameter's shape and name.
-    fn param_info(&self, k: &Kernel, index: usize) -> (ObjId, Vec<u64>, String) {
+    fn param_info(&self, k: &Process, index: usize) -> (ObjId, Vec<u64>, String) {
         let param = self.params[index];
         let shape = k
             .runtime
@@ -291,7 +291,7 @@ impl Backward<'_> {
     /// under autocast; otherwise what becomes `.grad` when there is none.
     fn param_grad(
         &mut self,
-        k: &mut Kernel,
+        k: &mut Process,
         frame: &mut PyFrame,
         index: usize,
     ) -> Result<ObjId, AllocFailure> {
@@ -314,7 +314,7 @@ impl Backward<'_> {
     /// to add into the existing `.grad`.
     fn grad_buffer(
         &self,
-        k: &mut Kernel,
+        k: &mut Process,
         frame: &mut PyFrame,
         param: ObjId,
         shape: &[u64],
@@ -332,7 +332,7 @@ impl Backward<'_> {
     /// none, or is added into it and dies.
     fn accumulate(
         &mut self,
-        k: &mut Kernel,
+        k: &mut Process,
         frame: &mut PyFrame,
         index: usize,
         g: ObjId,

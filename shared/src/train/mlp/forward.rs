@@ -1,7 +1,7 @@
 //! The forward pass, `loss = criterion(model(x), y)`: what each op allocates,
 //! when each intermediate dies, and what autograd saves for backward.
 
-use crate::kernel::{AllocFailure, Kernel};
+use crate::process::{AllocFailure, Process};
 use crate::runtime::{Class, ObjId};
 use crate::train::cublas::{BlasThread, CublasWorkspaces};
 use crate::train::data::Synthetic;
@@ -75,7 +75,7 @@ struct Pass<'a, 'b> {
 
 /// The forward pass: `loss = criterion(model(x), y)`.
 pub fn forward(
-    k: &mut Kernel,
+    k: &mut Process,
     frame: &mut PyFrame,
     ts: &mut TrainState,
     a: &ForwardArgs,
@@ -126,7 +126,7 @@ pub fn forward(
 
 /// The batch: a view of the on-device set, or a copy to the device.
 fn load_batch(
-    k: &mut Kernel,
+    k: &mut Process,
     frame: &mut PyFrame,
     dataset: &DatasetState,
     spec: &ModelSpec,
@@ -178,7 +178,7 @@ impl<'a, 'b> Pass<'a, 'b> {
     }
 
     /// Autograd saves a tensor: the graph holds a reference to it.
-    fn save(&self, k: &mut Kernel, id: ObjId) {
+    fn save(&self, k: &mut Process, id: ObjId) {
         if let Some(g) = self.graph {
             k.runtime.add_ref(g, id);
         }
@@ -187,7 +187,7 @@ impl<'a, 'b> Pass<'a, 'b> {
     /// The linear layers with ReLU between them; returns the logits.
     fn layers(
         &mut self,
-        k: &mut Kernel,
+        k: &mut Process,
         frame: &mut PyFrame,
         x: ObjId,
     ) -> Result<ObjId, AllocFailure> {
@@ -225,7 +225,7 @@ impl<'a, 'b> Pass<'a, 'b> {
     #[allow(clippy::too_many_arguments)]
     fn linear(
         &mut self,
-        k: &mut Kernel,
+        k: &mut Process,
         frame: &mut PyFrame,
         l: usize,
         label: &str,
@@ -278,7 +278,7 @@ impl<'a, 'b> Pass<'a, 'b> {
     /// ReLU: a new output; the pre-activation dies; the output is saved.
     fn relu(
         &mut self,
-        k: &mut Kernel,
+        k: &mut Process,
         frame: &mut PyFrame,
         l: usize,
         z: ObjId,
@@ -306,7 +306,7 @@ impl<'a, 'b> Pass<'a, 'b> {
     /// local of the frame.
     fn criterion(
         &mut self,
-        k: &mut Kernel,
+        k: &mut Process,
         frame: &mut PyFrame,
         logits: ObjId,
         y: ObjId,

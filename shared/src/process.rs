@@ -22,7 +22,7 @@ pub struct AllocFailure {
     pub dtype: Dtype,
 }
 
-pub struct Kernel {
+pub struct Process {
     pub device: Box<dyn Device>,
     pub allocator: Box<dyn Allocator>,
     pub runtime: Runtime,
@@ -37,10 +37,10 @@ pub struct Kernel {
     /// Peaks since the current command began.
     command_peak_allocated: u64,
     command_peak_reserved: u64,
-    /// Peaks since [`Kernel::begin_window`] (one training step).
+    /// Peaks since [`Process::begin_window`] (one training step).
     window_peak_allocated: u64,
     window_peak_reserved: u64,
-    /// Peaks since the last [`Kernel::take_sample_peaks`] (live streaming).
+    /// Peaks since the last [`Process::take_sample_peaks`] (live streaming).
     sample_peak_allocated: u64,
     sample_peak_reserved: u64,
     /// Non-tensor objects destroyed since the engine last looked.
@@ -58,7 +58,7 @@ fn category_index(c: Category) -> usize {
         .expect("every category is listed")
 }
 
-impl Kernel {
+impl Process {
     pub fn new(device: Box<dyn Device>, allocator: Box<dyn Allocator>) -> Self {
         Self {
             device,
@@ -83,7 +83,7 @@ impl Kernel {
 
     /// The process exits: its allocator and device are dropped (on a real
     /// GPU the context is destroyed, and the driver takes back every
-    /// segment) before anything else starts; until [`Kernel::start`] it
+    /// segment) before anything else starts; until [`Process::start`] it
     /// holds an empty device. The events continue.
     pub fn exit(&mut self) {
         self.allocator = Box::new(UncachedAllocator::new());
@@ -99,7 +99,7 @@ impl Kernel {
         self.push_event(EventAction::Restart, 0, 0, None);
     }
 
-    /// A new process on a new device, after [`Kernel::exit`].
+    /// A new process on a new device, after [`Process::exit`].
     pub fn start(&mut self, device: Box<dyn Device>, allocator: Box<dyn Allocator>) {
         self.allocator = allocator;
         self.device = device;
