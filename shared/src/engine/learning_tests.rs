@@ -100,25 +100,65 @@ fn lora_trains_the_adapters_alone() {
 /// the losses a `train` loop gives.
 #[test]
 fn statements_compute_what_train_computes() {
-    let (model, features, classes) = gpt(1, 16, 2, 8, 32);
-    let looped = train(
-        &mut engine(model.clone(), "adam", features, classes),
-        json!({}),
-    );
-    let mut e = engine(model, "adam", features, classes);
-    for (s, want) in looped.iter().take(3).enumerate() {
-        let r = run(
-            &mut e,
-            &json!({"cmd":"forward","name":"loss","model":"model","data":"data","batch_size":8}),
+    let (transformer, features, classes) = gpt(1, 16, 2, 8, 32);
+    let mut lora = transformer.clone();
+    lora["lora_rank"] = json!(2);
+    let cnn = json!({"kind":"cnn","channels":2,"image_size":8,"blocks":2,"width":4,"classes":5});
+    for (model, features, classes) in [
+        (transformer, features, classes),
+        (lora, features, classes),
+        (cnn, 2 * 8 * 8, 5),
+    ] {
+        let looped = train(
+            &mut engine(model.clone(), "adam", features, classes),
+            json!({}),
         );
-        let got = r.value.unwrap()["loss"].as_f64().unwrap();
-        assert!((got - want).abs() < 1e-6, "step {s}: {got} vs {want}");
-        for line in [
-            json!({"cmd":"backward","name":"loss"}),
-            json!({"cmd":"step","optimizer":"opt"}),
-            json!({"cmd":"zero_grad","optimizer":"opt"}),
-        ] {
+        let mut e = engine(model.clone(), "adam", features, classes);
+        for (s, want) in looped.iter().take(3).enumerate() {
+            let forward =
+                json!({"cmd":"forward","name":"loss","model":"model","data":"data","batch_size":8});
+            let got = run(&mut e, &forward).value.unwrap()["loss"]
+                .as_f64()
+                .unwrap();
+            assert!(
+                (got - want).abs() < 1e-6,
+                "{model}: step {s}: {got} vs {want}"
+            );
+            for line in [
+                json!({"cmd":"backward","name":"loss"}),
+                json!({"cmd":"step","optimizer":"opt"}),
+                json!({"cmd":"zero_grad","optimizer":"opt"}),
+            ] {
+                assert!(run(&mut e, &line).ok, "{line}");
+            }
+        }
+    }
+}
+
+/// `backward(retain_graph=True)` keeps the forward's values: a second
+/// backward adds the same gradients again, as `.grad` accumulates.
+#[test]
+fn a_retained_graph_backpropagates_twice() {
+    let (model, features, classes) = gpt(1, 16, 2, 8, 32);
+    let grads = |backwards: &[bool]| {
+        let mut e = engine(model.clone(), "adam", features, classes);
+        let forward =
+            json!({"cmd":"forward","name":"loss","model":"model","data":"data","batch_size":8});
+        assert!(run(&mut e, &forward).ok);
+        for &retain in backwards {
+            let line = json!({"cmd":"backward","name":"loss","retain_graph": retain});
             assert!(run(&mut e, &line).ok, "{line}");
+        }
+        let grads = e.train.models.values().next().unwrap().grad_values.clone();
+        grads
+    };
+    let (once, twice) = (grads(&[false]), grads(&[true, false]));
+    for (a, b) in once.iter().zip(&twice) {
+        for (x, y) in a.as_ref().unwrap().iter().zip(b.as_ref().unwrap()) {
+            assert!(
+                (2.0 * x - y).abs() <= 1e-6 * x.abs().max(1.0),
+                "{x} twice is not {y}"
+            );
         }
     }
 }
