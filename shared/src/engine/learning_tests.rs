@@ -162,3 +162,28 @@ fn a_retained_graph_backpropagates_twice() {
         }
     }
 }
+
+/// A long `train` keeps no dead step's state: each step's graph is
+/// forgotten as it dies, so a step's work does not grow with the steps
+/// before it (it grew quadratically while every graph waited for the end).
+#[test]
+fn a_long_run_forgets_each_steps_graph() {
+    let mut e = Engine::new_simulated();
+    for line in [
+        json!({"cmd":"model","name":"model","layers":2,"width":64,"input_dim":32}),
+        json!({"cmd":"optimizer","name":"opt","model":"model","kind":"adam"}),
+        json!({"cmd":"data","name":"data","features":32}),
+    ] {
+        assert!(run(&mut e, &line).ok, "{line}");
+    }
+    let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = most.clone();
+    e.set_progress_hook(Some(Box::new(move |e: &mut Engine, _: &Progress| {
+        seen.fetch_max(e.train.graphs.len(), std::sync::atomic::Ordering::Relaxed);
+        true
+    })));
+    let line = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":500,"batch_size":8});
+    assert!(run(&mut e, &line).ok);
+    let most = most.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(most <= 1, "{most} graphs held at once");
+}

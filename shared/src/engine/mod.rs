@@ -225,10 +225,16 @@ impl Engine {
         self.process.begin_command(self.step);
         self.step += 1;
         let result = self.dispatch(cmd);
-        let dead = self.process.take_dead_instances();
-        self.train.forget(&dead);
+        self.forget_dead();
         debug_assert_eq!(self.check_invariants(), Ok(()), "after {}", cmd.name());
         result
+    }
+
+    /// Forgets the training state of objects that died (a loop calls it
+    /// every step: each step's graph dies as the next loss is bound).
+    fn forget_dead(&mut self) {
+        let dead = self.process.take_dead_instances();
+        self.train.forget(&dead);
     }
 
     /// Counts a line that is not a command as a step, and gives back its error.

@@ -72,6 +72,9 @@ impl Engine {
                 stopped = true;
                 break;
             };
+            // The last step's graph died with its loss: a step's work
+            // stays the same however many came before.
+            self.forget_dead();
             steps.push(json!({
                 "step": s,
                 "loss": loss,
