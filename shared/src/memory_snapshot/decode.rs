@@ -30,10 +30,11 @@ pub fn snapshot(top: &Value) -> Result<MemorySnapshot, String> {
 fn segment(v: &Value) -> Result<Segment, String> {
     let f = Fields::of(v, "a segment")?;
     let pool = f.list("segment_pool_id", |v| int(v, "a segment's pool id"))?;
+    let (address, total_size) = in_memory(f.int("address")?, f.int("total_size")?, "a segment")?;
     Ok(Segment {
         device: u32::try_from(f.int_or("device", 0)?).map_err(|_| f.out_of_range("device"))?,
-        address: f.int("address")?,
-        total_size: f.int("total_size")?,
+        address,
+        total_size,
         allocated_size: f.int_or("allocated_size", 0)?,
         active_size: f.int_or("active_size", 0)?,
         requested_size: f.int_or("requested_size", 0)?,
@@ -62,13 +63,25 @@ fn block(v: &Value) -> Result<Block, String> {
             )),
         },
     };
+    let (address, size) = in_memory(f.int("address")?, f.int("size")?, "a block")?;
     Ok(Block {
-        address: f.int("address")?,
-        size: f.int("size")?,
+        address,
+        size,
         requested_size: f.int_or("requested_size", 0)?,
         state,
         frames: f.frames()?,
     })
+}
+
+/// An address and a size whose range ends inside the 64-bit address
+/// space (a range that wraps past 2^64 is no memory a device has).
+fn in_memory(address: u64, size: u64, what: &str) -> Result<(u64, u64), String> {
+    match address.checked_add(size) {
+        Some(_) => Ok((address, size)),
+        None => Err(format!(
+            "{what} at address {address} of {size} bytes runs past the end of the address space"
+        )),
+    }
 }
 
 fn trace_entry(v: &Value) -> Result<TraceEntry, String> {
@@ -77,10 +90,11 @@ fn trace_entry(v: &Value) -> Result<TraceEntry, String> {
         Some(a) => Action::from_name(text(a, "a trace entry's action")?),
         None => return Err(f.missing("action")),
     };
+    let (addr, size) = in_memory(f.int_or("addr", 0)?, f.int_or("size", 0)?, "a trace entry")?;
     Ok(TraceEntry {
         action,
-        addr: f.int_or("addr", 0)?,
-        size: f.int_or("size", 0)?,
+        addr,
+        size,
         stream: f.int_or("stream", 0)?,
         device_free: f
             .get("device_free")
@@ -360,5 +374,27 @@ mod tests {
         );
         assert!(err(json!({"segments": [{"address": 0, "total_size": 1, "blocks": [{"address": 0, "size": 1, "state": "odd"}]}]}))
             .starts_with("unknown block state 'odd'"));
+    }
+
+    /// A range that wraps past 2^64 is refused where it is read (replay
+    /// once panicked on a `segment_map` of such a range).
+    #[test]
+    fn ranges_that_wrap_the_address_space_are_refused() {
+        let err = |v| read(v).unwrap_err();
+        let top = u64::MAX - 10;
+        assert!(
+            err(json!({"segments": [{"address": top, "total_size": 11}]})).starts_with(
+                "a segment at address 18446744073709551605 of 11 bytes runs past the end"
+            )
+        );
+        let block = json!({"address": top, "size": 20, "state": "inactive"});
+        assert!(
+            err(json!({"segments": [{"address": 0, "total_size": 1, "blocks": [block]}]}))
+                .starts_with("a block at address")
+        );
+        let trace = json!({"action": "segment_map", "addr": top, "size": 4096});
+        assert!(err(json!({"segments": [], "device_traces": [[trace]]}))
+            .starts_with("a trace entry at address"));
+        assert!(read(json!({"segments": [{"address": top, "total_size": 10}]})).is_ok());
     }
 }
