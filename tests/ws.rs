@@ -538,6 +538,42 @@ async fn too_many_commands_a_second_are_refused() {
     assert!(limited >= 10, "{limited}");
 }
 
+/// A watcher asking for snapshots as fast as it can spends the watchers'
+/// budget, not the owner's: the owner's commands still run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_cannot_spend_the_owners_budget() {
+    let mut o = options();
+    o.limits.commands_per_second = 5;
+    let addr = start(o).await;
+    let mut owner = Client::connect(&addr, "").await;
+    let watch = owner.hello["watch_id"].as_str().unwrap().to_string();
+    let mut watcher = Client::connect(&addr, &format!("?watch={watch}")).await;
+    for _ in 0..30 {
+        watcher.send(json!({"type":"snapshot"})).await;
+    }
+    // The watchers' budget ran out...
+    let (mut limited, mut answered) = (0, 0);
+    while answered < 30 {
+        let m = watcher.recv().await;
+        let refused = m["type"] == "error" && m["error"]["kind"] == "rate_limited";
+        answered += usize::from(m["type"] == "snapshot" || refused);
+        limited += usize::from(refused);
+    }
+    assert!(limited >= 20, "{limited}");
+    // ...and the owner's is whole: five commands, five results.
+    for id in 0..5u64 {
+        owner
+            .send(json!({"type":"command","id":id,"command":{"cmd":"gc"}}))
+            .await;
+    }
+    let mut results = 0;
+    while results < 5 {
+        let m = owner.recv().await;
+        assert_ne!(m["type"], "error", "{m}");
+        results += usize::from(m["type"] == "result");
+    }
+}
+
 /// DNS rebinding: a page served from `evil.example:PORT`, whose name now
 /// resolves to 127.0.0.1, connects with `Host` and `Origin` both
 /// `evil.example:PORT`. A loopback server answers only to loopback names.

@@ -143,8 +143,12 @@ struct State {
     detached_since: Option<Instant>,
     /// A command was ever submitted.
     used: bool,
-    /// Commands and snapshot requests a second, all connections together.
+    /// The owner's commands and snapshot requests a second, all its
+    /// connections together.
     rate: crate::rate::RateLimit,
+    /// The watchers' snapshot requests a second, all watchers together: a
+    /// budget of their own, so no watcher spends the owner's.
+    watcher_rate: crate::rate::RateLimit,
     /// The owner's page, for watchers.
     presenter: presenter::Presenter<Wire>,
     hello: (Settings, vramlab_shared::device::DeviceInfo),
@@ -258,6 +262,7 @@ impl Session {
             detached_since: Some(Instant::now()),
             used: false,
             rate: crate::rate::RateLimit::new(config.limits.commands_per_second),
+            watcher_rate: crate::rate::RateLimit::new(config.limits.commands_per_second),
             presenter: presenter::Presenter::new(),
             hello: (engine.settings().clone(), engine.device_info()),
         };
@@ -308,9 +313,14 @@ impl Session {
         self.state.lock().expect("session lock")
     }
 
-    /// Takes one of the session's commands-a-second tokens, if one is left.
-    pub fn allow(&self) -> bool {
-        self.state().rate.allow()
+    /// Takes one of the commands-a-second tokens of `role`'s budget (the
+    /// owner's, or the watchers' together), if one is left.
+    pub fn allow(&self, role: Role) -> bool {
+        let mut state = self.state();
+        match role {
+            Role::Owner => state.rate.allow(),
+            Role::Watcher => state.watcher_rate.allow(),
+        }
     }
 
     /// Connections watching (read-only) now.

@@ -342,12 +342,15 @@ fn handle(
             client.subscribed = false;
             None
         }
-        ClientMessage::Snapshot {} | ClientMessage::ExportSnapshot {} if !session.allow() => {
+        ClientMessage::Snapshot {} | ClientMessage::ExportSnapshot {} if !session.allow(role) => {
             Metrics::inc(&state.sessions.metrics.refused.rate_limited);
             Some(error_msg(
                 None,
                 ConnectionErrorKind::RateLimited,
-                "snapshot requests count against the session's commands a second: try again shortly",
+                match role {
+                    Role::Owner => "snapshot requests count against the session's commands a second: try again shortly",
+                    Role::Watcher => "the watchers' snapshot requests share a budget of the session's commands a second: try again shortly",
+                },
             ))
         }
         ClientMessage::Snapshot {} => Some(client.full_snapshot(session)),
@@ -365,7 +368,7 @@ fn handle(
             None
         }
         ClientMessage::Command { id, command } => {
-            if !session.allow() {
+            if !session.allow(role) {
                 Metrics::inc(&state.sessions.metrics.refused.rate_limited);
                 return Some(error_msg(
                     Some(id),
