@@ -633,8 +633,9 @@ async fn a_silent_connection_is_closed_after_the_idle_time() {
 }
 
 /// Stopping the server (SIGTERM or Ctrl-C end `serve_until`'s future): a
-/// running command is stopped and answered, then the connection gets a
-/// close frame with 1001 (going away).
+/// running command is stopped and answered, one queued behind it and one
+/// sent after the stop are answered unrun (`shutting_down`), none is lost,
+/// then the connection gets a close frame with 1001 (going away).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopping_the_server_answers_running_commands_and_says_going_away() {
     let server = build(&options(), select(DeviceChoice::Sim).unwrap()).unwrap();
@@ -658,20 +659,34 @@ async fn stopping_the_server_answers_running_commands_and_says_going_away() {
     c.send(json!({"type":"command","id":4,"command":
         {"cmd":"train","model":"m","optimizer":"o","data":"d","steps":1000000,"batch_size":64}}))
         .await;
-    // Wait until the run is under way, then stop the server.
+    // Wait until the run is under way, queue a command behind it, then
+    // stop the server and send one more.
     loop {
         if c.recv().await["type"] == "progress" {
             break;
         }
     }
+    c.send(json!({"type":"command","id":5,"command":{"cmd":"gc"}}))
+        .await;
     stop.send(()).unwrap();
-    let result = loop {
+    c.send(json!({"type":"command","id":6,"command":{"cmd":"gc"}}))
+        .await;
+    let (mut result, mut unrun) = (None, Vec::new());
+    while result.is_none() || unrun.len() < 2 {
         let m = c.recv().await;
-        if m["type"] == "result" && m["id"] == 4 {
-            break m;
+        match (m["type"].as_str(), m["id"].as_u64()) {
+            (Some("result"), Some(4)) => result = Some(m),
+            (Some("error"), Some(id)) => {
+                assert_eq!(m["error"]["kind"], "shutting_down", "{m}");
+                unrun.push(id);
+            }
+            (Some("result"), Some(id)) => panic!("command {id} ran during the shutdown: {m}"),
+            _ => {}
         }
-    };
-    assert_eq!(result["value"]["stopped"], true);
+    }
+    assert_eq!(result.unwrap()["value"]["stopped"], true);
+    unrun.sort();
+    assert_eq!(unrun, [5, 6]);
     let close = loop {
         match tokio::time::timeout(WAIT, c.ws.next())
             .await

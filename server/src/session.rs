@@ -130,8 +130,12 @@ pub const OUTBOX_MESSAGES: usize = 256;
 /// thread behind one lock (each holder only long enough to read or change
 /// it: no lock is held while a command runs or a message is written).
 struct State {
-    /// Where commands go; `None` once the session has ended.
+    /// Where commands go; `None` once the session has ended or the server
+    /// is stopping.
     jobs: Option<mpsc::Sender<Job>>,
+    /// The server is stopping: commands are refused, and those still
+    /// queued are answered unrun.
+    stopping: bool,
     /// Commands submitted and not yet answered.
     queued: usize,
     clients: HashMap<u64, Client>,
@@ -248,6 +252,7 @@ impl Session {
         let (tx, rx) = mpsc::channel();
         let state = State {
             jobs: Some(tx),
+            stopping: false,
             queued: 0,
             clients: HashMap::new(),
             next_client: 0,
@@ -442,11 +447,22 @@ impl Session {
                 state.queued += 1;
                 Ok(())
             }
+            _ if state.stopping => Err(shutting_down()),
             _ => Err(ConnectionError::new(
                 ConnectionErrorKind::UnknownSession,
                 "the session has ended",
             )),
         }
+    }
+
+    /// The server is stopping: the running command stops after its
+    /// current step (and is answered), new commands are refused, and the
+    /// ones still queued are answered unrun.
+    pub(crate) fn stop_for_shutdown(&self) {
+        let mut state = self.state();
+        state.stopping = true;
+        state.jobs.take();
+        self.stop.store(true, Ordering::SeqCst);
     }
 
     /// Stops the running command after its current step.
@@ -501,6 +517,13 @@ impl Session {
     }
 }
 
+fn shutting_down() -> ConnectionError {
+    ConnectionError::new(
+        ConnectionErrorKind::ShuttingDown,
+        "the server is stopping: this command was not run (connect again to reach a running server)",
+    )
+}
+
 /// Publishes what the engine holds now.
 fn publish(session: &Session, engine: &mut Engine, progress: Option<(u64, Progress)>) {
     let snapshot = Arc::new(engine.snapshot(0));
@@ -530,7 +553,18 @@ fn run_engine(session: Arc<Session>, mut engine: Engine, jobs: mpsc::Receiver<Jo
     while let Ok(job) = jobs.recv() {
         let Job { id, line } = job;
         if session.stop.load(Ordering::SeqCst) && session.state().jobs.is_none() {
-            break;
+            // The session is ending: a command still queued is answered,
+            // not run (the channel closes once they are all taken).
+            let error = shutting_down();
+            session.broadcast(
+                wire(&ServerMessage::Error {
+                    id: Some(id),
+                    error,
+                }),
+                true,
+            );
+            session.state().queued -= 1;
+            continue;
         }
         session.stop.store(false, Ordering::SeqCst);
         let started = Instant::now();

@@ -225,7 +225,7 @@ impl Sessions {
             .cloned()
             .collect();
         for s in &all {
-            s.stop.store(true, Ordering::SeqCst);
+            s.stop_for_shutdown();
         }
         let deadline = Instant::now() + grace;
         while Instant::now() < deadline && all.iter().any(|s| s.busy()) {

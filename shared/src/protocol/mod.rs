@@ -243,6 +243,8 @@ pub enum ConnectionErrorKind {
     NotYours,
     /// The server could not start a session (its GPU failed).
     ServerError,
+    /// The server is stopping: the command was not run.
+    ShuttingDown,
 }
 
 crate::by_name::read_by_name!(ConnectionErrorKind {
@@ -255,6 +257,7 @@ crate::by_name::read_by_name!(ConnectionErrorKind {
     SessionLimit = "session_limit",
     NotYours = "not_yours",
     ServerError = "server_error",
+    ShuttingDown = "shutting_down",
 });
 
 /// A connection error as a value, in words a user understands.
