@@ -13,62 +13,30 @@ values and its sum weighted by cos(0.5 j) (none for a frozen parameter).
 Needs PyTorch (a CPU build is enough).
 """
 import json
-import math
 import platform
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from param_counts import cnn, with_lora
+from param_counts import Transformer, cnn
+from step_trace import Attention
 
 
-class Gpt(nn.Module):
-    """vramlab's transformer: parameters registered in its order."""
+class Gpt(Transformer):
+    """vramlab's transformer (param_counts' modules, in its order) with a
+    forward: step_trace's attention, GELU, the head on the final norm."""
 
-    def __init__(self, layers, width, heads, seq_len, vocab, mlp_ratio, norm, tied, fused):
-        super().__init__()
-        self.heads, self.fused = heads, fused
-        Norm = nn.LayerNorm if norm == "layernorm" else nn.RMSNorm
-        self.wte = nn.Embedding(vocab, width)
-        self.wpe = nn.Embedding(seq_len, width)
-        self.h = nn.ModuleList()
-        for _ in range(layers):
-            b = nn.Module()
-            b.ln_1 = Norm(width)
-            b.attn = nn.Module()
-            b.attn.c_attn = nn.Linear(width, 3 * width)
-            b.attn.c_proj = nn.Linear(width, width)
-            b.ln_2 = Norm(width)
-            b.mlp = nn.Module()
-            b.mlp.c_fc = nn.Linear(width, mlp_ratio * width)
-            b.mlp.c_proj = nn.Linear(mlp_ratio * width, width)
-            self.h.append(b)
-        self.ln_f = Norm(width)
-        if not tied:
-            self.lm_head = nn.Linear(width, vocab, bias=False)
-        self.tied = tied
-
-    def attention(self, a, x):
-        b, s, d = x.shape
-        q, k, v = a.c_attn(x).split(d, dim=2)
-        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
-        if self.fused:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            att = (q @ k.transpose(-2, -1)) * (1.0 / (d // self.heads) ** 0.5)
-            mask = torch.ones(s, s, dtype=torch.bool).tril()
-            y = att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
-        return a.c_proj(y.transpose(1, 2).contiguous().view(b, s, d))
+    def __init__(self, heads, fused, **shape):
+        super().__init__(heads=heads, **shape)
+        for b in self.h:
+            b.attn.heads, b.attn.fused = heads, fused
 
     def forward(self, idx):
         x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
         for b in self.h:
-            x = x + self.attention(b.attn, b.ln_1(x))
+            x = x + Attention.forward(b.attn, b.ln_1(x))
             x = x + b.mlp.c_proj(F.gelu(b.mlp.c_fc(b.ln_2(x))))
-        x = self.ln_f(x)
-        head = self.wte.weight if self.tied else self.lm_head.weight
-        return x @ head.t()
+        return self.lm_head(self.ln_f(x))
 
 
 def set_values(model):
@@ -91,10 +59,8 @@ def summary(model, loss):
     return {"loss": loss.item(), "grads": grads}
 
 
-def transformer(batch, lora_rank=0, **shape):
+def transformer(batch, **shape):
     model = Gpt(**shape)
-    if lora_rank:
-        with_lora(model, lora_rank)
     set_values(model)
     n = batch * shape["seq_len"]
     ids = [(3 * k + k // 4) % shape["vocab"] for k in range(n)]
