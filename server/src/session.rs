@@ -372,15 +372,24 @@ impl Session {
     }
 
     /// A connection closed.
-    pub fn detach(&self, client: u64) {
+    /// A connection closed. What it was given but never wrote (`unsent`,
+    /// oldest first: a result that waited behind a stalled write) is kept
+    /// for the owner's next connection when no other owner has it.
+    pub fn detach(&self, client: u64, role: Role, unsent: Vec<Wire>) {
         let mut state = self.state();
-        let left = state.clients.remove(&client);
+        state.clients.remove(&client);
         if !state.owner_connected() {
             state.detached_since = Some(Instant::now());
+            if role == Role::Owner {
+                for msg in unsent.into_iter().rev() {
+                    state.pending.push_front(msg);
+                }
+                state.pending.truncate(OUTBOX_MESSAGES);
+            }
         }
         let watchers = state.watcher_names();
         drop(state);
-        if left.is_some_and(|c| c.role == Role::Watcher) {
+        if role == Role::Watcher {
             self.broadcast(wire(&ServerMessage::Watchers { watchers }), false);
         }
     }

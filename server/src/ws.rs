@@ -148,6 +148,8 @@ async fn connection(socket: WebSocket, query: WsQuery, state: AppState, who: Who
     let mut ok = send(&mut sink, &hello).await && send(&mut sink, &first).await;
     let mut heard = tokio::time::Instant::now();
     let mut keepalive = tokio::time::interval(state.keepalive.ping_every);
+    // A result the session handed over that did not go out.
+    let mut unsent = Vec::new();
     while ok {
         tokio::select! {
             incoming = stream.next() => {
@@ -163,7 +165,12 @@ async fn connection(socket: WebSocket, query: WsQuery, state: AppState, who: Who
                 }
             }
             out = attachment.outbox.recv() => match out {
-                Some(msg) => ok = send(&mut sink, &msg).await,
+                Some(msg) => {
+                    ok = send(&mut sink, &msg).await;
+                    if !ok {
+                        unsent.push(msg);
+                    }
+                }
                 None => {
                     // The session ended (the server stops, or it expired).
                     close_going_away(&mut sink).await;
@@ -188,7 +195,12 @@ async fn connection(socket: WebSocket, query: WsQuery, state: AppState, who: Who
             }
         }
     }
-    session.detach(attachment.client);
+    // What is still queued for this connection goes back to the session,
+    // so a reconnecting owner gets every result.
+    while let Ok(msg) = attachment.outbox.try_recv() {
+        unsent.push(msg);
+    }
+    session.detach(attachment.client, role, unsent);
     let connections = &state.sessions.metrics.connections;
     connections.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     tracing::info!(session = %&session.id[..8], ?role, "disconnected");

@@ -170,3 +170,26 @@ fn sessions_started_at_once_keep_to_the_per_user_limit() {
         s.shut_down();
     }
 }
+
+/// A result handed to an owner's connection that closed before writing it
+/// (a stalled client, dropped) waits for the owner's next connection.
+#[test]
+fn results_a_closed_connection_never_wrote_wait_for_the_owner() {
+    let sessions = sim_sessions();
+    let session = sessions.create().unwrap();
+    let mut first = session.attach(Role::Owner, None);
+    let (a, b): (Wire, Wire) = (Arc::from("{\"n\":1}"), Arc::from("{\"n\":2}"));
+    session.broadcast(a.clone(), true);
+    session.broadcast(b.clone(), true);
+    // The connection wrote neither: the first failed, the second waited.
+    let written = first.outbox.try_recv().unwrap();
+    let mut unsent = vec![written];
+    while let Ok(msg) = first.outbox.try_recv() {
+        unsent.push(msg);
+    }
+    session.detach(first.client, Role::Owner, unsent);
+    let mut again = session.attach(Role::Owner, None);
+    assert_eq!(again.outbox.try_recv().unwrap(), a);
+    assert_eq!(again.outbox.try_recv().unwrap(), b);
+    session.shut_down();
+}
