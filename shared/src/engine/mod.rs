@@ -380,10 +380,12 @@ fn no_process(mut e: CommandError) -> CommandError {
 
 #[cfg(test)]
 mod kinds_tests;
-#[cfg(test)]
+#[cfg(all(test, feature = "kinds-arithmetic"))]
 mod learning_tests;
 #[cfg(test)]
 mod optim_tests;
+#[cfg(all(test, not(feature = "kinds-arithmetic")))]
+mod page_build_tests;
 #[cfg(test)]
 mod restart_tests;
 #[cfg(test)]
