@@ -14,6 +14,7 @@ CUDA ones, saves the log-sum-exp and no S x S matrix.
 Needs PyTorch (a CPU build is enough).
 """
 import contextlib
+import math
 import json
 import platform
 import weakref
@@ -22,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
 from cuda_autocast import Autocast, emulate
 from param_counts import cnn, mlp, with_lora
@@ -150,6 +151,25 @@ class CheckpointedCnn(nn.Module):
         return self.head(x)
 
 
+class CheckpointedMlp(nn.Module):
+    """The MLP under `checkpoint_sequential(model, segments, x,
+    use_reentrant=False)` with about the square root of its hidden layers
+    as segments (the last segment runs plainly, as the function does)."""
+
+    def __init__(self, **shape):
+        super().__init__()
+        self.seq = mlp(**shape)
+        self.segments = math.ceil(math.sqrt(shape["layers"]))
+
+    def forward(self, x):
+        return checkpoint_sequential(self.seq, self.segments, x, use_reentrant=False)
+
+
+def mlp_model(checkpointing=False, half=False, **shape):
+    model = CheckpointedMlp(**shape) if checkpointing else mlp(**shape)
+    return model.half() if half else model
+
+
 def cnn_model(checkpointing=False, **shape):
     return CheckpointedCnn(**shape) if checkpointing else cnn(**shape)
 
@@ -211,6 +231,10 @@ CASES = [
     ("transformer", dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000, fused=False, checkpointing=True, lora_rank=8), dict(batch=4, amp="float16")),
     ("cnn", dict(channels=3, image_size=32, blocks=3, width=32, classes=10, checkpointing=True), dict(batch=16)),
     ("cnn", dict(channels=3, image_size=32, blocks=3, width=32, classes=10, checkpointing=True), dict(batch=16, amp="float16")),
+    ("mlp", dict(layers=3, width=128, input_dim=784, classes=10, checkpointing=True), dict(batch=32)),
+    ("mlp", dict(layers=4, width=128, input_dim=784, classes=10, checkpointing=True), dict(batch=32)),
+    ("mlp", dict(layers=9, width=64, input_dim=100, classes=10, checkpointing=True), dict(batch=32, amp="float16")),
+    ("mlp", dict(layers=2, width=128, input_dim=784, classes=10, half=True), dict(batch=32)),
 ]
 
 
@@ -219,7 +243,8 @@ def run(kind, shape, data, trace=trace):
     `no_grad_trace.py` passes its forward under no_grad)."""
     b, amp = data["batch"], data.get("amp")
     if kind == "mlp":
-        return trace(lambda: mlp(**shape), lambda: (torch.randn(b, shape["input_dim"]), torch.randint(0, shape["classes"], (b,))), False, amp)
+        dtype = torch.half if shape.get("half") else torch.float
+        return trace(lambda: mlp_model(**shape), lambda: (torch.randn(b, shape["input_dim"], dtype=dtype), torch.randint(0, shape["classes"], (b,))), False, amp)
     if kind == "cnn":
         s = shape["image_size"]
         return trace(lambda: cnn_model(**shape), lambda: (torch.randn(b, shape["channels"], s, s), torch.randint(0, shape["classes"], (b,))), False, amp)

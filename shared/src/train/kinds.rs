@@ -43,6 +43,17 @@ pub fn count(tensors: &[NamedTensor]) -> u64 {
     tensors.iter().map(NamedTensor::numel).sum()
 }
 
+/// An MLP: `layers` hidden `Linear(width)` + `ReLU`, then a `Linear` to
+/// `classes`, as one `nn.Sequential`, its parameters of type `dtype`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MlpShape {
+    pub layers: u32,
+    pub width: u64,
+    pub input_dim: u64,
+    pub classes: u64,
+    pub dtype: Dtype,
+}
+
 /// `blocks` of Conv2d (3x3, padding 1) → BatchNorm2d → ReLU → MaxPool2d(2)
 /// on images of `channels` x `image_size` x `image_size`, the channels
 /// doubling from `width`, then Flatten and a Linear head to `classes`.

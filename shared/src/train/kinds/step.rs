@@ -254,6 +254,12 @@ struct Tape<S> {
     cache: Vec<autocast::Cached>,
     /// Autograd records (off under `torch.no_grad()`: nothing is saved).
     grad: bool,
+    /// The parameters' type (`model.half()`: float16): what products
+    /// compute in outside autocast, and every `.grad`'s.
+    dtype: Dtype,
+    /// How many nodes, checkpoints or variables hold each allocation
+    /// (where several may: the MLP's).
+    holds: Vec<u32>,
 }
 
 impl<S> Tape<S> {
@@ -272,6 +278,8 @@ impl<S> Tape<S> {
             input_grad: true,
             cache: Vec::new(),
             grad: true,
+            dtype: Dtype::Float32,
+            holds: Vec::new(),
         }
     }
 
@@ -327,13 +335,13 @@ impl<S> Tape<S> {
 
     /// A parameter's gradient from a matrix product.
     fn grad_mm(&mut self, param: usize, calc: Calc, shape: Vec<u64>) -> H {
-        let h = self.alloc_as(("mm", calc), shape, Dtype::Float32, Role::Grad(param));
+        let h = self.alloc_as(("mm", calc), shape, self.dtype, Role::Grad(param));
         self.blas();
         h
     }
 
     fn grad(&mut self, op: (&'static str, Calc), param: usize, shape: Vec<u64>) -> H {
-        self.alloc_as(op, shape, Dtype::Float32, Role::Grad(param))
+        self.alloc_as(op, shape, self.dtype, Role::Grad(param))
     }
 
     fn blas(&mut self) {
@@ -380,7 +388,7 @@ impl<S> Tape<S> {
     /// copy under autocast), which drops the loop's previous loss; then
     /// `del logits`, and the autocast region exits.
     fn cross_entropy(&mut self, logits: H, shape: &[u64]) -> Loss {
-        let f32 = Dtype::Float32;
+        let f32 = self.loss_dtype();
         let dtype = self.dtype_of(logits);
         let op = ("_log_softmax", Calc::LogSoftmax(Arg::T(logits)));
         let log_probs = self.alloc_as(op, shape.to_vec(), dtype, Role::Forward);
@@ -415,7 +423,7 @@ impl<S> Tape<S> {
     /// seed and the logits' gradient.
     fn cross_entropy_backward(&mut self, loss: Loss, shape: &[u64]) -> (H, H) {
         (self.role, self.thread) = (Role::Backward, BlasThread::Autograd);
-        let f32 = Dtype::Float32;
+        let f32 = self.loss_dtype();
         let seed = self.alloc_as(("ones_like", Calc::Ones), vec![], f32, Role::Backward);
         let nll = Calc::NllBackward {
             grad: Arg::T(seed),
@@ -447,6 +455,17 @@ impl<S> Tape<S> {
         let g_logits = self.alloc_as(op, shape.to_vec(), dtype, Role::Backward);
         self.free_all(&[g, loss.log_probs]);
         (seed, g_logits)
+    }
+}
+
+impl<S> Tape<S> {
+    /// The loss's type: autocast computes it in float32; outside autocast
+    /// it has the logits' type, the model's.
+    fn loss_dtype(&self) -> Dtype {
+        match self.options.amp {
+            Some(_) => Dtype::Float32,
+            None => self.dtype,
+        }
     }
 }
 
@@ -494,9 +513,13 @@ mod block;
 mod calc;
 mod cnn;
 mod lora;
+mod mlp;
 mod passes;
 
 pub use cnn::{no_grad_program as cnn_no_grad_program, program as cnn_program};
+pub use mlp::{
+    checkpoint_segments, no_grad_program as mlp_no_grad_program, program as mlp_program,
+};
 
 #[cfg(test)]
 mod tests;

@@ -27,7 +27,7 @@ pub(super) struct Cached {
 impl<S> Tape<S> {
     /// The type matrix products compute in: the autocast type, or float32.
     pub(super) fn low(&self) -> Dtype {
-        self.options.amp.unwrap_or(Dtype::Float32)
+        self.options.amp.unwrap_or(self.dtype)
     }
 
     pub(super) fn dtype_of(&self, h: H) -> Dtype {
@@ -37,7 +37,7 @@ impl<S> Tape<S> {
     /// `cached_cast` of parameter `param`: the cast already made in this
     /// region, or a new one. `None` without autocast.
     pub(super) fn cast_param(&mut self, param: usize, shape: Vec<u64>) -> Option<H> {
-        let dtype = self.options.amp?;
+        let dtype = self.options.amp.filter(|&a| a != self.dtype)?;
         if let Some(c) = self.cache.iter().find(|c| c.param == param) {
             return Some(c.cast);
         }
@@ -136,7 +136,7 @@ impl<S> Tape<S> {
     /// parameter `param` from its cast's gradient `g`, which dies.
     pub(super) fn weight_grad_done(&mut self, g: H, param: usize) {
         if self.options.amp.is_some() {
-            self.uncast(g, Dtype::Float32, Role::Grad(param));
+            self.uncast(g, self.dtype, Role::Grad(param));
         }
     }
 

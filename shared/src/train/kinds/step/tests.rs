@@ -376,3 +376,55 @@ fn forward_passes_under_no_grad_are_pytorchs_event_by_event() {
         assert_eq!(peak(&ours), u("peak_bytes"));
     }
 }
+
+/// A recorded MLP's shape (`half`: `model.half()`).
+fn mlp_shape(s: &Value) -> crate::train::kinds::MlpShape {
+    let u = |k: &str| s[k].as_u64().unwrap();
+    crate::train::kinds::MlpShape {
+        layers: u("layers") as u32,
+        width: u("width"),
+        input_dim: u("input_dim"),
+        classes: u("classes"),
+        dtype: match s["half"] == true {
+            true => Dtype::Float16,
+            false => Dtype::Float32,
+        },
+    }
+}
+
+#[test]
+fn mlp_steps_plain_checkpointed_half_and_autocast_are_pytorchs_event_by_event() {
+    let all: Value = serde_json::from_str(PYTORCH).unwrap();
+    let steps: Vec<&Value> = all["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "mlp")
+        .collect();
+    assert_eq!(steps.len(), 6);
+    for s in steps {
+        let m = mlp_shape(s);
+        let options = Options {
+            checkpointing: s["checkpointing"] == true,
+            amp: amp(s),
+            ..Options::default()
+        };
+        let spec = crate::train::ModelSpec::mlp(m.layers, m.width, m.input_dim, m.classes, m.dtype);
+        let mut ours = mlp_program(&m, s["batch"].as_u64().unwrap(), options).events();
+        ours.extend(optimizer_events(&spec.parameters()));
+        let peak = peak(&ours);
+        let ours: Vec<(String, i64)> = ours.iter().map(|e| (e.op.to_string(), e.bytes)).collect();
+        let theirs: Vec<(String, i64)> = s["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (op(e[0].as_str().unwrap()), e[1].as_i64().unwrap()))
+            .collect();
+        assert!(
+            ours == theirs,
+            "{m:?} {options:?}: {}",
+            first_difference(&ours, &theirs)
+        );
+        assert_eq!(peak, s["peak_bytes"].as_u64().unwrap());
+    }
+}
