@@ -18,7 +18,7 @@ import platform
 import torch
 import torch.nn.functional as F
 
-from param_counts import Transformer, cnn
+from param_counts import Transformer, cnn, mlp
 from step_trace import Attention
 
 
@@ -80,12 +80,22 @@ def cnn_case(batch, **shape):
     return summary(model, F.cross_entropy(model(x), y))
 
 
+def mlp_case(batch, **shape):
+    model = mlp(**shape)
+    set_values(model)
+    k = torch.arange(batch * shape["input_dim"], dtype=torch.float64)
+    x = torch.cos(0.23 * k).to(torch.float32).view(batch, shape["input_dim"])
+    y = (3 * torch.arange(batch)) % shape["classes"]
+    return summary(model, F.cross_entropy(model(x), y))
+
+
 GPT = dict(layers=2, width=8, heads=2, seq_len=5, vocab=7, mlp_ratio=2)
 CASES = [
     ("layernorm, tied, eager", lambda: transformer(2, **GPT, norm="layernorm", tied=True, fused=False)),
     ("rmsnorm, untied, sdpa", lambda: transformer(2, **GPT, norm="rmsnorm", tied=False, fused=True)),
     ("layernorm, tied, eager, lora 2", lambda: transformer(2, lora_rank=2, **GPT, norm="layernorm", tied=True, fused=False)),
     ("cnn", lambda: cnn_case(4, channels=2, image_size=6, blocks=2, width=3, classes=3)),
+    ("mlp", lambda: mlp_case(7, layers=3, width=6, input_dim=5, classes=4)),
 ]
 
 if __name__ == "__main__":

@@ -318,6 +318,7 @@ fn a_step_computes_what_pytorch_computes() {
         gpt(Norm::LayerNorm, true, 2),
     );
     let c = small_cnn();
+    let m = small_mlp(3, Dtype::Float32);
     let programs = [
         (
             "layernorm, tied, eager",
@@ -342,6 +343,12 @@ fn a_step_computes_what_pytorch_computes() {
             step::cnn_program(&c, 4, o(Attention::Eager)),
             c.parameters(Dtype::Float32),
             images(4, &c),
+        ),
+        (
+            "mlp",
+            step::mlp_program(&m, 7, o(Attention::Eager)),
+            mlp_params(&m),
+            features(7, &m),
         ),
     ];
     for (name, program, tensors, batch) in programs {
@@ -382,6 +389,56 @@ fn a_step_computes_what_pytorch_computes() {
                     t.name
                 );
             }
+        }
+    }
+}
+
+fn small_mlp(layers: u32, dtype: Dtype) -> crate::train::kinds::MlpShape {
+    crate::train::kinds::MlpShape {
+        layers,
+        width: 6,
+        input_dim: 5,
+        classes: 4,
+        dtype,
+    }
+}
+
+fn features(batch: u64, m: &crate::train::kinds::MlpShape) -> BatchValues {
+    BatchValues {
+        inputs: (0..batch * m.input_dim)
+            .map(|k| (0.23 * k as f32).cos())
+            .collect(),
+        input_shape: vec![batch, m.input_dim],
+        targets: (0..batch).map(|b| ((3 * b) % m.classes) as f32).collect(),
+    }
+}
+
+fn mlp_params(m: &crate::train::kinds::MlpShape) -> Vec<NamedTensor> {
+    crate::train::ModelSpec::mlp(m.layers, m.width, m.input_dim, m.classes, m.dtype).parameters()
+}
+
+#[test]
+fn an_mlp_program_computes_its_gradients_whatever_the_technique() {
+    for layers in [1, 3, 4] {
+        let m = small_mlp(layers, Dtype::Float32);
+        let tensors = mlp_params(&m);
+        let batch = features(7, &m);
+        let params = values(&tensors);
+        let plain = whole(&step::mlp_program(&m, 7, Options::default()), &params, &batch);
+        let loss = plain.loss.unwrap();
+        for checkpointing in [false, true] {
+            let program = step::mlp_program(&m, 7, options(Attention::Eager, checkpointing, None));
+            let got = whole(&program, &params, &batch);
+            assert_eq!(got.loss, Some(loss), "{layers} {checkpointing}");
+            assert_eq!(got.grads, plain.grads, "{layers} {checkpointing}");
+            check_gradients(&program, &tensors, &batch, 1e-3);
+        }
+        let no_grad = step::mlp_no_grad_program(&m, 7, Options::default());
+        assert_eq!(whole(&no_grad, &params, &batch).loss, Some(loss));
+        for amp in [Dtype::Float16, Dtype::Bfloat16] {
+            let program = step::mlp_program(&m, 7, options(Attention::Eager, false, Some(amp)));
+            let low = whole(&program, &params, &batch).loss.unwrap();
+            assert!(low != loss && (low - loss).abs() < 0.02, "{amp:?}: {low} vs {loss}");
         }
     }
 }
