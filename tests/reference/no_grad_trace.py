@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from step_trace import BLOCK, Live, autocast, run  # noqa: E402
 
 GPT = dict(layers=2, width=128, heads=4, seq_len=256, vocab=1000)
+MLP = dict(layers=3, width=128, input_dim=784, classes=10)
 CNN = dict(channels=3, image_size=32, blocks=3, width=32, classes=10)
 
 CASES = [
@@ -36,10 +37,12 @@ CASES = [
     ("transformer", dict(GPT, fused=True, checkpointing=False, lora_rank=8), dict(batch=4, amp="bfloat16")),
     ("cnn", dict(CNN), dict(batch=16)),
     ("cnn", dict(CNN), dict(batch=16, amp="float16")),
+    ("mlp", dict(MLP), dict(batch=32)),
+    ("mlp", dict(MLP), dict(batch=32, amp="bfloat16")),
 ]
 
 
-def trace(build, batch_of, flat, amp=None):
+def trace(build, batch_of, flat, amp=None, accumulate=1):
     torch.manual_seed(0)
     model = build()
     x, y = batch_of()

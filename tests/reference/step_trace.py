@@ -186,11 +186,17 @@ def autocast(amp):
     return torch.autocast("cpu", dtype=torch.bfloat16)
 
 
-def trace(build, batch_of, flat, amp=None):
+def divided(loss, accumulate):
+    return loss / accumulate if accumulate > 1 else loss
+
+
+def trace(build, batch_of, flat, amp=None, accumulate=1):
     """Two steps of a training loop (`loss = criterion(model(x), y)`, the
     batch already on the device, Adam as on a GPU: foreach); the second is
     reported, from its start: Adam's state exists, and the first step's loss
-    lives until the second one's is assigned, as in any loop."""
+    lives until the second one's is assigned, as in any loop. With
+    `accumulate`, each step runs that many micro-batches of `loss =
+    criterion(...) / accumulate`."""
     torch.manual_seed(0)
     model = build()
     x, y = batch_of()
@@ -200,11 +206,13 @@ def trace(build, batch_of, flat, amp=None):
         for s in range(2):
             if s == 1:
                 start, mode.peak, first = mode.live, mode.live, len(mode.ops)
-            with autocast(amp):
-                logits = model(x) if not flat else model(x).flatten(0, 1)
-                loss = F.cross_entropy(logits, y.flatten())
-                del logits
-            loss.backward()
+            for _ in range(accumulate):
+                with autocast(amp):
+                    logits = model(x) if not flat else model(x).flatten(0, 1)
+                    # One statement: the last loss dies when the new one is bound.
+                    loss = divided(F.cross_entropy(logits, y.flatten()), accumulate)
+                    del logits
+                loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
         end = mode.live
@@ -235,6 +243,7 @@ CASES = [
     ("mlp", dict(layers=4, width=128, input_dim=784, classes=10, checkpointing=True), dict(batch=32)),
     ("mlp", dict(layers=9, width=64, input_dim=100, classes=10, checkpointing=True), dict(batch=32, amp="float16")),
     ("mlp", dict(layers=2, width=128, input_dim=784, classes=10, half=True), dict(batch=32)),
+    ("mlp", dict(layers=2, width=128, input_dim=784, classes=10), dict(batch=32, amp="float16", accumulate=2)),
 ]
 
 
@@ -244,7 +253,7 @@ def run(kind, shape, data, trace=trace):
     b, amp = data["batch"], data.get("amp")
     if kind == "mlp":
         dtype = torch.half if shape.get("half") else torch.float
-        return trace(lambda: mlp_model(**shape), lambda: (torch.randn(b, shape["input_dim"], dtype=dtype), torch.randint(0, shape["classes"], (b,))), False, amp)
+        return trace(lambda: mlp_model(**shape), lambda: (torch.randn(b, shape["input_dim"], dtype=dtype), torch.randint(0, shape["classes"], (b,))), False, amp, data.get("accumulate", 1))
     if kind == "cnn":
         s = shape["image_size"]
         return trace(lambda: cnn_model(**shape), lambda: (torch.randn(b, shape["channels"], s, s), torch.randint(0, shape["classes"], (b,))), False, amp)

@@ -52,6 +52,7 @@ impl Engine {
             attention: a.attention,
             checkpointing: a.checkpointing,
             amp: a.amp.dtype(),
+            ..Options::default()
         };
         let program = match a.no_grad {
             true => spec.no_grad_program(batch, options),

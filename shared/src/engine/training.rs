@@ -133,6 +133,7 @@ impl Engine {
             attention: a.attention,
             checkpointing: a.checkpointing,
             amp: a.amp.dtype(),
+            ..Options::default()
         };
         let program = spec.step_program(micro_batch, options);
         let (compute, flops) = match &program {

@@ -403,6 +403,7 @@ fn kinds_estimate(model: &ModelSpec, optimizer: Option<OptimizerSpec>, s: &StepS
         attention: s.attention,
         checkpointing: s.checkpointing,
         amp: s.amp,
+        ..Options::default()
     };
     let (saved, attention) = match model.kind {
         Kind::Transformer(t) => estimate::transformer_saved(&t, b, options),

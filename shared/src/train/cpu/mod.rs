@@ -99,8 +99,12 @@ impl Values {
     /// accumulates).
     fn keep(&mut self, program: &Program, i: usize, mut value: Vec<f32>) {
         round_to(program.allocs[i].dtype, &mut value);
+        if let Calc::Nll { .. } = program.allocs[i].calc {
+            // The criterion's value (before any `/ accumulate`).
+            self.loss = value.first().copied();
+        }
         match program.allocs[i].role {
-            Role::Loss => self.loss = value.first().copied(),
+            Role::Loss => {}
             Role::Grad(p) => match &mut self.grads[p] {
                 Some(g) => g.iter_mut().zip(&value).for_each(|(g, v)| *g += v),
                 slot => *slot = Some(value.clone()),

@@ -82,6 +82,7 @@ fn options(attention: Attention, checkpointing: bool, amp: Option<Dtype>) -> Opt
         attention,
         checkpointing,
         amp,
+        ..Options::default()
     }
 }
 
@@ -424,7 +425,11 @@ fn an_mlp_program_computes_its_gradients_whatever_the_technique() {
         let tensors = mlp_params(&m);
         let batch = features(7, &m);
         let params = values(&tensors);
-        let plain = whole(&step::mlp_program(&m, 7, Options::default()), &params, &batch);
+        let plain = whole(
+            &step::mlp_program(&m, 7, Options::default()),
+            &params,
+            &batch,
+        );
         let loss = plain.loss.unwrap();
         for checkpointing in [false, true] {
             let program = step::mlp_program(&m, 7, options(Attention::Eager, checkpointing, None));
@@ -438,7 +443,10 @@ fn an_mlp_program_computes_its_gradients_whatever_the_technique() {
         for amp in [Dtype::Float16, Dtype::Bfloat16] {
             let program = step::mlp_program(&m, 7, options(Attention::Eager, false, Some(amp)));
             let low = whole(&program, &params, &batch).loss.unwrap();
-            assert!(low != loss && (low - loss).abs() < 0.02, "{amp:?}: {low} vs {loss}");
+            assert!(
+                low != loss && (low - loss).abs() < 0.02,
+                "{amp:?}: {low} vs {loss}"
+            );
         }
     }
 }

@@ -54,6 +54,16 @@ pub struct Options {
     /// The forward pass and the loss under `torch.autocast('cuda', dtype)`
     /// (float16 or bfloat16).
     pub amp: Option<Dtype>,
+    /// `loss = criterion(...) / accumulate` when above 1 (gradient
+    /// accumulation): a `div` in forward and in backward.
+    pub accumulate: u64,
+}
+
+impl Options {
+    /// The loss is divided (gradient accumulation).
+    fn divided(&self) -> Option<f32> {
+        (self.accumulate > 1).then(|| 1.0 / self.accumulate as f32)
+    }
 }
 
 /// What an allocation is, for its category and what happens to it.
@@ -376,6 +386,8 @@ impl<S> Tape<S> {
 
 /// What the loss's backward needs.
 struct Loss {
+    /// Under gradient accumulation, `div`'s backward scales the seed.
+    divided: Option<f32>,
     log_probs: H,
     /// NLL's float32 input: `log_probs`, or its float32 copy.
     nll_input: H,
@@ -397,9 +409,21 @@ impl<S> Tape<S> {
             log_probs: Arg::T(nll_input),
             targets: Arg::Batch(Batch::Targets),
         };
-        let loss = self.alloc_as(("nll_loss_forward", nll), vec![], f32, Role::Loss);
+        let divided = self.options.divided();
+        let role = match divided {
+            Some(_) => Role::Forward,
+            None => Role::Loss,
+        };
+        let loss = self.alloc_as(("nll_loss_forward", nll), vec![], f32, role);
         let weight = ("nll_loss_forward", part(loss, 1));
         let total_weight = self.alloc_as(weight, vec![], f32, Role::Forward);
+        if let Some(by) = divided {
+            // `/ accumulate` makes the loss; the criterion's dies with the
+            // expression.
+            let div = ("div", Calc::Scale(Arg::T(loss), by));
+            self.alloc_as(div, vec![], f32, Role::Loss);
+            self.free(loss);
+        }
         self.program.ops.push(Op::Rebind);
         if !self.grad {
             // Nothing saved them.
@@ -412,6 +436,7 @@ impl<S> Tape<S> {
         self.free(logits);
         self.clear_cache();
         Loss {
+            divided,
             log_probs,
             nll_input,
             total_weight,
@@ -425,8 +450,12 @@ impl<S> Tape<S> {
         (self.role, self.thread) = (Role::Backward, BlasThread::Autograd);
         let f32 = self.loss_dtype();
         let seed = self.alloc_as(("ones_like", Calc::Ones), vec![], f32, Role::Backward);
+        let incoming = loss.divided.map(|by| {
+            let div = ("div", Calc::Scale(Arg::T(seed), by));
+            self.alloc_as(div, vec![], f32, Role::Backward)
+        });
         let nll = Calc::NllBackward {
-            grad: Arg::T(seed),
+            grad: Arg::T(incoming.unwrap_or(seed)),
             targets: Arg::Batch(Batch::Targets),
             total_weight: Arg::T(loss.total_weight),
         };
@@ -436,6 +465,7 @@ impl<S> Tape<S> {
             f32,
             Role::Backward,
         );
+        incoming.inspect(|&g| self.free(g));
         if loss.nll_input != loss.log_probs {
             self.free(loss.nll_input);
         }

@@ -198,6 +198,7 @@ fn closed_form_activations_equal_the_programs() {
                 attention,
                 checkpointing,
                 amp,
+                ..Options::default()
             };
             {
                 for batch in [1, 3, 8] {
@@ -225,6 +226,7 @@ fn closed_form_activations_equal_the_programs() {
                     attention: Attention::Eager,
                     checkpointing,
                     amp,
+                    ..Options::default()
                 };
                 let w = walk(&cnn_program(&c, batch, options), false);
                 assert_eq!(

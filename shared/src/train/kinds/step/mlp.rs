@@ -236,7 +236,10 @@ impl Tape<MlpShape> {
 
     /// `ReLU` `l` on `z`; its output, saved when recording.
     fn relu(&mut self, l: usize, z: H, keep: Keep, stop: bool) -> (Option<H>, Option<Saved>) {
-        let out = self.alloc(("relu", Calc::Relu(Arg::T(z))), self.rows(self.width(l + 1)));
+        let out = self.alloc(
+            ("relu", Calc::Relu(Arg::T(z))),
+            self.rows(self.width(l + 1)),
+        );
         let save = keep != Keep::Nothing;
         if save {
             self.hold(out);
