@@ -31,7 +31,7 @@ fn simulated_step_peak(engine: &mut Engine, train: &Value) -> u64 {
 #[test]
 fn an_mlp_step_peaks_where_pytorchs_does() {
     let cases = reference("mlp");
-    assert_eq!(cases.len(), 2);
+    assert_eq!(cases.len(), 7);
     for case in &cases {
         mlp_step_peaks_where_pytorchs_does(case);
     }
@@ -41,9 +41,9 @@ fn an_mlp_step_peaks_where_pytorchs_does() {
 fn mlp_step_peaks_where_pytorchs_does(case: &Value) {
     let mut engine = Engine::new_simulated();
     for line in [
-        json!({"cmd":"model","name":"model","layers":case["layers"],"width":case["width"],"input_dim":case["input_dim"],"classes":case["classes"]}),
+        json!({"cmd":"model","name":"model","layers":case["layers"],"width":case["width"],"input_dim":case["input_dim"],"classes":case["classes"],"dtype":if case["half"] == true { "float16" } else { "float32" }}),
         json!({"cmd":"optimizer","name":"opt","model":"model","kind":"adam"}),
-        json!({"cmd":"data","name":"data","on_device":true}),
+        json!({"cmd":"data","name":"data","on_device":true,"features":case["input_dim"],"classes":case["classes"]}),
     ] {
         assert!(engine.run_line(&line.to_string()).ok, "{line}");
     }
@@ -53,7 +53,10 @@ fn mlp_step_peaks_where_pytorchs_does(case: &Value) {
     } else {
         json!(false)
     };
-    let train = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":1,"batch_size":case["batch"],"amp":amp});
+    let accumulate = case["accumulate"].as_u64().unwrap_or(1);
+    let batch = case["batch"].as_u64().unwrap() * accumulate;
+    let checkpointing = case["checkpointing"] == true;
+    let train = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":1,"batch_size":batch,"amp":amp,"checkpointing":checkpointing,"accumulate":accumulate});
     let peak = simulated_step_peak(&mut engine, &train);
-    assert_eq!(peak, case["peak_bytes"].as_u64().unwrap(), "amp {amp}");
+    assert_eq!(peak, case["peak_bytes"].as_u64().unwrap(), "{case}");
 }

@@ -242,7 +242,7 @@ fn forward_code(a: &ForwardArgs) -> String {
 fn train_code(a: &TrainArgs) -> String {
     let (model, optimizer, accumulate) = (&a.model, &a.optimizer, a.accumulate);
     let forward = if a.checkpointing {
-        format!("checkpoint_sequential({model}, segments, x)")
+        format!("checkpoint_sequential({model}, segments, x, use_reentrant=False)")
     } else {
         format!("{model}(x)")
     };

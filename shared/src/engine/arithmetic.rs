@@ -15,21 +15,21 @@ use std::ops::Range;
 
 impl Engine {
     /// Whether `program`'s arithmetic runs here: `Ok` when it does, else
-    /// why not: `Some(flops)`, too big a step; `None`, this build computes
-    /// no program (the page's own engine).
+    /// why not: `Some(flops)`, too big a step; `None`, this build does not
+    /// compute its ops (the page's own engine: a CNN's, a transformer's).
     pub(super) fn program_arithmetic(
         &self,
         spec: &ModelSpec,
         program: &Program,
     ) -> Result<(), Option<u64>> {
+        if !program.allocs.iter().all(|a| cpu::in_this_build(&a.calc)) {
+            return Err(None);
+        }
         let cost = program_cost(spec, program);
         if cost.flops > self.flop_limit || cost.host_bytes > ARITHMETIC_HOST_LIMIT {
             return Err(Some(cost.flops));
         }
-        match cfg!(feature = "kinds-arithmetic") {
-            true => Ok(()),
-            false => Err(None),
-        }
+        Ok(())
     }
 
     /// The next `batch` samples of `data` as a program reads them (token
@@ -70,9 +70,6 @@ impl Engine {
         range: Range<usize>,
         computed: &mut Computed,
     ) -> Option<()> {
-        if !cfg!(feature = "kinds-arithmetic") {
-            return None;
-        }
         let state = self.train.models.get_mut(&model)?;
         let shapes: Vec<Vec<u64>> = state
             .spec
@@ -90,18 +87,16 @@ impl Engine {
         ran.ok()
     }
 
-    /// Adds the gradients `values` made, times `scale`, into the model's
-    /// `.grad` values.
-    pub(super) fn add_grads(&mut self, model: ObjId, values: &mut Values, scale: f32) {
+    /// Adds the gradients `values` made into the model's `.grad` values.
+    pub(super) fn add_grads(&mut self, model: ObjId, values: &mut Values) {
         let Some(state) = self.train.models.get_mut(&model) else {
             return;
         };
         state.grad_values.resize(values.grads.len(), None);
         for (slot, grad) in state.grad_values.iter_mut().zip(values.grads.iter_mut()) {
-            let Some(mut grad) = grad.take() else {
+            let Some(grad) = grad.take() else {
                 continue;
             };
-            grad.iter_mut().for_each(|g| *g *= scale);
             match slot {
                 Some(have) => have.iter_mut().zip(&grad).for_each(|(h, g)| *h += g),
                 None => *slot = Some(grad),
@@ -109,26 +104,22 @@ impl Engine {
         }
     }
 
-    /// A whole step program's arithmetic on the next `batch` samples: its loss, the
-    /// gradients (times `scale`, as `loss / accumulate` scales them) added
-    /// into `.grad`.
+    /// A whole step program's arithmetic on the next `batch` samples: its
+    /// loss (the criterion's, before any `/ accumulate`), the gradients
+    /// added into `.grad`.
     pub(super) fn compute_step(
         &mut self,
         model: ObjId,
         data: ObjId,
         (program, batch): (&Program, u64),
-        scale: f32,
     ) -> Option<f32> {
-        if !cfg!(feature = "kinds-arithmetic") {
-            return None;
-        }
         let spec = self.train.models.get(&model)?.spec;
         let mut computed = Computed {
             values: Values::default(),
             batch: self.next_batch(data, &spec, batch),
         };
         self.run_arithmetic(model, program, 0..program.ops.len(), &mut computed)?;
-        self.add_grads(model, &mut computed.values, scale);
+        self.add_grads(model, &mut computed.values);
         computed.values.loss
     }
 }

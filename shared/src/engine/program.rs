@@ -1,5 +1,5 @@
-//! A CNN's or a transformer's step (a [`Program`] from `train::kinds`)
-//! played on the kernel: each allocation through the allocator with its
+//! A step (a [`Program`] from `train::kinds`: an MLP's, a CNN's or a
+//! transformer's) played on the process: each allocation through the allocator with its
 //! label and category, each free when the program says, the cuBLAS
 //! workspaces at their threads' first matrix product, each parameter's
 //! gradient into `.grad` (or added into the one there, then freed), and the
@@ -187,7 +187,8 @@ impl<'p> Player<'p> {
 }
 
 /// Allocates `a`, labelled by the op that made it and its block (`scope`:
-/// the transformer's `h`, the CNN's `block`), or as its parameter's grad.
+/// the transformer's `h`, the CNN's `block`; none for the MLP's
+/// Sequential), or as its parameter's grad.
 fn alloc(
     k: &mut Process,
     frame: &mut PyFrame,
@@ -206,8 +207,11 @@ fn alloc(
                 (format!("{label} (new)"), Category::Temporary)
             }
         }
-        Role::Forward | Role::Loss | Role::Backward => {
+        Role::Loss => (target.loss.to_string(), Category::Activation),
+        Role::Forward | Role::Backward => {
             let label = match a.layer {
+                // An MLP's modules are the Sequential's own: `model.0`.
+                Some(l) if scope.is_empty() => format!("{}.{l}.{}", target.name, a.op),
                 Some(l) => format!("{}.{scope}.{l}.{}", target.name, a.op),
                 None => format!("{}.{}", target.name, a.op),
             };

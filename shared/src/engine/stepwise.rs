@@ -1,4 +1,4 @@
-//! A CNN's or a transformer's step one statement at a time: `forward`
+//! A step one statement at a time, for every kind: `forward`
 //! plays its program up to the loss and leaves the saved tensors (and the
 //! batch parts they include) on an autograd graph the loss holds;
 //! `backward` plays the rest over that graph, as a training loop's step
@@ -15,9 +15,8 @@ use crate::train::autograd::{find_graph, BACKWARD_TWICE, NO_GRAD_FN};
 use crate::train::cpu::{Computed, Values};
 use crate::train::frame::PyFrame;
 use crate::train::kinds::step::{Options, Program};
-use crate::train::mlp::{self, BackwardError};
 use crate::train::optimizer;
-use crate::train::{GraphState, ProgramGraph, Saved};
+use crate::train::{GraphState, ProgramGraph};
 use crate::types::{Category, Dtype};
 use crate::units::format_size;
 use serde_json::json;
@@ -58,36 +57,14 @@ impl Engine {
             true => spec.no_grad_program(batch, options),
             false => spec.step_program(batch, options),
         };
-        if let Some(program) = program {
-            let s = Statement {
-                name,
-                model: model_id,
-                data: data_id,
-                batch,
-                grad: !a.no_grad,
-            };
-            let value = self.forward_program(&s, program)?;
-            return Ok(self.forward_outcome(name, a.no_grad, value));
-        }
-        let compute = self.computes(&spec, batch);
-        let mut frame = PyFrame::default();
-        let args = mlp::ForwardArgs {
-            tag: name,
+        let s = Statement {
+            name,
             model: model_id,
             data: data_id,
             batch,
-            no_grad: a.no_grad,
-            amp: a.amp.dtype(),
-            checkpointing: a.checkpointing,
-            compute,
-            input: None,
+            grad: !a.no_grad,
         };
-        let out = match mlp::forward(&mut self.process, &mut frame, &mut self.train, &args) {
-            Ok(out) => out,
-            Err(f) => return Err(self.raise_in_frame(frame, &f)),
-        };
-        self.process.bind_local(name, out.loss);
-        let value = out.value.ok_or(Some(spec.step_flops(batch)));
+        let value = self.forward_program(&s, program)?;
         Ok(self.forward_outcome(name, a.no_grad, value))
     }
 
@@ -104,13 +81,10 @@ impl Engine {
             .runtime
             .lookup(name)
             .and_then(|loss| find_graph(&self.process, loss));
-        // What the graph saved; a program's graph holds the parameters too.
+        // What the graph saved; it holds the parameters too.
         let params = graph
             .and_then(|g| self.train.graphs.get(&g))
-            .and_then(|g| match &g.saved {
-                Saved::Program(pg) => Some(pg.params.as_slice()),
-                Saved::Mlp { .. } => None,
-            })
+            .map(|g| g.saved.params.as_slice())
             .unwrap_or_default();
         let saved: u64 = graph
             .and_then(|g| self.process.runtime.get(g))
@@ -140,8 +114,10 @@ impl Engine {
         let loss = self.lookup(name)?;
         let before = self.process.stats().allocated_bytes;
         match find_graph(&self.process, loss) {
-            Some(graph) if self.is_program_graph(graph) => self.backward_program(graph, retain)?,
-            _ => self.backward_mlp(loss, retain)?,
+            Some(graph) if self.train.graphs.get(&graph).is_some() => {
+                self.backward_program(graph, retain)?
+            }
+            _ => return Err(error(ErrorKind::RuntimeError, NO_GRAD_FN)),
         }
         let after = self.process.stats().allocated_bytes;
         Ok(Outcome::note(if retain {
@@ -153,21 +129,6 @@ impl Engine {
                 format_size(after.abs_diff(before))
             )
         }))
-    }
-
-    fn backward_mlp(&mut self, loss: ObjId, retain: bool) -> Result<(), CommandError> {
-        let mut frame = PyFrame::default();
-        match mlp::backward(&mut self.process, &mut frame, &mut self.train, loss, retain) {
-            Ok(()) => {}
-            Err(BackwardError::NoGraph) => {
-                return Err(error(ErrorKind::RuntimeError, NO_GRAD_FN));
-            }
-            Err(BackwardError::Consumed) => {
-                return Err(error(ErrorKind::RuntimeError, BACKWARD_TWICE));
-            }
-            Err(BackwardError::Oom(f)) => return Err(self.raise_in_frame(frame, &f)),
-        }
-        Ok(())
     }
 
     pub(super) fn optimizer_step(&mut self, a: &StepArgs) -> Result<Outcome, CommandError> {
@@ -238,19 +199,14 @@ impl Engine {
         };
         let graph = find_graph(&self.process, loss);
         if let Some(g) = graph.and_then(|g| self.train.graphs.get_mut(&g)) {
-            if let Saved::Program(pg) = &mut g.saved {
-                pg.program = program;
-                pg.computed = computed;
-            }
+            g.saved.program = program;
+            g.saved.computed = computed;
         }
         Ok(value)
     }
 
     /// The forward pass's numbers on the next batch.
     fn forward_arithmetic(&mut self, s: &Statement, program: &Program) -> Option<Computed> {
-        if !cfg!(feature = "kinds-arithmetic") {
-            return None;
-        }
         let spec = self.train.models[&s.model].spec;
         let mut computed = Computed {
             values: Values::default(),
@@ -269,22 +225,21 @@ impl Engine {
     ) -> Result<ObjId, AllocFailure> {
         let spec = self.train.models[&s.model].spec;
         let (params, model) = self.model_target(s.model);
+        let on_device = self.train.datasets[&s.data].on_device;
         let k = &mut self.process;
-        let (x_shape, x_dtype, y_shape) = spec.batch(s.batch);
-        let x = frame.alloc(
-            k,
-            &format!("{}.x", s.name),
-            &x_shape,
-            x_dtype,
-            Category::Input,
-        )?;
-        let y = frame.alloc(
-            k,
-            &format!("{}.y", s.name),
-            &y_shape,
-            Dtype::Int64,
-            Category::Input,
-        )?;
+        let (x, y) = match on_device {
+            // A view of the set on the device: nothing is copied.
+            Some((x, y)) => (frame.hold(k, x), frame.hold(k, y)),
+            None => {
+                let (x_shape, x_dtype, y_shape) = spec.batch(s.batch);
+                let x = format!("{}.x", s.name);
+                let y = format!("{}.y", s.name);
+                (
+                    frame.alloc(k, &x, &x_shape, x_dtype, Category::Input)?,
+                    frame.alloc(k, &y, &y_shape, Dtype::Int64, Category::Input)?,
+                )
+            }
+        };
         let target = Target {
             name: &model,
             params: &params,
@@ -305,7 +260,7 @@ impl Engine {
         }
         let state = GraphState {
             model: s.model,
-            saved: Saved::Program(Box::new(ProgramGraph {
+            saved: Box::new(ProgramGraph {
                 // The program itself is moved in once the statement ran.
                 program: Program::default(),
                 saved,
@@ -313,7 +268,7 @@ impl Engine {
                 params,
                 model_name: model,
                 computed: None,
-            })),
+            }),
             consumed: false,
         };
         self.train.graphs.insert(graph, state);
@@ -346,7 +301,7 @@ impl Engine {
         state.consumed = !retain;
         let mut frame = PyFrame::default();
         let train = &mut self.train;
-        let Some(Saved::Program(pg)) = train.graphs.get(&graph).map(|g| &g.saved) else {
+        let Some(pg) = train.graphs.get(&graph).map(|g| &g.saved) else {
             return Ok(());
         };
         let target = Target {
@@ -378,16 +333,11 @@ impl Engine {
     /// (a copy of it when the graph is retained): the gradients go into
     /// `.grad`.
     fn backward_arithmetic(&mut self, graph: ObjId, retain: bool) {
-        if !cfg!(feature = "kinds-arithmetic") {
-            return;
-        }
         let Some(g) = self.train.graphs.get_mut(&graph) else {
             return;
         };
         let model = g.model;
-        let Saved::Program(pg) = &mut g.saved else {
-            return;
-        };
+        let pg = &mut g.saved;
         let computed = match retain {
             true => pg.computed.clone(),
             false => pg.computed.take(),
@@ -401,34 +351,26 @@ impl Engine {
             .run_arithmetic(model, &program, rest, &mut computed)
             .is_some()
         {
-            self.add_grads(model, &mut computed.values, 1.0);
+            self.add_grads(model, &mut computed.values);
         }
-        if let Some(Saved::Program(pg)) = self.train.graphs.get_mut(&graph).map(|g| &mut g.saved) {
-            pg.program = program;
+        if let Some(g) = self.train.graphs.get_mut(&graph) {
+            g.saved.program = program;
         }
     }
 
     /// The graph lets go of whatever it still saved; it keeps the
     /// parameters (its nodes hold them while the loss lives).
     fn release_saved(&mut self, graph: ObjId) {
-        let Some(Saved::Program(pg)) = self.train.graphs.get(&graph).map(|g| &g.saved) else {
+        let Some(g) = self.train.graphs.get(&graph) else {
             return;
         };
-        let params = pg.params.clone();
+        let params = g.saved.params.clone();
         let held = self.process.runtime.get(graph).map(|g| g.refs.clone());
         for id in held.unwrap_or_default() {
             if !params.contains(&id) {
                 self.process.detach(graph, id);
             }
         }
-    }
-
-    /// Whether `graph` is a program's (a CNN's or a transformer's).
-    pub(super) fn is_program_graph(&self, graph: ObjId) -> bool {
-        self.train
-            .graphs
-            .get(&graph)
-            .is_some_and(|g| matches!(g.saved, Saved::Program(_)))
     }
 }
 

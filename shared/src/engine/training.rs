@@ -8,10 +8,8 @@ use crate::command::{LossHistory, TrainArgs};
 use crate::error::{CommandError, ErrorKind};
 use crate::process::{AllocFailure, Process};
 use crate::runtime::{Class, ObjId, ObjectKind};
-use crate::train::autograd::find_graph;
 use crate::train::frame::PyFrame;
 use crate::train::kinds::step::{Attention, Options, Program};
-use crate::train::mlp::{self, BackwardError};
 use crate::train::optimizer;
 use crate::train::spec::Kind;
 use crate::train::{DataSpec, ModelSpec};
@@ -29,18 +27,11 @@ struct Plan {
     /// What one micro-batch's arithmetic costs, when that is why it does
     /// not run (`None`: this build computes no program).
     flops: Option<u64>,
-    /// A CNN's or a transformer's step, written once for the loop.
-    program: Option<Program>,
+    /// The micro-batch's step, written once for the loop.
+    program: Program,
 }
 
 impl Engine {
-    /// Whether an MLP's step at this batch computes numbers.
-    pub(super) fn computes(&self, spec: &ModelSpec, batch: u64) -> bool {
-        spec.kind == Kind::Mlp
-            && spec.step_flops(batch) <= self.flop_limit
-            && spec.step_host_bytes(batch) <= crate::train::ARITHMETIC_HOST_LIMIT
-    }
-
     /// Turns a failed training step into Python's state after the raise:
     /// the exception (bound to `last_exception`) keeps the frame's locals.
     pub(super) fn raise_in_frame(
@@ -133,18 +124,12 @@ impl Engine {
             attention: a.attention,
             checkpointing: a.checkpointing,
             amp: a.amp.dtype(),
-            ..Options::default()
+            accumulate: a.accumulate,
         };
         let program = spec.step_program(micro_batch, options);
-        let (compute, flops) = match &program {
-            Some(p) => match self.program_arithmetic(&spec, p) {
-                Ok(()) => (true, None),
-                Err(why) => (false, why),
-            },
-            None => (
-                self.computes(&spec, micro_batch),
-                Some(spec.step_flops(micro_batch)),
-            ),
+        let (compute, flops) = match self.program_arithmetic(&spec, &program) {
+            Ok(()) => (true, None),
+            Err(why) => (false, why),
         };
         Ok(Plan {
             model,
@@ -203,15 +188,11 @@ impl Engine {
 
     /// `for x, y in loader: x, y = x.cuda(), y.cuda()`: the new batch is
     /// copied in, then the names are rebound (the last batch dies then, not
-    /// before), and it stays bound after the loop. `None` when the set is on
-    /// the device (the batch is a view of it).
-    fn loop_batch(
-        &mut self,
-        frame: &mut PyFrame,
-        plan: &Plan,
-    ) -> Result<Option<(ObjId, ObjId)>, AllocFailure> {
+    /// before), and it stays bound after the loop. Nothing when the set is
+    /// on the device (the batch is a view of it).
+    fn loop_batch(&mut self, frame: &mut PyFrame, plan: &Plan) -> Result<(), AllocFailure> {
         if self.train.datasets[&plan.data].on_device.is_some() {
-            return Ok(None);
+            return Ok(());
         }
         let k = &mut self.process;
         let (x_shape, x_dtype, y_shape) = plan.spec.batch(plan.micro_batch);
@@ -221,78 +202,41 @@ impl Engine {
             frame.take(t);
             k.bind_local(name, t);
         }
-        Ok(Some((x, y)))
+        Ok(())
     }
 
-    /// Forward and backward of one micro-batch: `loss = criterion(...)`,
-    /// `loss = loss / accumulate`, `loss.backward()`, and `total_loss +=
-    /// loss` when the loop keeps tensors.
+    /// Forward and backward of one micro-batch: `loss = criterion(...)`
+    /// (`/ accumulate` when accumulating), `loss.backward()`, and
+    /// `total_loss += loss` when the loop keeps tensors.
     fn micro_batch(
         &mut self,
         frame: &mut PyFrame,
         a: &TrainArgs,
         plan: &Plan,
     ) -> Result<Option<f32>, AllocFailure> {
-        let input = self.loop_batch(frame, plan)?;
-        if let Some(p) = &plan.program {
-            let params = self.train.models[&plan.model].params.clone();
-            let name = self
-                .process
-                .runtime
-                .get(plan.model)
-                .map(|m| m.label.clone());
-            let target = Target {
-                name: name.as_deref().unwrap_or("model"),
-                params: &params,
-                loss: "loss",
-            };
-            let blas = &mut self.train.cublas;
-            Player::in_loop(p).play(&mut self.process, frame, blas, 0..p.ops.len(), &target)?;
-            if let Some(loss) = self.process.runtime.lookup("loss") {
-                keep_history(&mut self.process, frame, a.loss_history, loss)?;
-            }
-            let scale = 1.0 / a.accumulate as f32;
-            let step = (p, plan.micro_batch);
-            return Ok(plan
-                .compute
-                .then(|| self.compute_step(plan.model, plan.data, step, scale))
-                .flatten());
-        }
-        let args = mlp::ForwardArgs {
-            input,
-            tag: "loss",
-            model: plan.model,
-            data: plan.data,
-            batch: plan.micro_batch,
-            no_grad: false,
-            amp: a.amp.dtype(),
-            checkpointing: a.checkpointing,
-            compute: plan.compute,
+        self.loop_batch(frame, plan)?;
+        let p = &plan.program;
+        let params = self.train.models[&plan.model].params.clone();
+        let name = self
+            .process
+            .runtime
+            .get(plan.model)
+            .map(|m| m.label.clone());
+        let target = Target {
+            name: name.as_deref().unwrap_or("model"),
+            params: &params,
+            loss: "loss",
         };
-        let out = mlp::forward(&mut self.process, frame, &mut self.train, &args)?;
-        let mut loss = out.loss;
-        frame.locals.push(loss);
-        let k = &mut self.process;
-        if a.accumulate > 1 {
-            // `loss = criterion(...) / accumulate`: the quotient holds the
-            // graph; `DivBackward1` saves only the number, so the
-            // criterion's own scalar dies with its last name.
-            let scaled = frame.alloc(k, "loss", &[], Dtype::Float32, Category::Activation)?;
-            if let Some(graph) = find_graph(k, loss) {
-                k.runtime.add_ref(scaled, graph);
-            }
-            frame.drop(k, loss);
-            loss = scaled;
+        let blas = &mut self.train.cublas;
+        Player::in_loop(p).play(&mut self.process, frame, blas, 0..p.ops.len(), &target)?;
+        if let Some(loss) = self.process.runtime.lookup("loss") {
+            keep_history(&mut self.process, frame, a.loss_history, loss)?;
         }
-        match mlp::backward(k, frame, &mut self.train, loss, false) {
-            Ok(()) => {}
-            Err(BackwardError::Oom(f)) => return Err(f),
-            Err(_) => unreachable!("a fresh graph has not been consumed"),
-        }
-        keep_history(k, frame, a.loss_history, loss)?;
-        frame.take(loss);
-        k.bind_local("loss", loss);
-        Ok(out.value)
+        let step = (p, plan.micro_batch);
+        Ok(plan
+            .compute
+            .then(|| self.compute_step(plan.model, plan.data, step))
+            .flatten())
     }
 
     /// Calls the progress hook; `false` when it asks to stop.

@@ -6,7 +6,7 @@
 
 use super::data::gaussian;
 use super::kinds::NamedTensor;
-use super::math;
+use super::update;
 
 /// How one parameter starts.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -45,7 +45,7 @@ fn rules(params: &[NamedTensor]) -> Vec<Init> {
 }
 
 /// The first values of `params` for a model seeded `seed`.
-pub fn initial_values(params: &[NamedTensor], seed: u64) -> math::Params {
+pub fn initial_values(params: &[NamedTensor], seed: u64) -> update::Params {
     rules(params)
         .into_iter()
         .zip(params)

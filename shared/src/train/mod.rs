@@ -3,12 +3,12 @@
 //!
 //! - [`spec`]: what a model, an optimizer and a dataset are (shapes, bytes,
 //!   FLOPs) and the memory estimate.
-//! - [`mlp`]: the MLP's forward and backward as sequences of allocations
-//!   and frees on a [`Process`](crate::process::Process); [`kinds`]: the CNN
-//!   and the transformer, their step as a program.
+//! - [`kinds`]: the MLP, the CNN and the transformer as shapes, and their
+//!   step as one program of allocations, each naming what it computes.
 //! - [`frame`], [`autograd`], [`optimizer`]: what every kind's step shares:
 //!   the Python frame, the autograd graph, `opt.step()` and `zero_grad`.
-//! - [`math`]: the same step's arithmetic on the CPU, for small steps.
+//! - [`cpu`]: a program's arithmetic on the CPU, for small steps;
+//!   [`update`]: the optimizers' updates.
 //! - [`data`]: the synthetic, learnable classification set.
 
 pub mod autograd;
@@ -18,11 +18,10 @@ pub mod data;
 pub mod frame;
 pub mod init;
 pub mod kinds;
-pub mod math;
-pub mod mlp;
 pub mod optim;
 pub mod optimizer;
 pub mod spec;
+pub mod update;
 
 use crate::collections::IdMap;
 use crate::runtime::ObjId;
@@ -41,9 +40,9 @@ pub const ARITHMETIC_HOST_LIMIT: u64 = 256 * 1024 * 1024;
 #[derive(Clone, Debug)]
 pub struct ModelState {
     pub spec: ModelSpec,
-    /// Parameter tensors, per linear layer the weight then the bias.
+    /// Parameter tensors, in `parameters()` order.
     pub params: Vec<ObjId>,
-    pub values: Option<math::Params>,
+    pub values: Option<update::Params>,
     /// CPU values of each parameter's `.grad`, when computed.
     pub grad_values: Vec<Option<Vec<f32>>>,
     /// The TF1 session that owns the variables, if built inside one.
@@ -54,7 +53,7 @@ pub struct ModelState {
 
 impl ModelState {
     /// The parameters' CPU values, initialized at first use.
-    pub fn values_mut(&mut self) -> &mut math::Params {
+    pub fn values_mut(&mut self) -> &mut update::Params {
         let (spec, seed) = (self.spec, self.seed);
         self.values
             .get_or_insert_with(|| init::initial_values(&spec.parameters(), seed))
@@ -100,23 +99,10 @@ pub struct DatasetState {
 #[derive(Clone, Debug)]
 pub struct GraphState {
     pub model: ObjId,
-    pub saved: Saved,
+    /// The step program's forward pass: backward plays the rest of it.
+    pub saved: Box<ProgramGraph>,
     /// Backward ran without `retain_graph`: the saved tensors are gone.
     pub consumed: bool,
-}
-
-/// What a forward pass saved, by the kind of step that made it.
-#[derive(Clone, Debug)]
-pub enum Saved {
-    /// The MLP's step: its saved tensors by role, and the CPU arithmetic's
-    /// cache when it computed.
-    Mlp {
-        plan: mlp::SavedPlan,
-        cache: Option<math::ForwardCache>,
-    },
-    /// A step program's forward pass (`kinds::step`): backward plays the
-    /// rest of it.
-    Program(Box<ProgramGraph>),
 }
 
 /// A step program stopped at [`kinds::step::Op::ForwardEnd`] by `forward`.

@@ -8,7 +8,7 @@ use super::frame::PyFrame;
 use crate::process::{AllocFailure, Process};
 use crate::runtime::ObjId;
 use crate::train::optim::QMAP_VALUES;
-use crate::train::{math, OptimizerSpec, TrainState};
+use crate::train::{update, OptimizerSpec, TrainState};
 use crate::types::{Category, Dtype};
 
 /// `optimizer.step()`. Returns whether the update was computed.
@@ -149,7 +149,7 @@ fn update_values(ts: &mut TrainState, optimizer: ObjId, model: ObjId) -> bool {
             model.grad_values[i].as_deref().unwrap_or_default(),
         );
         let state = &mut o.state_values[i * slots..(i + 1) * slots];
-        math::update(o.kind, p, g, state, o.steps, o.lr);
+        update::update(o.kind, p, g, state, o.steps, o.lr);
     }
     true
 }

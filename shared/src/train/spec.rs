@@ -2,7 +2,7 @@
 //! estimate of a training step computed from them before anything runs.
 
 use super::kinds::step::{Attention, Options};
-use super::kinds::{self, estimate, CnnShape, TransformerShape};
+use super::kinds::{self, estimate, CnnShape, MlpShape, TransformerShape};
 use super::optim::OptimizerSpec;
 use crate::types::Dtype;
 use serde::{Deserialize, Serialize};
@@ -103,7 +103,7 @@ impl ModelSpec {
     /// targets' shape (int64): features, images or token ids.
     pub fn batch(&self, b: u64) -> (Vec<u64>, Dtype, Vec<u64>) {
         match self.kind {
-            Kind::Mlp => (vec![b, self.input_dim], Dtype::Float32, vec![b]),
+            Kind::Mlp => (vec![b, self.input_dim], self.dtype, vec![b]),
             Kind::Cnn(c) => {
                 let image = vec![b, c.channels, c.image_size, c.image_size];
                 (image, Dtype::Float32, vec![b])
@@ -112,23 +112,32 @@ impl ModelSpec {
         }
     }
 
-    /// The step of a CNN or a transformer at micro-batch `batch`; `None`
-    /// for the MLP, whose step `train::mlp` makes.
-    pub fn step_program(&self, batch: u64, options: Options) -> Option<kinds::step::Program> {
-        match self.kind {
-            Kind::Mlp => None,
-            Kind::Transformer(t) => Some(kinds::step::program(&t, batch, options)),
-            Kind::Cnn(c) => Some(kinds::step::cnn_program(&c, batch, options)),
+    /// An MLP's shape (its sizes and type).
+    pub fn mlp_shape(&self) -> MlpShape {
+        MlpShape {
+            layers: self.layers,
+            width: self.width,
+            input_dim: self.input_dim,
+            classes: self.classes,
+            dtype: self.dtype,
         }
     }
 
-    /// The forward pass of a CNN or a transformer under `torch.no_grad()`;
-    /// `None` for the MLP.
-    pub fn no_grad_program(&self, batch: u64, options: Options) -> Option<kinds::step::Program> {
+    /// The step at micro-batch `batch`: forward and backward as a program.
+    pub fn step_program(&self, batch: u64, options: Options) -> kinds::step::Program {
         match self.kind {
-            Kind::Mlp => None,
-            Kind::Transformer(t) => Some(kinds::step::no_grad_program(&t, batch, options)),
-            Kind::Cnn(c) => Some(kinds::step::cnn_no_grad_program(&c, batch, options)),
+            Kind::Mlp => kinds::step::mlp_program(&self.mlp_shape(), batch, options),
+            Kind::Transformer(t) => kinds::step::program(&t, batch, options),
+            Kind::Cnn(c) => kinds::step::cnn_program(&c, batch, options),
+        }
+    }
+
+    /// The forward pass under `torch.no_grad()`.
+    pub fn no_grad_program(&self, batch: u64, options: Options) -> kinds::step::Program {
+        match self.kind {
+            Kind::Mlp => kinds::step::mlp_no_grad_program(&self.mlp_shape(), batch, options),
+            Kind::Transformer(t) => kinds::step::no_grad_program(&t, batch, options),
+            Kind::Cnn(c) => kinds::step::cnn_no_grad_program(&c, batch, options),
         }
     }
 
@@ -173,29 +182,6 @@ impl ModelSpec {
 
     pub fn param_bytes(&self) -> u64 {
         self.param_count() * self.dtype.size_bytes()
-    }
-
-    /// Multiply-adds of one sample through every linear layer.
-    pub fn macs_per_sample(&self) -> u64 {
-        self.dims().windows(2).map(|w| w[0] * w[1]).sum()
-    }
-
-    /// FLOPs of one training step (forward 2, backward 4 per multiply-add),
-    /// saturating: a step too large to count is too large to compute.
-    pub fn step_flops(&self, batch: u64) -> u64 {
-        batch
-            .saturating_mul(self.macs_per_sample())
-            .saturating_mul(6)
-    }
-
-    /// Host memory the CPU arithmetic of one step needs, about: float32
-    /// values, gradients and two optimizer states per parameter, and three
-    /// buffers per activation (input, output, gradient). Saturating.
-    pub fn step_host_bytes(&self, batch: u64) -> u64 {
-        let params = self.param_count().saturating_mul(4 * 4);
-        let widths: u64 = self.dims().iter().sum();
-        let activations = batch.saturating_mul(widths).saturating_mul(3 * 4);
-        params.saturating_add(activations)
     }
 
     /// Checks sizes; the message names what is wrong.
@@ -279,108 +265,6 @@ pub struct StepShape {
     pub attention: Attention,
 }
 
-/// Hidden layers per checkpointed segment: about the square root of the
-/// layer count, so boundaries and one segment's recomputation balance.
-pub fn checkpoint_segment(layers: u32) -> u32 {
-    (layers as f64).sqrt().ceil().max(1.0) as u32
-}
-
-/// What a forward pass at micro-batch `b` saves for backward, besides the
-/// log-probabilities: the hidden outputs (only segment boundaries and the
-/// last one under checkpointing), and under autocast casts of the input and
-/// of every weight.
-fn saved_activation_bytes(model: &ModelSpec, s: &StepShape, b: u64) -> u64 {
-    let layers = model.layers as u64;
-    let ab = s.amp.unwrap_or(model.dtype).size_bytes();
-    let saved_hidden = if s.checkpointing {
-        // Segment boundaries (the first is the input itself) plus the last
-        // hidden output, which the output layer saves.
-        let seg = checkpoint_segment(model.layers) as u64;
-        layers.div_ceil(seg)
-    } else {
-        layers
-    };
-    let amp_extra = if s.amp.is_some() {
-        let weights: u64 = model.dims().windows(2).map(|d| d[0] * d[1] * 2).sum();
-        b * model.input_dim * 2 + weights
-    } else {
-        0
-    };
-    saved_hidden * b * model.width * ab + amp_extra
-}
-
-/// The memory estimate of a training step, in steady state (the
-/// optimizer's state exists). It does not run the step: the MLP's is
-/// closed-form; a CNN's or a transformer's adds up its program's sizes.
-pub fn estimate(
-    model: &ModelSpec,
-    optimizer: Option<OptimizerSpec>,
-    data: Option<&DataSpec>,
-    s: &StepShape,
-) -> Estimate {
-    if model.kind != Kind::Mlp {
-        return kinds_estimate(model, optimizer, s);
-    }
-    let p = model.param_bytes();
-    let o = state_bytes(model, optimizer, |b| b);
-    let b = s.batch_size / s.accumulate.max(1);
-    let ab = s.amp.unwrap_or(model.dtype).size_bytes();
-    let layers = model.layers as u64;
-    let on_device = data.is_some_and(|d| d.on_device);
-    let dataset = data
-        .filter(|d| d.on_device)
-        .map_or(0, DataSpec::device_bytes);
-    let input = if on_device {
-        0
-    } else {
-        b * model.input_dim * 4 + b * 8
-    };
-    let hidden = b * model.width * ab;
-    let activation = saved_activation_bytes(model, s, b) + b * model.classes * 4;
-    let kept_grads = if s.set_to_none { 0 } else { p };
-    let workspaces = 2 * s.workspace_bytes;
-    let resident = dataset + p + o + workspaces;
-    // Forward: everything saved so far plus one pre-activation in flight.
-    let forward = resident + kept_grads + input + activation + hidden;
-    // Backward: starts with all activations and two gradient buffers in
-    // flight; ends with every gradient. The batch stays saved until the
-    // first layer's gradient is done.
-    let recompute = if s.checkpointing {
-        checkpoint_segment(model.layers) as u64 * hidden
-    } else {
-        0
-    };
-    // With checkpointing, the first segment is recomputed when the later
-    // layers' gradients already exist.
-    let late_grads = if s.checkpointing {
-        let seg = checkpoint_segment(model.layers) as u64;
-        p * layers.saturating_sub(seg) / (layers + 1)
-    } else {
-        0
-    };
-    let backward = resident
-        + input
-        + 2 * hidden
-        + (activation + kept_grads + recompute)
-            .max(late_grads + recompute)
-            .max(p);
-    // Optimizer step: Adam's foreach update needs one temporary per parameter.
-    let temporaries = optimizer.map_or(0, |o| o.step_temporary_bytes(p));
-    // The loop's batch stays bound through the optimizer step.
-    let step = resident + p + temporaries + input;
-    Estimate {
-        parameter_bytes: p,
-        gradient_bytes: p,
-        optimizer_state_bytes: o,
-        activation_bytes: activation,
-        input_bytes: input,
-        dataset_bytes: dataset,
-        workspace_bytes: workspaces,
-        attention_bytes: 0,
-        peak_bytes: forward.max(backward).max(step),
-    }
-}
-
 /// The optimizer's state for the model's trained parameters.
 fn state_bytes(model: &ModelSpec, optimizer: Option<OptimizerSpec>, round: fn(u64) -> u64) -> u64 {
     let trained = model.trained_parameters();
@@ -393,36 +277,47 @@ fn rounded(tensors: &[kinds::NamedTensor]) -> u64 {
     tensors.iter().map(bytes).sum()
 }
 
-/// A CNN's or a transformer's estimate: parameters and buffers, their
-/// gradients and optimizer state, the activations in closed form, and the
-/// peak from the step's program added up: the micro-batch's own (its
-/// gradients new, or added into those kept), or the optimizer step's.
-fn kinds_estimate(model: &ModelSpec, optimizer: Option<OptimizerSpec>, s: &StepShape) -> Estimate {
+/// The memory estimate of a training step, in steady state (the
+/// optimizer's state exists), without running it: parameters and
+/// buffers, their gradients and optimizer state, the activations in closed form, and the peak from the step's
+/// program added up: the micro-batch's own (its gradients new, or added
+/// into those kept), or the optimizer step's. A dataset on the device is
+/// resident, and its batches are views (nothing is copied in).
+pub fn estimate(
+    model: &ModelSpec,
+    optimizer: Option<OptimizerSpec>,
+    data: Option<&DataSpec>,
+    s: &StepShape,
+) -> Estimate {
     let b = s.batch_size / s.accumulate.max(1);
     let options = Options {
         attention: s.attention,
         checkpointing: s.checkpointing,
         amp: s.amp,
-        ..Options::default()
+        accumulate: s.accumulate,
     };
     let (saved, attention) = match model.kind {
         Kind::Transformer(t) => estimate::transformer_saved(&t, b, options),
         Kind::Cnn(c) => (estimate::cnn_saved(&c, b, options), 0),
-        Kind::Mlp => unreachable!("the MLP's estimate is closed-form"),
+        Kind::Mlp => (estimate::mlp_saved(&model.mlp_shape(), b, options), 0),
     };
-    let program = model
-        .step_program(b, options)
-        .expect("a CNN or a transformer");
+    let program = model.step_program(b, options);
     let p = rounded(&model.parameters());
     // Gradients, and the optimizer's state, only for what trains.
     let g = rounded(&model.trained_parameters());
     let o = state_bytes(model, optimizer, kinds::blocks);
     let (x, x_dtype, y) = model.batch(b);
     let count = |shape: &[u64]| shape.iter().product::<u64>();
-    let input = kinds::blocks(count(&x) * x_dtype.size_bytes()) + kinds::blocks(count(&y) * 8);
+    let dataset = data
+        .filter(|d| d.on_device)
+        .map_or(0, DataSpec::device_bytes);
+    let input = match dataset {
+        0 => kinds::blocks(count(&x) * x_dtype.size_bytes()) + kinds::blocks(count(&y) * 8),
+        _ => 0,
+    };
     let workspaces = 2 * s.workspace_bytes;
     // The loop's last loss lives until the new one is bound.
-    let resident = p + rounded(&model.buffers()) + o + workspaces + 512;
+    let resident = dataset + p + rounded(&model.buffers()) + o + workspaces + 512;
     let fresh = estimate::walk(&program, false).peak;
     let kept = estimate::walk(&program, true).peak + g;
     let micro_batch = match (s.set_to_none, s.accumulate > 1) {
@@ -437,7 +332,7 @@ fn kinds_estimate(model: &ModelSpec, optimizer: Option<OptimizerSpec>, s: &StepS
         optimizer_state_bytes: o,
         activation_bytes: saved,
         input_bytes: input,
-        dataset_bytes: 0,
+        dataset_bytes: dataset,
         workspace_bytes: workspaces,
         attention_bytes: attention,
         peak_bytes: resident + input + micro_batch.max(optimizer_step),
@@ -484,7 +379,5 @@ mod tests {
         let momentum = OptimizerSpec::torch(OptimizerKind::Momentum);
         let e = estimate(&m, Some(momentum), None, &shape);
         assert_eq!(e.optimizer_state_bytes, e.parameter_bytes);
-        assert_eq!(checkpoint_segment(16), 4);
-        assert_eq!(checkpoint_segment(1), 1);
     }
 }

@@ -7,20 +7,27 @@
 //! each op computes in float32 and a float16 or bfloat16 tensor is rounded
 //! to its type as it is stored (an autocast cast is a rounding copy).
 //!
-//! - [`dense`]: embeddings, sums, products, norms, GELU, softmax, the loss.
-//! - [`attention`]: heads, causal attention (eager pieces and fused).
-//! - [`conv`]: convolution, batch norm, ReLU, max pooling.
+//! - [`dense`]: sums, products, ReLU, log-softmax, the loss: an MLP's
+//!   step, in every build.
+//! - With the `kinds-arithmetic` feature (not in the page's own engine):
+//!   [`transformer`]: embeddings, norms, GELU, softmax; [`attention`]:
+//!   heads, causal attention (eager pieces and fused); [`conv`]:
+//!   convolution, batch norm, max pooling.
 
+#[cfg(feature = "kinds-arithmetic")]
 mod attention;
+#[cfg(feature = "kinds-arithmetic")]
 mod conv;
 mod dense;
+#[cfg(feature = "kinds-arithmetic")]
+mod transformer;
 
 use crate::train::kinds::step::{Arg, Batch, Calc, Op, Program, Role};
 use crate::types::Dtype;
 use std::ops::Range;
 
 /// Why a build without the `kinds-arithmetic` feature (the page's own
-/// engine) computes no loss for a CNN or a transformer.
+/// engine) computes no loss for a CNN or a transformer (an MLP's it does).
 pub const NOT_IN_THIS_BUILD: &str =
     "the page's own engine computes no CNN or transformer step (a vramlab server does)";
 
@@ -245,11 +252,8 @@ impl Machine<'_> {
             Calc::Part { .. } => Err("is a part read where its op runs"),
             Calc::Arange => one((0..numel).map(|x| x as f32).collect()),
             Calc::Ones => one(vec![1.0; numel]),
-            Calc::Tril(_) => one(dense::tril(&v[0])),
             Calc::Not(_) => map(|x| 1.0 - x),
             Calc::Copy(_) => one(v[0].data.to_vec()),
-            Calc::Embedding { .. } => dense::embedding(&v[0], &v[1]),
-            Calc::EmbeddingBackward { .. } => dense::embedding_backward(&v[0], &v[1], numel),
             Calc::Add(..) => dense::add(&v[0], &v[1]),
             Calc::Scale(_, f) => one(v[0].data.iter().map(|x| x * f).collect()),
             Calc::Sum(_) => dense::sum_to(&v[0], numel),
@@ -257,47 +261,91 @@ impl Machine<'_> {
                 ta, tb, batched, ..
             } => dense::mm((&v[0], ta), (&v[1], tb), batched),
             Calc::Linear { .. } => dense::linear(&v[0], &v[1], &v[2]),
-            Calc::Norm { .. } => dense::norm(&v[0], &v[1], v.get(2)),
-            Calc::NormBackward { mean, .. } => {
-                // grad, x, [mean], rstd, weight
-                let m = usize::from(mean.is_some());
-                let saved = dense::NormSaved {
-                    x: &v[1],
-                    mean: mean.map(|_| &v[2]),
-                    rstd: &v[2 + m],
-                    weight: &v[3 + m],
-                };
-                dense::norm_backward(&v[0], &saved)
-            }
-            Calc::Gelu(_) => map(dense::gelu),
-            Calc::GeluBackward { .. } => dense::zip(&v[0], &v[1], |g, x| g * dense::gelu_grad(x)),
-            Calc::Heads { part, .. } => attention::heads(&v[0], part, out),
-            Calc::MergeHeads(_) => attention::merge_heads(&v[0]),
-            Calc::MaskedFill { value, .. } => attention::masked_fill(&v[0], &v[1], value),
-            Calc::Softmax(_) => one(dense::softmax(&v[0])),
-            Calc::SoftmaxBackward { .. } => dense::softmax_backward(&v[0], &v[1]),
             Calc::LogSoftmax(_) => one(dense::log_softmax(&v[0])),
             Calc::LogSoftmaxBackward { .. } => dense::log_softmax_backward(&v[0], &v[1]),
             Calc::Nll { .. } => dense::nll(&v[0], &v[1]),
             Calc::NllBackward { .. } => dense::nll_backward(&v[0], &v[1], &v[2], numel),
-            Calc::Sdpa { heads, .. } => attention::sdpa(&v[0], heads as usize, out),
-            Calc::SdpaBackward { .. } => attention::sdpa_backward(&v[0], &v[1], &v[2], &v[3]),
-            Calc::Cat(_) => attention::cat(&v, out),
-            Calc::Conv { .. } => conv::conv(&v[0], &v[1], &v[2]),
-            Calc::ConvBackward { input_grad, .. } => {
-                conv::conv_backward(&v[0], &v[1], &v[2], input_grad)
-            }
-            Calc::BatchNorm { .. } => conv::batch_norm(&v[0], &v[1], &v[2]),
-            Calc::BatchNormBackward { .. } => {
-                conv::batch_norm_backward(&v[0], &v[1], &v[2], (&v[3], &v[4]))
-            }
             Calc::Relu(_) => map(|x| x.max(0.0)),
             Calc::ReluBackward { .. } => {
                 dense::zip(&v[0], &v[1], |g, y| if y > 0.0 { g } else { 0.0 })
             }
-            Calc::MaxPool(_) => conv::max_pool(&v[0]),
-            Calc::MaxPoolBackward { .. } => conv::max_pool_backward(&v[0], &v[1], out),
+            #[cfg(feature = "kinds-arithmetic")]
+            _ => wide_outputs(calc, &v, out),
+            #[cfg(not(feature = "kinds-arithmetic"))]
+            _ => Err("is an op this build does not compute"),
         }
+    }
+}
+
+/// Whether this build computes `calc`: every op with the
+/// `kinds-arithmetic` feature; without it (the page's own engine) the
+/// dense ones alone, every op of an MLP's step.
+pub fn in_this_build(calc: &Calc) -> bool {
+    cfg!(feature = "kinds-arithmetic")
+        || matches!(
+            calc,
+            Calc::Part { .. }
+                | Calc::Arange
+                | Calc::Ones
+                | Calc::Not(_)
+                | Calc::Copy(_)
+                | Calc::Add(..)
+                | Calc::Scale(..)
+                | Calc::Sum(_)
+                | Calc::Mm { .. }
+                | Calc::Linear { .. }
+                | Calc::LogSoftmax(_)
+                | Calc::LogSoftmaxBackward { .. }
+                | Calc::Nll { .. }
+                | Calc::NllBackward { .. }
+                | Calc::Relu(_)
+                | Calc::ReluBackward { .. }
+        )
+}
+
+/// The transformer's, attention's and the CNN's ops.
+#[cfg(feature = "kinds-arithmetic")]
+fn wide_outputs(calc: Calc, v: &[View], out: &[u64]) -> dense::Out {
+    let numel = out.iter().product::<u64>() as usize;
+    let one = |x: Vec<f32>| Ok(vec![x]);
+    let map = |f: fn(f32) -> f32| one(v[0].data.iter().map(|&x| f(x)).collect());
+    match calc {
+        Calc::Tril(_) => one(transformer::tril(&v[0])),
+        Calc::Embedding { .. } => transformer::embedding(&v[0], &v[1]),
+        Calc::EmbeddingBackward { .. } => transformer::embedding_backward(&v[0], &v[1], numel),
+        Calc::Norm { .. } => transformer::norm(&v[0], &v[1], v.get(2)),
+        Calc::NormBackward { mean, .. } => {
+            // grad, x, [mean], rstd, weight
+            let m = usize::from(mean.is_some());
+            let saved = transformer::NormSaved {
+                x: &v[1],
+                mean: mean.map(|_| &v[2]),
+                rstd: &v[2 + m],
+                weight: &v[3 + m],
+            };
+            transformer::norm_backward(&v[0], &saved)
+        }
+        Calc::Gelu(_) => map(transformer::gelu),
+        Calc::GeluBackward { .. } => dense::zip(&v[0], &v[1], |g, x| g * transformer::gelu_grad(x)),
+        Calc::Heads { part, .. } => attention::heads(&v[0], part, out),
+        Calc::MergeHeads(_) => attention::merge_heads(&v[0]),
+        Calc::MaskedFill { value, .. } => attention::masked_fill(&v[0], &v[1], value),
+        Calc::Softmax(_) => one(transformer::softmax(&v[0])),
+        Calc::SoftmaxBackward { .. } => transformer::softmax_backward(&v[0], &v[1]),
+        Calc::Sdpa { heads, .. } => attention::sdpa(&v[0], heads as usize, out),
+        Calc::SdpaBackward { .. } => attention::sdpa_backward(&v[0], &v[1], &v[2], &v[3]),
+        Calc::Cat(_) => attention::cat(v, out),
+        Calc::Conv { .. } => conv::conv(&v[0], &v[1], &v[2]),
+        Calc::ConvBackward { input_grad, .. } => {
+            conv::conv_backward(&v[0], &v[1], &v[2], input_grad)
+        }
+        Calc::BatchNorm { .. } => conv::batch_norm(&v[0], &v[1], &v[2]),
+        Calc::BatchNormBackward { .. } => {
+            conv::batch_norm_backward(&v[0], &v[1], &v[2], (&v[3], &v[4]))
+        }
+        Calc::MaxPool(_) => conv::max_pool(&v[0]),
+        Calc::MaxPoolBackward { .. } => conv::max_pool_backward(&v[0], &v[1], out),
+        _ => Err("is a dense op"),
     }
 }
 

@@ -1,11 +1,12 @@
-//! What a CNN's or a transformer's step holds, predicted from the shapes:
+//! What a step holds, predicted from the shapes:
 //! the activations autograd saves, in closed form (the formulas
 //! docs/simulator.md gives, equal to the step's own count), and the
 //! step's peak over what lived before it, by adding up the sizes its
 //! program allocates and frees in order (no allocator runs).
 
+use super::step::checkpoint_segments;
 use super::step::{Attention, Op, Options, Program, Role};
-use super::{blocks, CnnShape, Norm, TransformerShape};
+use super::{blocks, CnnShape, MlpShape, Norm, TransformerShape};
 
 /// What a transformer's forward pass leaves saved for backward (its
 /// log-probabilities, loss and NLL's total weight included), and the part
@@ -147,6 +148,51 @@ pub fn cnn_saved(c: &CnnShape, batch: u64, options: Options) -> u64 {
         total += blocks(batch * c.classes * 4) + blocks(c.classes * features * lo);
     }
     total
+}
+
+/// What an MLP's forward pass leaves saved for backward: each ReLU's
+/// output (the next Linear's input too), the log-probabilities, loss and
+/// total weight; under autocast the input's cast, the weights' casts of
+/// every layer after the first and NLL's float32 copy. Under
+/// `checkpoint_sequential`, each checkpoint after the first holds its
+/// input (a hidden-wide tensor), and only the last, plain run's modules
+/// save: its ReLUs their outputs, a Linear that starts it its input, and
+/// its Linears' weight casts.
+pub fn mlp_saved(m: &MlpShape, batch: u64, options: Options) -> u64 {
+    let lo = options.amp.unwrap_or(m.dtype).size_bytes();
+    let hidden = blocks(batch * m.width * lo);
+    let layers = m.layers as u64;
+    let modules = 2 * layers + 1;
+    let (held, start) = if options.checkpointing {
+        let segments = u64::from(checkpoint_segments(m.layers));
+        let size = modules / segments;
+        (segments.saturating_sub(2) * hidden, (segments - 1) * size)
+    } else {
+        (0, 0)
+    };
+    // ReLUs at odd positions start..modules.
+    let relus = layers - start / 2;
+    let first_input = match (start, options.amp) {
+        (0, Some(_)) => blocks(batch * m.input_dim * lo),
+        (0, None) => 0,
+        (s, _) if s % 2 == 0 => hidden,
+        _ => 0,
+    };
+    let casts = match options.amp {
+        Some(_) => (start.div_ceil(2).max(1)..=layers)
+            .map(|l| {
+                let out = if l == layers { m.classes } else { m.width };
+                blocks(out * m.width * lo)
+            })
+            .sum(),
+        None => 0,
+    };
+    let nll_copy = match options.amp {
+        Some(_) => blocks(batch * m.classes * 4),
+        None => 0,
+    };
+    let head = blocks(batch * m.classes * lo) + nll_copy + 2 * 512;
+    held + relus * hidden + first_input + casts + head
 }
 
 /// A program added up: bytes live when backward starts and at the most,

@@ -209,6 +209,31 @@ fn closed_form_activations_equal_the_programs() {
             }
         }
     }
+    for (layers, width) in [(1, 64), (2, 128), (3, 100), (4, 128), (9, 64), (16, 1024)] {
+        for dtype in [Dtype::Float32, Dtype::Float16] {
+            let m = super::MlpShape {
+                layers,
+                width,
+                input_dim: 784,
+                classes: 10,
+                dtype,
+            };
+            for (checkpointing, amp) in [false, true]
+                .map(|ck| [(ck, None), (ck, Some(Dtype::Bfloat16))])
+                .concat()
+            {
+                let options = Options {
+                    checkpointing,
+                    amp,
+                    ..Options::default()
+                };
+                let batch = 32;
+                let w = walk(&super::step::mlp_program(&m, batch, options), false);
+                let saved = super::estimate::mlp_saved(&m, batch, options);
+                assert_eq!(saved, w.saved, "{m:?} {options:?}");
+            }
+        }
+    }
     for (channels, image_size, blocks, width) in [(3, 32, 3, 32), (1, 28, 2, 8), (3, 224, 5, 64)] {
         let c = CnnShape {
             channels,
