@@ -402,6 +402,7 @@ impl Process {
             .collect()
     }
 
+    #[cfg(debug_assertions)]
     /// Every invariant of the allocator, the runtime and their agreement.
     pub fn check_invariants(&self) -> Result<(), String> {
         self.allocator.check_invariants(self.device.as_ref())?;

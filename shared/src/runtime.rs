@@ -547,6 +547,7 @@ impl Runtime {
         out
     }
 
+    #[cfg(debug_assertions)]
     /// Checks reference counts against the references that exist (between
     /// commands, when no local references are held).
     pub fn check_invariants(&self) -> Result<(), String> {

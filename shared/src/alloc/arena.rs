@@ -349,6 +349,7 @@ impl Arena {
         .map(|id| (id, self.blocks.get(id)))
     }
 
+    #[cfg(debug_assertions)]
     /// The arena's invariants: blocks tile their segments, links agree, no
     /// two free neighbours, every free block is in its pool and nothing
     /// else is, sizes are multiples of `granularity`, and every counter
@@ -365,6 +366,7 @@ impl Arena {
         self.check_counters(device, &sums)
     }
 
+    #[cfg(debug_assertions)]
     fn check_segment(
         &self,
         address: u64,
@@ -423,6 +425,7 @@ impl Arena {
         Ok(())
     }
 
+    #[cfg(debug_assertions)]
     fn check_counters(&self, device: &dyn Device, sums: &Sums) -> Result<(), String> {
         let s = &self.stats;
         let checks = [
@@ -465,6 +468,7 @@ impl Arena {
     }
 }
 
+#[cfg(debug_assertions)]
 /// What the blocks add up to, for [`Arena::check_invariants`].
 #[derive(Default)]
 struct Sums {

@@ -222,6 +222,7 @@ impl Allocator for BfcAllocator {
         self.arena.trace.on = on;
     }
 
+    #[cfg(debug_assertions)]
     fn check_invariants(&self, device: &dyn Device) -> Result<(), String> {
         self.arena.check_invariants(device, MIN_ALLOCATION_SIZE)?;
         if self.arena.stats.reserved_bytes.current > self.config.memory_limit {

@@ -450,6 +450,7 @@ impl Allocator for CachingAllocator {
         self.arena.trace.on = on;
     }
 
+    #[cfg(debug_assertions)]
     fn check_invariants(&self, device: &dyn Device) -> Result<(), String> {
         self.arena.check_invariants(device, MIN_BLOCK_SIZE)?;
         for segment in self.arena.segments() {

@@ -30,7 +30,9 @@ use super::{
 };
 use crate::device::Device;
 use crate::units::round_up;
-use space::{check_space, Piece, PieceId, Space};
+#[cfg(debug_assertions)]
+use space::check_space;
+use space::{Piece, PieceId, Space};
 
 /// Where the first pool's address range starts (virtual: the device's own
 /// addresses back the pages).
@@ -387,6 +389,7 @@ impl Allocator for ExpandableAllocator {
         self.trace.on = on;
     }
 
+    #[cfg(debug_assertions)]
     fn check_invariants(&self, device: &dyn Device) -> Result<(), String> {
         let mut mapped_total = 0;
         let mut allocated = 0;

@@ -314,6 +314,7 @@ pub trait Allocator: Send {
     /// Turns event recording on or off (benchmarks switch it off).
     fn set_tracing(&mut self, on: bool);
 
+    #[cfg(debug_assertions)]
     /// Checks the allocator's invariants against its own state and the
     /// device; `Err` names the first broken one.
     fn check_invariants(&self, device: &dyn Device) -> Result<(), String>;

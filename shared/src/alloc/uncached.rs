@@ -103,6 +103,7 @@ impl Allocator for UncachedAllocator {
         self.trace.on = on;
     }
 
+    #[cfg(debug_assertions)]
     fn check_invariants(&self, device: &dyn Device) -> Result<(), String> {
         let live: u64 = self.blocks.iter().map(|(_, &(_, s))| s).sum();
         if live != device.segment_bytes() {

@@ -22,14 +22,14 @@ impl Engine {
         spec: &ModelSpec,
         program: &Program,
     ) -> Result<(), Option<u64>> {
-        if !program.allocs.iter().all(|a| cpu::in_this_build(&a.calc)) {
-            return Err(None);
-        }
         let cost = program_cost(spec, program);
         if cost.flops > self.flop_limit || cost.host_bytes > ARITHMETIC_HOST_LIMIT {
             return Err(Some(cost.flops));
         }
-        Ok(())
+        match program.allocs.iter().all(|a| cpu::in_this_build(&a.calc)) {
+            true => Ok(()),
+            false => Err(None),
+        }
     }
 
     /// The next `batch` samples of `data` as a program reads them (token

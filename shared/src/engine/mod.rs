@@ -226,7 +226,8 @@ impl Engine {
         self.step += 1;
         let result = self.dispatch(cmd);
         self.forget_dead();
-        debug_assert_eq!(self.check_invariants(), Ok(()), "after {}", cmd.name());
+        #[cfg(debug_assertions)]
+        assert_eq!(self.check_invariants(), Ok(()), "after {}", cmd.name());
         result
     }
 
@@ -362,6 +363,7 @@ impl Engine {
         )
     }
 
+    #[cfg(debug_assertions)]
     /// Checks every invariant of the allocator, the runtime and their
     /// agreement; `Err` names the first broken one.
     pub fn check_invariants(&self) -> Result<(), String> {

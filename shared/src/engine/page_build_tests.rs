@@ -1,6 +1,7 @@
 //! The page's build of the engine (without the `kinds-arithmetic`
-//! feature): a CNN's or a transformer's step small enough to compute runs
-//! shape-only, and the statement and the loop say a server computes it.
+//! feature): an MLP's step computes (dense ops only); a CNN's or a
+//! transformer's step small enough to compute runs shape-only, and the
+//! statement and the loop say a server computes it.
 
 use super::kinds_tests::{engine, gpt};
 use crate::train::cpu::NOT_IN_THIS_BUILD;
@@ -22,4 +23,32 @@ fn a_small_transformer_runs_shape_only_and_says_a_server_computes_it() {
     assert_eq!(r.value.unwrap()["loss_computed"], false);
     assert!(r.note.unwrap().contains(NOT_IN_THIS_BUILD));
     e.check_invariants().unwrap();
+}
+
+/// An MLP's step is dense ops only: the page computes it, and the loss
+/// falls over a short loop, under autocast too.
+#[test]
+fn an_mlp_learns_in_the_pages_build() {
+    for amp in [false, true] {
+        let mut e = super::Engine::new_simulated();
+        for line in [
+            json!({"cmd":"model","name":"model","layers":2,"width":32,"input_dim":16,"classes":4}),
+            json!({"cmd":"optimizer","name":"opt","model":"model","kind":"adam","lr":0.01}),
+            json!({"cmd":"data","name":"data","features":16,"classes":4,"samples":256}),
+            json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":30,"batch_size":32,"amp":amp}),
+        ] {
+            let r = e.run_line(&line.to_string());
+            assert!(r.ok, "{line}: {:?}", r.error);
+            if line["cmd"] == "train" {
+                let v = r.value.unwrap();
+                assert_eq!(v["loss_computed"], true);
+                let (first, last) = (
+                    v["first_loss"].as_f64().unwrap(),
+                    v["last_loss"].as_f64().unwrap(),
+                );
+                assert!(last < 0.8 * first, "amp {amp}: {first} -> {last}");
+            }
+        }
+        e.check_invariants().unwrap();
+    }
 }

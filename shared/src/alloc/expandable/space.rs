@@ -242,6 +242,7 @@ impl Space {
     }
 }
 
+#[cfg(debug_assertions)]
 /// One space's tiling, links, merge and page invariants; returns (mapped
 /// bytes, allocated bytes).
 pub(super) fn check_space(space: &Space) -> Result<(u64, u64), String> {

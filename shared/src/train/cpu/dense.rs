@@ -1,4 +1,4 @@
-//! Elementwise ops, sums, matrix products, log-softmax and the NLL loss,
+//! Elementwise ops, sums over rows, matrix products, log-softmax and the NLL loss,
 //! forward and backward, as PyTorch defines them: what every kind's step
 //! computes (an MLP's whole).
 
@@ -7,23 +7,6 @@ use crate::train::kinds::step::{Arg, Calc, Program};
 
 /// An op's outputs, or what is wrong with its operands.
 pub(super) type Out = Result<Vec<Vec<f32>>, &'static str>;
-
-/// `a + b`, the smaller repeated over the larger's leading dimensions.
-pub(super) fn add(a: &View, b: &View) -> Out {
-    let (big, small) = match a.data.len() >= b.data.len() {
-        true => (a.data, b.data),
-        false => (b.data, a.data),
-    };
-    if small.is_empty() || big.len() % small.len() != 0 {
-        return Err("adds tensors that do not tile");
-    }
-    let n = small.len();
-    Ok(vec![big
-        .iter()
-        .enumerate()
-        .map(|(i, v)| v + small[i % n])
-        .collect()])
-}
 
 /// `f` of two same-sized operands.
 pub(super) fn zip(a: &View, b: &View, f: impl Fn(f32, f32) -> f32) -> Out {
@@ -65,7 +48,8 @@ fn matrix(v: &View) -> (usize, usize) {
 /// dimensions of both when `batched`.
 pub(super) fn mm((a, ta): (&View, bool), (b, tb): (&View, bool), batched: bool) -> Out {
     let split = |v: &View| -> (usize, usize, usize) {
-        if batched {
+        // Only attention's products are batched (not in the page's build).
+        if batched && cfg!(feature = "kinds-arithmetic") {
             let s = v.shape;
             let (r, c) = (s[s.len() - 2] as usize, s[s.len() - 1] as usize);
             (v.data.len() / (r * c).max(1), r, c)

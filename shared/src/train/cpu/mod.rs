@@ -250,11 +250,8 @@ impl Machine<'_> {
         let map = |f: fn(f32) -> f32| one(v[0].data.iter().map(|&x| f(x)).collect());
         match calc {
             Calc::Part { .. } => Err("is a part read where its op runs"),
-            Calc::Arange => one((0..numel).map(|x| x as f32).collect()),
             Calc::Ones => one(vec![1.0; numel]),
-            Calc::Not(_) => map(|x| 1.0 - x),
             Calc::Copy(_) => one(v[0].data.to_vec()),
-            Calc::Add(..) => dense::add(&v[0], &v[1]),
             Calc::Scale(_, f) => one(v[0].data.iter().map(|x| x * f).collect()),
             Calc::Sum(_) => dense::sum_to(&v[0], numel),
             Calc::Mm {
@@ -285,11 +282,8 @@ pub fn in_this_build(calc: &Calc) -> bool {
         || matches!(
             calc,
             Calc::Part { .. }
-                | Calc::Arange
                 | Calc::Ones
-                | Calc::Not(_)
                 | Calc::Copy(_)
-                | Calc::Add(..)
                 | Calc::Scale(..)
                 | Calc::Sum(_)
                 | Calc::Mm { .. }
@@ -310,6 +304,9 @@ fn wide_outputs(calc: Calc, v: &[View], out: &[u64]) -> dense::Out {
     let one = |x: Vec<f32>| Ok(vec![x]);
     let map = |f: fn(f32) -> f32| one(v[0].data.iter().map(|&x| f(x)).collect());
     match calc {
+        Calc::Arange => one((0..numel).map(|x| x as f32).collect()),
+        Calc::Not(_) => map(|x| 1.0 - x),
+        Calc::Add(..) => transformer::add(&v[0], &v[1]),
         Calc::Tril(_) => one(transformer::tril(&v[0])),
         Calc::Embedding { .. } => transformer::embedding(&v[0], &v[1]),
         Calc::EmbeddingBackward { .. } => transformer::embedding_backward(&v[0], &v[1], numel),

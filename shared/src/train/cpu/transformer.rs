@@ -1,4 +1,5 @@
-//! A transformer's ops beyond the dense products: embeddings, LayerNorm
+//! A transformer's ops beyond the dense products: sums of two tensors (the
+//! residual stream, LoRA's branch), embeddings, LayerNorm
 //! and RMSNorm, GELU, the causal mask's triangle and softmax, forward and
 //! backward, as PyTorch defines them (LayerNorm's epsilon 1e-5, RMSNorm's
 //! float32 machine epsilon, GELU's exact erf form).
@@ -7,6 +8,23 @@ use super::dense::{rowwise, Out};
 use super::View;
 
 const LAYER_NORM_EPS: f32 = 1e-5;
+
+/// `a + b`, the smaller repeated over the larger's leading dimensions.
+pub(super) fn add(a: &View, b: &View) -> Out {
+    let (big, small) = match a.data.len() >= b.data.len() {
+        true => (a.data, b.data),
+        false => (b.data, a.data),
+    };
+    if small.is_empty() || big.len() % small.len() != 0 {
+        return Err("adds tensors that do not tile");
+    }
+    let n = small.len();
+    Ok(vec![big
+        .iter()
+        .enumerate()
+        .map(|(i, v)| v + small[i % n])
+        .collect()])
+}
 /// `nn.RMSNorm(eps=None)`: `torch.finfo(torch.float32).eps`.
 const RMS_NORM_EPS: f32 = f32::EPSILON;
 
