@@ -115,6 +115,15 @@ fn estimate_is_within_five_percent_of_the_simulated_peak() {
             }
         }
     }
+    for layers in [1, 4, 16] {
+        for checkpointing in [false, true] {
+            for amp in [false, true] {
+                let technique = json!({"checkpointing":checkpointing,"amp":amp});
+                let model = json!({"layers":layers,"width":512,"input_dim":784,"classes":10});
+                cases.push(((model, 784, 10), technique));
+            }
+        }
+    }
     let mut worst = 0f64;
     for ((model, features, classes), technique) in cases {
         for (batch, accumulate, set_to_none, optimizer) in [

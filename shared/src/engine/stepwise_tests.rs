@@ -1,6 +1,6 @@
-//! A CNN's and a transformer's step one statement at a time: the same
-//! allocations as a training loop's step, and `retain_graph`, a second
-//! backward and `del loss` as PyTorch has them.
+//! A step one statement at a time, for every kind: the same allocations
+//! as a training loop's step, and `retain_graph`, a second backward and
+//! `del loss` as PyTorch has them.
 
 use super::kinds_tests::{cnn, engine, gpt, run, with};
 use super::*;
@@ -34,10 +34,18 @@ fn cases() -> Vec<((Value, u64, u64), Value)> {
     for checkpointing in [false, true] {
         for amp in [false, true] {
             let technique = json!({"checkpointing":checkpointing,"amp":amp});
+            cases.push((mlp(5, "float32"), technique.clone()));
             cases.push((cnn(16, 2, 8), technique));
         }
     }
+    cases.push((mlp(3, "float16"), json!({"checkpointing":true})));
     cases
+}
+
+/// An MLP of `layers` hidden layers of 32 on 20 features, 6 classes.
+pub(super) fn mlp(layers: u32, dtype: &str) -> (Value, u64, u64) {
+    let model = json!({"layers":layers,"width":32,"input_dim":20,"classes":6,"dtype":dtype});
+    (model, 20, 6)
 }
 
 /// The allocations' sizes in order, and the peak of live bytes, leaving
