@@ -126,7 +126,7 @@ impl<'p> Player<'p> {
                     }
                 }
                 Op::Release(part) => self.release(k, part),
-                Op::ForwardEnd => {}
+                Op::ForwardEnd | Op::Begin(_) | Op::End(_) => {}
             }
         }
         Ok(())

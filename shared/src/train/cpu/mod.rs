@@ -95,6 +95,7 @@ pub fn run(
             }
             Op::Free(i) => values.tensors[i] = None,
             Op::Blas(_) | Op::Rebind | Op::Release(_) | Op::ForwardEnd => {}
+            Op::Begin(_) | Op::End(_) => {}
         }
     }
     Ok(())

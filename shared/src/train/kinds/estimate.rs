@@ -223,6 +223,7 @@ pub fn walk(program: &Program, grads_exist: bool) -> Walk {
             }
             Op::Free(i) => live -= blocks(program.allocs[i].bytes()),
             Op::Blas(_) | Op::Rebind | Op::Release(_) | Op::ForwardEnd => {}
+            Op::Begin(_) | Op::End(_) => {}
         }
     }
     Walk {

@@ -118,6 +118,22 @@ pub enum Op {
     /// The forward pass ends (the loss is made, the autocast region has
     /// exited): what lives now from the forward pass is what autograd saved.
     ForwardEnd,
+    /// A region begins: its ops run under autocast, or in a checkpoint.
+    Begin(Region),
+    End(Region),
+}
+
+/// A region of a step's ops (memory and arithmetic run through it; a
+/// timeline or a device interpreter may mark it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Region {
+    /// `torch.autocast`: the forward pass and the loss, or a
+    /// recomputation's own region.
+    Autocast,
+    /// A checkpointed block's (or run's) first forward: it saves nothing.
+    Checkpoint,
+    /// Backward's recomputation of a checkpointed block from its input.
+    Recompute,
 }
 
 /// A part of the batch a step's graph may save.
@@ -156,7 +172,7 @@ impl Program {
                 Op::Alloc(i) => Some((self.allocs[i].op, blocks(self.allocs[i].bytes()) as i64)),
                 Op::Free(i) => Some(("free", -(blocks(self.allocs[i].bytes()) as i64))),
                 Op::Rebind => Some(("free", -(blocks(4) as i64))),
-                Op::Blas(_) | Op::Release(_) | Op::ForwardEnd => None,
+                Op::Blas(_) | Op::Release(_) | Op::ForwardEnd | Op::Begin(_) | Op::End(_) => None,
             })
             .map(|(op, bytes)| TraceEvent { op, bytes })
             .collect()
@@ -274,9 +290,14 @@ struct Tape<S> {
 
 impl<S> Tape<S> {
     fn new(shape: S, scope: &'static str, batch: u64, options: Options) -> Self {
+        let ops = match options.amp {
+            Some(_) => vec![Op::Begin(Region::Autocast)],
+            None => Vec::new(),
+        };
         Self {
             program: Program {
                 scope,
+                ops,
                 ..Program::default()
             },
             shape,
@@ -360,6 +381,27 @@ impl<S> Tape<S> {
 
     fn free(&mut self, h: H) {
         self.program.ops.push(Op::Free(h));
+    }
+
+    /// A region begins; a recomputation runs as forward, in its own
+    /// autocast region.
+    fn begin(&mut self, region: Region) {
+        self.program.ops.push(Op::Begin(region));
+        if region == Region::Recompute {
+            self.role = Role::Forward;
+            if self.options.amp.is_some() {
+                self.program.ops.push(Op::Begin(Region::Autocast));
+            }
+        }
+    }
+
+    /// A region ends (a recomputation's autocast region ended with its
+    /// cache).
+    fn end(&mut self, region: Region) {
+        self.program.ops.push(Op::End(region));
+        if region == Region::Recompute {
+            self.role = Role::Backward;
+        }
     }
 
     fn release(&mut self, part: Batch) {

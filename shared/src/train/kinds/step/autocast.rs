@@ -12,7 +12,7 @@
 //! go of its casts depends on addresses; here it is the order they were
 //! made.
 
-use super::{Arg, Calc, Role, Tape, H};
+use super::{Arg, Calc, Op, Region, Role, Tape, H};
 use crate::types::Dtype;
 
 /// A cast the autocast cache holds: the parameter's index in
@@ -85,6 +85,10 @@ impl<S> Tape<S> {
 
     /// The outermost autocast region exits: the casts nothing saved die.
     pub(super) fn clear_cache(&mut self) {
+        if self.options.amp.is_none() {
+            return;
+        }
+        self.program.ops.push(Op::End(Region::Autocast));
         for c in std::mem::take(&mut self.cache) {
             if !c.saved {
                 self.free(c.cast);

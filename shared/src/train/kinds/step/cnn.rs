@@ -7,7 +7,7 @@
 //! gradient for the images. cuDNN's convolution workspace is not modelled:
 //! its size is the algorithm cuDNN picks on the GPU at run time.
 
-use super::{param_or_cast, part, Arg, Batch, Calc, Keep, Op, Options, Program, Role, Tape, H};
+use super::{param_or_cast, part, Arg, Batch, Calc, Keep, Op, Options, Program, Region, Tape, H};
 use crate::train::kinds::CnnShape;
 use crate::types::Dtype;
 
@@ -60,7 +60,13 @@ pub fn program(c: &CnnShape, batch: u64, options: Options) -> Program {
     let mut blocks = Vec::new();
     for b in 0..c.blocks {
         tape.layer = Some(b);
+        if keep == Keep::Nothing {
+            tape.begin(Region::Checkpoint);
+        }
         let (pooled, s) = tape.block(x, b, keep);
+        if keep == Keep::Nothing {
+            tape.end(Region::Checkpoint);
+        }
         blocks.push((x, s));
         x = pooled;
     }
@@ -212,9 +218,9 @@ impl Tape<CnnShape> {
     /// A checkpointed block's recomputation from its input, in its own
     /// autocast region.
     fn recompute(&mut self, x: Option<H>, b: u32) -> Saved {
-        self.role = Role::Forward;
+        self.begin(Region::Recompute);
         let (_, saved) = self.block(x, b, Keep::Recompute);
-        self.role = Role::Backward;
+        self.end(Region::Recompute);
         saved.expect("a recomputed block saves")
     }
 

@@ -13,7 +13,7 @@
 //! between a `Linear` and its `ReLU`. Tensors two nodes save (a ReLU's
 //! output is the next Linear's input) die when the second lets go.
 
-use super::{param_or_cast, Arg, Batch, Calc, Keep, Op, Options, Program, Role, Tape, H};
+use super::{param_or_cast, Arg, Batch, Calc, Keep, Op, Options, Program, Region, Tape, H};
 use crate::train::kinds::MlpShape;
 use std::ops::Range;
 
@@ -149,7 +149,14 @@ impl Tape<MlpShape> {
                 (false, true) => Keep::All,
                 _ => Keep::Nothing,
             };
+            let marked = checkpointed && self.grad;
+            if marked {
+                self.begin(Region::Checkpoint);
+            }
             let (out, saved) = self.run(modules.clone(), x, keep);
+            if marked {
+                self.end(Region::Checkpoint);
+            }
             if ckpt && !checkpointed {
                 x.inspect(|&h| self.let_go(h));
             }
@@ -259,9 +266,9 @@ impl Tape<MlpShape> {
     fn run_backward(&mut self, run: Run, mut g: H) -> H {
         let saved = match run.checkpointed {
             true => {
-                self.role = Role::Forward;
+                self.begin(Region::Recompute);
                 let (_, saved) = self.run(run.modules.clone(), run.input, Keep::Recompute);
-                self.role = Role::Backward;
+                self.end(Region::Recompute);
                 saved
             }
             false => run.saved,

@@ -3,7 +3,7 @@
 
 use super::block::{Normed, Params, Saved};
 use super::lora::Early;
-use super::{param_or_cast, Arg, Batch, Calc, Keep, Loss, Role, Tape, H};
+use super::{param_or_cast, Arg, Batch, Calc, Keep, Loss, Region, Role, Tape, H};
 use crate::train::kinds::Norm;
 use crate::train::kinds::TransformerShape;
 use crate::types::Dtype;
@@ -94,7 +94,14 @@ impl Tape<TransformerShape> {
             } else {
                 Keep::All
             };
+            let checkpointed = self.grad && self.options.checkpointing;
+            if checkpointed {
+                self.begin(Region::Checkpoint);
+            }
             let (out, saved) = self.block(x, keep, self.block_params(l));
+            if checkpointed {
+                self.end(Region::Checkpoint);
+            }
             blocks.extend(saved.map(|s| Block::Saved(Box::new(s))));
             if !self.grad || (!self.input_grad && !self.options.checkpointing) {
                 // Nothing saved the block's input (with LoRA, the
@@ -218,10 +225,10 @@ impl Tape<TransformerShape> {
                     cast: (cast != g).then_some(cast),
                     scaled: self.frozen().then(|| self.scale(cast, self.shape.width)),
                 };
-                self.role = Role::Forward;
+                self.begin(Region::Recompute);
                 let (_, saved) = self.block(input, Keep::Recompute, params);
                 let saved = saved.expect("a recomputed block saves");
-                self.role = Role::Backward;
+                self.end(Region::Recompute);
                 self.block_backward(saved, (g, early), params, Some(input))
             }
         }

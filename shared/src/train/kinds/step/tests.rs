@@ -249,6 +249,7 @@ fn a_program_frees_what_it_made_and_leaves_one_gradient_per_parameter() {
                             live[i] = false;
                         }
                         Op::Blas(_) | Op::Rebind | Op::Release(_) | Op::ForwardEnd => {}
+                        Op::Begin(_) | Op::End(_) => {}
                     }
                 }
                 let mut grads: Vec<(usize, Vec<u64>)> = Vec::new();
@@ -437,5 +438,83 @@ fn mlp_steps_plain_checkpointed_half_and_autocast_are_pytorchs_event_by_event() 
             "{m:?} {options:?}: {}",
             first_difference(&ours, &theirs)
         );
+    }
+}
+
+/// The regions a program marks, checked: properly nested, autocast around
+/// the forward pass (and each recomputation) exactly when asked, one
+/// checkpoint region per checkpointed block in forward and one
+/// recomputation of it in backward, none under `no_grad`.
+fn regions(p: &Program, amp: bool) -> (usize, usize) {
+    let mut open = Vec::new();
+    let (mut checkpoints, mut recomputes, mut autocasts) = (0, 0, 0);
+    for op in &p.ops {
+        match *op {
+            Op::Begin(r) => {
+                match r {
+                    Region::Autocast => autocasts += 1,
+                    Region::Checkpoint => checkpoints += 1,
+                    Region::Recompute => recomputes += 1,
+                }
+                open.push(r);
+            }
+            Op::End(r) => assert_eq!(open.pop(), Some(r), "regions cross"),
+            Op::Alloc(i) if matches!(p.allocs[i].role, Role::Backward | Role::Grad(_)) => {
+                assert!(!open.contains(&Region::Autocast), "backward under autocast");
+            }
+            _ => {}
+        }
+    }
+    assert!(open.is_empty(), "{open:?} never ends");
+    assert_eq!(autocasts, if amp { 1 + recomputes } else { 0 });
+    (checkpoints, recomputes)
+}
+
+#[test]
+fn regions_nest_and_mark_every_checkpointed_block_and_autocast() {
+    let t = TransformerShape {
+        layers: 3,
+        width: 64,
+        heads: 2,
+        seq_len: 8,
+        vocab: 50,
+        mlp_ratio: 4,
+        norm: Norm::LayerNorm,
+        tied: true,
+        lora_rank: 0,
+    };
+    let lora = TransformerShape { lora_rank: 2, ..t };
+    let c = crate::train::kinds::CnnShape {
+        channels: 1,
+        image_size: 8,
+        blocks: 2,
+        width: 4,
+        classes: 3,
+    };
+    let m = crate::train::kinds::MlpShape {
+        layers: 9,
+        width: 8,
+        input_dim: 5,
+        classes: 3,
+        dtype: Dtype::Float32,
+    };
+    for amp in [None, Some(Dtype::Float16)] {
+        for checkpointing in [false, true] {
+            let options = Options {
+                checkpointing,
+                amp,
+                ..Options::default()
+            };
+            let blocks = |n: usize| if checkpointing { (n, n) } else { (0, 0) };
+            let a = amp.is_some();
+            assert_eq!(regions(&program(&t, 2, options), a), blocks(3));
+            assert_eq!(regions(&program(&lora, 2, options), a), blocks(3));
+            assert_eq!(regions(&cnn_program(&c, 2, options), a), blocks(2));
+            // Nine hidden layers: three segments, two of them checkpointed.
+            assert_eq!(regions(&mlp_program(&m, 2, options), a), blocks(2));
+            assert_eq!(regions(&no_grad_program(&t, 2, options), a), (0, 0));
+            assert_eq!(regions(&cnn_no_grad_program(&c, 2, options), a), (0, 0));
+            assert_eq!(regions(&mlp_no_grad_program(&m, 2, options), a), (0, 0));
+        }
     }
 }
