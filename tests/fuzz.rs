@@ -9,7 +9,6 @@ use futures::{SinkExt, StreamExt};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestRunner};
-use serde_aux::serde_introspection::serde_introspect;
 use serde_json::{json, Map, Value};
 use std::time::{Duration, Instant};
 use tokio_tungstenite::connect_async;
@@ -25,7 +24,7 @@ fn commands() -> Vec<&'static str> {
 }
 
 /// The fields a command's reader takes, asked of the reader itself
-/// (serde's derive names them; the readers written by hand list theirs).
+/// (the readers written by hand list theirs).
 fn own_fields(cmd: &str) -> &'static [&'static str] {
     // `tf_session` and `close` take `del`'s one name.
     let cmd = match cmd {
@@ -34,7 +33,7 @@ fn own_fields(cmd: &str) -> &'static [&'static str] {
     };
     match c::FIELDS_BY_HAND.iter().find(|(name, _)| *name == cmd) {
         Some((_, fields)) => fields,
-        None if cmd == "restart" => serde_introspect::<c::RestartSettings>(),
+        None if cmd == "restart" => vramlab_shared::framework::RESTART_FIELDS,
         None => &[],
     }
 }

@@ -70,6 +70,7 @@ mod tests {
         use crate::*;
         round_trip(train::kinds::Attention::ALL_BY_NAME);
         round_trip(types::Framework::ALL_BY_NAME);
+        round_trip(framework::TorchVersion::ALL_BY_NAME);
         round_trip(types::Dtype::ALL_BY_NAME);
         round_trip(types::Category::ALL_BY_NAME);
         round_trip(train::OptimizerKind::ALL_BY_NAME);

@@ -31,6 +31,18 @@ impl Fields {
         }
     }
 
+    /// A nullable field: `None` when missing, `Some(None)` when `null`.
+    pub fn take_nullable<T: DeserializeOwned>(
+        &mut self,
+        key: &'static str,
+    ) -> Result<Option<Option<T>>, Error> {
+        match self.0.remove(key) {
+            None => Ok(None),
+            Some(Value::Null) => Ok(Some(None)),
+            Some(v) => T::deserialize(v).map(|t| Some(Some(t))),
+        }
+    }
+
     /// The field `key`, or `default` when it is missing.
     pub fn take_or<T: DeserializeOwned>(
         &mut self,

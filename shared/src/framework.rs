@@ -16,7 +16,7 @@ use crate::error::{CommandError, ErrorKind};
 use crate::gpu::GpuModel;
 use crate::types::{Dtype, Framework};
 use crate::units::{format_size, GIB, MIB};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::Serialize;
 
 /// The largest simulated device accepted (1 PiB): anything above is a typo.
 pub const MAX_DEVICE_BYTES: u64 = 1024 * 1024 * GIB;
@@ -51,6 +51,53 @@ pub struct Settings {
     pub roundup_power2_divisions: RoundupDivisions,
     /// `expandable_segments:True` (`PYTORCH_CUDA_ALLOC_CONF`).
     pub expandable_segments: bool,
+    /// The PyTorch release whose cuBLAS workspaces the process follows.
+    pub torch_version: TorchVersion,
+    /// `TORCH_CUBLAS_WORKSPACE_CACHE=1`: 2.15 keeps its workspaces per
+    /// thread, as earlier releases did.
+    pub cublas_workspace_cache: bool,
+    /// `TORCH_CUBLASLT_UNIFIED_WORKSPACE=1`: cuBLASLt's products use the
+    /// cuBLAS workspace instead of one of their own.
+    pub cublaslt_unified_workspace: bool,
+}
+
+/// A PyTorch release, for what changed between them (today: where cuBLAS
+/// gets its workspace).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub enum TorchVersion {
+    /// Each (cuBLAS handle, stream) keeps a workspace from its first call
+    /// (`setWorkspaceForHandle`, `getCUDABlasLtWorkspace` in
+    /// `CublasHandlePool.cpp` at revision 26a39059, the 2.9-era main).
+    #[serde(rename = "2.9")]
+    V2_9,
+    /// A workspace per call unless `TORCH_CUBLAS_WORKSPACE_CACHE=1`
+    /// (`getCurrentCUDABlasHandleWithWorkspace`, `CublasLtWorkspace`,
+    /// `isCUDABlasWorkspaceCachingEnabled`: the 2.15 wheel's
+    /// `CUDAContextLight.h` and `CublasLtUtils.h`).
+    #[default]
+    #[serde(rename = "2.15")]
+    V2_15,
+}
+
+crate::by_name::read_by_name!(TorchVersion {
+    V2_9 = "2.9",
+    V2_15 = "2.15",
+});
+
+/// Where PyTorch's matrix products get their cuBLAS workspaces.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlasWorkspaces {
+    /// Allocated for each call and freed as it returns (2.15 without the
+    /// cache); else kept per thread from its first call.
+    pub per_call: bool,
+    /// A cuBLAS call's (`getChosenWorkspaceSize`); 0: none (not PyTorch,
+    /// or `CUBLAS_WORKSPACE_CONFIG=:0:0`).
+    pub cublas_bytes: u64,
+    /// A cuBLASLt call's (`getCUDABlasLtWorkspaceSize`: 1 MiB, no more
+    /// than the cuBLAS workspace).
+    pub lt_bytes: u64,
+    /// Kept workspaces: cuBLASLt uses the cuBLAS one.
+    pub lt_shares_cublas: bool,
 }
 
 impl Default for Settings {
@@ -74,96 +121,82 @@ impl Default for Settings {
             cublas_workspace_config: None,
             roundup_power2_divisions: RoundupDivisions::default(),
             expandable_segments: false,
+            torch_version: TorchVersion::default(),
+            cublas_workspace_cache: false,
+            cublaslt_unified_workspace: false,
         }
     }
 }
 
-/// Deserializes a field that may be absent (keep the old value), `null`
-/// (back to the default) or a value.
-fn nullable<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    Option::<T>::deserialize(d).map(Some)
-}
-
 /// `restart`: every field optional; an omitted one keeps its value, a
-/// nullable one set to `null` goes back to its default.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// nullable one set to `null` goes back to its default. Read by hand
+/// (`read`), its fields in `RESTART_FIELDS`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct RestartSettings {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub framework: Option<Framework>,
     /// A GPU model: its memory, compute capability and context, unless
     /// given here too.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuModel>,
     /// `[major, minor]`: decides TensorFlow's system reserve and PyTorch's
     /// cuBLAS workspace size.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub compute_capability: Option<(u32, u32)>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub device_total_bytes: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub context_bytes: Option<u64>,
     /// Memory other processes hold on the same GPU.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub other_processes_bytes: Option<u64>,
     /// TensorFlow `allow_growth` / `set_memory_growth`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub allow_growth: Option<bool>,
     /// TensorFlow's memory limit (a logical device's `memory_limit`); `null`
     /// for the default rule.
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_limit_bytes: Option<Option<u64>>,
     /// `TF_ENABLE_GPU_GARBAGE_COLLECTION`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_garbage_collection: Option<bool>,
     /// `XLA_PYTHON_CLIENT_PREALLOCATE`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub preallocate: Option<bool>,
     /// `XLA_PYTHON_CLIENT_MEM_FRACTION`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub mem_fraction: Option<f64>,
     /// `PYTORCH_NO_CUDA_MEMORY_CACHING=1`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub no_caching: Option<bool>,
     /// `PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:N`; `null` for unlimited.
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_split_size_mb: Option<Option<u64>>,
     /// `PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:F`; 0 is off.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub garbage_collection_threshold: Option<f64>,
     /// `torch.cuda.set_per_process_memory_fraction(F)`; `null` for none.
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub per_process_memory_fraction: Option<Option<f64>>,
     /// `CUBLAS_WORKSPACE_CONFIG`; `null` unsets it.
-    #[serde(
-        default,
-        deserialize_with = "nullable",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cublas_workspace_config: Option<Option<String>>,
     /// PyTorch: `roundup_power2_divisions` (0 or a power of two, or a list
     /// like `"[256:1,512:2,>:8]"`; 0: off).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub roundup_power2_divisions: Option<RoundupDivisions>,
     /// PyTorch: `expandable_segments:True`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub expandable_segments: Option<bool>,
+    /// PyTorch's release: `"2.15"` or `"2.9"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub torch_version: Option<TorchVersion>,
+    /// PyTorch: `TORCH_CUBLAS_WORKSPACE_CACHE=1`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cublas_workspace_cache: Option<bool>,
+    /// PyTorch: `TORCH_CUBLASLT_UNIFIED_WORKSPACE=1`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cublaslt_unified_workspace: Option<bool>,
 }
 
 fn invalid(message: String) -> CommandError {
@@ -245,6 +278,15 @@ impl Settings {
         if let Some(v) = patch.expandable_segments {
             s.expandable_segments = v;
         }
+        if let Some(v) = patch.torch_version {
+            s.torch_version = v;
+        }
+        if let Some(v) = patch.cublas_workspace_cache {
+            s.cublas_workspace_cache = v;
+        }
+        if let Some(v) = patch.cublaslt_unified_workspace {
+            s.cublaslt_unified_workspace = v;
+        }
         s.validate()?;
         Ok(s)
     }
@@ -315,15 +357,21 @@ impl Settings {
     }
 
     /// The bytes of one cuBLAS workspace, which PyTorch allocates through
-    /// its allocator at a thread's first cuBLAS call (`getChosenWorkspaceSize`
-    /// in `CublasHandlePool.cpp`): `CUBLAS_WORKSPACE_CONFIG` when it parses,
-    /// else 32 MiB on compute capability 9.0 and `:4096:2:16:8` (8,519,680
-    /// bytes) elsewhere. TensorFlow and JAX: none through their allocators.
+    /// its allocator (`getChosenWorkspaceSize` in `CublasHandlePool.cpp`):
+    /// `CUBLAS_WORKSPACE_CONFIG` when it parses, else 32 MiB (on compute
+    /// capability 9.0 in 2.9; 9.x to 12.x in 2.15) and `:4096:2:16:8`
+    /// (8,519,680 bytes) elsewhere. TensorFlow and JAX: none through their
+    /// allocators.
     pub fn cublas_workspace_bytes(&self) -> u64 {
         if self.framework != Framework::Pytorch {
             return 0;
         }
-        let default = if self.compute_capability == (9, 0) {
+        let (major, minor) = self.compute_capability;
+        let large = match self.torch_version {
+            TorchVersion::V2_9 => (major, minor) == (9, 0),
+            TorchVersion::V2_15 => (9..=12).contains(&major),
+        };
+        let default = if large {
             4096 * 8 * 1024
         } else {
             4096 * 1024 * 2 + 16 * 1024 * 8
@@ -332,6 +380,22 @@ impl Settings {
             .as_deref()
             .and_then(parse_cublas_workspace_config)
             .unwrap_or(default)
+    }
+
+    /// Where matrix products get their workspaces: per call in 2.15
+    /// (`CUDABlasHandleWithWorkspace` owns an eager one, `CublasLtWorkspace`
+    /// allocates one, both through the caching allocator, both freed as
+    /// the op returns), kept per thread in 2.9 or with
+    /// `TORCH_CUBLAS_WORKSPACE_CACHE=1`. cuBLASLt's is 1 MiB
+    /// (`CUBLASLT_WORKSPACE_SIZE`'s default), capped at the cuBLAS size.
+    pub fn blas_workspaces(&self) -> BlasWorkspaces {
+        let cublas_bytes = self.cublas_workspace_bytes();
+        BlasWorkspaces {
+            per_call: self.torch_version == TorchVersion::V2_15 && !self.cublas_workspace_cache,
+            cublas_bytes,
+            lt_bytes: cublas_bytes.min(MIB),
+            lt_shares_cublas: self.cublaslt_unified_workspace,
+        }
     }
 
     /// What the first GPU kernel allocates before its output and keeps:
@@ -542,5 +606,6 @@ pub fn oom_message(settings: &Settings, oom: &OutOfMemory, tensor: &TensorDesc) 
 }
 
 mod read;
+pub use read::RESTART_FIELDS;
 #[cfg(test)]
 mod tests;

@@ -82,6 +82,12 @@ fn restart_code(s: &RestartSettings, framework: Framework) -> String {
             if let Some(Some(c)) = &s.cublas_workspace_config {
                 lines.push(format!("# CUBLAS_WORKSPACE_CONFIG={c}"));
             }
+            if s.cublas_workspace_cache == Some(true) {
+                lines.push("# TORCH_CUBLAS_WORKSPACE_CACHE=1".into());
+            }
+            if s.cublaslt_unified_workspace == Some(true) {
+                lines.push("# TORCH_CUBLASLT_UNIFIED_WORKSPACE=1".into());
+            }
             lines.push("import torch".into());
             if let Some(Some(f)) = s.per_process_memory_fraction {
                 lines.push(format!("torch.cuda.set_per_process_memory_fraction({f})"));

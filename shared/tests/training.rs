@@ -442,9 +442,8 @@ fn last_exception_keeps_the_failed_steps_tensors() {
         .unwrap();
     assert_eq!(exc.kind, "OutOfMemoryError");
     let r = ok(&mut e, json!({"cmd":"del","name":"last_exception"}));
-    // All but the cuBLAS workspace the first matmul made (8,519,680 bytes
-    // below compute capability 9.0), which no `del` frees.
-    assert_eq!(r.stats.allocated_bytes, before + 8_519_680);
+    // All of it (PyTorch 2.15 keeps no cuBLAS workspace).
+    assert_eq!(r.stats.allocated_bytes, before);
 }
 
 #[test]
@@ -585,13 +584,17 @@ fn cat_bytes(r: &StepRecord, c: Category) -> u64 {
     r.stats.categories.get(&c).copied().unwrap_or(0)
 }
 
-/// `CublasHandlePool.cpp`: the first matmul on the Python thread makes a
-/// workspace (8,519,680 bytes below compute capability 9.0, 32 MiB on 9.0),
-/// the first backward's on autograd's thread a second; `del`, `gc` and
-/// `empty_cache` leave them; `torch._C._cuda_clearCublasWorkspaces()`
-/// returns them to the cache; `CUBLAS_WORKSPACE_CONFIG=:0:0` makes none.
+/// PyTorch 2.9 (`CublasHandlePool.cpp` at revision 26a39059), or 2.15 with
+/// `TORCH_CUBLAS_WORKSPACE_CACHE=1`: the first matmul on the Python thread
+/// makes a workspace (8,519,680 bytes below compute capability 9.0, 32 MiB
+/// on 9.0; 2.15: on 9.x to 12.x), and the first `addmm` with a bias a
+/// cuBLASLt one of 1 MiB (`getCUDABlasLtWorkspace`) unless
+/// `TORCH_CUBLASLT_UNIFIED_WORKSPACE=1`; the first backward's products, on
+/// autograd's thread, a second cuBLAS one; `del`, `gc` and `empty_cache`
+/// leave them; `torch._C._cuda_clearCublasWorkspaces()` returns them to the
+/// cache; `CUBLAS_WORKSPACE_CONFIG=:0:0` makes none.
 #[test]
-fn cublas_workspaces_come_with_the_first_matmul_on_each_thread() {
+fn kept_cublas_workspaces_come_with_the_first_matmul_on_each_thread() {
     let setup = |e: &mut Engine, restart: Value| {
         ok(e, restart);
         ok(
@@ -600,40 +603,45 @@ fn cublas_workspaces_come_with_the_first_matmul_on_each_thread() {
         );
         ok(e, json!({"cmd":"data","name":"data"}));
     };
+    let (cublas, lt) = (8_519_680, MIB);
     let mut e = Engine::new_simulated();
-    setup(&mut e, json!({"cmd":"restart"}));
+    setup(&mut e, json!({"cmd":"restart","torch_version":"2.9"}));
     let fwd = json!({"cmd":"forward","name":"loss","model":"model","data":"data"});
     let r = ok(&mut e, fwd.clone());
-    assert_eq!(cat_bytes(&r, Category::Workspace), 8_519_680);
+    assert_eq!(cat_bytes(&r, Category::Workspace), cublas + lt);
     let r = ok(&mut e, json!({"cmd":"backward","name":"loss"}));
-    assert_eq!(cat_bytes(&r, Category::Workspace), 2 * 8_519_680);
+    assert_eq!(cat_bytes(&r, Category::Workspace), 2 * cublas + lt);
     let r = ok(&mut e, fwd.clone());
-    assert_eq!(cat_bytes(&r, Category::Workspace), 2 * 8_519_680);
+    assert_eq!(cat_bytes(&r, Category::Workspace), 2 * cublas + lt);
     for cmd in ["del", "gc", "empty_cache"] {
         let line = match cmd {
             "del" => json!({"cmd":"del","name":"loss"}),
             other => json!({ "cmd": other }),
         };
         let r = ok(&mut e, line);
-        assert_eq!(cat_bytes(&r, Category::Workspace), 2 * 8_519_680, "{cmd}");
+        assert_eq!(cat_bytes(&r, Category::Workspace), 2 * cublas + lt, "{cmd}");
     }
     let before = e.stats();
     let r = ok(&mut e, json!({"cmd":"clear_cublas_workspaces"}));
     assert_eq!(cat_bytes(&r, Category::Workspace), 0);
     assert_eq!(
         r.stats.allocated_bytes,
-        before.allocated_bytes - 2 * 8_519_680
+        before.allocated_bytes - 2 * cublas - lt
     );
     assert_eq!(r.stats.reserved_bytes, before.reserved_bytes);
-    // An H100 (compute capability 9.0): 32 MiB each.
-    setup(&mut e, json!({"cmd":"restart","gpu":"h100-80gb"}));
+    // 2.15 with the cache, cuBLASLt unified, on a B200-class card
+    // (compute capability 10.0): 32 MiB each, no cuBLASLt workspace.
+    setup(
+        &mut e,
+        json!({"cmd":"restart","torch_version":"2.15","cublas_workspace_cache":true,"cublaslt_unified_workspace":true,"compute_capability":[10,0]}),
+    );
     ok(&mut e, fwd.clone());
     let r = ok(&mut e, json!({"cmd":"backward","name":"loss"}));
-    assert_eq!(cat_bytes(&r, Category::Workspace), 64 * 1024 * 1024);
+    assert_eq!(cat_bytes(&r, Category::Workspace), 64 * MIB);
     // None at all.
     setup(
         &mut e,
-        json!({"cmd":"restart","gpu":"h100-80gb","cublas_workspace_config":":0:0"}),
+        json!({"cmd":"restart","torch_version":"2.9","gpu":"h100-80gb","cublas_workspace_config":":0:0"}),
     );
     ok(&mut e, fwd.clone());
     let r = ok(&mut e, json!({"cmd":"backward","name":"loss"}));
@@ -643,6 +651,61 @@ fn cublas_workspaces_come_with_the_first_matmul_on_each_thread() {
     setup(&mut e, json!({"cmd":"restart","framework":"tensorflow"}));
     let r = ok(&mut e, fwd);
     assert_eq!(cat_bytes(&r, Category::Workspace), 1280);
+}
+
+/// PyTorch 2.15 (the default): each product allocates its workspace for
+/// the call and frees it as it returns (`getCurrentCUDABlasHandleWithWorkspace`
+/// for `mm`, 8,519,680 bytes below compute capability 9; cuBLASLt's
+/// `CublasLtWorkspace` for an `nn.Linear`'s `addmm`, 1 MiB): nothing stays,
+/// and `clear_cublas_workspaces` has nothing to clear.
+#[test]
+fn per_call_cublas_workspaces_are_freed_as_each_product_returns() {
+    let mut e = Engine::new_simulated();
+    ok(
+        &mut e,
+        json!({"cmd":"model","name":"m","layers":1,"width":64,"input_dim":32}),
+    );
+    ok(
+        &mut e,
+        json!({"cmd":"data","name":"d","features":32,"samples":100}),
+    );
+    let forward = ok(
+        &mut e,
+        json!({"cmd":"forward","name":"loss","model":"m","data":"d","batch_size":8}),
+    );
+    assert_eq!(cat_bytes(&forward, Category::Workspace), 0);
+    let backward = ok(&mut e, json!({"cmd":"backward","name":"loss"}));
+    assert_eq!(cat_bytes(&backward, Category::Workspace), 0);
+    let sizes = |step: u64| -> Vec<(String, u64)> {
+        let t = trail(&e, step);
+        for w in t.windows(2) {
+            if let Some(name) = w[0]
+                .strip_prefix("alloc ")
+                .filter(|n| n.contains("workspace"))
+            {
+                // Freed at once: the next event is its own free.
+                assert_eq!(w[1], format!("free {name}"));
+            }
+        }
+        let events = e.snapshot(usize::MAX).events;
+        let allocs = events.iter().filter(|ev| {
+            ev.step == step && ev.action == vramlab_shared::snapshot::EventAction::Alloc
+        });
+        allocs
+            .filter_map(|ev| Some((ev.name.clone()?, ev.size)))
+            .filter(|(name, _)| name.contains("workspace"))
+            .collect()
+    };
+    let lt = ("cuBLASLt workspace (this call)".to_string(), MIB);
+    let cublas = ("cuBLAS workspace (this call)".to_string(), 8_519_680);
+    // Two `addmm`s forward; backward the input's and the weights' `mm`s.
+    assert_eq!(sizes(forward.step), [lt.clone(), lt]);
+    assert_eq!(
+        sizes(backward.step),
+        [cublas.clone(), cublas.clone(), cublas]
+    );
+    let r = ok(&mut e, json!({"cmd":"clear_cublas_workspaces"}));
+    assert!(r.note.unwrap().contains("keeps no cuBLAS workspace"));
 }
 
 /// The events of one command, as `alloc name` / `free name`.
@@ -665,7 +728,8 @@ fn trail(e: &Engine, step: u64) -> Vec<String> {
 /// A second backward, `.grad` present: the seed (`ones_like`) lives
 /// through the whole backward; NLL lets go of its total weight and the
 /// labels; `AddmmBackward0` makes the input's, the weight's and the bias's
-/// gradients (each added into `.grad` and freed), then the output's
+/// gradients (each product with its cuBLAS workspace for the call; each
+/// gradient added into `.grad` and freed once made), then the output's
 /// gradient goes; ReLU's node lets go of its output, the first Linear's of
 /// the batch. Forward: the logits die after the loss and its total weight
 /// exist.
@@ -693,30 +757,44 @@ fn autograd_frees_in_the_engines_order() {
     assert!(at("alloc loss") < at("free m.2.addmm"));
     let backward = ok(&mut e, json!({"cmd":"backward","name":"loss"}));
     let t = trail(&e, backward.step);
-    let expected = [
-        "alloc m.ones_like",
-        "alloc m.nll_loss_backward",
-        "free m.nll_loss_forward",
-        "free loss.y",
-        "alloc m._log_softmax_backward_data",
-        "free m.nll_loss_backward",
-        "free m._log_softmax",
-        "alloc m.2.mm",
-        "alloc m.2.weight.grad (new)",
-        "free m.2.weight.grad (new)",
-        "alloc m.2.bias.grad (new)",
-        "free m.2.bias.grad (new)",
-        "free m._log_softmax_backward_data",
-        "alloc m.1.threshold_backward",
-        "free m.2.mm",
-        "free m.1.relu",
-        "alloc m.0.weight.grad (new)",
-        "free m.0.weight.grad (new)",
-        "alloc m.0.bias.grad (new)",
-        "free m.0.bias.grad (new)",
-        "free m.1.threshold_backward",
-        "free loss.x",
-        "free m.ones_like",
+    let ws = [
+        "alloc cuBLAS workspace (this call)",
+        "free cuBLAS workspace (this call)",
     ];
+    let expected = [
+        &[
+            "alloc m.ones_like",
+            "alloc m.nll_loss_backward",
+            "free m.nll_loss_forward",
+            "free loss.y",
+            "alloc m._log_softmax_backward_data",
+            "free m.nll_loss_backward",
+            "free m._log_softmax",
+            "alloc m.2.mm",
+        ][..],
+        &ws,
+        &["alloc m.2.weight.grad (new)"],
+        &ws,
+        &[
+            "free m.2.weight.grad (new)",
+            "alloc m.2.bias.grad (new)",
+            "free m.2.bias.grad (new)",
+            "free m._log_softmax_backward_data",
+            "alloc m.1.threshold_backward",
+            "free m.2.mm",
+            "free m.1.relu",
+            "alloc m.0.weight.grad (new)",
+        ],
+        &ws,
+        &[
+            "free m.0.weight.grad (new)",
+            "alloc m.0.bias.grad (new)",
+            "free m.0.bias.grad (new)",
+            "free m.1.threshold_backward",
+            "free loss.x",
+            "free m.ones_like",
+        ],
+    ]
+    .concat();
     assert_eq!(t, expected, "{t:#?}");
 }

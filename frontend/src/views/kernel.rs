@@ -6,7 +6,7 @@ use super::{button, checkbox, checked_button, hidden, text_input};
 use crate::state::App;
 use leptos::prelude::*;
 use vramlab_shared::command::{AllocArgs, Command, HoldArgs, NameArgs, RestartSettings};
-use vramlab_shared::framework::{Settings, MAX_DEVICE_BYTES};
+use vramlab_shared::framework::{Settings, TorchVersion, MAX_DEVICE_BYTES};
 use vramlab_shared::gpu::GpuModel;
 use vramlab_shared::input;
 use vramlab_shared::types::{Dtype, Framework};
@@ -60,6 +60,10 @@ struct SettingsFields {
     fraction: RwSignal<String>,
     /// `CUBLAS_WORKSPACE_CONFIG`; empty: unset.
     cublas_config: RwSignal<String>,
+    /// `TORCH_CUBLAS_WORKSPACE_CACHE=1`.
+    cublas_cache: RwSignal<bool>,
+    /// PyTorch 2.9's kept workspaces (else 2.15's per call).
+    torch_2_9: RwSignal<bool>,
 }
 
 fn text<T: ToString>(v: Option<T>) -> String {
@@ -83,6 +87,8 @@ impl SettingsFields {
             max_split_mb: RwSignal::new(s()),
             fraction: RwSignal::new(s()),
             cublas_config: RwSignal::new(s()),
+            cublas_cache: RwSignal::new(false),
+            torch_2_9: RwSignal::new(false),
         }
     }
 
@@ -104,6 +110,8 @@ impl SettingsFields {
         self.fraction.set(text(s.per_process_memory_fraction));
         self.cublas_config
             .set(s.cublas_workspace_config.clone().unwrap_or_default());
+        self.cublas_cache.set(s.cublas_workspace_cache);
+        self.torch_2_9.set(s.torch_version == TorchVersion::V2_9);
     }
 
     /// `restart` with the settings as written (empty optional fields:
@@ -146,6 +154,11 @@ impl SettingsFields {
             max_split_size_mb: Some(max_split),
             per_process_memory_fraction: Some(fraction),
             cublas_workspace_config: Some(cublas),
+            cublas_workspace_cache: Some(self.cublas_cache.get_untracked()),
+            torch_version: Some(match self.torch_2_9.get_untracked() {
+                true => TorchVersion::V2_9,
+                false => TorchVersion::V2_15,
+            }),
             ..Default::default()
         }))
     }
@@ -202,6 +215,8 @@ fn KernelSettings(app: App) -> impl IntoView {
                     <label>"max_split_size_mb " {text_input("max-split", "4", "none", f.max_split_mb)}</label>
                     <label>"memory fraction " {text_input("fraction", "4", "none", f.fraction)}</label>
                     <label>"CUBLAS_WORKSPACE_CONFIG " {text_input("cublas-config", "9", ":4096:2:16:8", f.cublas_config)}</label>
+                    <label>{checkbox(f.cublas_cache)}" TORCH_CUBLAS_WORKSPACE_CACHE"</label>
+                    <label>{checkbox(f.torch_2_9)}" PyTorch 2.9"</label>
                 </span>
                 <span class="for" hidden=move || f.framework.get() != Framework::Tensorflow>
                     <label>{checkbox(f.allow_growth)}" set_memory_growth"</label>

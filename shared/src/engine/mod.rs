@@ -158,7 +158,7 @@ impl Engine {
         settings.validate()?;
         let device = factory.start(&settings)?;
         let allocator = make_allocator(&settings, device.as_ref());
-        let train = TrainState::new(settings.cublas_workspace_bytes());
+        let train = TrainState::new(settings.blas_workspaces());
         let mut process = Process::new(device, allocator);
         process.first_kernel_scratch = settings.first_kernel_scratch_bytes();
         Ok(Self {
@@ -282,7 +282,7 @@ impl Engine {
         // and segments before the new one starts and reads the free memory
         // (TensorFlow sizes its pool from it).
         self.process.exit();
-        self.train = TrainState::new(0);
+        self.train = TrainState::new(Default::default());
         let (settings, failed) = match self.factory.start(&settings) {
             Ok(device) => (self.start(settings, device), None),
             Err(e) => match self.factory.start(&self.settings) {
@@ -310,7 +310,7 @@ impl Engine {
         let allocator = make_allocator(&settings, device.as_ref());
         self.process.start(device, allocator);
         self.process.first_kernel_scratch = settings.first_kernel_scratch_bytes();
-        self.train = TrainState::new(settings.cublas_workspace_bytes());
+        self.train = TrainState::new(settings.blas_workspaces());
         settings
     }
 

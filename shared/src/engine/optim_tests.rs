@@ -8,18 +8,36 @@ use serde_json::{json, Value};
 /// The default MLP (784 -> 4 x 1024 -> 10), `opt` with these fields, and
 /// one training step at batch 64; the record's stats.
 fn one_step(optimizer: Value) -> crate::stats::Stats {
+    let step = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":1,"batch_size":64});
+    run_with(optimizer, &[step])
+}
+
+/// `opt.step()` alone, after a forward and backward: its record.
+fn optimizer_step(optimizer: Value) -> crate::stats::Stats {
+    run_with(
+        optimizer,
+        &[
+            json!({"cmd":"forward","name":"loss","model":"model","data":"data","batch_size":64}),
+            json!({"cmd":"backward","name":"loss"}),
+            json!({"cmd":"step","optimizer":"opt"}),
+        ],
+    )
+}
+
+/// A model, `optimizer` and data, then `lines`: the last one's stats.
+fn run_with(optimizer: Value, lines: &[Value]) -> crate::stats::Stats {
     let mut e = Engine::new_simulated();
     let mut opt = json!({"cmd":"optimizer","name":"opt","model":"model"});
     for (k, v) in optimizer.as_object().unwrap() {
         opt[k] = v.clone();
     }
     let mut last = None;
-    for line in [
+    let setup = [
         json!({"cmd":"model","name":"model"}),
         opt,
         json!({"cmd":"data","name":"data","samples":1024,"features":784,"classes":10}),
-        json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":1,"batch_size":64}),
-    ] {
+    ];
+    for line in setup.into_iter().chain(lines.iter().cloned()) {
         let r = e.run_line(&line.to_string());
         e.check_invariants().unwrap();
         assert!(r.ok, "{line}: {:?}", r.error);
@@ -51,12 +69,14 @@ fn adam8bit_state_is_what_bitsandbytes_allocates() {
     );
 }
 
-/// bitsandbytes updates in place: the step's peak has no `exp_avg_sq.sqrt()`
+/// bitsandbytes updates in place: `opt.step()` has no `exp_avg_sq.sqrt()`
 /// temporaries, so 8-bit Adam's step peaks lower by more than the state.
+/// (By more than that sum: the allocator may hand a temporary a cached
+/// block larger than it asked for.)
 #[test]
 fn adam8bit_step_makes_no_temporaries() {
-    let adam8 = one_step(json!({"kind":"adamw","bits":8}));
-    let adam32 = one_step(json!({"kind":"adamw"}));
+    let adam8 = optimizer_step(json!({"kind":"adamw","bits":8}));
+    let adam32 = optimizer_step(json!({"kind":"adamw"}));
     let params = adam32.categories[&Category::Parameter];
     let saved_state =
         adam32.categories[&Category::OptimizerState] - adam8.categories[&Category::OptimizerState];
@@ -68,8 +88,10 @@ fn adam8bit_step_makes_no_temporaries() {
             .unwrap_or(0),
         0
     );
-    assert_eq!(
-        adam32.step_peak_allocated_bytes - adam8.step_peak_allocated_bytes,
+    let lower = adam32.step_peak_allocated_bytes - adam8.step_peak_allocated_bytes;
+    assert!(
+        lower >= saved_state + params,
+        "{lower} < {}",
         saved_state + params
     );
 }

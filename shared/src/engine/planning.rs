@@ -22,7 +22,7 @@ impl Engine {
             amp: a.amp.dtype(),
             checkpointing: a.checkpointing,
             set_to_none: a.set_to_none,
-            workspace_bytes: self.settings.cublas_workspace_bytes(),
+            blas: self.settings.blas_workspaces(),
             attention: a.attention,
         };
         let (_, state) = self.model_state(&a.model)?;

@@ -106,19 +106,28 @@ impl<'p> Player<'p> {
         target: &Target,
     ) -> Result<(), AllocFailure> {
         let program = self.program;
+        // A gradient added into a `.grad` there dies once its product
+        // (and that product's workspace) is done.
+        let mut added: Option<ObjId> = None;
         for op in &program.ops[ops] {
+            if !matches!(op, Op::Blas(..)) {
+                added.take().inspect(|&g| frame.drop(k, g));
+            }
             match *op {
                 Op::Alloc(i) => {
                     let a = &program.allocs[i];
                     let id = alloc(k, frame, a, program.scope, target)?;
                     match a.role {
-                        Role::Grad(p) => into_grad(k, frame, target.params[p], id),
+                        Role::Grad(p) => added = into_grad(k, frame, target.params[p], id),
                         Role::Loss => self.loss = Some(id),
                         Role::Forward | Role::Backward => self.live[i] = Some(Slot::Frame(id)),
                     }
                 }
                 Op::Free(i) => self.free(k, frame, i),
-                Op::Blas(thread) => blas.call(k, thread)?,
+                Op::Blas(thread, gemm) => {
+                    blas.call(k, thread, gemm)?;
+                    added.take().inspect(|&g| frame.drop(k, g));
+                }
                 Op::Rebind => {
                     if let (true, Some(id)) = (self.rebind, self.loss) {
                         frame.take(id);
@@ -129,6 +138,7 @@ impl<'p> Player<'p> {
                 Op::ForwardEnd | Op::Begin(_) | Op::End(_) => {}
             }
         }
+        added.inspect(|&g| frame.drop(k, g));
         Ok(())
     }
 
@@ -227,12 +237,13 @@ fn alloc(
 }
 
 /// `AccumulateGrad`: the gradient becomes `.grad`, or is added into the
-/// `.grad` there (`zero_grad(set_to_none=False)`, accumulation) and dies.
-fn into_grad(k: &mut Process, frame: &mut PyFrame, param: ObjId, g: ObjId) {
+/// `.grad` there (`zero_grad(set_to_none=False)`, accumulation) and is
+/// returned, to die once its op is done.
+fn into_grad(k: &mut Process, frame: &mut PyFrame, param: ObjId, g: ObjId) -> Option<ObjId> {
     if grad_of(k, param).is_some() {
-        frame.drop(k, g);
-    } else {
-        frame.take(g);
-        k.attach_local(param, g);
+        return Some(g);
     }
+    frame.take(g);
+    k.attach_local(param, g);
+    None
 }

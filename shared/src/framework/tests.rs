@@ -81,19 +81,27 @@ fn cublas_workspace_size_follows_get_chosen_workspace_size() {
         Some(128 * 1024)
     );
     assert_eq!(parse_cublas_workspace_config("4096:8"), None);
-    let ws = |cc, config: Option<&str>, framework| {
+    let in_version = |torch_version, cc, config: Option<&str>, framework| {
         Settings {
             framework,
             compute_capability: cc,
             cublas_workspace_config: config.map(str::to_string),
+            torch_version,
             ..Default::default()
         }
         .cublas_workspace_bytes()
     };
+    let ws = |cc, config, framework| in_version(TorchVersion::V2_15, cc, config, framework);
     assert_eq!(ws((8, 0), None, Framework::Pytorch), 8_519_680);
-    assert_eq!(ws((9, 0), None, Framework::Pytorch), 32 * MIB);
-    // Only 9.0 gets 32 MiB in this code (`major == 9 && minor == 0`).
-    assert_eq!(ws((10, 0), None, Framework::Pytorch), 8_519_680);
+    assert_eq!(ws((8, 9), None, Framework::Pytorch), 8_519_680);
+    // 2.15: compute capability majors 9 to 12 get 32 MiB.
+    for cc in [(9, 0), (10, 0), (12, 1)] {
+        assert_eq!(ws(cc, None, Framework::Pytorch), 32 * MIB);
+    }
+    // 2.9 (revision 26a39059): only 9.0 (`major == 9 && minor == 0`).
+    let old = |cc| in_version(TorchVersion::V2_9, cc, None, Framework::Pytorch);
+    assert_eq!(old((9, 0)), 32 * MIB);
+    assert_eq!(old((10, 0)), 8_519_680);
     assert_eq!(ws((8, 0), Some(":4096:8"), Framework::Pytorch), 32 * MIB);
     assert_eq!(ws((9, 0), Some("junk"), Framework::Pytorch), 32 * MIB);
     assert_eq!(ws((8, 0), None, Framework::Tensorflow), 0);

@@ -2,7 +2,7 @@
 //! of `restart` settings.
 
 use super::SnapshotError;
-use crate::framework::RestartSettings;
+use crate::framework::{RestartSettings, RESTART_FIELDS};
 
 /// Reads a what-if as the command line writes it: `key=value` pairs of
 /// `restart` settings, comma-separated (`expandable_segments=true,
@@ -46,38 +46,17 @@ fn split_pairs(text: &str) -> Vec<&str> {
         .collect()
 }
 
-/// `RestartSettings`' keys in the order it declares them (a test checks
-/// they agree), so the text does not depend on the map a
-/// `serde_json::Value` keeps.
-const KEYS: [&str; 18] = [
-    "framework",
-    "gpu",
-    "compute_capability",
-    "device_total_bytes",
-    "context_bytes",
-    "other_processes_bytes",
-    "allow_growth",
-    "memory_limit_bytes",
-    "gpu_garbage_collection",
-    "preallocate",
-    "mem_fraction",
-    "no_caching",
-    "max_split_size_mb",
-    "garbage_collection_threshold",
-    "per_process_memory_fraction",
-    "cublas_workspace_config",
-    "roundup_power2_divisions",
-    "expandable_segments",
-];
-
 /// A what-if in the form [`parse_what_if`] reads (`key=value,…`), for the
 /// command line that repeats what the page did; the keys in the order
-/// `RestartSettings` declares them.
+/// `RestartSettings` declares them (`RESTART_FIELDS`, which a test holds to
+/// it), so the text does not depend on the map a `serde_json::Value`
+/// keeps.
 pub fn describe_what_if(settings: &RestartSettings) -> String {
     let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(settings) else {
         return String::new();
     };
-    KEYS.iter()
+    RESTART_FIELDS
+        .iter()
         .filter_map(|key| Some((key, fields.get(*key)?)))
         .map(|(key, value)| match value {
             serde_json::Value::String(s) => format!("{key}={s}"),
@@ -112,21 +91,24 @@ mod tests {
             cublas_workspace_config: Some(None),
             roundup_power2_divisions: Some(Default::default()),
             expandable_segments: Some(true),
+            torch_version: Some(crate::framework::TorchVersion::V2_9),
+            cublas_workspace_cache: Some(true),
+            cublaslt_unified_workspace: Some(true),
         };
         let fields = serde_json::to_value(&all).unwrap();
         assert_eq!(
             fields.as_object().unwrap().len(),
-            KEYS.len(),
+            RESTART_FIELDS.len(),
             "every key listed"
         );
         // The JSON text keeps the declaration order.
         let text = serde_json::to_string(&all).unwrap();
-        let mut at: Vec<(usize, &str)> = KEYS
+        let mut at: Vec<(usize, &str)> = RESTART_FIELDS
             .iter()
             .map(|k| (text.find(&format!("\"{k}\":")).expect(k), *k))
             .collect();
         at.sort();
-        assert_eq!(at.iter().map(|p| p.1).collect::<Vec<_>>(), KEYS);
+        assert_eq!(at.iter().map(|p| p.1).collect::<Vec<_>>(), RESTART_FIELDS);
     }
 
     #[test]

@@ -1,13 +1,24 @@
-//! cuBLAS workspaces: PyTorch gives each (cuBLAS handle, stream) a workspace
-//! it allocates through the caching allocator at the first cuBLAS call
-//! (`getCurrentCUDABlasHandle` → `setWorkspaceForHandle` → `getNewWorkspace`
-//! in `aten/src/ATen/cuda/CublasHandlePool.cpp`). Handles are per thread,
-//! and autograd runs CUDA backward on a thread of its own, so the first
-//! backward's matrix product makes a second workspace. Both count in
-//! `memory_allocated`, survive `del` and `empty_cache`, and go only with
-//! `torch._C._cuda_clearCublasWorkspaces()` (`clearCublasWorkspaces`) or the
-//! process.
+//! cuBLAS workspaces, as the PyTorch release the process follows gives
+//! them (`Settings::blas_workspaces`).
+//!
+//! - 2.15 (the default): a matrix product allocates its workspace through
+//!   the caching allocator for the call and frees it when the op returns:
+//!   `gemm`/`bgemm` through `getCurrentCUDABlasHandleWithWorkspace` (an
+//!   eager workspace of `getChosenWorkspaceSize`), cuBLASLt's
+//!   `gemm_and_bias` (every `nn.Linear`'s `addmm`) through
+//!   `CublasLtWorkspace` (1 MiB). Nothing stays; the step's peak carries
+//!   one call's workspace, and its block stays cached.
+//! - 2.9, or 2.15 with `TORCH_CUBLAS_WORKSPACE_CACHE=1`: each (cuBLAS
+//!   handle, stream) keeps a workspace from its first call
+//!   (`setWorkspaceForHandle` → `getNewWorkspace`), and cuBLASLt one of
+//!   its own from its first call (`getCUDABlasLtWorkspace`) unless
+//!   `TORCH_CUBLASLT_UNIFIED_WORKSPACE=1`. Handles are per thread, and
+//!   autograd runs CUDA backward on a thread of its own, so backward makes
+//!   a second set. They count in `memory_allocated`, survive `del` and
+//!   `empty_cache`, and go only with `torch._C._cuda_clearCublasWorkspaces()`
+//!   (`clearCublasWorkspaces`) or the process.
 
+use crate::framework::BlasWorkspaces;
 use crate::process::{AllocFailure, Process};
 use crate::runtime::{Holder, ObjId};
 use crate::train::TrainState;
@@ -22,41 +33,82 @@ pub enum BlasThread {
     Autograd,
 }
 
-/// Each thread's workspace, once it made a cuBLAS call.
+/// The library entry a matrix product takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gemm {
+    /// `mm`, `bmm`: cuBLAS through its handle.
+    Cublas,
+    /// `addmm` with a 1-D bias (`nn.Linear`): cuBLASLt's `gemm_and_bias`.
+    Lt,
+}
+
+/// The workspaces kept, per thread and library, and the rule for new ones.
 #[derive(Clone, Debug, Default)]
 pub struct CublasWorkspaces {
-    /// Bytes of one workspace (`getChosenWorkspaceSize`); 0: none.
-    pub bytes: u64,
-    pub main: Option<ObjId>,
-    pub autograd: Option<ObjId>,
+    pub config: BlasWorkspaces,
+    /// Kept workspaces: (main, autograd) for cuBLAS, then for cuBLASLt.
+    kept: [[Option<ObjId>; 2]; 2],
 }
 
 impl CublasWorkspaces {
-    pub fn new(bytes: u64) -> Self {
+    pub fn new(config: BlasWorkspaces) -> Self {
         CublasWorkspaces {
-            bytes,
-            ..Default::default()
+            config,
+            kept: Default::default(),
         }
     }
 
-    fn slot(&mut self, thread: BlasThread) -> &mut Option<ObjId> {
-        match thread {
-            BlasThread::Main => &mut self.main,
-            BlasThread::Autograd => &mut self.autograd,
+    /// A matrix product on `thread` (its output already allocated): a
+    /// workspace for the call, allocated and freed; or the thread's kept
+    /// workspaces, made at its first call.
+    pub fn call(
+        &mut self,
+        k: &mut Process,
+        thread: BlasThread,
+        gemm: Gemm,
+    ) -> Result<(), AllocFailure> {
+        let c = self.config;
+        if c.per_call {
+            let bytes = match gemm {
+                Gemm::Cublas => c.cublas_bytes,
+                Gemm::Lt => c.lt_bytes,
+            };
+            if bytes > 0 {
+                let label = match gemm {
+                    Gemm::Cublas => "cuBLAS workspace (this call)",
+                    Gemm::Lt => "cuBLASLt workspace (this call)",
+                };
+                let id = k.alloc_shaped(label, &[bytes], Dtype::Uint8, Category::Workspace)?;
+                k.drop_local(id);
+            }
+            return Ok(());
         }
+        // cuBLASLt's handle is the cuBLAS one: its first call sets the
+        // handle's workspace too.
+        self.keep(k, thread, Gemm::Cublas, c.cublas_bytes)?;
+        if gemm == Gemm::Lt && !c.lt_shares_cublas {
+            self.keep(k, thread, Gemm::Lt, c.lt_bytes)?;
+        }
+        Ok(())
     }
 
-    /// A cuBLAS call on `thread`: the first one allocates the thread's
-    /// workspace (after the op's own output, which it allocated first).
-    pub fn call(&mut self, k: &mut Process, thread: BlasThread) -> Result<(), AllocFailure> {
-        let bytes = self.bytes;
-        let slot = self.slot(thread);
+    /// The thread's kept workspace for `gemm`, made if it has none.
+    fn keep(
+        &mut self,
+        k: &mut Process,
+        thread: BlasThread,
+        gemm: Gemm,
+        bytes: u64,
+    ) -> Result<(), AllocFailure> {
+        let slot = &mut self.kept[gemm as usize][thread as usize];
         if bytes == 0 || slot.is_some() {
             return Ok(());
         }
-        let label = match thread {
-            BlasThread::Main => "cuBLAS workspace (main thread)",
-            BlasThread::Autograd => "cuBLAS workspace (autograd thread)",
+        let label = match (gemm, thread) {
+            (Gemm::Cublas, BlasThread::Main) => "cuBLAS workspace (main thread)",
+            (Gemm::Cublas, BlasThread::Autograd) => "cuBLAS workspace (autograd thread)",
+            (Gemm::Lt, BlasThread::Main) => "cuBLASLt workspace (main thread)",
+            (Gemm::Lt, BlasThread::Autograd) => "cuBLASLt workspace (autograd thread)",
         };
         let id = k.alloc_shaped(label, &[bytes], Dtype::Uint8, Category::Workspace)?;
         k.runtime.hold(Holder::CublasWorkspaces, id);
@@ -64,12 +116,18 @@ impl CublasWorkspaces {
         *slot = Some(id);
         Ok(())
     }
+
+    /// Whether any workspace is kept.
+    pub fn any_kept(&self) -> bool {
+        self.kept.iter().flatten().any(Option::is_some)
+    }
 }
 
-/// `torch._C._cuda_clearCublasWorkspaces()`: the map is cleared, every
-/// workspace goes back to the allocator's cache. Returns the bytes freed.
+/// `torch._C._cuda_clearCublasWorkspaces()`: both maps are cleared, every
+/// kept workspace goes back to the allocator's cache. Returns the bytes
+/// freed.
 pub fn clear_cublas_workspaces(k: &mut Process, ts: &mut TrainState) -> u64 {
     let released = k.runtime.release_holder(Holder::CublasWorkspaces);
-    ts.cublas = CublasWorkspaces::new(ts.cublas.bytes);
+    ts.cublas = CublasWorkspaces::new(ts.cublas.config);
     k.release(&released)
 }

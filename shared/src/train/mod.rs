@@ -144,10 +144,11 @@ pub struct TrainState {
 }
 
 impl TrainState {
-    /// A new process's state: one cuBLAS workspace is `workspace_bytes`.
-    pub fn new(workspace_bytes: u64) -> Self {
+    /// A new process's state: its matrix products' workspaces follow
+    /// `blas`.
+    pub fn new(blas: crate::framework::BlasWorkspaces) -> Self {
         TrainState {
-            cublas: cublas::CublasWorkspaces::new(workspace_bytes),
+            cublas: cublas::CublasWorkspaces::new(blas),
             ..Default::default()
         }
     }

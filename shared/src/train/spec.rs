@@ -237,7 +237,9 @@ pub struct Estimate {
     pub input_bytes: u64,
     /// The dataset itself, when it lives on the device.
     pub dataset_bytes: u64,
-    /// PyTorch's cuBLAS workspaces: the main thread's and autograd's.
+    /// PyTorch's cuBLAS (and cuBLASLt) workspaces kept after the step: per
+    /// thread (the main one's and autograd's) in 2.9 or with the cache; none
+    /// in 2.15, whose per-call workspaces show in the peak alone.
     pub workspace_bytes: u64,
     /// The part of `activation_bytes` attention alone keeps (a
     /// transformer's): eager attention's probabilities and mask, or fused
@@ -258,9 +260,9 @@ pub struct StepShape {
     pub amp: Option<Dtype>,
     pub checkpointing: bool,
     pub set_to_none: bool,
-    /// One cuBLAS workspace (`Settings::cublas_workspace_bytes`); a step
-    /// has two, forward's and backward's threads.
-    pub workspace_bytes: u64,
+    /// Where matrix products get their workspaces
+    /// (`Settings::blas_workspaces`).
+    pub blas: crate::framework::BlasWorkspaces,
     /// A transformer's attention.
     pub attention: Attention,
 }
@@ -315,11 +317,11 @@ pub fn estimate(
         0 => kinds::blocks(count(&x) * x_dtype.size_bytes()) + kinds::blocks(count(&y) * 8),
         _ => 0,
     };
-    let workspaces = 2 * s.workspace_bytes;
+    let workspaces = estimate::kept_workspaces(&program, &s.blas);
     // The loop's last loss lives until the new one is bound.
     let resident = dataset + p + rounded(&model.buffers()) + o + workspaces + 512;
-    let fresh = estimate::walk(&program, false).peak;
-    let kept = estimate::walk(&program, true).peak + g;
+    let fresh = estimate::walk(&program, false, &s.blas).peak;
+    let kept = estimate::walk(&program, true, &s.blas).peak + g;
     let micro_batch = match (s.set_to_none, s.accumulate > 1) {
         (true, false) => fresh,
         (true, true) => fresh.max(kept),
@@ -370,7 +372,7 @@ mod tests {
             amp: None,
             checkpointing: false,
             set_to_none: true,
-            workspace_bytes: 0,
+            blas: Default::default(),
             attention: Attention::Eager,
         };
         let adam = OptimizerSpec::torch(OptimizerKind::Adam);

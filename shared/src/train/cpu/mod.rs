@@ -94,7 +94,7 @@ pub fn run(
                 values.keep(program, i, value);
             }
             Op::Free(i) => values.tensors[i] = None,
-            Op::Blas(_) | Op::Rebind | Op::Release(_) | Op::ForwardEnd => {}
+            Op::Blas(..) | Op::Rebind | Op::Release(_) | Op::ForwardEnd => {}
             Op::Begin(_) | Op::End(_) => {}
         }
     }

@@ -7,6 +7,8 @@
 use super::step::checkpoint_segments;
 use super::step::{Attention, Op, Options, Program, Role};
 use super::{blocks, CnnShape, MlpShape, Norm, TransformerShape};
+use crate::framework::BlasWorkspaces;
+use crate::train::cublas::{BlasThread, Gemm};
 
 /// What a transformer's forward pass leaves saved for backward (its
 /// log-probabilities, loss and NLL's total weight included), and the part
@@ -195,6 +197,31 @@ pub fn mlp_saved(m: &MlpShape, batch: u64, options: Options) -> u64 {
     held + relus * hidden + first_input + casts + head
 }
 
+/// The workspaces a step keeps once it ran (none when they are per
+/// call): a cuBLAS one per thread that made a product, and cuBLASLt's own
+/// per thread that made an `addmm` unless it shares cuBLAS's.
+pub fn kept_workspaces(program: &Program, blas: &BlasWorkspaces) -> u64 {
+    if blas.per_call {
+        return 0;
+    }
+    let mut kept = 0;
+    for thread in [BlasThread::Main, BlasThread::Autograd] {
+        let calls = |gemm: Option<Gemm>| {
+            program.ops.iter().any(|op| match *op {
+                Op::Blas(t, g) => t == thread && gemm.is_none_or(|want| want == g),
+                _ => false,
+            })
+        };
+        if calls(None) {
+            kept += blas.cublas_bytes;
+        }
+        if calls(Some(Gemm::Lt)) && !blas.lt_shares_cublas {
+            kept += blas.lt_bytes;
+        }
+    }
+    kept
+}
+
 /// A program added up: bytes live when backward starts and at the most,
 /// over what lived before the step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,17 +231,30 @@ pub struct Walk {
 }
 
 /// Adds up `program`; with `grads_exist`, each parameter's new gradient
-/// is added into the `.grad` there and dies at once.
-pub fn walk(program: &Program, grads_exist: bool) -> Walk {
+/// is added into the `.grad` there and dies at once. Under per-call
+/// workspaces (PyTorch 2.15's) each matrix product holds one for its call.
+pub fn walk(program: &Program, grads_exist: bool, blas: &BlasWorkspaces) -> Walk {
+    let call_workspace = |gemm| match (blas.per_call, gemm) {
+        (false, _) => 0,
+        (true, Gemm::Cublas) => blas.cublas_bytes,
+        (true, Gemm::Lt) => blas.lt_bytes,
+    };
     let (mut live, mut peak, mut saved) = (0u64, 0u64, None);
+    // A gradient added into a kept `.grad` lives through its product's call.
+    let mut added = 0;
     for op in &program.ops {
+        if !matches!(op, Op::Blas(..)) {
+            added = 0;
+        }
         match *op {
             Op::Alloc(i) => {
                 let a = &program.allocs[i];
                 let bytes = blocks(a.bytes());
                 peak = peak.max(live + bytes);
                 let transient = grads_exist && matches!(a.role, Role::Grad(_));
-                if !transient {
+                if transient {
+                    added = bytes;
+                } else {
                     live += bytes;
                 }
                 if a.role == Role::Backward && saved.is_none() {
@@ -222,7 +262,8 @@ pub fn walk(program: &Program, grads_exist: bool) -> Walk {
                 }
             }
             Op::Free(i) => live -= blocks(program.allocs[i].bytes()),
-            Op::Blas(_) | Op::Rebind | Op::Release(_) | Op::ForwardEnd => {}
+            Op::Blas(_, gemm) => peak = peak.max(live + added + call_workspace(gemm)),
+            Op::Rebind | Op::Release(_) | Op::ForwardEnd => {}
             Op::Begin(_) | Op::End(_) => {}
         }
     }

@@ -19,7 +19,7 @@
 //! PyTorch's own ops; the tests hold this to it event by event.
 
 use super::{blocks, NamedTensor, TransformerShape};
-use crate::train::cublas::BlasThread;
+use crate::train::cublas::{BlasThread, Gemm};
 use crate::types::Dtype;
 pub use calc::{Arg, Calc};
 
@@ -107,8 +107,9 @@ pub enum Op {
     Alloc(usize),
     /// `allocs[i]` dies.
     Free(usize),
-    /// A cuBLAS call on a thread (its first allocates the workspace).
-    Blas(BlasThread),
+    /// A matrix product's cuBLAS (or cuBLASLt) call on a thread: the
+    /// workspace it takes (`train::cublas`).
+    Blas(BlasThread, Gemm),
     /// `loss = ...`: the loop's previous loss dies.
     Rebind,
     /// A node done with a part of the batch it saved (NLL's targets, the
@@ -172,7 +173,7 @@ impl Program {
                 Op::Alloc(i) => Some((self.allocs[i].op, blocks(self.allocs[i].bytes()) as i64)),
                 Op::Free(i) => Some(("free", -(blocks(self.allocs[i].bytes()) as i64))),
                 Op::Rebind => Some(("free", -(blocks(4) as i64))),
-                Op::Blas(_) | Op::Release(_) | Op::ForwardEnd | Op::Begin(_) | Op::End(_) => None,
+                Op::Blas(..) | Op::Release(_) | Op::ForwardEnd | Op::Begin(_) | Op::End(_) => None,
             })
             .map(|(op, bytes)| TraceEvent { op, bytes })
             .collect()
@@ -375,8 +376,15 @@ impl<S> Tape<S> {
         self.alloc_as(op, shape, self.dtype, Role::Grad(param))
     }
 
+    /// The cuBLAS call of the product just allocated: cuBLASLt's
+    /// `gemm_and_bias` for `addmm` with its bias, cuBLAS for the rest.
     fn blas(&mut self) {
-        self.program.ops.push(Op::Blas(self.thread));
+        let last = self.program.allocs.last().map(|a| a.calc);
+        let gemm = match last {
+            Some(Calc::Linear { .. }) => Gemm::Lt,
+            _ => Gemm::Cublas,
+        };
+        self.program.ops.push(Op::Blas(self.thread, gemm));
     }
 
     fn free(&mut self, h: H) {

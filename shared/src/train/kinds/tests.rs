@@ -203,7 +203,7 @@ fn closed_form_activations_equal_the_programs() {
             {
                 for batch in [1, 3, 8] {
                     let (saved, _) = transformer_saved(&t, batch, options);
-                    let w = walk(&program(&t, batch, options), false);
+                    let w = walk(&program(&t, batch, options), false, &Default::default());
                     assert_eq!(saved, w.saved, "{t:?} {options:?} batch {batch}");
                 }
             }
@@ -228,7 +228,11 @@ fn closed_form_activations_equal_the_programs() {
                     ..Options::default()
                 };
                 let batch = 32;
-                let w = walk(&super::step::mlp_program(&m, batch, options), false);
+                let w = walk(
+                    &super::step::mlp_program(&m, batch, options),
+                    false,
+                    &Default::default(),
+                );
                 let saved = super::estimate::mlp_saved(&m, batch, options);
                 assert_eq!(saved, w.saved, "{m:?} {options:?}");
             }
@@ -253,7 +257,7 @@ fn closed_form_activations_equal_the_programs() {
                     amp,
                     ..Options::default()
                 };
-                let w = walk(&cnn_program(&c, batch, options), false);
+                let w = walk(&cnn_program(&c, batch, options), false, &Default::default());
                 assert_eq!(
                     cnn_saved(&c, batch, options),
                     w.saved,
