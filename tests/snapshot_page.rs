@@ -184,18 +184,18 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     assert_eq!(map_counts(&page).await, expected);
     shot(&page, "what-if.png").await;
 
-    // A GPU of 80 MiB: where the same run runs out of memory.
+    // A GPU of 64 MiB: where the same run runs out of memory.
     js(&page, "(() => { const s = document.getElementById('what-if-gpu'); s.value = ''; s.dispatchEvent(new Event('change', {bubbles: true})); })()").await;
-    set_input(&page, "what-if-mib", "80").await;
+    set_input(&page, "what-if-mib", "64").await;
     click(&page, "btn-what-if").await;
-    until(&page, "document.getElementById('what-if-command').textContent.includes('device_total_bytes=83886080')").await;
+    until(&page, "document.getElementById('what-if-command').textContent.includes('device_total_bytes=67108864')").await;
     let small = RestartSettings {
-        device_total_bytes: Some(80 << 20),
+        device_total_bytes: Some(64 << 20),
         expandable_segments: Some(true),
         ..Default::default()
     };
     let native_small = replay_what_if(&native, 0, &small).unwrap();
-    let first_oom = native_small.ooms.first().expect("80 MiB is too small");
+    let first_oom = native_small.ooms.first().expect("64 MiB is too small");
     assert_eq!(
         cell(&page, 3, 2).await,
         format!(

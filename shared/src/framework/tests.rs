@@ -156,17 +156,23 @@ fn pytorch_oom_text() {
         allowed: None,
         memory_limit: None,
     };
-    let msg = oom_message(
-        &Settings::default(),
-        &oom,
-        &TensorDesc {
-            shape: &[100],
-            dtype: Dtype::Uint8,
-            op: None,
-        },
-    );
+    let tensor = TensorDesc {
+        shape: &[100],
+        dtype: Dtype::Uint8,
+        op: None,
+    };
+    let text = "CUDA out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total capacity of 1024.00 MiB of which 1024.00 KiB is free. Including non-PyTorch memory, this process has 1000.00 MiB memory in use. Of the allocated memory 600.00 MiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated.";
+    // 2.15: `PYTORCH_CUDA_ALLOC_CONF` and docs.pytorch.org's section.
     assert_eq!(
-        msg,
-        "CUDA out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total capacity of 1024.00 MiB of which 1024.00 KiB is free. Including non-PyTorch memory, this process has 1000.00 MiB memory in use. Of the allocated memory 600.00 MiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+        oom_message(&Settings::default(), &oom, &tensor),
+        format!("{text} If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)")
+    );
+    let old = Settings {
+        torch_version: TorchVersion::V2_9,
+        ..Settings::default()
+    };
+    assert_eq!(
+        oom_message(&old, &oom, &tensor),
+        format!("{text} If reserved but unallocated memory is large try setting PYTORCH_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
     );
 }
