@@ -41,6 +41,8 @@ fn an_mlp_step_peaks_where_pytorchs_does() {
 fn mlp_step_peaks_where_pytorchs_does(case: &Value) {
     let mut engine = Engine::new_simulated();
     for line in [
+        // The CPU trace has no cuBLAS workspaces (the simulator's own rule).
+        json!({"cmd":"restart","cublas_workspace_config":":0:0"}),
         json!({"cmd":"model","name":"model","layers":case["layers"],"width":case["width"],"input_dim":case["input_dim"],"classes":case["classes"],"dtype":if case["half"] == true { "float16" } else { "float32" }}),
         json!({"cmd":"optimizer","name":"opt","model":"model","kind":"adam"}),
         json!({"cmd":"data","name":"data","on_device":true,"features":case["input_dim"],"classes":case["classes"]}),
