@@ -269,7 +269,7 @@ async fn lesson_9_shows_what_a_loss_history_keeps() {
     let before = allocated(&page).await;
     // `total_loss += loss`: one scalar; 100 more steps: nothing more; an
     // evaluation loss never backwarded: its graph.
-    for (step, live) in [(5, Some("11 → 12")), (6, None), (7, Some("12 → 19"))] {
+    for (step, live) in [(5, Some("9 → 10")), (6, None), (7, Some("10 → 17"))] {
         let said = lesson_step(&page, step).await;
         if let Some(live) = live {
             assert!(said.contains(&format!("Live tensors: {live}")), "{said}");
