@@ -653,13 +653,8 @@ fn kept_cublas_workspaces_come_with_the_first_matmul_on_each_thread() {
     assert_eq!(cat_bytes(&r, Category::Workspace), 1280);
 }
 
-/// PyTorch 2.15 (the default): each product allocates its workspace for
-/// the call and frees it as it returns (`getCurrentCUDABlasHandleWithWorkspace`
-/// for `mm`, 8,519,680 bytes below compute capability 9; cuBLASLt's
-/// `CublasLtWorkspace` for an `nn.Linear`'s `addmm`, 1 MiB): nothing stays,
-/// and `clear_cublas_workspaces` has nothing to clear.
-#[test]
-fn per_call_cublas_workspaces_are_freed_as_each_product_returns() {
+/// A 1-layer MLP `m` (64 wide, on 32 features) and its data `d`.
+fn small_mlp() -> Engine {
     let mut e = Engine::new_simulated();
     ok(
         &mut e,
@@ -669,6 +664,17 @@ fn per_call_cublas_workspaces_are_freed_as_each_product_returns() {
         &mut e,
         json!({"cmd":"data","name":"d","features":32,"samples":100}),
     );
+    e
+}
+
+/// PyTorch 2.15 (the default): each product allocates its workspace for
+/// the call and frees it as it returns (`getCurrentCUDABlasHandleWithWorkspace`
+/// for `mm`, 8,519,680 bytes below compute capability 9; cuBLASLt's
+/// `CublasLtWorkspace` for an `nn.Linear`'s `addmm`, 1 MiB): nothing stays,
+/// and `clear_cublas_workspaces` has nothing to clear.
+#[test]
+fn per_call_cublas_workspaces_are_freed_as_each_product_returns() {
+    let mut e = small_mlp();
     let forward = ok(
         &mut e,
         json!({"cmd":"forward","name":"loss","model":"m","data":"d","batch_size":8}),
@@ -735,15 +741,7 @@ fn trail(e: &Engine, step: u64) -> Vec<String> {
 /// exist.
 #[test]
 fn autograd_frees_in_the_engines_order() {
-    let mut e = Engine::new_simulated();
-    ok(
-        &mut e,
-        json!({"cmd":"model","name":"m","layers":1,"width":64,"input_dim":32}),
-    );
-    ok(
-        &mut e,
-        json!({"cmd":"data","name":"d","features":32,"samples":100}),
-    );
+    let mut e = small_mlp();
     let fwd = json!({"cmd":"forward","name":"loss","model":"m","data":"d","batch_size":8});
     ok(&mut e, fwd.clone());
     ok(&mut e, json!({"cmd":"backward","name":"loss"}));
