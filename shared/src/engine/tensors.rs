@@ -216,7 +216,7 @@ impl Engine {
         let per_call = self.train.cublas.config.per_call;
         let freed = clear_cublas_workspaces(&mut self.process, &mut self.train);
         Outcome::note(if per_call {
-            "PyTorch 2.15 keeps no cuBLAS workspace: each matrix product allocates one for its call and frees it as it returns (TORCH_CUBLAS_WORKSPACE_CACHE=1 keeps one per thread, as 2.9 did). Nothing to clear.".to_string()
+            "PyTorch 2.15 keeps no cuBLAS workspace: each matrix product frees its own as it returns (TORCH_CUBLAS_WORKSPACE_CACHE=1 keeps one per thread).".to_string()
         } else if freed == 0 {
             "No cuBLAS workspace exists yet: a thread makes one at its first matrix product."
                 .to_string()

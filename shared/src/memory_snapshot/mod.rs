@@ -80,7 +80,10 @@ pub fn from_json(value: serde_json::Value) -> Result<MemorySnapshot, SnapshotErr
 
 fn read_pickle(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
     let top = pickle::read(bytes).map_err(SnapshotError)?;
-    decode::snapshot(&top).map_err(|e| {
+    let snapshot = decode::snapshot(&top);
+    #[cfg(feature = "teardown")]
+    pickle::tear_down(vec![top]);
+    snapshot.map_err(|e| {
         SnapshotError(if e.starts_with("the pickle") {
             e
         } else {

@@ -32,17 +32,60 @@ struct Machine<'a> {
     at: usize,
     stack: Vec<Value>,
     memo: HashMap<u32, Value>,
+    /// What the pickle let go of (`POP`, a memo slot set again): dropped
+    /// at the end by [`tear_down`].
+    #[cfg(feature = "teardown")]
+    dead: Vec<Value>,
 }
 
-/// Runs a pickle's opcodes; the value it builds.
+/// Runs a pickle's opcodes; the value it builds. With the `teardown`
+/// feature (not in the page) whatever else it built is taken apart without
+/// recursion (a pickle can nest a value as deep as it has opcodes: a
+/// million one-item tuples in 1 MB), and the caller drops the value it
+/// gets the same way.
 pub fn read(input: &[u8]) -> Result<Value, String> {
     let mut m = Machine {
         input,
         at: 0,
         stack: Vec::new(),
         memo: HashMap::new(),
+        #[cfg(feature = "teardown")]
+        dead: Vec::new(),
     };
-    m.run()
+    let top = m.run();
+    #[cfg(feature = "teardown")]
+    {
+        let mut rest = m.dead;
+        rest.append(&mut m.stack);
+        rest.extend(m.memo.into_values());
+        tear_down(rest);
+    }
+    top
+}
+
+/// Drops `values` one container at a time: each that held the last
+/// reference to a list or dict gives up its items here, so no value's
+/// depth reaches the stack.
+#[cfg(feature = "teardown")]
+pub fn tear_down(mut values: Vec<Value>) {
+    while let Some(v) = values.pop() {
+        match v {
+            Value::List(rc) => {
+                if let Some(items) = Rc::into_inner(rc) {
+                    values.extend(items.into_inner());
+                }
+            }
+            Value::Dict(rc) => {
+                if let Some(pairs) = Rc::into_inner(rc) {
+                    for (k, v) in pairs.into_inner() {
+                        values.push(k);
+                        values.push(v);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// JSON as the same tree a pickle builds.
@@ -207,8 +250,14 @@ impl<'a> Machine<'a> {
                 let items = self.pop_mark()?;
                 self.set_items(pairs(items)?)?;
             }
-            b'0' => _ = self.pop()?,
-            b'1' => _ = self.pop_mark()?,
+            b'0' => {
+                let v = self.pop()?;
+                self.bury([v]);
+            }
+            b'1' => {
+                let items = self.pop_mark()?;
+                self.bury(items);
+            }
             b'2' => {
                 let top = self.top()?;
                 self.stack.push(top);
@@ -227,7 +276,8 @@ impl<'a> Machine<'a> {
                     _ => self.memo_id(op == b'q')?,
                 };
                 let top = self.top()?;
-                self.memo.insert(id, top);
+                let old = self.memo.insert(id, top);
+                self.bury(old);
             }
             // BINGET, LONG_BINGET
             b'h' | b'j' => {
@@ -344,13 +394,25 @@ impl<'a> Machine<'a> {
         Ok(items)
     }
 
+    /// Values the pickle let go of, kept to be torn down with the rest.
+    fn bury(&mut self, values: impl IntoIterator<Item = Value>) {
+        #[cfg(feature = "teardown")]
+        self.dead.extend(values);
+        #[cfg(not(feature = "teardown"))]
+        drop(values);
+    }
+
     fn extend(&mut self, items: Vec<Value>) -> Result<(), String> {
         match self.stack.last() {
             Some(Value::List(l)) => {
                 l.borrow_mut().extend(items);
                 Ok(())
             }
-            _ => Err("the pickle appends to something that is not a list".into()),
+            _ => {
+                #[cfg(feature = "teardown")]
+                tear_down(items);
+                Err("the pickle appends to something that is not a list".into())
+            }
         }
     }
 
@@ -360,13 +422,19 @@ impl<'a> Machine<'a> {
                 d.borrow_mut().extend(items);
                 Ok(())
             }
-            _ => Err("the pickle sets items on something that is not a dict".into()),
+            _ => {
+                #[cfg(feature = "teardown")]
+                tear_down(vec![Value::Dict(Rc::new(RefCell::new(items)))]);
+                Err("the pickle sets items on something that is not a dict".into())
+            }
         }
     }
 }
 
 fn pairs(items: Vec<Value>) -> Result<Vec<(Value, Value)>, String> {
     if items.len() % 2 != 0 {
+        #[cfg(feature = "teardown")]
+        tear_down(items);
         return Err("a dict in the pickle has a key without a value".into());
     }
     let mut it = items.into_iter();

@@ -114,6 +114,32 @@ fn a_pickle_that_names_code_is_refused_and_nothing_runs() {
     assert!(err.contains("opcode 0x63 at byte 2"), "{err}");
 }
 
+/// A value nested as deep as a file has opcodes (a million one-item tuples
+/// in 1 MB, or a million lists each appended into the last through the
+/// memo) is refused and dropped without recursing: it used to overflow the
+/// stack (the CLI aborted; the page threw "Maximum call stack size
+/// exceeded").
+#[cfg(feature = "teardown")]
+#[test]
+fn a_million_nested_containers_are_refused_without_overflowing_the_stack() {
+    let n = 1_000_000;
+    // NONE, then TUPLE1 a million times.
+    let mut tuples = b"\x80\x02N".to_vec();
+    tuples.extend(std::iter::repeat_n(0x85u8, n));
+    tuples.push(b'.');
+    // EMPTY_LIST, BINPUT 1; then a million times EMPTY_LIST, BINPUT 1,
+    // APPEND (into the list below), BINGET 1 (the new list on top).
+    let mut lists = b"\x80\x02]q\x01".to_vec();
+    for _ in 0..n {
+        lists.extend_from_slice(b"]q\x01ah\x01");
+    }
+    lists.push(b'.');
+    for (name, input) in [("tuples", tuples), ("lists", lists)] {
+        let err = read(&input).unwrap_err().to_string();
+        assert!(err.contains("not a memory snapshot"), "{name}: {err}");
+    }
+}
+
 #[test]
 fn broken_files_say_what_is_wrong() {
     let whole = bytes_of(PYTHON_PICKLE);
