@@ -87,6 +87,23 @@ pub trait Device: Send {
     fn process_used_bytes(&self) -> u64 {
         self.context_bytes() + self.segment_bytes()
     }
+
+    /// The bytes in its segments, where the device holds any: a real GPU
+    /// does, a simulated one (which may stand for 80 GB) does not.
+    #[cfg(feature = "device-values")]
+    fn memory(&mut self) -> Option<&mut dyn DeviceMemory> {
+        None
+    }
+}
+
+/// The bytes of a device's segments: what a step's values are written to
+/// and read back from (`cuMemcpyHtoD` / `cuMemcpyDtoH` on a GPU). Each
+/// access lies inside a live segment, or is refused as the driver refuses
+/// an illegal address.
+#[cfg(feature = "device-values")]
+pub trait DeviceMemory {
+    fn write(&mut self, address: u64, bytes: &[u8]) -> Result<(), DeviceError>;
+    fn read(&mut self, address: u64, out: &mut [u8]) -> Result<(), DeviceError>;
 }
 
 /// Settings of the simulated GPU, all set by `restart`.

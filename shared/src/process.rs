@@ -297,6 +297,14 @@ impl Process {
         std::mem::take(&mut self.dead_instances)
     }
 
+    /// Where tensor `id`'s block starts on the device (none for an empty
+    /// tensor, which holds no block).
+    #[cfg(feature = "device-values")]
+    pub fn address(&self, id: ObjId) -> Option<u64> {
+        let block = self.runtime.tensor(id)?.block?;
+        Some(self.allocator.block_address(block))
+    }
+
     pub fn block_size(&self, id: ObjId) -> u64 {
         self.runtime
             .tensor(id)

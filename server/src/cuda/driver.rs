@@ -7,14 +7,17 @@
 //! when it is created (the driver's free memory before and after).
 //!
 //! The shared allocators decide when to ask for and give back segments, as
-//! they do on the simulated GPU.
+//! they do on the simulated GPU. A step's values are copied to the blocks
+//! the allocator placed them in and read back from them
+//! ([`DeviceMemory`]: `cuMemcpyHtoD` / `cuMemcpyDtoH`), so the loss the
+//! engine reports on a GPU is the one read from the GPU.
 
 use super::Probe;
 use cudarc::driver::{result, sys, CudaContext};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use vramlab_shared::device::{Device, DeviceInfo, DeviceKind};
+use vramlab_shared::device::{Device, DeviceInfo, DeviceKind, DeviceMemory};
 use vramlab_shared::DeviceError;
 
 /// Looks for a usable GPU without ever panicking: first whether the driver
@@ -157,5 +160,45 @@ impl Device for CudaDevice {
 
     fn info(&self) -> DeviceInfo {
         self.info.clone()
+    }
+
+    fn memory(&mut self) -> Option<&mut dyn DeviceMemory> {
+        Some(self)
+    }
+}
+
+impl CudaDevice {
+    /// `len` bytes at `at` lie inside one live segment of this context,
+    /// and the context is current.
+    fn reach(&self, at: u64, len: usize) -> Result<(), DeviceError> {
+        let inside = (self.segments.range(..=at).next_back()).is_some_and(|(&base, &size)| {
+            at.checked_add(len as u64)
+                .is_some_and(|end| end <= base + size)
+        });
+        if !inside {
+            return Err(DeviceError::Driver(format!(
+                "{len} bytes at {at:#x} lie outside this process's segments"
+            )));
+        }
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| DeviceError::Driver(format!("cannot bind the CUDA context: {e:?}")))
+    }
+}
+
+impl DeviceMemory for CudaDevice {
+    fn write(&mut self, address: u64, bytes: &[u8]) -> Result<(), DeviceError> {
+        self.reach(address, bytes.len())?;
+        // SAFETY: the span lies inside a live segment of this context
+        // (checked above); the copy is synchronous, so `bytes` outlives it.
+        unsafe { result::memcpy_htod_sync(address, bytes) }
+            .map_err(|e| DeviceError::Driver(format!("cuMemcpyHtoD failed: {e:?}")))
+    }
+
+    fn read(&mut self, address: u64, out: &mut [u8]) -> Result<(), DeviceError> {
+        self.reach(address, out.len())?;
+        // SAFETY: as in `write`; `out` is written before the call returns.
+        unsafe { result::memcpy_dtoh_sync(out, address) }
+            .map_err(|e| DeviceError::Driver(format!("cuMemcpyDtoH failed: {e:?}")))
     }
 }

@@ -210,6 +210,11 @@ impl Allocator for BfcAllocator {
         self.arena.block(block).size
     }
 
+    #[cfg(feature = "device-values")]
+    fn block_address(&self, block: BlockId) -> u64 {
+        self.arena.block(block).address
+    }
+
     fn segments(&self) -> Vec<SegmentView> {
         self.arena.segments()
     }

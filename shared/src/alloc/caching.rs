@@ -438,6 +438,11 @@ impl Allocator for CachingAllocator {
         self.arena.block(id).size
     }
 
+    #[cfg(feature = "device-values")]
+    fn block_address(&self, id: BlockId) -> u64 {
+        self.arena.block(id).address
+    }
+
     fn segments(&self) -> Vec<SegmentView> {
         self.arena.segments()
     }

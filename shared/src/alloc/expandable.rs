@@ -333,6 +333,16 @@ impl Allocator for ExpandableAllocator {
             .size
     }
 
+    #[cfg(feature = "device-values")]
+    fn block_address(&self, block: BlockId) -> u64 {
+        let (pool, at) = *self.blocks.get(block);
+        self.spaces[slot(pool)]
+            .as_ref()
+            .expect("a space")
+            .node(at)
+            .address
+    }
+
     /// One segment per contiguous mapped range (as `_snapshot` reports an
     /// expandable segment).
     fn segments(&self) -> Vec<SegmentView> {

@@ -305,6 +305,10 @@ pub trait Allocator: Send {
     /// Size of a live block (after rounding).
     fn block_size(&self, block: BlockId) -> u64;
 
+    /// Where a live block starts on the device.
+    #[cfg(feature = "device-values")]
+    fn block_address(&self, block: BlockId) -> u64;
+
     /// Every segment with its blocks, segments by address.
     fn segments(&self) -> Vec<SegmentView>;
 

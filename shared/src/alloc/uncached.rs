@@ -73,6 +73,11 @@ impl Allocator for UncachedAllocator {
         self.blocks.get(block).1
     }
 
+    #[cfg(feature = "device-values")]
+    fn block_address(&self, block: BlockId) -> u64 {
+        self.blocks.get(block).0
+    }
+
     fn segments(&self) -> Vec<SegmentView> {
         let mut segments: Vec<SegmentView> = self
             .blocks

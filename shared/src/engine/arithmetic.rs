@@ -1,11 +1,16 @@
 //! A step program's numbers: the next batch drawn from the dataset, the
 //! program's arithmetic run on the CPU over the model's values, the
 //! gradients added into `.grad`. The memory of the same ops is played by
-//! `engine::program`; this runs after it, so a step that ran out of memory
-//! computes nothing.
+//! `engine::program`; this runs after it, in the same order on the places
+//! the play gave each tensor (so a step that ran out of memory computes
+//! nothing). On a device that holds bytes, the values go to those places
+//! (`engine::on_device`).
 
+use super::placement::Placement;
 use super::Engine;
 use crate::runtime::ObjId;
+#[cfg(feature = "device-values")]
+use crate::train::autograd::grad_of;
 use crate::train::cpu::{self, BatchValues, Computed, Inputs, Values};
 use crate::train::data::Synthetic;
 use crate::train::kinds::step::Program;
@@ -60,17 +65,20 @@ impl Engine {
         }
     }
 
-    /// Runs `program.ops[range]` on `values` with `model`'s parameters.
-    /// `None` (nothing computed) only if the program's arithmetic is
-    /// faulty, which the interpreter's tests rule out.
+    /// Runs `program.ops[range]` on `values` with `model`'s parameters,
+    /// the tensors where `placement` says. `None` (nothing computed) only
+    /// if the program's arithmetic is faulty, which the interpreter's tests
+    /// rule out, or the device refused its values.
     pub(super) fn run_arithmetic(
         &mut self,
-        model: ObjId,
+        (model, placement): (ObjId, &Placement),
         program: &Program,
         range: Range<usize>,
         computed: &mut Computed,
     ) -> Option<()> {
         let state = self.train.models.get_mut(&model)?;
+        #[cfg(feature = "device-values")]
+        let spec = state.spec;
         let shapes: Vec<Vec<u64>> = state
             .spec
             .parameters()
@@ -82,9 +90,42 @@ impl Engine {
             params: state.values_mut(),
             batch: &computed.batch,
         };
+        // A device that refuses a value, or gives another back, computes
+        // nothing: the step runs shape-only, never with wrong numbers.
+        #[cfg(feature = "device-values")]
+        if let Some(memory) = self.process.device.memory() {
+            let dtypes = param_dtypes(&spec);
+            let device = super::on_device::DeviceInputs {
+                cpu: &inputs,
+                param_dtypes: &dtypes,
+                input_dtype: spec.batch(0).1,
+                batch_at: computed.batch_at,
+            };
+            let values = &mut computed.values;
+            return super::on_device::run(memory, program, range, &device, values, placement).ok();
+        }
+        let _ = placement;
         let ran = cpu::run(program, range, &inputs, &mut computed.values);
         debug_assert!(ran.is_ok(), "{ran:?}");
         ran.ok()
+    }
+
+    /// Writes each `.grad` of `model` to its tensor on a device that holds
+    /// bytes.
+    #[cfg(feature = "device-values")]
+    fn write_grads(&mut self, model: ObjId) {
+        let Some(state) = self.train.models.get(&model) else {
+            return;
+        };
+        let k = &mut self.process;
+        let places: Vec<Option<u64>> = (state.params.iter())
+            .map(|&p| grad_of(k, p).and_then(|g| k.address(g)))
+            .collect();
+        let dtypes = param_dtypes(&state.spec);
+        if let Some(memory) = k.device.memory() {
+            let wrote = super::on_device::write_grads(memory, &state.grad_values, &places, &dtypes);
+            debug_assert!(wrote.is_ok(), "{wrote:?}");
+        }
     }
 
     /// Adds the gradients `values` made into the model's `.grad` values.
@@ -102,6 +143,8 @@ impl Engine {
                 None => *slot = Some(grad),
             }
         }
+        #[cfg(feature = "device-values")]
+        self.write_grads(model);
     }
 
     /// A whole step program's arithmetic on the next `batch` samples: its
@@ -109,7 +152,7 @@ impl Engine {
     /// added into `.grad`.
     pub(super) fn compute_step(
         &mut self,
-        model: ObjId,
+        (model, placement): (ObjId, &Placement),
         data: ObjId,
         (program, batch): (&Program, u64),
     ) -> Option<f32> {
@@ -117,11 +160,19 @@ impl Engine {
         let mut computed = Computed {
             values: Values::default(),
             batch: self.next_batch(data, &spec, batch),
+            #[cfg(feature = "device-values")]
+            batch_at: placement.batch(),
         };
-        self.run_arithmetic(model, program, 0..program.ops.len(), &mut computed)?;
+        let all = 0..program.ops.len();
+        self.run_arithmetic((model, placement), program, all, &mut computed)?;
         self.add_grads(model, &mut computed.values);
         computed.values.loss
     }
+}
+
+#[cfg(feature = "device-values")]
+fn param_dtypes(spec: &ModelSpec) -> Vec<crate::types::Dtype> {
+    spec.parameters().into_iter().map(|t| t.dtype).collect()
 }
 
 fn program_cost(spec: &ModelSpec, program: &Program) -> cpu::Cost {

@@ -10,6 +10,9 @@
 
 mod arithmetic;
 mod objects;
+#[cfg(feature = "device-values")]
+mod on_device;
+mod placement;
 mod planning;
 mod program;
 mod stepwise;
@@ -384,6 +387,8 @@ fn no_process(mut e: CommandError) -> CommandError {
 mod kinds_tests;
 #[cfg(all(test, feature = "kinds-arithmetic"))]
 mod learning_tests;
+#[cfg(all(test, feature = "kinds-arithmetic", feature = "device-values"))]
+mod on_device_tests;
 #[cfg(test)]
 mod optim_tests;
 #[cfg(all(test, not(feature = "kinds-arithmetic")))]

@@ -10,6 +10,7 @@
 //! `backward` plays the rest over the graph's saved tensors, letting go of
 //! each (unless the graph is retained) where the program frees it.
 
+use super::placement::Placement;
 use crate::process::{AllocFailure, Process};
 use crate::runtime::ObjId;
 use crate::train::autograd::grad_of;
@@ -42,6 +43,8 @@ enum Slot {
 pub(super) struct Player<'p> {
     program: &'p Program,
     live: Vec<Option<Slot>>,
+    /// Where each tensor went.
+    pub placement: Placement,
     /// The graph holding the saved tensors and the batch (`backward`).
     graph: Option<ObjId>,
     /// The batch the graph saved: inputs, targets.
@@ -61,6 +64,7 @@ impl<'p> Player<'p> {
         Player {
             program,
             live: vec![None; program.allocs.len()],
+            placement: Placement::sized(program.allocs.len()),
             graph: None,
             batch: [None, None],
             retain: false,
@@ -79,14 +83,19 @@ impl<'p> Player<'p> {
 
     /// `backward` over a graph: `saved` holds its tensors by allocation.
     pub fn over_graph(
-        program: &'p Program,
+        (k, program): (&Process, &'p Program),
         graph: ObjId,
         saved: &[Option<ObjId>],
         batch: [Option<ObjId>; 2],
         retain: bool,
     ) -> Self {
+        let mut placement = Placement::sized(saved.len());
+        for (i, id) in saved.iter().enumerate() {
+            id.inspect(|&id| placement.place(i, k, id));
+        }
         Player {
             live: saved.iter().map(|s| s.map(Slot::Graph)).collect(),
+            placement,
             graph: Some(graph),
             batch,
             retain,
@@ -106,10 +115,12 @@ impl<'p> Player<'p> {
         target: &Target,
     ) -> Result<(), AllocFailure> {
         let program = self.program;
+        self.placement.place_params(k, target.params);
         // A gradient added into a `.grad` there dies once its product
         // (and that product's workspace) is done.
         let mut added: Option<ObjId> = None;
-        for op in &program.ops[ops] {
+        for position in ops {
+            let op = &program.ops[position];
             if !matches!(op, Op::Blas(..)) {
                 added.take().inspect(|&g| frame.drop(k, g));
             }
@@ -117,6 +128,7 @@ impl<'p> Player<'p> {
                 Op::Alloc(i) => {
                     let a = &program.allocs[i];
                     let id = alloc(k, frame, a, program.scope, target)?;
+                    self.placement.place(i, k, id);
                     match a.role {
                         Role::Grad(p) => added = into_grad(k, frame, target.params[p], id),
                         Role::Loss => self.loss = Some(id),
@@ -125,7 +137,8 @@ impl<'p> Player<'p> {
                 }
                 Op::Free(i) => self.free(k, frame, i),
                 Op::Blas(thread, gemm) => {
-                    blas.call(k, thread, gemm)?;
+                    let workspace = blas.call(k, thread, gemm)?;
+                    self.placement.place_workspace(position, workspace);
                     added.take().inspect(|&g| frame.drop(k, g));
                 }
                 Op::Rebind => {

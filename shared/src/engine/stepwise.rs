@@ -4,6 +4,7 @@
 //! `backward` plays the rest over that graph, as a training loop's step
 //! plays it whole. `opt.step()` and `zero_grad` are the same for every kind.
 
+use super::placement::Placement;
 use super::program::{Player, Target};
 use super::training::{check_attention, check_batch};
 use super::{check_name, error, Engine, Outcome};
@@ -181,15 +182,15 @@ impl Engine {
         let mut frame = PyFrame::default();
         let spec = &self.train.models[&s.model].spec;
         let arithmetic = self.program_arithmetic(spec, &program);
-        let loss = match self.forward_in(&mut frame, s, &program) {
-            Ok(loss) => loss,
+        let (loss, placement) = match self.forward_in(&mut frame, s, &program) {
+            Ok(made) => made,
             Err(f) => return Err(self.raise_in_frame(frame, &f)),
         };
         frame.finish(&mut self.process);
         self.process.bind_local(s.name, loss);
         let computed = arithmetic
             .is_ok()
-            .then(|| self.forward_arithmetic(s, &program))
+            .then(|| self.forward_arithmetic(s, &program, &placement))
             .flatten();
         let value = match (computed.as_ref().and_then(|c| c.values.loss), arithmetic) {
             (Some(v), _) => Ok(v),
@@ -206,14 +207,21 @@ impl Engine {
     }
 
     /// The forward pass's numbers on the next batch.
-    fn forward_arithmetic(&mut self, s: &Statement, program: &Program) -> Option<Computed> {
+    fn forward_arithmetic(
+        &mut self,
+        s: &Statement,
+        program: &Program,
+        placement: &Placement,
+    ) -> Option<Computed> {
         let spec = self.train.models[&s.model].spec;
         let mut computed = Computed {
             values: Values::default(),
             batch: self.next_batch(s.data, &spec, s.batch),
+            #[cfg(feature = "device-values")]
+            batch_at: placement.batch(),
         };
         let end = program.forward_end();
-        self.run_arithmetic(s.model, program, 0..end, &mut computed)?;
+        self.run_arithmetic((s.model, placement), program, 0..end, &mut computed)?;
         Some(computed)
     }
 
@@ -222,7 +230,7 @@ impl Engine {
         frame: &mut PyFrame,
         s: &Statement,
         program: &Program,
-    ) -> Result<ObjId, AllocFailure> {
+    ) -> Result<(ObjId, Placement), AllocFailure> {
         let spec = self.train.models[&s.model].spec;
         let (params, model) = self.model_target(s.model);
         let on_device = self.train.datasets[&s.data].on_device;
@@ -249,8 +257,12 @@ impl Engine {
         let end = program.forward_end();
         player.play(k, frame, &mut self.train.cublas, 0..end, &target)?;
         let loss = player.loss.expect("a forward pass makes its loss");
+        // Placed before the graph takes the batch: the next batch's rows.
+        let mut placement = std::mem::take(&mut player.placement);
+        placement.place_batch(self, (s.data, &spec), || [Some(x), Some(y)]);
+        let k = &mut self.process;
         if !s.grad {
-            return Ok(frame.take(loss));
+            return Ok((frame.take(loss), placement));
         }
         let graph = frame.instance(k, Class::Graph, &format!("{}.grad_fn", s.name));
         let (saved, batch) = player.save_into(k, frame, graph, [x, y]);
@@ -272,7 +284,7 @@ impl Engine {
             consumed: false,
         };
         self.train.graphs.insert(graph, state);
-        Ok(frame.take(loss))
+        Ok((frame.take(loss), placement))
     }
 
     /// The model's parameters and its name (the labels' prefix).
@@ -310,7 +322,8 @@ impl Engine {
             loss: "loss",
         };
         let ops = pg.program.forward_end()..pg.program.ops.len();
-        let mut player = Player::over_graph(&pg.program, graph, &pg.saved, pg.batch, retain);
+        let k = &self.process;
+        let mut player = Player::over_graph((k, &pg.program), graph, &pg.saved, pg.batch, retain);
         let played = player.play(
             &mut self.process,
             &mut frame,
@@ -318,6 +331,7 @@ impl Engine {
             ops,
             &target,
         );
+        let placement = player.placement;
         if let Err(f) = played {
             return Err(self.raise_in_frame(frame, &f));
         }
@@ -325,14 +339,14 @@ impl Engine {
         if !retain {
             self.release_saved(graph);
         }
-        self.backward_arithmetic(graph, retain);
+        self.backward_arithmetic(graph, retain, &placement);
         Ok(())
     }
 
     /// The rest of the program's arithmetic over what `forward` computed
     /// (a copy of it when the graph is retained): the gradients go into
     /// `.grad`.
-    fn backward_arithmetic(&mut self, graph: ObjId, retain: bool) {
+    fn backward_arithmetic(&mut self, graph: ObjId, retain: bool, placement: &Placement) {
         let Some(g) = self.train.graphs.get_mut(&graph) else {
             return;
         };
@@ -348,7 +362,7 @@ impl Engine {
         let program = std::mem::take(&mut pg.program);
         let rest = program.forward_end()..program.ops.len();
         if self
-            .run_arithmetic(model, &program, rest, &mut computed)
+            .run_arithmetic((model, placement), &program, rest, &mut computed)
             .is_some()
         {
             self.add_grads(model, &mut computed.values);

@@ -228,14 +228,18 @@ impl Engine {
             loss: "loss",
         };
         let blas = &mut self.train.cublas;
-        Player::in_loop(p).play(&mut self.process, frame, blas, 0..p.ops.len(), &target)?;
+        let mut player = Player::in_loop(p);
+        player.play(&mut self.process, frame, blas, 0..p.ops.len(), &target)?;
         if let Some(loss) = self.process.runtime.lookup("loss") {
             keep_history(&mut self.process, frame, a.loss_history, loss)?;
         }
+        let mut placement = player.placement;
+        let names = || ["x", "y"].map(|name| self.process.runtime.lookup(name));
+        placement.place_batch(self, (plan.data, &plan.spec), names);
         let step = (p, plan.micro_batch);
         Ok(plan
             .compute
-            .then(|| self.compute_step(plan.model, plan.data, step))
+            .then(|| self.compute_step((plan.model, &placement), plan.data, step))
             .flatten())
     }
 

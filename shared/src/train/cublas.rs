@@ -60,13 +60,14 @@ impl CublasWorkspaces {
 
     /// A matrix product on `thread` (its output already allocated): a
     /// workspace for the call, allocated and freed; or the thread's kept
-    /// workspaces, made at its first call.
+    /// workspaces, made at its first call. Returns the workspace the call
+    /// computes with (its address and size), if it has one.
     pub fn call(
         &mut self,
         k: &mut Process,
         thread: BlasThread,
         gemm: Gemm,
-    ) -> Result<(), AllocFailure> {
+    ) -> Result<Option<(u64, u64)>, AllocFailure> {
         let c = self.config;
         if c.per_call {
             let bytes = match gemm {
@@ -79,17 +80,25 @@ impl CublasWorkspaces {
                     Gemm::Lt => "cuBLASLt workspace (this call)",
                 };
                 let id = k.alloc_shaped(label, &[bytes], Dtype::Uint8, Category::Workspace)?;
+                let at = place(k, id, bytes);
                 k.drop_local(id);
+                return Ok(at);
             }
-            return Ok(());
+            return Ok(None);
         }
         // cuBLASLt's handle is the cuBLAS one: its first call sets the
         // handle's workspace too.
         self.keep(k, thread, Gemm::Cublas, c.cublas_bytes)?;
-        if gemm == Gemm::Lt && !c.lt_shares_cublas {
+        let own = gemm == Gemm::Lt && !c.lt_shares_cublas;
+        if own {
             self.keep(k, thread, Gemm::Lt, c.lt_bytes)?;
         }
-        Ok(())
+        let (library, bytes) = match own {
+            true => (Gemm::Lt, c.lt_bytes),
+            false => (Gemm::Cublas, c.cublas_bytes),
+        };
+        let kept = self.kept[library as usize][thread as usize];
+        Ok(kept.and_then(|id| place(k, id, bytes)))
     }
 
     /// The thread's kept workspace for `gemm`, made if it has none.
@@ -120,6 +129,18 @@ impl CublasWorkspaces {
     /// Whether any workspace is kept.
     pub fn any_kept(&self) -> bool {
         self.kept.iter().flatten().any(Option::is_some)
+    }
+}
+
+/// Where workspace `id` of `bytes` is, where a device can hold values
+/// (the page's engine records no place).
+fn place(k: &Process, id: ObjId, bytes: u64) -> Option<(u64, u64)> {
+    #[cfg(feature = "device-values")]
+    return k.address(id).map(|at| (at, bytes));
+    #[cfg(not(feature = "device-values"))]
+    {
+        let _ = (k, id, bytes);
+        None
     }
 }
 

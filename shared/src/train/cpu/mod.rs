@@ -66,6 +66,10 @@ pub struct Values {
 pub struct Computed {
     pub values: Values,
     pub batch: BatchValues,
+    /// Where the batch's inputs and targets live on a device that holds
+    /// values (none on a simulated GPU).
+    #[cfg(feature = "device-values")]
+    pub batch_at: [Option<u64>; 2],
 }
 
 /// A program whose arithmetic cannot run: an operand already freed, or
@@ -102,6 +106,11 @@ pub fn run(
 }
 
 impl Values {
+    /// Allocation `i`'s value, while it lives.
+    pub fn tensor(&self, i: usize) -> Option<&[f32]> {
+        self.tensors.get(i)?.as_deref()
+    }
+
     /// Stores allocation `i`'s value, rounded to its type; a loss is
     /// read, a parameter's gradient added into what it has (as `.grad`
     /// accumulates).
