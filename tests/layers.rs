@@ -264,3 +264,34 @@ fn a_cycle_is_found() {
     .collect();
     assert_eq!(find_cycle(&graph).map(|c| c.len()), Some(3));
 }
+
+/// A newcomer reads a file in one sitting: none of the crates' source files
+/// is over 600 lines, its inline `mod tests { … }` and test files aside.
+#[test]
+fn no_source_file_is_over_600_lines() {
+    let mut long = Vec::new();
+    for krate in ["shared", "server", "frontend"] {
+        let mut stack = vec![root().join(krate).join("src")];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).expect("source folder") {
+                let path = entry.expect("entry").path();
+                let name = path.file_name().unwrap().to_string_lossy().to_string();
+                if path.is_dir() {
+                    stack.push(path);
+                } else if name.ends_with(".rs") && !name.ends_with("tests.rs") {
+                    let text = std::fs::read_to_string(&path).expect("readable source");
+                    let code = text.split("#[cfg(test)]\nmod tests {").next().unwrap_or("");
+                    let lines = code.lines().count();
+                    if lines > 600 {
+                        long.push(format!("{}: {lines} lines", path.display()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "files too long to read in one sitting:\n{}",
+        long.join("\n")
+    );
+}

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc as tmpsc, watch};
-use vramlab_shared::command::{Command, CommandLine};
+use vramlab_shared::command::CommandLine;
 use vramlab_shared::device::{Device, QuotaDevice};
 use vramlab_shared::engine::{DeviceFactory, Progress};
 use vramlab_shared::framework::Settings;
@@ -286,7 +286,7 @@ impl Session {
         let s = session.clone();
         std::thread::Builder::new()
             .name(format!("session-{}", &session.id[..8]))
-            .spawn(move || run_engine(s, engine, rx))?;
+            .spawn(move || thread::run_engine(s, engine, rx))?;
         Ok(session)
     }
 
@@ -533,91 +533,9 @@ fn shutting_down() -> ConnectionError {
     )
 }
 
-/// Publishes what the engine holds now.
-fn publish(session: &Session, engine: &mut Engine, progress: Option<(u64, Progress)>) {
-    let snapshot = Arc::new(engine.snapshot(0));
-    let (peak_a, peak_r) = engine.take_sample_peaks();
-    let mut state = session.state();
-    let live = &mut state.live;
-    let since = live.events.back().map_or(0, |e| e.seq + 1);
-    live.events.extend(engine.events_since(since).cloned());
-    while live.events.len() > EVENT_HISTORY {
-        live.events.pop_front();
-    }
-    live.version += 1;
-    let version = live.version;
-    live.peaks.push_back((version, peak_a, peak_r));
-    while live.peaks.len() > PEAK_HISTORY {
-        live.peaks.pop_front();
-    }
-    live.snapshot = snapshot;
-    live.progress = progress;
-    drop(state);
-    session.live_tx.send_replace(version);
-}
-
-/// The session's thread: runs commands in order until the session ends.
-fn run_engine(session: Arc<Session>, mut engine: Engine, jobs: mpsc::Receiver<Job>) {
-    let interval = session.config.snapshot_interval;
-    while let Ok(job) = jobs.recv() {
-        let Job { id, line } = job;
-        if session.stop.load(Ordering::SeqCst) && session.state().jobs.is_none() {
-            // The session is ending: a command still queued is answered,
-            // not run (the channel closes once they are all taken).
-            let error = shutting_down();
-            session.broadcast(
-                wire(&ServerMessage::Error {
-                    id: Some(id),
-                    error,
-                }),
-                true,
-            );
-            session.state().queued -= 1;
-            continue;
-        }
-        session.stop.store(false, Ordering::SeqCst);
-        let started = Instant::now();
-        let hook_session = session.clone();
-        let mut last = Instant::now();
-        engine.set_progress_hook(Some(Box::new(move |e: &mut Engine, p: &Progress| {
-            if last.elapsed() >= interval || p.done == p.total {
-                publish(&hook_session, e, Some((id, p.clone())));
-                last = Instant::now();
-            }
-            !hook_session.stop.load(Ordering::SeqCst)
-        })));
-        let name = line.command.as_ref().map_or("?", Command::name);
-        let record = engine.run_parsed(&line);
-        engine.set_progress_hook(None);
-        Metrics::inc(&session.metrics.commands);
-        if !record.ok {
-            Metrics::inc(&session.metrics.command_errors);
-        }
-        tracing::info!(
-            session = %&session.id[..8],
-            cmd = %name,
-            ok = record.ok,
-            duration_us = started.elapsed().as_micros() as u64,
-            "command"
-        );
-        if let (Some(settings), Some(device)) = (&record.settings, &record.device) {
-            session.state().hello = (settings.clone(), device.clone());
-        }
-        publish(&session, &mut engine, None);
-        session.broadcast(
-            wire(&ServerMessage::Result {
-                id,
-                record: Box::new(record),
-            }),
-            true,
-        );
-        session.state().queued -= 1;
-    }
-    tracing::info!(session = %&session.id[..8], "session ended; its memory is released");
-}
-
 mod presenter;
 mod registry;
+mod thread;
 pub use registry::Sessions;
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! Settings, memory limits and OOM texts, each pinned by an exact value.
 
 use super::*;
+use crate::alloc::OutOfMemory;
 use crate::device::{SimDevice, SimDeviceConfig};
+use crate::types::Dtype;
 
 #[test]
 fn tf_reserve_follows_gpu_device_cc() {
