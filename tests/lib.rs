@@ -57,7 +57,7 @@ pub fn lesson_files() -> Vec<PathBuf> {
 /// `torch.cuda.memory._dump_snapshot()` writes it: an MLP of `layers`
 /// hidden layers trained with Adam for `steps` steps, every event kept.
 pub fn training_snapshot(layers: u32, steps: u32) -> Vec<u8> {
-    use vramlab_shared::memory_snapshot::{export, write_pickle};
+    use vramlab_shared::torch_snapshot::{export, write_pickle};
     let mut engine = vramlab_shared::Engine::new_simulated();
     engine.set_event_capacity(usize::MAX);
     for line in [

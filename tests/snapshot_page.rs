@@ -12,8 +12,8 @@ use chromiumoxide::cdp::browser_protocol::dom::SetFileInputFilesParams;
 use chromiumoxide::Page;
 use std::path::Path;
 use vramlab_shared::framework::RestartSettings;
-use vramlab_shared::memory_snapshot::replay::{replay_exact, replay_what_if, segments_at};
-use vramlab_shared::memory_snapshot::{self, MemorySnapshot};
+use vramlab_shared::torch_snapshot::replay::{replay_exact, replay_what_if, segments_at};
+use vramlab_shared::torch_snapshot::{self, MemorySnapshot};
 use vramlab_shared::units::format_size;
 use vramlab_tests::training_snapshot;
 
@@ -98,7 +98,7 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     let file = dir.join("training.pickle");
     let bytes = training_snapshot(48, 34);
     std::fs::write(&file, &bytes).unwrap();
-    let native = memory_snapshot::read(&bytes).unwrap();
+    let native = torch_snapshot::read(&bytes).unwrap();
     let events = native.device_traces[0].len();
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
@@ -212,7 +212,7 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     assert_eq!(marks.as_u64().unwrap() as usize, native_small.ooms.len());
 
     // The what-if saved as a snapshot: its own out-of-memory errors.
-    let saved = memory_snapshot::read(&saved_by(&page, "btn-export-what-if").await).unwrap();
+    let saved = torch_snapshot::read(&saved_by(&page, "btn-export-what-if").await).unwrap();
     assert!(
         saved
             .allocator_settings
@@ -222,7 +222,7 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     );
     let ooms = saved.device_traces[0]
         .iter()
-        .filter(|e| e.action == memory_snapshot::Action::Oom)
+        .filter(|e| e.action == torch_snapshot::Action::Oom)
         .count();
     assert_eq!(ooms, native_small.ooms.len());
 
@@ -271,10 +271,10 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
         "document.getElementById('last-step').textContent === '2'",
     )
     .await;
-    let session = memory_snapshot::read(&saved_by(&page, "btn-export").await).unwrap();
+    let session = torch_snapshot::read(&saved_by(&page, "btn-export").await).unwrap();
     let allocs = session.device_traces[0]
         .iter()
-        .filter(|e| e.action == memory_snapshot::Action::Alloc)
+        .filter(|e| e.action == torch_snapshot::Action::Alloc)
         .count();
     assert_eq!(allocs, 3);
     assert_eq!(replay_exact(&session, 0).unwrap().exact, Some(true));

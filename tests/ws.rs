@@ -796,8 +796,8 @@ async fn a_sessions_budget_is_shared_and_its_watchers_bounded() {
 /// segments now and its trace since the restart, which replays exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exported_session_is_a_snapshot_that_replays_exactly() {
-    use vramlab_shared::memory_snapshot::replay::replay_exact;
-    use vramlab_shared::memory_snapshot::{self, Action, MemorySnapshot};
+    use vramlab_shared::torch_snapshot::replay::replay_exact;
+    use vramlab_shared::torch_snapshot::{self, Action, MemorySnapshot};
     let addr = start(options()).await;
     let mut c = Client::connect(&addr, "").await;
     let commands = [
@@ -813,7 +813,7 @@ async fn an_exported_session_is_a_snapshot_that_replays_exactly() {
     }
     c.send(json!({"type":"export_snapshot"})).await;
     let m = c.recv_type("memory_snapshot").await;
-    let exported: MemorySnapshot = memory_snapshot::from_json(m["snapshot"].clone()).unwrap();
+    let exported: MemorySnapshot = torch_snapshot::from_json(m["snapshot"].clone()).unwrap();
     // After the restart: a 20 MiB segment for a, one of its own for b; c
     // takes the block a left in the cache.
     let actions: Vec<&str> = exported.device_traces[0]

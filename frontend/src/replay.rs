@@ -7,12 +7,12 @@ use crate::files;
 use leptos::prelude::*;
 use std::sync::Arc;
 use vramlab_shared::framework::RestartSettings;
-use vramlab_shared::memory_snapshot::replay::{
+use vramlab_shared::snapshot::SegmentSnapshot;
+use vramlab_shared::torch_snapshot::replay::{
     busiest_device, export_what_if, replay_exact, replay_what_if, segments_at, thin, ReplayRun,
     TimelinePoint,
 };
-use vramlab_shared::memory_snapshot::{self, Action, MemorySnapshot};
-use vramlab_shared::snapshot::SegmentSnapshot;
+use vramlab_shared::torch_snapshot::{self, Action, MemorySnapshot};
 
 /// A file read and replayed under its recorded settings.
 pub struct Opened {
@@ -32,7 +32,7 @@ pub struct Opened {
 }
 
 impl Opened {
-    pub fn trace(&self) -> &[memory_snapshot::TraceEntry] {
+    pub fn trace(&self) -> &[torch_snapshot::TraceEntry] {
         &self.snapshot.device_traces[self.device]
     }
 }
@@ -130,7 +130,7 @@ impl Replays {
                 let name = format!("{stem}-what-if.pickle");
                 files::download(
                     &name,
-                    &memory_snapshot::write_pickle(&s),
+                    &torch_snapshot::write_pickle(&s),
                     "application/octet-stream",
                 )
             });
@@ -152,7 +152,7 @@ impl Replays {
 }
 
 fn load(name: String, bytes: &[u8]) -> Result<Opened, String> {
-    let snapshot = memory_snapshot::read(bytes).map_err(|e| e.0)?;
+    let snapshot = torch_snapshot::read(bytes).map_err(|e| e.0)?;
     let device = busiest_device(&snapshot);
     if snapshot.device_traces.get(device).is_none_or(Vec::is_empty) {
         return Err(format!(

@@ -12,12 +12,12 @@ use vramlab_shared::command::{parse_line, Command, CommandLine, RestartSettings}
 use vramlab_shared::framework::oom_exception;
 use vramlab_shared::lesson::check_step;
 use vramlab_shared::lesson::predict::{self, Direction, Number};
-use vramlab_shared::memory_snapshot::{self, MemorySnapshot};
 use vramlab_shared::protocol::local;
 use vramlab_shared::protocol::{
     ClientMessage, ConnectionErrorKind, Hello, Role, ServerMessage, StepRecord,
 };
 use vramlab_shared::snapshot::{apply, Event, Snapshot, Stats};
+use vramlab_shared::torch_snapshot::{self, MemorySnapshot};
 use vramlab_shared::types::Framework;
 use vramlab_shared::ErrorKind;
 use vramlab_shared::{explain, python};
@@ -207,7 +207,7 @@ impl App {
 
     fn on_export(&self, snapshot: &MemorySnapshot) {
         let name = "vramlab-session.pickle";
-        let bytes = memory_snapshot::write_pickle(snapshot);
+        let bytes = torch_snapshot::write_pickle(snapshot);
         match self.export_to.get_untracked() {
             Some(ExportTo::Panel) => self.replays.open(name.into(), &bytes),
             Some(ExportTo::Download) => {

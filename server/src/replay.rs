@@ -6,11 +6,11 @@ use crate::cli::ReplayArgs;
 use std::io::Write;
 use std::process::ExitCode;
 use vramlab_shared::framework::RestartSettings;
-use vramlab_shared::memory_snapshot::replay::{
+use vramlab_shared::torch_snapshot::replay::{
     busiest_device, export_what_if, replay_exact, replay_what_if, ReplayRun,
 };
-use vramlab_shared::memory_snapshot::what_if::parse_what_if;
-use vramlab_shared::memory_snapshot::{self, MemorySnapshot};
+use vramlab_shared::torch_snapshot::what_if::parse_what_if;
+use vramlab_shared::torch_snapshot::{self, MemorySnapshot};
 use vramlab_shared::units::format_size;
 
 /// Replays the file; exit status 1 when the exact replay differs from the
@@ -18,7 +18,7 @@ use vramlab_shared::units::format_size;
 pub fn replay_file(args: &ReplayArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
     let bytes = std::fs::read(&args.file)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.file.display()))?;
-    let snapshot = memory_snapshot::read(&bytes)?;
+    let snapshot = torch_snapshot::read(&bytes)?;
     let device = args
         .cuda_device
         .unwrap_or_else(|| busiest_device(&snapshot));
@@ -57,7 +57,7 @@ pub fn write_snapshot_file(
     let bytes = if path.extension().is_some_and(|e| e == "json") {
         serde_json::to_vec(snapshot)?
     } else {
-        memory_snapshot::write_pickle(snapshot)
+        torch_snapshot::write_pickle(snapshot)
     };
     std::fs::write(path, bytes)
         .map_err(|e| anyhow::anyhow!("cannot write the snapshot to {}: {e}", path.display()))
@@ -86,7 +86,7 @@ fn write_summary(
     out: &mut impl Write,
     snapshot: &MemorySnapshot,
     device: usize,
-    exact: &Result<ReplayRun, memory_snapshot::SnapshotError>,
+    exact: &Result<ReplayRun, torch_snapshot::SnapshotError>,
     runs: &[(String, ReplayRun)],
 ) -> anyhow::Result<()> {
     let events = snapshot.device_traces.get(device).map_or(0, Vec::len);
@@ -151,7 +151,7 @@ fn write_json(
     out: &mut impl Write,
     snapshot: &MemorySnapshot,
     device: usize,
-    exact: &Result<ReplayRun, memory_snapshot::SnapshotError>,
+    exact: &Result<ReplayRun, torch_snapshot::SnapshotError>,
     runs: &[(String, ReplayRun)],
 ) -> anyhow::Result<()> {
     let trace = snapshot

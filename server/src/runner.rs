@@ -6,7 +6,7 @@ use crate::backend::Backend;
 use std::io::{BufRead, Write};
 use vramlab_shared::command::parse_line;
 use vramlab_shared::lesson::check_step;
-use vramlab_shared::memory_snapshot;
+use vramlab_shared::torch_snapshot;
 
 /// What a run found.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -73,7 +73,7 @@ fn export(
     snapshot: &vramlab_shared::snapshot::Snapshot,
     path: &std::path::Path,
 ) -> anyhow::Result<()> {
-    crate::replay::write_snapshot_file(&memory_snapshot::export::from_session(snapshot), path)
+    crate::replay::write_snapshot_file(&torch_snapshot::export::from_session(snapshot), path)
 }
 
 #[cfg(test)]

@@ -16,12 +16,12 @@ use axum::response::{IntoResponse, Response};
 use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
 use std::sync::Arc;
-use vramlab_shared::memory_snapshot::export;
 use vramlab_shared::protocol::{
     local::event_batch, parse_client_message, ClientMessage, ConnectionError, ConnectionErrorKind,
     Role, ServerMessage, SNAPSHOT_EVENTS,
 };
 use vramlab_shared::snapshot::{diff, Snapshot};
+use vramlab_shared::torch_snapshot::export;
 
 #[derive(Debug, Default, Deserialize)]
 pub struct WsQuery {

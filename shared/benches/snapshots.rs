@@ -10,8 +10,8 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use vramlab_shared::alloc::caching::{CachingAllocator, CachingConfig};
 use vramlab_shared::alloc::{Allocator, TraceAction};
 use vramlab_shared::device::{SimDevice, SimDeviceConfig};
-use vramlab_shared::memory_snapshot::replay::replay_exact;
-use vramlab_shared::memory_snapshot::{self, Action, Frame, MemorySnapshot, Segment, TraceEntry};
+use vramlab_shared::torch_snapshot::replay::replay_exact;
+use vramlab_shared::torch_snapshot::{self, Action, Frame, MemorySnapshot, Segment, TraceEntry};
 
 const EVENTS: usize = 40_000;
 
@@ -80,12 +80,12 @@ fn recording() -> MemorySnapshot {
 }
 
 fn bench(c: &mut Criterion) {
-    let bytes = memory_snapshot::write_pickle(&recording());
+    let bytes = torch_snapshot::write_pickle(&recording());
     eprintln!("snapshot: {} bytes", bytes.len());
     c.bench_function("read a 40,000-event snapshot", |b| {
-        b.iter(|| memory_snapshot::read(&bytes).unwrap())
+        b.iter(|| torch_snapshot::read(&bytes).unwrap())
     });
-    let snapshot = memory_snapshot::read(&bytes).unwrap();
+    let snapshot = torch_snapshot::read(&bytes).unwrap();
     let run = replay_exact(&snapshot, 0).unwrap();
     assert_eq!(run.exact, Some(true), "{:?}", run.first_difference);
     c.bench_function("replay 40,000 events", |b| {

@@ -12,6 +12,9 @@
 //! - [`stats`]: the numbers every result carries and the event log's entries.
 //! - [`process`]: one process: device + allocator + runtime + event log.
 //! - [`snapshot`]: the segment map and live objects, captured from a process.
+//! - [`torch_snapshot`]: the memory snapshots PyTorch records
+//!   (`torch.cuda.memory._dump_snapshot`): read, replayed exactly, what-if,
+//!   and a session written as one.
 //! - [`train`]: models, optimizers, data and the allocations of a training step.
 //! - [`command`]: the commands, their arguments, and `parse_line`.
 //! - [`engine`]: carries out commands on a process.
@@ -38,13 +41,13 @@ pub mod framework;
 pub mod gpu;
 pub mod input;
 pub mod lesson;
-pub mod memory_snapshot;
 pub mod process;
 pub mod protocol;
 pub mod python;
 pub mod runtime;
 pub mod snapshot;
 pub mod stats;
+pub mod torch_snapshot;
 pub mod train;
 pub mod types;
 pub mod units;

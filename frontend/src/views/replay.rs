@@ -10,9 +10,9 @@ use crate::state::App;
 use leptos::prelude::*;
 use vramlab_shared::framework::RestartSettings;
 use vramlab_shared::gpu::GpuModel;
-use vramlab_shared::memory_snapshot::replay::ReplayRun;
-use vramlab_shared::memory_snapshot::what_if::describe_what_if;
-use vramlab_shared::memory_snapshot::MAX_FILE_BYTES;
+use vramlab_shared::torch_snapshot::replay::ReplayRun;
+use vramlab_shared::torch_snapshot::what_if::describe_what_if;
+use vramlab_shared::torch_snapshot::MAX_FILE_BYTES;
 use vramlab_shared::units::{format_size, MIB};
 
 /// Reads the file and opens it in the panel.

@@ -4,8 +4,8 @@
 
 use crate::replay::Replays;
 use leptos::prelude::*;
-use vramlab_shared::memory_snapshot::replay::TimelinePoint;
-use vramlab_shared::memory_snapshot::Action;
+use vramlab_shared::torch_snapshot::replay::TimelinePoint;
+use vramlab_shared::torch_snapshot::Action;
 use vramlab_shared::units::{format_size, GIB};
 
 const W: f64 = 800.0;

@@ -7,8 +7,8 @@ use crate::clock::now_ms;
 use crate::replay::{Replays, Shown};
 use leptos::html;
 use leptos::prelude::*;
-use vramlab_shared::memory_snapshot::format::user_frame;
-use vramlab_shared::memory_snapshot::TraceEntry;
+use vramlab_shared::torch_snapshot::format::user_frame;
+use vramlab_shared::torch_snapshot::TraceEntry;
 use vramlab_shared::units::format_size;
 
 /// Events listed around the selected one.

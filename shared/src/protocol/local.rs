@@ -13,8 +13,8 @@ use super::{
 };
 use crate::command::CommandLine;
 use crate::engine::{Engine, Progress};
-use crate::memory_snapshot::export;
 use crate::snapshot::{diff, Event, Snapshot};
+use crate::torch_snapshot::export;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// The backend a local session names in its hello.

@@ -5,7 +5,7 @@
 
 use super::{ClientMessage, Hello, ServerMessage, StepRecord};
 use crate::fields::Fields;
-use crate::memory_snapshot;
+use crate::torch_snapshot;
 use serde::de::{Deserializer, Error as _};
 use serde::Deserialize;
 use serde_json::{Error, Map};
@@ -150,7 +150,7 @@ fn read(mut f: Fields, kind: &str) -> Result<ServerMessage, Error> {
         },
         "memory_snapshot" => M::MemorySnapshot {
             snapshot: Box::new(
-                memory_snapshot::from_json(f.take("snapshot")?).map_err(Error::custom)?,
+                torch_snapshot::from_json(f.take("snapshot")?).map_err(Error::custom)?,
             ),
         },
         "delta" => M::Delta(f.rest()?),
@@ -176,8 +176,8 @@ fn read(mut f: Fields, kind: &str) -> Result<ServerMessage, Error> {
 mod tests {
     use super::super::*;
     use super::{CLIENT_TYPES, TYPES};
-    use crate::memory_snapshot::export;
     use crate::snapshot::delta;
+    use crate::torch_snapshot::export;
 
     /// One message of every type, as a session sends them.
     fn messages() -> Vec<ServerMessage> {

@@ -2,8 +2,8 @@
 
 use super::{Process, Replay};
 use crate::alloc::AllocError;
-use crate::memory_snapshot::initial::InitialState;
-use crate::memory_snapshot::SnapshotError;
+use crate::torch_snapshot::initial::InitialState;
+use crate::torch_snapshot::SnapshotError;
 
 impl Replay<'_> {
     /// Rebuilds the state at the first event.

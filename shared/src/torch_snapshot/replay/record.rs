@@ -7,10 +7,10 @@
 use super::{what_if_settings, Replay};
 use crate::alloc::{SegmentView, TraceAction, TraceEvent};
 use crate::framework::{RestartSettings, Settings};
-use crate::memory_snapshot::format::{
+use crate::torch_snapshot::format::{
     Action, AllocatorSettings, Frame, MemorySnapshot, Segment, TraceEntry,
 };
-use crate::memory_snapshot::SnapshotError;
+use crate::torch_snapshot::SnapshotError;
 use std::collections::HashMap;
 
 /// Replays `device`'s trace under `what_if` and writes that run as a

@@ -5,7 +5,7 @@ use crate::alloc::expandable::ExpandableAllocator;
 use crate::alloc::{AllocError, Allocator, BlockId};
 use crate::device::{Device, SimDevice};
 use crate::framework::{make_allocator, Settings};
-use crate::memory_snapshot::format::TraceEntry;
+use crate::torch_snapshot::format::TraceEntry;
 
 pub(super) enum Process {
     /// The caching allocator: seeded exactly, per-stream pools.
