@@ -1,26 +1,22 @@
 //! The playground's state: what the server said, what the user did, and
-//! what the views draw. Every incoming message goes through [`App::handle`].
+//! what the views draw. Every incoming message goes through [`App::handle`],
+//! which routes it; each concern is a module of its own: a command's result
+//! (`result`), the lesson being played (`lesson`), a session moved from the
+//! page to the server (`moving`), the session exported as a snapshot
+//! (`export`).
 
-use crate::files;
 use crate::history::{self, Point};
-use crate::lessons::LESSONS;
 use crate::replay::Replays;
 use crate::socket;
 use leptos::prelude::*;
 use std::collections::{HashMap, VecDeque};
-use vramlab_shared::command::{parse_line, Command, CommandLine, RestartSettings};
-use vramlab_shared::framework::oom_exception;
-use vramlab_shared::lesson::check_step;
-use vramlab_shared::lesson::predict::{self, Direction, Number};
+use vramlab_shared::command::{Command, CommandLine};
+use vramlab_shared::lesson::predict::Number;
 use vramlab_shared::protocol::local;
-use vramlab_shared::protocol::{
-    ClientMessage, ConnectionErrorKind, Hello, Role, ServerMessage, StepRecord,
-};
+use vramlab_shared::protocol::{ClientMessage, ConnectionErrorKind, Hello, Role, ServerMessage};
+use vramlab_shared::python;
 use vramlab_shared::snapshot::{apply, Event, Snapshot, Stats};
-use vramlab_shared::torch_snapshot::{self, MemorySnapshot};
 use vramlab_shared::types::Framework;
-use vramlab_shared::ErrorKind;
-use vramlab_shared::{explain, python};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Status {
@@ -62,42 +58,7 @@ impl Explanation {
     }
 }
 
-/// A lesson being played.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LessonRun {
-    pub index: usize,
-    pub step: usize,
-    /// The outcome of the last checked step: passed, and the words.
-    pub outcome: Option<(bool, String)>,
-    /// The learner's prediction for the step about to run.
-    pub guess: Option<Direction>,
-    /// How the last prediction went: right, and the words.
-    pub guessed: Option<(bool, String)>,
-}
-
-impl LessonRun {
-    /// Step `step` of lesson `index`, nothing checked or guessed yet.
-    pub fn at(index: usize, step: usize) -> Self {
-        LessonRun {
-            index,
-            step,
-            outcome: None,
-            guess: None,
-            guessed: None,
-        }
-    }
-}
-
-/// Where an exported session goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ExportTo {
-    /// Opened in the snapshot panel.
-    Panel,
-    /// Saved as a pickle.
-    Download,
-}
-
-struct Pending {
+pub(crate) struct Pending {
     command: Command,
     before: Stats,
 }
@@ -199,27 +160,6 @@ impl App {
         }
     }
 
-    /// Asks the server for this session as a memory snapshot.
-    pub fn export(&self, to: ExportTo) {
-        self.export_to.set(Some(to));
-        socket::send(&ClientMessage::ExportSnapshot {});
-    }
-
-    fn on_export(&self, snapshot: &MemorySnapshot) {
-        let name = "vramlab-session.pickle";
-        let bytes = torch_snapshot::write_pickle(snapshot);
-        match self.export_to.get_untracked() {
-            Some(ExportTo::Panel) => self.replays.open(name.into(), &bytes),
-            Some(ExportTo::Download) => {
-                if let Err(why) = files::download(name, &bytes, "application/octet-stream") {
-                    self.banner.set(Some(why));
-                }
-            }
-            None => {}
-        }
-        self.export_to.set(None);
-    }
-
     pub fn framework(&self) -> Framework {
         self.hello
             .with_untracked(|h| h.as_ref().map(|h| h.framework))
@@ -281,52 +221,6 @@ impl App {
     /// The commands sent and not yet answered.
     pub fn pending_ids(&self) -> Vec<u64> {
         self.pending.with_untracked(|p| p.keys().copied().collect())
-    }
-
-    /// On the server's hello: replays the lines a move brought, if any.
-    fn start_move(&self) -> bool {
-        let left: VecDeque<CommandLine> = crate::moving::take().into();
-        if left.is_empty() {
-            return false;
-        }
-        let total = left.len();
-        self.moving.set(crate::moving::Move {
-            left,
-            total,
-            in_flight: None,
-        });
-        self.send_moved_line();
-        true
-    }
-
-    fn send_moved_line(&self) {
-        let Some(line) = self.moving.try_update(|m| m.left.pop_front()).flatten() else {
-            return;
-        };
-        let id = self.submit_quietly(line);
-        self.moving.update(|m| m.in_flight = id);
-        self.banner
-            .set(Some(self.moving.with_untracked(|m| m.words())));
-        if id.is_none() {
-            // A line that is not a command: nothing to wait for.
-            self.after_moved_line();
-        }
-    }
-
-    /// The next line after the server's pace allows (its commands a second).
-    fn after_moved_line(&self) {
-        self.moving.update(|m| m.in_flight = None);
-        self.banner
-            .set(Some(self.moving.with_untracked(|m| m.words())));
-        if self.moving.with_untracked(|m| m.left.is_empty()) {
-            return;
-        }
-        let app = *self;
-        let wait = self.play.min_ms.get_untracked();
-        set_timeout(
-            move || app.send_moved_line(),
-            std::time::Duration::from_millis(wait),
-        );
     }
 
     fn push_events(&self, events: &[Event]) {
@@ -411,176 +305,11 @@ impl App {
             ServerMessage::Pong { .. } => {}
         }
     }
-
-    fn on_result(&self, id: u64, record: StepRecord) {
-        self.progress.set(None);
-        // The result's stats are the state after the command; the segment
-        // map and the tables follow with the next delta.
-        self.stats.set(Some(record.stats.clone()));
-        self.last_step.set(Some(record.step));
-        self.results.update(|n| *n += 1);
-        let pending = self.pending.try_update(|p| p.remove(&id)).flatten();
-        self.cell.on_result(id, &record);
-        self.play.on_result(id, &record);
-        let label = record
-            .cmd
-            .get("cmd")
-            .and_then(serde_json::Value::as_str)
-            .map(str::to_string);
-        let restart = record.settings.is_some();
-        let point = Point::new(
-            &record.stats,
-            record.stats.step_peak_allocated_bytes,
-            label.map(|l| (record.step, l)),
-        );
-        self.history
-            .update(|h| history::push_result(h, point, restart));
-        self.follow_restart(&record);
-        if let Some(p) = &pending {
-            let why = match &record.error {
-                Some(e) => e.message.clone(),
-                None => record.note.clone().unwrap_or_default(),
-            };
-            self.explanation.set(Some(Explanation {
-                moved: explain::moved(&p.before, &record.stats),
-                why,
-                link: {
-                    let (title, url) = explain::fact_link(&p.command, self.framework());
-                    (title.into(), url.into())
-                },
-                ok: record.ok,
-            }));
-            self.moved.set(
-                [Number::Allocated, Number::Reserved, Number::NvidiaSmi]
-                    .into_iter()
-                    .filter(|n| n.of(&p.before) != n.of(&record.stats))
-                    .collect(),
-            );
-            self.check_lesson(p, &record);
-        }
-        match &record.error {
-            Some(e) if e.kind == ErrorKind::OutOfMemory => {
-                let exception = oom_exception(self.framework());
-                self.banner.set(Some(format!("{exception}: {}", e.message)));
-            }
-            Some(e) => self.banner.set(Some(e.message.clone())),
-            None => self.banner.set(None),
-        }
-        if self.moving.with_untracked(|m| m.in_flight == Some(id)) {
-            self.after_moved_line();
-        }
-    }
-
-    /// A restart may change the framework and settings: the hello came
-    /// before it, so take what the result says (owners and watchers alike).
-    fn follow_restart(&self, record: &StepRecord) {
-        let Some(settings) = &record.settings else {
-            return;
-        };
-        self.hello.update(|h| {
-            if let Some(h) = h {
-                h.framework = settings.framework;
-                h.settings = settings.clone();
-                if let Some(device) = &record.device {
-                    h.device = device.clone();
-                }
-            }
-        });
-        self.save_url();
-    }
-
-    /// The step the lesson being played is at (0 with none).
-    fn lesson_step(&self) -> usize {
-        self.lesson
-            .with_untracked(|l| l.as_ref().map_or(0, |l| l.step))
-    }
-
-    /// A link to step N of a lesson (or a kernel that lost its state while
-    /// the lesson was at step N): the steps before it run again, from the
-    /// lesson's own restart, so the kernel is where the step expects it.
-    fn catch_up_lesson(&self) {
-        let Some(run) = self.lesson.get_untracked() else {
-            return;
-        };
-        self.lesson.set(Some(LessonRun::at(run.index, 0)));
-        for step in 0..run.step {
-            if let Some(line) = Self::lesson_line(run.index, step) {
-                self.submit(line);
-            }
-        }
-    }
-
-    /// `?framework=` in the link: a kernel of that framework.
-    fn apply_wanted_framework(&self) {
-        if let Some(f) = self.wanted_framework.get_untracked() {
-            if f != self.framework() {
-                self.run(Command::Restart(RestartSettings {
-                    framework: Some(f),
-                    ..Default::default()
-                }));
-            }
-        }
-    }
-
-    /// A lesson step's line, annotations split off.
-    pub fn lesson_line(index: usize, step: usize) -> Option<CommandLine> {
-        let line = LESSONS.get(index)?.lines().get(step).copied()?;
-        Some(parse_line(line))
-    }
-
-    fn check_lesson(&self, sent: &Pending, record: &StepRecord) {
-        let Some(run) = self.lesson.get_untracked() else {
-            return;
-        };
-        let Some(parsed) = Self::lesson_line(run.index, run.step) else {
-            return;
-        };
-        if parsed.command.as_ref() != Ok(&sent.command) {
-            // A restart the lesson did not ask for empties the kernel the
-            // lesson stands on: it starts again from its first step.
-            if matches!(sent.command, Command::Restart(_)) && run.step > 0 {
-                self.lesson.set(Some(LessonRun {
-                    outcome: Some((
-                        false,
-                        "The kernel restarted: the lesson starts again from its first step.".into(),
-                    )),
-                    ..LessonRun::at(run.index, 0)
-                }));
-                self.save_url();
-            }
-            return;
-        }
-        let expect = parsed.annotations.expect.unwrap_or_default();
-        let guessed = run.guess.and_then(|guess| {
-            let number = predict::number_to_predict(&expect, &sent.before)?;
-            Some(predict::verdict(number, guess, &sent.before, &record.stats))
-        });
-        let mismatches = check_step(&expect.into_iter().collect(), record);
-        // A step with no words of its own says what the engine said.
-        let why = parsed
-            .annotations
-            .why
-            .or_else(|| record.note.clone())
-            .unwrap_or_default();
-        let outcome = if mismatches.is_empty() {
-            (true, why)
-        } else {
-            let what: Vec<String> = mismatches
-                .iter()
-                .map(|m| {
-                    format!(
-                        "{} was {} (the lesson expects {})",
-                        m.key, m.actual, m.expected
-                    )
-                })
-                .collect();
-            (false, format!("{} {why}", what.join("; ")))
-        };
-        self.lesson.set(Some(LessonRun {
-            outcome: Some(outcome),
-            guessed,
-            ..LessonRun::at(run.index, run.step + 1)
-        }));
-        self.save_url();
-    }
 }
+
+mod export;
+mod lesson;
+mod moving;
+mod result;
+pub use export::ExportTo;
+pub use lesson::LessonRun;

@@ -1,0 +1,91 @@
+//! A command's result: the numbers, the timeline's point, the explanation
+//! of what moved and why, the lesson's check, the banner (an out-of-memory
+//! named by the framework's exception class).
+
+use super::{history, App, Explanation};
+use history::Point;
+use leptos::prelude::*;
+use vramlab_shared::explain;
+use vramlab_shared::framework::oom_exception;
+use vramlab_shared::lesson::predict::Number;
+use vramlab_shared::protocol::StepRecord;
+use vramlab_shared::ErrorKind;
+
+impl App {
+    pub(super) fn on_result(&self, id: u64, record: StepRecord) {
+        self.progress.set(None);
+        // The result's stats are the state after the command; the segment
+        // map and the tables follow with the next delta.
+        self.stats.set(Some(record.stats.clone()));
+        self.last_step.set(Some(record.step));
+        self.results.update(|n| *n += 1);
+        let pending = self.pending.try_update(|p| p.remove(&id)).flatten();
+        self.cell.on_result(id, &record);
+        self.play.on_result(id, &record);
+        let label = record
+            .cmd
+            .get("cmd")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_string);
+        let restart = record.settings.is_some();
+        let point = Point::new(
+            &record.stats,
+            record.stats.step_peak_allocated_bytes,
+            label.map(|l| (record.step, l)),
+        );
+        self.history
+            .update(|h| history::push_result(h, point, restart));
+        self.follow_restart(&record);
+        if let Some(p) = &pending {
+            let why = match &record.error {
+                Some(e) => e.message.clone(),
+                None => record.note.clone().unwrap_or_default(),
+            };
+            self.explanation.set(Some(Explanation {
+                moved: explain::moved(&p.before, &record.stats),
+                why,
+                link: {
+                    let (title, url) = explain::fact_link(&p.command, self.framework());
+                    (title.into(), url.into())
+                },
+                ok: record.ok,
+            }));
+            self.moved.set(
+                [Number::Allocated, Number::Reserved, Number::NvidiaSmi]
+                    .into_iter()
+                    .filter(|n| n.of(&p.before) != n.of(&record.stats))
+                    .collect(),
+            );
+            self.check_lesson(p, &record);
+        }
+        match &record.error {
+            Some(e) if e.kind == ErrorKind::OutOfMemory => {
+                let exception = oom_exception(self.framework());
+                self.banner.set(Some(format!("{exception}: {}", e.message)));
+            }
+            Some(e) => self.banner.set(Some(e.message.clone())),
+            None => self.banner.set(None),
+        }
+        if self.moving.with_untracked(|m| m.in_flight == Some(id)) {
+            self.after_moved_line();
+        }
+    }
+
+    /// A restart may change the framework and settings: the hello came
+    /// before it, so take what the result says (owners and watchers alike).
+    pub(super) fn follow_restart(&self, record: &StepRecord) {
+        let Some(settings) = &record.settings else {
+            return;
+        };
+        self.hello.update(|h| {
+            if let Some(h) = h {
+                h.framework = settings.framework;
+                h.settings = settings.clone();
+                if let Some(device) = &record.device {
+                    h.device = device.clone();
+                }
+            }
+        });
+        self.save_url();
+    }
+}
