@@ -6,6 +6,7 @@
 //! implements the same [`Device`] trait, so both run the same allocator code.
 
 use crate::error::DeviceError;
+use crate::error::Invalid;
 use crate::units::{round_up, GIB, MIB};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -131,19 +132,19 @@ impl Default for SimDeviceConfig {
 
 impl SimDeviceConfig {
     /// Checks that the context and the other processes fit on the device.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Invalid> {
         if self.total_bytes == 0 {
             return Err("device_total_bytes must be greater than 0".into());
         }
         let fixed = self.context_bytes.checked_add(self.other_processes_bytes);
         match fixed {
             Some(fixed) if fixed <= self.total_bytes => Ok(()),
-            _ => Err(format!(
+            _ => Err(Invalid(format!(
                 "the CUDA context ({}) and other processes ({}) do not fit on a device of {}",
                 crate::units::format_size(self.context_bytes),
                 crate::units::format_size(self.other_processes_bytes),
                 crate::units::format_size(self.total_bytes),
-            )),
+            ))),
         }
     }
 }
@@ -372,6 +373,6 @@ mod tests {
             other_processes_bytes: 0,
             ..Default::default()
         };
-        assert!(bad.validate().unwrap_err().contains("do not fit"));
+        assert!(bad.validate().unwrap_err().0.contains("do not fit"));
     }
 }

@@ -61,6 +61,47 @@ impl fmt::Display for CommandError {
 
 impl std::error::Error for CommandError {}
 
+/// A value out of range (a size, a shape, a setting, a field's text), in
+/// words a user understands; a command refused for it ends in
+/// [`ErrorKind::InvalidValue`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invalid(pub String);
+
+impl fmt::Display for Invalid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for Invalid {
+    fn from(message: &str) -> Self {
+        Invalid(message.into())
+    }
+}
+
+impl From<Invalid> for CommandError {
+    fn from(e: Invalid) -> Self {
+        CommandError::new(ErrorKind::InvalidValue, e.0)
+    }
+}
+
+/// An invariant of the engine's state that does not hold (checked after
+/// every command in debug builds): a fault of vramlab, named.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Broken(pub String);
+
+impl fmt::Display for Broken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for Broken {
+    fn from(message: &str) -> Self {
+        Broken(message.into())
+    }
+}
+
 /// What a device call can end in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DeviceError {

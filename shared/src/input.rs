@@ -2,24 +2,25 @@
 //! refused with the reason, before anything is sent: a field never falls
 //! back to a default or silently drops what it cannot read.
 
+use crate::error::Invalid;
 use crate::units::MIB;
 use std::ops::RangeInclusive;
 
 /// A whole number in `range`; `what` names the field in the message.
-pub fn whole(text: &str, what: &str, range: RangeInclusive<u64>) -> Result<u64, String> {
+pub fn whole(text: &str, what: &str, range: RangeInclusive<u64>) -> Result<u64, Invalid> {
     let text = text.trim();
     if text.is_empty() {
-        return Err(format!("{what}: type a whole number"));
+        return Err(Invalid(format!("{what}: type a whole number")));
     }
     let n: u64 = text
         .parse()
-        .map_err(|_| format!("{what}: \"{text}\" is not a whole number"))?;
+        .map_err(|_| Invalid(format!("{what}: \"{text}\" is not a whole number")))?;
     if !range.contains(&n) {
-        return Err(format!(
+        return Err(Invalid(format!(
             "{what} must be {} to {}, not {n}",
             range.start(),
             range.end()
-        ));
+        )));
     }
     Ok(n)
 }
@@ -29,7 +30,7 @@ pub fn optional_whole(
     text: &str,
     what: &str,
     range: RangeInclusive<u64>,
-) -> Result<Option<u64>, String> {
+) -> Result<Option<u64>, Invalid> {
     if text.trim().is_empty() {
         return Ok(None);
     }
@@ -37,15 +38,15 @@ pub fn optional_whole(
 }
 
 /// A positive decimal number no larger than `max`.
-pub fn positive(text: &str, what: &str, max: f64) -> Result<f64, String> {
+pub fn positive(text: &str, what: &str, max: f64) -> Result<f64, Invalid> {
     let text = text.trim();
     let v = decimal(text)
         .filter(|v| v.is_finite())
-        .ok_or_else(|| format!("{what}: \"{text}\" is not a number"))?;
+        .ok_or_else(|| Invalid(format!("{what}: \"{text}\" is not a number")))?;
     if v <= 0.0 || v > max {
-        return Err(format!(
+        return Err(Invalid(format!(
             "{what} must be more than 0 and at most {max}, not {v}"
-        ));
+        )));
     }
     Ok(v)
 }
@@ -75,13 +76,13 @@ pub fn decimal(text: &str) -> Option<f64> {
 }
 
 /// A size in MiB (decimals allowed) as bytes, at least one byte.
-pub fn mib(text: &str, what: &str, max_bytes: u64) -> Result<u64, String> {
+pub fn mib(text: &str, what: &str, max_bytes: u64) -> Result<u64, Invalid> {
     let v = positive(text, what, (max_bytes / MIB) as f64)?;
     Ok(((v * MIB as f64) as u64).max(1))
 }
 
 /// A fraction in (0, 1]; an empty field is `None`.
-pub fn optional_fraction(text: &str, what: &str) -> Result<Option<f64>, String> {
+pub fn optional_fraction(text: &str, what: &str) -> Result<Option<f64>, Invalid> {
     if text.trim().is_empty() {
         return Ok(None);
     }
@@ -93,7 +94,7 @@ pub const MAX_DIMS: usize = 8;
 
 /// A tensor's shape written `1024, 1024` or `1024x1024`; empty: `None`.
 /// Every dimension a whole number from 1.
-pub fn shape(text: &str) -> Result<Option<Vec<u64>>, String> {
+pub fn shape(text: &str) -> Result<Option<Vec<u64>>, Invalid> {
     let dims: Vec<&str> = text
         .split(|c: char| c == ',' || c == 'x' || c == '×' || c.is_whitespace())
         .filter(|d| !d.is_empty())
@@ -102,17 +103,17 @@ pub fn shape(text: &str) -> Result<Option<Vec<u64>>, String> {
         return Ok(None);
     }
     if dims.len() > MAX_DIMS {
-        return Err(format!(
+        return Err(Invalid(format!(
             "shape: at most {MAX_DIMS} dimensions, not {}",
             dims.len()
-        ));
+        )));
     }
     dims.iter()
         .map(|d| match d.parse::<u64>() {
             Ok(n) if n >= 1 => Ok(n),
-            _ => Err(format!(
+            _ => Err(Invalid(format!(
                 "shape: \"{d}\" is not a dimension (whole numbers from 1, as in 1024, 1024)"
-            )),
+            ))),
         })
         .collect::<Result<Vec<_>, _>>()
         .map(Some)
@@ -208,10 +209,11 @@ mod tests {
                 "shape: \"foo\" is not a dimension (whole numbers from 1, as in 1024, 1024)".into()
             )
         );
-        assert!(shape("-1, 5").unwrap_err().contains("\"-1\""));
-        assert!(shape("0, 5").unwrap_err().contains("\"0\""));
+        assert!(shape("-1, 5").unwrap_err().0.contains("\"-1\""));
+        assert!(shape("0, 5").unwrap_err().0.contains("\"0\""));
         assert!(shape("1,1,1,1,1,1,1,1,1")
             .unwrap_err()
+            .0
             .contains("at most 8"));
     }
 }

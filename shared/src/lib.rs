@@ -54,7 +54,7 @@ pub mod units;
 
 pub use command::Command;
 pub use engine::Engine;
-pub use error::{CommandError, DeviceError, ErrorKind};
+pub use error::{CommandError, DeviceError, ErrorKind, Invalid};
 pub use protocol::StepRecord;
 pub use snapshot::Snapshot;
 pub use stats::Stats;

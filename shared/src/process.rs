@@ -6,6 +6,8 @@
 use crate::alloc::uncached::UncachedAllocator;
 use crate::alloc::{AllocError, Allocator, BlockId, TraceAction, TraceEvent};
 use crate::device::{Device, SimDevice, SimDeviceConfig};
+#[cfg(debug_assertions)]
+use crate::error::Broken;
 use crate::runtime::{Holder, ObjId, ObjectKind, Released, Runtime, Tensor};
 use crate::stats::{Event, EventAction, Stats};
 use crate::types::{Category, Dtype};
@@ -412,7 +414,7 @@ impl Process {
 
     #[cfg(debug_assertions)]
     /// Every invariant of the allocator, the runtime and their agreement.
-    pub fn check_invariants(&self) -> Result<(), String> {
+    pub fn check_invariants(&self) -> Result<(), Broken> {
         self.allocator.check_invariants(self.device.as_ref())?;
         self.runtime.check_invariants()?;
         let stats = self.stats();
@@ -432,18 +434,18 @@ impl Process {
             .flat_map(|s| s.blocks.iter().filter_map(|b| b.id))
             .collect();
         if owners.len() != allocated.len() || allocated.iter().any(|b| !owners.contains_key(b)) {
-            return Err(format!(
+            return Err(Broken(format!(
                 "{} live tensors own blocks but the allocator has {} allocated",
                 owners.len(),
                 allocated.len()
-            ));
+            )));
         }
         let by_category: u64 = self.categories.iter().sum();
         let owned: u64 = owners.keys().map(|&b| self.allocator.block_size(b)).sum();
         if by_category != owned {
-            return Err(format!(
+            return Err(Broken(format!(
                 "categories add up to {by_category} but live tensors hold {owned}"
-            ));
+            )));
         }
         Ok(())
     }

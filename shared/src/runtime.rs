@@ -12,6 +12,8 @@
 //! objects that died, in order, and the engine frees their blocks.
 
 use crate::alloc::BlockId;
+#[cfg(debug_assertions)]
+use crate::error::Broken;
 use crate::types::{Category, Dtype};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -550,7 +552,7 @@ impl Runtime {
     #[cfg(debug_assertions)]
     /// Checks reference counts against the references that exist (between
     /// commands, when no local references are held).
-    pub fn check_invariants(&self) -> Result<(), String> {
+    pub fn check_invariants(&self) -> Result<(), Broken> {
         let mut counts: BTreeMap<ObjId, u32> = BTreeMap::new();
         for &id in self.namespace.values().chain(self.held_ids()) {
             *counts.entry(id).or_default() += 1;
@@ -563,15 +565,15 @@ impl Runtime {
         for (id, o) in &self.objects {
             let actual = counts.get(id).copied().unwrap_or(0);
             if o.refcount != actual {
-                return Err(format!(
+                return Err(Broken(format!(
                     "object {id} (`{}`) has refcount {} but {actual} references",
                     o.label, o.refcount
-                ));
+                )));
             }
         }
         for id in counts.keys() {
             if !self.objects.contains_key(id) {
-                return Err(format!("a reference points to dead object {id}"));
+                return Err(Broken(format!("a reference points to dead object {id}")));
             }
         }
         Ok(())

@@ -11,6 +11,7 @@ use vramlab_shared::gpu::GpuModel;
 use vramlab_shared::input;
 use vramlab_shared::types::{Dtype, Framework};
 use vramlab_shared::units::{GIB, MIB};
+use vramlab_shared::Invalid;
 
 #[component]
 pub fn Controls(app: App) -> impl IntoView {
@@ -116,7 +117,7 @@ impl SettingsFields {
 
     /// `restart` with the settings as written (empty optional fields:
     /// none), or why a field cannot be read.
-    fn restart(&self) -> Result<Command, String> {
+    fn restart(&self) -> Result<Command, Invalid> {
         let field = |s: RwSignal<String>| s.get_untracked();
         let gpu = self.gpu.get_untracked();
         let (device, context) = match gpu {

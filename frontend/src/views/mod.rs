@@ -28,6 +28,7 @@ use crate::state::App;
 use leptos::prelude::*;
 use vramlab_shared::command::Command;
 use vramlab_shared::types::Category;
+use vramlab_shared::Invalid;
 
 /// Okabe-Ito colours (distinguishable with colour-vision deficiencies).
 pub fn colour(c: Category) -> &'static str {
@@ -78,7 +79,7 @@ fn checked_button(
     id: &'static str,
     label: &'static str,
     title: &'static str,
-    cmds: impl Fn() -> Result<Vec<Command>, String> + 'static,
+    cmds: impl Fn() -> Result<Vec<Command>, Invalid> + 'static,
 ) -> impl IntoView {
     button_view(app, id, label, title, Box::new(cmds))
 }
@@ -90,12 +91,14 @@ fn button_view(
     id: &'static str,
     label: &'static str,
     title: &'static str,
-    cmds: Box<dyn Fn() -> Result<Vec<Command>, String>>,
+    cmds: Box<dyn Fn() -> Result<Vec<Command>, Invalid>>,
 ) -> AnyView {
     let refused = RwSignal::new(None::<String>);
     let click = move |_| {
         let read = if !app.status.with_untracked(crate::state::Status::is_ready) {
-            Err("Not connected to the server: reconnecting; nothing was sent.".to_string())
+            Err(Invalid::from(
+                "Not connected to the server: reconnecting; nothing was sent.",
+            ))
         } else {
             cmds()
         };
@@ -104,7 +107,7 @@ fn button_view(
                 refused.set(None);
                 cmds.into_iter().for_each(|c| app.run(c));
             }
-            Err(why) => refused.set(Some(why)),
+            Err(why) => refused.set(Some(why.0)),
         }
     };
     view! {

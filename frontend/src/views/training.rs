@@ -14,6 +14,7 @@ use vramlab_shared::engine::{MAX_BATCH_SIZE, MAX_TRAIN_STEPS};
 use vramlab_shared::input;
 use vramlab_shared::train::kinds::{Attention, Norm};
 use vramlab_shared::train::{OptimizerKind, MAX_LAYERS, MAX_WIDTH};
+use vramlab_shared::Invalid;
 
 const PAGE_LAYERS: u64 = 8;
 const PAGE_WIDTH: u64 = 512;
@@ -56,7 +57,7 @@ struct Fields {
 }
 
 /// The whole number in a field, or why it is not one in `range`.
-fn number(s: RwSignal<String>, what: &str, range: RangeInclusive<u64>) -> Result<u64, String> {
+fn number(s: RwSignal<String>, what: &str, range: RangeInclusive<u64>) -> Result<u64, Invalid> {
     input::whole(&s.get_untracked(), what, range)
 }
 
@@ -106,11 +107,11 @@ impl Fields {
         }
     }
 
-    fn batch_size(&self) -> Result<u64, String> {
+    fn batch_size(&self) -> Result<u64, Invalid> {
         number(self.batch, "batch", 1..=MAX_BATCH_SIZE)
     }
 
-    fn accumulate(&self) -> Result<u64, String> {
+    fn accumulate(&self) -> Result<u64, Invalid> {
         number(self.accumulate, "accumulate", 1..=MAX_BATCH_SIZE)
     }
 
@@ -133,7 +134,7 @@ impl Fields {
     }
 
     /// The model, and the data's features and classes that fit it.
-    fn model(&self) -> Result<(ModelArgs, u64, u64), String> {
+    fn model(&self) -> Result<(ModelArgs, u64, u64), Invalid> {
         let layers = number(self.layers, "layers", 1..=MAX_LAYERS.into())?;
         let mut m = ModelArgs::mlp(
             "model",
@@ -169,7 +170,7 @@ impl Fields {
     }
 
     /// `model`, `opt` and `data`, in that order.
-    fn build(&self) -> Result<Vec<Command>, String> {
+    fn build(&self) -> Result<Vec<Command>, Invalid> {
         let (model, features, classes) = self.model()?;
         let model = Command::Model(model);
         let optimizer = Command::Optimizer(OptimizerArgs {
@@ -189,7 +190,7 @@ impl Fields {
         Ok(vec![model, optimizer, data])
     }
 
-    fn train(&self, steps: u64) -> Result<Vec<Command>, String> {
+    fn train(&self, steps: u64) -> Result<Vec<Command>, Invalid> {
         Ok(vec![Command::Train(TrainArgs {
             model: "model".into(),
             optimizer: "opt".into(),
@@ -205,7 +206,7 @@ impl Fields {
         })])
     }
 
-    fn forward(&self) -> Result<Vec<Command>, String> {
+    fn forward(&self) -> Result<Vec<Command>, Invalid> {
         Ok(vec![Command::Forward(ForwardArgs {
             name: "loss".into(),
             model: "model".into(),
@@ -218,7 +219,7 @@ impl Fields {
         })])
     }
 
-    fn estimate(&self) -> Result<Vec<Command>, String> {
+    fn estimate(&self) -> Result<Vec<Command>, Invalid> {
         Ok(vec![Command::Estimate(EstimateArgs {
             model: "model".into(),
             optimizer: Some("opt".into()),

@@ -11,6 +11,8 @@ use super::{
     Trace, TraceAction, NIL,
 };
 use crate::device::Device;
+#[cfg(debug_assertions)]
+use crate::error::Broken;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// One block: a range of a segment, allocated or free.
@@ -354,7 +356,7 @@ impl Arena {
     /// two free neighbours, every free block is in its pool and nothing
     /// else is, sizes are multiples of `granularity`, and every counter
     /// equals what the blocks add up to.
-    pub fn check_invariants(&self, device: &dyn Device, granularity: u64) -> Result<(), String> {
+    pub fn check_invariants(&self, device: &dyn Device, granularity: u64) -> Result<(), Broken> {
         let mut sums = Sums::default();
         for (&address, s) in &self.segments {
             self.check_segment(address, s, granularity, &mut sums)?;
@@ -373,21 +375,21 @@ impl Arena {
         s: &Segment,
         granularity: u64,
         sums: &mut Sums,
-    ) -> Result<(), String> {
+    ) -> Result<(), Broken> {
         let (mut expect, mut prev, mut prev_free) = (address, NIL, false);
         let pool = self.blocks.get(s.head).pool;
         for (id, b) in self.segment_blocks(s.head) {
             if b.address != expect || b.prev != prev {
-                return Err(format!("blocks do not tile segment {address:#x}"));
+                return Err(Broken(format!("blocks do not tile segment {address:#x}")));
             }
             if b.pool != pool {
                 return Err("a segment mixes pools".into());
             }
             if b.size % granularity != 0 {
-                return Err(format!(
+                return Err(Broken(format!(
                     "block size {} is not a multiple of {granularity}",
                     b.size
-                ));
+                )));
             }
             if b.allocated {
                 if b.requested > b.size {
@@ -398,7 +400,9 @@ impl Arena {
                 sums.allocations += 1;
             } else {
                 if prev_free {
-                    return Err(format!("two adjacent free blocks in segment {address:#x}"));
+                    return Err(Broken(format!(
+                        "two adjacent free blocks in segment {address:#x}"
+                    )));
                 }
                 if !self.free[b.pool.index()]
                     .blocks
@@ -417,16 +421,16 @@ impl Arena {
             prev = id;
         }
         if expect - address != s.size {
-            return Err(format!(
+            return Err(Broken(format!(
                 "blocks of segment {address:#x} do not add up to its size"
-            ));
+            )));
         }
         sums.reserved += s.size;
         Ok(())
     }
 
     #[cfg(debug_assertions)]
-    fn check_counters(&self, device: &dyn Device, sums: &Sums) -> Result<(), String> {
+    fn check_counters(&self, device: &dyn Device, sums: &Sums) -> Result<(), Broken> {
         let s = &self.stats;
         let checks = [
             ("reserved_bytes", s.reserved_bytes.current, sums.reserved),
@@ -454,9 +458,9 @@ impl Arena {
         ];
         for (name, stat, actual) in checks {
             if stat != actual {
-                return Err(format!(
+                return Err(Broken(format!(
                     "{name} is {stat} but the blocks add up to {actual}"
-                ));
+                )));
             }
         }
         for stat in [&s.allocated_bytes, &s.reserved_bytes, &s.active_bytes] {

@@ -16,6 +16,8 @@ use super::{
     TraceEvent,
 };
 use crate::device::Device;
+#[cfg(debug_assertions)]
+use crate::error::Broken;
 use crate::units::{round_up, MIB};
 
 /// `kMinAllocationSize`.
@@ -228,7 +230,7 @@ impl Allocator for BfcAllocator {
     }
 
     #[cfg(debug_assertions)]
-    fn check_invariants(&self, device: &dyn Device) -> Result<(), String> {
+    fn check_invariants(&self, device: &dyn Device) -> Result<(), Broken> {
         self.arena.check_invariants(device, MIN_ALLOCATION_SIZE)?;
         if self.arena.stats.reserved_bytes.current > self.config.memory_limit {
             return Err("pool_bytes exceeds the memory limit".into());

@@ -15,6 +15,8 @@ use super::{
     TraceEvent,
 };
 use crate::device::Device;
+#[cfg(debug_assertions)]
+use crate::error::Broken;
 use crate::units::{round_up, MIB};
 
 /// Every size is rounded to a multiple of this (`kMinBlockSize`).
@@ -456,7 +458,7 @@ impl Allocator for CachingAllocator {
     }
 
     #[cfg(debug_assertions)]
-    fn check_invariants(&self, device: &dyn Device) -> Result<(), String> {
+    fn check_invariants(&self, device: &dyn Device) -> Result<(), Broken> {
         self.arena.check_invariants(device, MIN_BLOCK_SIZE)?;
         for segment in self.arena.segments() {
             for b in segment.blocks.iter().filter(|b| b.id.is_some()) {

@@ -29,6 +29,8 @@ use super::{
     OutOfMemory, PoolKind, SegmentView, Slab, Trace, TraceAction, TraceEvent,
 };
 use crate::device::Device;
+#[cfg(debug_assertions)]
+use crate::error::Broken;
 use crate::units::round_up;
 #[cfg(debug_assertions)]
 use space::check_space;
@@ -400,7 +402,7 @@ impl Allocator for ExpandableAllocator {
     }
 
     #[cfg(debug_assertions)]
-    fn check_invariants(&self, device: &dyn Device) -> Result<(), String> {
+    fn check_invariants(&self, device: &dyn Device) -> Result<(), Broken> {
         let mut mapped_total = 0;
         let mut allocated = 0;
         for space in self.spaces.iter().flatten() {
@@ -417,7 +419,7 @@ impl Allocator for ExpandableAllocator {
         ];
         for (name, have, want) in checks {
             if have != want {
-                return Err(format!("{name} is {have}, the segments say {want}"));
+                return Err(Broken(format!("{name} is {have}, the segments say {want}")));
             }
         }
         Ok(())

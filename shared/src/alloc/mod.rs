@@ -18,6 +18,8 @@ pub mod roundup;
 pub mod uncached;
 
 use crate::device::Device;
+#[cfg(debug_assertions)]
+use crate::error::Broken;
 use crate::error::DeviceError;
 use serde::{Deserialize, Serialize};
 
@@ -321,7 +323,7 @@ pub trait Allocator: Send {
     #[cfg(debug_assertions)]
     /// Checks the allocator's invariants against its own state and the
     /// device; `Err` names the first broken one.
-    fn check_invariants(&self, device: &dyn Device) -> Result<(), String>;
+    fn check_invariants(&self, device: &dyn Device) -> Result<(), Broken>;
 }
 
 /// Records trace events when switched on.

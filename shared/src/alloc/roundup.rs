@@ -11,6 +11,7 @@
 //! that interval included (so in `[256:1,512:2,>:8]` sizes from 512 MiB
 //! get 8, not 2).
 
+use crate::error::Invalid;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
@@ -26,13 +27,13 @@ pub struct RoundupDivisions([u8; INTERVALS]);
 
 impl RoundupDivisions {
     /// The same number of divisions for every size (0: off).
-    pub fn uniform(divisions: u64) -> Result<Self, String> {
+    pub fn uniform(divisions: u64) -> Result<Self, Invalid> {
         Ok(Self([encode(divisions)?; INTERVALS]))
     }
 
     /// One value per interval, from 1 MiB up (as a snapshot's
     /// `allocator_settings` lists them).
-    pub fn from_table(table: [u64; INTERVALS]) -> Result<Self, String> {
+    pub fn from_table(table: [u64; INTERVALS]) -> Result<Self, Invalid> {
         let mut out = [0; INTERVALS];
         for (o, d) in out.iter_mut().zip(table) {
             *o = encode(d)?;
@@ -64,7 +65,7 @@ impl RoundupDivisions {
 
     /// Reads the value as `PYTORCH_CUDA_ALLOC_CONF` writes it: `8` or
     /// `[256:1,512:2,>:8]`.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, Invalid> {
         let text: String = text.chars().filter(|c| *c != ' ').collect();
         let Some(list) = text.strip_prefix('[') else {
             let value = parse_number(&text)?;
@@ -80,7 +81,9 @@ impl RoundupDivisions {
         let (mut last_index, mut first) = (0, true);
         for entry in list.split(',').filter(|e| !e.is_empty()) {
             let (interval, divisions) = entry.split_once(':').ok_or_else(|| {
-                format!("roundup_power2_divisions: '{entry}' is not interval_mb:divisions")
+                Invalid(format!(
+                    "roundup_power2_divisions: '{entry}' is not interval_mb:divisions"
+                ))
             })?;
             let divisions = parse_number(divisions)?;
             if interval == ">" {
@@ -104,7 +107,7 @@ impl RoundupDivisions {
 }
 
 /// 0 or a power of two, as its log2 plus one.
-fn encode(divisions: u64) -> Result<u8, String> {
+fn encode(divisions: u64) -> Result<u8, Invalid> {
     check_divisions(divisions)?;
     Ok(match divisions {
         0 => 0,
@@ -119,18 +122,21 @@ fn decode(code: u8) -> u64 {
     }
 }
 
-fn parse_number(text: &str) -> Result<u64, String> {
-    text.parse()
-        .map_err(|_| format!("roundup_power2_divisions: '{text}' is not a whole number"))
+fn parse_number(text: &str) -> Result<u64, Invalid> {
+    text.parse().map_err(|_| {
+        Invalid(format!(
+            "roundup_power2_divisions: '{text}' is not a whole number"
+        ))
+    })
 }
 
-fn check_divisions(divisions: u64) -> Result<(), String> {
+fn check_divisions(divisions: u64) -> Result<(), Invalid> {
     if divisions == 0 || divisions.is_power_of_two() {
         Ok(())
     } else {
-        Err(format!(
+        Err(Invalid(format!(
             "For roundups, the divisions has to be power of 2 or 0 to disable roundup (got {divisions})"
-        ))
+        )))
     }
 }
 
@@ -212,7 +218,7 @@ mod tests {
 
     #[test]
     fn bad_values_say_what_is_wrong() {
-        let err = |t: &str| RoundupDivisions::parse(t).unwrap_err();
+        let err = |t: &str| RoundupDivisions::parse(t).unwrap_err().0;
         assert!(err("3").contains("power of 2"));
         assert!(err("0").contains("power of 2"));
         assert!(err("[300:2]").contains("intervals have to be power of 2"));

@@ -11,6 +11,8 @@ use super::{
     OutOfMemory, PoolKind, SegmentView, Slab, Trace, TraceAction, TraceEvent,
 };
 use crate::device::Device;
+#[cfg(debug_assertions)]
+use crate::error::Broken;
 
 #[derive(Debug, Default)]
 pub struct UncachedAllocator {
@@ -109,13 +111,13 @@ impl Allocator for UncachedAllocator {
     }
 
     #[cfg(debug_assertions)]
-    fn check_invariants(&self, device: &dyn Device) -> Result<(), String> {
+    fn check_invariants(&self, device: &dyn Device) -> Result<(), Broken> {
         let live: u64 = self.blocks.iter().map(|(_, &(_, s))| s).sum();
         if live != device.segment_bytes() {
-            return Err(format!(
+            return Err(Broken(format!(
                 "live allocations add up to {live} but the device holds {}",
                 device.segment_bytes()
-            ));
+            )));
         }
         if self.stats != AllocatorStats::default() {
             return Err("the uncached path must not touch PyTorch's stats".into());

@@ -2,6 +2,7 @@
 //! is left out. Validation, execution and the Python pane take them whole.
 
 use super::Amp;
+use crate::error::Invalid;
 use crate::train::kinds::{Attention, CnnShape, Norm, TransformerShape};
 use crate::train::spec::{Kind, ModelSpec};
 use crate::train::OptimizerKind;
@@ -154,7 +155,7 @@ impl ModelArgs {
 
     /// The model these arguments build (its sizes unchecked), or what is
     /// wrong with them.
-    pub fn spec(&self) -> Result<ModelSpec, String> {
+    pub fn spec(&self) -> Result<ModelSpec, Invalid> {
         let width = self.width();
         let dtype = self.dtype.unwrap_or(Dtype::Float32);
         if self.lora_rank.is_some() && self.kind != ModelKind::Transformer {
@@ -171,9 +172,9 @@ impl ModelArgs {
                     ("vocab", self.vocab),
                 ];
                 if let Some((field, _)) = only.iter().find(|(_, v)| v.is_some()) {
-                    return Err(format!(
+                    return Err(Invalid(format!(
                         "`{field}` is a transformer's: add \"kind\": \"transformer\""
-                    ));
+                    )));
                 }
                 return Ok(ModelSpec::mlp(
                     self.layers,

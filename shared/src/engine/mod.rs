@@ -23,6 +23,8 @@ mod training;
 use crate::alloc::AllocError;
 use crate::command::{Command, RestartSettings};
 use crate::device::{Device, DeviceInfo, SimDevice, SimDeviceConfig};
+#[cfg(debug_assertions)]
+use crate::error::Broken;
 use crate::error::{CommandError, ErrorKind};
 use crate::framework::{make_allocator, oom_message, Settings, TensorDesc};
 use crate::process::{AllocFailure, Process};
@@ -60,9 +62,7 @@ impl DeviceFactory for SimDeviceFactory {
             compute_capability: settings.compute_capability,
             model_name: settings.gpu.map(|g| g.spec().name),
         };
-        config
-            .validate()
-            .map_err(|m| CommandError::new(ErrorKind::InvalidValue, m))?;
+        config.validate()?;
         Ok(Box::new(SimDevice::new(config)))
     }
 }
@@ -369,7 +369,7 @@ impl Engine {
     #[cfg(debug_assertions)]
     /// Checks every invariant of the allocator, the runtime and their
     /// agreement; `Err` names the first broken one.
-    pub fn check_invariants(&self) -> Result<(), String> {
+    pub fn check_invariants(&self) -> Result<(), Broken> {
         self.process.check_invariants()
     }
 }

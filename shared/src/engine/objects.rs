@@ -49,8 +49,8 @@ impl Engine {
         let name = a.name.as_str();
         check_name(name)?;
         let invalid = |m| error(ErrorKind::InvalidValue, m);
-        let spec = a.spec().map_err(invalid)?;
-        spec.validate().map_err(invalid)?;
+        let spec = a.spec()?;
+        spec.validate()?;
         if spec.param_bytes() >= TIB {
             return Err(invalid(format!(
                 "{} parameters is absurd",
@@ -181,8 +181,7 @@ impl Engine {
                 format!("lr must be a positive number, not {lr}"),
             ));
         }
-        let spec =
-            OptimizerSpec::new(kind, a.bits).map_err(|e| error(ErrorKind::InvalidValue, e))?;
+        let spec = OptimizerSpec::new(kind, a.bits)?;
         if spec.is_8bit() && self.settings.framework != Framework::Pytorch {
             return Err(error(
                 ErrorKind::InvalidValue,

@@ -5,6 +5,7 @@
 //! same modules in PyTorch; the tests below check every name, shape and
 //! count against its output.
 
+use crate::error::Invalid;
 use crate::types::Dtype;
 
 /// A parameter or buffer: its name in `named_parameters()` /
@@ -136,17 +137,17 @@ impl CnnShape {
     }
 
     /// Checks sizes; the message names what is wrong.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Invalid> {
         in_range("channels", self.channels, 1, 4096)?;
         in_range("image_size", self.image_size, 1, 8192)?;
         in_range("blocks", u64::from(self.blocks), 1, 12)?;
         in_range("width", self.width, 1, 8192)?;
         in_range("classes", self.classes, 1, 1 << 20)?;
         if self.image_size >> self.blocks == 0 {
-            return Err(format!(
+            return Err(Invalid(format!(
                 "{} blocks halve a {}-pixel image to nothing: use fewer blocks or larger images",
                 self.blocks, self.image_size
-            ));
+            )));
         }
         Ok(())
     }
@@ -289,7 +290,7 @@ impl TransformerShape {
     }
 
     /// Checks sizes; the message names what is wrong.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Invalid> {
         in_range("layers", u64::from(self.layers), 1, 1024)?;
         in_range("width", self.width, 1, 1 << 16)?;
         in_range("heads", self.heads, 1, 1024)?;
@@ -297,26 +298,26 @@ impl TransformerShape {
         in_range("vocab", self.vocab, 1, 1 << 22)?;
         in_range("mlp_ratio", self.mlp_ratio, 1, 64)?;
         if self.lora_rank > self.width {
-            return Err(format!(
+            return Err(Invalid(format!(
                 "lora_rank must be 0 (no adapters) to the width {}, not {}",
                 self.width, self.lora_rank
-            ));
+            )));
         }
         if self.width % self.heads != 0 {
-            return Err(format!(
+            return Err(Invalid(format!(
                 "heads must divide width: {} heads cannot share {} dimensions",
                 self.heads, self.width
-            ));
+            )));
         }
         Ok(())
     }
 }
 
-fn in_range(name: &str, v: u64, low: u64, high: u64) -> Result<(), String> {
+fn in_range(name: &str, v: u64, low: u64, high: u64) -> Result<(), Invalid> {
     if (low..=high).contains(&v) {
         Ok(())
     } else {
-        Err(format!("{name} must be {low} to {high}, not {v}"))
+        Err(Invalid(format!("{name} must be {low} to {high}, not {v}")))
     }
 }
 

@@ -11,6 +11,7 @@
 //! such state. bitsandbytes updates each parameter in place
 //! (`optimizer_update_8bit_blockwise`): its step makes no temporaries.
 
+use crate::error::Invalid;
 use crate::types::Dtype;
 use serde::Serialize;
 
@@ -117,7 +118,7 @@ impl OptimizerSpec {
     }
 
     /// The optimizer, or why there is none with these bits.
-    pub fn new(kind: OptimizerKind, bits: u8) -> Result<Self, String> {
+    pub fn new(kind: OptimizerKind, bits: u8) -> Result<Self, Invalid> {
         match (bits, kind) {
             (32, _) => Ok(Self::torch(kind)),
             (8, OptimizerKind::Sgd) => Err(
@@ -125,9 +126,9 @@ impl OptimizerSpec {
                     .into(),
             ),
             (8, _) => Ok(OptimizerSpec { kind, bits }),
-            _ => Err(format!(
+            _ => Err(Invalid(format!(
                 "bits must be 32 (torch.optim) or 8 (bitsandbytes), not {bits}"
-            )),
+            ))),
         }
     }
 
@@ -288,9 +289,11 @@ mod tests {
     fn bits_other_than_8_and_32_and_8bit_sgd_are_refused() {
         assert!(OptimizerSpec::new(OptimizerKind::Sgd, 8)
             .unwrap_err()
+            .0
             .contains("no state"));
         assert!(OptimizerSpec::new(OptimizerKind::Adam, 16)
             .unwrap_err()
+            .0
             .contains("not 16"));
         let adam = OptimizerSpec::new(OptimizerKind::Adam, 32).unwrap();
         assert_eq!(adam.step_temporary_bytes(100), 100);

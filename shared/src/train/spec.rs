@@ -4,6 +4,7 @@
 use super::kinds::step::{Attention, Options};
 use super::kinds::{self, estimate, CnnShape, MlpShape, TransformerShape};
 use super::optim::OptimizerSpec;
+use crate::error::Invalid;
 use crate::types::Dtype;
 use serde::{Deserialize, Serialize};
 
@@ -185,17 +186,17 @@ impl ModelSpec {
     }
 
     /// Checks sizes; the message names what is wrong.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Invalid> {
         match self.kind {
             Kind::Cnn(c) => return c.validate(),
             Kind::Transformer(t) => return t.validate(),
             Kind::Mlp => {}
         }
         if !(1..=MAX_LAYERS).contains(&self.layers) {
-            return Err(format!(
+            return Err(Invalid(format!(
                 "layers must be 1 to {MAX_LAYERS}, not {}",
                 self.layers
-            ));
+            )));
         }
         for (name, v, max) in [
             ("width", self.width, MAX_WIDTH),
@@ -203,7 +204,7 @@ impl ModelSpec {
             ("classes", self.classes, 1 << 20),
         ] {
             if v == 0 || v > max {
-                return Err(format!("{name} must be 1 to {max}, not {v}"));
+                return Err(Invalid(format!("{name} must be 1 to {max}, not {v}")));
             }
         }
         Ok(())

@@ -5,6 +5,8 @@
 
 use crate::alloc::caching::{LARGE_BUFFER, SMALL_BUFFER};
 use crate::alloc::{BlockId, PoolKind, Slab, NIL};
+#[cfg(debug_assertions)]
+use crate::error::Broken;
 use crate::units::round_up;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -245,22 +247,28 @@ impl Space {
 #[cfg(debug_assertions)]
 /// One space's tiling, links, merge and page invariants; returns (mapped
 /// bytes, allocated bytes).
-pub(super) fn check_space(space: &Space) -> Result<(u64, u64), String> {
+pub(super) fn check_space(space: &Space) -> Result<(u64, u64), Broken> {
     let (mut at, mut last, mut mapped, mut used) = (space.base, None, 0, 0);
     let mut prev = NIL;
     let (mut free, mut unmapped) = (BTreeSet::new(), BTreeSet::new());
     for (id, n) in space.iter() {
         if n.address != at || n.size == 0 {
-            return Err(format!("pieces do not tile the range at {:#x}", n.address));
+            return Err(Broken(format!(
+                "pieces do not tile the range at {:#x}",
+                n.address
+            )));
         }
         if n.prev != prev {
-            return Err(format!(
+            return Err(Broken(format!(
                 "the piece at {:#x} has a wrong back link",
                 n.address
-            ));
+            )));
         }
         if last.is_some_and(|l: Piece| l.merges_with(n.piece)) {
-            return Err(format!("two neighbouring pieces alike at {:#x}", n.address));
+            return Err(Broken(format!(
+                "two neighbouring pieces alike at {:#x}",
+                n.address
+            )));
         }
         match n.piece {
             Piece::Unmapped => _ = unmapped.insert((n.address, id)),
@@ -280,7 +288,9 @@ pub(super) fn check_space(space: &Space) -> Result<(u64, u64), String> {
     }
     let pages = space.pages.len() as u64 * space.page;
     if pages != mapped {
-        return Err(format!("{pages} bytes of pages back {mapped} mapped bytes"));
+        return Err(Broken(format!(
+            "{pages} bytes of pages back {mapped} mapped bytes"
+        )));
     }
     if free != space.free {
         return Err("the free index is out of date".into());

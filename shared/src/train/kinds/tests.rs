@@ -141,7 +141,7 @@ fn shapes_that_cannot_be_built_say_why() {
         classes: 10,
     };
     assert_eq!(
-        cnn.validate().unwrap_err(),
+        cnn.validate().unwrap_err().0,
         "5 blocks halve a 16-pixel image to nothing: use fewer blocks or larger images"
     );
     let t = TransformerShape {
@@ -156,7 +156,7 @@ fn shapes_that_cannot_be_built_say_why() {
         lora_rank: 0,
     };
     assert_eq!(
-        t.validate().unwrap_err(),
+        t.validate().unwrap_err().0,
         "heads must divide width: 3 heads cannot share 100 dimensions"
     );
     let t = TransformerShape {
@@ -164,7 +164,10 @@ fn shapes_that_cannot_be_built_say_why() {
         heads: 4,
         ..t
     };
-    assert_eq!(t.validate().unwrap_err(), "layers must be 1 to 1024, not 0");
+    assert_eq!(
+        t.validate().unwrap_err().0,
+        "layers must be 1 to 1024, not 0"
+    );
 }
 
 /// The closed-form activations are exactly what the step's program holds
