@@ -95,6 +95,13 @@ pub trait Device: Send {
     fn memory(&mut self) -> Option<&mut dyn DeviceMemory> {
         None
     }
+
+    /// Whether [`Device::memory`] gives the bytes: then a step records
+    /// where each of its tensors went.
+    #[cfg(feature = "device-values")]
+    fn holds_values(&self) -> bool {
+        false
+    }
 }
 
 /// The bytes of a device's segments: what a step's values are written to

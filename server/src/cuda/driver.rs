@@ -165,6 +165,10 @@ impl Device for CudaDevice {
     fn memory(&mut self) -> Option<&mut dyn DeviceMemory> {
         Some(self)
     }
+
+    fn holds_values(&self) -> bool {
+        true
+    }
 }
 
 impl CudaDevice {

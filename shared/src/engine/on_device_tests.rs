@@ -85,6 +85,9 @@ impl Device for BytesDevice {
     fn memory(&mut self) -> Option<&mut dyn DeviceMemory> {
         Some(self)
     }
+    fn holds_values(&self) -> bool {
+        true
+    }
 }
 
 struct BytesFactory {

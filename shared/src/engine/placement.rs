@@ -32,22 +32,23 @@ mod recorded {
         pub workspaces: Vec<(usize, u64, u64)>,
     }
 
+    /// Nothing is recorded unless the device holds values (a simulated
+    /// GPU does not: recording would only slow its steps).
     impl Placement {
-        /// Room for `allocs` allocations, none placed.
-        pub fn sized(allocs: usize) -> Self {
-            Placement {
-                allocs: vec![None; allocs],
-                ..Placement::default()
+        /// A play of a program of `allocs` allocations with `params` begins.
+        pub fn begin(&mut self, k: &Process, allocs: usize, params: &[ObjId]) {
+            if !k.device.holds_values() {
+                return;
             }
+            self.allocs.resize(allocs, None);
+            self.params = params.iter().map(|&p| k.address(p)).collect();
         }
 
         /// Allocation `i` is tensor `id`.
         pub fn place(&mut self, i: usize, k: &Process, id: ObjId) {
-            self.allocs[i] = k.address(id);
-        }
-
-        pub fn place_params(&mut self, k: &Process, params: &[ObjId]) {
-            self.params = params.iter().map(|&p| k.address(p)).collect();
+            if let Some(slot) = self.allocs.get_mut(i) {
+                *slot = k.address(id);
+            }
         }
 
         /// The batch [`Engine::next_batch`] draws next: `held`'s tensors
@@ -60,6 +61,9 @@ mod recorded {
             held: impl FnOnce() -> [Option<ObjId>; 2],
         ) {
             let k = &e.process;
+            if !k.device.holds_values() {
+                return;
+            }
             let Some(d) = e.train.datasets.get(&data) else {
                 return;
             };
@@ -99,11 +103,8 @@ mod empty {
     pub struct Placement;
 
     impl Placement {
-        pub fn sized(_: usize) -> Self {
-            Placement
-        }
+        pub fn begin(&mut self, _: &Process, _: usize, _: &[ObjId]) {}
         pub fn place(&mut self, _: usize, _: &Process, _: ObjId) {}
-        pub fn place_params(&mut self, _: &Process, _: &[ObjId]) {}
         pub fn place_batch(
             &mut self,
             _: &Engine,

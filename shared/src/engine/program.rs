@@ -64,7 +64,7 @@ impl<'p> Player<'p> {
         Player {
             program,
             live: vec![None; program.allocs.len()],
-            placement: Placement::sized(program.allocs.len()),
+            placement: Placement::default(),
             graph: None,
             batch: [None, None],
             retain: false,
@@ -89,7 +89,8 @@ impl<'p> Player<'p> {
         batch: [Option<ObjId>; 2],
         retain: bool,
     ) -> Self {
-        let mut placement = Placement::sized(saved.len());
+        let mut placement = Placement::default();
+        placement.begin(k, saved.len(), &[]);
         for (i, id) in saved.iter().enumerate() {
             id.inspect(|&id| placement.place(i, k, id));
         }
@@ -115,7 +116,8 @@ impl<'p> Player<'p> {
         target: &Target,
     ) -> Result<(), AllocFailure> {
         let program = self.program;
-        self.placement.place_params(k, target.params);
+        let allocs = program.allocs.len();
+        self.placement.begin(k, allocs, target.params);
         // A gradient added into a `.grad` there dies once its product
         // (and that product's workspace) is done.
         let mut added: Option<ObjId> = None;

@@ -136,7 +136,10 @@ impl CublasWorkspaces {
 /// (the page's engine records no place).
 fn place(k: &Process, id: ObjId, bytes: u64) -> Option<(u64, u64)> {
     #[cfg(feature = "device-values")]
-    return k.address(id).map(|at| (at, bytes));
+    return (k.device.holds_values())
+        .then(|| k.address(id))
+        .flatten()
+        .map(|at| (at, bytes));
     #[cfg(not(feature = "device-values"))]
     {
         let _ = (k, id, bytes);
