@@ -11,6 +11,7 @@ pub fn parse(source: &str) -> Result<Vec<Stmt>, CellError> {
     let mut p = Parser {
         toks: tokens(source)?,
         pos: 0,
+        depth: 0,
     };
     let mut out = Vec::new();
     while !p.at(&Tok::End) {
@@ -24,12 +25,43 @@ const UNSUPPORTED: [&str; 8] = [
     "def", "class", "while", "try", "lambda", "async", "return", "global",
 ];
 
+/// How deep a statement may nest, counting brackets, operators in a chain,
+/// unary signs and blocks: every reader of the tree (the evaluator, its
+/// drop) recurses that deep, and the page's stack is small. Python's own
+/// parser stops at 200 nested brackets and 100 indentation levels.
+const MAX_DEPTH: usize = 100;
+
 struct Parser {
     toks: Vec<Token>,
     pos: usize,
+    /// How deep the tree being read nests here.
+    depth: usize,
 }
 
 impl Parser {
+    /// One level deeper; refused past [`MAX_DEPTH`].
+    fn enter(&mut self) -> Result<(), CellError> {
+        self.depth += 1;
+        match self.depth > MAX_DEPTH {
+            true => Err(self.error(format!(
+                "this nests too deeply for the cell: at most {MAX_DEPTH} levels of \
+                 brackets, chained operators and blocks"
+            ))),
+            false => Ok(()),
+        }
+    }
+
+    /// `parse` one level deeper.
+    fn nested<T>(
+        &mut self,
+        parse: impl FnOnce(&mut Self) -> Result<T, CellError>,
+    ) -> Result<T, CellError> {
+        self.enter()?;
+        let out = parse(self);
+        self.depth -= 1;
+        out
+    }
+
     fn peek(&self) -> &Tok {
         &self.toks[self.pos].tok
     }
@@ -289,7 +321,8 @@ impl Parser {
         let body = self.block()?;
         let orelse = if self.at_name("elif") {
             let line = self.line();
-            let kind = self.if_stmt()?;
+            // An `elif` is an `if` in the `else`: one level deeper.
+            let kind = self.nested(Self::if_stmt)?;
             vec![Stmt {
                 kind,
                 line,
@@ -305,6 +338,10 @@ impl Parser {
 
     /// `: simple` on the same line, or `:` NEWLINE INDENT statements DEDENT.
     fn block(&mut self) -> Result<Vec<Stmt>, CellError> {
+        self.nested(Self::plain_block)
+    }
+
+    fn plain_block(&mut self) -> Result<Vec<Stmt>, CellError> {
         self.expect_op(":")?;
         if !self.at(&Tok::Newline) {
             return self.simple_statements();
@@ -396,6 +433,10 @@ impl Parser {
     }
 
     fn expr(&mut self) -> Result<Expr, CellError> {
+        self.nested(Self::plain_expr)
+    }
+
+    fn plain_expr(&mut self) -> Result<Expr, CellError> {
         if self.at_name("lambda") {
             return Err(self.error("lambda is not supported in the cell"));
         }
@@ -423,15 +464,19 @@ impl Parser {
             return Ok(Expr::Unary("not", Box::new(self.binary(level)?)));
         }
         let mut left = self.binary(level + 1)?;
+        let depth = self.depth;
         loop {
             let Some(op) = LEVELS[level]
                 .iter()
                 .copied()
                 .find(|op| self.at_op(op) || self.at_name(op))
             else {
+                self.depth = depth;
                 return Ok(left);
             };
             self.bump();
+            // `a + b + c` nests to the left: each operator one level.
+            self.enter()?;
             let right = self.binary(level + 1)?;
             left = Expr::Binary(Box::new(left), op, Box::new(right));
         }
@@ -440,19 +485,25 @@ impl Parser {
     fn unary(&mut self) -> Result<Expr, CellError> {
         for op in ["-", "+", "~"] {
             if self.eat_op(op) {
-                return Ok(Expr::Unary(op, Box::new(self.unary()?)));
+                return Ok(Expr::Unary(op, Box::new(self.nested(Self::unary)?)));
             }
         }
         let base = self.postfix()?;
         if self.eat_op("**") {
-            return Ok(Expr::Binary(Box::new(base), "**", Box::new(self.unary()?)));
+            let power = self.nested(Self::unary)?;
+            return Ok(Expr::Binary(Box::new(base), "**", Box::new(power)));
         }
         Ok(base)
     }
 
     fn postfix(&mut self) -> Result<Expr, CellError> {
         let mut e = self.atom()?;
+        let depth = self.depth;
         loop {
+            // `a.b(c)[d]` nests to the left: each step one level.
+            if self.at_op(".") || self.at_op("(") || self.at_op("[") {
+                self.enter()?;
+            }
             if self.eat_op(".") {
                 e = Expr::Attr(Box::new(e), self.name()?);
             } else if self.eat_op("(") {
@@ -462,6 +513,7 @@ impl Parser {
                 self.expect_op("]")?;
                 e = Expr::Index(Box::new(e), Box::new(index));
             } else {
+                self.depth = depth;
                 return Ok(e);
             }
         }

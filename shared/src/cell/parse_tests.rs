@@ -145,3 +145,41 @@ fn errors_say_what_and_where() {
         .message
         .contains("conditional"));
 }
+
+/// However deeply a line nests (brackets, a chain of operators or
+/// attributes, signs, blocks), the parser refuses it past its depth,
+/// never overflowing the stack (10,000 brackets did natively; 2,000 in the
+/// page); what real code writes still reads.
+#[test]
+fn nesting_is_refused_past_its_depth_not_overflowed() {
+    let deep = |open: &str, inner: &str, close: &str, n: usize| {
+        format!("x = {}{inner}{}", open.repeat(n), close.repeat(n))
+    };
+    let refused = [
+        deep("(", "1", ")", 100_000),
+        deep("[", "1", "]", 100_000),
+        deep("f(", "1", ")", 100_000),
+        format!("x = {}1", "1 + ".repeat(2_000_000)),
+        format!("x = {}1", "-".repeat(100_000)),
+        format!("x = 2{}", " ** 2".repeat(100_000)),
+        format!("x = a{}", ".b".repeat(100_000)),
+        format!("x = a{}", "[0]".repeat(100_000)),
+        (0..150)
+            .map(|i| format!("{}if x:\n", "    ".repeat(i)))
+            .collect::<String>()
+            + &"    ".repeat(150)
+            + "y = 1\n",
+        format!("if a:\n    pass\n{}", "elif b:\n    pass\n".repeat(5_000)),
+    ];
+    for source in refused {
+        let err = parse(&source).unwrap_err();
+        assert!(err.message.contains("nests too deeply"), "{}", err.message);
+    }
+    for source in [
+        deep("(", "1", ")", 60),
+        format!("x = {}1", "1 + ".repeat(60)),
+        format!("x = a{}", ".b".repeat(60)),
+    ] {
+        assert!(parse(&source).is_ok(), "{source}");
+    }
+}

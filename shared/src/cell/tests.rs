@@ -388,3 +388,15 @@ fn the_code_pane_reads_back() {
         );
     }
 }
+
+/// `if (i + 1) % 0 == 0:` raises Python's error (it panicked on dividing
+/// the loop's count by zero).
+#[test]
+fn accumulating_every_zero_steps_is_a_zero_division() {
+    let source = format!(
+        "{DATA}{MLP}\nopt = torch.optim.Adam(model.parameters())\n\
+for x, y in loader:\n    loss = F.cross_entropy(model(x), y)\n    loss.backward()\n    if (i + 1) % 0 == 0:\n        opt.step()\n        opt.zero_grad()\n"
+    );
+    let err = error(&source, Framework::Pytorch);
+    assert!(err.message.contains("ZeroDivisionError"), "{}", err.message);
+}

@@ -178,8 +178,17 @@ fn walk(scope: &mut Names, ev: &Eval, body: &[Stmt], facts: &mut Facts) -> Resul
                 walk(scope, ev, inner, facts)?;
             }
             StmtKind::If(cond, then, orelse) => {
-                if let Some(k) = modulo(cond) {
-                    facts.accumulate = Some(k);
+                match modulo(cond) {
+                    Some(0) => {
+                        let ev = Eval {
+                            names: scope,
+                            line: stmt.line,
+                            framework: ev.framework,
+                        };
+                        return Err(ev.err("ZeroDivisionError: integer modulo by zero"));
+                    }
+                    Some(k) => facts.accumulate = Some(k),
+                    None => {}
                 }
                 walk(scope, ev, then, facts)?;
                 walk(scope, ev, orelse, facts)?;
