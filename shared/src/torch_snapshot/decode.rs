@@ -9,16 +9,54 @@ use super::format::{
     MAX_FRAMES,
 };
 use super::pickle::Value;
-use std::cell::Ref;
+use super::MAX_EVENTS;
+use std::cell::{Cell, Ref};
 use std::collections::BTreeMap;
 
-/// The snapshot at the top of the tree.
+/// The most blocks over all segments.
+pub const MAX_BLOCKS: usize = 4_000_000;
+/// The most stack frames kept over the whole snapshot; the frames of later
+/// entries are dropped (a pickle may share one list of frames among every
+/// entry: each copy costs memory the file does not).
+pub const MAX_ALL_FRAMES: usize = 4_000_000;
+/// The most fields a record may have (PyTorch writes at most a few dozen):
+/// each field is looked up by name among them.
+pub const MAX_FIELDS: usize = 256;
+
+/// What decoding may still make: lists a pickle shares through its memo
+/// would otherwise be copied as often as they are referenced.
+struct Budget {
+    frames: Cell<usize>,
+}
+
+/// The snapshot at the top of the tree. Events and blocks are counted
+/// before any is decoded.
 pub fn snapshot(top: &Value) -> Result<MemorySnapshot, String> {
+    snapshot_within(top, MAX_ALL_FRAMES)
+}
+
+/// [`snapshot`], keeping at most `frames` stack frames in all.
+pub(super) fn snapshot_within(top: &Value, frames: usize) -> Result<MemorySnapshot, String> {
     let f = Fields::of(top, "the snapshot")?;
+    let b = Budget {
+        frames: Cell::new(frames),
+    };
+    let events = f.count("device_traces", "a device trace")?;
+    if events > MAX_EVENTS {
+        return Err(format!(
+            "the trace has {events} events; up to {MAX_EVENTS} are replayed"
+        ));
+    }
+    let blocks = f.count("segments", "blocks")?;
+    if blocks > MAX_BLOCKS {
+        return Err(format!(
+            "the segments hold {blocks} blocks; up to {MAX_BLOCKS} are read"
+        ));
+    }
     Ok(MemorySnapshot {
-        segments: f.list("segments", segment)?,
+        segments: f.list("segments", |v| segment(v, &b))?,
         device_traces: f.list("device_traces", |v| {
-            each(&items(v, "a device trace")?, trace_entry)
+            each(&items(v, "a device trace")?, |e| trace_entry(e, &b))
         })?,
         allocator_settings: f
             .get("allocator_settings")
@@ -27,7 +65,7 @@ pub fn snapshot(top: &Value) -> Result<MemorySnapshot, String> {
     })
 }
 
-fn segment(v: &Value) -> Result<Segment, String> {
+fn segment(v: &Value, b: &Budget) -> Result<Segment, String> {
     let f = Fields::of(v, "a segment")?;
     let pool = f.list("segment_pool_id", |v| int(v, "a segment's pool id"))?;
     let (address, total_size) = in_memory(f.int("address")?, f.int("total_size")?, "a segment")?;
@@ -45,12 +83,12 @@ fn segment(v: &Value) -> Result<Segment, String> {
             pool.get(1).copied().unwrap_or(0),
         ),
         is_expandable: f.bool_or("is_expandable", false)?,
-        blocks: f.list("blocks", block)?,
-        frames: f.frames()?,
+        blocks: f.list("blocks", |v| block(v, b))?,
+        frames: f.frames(b)?,
     })
 }
 
-fn block(v: &Value) -> Result<Block, String> {
+fn block(v: &Value, b: &Budget) -> Result<Block, String> {
     let f = Fields::of(v, "a block")?;
     let state = match f.get("state") {
         None => return Err(f.missing("state")),
@@ -69,7 +107,7 @@ fn block(v: &Value) -> Result<Block, String> {
         size,
         requested_size: f.int_or("requested_size", 0)?,
         state,
-        frames: f.frames()?,
+        frames: f.frames(b)?,
     })
 }
 
@@ -84,7 +122,7 @@ fn in_memory(address: u64, size: u64, what: &str) -> Result<(u64, u64), String> 
     }
 }
 
-fn trace_entry(v: &Value) -> Result<TraceEntry, String> {
+fn trace_entry(v: &Value, b: &Budget) -> Result<TraceEntry, String> {
     let f = Fields::of(v, "a trace entry")?;
     let action = match f.get("action") {
         Some(a) => Action::from_name(text(a, "a trace entry's action")?),
@@ -101,7 +139,7 @@ fn trace_entry(v: &Value) -> Result<TraceEntry, String> {
             .map(|v| int(v, "device_free"))
             .transpose()?,
         time_us: f.get("time_us").map(|v| signed(v, "time_us")).transpose()?,
-        frames: f.frames()?,
+        frames: f.frames(b)?,
     })
 }
 
@@ -209,13 +247,38 @@ struct Fields<'a> {
 
 impl<'a> Fields<'a> {
     fn of(v: &'a Value, what: &'static str) -> Result<Self, String> {
-        match v {
-            Value::Dict(d) => Ok(Fields {
-                pairs: d.borrow(),
-                what,
-            }),
-            _ => Err(invalid(v, "a dict", what)),
+        let pairs = match v {
+            Value::Dict(d) => d.borrow(),
+            _ => return Err(invalid(v, "a dict", what)),
+        };
+        if pairs.len() > MAX_FIELDS {
+            return Err(format!(
+                "{what} has {} fields; a snapshot's records have at most {MAX_FIELDS}",
+                pairs.len()
+            ));
         }
+        Ok(Fields { pairs, what })
+    }
+
+    /// How many items the lists in the list `key` hold together (each
+    /// item of `key` a list, or a dict with a list `inner`), counted
+    /// without decoding any.
+    fn count(&self, key: &str, inner: &str) -> Result<usize, String> {
+        let Some(v) = self.get(key) else {
+            return Ok(0);
+        };
+        let mut n = 0usize;
+        for item in items(v, &self.at(key))?.iter() {
+            let list = match item {
+                Value::Dict(_) => match Fields::of(item, "a segment")?.get(inner) {
+                    Some(l) => items(l, inner)?.len(),
+                    None => 0,
+                },
+                l => items(l, inner)?.len(),
+            };
+            n = n.saturating_add(list);
+        }
+        Ok(n)
     }
 
     /// The field `key`, unless it is missing or `None`.
@@ -273,13 +336,16 @@ impl<'a> Fields<'a> {
         }
     }
 
-    /// The first [`MAX_FRAMES`] of the stack frames, innermost first.
-    fn frames(&self) -> Result<Vec<Frame>, String> {
+    /// The first [`MAX_FRAMES`] of the stack frames, innermost first,
+    /// while the snapshot's [`MAX_ALL_FRAMES`] last.
+    fn frames(&self, b: &Budget) -> Result<Vec<Frame>, String> {
         match self.get("frames") {
             None => Ok(Vec::new()),
             Some(v) => {
                 let all = items(v, &self.at("frames"))?;
-                each(&all[..all.len().min(MAX_FRAMES)], frame)
+                let keep = all.len().min(MAX_FRAMES).min(b.frames.get());
+                b.frames.set(b.frames.get() - keep);
+                each(&all[..keep], frame)
             }
         }
     }

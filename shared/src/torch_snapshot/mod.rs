@@ -5,9 +5,11 @@
 //! ([`replay`]), and writing any session as such a file ([`export`]).
 //!
 //! Only data is read: a pickle that names a Python class or function is
-//! refused, nothing is ever executed. Limits: [`MAX_FILE_BYTES`] of file
-//! and [`MAX_EVENTS`] trace events; stack frames beyond
-//! [`format::MAX_FRAMES`] per entry are dropped.
+//! refused, nothing is ever executed. Limits, checked before anything is
+//! decoded: [`MAX_FILE_BYTES`] of file, [`MAX_EVENTS`] trace events,
+//! `decode::MAX_BLOCKS` blocks, `decode::MAX_FIELDS` fields in a record;
+//! stack frames beyond [`format::MAX_FRAMES`] per entry, and beyond
+//! `decode::MAX_ALL_FRAMES` in all, are dropped.
 
 mod decode;
 pub mod export;
@@ -56,12 +58,6 @@ pub fn read(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
             ))
         }
     };
-    let events: usize = snapshot.device_traces.iter().map(Vec::len).sum();
-    if events > MAX_EVENTS {
-        return Err(SnapshotError(format!(
-            "the trace has {events} events; up to {MAX_EVENTS} are replayed"
-        )));
-    }
     Ok(snapshot)
 }
 
@@ -104,5 +100,7 @@ pub fn write_pickle(snapshot: &MemorySnapshot) -> Vec<u8> {
     serde_pickle::to_vec(&tree, serde_pickle::SerOptions::new()).expect("plain data always pickles")
 }
 
+#[cfg(test)]
+mod limits_tests;
 #[cfg(test)]
 mod tests;

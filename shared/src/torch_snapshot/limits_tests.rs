@@ -1,0 +1,160 @@
+//! Files that share one list or dict through the pickle's memo, or carry
+//! records of a million fields: refused (or their frames dropped) before
+//! they are decoded, in bounded time and memory.
+
+use super::decode::{snapshot_within, MAX_BLOCKS, MAX_FIELDS};
+use super::pickle;
+use super::*;
+
+/// `BINUNICODE`.
+fn text(s: &str) -> Vec<u8> {
+    let mut out = vec![b'X'];
+    out.extend((s.len() as u32).to_le_bytes());
+    out.extend(s.as_bytes());
+    out
+}
+
+/// `BINPUT slot` / `BINGET slot`.
+fn put(slot: u8) -> [u8; 2] {
+    [b'q', slot]
+}
+fn get(slot: u8) -> [u8; 2] {
+    [b'h', slot]
+}
+
+/// A list (`EMPTY_LIST`, memo `slot`) of `n` items: `item`'s bytes, then
+/// `n - 1` times the memo's copy of it (`item_slot`).
+fn shared_list(slot: u8, item: &[u8], item_slot: u8, n: usize) -> Vec<u8> {
+    let mut out = vec![b']'];
+    out.extend(put(slot));
+    out.push(b'(');
+    out.extend(item);
+    out.extend(put(item_slot));
+    for _ in 1..n {
+        out.extend(get(item_slot));
+    }
+    out.push(b'e');
+    out
+}
+
+/// `{"action": "alloc", "size": 512, "frames": frames}`.
+fn entry(frames: &[u8]) -> Vec<u8> {
+    let mut out = vec![b'}', b'('];
+    out.extend(text("action"));
+    out.extend(text("alloc"));
+    out.extend(text("size"));
+    out.extend(b"M\x00\x02");
+    out.extend(text("frames"));
+    out.extend(frames);
+    out.push(b'u');
+    out
+}
+
+/// `{"segments": [], "device_traces": traces}` as a pickle.
+fn snapshot_of(traces: &[u8]) -> Vec<u8> {
+    let mut out = b"\x80\x02}(".to_vec();
+    out.extend(text("segments"));
+    out.push(b']');
+    out.extend(text("device_traces"));
+    out.extend(traces);
+    out.extend(b"u.");
+    out
+}
+
+/// 30,000 device traces that are one memoised list of 4,000 entries: 120
+/// million events from 70 KB. They were expanded before the event limit
+/// was checked (4 GiB, then an abort, for 10^8).
+#[test]
+fn events_shared_through_the_memo_are_counted_before_any_is_decoded() {
+    let trace = shared_list(2, &entry(b"]"), 3, 4_000);
+    let mut traces = vec![b']', b'('];
+    traces.extend(&trace);
+    traces.extend(put(1));
+    for _ in 1..30_000 {
+        traces.extend(get(1));
+    }
+    traces.push(b'e');
+    let file = snapshot_of(&traces);
+    assert!(file.len() < 100_000, "{} bytes", file.len());
+    let err = read(&file).unwrap_err().to_string();
+    assert!(err.contains("120000000 events"), "{err}");
+}
+
+/// A million segments that are one memoised dict with a list of 100
+/// blocks: refused by their count, not decoded.
+#[test]
+fn blocks_shared_through_the_memo_are_counted_before_any_is_decoded() {
+    let mut block = vec![b'}', b'('];
+    block.extend(text("address"));
+    block.extend(b"K\x00");
+    block.extend(text("size"));
+    block.extend(b"K\x00");
+    block.extend(text("state"));
+    block.extend(text("inactive"));
+    block.push(b'u');
+    let mut segment = vec![b'}', b'('];
+    segment.extend(text("blocks"));
+    segment.extend(shared_list(4, &block, 5, 100));
+    segment.push(b'u');
+    let segments = shared_list(6, &segment, 7, MAX_BLOCKS / 100 + 1);
+    let mut file = b"\x80\x02}(".to_vec();
+    file.extend(text("segments"));
+    file.extend(segments);
+    file.extend(b"u.");
+    let err = read(&file).unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("{} blocks", MAX_BLOCKS + 100)),
+        "{err}"
+    );
+}
+
+/// A record of a million fields, shared a thousand times: each field was
+/// looked up among all of them (35 s of CPU for 4 MB). Refused by its size.
+#[test]
+fn records_of_a_million_fields_are_refused() {
+    let mut wide = vec![b'}', b'('];
+    for i in 0..1_000_000u32 {
+        wide.push(b'J');
+        wide.extend(i.to_le_bytes());
+        wide.push(b'N');
+    }
+    wide.extend(text("action"));
+    wide.extend(text("alloc"));
+    wide.push(b'u');
+    let trace = shared_list(2, &wide, 3, 1_000);
+    let mut traces = vec![b']', b'('];
+    traces.extend(trace);
+    traces.push(b'e');
+    let err = read(&snapshot_of(&traces)).unwrap_err().to_string();
+    assert!(
+        err.contains(&format!(
+            "a trace entry has 1000001 fields; a snapshot's records have at most {MAX_FIELDS}"
+        )),
+        "{err}"
+    );
+}
+
+/// Entries that share one list of frames keep frames until the
+/// snapshot's budget is spent; the later ones keep none.
+#[test]
+fn frames_shared_through_the_memo_stop_at_the_budget() {
+    let mut frame = vec![b'}', b'('];
+    frame.extend(text("filename"));
+    frame.extend(text("train.py"));
+    frame.extend(text("line"));
+    frame.extend(b"K\x07");
+    frame.push(b'u');
+    let frames = shared_list(4, &frame, 5, 10);
+    let trace = shared_list(2, &entry(&frames), 3, 50);
+    let mut traces = vec![b']', b'('];
+    traces.extend(trace);
+    traces.push(b'e');
+    let file = snapshot_of(&traces);
+    let tree = pickle::read(&file).unwrap();
+    let s = snapshot_within(&tree, 125).unwrap();
+    let kept: Vec<usize> = s.device_traces[0].iter().map(|e| e.frames.len()).collect();
+    let want: Vec<usize> = [[10; 12].as_slice(), &[5], &[0; 37]].concat();
+    assert_eq!(kept, want);
+    assert_eq!(s.device_traces[0][0].frames[0].filename, "train.py");
+    assert_eq!(s.device_traces[0][0].frames[0].line, 7);
+}
