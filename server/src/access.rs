@@ -125,14 +125,23 @@ impl Access {
         if !peer.is_some_and(|p| self.trusted_proxies.iter().any(|n| n.contains(&p))) {
             return Err("this server takes its users from an authenticating proxy, and this request did not come through it".into());
         }
-        let user = headers
-            .get(name.as_str())
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|u| !u.is_empty() && u.len() <= MAX_USER && !u.chars().any(char::is_control));
+        // One header, one name: a second header or a list means a client's
+        // value reached the proxy's (one appends rather than replaces).
+        let mut values = headers.get_all(name.as_str()).iter();
+        let (first, more) = (values.next(), values.next().is_some());
+        if more {
+            return Err(format!("the proxy sent {name} more than once: one user per request"));
+        }
+        // Surrounding blanks are not part of a header's value (RFC 9110).
+        let user = first.and_then(|v| v.to_str().ok()).map(str::trim);
         match user {
-            Some(u) => Ok(Some(u.to_string())),
-            None => Err(format!("the proxy sent no user in {name}")),
+            Some(u) if u.contains(',') => {
+                Err(format!("the proxy's {name} names several users: one user per request"))
+            }
+            Some(u) if !u.is_empty() && u.len() <= MAX_USER && !u.chars().any(char::is_control) => {
+                Ok(Some(u.to_string()))
+            }
+            _ => Err(format!("the proxy sent no user in {name}")),
         }
     }
 
@@ -335,6 +344,32 @@ mod tests {
         assert!(!guesses.allowed(a, t0));
         assert!(guesses.allowed(b, t0));
         assert!(guesses.allowed(a, t0 + TokenGuesses::WINDOW));
+    }
+
+    /// One user per request from the proxy: a repeated header or a list
+    /// is refused (the first value won, and `alice, bob` was one name);
+    /// blanks around a value are not part of it.
+    #[test]
+    fn the_proxys_user_header_names_exactly_one_user() {
+        let a = Access {
+            user_header: Some("x-forwarded-user".into()),
+            trusted_proxies: vec!["127.0.0.1/32".parse().unwrap()],
+            ..Access::default()
+        };
+        let proxy = Some("127.0.0.1".parse().unwrap());
+        let user = |values: &[&str]| {
+            let mut h = axum::http::HeaderMap::new();
+            for v in values {
+                h.append("x-forwarded-user", v.parse().unwrap());
+            }
+            a.user(&h, proxy)
+        };
+        assert_eq!(user(&["alice"]), Ok(Some("alice".into())));
+        assert_eq!(user(&[" alice "]), Ok(Some("alice".into())));
+        assert!(user(&["alice", "bob"]).unwrap_err().contains("more than once"));
+        assert!(user(&["alice, bob"]).unwrap_err().contains("several users"));
+        assert!(user(&[]).unwrap_err().contains("no user"));
+        assert!(user(&["  "]).unwrap_err().contains("no user"));
     }
 
     #[test]
