@@ -715,6 +715,7 @@ async fn half_sent_requests_are_closed_and_others_get_through() {
     o.connections = vramlab_server::listener::ConnectionLimits {
         max_connections: 2,
         read_idle: Duration::from_millis(400),
+        ..Default::default()
     };
     let addr = start(o).await;
     let mut stuck = Vec::new();
@@ -745,6 +746,59 @@ async fn half_sent_requests_are_closed_and_others_get_through() {
         let read = tokio::time::timeout(WAIT, s.read_to_end(&mut rest)).await;
         assert!(read.is_ok(), "the half-sent connection was closed");
     }
+}
+
+/// One address cannot take every connection: with room for four, two per
+/// address, a client at 127.0.0.1 that opens four half-sent requests holds
+/// two (the others are closed at once), and a client at 127.0.0.2 gets its
+/// `/healthz` without waiting for the idle time to free a slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_cannot_take_every_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut o = options();
+    o.connections = vramlab_server::listener::ConnectionLimits {
+        max_connections: 4,
+        max_per_address: 2,
+        read_idle: Duration::from_secs(20),
+        ..Default::default()
+    };
+    let addr = start(o).await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut s = TcpStream::connect(&addr).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            .await
+            .unwrap();
+        held.push(s);
+    }
+    // The third and fourth are closed by the server (read: the end of the
+    // stream, or a reset since the server never read what was sent).
+    let mut closed = 0;
+    for s in held.iter_mut() {
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_millis(500), s.read(&mut byte)).await;
+        if matches!(read, Ok(Ok(0) | Err(_))) {
+            closed += 1;
+        }
+    }
+    assert_eq!(
+        closed, 2,
+        "two of one address's four connections were closed"
+    );
+    let started = std::time::Instant::now();
+    let other = tokio::net::TcpSocket::new_v4().unwrap();
+    other.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut c = other.connect(addr.parse().unwrap()).await.unwrap();
+    c.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut reply = String::new();
+    tokio::time::timeout(Duration::from_secs(5), c.read_to_string(&mut reply))
+        .await
+        .expect("served without waiting for a slot")
+        .unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(started.elapsed() < Duration::from_secs(5));
 }
 
 /// The commands-a-second budget belongs to the session, not to each

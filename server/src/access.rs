@@ -130,14 +130,16 @@ impl Access {
         let mut values = headers.get_all(name.as_str()).iter();
         let (first, more) = (values.next(), values.next().is_some());
         if more {
-            return Err(format!("the proxy sent {name} more than once: one user per request"));
+            return Err(format!(
+                "the proxy sent {name} more than once: one user per request"
+            ));
         }
         // Surrounding blanks are not part of a header's value (RFC 9110).
         let user = first.and_then(|v| v.to_str().ok()).map(str::trim);
         match user {
-            Some(u) if u.contains(',') => {
-                Err(format!("the proxy's {name} names several users: one user per request"))
-            }
+            Some(u) if u.contains(',') => Err(format!(
+                "the proxy's {name} names several users: one user per request"
+            )),
             Some(u) if !u.is_empty() && u.len() <= MAX_USER && !u.chars().any(char::is_control) => {
                 Ok(Some(u.to_string()))
             }
@@ -366,7 +368,9 @@ mod tests {
         };
         assert_eq!(user(&["alice"]), Ok(Some("alice".into())));
         assert_eq!(user(&[" alice "]), Ok(Some("alice".into())));
-        assert!(user(&["alice", "bob"]).unwrap_err().contains("more than once"));
+        assert!(user(&["alice", "bob"])
+            .unwrap_err()
+            .contains("more than once"));
         assert!(user(&["alice, bob"]).unwrap_err().contains("several users"));
         assert!(user(&[]).unwrap_err().contains("no user"));
         assert!(user(&["  "]).unwrap_err().contains("no user"));

@@ -158,6 +158,15 @@ pub struct ServeArgs {
     /// The most TCP connections open at once; more wait to be accepted.
     #[arg(long, env = "VRAMLAB_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
+    /// The most TCP connections one client address may hold (0: no
+    /// limit); more are closed as they arrive. A --trusted-proxy's address
+    /// is not limited (it speaks for many clients).
+    #[arg(
+        long,
+        env = "VRAMLAB_MAX_CONNECTIONS_PER_ADDRESS",
+        default_value_t = 256
+    )]
+    pub max_connections_per_address: usize,
     /// The most read-only watchers one session may have.
     #[arg(long, env = "VRAMLAB_MAX_WATCHERS", default_value_t = 100)]
     pub max_watchers: usize,
@@ -227,6 +236,8 @@ impl ServeArgs {
             keepalive: crate::app::Keepalive::default(),
             connections: crate::listener::ConnectionLimits {
                 max_connections: self.max_connections,
+                max_per_address: self.max_connections_per_address,
+                shared: self.trusted_proxies.clone(),
                 ..Default::default()
             },
             instance: self.instance_id.clone(),

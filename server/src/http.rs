@@ -128,7 +128,7 @@ pub fn build(options: &ServeOptions, backend: Backend) -> anyhow::Result<Server>
             tracing::info_span!("http", method = %req.method(), path = %req.uri().path())
         }))
         .with_state(state);
-    let connections = options.connections;
+    let connections = options.connections.clone();
     Ok(Server {
         router,
         admin,

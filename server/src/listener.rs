@@ -1,14 +1,19 @@
 //! The TCP side of `serve`: at most `max_connections` open at once (the
-//! rest wait in the kernel's backlog), and a connection that sends nothing
-//! for `read_idle` is closed, so half-sent requests cannot hold file
-//! descriptors or slots (a slow-header attack). Websockets stay busy: the
-//! server pings every 20 s and clients answer.
+//! rest wait in the kernel's backlog), at most `max_per_address` of them
+//! from one client address (more are closed as they arrive, so one
+//! address cannot take every slot; a trusted proxy's address, which
+//! speaks for many clients, is not counted), and a connection that sends
+//! nothing for `read_idle` is closed, so half-sent requests cannot hold
+//! file descriptors or slots (a slow-header attack). Websockets stay busy:
+//! the server pings every 20 s and clients answer.
 
 use axum::serve::Listener;
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -16,9 +21,14 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
 /// Connection limits.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ConnectionLimits {
     pub max_connections: usize,
+    /// The most connections one client address may hold (0: no limit).
+    pub max_per_address: usize,
+    /// Addresses that speak for many clients (trusted reverse proxies):
+    /// not limited per address.
+    pub shared: Vec<ipnet::IpNet>,
     pub read_idle: Duration,
 }
 
@@ -26,15 +36,19 @@ impl Default for ConnectionLimits {
     fn default() -> Self {
         ConnectionLimits {
             max_connections: 1024,
+            max_per_address: 256,
+            shared: Vec::new(),
             read_idle: Duration::from_secs(60),
         }
     }
 }
 
-/// A listener that hands out at most `max_connections` connections.
+/// A listener that hands out at most `max_connections` connections, at
+/// most `max_per_address` to one address.
 pub struct Capped<L> {
     inner: L,
     permits: Arc<Semaphore>,
+    addresses: Arc<Addresses>,
     read_idle: Duration,
 }
 
@@ -43,34 +57,89 @@ impl<L> Capped<L> {
         Capped {
             inner,
             permits: Arc::new(Semaphore::new(limits.max_connections.max(1))),
+            addresses: Arc::new(Addresses {
+                open: Mutex::new(HashMap::new()),
+                max: limits.max_per_address,
+                shared: limits.shared,
+            }),
             read_idle: limits.read_idle,
         }
     }
 }
 
-impl<L: Listener> Listener for Capped<L>
+/// The connections open per client address.
+struct Addresses {
+    open: Mutex<HashMap<IpAddr, usize>>,
+    max: usize,
+    shared: Vec<ipnet::IpNet>,
+}
+
+impl Addresses {
+    /// A slot for one more connection from `ip`, unless it holds its most.
+    fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<AddressSlot> {
+        if self.max == 0 || self.shared.iter().any(|n| n.contains(&ip)) {
+            return Some(AddressSlot(None));
+        }
+        let mut open = self.open.lock().expect("addresses lock");
+        let n = open.entry(ip).or_insert(0);
+        if *n >= self.max {
+            return None;
+        }
+        *n += 1;
+        Some(AddressSlot(Some((self.clone(), ip))))
+    }
+}
+
+/// One connection's place in its address's count, given back on drop.
+struct AddressSlot(Option<(Arc<Addresses>, IpAddr)>);
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let Some((addresses, ip)) = self.0.take() else {
+            return;
+        };
+        let mut open = addresses.open.lock().expect("addresses lock");
+        if let Some(n) = open.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&ip);
+            }
+        }
+    }
+}
+
+impl<L> Listener for Capped<L>
 where
+    L: Listener<Addr = std::net::SocketAddr>,
     L::Io: Unpin,
 {
     type Io = Guarded<L::Io>;
     type Addr = L::Addr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        let permit = self
-            .permits
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed");
-        let (io, addr) = self.inner.accept().await;
-        let idle = Box::pin(tokio::time::sleep(self.read_idle));
-        let io = Guarded {
-            io,
-            idle,
-            read_idle: self.read_idle,
-            _permit: permit,
-        };
-        (io, addr)
+        loop {
+            let permit = self
+                .permits
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("the semaphore is never closed");
+            let (io, addr) = self.inner.accept().await;
+            // Over its address's share: closed at once, its slot freed.
+            let Some(slot) = self.addresses.admit(addr.ip()) else {
+                tracing::debug!(client = %addr.ip(), "connection closed: its address holds its most");
+                continue;
+            };
+            let idle = Box::pin(tokio::time::sleep(self.read_idle));
+            let io = Guarded {
+                io,
+                idle,
+                read_idle: self.read_idle,
+                _permit: permit,
+                _slot: slot,
+            };
+            return (io, addr);
+        }
     }
 
     fn local_addr(&self) -> io::Result<Self::Addr> {
@@ -85,6 +154,7 @@ pub struct Guarded<T> {
     idle: Pin<Box<Sleep>>,
     read_idle: Duration,
     _permit: OwnedSemaphorePermit,
+    _slot: AddressSlot,
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
