@@ -357,6 +357,33 @@ async fn the_quota_and_the_session_limit_hold() {
     assert!(err.contains("session_limit"), "{err}");
 }
 
+/// On a server others reach, loopback is a client like any other (a proxy
+/// on the same host spoke for every client with no limit): its sessions
+/// keep to the per-client limit, and its wrong tokens are throttled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loopback_counts_as_one_client_on_a_server_others_reach() {
+    let mut o = options();
+    o.max_sessions_per_client = 2;
+    o.access.local_only = false;
+    let addr = start(o).await;
+    let _a = Client::connect(&addr, "").await;
+    let _b = Client::connect(&addr, "").await;
+    let third = Client::try_connect(&addr, "", None).await;
+    assert!(third.err().expect("refused").contains("session_limit"));
+    let mut o = options();
+    o.access = Access {
+        token: Some("letmein".into()),
+        ..Access::default()
+    };
+    let addr = start(o).await;
+    for _ in 0..vramlab_server::access::TokenGuesses::LIMIT {
+        let wrong = Client::try_connect(&addr, "?token=nope", None).await;
+        assert!(wrong.err().unwrap().contains("401"));
+    }
+    let throttled = Client::try_connect(&addr, "?token=nope", None).await;
+    assert!(throttled.err().unwrap().contains("429"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cross_origin_and_missing_or_wrong_tokens_are_refused() {
     let mut o = options();

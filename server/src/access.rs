@@ -26,6 +26,10 @@ pub struct Access {
     pub user_header: Option<String>,
     /// The proxies whose user header is believed: addresses or networks.
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// The server listens on loopback alone: its clients are this
+    /// machine's users, not limited per address (a server others reach
+    /// counts loopback too: a proxy there speaks for everyone).
+    pub local_only: bool,
 }
 
 /// The longest user name taken from a proxy header.
@@ -147,6 +151,30 @@ impl Access {
         }
     }
 
+    /// The client a request comes from, as the per-address limits count
+    /// it: behind a trusted proxy, the address that proxy saw (the last
+    /// `X-Forwarded-For` entry, the one it added); otherwise the peer's;
+    /// none for this machine's users of a server that listens on loopback
+    /// alone.
+    pub fn client(
+        &self,
+        headers: &axum::http::HeaderMap,
+        peer: Option<std::net::IpAddr>,
+    ) -> Option<std::net::IpAddr> {
+        let peer = peer.filter(|p| !(self.local_only && p.is_loopback()))?;
+        if !self.trusted_proxies.iter().any(|n| n.contains(&peer)) {
+            return Some(peer);
+        }
+        let forwarded = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .last()
+            .and_then(|ip| ip.trim().parse().ok());
+        Some(forwarded.unwrap_or(peer))
+    }
+
     /// Whether a websocket from `origin` may connect to a server reached as `host`.
     pub fn origin_allowed(&self, origin: &str, host: Option<&str>) -> bool {
         if self.allowed_origins.is_empty() {
@@ -169,7 +197,7 @@ pub struct Guard {
 
 /// Wrong tokens per client address: past [`TokenGuesses::LIMIT`] in a
 /// [`TokenGuesses::WINDOW`], that address gets 429 until the window ends
-/// (loopback clients are not counted).
+/// (loopback too; behind a trusted proxy, the address it forwards).
 #[derive(Debug, Default)]
 pub struct TokenGuesses {
     failures:
@@ -202,13 +230,14 @@ impl TokenGuesses {
     }
 }
 
-/// The client's address, when it is not loopback (a local reverse proxy
-/// speaks for everyone; it should do its own limiting).
-fn peer_ip(req: &Request) -> Option<std::net::IpAddr> {
-    req.extensions()
+/// The client's address ([`Access::client`]: behind a trusted proxy, the
+/// one it forwards).
+fn client_ip(access: &Access, req: &Request) -> Option<std::net::IpAddr> {
+    let peer = req
+        .extensions()
         .get::<axum::extract::ConnectInfo<crate::listener::Peer>>()
-        .map(|c| c.0 .0.ip())
-        .filter(|ip| !ip.is_loopback())
+        .map(|c| c.0 .0.ip());
+    access.client(req.headers(), peer)
 }
 
 /// Checks the token on every request and the origin on the websocket.
@@ -231,7 +260,7 @@ pub async fn guard(State(state): State<Guard>, req: Request, next: Next) -> Resp
     }
     let mut set_cookie = None;
     if let Some(token) = &access.token {
-        let (ip, now) = (peer_ip(&req), std::time::Instant::now());
+        let (ip, now) = (client_ip(access, &req), std::time::Instant::now());
         if ip.is_some_and(|ip| !state.guesses.allowed(ip, now)) {
             Metrics::inc(&state.metrics.refused.token);
             return (
@@ -374,6 +403,51 @@ mod tests {
         assert!(user(&["alice, bob"]).unwrap_err().contains("several users"));
         assert!(user(&[]).unwrap_err().contains("no user"));
         assert!(user(&["  "]).unwrap_err().contains("no user"));
+    }
+
+    /// Who the per-address limits count: this machine's users of a
+    /// loopback server are not counted; on a server others reach, loopback
+    /// is a client like any other; behind a trusted proxy, the address it
+    /// forwards (the last entry, the one it added; a client's own entries
+    /// before it are not believed), never from an untrusted peer.
+    #[test]
+    fn the_client_is_the_peer_or_what_a_trusted_proxy_forwards() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let forwarded = |v: &str| {
+            let mut h = axum::http::HeaderMap::new();
+            h.insert("x-forwarded-for", v.parse().unwrap());
+            h
+        };
+        let none = axum::http::HeaderMap::new();
+        let local = Access {
+            local_only: true,
+            ..Access::default()
+        };
+        assert_eq!(local.client(&none, Some(ip("127.0.0.1"))), None);
+        assert_eq!(local.client(&none, Some(ip("::1"))), None);
+        let public = Access::default();
+        assert_eq!(
+            public.client(&none, Some(ip("127.0.0.1"))),
+            Some(ip("127.0.0.1"))
+        );
+        let spoofed = forwarded("198.51.100.1");
+        assert_eq!(
+            public.client(&spoofed, Some(ip("203.0.113.9"))),
+            Some(ip("203.0.113.9"))
+        );
+        let proxied = Access {
+            trusted_proxies: vec!["127.0.0.1/32".parse().unwrap()],
+            ..Access::default()
+        };
+        let chain = forwarded("198.51.100.1, 203.0.113.5");
+        assert_eq!(
+            proxied.client(&chain, Some(ip("127.0.0.1"))),
+            Some(ip("203.0.113.5"))
+        );
+        assert_eq!(
+            proxied.client(&none, Some(ip("127.0.0.1"))),
+            Some(ip("127.0.0.1"))
+        );
     }
 
     #[test]

@@ -128,9 +128,10 @@ pub struct ServeArgs {
     /// --trusted-proxy.
     #[arg(long, env = "VRAMLAB_USER_HEADER", requires = "trusted_proxies")]
     pub user_header: Option<String>,
-    /// The proxies whose user header is believed: addresses, or networks
-    /// such as a cluster's pod range 10.0.0.0/8 (repeat, or comma-separate
-    /// in the variable).
+    /// The proxies whose user header and X-Forwarded-For are believed:
+    /// addresses, or networks such as a cluster's pod range 10.0.0.0/8
+    /// (repeat, or comma-separate in the variable). Behind one, the
+    /// per-client limits count the address it forwards.
     #[arg(
         long = "trusted-proxy",
         env = "VRAMLAB_TRUSTED_PROXIES",
@@ -151,8 +152,9 @@ pub struct ServeArgs {
     #[arg(long, env = "VRAMLAB_MAX_SESSIONS", default_value_t = 64)]
     pub max_sessions: usize,
     /// The most sessions one client address (or, with --user-header, one
-    /// user) may hold at once (0: no limit; behind a reverse proxy without
-    /// users every client has the proxy's address).
+    /// user) may hold at once (0: no limit). Listening on loopback alone,
+    /// this machine's users are not counted; behind a reverse proxy, name
+    /// it with --trusted-proxy so its clients are told apart.
     #[arg(long, env = "VRAMLAB_MAX_SESSIONS_PER_CLIENT", default_value_t = 8)]
     pub max_sessions_per_client: usize,
     /// The most TCP connections open at once; more wait to be accepted.
@@ -221,6 +223,7 @@ impl ServeArgs {
                 ),
                 user_header: self.user_header.as_ref().map(|h| h.to_ascii_lowercase()),
                 trusted_proxies: self.trusted_proxies.clone(),
+                local_only: self.addr.ip().is_loopback(),
             },
             limits: vramlab_shared::protocol::Limits {
                 max_message_bytes: self.max_message_bytes,

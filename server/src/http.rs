@@ -44,7 +44,11 @@ impl Default for ServeOptions {
     fn default() -> Self {
         Self {
             dist: None,
-            access: Access::default(),
+            // Tests and embedders serve on loopback.
+            access: Access {
+                local_only: true,
+                ..Access::default()
+            },
             limits: Limits {
                 max_message_bytes: 64 * 1024,
                 commands_per_second: 50,

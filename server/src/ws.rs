@@ -38,7 +38,8 @@ pub async fn ws_handler(
     headers: axum::http::HeaderMap,
     peer: Option<axum::Extension<axum::extract::ConnectInfo<crate::listener::Peer>>>,
 ) -> Response {
-    let client = peer.map(|axum::Extension(axum::extract::ConnectInfo(peer))| peer.0.ip());
+    let peer = peer.map(|axum::Extension(axum::extract::ConnectInfo(peer))| peer.0.ip());
+    let client = state.access.client(&headers, peer);
     // A draining server takes no new session: a balancer tries another.
     if query.session.is_none() && query.watch.is_none() && state.sessions.is_draining() {
         return (
@@ -47,7 +48,7 @@ pub async fn ws_handler(
         )
             .into_response();
     }
-    let user = match state.access.user(&headers, client) {
+    let user = match state.access.user(&headers, peer) {
         Ok(user) => user,
         Err(why) => {
             Metrics::inc(&state.sessions.metrics.refused.user);

@@ -55,8 +55,8 @@ impl Sessions {
     }
 
     /// [`Sessions::create`] for a client at `client`, which may hold at most
-    /// `max_per_client` sessions. Loopback clients are not counted: they are
-    /// this machine's users, or a reverse proxy speaking for everyone.
+    /// `max_per_client` sessions (loopback too: behind a trusted proxy the
+    /// client is the address it forwards).
     pub fn create_for(&self, client: Option<IpAddr>) -> Result<Arc<Session>, ConnectionError> {
         self.create_as(client, None)
     }
@@ -147,9 +147,6 @@ impl Sessions {
         let (Some(ip), max) = (client, self.config.max_per_client) else {
             return Ok(());
         };
-        if ip.is_loopback() {
-            return Ok(());
-        }
         let held = map.values().filter(|s| s.client == Some(ip)).count();
         if max > 0 && held >= max {
             Metrics::inc(&self.metrics.refused.session_limit);
