@@ -29,28 +29,59 @@ struct Budget {
     frames: Cell<usize>,
 }
 
-/// The snapshot at the top of the tree. Events and blocks are counted
-/// before any is decoded.
-pub fn snapshot(top: &Value) -> Result<MemorySnapshot, String> {
-    snapshot_within(top, MAX_ALL_FRAMES)
+/// How much a snapshot may decode to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub events: usize,
+    pub blocks: usize,
+    /// Stack frames in all; the frames of later records are dropped.
+    pub frames: usize,
 }
 
-/// [`snapshot`], keeping at most `frames` stack frames in all.
-pub(super) fn snapshot_within(top: &Value, frames: usize) -> Result<MemorySnapshot, String> {
+impl Limits {
+    /// For a tree that shares nothing (JSON): the absolute limits.
+    pub const UNSHARED: Limits = Limits {
+        events: MAX_EVENTS,
+        blocks: MAX_BLOCKS,
+        frames: MAX_ALL_FRAMES,
+    };
+
+    /// For a pickle of `bytes`: a trace entry or a block PyTorch writes
+    /// takes some 50 bytes (8 at the very least, its keys shared through
+    /// the memo), a stack frame 2 or more (PyTorch shares frames); so a
+    /// file decodes to at most an event or a block per 8 bytes and a frame
+    /// per 2, whatever its memo shares.
+    pub fn for_pickle(bytes: usize) -> Limits {
+        Limits {
+            events: MAX_EVENTS.min(bytes / 8),
+            blocks: MAX_BLOCKS.min(bytes / 8),
+            frames: MAX_ALL_FRAMES.min(bytes / 2),
+        }
+    }
+}
+
+/// The snapshot at the top of the tree, within `limits`. Events and
+/// blocks are counted before any is decoded.
+pub fn snapshot(top: &Value, limits: Limits) -> Result<MemorySnapshot, String> {
     let f = Fields::of(top, "the snapshot")?;
     let b = Budget {
-        frames: Cell::new(frames),
+        frames: Cell::new(limits.frames),
     };
     let events = f.count("device_traces", "a device trace")?;
-    if events > MAX_EVENTS {
-        return Err(format!(
-            "the trace has {events} events; up to {MAX_EVENTS} are replayed"
-        ));
+    if events > limits.events {
+        return Err(match limits.events < MAX_EVENTS {
+            true => format!(
+                "the trace has {events} events, more than a file of its size holds ({}): its lists are shared many times over",
+                limits.events
+            ),
+            false => format!("the trace has {events} events; up to {MAX_EVENTS} are replayed"),
+        });
     }
     let blocks = f.count("segments", "blocks")?;
-    if blocks > MAX_BLOCKS {
+    if blocks > limits.blocks {
         return Err(format!(
-            "the segments hold {blocks} blocks; up to {MAX_BLOCKS} are read"
+            "the segments hold {blocks} blocks; up to {} are read from this file",
+            limits.blocks
         ));
     }
     Ok(MemorySnapshot {
@@ -358,7 +389,7 @@ mod tests {
     use serde_json::json;
 
     fn read(v: serde_json::Value) -> Result<MemorySnapshot, String> {
-        snapshot(&from_json(v))
+        snapshot(&from_json(v), Limits::UNSHARED)
     }
 
     #[test]

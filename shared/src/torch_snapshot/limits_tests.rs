@@ -2,7 +2,7 @@
 //! records of a million fields: refused (or their frames dropped) before
 //! they are decoded, in bounded time and memory.
 
-use super::decode::{snapshot_within, MAX_BLOCKS, MAX_FIELDS};
+use super::decode::{snapshot, Limits, MAX_BLOCKS, MAX_FIELDS};
 use super::pickle;
 use super::*;
 
@@ -151,7 +151,11 @@ fn frames_shared_through_the_memo_stop_at_the_budget() {
     traces.push(b'e');
     let file = snapshot_of(&traces);
     let tree = pickle::read(&file).unwrap();
-    let s = snapshot_within(&tree, 125).unwrap();
+    let limits = Limits {
+        frames: 125,
+        ..Limits::UNSHARED
+    };
+    let s = snapshot(&tree, limits).unwrap();
     let kept: Vec<usize> = s.device_traces[0].iter().map(|e| e.frames.len()).collect();
     let want: Vec<usize> = [[10; 12].as_slice(), &[5], &[0; 37]].concat();
     assert_eq!(kept, want);

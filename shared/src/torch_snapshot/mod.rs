@@ -6,10 +6,11 @@
 //!
 //! Only data is read: a pickle that names a Python class or function is
 //! refused, nothing is ever executed. Limits, checked before anything is
-//! decoded: [`MAX_FILE_BYTES`] of file, [`MAX_EVENTS`] trace events,
-//! `decode::MAX_BLOCKS` blocks, `decode::MAX_FIELDS` fields in a record;
-//! stack frames beyond [`format::MAX_FRAMES`] per entry, and beyond
-//! `decode::MAX_ALL_FRAMES` in all, are dropped.
+//! decoded: [`MAX_FILE_BYTES`] of file, [`MAX_EVENTS`] trace events and
+//! `decode::MAX_BLOCKS` blocks (for a pickle, also no more than its size
+//! holds unshared: `decode::Limits::for_pickle`), `decode::MAX_FIELDS`
+//! fields in a record; stack frames beyond [`format::MAX_FRAMES`] per
+//! entry, and beyond the file's share in all, are dropped.
 
 mod decode;
 pub mod export;
@@ -70,13 +71,13 @@ fn read_json(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
 
 /// Reads a snapshot from JSON already parsed (a websocket message's field).
 pub fn from_json(value: serde_json::Value) -> Result<MemorySnapshot, SnapshotError> {
-    decode::snapshot(&pickle::from_json(value))
+    decode::snapshot(&pickle::from_json(value), decode::Limits::UNSHARED)
         .map_err(|e| SnapshotError(format!("the JSON is not a memory snapshot: {e}")))
 }
 
 fn read_pickle(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
     let top = pickle::read(bytes).map_err(SnapshotError)?;
-    let snapshot = decode::snapshot(&top);
+    let snapshot = decode::snapshot(&top, decode::Limits::for_pickle(bytes.len()));
     #[cfg(feature = "teardown")]
     pickle::tear_down(vec![top]);
     snapshot.map_err(|e| {

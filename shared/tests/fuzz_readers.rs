@@ -1,0 +1,471 @@
+//! The readers of what users bring, fuzzed with structure and held to
+//! limits: the snapshot reader (pickles built from a grammar of the
+//! snapshot's own records, with lists and dicts shared through the memo,
+//! nesting, wide dicts, wrong types, then bytes mutated) and the code
+//! cell's Python (lines built from its tokens, brackets and blocks). Each
+//! input must be answered, a value or an error, never a panic, within a
+//! time and a memory limit; memory is what this binary's allocator hands
+//! out while the input is read. `VRAMLAB_FUZZ_CASES` runs more inputs.
+
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::{Config, TestRunner};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use vramlab_shared::cell;
+use vramlab_shared::torch_snapshot;
+use vramlab_shared::types::Framework;
+
+/// Counts the bytes allocated now and at the most since the last reset.
+struct Counting;
+
+static NOW: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let now = NOW.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+        PEAK.fetch_max(now, Ordering::Relaxed);
+        // SAFETY: the layout is the caller's, passed on unchanged.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        NOW.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: `ptr` came from `alloc` with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Per input: at most this long (a debug build) and this many bytes more
+/// than before it.
+const TIME_LIMIT: Duration = Duration::from_secs(5);
+const MEMORY_LIMIT: usize = 64 << 20;
+
+/// The worst input seen: its time and its memory.
+#[derive(Default)]
+struct Worst {
+    time: Duration,
+    bytes: usize,
+    inputs: u32,
+}
+
+impl Worst {
+    /// Runs `read` on one input, holding it to the limits.
+    fn measure(&mut self, what: &str, input: &[u8], read: impl FnOnce()) {
+        let base = NOW.load(Ordering::Relaxed);
+        PEAK.store(base, Ordering::Relaxed);
+        let started = Instant::now();
+        read();
+        let (time, bytes) = (started.elapsed(), PEAK.load(Ordering::Relaxed) - base);
+        assert!(
+            time <= TIME_LIMIT && bytes <= MEMORY_LIMIT,
+            "{what}: {time:?} and {bytes} bytes for {} bytes of input: {:?}",
+            input.len(),
+            String::from_utf8_lossy(&input[..input.len().min(400)])
+        );
+        self.time = self.time.max(time);
+        self.bytes = self.bytes.max(bytes);
+        self.inputs += 1;
+    }
+}
+
+fn cases(default: u32) -> u32 {
+    std::env::var("VRAMLAB_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A value of a snapshot's shape, before it is written as a pickle.
+#[derive(Clone, Debug)]
+enum Tree {
+    Int(i64),
+    Float,
+    Str(&'static str),
+    None,
+    Bool(bool),
+    List(Vec<Tree>),
+    Dict(Vec<(&'static str, Tree)>),
+    /// Written once, then `n` more times through the memo.
+    Shared(Box<Tree>, u16),
+    /// Bytes the grammar does not make: an opcode, a truncation.
+    Raw(Vec<u8>),
+}
+
+/// The snapshot's own field names and words, and a few others.
+const WORDS: &[&str] = &[
+    "segments",
+    "device_traces",
+    "allocator_settings",
+    "action",
+    "alloc",
+    "free_requested",
+    "free_completed",
+    "segment_alloc",
+    "segment_map",
+    "addr",
+    "address",
+    "size",
+    "total_size",
+    "requested_size",
+    "stream",
+    "blocks",
+    "state",
+    "active_allocated",
+    "inactive",
+    "frames",
+    "filename",
+    "line",
+    "name",
+    "segment_pool_id",
+    "is_expandable",
+    "expandable_segments",
+    "roundup_power2_divisions",
+    "",
+];
+
+fn tree() -> impl Strategy<Value = Tree> {
+    let word = prop::sample::select(WORDS);
+    let leaf = prop_oneof![
+        prop_oneof![
+            Just(0i64),
+            Just(512),
+            Just(2 << 20),
+            Just(-1),
+            Just(i64::MAX),
+            any::<i64>()
+        ]
+        .prop_map(Tree::Int),
+        word.clone().prop_map(Tree::Str),
+        Just(Tree::None),
+        Just(Tree::Float),
+        any::<bool>().prop_map(Tree::Bool),
+        prop::collection::vec(any::<u8>(), 1..6).prop_map(Tree::Raw),
+    ];
+    leaf.prop_recursive(5, 200, 12, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..12).prop_map(Tree::List),
+            prop::collection::vec((prop::sample::select(WORDS), inner.clone()), 0..10)
+                .prop_map(Tree::Dict),
+            (inner, 1u16..2_000).prop_map(|(t, n)| Tree::Shared(Box::new(t), n)),
+        ]
+    })
+}
+
+fn number() -> BoxedStrategy<Tree> {
+    prop_oneof![
+        Just(0i64),
+        Just(512),
+        Just(20 << 20),
+        (0i64..1 << 40).prop_map(|a| a & !511),
+        Just(-1),
+        Just(i64::MAX),
+    ]
+    .prop_map(Tree::Int)
+    .boxed()
+}
+
+/// A list of `item`s, some shared through the memo many times.
+fn list_of(item: BoxedStrategy<Tree>) -> BoxedStrategy<Tree> {
+    prop_oneof![
+        prop::collection::vec(item.clone(), 0..8).prop_map(Tree::List),
+        (item, 1u16..3_000).prop_map(|(t, n)| Tree::Shared(Box::new(t), n)),
+    ]
+    .boxed()
+}
+
+fn frames() -> BoxedStrategy<Tree> {
+    let frame = (prop::sample::select(WORDS), number()).prop_map(|(name, line)| {
+        Tree::Dict(vec![
+            ("filename", Tree::Str(name)),
+            ("line", line),
+            ("name", Tree::Str(name)),
+        ])
+    });
+    list_of(frame.boxed())
+}
+
+/// A record with these fields, each present or not, of its kind or not.
+fn record(fields: Vec<(&'static str, BoxedStrategy<Tree>)>) -> BoxedStrategy<Tree> {
+    let each: Vec<_> = fields
+        .into_iter()
+        .map(|(name, value)| prop::option::weighted(0.9, value).prop_map(move |v| (name, v)))
+        .collect();
+    each.prop_map(|fields| {
+        Tree::Dict(
+            fields
+                .into_iter()
+                .filter_map(|(k, v)| v.map(|v| (k, v)))
+                .collect(),
+        )
+    })
+    .boxed()
+}
+
+fn word_of(words: &'static [&'static str]) -> BoxedStrategy<Tree> {
+    prop::sample::select(words).prop_map(Tree::Str).boxed()
+}
+
+fn trace_entry() -> BoxedStrategy<Tree> {
+    const ACTIONS: &[&str] = &[
+        "alloc",
+        "free_requested",
+        "free_completed",
+        "segment_alloc",
+        "segment_free",
+        "segment_map",
+        "segment_unmap",
+        "snapshot",
+        "oom",
+        "what",
+    ];
+    record(vec![
+        ("action", word_of(ACTIONS)),
+        ("addr", number()),
+        ("size", number()),
+        ("stream", number()),
+        ("frames", frames()),
+    ])
+}
+
+fn segment() -> BoxedStrategy<Tree> {
+    const STATES: &[&str] = &["active_allocated", "active_pending_free", "inactive", "x"];
+    let block = record(vec![
+        ("address", number()),
+        ("size", number()),
+        ("requested_size", number()),
+        ("state", word_of(STATES)),
+        ("frames", frames()),
+    ]);
+    record(vec![
+        ("address", number()),
+        ("total_size", number()),
+        ("stream", number()),
+        ("segment_type", word_of(&["large", "small"])),
+        ("blocks", list_of(block)),
+        ("frames", frames()),
+    ])
+}
+
+/// `{"segments": [...], "device_traces": [[...]], ...}` of the snapshot's
+/// own records, sometimes with other values in their places.
+fn snapshot_tree() -> impl Strategy<Value = Tree> {
+    (
+        list_of(segment()),
+        list_of(list_of(trace_entry())),
+        prop::collection::vec((prop::sample::select(WORDS), tree()), 0..2),
+    )
+        .prop_map(|(segments, traces, more)| {
+            let mut fields = vec![("segments", segments), ("device_traces", traces)];
+            fields.extend(more);
+            Tree::Dict(fields)
+        })
+}
+
+/// The pickle of `t` (protocol 4 opcodes, a memo slot per shared value).
+fn pickle(t: &Tree) -> Vec<u8> {
+    let mut out = b"\x80\x04".to_vec();
+    let mut memo = 0u32;
+    write(t, &mut out, &mut memo);
+    out.push(b'.');
+    out
+}
+
+fn write(t: &Tree, out: &mut Vec<u8>, memo: &mut u32) {
+    match t {
+        Tree::Int(i) => {
+            out.push(b'\x8a');
+            out.push(8);
+            out.extend(i.to_le_bytes());
+        }
+        Tree::Float => {
+            out.push(b'G');
+            out.extend(0.5f64.to_be_bytes());
+        }
+        Tree::Str(s) => {
+            out.push(b'X');
+            out.extend((s.len() as u32).to_le_bytes());
+            out.extend(s.as_bytes());
+        }
+        Tree::None => out.push(b'N'),
+        Tree::Bool(b) => out.push(if *b { b'\x88' } else { b'\x89' }),
+        Tree::List(items) => {
+            out.extend(b"](");
+            items.iter().for_each(|i| write(i, out, memo));
+            out.push(b'e');
+        }
+        Tree::Dict(fields) => {
+            out.extend(b"}(");
+            for (k, v) in fields {
+                write(&Tree::Str(k), out, memo);
+                write(v, out, memo);
+            }
+            out.push(b'u');
+        }
+        Tree::Shared(t, n) => {
+            // Into a list: the value, then the memo's copy n times.
+            out.extend(b"](");
+            write(t, out, memo);
+            out.push(b'r');
+            out.extend(memo.to_le_bytes());
+            for _ in 0..*n {
+                out.push(b'j');
+                out.extend(memo.to_le_bytes());
+            }
+            *memo += 1;
+            out.push(b'e');
+        }
+        Tree::Raw(bytes) => out.extend(bytes),
+    }
+}
+
+/// Mutations of a pickle's bytes: `(position, byte)` to overwrite, and a
+/// length to cut it to.
+fn mutated(mut bytes: Vec<u8>, flips: &[(usize, u8)], cut: Option<usize>) -> Vec<u8> {
+    for &(at, b) in flips {
+        if !bytes.is_empty() {
+            let at = at % bytes.len();
+            bytes[at] = b;
+        }
+    }
+    if let Some(n) = cut {
+        bytes.truncate(n % (bytes.len() + 1));
+    }
+    bytes
+}
+
+fn snapshot_inputs() -> impl Strategy<Value = Vec<u8>> {
+    (
+        snapshot_tree(),
+        prop::collection::vec((any::<usize>(), any::<u8>()), 0..3),
+        prop::option::weighted(0.1, any::<usize>()),
+    )
+        .prop_map(|(t, flips, cut)| mutated(pickle(&t), &flips, cut))
+}
+
+/// Lines from the cell's tokens: names, calls, numbers, operators,
+/// brackets (balanced or not), keywords, blocks and indentation.
+fn cell_source() -> impl Strategy<Value = String> {
+    let token = prop::sample::select(vec![
+        "x",
+        "y",
+        "model",
+        "opt",
+        "loss",
+        "loader",
+        "torch",
+        "nn",
+        "tf",
+        "jax",
+        "keras",
+        "cuda",
+        "empty_cache",
+        "zeros",
+        "randn",
+        "Linear",
+        "Sequential",
+        "range",
+        "print",
+        "del",
+        "gc",
+        "collect",
+        "import",
+        "from",
+        "as",
+        "for",
+        "in",
+        "if",
+        "else",
+        "elif",
+        "with",
+        "def",
+        "class",
+        "return",
+        "lambda",
+        "not",
+        "and",
+        "or",
+        "is",
+        "None",
+        "True",
+        "0",
+        "1",
+        "1024",
+        "1e9",
+        "0.5",
+        "'s'",
+        "\"t\"",
+        "(",
+        ")",
+        "[",
+        "]",
+        "{",
+        "}",
+        ",",
+        ":",
+        ".",
+        "=",
+        "+",
+        "-",
+        "*",
+        "/",
+        "//",
+        "%",
+        "**",
+        "@",
+        "==",
+        "<",
+        ">",
+        "\\",
+        "#",
+        "\t",
+        ";",
+    ]);
+    let line = (0usize..4, prop::collection::vec(token, 0..16))
+        .prop_map(|(indent, tokens)| format!("{}{}", "    ".repeat(indent), tokens.join(" ")));
+    prop::collection::vec(line, 1..12).prop_map(|lines| lines.join("\n"))
+}
+
+/// Runs `inputs` cases of `strategy` through `read`.
+fn fuzz<T: std::fmt::Debug>(
+    strategy: impl Strategy<Value = T>,
+    inputs: u32,
+    mut read: impl FnMut(T),
+) {
+    let mut runner = TestRunner::new(Config::default());
+    for _ in 0..inputs {
+        let value = strategy.new_tree(&mut runner).expect("a case").current();
+        read(value);
+    }
+}
+
+#[test]
+fn every_reader_answers_each_input_within_its_limits() {
+    let mut snapshots = Worst::default();
+    fuzz(snapshot_inputs(), cases(300), |bytes| {
+        snapshots.measure("the snapshot reader", &bytes, || {
+            let _ = torch_snapshot::read(&bytes);
+        });
+    });
+    let mut cells = Worst::default();
+    fuzz(cell_source(), cases(300), |source| {
+        cells.measure("the code cell", source.as_bytes(), || {
+            for framework in [Framework::Pytorch, Framework::Tensorflow, Framework::Jax] {
+                let _ = cell::steps(&source, framework);
+            }
+        });
+    });
+    for (what, w) in [("snapshot reader", snapshots), ("code cell", cells)] {
+        println!(
+            "figure: {what}: {} inputs, worst {:?} and {} KiB each",
+            w.inputs,
+            w.time,
+            w.bytes >> 10
+        );
+    }
+}
