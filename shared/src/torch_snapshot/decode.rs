@@ -178,9 +178,7 @@ fn frame(v: &Value) -> Result<Frame, String> {
     let f = Fields::of(v, "a stack frame")?;
     Ok(Frame {
         filename: f.string_or("filename", "")?,
-        line: f
-            .get("line")
-            .map_or(Ok(0), |v| signed(v, "a frame's line"))?,
+        line: f.get("line").map_or(Ok(0), line)?,
         name: f.string_or("name", "")?,
     })
 }
@@ -244,6 +242,18 @@ fn signed(v: &Value, at: &str) -> Result<i64, String> {
             i64::try_from(*i).map_err(|_| format!("the integer {i} is out of range ({at})"))
         }
         _ => Err(invalid(v, "an integer", at)),
+    }
+}
+
+/// A frame's line. PyTorch writes an unknown line as an unsigned 64-bit
+/// -1 (18446744073709551615): read as the -1 it stands for, as any value
+/// from 2^63 on is read as its 64-bit pattern.
+fn line(v: &Value) -> Result<i64, String> {
+    match v {
+        Value::Int(i) if (i64::MAX as i128 + 1..=u64::MAX as i128).contains(i) => {
+            Ok(*i as u64 as i64)
+        }
+        v => signed(v, "a frame's line"),
     }
 }
 
@@ -448,6 +458,23 @@ mod tests {
         let kept = &s.device_traces[0][0].frames;
         assert_eq!(kept.len(), MAX_FRAMES);
         assert_eq!(kept[MAX_FRAMES - 1].line, MAX_FRAMES as i64 - 1);
+    }
+
+    /// A real recording that was refused: "the integer
+    /// 18446744073709551615 is out of range (a frame's line)".
+    #[test]
+    fn an_unknown_line_written_unsigned_is_minus_one() {
+        let entry = json!({"action": "alloc", "addr": 0, "size": 512, "frames": [
+            {"filename": "??", "line": u64::MAX, "name": "??"},
+            {"filename": "a.py", "line": 7, "name": "f"},
+        ]});
+        let s = read(json!({"segments": [], "device_traces": [[entry]]})).unwrap();
+        let lines: Vec<i64> = s.device_traces[0][0]
+            .frames
+            .iter()
+            .map(|f| f.line)
+            .collect();
+        assert_eq!(lines, [-1, 7]);
     }
 
     #[test]
