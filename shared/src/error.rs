@@ -38,10 +38,22 @@ crate::by_name::read_by_name!(ErrorKind {
 });
 
 /// An error as a value: what went wrong, in words a user understands.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct CommandError {
     pub kind: ErrorKind,
     pub message: String,
+}
+
+/// Read by hand, as a record is (`fields`).
+impl<'de> Deserialize<'de> for CommandError {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        crate::fields::read(d, |f| {
+            Ok(CommandError {
+                kind: f.take("kind")?,
+                message: f.take("message")?,
+            })
+        })
+    }
 }
 
 impl CommandError {

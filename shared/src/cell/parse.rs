@@ -39,27 +39,15 @@ struct Parser {
 }
 
 impl Parser {
-    /// One level deeper; refused past [`MAX_DEPTH`].
+    /// One level deeper; refused past [`MAX_DEPTH`]. (Each caller steps
+    /// back out as it returns; an error ends the parse.)
+    #[inline(never)]
     fn enter(&mut self) -> Result<(), CellError> {
         self.depth += 1;
         match self.depth > MAX_DEPTH {
-            true => Err(self.error(format!(
-                "this nests too deeply for the cell: at most {MAX_DEPTH} levels of \
-                 brackets, chained operators and blocks"
-            ))),
+            true => Err(self.error("this nests too deeply for the cell: at most 100 levels")),
             false => Ok(()),
         }
-    }
-
-    /// `parse` one level deeper.
-    fn nested<T>(
-        &mut self,
-        parse: impl FnOnce(&mut Self) -> Result<T, CellError>,
-    ) -> Result<T, CellError> {
-        self.enter()?;
-        let out = parse(self);
-        self.depth -= 1;
-        out
     }
 
     fn peek(&self) -> &Tok {
@@ -322,7 +310,9 @@ impl Parser {
         let orelse = if self.at_name("elif") {
             let line = self.line();
             // An `elif` is an `if` in the `else`: one level deeper.
-            let kind = self.nested(Self::if_stmt)?;
+            self.enter()?;
+            let kind = self.if_stmt()?;
+            self.depth -= 1;
             vec![Stmt {
                 kind,
                 line,
@@ -338,7 +328,10 @@ impl Parser {
 
     /// `: simple` on the same line, or `:` NEWLINE INDENT statements DEDENT.
     fn block(&mut self) -> Result<Vec<Stmt>, CellError> {
-        self.nested(Self::plain_block)
+        self.enter()?;
+        let body = self.plain_block();
+        self.depth -= 1;
+        body
     }
 
     fn plain_block(&mut self) -> Result<Vec<Stmt>, CellError> {
@@ -433,7 +426,10 @@ impl Parser {
     }
 
     fn expr(&mut self) -> Result<Expr, CellError> {
-        self.nested(Self::plain_expr)
+        self.enter()?;
+        let e = self.plain_expr();
+        self.depth -= 1;
+        e
     }
 
     fn plain_expr(&mut self) -> Result<Expr, CellError> {
@@ -485,12 +481,17 @@ impl Parser {
     fn unary(&mut self) -> Result<Expr, CellError> {
         for op in ["-", "+", "~"] {
             if self.eat_op(op) {
-                return Ok(Expr::Unary(op, Box::new(self.nested(Self::unary)?)));
+                self.enter()?;
+                let x = self.unary()?;
+                self.depth -= 1;
+                return Ok(Expr::Unary(op, Box::new(x)));
             }
         }
         let base = self.postfix()?;
         if self.eat_op("**") {
-            let power = self.nested(Self::unary)?;
+            self.enter()?;
+            let power = self.unary()?;
+            self.depth -= 1;
             return Ok(Expr::Binary(Box::new(base), "**", Box::new(power)));
         }
         Ok(base)

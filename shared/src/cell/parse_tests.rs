@@ -174,6 +174,7 @@ fn nesting_is_refused_past_its_depth_not_overflowed() {
     for source in refused {
         let err = parse(&source).unwrap_err();
         assert!(err.message.contains("nests too deeply"), "{}", err.message);
+        assert!(err.message.contains(&format!("at most {MAX_DEPTH} levels")));
     }
     for source in [
         deep("(", "1", ")", 60),

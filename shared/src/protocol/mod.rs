@@ -129,7 +129,7 @@ crate::by_name::read_by_name!(Role {
 });
 
 /// The server's limits, as the client should know them.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Limits {
     pub max_message_bytes: u64,
     pub commands_per_second: u32,
@@ -137,6 +137,21 @@ pub struct Limits {
     pub session_ttl_seconds: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_quota_bytes: Option<u64>,
+}
+
+/// Read by hand, as a hello is (`fields`).
+impl<'de> Deserialize<'de> for Limits {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        crate::fields::read(d, |f| {
+            Ok(Limits {
+                max_message_bytes: f.take("max_message_bytes")?,
+                commands_per_second: f.take("commands_per_second")?,
+                snapshot_interval_ms: f.take("snapshot_interval_ms")?,
+                session_ttl_seconds: f.take("session_ttl_seconds")?,
+                session_quota_bytes: f.take("session_quota_bytes")?,
+            })
+        })
+    }
 }
 
 /// The first message on every connection (read by `read`).
@@ -261,10 +276,22 @@ crate::by_name::read_by_name!(ConnectionErrorKind {
 });
 
 /// A connection error as a value, in words a user understands.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ConnectionError {
     pub kind: ConnectionErrorKind,
     pub message: String,
+}
+
+/// Read by hand (`fields`).
+impl<'de> Deserialize<'de> for ConnectionError {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        crate::fields::read(d, |f| {
+            Ok(ConnectionError {
+                kind: f.take("kind")?,
+                message: f.take("message")?,
+            })
+        })
+    }
 }
 
 impl ConnectionError {

@@ -26,7 +26,22 @@ pub const MAX_FIELDS: usize = 256;
 /// What decoding may still make: lists a pickle shares through its memo
 /// would otherwise be copied as often as they are referenced.
 struct Budget {
+    events: Cell<usize>,
+    blocks: Cell<usize>,
     frames: Cell<usize>,
+}
+
+/// One more record from `left`, refused once it is spent.
+fn take(left: &Cell<usize>, what: &str) -> Result<(), String> {
+    match left.get() {
+        0 => Err(format!(
+            "the file holds more {what} than its size holds unshared"
+        )),
+        n => {
+            left.set(n - 1);
+            Ok(())
+        }
+    }
 }
 
 /// How much a snapshot may decode to.
@@ -60,30 +75,15 @@ impl Limits {
     }
 }
 
-/// The snapshot at the top of the tree, within `limits`. Events and
-/// blocks are counted before any is decoded.
+/// The snapshot at the top of the tree, within `limits` (each record
+/// counted as it is made: past a limit, the file is refused).
 pub fn snapshot(top: &Value, limits: Limits) -> Result<MemorySnapshot, String> {
     let f = Fields::of(top, "the snapshot")?;
     let b = Budget {
+        events: Cell::new(limits.events),
+        blocks: Cell::new(limits.blocks),
         frames: Cell::new(limits.frames),
     };
-    let events = f.count("device_traces", "a device trace")?;
-    if events > limits.events {
-        return Err(match limits.events < MAX_EVENTS {
-            true => format!(
-                "the trace has {events} events, more than a file of its size holds ({}): its lists are shared many times over",
-                limits.events
-            ),
-            false => format!("the trace has {events} events; up to {MAX_EVENTS} are replayed"),
-        });
-    }
-    let blocks = f.count("segments", "blocks")?;
-    if blocks > limits.blocks {
-        return Err(format!(
-            "the segments hold {blocks} blocks; up to {} are read from this file",
-            limits.blocks
-        ));
-    }
     Ok(MemorySnapshot {
         segments: f.list("segments", |v| segment(v, &b))?,
         device_traces: f.list("device_traces", |v| {
@@ -120,6 +120,7 @@ fn segment(v: &Value, b: &Budget) -> Result<Segment, String> {
 }
 
 fn block(v: &Value, b: &Budget) -> Result<Block, String> {
+    take(&b.blocks, "blocks")?;
     let f = Fields::of(v, "a block")?;
     let state = match f.get("state") {
         None => return Err(f.missing("state")),
@@ -154,6 +155,7 @@ fn in_memory(address: u64, size: u64, what: &str) -> Result<(u64, u64), String> 
 }
 
 fn trace_entry(v: &Value, b: &Budget) -> Result<TraceEntry, String> {
+    take(&b.events, "events")?;
     let f = Fields::of(v, "a trace entry")?;
     let action = match f.get("action") {
         Some(a) => Action::from_name(text(a, "a trace entry's action")?),
@@ -221,6 +223,12 @@ fn kind(v: &Value) -> &'static str {
         Value::List(_) => "a list",
         Value::Dict(_) => "a dict",
     }
+}
+
+#[cold]
+#[inline(never)]
+fn too_wide(what: &str, fields: usize) -> String {
+    format!("{what} has {fields} fields; a snapshot's records have at most {MAX_FIELDS}")
 }
 
 fn invalid(v: &Value, expected: &str, at: &str) -> String {
@@ -292,34 +300,10 @@ impl<'a> Fields<'a> {
             Value::Dict(d) => d.borrow(),
             _ => return Err(invalid(v, "a dict", what)),
         };
-        if pairs.len() > MAX_FIELDS {
-            return Err(format!(
-                "{what} has {} fields; a snapshot's records have at most {MAX_FIELDS}",
-                pairs.len()
-            ));
+        match pairs.len() > MAX_FIELDS {
+            true => Err(too_wide(what, pairs.len())),
+            false => Ok(Fields { pairs, what }),
         }
-        Ok(Fields { pairs, what })
-    }
-
-    /// How many items the lists in the list `key` hold together (each
-    /// item of `key` a list, or a dict with a list `inner`), counted
-    /// without decoding any.
-    fn count(&self, key: &str, inner: &str) -> Result<usize, String> {
-        let Some(v) = self.get(key) else {
-            return Ok(0);
-        };
-        let mut n = 0usize;
-        for item in items(v, &self.at(key))?.iter() {
-            let list = match item {
-                Value::Dict(_) => match Fields::of(item, "a segment")?.get(inner) {
-                    Some(l) => items(l, inner)?.len(),
-                    None => 0,
-                },
-                l => items(l, inner)?.len(),
-            };
-            n = n.saturating_add(list);
-        }
-        Ok(n)
     }
 
     /// The field `key`, unless it is missing or `None`.
