@@ -1,8 +1,10 @@
 //! The readers of what users bring, fuzzed with structure and held to
 //! limits: the snapshot reader (pickles built from a grammar of the
 //! snapshot's own records, with lists and dicts shared through the memo,
-//! nesting, wide dicts, wrong types, then bytes mutated) and the code
-//! cell's Python (lines built from its tokens, brackets and blocks). Each
+//! nesting, wide dicts, wrong types, then bytes mutated), the code cell's
+//! Python (lines built from its tokens, brackets and blocks), and the
+//! command and message readers (each command's and message's shape with
+//! values at the edges in its fields). Each
 //! input must be answered, a value or an error, never a panic, within a
 //! time and a memory limit; memory is what this binary's allocator hands
 //! out while the input is read. `VRAMLAB_FUZZ_CASES` runs more inputs.
@@ -10,10 +12,13 @@
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestRunner};
+use serde_json::{json, Value};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use vramlab_shared::cell;
+use vramlab_shared::command::{self, Command};
+use vramlab_shared::protocol::{self, ServerMessage};
 use vramlab_shared::torch_snapshot;
 use vramlab_shared::types::Framework;
 
@@ -431,6 +436,88 @@ fn cell_source() -> impl Strategy<Value = String> {
     prop::collection::vec(line, 1..12).prop_map(|lines| lines.join("\n"))
 }
 
+/// A JSON value at the edges, names and words of the protocol included.
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        prop_oneof![
+            Just(0i64),
+            Just(-1),
+            Just(i64::MAX),
+            Just(1 << 40),
+            any::<i64>()
+        ]
+        .prop_map(Value::from),
+        prop_oneof![Just(u64::MAX), Just(1e300 as u64)].prop_map(Value::from),
+        prop_oneof![Just(0.5f64), Just(-1e300), Just(f64::MIN_POSITIVE)].prop_map(Value::from),
+        prop::sample::select(WORDS).prop_map(Value::from),
+        prop::sample::select(Command::NAMES).prop_map(Value::from),
+    ];
+    leaf.prop_recursive(4, 64, 8, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::vec((key(), inner), 0..8)
+                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+        ]
+    })
+}
+
+/// Keys: every command's fields, the messages' own, and others.
+fn key() -> impl Strategy<Value = String> {
+    let mut keys: Vec<&'static str> = command::FIELDS_BY_HAND
+        .iter()
+        .flat_map(|(_, fields)| fields.iter().copied())
+        .collect();
+    keys.extend(vramlab_shared::framework::RESTART_FIELDS);
+    keys.extend(command::ANNOTATION_KEYS);
+    keys.extend([
+        "cmd", "type", "id", "command", "record", "snapshot", "stats", "x",
+    ]);
+    prop::sample::select(keys).prop_map(str::to_string)
+}
+
+/// A command, a client message or a server message: its own shape with
+/// any values in its fields, as text.
+fn message() -> impl Strategy<Value = String> {
+    (
+        prop::sample::select(Command::NAMES),
+        prop::sample::select(vec![
+            "command",
+            "snapshot",
+            "stop",
+            "ping",
+            "presenter",
+            "subscribe",
+            "hello",
+            "result",
+            "delta",
+            "events",
+            "error",
+            "progress",
+            "x",
+        ]),
+        json_value(),
+        0u8..3,
+    )
+        .prop_map(|(cmd, kind, mut v, shape)| {
+            let fields = match &mut v {
+                Value::Object(fields) => std::mem::take(fields),
+                _ => Default::default(),
+            };
+            let mut line = Value::Object(fields);
+            match shape {
+                0 => line["cmd"] = json!(cmd),
+                1 => {
+                    line["type"] = json!(kind);
+                    line["command"] = json!({"cmd": cmd});
+                }
+                _ => line["type"] = json!(kind),
+            }
+            line.to_string()
+        })
+}
+
 /// Runs `inputs` cases of `strategy` through `read`.
 fn fuzz<T: std::fmt::Debug>(
     strategy: impl Strategy<Value = T>,
@@ -460,7 +547,19 @@ fn every_reader_answers_each_input_within_its_limits() {
             }
         });
     });
-    for (what, w) in [("snapshot reader", snapshots), ("code cell", cells)] {
+    let mut messages = Worst::default();
+    fuzz(message(), cases(1_000), |text| {
+        messages.measure("the command and message readers", text.as_bytes(), || {
+            let _ = command::parse_line(&text);
+            let _ = protocol::parse_client_message(&text);
+            let _ = serde_json::from_str::<ServerMessage>(&text);
+        });
+    });
+    for (what, w) in [
+        ("snapshot reader", snapshots),
+        ("code cell", cells),
+        ("command and message readers", messages),
+    ] {
         println!(
             "figure: {what}: {} inputs, worst {:?} and {} KiB each",
             w.inputs,
