@@ -99,6 +99,38 @@ async fn step_text(page: &Page) -> String {
     .to_string()
 }
 
+/// Over the server, a lesson's steps run back to back (a link to its last
+/// step): the timeline has one slot per command, and a delta that comes
+/// after its command's result adds no point. Live samples became slots
+/// and drew allocated 0 -> 700 MiB -> 0 right after `del big`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_timeline_has_one_slot_per_command_over_the_server() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let addr = serve_on(0, stop_rx).await;
+    let (mut browser, events, profile) = launch("slots").await;
+    let page = open(
+        &browser,
+        &format!("http://{addr}/?lesson=05-fragmentation-oom&step=12"),
+    )
+    .await;
+    until(&page, &format!("{COUNT} >= 12")).await;
+    // Let every delta still in flight arrive.
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    let slots = js(
+        &page,
+        "Number(document.querySelector('.timeline h2 small').textContent.split(' ')[0])",
+    )
+    .await;
+    assert_eq!(slots, js(&page, COUNT).await, "one slot per command");
+    browser.close().await.unwrap();
+    let _ = events.await;
+    let _ = stop_tx.send(());
+    let _ = std::fs::remove_dir_all(profile);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn links_to_a_lesson_step_run_the_steps_before_it() {
     if prerequisites().is_none() {

@@ -1,6 +1,7 @@
 //! The timeline's points: one per command (the state after it, with the
-//! peak during it), and the live samples a long command sends. A restart
-//! starts the timeline again: the old process's numbers are gone with it.
+//! peak during it), and the live samples a long command sends while it
+//! runs (its point replaces them). A restart starts the timeline again:
+//! the old process's numbers are gone with it.
 
 use vramlab_shared::snapshot::Stats;
 
@@ -37,10 +38,15 @@ impl Point {
 /// The most points kept (the oldest go first).
 pub const MAX_POINTS: usize = 2000;
 
-/// Adds a command's point; a restart clears what came before.
+/// Adds a command's point; a restart clears what came before. The live
+/// samples shown while it ran give way to it: each command is one slot,
+/// with the peak during it.
 pub fn push_result(history: &mut Vec<Point>, point: Point, restart: bool) {
     if restart {
         history.clear();
+    }
+    while history.last().is_some_and(|p| p.label.is_none()) {
+        history.pop();
     }
     push(history, point);
 }

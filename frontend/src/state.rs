@@ -271,9 +271,17 @@ impl App {
                 self.snapshot.set(Some(s));
             }
             ServerMessage::Delta(delta) => {
-                let point = Point::new(&delta.stats, delta.peak_allocated_bytes, None);
-                self.history.update(|h| history::push_sample(h, point));
-                self.stats.set(Some(delta.stats.clone()));
+                // A live sample is a moment of a command not yet answered
+                // (a delta is of the engine's step, one past its record's):
+                // one that comes after its command's result, or a later
+                // one's, is of the past and adds no point and no numbers
+                // (it drew spikes: 0 -> 700 MiB -> 0 after `del big`).
+                let answered = self.last_step.get_untracked();
+                if answered.is_none_or(|s| delta.step > s + 1) {
+                    let point = Point::new(&delta.stats, delta.peak_allocated_bytes, None);
+                    self.history.update(|h| history::push_sample(h, point));
+                    self.stats.set(Some(delta.stats.clone()));
+                }
                 self.snapshot.update(|s| {
                     if let Some(s) = s {
                         apply(s, &delta);
