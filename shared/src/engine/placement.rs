@@ -35,6 +35,11 @@ mod recorded {
     /// Nothing is recorded unless the device holds values (a simulated
     /// GPU does not: recording would only slow its steps).
     impl Placement {
+        /// Nothing placed yet.
+        pub fn new() -> Self {
+            Self::default()
+        }
+
         /// A play of a program of `allocs` allocations with `params` begins.
         pub fn begin(&mut self, k: &Process, allocs: usize, params: &[ObjId]) {
             if !k.device.holds_values() {
@@ -103,6 +108,9 @@ mod empty {
     pub struct Placement;
 
     impl Placement {
+        pub fn new() -> Self {
+            Placement
+        }
         pub fn begin(&mut self, _: &Process, _: usize, _: &[ObjId]) {}
         pub fn place(&mut self, _: usize, _: &Process, _: ObjId) {}
         pub fn place_batch(

@@ -64,7 +64,7 @@ impl<'p> Player<'p> {
         Player {
             program,
             live: vec![None; program.allocs.len()],
-            placement: Placement::default(),
+            placement: Placement::new(),
             graph: None,
             batch: [None, None],
             retain: false,
@@ -89,7 +89,7 @@ impl<'p> Player<'p> {
         batch: [Option<ObjId>; 2],
         retain: bool,
     ) -> Self {
-        let mut placement = Placement::default();
+        let mut placement = Placement::new();
         placement.begin(k, saved.len(), &[]);
         for (i, id) in saved.iter().enumerate() {
             id.inspect(|&id| placement.place(i, k, id));
