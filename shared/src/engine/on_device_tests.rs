@@ -266,3 +266,62 @@ fn a_device_that_mixes_tensors_up_computes_no_loss() {
     let (mut e, _) = on_bytes(&gpt(1, 16, 2, 8, 32).0, features, classes, Some(4096));
     assert_eq!(peak(&mut e), peak(&mut cpu));
 }
+
+/// The play records where everything went: each allocation with bytes at
+/// an address inside a live segment, and each BLAS call's workspace
+/// (PyTorch 2.15's per-call ones: allocated and freed by the call), in the
+/// program's order.
+#[test]
+fn the_play_places_every_tensor_and_every_blas_workspace() {
+    use super::program::{Player, Target};
+    use crate::train::frame::PyFrame;
+    use crate::train::kinds::step::{Op, Options};
+    let (model, features, classes) = gpt(1, 16, 2, 8, 32);
+    let (mut e, _) = on_bytes(&model, features, classes, None);
+    let id = e.process.runtime.lookup("model").unwrap();
+    let (spec, params) = {
+        let state = &e.train.models[&id];
+        (state.spec, state.params.clone())
+    };
+    let options = Options {
+        accumulate: 1,
+        ..Options::default()
+    };
+    let program = spec.step_program(8, options);
+    let target = Target {
+        name: "model",
+        params: &params,
+        loss: "loss",
+    };
+    let mut frame = PyFrame::default();
+    let mut player = Player::in_loop(&program);
+    let all = 0..program.ops.len();
+    let k = &mut e.process;
+    player
+        .play(k, &mut frame, &mut e.train.cublas, all, &target)
+        .unwrap();
+    let placement = player.placement;
+    let blas: Vec<usize> = (program.ops.iter().enumerate())
+        .filter(|(_, op)| matches!(op, Op::Blas(..)))
+        .map(|(at, _)| at)
+        .collect();
+    let placed: Vec<usize> = placement.workspaces.iter().map(|w| w.0).collect();
+    assert!(!blas.is_empty());
+    assert_eq!(placed, blas);
+    let memory = e.process.device.memory().unwrap();
+    let mut byte = [0u8; 1];
+    for &(_, at, bytes) in &placement.workspaces {
+        assert!(bytes > 0);
+        memory.read(at, &mut byte).unwrap();
+        memory.read(at + bytes - 1, &mut byte).unwrap();
+    }
+    for (i, a) in program.allocs.iter().enumerate() {
+        if a.bytes() > 0 {
+            let at = placement.allocs[i].expect("a tensor with bytes is placed");
+            memory.read(at + a.bytes() - 1, &mut byte).unwrap();
+        }
+    }
+    assert_eq!(placement.params.len(), params.len());
+    assert!(placement.params.iter().all(Option::is_some));
+    frame.finish(&mut e.process);
+}
