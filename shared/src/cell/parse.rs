@@ -1,7 +1,7 @@
 //! A recursive-descent parser from the cell's tokens to statements (here)
 //! and their expressions (`expr`), every nesting bounded.
 
-use super::ast::{target, Stmt, StmtKind, Target};
+use super::ast::{target, Stmt, StmtKind};
 use super::lex::{tokens, Tok, Token};
 use super::CellError;
 
@@ -268,18 +268,7 @@ impl Parser {
 
     fn for_stmt(&mut self) -> Result<StmtKind, CellError> {
         self.bump();
-        let mut items = vec![self.postfix()?];
-        while self.eat_op(",") {
-            items.push(self.postfix()?);
-        }
-        let t = if items.len() == 1 {
-            target(items.remove(0))
-        } else {
-            Target::Tuple(items.into_iter().map(target).collect())
-        };
-        if !self.eat_name("in") {
-            return Err(self.error("SyntaxError: expected 'in'"));
-        }
+        let t = self.for_target()?;
         let iter = self.expr_list()?;
         Ok(StmtKind::For(t, iter, self.block()?))
     }

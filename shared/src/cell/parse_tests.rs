@@ -1,7 +1,7 @@
 //! The parser: precedence, blocks, lines and errors.
 
 use super::*;
-use crate::cell::ast::{Arg, Expr};
+use crate::cell::ast::{Arg, Expr, Target};
 
 fn one(src: &str) -> StmtKind {
     let mut s = parse(src).unwrap();

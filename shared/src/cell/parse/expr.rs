@@ -219,21 +219,27 @@ impl Parser {
         Ok(Expr::List(items))
     }
 
+    /// A `for` loop's (or a comprehension's) target, up to its `in`.
+    pub(super) fn for_target(&mut self) -> Result<Target, CellError> {
+        let mut targets = vec![self.postfix()?];
+        while self.eat_op(",") {
+            targets.push(self.postfix()?);
+        }
+        let t = if targets.len() == 1 {
+            target(targets.remove(0))
+        } else {
+            Target::Tuple(targets.into_iter().map(target).collect())
+        };
+        if !self.eat_name("in") {
+            return Err(self.error("SyntaxError: expected 'in'"));
+        }
+        Ok(t)
+    }
+
     pub(super) fn comprehension(&mut self, item: Expr) -> Result<Expr, CellError> {
         let mut fors = Vec::new();
         while self.eat_name("for") {
-            let mut targets = vec![self.postfix()?];
-            while self.eat_op(",") {
-                targets.push(self.postfix()?);
-            }
-            let t = if targets.len() == 1 {
-                target(targets.remove(0))
-            } else {
-                Target::Tuple(targets.into_iter().map(target).collect())
-            };
-            if !self.eat_name("in") {
-                return Err(self.error("SyntaxError: expected 'in'"));
-            }
+            let t = self.for_target()?;
             fors.push((t, self.binary(0)?));
         }
         if self.at_name("if") {
