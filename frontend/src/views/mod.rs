@@ -95,14 +95,11 @@ fn button_view(
 ) -> AnyView {
     let refused = RwSignal::new(None::<String>);
     let click = move |_| {
-        let read = if !app.status.with_untracked(crate::state::Status::is_ready) {
-            Err(Invalid::from(
-                "Not connected to the server: reconnecting; nothing was sent.",
-            ))
-        } else {
-            cmds()
-        };
-        match read {
+        if !app.status.with_untracked(crate::state::Status::is_ready) {
+            let why = "Not connected to the server: reconnecting; nothing was sent.";
+            return refused.set(Some(why.into()));
+        }
+        match cmds() {
             Ok(cmds) => {
                 refused.set(None);
                 cmds.into_iter().for_each(|c| app.run(c));
