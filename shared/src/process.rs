@@ -294,6 +294,25 @@ impl Process {
         self.release(&released)
     }
 
+    /// Swaps two tensors' blocks (an array's new buffer takes the old
+    /// one's place, which `b` then holds); `false`, changing nothing,
+    /// unless both are tensors of the same bytes and category.
+    pub fn swap_blocks(&mut self, a: ObjId, b: ObjId) -> bool {
+        let of = |k: &Self, id| k.runtime.tensor(id).map(|t| (t.block, t.bytes, t.category));
+        let (Some(x), Some(y)) = (of(self, a), of(self, b)) else {
+            return false;
+        };
+        if (x.1, x.2) != (y.1, y.2) {
+            return false;
+        }
+        for (id, block) in [(a, y.0), (b, x.0)] {
+            if let Some(t) = self.runtime.tensor_mut(id) {
+                t.block = block;
+            }
+        }
+        true
+    }
+
     /// Non-tensor objects destroyed since the last call.
     pub fn take_dead_instances(&mut self) -> Vec<ObjId> {
         std::mem::take(&mut self.dead_instances)

@@ -44,7 +44,8 @@ pub fn code(cmd: &Command, framework: Framework) -> String {
         Command::Backward(a) => format!("{}.backward()", a.name),
         Command::Step(a) => format!("{}.step()", a.optimizer),
         Command::ZeroGrad(a) => format!("{}.zero_grad(set_to_none={})", a.optimizer, py_bool(a.set_to_none)),
-        Command::Train(a) => train_code(a),
+        Command::Train(a) if framework == Framework::Pytorch => train_code(a),
+        Command::Train(a) => compiled_train_code(a, framework),
         Command::FindBatchSize(a) => format!(
             "# try batch sizes 1, 2, 4, ... and keep the largest whose step peak stays under {} of the memory limit{}",
             a.threshold,
@@ -245,6 +246,27 @@ fn forward_code(a: &ForwardArgs) -> String {
     s
 }
 
+/// A step compiled by XLA: JAX's `jax.jit` (donating when asked), or
+/// Keras's `fit` (XLA on a GPU by default).
+fn compiled_train_code(a: &TrainArgs, framework: Framework) -> String {
+    let (model, steps, batch) = (&a.model, a.steps, a.batch_size);
+    if framework == Framework::Tensorflow {
+        return format!(
+            "{model}.fit(x_train, y_train, batch_size={batch}, steps_per_epoch={steps}, epochs=1)  # jit_compile='auto': one XLA executable a step on a GPU"
+        );
+    }
+    let jit = if a.donate {
+        "@partial(jax.jit, donate_argnums=(0, 1))  # new params and state written over the old"
+    } else {
+        "@jax.jit"
+    };
+    format!(
+        "{jit}\ndef train_step(params, opt_state, x, y):\n    loss, grads = jax.value_and_grad(loss_fn)(params, x, y)\n    updates, opt_state = {opt}.update(grads, opt_state, params)\n    return optax.apply_updates(params, updates), opt_state, loss\n\n\
+for step, (x, y) in zip(range({steps}), loader):  # batch {batch}\n    x, y = jnp.asarray(x), jnp.asarray(y)\n    params, opt_state, loss = train_step(params, opt_state, x, y)",
+        opt = a.optimizer
+    )
+}
+
 fn train_code(a: &TrainArgs) -> String {
     let (model, optimizer, accumulate) = (&a.model, &a.optimizer, a.accumulate);
     let forward = if a.checkpointing {
@@ -312,6 +334,24 @@ mod tests {
 
     fn py(line: &str, f: Framework) -> String {
         code(&parse_line(line).command.unwrap(), f)
+    }
+
+    /// JAX's and Keras's own loops, not PyTorch's, for a compiled step.
+    #[test]
+    fn a_training_loop_in_each_framework() {
+        let train = r#"{"cmd":"train","model":"m","optimizer":"o","data":"d","steps":5}"#;
+        let donated = r#"{"cmd":"train","model":"m","optimizer":"o","data":"d","donate":true}"#;
+        assert!(py(train, Framework::Pytorch).contains("loss.backward()"));
+        let jax = py(train, Framework::Jax);
+        assert!(jax.starts_with("@jax.jit\ndef train_step("), "{jax}");
+        assert!(jax.contains("params, opt_state, loss = train_step(params, opt_state, x, y)"));
+        assert!(!jax.contains("backward"));
+        assert!(py(donated, Framework::Jax).starts_with("@partial(jax.jit, donate_argnums=(0, 1))"));
+        let keras = py(train, Framework::Tensorflow);
+        assert!(
+            keras.starts_with("m.fit(x_train, y_train, batch_size=64, steps_per_epoch=5"),
+            "{keras}"
+        );
     }
 
     #[test]

@@ -224,6 +224,13 @@ impl Runtime {
         }
     }
 
+    pub fn tensor_mut(&mut self, id: ObjId) -> Option<&mut Tensor> {
+        match &mut self.objects.get_mut(&id)?.kind {
+            ObjectKind::Tensor(t) => Some(t),
+            _ => None,
+        }
+    }
+
     /// Creates an object held by one local reference (a Python local
     /// variable): [`Runtime::drop_local`] releases it.
     pub fn new_local(&mut self, kind: ObjectKind, label: &str) -> ObjId {

@@ -209,6 +209,7 @@ fn command(op: &Op, framework: Framework, variant: u8, kind: Kind) -> Command {
             checkpointing: variant & 4 != 0,
             amp: amp(variant),
             set_to_none: !*tensor_history,
+            donate: variant & 8 != 0,
             loss_history: if *tensor_history {
                 command::LossHistory::Tensor
             } else {

@@ -203,6 +203,7 @@ impl Fields {
             set_to_none: self.set_to_none.get_untracked(),
             loss_history: self.loss_history.get_untracked(),
             attention: self.attention(),
+            donate: false,
         })])
     }
 

@@ -93,6 +93,7 @@ pub fn training_loop(
         set_to_none,
         loss_history: facts.history,
         attention: Default::default(),
+        donate: false,
     })])
 }
 

@@ -339,6 +339,10 @@ pub struct TrainArgs {
     pub loss_history: LossHistory,
     #[serde(skip_serializing_if = "Attention::is_eager")]
     pub attention: Attention,
+    /// JAX: `jax.jit(train_step, donate_argnums=(0, 1))`: the new
+    /// parameters and state are written over the old.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub donate: bool,
 }
 
 impl TrainArgs {
@@ -357,6 +361,7 @@ impl TrainArgs {
             set_to_none: true,
             loss_history: LossHistory::Item,
             attention: Attention::Eager,
+            donate: false,
         }
     }
 }

@@ -216,6 +216,7 @@ mod tests {
             set_to_none: false,
             loss_history: crate::command::LossHistory::Tensor,
             attention: crate::train::kinds::Attention::Sdpa,
+            donate: false,
         });
         for command in [restart, train, Command::Gc {}] {
             let line = CommandLine::from(command.clone());

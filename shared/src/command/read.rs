@@ -259,6 +259,7 @@ const TRAIN: &[&str] = &[
     "set_to_none",
     "loss_history",
     "attention",
+    "donate",
 ];
 
 fn train(f: &mut Fields) -> Result<TrainArgs, Error> {
@@ -274,6 +275,7 @@ fn train(f: &mut Fields) -> Result<TrainArgs, Error> {
         set_to_none: f.take_or("set_to_none", true)?,
         loss_history: f.take_or("loss_history", LossHistory::Item)?,
         attention: f.take_or("attention", Default::default())?,
+        donate: f.take_or("donate", false)?,
     };
     f.done(TRAIN)?;
     Ok(a)

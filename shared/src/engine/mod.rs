@@ -9,6 +9,7 @@
 //! - [`tf1`]: TensorFlow 1's sessions.
 
 mod arithmetic;
+mod jitted;
 mod objects;
 #[cfg(feature = "device-values")]
 mod on_device;
@@ -383,6 +384,8 @@ fn no_process(mut e: CommandError) -> CommandError {
     e
 }
 
+#[cfg(test)]
+mod jitted_tests;
 #[cfg(test)]
 mod kinds_tests;
 #[cfg(all(test, feature = "kinds-arithmetic"))]

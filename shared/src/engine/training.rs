@@ -13,22 +13,22 @@ use crate::train::kinds::step::{Attention, Options, Program};
 use crate::train::optimizer;
 use crate::train::spec::Kind;
 use crate::train::{DataSpec, ModelSpec};
-use crate::types::{Category, Dtype};
+use crate::types::{Category, Dtype, Framework};
 use serde_json::{json, Value};
 
 /// What a training loop runs on, once its arguments are checked.
-struct Plan {
-    model: ObjId,
-    spec: ModelSpec,
-    optimizer: ObjId,
-    data: ObjId,
-    micro_batch: u64,
-    compute: bool,
+pub(super) struct Plan {
+    pub model: ObjId,
+    pub spec: ModelSpec,
+    pub optimizer: ObjId,
+    pub data: ObjId,
+    pub micro_batch: u64,
+    pub compute: bool,
     /// What one micro-batch's arithmetic costs, when that is why it does
     /// not run (`None`: this build computes no program).
     flops: Option<u64>,
     /// The micro-batch's step, written once for the loop.
-    program: Program,
+    pub program: Program,
 }
 
 impl Engine {
@@ -56,10 +56,19 @@ impl Engine {
 
     pub(super) fn train_loop(&mut self, a: &TrainArgs) -> Result<Outcome, CommandError> {
         let plan = self.train_plan(a)?;
+        // JAX and Keras compile the step with XLA (a TF1 session's graph
+        // runs op by op).
+        let jitted = self.framework() != Framework::Pytorch
+            && self.train.models[&plan.model].session.is_none();
+        let executable = jitted.then(|| self.executable(a, &plan));
         let mut steps = StepLog::default();
         let mut stopped = false;
         for s in 0..a.steps {
-            let Some(loss) = self.train_step(a, &plan, s)? else {
+            let step = match &executable {
+                Some(e) => Some(self.jitted_step(&plan, e)?),
+                None => self.train_step(a, &plan, s)?,
+            };
+            let Some(loss) = step else {
                 stopped = true;
                 break;
             };
@@ -117,6 +126,7 @@ impl Engine {
                 ),
             ));
         }
+        self.check_jit(a)?;
         let micro_batch = a.batch_size / a.accumulate;
         check_batch(micro_batch, &self.train.datasets[&data].spec, &spec)?;
         check_attention(a.attention, &spec)?;
@@ -190,14 +200,23 @@ impl Engine {
     /// copied in, then the names are rebound (the last batch dies then, not
     /// before), and it stays bound after the loop. Nothing when the set is
     /// on the device (the batch is a view of it).
-    fn loop_batch(&mut self, frame: &mut PyFrame, plan: &Plan) -> Result<(), AllocFailure> {
+    pub(super) fn loop_batch(
+        &mut self,
+        frame: &mut PyFrame,
+        plan: &Plan,
+    ) -> Result<(), AllocFailure> {
         if self.train.datasets[&plan.data].on_device.is_some() {
             return Ok(());
         }
         let k = &mut self.process;
         let (x_shape, x_dtype, y_shape) = plan.spec.batch(plan.micro_batch);
+        // JAX's integers are 32-bit unless x64 is on.
+        let labels = match self.settings.framework {
+            Framework::Jax => Dtype::Int32,
+            _ => Dtype::Int64,
+        };
         let x = frame.alloc(k, "x", &x_shape, x_dtype, Category::Input)?;
-        let y = frame.alloc(k, "y", &y_shape, Dtype::Int64, Category::Input)?;
+        let y = frame.alloc(k, "y", &y_shape, labels, Category::Input)?;
         for (name, t) in [("x", x), ("y", y)] {
             frame.take(t);
             k.bind_local(name, t);
@@ -241,6 +260,25 @@ impl Engine {
             .compute
             .then(|| self.compute_step((plan.model, &placement), plan.data, step))
             .flatten())
+    }
+
+    /// What a step compiled by XLA does not take: `donate` outside JAX,
+    /// gradient accumulation.
+    fn check_jit(&self, a: &TrainArgs) -> Result<(), CommandError> {
+        let framework = self.framework();
+        if a.donate && framework != Framework::Jax {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                format!("donate is jax.jit's donate_argnums: {} has no such setting (a Keras step compiled by XLA writes its variables in place)", framework.display_name()),
+            ));
+        }
+        if a.accumulate > 1 && framework != Framework::Pytorch {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                format!("accumulate is PyTorch's loop: a {} step compiled by XLA accumulates inside the executable (optax.MultiSteps, Keras's gradient_accumulation_steps), which vramlab does not model; use accumulate 1", framework.display_name()),
+            ));
+        }
+        Ok(())
     }
 
     /// Calls the progress hook; `false` when it asks to stop.

@@ -22,6 +22,7 @@ pub mod optim;
 pub mod optimizer;
 pub mod spec;
 pub mod update;
+pub mod xla;
 
 use crate::collections::IdMap;
 use crate::runtime::ObjId;

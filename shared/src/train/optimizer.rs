@@ -121,7 +121,7 @@ fn foreach_sqrt(
 /// The numbers, when the gradients were computed: the update on the CPU
 /// of every parameter that has a `.grad` (as `torch.optim` skips a
 /// parameter whose `.grad` is `None`: a frozen one).
-fn update_values(ts: &mut TrainState, optimizer: ObjId, model: ObjId) -> bool {
+pub fn update_values(ts: &mut TrainState, optimizer: ObjId, model: ObjId) -> bool {
     let Some(model) = ts.models.get_mut(&model) else {
         return false;
     };

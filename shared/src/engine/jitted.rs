@@ -1,0 +1,154 @@
+//! A training step compiled by XLA (`jax.jit(train_step)`, a Keras `fit`
+//! step under `jit_compile`): the batch is put on the device, the
+//! executable's new buffers and its temp allocation are made, the temp is
+//! freed as the call returns, and the new parameters and state take the
+//! old ones' places (the old die at the rebinding `params, opt_state, loss
+//! = train_step(...)`), or, donated, were written over them. No gradient
+//! outlives the call ([`crate::train::xla`]).
+
+use super::placement::Placement;
+use super::training::Plan;
+use super::Engine;
+use crate::error::CommandError;
+use crate::process::AllocFailure;
+use crate::runtime::ObjId;
+use crate::train::frame::PyFrame;
+use crate::train::optimizer::update_values;
+use crate::train::xla::{self, Compile, Executable};
+use crate::types::{Category, Dtype, Framework};
+
+/// XLA's buffer alignment on a GPU (`kXlaAllocatedBufferAlignBytes`).
+const GPU_ALIGNMENT: u64 = 128;
+
+impl Engine {
+    /// What one compiled step of `plan` allocates.
+    pub(super) fn executable(&self, a: &crate::command::TrainArgs, plan: &Plan) -> Executable {
+        let compile = Compile {
+            optimizer: self.train.optimizers[&plan.optimizer].kind,
+            donate: a.donate || self.framework() == Framework::Tensorflow,
+            alignment: GPU_ALIGNMENT,
+        };
+        xla::executable(&plan.spec, &plan.program, plan.micro_batch, compile)
+    }
+
+    /// One compiled step; its loss, when computed. The optimizer's state
+    /// is made before the first (`opt_state = optimizer.init(params)`; a
+    /// Keras optimizer builds its variables as `fit` starts).
+    pub(super) fn jitted_step(
+        &mut self,
+        plan: &Plan,
+        executable: &Executable,
+    ) -> Result<Option<f32>, CommandError> {
+        let mut frame = PyFrame::default();
+        if let Err(f) = self.init_state(&mut frame, plan) {
+            return Err(self.raise_in_frame(frame, &f));
+        }
+        self.process.begin_window();
+        if let Err(f) = self.call_executable(&mut frame, plan, executable) {
+            return Err(self.raise_in_frame(frame, &f));
+        }
+        frame.finish(&mut self.process);
+        Ok(plan.compute.then(|| self.compute_jitted(plan)).flatten())
+    }
+
+    /// The state tensors, per parameter in order, held by the optimizer.
+    fn init_state(&mut self, frame: &mut PyFrame, plan: &Plan) -> Result<(), AllocFailure> {
+        let opt = &self.train.optimizers[&plan.optimizer];
+        if !opt.state.is_empty() {
+            return Ok(());
+        }
+        let (kind, params) = (opt.kind, opt.params.clone());
+        let jax = self.framework() == Framework::Jax;
+        let names: &[&str] = match (kind.state_per_param(), jax) {
+            (0, _) => &[],
+            (1, true) => &["trace"],
+            (1, false) => &["momentum"],
+            (_, true) => &["mu", "nu"],
+            (_, false) => &["momentum", "velocity"],
+        };
+        let k = &mut self.process;
+        let mut state = Vec::new();
+        for (i, &p) in params.iter().enumerate() {
+            let Some(t) = k.runtime.tensor(p).cloned() else {
+                continue;
+            };
+            for name in names {
+                let label = if jax {
+                    format!("opt_state[0].{name}[{i}]")
+                } else {
+                    format!("optimizer.variables: {}_{name}", label_of(k, p))
+                };
+                let id = frame.alloc(k, &label, &t.shape, t.dtype, Category::OptimizerState)?;
+                frame.take(id);
+                k.attach_local(plan.optimizer, id);
+                state.push(id);
+            }
+        }
+        if let Some(o) = self.train.optimizers.get_mut(&plan.optimizer) {
+            o.state = state;
+        }
+        Ok(())
+    }
+
+    /// The batch, then the call: its new buffers and its temp; then the
+    /// rebinding.
+    fn call_executable(
+        &mut self,
+        frame: &mut PyFrame,
+        plan: &Plan,
+        executable: &Executable,
+    ) -> Result<(), AllocFailure> {
+        self.loop_batch(frame, plan)?;
+        let updated: Vec<ObjId> = {
+            let opt = &self.train.optimizers[&plan.optimizer];
+            opt.params.iter().chain(&opt.state).copied().collect()
+        };
+        let k = &mut self.process;
+        let mut fresh = Vec::new();
+        if executable.aliases == 0 {
+            for &old in &updated {
+                let Some(t) = k.runtime.tensor(old).cloned() else {
+                    continue;
+                };
+                let label = format!("{} (new)", label_of(k, old));
+                fresh.push((old, frame.alloc(k, &label, &t.shape, t.dtype, t.category)?));
+            }
+        }
+        let loss = frame.alloc(k, "loss", &[], Dtype::Float32, Category::Other)?;
+        let temp_label = "XLA temp buffer (the step's activations and gradients)";
+        let temp = frame.alloc(
+            k,
+            temp_label,
+            &[executable.temp],
+            Dtype::Uint8,
+            Category::Temporary,
+        )?;
+        frame.drop(k, temp);
+        for (old, new) in fresh {
+            k.swap_blocks(old, new);
+            frame.drop(k, new);
+        }
+        frame.take(loss);
+        k.bind_local("loss", loss);
+        Ok(())
+    }
+
+    /// The step's numbers on the CPU: the loss, the gradients, the
+    /// update; no `.grad` stays.
+    fn compute_jitted(&mut self, plan: &Plan) -> Option<f32> {
+        let step = (&plan.program, plan.micro_batch);
+        let loss = self.compute_step((plan.model, &Placement::default()), plan.data, step);
+        update_values(&mut self.train, plan.optimizer, plan.model);
+        if let Some(m) = self.train.models.get_mut(&plan.model) {
+            m.grad_values.clear();
+        }
+        loss
+    }
+}
+
+fn label_of(k: &crate::process::Process, id: ObjId) -> String {
+    k.runtime
+        .get(id)
+        .map(|o| o.label.clone())
+        .unwrap_or_default()
+}
