@@ -122,7 +122,7 @@ impl<'de> Deserialize<'de> for Stats {
 }
 
 /// One entry of the event log.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Event {
     /// Position in the whole log since the server started the session.
     pub seq: u64,
@@ -134,6 +134,22 @@ pub struct Event {
     pub size: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+}
+
+/// Read by hand (`fields`): every delta carries events.
+impl<'de> Deserialize<'de> for Event {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        crate::fields::read(d, |f| {
+            Ok(Event {
+                seq: f.take("seq")?,
+                step: f.take("step")?,
+                action: f.take("action")?,
+                address: f.take("address")?,
+                size: f.take("size")?,
+                name: f.take("name")?,
+            })
+        })
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

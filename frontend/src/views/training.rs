@@ -54,6 +54,8 @@ struct Fields {
     loss_history: RwSignal<LossHistory>,
     on_device: RwSignal<bool>,
     no_grad: RwSignal<bool>,
+    /// JAX: `jax.jit(..., donate_argnums=(0, 1))`.
+    donate: RwSignal<bool>,
 }
 
 /// The whole number in a field, or why it is not one in `range`.
@@ -94,6 +96,7 @@ impl Fields {
             loss_history: RwSignal::new(LossHistory::Item),
             on_device: RwSignal::new(false),
             no_grad: RwSignal::new(false),
+            donate: RwSignal::new(false),
         }
     }
 
@@ -203,7 +206,7 @@ impl Fields {
             set_to_none: self.set_to_none.get_untracked(),
             loss_history: self.loss_history.get_untracked(),
             attention: self.attention(),
-            donate: false,
+            donate: self.donate.get_untracked(),
         })])
     }
 
@@ -313,6 +316,7 @@ pub fn Training(app: App) -> impl IntoView {
             <label>"amp " {choice("amp", "torch.autocast('cuda', dtype=...) around the forward pass", f.amp, &Amp::ALL, (Amp::id, Amp::id))}</label>
             <label>{checkbox(f.checkpointing)}" checkpointing"</label>
             <label>{checkbox(f.set_to_none)}" set_to_none"</label>
+            <label>{checkbox(f.donate)}" donate (JAX)"</label>
             <label>"loss " {choice("loss-history", "What the loop keeps of each step's loss", f.loss_history, &LossHistory::ALL, (LossHistory::id, LossHistory::code))}</label>
             <label>{checkbox(f.no_grad)}" no_grad (forward)"</label>
             <br />

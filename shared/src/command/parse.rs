@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 pub const ANNOTATION_KEYS: [&str; 3] = ["say", "expect", "why"];
 
 /// A lesson step's words and expected observation.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Annotations {
     /// What the step asks the learner to do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -92,13 +92,20 @@ pub fn parse_value(mut value: Value) -> CommandLine {
     let mut annotations = Annotations::default();
     let mut annotation_error = None;
     if let Value::Object(map) = &mut value {
-        let mut taken = serde_json::Map::new();
-        for key in ANNOTATION_KEYS {
-            if let Some(v) = map.remove(key) {
-                taken.insert(key.to_string(), v);
-            }
+        fn take<T: serde::de::DeserializeOwned>(
+            map: &mut serde_json::Map<String, Value>,
+            key: &str,
+        ) -> Result<Option<T>, serde_json::Error> {
+            map.remove(key).map(serde_json::from_value).transpose()
         }
-        match serde_json::from_value(Value::Object(taken)) {
+        let read = |map: &mut _| -> Result<Annotations, serde_json::Error> {
+            Ok(Annotations {
+                say: take(map, "say")?,
+                why: take(map, "why")?,
+                expect: take(map, "expect")?,
+            })
+        };
+        match read(map) {
             Ok(a) => annotations = a,
             Err(e) => {
                 annotation_error = Some(CommandError::new(

@@ -59,12 +59,13 @@ impl Engine {
         }
         let (kind, params) = (opt.kind, opt.params.clone());
         let jax = self.framework() == Framework::Jax;
-        let names: &[&str] = match (kind.state_per_param(), jax) {
-            (0, _) => &[],
-            (1, true) => &["trace"],
-            (1, false) => &["momentum"],
-            (_, true) => &["mu", "nu"],
-            (_, false) => &["momentum", "velocity"],
+        // optax's state, or a Keras 3 optimizer's variable lists.
+        let (owner, names): (&str, &[&str]) = match (kind.state_per_param(), jax) {
+            (0, _) => ("", &[]),
+            (1, true) => ("opt_state[0]", &["trace"]),
+            (1, false) => ("optimizer", &["momentums"]),
+            (_, true) => ("opt_state[0]", &["mu", "nu"]),
+            (_, false) => ("optimizer", &["momentums", "velocities"]),
         };
         let k = &mut self.process;
         let mut state = Vec::new();
@@ -73,11 +74,7 @@ impl Engine {
                 continue;
             };
             for name in names {
-                let label = if jax {
-                    format!("opt_state[0].{name}[{i}]")
-                } else {
-                    format!("optimizer.variables: {}_{name}", label_of(k, p))
-                };
+                let label = format!("{owner}.{name}[{i}]");
                 let id = frame.alloc(k, &label, &t.shape, t.dtype, Category::OptimizerState)?;
                 frame.take(id);
                 k.attach_local(plan.optimizer, id);
@@ -137,7 +134,7 @@ impl Engine {
     /// update; no `.grad` stays.
     fn compute_jitted(&mut self, plan: &Plan) -> Option<f32> {
         let step = (&plan.program, plan.micro_batch);
-        let loss = self.compute_step((plan.model, &Placement::default()), plan.data, step);
+        let loss = self.compute_step((plan.model, &Placement::new()), plan.data, step);
         update_values(&mut self.train, plan.optimizer, plan.model);
         if let Some(m) = self.train.models.get_mut(&plan.model) {
             m.grad_values.clear();

@@ -266,19 +266,14 @@ impl Engine {
     /// gradient accumulation.
     fn check_jit(&self, a: &TrainArgs) -> Result<(), CommandError> {
         let framework = self.framework();
-        if a.donate && framework != Framework::Jax {
-            return Err(error(
-                ErrorKind::InvalidValue,
-                format!("donate is jax.jit's donate_argnums: {} has no such setting (a Keras step compiled by XLA writes its variables in place)", framework.display_name()),
-            ));
-        }
-        if a.accumulate > 1 && framework != Framework::Pytorch {
-            return Err(error(
-                ErrorKind::InvalidValue,
-                format!("accumulate is PyTorch's loop: a {} step compiled by XLA accumulates inside the executable (optax.MultiSteps, Keras's gradient_accumulation_steps), which vramlab does not model; use accumulate 1", framework.display_name()),
-            ));
-        }
-        Ok(())
+        let why = if a.donate && framework != Framework::Jax {
+            "donate is jax.jit's donate_argnums, for JAX only (a Keras step compiled by XLA writes its variables in place)"
+        } else if a.accumulate > 1 && framework != Framework::Pytorch {
+            "accumulate is PyTorch's loop: a step compiled by XLA accumulates inside the executable (optax.MultiSteps, Keras's gradient_accumulation_steps), which vramlab does not model; use accumulate 1"
+        } else {
+            return Ok(());
+        };
+        Err(error(ErrorKind::InvalidValue, why))
     }
 
     /// Calls the progress hook; `false` when it asks to stop.

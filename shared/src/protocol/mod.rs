@@ -88,7 +88,7 @@ pub type LessonAt = (usize, usize, Option<(bool, String)>);
 
 /// What a presenter's page shows beyond the numbers, mirrored on every
 /// watcher's page.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct PresenterView {
     /// The lesson being played: its index, the step it is at, and the
     /// last step's outcome (passed, and the words).
@@ -106,12 +106,39 @@ pub struct PresenterView {
     pub controls: std::collections::BTreeMap<String, String>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct ExplanationView {
     pub moved: String,
     pub why: String,
     pub link: (String, String),
     pub ok: bool,
+}
+
+/// Read by hand, as a hello is (`fields`): every watcher's page reads it.
+impl<'de> Deserialize<'de> for PresenterView {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        crate::fields::read(d, |f| {
+            Ok(PresenterView {
+                lesson: f.take("lesson")?,
+                cell: f.take_or("cell", String::new())?,
+                explanation: f.take("explanation")?,
+                controls: f.take_or("controls", Default::default())?,
+            })
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for ExplanationView {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        crate::fields::read(d, |f| {
+            Ok(ExplanationView {
+                moved: f.take("moved")?,
+                why: f.take("why")?,
+                link: f.take("link")?,
+                ok: f.take("ok")?,
+            })
+        })
+    }
 }
 
 /// Whether a connection may change the session.

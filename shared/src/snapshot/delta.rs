@@ -31,7 +31,7 @@ pub struct SnapshotDelta {
 }
 
 /// The blocks of a segment that changed (by block address).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SegmentPatch {
     pub address: u64,
     pub allocated_size: u64,
@@ -42,6 +42,21 @@ pub struct SegmentPatch {
     /// Addresses of blocks that are gone (merged into a neighbour).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub removed_blocks: Vec<u64>,
+}
+
+/// Read by hand (`fields`): every delta carries its changed segments.
+impl<'de> Deserialize<'de> for SegmentPatch {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        crate::fields::read(d, |f| {
+            Ok(SegmentPatch {
+                address: f.take("address")?,
+                allocated_size: f.take("allocated_size")?,
+                requested_size: f.take("requested_size")?,
+                blocks: f.take_or("blocks", Vec::new())?,
+                removed_blocks: f.take_or("removed_blocks", Vec::new())?,
+            })
+        })
+    }
 }
 
 /// Where each item sits, by its key (address or id), sorted for lookup.

@@ -62,7 +62,7 @@ impl From<BlockWire> for BlockSnapshot {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SegmentSnapshot {
     pub address: u64,
     pub total_size: u64,
@@ -71,6 +71,22 @@ pub struct SegmentSnapshot {
     /// `small` / `large` (PyTorch), `region` (BFC), `uncached`.
     pub pool: String,
     pub blocks: Vec<BlockSnapshot>,
+}
+
+/// Read by hand (`fields`): every snapshot carries its segments.
+impl<'de> Deserialize<'de> for SegmentSnapshot {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        crate::fields::read(d, |f| {
+            Ok(SegmentSnapshot {
+                address: f.take("address")?,
+                total_size: f.take("total_size")?,
+                allocated_size: f.take("allocated_size")?,
+                requested_size: f.take("requested_size")?,
+                pool: f.take("pool")?,
+                blocks: f.take("blocks")?,
+            })
+        })
+    }
 }
 
 /// A live Python object and why it is alive. On the wire a compact array

@@ -141,7 +141,12 @@ fn schedule(
         }
     }
     let mut values = Vec::new();
-    for (i, a) in program.allocs.iter().enumerate() {
+    let made = program.ops.iter().filter_map(|op| match *op {
+        Op::Alloc(i) => Some(i),
+        _ => None,
+    });
+    for i in made {
+        let a = &program.allocs[i];
         let Some(s) = start[i] else { continue };
         let e = match a.role {
             Role::Loss => continue,

@@ -37,9 +37,12 @@ pub struct Output {
 /// The temp allocation's size in bytes for `values`, given the outputs
 /// they may share, offsets aligned to `alignment`.
 pub fn temp_bytes(values: &[Value], outputs: &[Output], alignment: u64) -> u64 {
-    let mut order: Vec<usize> = (0..values.len()).collect();
-    // Largest first; among equals, the earlier defined.
-    order.sort_by_key(|&i| (std::cmp::Reverse(values[i].bytes), values[i].start, i));
+    // Largest first; among equals, the earlier listed.
+    let mut order: Vec<(u64, usize)> = (values.iter())
+        .map(|v| u64::MAX - v.bytes)
+        .zip(0..)
+        .collect();
+    order.sort_unstable();
     let mut hosts: Vec<Vec<Value>> = outputs
         .iter()
         .map(|o| {
@@ -53,7 +56,7 @@ pub fn temp_bytes(values: &[Value], outputs: &[Output], alignment: u64) -> u64 {
         })
         .collect();
     let mut heap = Heap::new(alignment);
-    for i in order {
+    for (_, i) in order {
         let v = values[i];
         let host = outputs
             .iter()
@@ -86,29 +89,24 @@ impl Heap {
     }
 
     fn place(&mut self, v: Value) {
-        let bytes = v.bytes.div_ceil(self.alignment) * self.alignment;
-        let mut taken: Vec<(u64, u64)> = self
-            .placed
-            .iter()
-            .filter(|(p, _)| p.overlaps(&v))
-            .map(|&(p, offset)| {
-                (
-                    offset,
-                    offset + p.bytes.div_ceil(self.alignment) * self.alignment,
-                )
-            })
+        let aligned = |p: &Value| p.bytes.div_ceil(self.alignment) * self.alignment;
+        // The values placed that live at the same time, by offset.
+        let mut taken: Vec<(u64, usize)> = (self.placed.iter().enumerate())
+            .filter(|(_, (p, _))| p.overlaps(&v))
+            .map(|(i, &(_, offset))| (offset, i))
             .collect();
         taken.sort_unstable();
+        let bytes = aligned(&v);
         let mut best: Option<(u64, u64)> = None; // (gap, offset)
         let mut cursor = 0;
-        for &(start, end) in &taken {
+        for &(start, i) in &taken {
             if start > cursor {
                 let gap = start - cursor;
                 if gap >= bytes && best.is_none_or(|(g, _)| gap < g) {
                     best = Some((gap, cursor));
                 }
             }
-            cursor = cursor.max(end);
+            cursor = cursor.max(start + aligned(&self.placed[i].0));
         }
         let offset = best.map_or(cursor, |(_, offset)| offset);
         self.placed.push((v, offset));
