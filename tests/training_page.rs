@@ -508,3 +508,38 @@ async fn a_transformer_and_a_cnn_step_one_statement_at_a_time() {
     finish(browser, events, profile).await;
     let _ = stop_tx.send(());
 }
+
+/// Under JAX a step is one XLA executable: the code pane shows `jax.jit`,
+/// and ticking donate (`donate_argnums`) takes the new parameters and
+/// state out of the step's peak (the default MLP's: three times 15.9 MB,
+/// less the copies of the weights backward reads, which donation adds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jax_step_is_jitted_and_donating_lowers_its_peak() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let addr = serve_on(0, stop_rx).await;
+    let (browser, events, profile) = launch("jax-step").await;
+    let page = open(&browser, &format!("http://{addr}/?framework=jax")).await;
+    click(&page, "btn-build").await;
+    until(&page, &format!("{COUNT} >= 3")).await;
+    tick(&page, "donate (JAX)", true).await;
+    let donated = step_peak(&page).await;
+    let code = js(&page, "document.getElementById('code').textContent").await;
+    let code = code.as_str().unwrap();
+    assert!(
+        code.contains("@partial(jax.jit, donate_argnums=(0, 1))"),
+        "{code}"
+    );
+    assert!(!code.contains("backward"), "{code}");
+    tick(&page, "donate (JAX)", false).await;
+    let kept = step_peak(&page).await;
+    assert!(
+        kept >= donated + 20_000_000,
+        "{kept} kept against {donated} donated"
+    );
+    page.close().await.unwrap();
+    finish(browser, events, profile).await;
+    let _ = stop_tx.send(());
+}
