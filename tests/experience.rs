@@ -282,6 +282,12 @@ async fn bad_values_are_refused_where_they_are_typed() {
         js(&page, "document.getElementById('btn-train-1-refused')").await,
         serde_json::Value::Null
     );
+    // A size of one's own: the card's sizes give way to the fields.
+    js(
+        &page,
+        "(() => { const g = document.getElementById('gpu'); g.value = 'custom'; g.dispatchEvent(new Event('change', {bubbles: true})); })()",
+    )
+    .await;
     refused(
         &page,
         "device-gib",

@@ -7,7 +7,7 @@
 
 use crate::error::DeviceError;
 use crate::error::Invalid;
-use crate::units::{round_up, GIB, MIB};
+use crate::units::{round_up, MIB};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -18,14 +18,16 @@ pub const SIM_BASE_ADDRESS: u64 = 0x7f00_0000_0000;
 /// Segment addresses on the simulated GPU are aligned like the driver's large
 /// pages.
 pub const SIM_SEGMENT_ALIGNMENT: u64 = 2 * MIB;
-/// Default CUDA context size: what a CUDA 12 context with lazy module loading
-/// costs on a recent GPU (public reports range from 200 MB to 1 GB; see
-/// `docs/simulator.md`).
+/// Default CUDA context size, assumed, not read: what a CUDA 12 context
+/// with lazy module loading is reported to cost (public reports range from
+/// 287 MB to 426 MiB, and it grows as cuBLAS and cuDNN load their kernels;
+/// see `docs/simulator.md`).
 pub const DEFAULT_CONTEXT_BYTES: u64 = 300 * MIB;
-/// An A100's: what a simulated GPU without a model reports.
-pub const DEFAULT_COMPUTE_CAPABILITY: (u32, u32) = (8, 0);
-/// Default total memory of the simulated GPU (a 16 GiB card).
-pub const DEFAULT_TOTAL_BYTES: u64 = 16 * GIB;
+/// The default device is a real card, the one most learners have: a
+/// Tesla T4 (`gpu::DEFAULT_GPU`), compute capability 7.5 ...
+pub const DEFAULT_COMPUTE_CAPABILITY: (u32, u32) = (7, 5);
+/// ... and the 15,104 MiB (14.75 GiB) `cudaMemGetInfo` reports as its total.
+pub const DEFAULT_TOTAL_BYTES: u64 = 15_104 * MIB;
 /// Process id shown in OOM messages for memory used by other processes.
 pub const OTHER_PROCESS_PID: u32 = 4242;
 
@@ -319,6 +321,7 @@ impl Device for QuotaDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::units::GIB;
 
     #[test]
     fn device_info_reads_back_and_names_a_missing_field() {

@@ -103,7 +103,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             framework: Framework::Pytorch,
-            gpu: None,
+            gpu: Some(crate::gpu::DEFAULT_GPU),
             compute_capability: DEFAULT_COMPUTE_CAPABILITY,
             device_total_bytes: DEFAULT_TOTAL_BYTES,
             context_bytes: DEFAULT_CONTEXT_BYTES,

@@ -12,6 +12,9 @@
 use crate::units::MIB;
 use serde::Serialize;
 
+/// The device a kernel starts on: Colab's free card.
+pub const DEFAULT_GPU: GpuModel = GpuModel::T4;
+
 /// A GPU model, by the name `restart`'s `"gpu"` takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum GpuModel {
@@ -114,6 +117,17 @@ mod tests {
             let wire = serde_json::to_value(g).unwrap();
             assert_eq!(wire, g.id());
         }
+    }
+
+    /// The default device's numbers are the default card's.
+    #[test]
+    fn the_default_device_is_a_t4() {
+        use crate::device::*;
+        let spec = DEFAULT_GPU.spec();
+        assert_eq!(spec.total_bytes, DEFAULT_TOTAL_BYTES);
+        assert_eq!(spec.compute_capability, DEFAULT_COMPUTE_CAPABILITY);
+        assert_eq!(spec.context_bytes, DEFAULT_CONTEXT_BYTES);
+        assert_eq!(crate::framework::Settings::default().gpu, Some(DEFAULT_GPU));
     }
 
     #[test]

@@ -76,7 +76,7 @@ impl SettingsFields {
         let s = String::new;
         SettingsFields {
             framework: RwSignal::new(Framework::Pytorch),
-            gpu: RwSignal::new(None),
+            gpu: RwSignal::new(Some(vramlab_shared::gpu::DEFAULT_GPU)),
             device_gib: RwSignal::new("16".into()),
             context_mib: RwSignal::new("300".into()),
             allow_growth: RwSignal::new(false),

@@ -161,9 +161,13 @@ mod tests {
             o.remove(key);
         }
         o.insert("unknown".into(), 1.into());
+        // No `gpu`: a device of the sizes given, no card's name.
         assert_eq!(
             serde_json::from_value::<Settings>(v.clone()).unwrap(),
-            Settings::default()
+            Settings {
+                gpu: None,
+                ..Settings::default()
+            }
         );
         v.as_object_mut().unwrap().remove("preallocate");
         let e = serde_json::from_value::<Settings>(v.clone()).unwrap_err();

@@ -21,7 +21,8 @@ fn jax_limit_is_a_fraction_of_total() {
         framework: Framework::Jax,
         ..Default::default()
     };
-    assert_eq!(s.bfc_memory_limit(&dev), 12 * GIB);
+    // 0.75 of a T4's 15,104 MiB.
+    assert_eq!(s.bfc_memory_limit(&dev), 11_328 * crate::units::MIB);
 }
 
 /// A T4 (compute capability 7.5): TensorFlow keeps back 1,050 MiB
