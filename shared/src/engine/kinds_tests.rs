@@ -4,6 +4,7 @@
 use super::*;
 use crate::error::CommandError;
 use crate::stats::Stats;
+use crate::types::Category;
 use serde_json::{json, Value};
 
 /// What a line's record says (the record's type belongs to the layer above).
@@ -235,14 +236,38 @@ fn what_the_new_kinds_do_not_model_is_refused_with_the_reason() {
         .unwrap()
         .message
         .contains("make the data without on_device"));
-    let restart = json!({"cmd":"restart","framework":"tensorflow"});
-    assert!(run(&mut e, &restart).ok);
-    let r = run(&mut e, &json!({"cmd":"model","name":"m","kind":"cnn"}));
-    assert!(r
-        .error
-        .unwrap()
-        .message
-        .contains("switch the framework to PyTorch"));
+}
+
+/// Under JAX and TensorFlow a CNN and a transformer train as one XLA
+/// executable: nothing of PyTorch's `.grad` stays, and the state is each
+/// framework's.
+#[test]
+fn every_kind_trains_as_a_compiled_step_under_jax_and_tensorflow() {
+    for framework in ["jax", "tensorflow"] {
+        for (model, features, classes) in [gpt(1, 64, 2, 32, 100), cnn(16, 2, 8)] {
+            let mut e = Engine::new_simulated();
+            let mut m = json!({"cmd":"model","name":"model"});
+            for (k, v) in model.as_object().unwrap() {
+                m[k] = v.clone();
+            }
+            for line in [
+                json!({"cmd":"restart","framework":framework}),
+                m,
+                json!({"cmd":"optimizer","name":"opt","model":"model","kind":"adam"}),
+                json!({"cmd":"data","name":"data","samples":64,"features":features,"classes":classes}),
+                json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":2,"batch_size":4}),
+            ] {
+                let r = run(&mut e, &line);
+                assert!(r.ok, "{framework} {line}: {:?}", r.error);
+            }
+            let categories = e.process.categories();
+            assert_eq!(categories[&Category::Gradient], 0, "{framework}");
+            assert!(categories[&Category::OptimizerState] > 0, "{framework}");
+            assert!(
+                e.process.stats().step_peak_allocated_bytes > e.process.stats().allocated_bytes
+            );
+        }
+    }
 }
 
 /// LoRA under autocast trains and is estimated; a transformer's loop

@@ -57,14 +57,7 @@ impl Engine {
                 spec.param_count()
             )));
         }
-        let framework = self.settings.framework;
-        if spec.kind != Kind::Mlp && framework != Framework::Pytorch {
-            return Err(invalid(format!(
-                "the {} runs PyTorch's ops: switch the framework to PyTorch to train one",
-                spec.kind_name()
-            )));
-        }
-        let keras = a.keras || framework == Framework::Tensorflow;
+        let keras = a.keras || self.settings.framework == Framework::Tensorflow;
         let session = self.build_model(name, spec, keras)?;
         let mut note = format!(
             "`{name}` has {} parameters: {} on the device.",
