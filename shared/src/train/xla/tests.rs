@@ -89,9 +89,8 @@ fn arguments_outputs_and_aliases_are_xlas() {
 }
 
 /// The step's new memory (outputs and temp) against XLA's, as a share
-/// of XLA's: every MLP step (the kind the engine trains under JAX and
-/// TensorFlow) within 12%, with and without donation, for SGD, momentum
-/// and Adam. XLA's temp alone is not held to 10%: without donation it is
+/// of XLA's: every MLP step within 12%, with and without donation, for
+/// SGD, momentum and Adam. XLA's temp alone is not held to 10%: without donation it is
 /// often the few bytes left over once the outputs host the activations,
 /// and the order XLA's CPU scheduler picks moves it further.
 #[test]
