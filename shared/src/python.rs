@@ -252,7 +252,7 @@ fn compiled_train_code(a: &TrainArgs, framework: Framework) -> String {
     let (model, steps, batch) = (&a.model, a.steps, a.batch_size);
     if framework == Framework::Tensorflow {
         return format!(
-            "{model}.fit(x_train, y_train, batch_size={batch}, steps_per_epoch={steps}, epochs=1)  # jit_compile='auto': one XLA executable a step on a GPU"
+            "{model}.fit(x_train, y_train, batch_size={batch}, steps_per_epoch={steps}, epochs=1)  # XLA on a GPU"
         );
     }
     let jit = if a.donate {

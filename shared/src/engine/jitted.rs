@@ -31,6 +31,38 @@ impl Engine {
         xla::executable(&plan.spec, &plan.program, plan.micro_batch, compile)
     }
 
+    /// What `estimate` predicts under JAX or TensorFlow (not in a TF1
+    /// session): the compiled step of `spec` at `batch` (its state from
+    /// `optimizer`, SGD's none without one), and the step's peak over what
+    /// lived before it: the new buffers and the temp, or the temp alone
+    /// when donated, and the loss. `None` under PyTorch.
+    pub(super) fn compiled_estimate(
+        &self,
+        spec: &crate::train::ModelSpec,
+        optimizer: Option<crate::train::OptimizerKind>,
+        (batch, options): (u64, crate::train::kinds::step::Options),
+        in_session: bool,
+    ) -> Option<[(Executable, u64); 2]> {
+        let framework = self.framework();
+        if framework == Framework::Pytorch || in_session {
+            return None;
+        }
+        let program = spec.step_program(batch, options);
+        let optimizer = optimizer.unwrap_or(crate::train::OptimizerKind::Sgd);
+        let compile = |donate| {
+            let c = Compile {
+                optimizer,
+                donate,
+                alignment: GPU_ALIGNMENT,
+            };
+            let e = xla::executable(spec, &program, batch, c);
+            (e, e.new_buffers + e.temp)
+        };
+        // Keras writes its variables in place: one answer, twice.
+        let first = compile(framework == Framework::Tensorflow);
+        Some([first, compile(true)])
+    }
+
     /// One compiled step; its loss, when computed. The optimizer's state
     /// is made before the first (`opt_state = optimizer.init(params)`; a
     /// Keras optimizer builds its variables as `fit` starts).
@@ -107,7 +139,7 @@ impl Engine {
                 let Some(t) = k.runtime.tensor(old).cloned() else {
                     continue;
                 };
-                let label = format!("{} (new)", label_of(k, old));
+                let label = label_of(k, old);
                 fresh.push((old, frame.alloc(k, &label, &t.shape, t.dtype, t.category)?));
             }
         }

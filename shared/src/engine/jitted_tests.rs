@@ -177,3 +177,29 @@ fn a_small_jitted_loop_learns() {
     );
     assert!(last < first * 0.8, "{first} -> {last}");
 }
+
+/// `estimate` under JAX predicts the compiled step, not PyTorch's: no
+/// gradients, no workspace, and the peak a step then reaches (to the
+/// allocator's rounding and JAX's 32-bit labels), with and without
+/// donation.
+#[test]
+fn estimate_predicts_the_compiled_steps_peak() {
+    let estimate =
+        json!({"cmd":"estimate","model":"model","optimizer":"opt","data":"data","batch_size":64});
+    let (_, records) = run("jax", estimate);
+    let value = records.last().unwrap().value.clone().unwrap();
+    assert_eq!(value["gradient_bytes"], 0);
+    assert_eq!(value["workspace_bytes"], 0);
+    let predicted = value["peak_bytes"].as_u64().unwrap();
+    let donated = value["donated_peak_bytes"].as_u64().unwrap();
+    assert!(value["xla_temp_bytes"].as_u64().unwrap() > 0);
+    for (more, predicted) in [(json!({}), predicted), (json!({"donate": true}), donated)] {
+        let (_, records) = run("jax", train(more));
+        let measured = last(&records).step_peak_allocated_bytes;
+        let off = predicted as f64 / measured as f64 - 1.0;
+        assert!(
+            off.abs() < 0.01,
+            "{predicted} predicted, {measured} measured"
+        );
+    }
+}

@@ -44,7 +44,30 @@ impl Engine {
                 "batch_size must be positive and a multiple of accumulate",
             ));
         }
-        let e = estimate(&state.spec, optimizer, data.as_ref(), shape);
+        let mut e = estimate(&state.spec, optimizer, data.as_ref(), shape);
+        let options = crate::train::kinds::step::Options {
+            attention: a.attention,
+            checkpointing: a.checkpointing,
+            amp: a.amp.dtype(),
+            accumulate: 1,
+        };
+        let compiled = self.compiled_estimate(
+            &state.spec,
+            optimizer.map(|o| o.kind),
+            (a.batch_size, options),
+            state.session.is_some(),
+        );
+        if let Some([(x, peak), (_, donated)]) = compiled {
+            // No `.grad`, no cuBLAS workspace kept: what lived before the
+            // step, and the call's own.
+            e.gradient_bytes = 0;
+            e.workspace_bytes = 0;
+            let before =
+                e.parameter_bytes + e.optimizer_state_bytes + e.input_bytes + e.dataset_bytes;
+            e.peak_bytes = before + peak;
+            e.xla_temp_bytes = Some(x.temp);
+            e.donated_peak_bytes = Some(before + donated);
+        }
         let attention = if e.attention_bytes > 0 {
             format!(" (of which attention {})", format_size(e.attention_bytes))
         } else {

@@ -267,9 +267,9 @@ impl Engine {
     fn check_jit(&self, a: &TrainArgs) -> Result<(), CommandError> {
         let framework = self.framework();
         let why = if a.donate && framework != Framework::Jax {
-            "donate is jax.jit's donate_argnums, for JAX only (a Keras step compiled by XLA writes its variables in place)"
+            "donate is jax.jit's donate_argnums: JAX only (Keras writes its variables in place)"
         } else if a.accumulate > 1 && framework != Framework::Pytorch {
-            "accumulate is PyTorch's loop: a step compiled by XLA accumulates inside the executable (optax.MultiSteps, Keras's gradient_accumulation_steps), which vramlab does not model; use accumulate 1"
+            "accumulate is PyTorch's loop: XLA's accumulates in the executable (optax.MultiSteps), not modelled; use accumulate 1"
         } else {
             return Ok(());
         };

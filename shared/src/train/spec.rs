@@ -250,6 +250,13 @@ pub struct Estimate {
     /// Largest sum of the above plus temporaries during forward, backward
     /// and the optimizer step.
     pub peak_bytes: u64,
+    /// Under JAX or TensorFlow: the compiled step's temp allocation (XLA's
+    /// `temp_size_in_bytes`), and the peak when the parameters and state
+    /// are donated (Keras: always).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xla_temp_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub donated_peak_bytes: Option<u64>,
 }
 
 /// Options of a step that change its memory.
@@ -339,6 +346,8 @@ pub fn estimate(
         workspace_bytes: workspaces,
         attention_bytes: attention,
         peak_bytes: resident + input + micro_batch.max(optimizer_step),
+        xla_temp_bytes: None,
+        donated_peak_bytes: None,
     }
 }
 
