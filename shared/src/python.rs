@@ -8,11 +8,27 @@ use crate::train::{OptimizerKind, OptimizerSpec};
 use crate::types::Framework;
 use crate::units::MIB;
 
+mod compiled;
+
 fn size_expr(bytes: u64) -> String {
     if bytes >= MIB && bytes % MIB == 0 {
         format!("{} * 2**20", bytes / MIB)
     } else {
         bytes.to_string()
+    }
+}
+
+/// The line a control's command adds to the code cell: [`code`], but the
+/// code cell's own dialect for what it reads in PyTorch's words (it runs
+/// no JAX and no Keras optimizer or `fit` on numpy arrays): its "Run all"
+/// then runs the same commands again.
+pub fn cell_code(cmd: &Command, framework: Framework) -> String {
+    match cmd {
+        Command::Model(a) => model_code(a, framework),
+        Command::Optimizer(a) => optimizer_code(a),
+        Command::Data(a) => data_code(a),
+        Command::Train(a) => train_code(a),
+        _ => code(cmd, framework),
     }
 }
 
@@ -36,8 +52,11 @@ pub fn code(cmd: &Command, framework: Framework) -> String {
         Command::ClearCublasWorkspaces {} => "torch._C._cuda_clearCublasWorkspaces()".into(),
         Command::ClearSession {} => "tf.keras.backend.clear_session()".into(),
         Command::ResetPeakMemoryStats {} => "torch.cuda.reset_peak_memory_stats()".into(),
+        Command::Model(a) if framework == Framework::Jax => compiled::params_code(a),
         Command::Model(a) => model_code(a, framework),
+        Command::Optimizer(a) if framework != Framework::Pytorch => compiled::optimizer_code(a, framework),
         Command::Optimizer(a) => optimizer_code(a),
+        Command::Data(a) if framework != Framework::Pytorch => compiled::data_code(a),
         Command::Data(a) => data_code(a),
         Command::Forward(a) => forward_code(a),
         Command::Backward(a) if a.retain_graph => format!("{}.backward(retain_graph=True)", a.name),
@@ -45,7 +64,7 @@ pub fn code(cmd: &Command, framework: Framework) -> String {
         Command::Step(a) => format!("{}.step()", a.optimizer),
         Command::ZeroGrad(a) => format!("{}.zero_grad(set_to_none={})", a.optimizer, py_bool(a.set_to_none)),
         Command::Train(a) if framework == Framework::Pytorch => train_code(a),
-        Command::Train(a) => compiled_train_code(a, framework),
+        Command::Train(a) => compiled::train_code(a, framework),
         Command::FindBatchSize(a) => format!(
             "# try batch sizes 1, 2, 4, ... and keep the largest whose step peak stays under {} of the memory limit{}",
             a.threshold,
@@ -158,7 +177,7 @@ fn model_code(a: &ModelArgs, framework: Framework) -> String {
 }
 
 /// A CNN or a transformer, as the module that builds it.
-fn kind_code(a: &ModelArgs) -> Option<String> {
+pub(crate) fn kind_code(a: &ModelArgs) -> Option<String> {
     let spec = a.spec().ok()?;
     let name = &a.name;
     Some(match spec.kind {
@@ -246,27 +265,6 @@ fn forward_code(a: &ForwardArgs) -> String {
     s
 }
 
-/// A step compiled by XLA: JAX's `jax.jit` (donating when asked), or
-/// Keras's `fit` (XLA on a GPU by default).
-fn compiled_train_code(a: &TrainArgs, framework: Framework) -> String {
-    let (model, steps, batch) = (&a.model, a.steps, a.batch_size);
-    if framework == Framework::Tensorflow {
-        return format!(
-            "{model}.fit(x_train, y_train, batch_size={batch}, steps_per_epoch={steps}, epochs=1)  # XLA on a GPU"
-        );
-    }
-    let jit = if a.donate {
-        "@partial(jax.jit, donate_argnums=(0, 1))  # new params and state written over the old"
-    } else {
-        "@jax.jit"
-    };
-    format!(
-        "{jit}\ndef train_step(params, opt_state, x, y):\n    loss, grads = jax.value_and_grad(loss_fn)(params, x, y)\n    updates, opt_state = {opt}.update(grads, opt_state, params)\n    return optax.apply_updates(params, updates), opt_state, loss\n\n\
-for step, (x, y) in zip(range({steps}), loader):  # batch {batch}\n    x, y = jnp.asarray(x), jnp.asarray(y)\n    params, opt_state, loss = train_step(params, opt_state, x, y)",
-        opt = a.optimizer
-    )
-}
-
 fn train_code(a: &TrainArgs) -> String {
     let (model, optimizer, accumulate) = (&a.model, &a.optimizer, a.accumulate);
     let forward = if a.checkpointing {
@@ -344,7 +342,10 @@ mod tests {
         assert!(py(train, Framework::Pytorch).contains("loss.backward()"));
         let jax = py(train, Framework::Jax);
         assert!(jax.starts_with("@jax.jit\ndef train_step("), "{jax}");
-        assert!(jax.contains("params, opt_state, loss = train_step(params, opt_state, x, y)"));
+        assert!(
+            jax.contains("m, o_state, loss = train_step(m, o_state, x, y)"),
+            "{jax}"
+        );
         assert!(!jax.contains("backward"));
         assert!(py(donated, Framework::Jax).starts_with("@partial(jax.jit, donate_argnums=(0, 1))"));
         let keras = py(train, Framework::Tensorflow);
@@ -352,6 +353,54 @@ mod tests {
             keras.starts_with("m.fit(x_train, y_train, batch_size=64, steps_per_epoch=5"),
             "{keras}"
         );
+    }
+
+    /// What a control adds to the code cell is what the cell runs: the
+    /// MLP as the framework builds it, the rest in PyTorch's words.
+    #[test]
+    fn the_cell_gets_what_it_runs() {
+        let train = r#"{"cmd":"train","model":"m","optimizer":"o","data":"d"}"#;
+        let line = parse_line(train).command.unwrap();
+        for f in Framework::ALL {
+            assert!(cell_code(&line, f).contains("loss.backward()"));
+        }
+        let model = parse_line(r#"{"cmd":"model","name":"m"}"#).command.unwrap();
+        assert!(cell_code(&model, Framework::Tensorflow).starts_with("m = tf.keras.Sequential"));
+        assert!(cell_code(&model, Framework::Jax).starts_with("m = nn.Sequential"));
+    }
+
+    /// Under JAX and TensorFlow no line of the setup is PyTorch's.
+    #[test]
+    fn a_model_its_optimizer_and_data_in_each_framework() {
+        let model = r#"{"cmd":"model","name":"m","layers":2,"width":8,"input_dim":4,"classes":3}"#;
+        let opt = r#"{"cmd":"optimizer","name":"o","model":"m","kind":"momentum"}"#;
+        let data = r#"{"cmd":"data","name":"d","samples":100,"features":4,"classes":3}"#;
+        assert_eq!(
+            py(model, Framework::Jax),
+            "dims = [4, 8, 8, 3]\nm = [(jnp.zeros((i, o)), jnp.zeros((o,))) for i, o in zip(dims[:-1], dims[1:])]"
+        );
+        assert_eq!(
+            py(opt, Framework::Jax),
+            "o = optax.sgd(0.05, momentum=0.9)\no_state = o.init(m)"
+        );
+        assert!(py(opt, Framework::Tensorflow)
+            .starts_with("m.compile(optimizer=tf.keras.optimizers.SGD(0.05, momentum=0.9)"));
+        let gpt = r#"{"cmd":"model","name":"g","kind":"transformer","layers":1,"width":64,"heads":2,"seq_len":32,"vocab":100}"#;
+        let params = py(gpt, Framework::Jax);
+        assert!(params.starts_with("g = init_params(jax.random.key(0), GPT(layers=1"));
+        assert!(
+            params.ends_with("tied=True))") && !params.contains("cuda"),
+            "{params}"
+        );
+        for f in [Framework::Jax, Framework::Tensorflow] {
+            for line in [opt, data] {
+                let code = py(line, f);
+                assert!(
+                    !code.contains("torch") && !code.contains(".cuda()"),
+                    "{code}"
+                );
+            }
+        }
     }
 
     #[test]

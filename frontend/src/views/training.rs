@@ -381,9 +381,9 @@ fn PlayControls(app: App, f: Fields) -> impl IntoView {
             {checked_button(app, "btn-play", "▶ play", "Train step by step, each step's numbers on screen", move || {
                 let steps = number(f.steps, "steps", 1..=MAX_TRAIN_STEPS)?;
                 if let Some(Command::Train(args)) = f.train(steps)?.pop() {
-                    let code = vramlab_shared::python::code(&Command::Train(args.clone()), app.framework());
-                    app.cell.record(&code);
-                    app.code.update(|c| c.push(code));
+                    let train = Command::Train(args.clone());
+                    app.cell.record(&vramlab_shared::python::cell_code(&train, app.framework()));
+                    app.code.update(|c| c.push(vramlab_shared::python::code(&train, app.framework())));
                     app.play.begin(args);
                 }
                 Ok(Vec::new())
