@@ -95,8 +95,24 @@ pub const MAX_DIMS: usize = 8;
 /// A tensor's shape written `1024, 1024` or `1024x1024`; empty: `None`.
 /// Every dimension a whole number from 1.
 pub fn shape(text: &str) -> Result<Option<Vec<u64>>, Invalid> {
-    let dims: Vec<&str> = text
-        .split(|c: char| c == ',' || c == 'x' || c == '×' || c.is_whitespace())
+    // `x` joins two numbers (`2x3`, `2 x 3`); beside anything else it is
+    // part of a word that is no dimension.
+    let chars: Vec<char> = text.chars().collect();
+    let digit_beside = |i: usize, step: isize| {
+        let mut j = i as isize + step;
+        while j >= 0 && (j as usize) < chars.len() && chars[j as usize].is_whitespace() {
+            j += step;
+        }
+        j >= 0 && (j as usize) < chars.len() && chars[j as usize].is_ascii_digit()
+    };
+    let joined: String = (chars.iter().enumerate())
+        .map(|(i, &c)| match c {
+            'x' | '×' if digit_beside(i, -1) && digit_beside(i, 1) => ',',
+            c => c,
+        })
+        .collect();
+    let dims: Vec<&str> = joined
+        .split(|c: char| c == ',' || c.is_whitespace())
         .filter(|d| !d.is_empty())
         .collect();
     if dims.is_empty() {
@@ -211,6 +227,10 @@ mod tests {
         );
         assert!(shape("-1, 5").unwrap_err().0.contains("\"-1\""));
         assert!(shape("0, 5").unwrap_err().0.contains("\"0\""));
+        assert!(shape("1024, x").unwrap_err().0.contains("\"x\""));
+        assert!(shape("2x").unwrap_err().0.contains("\"2x\""));
+        assert_eq!(shape("2 x 3"), Ok(Some(vec![2, 3])));
+        assert_eq!(shape("2×3"), Ok(Some(vec![2, 3])));
         assert!(shape("1,1,1,1,1,1,1,1,1")
             .unwrap_err()
             .0
