@@ -192,6 +192,16 @@ async fn links_to_a_lesson_step_run_the_steps_before_it() {
         "document.getElementById('device').textContent.length > 0",
     )
     .await;
+    // A lesson that does not exist is said so, over the list.
+    page.goto(format!("http://{addr}/?lesson=99"))
+        .await
+        .unwrap();
+    let said = until(
+        &page,
+        "document.getElementById('unknown-lesson')?.textContent",
+    )
+    .await;
+    assert!(said.as_str().unwrap().contains("no lesson “99”"), "{said}");
     page.close().await.unwrap();
     browser.close().await.unwrap();
     let _ = events.await;

@@ -63,6 +63,12 @@ pub fn read() -> Initial {
     }
 }
 
+/// The `lesson` the URL names when no lesson has that name.
+pub fn unknown_lesson() -> Option<String> {
+    let name = params()?.get("lesson")?;
+    lesson_index(&name).is_none().then_some(name)
+}
+
 /// A lesson named by its slug (`01-del-vs-empty-cache`), its number as
 /// the list shows it (`1`, `01`), or the slug without its number.
 fn lesson_index(name: &str) -> Option<usize> {
