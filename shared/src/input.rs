@@ -95,26 +95,18 @@ pub const MAX_DIMS: usize = 8;
 /// A tensor's shape written `1024, 1024` or `1024x1024`; empty: `None`.
 /// Every dimension a whole number from 1.
 pub fn shape(text: &str) -> Result<Option<Vec<u64>>, Invalid> {
-    // `x` joins two numbers (`2x3`, `2 x 3`); beside anything else it is
-    // part of a word that is no dimension.
-    let chars: Vec<char> = text.chars().collect();
-    let digit_beside = |i: usize, step: isize| {
-        let mut j = i as isize + step;
-        while j >= 0 && (j as usize) < chars.len() && chars[j as usize].is_whitespace() {
-            j += step;
+    // `x` joins two numbers (`2x3`, `2 x 3`); a word with an `x` not
+    // between two numbers is no dimension.
+    let joined: Vec<&str> = text.split(['x', '×']).map(str::trim).collect();
+    let joined = joined.join("x");
+    let words = joined.split(|c: char| c == ',' || c.is_whitespace());
+    let mut dims = Vec::new();
+    for word in words.filter(|w| !w.is_empty()) {
+        match word.split('x').any(str::is_empty) {
+            true => dims.push(word),
+            false => dims.extend(word.split('x')),
         }
-        j >= 0 && (j as usize) < chars.len() && chars[j as usize].is_ascii_digit()
-    };
-    let joined: String = (chars.iter().enumerate())
-        .map(|(i, &c)| match c {
-            'x' | '×' if digit_beside(i, -1) && digit_beside(i, 1) => ',',
-            c => c,
-        })
-        .collect();
-    let dims: Vec<&str> = joined
-        .split(|c: char| c == ',' || c.is_whitespace())
-        .filter(|d| !d.is_empty())
-        .collect();
+    }
     if dims.is_empty() {
         return Ok(None);
     }

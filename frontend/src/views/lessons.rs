@@ -49,11 +49,15 @@ pub fn Lessons(app: App) -> impl IntoView {
 
 #[component]
 fn FirstScreen(app: App) -> impl IntoView {
+    let unknown = crate::url::unknown_lesson().map(|name| {
+        format!(
+            "There is no lesson “{name}”: pick one of the {} below.",
+            LESSONS.len()
+        )
+    });
     view! {
         <h2 id="start-here">"Start here"</h2>
-        {crate::url::unknown_lesson().map(|name| view! {
-            <p class="note" id="unknown-lesson">{format!("There is no lesson “{name}”: pick one of the {} below.", LESSONS.len())}</p>
-        })}
+        <p class="note" id="unknown-lesson" hidden=unknown.is_none()>{unknown.clone().unwrap_or_default()}</p>
         <p class="lead">"vramlab runs the memory rules of PyTorch, TensorFlow and JAX on a GPU (real or simulated) and shows, number by number, what "
             <code>"del"</code>", "<code>"gc.collect()"</code>", "<code>"clear_session()"</code>" and "<code>"empty_cache()"</code>
             " really give back. Pick a question:"</p>
