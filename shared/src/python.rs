@@ -9,6 +9,7 @@ use crate::types::Framework;
 use crate::units::MIB;
 
 mod compiled;
+pub use compiled::optimizer_expr;
 
 fn size_expr(bytes: u64) -> String {
     if bytes >= MIB && bytes % MIB == 0 {

@@ -203,3 +203,17 @@ fn estimate_predicts_the_compiled_steps_peak() {
         );
     }
 }
+
+/// The optimizer is named as each framework writes it.
+#[test]
+fn the_optimizer_is_named_in_the_frameworks_words() {
+    for (framework, says) in [
+        ("jax", "`opt` = optax.adam(0.001)"),
+        ("tensorflow", "`opt` = tf.keras.optimizers.Adam(0.001)"),
+        ("pytorch", "`opt` = torch.optim.Adam"),
+    ] {
+        let (_, records) = run(framework, train(json!({})));
+        let note = records[2].note.as_deref().unwrap_or_default();
+        assert!(note.starts_with(says), "{framework}: {note}");
+    }
+}

@@ -204,10 +204,21 @@ impl Engine {
             },
         );
         self.process.bind_local(name, opt);
+        let framework = self.settings.framework;
+        let class = match framework {
+            Framework::Pytorch => format!(
+                "{}{}",
+                spec.python(),
+                if kind == crate::train::OptimizerKind::Momentum {
+                    "(momentum=0.9)"
+                } else {
+                    ""
+                }
+            ),
+            _ => crate::python::optimizer_expr(kind, a.lr, framework),
+        };
         Ok(Outcome::note(format!(
-            "`{name}` = {}{}: it holds references to the parameters; its state ({}) is allocated at the first step.",
-            spec.python(),
-            if kind == crate::train::OptimizerKind::Momentum { "(momentum=0.9)" } else { "" },
+            "`{name}` = {class}: it holds references to the parameters; its state ({}) is allocated at the first step.",
             state_words(spec)
         )))
     }

@@ -33,29 +33,31 @@ pub(super) fn params_code(a: &ModelArgs) -> String {
 /// optax's optimizer and its state (JAX), or Keras's, compiled with the
 /// model.
 pub(super) fn optimizer_code(a: &OptimizerArgs, framework: Framework) -> String {
-    let lr = a.lr.unwrap_or(a.kind.default_lr());
     let (name, model) = (&a.name, &a.model);
-    let momentum = if a.kind == OptimizerKind::Momentum {
+    let rule = optimizer_expr(a.kind, a.lr, framework);
+    match framework {
+        Framework::Jax => format!("{name} = {rule}\n{name}_state = {name}.init({model})"),
+        _ => format!("{model}.compile(optimizer={rule}, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))"),
+    }
+}
+
+/// The optimizer as JAX (optax) or Keras writes it: `optax.adam(0.001)`.
+pub fn optimizer_expr(kind: OptimizerKind, lr: Option<f32>, framework: Framework) -> String {
+    let lr = lr.unwrap_or(kind.default_lr());
+    let momentum = if kind == OptimizerKind::Momentum {
         ", momentum=0.9"
     } else {
         ""
     };
-    if framework == Framework::Jax {
-        let rule = match a.kind {
-            OptimizerKind::Sgd | OptimizerKind::Momentum => "sgd",
-            OptimizerKind::Adam => "adam",
-            OptimizerKind::Adamw => "adamw",
-        };
-        return format!(
-            "{name} = optax.{rule}({lr}{momentum})\n{name}_state = {name}.init({model})"
-        );
-    }
-    let class = match a.kind {
-        OptimizerKind::Sgd | OptimizerKind::Momentum => "SGD",
-        OptimizerKind::Adam => "Adam",
-        OptimizerKind::Adamw => "AdamW",
+    let (optax, keras) = match kind {
+        OptimizerKind::Sgd | OptimizerKind::Momentum => ("sgd", "SGD"),
+        OptimizerKind::Adam => ("adam", "Adam"),
+        OptimizerKind::Adamw => ("adamw", "AdamW"),
     };
-    format!("{model}.compile(optimizer=tf.keras.optimizers.{class}({lr}{momentum}), loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))")
+    match framework {
+        Framework::Jax => format!("optax.{optax}({lr}{momentum})"),
+        _ => format!("tf.keras.optimizers.{keras}({lr}{momentum})"),
+    }
 }
 
 /// The samples as numpy arrays on the host.
