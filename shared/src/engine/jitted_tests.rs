@@ -217,3 +217,24 @@ fn the_optimizer_is_named_in_the_frameworks_words() {
         assert!(note.starts_with(says), "{framework}: {note}");
     }
 }
+
+/// Each parameter is named as the framework's code reaches it.
+#[test]
+fn parameters_are_named_in_the_frameworks_words() {
+    for (framework, first, last) in [
+        ("pytorch", "model.0.weight", "model.8.bias"),
+        ("jax", "model[0][0]", "model[4][1]"),
+        (
+            "tensorflow",
+            "model.layers[0].kernel",
+            "model.layers[4].bias",
+        ),
+    ] {
+        let (e, _) = run(framework, train(json!({})));
+        let model = e.process.runtime.lookup("model").unwrap();
+        let params = &e.train.models[&model].params;
+        let label = |id| e.process.runtime.get(id).unwrap().label.clone();
+        assert_eq!(label(params[0]), first, "{framework}");
+        assert_eq!(label(*params.last().unwrap()), last, "{framework}");
+    }
+}

@@ -152,7 +152,7 @@ impl Engine {
             .collect();
         let mut params = vec![None; parameters.len()];
         for (i, t) in order {
-            let label = format!("{name}.{}", t.name);
+            let label = param_label(self.settings.framework, name, spec, &t.name);
             let k = &mut self.process;
             let p = frame.alloc(k, &label, &t.shape, t.dtype, Category::Parameter)?;
             frame.take(p);
@@ -321,5 +321,27 @@ fn state_words(spec: OptimizerSpec) -> String {
         (n, true) => format!(
             "{n} uint8 per element and {n} float32 absmax per 256 elements for tensors of 4096 elements or more, float32 for smaller ones"
         ),
+    }
+}
+
+/// A parameter's name as the framework's code reaches it: PyTorch's
+/// `model.0.weight`; JAX's pytree of an MLP, `params[0][0]` (a layer's
+/// weight, then bias), or of another module, `params['0.weight']`;
+/// Keras's `model.layers[0].kernel`.
+fn param_label(framework: Framework, model: &str, spec: &ModelSpec, name: &str) -> String {
+    let mlp_layer = (spec.kind == Kind::Mlp)
+        .then(|| name.split_once('.'))
+        .flatten()
+        .and_then(|(index, what)| Some((index.parse::<usize>().ok()? / 2, what == "bias")));
+    match (framework, mlp_layer) {
+        (Framework::Jax, Some((layer, bias))) => format!("{model}[{layer}][{}]", u8::from(bias)),
+        (Framework::Jax, None) => format!("{model}['{name}']"),
+        (Framework::Tensorflow, Some((layer, bias))) => {
+            format!(
+                "{model}.layers[{layer}].{}",
+                if bias { "bias" } else { "kernel" }
+            )
+        }
+        _ => format!("{model}.{name}"),
     }
 }
