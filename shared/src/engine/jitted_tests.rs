@@ -238,3 +238,23 @@ fn parameters_are_named_in_the_frameworks_words() {
         assert_eq!(label(*params.last().unwrap()), last, "{framework}");
     }
 }
+
+/// Object ids past 2^32 (an hour of training at the step cap makes about
+/// four billion): steps go on freeing what they made, in every framework.
+#[test]
+fn training_goes_on_past_four_billion_objects() {
+    for framework in ["pytorch", "jax"] {
+        let (mut e, _) = run(framework, train(json!({})));
+        e.process.runtime.skip_ids(u64::from(u32::MAX) - 100);
+        let before = live(&e);
+        let r = e.run_line(&train(json!({"steps": 20})).to_string());
+        assert!(r.ok, "{framework}: {:?}", r.error);
+        e.check_invariants().unwrap();
+        assert_eq!(live(&e), before, "{framework}");
+        assert_eq!(
+            e.process.categories()[&Category::Gradient],
+            0,
+            "{framework}"
+        );
+    }
+}

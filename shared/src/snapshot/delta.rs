@@ -27,7 +27,7 @@ pub struct SnapshotDelta {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub objects: Vec<ObjectSnapshot>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub removed_objects: Vec<u32>,
+    pub removed_objects: Vec<crate::runtime::ObjId>,
 }
 
 /// The blocks of a segment that changed (by block address).
@@ -138,10 +138,7 @@ pub fn diff(old: &Snapshot, new: &Snapshot, peaks: (u64, u64)) -> SnapshotDelta 
             .filter(|o| old_objects.get(&old.objects, o.id.into()) != Some(o))
             .cloned()
             .collect(),
-        removed_objects: old_objects
-            .missing_from(&new_objects)
-            .filter_map(|id| u32::try_from(id).ok())
-            .collect(),
+        removed_objects: old_objects.missing_from(&new_objects).collect(),
     }
 }
 

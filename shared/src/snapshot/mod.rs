@@ -95,7 +95,7 @@ impl<'de> Deserialize<'de> for SegmentSnapshot {
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(from = "ObjectWire")]
 pub struct ObjectSnapshot {
-    pub id: u32,
+    pub id: crate::runtime::ObjId,
     /// `Tensor` or `list`.
     pub kind: String,
     /// The name it was created under.
@@ -122,7 +122,7 @@ impl ObjectSnapshot {
 
 #[derive(Deserialize)]
 struct ObjectWire(
-    u32,
+    crate::runtime::ObjId,
     String,
     String,
     Vec<String>,
