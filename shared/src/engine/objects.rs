@@ -118,7 +118,7 @@ impl Engine {
                 values: None,
                 grad_values: Vec::new(),
                 session,
-                seed: u64::from(model) ^ 0x6d6f_64656c,
+                seed: model ^ 0x6d6f_64656c,
             },
         );
         frame.take(model);
@@ -267,7 +267,7 @@ impl Engine {
                 spec,
                 on_device,
                 cursor: 0,
-                seed: u64::from(ds) ^ 0xda7a,
+                seed: ds ^ 0xda7a,
             },
         );
         frame.take(ds);
