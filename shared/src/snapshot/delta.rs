@@ -110,8 +110,8 @@ fn patch(old: &SegmentSnapshot, new: &SegmentSnapshot) -> SegmentPatch {
 pub fn diff(old: &Snapshot, new: &Snapshot, peaks: (u64, u64)) -> SnapshotDelta {
     let old_segments = Index::of(&old.segments, |s| s.address);
     let new_segments = Index::of(&new.segments, |s| s.address);
-    let old_objects = Index::of(&old.objects, |o| o.id.into());
-    let new_objects = Index::of(&new.objects, |o| o.id.into());
+    let old_objects = Index::of(&old.objects, |o| o.id);
+    let new_objects = Index::of(&new.objects, |o| o.id);
     SnapshotDelta {
         step: new.step,
         stats: new.stats.clone(),
@@ -135,7 +135,7 @@ pub fn diff(old: &Snapshot, new: &Snapshot, peaks: (u64, u64)) -> SnapshotDelta 
         objects: new
             .objects
             .iter()
-            .filter(|o| old_objects.get(&old.objects, o.id.into()) != Some(o))
+            .filter(|o| old_objects.get(&old.objects, o.id) != Some(o))
             .cloned()
             .collect(),
         removed_objects: old_objects.missing_from(&new_objects).collect(),
@@ -189,5 +189,5 @@ pub fn apply(snapshot: &mut Snapshot, delta: &SnapshotDelta) {
             None => snapshot.objects.push(obj.clone()),
         }
     }
-    sort_by_u64(&mut snapshot.objects, |o| o.id.into());
+    sort_by_u64(&mut snapshot.objects, |o| o.id);
 }
