@@ -23,11 +23,11 @@ pub fn sort_by_u64<T>(items: &mut Vec<T>, key: impl Fn(&T) -> u64) {
     items.extend(order.into_iter().filter_map(|(_, i)| slots[i].take()));
 }
 
-/// A handful of values by object id (models, optimizers, datasets): a
-/// `Vec` searched in order, the same answers as a `HashMap` with a fraction
-/// of its code.
+/// A handful of values by object id (a `runtime::ObjId`: models,
+/// optimizers, datasets): a `Vec` searched in order, the same answers as a
+/// `HashMap` with a fraction of its code.
 #[derive(Clone, Debug)]
-pub struct IdMap<V>(Vec<(crate::runtime::ObjId, V)>);
+pub struct IdMap<V>(Vec<(u64, V)>);
 
 impl<V> Default for IdMap<V> {
     fn default() -> Self {
@@ -36,24 +36,24 @@ impl<V> Default for IdMap<V> {
 }
 
 impl<V> IdMap<V> {
-    fn position(&self, id: crate::runtime::ObjId) -> Option<usize> {
+    fn position(&self, id: u64) -> Option<usize> {
         self.0.iter().position(|(k, _)| *k == id)
     }
 
-    pub fn get(&self, id: &crate::runtime::ObjId) -> Option<&V> {
+    pub fn get(&self, id: &u64) -> Option<&V> {
         self.position(*id).map(|i| &self.0[i].1)
     }
 
-    pub fn get_mut(&mut self, id: &crate::runtime::ObjId) -> Option<&mut V> {
+    pub fn get_mut(&mut self, id: &u64) -> Option<&mut V> {
         self.position(*id).map(|i| &mut self.0[i].1)
     }
 
-    pub fn contains_key(&self, id: &crate::runtime::ObjId) -> bool {
+    pub fn contains_key(&self, id: &u64) -> bool {
         self.position(*id).is_some()
     }
 
     /// Sets the value of `id`; the one it replaces, if any.
-    pub fn insert(&mut self, id: crate::runtime::ObjId, value: V) -> Option<V> {
+    pub fn insert(&mut self, id: u64, value: V) -> Option<V> {
         match self.position(id) {
             Some(i) => Some(std::mem::replace(&mut self.0[i].1, value)),
             None => {
@@ -76,14 +76,14 @@ impl<V> IdMap<V> {
         self.0.iter().map(|(_, v)| v)
     }
 
-    pub fn remove(&mut self, id: &crate::runtime::ObjId) -> Option<V> {
+    pub fn remove(&mut self, id: &u64) -> Option<V> {
         self.position(*id).map(|i| self.0.swap_remove(i).1)
     }
 }
 
-impl<V> std::ops::Index<&crate::runtime::ObjId> for IdMap<V> {
+impl<V> std::ops::Index<&u64> for IdMap<V> {
     type Output = V;
-    fn index(&self, id: &crate::runtime::ObjId) -> &V {
+    fn index(&self, id: &u64) -> &V {
         self.get(id).expect("an id the map holds")
     }
 }
