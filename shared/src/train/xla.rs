@@ -11,14 +11,13 @@
 //! and what backward makes), on its order; each parameter's update (the
 //! optimizer's arithmetic, fused into its new value and state) runs as
 //! soon as its gradient is complete, and then the gradient dies. A donated
-//! parameter that backward reads is copied (XLA's copy insertion). [`heap`] packs them as XLA's buffer assignment
-//! does. Numbers against XLA's own `compile().memory_analysis()`:
-//! `tests/reference/xla_step.py`.
+//! parameter that backward reads is copied (XLA's copy insertion).
+//! [`heap`] packs them as XLA's buffer assignment does. Numbers against
+//! XLA's own `compile().memory_analysis()`: `tests/reference/xla_step.py`.
 
 pub mod heap;
 
 use crate::train::kinds::step::{Arg, Op, Program, Role};
-use crate::train::spec::Kind;
 use crate::train::{ModelSpec, OptimizerKind};
 use crate::types::Dtype;
 use heap::{Output, Value};
@@ -96,10 +95,6 @@ fn batch_bytes(spec: &ModelSpec, batch: u64) -> u64 {
             dtype.size_bytes()
         };
         shape.iter().product::<u64>() * size
-    };
-    let x_dtype = match spec.kind {
-        Kind::Mlp => spec.dtype,
-        _ => x_dtype,
     };
     bytes(&x, x_dtype) + bytes(&y, Dtype::Int64)
 }

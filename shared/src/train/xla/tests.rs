@@ -5,6 +5,7 @@
 use super::*;
 use crate::train::kinds::step::Options;
 use crate::train::kinds::{CnnShape, Norm, TransformerShape};
+use crate::train::spec::Kind;
 use serde_json::Value as Json;
 
 const XLA: &str = include_str!("../../../../tests/reference/xla_step.json");
