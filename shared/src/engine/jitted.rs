@@ -13,6 +13,7 @@ use crate::error::CommandError;
 use crate::process::AllocFailure;
 use crate::runtime::ObjId;
 use crate::train::frame::PyFrame;
+use crate::train::kinds::step::Program;
 use crate::train::optimizer::update_values;
 use crate::train::xla::{self, Compile, Executable};
 use crate::types::{Category, Dtype, Framework};
@@ -21,46 +22,58 @@ use crate::types::{Category, Dtype, Framework};
 const GPU_ALIGNMENT: u64 = 128;
 
 impl Engine {
-    /// What one compiled step of `plan` allocates.
-    pub(super) fn executable(&self, a: &crate::command::TrainArgs, plan: &Plan) -> Executable {
-        let compile = Compile {
-            optimizer: self.train.optimizers[&plan.optimizer].kind,
-            donate: a.donate || self.framework() == Framework::Tensorflow,
-            alignment: GPU_ALIGNMENT,
-        };
-        xla::executable(&plan.spec, &plan.program, plan.micro_batch, compile)
+    /// Whether a model's step is compiled by XLA: under JAX and
+    /// TensorFlow, but not in a TF1 session (its graph runs op by op).
+    pub(super) fn compiles(&self, in_session: bool) -> bool {
+        self.framework() != Framework::Pytorch && !in_session
     }
 
-    /// What `estimate` predicts under JAX or TensorFlow (not in a TF1
-    /// session): the compiled step of `spec` at `batch` (its state from
-    /// `optimizer`, SGD's none without one), and the step's peak over what
-    /// lived before it: the new buffers and the temp, or the temp alone
-    /// when donated, and the loss. `None` under PyTorch.
+    /// Whether the step writes its new parameters and state over the old:
+    /// JAX when asked (`donate_argnums`); Keras always (`XlaLocalLaunchBase`
+    /// compiles with `alias_resource_update`).
+    fn donates(&self, asked: bool) -> bool {
+        asked || self.framework() == Framework::Tensorflow
+    }
+
+    /// The compiled step of `spec` at `batch` on `program`.
+    fn compile(
+        &self,
+        (spec, program, batch): (&crate::train::ModelSpec, &Program, u64),
+        optimizer: crate::train::OptimizerKind,
+        donate: bool,
+    ) -> Executable {
+        let c = Compile {
+            optimizer,
+            donate: self.donates(donate),
+            alignment: GPU_ALIGNMENT,
+        };
+        xla::executable(spec, program, batch, c)
+    }
+
+    /// What one compiled step of `plan` allocates.
+    pub(super) fn executable(&self, a: &crate::command::TrainArgs, plan: &Plan) -> Executable {
+        let optimizer = self.train.optimizers[&plan.optimizer].kind;
+        let step = (&plan.spec, &plan.program, plan.micro_batch);
+        self.compile(step, optimizer, a.donate)
+    }
+
+    /// What `estimate` predicts for a compiled step (see [`Self::compiles`]):
+    /// the step of `spec` at `batch` (its state from `optimizer`, SGD's none
+    /// without one), and the step's peak over what lived before it: the new
+    /// buffers and the temp, or the temp alone when donated, and the loss;
+    /// not donated (unless Keras), then donated.
     pub(super) fn compiled_estimate(
         &self,
         spec: &crate::train::ModelSpec,
         optimizer: Option<crate::train::OptimizerKind>,
         (batch, options): (u64, crate::train::kinds::step::Options),
-        in_session: bool,
-    ) -> Option<[(Executable, u64); 2]> {
-        let framework = self.framework();
-        if framework == Framework::Pytorch || in_session {
-            return None;
-        }
+    ) -> [(Executable, u64); 2] {
         let program = spec.step_program(batch, options);
         let optimizer = optimizer.unwrap_or(crate::train::OptimizerKind::Sgd);
-        let compile = |donate| {
-            let c = Compile {
-                optimizer,
-                donate,
-                alignment: GPU_ALIGNMENT,
-            };
-            let e = xla::executable(spec, &program, batch, c);
+        [false, true].map(|donate| {
+            let e = self.compile((spec, &program, batch), optimizer, donate);
             (e, e.new_buffers + e.temp)
-        };
-        // Keras writes its variables in place: one answer, twice.
-        let first = compile(framework == Framework::Tensorflow);
-        Some([first, compile(true)])
+        })
     }
 
     /// One compiled step; its loss, when computed. The optimizer's state

@@ -51,12 +51,10 @@ impl Engine {
             amp: a.amp.dtype(),
             accumulate: 1,
         };
-        let compiled = self.compiled_estimate(
-            &state.spec,
-            optimizer.map(|o| o.kind),
-            (a.batch_size, options),
-            state.session.is_some(),
-        );
+        let compiled = self.compiles(state.session.is_some()).then(|| {
+            let kind = optimizer.map(|o| o.kind);
+            self.compiled_estimate(&state.spec, kind, (a.batch_size, options))
+        });
         if let Some([(x, peak), (_, donated)]) = compiled {
             // No `.grad`, no cuBLAS workspace kept: what lived before the
             // step, and the call's own.

@@ -56,11 +56,8 @@ impl Engine {
 
     pub(super) fn train_loop(&mut self, a: &TrainArgs) -> Result<Outcome, CommandError> {
         let plan = self.train_plan(a)?;
-        // JAX and Keras compile the step with XLA (a TF1 session's graph
-        // runs op by op).
-        let jitted = self.framework() != Framework::Pytorch
-            && self.train.models[&plan.model].session.is_none();
-        let executable = jitted.then(|| self.executable(a, &plan));
+        let in_session = self.train.models[&plan.model].session.is_some();
+        let executable = self.compiles(in_session).then(|| self.executable(a, &plan));
         let mut steps = StepLog::default();
         let mut stopped = false;
         for s in 0..a.steps {
