@@ -89,6 +89,7 @@ impl Engine {
             shapes: &shapes,
             params: state.values_mut(),
             batch: &computed.batch,
+            state: &[],
         };
         // A device that refuses a value, or gives another back, computes
         // nothing: the step runs shape-only, never with wrong numbers.

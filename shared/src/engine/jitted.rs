@@ -180,7 +180,8 @@ impl Engine {
     fn compute_jitted(&mut self, plan: &Plan) -> Option<f32> {
         let step = (&plan.program, plan.micro_batch);
         let loss = self.compute_step((plan.model, &Placement::new()), plan.data, step);
-        update_values(&mut self.train, plan.optimizer, plan.model);
+        let all: Vec<usize> = (0..self.train.models[&plan.model].params.len()).collect();
+        update_values(&mut self.train, plan.optimizer, plan.model, &all);
         if let Some(m) = self.train.models.get_mut(&plan.model) {
             m.grad_values.clear();
         }

@@ -20,6 +20,7 @@ mod stepwise;
 mod tensors;
 mod tf1;
 mod training;
+mod update;
 
 use crate::alloc::AllocError;
 use crate::command::{Command, RestartSettings};

@@ -132,6 +132,8 @@ impl OnDevice<'_> {
                     let (value, dtype) = self.batch(part);
                     (self.inputs.batch_at[part as usize], Some(value), dtype)
                 }
+                // `opt.step()`'s operands: its update runs on the host.
+                Arg::Grad(_) | Arg::State { .. } => continue,
             };
             let Some(value) = value.filter(|v| !v.is_empty()) else {
                 continue;

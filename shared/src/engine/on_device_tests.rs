@@ -292,6 +292,7 @@ fn the_play_places_every_tensor_and_every_blas_workspace() {
         name: "model",
         params: &params,
         loss: "loss",
+        holder: None,
     };
     let mut frame = PyFrame::default();
     let mut player = Player::in_loop(&program);

@@ -27,6 +27,8 @@ pub(super) struct Target<'a> {
     pub params: &'a [ObjId],
     /// The name the loss is bound to.
     pub loss: &'a str,
+    /// Who holds the state an optimizer's step makes (the optimizer).
+    pub holder: Option<ObjId>,
 }
 
 /// Who holds a tensor the program made.
@@ -56,6 +58,8 @@ pub(super) struct Player<'p> {
     /// A loop's `loss = ...` rebinds the name where the program says; a
     /// `forward` command binds it when the statement ends.
     rebind: bool,
+    /// The optimizer state the program made, in order.
+    pub state: Vec<ObjId>,
 }
 
 impl<'p> Player<'p> {
@@ -70,6 +74,7 @@ impl<'p> Player<'p> {
             retain: false,
             loss: None,
             rebind: true,
+            state: Vec::new(),
         }
     }
 
@@ -134,7 +139,14 @@ impl<'p> Player<'p> {
                     match a.role {
                         Role::Grad(p) => added = into_grad(k, frame, target.params[p], id),
                         Role::Loss => self.loss = Some(id),
-                        Role::Forward | Role::Backward => self.live[i] = Some(Slot::Frame(id)),
+                        Role::State { .. } | Role::QuantMap(_) => {
+                            frame.take(id);
+                            target.holder.inspect(|&h| k.attach_local(h, id));
+                            self.state.push(id);
+                        }
+                        Role::Forward | Role::Backward | Role::Scratch { .. } => {
+                            self.live[i] = Some(Slot::Frame(id))
+                        }
                     }
                 }
                 Op::Free(i) => self.free(k, frame, i),
@@ -150,7 +162,7 @@ impl<'p> Player<'p> {
                     }
                 }
                 Op::Release(part) => self.release(k, part),
-                Op::ForwardEnd | Op::Begin(_) | Op::End(_) => {}
+                Op::ForwardEnd | Op::Begin(_) | Op::End(_) | Op::Update(_) => {}
             }
         }
         added.inspect(|&g| frame.drop(k, g));
@@ -233,6 +245,18 @@ fn alloc(
             }
         }
         Role::Loss => (target.loss.to_string(), Category::Activation),
+        Role::State { param, name } => (
+            format!("{}.state[{param}].{name}", target.name),
+            Category::OptimizerState,
+        ),
+        Role::QuantMap(name) => (
+            format!("{}.name2qmap['{name}']", target.name),
+            Category::OptimizerState,
+        ),
+        Role::Scratch { param, name } => (
+            format!("{}.{name}[{param}]", target.name),
+            Category::Temporary,
+        ),
         Role::Forward | Role::Backward => {
             let label = match a.layer {
                 // An MLP's modules are the Sequential's own: `model.0`.

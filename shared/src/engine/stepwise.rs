@@ -137,9 +137,7 @@ impl Engine {
         let first = self.train.optimizers[&opt].state.is_empty();
         let mut frame = PyFrame::default();
         let before = self.process.stats().allocated_bytes;
-        if let Err(f) =
-            optimizer::optimizer_step(&mut self.process, &mut frame, &mut self.train, opt)
-        {
+        if let Err(f) = self.optimizer_step_in(&mut frame, opt) {
             return Err(self.raise_in_frame(frame, &f));
         }
         let grown = self.process.stats().allocated_bytes.saturating_sub(before);
@@ -252,6 +250,7 @@ impl Engine {
             name: &model,
             params: &params,
             loss: s.name,
+            holder: None,
         };
         let mut player = Player::statement(program);
         let end = program.forward_end();
@@ -320,6 +319,7 @@ impl Engine {
             name: &pg.model_name,
             params: &pg.params,
             loss: "loss",
+            holder: None,
         };
         let ops = pg.program.forward_end()..pg.program.ops.len();
         let k = &self.process;

@@ -183,9 +183,7 @@ impl Engine {
             }
         }
         let opt = plan.optimizer;
-        if let Err(f) =
-            optimizer::optimizer_step(&mut self.process, &mut frame, &mut self.train, opt)
-        {
+        if let Err(f) = self.optimizer_step_in(&mut frame, opt) {
             return Err(self.raise_in_frame(frame, &f));
         }
         optimizer::zero_grad(&mut self.process, &mut self.train, opt, a.set_to_none);
@@ -242,6 +240,7 @@ impl Engine {
             name: name.as_deref().unwrap_or("model"),
             params: &params,
             loss: "loss",
+            holder: None,
         };
         let blas = &mut self.train.cublas;
         let mut player = Player::in_loop(p);

@@ -147,6 +147,8 @@ fn schedule(
             Role::Loss => continue,
             Role::Grad(p) => end[i].unwrap_or(update.get(p).copied().unwrap_or(last)),
             Role::Forward | Role::Backward => end[i].unwrap_or(last),
+            // An optimizer's program, not a step's: XLA's update is its own.
+            Role::State { .. } | Role::QuantMap(_) | Role::Scratch { .. } => continue,
         };
         values.push(Value {
             bytes: a.bytes(),

@@ -195,8 +195,8 @@ pub(super) fn op_flops(program: &Program, params: &[Vec<u64>], i: usize) -> u64 
     let out: u64 = a.shape.iter().product();
     let shape = |arg| match arg {
         Arg::T(j) => program.allocs[j].shape.as_slice(),
-        Arg::Param(p) => params.get(p).map_or(&[][..], Vec::as_slice),
-        Arg::Batch(_) => &[],
+        Arg::Param(p) | Arg::Grad(p) => params.get(p).map_or(&[][..], Vec::as_slice),
+        Arg::Batch(_) | Arg::State { .. } => &[],
     };
     let last = |arg| shape(arg).last().copied().unwrap_or(1);
     let numel = |arg| shape(arg).iter().product::<u64>();
@@ -224,4 +224,44 @@ pub(super) fn op_flops(program: &Program, params: &[Vec<u64>], i: usize) -> u64 
         _ => out / 2,
     };
     macs.saturating_mul(2)
+}
+
+/// bitsandbytes' `create_dynamic_map(signed)` (7 exponent bits, 8 in all):
+/// for each exponent `i` the midpoints of `torch.linspace(0.1, 1, n)`
+/// scaled by 10^(i - 6) (and their negatives when signed), with 0 and 1,
+/// sorted: 256 values.
+pub(super) fn dynamic_map(signed: bool) -> Vec<f32> {
+    const SCALES: [f32; 7] = [1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0];
+    let mut data = vec![0.0, 1.0];
+    for (i, scale) in SCALES.into_iter().enumerate() {
+        let n = if signed {
+            (1 << i) + 1
+        } else {
+            (1 << (i + 1)) + 1
+        };
+        let b = linspace(0.1, 1.0, n);
+        for m in b.windows(2).map(|w| (w[0] + w[1]) / 2.0 * scale) {
+            data.push(m);
+            if signed {
+                data.push(-m);
+            }
+        }
+    }
+    data.sort_by(f32::total_cmp);
+    data
+}
+
+/// `torch.linspace` as its CPU kernel computes it: the first half stepped
+/// up from `start`, the rest down from `end`, each value one fused
+/// multiply-add (the kernel is compiled with FMA; the product of two
+/// floats is exact in a double, so one rounding of the sum remains).
+fn linspace(start: f32, end: f32, steps: usize) -> Vec<f32> {
+    let step = (end - start) / (steps - 1) as f32;
+    let fma = |a: f32, n: usize, c: f32| (f64::from(a) * n as f64 + f64::from(c)) as f32;
+    (0..steps)
+        .map(|i| match i < steps / 2 {
+            true => fma(step, i, start),
+            false => fma(-step, steps - i - 1, end),
+        })
+        .collect()
 }

@@ -37,6 +37,10 @@ pub struct Inputs<'a> {
     pub shapes: &'a [Vec<u64>],
     pub params: &'a [Vec<f32>],
     pub batch: &'a BatchValues,
+    /// The optimizer's state, each parameter's tensors in turn (as
+    /// `update::update` keeps them; empty before the first step): what
+    /// `opt.step()`'s program reads.
+    pub state: &'a [Vec<f32>],
 }
 
 /// One micro-batch: the model's input (token ids or images) and the
@@ -99,7 +103,8 @@ pub fn run(
             }
             Op::Free(i) => values.tensors[i] = None,
             Op::Blas(..) | Op::Rebind | Op::Release(_) | Op::ForwardEnd => {}
-            Op::Begin(_) | Op::End(_) => {}
+            // The update itself moves the model's values (`train::update`).
+            Op::Begin(_) | Op::End(_) | Op::Update(_) => {}
         }
     }
     Ok(())
@@ -127,6 +132,7 @@ impl Values {
                 slot => *slot = Some(value.clone()),
             },
             Role::Forward | Role::Backward => {}
+            Role::State { .. } | Role::QuantMap(_) | Role::Scratch { .. } => {}
         }
         self.tensors[i] = Some(value);
     }
@@ -215,6 +221,26 @@ impl Machine<'_> {
                 data: &self.inputs.batch.targets,
                 shape: &[],
             },
+            Arg::Grad(p) => View {
+                data: self
+                    .values
+                    .grads
+                    .get(p)
+                    .and_then(Option::as_deref)
+                    .ok_or("reads a .grad that is None")?,
+                shape: self
+                    .inputs
+                    .shapes
+                    .get(p)
+                    .ok_or("reads a parameter the model does not have")?,
+            },
+            Arg::State { param, slot } => {
+                let missing = "reads an optimizer state not made yet";
+                let slots = self.inputs.state.len() / self.inputs.params.len().max(1);
+                let data = self.inputs.state.get(param * slots + slot).ok_or(missing)?;
+                let shape = self.inputs.shapes.get(param).ok_or(missing)?;
+                View { data, shape }
+            }
         })
     }
 
@@ -261,6 +287,9 @@ impl Machine<'_> {
         match calc {
             Calc::Part { .. } => Err("is a part read where its op runs"),
             Calc::Ones => one(vec![1.0; numel]),
+            Calc::Zeros => one(vec![0.0; numel]),
+            Calc::DynamicMap { signed } => one(dense::dynamic_map(signed)),
+            Calc::Sqrt(_) => map(f32::sqrt),
             Calc::Copy(_) => one(v[0].data.to_vec()),
             Calc::Scale(_, f) => one(v[0].data.iter().map(|x| x * f).collect()),
             Calc::Sum(_) => dense::sum_to(&v[0], numel),
@@ -293,6 +322,9 @@ pub fn in_this_build(calc: &Calc) -> bool {
             calc,
             Calc::Part { .. }
                 | Calc::Ones
+                | Calc::Zeros
+                | Calc::DynamicMap { .. }
+                | Calc::Sqrt(_)
                 | Calc::Copy(_)
                 | Calc::Scale(..)
                 | Calc::Sum(_)

@@ -72,6 +72,7 @@ fn whole(program: &Program, (shapes, params): &Params, batch: &BatchValues) -> V
         shapes,
         params,
         batch,
+        state: &[],
     };
     run(program, 0..program.ops.len(), &inputs, &mut values).expect("the program runs");
     values
@@ -272,6 +273,7 @@ fn a_program_that_reads_a_freed_tensor_is_refused_with_its_op() {
         shapes: &shapes,
         params: &params,
         batch: &batch,
+        state: &[],
     };
     let err = run(
         &program,

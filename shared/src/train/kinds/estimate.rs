@@ -264,7 +264,7 @@ pub fn walk(program: &Program, grads_exist: bool, blas: &BlasWorkspaces) -> Walk
             Op::Free(i) => live -= blocks(program.allocs[i].bytes()),
             Op::Blas(_, gemm) => peak = peak.max(live + added + call_workspace(gemm)),
             Op::Rebind | Op::Release(_) | Op::ForwardEnd => {}
-            Op::Begin(_) | Op::End(_) => {}
+            Op::Begin(_) | Op::End(_) | Op::Update(_) => {}
         }
     }
     Walk {

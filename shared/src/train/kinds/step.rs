@@ -14,12 +14,14 @@
 //! a gradient of an activation, a parameter's `.grad`, the loss), frees
 //! naming the allocation they free, and the cuBLAS calls that may allocate a
 //! workspace. With LoRA (`lora`) the frozen layers make no gradients: the
-//! first block's input needs none, so what it saves shrinks too. The engine plays it on a kernel; the optimizer's step is the
-//! engine's own. `tests/reference/step_trace.py` records the same step from
+//! first block's input needs none, so what it saves shrinks too. The engine
+//! plays it on a process; `optim_step` writes `opt.step()` as a
+//! program of its own. `tests/reference/step_trace.py` records the same step from
 //! PyTorch's own ops; the tests hold this to it event by event.
 
 use super::{blocks, NamedTensor, TransformerShape};
 use crate::train::cublas::{BlasThread, Gemm};
+use crate::train::optim::{OptimizerKind, OptimizerSpec};
 use crate::types::Dtype;
 pub use calc::{Arg, Calc};
 pub use ir::{Alloc, Attention, Batch, Op, Options, Program, Region, Role, TraceEvent};
@@ -54,22 +56,25 @@ pub fn peak(events: &[TraceEvent]) -> u64 {
     peak as u64
 }
 
-/// Adam's foreach update and `zero_grad(set_to_none=True)` as a trace:
-/// `exp_avg_sq.sqrt()` for every parameter at once, freed last first; then
-/// every gradient, in order. (The engine runs its own optimizer step; this
-/// is the same sequence, for comparing whole steps with PyTorch's.)
+/// A later `opt.step()` of Adam (foreach: `exp_avg_sq.sqrt()` for every
+/// parameter at once, freed last first) and `zero_grad(set_to_none=True)`
+/// (every gradient, in order) as a trace, for comparing whole steps with
+/// PyTorch's.
 pub fn optimizer_events(parameters: &[NamedTensor]) -> Vec<TraceEvent> {
-    let sizes: Vec<i64> = parameters
-        .iter()
-        .map(|p| blocks(p.numel() * p.dtype.size_bytes()) as i64)
+    let params: Vec<optim_step::Param> = (parameters.iter().enumerate())
+        .map(|(index, p)| optim_step::Param {
+            index,
+            shape: &p.shape,
+            dtype: p.dtype,
+        })
         .collect();
-    let sqrt = sizes.iter().map(|&b| ("_foreach_sqrt", b));
-    let temps = sizes.iter().rev().map(|&b| ("free", -b));
-    let grads = sizes.iter().map(|&b| ("free", -b));
-    sqrt.chain(temps)
-        .chain(grads)
-        .map(|(op, bytes)| TraceEvent { op, bytes })
-        .collect()
+    let adam = OptimizerSpec::torch(OptimizerKind::Adam);
+    let mut events = optim_step::program(adam, &params, false).events();
+    events.extend(parameters.iter().map(|p| TraceEvent {
+        op: "free",
+        bytes: -(blocks(p.numel() * p.dtype.size_bytes()) as i64),
+    }));
+    events
 }
 
 /// A handle on an allocation of the program being written.
@@ -424,6 +429,7 @@ mod cnn;
 mod ir;
 mod lora;
 mod mlp;
+pub mod optim_step;
 mod passes;
 
 pub use cnn::{no_grad_program as cnn_no_grad_program, program as cnn_program};

@@ -17,6 +17,11 @@ pub enum Arg {
     Param(usize),
     /// A part of the batch: token ids or images, or the labels.
     Batch(Batch),
+    /// Parameter `i`'s `.grad`.
+    Grad(usize),
+    /// Parameter `param`'s optimizer state `slot` (in `state_names`
+    /// order).
+    State { param: usize, slot: usize },
 }
 
 /// An op's arithmetic. Several ops have more than one output: the first
@@ -32,6 +37,15 @@ pub enum Calc {
     Arange,
     /// A tensor of ones (`ones`, `ones_like`).
     Ones,
+    /// A tensor of zeros (`zeros_like`: an optimizer's first state).
+    Zeros,
+    /// bitsandbytes' quantization map (`create_dynamic_map(signed)`, made
+    /// on the host and copied to the device): 256 code values, sorted.
+    DynamicMap {
+        signed: bool,
+    },
+    /// The square root of each element (`_foreach_sqrt`).
+    Sqrt(Arg),
     /// The lower triangle of a square, ones elsewhere zero (`tril`).
     Tril(Arg),
     /// `~x` of a boolean tensor.
@@ -204,8 +218,9 @@ impl Calc {
             out
         };
         match *self {
-            Part { .. } | Arange | Ones => [None; 5],
+            Part { .. } | Arange | Ones | Zeros | DynamicMap { .. } => [None; 5],
             Tril(x)
+            | Sqrt(x)
             | Not(x)
             | Copy(x)
             | Scale(x, _)

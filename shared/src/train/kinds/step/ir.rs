@@ -67,6 +67,15 @@ pub enum Role {
     Grad(usize),
     /// The loss: the loop's `loss` is rebound to it at [`Op::Rebind`].
     Loss,
+    /// Parameter `param`'s optimizer state `name` (`optimizer.state[p]`),
+    /// made at the first `opt.step()` and held by the optimizer.
+    State { param: usize, name: &'static str },
+    /// A quantization map (`name2qmap[name]`) bitsandbytes moves to the
+    /// device before its first 8-bit state; the optimizer holds it.
+    QuantMap(&'static str),
+    /// A temporary of parameter `param`'s update, as the optimizer names
+    /// it (Adam's foreach `exp_avg_sq_sqrt[param]`).
+    Scratch { param: usize, name: &'static str },
 }
 
 /// A tensor an op creates.
@@ -111,6 +120,9 @@ pub enum Op {
     /// A region begins: its ops run under autocast, or in a checkpoint.
     Begin(Region),
     End(Region),
+    /// `opt.step()` moves parameter `i` by its `.grad` and its state (its
+    /// values; no memory).
+    Update(usize),
 }
 
 /// A region of a step's ops (memory and arithmetic run through it; a
@@ -135,7 +147,9 @@ pub enum Batch {
     Targets,
 }
 
-/// A training step's forward and backward passes.
+/// A training step's forward and backward passes (a micro-batch's: the
+/// program ends where the next micro-batch, or `opt.step()`, begins), or
+/// an optimizer's step (`kinds::step::optim_step`).
 #[derive(Clone, Debug, Default)]
 pub struct Program {
     pub allocs: Vec<Alloc>,
@@ -162,7 +176,8 @@ impl Program {
                 Op::Alloc(i) => Some((self.allocs[i].op, blocks(self.allocs[i].bytes()) as i64)),
                 Op::Free(i) => Some(("free", -(blocks(self.allocs[i].bytes()) as i64))),
                 Op::Rebind => Some(("free", -(blocks(4) as i64))),
-                Op::Blas(..) | Op::Release(_) | Op::ForwardEnd | Op::Begin(_) | Op::End(_) => None,
+                Op::Blas(..) | Op::Release(_) | Op::ForwardEnd => None,
+                Op::Begin(_) | Op::End(_) | Op::Update(_) => None,
             })
             .map(|(op, bytes)| TraceEvent { op, bytes })
             .collect()

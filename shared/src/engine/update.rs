@@ -1,0 +1,81 @@
+//! `opt.step()` for every kind: its program (`kinds::step::optim_step`:
+//! the state the first step makes, Adam's foreach temporaries, one update
+//! per parameter that has a `.grad`) played in the caller's frame, the
+//! state held by the optimizer from then on; then the updates' numbers,
+//! when the step computed gradients.
+
+use super::program::{Player, Target};
+use super::Engine;
+use crate::process::AllocFailure;
+use crate::runtime::ObjId;
+use crate::train::autograd::grad_of;
+use crate::train::frame::PyFrame;
+use crate::train::kinds::step::optim_step::{self, Param};
+use crate::train::kinds::step::{Op, Program};
+use crate::train::optimizer::update_values;
+
+impl Engine {
+    /// Plays `optimizer.step()` in `frame`. Returns whether the update's
+    /// numbers were computed.
+    pub(super) fn optimizer_step_in(
+        &mut self,
+        frame: &mut PyFrame,
+        optimizer: ObjId,
+    ) -> Result<bool, AllocFailure> {
+        let mark = frame.mark();
+        let program = self.optimizer_program(optimizer);
+        let opt = &self.train.optimizers[&optimizer];
+        let (params, model) = (opt.params.clone(), opt.model);
+        let label = self.process.runtime.get(optimizer).map(|o| o.label.clone());
+        let target = Target {
+            name: label.as_deref().unwrap_or("opt"),
+            params: &params,
+            loss: "loss",
+            holder: Some(optimizer),
+        };
+        let mut player = Player::in_loop(&program);
+        let (k, blas) = (&mut self.process, &mut self.train.cublas);
+        player.play(k, frame, blas, 0..program.ops.len(), &target)?;
+        if !player.state.is_empty() {
+            if let Some(o) = self.train.optimizers.get_mut(&optimizer) {
+                o.state = player.state;
+            }
+        }
+        frame.finish_from(&mut self.process, mark);
+        Ok(update_values(
+            &mut self.train,
+            optimizer,
+            model,
+            &updates(&program),
+        ))
+    }
+
+    /// The step's program over the parameters that have a `.grad` now.
+    fn optimizer_program(&self, optimizer: ObjId) -> Program {
+        let opt = &self.train.optimizers[&optimizer];
+        let k = &self.process;
+        let tensors: Vec<_> = (opt.params.iter().enumerate())
+            .filter(|&(_, &p)| grad_of(k, p).is_some())
+            .filter_map(|(index, &p)| Some((index, k.runtime.tensor(p)?)))
+            .collect();
+        let params: Vec<Param> = tensors
+            .iter()
+            .map(|(index, t)| Param {
+                index: *index,
+                shape: &t.shape,
+                dtype: t.dtype,
+            })
+            .collect();
+        optim_step::program(opt.spec(), &params, opt.state.is_empty())
+    }
+}
+
+/// The parameters a program updates, in order.
+fn updates(program: &Program) -> Vec<usize> {
+    (program.ops.iter())
+        .filter_map(|op| match *op {
+            Op::Update(i) => Some(i),
+            _ => None,
+        })
+        .collect()
+}
