@@ -54,16 +54,15 @@ impl Engine {
     fn optimizer_program(&self, optimizer: ObjId) -> Program {
         let opt = &self.train.optimizers[&optimizer];
         let k = &self.process;
-        let tensors: Vec<_> = (opt.params.iter().enumerate())
+        let params: Vec<Param> = (opt.params.iter().enumerate())
             .filter(|&(_, &p)| grad_of(k, p).is_some())
-            .filter_map(|(index, &p)| Some((index, k.runtime.tensor(p)?)))
-            .collect();
-        let params: Vec<Param> = tensors
-            .iter()
-            .map(|(index, t)| Param {
-                index: *index,
-                shape: &t.shape,
-                dtype: t.dtype,
+            .filter_map(|(index, &p)| {
+                let t = k.runtime.tensor(p)?;
+                Some(Param {
+                    index,
+                    shape: &t.shape,
+                    dtype: t.dtype,
+                })
             })
             .collect();
         optim_step::program(opt.spec(), &params, opt.state.is_empty())

@@ -12,13 +12,17 @@
 //! - With the `kinds-arithmetic` feature (not in the page's own engine):
 //!   [`transformer`]: embeddings, norms, GELU, softmax; [`attention`]:
 //!   heads, causal attention (eager pieces and fused); [`conv`]:
-//!   convolution, batch norm, max pooling.
+//!   convolution, batch norm, max pooling; [`optim`]: an optimizer's
+//!   first state and temporaries (`opt.step()`'s program; the engine
+//!   updates the values through `train::update`).
 
 #[cfg(feature = "kinds-arithmetic")]
 mod attention;
 #[cfg(feature = "kinds-arithmetic")]
 mod conv;
 mod dense;
+#[cfg(feature = "kinds-arithmetic")]
+mod optim;
 #[cfg(feature = "kinds-arithmetic")]
 mod transformer;
 
@@ -287,9 +291,6 @@ impl Machine<'_> {
         match calc {
             Calc::Part { .. } => Err("is a part read where its op runs"),
             Calc::Ones => one(vec![1.0; numel]),
-            Calc::Zeros => one(vec![0.0; numel]),
-            Calc::DynamicMap { signed } => one(dense::dynamic_map(signed)),
-            Calc::Sqrt(_) => map(f32::sqrt),
             Calc::Copy(_) => one(v[0].data.to_vec()),
             Calc::Scale(_, f) => one(v[0].data.iter().map(|x| x * f).collect()),
             Calc::Sum(_) => dense::sum_to(&v[0], numel),
@@ -322,9 +323,6 @@ pub fn in_this_build(calc: &Calc) -> bool {
             calc,
             Calc::Part { .. }
                 | Calc::Ones
-                | Calc::Zeros
-                | Calc::DynamicMap { .. }
-                | Calc::Sqrt(_)
                 | Calc::Copy(_)
                 | Calc::Scale(..)
                 | Calc::Sum(_)
@@ -347,6 +345,9 @@ fn wide_outputs(calc: Calc, v: &[View], out: &[u64]) -> dense::Out {
     let map = |f: fn(f32) -> f32| one(v[0].data.iter().map(|&x| f(x)).collect());
     match calc {
         Calc::Arange => one((0..numel).map(|x| x as f32).collect()),
+        Calc::Zeros => one(vec![0.0; numel]),
+        Calc::DynamicMap { signed } => one(optim::dynamic_map(signed)),
+        Calc::Sqrt(_) => map(f32::sqrt),
         Calc::Not(_) => map(|x| 1.0 - x),
         Calc::Add(..) => transformer::add(&v[0], &v[1]),
         Calc::Tril(_) => one(transformer::tril(&v[0])),

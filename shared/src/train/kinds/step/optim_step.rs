@@ -228,6 +228,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "kinds-arithmetic")]
     #[test]
     fn the_quantization_maps_are_bitsandbytes() {
         use crate::train::cpu::{run, BatchValues, Inputs, Values};
@@ -261,6 +262,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "kinds-arithmetic")]
     #[test]
     fn the_updates_temporaries_read_the_state_and_the_momentum_clones_the_grad() {
         use crate::train::cpu::{run, BatchValues, Inputs, Values};
