@@ -41,20 +41,21 @@ pub fn connect(app: App, watch: Option<String>, choice: EngineChoice) {
 /// `fallback` and it never opened) starts the engine in the page.
 fn connect_server(app: App, watch: Option<String>, fallback: bool) {
     let Some(url) = url(watch.as_deref()) else {
-        app.status.set(Status::Closed("no window".into()));
+        app.link.status.set(Status::Closed("no window".into()));
         return;
     };
-    app.status.set(Status::Connecting);
+    app.link.status.set(Status::Connecting);
     let ws = match WebSocket::new(&url) {
         Ok(ws) => ws,
         Err(_) if fallback => return start_page(app, true),
         Err(_) => {
-            app.status
+            app.link
+                .status
                 .set(Status::Closed("cannot open a websocket".into()));
             return;
         }
     };
-    let on_open = Closure::<dyn FnMut()>::new(move || app.status.set(Status::Open));
+    let on_open = Closure::<dyn FnMut()>::new(move || app.link.status.set(Status::Open));
     ws.set_onopen(Some(on_open.as_ref().unchecked_ref()));
     on_open.forget();
     let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
@@ -65,11 +66,12 @@ fn connect_server(app: App, watch: Option<String>, fallback: bool) {
     ws.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
     on_message.forget();
     let on_close = Closure::<dyn FnMut(CloseEvent)>::new(move |_e: CloseEvent| {
-        let opened = app.status.get_untracked() == Status::Open;
+        let opened = app.link.status.get_untracked() == Status::Open;
         if fallback && !opened && !socket::is_page() {
             return start_page(app, true);
         }
-        app.status
+        app.link
+            .status
             .set(Status::Closed("connection lost; reconnecting".into()));
         let watch = watch.clone();
         leptos::prelude::set_timeout(
@@ -95,7 +97,7 @@ fn worker_script() -> Option<String> {
 /// server answered.
 fn start_page(app: App, fallback: bool) {
     if let Some(worker) = page_worker(app, fallback, None) {
-        app.status.set(Status::Connecting);
+        app.link.status.set(Status::Connecting);
         socket::set(Link::Page {
             worker,
             ready: false,
@@ -107,7 +109,10 @@ fn start_page(app: App, fallback: bool) {
 /// `worker::run` reads: the lines to replay and the command to stop).
 pub fn restart_page(app: App, resume: &str) {
     socket::end_page();
-    let fallback = matches!(app.status.get_untracked(), Status::Page { fallback: true });
+    let fallback = matches!(
+        app.link.status.get_untracked(),
+        Status::Page { fallback: true }
+    );
     let Some(worker) = page_worker(app, fallback, Some(resume)) else {
         return;
     };
@@ -122,7 +127,7 @@ pub fn restart_page(app: App, resume: &str) {
 /// A worker running the page's engine, its messages going to `App::handle`;
 /// named `resume` when it starts from a message (see `restart_page`).
 fn page_worker(app: App, fallback: bool, resume: Option<&str>) -> Option<Worker> {
-    let failed = |why: String| app.status.set(Status::Closed(why));
+    let failed = |why: String| app.link.status.set(Status::Closed(why));
     let Some(script) = worker_script() else {
         failed("this build of the page has no engine of its own; it needs its server".into());
         return None;
@@ -138,9 +143,9 @@ fn page_worker(app: App, fallback: bool, resume: Option<&str>) -> Option<Worker>
     };
     let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
         if let Some(text) = e.data().as_string() {
-            if !matches!(app.status.get_untracked(), Status::Page { .. }) {
+            if !matches!(app.link.status.get_untracked(), Status::Page { .. }) {
                 socket::page_ready();
-                app.status.set(Status::Page { fallback });
+                app.link.status.set(Status::Page { fallback });
             }
             app.handle(&text);
         }
@@ -148,7 +153,7 @@ fn page_worker(app: App, fallback: bool, resume: Option<&str>) -> Option<Worker>
     worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
     on_message.forget();
     let on_error = Closure::<dyn FnMut(ErrorEvent)>::new(move |e: ErrorEvent| {
-        app.status.set(Status::Closed(format!(
+        app.link.status.set(Status::Closed(format!(
             "the engine in this page stopped: {}; reload the page",
             e.message()
         )));

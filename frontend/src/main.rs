@@ -31,12 +31,12 @@ use wasm_bindgen::prelude::wasm_bindgen;
 fn Playground() -> impl IntoView {
     let app = App::new();
     let initial = url::read();
-    app.wanted_framework.set(initial.framework);
-    app.hidden.set(initial.hide.clone());
+    app.link.wanted_framework.set(initial.framework);
+    app.display.hidden.set(initial.hide.clone());
     if let Some((index, step)) = initial.lesson {
         app.lesson.set(Some(LessonRun::at(index, step)));
     }
-    app.projector.set(initial.projector);
+    app.display.projector.set(initial.projector);
     conn::connect(app, initial.watch.clone(), initial.engine);
     keys::install();
     mirror::follow(app);

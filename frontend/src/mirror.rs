@@ -64,12 +64,16 @@ fn view(app: App) -> PresenterView {
             .get_untracked()
             .map(|l| (l.index, l.step, l.outcome)),
         cell: app.cell.source.get_untracked(),
-        explanation: app.explanation.get_untracked().map(|e| ExplanationView {
-            moved: e.moved,
-            why: e.why,
-            link: e.link,
-            ok: e.ok,
-        }),
+        explanation: app
+            .words
+            .explanation
+            .get_untracked()
+            .map(|e| ExplanationView {
+                moved: e.moved,
+                why: e.why,
+                link: e.link,
+                ok: e.ok,
+            }),
         controls: vramlab_shared::collections::map_of(
             controls().iter().filter_map(|e| Some((key(e), value(e)?))),
         ),
@@ -83,9 +87,9 @@ pub fn follow(app: App) {
     Effect::new(move |_| {
         app.lesson.track();
         app.cell.source.track();
-        app.results.track();
-        app.control_edits.track();
-        app.watchers.track();
+        app.memory.results.track();
+        app.display.control_edits.track();
+        app.link.watchers.track();
         if app.read_only() || waiting.get_untracked() {
             return;
         }
@@ -93,7 +97,7 @@ pub fn follow(app: App) {
         set_timeout(
             move || {
                 waiting.set(false);
-                if !app.read_only() && !app.watchers.with_untracked(Vec::is_empty) {
+                if !app.read_only() && !app.link.watchers.with_untracked(Vec::is_empty) {
                     crate::socket::send(&ClientMessage::Presenter {
                         view: Box::new(view(app)),
                     });
@@ -107,7 +111,7 @@ pub fn follow(app: App) {
 /// On a watcher's page: shows the presenter's view when one comes.
 pub fn show_presented(app: App) {
     Effect::new(move |_| {
-        if let Some(view) = app.presented.get() {
+        if let Some(view) = app.link.presented.get() {
             show(app, view);
         }
     });
@@ -121,7 +125,7 @@ fn show(app: App, view: PresenterView) {
         }));
     app.cell.source.set(view.cell);
     if let Some(e) = view.explanation {
-        app.explanation.set(Some(Explanation::mirrored(e)));
+        app.words.explanation.set(Some(Explanation::mirrored(e)));
     }
     set_controls(&view.controls);
 }

@@ -63,10 +63,24 @@ pub(crate) struct Pending {
     before: Stats,
 }
 
+/// The connection and who is on it.
 #[derive(Clone, Copy)]
-pub struct App {
+pub struct Link {
     pub status: RwSignal<Status>,
     pub hello: RwSignal<Option<Hello>>,
+    /// Whether a hello came since the page loaded.
+    greeted: RwSignal<bool>,
+    /// Framework asked for in the URL, applied on the first connection.
+    pub wanted_framework: RwSignal<Option<Framework>>,
+    /// Who watches the session now.
+    pub watchers: RwSignal<Vec<String>>,
+    /// The presenter's page, on a watcher's (`mirror` shows it).
+    pub presented: RwSignal<Option<vramlab_shared::protocol::PresenterView>>,
+}
+
+/// What the engine reports: the memory now and over the session.
+#[derive(Clone, Copy)]
+pub struct Memory {
     /// The segments and objects, as of the last snapshot or delta.
     pub snapshot: RwSignal<Option<Snapshot>>,
     /// The numbers now: from the last snapshot, delta or result (a result
@@ -74,31 +88,52 @@ pub struct App {
     pub stats: RwSignal<Option<Stats>>,
     pub history: RwSignal<Vec<Point>>,
     pub events: RwSignal<VecDeque<Event>>,
-    pub code: RwSignal<Vec<String>>,
-    pub explanation: RwSignal<Option<Explanation>>,
-    pub banner: RwSignal<Option<String>>,
-    pub selected: RwSignal<String>,
-    pub lesson: RwSignal<Option<LessonRun>>,
     pub progress: RwSignal<Option<(u64, u64)>>,
     pub last_step: RwSignal<Option<u64>>,
     /// Results received (a change marker for tests and screen readers).
     pub results: RwSignal<u64>,
-    pub hidden: RwSignal<Vec<String>>,
-    pub draw_ms: RwSignal<f64>,
+}
+
+/// Commands sent and not yet answered, and the Python they stand for.
+#[derive(Clone, Copy)]
+pub struct Outbox {
     next_id: RwSignal<u64>,
     pending: RwSignal<HashMap<u64, Pending>>,
-    /// Framework asked for in the URL, applied on the first connection.
-    pub wanted_framework: RwSignal<Option<Framework>>,
-    /// The presenter's page, on a watcher's (`mirror` shows it).
-    pub presented: RwSignal<Option<vramlab_shared::protocol::PresenterView>>,
-    /// Edits of the controls (a change marker for mirroring them).
-    pub control_edits: RwSignal<u64>,
-    /// Projector mode: large type, dark, high contrast.
-    pub projector: RwSignal<bool>,
+    /// The Python pane's lines.
+    pub code: RwSignal<Vec<String>>,
+}
+
+/// The words around the numbers.
+#[derive(Clone, Copy)]
+pub struct Words {
+    pub explanation: RwSignal<Option<Explanation>>,
+    pub banner: RwSignal<Option<String>>,
     /// The numbers the last result moved (drawn highlighted).
     pub moved: RwSignal<Vec<Number>>,
-    /// Who watches the session now.
-    pub watchers: RwSignal<Vec<String>>,
+}
+
+/// How the page shows things.
+#[derive(Clone, Copy)]
+pub struct Display {
+    /// The tensor the controls act on.
+    pub selected: RwSignal<String>,
+    pub hidden: RwSignal<Vec<String>>,
+    /// Projector mode: large type, dark, high contrast.
+    pub projector: RwSignal<bool>,
+    /// Edits of the controls (a change marker for mirroring them).
+    pub control_edits: RwSignal<u64>,
+    pub draw_ms: RwSignal<f64>,
+}
+
+/// The page's state, one store per concern.
+#[derive(Clone, Copy)]
+pub struct App {
+    pub link: Link,
+    pub memory: Memory,
+    pub outbox: Outbox,
+    pub words: Words,
+    pub display: Display,
+    pub lesson: RwSignal<Option<LessonRun>>,
     /// The code cell.
     pub cell: crate::cell::CellState,
     /// ▶ play: training a step at a time.
@@ -106,8 +141,6 @@ pub struct App {
     /// A snapshot file opened in the page.
     pub replays: Replays,
     export_to: RwSignal<Option<ExportTo>>,
-    /// Whether a hello came since the page loaded.
-    greeted: RwSignal<bool>,
     /// Replaying the page's own session on the server.
     moving: RwSignal<crate::moving::Move>,
 }
@@ -118,68 +151,80 @@ impl App {
     /// Writes the framework, lesson step and hidden groups into the URL.
     pub fn save_url(&self) {
         crate::url::save(
-            self.hello.get_untracked().map(|h| h.framework),
+            self.link.hello.get_untracked().map(|h| h.framework),
             self.lesson.get_untracked().map(|l| (l.index, l.step)),
-            &self.hidden.get_untracked(),
-            self.projector.get_untracked(),
+            &self.display.hidden.get_untracked(),
+            self.display.projector.get_untracked(),
         );
     }
 
     pub fn new() -> Self {
-        Self {
+        let link = Link {
             status: RwSignal::new(Status::Connecting),
             hello: RwSignal::new(None),
+            greeted: RwSignal::new(false),
+            wanted_framework: RwSignal::new(None),
+            watchers: RwSignal::new(Vec::new()),
+            presented: RwSignal::new(None),
+        };
+        let memory = Memory {
             snapshot: RwSignal::new(None),
             stats: RwSignal::new(None),
             history: RwSignal::new(Vec::new()),
             events: RwSignal::new(VecDeque::new()),
-            code: RwSignal::new(Vec::new()),
-            explanation: RwSignal::new(None),
-            banner: RwSignal::new(None),
-            selected: RwSignal::new("x".into()),
-            lesson: RwSignal::new(None),
             progress: RwSignal::new(None),
             last_step: RwSignal::new(None),
             results: RwSignal::new(0),
+        };
+        let display = Display {
+            selected: RwSignal::new("x".into()),
             hidden: RwSignal::new(Vec::new()),
-            draw_ms: RwSignal::new(0.0),
-            next_id: RwSignal::new(1),
-            pending: RwSignal::new(HashMap::new()),
-            wanted_framework: RwSignal::new(None),
-            watchers: RwSignal::new(Vec::new()),
-            moved: RwSignal::new(Vec::new()),
             projector: RwSignal::new(false),
             control_edits: RwSignal::new(0),
-            presented: RwSignal::new(None),
+            draw_ms: RwSignal::new(0.0),
+        };
+        Self {
+            link,
+            memory,
+            outbox: Outbox {
+                next_id: RwSignal::new(1),
+                pending: RwSignal::new(HashMap::new()),
+                code: RwSignal::new(Vec::new()),
+            },
+            words: Words {
+                explanation: RwSignal::new(None),
+                banner: RwSignal::new(None),
+                moved: RwSignal::new(Vec::new()),
+            },
+            display,
+            lesson: RwSignal::new(None),
             cell: crate::cell::CellState::new(),
             play: crate::play::Play::new(),
             replays: Replays::new(),
             export_to: RwSignal::new(None),
-            greeted: RwSignal::new(false),
             moving: RwSignal::new(Default::default()),
         }
     }
 
     pub fn framework(&self) -> Framework {
-        self.hello
+        self.link
+            .hello
             .with_untracked(|h| h.as_ref().map(|h| h.framework))
             .unwrap_or(Framework::Pytorch)
     }
 
     /// The kernel's framework, tracked (for views that follow it).
     pub fn framework_now(&self) -> Framework {
-        self.hello
+        self.link
+            .hello
             .with(|h| h.as_ref().map(|h| h.framework))
             .unwrap_or(Framework::Pytorch)
     }
 
     pub fn read_only(&self) -> bool {
-        self.hello
+        self.link
+            .hello
             .with(|h| h.as_ref().is_some_and(|h| h.role == Role::Watcher))
-    }
-
-    pub fn stats(&self) -> Option<Stats> {
-        self.stats.get()
     }
 
     /// Runs a command built by a control; its line joins the code cell.
@@ -196,7 +241,7 @@ impl App {
     pub fn submit(&self, line: CommandLine) -> Option<u64> {
         if let Ok(command) = &line.command {
             let code = python::code(command, self.framework());
-            self.code.update(|c| c.push(code));
+            self.outbox.code.update(|c| c.push(code));
         }
         self.submit_quietly(line)
     }
@@ -204,13 +249,14 @@ impl App {
     /// Sends a parsed line without writing it into the Python pane.
     pub fn submit_quietly(&self, line: CommandLine) -> Option<u64> {
         let command = line.command.clone().ok()?;
-        let id = self.next_id.get_untracked();
-        self.next_id.set(id + 1);
+        let id = self.outbox.next_id.get_untracked();
+        self.outbox.next_id.set(id + 1);
         if socket::is_page() {
             crate::moving::ran(id, &line);
         }
-        let before = self.stats.get_untracked().unwrap_or_default();
-        self.pending
+        let before = self.memory.stats.get_untracked().unwrap_or_default();
+        self.outbox
+            .pending
             .update(|p| _ = p.insert(id, Pending { command, before }));
         socket::send(&ClientMessage::Command {
             id,
@@ -221,11 +267,13 @@ impl App {
 
     /// The commands sent and not yet answered.
     pub fn pending_ids(&self) -> Vec<u64> {
-        self.pending.with_untracked(|p| p.keys().copied().collect())
+        self.outbox
+            .pending
+            .with_untracked(|p| p.keys().copied().collect())
     }
 
     fn push_events(&self, events: &[Event]) {
-        self.events.update(|q| {
+        self.memory.events.update(|q| {
             q.extend(events.iter().cloned());
             while q.len() > MAX_EVENTS {
                 q.pop_front();
@@ -236,7 +284,7 @@ impl App {
     /// One message from the server.
     pub fn handle(&self, text: &str) {
         let Ok(msg) = serde_json::from_str::<ServerMessage>(text) else {
-            self.banner.set(Some(
+            self.words.banner.set(Some(
                 "The server sent something this page does not understand; reload it.".into(),
             ));
             return;
@@ -250,10 +298,10 @@ impl App {
                     socket::remember_session(&h.session_id);
                 }
                 let fresh_kernel = !h.resumed;
-                let page_loaded = !self.greeted.get_untracked();
-                self.greeted.set(true);
-                self.hello.set(Some(*h));
-                self.banner.set(None);
+                let page_loaded = !self.link.greeted.get_untracked();
+                self.link.greeted.set(true);
+                self.link.hello.set(Some(*h));
+                self.words.banner.set(None);
                 let owner = !self.read_only();
                 if owner && fresh_kernel && self.start_move() {
                     // The moved session brings its own lesson and framework.
@@ -264,12 +312,16 @@ impl App {
                 }
             }
             ServerMessage::Snapshot { snapshot } => {
-                self.events.set(snapshot.events.iter().cloned().collect());
+                self.memory
+                    .events
+                    .set(snapshot.events.iter().cloned().collect());
                 let s = *snapshot;
                 let point = Point::new(&s.stats, s.stats.allocated_bytes, None);
-                self.history.update(|h| history::push_sample(h, point));
-                self.stats.set(Some(s.stats.clone()));
-                self.snapshot.set(Some(s));
+                self.memory
+                    .history
+                    .update(|h| history::push_sample(h, point));
+                self.memory.stats.set(Some(s.stats.clone()));
+                self.memory.snapshot.set(Some(s));
             }
             ServerMessage::Delta(delta) => {
                 // A live sample is a moment of a command not yet answered
@@ -277,24 +329,28 @@ impl App {
                 // one that comes after its command's result, or a later
                 // one's, is of the past and adds no point and no numbers
                 // (it drew spikes: 0 -> 700 MiB -> 0 after `del big`).
-                let answered = self.last_step.get_untracked();
+                let answered = self.memory.last_step.get_untracked();
                 if answered.is_none_or(|s| delta.step > s + 1) {
                     let point = Point::new(&delta.stats, delta.peak_allocated_bytes, None);
-                    self.history.update(|h| history::push_sample(h, point));
-                    self.stats.set(Some(delta.stats.clone()));
+                    self.memory
+                        .history
+                        .update(|h| history::push_sample(h, point));
+                    self.memory.stats.set(Some(delta.stats.clone()));
                 }
-                self.snapshot.update(|s| {
+                self.memory.snapshot.update(|s| {
                     if let Some(s) = s {
                         apply(s, &delta);
                     }
                 });
             }
             ServerMessage::Events { events, .. } => self.push_events(&events),
-            ServerMessage::Progress { done, total, .. } => self.progress.set(Some((done, total))),
+            ServerMessage::Progress { done, total, .. } => {
+                self.memory.progress.set(Some((done, total)))
+            }
             ServerMessage::Result { id, record } => self.on_result(id, *record),
             ServerMessage::Error { id, error } => {
                 if let Some(id) = id {
-                    self.pending.update(|p| {
+                    self.outbox.pending.update(|p| {
                         p.remove(&id);
                     });
                     self.play.on_error(id, &error.message);
@@ -302,13 +358,13 @@ impl App {
                 if error.kind == ConnectionErrorKind::UnknownSession {
                     socket::forget_session();
                 }
-                self.banner.set(Some(error.message));
+                self.words.banner.set(Some(error.message));
             }
             ServerMessage::MemorySnapshot { snapshot } => self.on_export(&snapshot),
-            ServerMessage::Watchers { watchers } => self.watchers.set(watchers),
+            ServerMessage::Watchers { watchers } => self.link.watchers.set(watchers),
             ServerMessage::Presenter { view } => {
                 if self.read_only() {
-                    self.presented.set(Some(*view));
+                    self.link.presented.set(Some(*view));
                 }
             }
             ServerMessage::Pong { .. } => {}

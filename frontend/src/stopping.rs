@@ -22,7 +22,7 @@ pub fn stop(app: App) {
         return;
     }
     // Only a loop of steps reports progress; nothing else can be stopped.
-    let Some((done, _)) = app.progress.get_untracked() else {
+    let Some((done, _)) = app.memory.progress.get_untracked() else {
         return;
     };
     let pending = app.pending_ids();
@@ -41,7 +41,7 @@ pub fn stop(app: App) {
         "stopped": {"id": running, "line": line, "after_steps": steps},
     });
     moving::stopped(running, steps);
-    app.banner.set(Some(format!(
+    app.words.banner.set(Some(format!(
         "Stopping: the engine in this page starts again and replays this session's {} earlier commands…",
         before.len()
     )));

@@ -30,7 +30,7 @@ impl App {
             Some(ExportTo::Panel) => self.replays.open(name.into(), &bytes),
             Some(ExportTo::Download) => {
                 if let Err(why) = files::download(name, &bytes, "application/octet-stream") {
-                    self.banner.set(Some(why));
+                    self.words.banner.set(Some(why));
                 }
             }
             None => {}

@@ -60,7 +60,7 @@ impl App {
 
     /// `?framework=` in the link: a kernel of that framework.
     pub(super) fn apply_wanted_framework(&self) {
-        if let Some(f) = self.wanted_framework.get_untracked() {
+        if let Some(f) = self.link.wanted_framework.get_untracked() {
             if f != self.framework() {
                 self.run(Command::Restart(RestartSettings {
                     framework: Some(f),

@@ -30,7 +30,8 @@ impl App {
         };
         let id = self.submit_quietly(line);
         self.moving.update(|m| m.in_flight = id);
-        self.banner
+        self.words
+            .banner
             .set(Some(self.moving.with_untracked(|m| m.words())));
         if id.is_none() {
             // A line that is not a command: nothing to wait for.
@@ -41,7 +42,8 @@ impl App {
     /// The next line after the server's pace allows (its commands a second).
     pub(super) fn after_moved_line(&self) {
         self.moving.update(|m| m.in_flight = None);
-        self.banner
+        self.words
+            .banner
             .set(Some(self.moving.with_untracked(|m| m.words())));
         if self.moving.with_untracked(|m| m.left.is_empty()) {
             return;

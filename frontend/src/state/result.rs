@@ -13,13 +13,13 @@ use vramlab_shared::ErrorKind;
 
 impl App {
     pub(super) fn on_result(&self, id: u64, record: StepRecord) {
-        self.progress.set(None);
+        self.memory.progress.set(None);
         // The result's stats are the state after the command; the segment
         // map and the tables follow with the next delta.
-        self.stats.set(Some(record.stats.clone()));
-        self.last_step.set(Some(record.step));
-        self.results.update(|n| *n += 1);
-        let pending = self.pending.try_update(|p| p.remove(&id)).flatten();
+        self.memory.stats.set(Some(record.stats.clone()));
+        self.memory.last_step.set(Some(record.step));
+        self.memory.results.update(|n| *n += 1);
+        let pending = self.outbox.pending.try_update(|p| p.remove(&id)).flatten();
         self.cell.on_result(id, &record);
         self.play.on_result(id, &record);
         let label = record
@@ -33,7 +33,8 @@ impl App {
             record.stats.step_peak_allocated_bytes,
             label.map(|l| (record.step, l)),
         );
-        self.history
+        self.memory
+            .history
             .update(|h| history::push_result(h, point, restart));
         self.follow_restart(&record);
         if let Some(p) = &pending {
@@ -41,7 +42,7 @@ impl App {
                 Some(e) => e.message.clone(),
                 None => record.note.clone().unwrap_or_default(),
             };
-            self.explanation.set(Some(Explanation {
+            self.words.explanation.set(Some(Explanation {
                 moved: explain::moved(&p.before, &record.stats),
                 why,
                 link: {
@@ -50,7 +51,7 @@ impl App {
                 },
                 ok: record.ok,
             }));
-            self.moved.set(
+            self.words.moved.set(
                 [Number::Allocated, Number::Reserved, Number::NvidiaSmi]
                     .into_iter()
                     .filter(|n| n.of(&p.before) != n.of(&record.stats))
@@ -61,10 +62,12 @@ impl App {
         match &record.error {
             Some(e) if e.kind == ErrorKind::OutOfMemory => {
                 let exception = oom_exception(self.framework());
-                self.banner.set(Some(format!("{exception}: {}", e.message)));
+                self.words
+                    .banner
+                    .set(Some(format!("{exception}: {}", e.message)));
             }
-            Some(e) => self.banner.set(Some(e.message.clone())),
-            None => self.banner.set(None),
+            Some(e) => self.words.banner.set(Some(e.message.clone())),
+            None => self.words.banner.set(None),
         }
         if self.moving.with_untracked(|m| m.in_flight == Some(id)) {
             self.after_moved_line();
@@ -77,7 +80,7 @@ impl App {
         let Some(settings) = &record.settings else {
             return;
         };
-        self.hello.update(|h| {
+        self.link.hello.update(|h| {
             if let Some(h) = h {
                 h.framework = settings.framework;
                 h.settings = settings.clone();

@@ -58,7 +58,11 @@ pub fn CodeCell(app: App) -> impl IntoView {
 
 /// Runs up to `count` statements; the first of a run restarts the kernel.
 fn run(app: App, count: usize) -> Result<(), String> {
-    if !app.status.with_untracked(crate::state::Status::is_ready) {
+    if !app
+        .link
+        .status
+        .with_untracked(crate::state::Status::is_ready)
+    {
         return Err("Not connected to the server: reconnecting; nothing was sent.".into());
     }
     let cell = app.cell;

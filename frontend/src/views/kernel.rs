@@ -17,13 +17,13 @@ use vramlab_shared::Invalid;
 pub fn Controls(app: App) -> impl IntoView {
     view! {
         <section class="controls" aria-label="Controls"
-            on:input=move |_| app.control_edits.update(|n| *n += 1)
-            on:change=move |_| app.control_edits.update(|n| *n += 1)>
+            on:input=move |_| app.display.control_edits.update(|n| *n += 1)
+            on:change=move |_| app.display.control_edits.update(|n| *n += 1)>
             <KernelSettings app=app />
             <Tensors app=app />
             <fieldset class="five" hidden=hidden(app, "buttons")>
                 <legend>"What people try"</legend>
-                {button(app, "btn-del", "del", "del the selected name", move || Command::Del(NameArgs { name: app.selected.get_untracked() }))}
+                {button(app, "btn-del", "del", "del the selected name", move || Command::Del(NameArgs { name: app.display.selected.get_untracked() }))}
                 {button(app, "btn-gc", "gc.collect()", "Collect reference cycles", || Command::Gc {})}
                 <span hidden=move || app.framework_now() == Framework::Pytorch>
                     {button(app, "btn-clear-session", "clear_session()", "tf.keras.backend.clear_session()", || Command::ClearSession {})}
@@ -169,7 +169,7 @@ impl SettingsFields {
 fn KernelSettings(app: App) -> impl IntoView {
     let f = SettingsFields::new();
     Effect::new(move |_| {
-        if let Some(h) = app.hello.get() {
+        if let Some(h) = app.link.hello.get() {
             f.show(h.framework, &h.settings);
         }
     });
@@ -274,7 +274,7 @@ fn Tensors(app: App) -> impl IntoView {
     view! {
         <fieldset hidden=hidden(app, "tensor")>
             <legend>"Tensors"</legend>
-            <label>"Name " <input id="name" size="6" prop:value=name on:input=move |e| { let v = event_target_value(&e); app.selected.set(v.clone()); name.set(v); } /></label>
+            <label>"Name " <input id="name" size="6" prop:value=name on:input=move |e| { let v = event_target_value(&e); app.display.selected.set(v.clone()); name.set(v); } /></label>
             <label>"MiB " {text_input("size", "6", "", size_mib)}</label>
             <label>"or shape " {text_input("shape", "9", "1024, 1024", shape)}</label>
             {checked_button(app, "btn-alloc", "Allocate", "name = torch.empty(...) on the GPU", alloc)}

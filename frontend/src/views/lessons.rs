@@ -145,7 +145,12 @@ fn NextStep(app: App, run: LessonRun) -> impl IntoView {
         Ok(vramlab_shared::command::Command::Restart(_))
     );
     let number = (!restart)
-        .then(|| app.stats().and_then(|s| number_to_predict(&expect, &s)))
+        .then(|| {
+            app.memory
+                .stats
+                .get()
+                .and_then(|s| number_to_predict(&expect, &s))
+        })
         .flatten();
     let (index, step, guess) = (run.index, run.step, run.guess);
     let choose = move |d: Direction| {

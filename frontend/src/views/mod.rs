@@ -57,7 +57,7 @@ const FREE: &str = "#f1f1ec";
 
 /// Whether a group of controls is hidden (`?hide=` in the URL).
 fn hidden(app: App, group: &'static str) -> impl Fn() -> bool {
-    move || app.hidden.with(|h| h.iter().any(|g| g == group))
+    move || app.display.hidden.with(|h| h.iter().any(|g| g == group))
 }
 
 /// A button that runs the command `cmd` builds when clicked.
@@ -95,7 +95,11 @@ fn button_view(
 ) -> AnyView {
     let refused = RwSignal::new(None::<String>);
     let click = move |_| {
-        if !app.status.with_untracked(crate::state::Status::is_ready) {
+        if !app
+            .link
+            .status
+            .with_untracked(crate::state::Status::is_ready)
+        {
             let why = "Not connected to the server: reconnecting; nothing was sent.";
             return refused.set(Some(why.into()));
         }

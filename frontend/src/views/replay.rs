@@ -47,10 +47,10 @@ pub fn SnapshotPanel(app: App) -> impl IntoView {
                 " or drop it here. Record one with "
                 <code>"torch.cuda.memory._record_memory_history()"</code>" … "
                 <code>"torch.cuda.memory._dump_snapshot(\"x.pickle\")"</code>"; "
-                <button id="btn-replay-session" disabled=move || app.hello.get().is_none()
+                <button id="btn-replay-session" disabled=move || app.link.hello.get().is_none()
                     title="This session's memory as a snapshot, opened here"
                     on:click=move |_| app.export(crate::state::ExportTo::Panel)>"replay this session"</button>
-                <button id="btn-export" disabled=move || app.hello.get().is_none()
+                <button id="btn-export" disabled=move || app.link.hello.get().is_none()
                     title="Save this session as a snapshot that pytorch.org/memory_viz opens"
                     on:click=move |_| app.export(crate::state::ExportTo::Download)>"save this session as a snapshot"</button>
             </p>

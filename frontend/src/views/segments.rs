@@ -202,8 +202,8 @@ pub fn SegmentMap(app: App) -> impl IntoView {
     // (the window's width and projector mode then, the canvas's width).
     let width = StoredValue::new((0.0, false, 0));
     Effect::new(move |_| {
-        app.snapshot.track();
-        app.projector.track();
+        app.memory.snapshot.track();
+        app.display.projector.track();
         let Some(c) = canvas.get() else {
             return;
         };
@@ -217,15 +217,16 @@ pub fn SegmentMap(app: App) -> impl IntoView {
             let window = web_sys::window()
                 .and_then(|w| w.inner_width().ok()?.as_f64())
                 .unwrap_or(0.0);
-            let projector = app.projector.get_untracked();
+            let projector = app.display.projector.get_untracked();
             let (was, was_projector, mut w) = width.get_value();
             if (was, was_projector) != (window, projector) {
                 w = c.client_width().max(0) as u32;
                 width.set_value((window, projector, w));
             }
-            app.snapshot
+            app.memory
+                .snapshot
                 .with_untracked(|snap| snap.as_ref().and_then(|s| draw(&c, w, &s.segments)));
-            app.draw_ms.set(now_ms() - start);
+            app.display.draw_ms.set(now_ms() - start);
         });
     });
     let on_move = move |e: web_sys::MouseEvent| {
@@ -233,14 +234,16 @@ pub fn SegmentMap(app: App) -> impl IntoView {
             return;
         };
         let text = app
+            .memory
             .snapshot
             .with(|snap| hover(&c, &e, &snap.as_ref()?.segments));
         tip.set(text.unwrap_or_default());
     };
     // Says what the canvas shows: it changes when a drawing is done.
     let title = move || {
-        let ms = app.draw_ms.get();
-        app.snapshot
+        let ms = app.display.draw_ms.get();
+        app.memory
+            .snapshot
             .with_untracked(|s| s.as_ref().map(|s| heading(&s.segments, ms)))
             .unwrap_or_default()
     };
@@ -253,7 +256,7 @@ pub fn SegmentMap(app: App) -> impl IntoView {
             </div>
             <p class="keys">"Rows to scale with the largest segment; colours as in the bar. "<span class="split-key"></span>" free inside a segment that still holds a tensor: an inactive split, which empty_cache() cannot return."</p>
             <ul class="sr-only" id="segment-list">
-                {move || app.snapshot.with(|s| s.as_ref().map(|s| s.segments.iter().take(LISTED).map(|g| view! { <li>{in_words(g)}</li> }).collect::<Vec<_>>()))}
+                {move || app.memory.snapshot.with(|s| s.as_ref().map(|s| s.segments.iter().take(LISTED).map(|g| view! { <li>{in_words(g)}</li> }).collect::<Vec<_>>()))}
             </ul>
         </section>
     }

@@ -12,7 +12,7 @@ use vramlab_shared::units::format_size;
 
 #[component]
 pub fn StatusBar(app: App) -> impl IntoView {
-    let text = move || match app.status.get() {
+    let text = move || match app.link.status.get() {
         Status::Connecting => "connecting…".to_string(),
         Status::Open => "connected".to_string(),
         Status::Page { fallback: false } => "engine in this page".to_string(),
@@ -22,7 +22,7 @@ pub fn StatusBar(app: App) -> impl IntoView {
         Status::Closed(why) => why,
     };
     let device = move || {
-        app.hello.with(|h| {
+        app.link.hello.with(|h| {
             h.as_ref()
                 .map(|h| {
                     format!(
@@ -39,16 +39,16 @@ pub fn StatusBar(app: App) -> impl IntoView {
         })
     };
     let watch = move || {
-        app.hello.with(|h| {
+        app.link.hello.with(|h| {
             h.as_ref()
                 .and_then(|h| h.watch_id.clone())
                 .map(|w| crate::url::watch_link(&w))
         })
     };
-    let watched = Memo::new(move |_| !app.watchers.with(Vec::is_empty));
+    let watched = Memo::new(move |_| !app.link.watchers.with(Vec::is_empty));
     // Projector mode is a class on the body, so every part follows it.
     Effect::new(move |_| {
-        let on = app.projector.get();
+        let on = app.display.projector.get();
         if let Some(body) = web_sys::window()
             .and_then(|w| w.document())
             .and_then(|d| d.body())
@@ -60,24 +60,24 @@ pub fn StatusBar(app: App) -> impl IntoView {
     view! {
         <header class="bar">
             <h1>"vramlab"</h1>
-            <button id="projector" aria-pressed=move || app.projector.get().to_string() aria-keyshortcuts="p"
+            <button id="projector" aria-pressed=move || app.display.projector.get().to_string() aria-keyshortcuts="p"
                 title="Large type, dark, high contrast: for a projector or a big screen (key p)"
-                on:click=move |_| app.projector.update(|p| *p = !*p)>"projector mode"</button>
-            <span id="status" class="status" class:open=move || app.status.with(Status::is_ready)>{text}</span>
+                on:click=move |_| app.display.projector.update(|p| *p = !*p)>"projector mode"</button>
+            <span id="status" class="status" class:open=move || app.link.status.with(Status::is_ready)>{text}</span>
             <EngineSwitch app=app />
             <span id="device" class="device">{device}</span>
             {move || app.read_only().then(|| view! {
-                <span class="watching">{move || match app.hello.with(|h| h.as_ref().and_then(|h| h.owner.clone())) {
+                <span class="watching">{move || match app.link.hello.with(|h| h.as_ref().and_then(|h| h.owner.clone())) {
                     Some(owner) => format!("watching {owner}'s session read-only"),
                     None => "watching read-only".to_string(),
                 }}</span>
             })}
-            {move || app.hello.with(|h| h.as_ref().and_then(|h| h.user.clone())).map(|u| view! {
+            {move || app.link.hello.with(|h| h.as_ref().and_then(|h| h.user.clone())).map(|u| view! {
                 <span id="user" class="user">{u}</span>
             })}
             // Kept while anyone watches, so its live region announces changes.
             {move || watched.get().then(|| view! {
-                <span id="watchers" class="watchers" aria-live="polite">{move || watched_by(&app.watchers.get())}</span>
+                <span id="watchers" class="watchers" aria-live="polite">{move || watched_by(&app.link.watchers.get())}</span>
             })}
             {move || watch().map(|link| view! {
                 <label class="watch">"Watch link "
@@ -92,7 +92,7 @@ pub fn StatusBar(app: App) -> impl IntoView {
 /// link, real GPUs and the hosted tool's quotas; the page needs nothing.
 #[component]
 fn EngineSwitch(app: App) -> impl IntoView {
-    let in_page = move || matches!(app.status.get(), Status::Page { .. });
+    let in_page = move || matches!(app.link.status.get(), Status::Page { .. });
     view! {
         <label class="engine" title="Where the engine runs: in this page (no server needed) or on the server (watch links, real GPUs)">"engine "
             <select id="engine" on:change=move |e| crate::url::switch_engine(&event_target_value(&e))>
@@ -128,10 +128,10 @@ fn watched_by(names: &[String]) -> String {
 #[component]
 pub fn Banner(app: App) -> impl IntoView {
     view! {
-        {move || app.banner.get().map(|b| view! {
+        {move || app.words.banner.get().map(|b| view! {
             <div id="banner" class="banner" role="alert">
                 <pre>{b}</pre>
-                <button on:click=move |_| app.banner.set(None) aria-label="Dismiss">"×"</button>
+                <button on:click=move |_| app.words.banner.set(None) aria-label="Dismiss">"×"</button>
             </div>
         })}
     }
@@ -139,7 +139,9 @@ pub fn Banner(app: App) -> impl IntoView {
 
 #[component]
 pub fn Numbers(app: App) -> impl IntoView {
-    let stat = move |f: fn(&vramlab_shared::Stats) -> u64| move || app.stats().map_or(0, |s| f(&s));
+    let stat = move |f: fn(&vramlab_shared::Stats) -> u64| {
+        move || app.memory.stats.get().map_or(0, |s| f(&s))
+    };
     let allocated = stat(|s| s.allocated_bytes);
     let reserved = stat(|s| s.reserved_bytes);
     let device = stat(|s| s.device_used_bytes);
@@ -147,7 +149,7 @@ pub fn Numbers(app: App) -> impl IntoView {
     // it), or the whole GPU with other processes and free memory.
     let whole_gpu = RwSignal::new(false);
     let segments = move || {
-        let Some(s) = app.stats() else {
+        let Some(s) = app.memory.stats.get() else {
             return Vec::new();
         };
         let whole = whole_gpu.get();
@@ -168,26 +170,26 @@ pub fn Numbers(app: App) -> impl IntoView {
             .collect::<Vec<_>>()
     };
     let captions = move || {
-        let framework = app.hello.with(|h| h.as_ref().map(|h| h.framework));
+        let framework = app.link.hello.with(|h| h.as_ref().map(|h| h.framework));
         explain::captions(framework.unwrap_or(Framework::Pytorch))
     };
     let peak = stat(|s| s.step_peak_allocated_bytes);
     view! {
         <section class="numbers" aria-label="The three numbers" id="numbers">
-            <div class="big allocated" class:moved=move || app.moved.with(|m| m.contains(&Number::Allocated))><span class="k">"allocated"</span>
+            <div class="big allocated" class:moved=move || app.words.moved.with(|m| m.contains(&Number::Allocated))><span class="k">"allocated"</span>
                 <span id="allocated" data-bytes=move || allocated().to_string()>{move || format_size(allocated())}</span>
                 <span class="api" id="api-allocated">{move || captions().allocated}</span></div>
-            <div class="big reserved" class:moved=move || app.moved.with(|m| m.contains(&Number::Reserved))><span class="k">"reserved"</span>
+            <div class="big reserved" class:moved=move || app.words.moved.with(|m| m.contains(&Number::Reserved))><span class="k">"reserved"</span>
                 <span id="reserved" data-bytes=move || reserved().to_string()>{move || format_size(reserved())}</span>
                 <span class="api" id="api-reserved">{move || captions().reserved}</span></div>
-            <div class="big device" class:moved=move || app.moved.with(|m| m.contains(&Number::NvidiaSmi))><span class="k">"nvidia-smi"</span>
+            <div class="big device" class:moved=move || app.words.moved.with(|m| m.contains(&Number::NvidiaSmi))><span class="k">"nvidia-smi"</span>
                 <span id="device-used" data-bytes=move || device().to_string()>{move || format_size(device())}</span>
                 <span class="api">"this process on the GPU"</span></div>
             <div class="big peak"><span class="k">"peak of the last command"</span>
                 <span id="peak" data-bytes=move || peak().to_string()>{move || format_size(peak())}</span>
-                <span class="api">{move || app.progress.get().map(|(d, t)| format!("step {d} of {t}")).unwrap_or_else(|| captions().peak.to_string())}</span></div>
-            <span id="last-step" hidden>{move || app.last_step.get().map(|s| s.to_string()).unwrap_or_default()}</span>
-            <span id="result-count" hidden>{move || app.results.get().to_string()}</span>
+                <span class="api">{move || app.memory.progress.get().map(|(d, t)| format!("step {d} of {t}")).unwrap_or_else(|| captions().peak.to_string())}</span></div>
+            <span id="last-step" hidden>{move || app.memory.last_step.get().map(|s| s.to_string()).unwrap_or_default()}</span>
+            <span id="result-count" hidden>{move || app.memory.results.get().to_string()}</span>
             <div class="scale">
                 <button id="bar-scale" class="link" on:click=move |_| whole_gpu.update(|w| *w = !*w)>
                     {move || if whole_gpu.get() { "bar: the whole GPU (show this process)" } else { "bar: this process on the GPU (show the whole GPU)" }}
@@ -243,7 +245,7 @@ fn bar_parts(s: &vramlab_shared::Stats, whole: bool) -> Vec<(String, &'static st
 
 /// The bar in words (its text alternative).
 fn bar_words(app: App, whole: bool) -> String {
-    let Some(s) = app.stats() else {
+    let Some(s) = app.memory.stats.get() else {
         return "Device memory by use".into();
     };
     let parts: Vec<String> = bar_parts(&s, whole)
@@ -258,7 +260,7 @@ fn bar_words(app: App, whole: bool) -> String {
 pub fn Explanation(app: App) -> impl IntoView {
     view! {
         <section class="explain" aria-live="polite" id="explanation">
-            {move || app.explanation.get().map(|e| view! {
+            {move || app.words.explanation.get().map(|e| view! {
                 <p class="moved" class:bad=!e.ok>{e.moved}</p>
                 <p class="why">{e.why}</p>
                 <p class="link"><a href=e.link.1 target="_blank" rel="noopener">{e.link.0}</a></p>

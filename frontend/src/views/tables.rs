@@ -8,7 +8,7 @@ use vramlab_shared::units::format_size;
 #[component]
 pub fn Objects(app: App) -> impl IntoView {
     let rows = move || {
-        app.snapshot.with(|s| {
+        app.memory.snapshot.with(|s| {
             s.as_ref()
                 .map(|s| {
                     s.objects
@@ -39,9 +39,9 @@ fn object_row(app: App, o: vramlab_shared::snapshot::ObjectSnapshot) -> impl Int
     let pick = o.names.first().cloned().unwrap_or_else(|| o.label.clone());
     let selected = pick.clone();
     view! {
-        <tr class:selected=move || app.selected.get() == selected tabindex="0"
-            on:click={ let pick = pick.clone(); move |_| app.selected.set(pick.clone()) }
-            on:keydown=move |e: web_sys::KeyboardEvent| if e.key() == "Enter" || e.key() == " " { app.selected.set(pick.clone()) }>
+        <tr class:selected=move || app.display.selected.get() == selected tabindex="0"
+            on:click={ let pick = pick.clone(); move |_| app.display.selected.set(pick.clone()) }
+            on:keydown=move |e: web_sys::KeyboardEvent| if e.key() == "Enter" || e.key() == " " { app.display.selected.set(pick.clone()) }>
             <td>{if o.names.is_empty() { format!("({})", o.label) } else { o.names.join(", ") }}</td>
             <td>{o.kind}</td>
             <td class="num">{if o.bytes > 0 { format_size(o.bytes) } else { String::new() }}</td>
@@ -57,7 +57,7 @@ pub fn EventLog(app: App) -> impl IntoView {
         <section class="events" aria-label="Event log">
             <h2>"Events " <small>"(#: the command that caused it)"</small></h2>
             <ul id="events">
-                {move || app.events.with(|q| q.iter().rev().take(40).map(|e| view! {
+                {move || app.memory.events.with(|q| q.iter().rev().take(40).map(|e| view! {
                     <li><code>{format!("#{} · {:?} · {} {}", e.step, e.action, format_size(e.size), e.name.clone().unwrap_or_default())}</code></li>
                 }).collect::<Vec<_>>())}
             </ul>
@@ -67,7 +67,7 @@ pub fn EventLog(app: App) -> impl IntoView {
 
 #[component]
 pub fn CodePane(app: App) -> impl IntoView {
-    let text = move || app.code.with(|c| c.join("\n"));
+    let text = move || app.outbox.code.with(|c| c.join("\n"));
     let copy = move |_| {
         if let Some(w) = web_sys::window() {
             let _ = w.navigator().clipboard().write_text(&text());

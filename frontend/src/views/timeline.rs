@@ -226,7 +226,7 @@ pub fn Timeline(app: App) -> impl IntoView {
     let redraw = Trigger::new();
     let queued = StoredValue::new(false);
     Effect::new(move |_| {
-        app.history.track();
+        app.memory.history.track();
         if !queued.get_value() {
             queued.set_value(true);
             after_paint(move || {
@@ -237,7 +237,7 @@ pub fn Timeline(app: App) -> impl IntoView {
     });
     let in_view = move || {
         redraw.track();
-        app.history.with_untracked(|h| {
+        app.memory.history.with_untracked(|h| {
             let (a, b) = window
                 .get()
                 .map_or((0, h.len()), |(a, b)| (a.min(h.len()), b.min(h.len())));
@@ -268,13 +268,13 @@ pub fn Timeline(app: App) -> impl IntoView {
     };
     // A restart empties the history: show all of the new one.
     Effect::new(move |_| {
-        if app.history.with(Vec::len) <= 1 {
+        if app.memory.history.with(Vec::len) <= 1 {
             window.set(None);
         }
     });
     view! {
         <section class="timeline" aria-label="Timeline">
-            <h2>"Timeline "<small>{move || format!("{} commands", app.history.with(Vec::len))}</small></h2>
+            <h2>"Timeline "<small>{move || format!("{} commands", app.memory.history.with(Vec::len))}</small></h2>
             <div class="timeline-keys" role="group" aria-label="Lines shown">
                 {LINES.iter().enumerate().map(|(i, (name, colour))| view! {
                     <button class="key" id=format!("timeline-key-{i}") aria-pressed=move || shown.get()[i].to_string()

@@ -383,7 +383,7 @@ fn PlayControls(app: App, f: Fields) -> impl IntoView {
                 if let Some(Command::Train(args)) = f.train(steps)?.pop() {
                     let train = Command::Train(args.clone());
                     app.cell.record(&vramlab_shared::python::cell_code(&train, app.framework()));
-                    app.code.update(|c| c.push(vramlab_shared::python::code(&train, app.framework())));
+                    app.outbox.code.update(|c| c.push(vramlab_shared::python::code(&train, app.framework())));
                     app.play.begin(args);
                 }
                 Ok(Vec::new())
