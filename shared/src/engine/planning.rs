@@ -24,6 +24,7 @@ impl Engine {
             set_to_none: a.set_to_none,
             blas: self.settings.blas_workspaces(),
             attention: a.attention,
+            gpu: self.kernel_gpu(),
         };
         let (_, state) = self.model_state(&a.model)?;
         check_attention(a.attention, &state.spec)?;
@@ -50,6 +51,7 @@ impl Engine {
             checkpointing: a.checkpointing,
             amp: a.amp.dtype(),
             accumulate: 1,
+            gpu: None,
         };
         let compiled = self.compiles(state.session.is_some()).then(|| {
             let kind = optimizer.map(|o| o.kind);

@@ -52,6 +52,7 @@ impl Engine {
             attention: a.attention,
             checkpointing: a.checkpointing,
             amp: a.amp.dtype(),
+            gpu: self.kernel_gpu(),
             ..Options::default()
         };
         let program = match a.no_grad {

@@ -9,6 +9,7 @@ use crate::error::{CommandError, ErrorKind};
 use crate::process::{AllocFailure, Process};
 use crate::runtime::{Class, ObjId, ObjectKind};
 use crate::train::frame::PyFrame;
+use crate::train::kinds::step::sdp::{self, Kernel};
 use crate::train::kinds::step::{Attention, Options, Program};
 use crate::train::optimizer;
 use crate::train::spec::Kind;
@@ -29,6 +30,8 @@ pub(super) struct Plan {
     flops: Option<u64>,
     /// The micro-batch's step, written once for the loop.
     pub program: Program,
+    /// The kernel fused attention runs, and for which card and type.
+    attention_kernel: Option<(Kernel, String)>,
 }
 
 impl Engine {
@@ -132,8 +135,19 @@ impl Engine {
             checkpointing: a.checkpointing,
             amp: a.amp.dtype(),
             accumulate: a.accumulate,
+            gpu: self.kernel_gpu(),
         };
         let program = spec.step_program(micro_batch, options);
+        let attention_kernel = match spec.kind {
+            Kind::Transformer(t) if a.attention == Attention::Sdpa => {
+                let dtype = options.amp.unwrap_or(Dtype::Float32);
+                let kernel = sdp::select(options.gpu, dtype, t.width / t.heads, true);
+                let (major, minor) = self.settings.compute_capability;
+                let on = format!("compute capability {major}.{minor}, {}", dtype.torch_name());
+                Some((kernel, on))
+            }
+            _ => None,
+        };
         let (compute, flops) = match self.program_arithmetic(&spec, &program) {
             Ok(()) => (true, None),
             Err(why) => (false, why),
@@ -147,6 +161,7 @@ impl Engine {
             compute,
             flops,
             program,
+            attention_kernel,
         })
     }
 
@@ -384,6 +399,9 @@ fn train_outcome(a: &TrainArgs, plan: &Plan, steps: StepLog, stopped: bool) -> O
             }
         ),
     };
+    if let Some((kernel, on)) = &plan.attention_kernel {
+        note = format!("{note} Attention ran {} ({on}).", kernel.name());
+    }
     if stopped {
         note = format!("Stopped after {} of {} steps. {note}", steps.len(), a.steps);
     }
@@ -397,6 +415,16 @@ fn train_outcome(a: &TrainArgs, plan: &Plan, steps: StepLog, stopped: bool) -> O
             "steps_omitted": steps.omitted,
             "steps": steps.first.into_iter().chain(steps.last).collect::<Vec<_>>(),
         })),
+    }
+}
+
+impl Engine {
+    /// The GPU whose CUDA kernels PyTorch picks (`Options::gpu`): the
+    /// device's compute capability under PyTorch; none where XLA compiles
+    /// the step.
+    pub(super) fn kernel_gpu(&self) -> Option<(u32, u32)> {
+        let pytorch = self.framework() == Framework::Pytorch;
+        pytorch.then_some(self.settings.compute_capability)
     }
 }
 

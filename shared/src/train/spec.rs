@@ -273,6 +273,9 @@ pub struct StepShape {
     pub blas: crate::framework::BlasWorkspaces,
     /// A transformer's attention.
     pub attention: Attention,
+    /// The GPU's compute capability, for the kernel fused attention runs
+    /// (`Options::gpu`).
+    pub gpu: Option<(u32, u32)>,
 }
 
 /// The optimizer's state for the model's trained parameters.
@@ -305,6 +308,7 @@ pub fn estimate(
         checkpointing: s.checkpointing,
         amp: s.amp,
         accumulate: s.accumulate,
+        gpu: s.gpu,
     };
     let (saved, attention) = match model.kind {
         Kind::Transformer(t) => estimate::transformer_saved(&t, b, options),
@@ -384,6 +388,7 @@ mod tests {
             set_to_none: true,
             blas: Default::default(),
             attention: Attention::Eager,
+            gpu: None,
         };
         let adam = OptimizerSpec::torch(OptimizerKind::Adam);
         let e = estimate(&m, Some(adam), None, &shape);

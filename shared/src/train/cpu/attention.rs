@@ -113,8 +113,8 @@ impl Dims {
 
 /// Causal attention with `heads` heads on a B x S x 3·width projection:
 /// the output in the tokens' layout (`out`: B x S x width) and the
-/// log-sum-exp (B x H x S).
-pub(super) fn sdpa(qkv: &View, heads: usize, out: &[u64]) -> Out {
+/// log-sum-exp (B x H x S, each row padded to a multiple of `align`).
+pub(super) fn sdpa(qkv: &View, heads: usize, out: &[u64], align: usize) -> Out {
     let (b, s, width) = match *out {
         [b, s, w] => (b as usize, s as usize, w as usize),
         _ => return Err("is not B x S x width"),
@@ -126,7 +126,8 @@ pub(super) fn sdpa(qkv: &View, heads: usize, out: &[u64]) -> Out {
     let dims = Dims { h, s, d };
     let data = qkv.data;
     let mut out = vec![0.0; b * s * width];
-    let mut lse = vec![0.0; b * h * s];
+    let rows = s.div_ceil(align.max(1)) * align.max(1);
+    let mut lse = vec![0.0; b * h * rows];
     for bi in 0..b {
         for hi in 0..h {
             for i in 0..s {
@@ -137,7 +138,7 @@ pub(super) fn sdpa(qkv: &View, heads: usize, out: &[u64]) -> Out {
                 let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 let sum: f32 = scores.iter().map(|v| libm::expf(v - max)).sum();
                 let log_sum = libm::logf(sum) + max;
-                lse[(bi * h + hi) * s + i] = log_sum;
+                lse[(bi * h + hi) * rows + i] = log_sum;
                 let o = &mut out[(bi * s + i) * width + hi * d..][..d];
                 for (j, sc) in scores.iter().enumerate() {
                     let p = libm::expf(sc - log_sum);
@@ -152,13 +153,17 @@ pub(super) fn sdpa(qkv: &View, heads: usize, out: &[u64]) -> Out {
 
 /// The fused kernel's backward: the gradients of q, k and v, each B x H x
 /// S x D, from the output's gradient (tokens' layout), the projection, the
-/// output and the log-sum-exp.
+/// output and the log-sum-exp (B x H x its rows, S of each used).
 pub(super) fn sdpa_backward(g: &View, qkv: &View, out: &View, lse: &View) -> Out {
-    let [b, h, s] = match *lse.shape {
-        [b, h, s] => [b as usize, h as usize, s as usize],
+    let [b, h, rows] = match *lse.shape {
+        [b, h, rows] => [b as usize, h as usize, rows as usize],
         _ => return Err("reads a log-sum-exp that is not B x H x S"),
     };
     let width = out.last();
+    let s = out.data.len() / (b * width).max(1);
+    if s > rows {
+        return Err("reads a log-sum-exp shorter than the sequence");
+    }
     let d = width / h.max(1);
     if g.data.len() != b * s * width || qkv.data.len() != 3 * g.data.len() || d * h != width {
         return Err("reads operands of other sizes");
@@ -174,7 +179,7 @@ pub(super) fn sdpa_backward(g: &View, qkv: &View, out: &View, lse: &View) -> Out
                 let (gi, oi) = (&g.data[tok..][..d], &out.data[tok..][..d]);
                 let qi = &data[dims.at(bi, 0, hi, i)..][..d];
                 let delta = dot(gi, oi);
-                let log_sum = lse.data[(bi * h + hi) * s + i];
+                let log_sum = lse.data[(bi * h + hi) * rows + i];
                 for j in 0..=i {
                     let (kj, vj) = (
                         &data[dims.at(bi, 1, hi, j)..][..d],
@@ -192,6 +197,23 @@ pub(super) fn sdpa_backward(g: &View, qkv: &View, out: &View, lse: &View) -> Out
         }
     }
     Ok(grads.into())
+}
+
+/// The memory-efficient kernel's backward: the gradients of q, k and v in
+/// one buffer, B x S x 3 x H x D (the tokens' layout of the projection).
+pub(super) fn sdpa_backward_packed(g: &View, qkv: &View, out: &View, lse: &View) -> Out {
+    let grads = sdpa_backward(g, qkv, out, lse)?;
+    let (b, s, width) = (
+        lse.shape[0],
+        out.data.len() as u64 / (lse.shape[0] * out.last() as u64).max(1),
+        out.last() as u64,
+    );
+    let head = [b, lse.shape[1], s, width / lse.shape[1].max(1)];
+    let parts: Vec<View> = grads
+        .iter()
+        .map(|data| View { data, shape: &head })
+        .collect();
+    cat(&parts, &[b, s, 3 * width])
 }
 
 fn dot(a: &[f32], b: &[f32]) -> f32 {

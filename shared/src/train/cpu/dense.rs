@@ -218,6 +218,10 @@ pub(super) fn op_flops(program: &Program, params: &[Vec<u64>], i: usize) -> u64 
             .saturating_mul(1 + u64::from(input_grad)),
         // Two products of S x S per head, five backward.
         Calc::Sdpa { qkv, .. } => out.saturating_mul(shape(qkv).get(1).copied().unwrap_or(1)) * 2,
+        // (The packed buffer holds all three gradients: a third each.)
+        Calc::SdpaBackwardPacked { qkv, .. } => {
+            (out / 3).saturating_mul(shape(qkv).get(1).copied().unwrap_or(1)) * 5
+        }
         Calc::SdpaBackward { qkv, .. } => {
             out.saturating_mul(shape(qkv).get(1).copied().unwrap_or(1)) * 5
         }

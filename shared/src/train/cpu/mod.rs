@@ -372,7 +372,13 @@ fn wide_outputs(calc: Calc, v: &[View], out: &[u64]) -> dense::Out {
         Calc::MaskedFill { value, .. } => attention::masked_fill(&v[0], &v[1], value),
         Calc::Softmax(_) => one(transformer::softmax(&v[0])),
         Calc::SoftmaxBackward { .. } => transformer::softmax_backward(&v[0], &v[1]),
-        Calc::Sdpa { heads, .. } => attention::sdpa(&v[0], heads as usize, out),
+        Calc::Sdpa {
+            heads, lse_align, ..
+        } => attention::sdpa(&v[0], heads as usize, out, lse_align as usize),
+        Calc::SdpaBackwardPacked { .. } => {
+            attention::sdpa_backward_packed(&v[0], &v[1], &v[2], &v[3])
+        }
+        Calc::Workspace => one(vec![0.0; numel]),
         Calc::SdpaBackward { .. } => attention::sdpa_backward(&v[0], &v[1], &v[2], &v[3]),
         Calc::Cat(_) => attention::cat(v, out),
         Calc::Conv { .. } => conv::conv(&v[0], &v[1], &v[2]),

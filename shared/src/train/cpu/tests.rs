@@ -202,6 +202,43 @@ fn every_technique_computes_the_same_step() {
     }
 }
 
+/// Each GPU's attention kernel (the packed gradients and padded
+/// log-sum-exp of the memory-efficient one, flash's and cuDNN's buffers,
+/// the math kernel's separate ops) computes the CPU kernel's step.
+#[test]
+fn every_attention_kernel_computes_the_same_step() {
+    let t = gpt(Norm::LayerNorm, true, 0);
+    let (params, batch) = (values(&t.parameters(Dtype::Float32)), tokens(3, &t));
+    for amp in [None, Some(Dtype::Bfloat16)] {
+        let cpu = options(Attention::Sdpa, false, amp);
+        let plain = whole(&step::program(&t, 3, cpu), &params, &batch);
+        for gpu in [(7, 5), (8, 0), (9, 0)] {
+            for checkpointing in [false, true] {
+                let on_gpu = Options {
+                    gpu: Some(gpu),
+                    ..options(Attention::Sdpa, checkpointing, amp)
+                };
+                let computed = whole(&step::program(&t, 3, on_gpu), &params, &batch);
+                let what = format!("{gpu:?} {amp:?} checkpointing {checkpointing}");
+                let (a, b) = (plain.loss.unwrap(), computed.loss.unwrap());
+                assert!((a - b).abs() < 2e-2, "{what}: {a} vs {b}");
+                for (x, y) in plain.grads.iter().zip(&computed.grads) {
+                    let (x, y) = (x.as_ref().unwrap(), y.as_ref().unwrap());
+                    for (u, v) in x.iter().zip(y) {
+                        assert!((u - v).abs() < 2e-2 + 5e-2 * u.abs().max(v.abs()), "{what}");
+                    }
+                }
+                if amp.is_none() {
+                    assert!(
+                        (a - b).abs() < 1e-5,
+                        "{what}: float32 is the same arithmetic"
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn a_forward_under_no_grad_computes_the_steps_loss() {
     let t = gpt(Norm::RmsNorm, false, 0);

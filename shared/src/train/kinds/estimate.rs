@@ -5,10 +5,12 @@
 //! program allocates and frees in order (no allocator runs).
 
 use super::step::checkpoint_segments;
+use super::step::sdp::{self, Kernel};
 use super::step::{Attention, Op, Options, Program, Role};
 use super::{blocks, CnnShape, MlpShape, Norm, TransformerShape};
 use crate::framework::BlasWorkspaces;
 use crate::train::cublas::{BlasThread, Gemm};
+use crate::types::Dtype;
 
 /// What a transformer's forward pass leaves saved for backward (its
 /// log-probabilities, loss and NLL's total weight included), and the part
@@ -34,12 +36,15 @@ pub fn transformer_saved(t: &TransformerShape, batch: u64, options: Options) -> 
         Norm::LayerNorm => 2 * tokens(1, 4),
         Norm::RmsNorm => tokens(1, 4),
     };
-    let attention = match options.attention {
-        Attention::Eager if amp => {
-            blocks(4 * b * h * s * s) + blocks(lo * b * h * s * s) + blocks(s * s)
+    let low = options.amp.unwrap_or(Dtype::Float32);
+    let kernel = sdp::select(options.gpu, low, d / h, true);
+    let attention = match (options.attention, kernel) {
+        (Attention::Sdpa, Kernel::Efficient) => blocks(4 * b * h * s.div_ceil(32) * 32),
+        (Attention::Sdpa, Kernel::Math) | (Attention::Eager, _) => {
+            let probs_low = if amp { blocks(lo * b * h * s * s) } else { 0 };
+            blocks(4 * b * h * s * s) + probs_low + blocks(s * s)
         }
-        Attention::Eager => blocks(4 * b * h * s * s) + blocks(s * s),
-        Attention::Sdpa => blocks(4 * b * h * s),
+        (Attention::Sdpa, _) => blocks(4 * b * h * s),
     };
     let wide = t.mlp_ratio * d;
     let weight_casts = if amp {

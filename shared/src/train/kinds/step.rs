@@ -426,11 +426,13 @@ mod autocast;
 mod block;
 mod calc;
 mod cnn;
+mod fused;
 mod ir;
 mod lora;
 mod mlp;
 pub mod optim_step;
 mod passes;
+pub mod sdp;
 
 pub use cnn::{no_grad_program as cnn_no_grad_program, program as cnn_program};
 pub use mlp::{

@@ -3,12 +3,10 @@
 //! (`scaled_dot_product_attention`'s flash kernel).
 
 use super::lora::{Layer, Linear};
-use super::{part, Arg, Attention, Calc, Tape, H};
+use super::sdp::Kernel;
+use super::{Arg, Attention, Calc, Tape, H};
 use crate::train::kinds::TransformerShape;
 use crate::types::Dtype;
-
-const SDPA: &str = "_scaled_dot_product_flash_attention";
-const SDPA_BACKWARD: &str = "_scaled_dot_product_flash_attention_backward";
 
 /// What attention's backward needs from its forward.
 #[derive(Clone, Copy, Debug)]
@@ -59,14 +57,11 @@ impl Tape<TransformerShape> {
         let qkv_layer = self.linear(x, attn, keep);
         let qkv = qkv_layer.out;
         let (saved, proj_layer) = match self.options.attention {
+            // PyTorch's math kernel: the products and softmax as separate
+            // ops, each its own tensor (the eager step's).
+            Attention::Sdpa if self.kernel() == Kernel::Math => self.eager(qkv, keep, proj),
             Attention::Sdpa => {
-                let heads = self.shape.heads;
-                let sdpa = Calc::Sdpa {
-                    qkv: Arg::T(qkv),
-                    heads,
-                };
-                let out = self.alloc((SDPA, sdpa), self.act());
-                let lse = self.alloc_f32((SDPA, part(out, 1)), self.heads(&[]));
+                let (out, lse) = self.fused_forward(qkv, self.kernel());
                 if !self.grad {
                     // `scaled_dot_product_attention` returns only the output.
                     self.free(lse);
@@ -93,7 +88,7 @@ impl Tape<TransformerShape> {
     }
 
     /// One of q, k, v (or their gradients) as heads: B x H x S x D.
-    fn head_dims(&self) -> Vec<u64> {
+    pub(super) fn head_dims(&self) -> Vec<u64> {
         self.heads(&[self.shape.width / self.shape.heads])
     }
 
@@ -213,30 +208,29 @@ impl Tape<TransformerShape> {
     /// From the output projection's input gradient `g` to the gradient of
     /// the fused q/k/v projection's output.
     pub(super) fn attention_backward(&mut self, saved: Saved, g: H, ckpt: bool) -> H {
-        let (q, k, v) = match saved {
+        let grads = match saved {
             Saved::Sdpa { qkv, out, lse } => {
-                let calc = Calc::SdpaBackward {
-                    grad: Arg::T(g),
-                    qkv: Arg::T(qkv),
-                    out: Arg::T(out),
-                    lse: Arg::T(lse),
-                };
-                let q = self.alloc((SDPA_BACKWARD, calc), self.head_dims());
-                let k = self.alloc((SDPA_BACKWARD, part(q, 1)), self.head_dims());
-                let v = self.alloc((SDPA_BACKWARD, part(q, 2)), self.head_dims());
-                let grads = [q, k, v];
+                let grads = self.fused_backward([qkv, out, lse], g, self.kernel());
                 if ckpt {
                     self.free_all(&[qkv, lse, out, g]);
                 } else {
                     self.free_all(&[g, qkv, lse, out]);
                 }
-                (grads[0], grads[1], grads[2])
+                grads
             }
-            Saved::Eager { .. } => self.eager_backward(saved, g, ckpt),
+            Saved::Eager { .. } => {
+                let (q, k, v) = self.eager_backward(saved, g, ckpt);
+                vec![q, k, v]
+            }
         };
-        let cat = Calc::Cat([q, k, v].map(Arg::T));
+        // `split`'s backward: the three gradients joined (one packed
+        // buffer of them is copied).
+        let cat = match grads[..] {
+            [q, k, v] => Calc::Cat([q, k, v].map(Arg::T)),
+            _ => Calc::Copy(Arg::T(grads[0])),
+        };
         let cat = self.alloc(("cat", cat), self.tokens(3 * self.shape.width));
-        self.free_all(&[q, k, v]);
+        self.free_all(&grads);
         cat
     }
 

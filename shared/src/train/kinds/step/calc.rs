@@ -151,6 +151,9 @@ pub enum Calc {
     Sdpa {
         qkv: Arg,
         heads: u64,
+        /// The log-sum-exp's rows padded to a multiple of this (the
+        /// memory-efficient kernel's 32; 1 elsewhere).
+        lse_align: u64,
     },
     /// Its backward: the gradients of q, k and v as B x H x S x D.
     SdpaBackward {
@@ -159,6 +162,17 @@ pub enum Calc {
         out: Arg,
         lse: Arg,
     },
+    /// The memory-efficient kernel's backward: the same gradients in one
+    /// B x S x 3 x H x D buffer (q, k and v views of one projection).
+    SdpaBackwardPacked {
+        grad: Arg,
+        qkv: Arg,
+        out: Arg,
+        lse: Arg,
+    },
+    /// A kernel's buffer for the call (an accumulator, `delta`): values
+    /// no op of the program reads (zeros here).
+    Workspace,
     /// The three gradients of the q/k/v split joined along the last
     /// dimension (each B x S x width, or B x H x S x D heads).
     Cat([Arg; 3]),
@@ -218,7 +232,7 @@ impl Calc {
             out
         };
         match *self {
-            Part { .. } | Arange | Ones | Zeros | DynamicMap { .. } => [None; 5],
+            Part { .. } | Arange | Ones | Zeros | DynamicMap { .. } | Workspace => [None; 5],
             Tril(x)
             | Sqrt(x)
             | Not(x)
@@ -267,6 +281,12 @@ impl Calc {
                 total_weight,
             } => list(&[Some(grad), Some(targets), Some(total_weight)]),
             SdpaBackward {
+                grad,
+                qkv,
+                out,
+                lse,
+            }
+            | SdpaBackwardPacked {
                 grad,
                 qkv,
                 out,

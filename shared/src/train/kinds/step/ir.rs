@@ -46,6 +46,10 @@ pub struct Options {
     /// `loss = criterion(...) / accumulate` when above 1 (gradient
     /// accumulation): a `div` in forward and in backward.
     pub accumulate: u64,
+    /// The GPU's compute capability where PyTorch picks a CUDA kernel
+    /// for `scaled_dot_product_attention` (`sdp`); `None`: the CPU's, as
+    /// PyTorch's own traces here ran.
+    pub gpu: Option<(u32, u32)>,
 }
 
 impl Options {
