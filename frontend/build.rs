@@ -1,5 +1,7 @@
 //! Builds the lesson list from tests/lessons/ so that every lesson file the
-//! tests play is in the page, without a second list to keep in step.
+//! tests play is in the page, without a second list to keep in step: each
+//! lesson's words, and its commands file's version (the page fetches the
+//! file itself, `lessons/NN-slug.jsonl`, which scripts/build-web copies).
 
 use std::fmt::Write;
 use std::path::Path;
@@ -25,6 +27,14 @@ fn read_words(path: &Path) -> (String, String, String) {
     (join(question), join(summary), join(recap))
 }
 
+/// FNV-1a, 64 bits: a changed commands file gets a new URL (the web app's
+/// files are cached for good).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 fn main() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/lessons");
     println!("cargo:rerun-if-changed={}", dir.display());
@@ -46,10 +56,11 @@ fn main() {
         println!("cargo:rerun-if-changed={}", file.display());
         println!("cargo:rerun-if-changed={}", words.display());
         let (question, summary, recap) = read_words(&words);
+        let text = std::fs::read(&file).expect("lesson file");
+        let version = format!("{:016x}", fnv1a(&text));
         writeln!(
             out,
-            "    Lesson {{ slug: {slug:?}, question: {question:?}, summary: {summary:?}, recap: {recap:?}, text: include_str!({:?}) }},",
-            file.canonicalize().expect("lesson file").display()
+            "    Lesson {{ slug: {slug:?}, question: {question:?}, summary: {summary:?}, recap: {recap:?}, version: {version:?} }},",
         )
         .unwrap();
     }

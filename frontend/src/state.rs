@@ -134,6 +134,8 @@ pub struct App {
     pub words: Words,
     pub display: Display,
     pub lesson: RwSignal<Option<LessonRun>>,
+    /// Lesson files fetched so far (a change marker).
+    pub lesson_texts: RwSignal<u32>,
     /// The code cell.
     pub cell: crate::cell::CellState,
     /// ▶ play: training a step at a time.
@@ -198,6 +200,7 @@ impl App {
             },
             display,
             lesson: RwSignal::new(None),
+            lesson_texts: RwSignal::new(0),
             cell: crate::cell::CellState::new(),
             play: crate::play::Play::new(),
             replays: Replays::new(),

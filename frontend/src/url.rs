@@ -45,10 +45,10 @@ pub fn read() -> Initial {
     let p = params();
     let get = |k: &str| p.as_ref().and_then(|p| p.get(k));
     let framework = get("framework").and_then(|f| Framework::from_id(&f));
+    // The step is held to the lesson's length once its file is here.
     let lesson = get("lesson").and_then(|l| lesson_index(&l)).map(|i| {
-        let steps = LESSONS[i].lines().len();
         let step = get("step").and_then(|s| s.parse().ok()).unwrap_or(0);
-        (i, step.min(steps))
+        (i, step)
     });
     let hide = get("hide")
         .map(|h| h.split(',').map(str::to_string).collect())

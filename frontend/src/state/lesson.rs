@@ -3,7 +3,6 @@
 //! and the learner's prediction, the framework a link asks for.
 
 use super::{App, Pending};
-use crate::lessons::LESSONS;
 use leptos::prelude::*;
 use vramlab_shared::command::{parse_line, Command, CommandLine, RestartSettings};
 use vramlab_shared::lesson::check_step;
@@ -50,12 +49,34 @@ impl App {
         let Some(run) = self.lesson.get_untracked() else {
             return;
         };
+        if !crate::lessons::loaded(run.index) {
+            let app = *self;
+            return crate::lessons::load(run.index, move |here| {
+                app.lesson_texts.update(|n| *n += 1);
+                if here {
+                    app.catch_up_lesson();
+                }
+            });
+        }
+        let step = run.step.min(crate::lessons::lines(run.index).len());
         self.lesson.set(Some(LessonRun::at(run.index, 0)));
-        for step in 0..run.step {
+        for step in 0..step {
             if let Some(line) = Self::lesson_line(run.index, step) {
                 self.submit(line);
             }
         }
+    }
+
+    /// Whether lesson `index`'s commands are here (tracked); fetches them
+    /// when they are not, for the views to show once they come.
+    pub fn lesson_file(&self, index: usize) -> bool {
+        self.lesson_texts.track();
+        let here = crate::lessons::loaded(index);
+        if !here {
+            let texts = self.lesson_texts;
+            crate::lessons::load(index, move |_| texts.update(|n| *n += 1));
+        }
+        here
     }
 
     /// `?framework=` in the link: a kernel of that framework.
@@ -72,7 +93,7 @@ impl App {
 
     /// A lesson step's line, annotations split off.
     pub fn lesson_line(index: usize, step: usize) -> Option<CommandLine> {
-        let line = LESSONS.get(index)?.lines().get(step).copied()?;
+        let line = crate::lessons::lines(index).get(step).copied()?;
         Some(parse_line(line))
     }
 

@@ -41,7 +41,8 @@ pub fn Lessons(app: App) -> impl IntoView {
         <section class="lessons" aria-label="Lessons" id="lessons">
             {move || match app.lesson.get() {
                 None => view! { <FirstScreen app=app /> }.into_any(),
-                Some(run) => view! { <Playing app=app run=run /> }.into_any(),
+                Some(run) if app.lesson_file(run.index) => view! { <Playing app=app run=run /> }.into_any(),
+                Some(_) => view! { <p class="note" id="lesson-loading">"Loading the lesson…"</p> }.into_any(),
             }}
         </section>
     }
@@ -76,7 +77,7 @@ fn FirstScreen(app: App) -> impl IntoView {
 #[component]
 fn Playing(app: App, run: LessonRun) -> impl IntoView {
     let lesson: &'static Lesson = &LESSONS[run.index];
-    let total = lesson.lines().len();
+    let total = crate::lessons::lines(run.index).len();
     let done = run.step >= total;
     view! {
         <h2 class="lesson-title">{inline_code(lesson.question)}</h2>
