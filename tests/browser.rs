@@ -141,7 +141,7 @@ async fn the_playground_in_a_browser() {
     );
 
     // A lesson, end to end.
-    click(&page, "lesson-0").await;
+    open_lesson(&page, "lesson-0").await;
     for _ in 0..20 {
         let done = js(&page, "!!document.getElementById('lesson-done')").await;
         if done == Value::Bool(true) {

@@ -135,6 +135,13 @@ pub async fn click(page: &Page, id: &str) {
     js(page, &format!("document.getElementById('{id}').click()")).await;
 }
 
+/// Opens a lesson from the first screen (`lesson-N`) and waits for its
+/// steps: the page fetches a lesson's commands when it opens.
+pub async fn open_lesson(page: &Page, id: &str) {
+    click(page, id).await;
+    until(page, "!!document.getElementById('lesson-progress')").await;
+}
+
 pub async fn set_input(page: &Page, id: &str, value: &str) {
     js(
         page,

@@ -50,7 +50,7 @@ async fn at_every_width_the_step_and_the_numbers_are_on_screen_together() {
             "document.getElementById('status').textContent === 'connected'",
         )
         .await;
-        click(&page, "lesson-0").await;
+        open_lesson(&page, "lesson-0").await;
         for step in 0..4 {
             until(&page, "document.getElementById('lesson-do')").await;
             assert!(
@@ -356,7 +356,7 @@ async fn a_lesson_played_from_the_first_screen_to_the_next_lesson() {
         "Why did it run out of memory with 300 MiB free?"
     );
     assert!(text(&page, "#glossary").await.contains("inactive split"));
-    click(&page, "lesson-0").await;
+    open_lesson(&page, "lesson-0").await;
     let mut predicted = 0;
     for step in 0..8 {
         assert!(

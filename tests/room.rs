@@ -182,7 +182,7 @@ async fn by_keyboard_alone_and_for_the_room() {
         .unwrap()
         .contains("view=projector"));
     viewport(&page, 1920, 1080).await;
-    click(&page, "lesson-4").await;
+    open_lesson(&page, "lesson-4").await;
     for _ in 0..5 {
         let before = results(&page).await;
         click(&page, "lesson-do").await;
@@ -241,7 +241,7 @@ async fn by_keyboard_alone_and_for_the_room() {
     .await;
     shot_screen(&first, "first-screen-1280.png").await;
     viewport(&first, 390, 844).await;
-    click(&first, "lesson-0").await;
+    open_lesson(&first, "lesson-0").await;
     for _ in 0..4 {
         let before = results(&first).await;
         click(&first, "lesson-do").await;

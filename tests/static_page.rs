@@ -65,7 +65,7 @@ async fn open_static(browser: &chromiumoxide::Browser, url: &str) -> Page {
 
 /// Plays every lesson from the first, step by step, through "next lesson".
 async fn play_every_lesson(page: &Page) -> usize {
-    click(page, "lesson-0").await;
+    open_lesson(page, "lesson-0").await;
     let mut lessons = 1;
     loop {
         until(

@@ -340,9 +340,13 @@ async fn a_transformer_and_a_cnn_train_in_the_page() {
     let code = js(&page, "document.getElementById('code').textContent").await;
     let autocast = "with torch.autocast('cuda', dtype=torch.float16):";
     assert!(code.as_str().unwrap().contains(autocast), "{code}");
-    // bfloat16: with fused attention (no softmax to copy) the same bytes.
+    // bfloat16: the default card (compute capability 7.5) has no fused
+    // kernel for it, so PyTorch runs the math kernel, which keeps the
+    // scores; the note says which kernel ran.
     pick(&page, "amp", "bfloat16").await;
-    assert_eq!(step_peak(&page).await, amp);
+    assert!(step_peak(&page).await > amp);
+    let said = js(&page, "document.getElementById('explanation').textContent").await;
+    assert!(said.as_str().unwrap().contains("math kernel"), "{said}");
     let code = js(&page, "document.getElementById('code').textContent").await;
     let autocast = "with torch.autocast('cuda', dtype=torch.bfloat16):";
     assert!(code.as_str().unwrap().contains(autocast), "{code}");

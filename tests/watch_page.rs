@@ -45,7 +45,7 @@ async fn watchers_mirror_the_lesson_the_code_and_the_controls() {
     let watcher = open(&browser, link.as_str().unwrap()).await;
     until(&presenter, "!!document.getElementById('watchers')").await;
     // A lesson, two steps in.
-    click(&presenter, "lesson-0").await;
+    open_lesson(&presenter, "lesson-0").await;
     press(&presenter, "lesson-do").await;
     press(&presenter, "lesson-do").await;
     // A control edited, a box ticked, code typed.
