@@ -201,6 +201,7 @@ impl Engine {
                 state: Vec::new(),
                 state_values: Vec::new(),
                 steps: 0,
+                later_step: None,
             },
         );
         self.process.bind_local(name, opt);

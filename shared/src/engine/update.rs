@@ -13,6 +13,7 @@ use crate::train::frame::PyFrame;
 use crate::train::kinds::step::optim_step::{self, Param};
 use crate::train::kinds::step::{Op, Program};
 use crate::train::optimizer::update_values;
+use std::sync::Arc;
 
 impl Engine {
     /// Plays `optimizer.step()` in `frame`. Returns whether the update's
@@ -50,14 +51,26 @@ impl Engine {
         ))
     }
 
-    /// The step's program over the parameters that have a `.grad` now.
-    fn optimizer_program(&self, optimizer: ObjId) -> Program {
-        let opt = &self.train.optimizers[&optimizer];
+    /// The step's program over the parameters that have a `.grad` now
+    /// (a later step's, built once and kept by the optimizer).
+    fn optimizer_program(&mut self, optimizer: ObjId) -> Arc<Program> {
         let k = &self.process;
-        let params: Vec<Param> = (opt.params.iter().enumerate())
+        let Some(opt) = self.train.optimizers.get_mut(&optimizer) else {
+            return Arc::default();
+        };
+        let with_grad: Vec<usize> = (opt.params.iter().enumerate())
             .filter(|&(_, &p)| grad_of(k, p).is_some())
-            .filter_map(|(index, &p)| {
-                let t = k.runtime.tensor(p)?;
+            .map(|(index, _)| index)
+            .collect();
+        let first = opt.state.is_empty();
+        if let Some((updates, program)) = &opt.later_step {
+            if !first && *updates == with_grad {
+                return Arc::clone(program);
+            }
+        }
+        let params: Vec<Param> = (with_grad.iter())
+            .filter_map(|&index| {
+                let t = k.runtime.tensor(opt.params[index])?;
                 Some(Param {
                     index,
                     shape: &t.shape,
@@ -65,7 +78,11 @@ impl Engine {
                 })
             })
             .collect();
-        optim_step::program(opt.spec(), &params, opt.state.is_empty())
+        let program = Arc::new(optim_step::program(opt.spec(), &params, first));
+        if !first {
+            opt.later_step = Some((with_grad, Arc::clone(&program)));
+        }
+        program
     }
 }
 

@@ -75,6 +75,12 @@ pub struct OptimizerState {
     /// CPU values of the state, per tensor.
     pub state_values: Vec<Vec<f32>>,
     pub steps: u32,
+    /// A later step's program (the state made), with the parameters it
+    /// updates: the same every step, so built once.
+    pub later_step: Option<(
+        Vec<usize>,
+        std::sync::Arc<crate::train::kinds::step::Program>,
+    )>,
 }
 
 impl OptimizerState {
