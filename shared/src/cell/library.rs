@@ -5,7 +5,7 @@
 
 use super::names::framework_of;
 use super::scope::Eval;
-use super::value::{dtype_named, Args, Forward, Loader, Tensor, Value};
+use super::value::{dtype_named, Args, Forward, Loader, TensorInfo, Value};
 use super::CellError;
 use crate::command::STATE_BITS;
 use crate::command::{Command, ModelArgs};
@@ -141,7 +141,7 @@ fn factory(ev: &Eval, path: &str, args: &Args) -> Result<Option<Value>, CellErro
         None => default_dtype,
     };
     let gpu = args.device().unwrap_or(gpu_default);
-    Ok(Some(Value::Tensor(Tensor { shape, dtype, gpu })))
+    Ok(Some(Value::Tensor(TensorInfo { shape, dtype, gpu })))
 }
 
 /// The shape: positional sizes (`torch.randn(3, 4)`), or one tuple or list
@@ -399,7 +399,7 @@ fn checkpointed(ev: &Eval, args: &Args) -> Result<Value, CellError> {
 
 fn to_gpu(ev: &Eval, v: Value) -> Result<Value, CellError> {
     match v {
-        Value::Tensor(t) => Ok(Value::Tensor(Tensor { gpu: true, ..t })),
+        Value::Tensor(t) => Ok(Value::Tensor(TensorInfo { gpu: true, ..t })),
         Value::Object(n) => Ok(Value::Object(n)),
         other => Err(ev.err(format!("cannot put {} on the GPU", other.describe()))),
     }
@@ -418,14 +418,14 @@ fn load_data(ev: &Eval, path: &str) -> Result<Value, CellError> {
         if *c > 1 {
             shape.push(*c);
         }
-        Value::Tensor(Tensor {
+        Value::Tensor(TensorInfo {
             shape,
             dtype: Dtype::Uint8,
             gpu: false,
         })
     };
     let labels = |n: u64| {
-        Value::Tensor(Tensor {
+        Value::Tensor(TensorInfo {
             shape: vec![n],
             dtype: Dtype::Uint8,
             gpu: false,

@@ -3,7 +3,7 @@
 //! loss functions, loaders' batch sizes, a Keras model's optimizer), and
 //! which names it bound in the kernel.
 
-use super::value::{Loader, Tensor, Value};
+use super::value::{Loader, TensorInfo, Value};
 use crate::command::Command;
 use crate::types::Framework;
 use std::collections::{BTreeMap, BTreeSet};
@@ -80,7 +80,7 @@ enum Binding {
     /// A value the cell keeps itself.
     Value(Value),
     /// A kernel tensor the cell made, with its shape.
-    Tensor(Tensor),
+    Tensor(TensorInfo),
     /// A loader (kernel dataset) the cell made, with its batch size.
     Loader(Loader),
     /// A Keras model, with the optimizer `compile` made for it.
@@ -121,7 +121,7 @@ impl Names {
     }
 
     /// `name` now names a kernel tensor of this shape.
-    pub fn keep_tensor(&mut self, name: &str, tensor: Tensor) {
+    pub fn keep_tensor(&mut self, name: &str, tensor: TensorInfo) {
         self.bind(name, Binding::Tensor(tensor));
     }
 
@@ -145,7 +145,7 @@ impl Names {
     }
 
     /// The shape of the kernel tensor `name`, if the cell made it.
-    pub fn tensor(&self, name: &str) -> Option<&Tensor> {
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
         match self.names.get(name)? {
             Binding::Tensor(t) => Some(t),
             _ => None,

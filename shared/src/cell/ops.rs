@@ -4,7 +4,7 @@
 //! `h.append(x)`, `model.compile(...)`, `model.fit(...)`).
 
 use super::scope::Eval;
-use super::value::{Args, Forward, Tensor, Value};
+use super::value::{Args, Forward, TensorInfo, Value};
 use super::CellError;
 use crate::command::*;
 use crate::types::Dtype;
@@ -80,7 +80,7 @@ fn floats(x: f64, op: &str, y: f64) -> Value {
 }
 
 /// The tensor a value is (new or in the kernel), if the cell knows its shape.
-fn tensor_of(ev: &Eval, v: &Value) -> Option<Tensor> {
+fn tensor_of(ev: &Eval, v: &Value) -> Option<TensorInfo> {
     match v {
         Value::Tensor(t) => Some(t.clone()),
         Value::Object(n) => ev.names.tensor(n).cloned(),
@@ -109,7 +109,7 @@ fn elementwise(ev: &Eval, a: &Value, op: &str, b: &Value) -> Result<Value, CellE
     } else {
         t.dtype
     };
-    Ok(Value::Tensor(Tensor { dtype, ..t }))
+    Ok(Value::Tensor(TensorInfo { dtype, ..t }))
 }
 
 pub fn attribute(_ev: &Eval, v: Value, attr: &str) -> Result<Value, CellError> {
@@ -197,7 +197,7 @@ fn moves(m: &str, args: &Args) -> Option<bool> {
     }
 }
 
-fn tensor_method(ev: &Eval, t: Tensor, m: &str, args: &Args) -> Result<Value, CellError> {
+fn tensor_method(ev: &Eval, t: TensorInfo, m: &str, args: &Args) -> Result<Value, CellError> {
     if m == "item" {
         return Ok(Value::Float(0.0));
     }
@@ -208,7 +208,7 @@ fn tensor_method(ev: &Eval, t: Tensor, m: &str, args: &Args) -> Result<Value, Ce
         "flatten" => vec![t.shape.iter().product()],
         _ => t.shape,
     };
-    Ok(Value::Tensor(Tensor { shape, dtype, gpu }))
+    Ok(Value::Tensor(TensorInfo { shape, dtype, gpu }))
 }
 
 fn reshaped(ev: &Eval, shape: &[u64], args: &Args) -> Result<Vec<u64>, CellError> {
@@ -290,7 +290,7 @@ fn append(ev: &Eval, list: String, args: &Args) -> Result<Value, CellError> {
 fn kernel_tensor_method(
     ev: &Eval,
     n: String,
-    t: Tensor,
+    t: TensorInfo,
     m: &str,
     args: &Args,
 ) -> Result<Value, CellError> {

@@ -23,7 +23,7 @@ pub enum Value {
     /// An object in the kernel, by name.
     Object(String),
     /// A new tensor; `gpu: false` is a host array (no GPU memory).
-    Tensor(Tensor),
+    Tensor(TensorInfo),
     /// `nn.Linear(784, 1024)`, `layers.Dense(1024)`; `None` for layers without weights.
     Layer(Option<(Option<u64>, u64)>),
     Model(ModelArgs),
@@ -53,8 +53,10 @@ pub enum Value {
     Opaque,
 }
 
+/// What the cell knows of an array: its shape, type and device (the
+/// runtime's tensor object is `runtime::Tensor`).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Tensor {
+pub struct TensorInfo {
     pub shape: Vec<u64>,
     pub dtype: Dtype,
     pub gpu: bool,
