@@ -58,6 +58,11 @@ pub struct Settings {
     /// `TORCH_CUBLASLT_UNIFIED_WORKSPACE=1`: cuBLASLt's products use the
     /// cuBLAS workspace instead of one of their own.
     pub cublaslt_unified_workspace: bool,
+    /// The workspace each cuDNN convolution call takes (forward, backward
+    /// data, backward weight), allocated and freed inside the call. Its
+    /// real size is the algorithm cuDNN picks on the GPU at run time:
+    /// unknown here, so 0 (not counted) unless set.
+    pub cudnn_workspace_bytes: u64,
 }
 
 /// A PyTorch release, for what changed between them (today: where cuBLAS
@@ -123,6 +128,7 @@ impl Default for Settings {
             torch_version: TorchVersion::default(),
             cublas_workspace_cache: false,
             cublaslt_unified_workspace: false,
+            cudnn_workspace_bytes: 0,
         }
     }
 }
@@ -196,6 +202,9 @@ pub struct RestartSettings {
     /// PyTorch: `TORCH_CUBLASLT_UNIFIED_WORKSPACE=1`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cublaslt_unified_workspace: Option<bool>,
+    /// PyTorch: each cuDNN convolution's workspace, in bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cudnn_workspace_bytes: Option<u64>,
 }
 
 fn invalid(message: String) -> CommandError {
@@ -286,6 +295,9 @@ impl Settings {
         if let Some(v) = patch.cublaslt_unified_workspace {
             s.cublaslt_unified_workspace = v;
         }
+        if let Some(v) = patch.cudnn_workspace_bytes {
+            s.cudnn_workspace_bytes = v;
+        }
         s.validate()?;
         Ok(s)
     }
@@ -317,6 +329,13 @@ impl Settings {
                     format_size(limit)
                 )));
             }
+        }
+        if self.cudnn_workspace_bytes > self.device_total_bytes {
+            return Err(invalid(format!(
+                "cudnn_workspace_bytes must be at most the device's {}, not {}",
+                format_size(self.device_total_bytes),
+                format_size(self.cudnn_workspace_bytes)
+            )));
         }
         if !(self.mem_fraction > 0.0 && self.mem_fraction <= 1.0) {
             return Err(invalid(format!(

@@ -416,3 +416,59 @@ fn fused_attention_runs_the_cards_kernel_and_says_so() {
         );
     }
 }
+
+/// cuDNN's convolution workspace is unknown without a GPU: the
+/// `cudnn_workspace_bytes` setting gives each call one, allocated and freed
+/// inside it, which the step's peak and the estimate carry.
+#[test]
+fn each_cudnn_convolution_takes_the_workspace_the_setting_gives() {
+    let peaks = |workspace: u64| {
+        let mut e = Engine::new_simulated();
+        for line in [
+            json!({"cmd":"restart","framework":"pytorch","cudnn_workspace_bytes":workspace}),
+            json!({"cmd":"model","name":"model","kind":"cnn","channels":3,"image_size":32,
+                "blocks":2,"width":16,"classes":10}),
+            json!({"cmd":"optimizer","name":"opt","model":"model","kind":"adam"}),
+            json!({"cmd":"data","name":"data","samples":64,"features":3072,"classes":10}),
+        ] {
+            assert!(run(&mut e, &line).ok, "{line}");
+        }
+        let train = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data",
+            "steps":2,"batch_size":8});
+        let r = run(&mut e, &train);
+        assert!(r.ok, "{:?}", r.error);
+        let estimate = json!({"cmd":"estimate","model":"model","optimizer":"opt","batch_size":8});
+        let predicted = run(&mut e, &estimate).value.unwrap()["peak_bytes"]
+            .as_u64()
+            .unwrap();
+        let cudnn = |ev: &&crate::stats::Event| {
+            let named = ev.name.as_deref().is_some_and(|n| n.starts_with("cuDNN"));
+            named && ev.action == crate::stats::EventAction::Alloc
+        };
+        let labels = e.events_since(0).filter(cudnn).count();
+        (r.stats.step_peak_allocated_bytes, predicted, labels)
+    };
+    let mib = 1 << 20;
+    let (plain, plain_estimate, none) = peaks(0);
+    let (with, estimate, calls) = peaks(64 * mib);
+    assert_eq!(none, 0);
+    // Two steps, two blocks: a forward call each, and backward's two
+    // (the first convolution computes no gradient for the images: one).
+    assert_eq!(calls, 2 * (2 + 3));
+    // The peak is now a workspace's moment: 64 MiB over what lives then
+    // (at most the plain step's peak).
+    assert!(
+        with > plain && with - 64 * mib <= plain,
+        "{plain} -> {with}"
+    );
+    assert!(estimate > plain_estimate, "{plain_estimate} -> {estimate}");
+    let off = estimate.abs_diff(with) as f64 / with as f64;
+    assert!(off < 0.06, "estimate {estimate} vs {with}");
+    let too_big = json!({"cmd":"restart","cudnn_workspace_bytes": 1u64 << 60});
+    let r = run(&mut Engine::new_simulated(), &too_big);
+    assert!(r
+        .error
+        .unwrap()
+        .message
+        .contains("cudnn_workspace_bytes must be at most"));
+}

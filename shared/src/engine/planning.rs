@@ -25,6 +25,7 @@ impl Engine {
             blas: self.settings.blas_workspaces(),
             attention: a.attention,
             gpu: self.kernel_gpu(),
+            conv_workspace: self.conv_workspace(),
         };
         let (_, state) = self.model_state(&a.model)?;
         check_attention(a.attention, &state.spec)?;
@@ -52,6 +53,7 @@ impl Engine {
             amp: a.amp.dtype(),
             accumulate: 1,
             gpu: None,
+            conv_workspace: 0,
         };
         let compiled = self.compiles(state.session.is_some()).then(|| {
             let kind = optimizer.map(|o| o.kind);

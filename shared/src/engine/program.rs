@@ -17,7 +17,7 @@ use crate::train::autograd::grad_of;
 use crate::train::cublas::CublasWorkspaces;
 use crate::train::frame::PyFrame;
 use crate::train::kinds::step::{Alloc, Batch, Op, Program, Role};
-use crate::types::Category;
+use crate::types::{Category, Dtype};
 
 /// The model a program runs on.
 pub(super) struct Target<'a> {
@@ -162,6 +162,11 @@ impl<'p> Player<'p> {
                     }
                 }
                 Op::Release(part) => self.release(k, part),
+                Op::Workspace(bytes) => {
+                    let label = "cuDNN workspace (cudnn_workspace_bytes)";
+                    let w = frame.alloc(k, label, &[bytes], Dtype::Uint8, Category::Workspace)?;
+                    frame.drop(k, w);
+                }
                 Op::ForwardEnd | Op::Begin(_) | Op::End(_) | Op::Update(_) => {}
             }
         }

@@ -53,6 +53,7 @@ impl Engine {
             checkpointing: a.checkpointing,
             amp: a.amp.dtype(),
             gpu: self.kernel_gpu(),
+            conv_workspace: self.conv_workspace(),
             ..Options::default()
         };
         let program = match a.no_grad {

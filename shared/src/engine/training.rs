@@ -136,6 +136,7 @@ impl Engine {
             amp: a.amp.dtype(),
             accumulate: a.accumulate,
             gpu: self.kernel_gpu(),
+            conv_workspace: self.conv_workspace(),
         };
         let program = spec.step_program(micro_batch, options);
         let attention_kernel = match spec.kind {
@@ -425,6 +426,13 @@ impl Engine {
     pub(super) fn kernel_gpu(&self) -> Option<(u32, u32)> {
         let pytorch = self.framework() == Framework::Pytorch;
         pytorch.then_some(self.settings.compute_capability)
+    }
+
+    /// The workspace each cuDNN convolution takes (`Options::conv_workspace`):
+    /// the setting under PyTorch.
+    pub(super) fn conv_workspace(&self) -> u64 {
+        self.kernel_gpu()
+            .map_or(0, |_| self.settings.cudnn_workspace_bytes)
     }
 }
 

@@ -36,6 +36,7 @@ fn read(f: &mut Fields) -> Result<Settings, serde_json::Error> {
         torch_version: f.take_or("torch_version", Default::default())?,
         cublas_workspace_cache: f.take_or("cublas_workspace_cache", false)?,
         cublaslt_unified_workspace: f.take_or("cublaslt_unified_workspace", false)?,
+        cudnn_workspace_bytes: f.take_or("cudnn_workspace_bytes", 0)?,
     })
 }
 
@@ -68,6 +69,7 @@ pub const RESTART_FIELDS: &[&str] = &[
     "torch_version",
     "cublas_workspace_cache",
     "cublaslt_unified_workspace",
+    "cudnn_workspace_bytes",
 ];
 
 /// A `restart` line's fields: a missing one keeps the kernel's value; a
@@ -97,6 +99,7 @@ fn restart(f: &mut Fields) -> Result<RestartSettings, serde_json::Error> {
         torch_version: f.take("torch_version")?,
         cublas_workspace_cache: f.take("cublas_workspace_cache")?,
         cublaslt_unified_workspace: f.take("cublaslt_unified_workspace")?,
+        cudnn_workspace_bytes: f.take("cudnn_workspace_bytes")?,
     };
     f.done(RESTART_FIELDS)?;
     Ok(s)

@@ -94,6 +94,7 @@ mod tests {
             torch_version: Some(crate::framework::TorchVersion::V2_9),
             cublas_workspace_cache: Some(true),
             cublaslt_unified_workspace: Some(true),
+            cudnn_workspace_bytes: Some(1),
         };
         let fields = serde_json::to_value(&all).unwrap();
         assert_eq!(

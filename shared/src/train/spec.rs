@@ -276,6 +276,8 @@ pub struct StepShape {
     /// The GPU's compute capability, for the kernel fused attention runs
     /// (`Options::gpu`).
     pub gpu: Option<(u32, u32)>,
+    /// Each cuDNN convolution's workspace (`Options::conv_workspace`).
+    pub conv_workspace: u64,
 }
 
 /// The optimizer's state for the model's trained parameters.
@@ -309,6 +311,7 @@ pub fn estimate(
         amp: s.amp,
         accumulate: s.accumulate,
         gpu: s.gpu,
+        conv_workspace: s.conv_workspace,
     };
     let (saved, attention) = match model.kind {
         Kind::Transformer(t) => estimate::transformer_saved(&t, b, options),
@@ -389,6 +392,7 @@ mod tests {
             blas: Default::default(),
             attention: Attention::Eager,
             gpu: None,
+            conv_workspace: 0,
         };
         let adam = OptimizerSpec::torch(OptimizerKind::Adam);
         let e = estimate(&m, Some(adam), None, &shape);

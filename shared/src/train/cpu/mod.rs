@@ -108,7 +108,7 @@ pub fn run(
             Op::Free(i) => values.tensors[i] = None,
             Op::Blas(..) | Op::Rebind | Op::Release(_) | Op::ForwardEnd => {}
             // The update itself moves the model's values (`train::update`).
-            Op::Begin(_) | Op::End(_) | Op::Update(_) => {}
+            Op::Begin(_) | Op::End(_) | Op::Update(_) | Op::Workspace(_) => {}
         }
     }
     Ok(())

@@ -4,8 +4,11 @@
 //! place), `relu` (saves its output; the norm's output dies), and
 //! `max_pool2d_with_indices` (saves its input and int64 indices); then the
 //! flattened head's `addmm` and the loss. The first convolution computes no
-//! gradient for the images. cuDNN's convolution workspace is not modelled:
-//! its size is the algorithm cuDNN picks on the GPU at run time.
+//! gradient for the images. cuDNN's convolution workspace is the algorithm
+//! cuDNN picks on the GPU at run time: unknown here, so each call takes
+//! what `Options::conv_workspace` says (the `cudnn_workspace_bytes`
+//! setting; 0, not counted, unless set): after the forward's output, and
+//! after each of backward's two calls' (the input's gradient, the weight's).
 
 use super::{param_or_cast, part, Arg, Batch, Calc, Keep, Op, Options, Program, Region, Tape, H};
 use crate::train::kinds::CnnShape;
@@ -91,6 +94,14 @@ pub fn program(c: &CnnShape, batch: u64, options: Options) -> Program {
 }
 
 impl Tape<CnnShape> {
+    /// A cuDNN call's workspace, when the setting gives it a size.
+    fn conv_workspace(&mut self) {
+        if self.options.conv_workspace > 0 {
+            let bytes = self.options.conv_workspace;
+            self.program.ops.push(Op::Workspace(bytes));
+        }
+    }
+
     /// (input channels, output channels, side) of block `b`'s convolution.
     fn sizes(&self, b: u32) -> (u64, u64, u64) {
         let c = &self.shape;
@@ -167,6 +178,7 @@ impl Tape<CnnShape> {
             bias: param_or_cast(conv + 1, bias),
         };
         let conv_out = self.alloc(("convolution", calc), self.maps(c, side));
+        self.conv_workspace();
         if let Some(cast) = cast.filter(|_| !save) {
             self.free(cast);
         }
@@ -293,11 +305,15 @@ impl Tape<CnnShape> {
         let g_x = s
             .input_grad
             .then(|| self.alloc((op, calc), self.maps(c_in, side)));
+        if g_x.is_some() {
+            self.conv_workspace();
+        }
         let (first, k) = match g_x {
             Some(g_x) => ((op, part(g_x, 1)), 2),
             None => ((op, calc), 1),
         };
         let weight = self.weight_grad(first, conv, vec![c, c_in, 3, 3]);
+        self.conv_workspace();
         let bias = (op, part(g_x.unwrap_or(weight), k));
         let bias = self.weight_grad(bias, conv + 1, vec![c]);
         let (input, cast) = (s.input.into_iter(), s.weight.into_iter());

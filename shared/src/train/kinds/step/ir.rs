@@ -50,6 +50,9 @@ pub struct Options {
     /// for `scaled_dot_product_attention` (`sdp`); `None`: the CPU's, as
     /// PyTorch's own traces here ran.
     pub gpu: Option<(u32, u32)>,
+    /// The workspace each cuDNN convolution call takes on a GPU
+    /// (`Settings::cudnn_workspace_bytes`; 0: not counted).
+    pub conv_workspace: u64,
 }
 
 impl Options {
@@ -127,6 +130,9 @@ pub enum Op {
     /// `opt.step()` moves parameter `i` by its `.grad` and its state (its
     /// values; no memory).
     Update(usize),
+    /// A cuDNN convolution's workspace of this many bytes, allocated and
+    /// freed inside the call.
+    Workspace(u64),
 }
 
 /// A region of a step's ops (memory and arithmetic run through it; a
@@ -181,7 +187,7 @@ impl Program {
                 Op::Free(i) => Some(("free", -(blocks(self.allocs[i].bytes()) as i64))),
                 Op::Rebind => Some(("free", -(blocks(4) as i64))),
                 Op::Blas(..) | Op::Release(_) | Op::ForwardEnd => None,
-                Op::Begin(_) | Op::End(_) | Op::Update(_) => None,
+                Op::Begin(_) | Op::End(_) | Op::Update(_) | Op::Workspace(_) => None,
             })
             .map(|(op, bytes)| TraceEvent { op, bytes })
             .collect()

@@ -249,7 +249,7 @@ fn a_program_frees_what_it_made_and_leaves_one_gradient_per_parameter() {
                             live[i] = false;
                         }
                         Op::Blas(..) | Op::Rebind | Op::Release(_) | Op::ForwardEnd => {}
-                        Op::Begin(_) | Op::End(_) | Op::Update(_) => {}
+                        Op::Begin(_) | Op::End(_) | Op::Update(_) | Op::Workspace(_) => {}
                     }
                 }
                 let mut grads: Vec<(usize, Vec<u64>)> = Vec::new();
