@@ -262,6 +262,27 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
         .await
         .contains("training.pickle"));
 
+    // A pickle that nests one value 150,000 deep (150 KB): refused, and the
+    // page goes on (its tree was dropped without recursion).
+    let mut nested = b"\x80\x02N".to_vec();
+    nested.extend(std::iter::repeat_n(0x85u8, 150_000));
+    nested.push(b'.');
+    let deep = dir.join("nested.pickle");
+    std::fs::write(&deep, &nested).unwrap();
+    choose_file(&page, &deep).await;
+    let error = until(
+        &page,
+        "document.getElementById('snapshot-error').textContent.includes('not a memory snapshot') && document.getElementById('snapshot-error').textContent",
+    )
+    .await;
+    assert!(
+        error.as_str().unwrap().contains("not a memory snapshot"),
+        "{error}"
+    );
+    assert!(text(&page, "snapshot-summary")
+        .await
+        .contains("training.pickle"));
+
     // This session, saved as a snapshot and opened here.
     for _ in 0..3 {
         click(&page, "btn-alloc").await;
