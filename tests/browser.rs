@@ -75,6 +75,22 @@ async fn the_playground_in_a_browser() {
     let addr = serve_on(0, stop_rx).await;
     let (mut browser, events, profile) = launch("playground").await;
     let page = open(&browser, &format!("http://{addr}/")).await;
+    // What the first load took over the wire (`vramlab serve` sends the
+    // web app compressed the best way the browser accepts).
+    let wire = js(
+        &page,
+        "performance.getEntriesByType('navigation').concat(performance.getEntriesByType('resource')).reduce((n, e) => n + e.transferSize, 0)",
+    )
+    .await;
+    let wire = wire.as_u64().unwrap();
+    println!("figure: first load over the wire (brotli, headers included): {wire} bytes");
+    assert!(wire <= 500_000, "{wire} bytes over the wire");
+    let encoding = js(
+        &page,
+        "fetch(performance.getEntriesByType('resource').find(e => e.name.endsWith('.wasm')).name).then(r => r.headers.get('content-encoding'))",
+    )
+    .await;
+    assert_eq!(encoding.as_str(), Some("br"));
     let watch_link = until(&page, "document.getElementById('watch-link').value").await;
     let watch_id = watch_link
         .as_str()

@@ -114,7 +114,14 @@ pub fn build(options: &ServeOptions, backend: Backend) -> anyhow::Result<Server>
     let router = probes().route("/ws", get(crate::ws::ws_handler));
     let router = match &options.dist {
         Some(dist) => router.fallback_service(
-            ServeDir::new(dist).fallback(ServeFile::new(dist.join("index.html"))),
+            ServeDir::new(dist)
+                .precompressed_br()
+                .precompressed_gzip()
+                .fallback(
+                    ServeFile::new(dist.join("index.html"))
+                        .precompressed_br()
+                        .precompressed_gzip(),
+                ),
         ),
         None => router.fallback(crate::webapp::serve),
     };

@@ -2,9 +2,11 @@
 //! was when it was built (the build script rebuilds when it changes). Each file
 //! goes out with its type; hashed assets are cached for good, `index.html`
 //! is revalidated, and any other path gets `index.html` (the app's own
-//! routes).
+//! routes). scripts/build-web compresses the page's files once (`.br`,
+//! `.gz` beside each): a browser that accepts brotli or gzip gets those
+//! bytes.
 
-use axum::http::{header, StatusCode, Uri};
+use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
 #[derive(rust_embed::RustEmbed)]
@@ -17,7 +19,28 @@ pub fn is_built() -> bool {
     WebApp::get("index.html").is_some()
 }
 
-pub async fn serve(uri: Uri) -> Response {
+/// The encodings a request accepts that a file was compressed in, best
+/// first: the suffix of the compressed copy, and its `Content-Encoding`.
+fn encodings(headers: &HeaderMap) -> impl Iterator<Item = (&'static str, &'static str)> {
+    let accepts = headers
+        .get(header::ACCEPT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let accepted = move |name: &str| {
+        accepts.split(',').any(|part| {
+            let mut it = part.split(';');
+            let coding = it.next().unwrap_or_default().trim();
+            let refused = it.any(|q| q.trim().replace(' ', "") == "q=0");
+            coding == name && !refused
+        })
+    };
+    [(".br", "br"), (".gz", "gzip")]
+        .into_iter()
+        .filter(move |(_, name)| accepted(name))
+}
+
+pub async fn serve(uri: Uri, headers: HeaderMap) -> Response {
     let path = uri.path().trim_start_matches('/');
     let found = (!path.is_empty())
         .then(|| WebApp::get(path).map(|f| (f, false)))
@@ -35,12 +58,45 @@ pub async fn serve(uri: Uri) -> Response {
     } else {
         "public, max-age=31536000, immutable"
     };
-    (
-        [
-            (header::CONTENT_TYPE, file.metadata.mimetype().to_string()),
-            (header::CACHE_CONTROL, cache.to_string()),
-        ],
-        file.data,
-    )
-        .into_response()
+    let name = if is_index { "index.html" } else { path };
+    let compressed = encodings(&headers)
+        .find_map(|(suffix, coding)| Some((WebApp::get(&format!("{name}{suffix}"))?, coding)));
+    let mut response = match compressed {
+        Some((packed, coding)) => {
+            ([(header::CONTENT_ENCODING, coding)], packed.data).into_response()
+        }
+        None => file.data.into_response(),
+    };
+    let h = response.headers_mut();
+    let types = [
+        (header::CONTENT_TYPE, file.metadata.mimetype().to_string()),
+        (header::CACHE_CONTROL, cache.to_string()),
+        (header::VARY, "accept-encoding".to_string()),
+    ];
+    for (key, value) in types {
+        if let Ok(value) = value.parse() {
+            h.insert(key, value);
+        }
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accepts(value: &str) -> Vec<&'static str> {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::ACCEPT_ENCODING, value.parse().unwrap());
+        encodings(&headers).map(|(_, coding)| coding).collect()
+    }
+
+    #[test]
+    fn the_best_encoding_the_browser_accepts_comes_first() {
+        assert_eq!(accepts("gzip, deflate, br, zstd"), ["br", "gzip"]);
+        assert_eq!(accepts("gzip"), ["gzip"]);
+        assert_eq!(accepts("br;q=0, gzip;q=0.5"), ["gzip"]);
+        assert_eq!(accepts("identity"), Vec::<&str>::new());
+        assert!(encodings(&HeaderMap::new()).next().is_none());
+    }
 }
