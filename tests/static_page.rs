@@ -178,6 +178,15 @@ async fn the_playground_with_no_server() {
     until(&page, "document.getElementById('status').textContent === 'no server answered: the engine runs in this page'").await;
     let note = js(&page, "document.getElementById('needs-server').hidden").await;
     assert_eq!(note, Value::Bool(false));
+    // Moving the session to a server that is not there: said, and nothing
+    // moves (the page does not go to a "reconnecting" that never ends).
+    click(&page, "move-to-server").await;
+    until(&page, "document.getElementById('banner').textContent.includes('No vramlab server answers at this address')").await;
+    let status = js(&page, "location.search.includes('engine=server') || document.getElementById('status').textContent").await;
+    assert_eq!(
+        status.as_str(),
+        Some("no server answered: the engine runs in this page")
+    );
 
     for id in FIVE_BUTTONS {
         press(&page, id).await;

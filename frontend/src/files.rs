@@ -1,8 +1,24 @@
-//! Files in the browser: reading one the user opened or dropped, and
-//! offering bytes as a download. Nothing is uploaded anywhere.
+//! Files in the browser: reading one the user opened or dropped, fetching
+//! one from beside the page, and offering bytes as a download. Nothing is
+//! uploaded anywhere.
 
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
+
+/// The text at `url` (relative to the page), when it answers 200.
+pub async fn fetch_text(url: &str) -> Option<String> {
+    let response = JsFuture::from(web_sys::window()?.fetch_with_str(url))
+        .await
+        .ok()?;
+    let response: web_sys::Response = response.dyn_into().ok()?;
+    if !response.ok() {
+        return None;
+    }
+    JsFuture::from(response.text().ok()?)
+        .await
+        .ok()?
+        .as_string()
+}
 
 /// The bytes of a file the user chose, if it is at most `max` bytes.
 pub async fn read(file: &web_sys::File, max: usize) -> Result<Vec<u8>, String> {

@@ -4,8 +4,6 @@
 //! hundred bytes each, not part of the page's first download.
 
 use std::cell::RefCell;
-use wasm_bindgen::JsCast;
-use wasm_bindgen_futures::JsFuture;
 
 pub struct Lesson {
     pub slug: &'static str,
@@ -50,25 +48,11 @@ pub fn load(index: usize, then: impl FnOnce(bool) + 'static) {
     };
     let url = format!("lessons/{}.jsonl?v={}", lesson.slug, lesson.version);
     wasm_bindgen_futures::spawn_local(async move {
-        let text = fetch(&url).await;
+        let text = crate::files::fetch_text(&url).await;
         if let Some(text) = text {
             let text: &'static str = Box::leak(text.into_boxed_str());
             TEXTS.with(|t| t.borrow_mut()[index] = Some(text));
         }
         then(loaded(index));
     });
-}
-
-async fn fetch(url: &str) -> Option<String> {
-    let response = JsFuture::from(web_sys::window()?.fetch_with_str(url))
-        .await
-        .ok()?;
-    let response: web_sys::Response = response.dyn_into().ok()?;
-    if !response.ok() {
-        return None;
-    }
-    JsFuture::from(response.text().ok()?)
-        .await
-        .ok()?
-        .as_string()
 }

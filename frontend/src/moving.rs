@@ -42,6 +42,26 @@ fn storage() -> Option<web_sys::Storage> {
     web_sys::window()?.session_storage().ok()?
 }
 
+/// Moves the session to the server when one answers at this address
+/// (its `healthz`); otherwise says so, and the session stays in the page
+/// (a static host has no server).
+pub fn start_if_served(banner: leptos::prelude::RwSignal<Option<String>>) {
+    use leptos::prelude::Set;
+    wasm_bindgen_futures::spawn_local(async move {
+        let health = crate::files::fetch_text("healthz")
+            .await
+            .unwrap_or_default();
+        let served =
+            serde_json::from_str::<serde_json::Value>(&health).is_ok_and(|h| h["status"] == "ok");
+        if served {
+            start();
+        } else {
+            let why = "No vramlab server answers at this address (nothing at /healthz): the session stays in this page.";
+            banner.set(Some(why.into()));
+        }
+    });
+}
+
 /// Keeps the lines for the next page and loads it on the server.
 pub fn start() {
     let lines = RAN.with(|r| r.borrow().iter().map(|(_, line)| line.clone()).collect());

@@ -102,7 +102,7 @@ fn EngineSwitch(app: App) -> impl IntoView {
         </label>
         <span id="needs-server" class="note" hidden=move || !in_page()>"watch links and real GPUs need the server "
             <button id="move-to-server" title="Replays every command this page ran on the server, so others can watch (the page loads again)"
-                on:click=move |_| crate::moving::start()>"move this session to the server"</button>
+                on:click=move |_| crate::moving::start_if_served(app.words.banner)>"move this session to the server"</button>
         </span>
     }
 }
