@@ -258,7 +258,15 @@ async fn the_playground_in_a_browser() {
     );
 
     // PyTorch 2.15's products freed their cuBLAS workspaces as they
-    // returned; the page's button says there is nothing to clear.
+    // returned; the page's button (folded under "more": rare) says there
+    // is nothing to clear.
+    let folded = js(
+        &page,
+        "!document.getElementById('btn-clear-cublas').checkVisibility()",
+    )
+    .await;
+    assert_eq!(folded, Value::Bool(true));
+    js(&page, "document.getElementById('more-calls').open = true").await;
     press(&page, "btn-clear-cublas").await;
     let explained = js(&page, "document.getElementById('explanation').textContent").await;
     assert!(

@@ -30,7 +30,10 @@ pub fn Controls(app: App) -> impl IntoView {
                 </span>
                 <span hidden=move || app.framework_now() != Framework::Pytorch>
                     {button(app, "btn-empty-cache", "torch.cuda.empty_cache()", "Return entirely free cached segments to the driver", || Command::EmptyCache {})}
-                    {button(app, "btn-clear-cublas", "clearCublasWorkspaces()", "torch._C._cuda_clearCublasWorkspaces(): give the cuBLAS workspaces back to the cache", || Command::ClearCublasWorkspaces {})}
+                    // Rare, and under PyTorch 2.15 nothing to clear: folded.
+                    <details class="more" id="more-calls"><summary>"more"</summary>
+                        {button(app, "btn-clear-cublas", "clearCublasWorkspaces()", "torch._C._cuda_clearCublasWorkspaces(): give the cuBLAS workspaces back to the cache", || Command::ClearCublasWorkspaces {})}
+                    </details>
                 </span>
                 {button(app, "btn-restart", "restart kernel", "The process exits; a new one starts", || Command::Restart(RestartSettings::default()))}
                 <p class="hint" id="keys">"Keys: "{crate::keys::KEYS.iter().map(|(k, _, what)| view! { <kbd>{*k}</kbd>" "{*what}" · " }).collect::<Vec<_>>()}</p>
