@@ -376,6 +376,15 @@ fn amp_takes_float16_or_bfloat16() {
     assert!(r.error.unwrap().message.contains("\"bfloat16\""));
 }
 
+/// A fresh simulated engine after `lines`, each of which must succeed.
+fn engine_after(lines: &[Value]) -> Engine {
+    let mut e = Engine::new_simulated();
+    for line in lines {
+        assert!(run(&mut e, line).ok, "{line}");
+    }
+    e
+}
+
 /// Under PyTorch, fused attention runs the kernel `sdp_utils` picks for the
 /// card and the type, and the train note says which.
 #[test]
@@ -395,16 +404,13 @@ fn fused_attention_runs_the_cards_kernel_and_says_so() {
         ([9, 0], true, cuda),
     ];
     for (cc, amp, words) in cases {
-        let mut e = Engine::new_simulated();
-        for line in [
+        let mut e = engine_after(&[
             json!({"cmd":"restart","framework":"pytorch","compute_capability":cc}),
             json!({"cmd":"model","name":"model","kind":"transformer","layers":1,"width":128,
                 "heads":2,"seq_len":100,"vocab":50}),
             json!({"cmd":"optimizer","name":"opt","model":"model","kind":"adam"}),
             json!({"cmd":"data","name":"data","samples":64,"features":100,"classes":50}),
-        ] {
-            assert!(run(&mut e, &line).ok, "{line}");
-        }
+        ]);
         let train = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data",
             "steps":1,"batch_size":2,"attention":"sdpa","amp":amp});
         let r = e.run_line(&train.to_string());
@@ -423,16 +429,13 @@ fn fused_attention_runs_the_cards_kernel_and_says_so() {
 #[test]
 fn each_cudnn_convolution_takes_the_workspace_the_setting_gives() {
     let peaks = |workspace: u64| {
-        let mut e = Engine::new_simulated();
-        for line in [
+        let mut e = engine_after(&[
             json!({"cmd":"restart","framework":"pytorch","cudnn_workspace_bytes":workspace}),
             json!({"cmd":"model","name":"model","kind":"cnn","channels":3,"image_size":32,
                 "blocks":2,"width":16,"classes":10}),
             json!({"cmd":"optimizer","name":"opt","model":"model","kind":"adam"}),
             json!({"cmd":"data","name":"data","samples":64,"features":3072,"classes":10}),
-        ] {
-            assert!(run(&mut e, &line).ok, "{line}");
-        }
+        ]);
         let train = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data",
             "steps":2,"batch_size":8});
         let r = run(&mut e, &train);
