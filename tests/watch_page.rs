@@ -1,7 +1,7 @@
 //! A team demo, in headless Chromium against the real server: a watcher's
 //! page mirrors the presenter's lesson step and its outcome, the
-//! explanation, the code cell and the controls' values, live, and a
-//! watcher who joins late gets them at once.
+//! explanation, the code cell, the Python pane and the controls' values,
+//! live, and a watcher who joins late gets them at once.
 
 mod chromium;
 
@@ -14,6 +14,7 @@ const SEEN: &str = "JSON.stringify([
     document.getElementById('lesson-outcome')?.textContent,
     document.getElementById('explanation').textContent,
     document.getElementById('cell-source').value,
+    document.getElementById('code').textContent,
     document.getElementById('batch').value,
     document.getElementById('amp').value,
 ])";
@@ -55,7 +56,10 @@ async fn watchers_mirror_the_lesson_the_code_and_the_controls() {
     mirrors(&presenter, &watcher).await;
     let shown = seen(&watcher).await;
     assert!(
-        shown.contains("step 3 of 8") && shown.contains("2048") && shown.contains("torch.zeros"),
+        shown.contains("step 3 of 8")
+            && shown.contains("2048")
+            && shown.contains("torch.zeros")
+            && shown.contains("torch.empty(256 * 2**20"),
         "{shown}"
     );
     // A watcher who joins now sees the same at once.

@@ -56,6 +56,9 @@ fn value(e: &web_sys::HtmlElement) -> Option<String> {
     e.dyn_ref::<web_sys::HtmlSelectElement>().map(|s| s.value())
 }
 
+/// How many of the Python pane's lines a watcher is sent.
+const PANE_LINES: usize = 100;
+
 /// What the owner's page shows now.
 fn view(app: App) -> PresenterView {
     PresenterView {
@@ -64,6 +67,12 @@ fn view(app: App) -> PresenterView {
             .get_untracked()
             .map(|l| (l.index, l.step, l.outcome)),
         cell: app.cell.source.get_untracked(),
+        // The pane's newest lines: a message stays small however long the
+        // session.
+        code: app
+            .outbox
+            .code
+            .with_untracked(|c| c[c.len().saturating_sub(PANE_LINES)..].to_vec()),
         explanation: app
             .words
             .explanation
@@ -87,6 +96,7 @@ pub fn follow(app: App) {
     Effect::new(move |_| {
         app.lesson.track();
         app.cell.source.track();
+        app.outbox.code.track();
         app.memory.results.track();
         app.display.control_edits.track();
         app.link.watchers.track();
@@ -124,6 +134,7 @@ fn show(app: App, view: PresenterView) {
             ..LessonRun::at(index, step)
         }));
     app.cell.source.set(view.cell);
+    app.outbox.code.set(view.code);
     if let Some(e) = view.explanation {
         app.words.explanation.set(Some(Explanation::mirrored(e)));
     }

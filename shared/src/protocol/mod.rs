@@ -97,6 +97,9 @@ pub struct PresenterView {
     /// The code cell's text.
     #[serde(default)]
     pub cell: String,
+    /// The Python pane's last lines (what the commands stand for).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub code: Vec<String>,
     /// The explanation of the last command: which numbers moved, why, the
     /// link, and whether it succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -121,6 +124,7 @@ impl<'de> Deserialize<'de> for PresenterView {
             Ok(PresenterView {
                 lesson: f.take("lesson")?,
                 cell: f.take_or("cell", String::new())?,
+                code: f.take_or("code", Vec::new())?,
                 explanation: f.take("explanation")?,
                 controls: f.take_or("controls", Default::default())?,
             })

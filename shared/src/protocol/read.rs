@@ -208,6 +208,10 @@ mod tests {
         let view = PresenterView {
             lesson: Some((1, 2, Some((true, "freed".into())))),
             cell: "del x".into(),
+            code: vec![
+                "x = torch.empty(2**20, device='cuda')".into(),
+                "del x".into(),
+            ],
             ..Default::default()
         };
         vec![
