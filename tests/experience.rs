@@ -131,6 +131,36 @@ async fn the_timeline_has_one_slot_per_command_over_the_server() {
     let _ = std::fs::remove_dir_all(profile);
 }
 
+/// A lesson's commands come when it opens; a fetch that fails is said,
+/// once, and not tried again in a loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lesson_that_cannot_be_fetched_says_so_once() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let addr = serve_on(0, stop_rx).await;
+    let (mut browser, events, profile) = launch("offline-lesson").await;
+    let page = open(&browser, &format!("http://{addr}/")).await;
+    js(&page, "(() => { window.__lessonFetches = 0; const f = window.fetch.bind(window); window.fetch = (u, ...a) => { if (String(u).includes('lessons/')) { window.__lessonFetches++; return Promise.reject(new TypeError('offline')); } return f(u, ...a); }; })()").await;
+    click(&page, "lesson-1").await;
+    let said = until(
+        &page,
+        "document.getElementById('lesson-loading')?.getAttribute('role') === 'alert' && document.getElementById('lesson-loading').textContent",
+    )
+    .await;
+    assert!(
+        said.as_str().unwrap().contains("02-cycle-needs-gc.jsonl"),
+        "{said}"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(js(&page, "window.__lessonFetches").await.as_u64(), Some(1));
+    browser.close().await.unwrap();
+    let _ = events.await;
+    let _ = stop_tx.send(());
+    let _ = std::fs::remove_dir_all(profile);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn links_to_a_lesson_step_run_the_steps_before_it() {
     if prerequisites().is_none() {

@@ -20,39 +20,74 @@ pub struct Lesson {
 // LESSONS: every file in tests/lessons/, in name order (written by build.rs).
 include!(concat!(env!("OUT_DIR"), "/lessons.rs"));
 
+/// Where a lesson's commands file is.
+enum File {
+    Missing,
+    /// Being fetched: what to call when it comes (or does not).
+    Loading(Vec<Box<dyn FnOnce(bool)>>),
+    Here(&'static str),
+    /// The fetch failed: said, not retried in a loop.
+    Failed,
+}
+
 thread_local! {
-    /// The commands files fetched so far, by lesson.
-    static TEXTS: RefCell<Vec<Option<&'static str>>> = RefCell::new(vec![None; LESSONS.len()]);
+    /// Each lesson's commands file.
+    static FILES: RefCell<Vec<File>> = RefCell::new(LESSONS.iter().map(|_| File::Missing).collect());
 }
 
 /// Lesson `index`'s steps, once its file is here (none before).
 pub fn lines(index: usize) -> Vec<&'static str> {
-    let text = TEXTS.with(|t| t.borrow().get(index).copied().flatten());
-    let text = text.unwrap_or_default();
+    let text = FILES.with(|f| match f.borrow().get(index) {
+        Some(File::Here(text)) => *text,
+        _ => "",
+    });
     text.lines().filter(|l| !l.trim().is_empty()).collect()
 }
 
 /// Whether lesson `index`'s file is here.
 pub fn loaded(index: usize) -> bool {
-    TEXTS.with(|t| t.borrow().get(index).is_some_and(Option::is_some))
+    FILES.with(|f| matches!(f.borrow().get(index), Some(File::Here(_))))
 }
 
-/// Fetches lesson `index`'s file (once), then calls `then` with whether
-/// it is here.
+/// Whether fetching lesson `index`'s file failed.
+pub fn failed(index: usize) -> bool {
+    FILES.with(|f| matches!(f.borrow().get(index), None | Some(File::Failed)))
+}
+
+/// Fetches lesson `index`'s file (once: calls while it is on its way wait
+/// for the same fetch), then calls `then` with whether it is here.
 pub fn load(index: usize, then: impl FnOnce(bool) + 'static) {
-    if loaded(index) {
-        return then(true);
+    let fetch = FILES.with(|f| match f.borrow_mut().get_mut(index) {
+        Some(File::Loading(waiting)) => {
+            waiting.push(Box::new(then));
+            None
+        }
+        Some(file @ File::Missing) => {
+            *file = File::Loading(vec![Box::new(then)]);
+            Some(None)
+        }
+        Some(File::Here(_)) => Some(Some((then, true))),
+        _ => Some(Some((then, false))),
+    });
+    match fetch {
+        Some(Some((then, here))) => then(here),
+        Some(None) => spawn_fetch(index),
+        None => {}
     }
-    let Some(lesson) = LESSONS.get(index) else {
-        return then(false);
-    };
+}
+
+fn spawn_fetch(index: usize) {
+    let lesson = &LESSONS[index];
     let url = format!("lessons/{}.jsonl?v={}", lesson.slug, lesson.version);
     wasm_bindgen_futures::spawn_local(async move {
-        let text = crate::files::fetch_text(&url).await;
-        if let Some(text) = text {
-            let text: &'static str = Box::leak(text.into_boxed_str());
-            TEXTS.with(|t| t.borrow_mut()[index] = Some(text));
+        let file = match crate::files::fetch_text(&url).await {
+            Some(text) => File::Here(Box::leak(text.into_boxed_str())),
+            None => File::Failed,
+        };
+        let here = matches!(file, File::Here(_));
+        let waiting = FILES.with(|f| std::mem::replace(&mut f.borrow_mut()[index], file));
+        if let File::Loading(waiting) = waiting {
+            waiting.into_iter().for_each(|then| then(here));
         }
-        then(loaded(index));
     });
 }

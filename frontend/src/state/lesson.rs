@@ -72,7 +72,7 @@ impl App {
     pub fn lesson_file(&self, index: usize) -> bool {
         self.lesson_texts.track();
         let here = crate::lessons::loaded(index);
-        if !here {
+        if !here && !crate::lessons::failed(index) {
             let texts = self.lesson_texts;
             crate::lessons::load(index, move |_| texts.update(|n| *n += 1));
         }

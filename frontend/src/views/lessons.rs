@@ -42,6 +42,9 @@ pub fn Lessons(app: App) -> impl IntoView {
             {move || match app.lesson.get() {
                 None => view! { <FirstScreen app=app /> }.into_any(),
                 Some(run) if app.lesson_file(run.index) => view! { <Playing app=app run=run /> }.into_any(),
+                Some(run) if crate::lessons::failed(run.index) => view! {
+                    <p class="outcome bad" id="lesson-loading" role="alert">"This lesson's steps could not be fetched (lessons/"{LESSONS[run.index].slug}".jsonl): reload the page to try again."</p>
+                }.into_any(),
                 Some(_) => view! { <p class="note" id="lesson-loading">"Loading the lesson…"</p> }.into_any(),
             }}
         </section>
