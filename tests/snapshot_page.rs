@@ -241,8 +241,8 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     )
     .await;
     let frames = js(&page, "document.getElementById('trace-frames').textContent").await;
-    let expected: String = native.device_traces[0][first]
-        .frames
+    let expected: String = native.device_traces[0]
+        .frames(first)
         .iter()
         .map(|f| f.label())
         .collect();

@@ -897,9 +897,9 @@ async fn an_exported_session_is_a_snapshot_that_replays_exactly() {
     let exported: MemorySnapshot = torch_snapshot::from_json(m["snapshot"].clone()).unwrap();
     // After the restart: a 20 MiB segment for a, one of its own for b; c
     // takes the block a left in the cache.
-    let actions: Vec<&str> = exported.device_traces[0]
+    let actions: Vec<String> = exported.device_traces[0]
         .iter()
-        .map(|e| e.action.name())
+        .map(|e| e.action.name().to_string())
         .collect();
     assert_eq!(
         actions,
@@ -914,10 +914,10 @@ async fn an_exported_session_is_a_snapshot_that_replays_exactly() {
         ]
     );
     assert_eq!(exported.segments.len(), 2);
-    assert_eq!(exported.device_traces[0][6].action, Action::Alloc);
+    assert_eq!(exported.device_traces[0].action(6), Action::Alloc);
     assert_eq!(
-        exported.device_traces[0][6].addr,
-        exported.device_traces[0][1].addr
+        exported.device_traces[0].get(6).unwrap().addr,
+        exported.device_traces[0].get(1).unwrap().addr
     );
     let run = replay_exact(&exported, 0).unwrap();
     assert_eq!(run.exact, Some(true), "{:?}", run.first_difference);

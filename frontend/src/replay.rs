@@ -32,8 +32,8 @@ pub struct Opened {
 }
 
 impl Opened {
-    pub fn trace(&self) -> &[torch_snapshot::TraceEntry] {
-        &self.snapshot.device_traces[self.device]
+    pub fn trace(&self) -> &torch_snapshot::Trace {
+        self.snapshot.trace(self.device)
     }
 }
 
@@ -154,7 +154,7 @@ impl Replays {
 fn load(name: String, bytes: &[u8]) -> Result<Opened, String> {
     let snapshot = torch_snapshot::read(bytes).map_err(|e| e.0)?;
     let device = busiest_device(&snapshot);
-    if snapshot.device_traces.get(device).is_none_or(Vec::is_empty) {
+    if snapshot.trace(device).is_empty() {
         return Err(format!(
             "{name} holds no trace events: record with torch.cuda.memory._record_memory_history() before the run, then _dump_snapshot()"
         ));
@@ -181,7 +181,9 @@ fn load(name: String, bytes: &[u8]) -> Result<Opened, String> {
 /// Where to look first: the first recorded out-of-memory, else where
 /// reserved memory peaked.
 fn first_interesting(opened: &Opened) -> usize {
-    if let Some(oom) = opened.trace().iter().position(|e| e.action == Action::Oom) {
+    if let Some(oom) =
+        (0..opened.trace().len()).position(|i| opened.trace().action(i) == Action::Oom)
+    {
         return oom;
     }
     let peak = opened.recorded.peak_reserved_bytes;

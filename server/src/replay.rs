@@ -89,7 +89,7 @@ fn write_summary(
     exact: &Result<ReplayRun, torch_snapshot::SnapshotError>,
     runs: &[(String, ReplayRun)],
 ) -> anyhow::Result<()> {
-    let events = snapshot.device_traces.get(device).map_or(0, Vec::len);
+    let events = snapshot.trace(device).len();
     writeln!(
         out,
         "CUDA device {device}: {events} trace events, {} segments at the dump",
@@ -154,10 +154,7 @@ fn write_json(
     exact: &Result<ReplayRun, torch_snapshot::SnapshotError>,
     runs: &[(String, ReplayRun)],
 ) -> anyhow::Result<()> {
-    let trace = snapshot
-        .device_traces
-        .get(device)
-        .map_or(&[][..], Vec::as_slice);
+    let trace = snapshot.trace(device);
     if let Ok(run) = exact {
         for (e, point) in trace.iter().zip(&run.timeline) {
             let record = serde_json::json!({

@@ -11,7 +11,9 @@ use vramlab_shared::alloc::caching::{CachingAllocator, CachingConfig};
 use vramlab_shared::alloc::{Allocator, TraceAction};
 use vramlab_shared::device::{SimDevice, SimDeviceConfig};
 use vramlab_shared::torch_snapshot::replay::replay_exact;
-use vramlab_shared::torch_snapshot::{self, Action, Frame, MemorySnapshot, Segment, TraceEntry};
+use vramlab_shared::torch_snapshot::{
+    self, Action, Frame, MemorySnapshot, Segment, Stack, TraceEntry,
+};
 
 const EVENTS: usize = 40_000;
 
@@ -25,13 +27,14 @@ fn recording() -> MemorySnapshot {
         state ^= state << 17;
         state
     };
-    let frames: Vec<Frame> = (0..1)
+    let frames: Stack = (0..1)
         .map(|i| Frame {
             filename: format!(
                 "/opt/conda/lib/python3.11/site-packages/torch/nn/modules/module{i}.py"
-            ),
+            )
+            .into(),
             line: 1500 + i,
-            name: format!("_call_impl_{i}"),
+            name: format!("_call_impl_{i}").into(),
         })
         .collect();
     let mut device = SimDevice::new(SimDeviceConfig {
@@ -72,7 +75,7 @@ fn recording() -> MemorySnapshot {
         .collect();
     MemorySnapshot {
         segments: (allocator.segments().iter())
-            .map(|s| Segment::from_view(s, |_| Vec::new()))
+            .map(|s| Segment::from_view(s, |_| Stack::default()))
             .collect(),
         device_traces: vec![trace],
         allocator_settings: None,

@@ -79,9 +79,9 @@ fn drawn(r: Replays) -> Option<Drawn> {
         what_if: what_if.as_ref().map(|w| lines(&w.chart)),
         gpu_line: gpu.map(|g| H - g as f64 / t * H),
         gpu_above,
-        recorded_ooms: (opened.trace().iter().enumerate())
-            .filter(|(_, e)| e.action == Action::Oom)
-            .map(|(i, _)| i as f64 * x_of)
+        recorded_ooms: (0..opened.trace().len())
+            .filter(|&i| opened.trace().action(i) == Action::Oom)
+            .map(|i| i as f64 * x_of)
             .collect(),
         what_if_ooms: what_if
             .map(|w| w.run.ooms.iter().map(|o| o.event as f64 * x_of).collect())

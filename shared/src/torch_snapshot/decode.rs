@@ -5,13 +5,16 @@
 //! one small reader instead of serde's code for every type and reader.
 
 use super::format::{
-    Action, AllocatorSettings, Block, BlockState, Frame, MemorySnapshot, Segment, TraceEntry,
-    MAX_FRAMES,
+    Action, AllocatorSettings, Block, BlockState, Frame, MemorySnapshot, Segment, Stack,
+    TraceEntry, MAX_FRAMES,
 };
-use super::pickle::Value;
+use super::intern::Interner;
+use super::pickle::{kind, Value};
+use super::trace::{Trace, EVENT_BYTES};
 use super::MAX_EVENTS;
-use std::cell::{Cell, Ref};
+use std::cell::{Cell, Ref, RefCell};
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 /// The most blocks over all segments.
 pub const MAX_BLOCKS: usize = 4_000_000;
@@ -25,21 +28,66 @@ pub const MAX_FIELDS: usize = 256;
 
 /// What decoding may still make: lists a pickle shares through its memo
 /// would otherwise be copied as often as they are referenced.
-struct Budget {
+pub(super) struct Budget {
     events: Cell<usize>,
     blocks: Cell<usize>,
-    frames: Cell<usize>,
+    /// Bytes the records made may still take.
+    bytes: Cell<usize>,
+    pub(super) stacks: RefCell<Interner>,
 }
 
-/// One more record from `left`, refused once it is spent.
-fn take(left: &Cell<usize>, what: &str) -> Result<(), String> {
-    match left.get() {
-        0 => Err(format!(
-            "the file holds more {what} than its size holds unshared"
-        )),
-        n => {
-            left.set(n - 1);
-            Ok(())
+impl Budget {
+    /// No limit but the frames `stacks` may hold (records read as a
+    /// pickle is, counted by its reader).
+    pub(super) fn unlimited(stacks: Interner) -> Budget {
+        Budget {
+            events: Cell::new(usize::MAX),
+            blocks: Cell::new(usize::MAX),
+            bytes: Cell::new(usize::MAX),
+            stacks: RefCell::new(stacks),
+        }
+    }
+
+    pub(super) fn into_stacks(self) -> Interner {
+        self.stacks.into_inner()
+    }
+
+    /// `n` more records of `what` from `left`, each of `size` bytes;
+    /// refused once either is spent.
+    fn take(
+        &self,
+        left: &Cell<usize>,
+        (n, size): (usize, usize),
+        what: &str,
+    ) -> Result<(), String> {
+        let bytes = n.saturating_mul(size);
+        match (
+            left.get().checked_sub(n),
+            self.bytes.get().checked_sub(bytes),
+        ) {
+            (Some(l), Some(b)) => {
+                left.set(l);
+                self.bytes.set(b);
+                Ok(())
+            }
+            _ => Err(format!(
+                "the file holds more {what} than its size holds unshared"
+            )),
+        }
+    }
+
+    /// The stack of `frames`, its new bytes taken from the budget.
+    pub(super) fn stack(&self, frames: Vec<Frame>) -> Result<Stack, String> {
+        let mut stacks = self.stacks.borrow_mut();
+        let before = stacks.bytes;
+        let stack = stacks.stack(frames);
+        let grown = stacks.bytes - before;
+        match self.bytes.get().checked_sub(grown) {
+            Some(b) => {
+                self.bytes.set(b);
+                Ok(stack)
+            }
+            None => Err("the file holds more stack frames than its size holds unshared".into()),
         }
     }
 }
@@ -51,6 +99,8 @@ pub struct Limits {
     pub blocks: usize,
     /// Stack frames in all; the frames of later records are dropped.
     pub frames: usize,
+    /// Bytes the records made may take.
+    pub bytes: usize,
 }
 
 impl Limits {
@@ -59,36 +109,36 @@ impl Limits {
         events: MAX_EVENTS,
         blocks: MAX_BLOCKS,
         frames: MAX_ALL_FRAMES,
+        bytes: usize::MAX,
     };
 
-    /// For a pickle of `bytes`: a trace entry or a block PyTorch writes
-    /// takes some 50 bytes (8 at the very least, its keys shared through
-    /// the memo), a stack frame 2 or more (PyTorch shares frames); so a
-    /// file decodes to at most an event or a block per 8 bytes and a frame
-    /// per 2, whatever its memo shares.
-    pub fn for_pickle(bytes: usize) -> Limits {
+    /// For a pickle of `bytes` whose reading held `held` bytes: the
+    /// records it decodes to take no more than the rest of twice its size
+    /// ([`super::pickle::limit`]), whatever its memo shares, less a margin
+    /// for what decoding allocates besides them (a few strings).
+    pub fn for_pickle(bytes: usize, held: usize) -> Limits {
+        const MARGIN: usize = 64 << 10;
         Limits {
-            events: MAX_EVENTS.min(bytes / 8),
-            blocks: MAX_BLOCKS.min(bytes / 8),
-            frames: MAX_ALL_FRAMES.min(bytes / 2),
+            bytes: super::pickle::limit(bytes).saturating_sub(held + MARGIN),
+            ..Limits::UNSHARED
         }
     }
 }
 
 /// The snapshot at the top of the tree, within `limits` (each record
-/// counted as it is made: past a limit, the file is refused).
-pub fn snapshot(top: &Value, limits: Limits) -> Result<MemorySnapshot, String> {
+/// counted as it is made: past a limit, the file is refused), its frames
+/// held by `stacks`.
+pub fn snapshot(top: &Value, limits: Limits, stacks: Interner) -> Result<MemorySnapshot, String> {
     let f = Fields::of(top, "the snapshot")?;
     let b = Budget {
         events: Cell::new(limits.events),
         blocks: Cell::new(limits.blocks),
-        frames: Cell::new(limits.frames),
+        bytes: Cell::new(limits.bytes),
+        stacks: RefCell::new(stacks),
     };
     Ok(MemorySnapshot {
-        segments: f.list("segments", |v| segment(v, &b))?,
-        device_traces: f.list("device_traces", |v| {
-            each(&items(v, "a device trace")?, |e| trace_entry(e, &b))
-        })?,
+        segments: f.list("segments", &b, |v| segment(v, &b))?,
+        device_traces: f.list("device_traces", &b, |v| trace(v, &b))?,
         allocator_settings: f
             .get("allocator_settings")
             .map(allocator_settings)
@@ -98,7 +148,13 @@ pub fn snapshot(top: &Value, limits: Limits) -> Result<MemorySnapshot, String> {
 
 fn segment(v: &Value, b: &Budget) -> Result<Segment, String> {
     let f = Fields::of(v, "a segment")?;
-    let pool = f.list("segment_pool_id", |v| int(v, "a segment's pool id"))?;
+    b.bytes.set(
+        b.bytes
+            .get()
+            .checked_sub(std::mem::size_of::<Segment>())
+            .ok_or("the file holds more segments than its size holds unshared")?,
+    );
+    let pool = f.list("segment_pool_id", b, |v| int(v, "a segment's pool id"))?;
     let (address, total_size) = in_memory(f.int("address")?, f.int("total_size")?, "a segment")?;
     Ok(Segment {
         device: u32::try_from(f.int_or("device", 0)?).map_err(|_| f.out_of_range("device"))?,
@@ -114,13 +170,13 @@ fn segment(v: &Value, b: &Budget) -> Result<Segment, String> {
             pool.get(1).copied().unwrap_or(0),
         ),
         is_expandable: f.bool_or("is_expandable", false)?,
-        blocks: f.list("blocks", |v| block(v, b))?,
+        blocks: f.list("blocks", b, |v| block(v, b))?,
         frames: f.frames(b)?,
     })
 }
 
 fn block(v: &Value, b: &Budget) -> Result<Block, String> {
-    take(&b.blocks, "blocks")?;
+    b.take(&b.blocks, (1, 0), "blocks")?;
     let f = Fields::of(v, "a block")?;
     let state = match f.get("state") {
         None => return Err(f.missing("state")),
@@ -154,8 +210,34 @@ fn in_memory(address: u64, size: u64, what: &str) -> Result<(u64, u64), String> 
     }
 }
 
-fn trace_entry(v: &Value, b: &Budget) -> Result<TraceEntry, String> {
-    take(&b.events, "events")?;
+/// A device's trace: its entries read as the pickle was (moved, not
+/// copied, unless the pickle shares the list), or each read here.
+fn trace(v: &Value, b: &Budget) -> Result<Trace, String> {
+    if let Value::Trace(t) = v {
+        let shared = Rc::strong_count(t) > 1;
+        let mut t = t.borrow_mut();
+        if let Some(e) = &t.error {
+            return Err(e.clone());
+        }
+        let size = if shared { EVENT_BYTES } else { 0 };
+        b.take(&b.events, (t.trace.len(), size), "events")?;
+        return Ok(match shared {
+            true => t.trace.clone(),
+            false => std::mem::take(&mut t.trace),
+        });
+    }
+    let entries = items(v, "a device trace")?;
+    b.take(&b.events, (entries.len(), EVENT_BYTES), "events")?;
+    let mut trace = Trace::default();
+    trace.reserve_exact(entries.len());
+    for e in entries.iter() {
+        trace.push(trace_entry(e, b)?)?;
+    }
+    Ok(trace)
+}
+
+/// A trace entry read from its dict (uncounted: see [`trace`]).
+pub(super) fn trace_entry(v: &Value, b: &Budget) -> Result<TraceEntry, String> {
     let f = Fields::of(v, "a trace entry")?;
     let action = match f.get("action") {
         Some(a) => Action::from_name(text(a, "a trace entry's action")?),
@@ -176,12 +258,18 @@ fn trace_entry(v: &Value, b: &Budget) -> Result<TraceEntry, String> {
     })
 }
 
-fn frame(v: &Value) -> Result<Frame, String> {
+/// A stack frame read from its dict, its strings held by `stacks`.
+pub(super) fn frame(v: &Value, stacks: &RefCell<Interner>) -> Result<Frame, String> {
+    if let Value::Frame(f) = v {
+        return Ok(Frame::clone(f));
+    }
     let f = Fields::of(v, "a stack frame")?;
+    let (filename, name) = (f.string_or("filename", "")?, f.string_or("name", "")?);
+    let mut stacks = stacks.borrow_mut();
     Ok(Frame {
-        filename: f.string_or("filename", "")?,
+        filename: stacks.string(&filename),
         line: f.get("line").map_or(Ok(0), line)?,
-        name: f.string_or("name", "")?,
+        name: stacks.string(&name),
     })
 }
 
@@ -209,20 +297,6 @@ fn allocator_settings(v: &Value) -> Result<AllocatorSettings, String> {
         expandable_segments: f.bool_or("expandable_segments", false)?,
         roundup_power2_divisions: divisions,
     })
-}
-
-/// What a value is, in words.
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::None | Value::Mark => "None",
-        Value::Bool(_) => "a boolean",
-        Value::Int(_) => "an integer",
-        Value::Float(_) => "a float",
-        Value::Str(_) => "a string",
-        Value::Bytes => "bytes",
-        Value::List(_) => "a list",
-        Value::Dict(_) => "a dict",
-    }
 }
 
 #[cold]
@@ -272,8 +346,15 @@ fn text(v: &Value, at: &str) -> Result<String, String> {
     }
 }
 
-/// Each item read by `read` (a loop: less code than collecting `Result`s).
-fn each<T>(list: &[Value], read: impl Fn(&Value) -> Result<T, String>) -> Result<Vec<T>, String> {
+/// Each item read by `read` (a loop: less code than collecting `Result`s),
+/// their bytes taken from the budget first.
+fn each<T>(
+    (list, what): (&[Value], &str),
+    b: &Budget,
+    read: impl Fn(&Value) -> Result<T, String>,
+) -> Result<Vec<T>, String> {
+    let n = list.len();
+    b.take(&Cell::new(n), (n, std::mem::size_of::<T>()), what)?;
     let mut out = Vec::with_capacity(list.len());
     for v in list {
         out.push(read(v)?);
@@ -281,23 +362,69 @@ fn each<T>(list: &[Value], read: impl Fn(&Value) -> Result<T, String>) -> Result
     Ok(out)
 }
 
-fn items<'a>(v: &'a Value, at: &str) -> Result<Ref<'a, Vec<Value>>, String> {
+/// A list's items, or a stack's frames as items.
+enum Items<'a> {
+    List(Ref<'a, Vec<Value>>),
+    Frames(Vec<Value>),
+}
+
+impl std::ops::Deref for Items<'_> {
+    type Target = [Value];
+    fn deref(&self) -> &[Value] {
+        match self {
+            Items::List(l) => l,
+            Items::Frames(f) => f,
+        }
+    }
+}
+
+fn items<'a>(v: &'a Value, at: &str) -> Result<Items<'a>, String> {
     match v {
-        Value::List(l) => Ok(l.borrow()),
+        Value::List(l) => Ok(Items::List(l.borrow())),
+        Value::Stack(s) => Ok(Items::Frames(
+            s.iter().map(|f| Value::Frame(Rc::new(f.clone()))).collect(),
+        )),
         _ => Err(invalid(v, "a list", at)),
     }
 }
 
+/// A dict's pairs, or a frame's fields as pairs.
+enum Pairs<'a> {
+    Dict(Ref<'a, Vec<(Value, Value)>>),
+    Frame(Vec<(Value, Value)>),
+}
+
+impl std::ops::Deref for Pairs<'_> {
+    type Target = [(Value, Value)];
+    fn deref(&self) -> &[(Value, Value)] {
+        match self {
+            Pairs::Dict(d) => d,
+            Pairs::Frame(f) => f,
+        }
+    }
+}
+
+/// A frame's fields as its dict had them.
+fn frame_pairs(f: &Frame) -> Vec<(Value, Value)> {
+    let key = |k: &str| Value::Str(k.into());
+    vec![
+        (key("filename"), Value::Str((*f.filename).into())),
+        (key("line"), Value::Int(f.line.into())),
+        (key("name"), Value::Str((*f.name).into())),
+    ]
+}
+
 /// A dict's fields, looked up by name.
 struct Fields<'a> {
-    pairs: Ref<'a, Vec<(Value, Value)>>,
+    pairs: Pairs<'a>,
     what: &'static str,
 }
 
 impl<'a> Fields<'a> {
     fn of(v: &'a Value, what: &'static str) -> Result<Self, String> {
         let pairs = match v {
-            Value::Dict(d) => d.borrow(),
+            Value::Dict(d) => Pairs::Dict(d.borrow()),
+            Value::Frame(f) => Pairs::Frame(frame_pairs(f)),
             _ => return Err(invalid(v, "a dict", what)),
         };
         match pairs.len() > MAX_FIELDS {
@@ -353,24 +480,27 @@ impl<'a> Fields<'a> {
     fn list<T>(
         &self,
         key: &str,
+        b: &Budget,
         read: impl Fn(&Value) -> Result<T, String>,
     ) -> Result<Vec<T>, String> {
         match self.get(key) {
             None => Ok(Vec::new()),
-            Some(v) => each(&items(v, &self.at(key))?, read),
+            Some(v) => each((&items(v, &self.at(key))?, key), b, read),
         }
     }
 
     /// The first [`MAX_FRAMES`] of the stack frames, innermost first,
-    /// while the snapshot's [`MAX_ALL_FRAMES`] last.
-    fn frames(&self, b: &Budget) -> Result<Vec<Frame>, String> {
+    /// while the snapshot's [`MAX_ALL_FRAMES`] last (a stack held once
+    /// however often it is used).
+    fn frames(&self, b: &Budget) -> Result<Stack, String> {
         match self.get("frames") {
-            None => Ok(Vec::new()),
+            None => Ok(Stack::default()),
+            Some(Value::Stack(s)) => Ok(s.clone()),
             Some(v) => {
                 let all = items(v, &self.at("frames"))?;
-                let keep = all.len().min(MAX_FRAMES).min(b.frames.get());
-                b.frames.set(b.frames.get() - keep);
-                each(&all[..keep], frame)
+                let first = &all[..all.len().min(MAX_FRAMES)];
+                let frames = each((first, "stack frames"), b, |v| frame(v, &b.stacks))?;
+                b.stack(frames)
             }
         }
     }
@@ -383,7 +513,11 @@ mod tests {
     use serde_json::json;
 
     fn read(v: serde_json::Value) -> Result<MemorySnapshot, String> {
-        snapshot(&from_json(v), Limits::UNSHARED)
+        snapshot(
+            &from_json(v),
+            Limits::UNSHARED,
+            Interner::new(MAX_ALL_FRAMES),
+        )
     }
 
     #[test]
@@ -403,12 +537,12 @@ mod tests {
         );
         assert_eq!(seg.blocks[0].state, BlockState::ActiveAllocated);
         assert_eq!(seg.blocks[0].requested_size, 0);
-        assert_eq!(s.device_traces[0][0].action, Action::Alloc);
+        assert_eq!(s.device_traces[0].action(0), Action::Alloc);
         assert_eq!(
-            s.device_traces[0][1].action,
+            s.device_traces[0].action(1),
             Action::Other("new_thing".into())
         );
-        assert_eq!(s.device_traces[0][1].device_free, None);
+        assert_eq!(s.device_traces[0].get(1).unwrap().device_free, None);
         assert_eq!(s.allocator_settings, None);
     }
 
@@ -439,7 +573,7 @@ mod tests {
             .map(|i| json!({"filename": "a.py", "line": i, "name": "f"}))
             .collect();
         let s = read(json!({"device_traces": [[{"action": "alloc", "frames": frames}]]})).unwrap();
-        let kept = &s.device_traces[0][0].frames;
+        let kept = s.device_traces[0].frames(0);
         assert_eq!(kept.len(), MAX_FRAMES);
         assert_eq!(kept[MAX_FRAMES - 1].line, MAX_FRAMES as i64 - 1);
     }
@@ -453,8 +587,8 @@ mod tests {
             {"filename": "a.py", "line": 7, "name": "f"},
         ]});
         let s = read(json!({"segments": [], "device_traces": [[entry]]})).unwrap();
-        let lines: Vec<i64> = s.device_traces[0][0]
-            .frames
+        let lines: Vec<i64> = s.device_traces[0]
+            .frames(0)
             .iter()
             .map(|f| f.line)
             .collect();

@@ -33,7 +33,7 @@ pub fn from_session(session: &Snapshot) -> MemorySnapshot {
     }
     MemorySnapshot {
         segments,
-        device_traces: vec![trace],
+        device_traces: vec![trace.into()],
         allocator_settings: None,
     }
 }
@@ -72,8 +72,8 @@ fn owner_frame(owner: &str, category: Option<crate::types::Category>) -> Frame {
         filename: "vramlab".into(),
         line: 0,
         name: match category {
-            Some(c) => format!("{owner} ({})", c.name()),
-            None => owner.to_string(),
+            Some(c) => format!("{owner} ({})", c.name()).into(),
+            None => owner.into(),
         },
     }
 }

@@ -6,8 +6,10 @@
 //! Written by serde (as a pickle or JSON); read by `decode`: fields a
 //! recording may lack default, fields vramlab does not use are skipped.
 
+use super::trace::Trace;
 use crate::alloc::{BlockId, PoolKind, SegmentView};
 use serde::{Serialize, Serializer};
+use std::sync::Arc;
 
 /// Stack frames kept per block or event (a recording may hold hundreds;
 /// the first are the innermost, where the allocation happened).
@@ -19,13 +21,21 @@ pub const MAX_FRAMES: usize = 32;
 pub struct MemorySnapshot {
     pub segments: Vec<Segment>,
     /// One trace per device, oldest event first.
-    pub device_traces: Vec<Vec<TraceEntry>>,
+    pub device_traces: Vec<Trace>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub allocator_settings: Option<AllocatorSettings>,
 }
 
 /// One segment (`cudaMalloc`ed range, or an expandable segment's mapped
 /// range) with its blocks in address order.
+impl MemorySnapshot {
+    /// `device`'s trace (empty when the snapshot has none for it).
+    pub fn trace(&self, device: usize) -> &Trace {
+        static EMPTY: std::sync::LazyLock<Trace> = std::sync::LazyLock::new(Trace::default);
+        self.device_traces.get(device).unwrap_or(&EMPTY)
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Segment {
     pub device: u32,
@@ -42,14 +52,14 @@ pub struct Segment {
     pub segment_pool_id: (u64, u64),
     pub is_expandable: bool,
     pub blocks: Vec<Block>,
-    pub frames: Vec<Frame>,
+    pub frames: Stack,
 }
 
 impl Segment {
     /// A segment as the allocator shows it (`SegmentView`), each live
     /// block with the frames `frames_of` gives; the sizes summed from the
     /// blocks as `_snapshot()` sums them.
-    pub fn from_view(view: &SegmentView, frames_of: impl Fn(BlockId) -> Vec<Frame>) -> Segment {
+    pub fn from_view(view: &SegmentView, frames_of: impl Fn(BlockId) -> Stack) -> Segment {
         let blocks = (view.blocks.iter())
             .map(|b| Block {
                 address: b.address,
@@ -98,7 +108,7 @@ pub struct Block {
     /// What the caller asked for (for a free block, its last user's).
     pub requested_size: u64,
     pub state: BlockState,
-    pub frames: Vec<Frame>,
+    pub frames: Stack,
 }
 
 /// `BlockInfo`'s state as the snapshot names it.
@@ -143,7 +153,7 @@ pub struct TraceEntry {
     pub device_free: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_us: Option<i64>,
-    pub frames: Vec<Frame>,
+    pub frames: Stack,
 }
 
 impl TraceEntry {
@@ -156,7 +166,7 @@ impl TraceEntry {
             stream: 0,
             device_free: None,
             time_us: None,
-            frames: Vec::new(),
+            frames: Stack::default(),
         }
     }
 }
@@ -174,7 +184,7 @@ pub enum Action {
     Snapshot,
     Oom,
     /// An action this version does not know (kept, not replayed).
-    Other(String),
+    Other(Arc<str>),
 }
 
 impl Action {
@@ -204,18 +214,24 @@ impl Action {
             "segment_unmap" => Action::SegmentUnmap,
             "snapshot" => Action::Snapshot,
             "oom" => Action::Oom,
-            _ => Action::Other(name),
+            _ => Action::Other(name.into()),
         }
     }
 }
 
-/// One stack frame.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+/// One stack frame. Its strings are shared: a recording names the same
+/// few files and functions in millions of frames.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
 pub struct Frame {
-    pub filename: String,
+    pub filename: Arc<str>,
     pub line: i64,
-    pub name: String,
+    pub name: Arc<str>,
 }
+
+/// A stack of frames, innermost first, shared by every record made at the
+/// same place (a recording has a few hundred stacks for millions of
+/// events).
+pub type Stack = Arc<[Frame]>;
 
 impl Frame {
     /// `name (file:line)`, or the name alone for a frame without a source
@@ -224,7 +240,7 @@ impl Frame {
         if self.filename.ends_with(".py") {
             format!("{} ({}:{})", self.name, self.filename, self.line)
         } else {
-            self.name.clone()
+            self.name.to_string()
         }
     }
 

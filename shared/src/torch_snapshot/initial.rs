@@ -41,12 +41,8 @@ pub fn initial_state(
     device: usize,
 ) -> Result<InitialState, SnapshotError> {
     let mut state = final_state(snapshot, device)?;
-    let trace = snapshot
-        .device_traces
-        .get(device)
-        .map_or(&[][..], Vec::as_slice);
-    for (index, event) in trace.iter().enumerate().rev() {
-        undo(&mut state, event).map_err(|why| {
+    for (index, event) in snapshot.trace(device).iter().enumerate().rev() {
+        undo(&mut state, &event).map_err(|why| {
             SnapshotError(format!(
                 "the trace contradicts its segment list at event {index} ({} at {:#x}, {} bytes): {why}",
                 event.action.name(),

@@ -14,19 +14,30 @@
 
 mod decode;
 pub mod export;
+mod fold;
 pub mod format;
 pub mod initial;
+mod intern;
 mod pickle;
 pub mod replay;
+pub mod trace;
 pub mod what_if;
 
-pub use format::{Action, Block, BlockState, Frame, MemorySnapshot, Segment, TraceEntry};
+pub use format::{Action, Block, BlockState, Frame, MemorySnapshot, Segment, Stack, TraceEntry};
+pub use trace::Trace;
 
 /// The largest file read (a snapshot of a long run with deep stacks is a
 /// few tens of MB).
 pub const MAX_FILE_BYTES: usize = 256 << 20;
 /// The most trace events over all devices.
 pub const MAX_EVENTS: usize = 4_000_000;
+
+/// The most a file of `len` bytes takes while it is read: twice its size
+/// and a little ([`pickle::FLOOR`]); a file that would take more is
+/// refused.
+pub fn read_limit(len: usize) -> usize {
+    pickle::limit(len)
+}
 
 /// Why a file could not be read as a snapshot, in words for the user.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,13 +82,17 @@ fn read_json(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
 
 /// Reads a snapshot from JSON already parsed (a websocket message's field).
 pub fn from_json(value: serde_json::Value) -> Result<MemorySnapshot, SnapshotError> {
-    decode::snapshot(&pickle::from_json(value), decode::Limits::UNSHARED)
+    let stacks = intern::Interner::new(decode::MAX_ALL_FRAMES);
+    decode::snapshot(&pickle::from_json(value), decode::Limits::UNSHARED, stacks)
         .map_err(|e| SnapshotError(format!("the JSON is not a memory snapshot: {e}")))
 }
 
 fn read_pickle(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
-    let top = pickle::read(bytes).map_err(SnapshotError)?;
-    let snapshot = decode::snapshot(&top, decode::Limits::for_pickle(bytes.len()));
+    let frames = decode::MAX_ALL_FRAMES.min(bytes.len() / 2);
+    let mut folder = fold::Folder::new(intern::Interner::new(frames));
+    let (top, held) = pickle::read(bytes, &mut folder).map_err(SnapshotError)?;
+    let limits = decode::Limits::for_pickle(bytes.len(), held);
+    let snapshot = decode::snapshot(&top, limits, folder.into_stacks());
     #[cfg(feature = "teardown")]
     pickle::tear_down(vec![top]);
     snapshot.map_err(|e| {

@@ -6,11 +6,32 @@
 //! an error: nothing in a file is ever run.
 //!
 //! The result is a tree of [`Value`]s (JSON is read into the same tree),
-//! which `decode` reads into the snapshot's types.
+//! which `decode` reads into the snapshot's types. What it holds stays
+//! within twice the file's size (and [`FLOOR`]), whatever the file:
+//! - a first pass ([`fetched`]) finds the memo entries the pickle ever
+//!   fetches back, and only those are kept (Python's pickler memoizes every
+//!   list and dict; a snapshot fetches back its keys, strings and frames);
+//! - values are folded into the snapshot's own smaller forms as they go
+//!   into their containers ([`Fold`]): a frame's dict into a [`Frame`], a
+//!   list of frames into a shared [`Stack`], and the entries appended to a
+//!   list into a [`Trace`] of [`TraceEntry`]s;
+//! - the bytes held are counted as they are made, and past the limit the
+//!   file is refused.
 
+use super::format::{Frame, Stack, TraceEntry};
+use super::trace::{Trace, EVENT_BYTES};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
+
+/// Bytes any file may take beyond twice its size (the reader's own tables;
+/// small files).
+pub const FLOOR: usize = 2 << 20;
+
+/// What a file of `len` bytes may hold while it is read and decoded.
+pub fn limit(len: usize) -> usize {
+    len.saturating_mul(2).saturating_add(FLOOR)
+}
 
 #[derive(Clone, Debug)]
 pub enum Value {
@@ -25,42 +46,274 @@ pub enum Value {
     List(Rc<RefCell<Vec<Value>>>),
     Dict(Rc<RefCell<Vec<(Value, Value)>>>),
     Mark,
+    /// A stack frame's dict, read.
+    Frame(Rc<Frame>),
+    /// A list of stack frames, read (at most `MAX_FRAMES`).
+    Stack(Stack),
+    /// A list whose items were trace entries, read.
+    Trace(Rc<RefCell<Entries>>),
 }
 
-struct Machine<'a> {
-    input: &'a [u8],
-    at: usize,
+/// A list of trace entries read as they were appended, or the reason the
+/// first that could not be read gave (the list is then no trace: the
+/// decoder says so where it expects one).
+#[derive(Debug, Default)]
+pub struct Entries {
+    pub trace: Trace,
+    pub error: Option<String>,
+}
+
+/// What the reader folds values into as they are built.
+pub trait Fold {
+    /// `v` as it goes into a container: a frame's dict as a
+    /// [`Value::Frame`], a list of them as a [`Value::Stack`]; anything
+    /// else as it is.
+    fn item(&mut self, v: Value) -> Value;
+    /// `v` read as a trace entry; `None` when it does not look like one.
+    fn entry(&mut self, v: &Value) -> Option<Result<TraceEntry, String>>;
+    /// Bytes held by the frames and stacks it made.
+    fn held(&self) -> usize;
+}
+
+impl<F: Fold> Fold for &mut F {
+    fn item(&mut self, v: Value) -> Value {
+        (**self).item(v)
+    }
+    fn entry(&mut self, v: &Value) -> Option<Result<TraceEntry, String>> {
+        (**self).entry(v)
+    }
+    fn held(&self) -> usize {
+        (**self).held()
+    }
+}
+
+const SLOT: usize = std::mem::size_of::<Value>();
+
+const HEADER: usize = 64;
+
+/// Bytes a value holds besides its slot: a container's header and the
+/// slots it has reserved, a string's text. Shallow: what it contains is
+/// counted as it is made.
+fn cost(v: &Value) -> usize {
+    match v {
+        Value::Str(s) => HEADER / 2 + s.len(),
+        Value::List(l) => HEADER + l.borrow().capacity() * SLOT,
+        Value::Dict(d) => HEADER + d.borrow().capacity() * 2 * SLOT,
+        Value::Trace(t) => HEADER + t.borrow().trace.bytes(),
+        Value::Frame(_) => HEADER,
+        _ => 0,
+    }
+}
+
+/// Bytes dropping `v` frees: its own, and those of the strings and frames
+/// it alone holds (a record's, as it is folded).
+fn freed(v: &Value) -> usize {
+    let alone = |v: &Value| match v {
+        Value::Str(s) if Rc::strong_count(s) == 1 => cost(v),
+        Value::Frame(f) if Rc::strong_count(f) == 1 => HEADER,
+        _ => 0,
+    };
+    cost(v)
+        + match v {
+            Value::List(l) => l.borrow().iter().map(alone).sum(),
+            Value::Dict(d) => d.borrow().iter().map(|(k, v)| alone(k) + alone(v)).sum(),
+            _ => 0,
+        }
+}
+
+/// Whether `v` is held only where it is now (folding it frees it).
+fn unique(v: &Value) -> bool {
+    match v {
+        Value::List(l) => Rc::strong_count(l) == 1,
+        Value::Dict(d) => Rc::strong_count(d) == 1,
+        _ => false,
+    }
+}
+
+struct Machine<'a, F: Fold> {
+    r: Reader<'a>,
     stack: Vec<Value>,
+    /// The entries the pickle fetches back; the others are never kept.
     memo: HashMap<u32, Value>,
+    /// Which memo ids were stored (their count is `MEMOIZE`'s next id) and
+    /// which are ever fetched.
+    ids: Ids,
+    fold: F,
+    /// Bytes held by the values made (an upper bound: a value let go of
+    /// is not taken off), the stack and the memo aside.
+    held: usize,
+    limit: usize,
     /// What the pickle let go of (`POP`, a memo slot set again): dropped
     /// at the end by [`tear_down`].
     #[cfg(feature = "teardown")]
     dead: Vec<Value>,
 }
 
-/// Runs a pickle's opcodes; the value it builds. With the `teardown`
-/// feature (not in the page) whatever else it built is taken apart without
-/// recursion (a pickle can nest a value as deep as it has opcodes: a
-/// million one-item tuples in 1 MB), and the caller drops the value it
-/// gets the same way.
-pub fn read(input: &[u8]) -> Result<Value, String> {
+/// Runs a pickle's opcodes, folding with `fold`; the value it builds and
+/// the bytes it held. With the `teardown` feature (not in the page)
+/// whatever else it built is taken apart without recursion (a pickle can
+/// nest a value as deep as it has opcodes: a million one-item tuples in
+/// 1 MB), and the caller drops the value it gets the same way.
+pub fn read<F: Fold>(input: &[u8], fold: F) -> Result<(Value, usize), String> {
+    let ids = fetched(input)?;
     let mut m = Machine {
-        input,
-        at: 0,
+        r: Reader { input, at: 0 },
         stack: Vec::new(),
         memo: HashMap::new(),
+        ids,
+        fold,
+        held: 0,
+        limit: limit(input.len()),
         #[cfg(feature = "teardown")]
         dead: Vec::new(),
     };
     let top = m.run();
+    let held = m.total();
     #[cfg(feature = "teardown")]
     {
-        let mut rest = m.dead;
-        rest.append(&mut m.stack);
-        rest.extend(m.memo.into_values());
-        tear_down(rest);
+        // Each in its own storage: gathering them in one would hold the
+        // stack twice for a moment.
+        tear_down(m.stack);
+        tear_down(m.dead);
+        tear_down(m.memo.into_values().collect());
     }
-    top
+    Ok((top?, held))
+}
+
+/// Memo ids as sets of bits: at most one per byte of the file (each
+/// `PUT` takes a byte or more; an id past that is refused).
+struct Ids {
+    stored: Vec<u64>,
+    count: u32,
+    fetched: Vec<u64>,
+}
+
+impl Ids {
+    fn new(len: usize) -> Ids {
+        let words = len / 64 + 1;
+        Ids {
+            stored: vec![0; words],
+            count: 0,
+            fetched: vec![0; words],
+        }
+    }
+
+    fn bit(bits: &[u64], id: u32) -> Result<(usize, u64), String> {
+        let word = id as usize / 64;
+        match word < bits.len() {
+            true => Ok((word, 1 << (id % 64))),
+            false => Err(format!(
+                "the pickle's memo entry {id} is beyond what its size can store"
+            )),
+        }
+    }
+
+    /// Records a `PUT` of `id` (`None`: `MEMOIZE`, the next id); the id.
+    fn store(&mut self, id: Option<u32>) -> Result<u32, String> {
+        let id = id.unwrap_or(self.count);
+        let (w, b) = Ids::bit(&self.stored, id)?;
+        if self.stored[w] & b == 0 {
+            self.stored[w] |= b;
+            self.count += 1;
+        }
+        Ok(id)
+    }
+
+    fn fetch(&mut self, id: u32) -> Result<(), String> {
+        let (w, b) = Ids::bit(&self.fetched, id)?;
+        self.fetched[w] |= b;
+        Ok(())
+    }
+
+    fn is_fetched(&self, id: u32) -> bool {
+        Ids::bit(&self.fetched, id).is_ok_and(|(w, b)| self.fetched[w] & b != 0)
+    }
+}
+
+/// The first pass: which memo ids the pickle fetches back. Reads the
+/// opcodes and their arguments only, as the second pass will.
+fn fetched(input: &[u8]) -> Result<Ids, String> {
+    let mut ids = Ids::new(input.len());
+    let mut r = Reader { input, at: 0 };
+    loop {
+        let op = r.take(1)?[0];
+        match op {
+            b'.' => break,
+            b'q' | b'r' | 0x94 => {
+                let id = match op {
+                    0x94 => None,
+                    _ => Some(r.memo_id(op == b'q')?),
+                };
+                ids.store(id)?;
+            }
+            b'h' | b'j' => {
+                let id = r.memo_id(op == b'h')?;
+                ids.fetch(id)?;
+            }
+            _ => r.skip_argument(op)?,
+        }
+    }
+    ids.count = 0;
+    ids.stored.fill(0);
+    Ok(ids)
+}
+
+/// The input and where it is read.
+struct Reader<'a> {
+    input: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let input: &'a [u8] = self.input;
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|&e| e <= input.len())
+            .ok_or("the pickle ends too early: the file is truncated")?;
+        let bytes = &input[self.at..end];
+        self.at = end;
+        Ok(bytes)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        Ok(self.take(N)?.try_into().expect("N bytes"))
+    }
+
+    /// A length prefix of 4 or 8 bytes.
+    fn length(&mut self, width: usize) -> Result<usize, String> {
+        let n = if width == 4 {
+            u64::from(u32::from_le_bytes(self.array()?))
+        } else {
+            u64::from_le_bytes(self.array()?)
+        };
+        usize::try_from(n).map_err(|_| "a length in the pickle is too large".to_string())
+    }
+
+    /// A memo index: one byte (`short`) or four.
+    fn memo_id(&mut self, short: bool) -> Result<u32, String> {
+        Ok(match short {
+            true => self.take(1)?[0].into(),
+            false => u32::from_le_bytes(self.array()?),
+        })
+    }
+
+    /// Skips the argument of `op` (the first pass; the second pass says
+    /// what is wrong with an opcode it does not read).
+    fn skip_argument(&mut self, op: u8) -> Result<(), String> {
+        let n = match op {
+            0x80 | b'K' | b'C' => 1,
+            b'M' => 2,
+            b'J' => 4,
+            0x95 | b'G' => 8,
+            0x8a | 0x8c | b'U' => self.take(1)?[0] as usize,
+            0x8b | b'X' | b'T' | b'B' => self.length(4)?,
+            0x8d | 0x8e | 0x96 => self.length(8)?,
+            _ => 0,
+        };
+        self.take(n).map(|_| ())
+    }
 }
 
 /// Drops `values` one container at a time: each that held the last
@@ -114,48 +367,88 @@ fn list(items: Vec<Value>) -> Value {
     Value::List(Rc::new(RefCell::new(items)))
 }
 
-impl<'a> Machine<'a> {
+impl<'a, F: Fold> Machine<'a, F> {
     fn run(&mut self) -> Result<Value, String> {
         loop {
-            let op = self.take(1)?[0];
+            let op = self.r.take(1)?[0];
             if op == b'.' {
                 return self.pop();
             }
             self.step(op)?;
+            self.room(0)?;
         }
+    }
+
+    /// Bytes held: the values made, the stack and the memo as reserved
+    /// (not only as used), the folds.
+    fn total(&self) -> usize {
+        let tables = self.stack.capacity() + 2 * self.memo.capacity();
+        let ids = 2 * 8 * self.ids.stored.len();
+        self.held + tables * SLOT + ids + self.fold.held()
+    }
+
+    /// Whether `bytes` more fit under the limit; refused when not. Checked
+    /// before anything grows, so that a growing table's old and new
+    /// storage, both held for a moment, fit too.
+    fn room(&self, bytes: usize) -> Result<(), String> {
+        match self.total().saturating_add(bytes) <= self.limit {
+            true => Ok(()),
+            false => Err(format!(
+                "the pickle builds more than twice its size ({} MB from {} MB): a snapshot's records take less",
+                (self.total() + bytes) >> 20,
+                self.r.input.len() >> 20
+            )),
+        }
+    }
+
+    fn push(&mut self, v: Value) -> Result<(), String> {
+        let cap = self.stack.capacity();
+        if self.stack.len() == cap {
+            let more = cap.max(64);
+            self.room((cap + more) * SLOT)?;
+            self.stack.reserve_exact(more);
+        }
+        self.stack.push(v);
+        Ok(())
+    }
+
+    /// Pushes a value just made, counting what it holds.
+    fn make(&mut self, v: Value) -> Result<(), String> {
+        self.held += cost(&v);
+        self.push(v)
     }
 
     fn step(&mut self, op: u8) -> Result<(), String> {
         match op {
-            0x80 => _ = self.take(1)?,            // PROTO
-            0x95 => _ = self.take(8)?,            // FRAME
-            b'(' => self.stack.push(Value::Mark), // MARK
-            b'N' => self.stack.push(Value::None),
-            0x88 => self.stack.push(Value::Bool(true)),
-            0x89 => self.stack.push(Value::Bool(false)),
+            0x80 => _ = self.r.take(1)?,     // PROTO
+            0x95 => _ = self.r.take(8)?,     // FRAME
+            b'(' => self.push(Value::Mark)?, // MARK
+            b'N' => self.push(Value::None)?,
+            0x88 => self.push(Value::Bool(true))?,
+            0x89 => self.push(Value::Bool(false))?,
             b'J' => {
-                let n = i32::from_le_bytes(self.array()?);
-                self.stack.push(Value::Int(n.into()));
+                let n = i32::from_le_bytes(self.r.array()?);
+                self.push(Value::Int(n.into()))?;
             }
             b'K' => {
-                let n = self.take(1)?[0];
-                self.stack.push(Value::Int(n.into()));
+                let n = self.r.take(1)?[0];
+                self.push(Value::Int(n.into()))?;
             }
             b'M' => {
-                let n = u16::from_le_bytes(self.array()?);
-                self.stack.push(Value::Int(n.into()));
+                let n = u16::from_le_bytes(self.r.array()?);
+                self.push(Value::Int(n.into()))?;
             }
             0x8a => {
-                let n = self.take(1)?[0] as usize;
+                let n = self.r.take(1)?[0] as usize;
                 self.long(n)?;
             }
             0x8b => {
-                let n = self.length(4)?;
+                let n = self.r.length(4)?;
                 self.long(n)?;
             }
             b'G' => {
-                let f = f64::from_be_bytes(self.array()?);
-                self.stack.push(Value::Float(f));
+                let f = f64::from_be_bytes(self.r.array()?);
+                self.push(Value::Float(f))?;
             }
             _ => return self.step_strings(op),
         }
@@ -164,48 +457,48 @@ impl<'a> Machine<'a> {
 
     fn step_strings(&mut self, op: u8) -> Result<(), String> {
         let text = |m: &mut Self, len: usize| -> Result<(), String> {
-            let bytes = m.take(len)?;
+            let bytes = m.r.take(len)?;
             let s = std::str::from_utf8(bytes)
                 .map_err(|_| "a string is not valid UTF-8".to_string())?;
-            m.stack.push(Value::Str(s.into()));
+            m.make(Value::Str(s.into()))?;
             Ok(())
         };
         let bytes = |m: &mut Self, len: usize| -> Result<(), String> {
-            m.take(len)?;
-            m.stack.push(Value::Bytes);
+            m.r.take(len)?;
+            m.push(Value::Bytes)?;
             Ok(())
         };
         match op {
             b'X' => {
-                let n = self.length(4)?;
+                let n = self.r.length(4)?;
                 text(self, n)
             }
             0x8c => {
-                let n = self.take(1)?[0] as usize;
+                let n = self.r.take(1)?[0] as usize;
                 text(self, n)
             }
             0x8d => {
-                let n = self.length(8)?;
+                let n = self.r.length(8)?;
                 text(self, n)
             }
             // Protocol 2's `str`: bytes, read as text where they are UTF-8.
             b'T' | b'U' => {
                 let n = if op == b'T' {
-                    self.length(4)?
+                    self.r.length(4)?
                 } else {
-                    self.take(1)?[0] as usize
+                    self.r.take(1)?[0] as usize
                 };
-                let b = self.take(n)?;
+                let b = self.r.take(n)?;
                 let s = String::from_utf8_lossy(b);
-                self.stack.push(Value::Str(s.as_ref().into()));
+                self.make(Value::Str(s.as_ref().into()))?;
                 Ok(())
             }
             b'B' | 0x8e | 0x96 => {
-                let n = self.length(if op == b'B' { 4 } else { 8 })?;
+                let n = self.r.length(if op == b'B' { 4 } else { 8 })?;
                 bytes(self, n)
             }
             b'C' => {
-                let n = self.take(1)?[0] as usize;
+                let n = self.r.take(1)?[0] as usize;
                 bytes(self, n)
             }
             _ => self.step_containers(op),
@@ -214,24 +507,29 @@ impl<'a> Machine<'a> {
 
     fn step_containers(&mut self, op: u8) -> Result<(), String> {
         match op {
-            b']' | b')' | 0x8f => self.stack.push(list(Vec::new())),
-            b'}' => self.stack.push(Value::Dict(Rc::default())),
+            b']' | b')' | 0x8f => self.make(list(Vec::new()))?,
+            b'}' => self.make(Value::Dict(Rc::default()))?,
             b'l' | b't' | 0x91 => {
                 let items = self.pop_mark()?;
-                self.stack.push(list(items));
+                let items = self.folded(items);
+                self.make(list(items))?;
             }
             0x85..=0x87 => {
                 let n = usize::from(op - 0x84);
                 if self.stack.len() < n {
                     return Err("the pickle's stack runs empty".into());
                 }
+                self.room(n * SLOT)?;
                 let items = self.stack.split_off(self.stack.len() - n);
-                self.stack.push(list(items));
+                let items = self.folded(items);
+                self.make(list(items))?;
             }
             b'd' => {
                 let items = self.pop_mark()?;
+                self.room(items.len() * SLOT)?;
                 let pairs = pairs(items)?;
-                self.stack.push(Value::Dict(Rc::new(RefCell::new(pairs))));
+                let pairs = self.folded_pairs(pairs);
+                self.make(Value::Dict(Rc::new(RefCell::new(pairs))))?;
             }
             b'a' => {
                 let item = self.pop()?;
@@ -248,6 +546,7 @@ impl<'a> Machine<'a> {
             }
             b'u' => {
                 let items = self.pop_mark()?;
+                self.room(items.len() * SLOT)?;
                 self.set_items(pairs(items)?)?;
             }
             b'0' => {
@@ -260,7 +559,7 @@ impl<'a> Machine<'a> {
             }
             b'2' => {
                 let top = self.top()?;
-                self.stack.push(top);
+                self.push(top)?;
             }
             _ => return self.step_memo(op),
         }
@@ -269,23 +568,29 @@ impl<'a> Machine<'a> {
 
     fn step_memo(&mut self, op: u8) -> Result<(), String> {
         match op {
-            // BINPUT, LONG_BINPUT, MEMOIZE
+            // BINPUT, LONG_BINPUT, MEMOIZE: kept only when fetched back.
             b'q' | b'r' | 0x94 => {
                 let id = match op {
-                    0x94 => self.memo.len() as u32,
-                    _ => self.memo_id(op == b'q')?,
+                    0x94 => None,
+                    _ => Some(self.r.memo_id(op == b'q')?),
                 };
+                let id = self.ids.store(id)?;
                 let top = self.top()?;
-                let old = self.memo.insert(id, top);
-                self.bury(old);
+                if self.ids.is_fetched(id) {
+                    if self.memo.len() == self.memo.capacity() {
+                        self.room(self.memo.capacity().max(4) * 4 * SLOT)?;
+                    }
+                    let old = self.memo.insert(id, top);
+                    self.bury(old);
+                }
             }
             // BINGET, LONG_BINGET
             b'h' | b'j' => {
-                let id = self.memo_id(op == b'h')?;
+                let id = self.r.memo_id(op == b'h')?;
                 let value = self.memo.get(&id).cloned().ok_or_else(|| {
                     format!("the pickle refers to memo entry {id}, which it never stored")
                 })?;
-                self.stack.push(value);
+                self.push(value)?;
             }
             b'c'
             | 0x93
@@ -303,44 +608,18 @@ impl<'a> Machine<'a> {
                 return Err(format!(
                     "the pickle refers to Python code or classes (opcode {:#04x} at byte {}); a memory snapshot holds only plain data, and vramlab runs nothing from a file",
                     op,
-                    self.at - 1
+                    self.r.at - 1
                 ));
             }
             _ => {
                 return Err(format!(
                     "the pickle has an opcode vramlab does not read ({:#04x} at byte {})",
                     op,
-                    self.at - 1
+                    self.r.at - 1
                 ))
             }
         }
         Ok(())
-    }
-
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let input: &'a [u8] = self.input;
-        let end = self
-            .at
-            .checked_add(n)
-            .filter(|&e| e <= input.len())
-            .ok_or("the pickle ends too early: the file is truncated")?;
-        let bytes = &input[self.at..end];
-        self.at = end;
-        Ok(bytes)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
-        Ok(self.take(N)?.try_into().expect("N bytes"))
-    }
-
-    /// A length prefix of 4 or 8 bytes.
-    fn length(&mut self, width: usize) -> Result<usize, String> {
-        let n = if width == 4 {
-            u64::from(u32::from_le_bytes(self.array()?))
-        } else {
-            u64::from_le_bytes(self.array()?)
-        };
-        usize::try_from(n).map_err(|_| "a length in the pickle is too large".to_string())
     }
 
     /// `LONG1` / `LONG4`: little-endian two's complement of `n` bytes.
@@ -348,7 +627,7 @@ impl<'a> Machine<'a> {
         if n > 16 {
             return Err("an integer in the pickle is larger than 128 bits".into());
         }
-        let bytes = self.take(n)?;
+        let bytes = self.r.take(n)?;
         let mut v: i128 = 0;
         for (i, &b) in bytes.iter().enumerate() {
             v |= i128::from(b) << (8 * i);
@@ -356,16 +635,8 @@ impl<'a> Machine<'a> {
         if n > 0 && n < 16 && bytes[n - 1] & 0x80 != 0 {
             v -= 1i128 << (8 * n);
         }
-        self.stack.push(Value::Int(v));
+        self.push(Value::Int(v))?;
         Ok(())
-    }
-
-    /// A memo index: one byte (`short`) or four.
-    fn memo_id(&mut self, short: bool) -> Result<u32, String> {
-        Ok(match short {
-            true => self.take(1)?[0].into(),
-            false => u32::from_le_bytes(self.array()?),
-        })
     }
 
     /// The value on top of the stack, kept there.
@@ -389,6 +660,7 @@ impl<'a> Machine<'a> {
             .iter()
             .rposition(|v| matches!(v, Value::Mark))
             .ok_or("the pickle has no mark where it needs one")?;
+        self.room((self.stack.len() - mark) * SLOT)?;
         let items = self.stack.split_off(mark + 1);
         self.stack.pop();
         Ok(items)
@@ -402,10 +674,85 @@ impl<'a> Machine<'a> {
         drop(values);
     }
 
+    /// `v` folded as it goes into a container: what folding frees (a
+    /// container held only here, or emptied by its fold) is given back.
+    fn fold(&mut self, v: Value) -> Value {
+        if !matches!(v, Value::List(_) | Value::Dict(_)) {
+            return v;
+        }
+        let before = freed(&v);
+        let shared = (!unique(&v)).then(|| v.clone());
+        let folded = self.fold.item(v);
+        if !matches!(folded, Value::List(_) | Value::Dict(_)) {
+            let after = shared.as_ref().map_or(0, freed);
+            self.held = self.held.saturating_sub(before.saturating_sub(after));
+            if matches!(&folded, Value::Frame(f) if Rc::strong_count(f) == 1) {
+                self.held += HEADER;
+            }
+        }
+        folded
+    }
+
+    fn folded(&mut self, items: Vec<Value>) -> Vec<Value> {
+        items.into_iter().map(|v| self.fold(v)).collect()
+    }
+
+    fn folded_pairs(&mut self, pairs: Vec<(Value, Value)>) -> Vec<(Value, Value)> {
+        (pairs.into_iter())
+            .map(|(k, v)| (k, self.fold(v)))
+            .collect()
+    }
+
     fn extend(&mut self, items: Vec<Value>) -> Result<(), String> {
+        let items = self.folded(items);
+        self.as_trace(&items);
         match self.stack.last() {
+            Some(Value::Trace(t)) => {
+                let mut t = t.borrow_mut();
+                for v in &items {
+                    if t.error.is_some() {
+                        break;
+                    }
+                    let e = match self.fold.entry(v) {
+                        Some(Ok(e)) => e,
+                        Some(Err(e)) => {
+                            t.error = Some(e);
+                            break;
+                        }
+                        None => {
+                            t.error = Some(not_an_entry(v));
+                            break;
+                        }
+                    };
+                    let (len, cap) = (t.trace.len(), t.trace.capacity());
+                    if len == cap {
+                        let more = (cap / 8).max(64);
+                        // Column by column: the largest's old and new.
+                        self.room(more * EVENT_BYTES + (cap + more) * 8)?;
+                        t.trace.reserve_exact(more);
+                        self.held += more * EVENT_BYTES;
+                    }
+                    if let Err(e) = t.trace.push(e) {
+                        t.error = Some(e);
+                    }
+                }
+                if t.error.is_some() {
+                    self.held = self.held.saturating_sub(t.trace.bytes());
+                    t.trace = Trace::default();
+                }
+                let gone: usize = items.iter().filter(|v| unique(v)).map(freed).sum();
+                self.held = self.held.saturating_sub(gone);
+                Ok(())
+            }
             Some(Value::List(l)) => {
-                l.borrow_mut().extend(items);
+                let mut l = l.borrow_mut();
+                let before = l.capacity();
+                if let Some((new, more)) = grown(&l, items.len()) {
+                    self.room(new * SLOT)?;
+                    l.reserve_exact(more);
+                }
+                l.extend(items);
+                self.held += (l.capacity() - before) * SLOT;
                 Ok(())
             }
             _ => {
@@ -416,10 +763,32 @@ impl<'a> Machine<'a> {
         }
     }
 
+    /// Turns the list on top into a [`Trace`] when it is empty, held
+    /// there alone, and `items` begin with a trace entry.
+    fn as_trace(&mut self, items: &[Value]) {
+        let Some(Value::List(l)) = self.stack.last() else {
+            return;
+        };
+        if Rc::strong_count(l) != 1 || !l.borrow().is_empty() {
+            return;
+        }
+        if let Some(Ok(_)) = items.first().and_then(|v| self.fold.entry(v)) {
+            *self.stack.last_mut().expect("a list on top") = Value::Trace(Rc::default());
+        }
+    }
+
     fn set_items(&mut self, items: Vec<(Value, Value)>) -> Result<(), String> {
+        let items = self.folded_pairs(items);
         match self.stack.last() {
             Some(Value::Dict(d)) => {
-                d.borrow_mut().extend(items);
+                let mut d = d.borrow_mut();
+                let before = d.capacity();
+                if let Some((new, more)) = grown(&d, items.len()) {
+                    self.room(new * 2 * SLOT)?;
+                    d.reserve_exact(more);
+                }
+                d.extend(items);
+                self.held += (d.capacity() - before) * 2 * SLOT;
                 Ok(())
             }
             _ => {
@@ -431,14 +800,43 @@ impl<'a> Machine<'a> {
     }
 }
 
+/// The capacity `v` grows to for `n` more items, when it must grow: by an
+/// eighth (not twice, as `Vec` does: what a table has reserved and not
+/// used counts against the file's limit), and at least to hold them.
+/// Also how many more to reserve.
+fn grown<T>(v: &Vec<T>, n: usize) -> Option<(usize, usize)> {
+    let (len, cap) = (v.len(), v.capacity());
+    let new = (len + n).max(cap + cap / 8 + 4);
+    (len + n > cap).then_some((new, new - len))
+}
+
+/// Why `v` is not a trace entry, as the decoder would say it.
+fn not_an_entry(v: &Value) -> String {
+    format!("invalid type: {}, expected a dict (a trace entry)", kind(v))
+}
+
+/// What a value is, in words.
+pub fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::None | Value::Mark => "None",
+        Value::Bool(_) => "a boolean",
+        Value::Int(_) => "an integer",
+        Value::Float(_) => "a float",
+        Value::Str(_) => "a string",
+        Value::Bytes => "bytes",
+        Value::List(_) | Value::Stack(_) | Value::Trace(_) => "a list",
+        Value::Dict(_) | Value::Frame(_) => "a dict",
+    }
+}
+
 fn pairs(items: Vec<Value>) -> Result<Vec<(Value, Value)>, String> {
     if items.len() % 2 != 0 {
         #[cfg(feature = "teardown")]
         tear_down(items);
         return Err("a dict in the pickle has a key without a value".into());
     }
+    let mut out = Vec::with_capacity(items.len() / 2);
     let mut it = items.into_iter();
-    let mut out = Vec::new();
     while let (Some(k), Some(v)) = (it.next(), it.next()) {
         out.push((k, v));
     }

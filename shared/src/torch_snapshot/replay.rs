@@ -16,6 +16,7 @@
 
 use super::format::{user_frame, Action, MemorySnapshot, TraceEntry};
 use super::initial::initial_state;
+use super::trace::Trace;
 use super::SnapshotError;
 use crate::alloc::roundup::RoundupDivisions;
 use crate::alloc::{AllocError, Allocator, BlockId, SegmentView, TraceAction, TraceEvent};
@@ -148,8 +149,9 @@ pub fn segments_at(
     {
         last += 1;
     }
-    for (index, e) in replay.trace.iter().enumerate().take(last + 1) {
-        replay.step(index, e);
+    let trace = replay.trace;
+    for (index, e) in trace.iter().enumerate().take(last + 1) {
+        replay.step(index, &e);
     }
     Ok(replay.segment_snapshots())
 }
@@ -161,8 +163,8 @@ fn uses_expandable_segments(snapshot: &MemorySnapshot) -> bool {
         || snapshot
             .device_traces
             .iter()
-            .flatten()
-            .any(|e| matches!(e.action, Action::SegmentMap | Action::SegmentUnmap))
+            .flat_map(|t| (0..t.len()).map(|i| t.action(i)))
+            .any(|a| matches!(a, Action::SegmentMap | Action::SegmentUnmap))
 }
 
 /// Replays `device`'s trace under the recorded settings changed by
@@ -198,7 +200,7 @@ fn what_if_settings(
 }
 
 struct Replay<'a> {
-    trace: &'a [TraceEntry],
+    trace: &'a Trace,
     exact: bool,
     device: SimDevice,
     process: Process,
@@ -225,10 +227,7 @@ impl<'a> Replay<'a> {
         settings: Settings,
         exact: bool,
     ) -> Result<Self, SnapshotError> {
-        let trace = snapshot
-            .device_traces
-            .get(device_index)
-            .map_or(&[][..], Vec::as_slice);
+        let trace = snapshot.trace(device_index);
         let device = SimDevice::new(SimDeviceConfig {
             total_bytes: settings.device_total_bytes,
             context_bytes: settings.context_bytes,
@@ -267,8 +266,9 @@ impl<'a> Replay<'a> {
     }
 
     fn run(mut self) -> Result<ReplayRun, SnapshotError> {
-        for (index, e) in self.trace.iter().enumerate() {
-            self.step(index, e);
+        let trace = self.trace;
+        for (index, e) in trace.iter().enumerate() {
+            self.step(index, &e);
             self.sample(index);
         }
         if self.released_since {
@@ -470,7 +470,7 @@ impl<'a> Replay<'a> {
         let Some(event) = origin else {
             return "live when the recording starts".into();
         };
-        match user_frame(&self.trace[event].frames) {
+        match user_frame(self.trace.frames(event)) {
             Some(frame) => format!("{} (event {event})", frame.label()),
             None => format!("allocated at event {event}"),
         }

@@ -8,9 +8,9 @@ use super::{what_if_settings, Replay};
 use crate::alloc::{SegmentView, TraceAction, TraceEvent};
 use crate::framework::{RestartSettings, Settings};
 use crate::torch_snapshot::format::{
-    Action, AllocatorSettings, Frame, MemorySnapshot, Segment, TraceEntry,
+    Action, AllocatorSettings, MemorySnapshot, Segment, Stack, TraceEntry,
 };
-use crate::torch_snapshot::SnapshotError;
+use crate::torch_snapshot::{SnapshotError, Trace};
 use std::collections::HashMap;
 
 /// Replays `device`'s trace under `what_if` and writes that run as a
@@ -23,26 +23,30 @@ pub fn export_what_if(
     let settings = what_if_settings(snapshot, what_if)?;
     let mut replay = Replay::new(snapshot, device, settings.clone(), false)?;
     replay.process.allocator().set_tracing(true);
-    let (mut trace, mut drained) = (Vec::new(), Vec::new());
-    let none = TraceEntry::new(Action::Snapshot);
-    for (index, e) in replay.trace.iter().enumerate() {
-        replay.step(index, e);
+    let (mut trace, mut drained) = (Trace::default(), Vec::new());
+    let record = |trace: &mut Trace, drained: &mut Vec<TraceEvent>, cause: &TraceEntry| {
+        for t in drained.drain(..) {
+            for e in entries(&t, cause, &settings) {
+                trace.push(e).map_err(SnapshotError)?;
+            }
+        }
+        Ok::<_, SnapshotError>(())
+    };
+    let recorded = replay.trace;
+    for (index, e) in recorded.iter().enumerate() {
+        replay.step(index, &e);
         replay.process.allocator().drain_trace(&mut drained);
-        trace.extend(drained.drain(..).flat_map(|t| entries(&t, e, &settings)));
+        record(&mut trace, &mut drained, &e)?;
     }
     if replay.released_since {
         replay.empty_cache();
         replay.process.allocator().drain_trace(&mut drained);
-        trace.extend(
-            drained
-                .drain(..)
-                .flat_map(|t| entries(&t, &none, &settings)),
-        );
+        record(&mut trace, &mut drained, &TraceEntry::new(Action::Snapshot))?;
     }
     let frames: HashMap<_, _> = replay
         .blocks
         .values()
-        .map(|&(id, origin)| (id, origin.map(|i| replay.trace[i].frames.clone())))
+        .map(|&(id, origin)| (id, origin.map(|i| recorded.frames(i).clone())))
         .collect();
     let segments = replay
         .process
@@ -51,7 +55,7 @@ pub fn export_what_if(
         .into_iter()
         .map(|s| segment(s, &frames, device, settings.expandable_segments))
         .collect();
-    let mut device_traces = vec![Vec::new(); device + 1];
+    let mut device_traces = vec![Trace::default(); device + 1];
     device_traces[device] = trace;
     Ok(MemorySnapshot {
         segments,
@@ -92,7 +96,7 @@ fn entries(t: &TraceEvent, cause: &TraceEntry, settings: &Settings) -> Vec<Trace
 
 fn segment(
     s: SegmentView,
-    frames: &HashMap<crate::alloc::BlockId, Option<Vec<Frame>>>,
+    frames: &HashMap<crate::alloc::BlockId, Option<Stack>>,
     device: usize,
     expandable: bool,
 ) -> Segment {

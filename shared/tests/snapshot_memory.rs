@@ -1,0 +1,248 @@
+//! What reading a snapshot holds, at sizes people record: never more than
+//! twice the file (and `read_limit`'s little more), whatever the file; a
+//! recording written as Python's pickler writes it takes less than its
+//! file once read. Memory is what this binary's allocator hands out while
+//! the file is read (the file itself, held by the caller, aside).
+
+use vramlab_shared::torch_snapshot::{self, Action};
+
+mod common;
+
+/// A pickle written as Python's pickler (protocol 4) writes what
+/// `torch.cuda.memory._snapshot()` returns: every dict and list memoized,
+/// strings and frame dicts written once and fetched back, lists appended
+/// in batches of 1,000.
+struct Pickler {
+    out: Vec<u8>,
+    memo: u32,
+    strings: std::collections::HashMap<&'static str, u32>,
+}
+
+impl Pickler {
+    fn new() -> Pickler {
+        Pickler {
+            out: b"\x80\x04".to_vec(),
+            memo: 0,
+            strings: Default::default(),
+        }
+    }
+
+    fn memoize(&mut self) -> u32 {
+        self.out.push(0x94);
+        self.memo += 1;
+        self.memo - 1
+    }
+
+    fn get(&mut self, id: u32) {
+        match u8::try_from(id) {
+            Ok(id) => self.out.extend([b'h', id]),
+            Err(_) => {
+                self.out.push(b'j');
+                self.out.extend(id.to_le_bytes());
+            }
+        }
+    }
+
+    fn str(&mut self, s: &'static str) {
+        match self.strings.get(s) {
+            Some(&id) => self.get(id),
+            None => {
+                self.out.extend([0x8c, s.len() as u8]);
+                self.out.extend(s.as_bytes());
+                let id = self.memoize();
+                self.strings.insert(s, id);
+            }
+        }
+    }
+
+    /// An int as Python writes it: `BININT1`, `BININT` or `LONG1`.
+    fn int(&mut self, v: u64) {
+        if v < 256 {
+            self.out.extend([b'K', v as u8]);
+        } else if v < 1 << 31 {
+            self.out.push(b'J');
+            self.out.extend((v as u32).to_le_bytes());
+        } else {
+            let bytes: Vec<u8> = v.to_le_bytes().into_iter().collect();
+            let n = 8 - bytes.iter().rev().take_while(|&&b| b == 0).count();
+            // A sign byte when the top bit is set.
+            let n = if bytes[n - 1] & 0x80 != 0 { n + 1 } else { n };
+            self.out.extend([0x8a, n as u8]);
+            self.out.extend(&v.to_le_bytes()[..n.min(8)]);
+            if n > 8 {
+                self.out.push(0);
+            }
+        }
+    }
+
+    /// `{key: value, …}`; its memo id.
+    fn dict(&mut self, fields: Vec<(&'static str, Field)>) -> u32 {
+        self.out.push(b'}');
+        let id = self.memoize();
+        self.out.push(b'(');
+        for (key, value) in fields {
+            self.str(key);
+            match value {
+                Field::Int(v) => self.int(v),
+                Field::Str(s) => self.str(s),
+                Field::List(ids) => self.list_of_memo(&ids),
+            }
+        }
+        self.out.push(b'u');
+        id
+    }
+
+    fn list_of_memo(&mut self, ids: &[u32]) {
+        self.out.push(b']');
+        self.memoize();
+        for batch in ids.chunks(1000) {
+            self.out.push(b'(');
+            for &id in batch {
+                self.get(id);
+            }
+            self.out.push(b'e');
+        }
+    }
+}
+
+enum Field {
+    Int(u64),
+    Str(&'static str),
+    List(Vec<u32>),
+}
+
+/// A recording of `events` allocations and frees at a few call sites,
+/// written as PyTorch 2.x and Python's pickler write it (about 75 bytes
+/// an event).
+fn recording(events: usize) -> Vec<u8> {
+    let mut p = Pickler::new();
+    p.out.push(b'}');
+    p.memoize();
+    p.out.push(b'(');
+    // The frames of four call sites, each dict written once and fetched
+    // back by every entry made there (a field the reader skips holds them
+    // first, as the first entry's list would).
+    p.str("frames_of_sites");
+    p.out.push(b']');
+    p.memoize();
+    p.out.push(b'(');
+    let mut frames = Vec::new();
+    for line in 0..8 {
+        frames.push(p.dict(vec![
+            ("filename", Field::Str("/home/me/train.py")),
+            ("line", Field::Int(10 + line)),
+            ("name", Field::Str("forward")),
+        ]));
+    }
+    p.out.push(b'e');
+    p.str("segments");
+    p.out.push(b']');
+    p.memoize();
+    p.str("device_traces");
+    p.out.push(b']');
+    p.memoize();
+    p.out.push(b']');
+    p.memoize();
+    let base = 0x7f00_0000_0000u64;
+    let mut batch = 0;
+    for i in 0..events {
+        if batch == 0 {
+            p.out.push(b'(');
+        }
+        let action = ["alloc", "free_requested", "free_completed"][i % 3];
+        let site = (i / 3) % 4;
+        let stack = frames[site * 2..site * 2 + 2].to_vec();
+        _ = p.dict(vec![
+            ("action", Field::Str(action)),
+            ("addr", Field::Int(base + 512 * (i as u64 / 3 % 64))),
+            ("size", Field::Int(512)),
+            ("stream", Field::Int(0)),
+            ("time_us", Field::Int(1_763_324_225_801_640 + i as u64)),
+            ("frames", Field::List(stack)),
+        ]);
+        batch += 1;
+        if batch == 1000 || i + 1 == events {
+            p.out.push(b'e');
+            batch = 0;
+        }
+    }
+    p.out.push(b'a');
+    p.out.extend(b"u.");
+    p.out
+}
+
+/// Reads `file`; the result and the most bytes held while reading it.
+fn read(file: &[u8]) -> (Result<torch_snapshot::MemorySnapshot, String>, usize) {
+    common::peak_bytes(|| torch_snapshot::read(file).map_err(|e| e.0))
+}
+
+#[test]
+fn a_dense_recording_takes_less_than_its_file_once_read() {
+    let file = recording(200_000);
+    let (snapshot, peak) = read(&file);
+    let snapshot = snapshot.unwrap();
+    let trace = &snapshot.device_traces[0];
+    assert_eq!(trace.len(), 200_000);
+    assert_eq!(trace.action(4), Action::FreeRequested);
+    assert_eq!(trace.get(3).unwrap().addr, 0x7f00_0000_0200);
+    assert_eq!(&*trace.frames(3)[0].filename, "/home/me/train.py");
+    let (bytes, held) = (file.len(), common::peak_bytes(|| drop(snapshot.clone())).1);
+    println!(
+        "figure: a recording of 200,000 events in {bytes} bytes: read at a peak of {peak} bytes ({:.2}x), {held} held after",
+        peak as f64 / bytes as f64
+    );
+    assert!(peak <= bytes * 3 / 2, "{peak} bytes for {bytes}");
+    assert!(held < bytes, "{held} bytes held for {bytes}");
+}
+
+/// The shapes a probe used to exhaust memory, at a few MB: each read,
+/// refused or not, holds no more than `read_limit` allows.
+#[test]
+fn no_file_takes_more_than_twice_its_size() {
+    let n = 4 << 20;
+    let shapes: Vec<(&str, Vec<u8>)> = vec![
+        // 25 MB of these took 2.49 GB.
+        (
+            "empty lists",
+            [b"\x80\x04".as_slice(), &vec![b']'; n], b"."].concat(),
+        ),
+        ("lists appended one by one", {
+            let mut f = b"\x80\x04]".to_vec();
+            for _ in 0..n / 2 {
+                f.extend(b"]a");
+            }
+            f.push(b'.');
+            f
+        }),
+        ("dicts set", {
+            let mut f = b"\x80\x04}(".to_vec();
+            for i in 0..n / 6 {
+                f.push(b'J');
+                f.extend((i as u32).to_le_bytes());
+                f.push(b'}');
+            }
+            f.extend(b"u.");
+            f
+        }),
+        ("one entry fetched back", {
+            let mut f = b"\x80\x04}(\x8c\x0ddevice_traces](](".to_vec();
+            f.extend(b"}(\x8c\x06action\x8c\x05allocu\x94");
+            for _ in 0..n / 2 {
+                f.extend(b"h\x00");
+            }
+            f.extend(b"eeu.");
+            f
+        }),
+    ];
+    for (what, file) in shapes {
+        let (result, peak) = read(&file);
+        let limit = torch_snapshot::read_limit(file.len());
+        println!(
+            "figure: {what}, {} bytes: {} at a peak of {peak} bytes ({:.2}x)",
+            file.len(),
+            if result.is_ok() { "read" } else { "refused" },
+            peak as f64 / file.len() as f64
+        );
+        assert!(peak <= limit, "{what}: {peak} bytes for {}", file.len());
+    }
+}
