@@ -326,10 +326,66 @@ fn mutated(mut bytes: Vec<u8>, flips: &[(usize, u8)], cut: Option<usize>) -> Vec
 fn snapshot_inputs() -> impl Strategy<Value = Vec<u8>> {
     (
         snapshot_tree(),
+        any::<bool>(),
         prop::collection::vec((any::<usize>(), any::<u8>()), 0..3),
         prop::option::weighted(0.1, any::<usize>()),
     )
-        .prop_map(|(t, flips, cut)| mutated(pickle(&t), &flips, cut))
+        .prop_map(|(t, as_json, flips, cut)| {
+            let file = if as_json { json(&t) } else { pickle(&t) };
+            mutated(file, &flips, cut)
+        })
+}
+
+/// `t` as JSON (a shared value written out each time it is used, at most
+/// a few times: shared values nest).
+fn json(t: &Tree) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_json(t, &mut out);
+    out
+}
+
+fn write_json(t: &Tree, out: &mut Vec<u8>) {
+    let items = |out: &mut Vec<u8>, items: &mut dyn Iterator<Item = &Tree>| {
+        for (i, item) in items.enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_json(item, out);
+        }
+    };
+    match t {
+        Tree::Int(i) => out.extend(i.to_string().as_bytes()),
+        Tree::Float => out.extend(b"0.5"),
+        Tree::Str(s) => out.extend(serde_json::to_string(s).unwrap().as_bytes()),
+        Tree::None => out.extend(b"null"),
+        Tree::Bool(b) => out.extend(if *b { "true" } else { "false" }.as_bytes()),
+        Tree::List(list) => {
+            out.push(b'[');
+            items(out, &mut list.iter());
+            out.push(b']');
+        }
+        Tree::Dict(fields) => {
+            out.push(b'{');
+            for (i, (k, v)) in fields.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend(serde_json::to_string(k).unwrap().as_bytes());
+                out.push(b':');
+                write_json(v, out);
+            }
+            out.push(b'}');
+        }
+        Tree::Shared(t, n) => {
+            out.push(b'[');
+            items(
+                out,
+                &mut std::iter::repeat_n(&**t, usize::from(*n).min(3) + 1),
+            );
+            out.push(b']');
+        }
+        Tree::Raw(bytes) => out.extend(bytes),
+    }
 }
 
 /// Lines from the cell's tokens: names, calls, numbers, operators,

@@ -193,6 +193,16 @@ fn a_dense_recording_takes_less_than_its_file_once_read() {
     );
     assert!(peak <= bytes * 3 / 2, "{peak} bytes for {bytes}");
     assert!(held < bytes, "{held} bytes held for {bytes}");
+    // The same as JSON (as vramlab writes it): read as the pickle is.
+    let json = serde_json::to_vec(&snapshot).unwrap();
+    let (again, peak) = read(&json);
+    assert_eq!(again.unwrap(), snapshot);
+    println!(
+        "figure: the same as JSON, {} bytes: read at a peak of {peak} bytes ({:.2}x)",
+        json.len(),
+        peak as f64 / json.len() as f64
+    );
+    assert!(peak <= json.len(), "{peak} bytes for {}", json.len());
 }
 
 /// The shapes a probe used to exhaust memory, at a few MB: each read,
@@ -232,6 +242,22 @@ fn no_file_takes_more_than_twice_its_size() {
             }
             f.extend(b"eeu.");
             f
+        }),
+        ("JSON of empty arrays", {
+            let mut f = b"{\"device_traces\": [".to_vec();
+            f.extend(b"[],".repeat(n / 3));
+            f.extend(b"[]]}");
+            f
+        }),
+        ("JSON of empty objects", {
+            let mut f = b"{\"segments\": [".to_vec();
+            f.extend(b"{},".repeat(n / 3));
+            f.extend(b"{}]}");
+            f
+        }),
+        ("JSON nested deep", {
+            let deep = [vec![b'['; n / 2], vec![b']'; n / 2]].concat();
+            [b"{\"x\": ".as_slice(), &deep, b"}"].concat()
         }),
     ];
     for (what, file) in shapes {

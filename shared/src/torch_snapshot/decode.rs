@@ -112,11 +112,11 @@ impl Limits {
         bytes: usize::MAX,
     };
 
-    /// For a pickle of `bytes` whose reading held `held` bytes: the
+    /// For a file of `bytes` whose reading held `held` bytes: the
     /// records it decodes to take no more than the rest of twice its size
     /// ([`super::pickle::limit`]), whatever its memo shares, less a margin
     /// for what decoding allocates besides them (a few strings).
-    pub fn for_pickle(bytes: usize, held: usize) -> Limits {
+    pub fn for_file(bytes: usize, held: usize) -> Limits {
         const MARGIN: usize = 64 << 10;
         Limits {
             bytes: super::pickle::limit(bytes).saturating_sub(held + MARGIN),

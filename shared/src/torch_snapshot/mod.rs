@@ -5,12 +5,15 @@
 //! ([`replay`]), and writing any session as such a file ([`export`]).
 //!
 //! Only data is read: a pickle that names a Python class or function is
-//! refused, nothing is ever executed. Limits, checked before anything is
-//! decoded: [`MAX_FILE_BYTES`] of file, [`MAX_EVENTS`] trace events and
-//! `decode::MAX_BLOCKS` blocks (for a pickle, also no more than its size
-//! holds unshared: `decode::Limits::for_pickle`), `decode::MAX_FIELDS`
-//! fields in a record; stack frames beyond [`format::MAX_FRAMES`] per
-//! entry, and beyond the file's share in all, are dropped.
+//! refused, nothing is ever executed. Memory: whatever the file, reading
+//! it holds no more than twice its size and 2 MiB ([`read_limit`]), its
+//! records folded as they are read ([`fold`]), its frames held once
+//! ([`intern`]), its traces column by column ([`trace`]); a recording
+//! takes less than its file once read. Limits besides: [`MAX_FILE_BYTES`]
+//! of file, [`MAX_EVENTS`] trace events and `decode::MAX_BLOCKS` blocks,
+//! `decode::MAX_FIELDS` fields in a record; stack frames beyond
+//! [`format::MAX_FRAMES`] per entry, and beyond the file's share in all,
+//! are dropped.
 
 mod decode;
 pub mod export;
@@ -18,6 +21,7 @@ mod fold;
 pub mod format;
 pub mod initial;
 mod intern;
+mod json;
 mod pickle;
 pub mod replay;
 pub mod trace;
@@ -74,10 +78,11 @@ pub fn read(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
 }
 
 fn read_json(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
-    let not_json = |e: &dyn std::fmt::Display| SnapshotError(format!("the file is not JSON: {e}"));
-    let text = std::str::from_utf8(bytes).map_err(|e| not_json(&e))?;
-    let value = serde_json::from_str(text).map_err(|e| not_json(&e))?;
-    from_json(value)
+    read_with(
+        bytes,
+        |b, f| json::read(b, f),
+        "the JSON is not a memory snapshot",
+    )
 }
 
 /// Reads a snapshot from JSON already parsed (a websocket message's field).
@@ -88,10 +93,24 @@ pub fn from_json(value: serde_json::Value) -> Result<MemorySnapshot, SnapshotErr
 }
 
 fn read_pickle(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
+    read_with(
+        bytes,
+        |b, f| pickle::read(b, f),
+        "the pickle is not a memory snapshot",
+    )
+}
+
+/// Reads `bytes` with `reader` (the pickle's or JSON's), folding as it
+/// goes, then decodes what it built within the rest of the file's limit.
+fn read_with(
+    bytes: &[u8],
+    reader: impl FnOnce(&[u8], &mut fold::Folder) -> Result<(pickle::Value, usize), String>,
+    not_a_snapshot: &str,
+) -> Result<MemorySnapshot, SnapshotError> {
     let frames = decode::MAX_ALL_FRAMES.min(bytes.len() / 2);
     let mut folder = fold::Folder::new(intern::Interner::new(frames));
-    let (top, held) = pickle::read(bytes, &mut folder).map_err(SnapshotError)?;
-    let limits = decode::Limits::for_pickle(bytes.len(), held);
+    let (top, held) = reader(bytes, &mut folder).map_err(SnapshotError)?;
+    let limits = decode::Limits::for_file(bytes.len(), held);
     let snapshot = decode::snapshot(&top, limits, folder.into_stacks());
     #[cfg(feature = "teardown")]
     pickle::tear_down(vec![top]);
@@ -99,7 +118,7 @@ fn read_pickle(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
         SnapshotError(if e.starts_with("the pickle") {
             e
         } else {
-            format!("the pickle is not a memory snapshot: {e}")
+            format!("{not_a_snapshot}: {e}")
         })
     })
 }

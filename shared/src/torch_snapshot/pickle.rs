@@ -33,6 +33,10 @@ pub fn limit(len: usize) -> usize {
     len.saturating_mul(2).saturating_add(FLOOR)
 }
 
+/// What the machine leaves of the limit for what its count of bytes
+/// misses (small allocations it does not see).
+const SLACK: usize = 64 << 10;
+
 #[derive(Clone, Debug)]
 pub enum Value {
     None,
@@ -130,8 +134,12 @@ fn unique(v: &Value) -> bool {
     }
 }
 
-struct Machine<'a, F: Fold> {
+/// The pickle machine: its stack, memo and containers, which the pickle's
+/// opcodes drive (and JSON's structure, in `json`).
+pub(super) struct Machine<'a, F: Fold> {
     r: Reader<'a>,
+    /// The file's size (its limit's measure).
+    len: usize,
     stack: Vec<Value>,
     /// The entries the pickle fetches back; the others are never kept.
     memo: HashMap<u32, Value>,
@@ -155,29 +163,50 @@ struct Machine<'a, F: Fold> {
 /// nest a value as deep as it has opcodes: a million one-item tuples in
 /// 1 MB), and the caller drops the value it gets the same way.
 pub fn read<F: Fold>(input: &[u8], fold: F) -> Result<(Value, usize), String> {
-    let ids = fetched(input)?;
-    let mut m = Machine {
-        r: Reader { input, at: 0 },
-        stack: Vec::new(),
-        memo: HashMap::new(),
-        ids,
-        fold,
-        held: 0,
-        limit: limit(input.len()),
-        #[cfg(feature = "teardown")]
-        dead: Vec::new(),
-    };
+    let mut m = Machine::new(Reader { input, at: 0 }, fetched(input)?, fold);
     let top = m.run();
-    let held = m.total();
-    #[cfg(feature = "teardown")]
-    {
-        // Each in its own storage: gathering them in one would hold the
-        // stack twice for a moment.
-        tear_down(m.stack);
-        tear_down(m.dead);
-        tear_down(m.memo.into_values().collect());
+    m.finish(top)
+}
+
+impl<'a, F: Fold> Machine<'a, F> {
+    fn new(r: Reader<'a>, ids: Ids, fold: F) -> Self {
+        Machine {
+            len: r.input.len(),
+            limit: limit(r.input.len()) - SLACK,
+            r,
+            stack: Vec::new(),
+            memo: HashMap::new(),
+            ids,
+            fold,
+            held: 0,
+            #[cfg(feature = "teardown")]
+            dead: Vec::new(),
+        }
     }
-    Ok((top?, held))
+
+    /// A machine driven from outside (no pickle, no memo) for a file of
+    /// `len` bytes.
+    pub(super) fn driven(len: usize, fold: F) -> Self {
+        Machine {
+            len,
+            limit: limit(len) - SLACK,
+            ..Machine::new(Reader { input: &[], at: 0 }, Ids::new(0), fold)
+        }
+    }
+
+    /// The value built (`top`) and the bytes held, the rest taken apart.
+    pub(super) fn finish(mut self, top: Result<Value, String>) -> Result<(Value, usize), String> {
+        let held = self.total();
+        #[cfg(feature = "teardown")]
+        {
+            // Each in its own storage: gathering them in one would hold
+            // the stack twice for a moment.
+            tear_down(std::mem::take(&mut self.stack));
+            tear_down(std::mem::take(&mut self.dead));
+            tear_down(std::mem::take(&mut self.memo).into_values().collect());
+        }
+        Ok((top?, held))
+    }
 }
 
 /// Memo ids as sets of bits: at most one per byte of the file (each
@@ -363,7 +392,7 @@ pub fn from_json(json: serde_json::Value) -> Value {
     }
 }
 
-fn list(items: Vec<Value>) -> Value {
+pub(super) fn list(items: Vec<Value>) -> Value {
     Value::List(Rc::new(RefCell::new(items)))
 }
 
@@ -394,14 +423,14 @@ impl<'a, F: Fold> Machine<'a, F> {
         match self.total().saturating_add(bytes) <= self.limit {
             true => Ok(()),
             false => Err(format!(
-                "the pickle builds more than twice its size ({} MB from {} MB): a snapshot's records take less",
+                "reading the file would take more than twice its size ({} MB from {} MB): a snapshot's records take less",
                 (self.total() + bytes) >> 20,
-                self.r.input.len() >> 20
+                self.len >> 20
             )),
         }
     }
 
-    fn push(&mut self, v: Value) -> Result<(), String> {
+    pub(super) fn push(&mut self, v: Value) -> Result<(), String> {
         let cap = self.stack.capacity();
         if self.stack.len() == cap {
             let more = cap.max(64);
@@ -413,7 +442,7 @@ impl<'a, F: Fold> Machine<'a, F> {
     }
 
     /// Pushes a value just made, counting what it holds.
-    fn make(&mut self, v: Value) -> Result<(), String> {
+    pub(super) fn make(&mut self, v: Value) -> Result<(), String> {
         self.held += cost(&v);
         self.push(v)
     }
@@ -535,20 +564,13 @@ impl<'a, F: Fold> Machine<'a, F> {
                 let item = self.pop()?;
                 self.extend(vec![item])?;
             }
-            b'e' | 0x90 => {
-                let items = self.pop_mark()?;
-                self.extend(items)?;
-            }
+            b'e' | 0x90 => self.appends()?,
             b's' => {
                 let value = self.pop()?;
                 let key = self.pop()?;
                 self.set_items(vec![(key, value)])?;
             }
-            b'u' => {
-                let items = self.pop_mark()?;
-                self.room(items.len() * SLOT)?;
-                self.set_items(pairs(items)?)?;
-            }
+            b'u' => self.set_items_from_mark()?,
             b'0' => {
                 let v = self.pop()?;
                 self.bury([v]);
@@ -647,11 +669,24 @@ impl<'a, F: Fold> Machine<'a, F> {
         }
     }
 
-    fn pop(&mut self) -> Result<Value, String> {
+    pub(super) fn pop(&mut self) -> Result<Value, String> {
         match self.stack.pop() {
             Some(Value::Mark) | None => Err("the pickle's stack runs empty".into()),
             Some(v) => Ok(v),
         }
+    }
+
+    /// `APPENDS`: the items since the mark into the list below it.
+    pub(super) fn appends(&mut self) -> Result<(), String> {
+        let items = self.pop_mark()?;
+        self.extend(items)
+    }
+
+    /// `SETITEMS`: the keys and values since the mark into the dict below.
+    pub(super) fn set_items_from_mark(&mut self) -> Result<(), String> {
+        let items = self.pop_mark()?;
+        self.room(items.len() * SLOT)?;
+        self.set_items(pairs(items)?)
     }
 
     fn pop_mark(&mut self) -> Result<Vec<Value>, String> {
