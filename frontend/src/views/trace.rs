@@ -82,16 +82,16 @@ pub fn TraceEvents(r: Replays) -> impl IntoView {
         let to = (at + AROUND + 1).min(trace.len());
         Some(
             (from..to)
-                .filter_map(|i| {
-                    let e = trace.get(i)?;
+                .zip(trace.iter().skip(from))
+                .map(|(i, e)| {
                     let (action, addr, size, stream) = (e.action.name().to_string(), e.addr, e.size, e.stream);
-                    Some(view! {
+                    view! {
                         <tr class:selected=i == at on:click=move |_| r.selected.set(i)>
                             <td class="num">{i}</td><td>{action}</td>
                             <td class="num">{format!("{addr:#x}")}</td><td class="num">{format_size(size)}</td>
                             <td class="num">{stream}</td><td>{where_from(&e)}</td>
                         </tr>
-                    })
+                    }
                 })
                 .collect::<Vec<_>>(),
         )

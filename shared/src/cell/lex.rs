@@ -116,9 +116,9 @@ impl Lexer {
     }
 
     fn one(&mut self, line: usize, rest: &str, c: char) -> Result<(Tok, usize), CellError> {
-        if c == '_' || c.is_alphabetic() {
+        if starts_name(c) {
             let len = rest
-                .find(|c: char| !(c == '_' || c.is_alphanumeric()))
+                .find(|c: char| !(starts_name(c) || c.is_ascii_digit()))
                 .unwrap_or(rest.len());
             return prefixed_string(line, rest, len)
                 .unwrap_or_else(|| Ok((Tok::Name(rest[..len].to_string()), len)));
@@ -230,12 +230,35 @@ fn number(line: usize, rest: &str) -> Result<(Tok, usize), CellError> {
     Ok((tok, len))
 }
 
+/// Whether `c` may begin a name: a letter, `_`, or any character beyond
+/// ASCII (Python's names are Unicode; telling its letters from its symbols
+/// would carry Unicode's tables into the page for names no lesson uses).
+fn starts_name(c: char) -> bool {
+    c == '_' || c.is_ascii_alphabetic() || !c.is_ascii()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn toks(s: &str) -> Vec<Tok> {
         tokens(s).unwrap().into_iter().map(|t| t.tok).collect()
+    }
+
+    /// Python's names are Unicode (PEP 3131), digits after the first
+    /// character.
+    #[test]
+    fn names_beyond_ascii_are_names() {
+        assert_eq!(
+            toks("größe_2 = 1"),
+            vec![
+                Tok::Name("größe_2".into()),
+                Tok::Op("="),
+                Tok::Int(1),
+                Tok::Newline,
+                Tok::End,
+            ]
+        );
     }
 
     #[test]

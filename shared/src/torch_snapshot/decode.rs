@@ -211,20 +211,20 @@ fn in_memory(address: u64, size: u64, what: &str) -> Result<(u64, u64), String> 
 }
 
 /// A device's trace: its entries read as the pickle was (moved, not
-/// copied, unless the pickle shares the list), or each read here.
+/// copied), or each read here.
 fn trace(v: &Value, b: &Budget) -> Result<Trace, String> {
     if let Value::Trace(t) = v {
-        let shared = Rc::strong_count(t) > 1;
+        // A list of entries the pickle shares (one device's trace given
+        // to several) is no recording PyTorch writes.
+        if Rc::strong_count(t) > 1 {
+            return Err("the file holds more events than its size holds unshared".into());
+        }
         let mut t = t.borrow_mut();
         if let Some(e) = &t.error {
             return Err(e.clone());
         }
-        let size = if shared { EVENT_BYTES } else { 0 };
-        b.take(&b.events, (t.trace.len(), size), "events")?;
-        return Ok(match shared {
-            true => t.trace.clone(),
-            false => std::mem::take(&mut t.trace),
-        });
+        b.take(&b.events, (t.trace.len(), 0), "events")?;
+        return Ok(std::mem::take(&mut t.trace));
     }
     let entries = items(v, "a device trace")?;
     b.take(&b.events, (entries.len(), EVENT_BYTES), "events")?;

@@ -9,18 +9,17 @@ use super::decode::{frame, trace_entry, Budget};
 use super::format::{Frame, TraceEntry};
 use super::intern::Interner;
 use super::pickle::{Fold, Value};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::rc::Rc;
 
 pub struct Folder {
     b: Budget,
-    /// Frames read from dicts the pickle shares through its memo, by the
-    /// dict (it stays in the memo: its address is its own).
-    shared: HashMap<usize, Rc<Frame>>,
-    /// Lists of frames the pickle shares, each emptied but for its stack
-    /// when first read (the memo holds the list; its frames are held once,
-    /// in the stack).
-    stacks: HashSet<usize>,
+    /// What dicts and lists the pickle shares through its memo were read
+    /// as, by their address (they stay in the memo: the address is their
+    /// own): a frame's dict as its `Value::Frame`, a list of frames as its
+    /// `Value::Stack` (the list emptied: its frames are held once, in the
+    /// stack).
+    shared: HashMap<usize, Value>,
 }
 
 impl Folder {
@@ -28,7 +27,6 @@ impl Folder {
         Folder {
             b: Budget::unlimited(stacks),
             shared: HashMap::new(),
-            stacks: HashSet::new(),
         }
     }
 
@@ -50,12 +48,12 @@ impl Folder {
             return None;
         }
         let at = Rc::as_ptr(d) as usize;
-        if let Some(f) = self.shared.get(&at) {
+        if let Some(Value::Frame(f)) = self.shared.get(&at) {
             return Some(f.clone());
         }
         let f = Rc::new(frame(v, &self.b.stacks).ok()?);
         if Rc::strong_count(d) > 1 {
-            self.shared.insert(at, f.clone());
+            self.shared.insert(at, Value::Frame(f.clone()));
         }
         Some(f)
     }
@@ -64,11 +62,9 @@ impl Folder {
     fn stack(&mut self, v: &Value) -> Option<Value> {
         let Value::List(l) = v else { return None };
         let at = Rc::as_ptr(l) as usize;
-        if self.stacks.contains(&at) {
-            return match l.borrow().as_slice() {
-                [Value::Stack(s)] => Some(Value::Stack(s.clone())),
-                _ => None,
-            };
+        if let Some(stack) = self.shared.get(&at) {
+            // Unless the pickle appended to it since.
+            return (l.borrow().len() == 1).then(|| stack.clone());
         }
         let stack = {
             let items = l.borrow();
@@ -86,7 +82,7 @@ impl Folder {
         };
         if Rc::strong_count(l) > 1 {
             *l.borrow_mut() = vec![Value::Stack(stack.clone())];
-            self.stacks.insert(at);
+            self.shared.insert(at, Value::Stack(stack.clone()));
         }
         Some(Value::Stack(stack))
     }
@@ -108,6 +104,6 @@ impl Fold for Folder {
     }
 
     fn held(&self) -> usize {
-        self.b.stacks.borrow().bytes + (self.shared.len() + self.stacks.len()) * 64
+        self.b.stacks.borrow().bytes + self.shared.len() * 64
     }
 }

@@ -100,11 +100,15 @@ fn read_pickle(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
     )
 }
 
+/// The pickle's reader or JSON's: a function, so that [`read_with`] is one
+/// copy in the page, not one for each.
+type Reader = fn(&[u8], &mut fold::Folder) -> Result<(pickle::Value, usize), String>;
+
 /// Reads `bytes` with `reader` (the pickle's or JSON's), folding as it
 /// goes, then decodes what it built within the rest of the file's limit.
 fn read_with(
     bytes: &[u8],
-    reader: impl FnOnce(&[u8], &mut fold::Folder) -> Result<(pickle::Value, usize), String>,
+    reader: Reader,
     not_a_snapshot: &str,
 ) -> Result<MemorySnapshot, SnapshotError> {
     let frames = decode::MAX_ALL_FRAMES.min(bytes.len() / 2);

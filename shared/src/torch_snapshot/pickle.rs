@@ -195,6 +195,7 @@ impl<'a, F: Fold> Machine<'a, F> {
     }
 
     /// The value built (`top`) and the bytes held, the rest taken apart.
+    #[cfg_attr(not(feature = "teardown"), allow(unused_mut))]
     pub(super) fn finish(mut self, top: Result<Value, String>) -> Result<(Value, usize), String> {
         let held = self.total();
         #[cfg(feature = "teardown")]
