@@ -6,14 +6,10 @@
 //! Written by serde (as a pickle or JSON); read by `decode`: fields a
 //! recording may lack default, fields vramlab does not use are skipped.
 
-use super::trace::Trace;
+pub use super::frame::{user_frame, Frame, Stack, MAX_FRAMES};
+pub use super::trace::{Action, Trace, TraceEntry};
 use crate::alloc::{BlockId, PoolKind, SegmentView};
 use serde::{Serialize, Serializer};
-use std::sync::Arc;
-
-/// Stack frames kept per block or event (a recording may hold hundreds;
-/// the first are the innermost, where the allocation happened).
-pub const MAX_FRAMES: usize = 32;
 
 /// A whole snapshot: every segment at the moment of the dump, and each
 /// device's trace of what happened before it.
@@ -26,8 +22,6 @@ pub struct MemorySnapshot {
     pub allocator_settings: Option<AllocatorSettings>,
 }
 
-/// One segment (`cudaMalloc`ed range, or an expandable segment's mapped
-/// range) with its blocks in address order.
 impl MemorySnapshot {
     /// `device`'s trace (empty when the snapshot has none for it).
     pub fn trace(&self, device: usize) -> &Trace {
@@ -36,6 +30,8 @@ impl MemorySnapshot {
     }
 }
 
+/// One segment (`cudaMalloc`ed range, or an expandable segment's mapped
+/// range) with its blocks in address order.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Segment {
     pub device: u32,
@@ -137,132 +133,6 @@ impl BlockState {
     }
 }
 
-/// One event of a device's trace (`TraceEntry`).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct TraceEntry {
-    pub action: Action,
-    /// Block or segment address (absent on `oom`).
-    pub addr: u64,
-    /// `alloc`, `free_requested`, `free_completed`: the caller's requested
-    /// size; segment events: the segment's (or mapped range's) size; `oom`:
-    /// the segment size that could not be had.
-    pub size: u64,
-    pub stream: u64,
-    /// `oom`: the free bytes the driver reported.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub device_free: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub time_us: Option<i64>,
-    pub frames: Stack,
-}
-
-impl TraceEntry {
-    /// An entry with its action alone (no address, size or frames).
-    pub fn new(action: Action) -> Self {
-        TraceEntry {
-            action,
-            addr: 0,
-            size: 0,
-            stream: 0,
-            device_free: None,
-            time_us: None,
-            frames: Stack::default(),
-        }
-    }
-}
-
-/// `TraceEntry::Action`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
-    Alloc,
-    FreeRequested,
-    FreeCompleted,
-    SegmentAlloc,
-    SegmentFree,
-    SegmentMap,
-    SegmentUnmap,
-    Snapshot,
-    Oom,
-    /// An action this version does not know (kept, not replayed).
-    Other(Arc<str>),
-}
-
-impl Action {
-    pub fn name(&self) -> &str {
-        match self {
-            Action::Alloc => "alloc",
-            Action::FreeRequested => "free_requested",
-            Action::FreeCompleted => "free_completed",
-            Action::SegmentAlloc => "segment_alloc",
-            Action::SegmentFree => "segment_free",
-            Action::SegmentMap => "segment_map",
-            Action::SegmentUnmap => "segment_unmap",
-            Action::Snapshot => "snapshot",
-            Action::Oom => "oom",
-            Action::Other(name) => name,
-        }
-    }
-
-    pub(super) fn from_name(name: String) -> Self {
-        match name.as_str() {
-            "alloc" => Action::Alloc,
-            "free_requested" => Action::FreeRequested,
-            "free_completed" => Action::FreeCompleted,
-            "segment_alloc" => Action::SegmentAlloc,
-            "segment_free" => Action::SegmentFree,
-            "segment_map" => Action::SegmentMap,
-            "segment_unmap" => Action::SegmentUnmap,
-            "snapshot" => Action::Snapshot,
-            "oom" => Action::Oom,
-            _ => Action::Other(name.into()),
-        }
-    }
-}
-
-/// One stack frame. Its strings are shared: a recording names the same
-/// few files and functions in millions of frames.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
-pub struct Frame {
-    pub filename: Arc<str>,
-    pub line: i64,
-    pub name: Arc<str>,
-}
-
-/// A stack of frames, innermost first, shared by every record made at the
-/// same place (a recording has a few hundred stacks for millions of
-/// events).
-pub type Stack = Arc<[Frame]>;
-
-impl Frame {
-    /// `name (file:line)`, or the name alone for a frame without a source
-    /// file (C++ frames, vramlab's own owner frames).
-    pub fn label(&self) -> String {
-        if self.filename.ends_with(".py") {
-            format!("{} ({}:{})", self.name, self.filename, self.line)
-        } else {
-            self.name.to_string()
-        }
-    }
-
-    fn is_python(&self) -> bool {
-        self.filename.ends_with(".py")
-    }
-
-    fn is_torch(&self) -> bool {
-        self.filename.contains("/torch/") || self.filename.starts_with("torch/")
-    }
-}
-
-/// The frame a reader looks for: the innermost Python frame outside
-/// PyTorch's own files, else the innermost Python frame, else the first.
-pub fn user_frame(frames: &[Frame]) -> Option<&Frame> {
-    frames
-        .iter()
-        .find(|f| f.is_python() && !f.is_torch())
-        .or_else(|| frames.iter().find(|f| f.is_python()))
-        .or_else(|| frames.first())
-}
-
 /// The allocator's settings at the dump (`allocator_settings`, PyTorch 2.1
 /// and later).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -288,5 +158,4 @@ macro_rules! by_name {
     };
 }
 
-by_name!(Action);
 by_name!(BlockState);

@@ -19,6 +19,7 @@ mod decode;
 pub mod export;
 mod fold;
 pub mod format;
+pub mod frame;
 pub mod initial;
 mod intern;
 mod json;

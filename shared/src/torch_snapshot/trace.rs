@@ -1,13 +1,102 @@
-//! A device's trace held column by column: about 31 bytes an event
-//! (PyTorch writes 40 to 300 in its pickle), so that a recording of
-//! millions of events takes less memory than its file. Entries go in and
-//! come out as [`TraceEntry`] rows; the actions, streams and stacks a
-//! trace repeats are held once, in small tables, and indexed.
+//! A device's trace: its events ([`TraceEntry`], [`Action`]), held column
+//! by column, about 31 bytes an event (PyTorch writes 40 to 300 in its
+//! pickle), so that a recording of millions of events takes less memory
+//! than its file. Entries go in and come out as rows; the actions,
+//! streams and stacks a trace repeats are held once, in small tables, and
+//! indexed.
 
-use super::format::{Action, Stack, TraceEntry};
+use super::frame::Stack;
 use serde::{Serialize, Serializer};
 use std::collections::HashMap;
 use std::sync::Arc;
+
+/// One event of a device's trace (`TraceEntry`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TraceEntry {
+    pub action: Action,
+    /// Block or segment address (absent on `oom`).
+    pub addr: u64,
+    /// `alloc`, `free_requested`, `free_completed`: the caller's requested
+    /// size; segment events: the segment's (or mapped range's) size; `oom`:
+    /// the segment size that could not be had.
+    pub size: u64,
+    pub stream: u64,
+    /// `oom`: the free bytes the driver reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_free: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_us: Option<i64>,
+    pub frames: Stack,
+}
+
+impl TraceEntry {
+    /// An entry with its action alone (no address, size or frames).
+    pub fn new(action: Action) -> Self {
+        TraceEntry {
+            action,
+            addr: 0,
+            size: 0,
+            stream: 0,
+            device_free: None,
+            time_us: None,
+            frames: Stack::default(),
+        }
+    }
+}
+
+/// `TraceEntry::Action`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    Alloc,
+    FreeRequested,
+    FreeCompleted,
+    SegmentAlloc,
+    SegmentFree,
+    SegmentMap,
+    SegmentUnmap,
+    Snapshot,
+    Oom,
+    /// An action this version does not know (kept, not replayed).
+    Other(Arc<str>),
+}
+
+impl Action {
+    pub fn name(&self) -> &str {
+        match self {
+            Action::Alloc => "alloc",
+            Action::FreeRequested => "free_requested",
+            Action::FreeCompleted => "free_completed",
+            Action::SegmentAlloc => "segment_alloc",
+            Action::SegmentFree => "segment_free",
+            Action::SegmentMap => "segment_map",
+            Action::SegmentUnmap => "segment_unmap",
+            Action::Snapshot => "snapshot",
+            Action::Oom => "oom",
+            Action::Other(name) => name,
+        }
+    }
+
+    pub(super) fn from_name(name: String) -> Self {
+        match name.as_str() {
+            "alloc" => Action::Alloc,
+            "free_requested" => Action::FreeRequested,
+            "free_completed" => Action::FreeCompleted,
+            "segment_alloc" => Action::SegmentAlloc,
+            "segment_free" => Action::SegmentFree,
+            "segment_map" => Action::SegmentMap,
+            "segment_unmap" => Action::SegmentUnmap,
+            "snapshot" => Action::Snapshot,
+            "oom" => Action::Oom,
+            _ => Action::Other(name.into()),
+        }
+    }
+}
+
+impl Serialize for Action {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
 
 /// Known actions by code; an unknown one is `KNOWN + its index` among the
 /// trace's own names.
@@ -216,7 +305,7 @@ impl Serialize for Trace {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::torch_snapshot::format::Frame;
+    use crate::torch_snapshot::frame::Frame;
 
     fn entry(action: Action, addr: u64) -> TraceEntry {
         TraceEntry {
