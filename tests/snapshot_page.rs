@@ -262,8 +262,9 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
         .await
         .contains("training.pickle"));
 
-    // A pickle that nests one value 150,000 deep (150 KB): refused, and the
-    // page goes on (its tree was dropped without recursion).
+    // A pickle that nests one value 150,000 deep (150 KB): refused (its
+    // tuples would take more than twice the file), and the page goes on
+    // (what it built was dropped without recursion).
     let mut nested = b"\x80\x02N".to_vec();
     nested.extend(std::iter::repeat_n(0x85u8, 150_000));
     nested.push(b'.');
@@ -272,11 +273,11 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     choose_file(&page, &deep).await;
     let error = until(
         &page,
-        "document.getElementById('snapshot-error').textContent.includes('not a memory snapshot') && document.getElementById('snapshot-error').textContent",
+        "document.getElementById('snapshot-error').textContent.includes('twice its size') && document.getElementById('snapshot-error').textContent",
     )
     .await;
     assert!(
-        error.as_str().unwrap().contains("not a memory snapshot"),
+        error.as_str().unwrap().contains("twice its size"),
         "{error}"
     );
     assert!(text(&page, "snapshot-summary")
