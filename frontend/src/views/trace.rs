@@ -82,7 +82,7 @@ pub fn TraceEvents(r: Replays) -> impl IntoView {
         let to = (at + AROUND + 1).min(trace.len());
         Some(
             (from..to)
-                .zip(trace.iter().skip(from))
+                .zip(trace.rows(from..to))
                 .map(|(i, e)| {
                     let (action, addr, size, stream) = (e.action.name().to_string(), e.addr, e.size, e.stream);
                     view! {

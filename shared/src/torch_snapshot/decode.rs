@@ -52,28 +52,23 @@ impl Budget {
         self.stacks.into_inner()
     }
 
-    /// `n` more records of `what` from `left`, each of `size` bytes;
-    /// refused once either is spent.
-    fn take(
-        &self,
-        left: &Cell<usize>,
-        (n, size): (usize, usize),
-        what: &str,
-    ) -> Result<(), String> {
-        let bytes = n.saturating_mul(size);
-        match (
-            left.get().checked_sub(n),
-            self.bytes.get().checked_sub(bytes),
-        ) {
-            (Some(l), Some(b)) => {
-                left.set(l);
-                self.bytes.set(b);
-                Ok(())
-            }
-            _ => Err(format!(
-                "the file holds more {what} than its size holds unshared"
-            )),
-        }
+    /// `n` more records of `what` from `left`; refused once it is spent.
+    fn count(&self, left: &Cell<usize>, n: usize, what: &str) -> Result<(), String> {
+        let l = left.get().checked_sub(n).ok_or_else(|| more_than(what))?;
+        left.set(l);
+        Ok(())
+    }
+
+    /// `bytes` more made for `what`; refused once the file's share is
+    /// spent.
+    fn charge(&self, bytes: usize, what: &str) -> Result<(), String> {
+        let b = self
+            .bytes
+            .get()
+            .checked_sub(bytes)
+            .ok_or_else(|| more_than(what))?;
+        self.bytes.set(b);
+        Ok(())
     }
 
     /// The stack of `frames`, its new bytes taken from the budget.
@@ -82,14 +77,14 @@ impl Budget {
         let before = stacks.bytes;
         let stack = stacks.stack(frames);
         let grown = stacks.bytes - before;
-        match self.bytes.get().checked_sub(grown) {
-            Some(b) => {
-                self.bytes.set(b);
-                Ok(stack)
-            }
-            None => Err("the file holds more stack frames than its size holds unshared".into()),
-        }
+        self.charge(grown, "stack frames")?;
+        Ok(stack)
     }
+}
+
+#[cold]
+fn more_than(what: &str) -> String {
+    format!("the file holds more {what} than its size holds unshared")
 }
 
 /// How much a snapshot may decode to.
@@ -148,12 +143,6 @@ pub fn snapshot(top: &Value, limits: Limits, stacks: Interner) -> Result<MemoryS
 
 fn segment(v: &Value, b: &Budget) -> Result<Segment, String> {
     let f = Fields::of(v, "a segment")?;
-    b.bytes.set(
-        b.bytes
-            .get()
-            .checked_sub(std::mem::size_of::<Segment>())
-            .ok_or("the file holds more segments than its size holds unshared")?,
-    );
     let pool = f.list("segment_pool_id", b, |v| int(v, "a segment's pool id"))?;
     let (address, total_size) = in_memory(f.int("address")?, f.int("total_size")?, "a segment")?;
     Ok(Segment {
@@ -176,7 +165,7 @@ fn segment(v: &Value, b: &Budget) -> Result<Segment, String> {
 }
 
 fn block(v: &Value, b: &Budget) -> Result<Block, String> {
-    b.take(&b.blocks, (1, 0), "blocks")?;
+    b.count(&b.blocks, 1, "blocks")?;
     let f = Fields::of(v, "a block")?;
     let state = match f.get("state") {
         None => return Err(f.missing("state")),
@@ -223,11 +212,12 @@ fn trace(v: &Value, b: &Budget) -> Result<Trace, String> {
         if let Some(e) = &t.error {
             return Err(e.clone());
         }
-        b.take(&b.events, (t.trace.len(), 0), "events")?;
+        b.count(&b.events, t.trace.len(), "events")?;
         return Ok(std::mem::take(&mut t.trace));
     }
     let entries = items(v, "a device trace")?;
-    b.take(&b.events, (entries.len(), EVENT_BYTES), "events")?;
+    b.count(&b.events, entries.len(), "events")?;
+    b.charge(entries.len().saturating_mul(EVENT_BYTES), "events")?;
     let mut trace = Trace::default();
     trace.reserve_exact(entries.len());
     for e in entries.iter() {
@@ -354,7 +344,7 @@ fn each<T>(
     read: impl Fn(&Value) -> Result<T, String>,
 ) -> Result<Vec<T>, String> {
     let n = list.len();
-    b.take(&Cell::new(n), (n, std::mem::size_of::<T>()), what)?;
+    b.charge(n.saturating_mul(std::mem::size_of::<T>()), what)?;
     let mut out = Vec::with_capacity(list.len());
     for v in list {
         out.push(read(v)?);

@@ -139,10 +139,10 @@ fn unique(v: &Value) -> bool {
 }
 
 /// Runs a pickle's opcodes, folding with `fold`; the value it builds and
-/// the bytes it held. With the `teardown` feature (not in the page)
-/// whatever else it built is taken apart without recursion (a pickle can
-/// nest a value as deep as it has opcodes: a million one-item tuples in
-/// 1 MB), and the caller drops the value it gets the same way.
+/// the bytes it held. With the `teardown` feature (on everywhere, the page
+/// too) whatever else it built is taken apart without recursion (a pickle
+/// can nest a value as deep as it has opcodes: a million one-item tuples
+/// in 1 MB), and the caller drops the value it gets the same way.
 pub fn read<F: Fold>(input: &[u8], fold: F) -> Result<(Value, usize), String> {
     let mut m = Machine::new(Reader { input, at: 0 }, fetched(input)?, fold);
     let top = m.run();

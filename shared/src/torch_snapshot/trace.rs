@@ -150,7 +150,18 @@ impl Trace {
 
     /// Every entry, in order.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = TraceEntry> + ExactSizeIterator + '_ {
-        (0..self.len()).map(|i| self.get(i).expect("an index below the length"))
+        self.rows(0..self.len())
+    }
+
+    /// The entries of `range` (cut to the trace), each made as it is
+    /// reached: a view of a few rows deep in a long trace makes those
+    /// rows only (`iter().skip(n)` would make the first `n` too).
+    pub fn rows(
+        &self,
+        range: std::ops::Range<usize>,
+    ) -> impl DoubleEndedIterator<Item = TraceEntry> + ExactSizeIterator + '_ {
+        let end = range.end.min(self.len());
+        (range.start.min(end)..end).map(|i| self.get(i).expect("an index below the length"))
     }
 
     pub fn action(&self, i: usize) -> Action {
@@ -343,6 +354,9 @@ mod tests {
         ];
         let trace = Trace::from(rows.clone());
         assert_eq!(trace.iter().collect::<Vec<_>>(), rows);
+        assert_eq!(trace.rows(1..3).collect::<Vec<_>>(), rows[1..3]);
+        assert_eq!(trace.rows(3..9).count(), 1);
+        assert_eq!(trace.rows(7..9).count(), 0);
         assert_eq!(trace.get(4), None);
         assert!(Arc::ptr_eq(trace.frames(0), trace.frames(3)));
         assert_eq!((trace.stacks.len(), trace.streams.len()), (2, 2));
