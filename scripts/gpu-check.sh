@@ -1,18 +1,29 @@
 #!/usr/bin/env bash
 # The GPU check. On a machine with an NVIDIA GPU, its driver, and Python with
-# PyTorch (and JAX):
+# PyTorch, JAX, transformers, peft and nvidia-ml-py:
 #   scripts/gpu-check.sh [VRAMLAB_BINARY]
-# 1. finds the vramlab binary (built here with cargo when there is one, or
-#    given: a release build carried from the development machine);
-# 2. prints what the CUDA backend finds;
-# 3. plays every lesson on --device cuda and on --device sim and compares
-#    allocated and reserved bytes step by step;
-# 4. replays the PyTorch-side lessons and 200 random command files in real
-#    PyTorch and JAX, and writes them with their outputs to tests/golden/
-#    (NAME.commands.jsonl, NAME.pytorch.jsonl or NAME.jax.jsonl) with the
-#    framework versions in tests/golden/VERSIONS;
-# 5. checks that --device sim reproduces every golden number (the same check
-#    CI runs: cargo test --test golden).
+# writes tests/golden/ from the frameworks themselves, in one run of a few
+# minutes (the parts that measure nothing but per-process allocator counters
+# run side by side; the context and speed parts run alone):
+#   - NAME.commands.jsonl + NAME.pytorch.jsonl / NAME.jax.jsonl: the
+#     tensor-level lessons and 200 random command files replayed in real
+#     PyTorch and JAX (tests/reference/replay_*.py);
+#   - workspaces*.json: what matrix products, attention and convolutions
+#     allocate beside their outputs, under each workspace setting;
+#   - gpu_step.json: step_trace.py's training steps run on the GPU;
+#   - hf_steps.json: transformers' models trained and generating;
+#   - xla_step.json: XLA's memory_analysis() of the jitted steps on the GPU;
+#   - snapshot*.pickle: PyTorch's own snapshots of a run ending in an
+#     out-of-memory, with and without expandable segments;
+#   - lessons-cuda-vs-sim.txt: every lesson on --device cuda and --device sim;
+#   - context-*.jsonl: the CUDA context and its growth, per framework;
+#   - speed-pytorch.json: PyTorch eager's step times and the bf16 ceiling;
+#   - jax-alloc.jsonl: XLA's allocator stats around each way to make an array;
+#   - PROVENANCE.md: the command, GPU, driver, CUDA and every version, and
+#     each part's exit status and seconds.
+# PARTS="replays gpu_step" runs only those parts (their files are rewritten,
+# the others kept).
+# CI then checks the simulator against them: cargo test --test golden.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-}
@@ -23,58 +34,126 @@ if [[ -z "$BIN" ]]; then
     BIN=target/release/vramlab
   fi
 fi
-[[ -x "$BIN" ]] || { echo "gpu-check: no vramlab binary at $BIN" >&2; exit 2; }
-WORK=$(mktemp -d)
 GOLDEN=tests/golden
-mkdir -p "$GOLDEN"
-fail=0
+REF=tests/reference
+mkdir -p "$GOLDEN/logs"
+WORK=$(mktemp -d)
+export PYTHONUNBUFFERED=1 BIN GOLDEN REF WORK
 
-echo "== backend"
-echo '{"cmd":"gc"}' | "$BIN" run - --device cuda | head -c 400; echo
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+# part NAME SECONDS COMMAND...: runs it with a time limit, its output in
+# logs/NAME.log, and notes its exit status and seconds.
+PARTS_GIVEN=${PARTS:-}
+PARTS=${PARTS:-replays workspaces gpu_step xla_step hf_steps snapshots lessons jax_alloc contexts speed}
+part() {
+  local name=$1 limit=$2 start rc
+  shift 2
+  [[ " $PARTS " == *" $name "* ]] || return 0
+  start=$(date +%s)
+  timeout "$limit" "$@" > "$GOLDEN/logs/$name.log" 2>&1
+  rc=$?
+  echo "| $name | $rc | $(( $(date +%s) - start )) |" >> "$WORK/parts"
+  echo "== $name: exit $rc in $(( $(date +%s) - start )) s"
+}
 
-echo "== lessons: --device cuda vs --device sim (allocated, reserved)"
-for f in tests/lessons/*.jsonl; do
+# One command file replayed in real PyTorch or JAX.
+replay_one() {
+  local f=$1 name
   name=$(basename "$f" .jsonl)
-  "$BIN" run "$f" --device cuda > "$WORK/$name.cuda.jsonl"
-  "$BIN" run "$f" --device sim > "$WORK/$name.sim.jsonl"
-  python3 tests/reference/compare.py "$WORK/$name.cuda.jsonl" "$WORK/$name.sim.jsonl" \
-    allocated_bytes reserved_bytes || fail=1
-done
+  case "$name" in
+    *-jax|04-*)
+      cp "$f" "$GOLDEN/$name.commands.jsonl"
+      python3 "$REF/replay_jax.py" "$GOLDEN/$name.commands.jsonl" > "$GOLDEN/$name.jax.jsonl" \
+        2> "$WORK/$name.err" || { echo "$name failed"; tail -5 "$WORK/$name.err"; } ;;
+    *)
+      grep -v '"cmd": *"\(model\|train\|forward\)' "$f" > "$GOLDEN/$name.commands.jsonl"
+      python3 "$REF/replay_pytorch.py" "$GOLDEN/$name.commands.jsonl" > "$GOLDEN/$name.pytorch.jsonl" \
+        2> "$WORK/$name.err" || { echo "$name failed"; tail -5 "$WORK/$name.err"; } ;;
+  esac
+}
+export -f replay_one
 
-echo "== golden files from real PyTorch and JAX"
-python3 - <<'PY' > "$GOLDEN/VERSIONS"
-import importlib
-for m in ("torch", "jax", "jaxlib"):
+replays() {
+  rm -f "$GOLDEN"/*.commands.jsonl "$GOLDEN"/*.pytorch.jsonl "$GOLDEN"/*.jax.jsonl
+  python3 "$REF/random_commands.py" "$WORK/random" 200 7
+  ls tests/lessons/0{1,2,4,5}-*.jsonl "$WORK"/random/*.jsonl | xargs -P 8 -I{} bash -c 'replay_one {}'
+}
+
+workspaces() {
+  python3 "$REF/gpu_workspaces.py" > "$GOLDEN/workspaces.json" &&
+    TORCH_CUBLAS_WORKSPACE_CACHE=1 python3 "$REF/gpu_workspaces.py" > "$GOLDEN/workspaces-cache.json" &&
+    CUBLAS_WORKSPACE_CONFIG=:0:0 python3 "$REF/gpu_workspaces.py" > "$GOLDEN/workspaces-config-0.json"
+}
+
+snapshots() {
+  python3 "$REF/gpu_snapshot.py" "$GOLDEN/snapshot-oom.pickle" &&
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 "$REF/gpu_snapshot.py" "$GOLDEN/snapshot-oom-expandable.pickle"
+}
+
+lessons() {
+  local f name fail=0
+  echo '{"cmd":"gc"}' | "$BIN" run - --device cuda | head -c 400; echo
+  for f in tests/lessons/*.jsonl; do
+    name=$(basename "$f" .jsonl)
+    "$BIN" run "$f" --device cuda > "$WORK/$name.cuda.jsonl" 2>&1
+    "$BIN" run "$f" --device sim > "$WORK/$name.sim.jsonl" 2>&1
+    python3 "$REF/compare.py" "$WORK/$name.cuda.jsonl" "$WORK/$name.sim.jsonl" \
+      allocated_bytes reserved_bytes || fail=1
+  done
+  return $fail
+}
+
+contexts() {
+  python3 "$REF/gpu_context.py" torch > "$GOLDEN/context-torch.jsonl" &&
+    CUDA_MODULE_LOADING=EAGER python3 "$REF/gpu_context.py" torch > "$GOLDEN/context-torch-eager-loading.jsonl"
+  XLA_PYTHON_CLIENT_PREALLOCATE=false python3 "$REF/gpu_context.py" jax > "$GOLDEN/context-jax.jsonl" &&
+    python3 "$REF/gpu_context.py" jax > "$GOLDEN/context-jax-preallocate.jsonl"
+}
+
+export -f workspaces snapshots lessons contexts replays
+started=$(date -u +%FT%TZ)
+# Side by side: each measures its own process's allocator.
+part replays 240 bash -c replays &
+part workspaces 240 bash -c workspaces &
+part gpu_step 240 bash -c 'python3 "$REF/gpu_step.py" > "$GOLDEN/gpu_step.json"' &
+part xla_step 240 bash -c 'XLA_PYTHON_CLIENT_PREALLOCATE=false python3 "$REF/xla_step.py" > "$GOLDEN/xla_step.json"' &
+part hf_steps 240 bash -c 'python3 "$REF/hf_steps.py" > "$GOLDEN/hf_steps.json"' &
+part snapshots 120 bash -c snapshots &
+part lessons 180 bash -c lessons &
+part jax_alloc 60 bash -c 'XLA_PYTHON_CLIENT_PREALLOCATE=false python3 "$REF/gpu_jax_alloc.py" > "$GOLDEN/jax-alloc.jsonl"' &
+wait
+# Alone: the device's used memory and the clock are shared by every process.
+part contexts 90 bash -c contexts
+part speed 90 bash -c 'python3 "$REF/gpu_speed.py" > "$GOLDEN/speed-pytorch.json"'
+
+{
+  echo "# Golden files from a real GPU"
+  echo
+  echo "Written by \`scripts/gpu-check.sh\`, started $started, finished $(date -u +%FT%TZ)."
+  echo
+  echo '```'
+  nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv 2>&1
+  nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*'
+  python3 - <<'PY'
+import importlib, platform
+print("python", platform.python_version())
+for m in ("torch", "jax", "jaxlib", "transformers", "peft", "optax"):
     try:
         print(m, importlib.import_module(m).__version__)
     except Exception as e:
         print(m, "missing:", e)
+import torch
+print("torch.version.cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())
 PY
-cat "$GOLDEN/VERSIONS"
-python3 tests/reference/random_commands.py "$WORK/random" 200 7
-for f in tests/lessons/01-*.jsonl tests/lessons/02-*.jsonl tests/lessons/05-*.jsonl "$WORK"/random/*-pytorch.jsonl; do
-  name=$(basename "$f" .jsonl)
-  grep -v '"cmd": *"\(model\|train\|forward\)' "$f" > "$GOLDEN/$name.commands.jsonl"
-  python3 tests/reference/replay_pytorch.py "$GOLDEN/$name.commands.jsonl" > "$GOLDEN/$name.pytorch.jsonl" || fail=1
-done
-for f in tests/lessons/04-*.jsonl "$WORK"/random/*-jax.jsonl; do
-  name=$(basename "$f" .jsonl)
-  cp "$f" "$GOLDEN/$name.commands.jsonl"
-  python3 tests/reference/replay_jax.py "$GOLDEN/$name.commands.jsonl" > "$GOLDEN/$name.jax.jsonl" || fail=1
-done
-
-echo "== the simulator against the golden files"
-for g in "$GOLDEN"/*.pytorch.jsonl; do
-  name=$(basename "$g" .pytorch.jsonl)
-  "$BIN" run "$GOLDEN/$name.commands.jsonl" --device sim > "$WORK/$name.sim.jsonl"
-  python3 tests/reference/compare.py "$g" "$WORK/$name.sim.jsonl" allocated_bytes reserved_bytes \
-    active_bytes requested_bytes inactive_split_bytes segments num_alloc_retries num_ooms || fail=1
-done
-for g in "$GOLDEN"/*.jax.jsonl; do
-  name=$(basename "$g" .jax.jsonl)
-  "$BIN" run "$GOLDEN/$name.commands.jsonl" --device sim > "$WORK/$name.sim.jsonl"
-  python3 tests/reference/compare.py "$g" "$WORK/$name.sim.jsonl" allocated_bytes reserved_bytes || fail=1
-done
-echo "gpu-check: $([[ $fail == 0 ]] && echo passed || echo 'found differences (see above)')"
-exit $fail
+  echo '```'
+  echo
+  echo "| part | exit | seconds |"
+  echo "|---|---|---|"
+  cat "$WORK/parts"
+} > "$WORK/provenance"
+# A run of some parts adds its table to the last full run's.
+if [[ -n "${PARTS_GIVEN:-}" && -f "$GOLDEN/PROVENANCE.md" ]]; then
+  { echo; echo "## Parts rerun: $PARTS"; echo; tail -n +2 "$WORK/provenance"; } >> "$GOLDEN/PROVENANCE.md"
+else
+  mv "$WORK/provenance" "$GOLDEN/PROVENANCE.md"
+fi
+cat "$GOLDEN/PROVENANCE.md"

@@ -47,6 +47,19 @@ def drive(script, path, environment):
             sys.exit(proc.returncode)
 
 
+def gpu_total_bytes():
+    """The real GPU's memory in bytes as CUDA reports it (cudaMemGetInfo's
+    total, which frameworks scale their fractions by; NVML's is larger by
+    what the driver keeps), asked once of a PyTorch process, or None
+    without a GPU."""
+    if "VRAMLAB_GPU_TOTAL_BYTES" not in os.environ:
+        probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.mem_get_info()[1])"],
+                               capture_output=True, text=True)
+        os.environ["VRAMLAB_GPU_TOTAL_BYTES"] = probe.stdout.strip() if probe.returncode == 0 else ""
+    total = os.environ["VRAMLAB_GPU_TOTAL_BYTES"]
+    return int(total) if total else None
+
+
 class Framework:
     """One framework's side of a replay."""
 
@@ -71,7 +84,12 @@ class Framework:
 
 
 def play(framework, start, lines, out=sys.stdout):
-    """Plays the commands of one process and prints a record per command."""
+    """Plays the commands of one process and prints a record per command.
+    CPython's automatic collection is off: it runs when the count of
+    container objects made passes 700, so its moments depend on this
+    script's own objects; a file's `gc` is the only collection, as in
+    `vramlab run`."""
+    gc.disable()
     names = {}
     for i, cmd in enumerate(commands(lines)):
         kind = cmd.get("cmd")

@@ -7,7 +7,9 @@ preallocation) on a CUDA GPU and prints one JSON line per command with
 
 alloc is jnp.zeros of uint8 (or shape and dtype), then block_until_ready;
 del, hold, gc; empty_cache does nothing (JAX has none); every restart is a
-fresh process.
+fresh process. A restart's smaller GPU (device_total_bytes) scales
+XLA_PYTHON_CLIENT_MEM_FRACTION to the real one's memory, so that the pool
+is the fraction of that GPU.
 """
 import json
 import os
@@ -19,8 +21,14 @@ import replay  # noqa: E402
 
 def environment(env, settings):
     env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "true" if settings.get("preallocate", False) else "false"
-    if "mem_fraction" in settings:
-        env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = str(settings["mem_fraction"])
+    fraction = settings.get("mem_fraction")
+    total = replay.gpu_total_bytes() if settings.get("device_total_bytes") else None
+    if total:
+        # XLA rounds its limit (fraction x CUDA's total) up to a MiB.
+        limit = (0.75 if fraction is None else fraction) * int(settings["device_total_bytes"])
+        fraction = (limit - 4096) / total
+    if fraction is not None:
+        env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = repr(fraction)
     return env
 
 

@@ -7,7 +7,10 @@ JSON line per command, with the stats keys `vramlab run` prints.
 alloc is torch.empty(n, dtype=torch.uint8, device="cuda") (or shape and
 dtype); del, hold (a list; with cycle, it holds itself), gc, empty_cache,
 clear_cublas_workspaces, reset_peak_memory_stats; every restart is a fresh Python process whose
-settings become PYTORCH_* environment variables.
+settings become PYTORCH_* environment variables. A restart's smaller GPU
+(device_total_bytes less its context_bytes) becomes a per-process memory
+fraction of the real one: the caching allocator then runs out of memory,
+frees its cache and retries at the same reserved bytes as on that GPU.
 """
 import json
 import os
@@ -60,6 +63,12 @@ class PyTorch(replay.Framework):
         torch.cuda.init()
         if settings.get("per_process_memory_fraction") is not None:
             torch.cuda.set_per_process_memory_fraction(float(settings["per_process_memory_fraction"]))
+        elif settings.get("device_total_bytes") is not None:
+            # allowed = floor(fraction * total): half a byte over the room.
+            room = int(settings["device_total_bytes"]) - int(settings.get("context_bytes", 0))
+            total = torch.cuda.get_device_properties(0).total_memory
+            if room < total:
+                torch.cuda.set_per_process_memory_fraction((room + 0.5) / total)
 
     def alloc(self, cmd):
         t = self.torch

@@ -16,6 +16,7 @@ momentum.
 Versions written into the file (`versions`).
 """
 
+import importlib.metadata
 import json
 import math
 import sys
@@ -184,7 +185,7 @@ def main():
                 row.update(analyse(model, batch, optimizer, donate))
                 rows.append(row)
                 print(row, file=sys.stderr)
-    versions = {"jax": jax.__version__, "jaxlib": jax.lib.__version__, "optax": optax.__version__,
+    versions = {"jax": jax.__version__, "jaxlib": importlib.metadata.version("jaxlib"), "optax": optax.__version__,
                 "backend": jax.default_backend()}
     json.dump({"versions": versions, "steps": rows}, sys.stdout, indent=1)
     print()

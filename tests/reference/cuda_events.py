@@ -1,0 +1,55 @@
+"""The caching allocator's own record of what a piece of code did on a CUDA
+GPU: `torch.cuda.memory._record_memory_history` around it, then the trace
+entries it added (action and size, PyTorch's names), with
+`memory_allocated` before and after and `max_memory_allocated` over it.
+Used by the GPU reference scripts (gpu_workspaces.py, gpu_step.py,
+hf_steps.py)."""
+import torch
+
+KEPT = ("alloc", "free_requested", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom")
+
+
+def start():
+    torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")
+
+
+def stop():
+    torch.cuda.memory._record_memory_history(enabled=None)
+
+
+def trace_len():
+    traces = torch.cuda.memory._snapshot()["device_traces"]
+    return len(traces[torch.cuda.current_device()]) if traces else 0
+
+
+def events_since(n):
+    """[action, size, innermost Python function] of each entry after the
+    first n."""
+    trace = torch.cuda.memory._snapshot()["device_traces"][torch.cuda.current_device()]
+    out = []
+    for e in trace[n:]:
+        if e["action"] in KEPT:
+            frames = e.get("frames") or []
+            out.append([e["action"], e["size"], frames[0]["name"] if frames else ""])
+    return out
+
+
+def measure(fn):
+    """Runs fn() once with the allocator recording; returns what it did
+    and fn's result."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    reserved_before = torch.cuda.memory_reserved()
+    torch.cuda.reset_peak_memory_stats()
+    n = trace_len()
+    result = fn()
+    torch.cuda.synchronize()
+    row = {
+        "allocated_before": before,
+        "allocated_after": torch.cuda.memory_allocated(),
+        "peak_over_before": torch.cuda.max_memory_allocated() - before,
+        "reserved_before": reserved_before,
+        "reserved_after": torch.cuda.memory_reserved(),
+        "events": events_since(n),
+    }
+    return row, result
