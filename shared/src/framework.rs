@@ -74,6 +74,14 @@ pub enum TorchVersion {
     /// `CublasHandlePool.cpp` at revision 26a39059, the 2.9-era main).
     #[serde(rename = "2.9")]
     V2_9,
+    /// As 2.9: each (handle, stream) keeps its workspaces. Measured on an
+    /// H100 with 2.11.0+cu130 (`tests/golden/workspaces.json`): the first
+    /// `mm` keeps 32 MiB, the first `addmm` with a bias keeps cuBLASLt's
+    /// 1 MiB, autograd's thread keeps 32 MiB of its own, and
+    /// `TORCH_CUBLAS_WORKSPACE_CACHE` changes nothing. The 32 MiB size is
+    /// measured on compute capability 9.0 only; elsewhere 2.9's rule.
+    #[serde(rename = "2.11")]
+    V2_11,
     /// A workspace per call unless `TORCH_CUBLAS_WORKSPACE_CACHE=1`
     /// (`getCurrentCUDABlasHandleWithWorkspace`, `CublasLtWorkspace`,
     /// `isCUDABlasWorkspaceCachingEnabled`: the 2.15 wheel's
@@ -85,8 +93,22 @@ pub enum TorchVersion {
 
 crate::by_name::read_by_name!(TorchVersion {
     V2_9 = "2.9",
+    V2_11 = "2.11",
     V2_15 = "2.15",
 });
+
+impl TorchVersion {
+    pub const ALL: [TorchVersion; 3] = [Self::V2_15, Self::V2_11, Self::V2_9];
+
+    /// The release as PyTorch numbers it.
+    pub fn id(self) -> &'static str {
+        match self {
+            Self::V2_9 => "2.9",
+            Self::V2_11 => "2.11",
+            Self::V2_15 => "2.15",
+        }
+    }
+}
 
 /// Where PyTorch's matrix products get their cuBLAS workspaces.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -193,7 +215,7 @@ pub struct RestartSettings {
     /// PyTorch: `expandable_segments:True`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expandable_segments: Option<bool>,
-    /// PyTorch's release: `"2.15"` or `"2.9"`.
+    /// PyTorch's release: `"2.15"`, `"2.11"` or `"2.9"`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub torch_version: Option<TorchVersion>,
     /// PyTorch: `TORCH_CUBLAS_WORKSPACE_CACHE=1`.
@@ -377,7 +399,7 @@ impl Settings {
     /// The bytes of one cuBLAS workspace, which PyTorch allocates through
     /// its allocator (`getChosenWorkspaceSize` in `CublasHandlePool.cpp`):
     /// `CUBLAS_WORKSPACE_CONFIG` when it parses, else 32 MiB (on compute
-    /// capability 9.0 in 2.9; 9.x to 12.x in 2.15) and `:4096:2:16:8`
+    /// capability 9.0 in 2.9 and 2.11; 9.x to 12.x in 2.15) and `:4096:2:16:8`
     /// (8,519,680 bytes) elsewhere. TensorFlow and JAX: none through their
     /// allocators.
     pub fn cublas_workspace_bytes(&self) -> u64 {
@@ -386,7 +408,7 @@ impl Settings {
         }
         let (major, minor) = self.compute_capability;
         let large = match self.torch_version {
-            TorchVersion::V2_9 => (major, minor) == (9, 0),
+            TorchVersion::V2_9 | TorchVersion::V2_11 => (major, minor) == (9, 0),
             TorchVersion::V2_15 => (9..=12).contains(&major),
         };
         let default = if large {

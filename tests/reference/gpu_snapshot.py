@@ -9,6 +9,8 @@ PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.
 
     python3 tests/reference/gpu_snapshot.py OUT.pickle
 """
+import os
+import pickle
 import sys
 
 import torch
@@ -43,8 +45,26 @@ def main(path):
         step(512)
     except torch.OutOfMemoryError as e:
         print("out of memory, as planned:", str(e).splitlines()[0], file=sys.stderr)
-    torch.cuda.memory._dump_snapshot(path)
+    snapshot = torch.cuda.memory._snapshot()
     torch.cuda.memory._record_memory_history(enabled=None)
+    with open(path, "wb") as f:
+        pickle.dump(relative(snapshot), f)  # as _dump_snapshot writes it
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+
+
+def relative(value):
+    """The snapshot with the repository's files named from its root."""
+    if isinstance(value, dict):
+        if isinstance(value.get("filename"), str) and value["filename"].startswith(ROOT):
+            value["filename"] = value["filename"][len(ROOT):]
+        for v in value.values():
+            relative(v)
+    elif isinstance(value, list):
+        for v in value:
+            relative(v)
+    return value
 
 
 if __name__ == "__main__":

@@ -52,7 +52,8 @@ def on_gpu(build, batch_of, flat, amp=None, accumulate=1):
         "net_bytes": second["allocated_after"] - second["allocated_before"],
         "allocated_before": second["allocated_before"],
         "reserved_after": second["reserved_after"],
-        "loss": loss.item(),
+        # float16 weights under Adam reach NaN (eps 1e-8 is 0 in float16).
+        "loss": loss.item() if torch.isfinite(loss) else None,
         "events": second["events"],
     }
 

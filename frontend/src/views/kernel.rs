@@ -2,7 +2,7 @@
 //! people try to free memory.
 
 use super::training::Training;
-use super::{button, checkbox, checked_button, hidden, text_input};
+use super::{button, checkbox, checked_button, choice, hidden, text_input};
 use crate::state::App;
 use leptos::prelude::*;
 use vramlab_shared::command::{AllocArgs, Command, HoldArgs, NameArgs, RestartSettings};
@@ -67,7 +67,7 @@ struct SettingsFields {
     /// `TORCH_CUBLAS_WORKSPACE_CACHE=1`.
     cublas_cache: RwSignal<bool>,
     /// PyTorch 2.9's kept workspaces (else 2.15's per call).
-    torch_2_9: RwSignal<bool>,
+    torch_version: RwSignal<TorchVersion>,
 }
 
 fn text<T: ToString>(v: Option<T>) -> String {
@@ -92,7 +92,7 @@ impl SettingsFields {
             fraction: RwSignal::new(s()),
             cublas_config: RwSignal::new(s()),
             cublas_cache: RwSignal::new(false),
-            torch_2_9: RwSignal::new(false),
+            torch_version: RwSignal::new(TorchVersion::default()),
         }
     }
 
@@ -115,7 +115,7 @@ impl SettingsFields {
         self.cublas_config
             .set(s.cublas_workspace_config.clone().unwrap_or_default());
         self.cublas_cache.set(s.cublas_workspace_cache);
-        self.torch_2_9.set(s.torch_version == TorchVersion::V2_9);
+        self.torch_version.set(s.torch_version);
     }
 
     /// `restart` with the settings as written (empty optional fields:
@@ -159,10 +159,7 @@ impl SettingsFields {
             per_process_memory_fraction: Some(fraction),
             cublas_workspace_config: Some(cublas),
             cublas_workspace_cache: Some(self.cublas_cache.get_untracked()),
-            torch_version: Some(match self.torch_2_9.get_untracked() {
-                true => TorchVersion::V2_9,
-                false => TorchVersion::V2_15,
-            }),
+            torch_version: Some(self.torch_version.get_untracked()),
             ..Default::default()
         }))
     }
@@ -220,7 +217,7 @@ fn KernelSettings(app: App) -> impl IntoView {
                     <label>"memory fraction " {text_input("fraction", "4", "none", f.fraction)}</label>
                     <label>"CUBLAS_WORKSPACE_CONFIG " {text_input("cublas-config", "9", ":4096:2:16:8", f.cublas_config)}</label>
                     <label>{checkbox(f.cublas_cache)}" TORCH_CUBLAS_WORKSPACE_CACHE"</label>
-                    <label>{checkbox(f.torch_2_9)}" PyTorch 2.9"</label>
+                    <label>"PyTorch " {choice("torch-version", "The release whose cuBLAS workspaces and messages the kernel follows", f.torch_version, &TorchVersion::ALL, (TorchVersion::id, TorchVersion::id))}</label>
                 </span>
                 <span class="for" hidden=move || f.framework.get() != Framework::Tensorflow>
                     <label>{checkbox(f.allow_growth)}" set_memory_growth"</label>

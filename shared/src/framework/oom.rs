@@ -20,7 +20,8 @@ pub struct TensorDesc<'a> {
 /// The hint PyTorch 2.9 appends to every caching-allocator OOM.
 pub const PYTORCH_2_9_OOM_HINT: &str = " If reserved but unallocated memory is large try setting PYTORCH_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)";
 
-/// PyTorch 2.15's (the text in the 2.15 wheel's `libc10_cuda.so`).
+/// PyTorch 2.15's (the text in the 2.15 wheel's `libc10_cuda.so`), and
+/// 2.11's (its out-of-memory error on an H100, `tests/golden/`).
 pub const PYTORCH_OOM_HINT: &str = " If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)";
 
 /// The exception class the framework raises when memory runs out, as
@@ -58,7 +59,7 @@ pub fn oom_message(settings: &Settings, oom: &OutOfMemory, tensor: &TensorDesc) 
                 .unwrap_or_default();
             let hint = match settings.torch_version {
                 TorchVersion::V2_9 => PYTORCH_2_9_OOM_HINT,
-                TorchVersion::V2_15 => PYTORCH_OOM_HINT,
+                TorchVersion::V2_11 | TorchVersion::V2_15 => PYTORCH_OOM_HINT,
             };
             format!(
                 "CUDA out of memory. Tried to allocate {}. GPU 0 has a total capacity of {} of which {} is free. {proc_info}{allowed}Of the allocated memory {} is allocated by PyTorch, and {} is reserved by PyTorch but unallocated.{hint}",
