@@ -222,7 +222,8 @@ fn only_tensorflow_returns_free_regions_to_make_room() {
     assert_eq!(tf.stats.reserved_bytes, (2 + 512) * MIB);
     let jax = play("jax");
     assert_eq!(jax.error.map(|e| e.kind), Some(ErrorKind::OutOfMemory));
-    assert_eq!(jax.stats.reserved_bytes, 384 * MIB);
+    // 2 MiB (jnp.zeros's first fill scalar) + 128 MiB + 256 MiB.
+    assert_eq!(jax.stats.reserved_bytes, (2 + 384) * MIB);
 }
 
 /// `allocate` refuses 1 EiB (2^60 bytes) and more before the allocator sees
@@ -289,8 +290,11 @@ fn tensorflows_first_op_allocates_the_eigen_scratch_buffer_first() {
         )
         .ok
     );
+    // jnp.zeros's two fill scalars take the 2 MiB region's first 512
+    // bytes; the output takes the rest whole, unsplit (as on an H100:
+    // tests/golden/04-jax-preallocation.jax.jsonl, step 7).
     let r = run(&mut e, r#"{"cmd":"alloc","name":"x","bytes":1048576}"#);
-    assert_eq!(r.stats.allocated_bytes, MIB);
+    assert_eq!(r.stats.allocated_bytes, 2 * MIB - 512);
 }
 
 /// A step whose FLOP count does not fit in 64 bits used to wrap to a small
@@ -443,7 +447,7 @@ fn a_restarts_result_carries_its_settings_and_device() {
     let r = run(&mut e, r#"{"cmd":"restart","gpu":"h100-80gb"}"#);
     let device = r.device.unwrap();
     assert_eq!(device.name, "Simulated NVIDIA H100 80GB HBM3");
-    assert_eq!(device.total_bytes, 81_009 * MIB);
+    assert_eq!(device.total_bytes, 85_017_493_504);
     assert_eq!(device.compute_capability, (9, 0));
     assert_eq!(
         r.settings.unwrap().gpu,
