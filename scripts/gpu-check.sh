@@ -10,12 +10,14 @@
 #     PyTorch and JAX (tests/reference/replay_*.py);
 #   - workspaces*.json: what matrix products, attention and convolutions
 #     allocate beside their outputs, under each workspace setting;
-#   - gpu_step.json: step_trace.py's training steps run on the GPU;
+#   - gpu_step.json: step_trace.py's training steps run on the GPU (and
+#     gpu_step-detail.json: three of them with each event's C++ frames);
 #   - hf_steps.json: transformers' models trained and generating;
 #   - xla_step.json: XLA's memory_analysis() of the jitted steps on the GPU;
 #   - snapshot*.pickle: PyTorch's own snapshots of a run ending in an
 #     out-of-memory, with and without expandable segments;
-#   - lessons-cuda-vs-sim.txt: every lesson on --device cuda and --device sim;
+#   - lessons-cuda-vs-sim.txt: every lesson on --device cuda (the GPU standing
+#     in for the lesson's smaller one) and --device sim, step by step;
 #   - context-*.jsonl: the CUDA context and its growth, per framework;
 #   - speed-pytorch.json: PyTorch eager's step times and the bf16 ceiling;
 #   - jax-alloc.jsonl: XLA's allocator stats around each way to make an array;
@@ -38,7 +40,8 @@ GOLDEN=tests/golden
 REF=tests/reference
 mkdir -p "$GOLDEN/logs"
 WORK=$(mktemp -d)
-export PYTHONUNBUFFERED=1 BIN GOLDEN REF WORK
+ROOT=$(pwd)
+export PYTHONUNBUFFERED=1 BIN GOLDEN REF WORK ROOT
 
 # part NAME SECONDS COMMAND...: runs it with a time limit, its output in
 # logs/NAME.log, and notes its exit status and seconds.
@@ -90,15 +93,16 @@ snapshots() {
 }
 
 lessons() {
-  local f name fail=0
-  echo '{"cmd":"gc"}' | "$BIN" run - --device cuda | head -c 400; echo
+  local f name fail=0 out="$GOLDEN/lessons-cuda-vs-sim.txt"
+  : > "$out"
   for f in tests/lessons/*.jsonl; do
     name=$(basename "$f" .jsonl)
     "$BIN" run "$f" --device cuda > "$WORK/$name.cuda.jsonl" 2>&1
     "$BIN" run "$f" --device sim > "$WORK/$name.sim.jsonl" 2>&1
-    python3 "$REF/compare.py" "$WORK/$name.cuda.jsonl" "$WORK/$name.sim.jsonl" \
-      allocated_bytes reserved_bytes || fail=1
+    (cd "$WORK" && python3 "$ROOT/$REF/compare.py" "$name.cuda.jsonl" "$name.sim.jsonl" \
+      allocated_bytes reserved_bytes) >> "$out" || fail=1
   done
+  head -c 600 "$WORK/01-del-vs-empty-cache.cuda.jsonl"
   return $fail
 }
 
@@ -114,7 +118,8 @@ started=$(date -u +%FT%TZ)
 # Side by side: each measures its own process's allocator.
 part replays 240 bash -c replays &
 part workspaces 240 bash -c workspaces &
-part gpu_step 240 bash -c 'python3 "$REF/gpu_step.py" > "$GOLDEN/gpu_step.json"' &
+part gpu_step 240 bash -c 'python3 "$REF/gpu_step.py" > "$GOLDEN/gpu_step.json" &&
+  python3 "$REF/gpu_step.py" 4 5 8 > "$GOLDEN/gpu_step-detail.json"' &
 part xla_step 240 bash -c 'XLA_PYTHON_CLIENT_PREALLOCATE=false python3 "$REF/xla_step.py" > "$GOLDEN/xla_step.json"' &
 part hf_steps 240 bash -c 'python3 "$REF/hf_steps.py" > "$GOLDEN/hf_steps.json"' &
 part snapshots 120 bash -c snapshots &

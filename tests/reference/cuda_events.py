@@ -9,8 +9,15 @@ import torch
 KEPT = ("alloc", "free_requested", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom")
 
 
-def start():
-    torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")
+FRAMES = 1
+
+
+def start(stacks="python", frames=1):
+    """Records from now on; with stacks="all" (C++ frames too) each event
+    keeps its `frames` innermost frame names."""
+    global FRAMES
+    FRAMES = frames
+    torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks=stacks)
 
 
 def stop():
@@ -23,14 +30,14 @@ def trace_len():
 
 
 def events_since(n):
-    """[action, size, innermost Python function] of each entry after the
-    first n."""
+    """[action, size, innermost function] of each entry after the first n
+    (the FRAMES innermost, joined by " < ", where more are kept)."""
     trace = torch.cuda.memory._snapshot()["device_traces"][torch.cuda.current_device()]
     out = []
     for e in trace[n:]:
         if e["action"] in KEPT:
             frames = e.get("frames") or []
-            out.append([e["action"], e["size"], frames[0]["name"] if frames else ""])
+            out.append([e["action"], e["size"], " < ".join(f["name"] for f in frames[:FRAMES])])
     return out
 
 

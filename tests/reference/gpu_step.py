@@ -7,6 +7,10 @@ allocator itself (cuda_events.py): allocated before, the peak over it, the
 bytes it leaves, and every allocator event (workspaces included). Prints JSON.
 
     python3 tests/reference/gpu_step.py > tests/golden/gpu_step.json
+    python3 tests/reference/gpu_step.py 4 8 > tests/golden/gpu_step-detail.json
+
+Given case numbers, only those run, and each event keeps its 12 innermost
+frames, C++ ones included (`stacks="all"`): which kernel asked for it.
 """
 import json
 import platform
@@ -31,21 +35,22 @@ def on_gpu(build, batch_of, flat, amp=None, accumulate=1):
     opt = torch.optim.Adam(model.parameters(), foreach=True)
     dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(amp)
 
+    state = {}
+
     def step():
-        loss = None
         for _ in range(accumulate):
             with torch.autocast("cuda", dtype=dtype, enabled=dtype is not None):
                 logits = model(x) if not flat else model(x).flatten(0, 1)
-                loss = divided(F.cross_entropy(logits, y.flatten()), accumulate)
+                # One statement: the last loss dies when the new one is bound.
+                state["loss"] = divided(F.cross_entropy(logits, y.flatten()), accumulate)
                 del logits
-            loss.backward()
+            state["loss"].backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return loss
 
-    first, loss = cuda_events.measure(step)
-    # The first step's loss lives until the second's is bound, as in a loop.
-    second, loss = cuda_events.measure(step)
+    first, _ = cuda_events.measure(step)
+    second, _ = cuda_events.measure(step)
+    loss = state["loss"]
     return {
         "first_step_peak_bytes": first["peak_over_before"],
         "peak_bytes": second["peak_over_before"],
@@ -59,9 +64,15 @@ def on_gpu(build, batch_of, flat, amp=None, accumulate=1):
 
 
 if __name__ == "__main__":
-    cuda_events.start()
+    only = [int(a) for a in sys.argv[1:]]
+    if only:
+        cuda_events.start(stacks="all", frames=12)
+    else:
+        cuda_events.start()
     steps = []
-    for k, shape, data in CASES:
+    for i, (k, shape, data) in enumerate(CASES):
+        if only and i not in only:
+            continue
         try:
             row = {"kind": k, **shape, **data, **run(k, shape, data, trace=on_gpu)}
         except Exception as e:  # noqa: BLE001 - a failing case is written, the others go on

@@ -12,12 +12,13 @@
 //! ([`DeviceMemory`]: `cuMemcpyHtoD` / `cuMemcpyDtoH`), so the loss the
 //! engine reports on a GPU is the one read from the GPU.
 
-use super::Probe;
+use super::{Probe, StandIn};
 use cudarc::driver::{result, sys, CudaContext};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use vramlab_shared::device::{Device, DeviceInfo, DeviceKind, DeviceMemory};
+use vramlab_shared::framework::Settings;
 use vramlab_shared::DeviceError;
 
 /// Looks for a usable GPU without ever panicking: first whether the driver
@@ -50,11 +51,14 @@ pub struct CudaDevice {
     segment_bytes: u64,
     /// The last free bytes the driver reported, for when a query fails.
     last_free: AtomicU64,
+    /// The smaller GPU this one stands in for, if the settings ask for one.
+    stand_in: Option<StandIn>,
 }
 
 impl CudaDevice {
-    /// A new context on GPU `ordinal`, with its cost measured.
-    pub fn start(ordinal: usize) -> Result<Self, String> {
+    /// A new context on GPU `ordinal`, with its cost measured; standing in
+    /// for the settings' GPU where that one is smaller.
+    pub fn start(ordinal: usize, settings: &Settings) -> Result<Self, String> {
         let ctx = CudaContext::new_non_primary(ordinal, 0)
             .map_err(|e| format!("cannot create a CUDA context: {e:?}"))?;
         let (free, total) = ctx.mem_get_info().map_err(|e| format!("{e:?}"))?;
@@ -70,10 +74,18 @@ impl CudaDevice {
             (free as u64).saturating_sub(with_probe as u64)
         };
         let (major, minor) = ctx.compute_capability().map_err(|e| format!("{e:?}"))?;
+        let name = ctx.name().map_err(|e| format!("{e:?}"))?;
+        let stand_in = StandIn::of(settings, total as u64);
         let info = DeviceInfo {
             kind: DeviceKind::Cuda,
-            name: ctx.name().map_err(|e| format!("{e:?}"))?,
-            total_bytes: total as u64,
+            name: match stand_in {
+                Some(s) => format!(
+                    "{name}, standing in for a {} GPU",
+                    vramlab_shared::units::format_size(s.total_bytes)
+                ),
+                None => name,
+            },
+            total_bytes: stand_in.map_or(total as u64, |s| s.total_bytes),
             compute_capability: (major as u32, minor as u32),
         };
         Ok(Self {
@@ -83,12 +95,19 @@ impl CudaDevice {
             segments: BTreeMap::new(),
             segment_bytes: 0,
             last_free: AtomicU64::new(free as u64),
+            stand_in,
         })
     }
 }
 
 impl Device for CudaDevice {
     fn malloc(&mut self, bytes: u64) -> Result<u64, DeviceError> {
+        if self
+            .stand_in
+            .is_some_and(|s| bytes > s.free_bytes(self.segment_bytes))
+        {
+            return Err(DeviceError::OutOfMemory);
+        }
         self.ctx
             .bind_to_thread()
             .map_err(|e| DeviceError::Driver(format!("cannot bind the CUDA context: {e:?}")))?;
@@ -127,30 +146,26 @@ impl Device for CudaDevice {
         }
     }
 
-    /// `cuMemGetInfo`. Should the query fail, the last reading stands,
-    /// not a made-up "0 free".
+    /// `cuMemGetInfo` (standing in for a smaller GPU: that one's total, and
+    /// its free bytes where the real GPU has as many). Should the query
+    /// fail, the last reading stands, not a made-up "0 free".
     fn mem_get_info(&self) -> (u64, u64) {
-        match self.ctx.mem_get_info() {
-            Ok((free, total)) => {
-                self.last_free.store(free as u64, Ordering::Relaxed);
-                (free as u64, total as u64)
-            }
-            Err(e) => {
-                tracing::warn!(error = ?e, "cuMemGetInfo failed; using the last reading");
-                (
-                    self.last_free.load(Ordering::Relaxed),
-                    self.info.total_bytes,
-                )
-            }
+        let (free, total) = self.real_mem_get_info();
+        match self.stand_in {
+            Some(s) => (free.min(s.free_bytes(self.segment_bytes)), s.total_bytes),
+            None => (free, total),
         }
     }
 
     fn context_bytes(&self) -> u64 {
-        self.context_bytes
+        self.stand_in.map_or(self.context_bytes, |s| s.context_bytes)
     }
 
     fn other_processes_bytes(&self) -> u64 {
-        let (free, total) = self.mem_get_info();
+        if let Some(s) = self.stand_in {
+            return s.other_processes_bytes;
+        }
+        let (free, total) = self.real_mem_get_info();
         total.saturating_sub(free + self.context_bytes + self.segment_bytes)
     }
 
@@ -172,6 +187,20 @@ impl Device for CudaDevice {
 }
 
 impl CudaDevice {
+    /// The driver's own `cuMemGetInfo`.
+    fn real_mem_get_info(&self) -> (u64, u64) {
+        match self.ctx.mem_get_info() {
+            Ok((free, total)) => {
+                self.last_free.store(free as u64, Ordering::Relaxed);
+                (free as u64, total as u64)
+            }
+            Err(e) => {
+                tracing::warn!(error = ?e, "cuMemGetInfo failed; using the last reading");
+                (self.last_free.load(Ordering::Relaxed), self.info.total_bytes)
+            }
+        }
+    }
+
     /// `len` bytes at `at` lie inside one live segment of this context,
     /// and the context is current.
     fn reach(&self, at: u64, len: usize) -> Result<(), DeviceError> {

@@ -31,24 +31,52 @@ pub fn probe() -> Result<Probe, String> {
 #[cfg(not(feature = "cuda"))]
 const NOT_BUILT: &str = "this vramlab was built without the `cuda` feature";
 
-/// Starts a CUDA device for each kernel; the settings that describe a
-/// simulated GPU (its size, context, other processes) do not apply.
+/// Starts a CUDA device for each kernel. A kernel set to a GPU smaller
+/// than the real one (a lesson's 16 GiB card on an 80 GB H100) gets the
+/// real GPU standing in for it: real segments, within that card's room.
 pub struct CudaFactory {
     pub ordinal: usize,
 }
 
 impl DeviceFactory for CudaFactory {
-    fn start(&mut self, _settings: &Settings) -> Result<Box<dyn Device>, CommandError> {
-        start(self.ordinal).map_err(|m| CommandError::new(ErrorKind::DeviceError, m))
+    fn start(&mut self, settings: &Settings) -> Result<Box<dyn Device>, CommandError> {
+        start(self.ordinal, settings).map_err(|m| CommandError::new(ErrorKind::DeviceError, m))
     }
 }
 
-fn start(ordinal: usize) -> Result<Box<dyn Device>, String> {
+/// The smaller GPU a real one stands in for: its total, its context and
+/// the other processes on it, as the settings describe them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StandIn {
+    pub total_bytes: u64,
+    pub context_bytes: u64,
+    pub other_processes_bytes: u64,
+}
+
+impl StandIn {
+    /// The settings' GPU, where it is smaller than `real_total`.
+    pub fn of(settings: &Settings, real_total: u64) -> Option<StandIn> {
+        (settings.device_total_bytes < real_total).then_some(StandIn {
+            total_bytes: settings.device_total_bytes,
+            context_bytes: settings.context_bytes,
+            other_processes_bytes: settings.other_processes_bytes,
+        })
+    }
+
+    /// Free bytes on that GPU with `segments` bytes in this process's
+    /// segments.
+    pub fn free_bytes(&self, segments: u64) -> u64 {
+        self.total_bytes
+            .saturating_sub(self.context_bytes + self.other_processes_bytes + segments)
+    }
+}
+
+fn start(ordinal: usize, settings: &Settings) -> Result<Box<dyn Device>, String> {
     #[cfg(feature = "cuda")]
-    return driver::CudaDevice::start(ordinal).map(|d| Box::new(d) as Box<dyn Device>);
+    return driver::CudaDevice::start(ordinal, settings).map(|d| Box::new(d) as Box<dyn Device>);
     #[cfg(not(feature = "cuda"))]
     {
-        let _ = ordinal;
+        let _ = (ordinal, settings);
         Err(NOT_BUILT.into())
     }
 }
@@ -56,6 +84,24 @@ fn start(ordinal: usize) -> Result<Box<dyn Device>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_real_gpu_stands_in_only_for_a_smaller_one() {
+        let settings = Settings {
+            device_total_bytes: 16 << 30,
+            context_bytes: 300 << 20,
+            other_processes_bytes: 1 << 30,
+            ..Settings::default()
+        };
+        let stand_in = StandIn::of(&settings, 80 << 30).unwrap();
+        assert_eq!(stand_in.total_bytes, 16 << 30);
+        assert_eq!(stand_in.free_bytes(0), (16 << 30) - (300 << 20) - (1 << 30));
+        assert_eq!(stand_in.free_bytes(1 << 30), (14 << 30) - (300 << 20));
+        assert_eq!(stand_in.free_bytes(u64::MAX / 2), 0);
+        // The real GPU is that size or smaller: it is itself.
+        assert_eq!(StandIn::of(&settings, 16 << 30), None);
+        assert_eq!(StandIn::of(&settings, 8 << 30), None);
+    }
 
     #[test]
     fn probing_never_panics() {
