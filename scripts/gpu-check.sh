@@ -17,7 +17,8 @@
 #   - snapshot*.pickle: PyTorch's own snapshots of a run ending in an
 #     out-of-memory, with and without expandable segments;
 #   - lessons-cuda-vs-sim.txt: every lesson on --device cuda (the GPU standing
-#     in for the lesson's smaller one) and --device sim, step by step;
+#     in for the lesson's smaller one) and --device sim, step by step, with
+#     the GPU's records in lessons-cuda/;
 #   - context-*.jsonl: the CUDA context and its growth, per framework;
 #   - speed-pytorch.json: PyTorch eager's step times and the bf16 ceiling;
 #   - jax-alloc.jsonl: XLA's allocator stats around each way to make an array;
@@ -95,9 +96,11 @@ snapshots() {
 lessons() {
   local f name fail=0 out="$GOLDEN/lessons-cuda-vs-sim.txt"
   : > "$out"
+  mkdir -p "$GOLDEN/lessons-cuda"
   for f in tests/lessons/*.jsonl; do
     name=$(basename "$f" .jsonl)
     "$BIN" run "$f" --device cuda > "$WORK/$name.cuda.jsonl" 2>&1
+    cp "$WORK/$name.cuda.jsonl" "$GOLDEN/lessons-cuda/$name.jsonl"
     "$BIN" run "$f" --device sim > "$WORK/$name.sim.jsonl" 2>&1
     (cd "$WORK" && python3 "$ROOT/$REF/compare.py" "$name.cuda.jsonl" "$name.sim.jsonl" \
       allocated_bytes reserved_bytes) >> "$out" || fail=1

@@ -9,8 +9,9 @@ bytes it leaves, and every allocator event (workspaces included). Prints JSON.
     python3 tests/reference/gpu_step.py > tests/golden/gpu_step.json
     python3 tests/reference/gpu_step.py 4 8 > tests/golden/gpu_step-detail.json
 
-Given case numbers, only those run, and each event keeps its 12 innermost
-frames, C++ ones included (`stacks="all"`): which kernel asked for it.
+Given case numbers, only those run (the first step's events kept too), and
+each event keeps its 16 innermost frames, C++ ones included
+(`stacks="all"`): which kernel asked for it.
 """
 import json
 import platform
@@ -60,13 +61,16 @@ def on_gpu(build, batch_of, flat, amp=None, accumulate=1):
         # float16 weights under Adam reach NaN (eps 1e-8 is 0 in float16).
         "loss": loss.item() if torch.isfinite(loss) else None,
         "events": second["events"],
+        **({"first_step_events": first["events"]} if DETAIL else {}),
     }
 
+
+DETAIL = len(sys.argv) > 1
 
 if __name__ == "__main__":
     only = [int(a) for a in sys.argv[1:]]
     if only:
-        cuda_events.start(stacks="all", frames=12)
+        cuda_events.start(stacks="all", frames=16)
     else:
         cuda_events.start()
     steps = []

@@ -86,7 +86,8 @@ impl CudaDevice {
                 None => name,
             },
             total_bytes: stand_in.map_or(total as u64, |s| s.total_bytes),
-            compute_capability: (major as u32, minor as u32),
+            compute_capability: stand_in
+                .map_or((major as u32, minor as u32), |s| s.compute_capability),
         };
         Ok(Self {
             ctx,
@@ -158,7 +159,8 @@ impl Device for CudaDevice {
     }
 
     fn context_bytes(&self) -> u64 {
-        self.stand_in.map_or(self.context_bytes, |s| s.context_bytes)
+        self.stand_in
+            .map_or(self.context_bytes, |s| s.context_bytes)
     }
 
     fn other_processes_bytes(&self) -> u64 {
@@ -196,7 +198,10 @@ impl CudaDevice {
             }
             Err(e) => {
                 tracing::warn!(error = ?e, "cuMemGetInfo failed; using the last reading");
-                (self.last_free.load(Ordering::Relaxed), self.info.total_bytes)
+                (
+                    self.last_free.load(Ordering::Relaxed),
+                    self.info.total_bytes,
+                )
             }
         }
     }

@@ -51,6 +51,8 @@ pub struct StandIn {
     pub total_bytes: u64,
     pub context_bytes: u64,
     pub other_processes_bytes: u64,
+    /// The card's, which decides TensorFlow's system reserve.
+    pub compute_capability: (u32, u32),
 }
 
 impl StandIn {
@@ -60,6 +62,7 @@ impl StandIn {
             total_bytes: settings.device_total_bytes,
             context_bytes: settings.context_bytes,
             other_processes_bytes: settings.other_processes_bytes,
+            compute_capability: settings.compute_capability,
         })
     }
 
