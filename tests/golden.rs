@@ -177,14 +177,21 @@ fn tensor_replays_match_pytorch_and_jax_number_for_number() {
 
 /// A training step of each kind as step_trace.py runs it, on the GPU
 /// (tests/reference/gpu_step.py) and in the simulator under PyTorch 2.11 on
-/// an H100: what the first step leaves (parameters, Adam's state, the loss
-/// and the cuBLAS workspaces 2.11 keeps: 32 MiB for the main thread's
-/// handle, 32 MiB for autograd's, 1 MiB for cuBLASLt) and the second
-/// step's peak over what lived before it.
+/// an H100, every case in one process as the GPU run played them (each
+/// case's model, optimizer and data deleted after it, `empty_cache()`):
+/// what lives before the second step (parameters, Adam's state, the loss,
+/// and the cuBLAS workspaces 2.11 keeps per handle from earlier cases too:
+/// 32 MiB each for the main thread's and autograd's, 1 MiB each for their
+/// cuBLASLt calls) and the second step's peak over it.
 #[test]
 fn training_steps_keep_and_peak_as_on_the_gpu() {
     let mut check = Check::new("steps");
     let all = read_json(&golden().join("gpu_step.json"));
+    let mut engine = Engine::new_simulated();
+    run(
+        &mut engine,
+        json!({"cmd":"restart","framework":"pytorch","torch_version":"2.11","gpu":"h100-80gb"}),
+    );
     for (i, case) in all["steps"].as_array().unwrap().iter().enumerate() {
         let at = json!(i);
         let label = case_label(case);
@@ -192,7 +199,7 @@ fn training_steps_keep_and_peak_as_on_the_gpu() {
             eprintln!("{label}: PyTorch itself failed on the GPU ({e})");
             continue;
         }
-        let (left, peak) = simulated_steps(case);
+        let (left, peak) = simulated_steps(&mut engine, case);
         // The GPU run held one batch (x and y); an MLP's simulated data
         // set lives on the device instead (counted apart), other kinds'
         // batches are held after a step as the GPU run held them.
@@ -213,6 +220,12 @@ fn training_steps_keep_and_peak_as_on_the_gpu() {
         check.number(&label, &at, "second_step_peak", Some(gpu_peak), Some(peak));
     }
     check.finish("training steps", 40);
+}
+
+fn run(engine: &mut Engine, line: Value) -> vramlab_shared::StepRecord {
+    let r = engine.run_line(&line.to_string());
+    assert!(r.ok, "{line}: {:?}", r.error);
+    r
 }
 
 fn case_label(case: &Value) -> String {
@@ -239,27 +252,26 @@ fn batch_bytes(case: &Value) -> u64 {
     block(u("batch") * u("input_dim") * x) + block(u("batch") * 8)
 }
 
-/// (allocated after the first step less the data set, the second step's
-/// peak over what lived before it) in the simulator.
-fn simulated_steps(case: &Value) -> (u64, u64) {
-    let mut engine = Engine::new_simulated();
+const SHAPE: [&str; 11] = [
+    "layers",
+    "width",
+    "input_dim",
+    "classes",
+    "channels",
+    "image_size",
+    "blocks",
+    "heads",
+    "seq_len",
+    "vocab",
+    "lora_rank",
+];
+
+/// One case in `engine`'s process: (allocated before the second step less
+/// the data set, the second step's peak over it); then its objects go.
+fn simulated_steps(engine: &mut Engine, case: &Value) -> (u64, u64) {
     let mut model = json!({"cmd":"model","name":"model","kind":case["kind"]});
     for (k, v) in case.as_object().unwrap() {
-        if [
-            "layers",
-            "width",
-            "input_dim",
-            "classes",
-            "channels",
-            "image_size",
-            "blocks",
-            "heads",
-            "seq_len",
-            "vocab",
-            "lora_rank",
-        ]
-        .contains(&k.as_str())
-        {
+        if SHAPE.contains(&k.as_str()) {
             model[k] = v.clone();
         }
     }
@@ -272,24 +284,15 @@ fn simulated_steps(case: &Value) -> (u64, u64) {
         "cnn" => (u("channels") * u("image_size").pow(2), u("classes")),
         _ => (u("input_dim"), u("classes")),
     };
-    let setup = [
-        json!({"cmd":"restart","framework":"pytorch","torch_version":"2.11","gpu":"h100-80gb"}),
-        model,
+    run(engine, model);
+    let before_data = run(
+        engine,
         json!({"cmd":"optimizer","name":"opt","model":"model","kind":"adam"}),
-        // Only an MLP's data set can live on the device; other kinds copy
-        // each batch in.
-        json!({"cmd":"data","name":"data","on_device":case["kind"] == "mlp","features":features,"classes":classes}),
-    ];
-    let allocated: Vec<u64> = setup
-        .iter()
-        .map(|line| {
-            let r = engine.run_line(&line.to_string());
-            assert!(r.ok, "{line}: {:?}", r.error);
-            r.stats.allocated_bytes
-        })
-        .collect();
-    // The data set on the device; the GPU run held one batch instead.
-    let data_set = allocated[3] - allocated[2];
+    );
+    // Only an MLP's data set can live on the device; other kinds copy
+    // each batch in. The GPU run held one batch instead.
+    let data = json!({"cmd":"data","name":"data","on_device":case["kind"] == "mlp","features":features,"classes":classes});
+    let data_set = run(engine, data).stats.allocated_bytes - before_data.stats.allocated_bytes;
     let accumulate = case["accumulate"].as_u64().unwrap_or(1);
     let amp = if case["amp"].is_string() {
         case["amp"].clone()
@@ -300,15 +303,19 @@ fn simulated_steps(case: &Value) -> (u64, u64) {
         "batch_size":case["batch"].as_u64().unwrap() * accumulate,"amp":amp,
         "checkpointing":case["checkpointing"] == true,"accumulate":accumulate,
         "attention":if case["fused"] == true { "sdpa" } else { "eager" }});
-    let first = engine.run_line(&train.to_string());
-    assert!(first.ok, "{train}: {:?}", first.error);
-    let before = first.stats.allocated_bytes;
-    let second = engine.run_line(&train.to_string());
-    assert!(second.ok, "{train}: {:?}", second.error);
-    (
-        before - data_set,
-        second.stats.step_peak_allocated_bytes - before,
-    )
+    let before = run(engine, train.clone()).stats.allocated_bytes;
+    let peak = run(engine, train).stats.step_peak_allocated_bytes - before;
+    for name in ["model", "opt", "data"] {
+        run(engine, json!({"cmd":"del","name":name}));
+    }
+    // The loop's `x` and `y` were the GPU run's locals, gone with the case.
+    for name in ["x", "y"] {
+        engine.run_line(&json!({"cmd":"del","name":name}).to_string());
+    }
+    for line in [json!({"cmd":"gc"}), json!({"cmd":"empty_cache"})] {
+        run(engine, line);
+    }
+    (before - data_set, peak)
 }
 
 /// PyTorch's own snapshots of a run ending in an out-of-memory error on
