@@ -26,8 +26,14 @@ pub(super) enum Saved {
         heads_out: H,
     },
     /// The fused kernel saves q, k, v (views of the projection), its output
-    /// (which the output projection saves too) and the log-sum-exp.
-    Sdpa { qkv: H, out: H, lse: H },
+    /// (which the output projection saves too), the log-sum-exp and, for
+    /// CUDA's flash kernel, its Philox seed and offset.
+    Sdpa {
+        qkv: H,
+        out: H,
+        lse: H,
+        philox: Option<[H; 2]>,
+    },
 }
 
 impl Saved {
@@ -61,18 +67,29 @@ impl Tape<TransformerShape> {
             // ops, each its own tensor (the eager step's).
             Attention::Sdpa if self.kernel() == Kernel::Math => self.eager(qkv, keep, proj),
             Attention::Sdpa => {
-                let (out, lse) = self.fused_forward(qkv, self.kernel());
+                let (out, lse, philox) = self.fused_forward(qkv, self.kernel());
+                let seeds: Vec<H> = philox.into_iter().flatten().collect();
                 if !self.grad {
                     // `scaled_dot_product_attention` returns only the output.
                     self.free(lse);
+                    self.free_all(&seeds);
                 }
                 let proj_layer = self.linear(out, proj, keep);
                 match (keep, self.grad) {
                     (true, _) => {}
-                    (false, true) => self.free_all(&[out, qkv, lse]),
+                    (false, true) => {
+                        self.free_all(&[out, qkv, lse]);
+                        self.free_all(&seeds);
+                    }
                     (false, false) => self.free_all(&[qkv, out]),
                 }
-                (keep.then_some(Saved::Sdpa { qkv, out, lse }), proj_layer)
+                let saved = Saved::Sdpa {
+                    qkv,
+                    out,
+                    lse,
+                    philox,
+                };
+                (keep.then_some(saved), proj_layer)
             }
             Attention::Eager => self.eager(qkv, keep, proj),
         };
@@ -209,12 +226,20 @@ impl Tape<TransformerShape> {
     /// the fused q/k/v projection's output.
     pub(super) fn attention_backward(&mut self, saved: Saved, g: H, ckpt: bool) -> H {
         let grads = match saved {
-            Saved::Sdpa { qkv, out, lse } => {
+            Saved::Sdpa {
+                qkv,
+                out,
+                lse,
+                philox,
+            } => {
                 let grads = self.fused_backward([qkv, out, lse], g, self.kernel());
                 if ckpt {
                     self.free_all(&[qkv, lse, out, g]);
                 } else {
                     self.free_all(&[g, qkv, lse, out]);
+                }
+                if let Some(seeds) = philox {
+                    self.free_all(&seeds);
                 }
                 grads
             }

@@ -62,10 +62,18 @@ impl Tape<TransformerShape> {
         self.shape.width / self.shape.heads
     }
 
-    /// The kernel's output and log-sum-exp (or softmax statistics).
-    pub(super) fn fused_forward(&mut self, qkv: H, kernel: Kernel) -> (H, H) {
+    /// The kernel's output and log-sum-exp (or softmax statistics), and
+    /// the Philox seed and offset that CUDA's flash and cuDNN kernels
+    /// return: two int64 scalars allocated first and saved for the
+    /// backward (measured on an H100 in float16 and bfloat16,
+    /// `tests/golden/workspaces.json` and `gpu_step.json`: two 8-byte
+    /// blocks before the output, alive until the backward).
+    pub(super) fn fused_forward(&mut self, qkv: H, kernel: Kernel) -> (H, H, Option<[H; 2]>) {
         let align = if kernel == Kernel::Efficient { 32 } else { 1 };
         let (t, op) = (self.shape, ops(kernel).0);
+        let philox = matches!(kernel, Kernel::Flash | Kernel::Cudnn).then(|| {
+            [(); 2].map(|_| self.alloc_as((op, Calc::Workspace), vec![], Dtype::Int64, self.role))
+        });
         let calc = Calc::Sdpa {
             qkv: Arg::T(qkv),
             heads: t.heads,
@@ -80,7 +88,7 @@ impl Tape<TransformerShape> {
             let accum = self.alloc_f32((op, Calc::Workspace), self.act());
             self.free(accum);
         }
-        (out, lse)
+        (out, lse, philox)
     }
 
     /// The gradients of q, k and v (as heads, or in one packed buffer),
@@ -237,6 +245,8 @@ mod tests {
         assert_eq!(
             made(&p, "flash"),
             [
+                (fwd, vec![], Dtype::Int64),
+                (fwd, vec![], Dtype::Int64),
                 (fwd, vec![2, 100, 128], f16),
                 (fwd, vec![2, 2, 100], f32),
                 (bwd, head.clone(), f16),
@@ -253,8 +263,8 @@ mod tests {
         let p = step((9, 0), Some(Dtype::Bfloat16));
         assert_eq!(
             made(&p, "cudnn").len(),
-            5,
-            "output, statistics, three gradients"
+            7,
+            "Philox seed and offset, output, statistics, three gradients"
         );
         let p = step((7, 5), Some(Dtype::Bfloat16));
         assert!(made(&p, "scaled_dot_product").is_empty());
