@@ -5,13 +5,19 @@
 use vramlab_server::backend::{select, DeviceChoice};
 use vramlab_server::cuda::driver::CudaDevice;
 use vramlab_shared::device::Device;
+use vramlab_shared::framework::Settings;
 use vramlab_shared::units::MIB;
 use vramlab_shared::Engine;
 
 #[test]
 #[ignore = "needs an NVIDIA GPU and its driver"]
 fn a_segment_is_device_memory_the_driver_sees_taken_and_given_back() {
-    let mut device = CudaDevice::start(0).expect("a CUDA GPU");
+    // No smaller GPU asked for: the device is the real one.
+    let real = Settings {
+        device_total_bytes: u64::MAX,
+        ..Settings::default()
+    };
+    let mut device = CudaDevice::start(0, &real).expect("a CUDA GPU");
     let (before, total) = device.mem_get_info();
     assert_eq!(total, device.info().total_bytes);
     let address = device.malloc(256 * MIB).expect("256 MiB on an idle GPU");
@@ -25,6 +31,28 @@ fn a_segment_is_device_memory_the_driver_sees_taken_and_given_back() {
     device.free(address, 256 * MIB);
     assert_eq!(device.segment_bytes(), 0);
     assert_eq!(device.mem_get_info().0, before);
+}
+
+/// Set to a 1 GiB card with a 300 MiB context, the GPU stands in for it:
+/// that card's total and free bytes, and a request beyond its room is
+/// refused as out of memory without reaching the driver.
+#[test]
+#[ignore = "needs an NVIDIA GPU and its driver"]
+fn a_real_gpu_stands_in_for_a_smaller_card() {
+    let small = Settings {
+        device_total_bytes: 1024 * MIB,
+        context_bytes: 300 * MIB,
+        ..Settings::default()
+    };
+    let mut device = CudaDevice::start(0, &small).expect("a CUDA GPU");
+    assert_eq!(device.mem_get_info(), (724 * MIB, 1024 * MIB));
+    assert_eq!(device.info().total_bytes, 1024 * MIB);
+    assert!(device.info().name.contains("standing in for a 1024.00 MiB GPU"));
+    let address = device.malloc(700 * MIB).expect("700 MiB fit in 724");
+    assert_eq!(device.mem_get_info(), (24 * MIB, 1024 * MIB));
+    assert!(device.malloc(25 * MIB).is_err(), "25 MiB beyond the card's room");
+    device.free(address, 700 * MIB);
+    assert_eq!(device.mem_get_info().0, 724 * MIB);
 }
 
 /// The allocator decides, not the device: the same commands give the same
