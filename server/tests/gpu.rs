@@ -47,10 +47,16 @@ fn a_real_gpu_stands_in_for_a_smaller_card() {
     let mut device = CudaDevice::start(0, &small).expect("a CUDA GPU");
     assert_eq!(device.mem_get_info(), (724 * MIB, 1024 * MIB));
     assert_eq!(device.info().total_bytes, 1024 * MIB);
-    assert!(device.info().name.contains("standing in for a 1024.00 MiB GPU"));
+    assert!(device
+        .info()
+        .name
+        .contains("standing in for a 1024.00 MiB GPU"));
     let address = device.malloc(700 * MIB).expect("700 MiB fit in 724");
     assert_eq!(device.mem_get_info(), (24 * MIB, 1024 * MIB));
-    assert!(device.malloc(25 * MIB).is_err(), "25 MiB beyond the card's room");
+    assert!(
+        device.malloc(25 * MIB).is_err(),
+        "25 MiB beyond the card's room"
+    );
     device.free(address, 700 * MIB);
     assert_eq!(device.mem_get_info().0, 724 * MIB);
 }
