@@ -4,7 +4,18 @@ entries it added (action and size, PyTorch's names), with
 `memory_allocated` before and after and `max_memory_allocated` over it.
 Used by the GPU reference scripts (gpu_workspaces.py, gpu_step.py,
 hf_steps.py)."""
+import sys
+
 import torch
+
+def without_cpu_autocast():
+    """step_trace.py plays CUDA's autocast on the CPU (cuda_autocast.py);
+    on a GPU CUDA runs its own: call this before importing step_trace."""
+    stub = type(sys)("cuda_autocast")
+    stub.Autocast = lambda half: None
+    stub.emulate = None
+    sys.modules.setdefault("cuda_autocast", stub)
+
 
 KEPT = ("alloc", "free_requested", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom")
 

@@ -22,10 +22,7 @@ import torch.nn.functional as F
 
 import cuda_events
 
-# step_trace.py plays CUDA's autocast on the CPU; here CUDA runs its own.
-sys.modules["cuda_autocast"] = type(sys)("cuda_autocast")
-sys.modules["cuda_autocast"].Autocast = lambda half: None
-sys.modules["cuda_autocast"].emulate = None
+cuda_events.without_cpu_autocast()
 from step_trace import CASES, divided, run  # noqa: E402
 
 
