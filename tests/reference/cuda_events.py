@@ -21,11 +21,20 @@ KEPT = ("alloc", "free_requested", "segment_alloc", "segment_free", "segment_map
 
 
 FRAMES = 1
+# The allocator's own C++ frames and the tensor factories under every
+# allocation: not what asked for it.
+OWN = ("unwind", "CapturedTraceback", "gather", "CachingAllocator", "c10::", "at::TensorBase::",
+       "at::empty", "at::detail::empty", "at::native::empty", "at::_ops::empty", "at::(anonymous")
+
+
+def asked_by(frames):
+    """The frames under the allocator's own."""
+    return [f for f in frames if not any(o in f for o in OWN)]
 
 
 def start(stacks="python", frames=1):
     """Records from now on; with stacks="all" (C++ frames too) each event
-    keeps its `frames` innermost frame names."""
+    keeps the `frames` innermost names under the allocator's own."""
     global FRAMES
     FRAMES = frames
     torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks=stacks)
@@ -48,7 +57,10 @@ def events_since(n):
     for e in trace[n:]:
         if e["action"] in KEPT:
             frames = e.get("frames") or []
-            out.append([e["action"], e["size"], " < ".join(f["name"] for f in frames[:FRAMES])])
+            names = [f["name"] for f in frames]
+            if FRAMES > 1:
+                names = asked_by(names)
+            out.append([e["action"], e["size"], " < ".join(n[:160] for n in names[:FRAMES])])
     return out
 
 

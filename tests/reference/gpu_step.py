@@ -10,8 +10,8 @@ bytes it leaves, and every allocator event (workspaces included). Prints JSON.
     python3 tests/reference/gpu_step.py 4 8 > tests/golden/gpu_step-detail.json
 
 Given case numbers, only those run (the first step's events kept too), and
-each event keeps its 16 innermost frames, C++ ones included
-(`stacks="all"`): which kernel asked for it.
+each event keeps the 4 innermost frames under the allocator's own, C++ ones
+included (`stacks="all"`): which kernel asked for it.
 """
 import json
 import platform
@@ -67,7 +67,7 @@ DETAIL = len(sys.argv) > 1
 if __name__ == "__main__":
     only = [int(a) for a in sys.argv[1:]]
     if only:
-        cuda_events.start(stacks="all", frames=16)
+        cuda_events.start(stacks="all", frames=4)
     else:
         cuda_events.start()
     steps = []
