@@ -70,6 +70,12 @@ fn Playground() -> impl IntoView {
     }
 }
 
+/// talc instead of dlmalloc: the same single-threaded heap, a smaller
+/// download.
+#[cfg(all(not(target_feature = "atomics"), target_family = "wasm"))]
+#[global_allocator]
+static TALC: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
+
 /// The page; in the engine's worker (no window) nothing is mounted.
 fn main() {
     if web_sys::window().is_some() {

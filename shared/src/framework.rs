@@ -100,6 +100,11 @@ crate::by_name::read_by_name!(TorchVersion {
 impl TorchVersion {
     pub const ALL: [TorchVersion; 3] = [Self::V2_15, Self::V2_11, Self::V2_9];
 
+    /// The release named as PyTorch numbers it (`"2.11"`).
+    pub fn from_id(id: &str) -> Option<TorchVersion> {
+        Self::ALL.into_iter().find(|v| v.id() == id)
+    }
+
     /// The release as PyTorch numbers it.
     pub fn id(self) -> &'static str {
         match self {

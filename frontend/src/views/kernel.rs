@@ -2,7 +2,7 @@
 //! people try to free memory.
 
 use super::training::Training;
-use super::{button, checkbox, checked_button, choice, hidden, text_input};
+use super::{button, checkbox, checked_button, hidden, text_input};
 use crate::state::App;
 use leptos::prelude::*;
 use vramlab_shared::command::{AllocArgs, Command, HoldArgs, NameArgs, RestartSettings};
@@ -67,7 +67,7 @@ struct SettingsFields {
     /// `TORCH_CUBLAS_WORKSPACE_CACHE=1`.
     cublas_cache: RwSignal<bool>,
     /// PyTorch 2.9's kept workspaces (else 2.15's per call).
-    torch_version: RwSignal<TorchVersion>,
+    torch_version: RwSignal<String>,
 }
 
 fn text<T: ToString>(v: Option<T>) -> String {
@@ -92,7 +92,7 @@ impl SettingsFields {
             fraction: RwSignal::new(s()),
             cublas_config: RwSignal::new(s()),
             cublas_cache: RwSignal::new(false),
-            torch_version: RwSignal::new(TorchVersion::default()),
+            torch_version: RwSignal::new(TorchVersion::default().id().to_string()),
         }
     }
 
@@ -115,7 +115,7 @@ impl SettingsFields {
         self.cublas_config
             .set(s.cublas_workspace_config.clone().unwrap_or_default());
         self.cublas_cache.set(s.cublas_workspace_cache);
-        self.torch_version.set(s.torch_version);
+        self.torch_version.set(s.torch_version.id().to_string());
     }
 
     /// `restart` with the settings as written (empty optional fields:
@@ -144,6 +144,12 @@ impl SettingsFields {
             input::optional_whole(&field(self.max_split_mb), "max_split_size_mb", 1..=most_mib)?;
         let fraction = input::optional_fraction(&field(self.fraction), "memory fraction")?;
         let cublas = Some(field(self.cublas_config).trim().to_string()).filter(|c| !c.is_empty());
+        let version = field(self.torch_version);
+        let torch_version = TorchVersion::from_id(version.trim()).ok_or_else(|| {
+            Invalid(format!(
+                "PyTorch {version:?}: the versions are 2.15, 2.11 and 2.9"
+            ))
+        })?;
         Ok(Command::Restart(RestartSettings {
             framework: Some(self.framework.get_untracked()),
             gpu,
@@ -159,7 +165,7 @@ impl SettingsFields {
             per_process_memory_fraction: Some(fraction),
             cublas_workspace_config: Some(cublas),
             cublas_workspace_cache: Some(self.cublas_cache.get_untracked()),
-            torch_version: Some(self.torch_version.get_untracked()),
+            torch_version: Some(torch_version),
             ..Default::default()
         }))
     }
@@ -217,7 +223,7 @@ fn KernelSettings(app: App) -> impl IntoView {
                     <label>"memory fraction " {text_input("fraction", "4", "none", f.fraction)}</label>
                     <label>"CUBLAS_WORKSPACE_CONFIG " {text_input("cublas-config", "9", ":4096:2:16:8", f.cublas_config)}</label>
                     <label>{checkbox(f.cublas_cache)}" TORCH_CUBLAS_WORKSPACE_CACHE"</label>
-                    <label>"PyTorch " {choice("torch-version", "The release whose cuBLAS workspaces and messages the kernel follows", f.torch_version, &TorchVersion::ALL, (TorchVersion::id, TorchVersion::id))}</label>
+                    <label title="2.15, 2.11 or 2.9: whose cuBLAS workspaces and messages the kernel follows">"PyTorch " {text_input("torch-version", "4", "2.15", f.torch_version)}</label>
                 </span>
                 <span class="for" hidden=move || f.framework.get() != Framework::Tensorflow>
                     <label>{checkbox(f.allow_growth)}" set_memory_growth"</label>

@@ -179,3 +179,14 @@ fn pytorch_oom_text() {
         format!("{text} If reserved but unallocated memory is large try setting PYTORCH_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
     );
 }
+
+/// The page's version field reads every release by its number, and no other.
+#[test]
+fn versions_read_back_by_their_numbers() {
+    for v in TorchVersion::ALL {
+        assert_eq!(TorchVersion::from_id(v.id()), Some(v));
+        assert_eq!(serde_json::to_value(v).unwrap(), v.id());
+    }
+    assert_eq!(TorchVersion::from_id("2.10"), None);
+    assert_eq!(TorchVersion::from_id(""), None);
+}
