@@ -45,7 +45,7 @@ pub async fn serve_on(port: u16, stop: tokio::sync::oneshot::Receiver<()>) -> st
         dist: Some(root().join("dist")),
         ..ServeOptions::default()
     };
-    let server = build(&options, select(DeviceChoice::Sim).unwrap()).unwrap();
+    let server = build(&options, select(DeviceChoice::Sim, 0).unwrap()).unwrap();
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .unwrap();

@@ -263,7 +263,7 @@ async fn connect(addr: std::net::SocketAddr) -> Option<Sink> {
 async fn the_server_survives_fuzzed_frames() {
     let options = ServeOptions::default();
     let limit = options.limits.max_message_bytes as usize;
-    let server = build(&options, select(DeviceChoice::Sim).unwrap()).unwrap();
+    let server = build(&options, select(DeviceChoice::Sim, 0).unwrap()).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { serve(listener, server).await });

@@ -20,7 +20,7 @@ async fn start(trusted: &str, max_per_user: usize) -> String {
     options.access.user_header = Some(HEADER.into());
     options.access.trusted_proxies = vec![trusted.parse::<std::net::IpAddr>().unwrap().into()];
     options.max_sessions_per_client = max_per_user;
-    let server = build(&options, select(DeviceChoice::Sim).unwrap()).unwrap();
+    let server = build(&options, select(DeviceChoice::Sim, 0).unwrap()).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { serve(listener, server).await });

@@ -17,7 +17,7 @@ use vramlab_tests::lesson_files;
 const WAIT: Duration = Duration::from_secs(30);
 
 async fn start(options: ServeOptions) -> String {
-    let server = build(&options, select(DeviceChoice::Sim).unwrap()).unwrap();
+    let server = build(&options, select(DeviceChoice::Sim, 0).unwrap()).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { serve(listener, server).await });
@@ -665,7 +665,7 @@ async fn a_silent_connection_is_closed_after_the_idle_time() {
 /// then the connection gets a close frame with 1001 (going away).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopping_the_server_answers_running_commands_and_says_going_away() {
-    let server = build(&options(), select(DeviceChoice::Sim).unwrap()).unwrap();
+    let server = build(&options(), select(DeviceChoice::Sim, 0).unwrap()).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = format!("127.0.0.1:{}", listener.local_addr().unwrap().port());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -18,7 +18,7 @@ type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 async fn start(options: ServeOptions) -> String {
-    let server = build(&options, select(DeviceChoice::Sim).unwrap()).unwrap();
+    let server = build(&options, select(DeviceChoice::Sim, 0).unwrap()).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { serve(listener, server).await });

@@ -21,7 +21,9 @@ pub struct Backend {
     pub name: &'static str,
     /// One sentence for the log and `/healthz`.
     pub reason: String,
-    factory: fn() -> Box<dyn DeviceFactory>,
+    /// The GPU kernels start on (CUDA's device ordinal), for a CUDA backend.
+    ordinal: usize,
+    factory: fn(usize) -> Box<dyn DeviceFactory>,
 }
 
 impl std::fmt::Debug for Backend {
@@ -36,7 +38,7 @@ impl std::fmt::Debug for Backend {
 impl Backend {
     /// A fresh device factory for one engine.
     pub fn factory(&self) -> Box<dyn DeviceFactory> {
-        (self.factory)()
+        (self.factory)(self.ordinal)
     }
 
     /// An engine on this backend with default settings.
@@ -48,50 +50,58 @@ impl Backend {
 #[cfg(test)]
 impl Backend {
     /// A backend whose kernels start from `factory` (tests' own devices).
-    pub(crate) fn for_tests(factory: fn() -> Box<dyn DeviceFactory>) -> Backend {
+    pub(crate) fn for_tests(factory: fn(usize) -> Box<dyn DeviceFactory>) -> Backend {
         Backend {
             name: "sim",
             reason: "a test's device".into(),
+            ordinal: 0,
             factory,
         }
     }
 }
 
-fn sim_factory() -> Box<dyn DeviceFactory> {
+fn sim_factory(_ordinal: usize) -> Box<dyn DeviceFactory> {
     Box::new(SimDeviceFactory)
 }
 
-fn cuda_factory() -> Box<dyn DeviceFactory> {
-    Box::new(crate::cuda::CudaFactory { ordinal: 0 })
+fn cuda_factory(ordinal: usize) -> Box<dyn DeviceFactory> {
+    Box::new(crate::cuda::CudaFactory { ordinal })
 }
 
-/// Picks the backend; never panics, whatever the machine has.
-pub fn select(choice: DeviceChoice) -> anyhow::Result<Backend> {
+/// Picks the backend, on GPU `ordinal` for CUDA (`--cuda-ordinal`); never
+/// panics, whatever the machine has.
+pub fn select(choice: DeviceChoice, ordinal: usize) -> anyhow::Result<Backend> {
     let sim = |reason: String| Backend {
         name: "sim",
         reason,
+        ordinal,
         factory: sim_factory,
     };
     match choice {
         DeviceChoice::Sim => Ok(sim("simulated GPU (asked for with --device sim)".into())),
-        DeviceChoice::Auto => Ok(match crate::cuda::probe() {
+        DeviceChoice::Auto => Ok(match crate::cuda::probe(ordinal) {
             Ok(gpu) => Backend {
                 name: "cuda",
                 reason: format!(
-                    "CUDA: {} ({} GiB, compute capability {}.{})",
+                    "CUDA: GPU {ordinal}, {} ({} GiB, compute capability {}.{})",
                     gpu.name,
                     gpu.total_bytes >> 30,
                     gpu.compute_capability.0,
                     gpu.compute_capability.1
                 ),
+                ordinal,
                 factory: cuda_factory,
             },
             Err(why) => sim(format!("simulated GPU: no CUDA GPU here ({why})")),
         }),
-        DeviceChoice::Cuda => match crate::cuda::probe() {
+        DeviceChoice::Cuda => match crate::cuda::probe(ordinal) {
             Ok(gpu) => Ok(Backend {
                 name: "cuda",
-                reason: format!("CUDA: {} (asked for with --device cuda)", gpu.name),
+                reason: format!(
+                    "CUDA: GPU {ordinal}, {} (asked for with --device cuda)",
+                    gpu.name
+                ),
+                ordinal,
                 factory: cuda_factory,
             }),
             Err(why) => Err(anyhow::anyhow!(

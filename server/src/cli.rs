@@ -67,6 +67,14 @@ pub struct RunArgs {
     /// Which device the kernel runs on.
     #[arg(long, env = "VRAMLAB_DEVICE", value_enum, default_value_t = DeviceChoice::Auto)]
     pub device: DeviceChoice,
+    /// Which GPU CUDA runs on: its device ordinal, numbered as the driver
+    /// (and CUDA_VISIBLE_DEVICES) numbers them.
+    #[arg(
+        long = "cuda-ordinal",
+        env = "VRAMLAB_CUDA_ORDINAL",
+        default_value_t = 0
+    )]
+    pub cuda_ordinal: usize,
     /// Check the `expect` fields of lesson lines; report mismatches on
     /// standard error and exit with status 1 if any.
     #[arg(long, env = "VRAMLAB_CHECK")]
@@ -98,6 +106,14 @@ pub struct ServeArgs {
     /// Which device kernels run on.
     #[arg(long, env = "VRAMLAB_DEVICE", value_enum, default_value_t = DeviceChoice::Auto)]
     pub device: DeviceChoice,
+    /// Which GPU CUDA runs on: its device ordinal, numbered as the driver
+    /// (and CUDA_VISIBLE_DEVICES) numbers them.
+    #[arg(
+        long = "cuda-ordinal",
+        env = "VRAMLAB_CUDA_ORDINAL",
+        default_value_t = 0
+    )]
+    pub cuda_ordinal: usize,
     /// Log format.
     #[arg(long, env = "VRAMLAB_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -273,6 +289,24 @@ mod tests {
         };
         assert_eq!(args.file, PathBuf::from("-"));
         assert_eq!(args.device, DeviceChoice::Sim);
+        assert_eq!(args.cuda_ordinal, 0, "the first GPU unless told");
+    }
+
+    /// `--cuda-ordinal` picks the GPU, on `run` and `serve` alike; it is a
+    /// number.
+    #[test]
+    fn the_cuda_ordinal_picks_the_gpu() {
+        let cli = Cli::try_parse_from(["vramlab", "run", "-", "--cuda-ordinal", "3"]).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!()
+        };
+        assert_eq!(args.cuda_ordinal, 3);
+        let cli = Cli::try_parse_from(["vramlab", "serve", "--cuda-ordinal", "1"]).unwrap();
+        let Command::Serve(args) = cli.command else {
+            panic!()
+        };
+        assert_eq!(args.cuda_ordinal, 1);
+        assert!(Cli::try_parse_from(["vramlab", "serve", "--cuda-ordinal", "first"]).is_err());
     }
 
     /// A proxy is an address or a network; a user's own address outside the

@@ -244,7 +244,7 @@ mod tests {
     use tower::ServiceExt;
 
     fn router(dist: &std::path::Path, token: Option<&str>) -> Router {
-        let backend = crate::backend::select(crate::backend::DeviceChoice::Sim).unwrap();
+        let backend = crate::backend::select(crate::backend::DeviceChoice::Sim, 0).unwrap();
         let options = ServeOptions {
             dist: Some(dist.to_path_buf()),
             access: Access {

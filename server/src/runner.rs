@@ -83,7 +83,7 @@ mod tests {
     use vramlab_shared::StepRecord;
 
     fn run_text(text: &str, check: bool) -> (Vec<StepRecord>, RunSummary) {
-        let backend = select(DeviceChoice::Sim).unwrap();
+        let backend = select(DeviceChoice::Sim, 0).unwrap();
         let mut out = Vec::new();
         let summary = run(
             &backend,

@@ -76,7 +76,12 @@ fn the_engine_counts_the_same_bytes_on_the_gpu_as_on_the_simulator() {
         r#"{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":2}"#,
         r#"{"cmd":"empty_cache"}"#,
     ];
-    let engine = |choice| -> Engine { select(choice).expect("backend").engine().expect("engine") };
+    let engine = |choice| -> Engine {
+        select(choice, 0)
+            .expect("backend")
+            .engine()
+            .expect("engine")
+    };
     let (mut gpu, mut sim) = (engine(DeviceChoice::Cuda), engine(DeviceChoice::Sim));
     for line in lines {
         let (g, s) = (gpu.run_line(line), sim.run_line(line));

@@ -21,9 +21,10 @@ use vramlab_shared::device::{Device, DeviceInfo, DeviceKind, DeviceMemory};
 use vramlab_shared::framework::Settings;
 use vramlab_shared::DeviceError;
 
-/// Looks for a usable GPU without ever panicking: first whether the driver
-/// library can be loaded at all, then a context on device 0.
-pub fn probe() -> Result<Probe, String> {
+/// Looks for GPU `ordinal` without ever panicking: first whether the
+/// driver library can be loaded at all, then whether there is such a GPU,
+/// then a context on it.
+pub fn probe(ordinal: usize) -> Result<Probe, String> {
     // SAFETY: only tries to dlopen the driver library.
     if !unsafe { sys::is_culib_present() } {
         return Err("the CUDA driver library (libcuda.so) is not installed".into());
@@ -32,7 +33,13 @@ pub fn probe() -> Result<Probe, String> {
     if count < 1 {
         return Err("the CUDA driver sees no GPU".into());
     }
-    let ctx = CudaContext::new(0).map_err(|e| format!("cannot create a CUDA context: {e:?}"))?;
+    if ordinal >= count as usize {
+        return Err(format!(
+            "the CUDA driver sees {count} GPU(s), numbered from 0: there is no GPU {ordinal}"
+        ));
+    }
+    let ctx =
+        CudaContext::new(ordinal).map_err(|e| format!("cannot create a CUDA context: {e:?}"))?;
     let name = ctx.name().map_err(|e| format!("{e:?}"))?;
     let total = ctx.total_mem().map_err(|e| format!("{e:?}"))? as u64;
     let (major, minor) = ctx.compute_capability().map_err(|e| format!("{e:?}"))?;
@@ -132,12 +139,21 @@ impl Device for CudaDevice {
         }
     }
 
+    /// `cuMemFree`; the segment's size is the one stored when it was made.
     fn free(&mut self, address: u64, bytes: u64) {
-        if self.segments.remove(&address).is_none() {
+        let Some(size) = self.segments.remove(&address) else {
             tracing::error!(address, "cuMemFree of an unknown segment ignored");
             return;
+        };
+        if size != bytes {
+            tracing::error!(
+                address,
+                size,
+                bytes,
+                "cuMemFree: the segment's size was misstated"
+            );
         }
-        self.segment_bytes -= bytes;
+        self.segment_bytes -= size;
         if self.ctx.bind_to_thread().is_ok() {
             // SAFETY: the pointer came from `malloc_sync` in this context and
             // is freed once (it was just removed from the live set).

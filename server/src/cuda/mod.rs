@@ -20,12 +20,16 @@ pub struct Probe {
     pub compute_capability: (u32, u32),
 }
 
-/// Looks for a usable GPU; never panics. The error says why there is none.
-pub fn probe() -> Result<Probe, String> {
+/// Looks for GPU `ordinal`, usable; never panics. The error says why
+/// there is none.
+pub fn probe(ordinal: usize) -> Result<Probe, String> {
     #[cfg(feature = "cuda")]
-    return driver::probe();
+    return driver::probe(ordinal);
     #[cfg(not(feature = "cuda"))]
-    Err(NOT_BUILT.into())
+    {
+        let _ = ordinal;
+        Err(NOT_BUILT.into())
+    }
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -110,7 +114,7 @@ mod tests {
     fn probing_never_panics() {
         // On a machine without CUDA (or a build without the feature) this is
         // an error that says why; on a GPU machine it names the GPU.
-        match probe() {
+        match probe(0) {
             Ok(p) => assert!(p.total_bytes > 0 && !p.name.is_empty()),
             Err(why) => assert!(!why.is_empty()),
         }

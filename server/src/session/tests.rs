@@ -32,7 +32,7 @@ impl DeviceFactory for Gated {
     }
 }
 
-fn gated() -> Box<dyn DeviceFactory> {
+fn gated(_ordinal: usize) -> Box<dyn DeviceFactory> {
     Box::new(Gated)
 }
 
@@ -78,7 +78,7 @@ fn sim_sessions() -> Arc<Sessions> {
         limits: crate::http::ServeOptions::default().limits,
         instance: None,
     };
-    let backend = crate::backend::select(crate::backend::DeviceChoice::Sim).unwrap();
+    let backend = crate::backend::select(crate::backend::DeviceChoice::Sim, 0).unwrap();
     Arc::new(Sessions::new(backend, config, Arc::new(Metrics::default())))
 }
 
