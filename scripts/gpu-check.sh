@@ -21,7 +21,8 @@
 #     the GPU's records in lessons-cuda/;
 #   - context-*.jsonl: the CUDA context and its growth, per framework;
 #   - speed-pytorch.json: PyTorch eager's step times and the bf16 ceiling;
-#   - jax-alloc.jsonl: XLA's allocator stats around each way to make an array;
+#   - jax-alloc.jsonl, jax-alloc-repeat.jsonl: XLA's allocator stats around
+#     each way to make an array, and around the same one made again;
 #   - PROVENANCE.md: the command, GPU, driver, CUDA and every version, and
 #     each part's exit status and seconds.
 # PARTS="replays gpu_step" runs only those parts (their files are rewritten,
@@ -127,7 +128,9 @@ part xla_step 240 bash -c 'XLA_PYTHON_CLIENT_PREALLOCATE=false python3 "$REF/xla
 part hf_steps 240 bash -c 'python3 "$REF/hf_steps.py" > "$GOLDEN/hf_steps.json"' &
 part snapshots 120 bash -c snapshots &
 part lessons 180 bash -c lessons &
-part jax_alloc 60 bash -c 'XLA_PYTHON_CLIENT_PREALLOCATE=false python3 "$REF/gpu_jax_alloc.py" > "$GOLDEN/jax-alloc.jsonl"' &
+part jax_alloc 60 bash -c 'export XLA_PYTHON_CLIENT_PREALLOCATE=false;
+  python3 "$REF/gpu_jax_alloc.py" > "$GOLDEN/jax-alloc.jsonl" &&
+  python3 "$REF/gpu_jax_alloc.py" repeat > "$GOLDEN/jax-alloc-repeat.jsonl"' &
 wait
 # Alone: the device's used memory and the clock are shared by every process.
 part contexts 90 bash -c contexts

@@ -5,8 +5,13 @@ pool_bytes, largest_free_block_bytes) before and after each, in one
 process without preallocation. Prints JSON lines.
 
     XLA_PYTHON_CLIENT_PREALLOCATE=false python3 tests/reference/gpu_jax_alloc.py > tests/golden/jax-alloc.jsonl
+    XLA_PYTHON_CLIENT_PREALLOCATE=false python3 tests/reference/gpu_jax_alloc.py repeat > tests/golden/jax-alloc-repeat.jsonl
+
+`repeat`: in a fresh process, the same small `jnp.zeros` again and again
+(the first call traces, later ones hit jit's cache), then a larger one twice.
 """
 import json
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +35,15 @@ def step(name, make):
     live.append(x)
     print(json.dumps({"op": name, "nbytes": x.nbytes, "before": before, "after": stats()}), flush=True)
 
+
+if sys.argv[1:] == ["repeat"]:
+    for _ in range(4):
+        step("jnp.zeros(2, uint8)", lambda: jnp.zeros(2, jnp.uint8))
+    for _ in range(2):
+        step("jnp.zeros(842642, uint8)", lambda: jnp.zeros(842642, jnp.uint8))
+    for _ in range(2):
+        step("jax.random.normal((256, 256))", lambda: jax.random.normal(jax.random.key(0), (256, 256)))
+    sys.exit(0)
 
 step("jnp.zeros(99, uint8)", lambda: jnp.zeros(99, jnp.uint8))
 step("jnp.zeros(3, uint8)", lambda: jnp.zeros(3, jnp.uint8))
