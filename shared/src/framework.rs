@@ -98,6 +98,7 @@ crate::by_name::read_by_name!(TorchVersion {
 });
 
 impl TorchVersion {
+    /// Every release followed, newest first.
     pub const ALL: [TorchVersion; 3] = [Self::V2_15, Self::V2_11, Self::V2_9];
 
     /// The release named as PyTorch numbers it (`"2.11"`).

@@ -178,6 +178,37 @@ fn pytorch_oom_text() {
         oom_message(&old, &oom, &tensor),
         format!("{text} If reserved but unallocated memory is large try setting PYTORCH_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
     );
+    // 2.11 printed 2.15's hint on an H100 (tests/golden/05-*.pytorch.jsonl).
+    let v2_11 = Settings {
+        torch_version: TorchVersion::V2_11,
+        ..Settings::default()
+    };
+    assert_eq!(
+        oom_message(&v2_11, &oom, &tensor),
+        oom_message(&Settings::default(), &oom, &tensor)
+    );
+}
+
+/// 2.11 keeps its workspaces per handle as 2.9 does (measured on an H100:
+/// tests/golden/workspaces.json), 32 MiB on compute capability 9.0, and
+/// `TORCH_CUBLAS_WORKSPACE_CACHE` changes nothing.
+#[test]
+fn pytorch_2_11_keeps_its_workspaces() {
+    let on = |cc, cache| {
+        Settings {
+            torch_version: TorchVersion::V2_11,
+            compute_capability: cc,
+            cublas_workspace_cache: cache,
+            ..Default::default()
+        }
+        .blas_workspaces()
+    };
+    for cache in [false, true] {
+        let h100 = on((9, 0), cache);
+        assert!(!h100.per_call);
+        assert_eq!((h100.cublas_bytes, h100.lt_bytes), (32 * MIB, MIB));
+    }
+    assert_eq!(on((8, 0), false).cublas_bytes, 8_519_680);
 }
 
 /// The page's version field reads every release by its number, and no other.

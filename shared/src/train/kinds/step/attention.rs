@@ -27,7 +27,7 @@ pub(super) enum Saved {
     },
     /// The fused kernel saves q, k, v (views of the projection), its output
     /// (which the output projection saves too), the log-sum-exp and, for
-    /// CUDA's flash kernel, its Philox seed and offset.
+    /// CUDA's flash and cuDNN kernels, their Philox seed and offset.
     Sdpa {
         qkv: H,
         out: H,
