@@ -114,6 +114,12 @@ pub trait Device: Send {
 pub trait DeviceMemory {
     fn write(&mut self, address: u64, bytes: &[u8]) -> Result<(), DeviceError>;
     fn read(&mut self, address: u64, out: &mut [u8]) -> Result<(), DeviceError>;
+
+    /// Its own kernels and BLAS, where it runs code (a GPU whose kernels
+    /// compiled): then a step's ops compute there, on these bytes.
+    fn compute(&mut self) -> Option<&mut dyn crate::compute::DeviceCompute> {
+        None
+    }
 }
 
 /// Settings of the simulated GPU, all set by `restart`.

@@ -3,6 +3,8 @@
 //! those listed before it:
 //!
 //! - [`types`], [`error`], [`units`]: plain domain words, errors, sizes.
+//! - [`compute`]: the calls a device that runs code is asked for (kernels,
+//!   cuBLAS's `GemmEx`).
 //! - [`device`]: the `Device` trait and the simulated GPU.
 //! - [`gpu`]: GPU models (memory, compute capability, context).
 //! - [`alloc`]: one block arena under the allocators (PyTorch caching,
@@ -32,6 +34,8 @@ mod by_name;
 pub mod cell;
 pub mod collections;
 pub mod command;
+#[cfg(feature = "device-values")]
+pub mod compute;
 pub mod device;
 pub mod engine;
 pub mod error;

@@ -101,14 +101,38 @@ impl Engine {
                 param_dtypes: &dtypes,
                 input_dtype: spec.batch(0).1,
                 batch_at: computed.batch_at,
+                targets_shape: vec![computed.batch.targets.len() as u64],
             };
             let values = &mut computed.values;
-            return super::on_device::run(memory, program, range, &device, values, placement).ok();
+            let tally = &mut self.tally;
+            return super::on_device::run(
+                memory, program, range, &device, values, placement, tally,
+            )
+            .ok();
         }
         let _ = placement;
         let ran = cpu::run(program, range, &inputs, &mut computed.values);
         debug_assert!(ran.is_ok(), "{ran:?}");
         ran.ok()
+    }
+
+    /// Where the steps since the last call computed their numbers, as a
+    /// `train` note says it, and the fault that stopped a device's values.
+    pub(super) fn take_computed_where(&mut self) -> (String, Option<String>) {
+        #[cfg(feature = "device-values")]
+        {
+            let t = std::mem::take(&mut self.tally);
+            if t.on_device > 0 {
+                let said = format!(
+                    "on the GPU ({} ops by its kernels and cuBLAS, {} on the CPU and copied there; every value held to the CPU's)",
+                    t.on_device, t.copied
+                );
+                return (said, t.fault);
+            }
+            ("on the CPU".into(), t.fault)
+        }
+        #[cfg(not(feature = "device-values"))]
+        ("on the CPU".into(), None)
     }
 
     /// Writes each `.grad` of `model` to its tensor on a device that holds

@@ -110,6 +110,10 @@ pub struct Engine {
     /// Training steps up to this many FLOPs compute their numbers.
     flop_limit: u64,
     progress: Option<ProgressHook>,
+    /// Where a device that holds values computed the steps since the
+    /// last `train`'s start.
+    #[cfg(feature = "device-values")]
+    tally: on_device::Tally,
 }
 
 impl std::fmt::Debug for Engine {
@@ -174,6 +178,8 @@ impl Engine {
             step: 0,
             flop_limit: train::ARITHMETIC_FLOP_LIMIT,
             progress: None,
+            #[cfg(feature = "device-values")]
+            tally: on_device::Tally::default(),
         })
     }
 
@@ -391,6 +397,8 @@ mod jitted_tests;
 mod kinds_tests;
 #[cfg(all(test, feature = "kinds-arithmetic"))]
 mod learning_tests;
+#[cfg(all(test, feature = "kinds-arithmetic", feature = "device-values"))]
+mod on_device_compute_tests;
 #[cfg(all(test, feature = "kinds-arithmetic", feature = "device-values"))]
 mod on_device_tests;
 #[cfg(test)]

@@ -13,8 +13,10 @@
 //! the addresses, the operands and the check stay.
 
 use super::placement::Placement;
+use crate::compute::Call;
 use crate::device::DeviceMemory;
 use crate::train::cpu::{self, Inputs, Unrunnable, Values};
+use crate::train::kernels::{self, Place};
 use crate::train::kinds::step::{Arg, Batch, Calc, Op, Program};
 use crate::types::Dtype;
 use std::ops::Range;
@@ -28,10 +30,24 @@ pub(super) struct DeviceInputs<'a> {
     pub input_dtype: Dtype,
     /// Where the batch's inputs and targets live.
     pub batch_at: [Option<u64>; 2],
+    /// The targets' shape (one label a row or a token).
+    pub targets_shape: Vec<u64>,
+}
+
+/// What ran where in a step on a device that holds values: ops its own
+/// kernels computed, ops the CPU computed and copied there, and the first
+/// op whose value the device could not give (then the step computed
+/// nothing).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Tally {
+    pub on_device: u64,
+    pub copied: u64,
+    pub fault: Option<String>,
 }
 
 /// Runs `program.ops[range]` as [`cpu::run`] does, with every value on the
-/// device at its place.
+/// device at its place: computed there by its kernels where the device
+/// runs code and has a kernel for the op, held to the CPU's value.
 pub(super) fn run(
     memory: &mut dyn DeviceMemory,
     program: &Program,
@@ -39,24 +55,20 @@ pub(super) fn run(
     inputs: &DeviceInputs,
     values: &mut Values,
     placement: &Placement,
+    tally: &mut Tally,
 ) -> Result<(), Unrunnable> {
     let mut device = OnDevice {
         memory,
         program,
         inputs,
         placement,
+        ran: vec![false; program.allocs.len()],
     };
-    device.write_inputs()?;
-    for at in range {
-        if let Op::Alloc(i) = program.ops[at] {
-            device.check_operands(i, values)?;
-        }
-        cpu::run(program, at..at + 1, inputs.cpu, values)?;
-        if let Op::Alloc(i) = program.ops[at] {
-            device.store(i, values)?;
-        }
+    let ran = device.run(range, values, tally);
+    if let Err(e) = &ran {
+        tally.fault.get_or_insert_with(|| e.0.clone());
     }
-    Ok(())
+    ran
 }
 
 /// Writes each `.grad` (its value, at its tensor's place).
@@ -79,9 +91,145 @@ struct OnDevice<'a> {
     program: &'a Program,
     inputs: &'a DeviceInputs<'a>,
     placement: &'a Placement,
+    /// Which allocations the device's kernels computed (their parts
+    /// included) in this run.
+    ran: Vec<bool>,
 }
 
-impl OnDevice<'_> {
+impl<'a> OnDevice<'a> {
+    fn run(
+        &mut self,
+        range: Range<usize>,
+        values: &mut Values,
+        tally: &mut Tally,
+    ) -> Result<(), Unrunnable> {
+        self.write_inputs()?;
+        for at in range {
+            let Op::Alloc(i) = self.program.ops[at] else {
+                cpu::run(self.program, at..at + 1, self.inputs.cpu, values)?;
+                continue;
+            };
+            self.check_operands(i, values)?;
+            cpu::run(self.program, at..at + 1, self.inputs.cpu, values)?;
+            let computed = match self.program.allocs[i].calc {
+                Calc::Part { of, .. } => self.ran.get(of).copied().unwrap_or(false),
+                _ => self.compute(at, i)?,
+            };
+            if computed {
+                self.ran[i] = true;
+                tally.on_device +=
+                    u64::from(!matches!(self.program.allocs[i].calc, Calc::Part { .. }));
+                self.compare(i, values)?;
+            } else {
+                tally.copied += 1;
+                self.store(i, values)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Allocation `i` (made at op `at`) computed by the device's kernels,
+    /// where it runs code and has them: `false` when it does not.
+    fn compute(&mut self, at: usize, i: usize) -> Result<bool, Unrunnable> {
+        let program = self.program;
+        let alloc = &program.allocs[i];
+        let Some(out) = self.place(Arg::T(i)) else {
+            return Ok(false);
+        };
+        // Its later outputs, made by the ops right after it.
+        let mut parts = vec![];
+        for op in &program.ops[at + 1..] {
+            match *op {
+                Op::Alloc(j) if matches!(program.allocs[j].calc, Calc::Part { of, .. } if of == i) => {
+                    match self.place(Arg::T(j)) {
+                        Some(p) => parts.push(p),
+                        None => return Ok(false),
+                    }
+                }
+                _ => break,
+            }
+        }
+        let mut args = vec![];
+        for arg in alloc.calc.operands().into_iter().flatten() {
+            match self.place(arg) {
+                Some(p) => args.push(p),
+                None => return Ok(false),
+            }
+        }
+        // A product's workspace: its cuBLAS call follows it.
+        let workspace = match program.ops.get(at + 1) {
+            Some(Op::Blas(..)) => (self.placement.workspaces.iter())
+                .find(|w| w.0 == at + 1)
+                .map(|&(_, at, bytes)| (at, bytes)),
+            _ => None,
+        };
+        let Some(calls) = kernels::plan(&alloc.calc, out, &parts, &args, workspace) else {
+            return Ok(false);
+        };
+        let Some(compute) = self.memory.compute() else {
+            return Ok(false);
+        };
+        for call in &calls {
+            let done = match call {
+                Call::Launch(l) => compute.launch(l),
+                Call::Gemm(g) => compute.gemm(g),
+            };
+            done.map_err(|e| Unrunnable(format!("{} on the GPU: {e}", alloc.op)))?;
+        }
+        Ok(true)
+    }
+
+    /// Where operand `arg` lives: its address, shape and type.
+    fn place(&self, arg: Arg) -> Option<Place<'a>> {
+        let (program, inputs): (&'a Program, &'a DeviceInputs<'a>) = (self.program, self.inputs);
+        let cpu = inputs.cpu;
+        match arg {
+            Arg::T(j) => Some(Place {
+                at: self.placement.allocs.get(j).copied().flatten()?,
+                shape: &program.allocs[j].shape,
+                dtype: program.allocs[j].dtype,
+            }),
+            Arg::Param(p) => Some(Place {
+                at: self.placement.params.get(p).copied().flatten()?,
+                shape: cpu.shapes.get(p)?,
+                dtype: *self.inputs.param_dtypes.get(p)?,
+            }),
+            Arg::Batch(part) => Some(Place {
+                at: self.inputs.batch_at[part as usize]?,
+                shape: match part {
+                    Batch::Inputs => &cpu.batch.input_shape,
+                    Batch::Targets => &inputs.targets_shape,
+                },
+                dtype: self.batch(part).1,
+            }),
+            Arg::Grad(_) | Arg::State { .. } => None,
+        }
+    }
+
+    /// The device's value of allocation `i` is the CPU's, within what
+    /// the element type and a different order of sums allow; the loss is
+    /// the device's.
+    fn compare(&mut self, i: usize, values: &mut Values) -> Result<(), Unrunnable> {
+        let Some(want) = values.tensor(i).filter(|v| !v.is_empty()) else {
+            return Ok(());
+        };
+        let alloc = &self.program.allocs[i];
+        let at = self.placement.allocs[i].ok_or_else(|| unplaced(alloc.op, Arg::T(i)))?;
+        let mut have = vec![0; want.len() * alloc.dtype.size_bytes() as usize];
+        read(self.memory, at, &mut have)?;
+        let have = decode(alloc.dtype, &have);
+        close(alloc.dtype, &have, want).map_err(|e| {
+            Unrunnable(format!(
+                "{} ({:?}) computed on the GPU: {e}",
+                alloc.op, alloc.shape
+            ))
+        })?;
+        if let Calc::Nll { .. } = alloc.calc {
+            values.loss = have.first().copied();
+        }
+        Ok(())
+    }
+
     /// The parameters and the batch, as the host holds them.
     fn write_inputs(&mut self) -> Result<(), Unrunnable> {
         let cpu = self.inputs.cpu;
@@ -101,8 +249,9 @@ impl OnDevice<'_> {
         Ok(())
     }
 
-    fn batch(&self, part: Batch) -> (&[f32], Dtype) {
-        let batch = self.inputs.cpu.batch;
+    fn batch(&self, part: Batch) -> (&'a [f32], Dtype) {
+        let inputs: &'a DeviceInputs<'a> = self.inputs;
+        let batch = inputs.cpu.batch;
         match part {
             Batch::Inputs => (&batch.inputs, self.inputs.input_dtype),
             Batch::Targets => (&batch.targets, Dtype::Int64),
@@ -139,13 +288,12 @@ impl OnDevice<'_> {
                 continue;
             };
             let at = place.ok_or_else(|| unplaced(alloc.op, arg))?;
-            let want = encode(dtype, value);
-            let mut have = vec![0; want.len()];
+            let mut have = vec![0; value.len() * dtype.size_bytes() as usize];
             read(self.memory, at, &mut have)?;
-            if have != want {
+            if let Err(e) = close(dtype, &decode(dtype, &have), value) {
                 return Err(Unrunnable(format!(
-                    "{}: its operand {arg:?} read back from {at:#x} is not the value written \
-                     there (another live tensor shares its bytes)",
+                    "{}: its operand {arg:?} read back from {at:#x} is not the value made \
+                     there (another live tensor shares its bytes): {e}",
                     alloc.op
                 )));
             }
@@ -209,6 +357,74 @@ pub(super) fn encode(dtype: Dtype, values: &[f32]) -> Vec<u8> {
         }
     }
     out
+}
+
+/// A tensor's bytes as the floats the interpreter holds it as.
+pub(super) fn decode(dtype: Dtype, bytes: &[u8]) -> Vec<f32> {
+    let width = dtype.size_bytes() as usize;
+    let element = |b: &[u8]| -> f32 {
+        let two = [b[0], *b.get(1).unwrap_or(&0)];
+        match dtype {
+            Dtype::Float32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            Dtype::Float64 => f64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])) as f32,
+            Dtype::Float16 => half::f16::from_le_bytes(two).to_f32(),
+            Dtype::Bfloat16 => half::bf16::from_le_bytes(two).to_f32(),
+            Dtype::Int64 => i64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])) as f32,
+            Dtype::Int32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32,
+            Dtype::Int16 => i16::from_le_bytes(two) as f32,
+            Dtype::Int8 => b[0] as i8 as f32,
+            Dtype::Uint8 => b[0] as f32,
+            Dtype::Bool => f32::from(b[0] != 0),
+        }
+    };
+    bytes.chunks_exact(width).map(element).collect()
+}
+
+/// How far a value the device computed may be from the CPU's, as a
+/// fraction of the tensor's largest magnitude: float32's sums in another
+/// order; a half type's rounding of operands that were themselves rounded.
+fn tolerance(dtype: Dtype) -> f32 {
+    match dtype {
+        Dtype::Float32 | Dtype::Float64 => 1e-4,
+        Dtype::Float16 => 1e-2,
+        Dtype::Bfloat16 => 4e-2,
+        // Integers, booleans: exactly.
+        _ => 0.0,
+    }
+}
+
+/// `have` (the device's) is `want` (the CPU's) within [`tolerance`]: no
+/// NaN or infinity where the CPU has a number, no element further than
+/// the tolerance times the largest magnitude.
+fn close(dtype: Dtype, have: &[f32], want: &[f32]) -> Result<(), String> {
+    if have.len() != want.len() {
+        return Err(format!("{} elements, not {}", have.len(), want.len()));
+    }
+    let scale = want
+        .iter()
+        .fold(0f32, |m, v| m.max(v.abs()))
+        .max(f32::MIN_POSITIVE);
+    let allowed = tolerance(dtype) * scale;
+    let mut worst = (0usize, 0f32);
+    for (i, (h, w)) in have.iter().zip(want).enumerate() {
+        let off = if w.is_finite() {
+            (h - w).abs()
+        } else if h.to_bits() == w.to_bits() || (h.is_nan() && w.is_nan()) {
+            0.0
+        } else {
+            f32::INFINITY
+        };
+        if !(off <= worst.1) {
+            worst = (i, if off.is_nan() { f32::INFINITY } else { off });
+        }
+    }
+    match worst.1 <= allowed {
+        true => Ok(()),
+        false => Err(format!(
+            "element {} is {} where the CPU has {} (allowed {allowed:e} of values up to {scale:e})",
+            worst.0, have[worst.0], want[worst.0]
+        )),
+    }
 }
 
 /// The first element of a floating-point tensor's bytes.

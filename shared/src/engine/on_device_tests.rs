@@ -16,11 +16,12 @@ use std::sync::Arc;
 /// access outside a live segment is refused, as the driver refuses an
 /// illegal address. With `fold`, every address is taken modulo it inside
 /// one buffer: a faulty device on which tensors overwrite each other.
-struct BytesDevice {
+pub(super) struct BytesDevice {
     sim: SimDevice,
     segments: BTreeMap<u64, Vec<u8>>,
     fold: Option<Vec<u8>>,
     accesses: Arc<AtomicU64>,
+    pub(super) kernels: Option<super::on_device_compute_tests::Kernels>,
 }
 
 impl BytesDevice {
@@ -54,6 +55,11 @@ impl DeviceMemory for BytesDevice {
         let span = self.span(address, out.len())?;
         out[..span.len()].copy_from_slice(span);
         Ok(())
+    }
+
+    fn compute(&mut self) -> Option<&mut dyn crate::compute::DeviceCompute> {
+        self.kernels?;
+        Some(self)
     }
 }
 
@@ -93,6 +99,7 @@ impl Device for BytesDevice {
 struct BytesFactory {
     fold: Option<usize>,
     accesses: Arc<AtomicU64>,
+    kernels: Option<super::on_device_compute_tests::Kernels>,
 }
 
 impl DeviceFactory for BytesFactory {
@@ -105,6 +112,7 @@ impl DeviceFactory for BytesFactory {
             segments: BTreeMap::new(),
             fold: self.fold.map(|n| vec![0; n]),
             accesses: self.accesses.clone(),
+            kernels: self.kernels,
         }))
     }
 }
@@ -117,10 +125,21 @@ fn on_bytes(
     classes: u64,
     fold: Option<usize>,
 ) -> (Engine, Arc<AtomicU64>) {
+    on_device_with(model, (features, classes), fold, None)
+}
+
+/// [`on_bytes`] on a device that runs `kernels`.
+pub(super) fn on_device_with(
+    model: &Value,
+    (features, classes): (u64, u64),
+    fold: Option<usize>,
+    kernels: Option<super::on_device_compute_tests::Kernels>,
+) -> (Engine, Arc<AtomicU64>) {
     let accesses = Arc::new(AtomicU64::new(0));
     let factory = BytesFactory {
         fold,
         accesses: accesses.clone(),
+        kernels,
     };
     let mut e = Engine::new(Box::new(factory), Settings::default()).unwrap();
     let mut m = json!({"cmd":"model","name":"model"});
@@ -139,7 +158,7 @@ fn on_bytes(
     (e, accesses)
 }
 
-fn losses(e: &mut Engine, extra: &Value) -> Vec<Option<f64>> {
+pub(super) fn losses(e: &mut Engine, extra: &Value) -> Vec<Option<f64>> {
     let mut line = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":4,"batch_size":8});
     for (k, v) in extra.as_object().unwrap() {
         line[k] = v.clone();

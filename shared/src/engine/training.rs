@@ -59,6 +59,7 @@ impl Engine {
 
     pub(super) fn train_loop(&mut self, a: &TrainArgs) -> Result<Outcome, CommandError> {
         let plan = self.train_plan(a)?;
+        self.take_computed_where();
         let in_session = self.train.models[&plan.model].session.is_some();
         let executable = self.compiles(in_session).then(|| self.executable(a, &plan));
         let mut steps = StepLog::default();
@@ -92,7 +93,8 @@ impl Engine {
                 break;
             }
         }
-        Ok(train_outcome(a, &plan, steps, stopped))
+        let computed = self.take_computed_where();
+        Ok(train_outcome(a, &plan, steps, stopped, computed))
     }
 
     /// Checks a `train` command's objects and numbers.
@@ -382,11 +384,19 @@ impl StepLog {
     }
 }
 
-fn train_outcome(a: &TrainArgs, plan: &Plan, steps: StepLog, stopped: bool) -> Outcome {
+/// A `train`'s outcome; `computed`: where its numbers were computed, and
+/// why a device gave none.
+fn train_outcome(
+    a: &TrainArgs,
+    plan: &Plan,
+    steps: StepLog,
+    stopped: bool,
+    (computed, fault): (String, Option<String>),
+) -> Outcome {
     let (first, last) = (steps.first_loss(), steps.last_loss());
     let mut note = match (first, last) {
         (Some(f), Some(l)) => format!(
-            "{} of batch {}: loss {f:.4} -> {l:.4}, computed on the CPU.",
+            "{} of batch {}: loss {f:.4} -> {l:.4}, computed {computed}.",
             plural(a.steps, "step"),
             a.batch_size
         ),
@@ -394,9 +404,10 @@ fn train_outcome(a: &TrainArgs, plan: &Plan, steps: StepLog, stopped: bool) -> O
             "{} of batch {}, shape-only: every allocation is the one a computed step makes, but {}, so no loss was computed.",
             plural(a.steps, "step"),
             a.batch_size,
-            match plan.flops {
-                Some(flops) => format!("a step of {:.0} MFLOP is too big to compute here", flops as f64 / 1e6),
-                None => crate::train::cpu::NOT_IN_THIS_BUILD.into(),
+            match (fault, plan.flops) {
+                (Some(fault), _) => format!("the GPU's values were not the CPU's ({fault})"),
+                (None, Some(flops)) => format!("a step of {:.0} MFLOP is too big to compute here", flops as f64 / 1e6),
+                (None, None) => crate::train::cpu::NOT_IN_THIS_BUILD.into(),
             }
         ),
     };

@@ -8,7 +8,8 @@
 //! - [`frame`], [`autograd`], [`optimizer`]: what every kind's step shares:
 //!   the Python frame, the autograd graph, `opt.step()` and `zero_grad`.
 //! - [`cpu`]: a program's arithmetic on the CPU, for small steps;
-//!   [`update`]: the optimizers' updates.
+//!   [`update`]: the optimizers' updates; [`kernels`]: the same ops as a
+//!   GPU's kernels and cuBLAS products compute them.
 //! - [`data`]: the synthetic, learnable classification set.
 
 pub mod autograd;
@@ -17,6 +18,8 @@ pub mod cublas;
 pub mod data;
 pub mod frame;
 pub mod init;
+#[cfg(feature = "device-values")]
+pub mod kernels;
 pub mod kinds;
 pub mod optim;
 pub mod optimizer;

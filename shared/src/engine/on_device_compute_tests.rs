@@ -1,0 +1,264 @@
+//! A step on a device that runs code: each op planned as kernels and
+//! cuBLAS calls (`train::kernels`), launched on the addresses the play
+//! gave, the device's value held to the CPU's, the loss read from the
+//! device. The device here emulates the MLP's kernels and `GemmEx` in
+//! Rust (the CUDA source itself runs on a GPU: `server/tests/gpu.rs`), so
+//! what is tested is the plumbing: places, parts, workspaces, arguments,
+//! and what a device that fails or computes nothing leads to.
+
+use super::kinds_tests::engine;
+use super::on_device::{decode, encode};
+use super::on_device_tests::{losses, on_device_with, BytesDevice};
+use crate::compute::{DeviceCompute, GemmEx, Grid, KernelArg as K, Launch};
+use crate::device::DeviceMemory;
+use crate::error::DeviceError;
+use crate::types::Dtype;
+use serde_json::json;
+
+/// What the test device does when asked to run code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Kernels {
+    /// Computes as the kernels would.
+    Emulate,
+    /// Every launch fails (as a kernel image the driver rejects).
+    Refuse,
+    /// Returns at once, computing nothing.
+    Idle,
+}
+
+fn dtype_of(code: i32) -> Dtype {
+    [
+        Dtype::Float32,
+        Dtype::Float16,
+        Dtype::Bfloat16,
+        Dtype::Float64,
+        Dtype::Int64,
+        Dtype::Int32,
+        Dtype::Int16,
+        Dtype::Int8,
+        Dtype::Uint8,
+    ][code as usize]
+}
+
+impl BytesDevice {
+    fn get(&mut self, at: u64, dtype: Dtype, n: usize) -> Result<Vec<f32>, DeviceError> {
+        let mut bytes = vec![0; n * dtype.size_bytes() as usize];
+        self.read(at, &mut bytes)?;
+        Ok(decode(dtype, &bytes))
+    }
+
+    fn put(&mut self, at: u64, dtype: Dtype, values: &[f32]) -> Result<(), DeviceError> {
+        self.write(at, &encode(dtype, values))
+    }
+}
+
+impl DeviceCompute for BytesDevice {
+    fn launch(&mut self, l: &Launch) -> Result<(), DeviceError> {
+        match self.kernels {
+            Some(Kernels::Refuse) => return Err(DeviceError::Driver("no kernel image".into())),
+            Some(Kernels::Idle) | None => return Ok(()),
+            Some(Kernels::Emulate) => {}
+        }
+        let a = &l.args;
+        let ptr = |i: usize| match a[i] {
+            K::Ptr(p) => p,
+            _ => panic!("{}: argument {i} is not a pointer", l.kernel),
+        };
+        let ty = |i: usize| match a[i] {
+            K::I32(c) => dtype_of(c),
+            _ => panic!("{}: argument {i} is not a type", l.kernel),
+        };
+        let int = |i: usize| match a[i] {
+            K::I64(v) => v as usize,
+            K::I32(v) => v as usize,
+            _ => panic!("{}: argument {i} is not an integer", l.kernel),
+        };
+        let float = |i: usize| match a[i] {
+            K::F32(v) => v,
+            _ => panic!("{}: argument {i} is not a float", l.kernel),
+        };
+        let rows = match l.grid {
+            Grid::Rows(r) => r as usize,
+            Grid::Elements(_) => 0,
+        };
+        let (out, to) = (ptr(0), ty(1));
+        let value = match l.kernel {
+            "fill" => vec![float(3); int(2)],
+            "copy" => self.get(ptr(2), ty(3), int(4))?,
+            "scale" => (self.get(ptr(2), ty(3), int(4))?.iter())
+                .map(|v| v * float(5))
+                .collect(),
+            "relu" => (self.get(ptr(2), ty(3), int(4))?.iter())
+                .map(|v| v.max(0.0))
+                .collect(),
+            "relu_backward" => {
+                let g = self.get(ptr(2), ty(3), int(6))?;
+                let y = self.get(ptr(4), ty(5), int(6))?;
+                g.iter()
+                    .zip(&y)
+                    .map(|(g, y)| if *y > 0.0 { *g } else { 0.0 })
+                    .collect()
+            }
+            "bias_rows" => {
+                let bias = self.get(ptr(2), ty(3), int(5))?;
+                (0..int(4)).map(|i| bias[i % int(5)]).collect()
+            }
+            "sum_rows" => {
+                let (n, r) = (int(4), int(5));
+                let x = self.get(ptr(2), ty(3), n * r)?;
+                (0..n).map(|j| (0..r).map(|k| x[k * n + j]).sum()).collect()
+            }
+            "softmax" | "softmax_backward" => {
+                let back = l.kernel == "softmax_backward";
+                let cols = int(if back { 6 } else { 4 });
+                assert_eq!(int(if back { 7 } else { 5 }), 1, "the MLP's is log-softmax");
+                let x = self.get(ptr(2), ty(3), rows * cols)?;
+                let mut out = Vec::with_capacity(rows * cols);
+                if back {
+                    let y = self.get(ptr(4), ty(5), rows * cols)?;
+                    for (g, y) in x.chunks(cols).zip(y.chunks(cols)) {
+                        let s: f32 = g.iter().sum();
+                        out.extend(g.iter().zip(y).map(|(g, y)| g - libm::expf(*y) * s));
+                    }
+                } else {
+                    for row in x.chunks(cols) {
+                        let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                        let s: f32 = row.iter().map(|v| libm::expf(v - m)).sum();
+                        out.extend(row.iter().map(|v| v - (libm::logf(s) + m)));
+                    }
+                }
+                out
+            }
+            "nll" => {
+                let (r, classes) = (int(8), int(9));
+                let lp = self.get(ptr(4), ty(5), r * classes)?;
+                let t = self.get(ptr(6), ty(7), r)?;
+                let total: f32 = t
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &t)| -lp[i * classes + t as usize])
+                    .sum();
+                self.put(ptr(2), ty(3), &[r as f32])?;
+                vec![total / r as f32]
+            }
+            "nll_backward" => {
+                let (n, classes) = (int(8), int(9));
+                let g = self.get(ptr(2), ty(3), 1)?[0];
+                let t = self.get(ptr(4), ty(5), n / classes)?;
+                let w = self.get(ptr(6), ty(7), 1)?[0];
+                let at = |i: usize| t[i / classes] as usize == i % classes;
+                (0..n).map(|i| if at(i) { -g / w } else { 0.0 }).collect()
+            }
+            other => return Err(DeviceError::Driver(format!("{other} is not emulated"))),
+        };
+        self.put(out, to, &value)
+    }
+
+    fn gemm(&mut self, g: &GemmEx) -> Result<(), DeviceError> {
+        if self.kernels != Some(Kernels::Emulate) {
+            return self.launch(&Launch {
+                kernel: "gemm",
+                grid: Grid::Rows(1),
+                args: vec![],
+            });
+        }
+        let (m, n, k) = (g.m as usize, g.n as usize, g.k as usize);
+        let span = |ld: u64, cols: usize| ld as usize * (cols - 1) + ld as usize;
+        let a_cols = if g.transa { m } else { k };
+        let b_cols = if g.transb { k } else { n };
+        for z in 0..g.batch {
+            let a = self.get(
+                g.a.at + z * g.a.stride * g.a.dtype.size_bytes(),
+                g.a.dtype,
+                span(g.a.ld, a_cols),
+            )?;
+            let b = self.get(
+                g.b.at + z * g.b.stride * g.b.dtype.size_bytes(),
+                g.b.dtype,
+                span(g.b.ld, b_cols),
+            )?;
+            let c_at = g.c.at + z * g.c.stride * g.c.dtype.size_bytes();
+            let mut c = self.get(c_at, g.c.dtype, span(g.c.ld, n))?;
+            let ld = |x: u64| x as usize;
+            for i in 0..m {
+                for j in 0..n {
+                    let sum: f32 = (0..k)
+                        .map(|p| {
+                            let x = if g.transa {
+                                a[i * ld(g.a.ld) + p]
+                            } else {
+                                a[p * ld(g.a.ld) + i]
+                            };
+                            let y = if g.transb {
+                                b[p * ld(g.b.ld) + j]
+                            } else {
+                                b[j * ld(g.b.ld) + p]
+                            };
+                            x * y
+                        })
+                        .sum();
+                    let at = j * ld(g.c.ld) + i;
+                    c[at] = g.alpha * sum + g.beta * c[at];
+                }
+            }
+            self.put(c_at, g.c.dtype, &c)?;
+        }
+        Ok(())
+    }
+}
+
+fn mlp() -> serde_json::Value {
+    json!({"kind":"mlp","layers":2,"width":32,"input_dim":16,"classes":4})
+}
+
+fn note(e: &mut super::Engine) -> String {
+    let line = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":2,"batch_size":8});
+    let r = e.run_line(&line.to_string());
+    assert!(r.ok, "{:?}", r.error);
+    r.note.expect("a train note")
+}
+
+/// The MLP's forward and backward computed by the device: the losses are
+/// the CPU's within float32's rounding of sums in another order, and the
+/// note says which ops ran there.
+#[test]
+fn an_mlp_step_computed_by_the_devices_kernels_follows_the_cpu() {
+    for extra in [
+        json!({}),
+        json!({"amp":"bfloat16"}),
+        json!({"accumulate":2}),
+    ] {
+        let cpu = losses(&mut engine(mlp(), "adam", 16, 4), &extra);
+        let (mut e, _) = on_device_with(&mlp(), (16, 4), None, Some(Kernels::Emulate));
+        let device = losses(&mut e, &extra);
+        let tolerance = if extra["amp"].is_string() { 1e-2 } else { 1e-5 };
+        for (d, c) in device.iter().zip(&cpu) {
+            let (d, c) = (d.expect("a loss"), c.expect("a loss"));
+            assert!((d - c).abs() <= tolerance * c.abs(), "{extra}: {d} vs {c}");
+        }
+    }
+    let (mut e, _) = on_device_with(&mlp(), (16, 4), None, Some(Kernels::Emulate));
+    let said = note(&mut e);
+    assert!(said.contains("computed on the GPU ("), "{said}");
+    assert!(said.contains("ops by its kernels and cuBLAS"), "{said}");
+}
+
+/// A device whose launches fail, or that computes nothing, gives no loss
+/// (never a wrong one), and the note says which op and why.
+#[test]
+fn a_device_whose_kernels_fail_or_compute_nothing_gives_no_loss() {
+    for (kernels, why) in [
+        (Kernels::Refuse, "no kernel image"),
+        (Kernels::Idle, "where the CPU has"),
+    ] {
+        let (mut e, _) = on_device_with(&mlp(), (16, 4), None, Some(kernels));
+        let got = losses(&mut e, &json!({}));
+        assert!(got.iter().all(Option::is_none), "{kernels:?}: {got:?}");
+        let said = note(&mut e);
+        assert!(
+            said.contains("the GPU's values were not the CPU's"),
+            "{said}"
+        );
+        assert!(said.contains(why), "{kernels:?}: {said}");
+    }
+}

@@ -1,0 +1,355 @@
+// vramlab's kernels: a step program's ops other than its matrix products
+// (cuBLAS computes those), on the blocks the caching allocator placed each
+// tensor in. Each kernel computes in float32 and reads and stores each
+// tensor in its own type (`ld`, `st`: the type codes of
+// `compute::type_code`), rounding to nearest as CUDA's conversions do, as
+// the CPU interpreter (`train::cpu`) computes the same op. Compiled at run
+// time by NVRTC, with no headers; blocks are 256 threads, and kernels over
+// elements stride over what the grid does not cover.
+
+typedef long long i64;
+typedef unsigned short u16;
+
+#define THREADS 256
+#define EACH(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+                        i += (i64)blockDim.x * gridDim.x)
+
+__device__ __forceinline__ float ld(const void *p, int t, i64 i) {
+  switch (t) {
+  case 0: return ((const float *)p)[i];
+  case 1: {
+    u16 h = ((const u16 *)p)[i];
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+  }
+  case 2: return __uint_as_float(((unsigned int)((const u16 *)p)[i]) << 16);
+  case 3: return (float)((const double *)p)[i];
+  case 4: return (float)((const i64 *)p)[i];
+  case 5: return (float)((const int *)p)[i];
+  case 6: return (float)((const short *)p)[i];
+  case 7: return (float)((const signed char *)p)[i];
+  default: return (float)((const unsigned char *)p)[i];
+  }
+}
+
+// bfloat16 to nearest, ties to even (NaN kept).
+__device__ __forceinline__ u16 to_bf16(float v) {
+  unsigned int b = __float_as_uint(v);
+  if (v != v) return (u16)(b >> 16);
+  return (u16)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+
+__device__ __forceinline__ void st(void *p, int t, i64 i, float v) {
+  switch (t) {
+  case 0: ((float *)p)[i] = v; break;
+  case 1: {
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    ((u16 *)p)[i] = h;
+    break;
+  }
+  case 2: ((u16 *)p)[i] = to_bf16(v); break;
+  case 3: ((double *)p)[i] = (double)v; break;
+  case 4: ((i64 *)p)[i] = (i64)v; break;
+  case 5: ((int *)p)[i] = (int)v; break;
+  case 6: ((short *)p)[i] = (short)v; break;
+  case 7: ((signed char *)p)[i] = (signed char)v; break;
+  case 8: ((unsigned char *)p)[i] = (unsigned char)v; break;
+  default: ((unsigned char *)p)[i] = v != 0.0f; break;
+  }
+}
+
+// The sum of every thread's `v` in the block, given to all of them.
+__device__ float block_sum(float v, float *shared) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = THREADS / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
+    __syncthreads();
+  }
+  float total = shared[0];
+  __syncthreads();
+  return total;
+}
+
+__device__ float block_max(float v, float *shared) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = THREADS / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) shared[threadIdx.x] = fmaxf(shared[threadIdx.x], shared[threadIdx.x + s]);
+    __syncthreads();
+  }
+  float m = shared[0];
+  __syncthreads();
+  return m;
+}
+
+__device__ __forceinline__ float gelu(float x) {
+  return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+
+extern "C" {
+
+// ones, zeros, a kernel's buffer: every element `value`.
+__global__ void fill(void *out, int to, i64 n, float value) {
+  EACH(i, n) st(out, to, i, value);
+}
+
+__global__ void arange(void *out, int to, i64 n) {
+  EACH(i, n) st(out, to, i, (float)i);
+}
+
+// clone, an autocast cast: each element in the output's type.
+__global__ void copy(void *out, int to, const void *x, int tx, i64 n) {
+  EACH(i, n) st(out, to, i, ld(x, tx, i));
+}
+
+__global__ void scale(void *out, int to, const void *x, int tx, i64 n, float factor) {
+  EACH(i, n) st(out, to, i, ld(x, tx, i) * factor);
+}
+
+__global__ void sqrt_(void *out, int to, const void *x, int tx, i64 n) {
+  EACH(i, n) st(out, to, i, sqrtf(ld(x, tx, i)));
+}
+
+// `~x` of a boolean tensor.
+__global__ void not_(void *out, int to, const void *x, int tx, i64 n) {
+  EACH(i, n) st(out, to, i, 1.0f - ld(x, tx, i));
+}
+
+__global__ void relu(void *out, int to, const void *x, int tx, i64 n) {
+  EACH(i, n) st(out, to, i, fmaxf(ld(x, tx, i), 0.0f));
+}
+
+// threshold_backward: the gradient where the output is positive.
+__global__ void relu_backward(void *out, int to, const void *g, int tg, const void *y, int ty,
+                              i64 n) {
+  EACH(i, n) st(out, to, i, ld(y, ty, i) > 0.0f ? ld(g, tg, i) : 0.0f);
+}
+
+__global__ void gelu_(void *out, int to, const void *x, int tx, i64 n) {
+  EACH(i, n) st(out, to, i, gelu(ld(x, tx, i)));
+}
+
+__global__ void gelu_backward(void *out, int to, const void *g, int tg, const void *x, int tx,
+                              i64 n) {
+  EACH(i, n) {
+    float v = ld(x, tx, i);
+    float cdf = 0.5f * (1.0f + erff(v * 0.70710678118654752f));
+    float pdf = expf(-0.5f * v * v) * 0.3989423f;
+    st(out, to, i, ld(g, tg, i) * (cdf + v * pdf));
+  }
+}
+
+// `a + b`, `b` (nb elements) repeated over `a`'s leading dimensions.
+__global__ void add(void *out, int to, const void *a, int ta, const void *b, int tb, i64 n,
+                    i64 nb) {
+  EACH(i, n) st(out, to, i, ld(a, ta, i) + ld(b, tb, i % nb));
+}
+
+// Each row of `out` (cols wide) a copy of `bias`: addmm's C before the
+// product is added into it.
+__global__ void bias_rows(void *out, int to, const void *bias, int tb, i64 n, i64 cols) {
+  EACH(i, n) st(out, to, i, ld(bias, tb, i % cols));
+}
+
+// `x` summed over its leading dimensions down to `n` elements, the rows in
+// order (a bias's gradient).
+__global__ void sum_rows(void *out, int to, const void *x, int tx, i64 n, i64 rows) {
+  EACH(j, n) {
+    float s = 0.0f;
+    for (i64 r = 0; r < rows; r++) s += ld(x, tx, r * n + j);
+    st(out, to, j, s);
+  }
+}
+
+// The lower triangle (diagonal included) of a square's ones.
+__global__ void tril(void *out, int to, i64 n, i64 cols) {
+  EACH(i, n) st(out, to, i, (i % cols) <= (i / cols) % cols ? 1.0f : 0.0f);
+}
+
+// `x` where the mask (nm elements, repeated) is false, `value` where true.
+__global__ void masked_fill(void *out, int to, const void *x, int tx, const void *mask, int tm,
+                            i64 n, i64 nm, float value) {
+  EACH(i, n) st(out, to, i, ld(mask, tm, i % nm) != 0.0f ? value : ld(x, tx, i));
+}
+
+// Rows of `weight` (cols wide) picked by `ids`.
+__global__ void embedding(void *out, int to, const void *weight, int tw, const void *ids, int ti,
+                          i64 n, i64 cols, i64 rows) {
+  EACH(i, n) {
+    i64 id = (i64)ld(ids, ti, i / cols);
+    float v = id >= 0 && id < rows ? ld(weight, tw, id * cols + i % cols) : __int_as_float(0x7fc00000);
+    st(out, to, i, v);
+  }
+}
+
+// embedding_dense_backward into a float32 table the caller zeroed: each
+// row of `grad` added into the row its id picks.
+__global__ void embedding_backward(float *out, const void *grad, int tg, const void *ids, int ti,
+                                   i64 n, i64 cols, i64 rows) {
+  EACH(i, n) {
+    i64 id = (i64)ld(ids, ti, i / cols);
+    if (id >= 0 && id < rows) atomicAdd(out + id * cols + i % cols, ld(grad, tg, i));
+  }
+}
+
+// Softmax and log-softmax over each row (one block a row).
+__global__ void softmax(void *out, int to, const void *x, int tx, i64 cols, int log) {
+  __shared__ float shared[THREADS];
+  i64 row = (i64)blockIdx.x * cols;
+  float m = -__int_as_float(0x7f800000);
+  for (i64 j = threadIdx.x; j < cols; j += THREADS) m = fmaxf(m, ld(x, tx, row + j));
+  m = block_max(m, shared);
+  float s = 0.0f;
+  for (i64 j = threadIdx.x; j < cols; j += THREADS) s += expf(ld(x, tx, row + j) - m);
+  s = block_sum(s, shared);
+  float log_sum = logf(s) + m;
+  for (i64 j = threadIdx.x; j < cols; j += THREADS) {
+    float v = ld(x, tx, row + j);
+    st(out, to, row + j, log ? v - log_sum : expf(v - m) / s);
+  }
+}
+
+// Softmax's backward, y · (g - Σ g·y); log-softmax's, g - exp(y) · Σ g.
+__global__ void softmax_backward(void *out, int to, const void *g, int tg, const void *y, int ty,
+                                 i64 cols, int log) {
+  __shared__ float shared[THREADS];
+  i64 row = (i64)blockIdx.x * cols;
+  float s = 0.0f;
+  for (i64 j = threadIdx.x; j < cols; j += THREADS)
+    s += log ? ld(g, tg, row + j) : ld(g, tg, row + j) * ld(y, ty, row + j);
+  s = block_sum(s, shared);
+  for (i64 j = threadIdx.x; j < cols; j += THREADS) {
+    float gv = ld(g, tg, row + j), yv = ld(y, ty, row + j);
+    st(out, to, row + j, log ? gv - expf(yv) * s : yv * (gv - s));
+  }
+}
+
+// NLL's mean over the rows of `lp` (classes wide), and its total weight.
+// A label outside the classes makes the loss NaN.
+__global__ void nll(void *out, int to, void *total, int tt, const void *lp, int tl,
+                    const void *targets, int tg, i64 rows, i64 classes) {
+  __shared__ float shared[THREADS];
+  float s = 0.0f;
+  for (i64 r = threadIdx.x; r < rows; r += THREADS) {
+    i64 t = (i64)ld(targets, tg, r);
+    s -= t >= 0 && t < classes ? ld(lp, tl, r * classes + t) : __int_as_float(0x7fc00000);
+  }
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) {
+    st(out, to, 0, s / (float)rows);
+    st(total, tt, 0, (float)rows);
+  }
+}
+
+// NLL's backward: -grad / total_weight at each row's label, else zero.
+__global__ void nll_backward(void *out, int to, const void *grad, int tgr, const void *targets,
+                             int tg, const void *weight, int tw, i64 n, i64 classes) {
+  float v = -ld(grad, tgr, 0) / ld(weight, tw, 0);
+  EACH(i, n) st(out, to, i, (i64)ld(targets, tg, i / classes) == i % classes ? v : 0.0f);
+}
+
+// Head `part` of a B x S x row projection (q, k, v side by side, each
+// H · D wide) as B x H x S x D.
+__global__ void heads(void *out, int to, const void *x, int tx, i64 n, i64 s, i64 h, i64 d,
+                      i64 row, i64 part) {
+  EACH(i, n) {
+    i64 dd = i % d, ss = (i / d) % s, hh = (i / (d * s)) % h, b = i / (d * s * h);
+    st(out, to, i, ld(x, tx, (b * s + ss) * row + part * h * d + hh * d + dd));
+  }
+}
+
+// Part `p` of the q/k/v gradients (B x S x H · D, or heads: B x H x S x D
+// when `h` > 0) into its third of each B x S x row token.
+__global__ void cat_part(void *out, int to, const void *x, int tx, i64 n, i64 s, i64 h, i64 d,
+                         i64 row, i64 p) {
+  EACH(i, n) {
+    i64 width = row / 3, t = i / width, c = i % width;
+    i64 from = i;
+    if (h > 0) from = (((t / s) * h + c / d) * s + t % s) * d + c % d;
+    st(out, to, t * row + p * width + c, ld(x, tx, from));
+  }
+}
+
+// B x H x S x D heads back as B x S x (H · D).
+__global__ void merge_heads(void *out, int to, const void *x, int tx, i64 n, i64 s, i64 h,
+                            i64 d) {
+  EACH(i, n) {
+    i64 dd = i % d, hh = (i / d) % h, ss = (i / (d * h)) % s, b = i / (d * h * s);
+    st(out, to, i, ld(x, tx, ((b * h + hh) * s + ss) * d + dd));
+  }
+}
+
+// LayerNorm (with a bias) or RMSNorm over rows `cols` wide, one block a
+// row: the output, and (LayerNorm) the mean, then the inverse deviation.
+__global__ void norm(void *out, int to, void *mean, int tm, void *rstd, int tr, const void *x,
+                     int tx, const void *weight, int tw, const void *bias, int tb, i64 cols,
+                     int layer, float eps) {
+  __shared__ float shared[THREADS];
+  i64 r = blockIdx.x, row = r * cols;
+  float s = 0.0f;
+  if (layer) {
+    for (i64 j = threadIdx.x; j < cols; j += THREADS) s += ld(x, tx, row + j);
+    s = block_sum(s, shared);
+  }
+  float mu = layer ? s / (float)cols : 0.0f;
+  float q = 0.0f;
+  for (i64 j = threadIdx.x; j < cols; j += THREADS) {
+    float c = ld(x, tx, row + j) - mu;
+    q += c * c;
+  }
+  q = block_sum(q, shared);
+  float inv = 1.0f / sqrtf(q / (float)cols + eps);
+  for (i64 j = threadIdx.x; j < cols; j += THREADS) {
+    float v = (ld(x, tx, row + j) - mu) * inv * ld(weight, tw, j);
+    st(out, to, row + j, layer ? v + ld(bias, tb, j) : v);
+  }
+  if (threadIdx.x == 0) {
+    if (layer) st(mean, tm, r, mu);
+    st(rstd, tr, r, inv);
+  }
+}
+
+// A norm's backward, the input's gradient (one block a row):
+// rstd · (dxhat - mean(dxhat) - xhat · mean(dxhat · xhat)), dxhat = g · w.
+__global__ void norm_backward_input(void *out, int to, const void *g, int tg, const void *x,
+                                    int tx, const void *mean, int tm, const void *rstd, int tr,
+                                    const void *weight, int tw, i64 cols, int layer) {
+  __shared__ float shared[THREADS];
+  i64 r = blockIdx.x, row = r * cols;
+  float mu = layer ? ld(mean, tm, r) : 0.0f, inv = ld(rstd, tr, r);
+  float sd = 0.0f, sdx = 0.0f;
+  for (i64 j = threadIdx.x; j < cols; j += THREADS) {
+    float dxhat = ld(g, tg, row + j) * ld(weight, tw, j);
+    sd += dxhat;
+    sdx += dxhat * (ld(x, tx, row + j) - mu) * inv;
+  }
+  sd = layer ? block_sum(sd, shared) / (float)cols : 0.0f;
+  sdx = block_sum(sdx, shared) / (float)cols;
+  for (i64 j = threadIdx.x; j < cols; j += THREADS) {
+    float dxhat = ld(g, tg, row + j) * ld(weight, tw, j);
+    float xhat = (ld(x, tx, row + j) - mu) * inv;
+    st(out, to, row + j, inv * (dxhat - sd - xhat * sdx));
+  }
+}
+
+// Its weight's gradient, Σ g · xhat over the rows, and (when `db`) its
+// bias's, Σ g; one thread a column.
+__global__ void norm_backward_params(void *dw, int tdw, void *db, int tdb, const void *g, int tg,
+                                     const void *x, int tx, const void *mean, int tm,
+                                     const void *rstd, int tr, i64 cols, i64 rows, int layer) {
+  EACH(j, cols) {
+    float w = 0.0f, b = 0.0f;
+    for (i64 r = 0; r < rows; r++) {
+      float gv = ld(g, tg, r * cols + j);
+      float mu = layer ? ld(mean, tm, r) : 0.0f;
+      w += gv * (ld(x, tx, r * cols + j) - mu) * ld(rstd, tr, r);
+      b += gv;
+    }
+    st(dw, tdw, j, w);
+    if (layer) st(db, tdb, j, b);
+  }
+}
+}

@@ -1,0 +1,423 @@
+//! A step's ops as a GPU computes them: which kernels of [`SOURCE`] and
+//! which cuBLAS products make each [`Calc`]'s outputs, on the addresses
+//! the allocator gave its tensors. The arithmetic is the CPU
+//! interpreter's (`train::cpu`), op for op; `engine::on_device` runs both
+//! and holds the device's value to the CPU's. An op with no kernel here
+//! (attention's fused kernels, convolution, batch norm, pooling,
+//! bitsandbytes' maps) is computed on the host and its value copied.
+
+use crate::compute::{type_code, Call, GemmEx, Grid, KernelArg as K, Launch, Matrix};
+use crate::train::kinds::step::Calc;
+use crate::types::Dtype;
+
+/// The kernels' CUDA source, compiled by NVRTC (no headers needed).
+pub const SOURCE: &str = include_str!("kernels.cu");
+
+/// Every kernel in [`SOURCE`], as a device looks them up.
+pub const NAMES: &[&str] = &[
+    "fill",
+    "arange",
+    "copy",
+    "scale",
+    "sqrt_",
+    "not_",
+    "relu",
+    "relu_backward",
+    "gelu_",
+    "gelu_backward",
+    "add",
+    "bias_rows",
+    "sum_rows",
+    "tril",
+    "masked_fill",
+    "embedding",
+    "embedding_backward",
+    "softmax",
+    "softmax_backward",
+    "nll",
+    "nll_backward",
+    "heads",
+    "cat_part",
+    "merge_heads",
+    "norm",
+    "norm_backward_input",
+    "norm_backward_params",
+];
+
+/// LayerNorm's epsilon, and RMSNorm's (float32's machine epsilon), as the
+/// CPU interpreter has them.
+const LAYER_NORM_EPS: f32 = 1e-5;
+const RMS_NORM_EPS: f32 = f32::EPSILON;
+
+/// A tensor on the device: its block's address, shape and type.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Place<'a> {
+    pub at: u64,
+    pub shape: &'a [u64],
+    pub dtype: Dtype,
+}
+
+impl Place<'_> {
+    fn numel(&self) -> u64 {
+        self.shape.iter().product()
+    }
+
+    /// The last dimension (1 for a scalar).
+    fn last(&self) -> u64 {
+        self.shape.last().copied().unwrap_or(1).max(1)
+    }
+
+    /// Its address and type code, as every kernel takes a tensor.
+    fn arg(&self) -> [K; 2] {
+        [K::Ptr(self.at), K::I32(type_code(self.dtype))]
+    }
+
+    /// As a matrix, rows x columns: an image batch (4-D) a row per image,
+    /// anything else with its last dimension as columns (`cpu::dense`).
+    fn matrix(&self) -> (u64, u64) {
+        let n = self.numel();
+        let cols = match self.shape.len() {
+            4 => n / self.shape[0].max(1),
+            _ => self.last(),
+        };
+        (n / cols.max(1), cols)
+    }
+}
+
+/// The calls that compute `calc` into `out` (and its later outputs,
+/// `parts`), reading `args` (its operands in [`Calc::operands`] order);
+/// `workspace` is cuBLAS's for a product. `None`: no kernel computes it
+/// here, or its operands do not fit (the CPU says why).
+pub fn plan(
+    calc: &Calc,
+    out: Place,
+    parts: &[Place],
+    args: &[Place],
+    workspace: Option<(u64, u64)>,
+) -> Option<Vec<Call>> {
+    let n = out.numel();
+    let [o, to] = out.arg();
+    let one = |kernel: &'static str, grid: Grid, rest: Vec<K>| {
+        let mut all = vec![o, to];
+        all.extend(rest);
+        Some(vec![launch(kernel, grid, all)])
+    };
+    let each = |kernel: &'static str, rest: Vec<K>| one(kernel, Grid::Elements(n), rest);
+    let arg = |i: usize| args.get(i).copied();
+    let unary = |kernel: &'static str, extra: Option<f32>| {
+        let x = arg(0)?;
+        let mut rest = x.arg().to_vec();
+        rest.push(K::I64(n as i64));
+        rest.extend(extra.map(K::F32));
+        (x.numel() == n).then_some(())?;
+        each(kernel, rest)
+    };
+    let binary = |kernel: &'static str| {
+        let (a, b) = (arg(0)?, arg(1)?);
+        (a.numel() == n && b.numel() == n).then_some(())?;
+        each(
+            kernel,
+            [a.arg(), b.arg()]
+                .concat()
+                .into_iter()
+                .chain([K::I64(n as i64)])
+                .collect(),
+        )
+    };
+    match *calc {
+        Calc::Ones => each("fill", vec![K::I64(n as i64), K::F32(1.0)]),
+        Calc::Zeros | Calc::Workspace => each("fill", vec![K::I64(n as i64), K::F32(0.0)]),
+        Calc::Arange => each("arange", vec![K::I64(n as i64)]),
+        Calc::Copy(_) => unary("copy", None),
+        Calc::Scale(_, f) => unary("scale", Some(f)),
+        Calc::Sqrt(_) => unary("sqrt_", None),
+        Calc::Not(_) => unary("not_", None),
+        Calc::Relu(_) => unary("relu", None),
+        Calc::Gelu(_) => unary("gelu_", None),
+        Calc::ReluBackward { .. } => binary("relu_backward"),
+        Calc::GeluBackward { .. } => binary("gelu_backward"),
+        Calc::Add(..) => {
+            let (a, b) = (arg(0)?, arg(1)?);
+            let (big, small) = if a.numel() >= b.numel() {
+                (a, b)
+            } else {
+                (b, a)
+            };
+            let tiles = small.numel() > 0 && big.numel() == n && n % small.numel() == 0;
+            tiles.then_some(())?;
+            let rest = [big.arg(), small.arg()].concat();
+            each(
+                "add",
+                [rest, vec![K::I64(n as i64), K::I64(small.numel() as i64)]].concat(),
+            )
+        }
+        Calc::Sum(_) => {
+            let x = arg(0)?;
+            (n > 0 && x.numel() % n == 0).then_some(())?;
+            let rest = [
+                x.arg().to_vec(),
+                vec![K::I64(n as i64), K::I64((x.numel() / n) as i64)],
+            ];
+            each("sum_rows", rest.concat())
+        }
+        Calc::Tril(_) => each("tril", vec![K::I64(n as i64), K::I64(out.last() as i64)]),
+        Calc::MaskedFill { value, .. } => {
+            let (x, mask) = (arg(0)?, arg(1)?);
+            let tiles = mask.numel() > 0 && x.numel() == n && n % mask.numel() == 0;
+            tiles.then_some(())?;
+            let rest = [x.arg(), mask.arg()].concat();
+            let sizes = vec![K::I64(n as i64), K::I64(mask.numel() as i64), K::F32(value)];
+            each("masked_fill", [rest, sizes].concat())
+        }
+        Calc::Embedding { .. } => {
+            let (weight, ids) = (arg(0)?, arg(1)?);
+            let cols = weight.last();
+            (ids.numel() * cols == n).then_some(())?;
+            let rows = weight.numel() / cols;
+            let rest = [weight.arg(), ids.arg()].concat();
+            let sizes = [n, cols, rows].map(|v| K::I64(v as i64));
+            each("embedding", [rest, sizes.to_vec()].concat())
+        }
+        Calc::EmbeddingBackward { .. } => embedding_backward(out, arg(0)?, arg(1)?),
+        Calc::Softmax(_) | Calc::LogSoftmax(_) => {
+            let x = arg(0)?;
+            let log = matches!(calc, Calc::LogSoftmax(_));
+            (x.numel() == n).then_some(())?;
+            let rows = n / out.last();
+            let rest = [
+                x.arg().to_vec(),
+                vec![K::I64(out.last() as i64), K::I32(log.into())],
+            ];
+            one("softmax", Grid::Rows(rows), rest.concat())
+        }
+        Calc::SoftmaxBackward { .. } | Calc::LogSoftmaxBackward { .. } => {
+            let (g, y) = (arg(0)?, arg(1)?);
+            let log = matches!(calc, Calc::LogSoftmaxBackward { .. });
+            (g.numel() == n && y.numel() == n).then_some(())?;
+            let rows = n / out.last();
+            let rest = [g.arg(), y.arg()].concat();
+            let sizes = vec![K::I64(out.last() as i64), K::I32(log.into())];
+            one("softmax_backward", Grid::Rows(rows), [rest, sizes].concat())
+        }
+        Calc::Nll { .. } => {
+            let (lp, targets, total) = (arg(0)?, arg(1)?, *parts.first()?);
+            let classes = lp.last();
+            let rows = lp.numel() / classes;
+            (targets.numel() == rows && rows > 0).then_some(())?;
+            let rest = [total.arg(), lp.arg(), targets.arg()].concat();
+            let sizes = vec![K::I64(rows as i64), K::I64(classes as i64)];
+            one("nll", Grid::Rows(1), [rest, sizes].concat())
+        }
+        Calc::NllBackward { .. } => {
+            let (grad, targets, weight) = (arg(0)?, arg(1)?, arg(2)?);
+            (targets.numel() > 0 && n % targets.numel() == 0).then_some(())?;
+            let classes = n / targets.numel();
+            let rest = [grad.arg(), targets.arg(), weight.arg()].concat();
+            let sizes = vec![K::I64(n as i64), K::I64(classes as i64)];
+            each("nll_backward", [rest, sizes].concat())
+        }
+        Calc::Heads { part, .. } => {
+            let x = arg(0)?;
+            let &[_, h, s, d] = out.shape else {
+                return None;
+            };
+            let tokens = x.numel() / x.last();
+            (tokens * h * d == n && x.last() >= (part as u64 + 1) * h * d).then_some(())?;
+            let sizes = [n, s, h, d, x.last(), part as u64].map(|v| K::I64(v as i64));
+            each("heads", [x.arg().to_vec(), sizes.to_vec()].concat())
+        }
+        Calc::MergeHeads(_) => {
+            let x = arg(0)?;
+            let &[_, h, s, d] = x.shape else {
+                return None;
+            };
+            (x.numel() == n).then_some(())?;
+            let sizes = [n, s, h, d].map(|v| K::I64(v as i64));
+            each("merge_heads", [x.arg().to_vec(), sizes.to_vec()].concat())
+        }
+        Calc::Cat(_) => cat(out, args),
+        Calc::Norm { bias, .. } => norm(out, parts, args, bias.is_some()),
+        Calc::NormBackward { mean, .. } => norm_backward(out, parts, args, mean.is_some()),
+        Calc::Linear { .. } => {
+            let (x, weight, bias) = (arg(0)?, arg(1)?, arg(2)?);
+            let (cols, rows) = (weight.shape.first().copied()?, n / weight.shape[0].max(1));
+            (bias.numel() == cols && rows * cols == n).then_some(())?;
+            let bias = [
+                bias.arg().to_vec(),
+                vec![K::I64(n as i64), K::I64(cols as i64)],
+            ];
+            let fill = launch(
+                "bias_rows",
+                Grid::Elements(n),
+                [vec![o, to], bias.concat()].concat(),
+            );
+            let product = gemm(out, (x, false), (weight, true), false, 1.0, workspace)?;
+            Some(vec![fill, Call::Gemm(product)])
+        }
+        Calc::Mm {
+            ta, tb, batched, ..
+        } => {
+            let product = gemm(out, (arg(0)?, ta), (arg(1)?, tb), batched, 0.0, workspace)?;
+            Some(vec![Call::Gemm(product)])
+        }
+        _ => None,
+    }
+}
+
+fn launch(kernel: &'static str, grid: Grid, args: Vec<K>) -> Call {
+    Call::Launch(Launch { kernel, grid, args })
+}
+
+/// `embedding_dense_backward` into a float32 table: zeros, then each row
+/// of the gradient added (atomically) into the row its id picks.
+fn embedding_backward(out: Place, grad: Place, ids: Place) -> Option<Vec<Call>> {
+    let n = out.numel();
+    let cols = grad.numel().checked_div(ids.numel())?;
+    (out.dtype == Dtype::Float32 && cols > 0 && n % cols == 0).then_some(())?;
+    let zero = vec![K::Ptr(out.at), K::I32(0), K::I64(n as i64), K::F32(0.0)];
+    let sizes = [grad.numel(), cols, n / cols].map(|v| K::I64(v as i64));
+    let add = [
+        vec![K::Ptr(out.at)],
+        grad.arg().to_vec(),
+        ids.arg().to_vec(),
+        sizes.to_vec(),
+    ];
+    Some(vec![
+        launch("fill", Grid::Elements(n), zero),
+        launch(
+            "embedding_backward",
+            Grid::Elements(grad.numel()),
+            add.concat(),
+        ),
+    ])
+}
+
+/// The three q/k/v gradients into thirds of each token's row.
+fn cat(out: Place, grads: &[Place]) -> Option<Vec<Call>> {
+    let row = out.last();
+    let width = row / 3;
+    let tokens = out.numel() / row;
+    let mut calls = Vec::with_capacity(3);
+    for (p, part) in grads.iter().take(3).enumerate() {
+        (part.numel() == tokens * width).then_some(())?;
+        let (s, h, d) = match *part.shape {
+            [_, h, s, d] => (s, h, d),
+            _ => (1, 0, 1),
+        };
+        let sizes = [part.numel(), s, h, d, row, p as u64].map(|v| K::I64(v as i64));
+        let args = [out.arg().to_vec(), part.arg().to_vec(), sizes.to_vec()].concat();
+        calls.push(launch("cat_part", Grid::Elements(part.numel()), args));
+    }
+    (calls.len() == 3).then_some(calls)
+}
+
+/// LayerNorm (`layer`) or RMSNorm: the output, then the mean (LayerNorm)
+/// and the inverse deviation.
+fn norm(out: Place, parts: &[Place], args: &[Place], layer: bool) -> Option<Vec<Call>> {
+    let (x, weight) = (*args.first()?, *args.get(1)?);
+    let bias = if layer { *args.get(2)? } else { weight };
+    let (mean, rstd) = if layer {
+        (*parts.first()?, *parts.get(1)?)
+    } else {
+        (*parts.first()?, *parts.first()?)
+    };
+    let cols = weight.numel();
+    (cols > 0 && x.numel() == out.numel() && out.numel() % cols == 0).then_some(())?;
+    let eps = if layer { LAYER_NORM_EPS } else { RMS_NORM_EPS };
+    let tensors = [out, mean, rstd, x, weight, bias].map(|t| t.arg()).concat();
+    let rest = vec![K::I64(cols as i64), K::I32(layer.into()), K::F32(eps)];
+    let rows = out.numel() / cols;
+    Some(vec![launch(
+        "norm",
+        Grid::Rows(rows),
+        [tensors, rest].concat(),
+    )])
+}
+
+/// A norm's backward: the input's gradient, then the weight's and
+/// (LayerNorm) the bias's. Operands: grad, x, [mean], rstd, weight.
+fn norm_backward(out: Place, parts: &[Place], args: &[Place], layer: bool) -> Option<Vec<Call>> {
+    let m = usize::from(layer);
+    let (g, x) = (*args.first()?, *args.get(1)?);
+    let (rstd, weight) = (*args.get(2 + m)?, *args.get(3 + m)?);
+    let mean = if layer { *args.get(2)? } else { rstd };
+    let dw = *parts.first()?;
+    let db = if layer { *parts.get(1)? } else { dw };
+    let cols = weight.numel();
+    let same = g.numel() == out.numel() && x.numel() == out.numel();
+    (cols > 0 && same && out.numel() % cols == 0).then_some(())?;
+    let rows = out.numel() / cols;
+    let saved = [g, x, mean, rstd].map(|t| t.arg()).concat();
+    let input = [out.arg().to_vec(), saved.clone(), weight.arg().to_vec()].concat();
+    let input_rest = vec![K::I64(cols as i64), K::I32(layer.into())];
+    let params = [dw.arg().to_vec(), db.arg().to_vec(), saved].concat();
+    let params_rest = vec![
+        K::I64(cols as i64),
+        K::I64(rows as i64),
+        K::I32(layer.into()),
+    ];
+    Some(vec![
+        launch(
+            "norm_backward_input",
+            Grid::Rows(rows),
+            [input, input_rest].concat(),
+        ),
+        launch(
+            "norm_backward_params",
+            Grid::Elements(cols),
+            [params, params_rest].concat(),
+        ),
+    ])
+}
+
+/// `out` (row-major, m x n) = op(a) · op(b) + beta · out, as cuBLAS's
+/// column-major call: `outᵀ = op(b)ᵀ · op(a)ᵀ`, so b is its first
+/// operand and a its second, each with its row length as the leading
+/// dimension. Batched over the leading dimensions when `batched`.
+fn gemm(
+    out: Place,
+    (a, ta): (Place, bool),
+    (b, tb): (Place, bool),
+    batched: bool,
+    beta: f32,
+    workspace: Option<(u64, u64)>,
+) -> Option<GemmEx> {
+    let split = |v: &Place| -> Option<(u64, u64, u64)> {
+        if batched {
+            let s = v.shape;
+            let (r, c) = (*s.get(s.len().checked_sub(2)?)?, *s.last()?);
+            Some((v.numel() / (r * c).max(1), r, c))
+        } else {
+            let (r, c) = v.matrix();
+            Some((1, r, c))
+        }
+    };
+    let ((batch, ra, ca), (batch_b, rb, cb)) = (split(&a)?, split(&b)?);
+    let (m, k) = if ta { (ca, ra) } else { (ra, ca) };
+    let (k2, n) = if tb { (cb, rb) } else { (rb, cb) };
+    let fits = k == k2 && batch == batch_b && batch * m * n == out.numel();
+    (fits && m > 0 && n > 0).then_some(())?;
+    let matrix = |p: &Place, ld: u64, stride: u64| Matrix {
+        at: p.at,
+        dtype: p.dtype,
+        ld,
+        stride,
+    };
+    Some(GemmEx {
+        transa: tb,
+        transb: ta,
+        m: n,
+        n: m,
+        k,
+        a: matrix(&b, cb, rb * cb),
+        b: matrix(&a, ca, ra * ca),
+        c: matrix(&out, n, m * n),
+        batch,
+        alpha: 1.0,
+        beta,
+        workspace,
+    })
+}
+
+#[cfg(test)]
+mod tests;
