@@ -31,6 +31,20 @@ pub enum Command {
     /// `torch.cuda.memory._dump_snapshot()` writes, or its JSON): exactly as
     /// recorded, checked event by event, and under other settings.
     Replay(ReplayArgs),
+    /// Compile the training step's GPU kernels with NVRTC for each compute
+    /// capability (default: 7.5, 8.0, 8.9 and 9.0), as a GPU run does;
+    /// exit 1 if any does not compile. Needs libnvrtc, not a GPU.
+    Kernels(KernelsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct KernelsArgs {
+    /// Compute capabilities, e.g. `8.0`, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub arch: Vec<String>,
+    /// Write each cubin here, as `vramlab-sm_XY.cubin`.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -14,6 +14,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run_file(args),
         Command::Serve(args) => serve(*args).map(|()| ExitCode::SUCCESS),
         Command::Replay(args) => replay_file(&args, &mut std::io::stdout().lock()),
+        Command::Kernels(args) => vramlab_server::cuda::compile_kernels(&args),
     };
     match result {
         Ok(code) => code,

@@ -12,11 +12,13 @@
 //! ([`DeviceMemory`]: `cuMemcpyHtoD` / `cuMemcpyDtoH`), so the loss the
 //! engine reports on a GPU is the one read from the GPU.
 
+use super::kernels::Kernels;
 use super::{Probe, StandIn};
 use cudarc::driver::{result, sys, CudaContext};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use vramlab_shared::compute::{DeviceCompute, GemmEx, Launch};
 use vramlab_shared::device::{Device, DeviceInfo, DeviceKind, DeviceMemory};
 use vramlab_shared::framework::Settings;
 use vramlab_shared::DeviceError;
@@ -60,6 +62,18 @@ pub struct CudaDevice {
     last_free: AtomicU64,
     /// The smaller GPU this one stands in for, if the settings ask for one.
     stand_in: Option<StandIn>,
+    /// The step's kernels and cuBLAS in this context, loaded at the first
+    /// step that asks (or why they could not be).
+    kernels: Option<Result<Kernels, String>>,
+}
+
+impl Drop for CudaDevice {
+    /// The kernels and the cuBLAS handle go first, in their context.
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            self.kernels = None;
+        }
+    }
 }
 
 impl CudaDevice {
@@ -104,6 +118,7 @@ impl CudaDevice {
             segment_bytes: 0,
             last_free: AtomicU64::new(free as u64),
             stand_in,
+            kernels: None,
         })
     }
 }
@@ -254,5 +269,60 @@ impl DeviceMemory for CudaDevice {
         // SAFETY: as in `write`; `out` is written before the call returns.
         unsafe { result::memcpy_dtoh_sync(out, address) }
             .map_err(|e| DeviceError::Driver(format!("cuMemcpyDtoH failed: {e:?}")))
+    }
+
+    /// The kernels, loaded into this context at the first call; what
+    /// loading them takes from the GPU counts as the context's growth (as
+    /// PyTorch's context grows when cuBLAS first runs).
+    fn compute(&mut self) -> Option<&mut dyn DeviceCompute> {
+        if self.kernels.is_none() {
+            self.ctx.bind_to_thread().ok()?;
+            let before = self.real_mem_get_info().0;
+            let (major, minor) = self.ctx.compute_capability().ok()?;
+            let loaded = Kernels::load((major as u32, minor as u32));
+            match &loaded {
+                Ok(_) => {
+                    let after = self.real_mem_get_info().0;
+                    self.context_bytes += before.saturating_sub(after);
+                    tracing::info!(
+                        grew = before.saturating_sub(after),
+                        "the step's kernels loaded"
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the step's kernels are not available: values are computed on the CPU and copied")
+                }
+            }
+            self.kernels = Some(loaded);
+        }
+        match &self.kernels {
+            Some(Ok(_)) => Some(self),
+            _ => None,
+        }
+    }
+}
+
+impl DeviceCompute for CudaDevice {
+    fn launch(&mut self, launch: &Launch) -> Result<(), DeviceError> {
+        self.kernels_bound()?.launch(launch)
+    }
+
+    fn gemm(&mut self, gemm: &GemmEx) -> Result<(), DeviceError> {
+        self.kernels_bound()?.gemm(gemm)
+    }
+}
+
+impl CudaDevice {
+    /// The loaded kernels, their context current.
+    fn kernels_bound(&self) -> Result<&Kernels, DeviceError> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| DeviceError::Driver(format!("cannot bind the CUDA context: {e:?}")))?;
+        match &self.kernels {
+            Some(Ok(k)) => Ok(k),
+            _ => Err(DeviceError::Driver(
+                "the step's kernels are not loaded".into(),
+            )),
+        }
     }
 }

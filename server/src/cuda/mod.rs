@@ -6,6 +6,8 @@
 
 #[cfg(feature = "cuda")]
 pub mod driver;
+#[cfg(feature = "cuda")]
+pub mod kernels;
 
 use vramlab_shared::device::Device;
 use vramlab_shared::engine::DeviceFactory;
@@ -29,6 +31,55 @@ pub fn probe(ordinal: usize) -> Result<Probe, String> {
     {
         let _ = ordinal;
         Err(NOT_BUILT.into())
+    }
+}
+
+/// `vramlab kernels`: the step's kernels compiled for each compute
+/// capability asked for, one line each; status 1 if any fails.
+pub fn compile_kernels(args: &crate::cli::KernelsArgs) -> anyhow::Result<std::process::ExitCode> {
+    #[cfg(feature = "cuda")]
+    {
+        let mut archs = vec![];
+        for a in &args.arch {
+            let parsed = a
+                .split_once('.')
+                .and_then(|(x, y)| Some((x.parse().ok()?, y.parse().ok()?)));
+            archs.push(parsed.ok_or_else(|| {
+                anyhow::anyhow!("--arch {a}: a compute capability is written like 8.0")
+            })?);
+        }
+        if archs.is_empty() {
+            archs = kernels::ARCHITECTURES.to_vec();
+        }
+        let mut failed = false;
+        for (major, minor) in archs {
+            match kernels::compile((major, minor)) {
+                Ok(cubin) => {
+                    println!(
+                        "sm_{major}{minor}: {} kernels, cubin of {} bytes",
+                        vramlab_shared::train::kernels::NAMES.len(),
+                        cubin.len()
+                    );
+                    if let Some(dir) = &args.out {
+                        std::fs::create_dir_all(dir)?;
+                        std::fs::write(
+                            dir.join(format!("vramlab-sm_{major}{minor}.cubin")),
+                            &cubin,
+                        )?;
+                    }
+                }
+                Err(e) => {
+                    eprintln!("sm_{major}{minor}: {e}");
+                    failed = true;
+                }
+            }
+        }
+        Ok(std::process::ExitCode::from(u8::from(failed)))
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = args;
+        anyhow::bail!(NOT_BUILT)
     }
 }
 

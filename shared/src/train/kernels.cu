@@ -284,7 +284,7 @@ __global__ void merge_heads(void *out, int to, const void *x, int tx, i64 n, i64
 
 // LayerNorm (with a bias) or RMSNorm over rows `cols` wide, one block a
 // row: the output, and (LayerNorm) the mean, then the inverse deviation.
-__global__ void norm(void *out, int to, void *mean, int tm, void *rstd, int tr, const void *x,
+__global__ void norm_rows(void *out, int to, void *mean, int tm, void *rstd, int tr, const void *x,
                      int tx, const void *weight, int tw, const void *bias, int tb, i64 cols,
                      int layer, float eps) {
   __shared__ float shared[THREADS];

@@ -39,7 +39,7 @@ pub const NAMES: &[&str] = &[
     "heads",
     "cat_part",
     "merge_heads",
-    "norm",
+    "norm_rows",
     "norm_backward_input",
     "norm_backward_params",
 ];
@@ -328,7 +328,7 @@ fn norm(out: Place, parts: &[Place], args: &[Place], layer: bool) -> Option<Vec<
     let rest = vec![K::I64(cols as i64), K::I32(layer.into()), K::F32(eps)];
     let rows = out.numel() / cols;
     Some(vec![launch(
-        "norm",
+        "norm_rows",
         Grid::Rows(rows),
         [tensors, rest].concat(),
     )])
