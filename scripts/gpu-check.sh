@@ -16,6 +16,9 @@
 #   - xla_step.json: XLA's memory_analysis() of the jitted steps on the GPU;
 #   - snapshot*.pickle: PyTorch's own snapshots of a run ending in an
 #     out-of-memory, with and without expandable segments;
+#   - gpu-kernels.txt: the step's kernels compiled for this GPU and the
+#     server's GPU tests (each kind's step computed by them, its losses
+#     against the CPU's);
 #   - lessons-cuda-vs-sim.txt: every lesson on --device cuda (the GPU standing
 #     in for the lesson's smaller one) and --device sim, step by step, with
 #     the GPU's records in lessons-cuda/;
@@ -43,12 +46,19 @@ REF=tests/reference
 mkdir -p "$GOLDEN/logs"
 WORK=$(mktemp -d)
 ROOT=$(pwd)
-export PYTHONUNBUFFERED=1 BIN GOLDEN REF WORK ROOT
+# cuBLAS and NVRTC for the step's kernels: the CUDA wheels PyTorch
+# installed (nvidia/cu13/lib), unless the machine's own are on the path.
+NVIDIA_LIB=$(python3 -c 'import os, nvidia; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null || true)
+export LD_LIBRARY_PATH="${NVIDIA_LIB:+$NVIDIA_LIB:}${LD_LIBRARY_PATH:-}"
+# The server's GPU tests, built here with
+# `cargo test --release -p vramlab-server --test gpu --no-run`.
+GPU_TEST=${GPU_TEST:-$(ls target/release/deps/gpu-* 2>/dev/null | grep -v '\.d$' | head -1)}
+export PYTHONUNBUFFERED=1 BIN GOLDEN REF WORK ROOT GPU_TEST
 
 # part NAME SECONDS COMMAND...: runs it with a time limit, its output in
 # logs/NAME.log, and notes its exit status and seconds.
 PARTS_GIVEN=${PARTS:-}
-PARTS=${PARTS:-replays workspaces gpu_step xla_step hf_steps snapshots lessons jax_alloc contexts speed}
+PARTS=${PARTS:-replays workspaces gpu_step xla_step hf_steps snapshots lessons jax_alloc kernels contexts speed}
 part() {
   local name=$1 limit=$2 start rc
   shift 2
@@ -117,7 +127,14 @@ contexts() {
     python3 "$REF/gpu_context.py" jax > "$GOLDEN/context-jax-preallocate.jsonl"
 }
 
-export -f workspaces snapshots lessons contexts replays
+# The step's kernels: compiled by this machine's NVRTC for its GPU, and
+# every kind's step computed by them, its losses held to the CPU's.
+kernels() {
+  "$BIN" kernels --arch "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1)" &&
+    "$GPU_TEST" --ignored --nocapture --test-threads 1
+}
+
+export -f workspaces snapshots lessons contexts replays kernels
 started=$(date -u +%FT%TZ)
 # Side by side: each measures its own process's allocator.
 part replays 240 bash -c replays &
@@ -133,6 +150,7 @@ part jax_alloc 60 bash -c 'export XLA_PYTHON_CLIENT_PREALLOCATE=false;
   python3 "$REF/gpu_jax_alloc.py" repeat > "$GOLDEN/jax-alloc-repeat.jsonl"' &
 wait
 # Alone: the device's used memory and the clock are shared by every process.
+part kernels 180 bash -c 'kernels > "$GOLDEN/gpu-kernels.txt" 2>&1'
 part contexts 90 bash -c contexts
 part speed 90 bash -c 'python3 "$REF/gpu_speed.py" > "$GOLDEN/speed-pytorch.json"'
 

@@ -122,6 +122,13 @@ impl Engine {
         #[cfg(feature = "device-values")]
         {
             let t = std::mem::take(&mut self.tally);
+            if t.alone && t.on_device > 0 {
+                let said = format!(
+                    "on the GPU alone ({} ops by its kernels and cuBLAS, opt.step() by its update kernels; a step this big is not checked against the CPU, its kernels are on smaller steps)",
+                    t.on_device
+                );
+                return (said, t.fault);
+            }
             if t.on_device > 0 {
                 let said = format!(
                     "on the GPU ({} ops by its kernels and cuBLAS, {} on the CPU and copied there; every value held to the CPU's)",

@@ -9,6 +9,8 @@
 //! - [`tf1`]: TensorFlow 1's sessions.
 
 mod arithmetic;
+#[cfg(feature = "device-values")]
+mod device_step;
 mod jitted;
 mod objects;
 #[cfg(feature = "device-values")]

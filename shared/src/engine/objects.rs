@@ -119,6 +119,7 @@ impl Engine {
                 grad_values: Vec::new(),
                 session,
                 seed: model ^ 0x6d6f_64656c,
+                device_resident: false,
             },
         );
         frame.take(model);

@@ -149,6 +149,48 @@ impl DeviceCompute for BytesDevice {
                 let at = |i: usize| t[i / classes] as usize == i % classes;
                 (0..n).map(|i| if at(i) { -g / w } else { 0.0 }).collect()
             }
+            "init_param" => {
+                let (n, rule, bound) = (int(2), int(3), float(4));
+                let (seed, index) = (int(5) as u64, int(6) as u64);
+                let g = |j: usize| crate::train::data::gaussian(seed, index, j as u64);
+                (0..n)
+                    .map(|j| match rule {
+                        0 => (2.0 * ((libm::tanhf(g(j)) + 1.0) / 2.0) - 1.0) * bound,
+                        1 => g(j),
+                        2 => 1.0,
+                        _ => 0.0,
+                    })
+                    .collect()
+            }
+            "synthetic_batch" => {
+                let set = crate::train::data::Synthetic {
+                    samples: int(6) as u64,
+                    features: int(7) as u64,
+                    classes: int(8) as u64,
+                    seed: int(9) as u64,
+                };
+                let (x, y) = set.batch(int(4) as u64, int(5) as u64);
+                let labels: Vec<f32> = y.iter().map(|&c| c as f32).collect();
+                self.put(ptr(2), ty(3), &labels)?;
+                x
+            }
+            "adam_update" => {
+                let n = int(8);
+                let [lr, b1, b2, eps, bc1, bc2, decay] = [9, 10, 11, 12, 13, 14, 15].map(float);
+                let g = self.get(ptr(2), ty(3), n)?;
+                let mut m = self.get(ptr(4), ty(5), n)?;
+                let mut v = self.get(ptr(6), ty(7), n)?;
+                let mut p = self.get(out, to, n)?;
+                for j in 0..n {
+                    p[j] *= 1.0 - lr * decay;
+                    m[j] += (g[j] - m[j]) * (1.0 - b1);
+                    v[j] = v[j] * b2 + (1.0 - b2) * g[j] * g[j];
+                    p[j] -= (lr / bc1) * m[j] / (v[j].sqrt() / bc2 + eps);
+                }
+                self.put(ptr(4), ty(5), &m)?;
+                self.put(ptr(6), ty(7), &v)?;
+                p
+            }
             other => return Err(DeviceError::Driver(format!("{other} is not emulated"))),
         };
         self.put(out, to, &value)
@@ -261,4 +303,32 @@ fn a_device_whose_kernels_fail_or_compute_nothing_gives_no_loss() {
         );
         assert!(said.contains(why), "{kernels:?}: {said}");
     }
+}
+
+/// A step too big for the CPU (here: a limit of 0 FLOPs), on a device
+/// whose kernels run every op: it runs there alone, from parameters drawn
+/// there as the host draws them, batches drawn there, and Adam's updates
+/// there; its losses are the CPU's, and the host holds no values.
+#[test]
+fn a_step_too_big_for_the_cpu_runs_on_the_device_alone() {
+    let cpu = losses(&mut engine(mlp(), "adam", 16, 4), &json!({}));
+    let (mut e, _) = on_device_with(&mlp(), (16, 4), None, Some(Kernels::Emulate));
+    e.flop_limit = 0;
+    let device = losses(&mut e, &json!({}));
+    for (d, c) in device.iter().zip(&cpu) {
+        let (d, c) = (d.expect("a loss"), c.expect("a loss"));
+        assert!((d - c).abs() <= 1e-5 * c.abs(), "{device:?} vs {cpu:?}");
+    }
+    assert!(
+        cpu.windows(2).any(|w| w[0] != w[1]),
+        "the steps learn: {cpu:?}"
+    );
+    let state = e.train.models.values().next().unwrap();
+    assert!(state.device_resident && state.values.is_none());
+    let said = note(&mut e);
+    assert!(said.contains("computed on the GPU alone ("), "{said}");
+    // A device that runs no code: the step is shape-only, as before.
+    let (mut e, _) = on_device_with(&mlp(), (16, 4), None, None);
+    e.flop_limit = 0;
+    assert!(losses(&mut e, &json!({})).iter().all(Option::is_none));
 }

@@ -25,6 +25,9 @@ pub(super) struct Plan {
     pub data: ObjId,
     pub micro_batch: u64,
     pub compute: bool,
+    /// Too big for the CPU, but every op has the device's kernels: the
+    /// step runs on the device alone (`engine::device_step`).
+    pub device_only: bool,
     /// What one micro-batch's arithmetic costs, when that is why it does
     /// not run (`None`: this build computes no program).
     flops: Option<u64>,
@@ -98,7 +101,7 @@ impl Engine {
     }
 
     /// Checks a `train` command's objects and numbers.
-    fn train_plan(&self, a: &TrainArgs) -> Result<Plan, CommandError> {
+    fn train_plan(&mut self, a: &TrainArgs) -> Result<Plan, CommandError> {
         let (model, state) = self.model_state(&a.model)?;
         let spec = state.spec;
         let optimizer = self.instance(&a.optimizer, Class::Optimizer)?;
@@ -155,6 +158,10 @@ impl Engine {
             Ok(()) => (true, None),
             Err(why) => (false, why),
         };
+        #[cfg(feature = "device-values")]
+        let device_only = !compute && self.device_runs(&program, optimizer);
+        #[cfg(not(feature = "device-values"))]
+        let device_only = false;
         Ok(Plan {
             model,
             spec,
@@ -162,6 +169,7 @@ impl Engine {
             data,
             micro_batch,
             compute,
+            device_only,
             flops,
             program,
             attention_kernel,
@@ -270,6 +278,10 @@ impl Engine {
         let names = || ["x", "y"].map(|name| self.process.runtime.lookup(name));
         placement.place_batch(self, (plan.data, &plan.spec), names);
         let step = (p, plan.micro_batch);
+        #[cfg(feature = "device-values")]
+        if plan.device_only {
+            return Ok(self.device_step((plan.model, &placement), plan.data, step));
+        }
         Ok(plan
             .compute
             .then(|| self.compute_step((plan.model, &placement), plan.data, step))

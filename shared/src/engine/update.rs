@@ -43,6 +43,10 @@ impl Engine {
             }
         }
         frame.finish_from(&mut self.process, mark);
+        #[cfg(feature = "device-values")]
+        if self.device_update(optimizer, &program, &player.placement) {
+            return Ok(true);
+        }
         Ok(update_values(
             &mut self.train,
             optimizer,

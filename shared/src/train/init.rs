@@ -10,7 +10,7 @@ use super::update;
 
 /// How one parameter starts.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Init {
+pub enum Init {
     Uniform(f32),
     Normal,
     Ones,
@@ -18,7 +18,7 @@ enum Init {
 }
 
 /// Each parameter's rule, in `parameters()` order.
-fn rules(params: &[NamedTensor]) -> Vec<Init> {
+pub fn rules(params: &[NamedTensor]) -> Vec<Init> {
     let mut fan_in = 1u64;
     params
         .iter()

@@ -85,6 +85,29 @@ __device__ float block_max(float v, float *shared) {
   return m;
 }
 
+typedef unsigned long long u64;
+
+// `train::data`'s hash: a splitmix of three words.
+__device__ u64 mix(u64 a, u64 b, u64 c) {
+  u64 z = a * 0x9e3779b97f4a7c15ull + b * 0xbf58476d1ce4e5b9ull + c * 0x94d049bb133111ebull +
+          0x2545f4914f6cdd1dull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// `train::data::gaussian`: Marsaglia's polar method on the hash's bits.
+__device__ float gaussian(u64 a, u64 b, u64 c) {
+  u64 h = mix(a, b, c);
+  for (;;) {
+    float u = (float)((h >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+    float v = (float)((h >> 16) & 0xffffff) / 8388608.0f - 1.0f;
+    float s = u * u + v * v;
+    if (s > 0.0f && s < 1.0f) return u * sqrtf(-2.0f * logf(s) / s);
+    h = mix(h, c, b);
+  }
+}
+
 __device__ __forceinline__ float gelu(float x) {
   return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
 }
@@ -350,6 +373,72 @@ __global__ void norm_backward_params(void *dw, int tdw, void *db, int tdb, const
     }
     st(dw, tdw, j, w);
     if (layer) st(db, tdb, j, b);
+  }
+}
+
+// The synthetic set's rows (`train::data::Synthetic::batch`): each
+// sample's features around its class's mean, and its label.
+__global__ void synthetic_batch(void *x, int tx, void *y, int ty, i64 start, i64 batch,
+                                i64 samples, i64 features, i64 classes, i64 seed) {
+  EACH(e, batch * features) {
+    i64 k = e / features, j = e % features, i = (start + k) % samples;
+    u64 c = mix(seed, i, 7) % (u64)classes;
+    float v = gaussian(seed ^ 0xc1a55, c, j) + 0.8f * gaussian(seed, i, j);
+    st(x, tx, e, v);
+    if (j == 0) st(y, ty, k, (float)c);
+  }
+}
+
+// Its token sequences (`Synthetic::sequences`): each sample counts from a
+// first token by a stride; the targets are the next tokens.
+__global__ void synthetic_sequences(void *x, int tx, void *y, int ty, i64 start, i64 batch,
+                                    i64 samples, i64 len, i64 vocab, i64 seed) {
+  EACH(e, batch * len) {
+    i64 k = e / len, j = e % len, i = (start + k) % samples;
+    u64 first = mix(seed, i, 13) % (u64)vocab, stride = 1 + mix(seed, i, 17) % 4;
+    st(x, tx, e, (float)((first + j * stride) % vocab));
+    st(y, ty, e, (float)((first + (j + 1) * stride) % vocab));
+  }
+}
+
+// Parameter `index`'s first values as `train::init` draws them: `rule` 0
+// uniform in [-bound, bound], 1 normal, 2 ones, 3 zeros.
+__global__ void init_param(void *out, int to, i64 n, int rule, float bound, i64 seed,
+                           i64 index) {
+  EACH(j, n) {
+    float v = rule == 2 ? 1.0f : 0.0f;
+    if (rule == 0) v = (2.0f * ((tanhf(gaussian(seed, index, j)) + 1.0f) / 2.0f) - 1.0f) * bound;
+    if (rule == 1) v = gaussian(seed, index, j);
+    st(out, to, j, v);
+  }
+}
+
+// torch.optim's updates in place (`train::update`): SGD, and SGD with
+// momentum (its buffer the gradient at the first step).
+__global__ void sgd_update(void *p, int tp, const void *g, int tg, void *buf, int tb, i64 n,
+                           float lr, float momentum, int first) {
+  EACH(i, n) {
+    float d = ld(g, tg, i);
+    if (momentum > 0.0f) {
+      d = first ? d : momentum * ld(buf, tb, i) + d;
+      st(buf, tb, i, d);
+    }
+    st(p, tp, i, ld(p, tp, i) - lr * d);
+  }
+}
+
+// Adam (and AdamW's decoupled weight decay `decay`).
+__global__ void adam_update(void *p, int tp, const void *g, int tg, void *m, int tm, void *v,
+                            int tv, i64 n, float lr, float beta1, float beta2, float eps,
+                            float bc1, float bc2_sqrt, float decay) {
+  EACH(i, n) {
+    float x = ld(p, tp, i) * (1.0f - lr * decay), gv = ld(g, tg, i);
+    float mv = ld(m, tm, i);
+    mv += (gv - mv) * (1.0f - beta1);
+    float vv = ld(v, tv, i) * beta2 + (1.0f - beta2) * gv * gv;
+    st(m, tm, i, mv);
+    st(v, tv, i, vv);
+    st(p, tp, i, x - (lr / bc1) * mv / (sqrtf(vv) / bc2_sqrt + eps));
   }
 }
 }

@@ -7,7 +7,11 @@
 //! bitsandbytes' maps) is computed on the host and its value copied.
 
 use crate::compute::{type_code, Call, GemmEx, Grid, KernelArg as K, Launch, Matrix};
+use crate::train::data::Synthetic;
+use crate::train::init::Init;
 use crate::train::kinds::step::Calc;
+use crate::train::optim::OptimizerKind;
+use crate::train::update::{ADAMW_WEIGHT_DECAY, BETA1, BETA2, EPS, MOMENTUM};
 use crate::types::Dtype;
 
 /// The kernels' CUDA source, compiled by NVRTC (no headers needed).
@@ -42,6 +46,11 @@ pub const NAMES: &[&str] = &[
     "norm_rows",
     "norm_backward_input",
     "norm_backward_params",
+    "synthetic_batch",
+    "synthetic_sequences",
+    "init_param",
+    "sgd_update",
+    "adam_update",
 ];
 
 /// LayerNorm's epsilon, and RMSNorm's (float32's machine epsilon), as the
@@ -58,7 +67,7 @@ pub struct Place<'a> {
 }
 
 impl Place<'_> {
-    fn numel(&self) -> u64 {
+    pub fn numel(&self) -> u64 {
         self.shape.iter().product()
     }
 
@@ -259,6 +268,126 @@ pub fn plan(
         } => {
             let product = gemm(out, (arg(0)?, ta), (arg(1)?, tb), batched, 0.0, workspace)?;
             Some(vec![Call::Gemm(product)])
+        }
+        _ => None,
+    }
+}
+
+/// Whether some kernel computes ops of `calc`'s kind (shapes aside):
+/// what a step must be made of to run on a device alone.
+pub fn has_kernel(calc: &Calc) -> bool {
+    !matches!(
+        calc,
+        Calc::DynamicMap { .. }
+            | Calc::Sdpa { .. }
+            | Calc::SdpaBackward { .. }
+            | Calc::SdpaBackwardPacked { .. }
+            | Calc::Conv { .. }
+            | Calc::ConvBackward { .. }
+            | Calc::BatchNorm { .. }
+            | Calc::BatchNormBackward { .. }
+            | Calc::MaxPool(_)
+            | Calc::MaxPoolBackward { .. }
+    )
+}
+
+/// Parameter `index`'s first values, drawn on the device as
+/// `train::init` draws them on the host.
+pub fn init(param: Place, rule: Init, seed: u64, index: u64) -> Call {
+    let (code, bound) = match rule {
+        Init::Uniform(bound) => (0, bound),
+        Init::Normal => (1, 0.0),
+        Init::Ones => (2, 0.0),
+        Init::Zeros => (3, 0.0),
+    };
+    let n = param.numel();
+    let args = [
+        param.arg().to_vec(),
+        vec![K::I64(n as i64), K::I32(code), K::F32(bound)],
+        vec![K::I64(seed as i64), K::I64(index as i64)],
+    ];
+    launch("init_param", Grid::Elements(n), args.concat())
+}
+
+/// `rows` samples of the synthetic set from `start`, drawn into the
+/// batch's places: features and labels, or (`sequences`) tokens and next
+/// tokens.
+pub fn batch(
+    sequences: bool,
+    [x, y]: [Place; 2],
+    set: &Synthetic,
+    (start, rows): (u64, u64),
+) -> Call {
+    let kernel = if sequences {
+        "synthetic_sequences"
+    } else {
+        "synthetic_batch"
+    };
+    let sizes = [
+        start,
+        rows,
+        set.samples.max(1),
+        set.features,
+        set.classes.max(1),
+        set.seed,
+    ];
+    let args = [
+        x.arg().to_vec(),
+        y.arg().to_vec(),
+        sizes.map(|v| K::I64(v as i64)).to_vec(),
+    ];
+    launch(kernel, Grid::Elements(rows * set.features), args.concat())
+}
+
+/// `opt.step()`'s update of one parameter in place, as `train::update`
+/// computes it; `state` the optimizer's tensors for it, `step` from 1.
+pub fn update(
+    kind: OptimizerKind,
+    (param, grad): (Place, Place),
+    state: &[Place],
+    step: u32,
+    lr: f32,
+) -> Option<Call> {
+    let n = param.numel();
+    (grad.numel() == n && state.iter().all(|s| s.numel() == n)).then_some(())?;
+    let tensors = [param.arg(), grad.arg()].concat();
+    let grid = Grid::Elements(n);
+    match (kind, state) {
+        (OptimizerKind::Sgd | OptimizerKind::Momentum, _) => {
+            let (buf, momentum) = match (kind, state) {
+                (OptimizerKind::Momentum, [buf]) => (*buf, MOMENTUM),
+                (OptimizerKind::Sgd, []) => (param, 0.0),
+                _ => return None,
+            };
+            let rest = vec![
+                K::I64(n as i64),
+                K::F32(lr),
+                K::F32(momentum),
+                K::I32((step == 1).into()),
+            ];
+            Some(launch(
+                "sgd_update",
+                grid,
+                [tensors, buf.arg().to_vec(), rest].concat(),
+            ))
+        }
+        (OptimizerKind::Adam | OptimizerKind::Adamw, [m, v]) => {
+            let bc1 = 1.0 - BETA1.powi(step as i32);
+            let bc2_sqrt = (1.0 - BETA2.powi(step as i32)).sqrt();
+            let decay = if kind == OptimizerKind::Adamw {
+                ADAMW_WEIGHT_DECAY
+            } else {
+                0.0
+            };
+            let rest = [lr, BETA1, BETA2, EPS, bc1, bc2_sqrt, decay].map(K::F32);
+            let args = [
+                tensors,
+                m.arg().to_vec(),
+                v.arg().to_vec(),
+                vec![K::I64(n as i64)],
+                rest.to_vec(),
+            ];
+            Some(launch("adam_update", grid, args.concat()))
         }
         _ => None,
     }

@@ -53,6 +53,10 @@ pub struct ModelState {
     pub session: Option<ObjId>,
     /// A seed for the initial weights.
     pub seed: u64,
+    /// Its values live on the device alone (a step too big for the CPU,
+    /// on a GPU whose kernels run it all): drawn there at that step, and
+    /// the host holds none.
+    pub device_resident: bool,
 }
 
 impl ModelState {

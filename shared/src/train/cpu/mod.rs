@@ -142,6 +142,26 @@ impl Values {
     }
 }
 
+impl Values {
+    /// Allocation `i`'s value replaced by `value` (a device's, computed
+    /// from the same operands): a gradient it added into its parameter's
+    /// is replaced in that sum too.
+    #[cfg(feature = "device-values")]
+    pub fn adopt(&mut self, program: &Program, i: usize, value: Vec<f32>) {
+        let Some(old) = self.tensors.get_mut(i).and_then(Option::as_mut) else {
+            return;
+        };
+        if let Role::Grad(p) = program.allocs[i].role {
+            if let Some(Some(sum)) = self.grads.get_mut(p) {
+                for ((s, o), v) in sum.iter_mut().zip(old.iter()).zip(&value) {
+                    *s = if *s == *o { *v } else { *s - o + v };
+                }
+            }
+        }
+        *old = value;
+    }
+}
+
 /// `values` rounded to `dtype` (to nearest, ties to even) where it is
 /// narrower than float32: an op that writes a float16 or bfloat16 tensor
 /// (a matrix product under autocast, a cast) computes in float32 and

@@ -1,5 +1,6 @@
 use super::*;
 use crate::train::kinds::step::{Arg, Batch};
+use crate::train::optim::OptimizerKind;
 
 /// Each kernel's parameters in the source, as the argument each takes.
 fn declared() -> Vec<(&'static str, Vec<&'static str>)> {
@@ -188,17 +189,43 @@ fn every_launch_passes_what_its_kernel_declares() {
     ];
     let declared = declared();
     let mut used = std::collections::BTreeSet::new();
+    let mut planned: Vec<(String, Vec<Call>)> = vec![];
     for (calc, out, parts, args) in cases {
         let calls = plan(&calc, out, &parts, &args, None)
             .unwrap_or_else(|| panic!("{calc:?}: no kernel planned"));
+        assert!(has_kernel(&calc), "{calc:?}");
+        planned.push((format!("{calc:?}"), calls));
+    }
+    let set = Synthetic {
+        samples: 100,
+        features: 6,
+        classes: 10,
+        seed: 3,
+    };
+    let labels = place(0x9000, &[4], Dtype::Int64);
+    let more = [
+        ("init", vec![init(x, Init::Uniform(0.5), 1, 2)]),
+        ("batch", vec![batch(false, [x, labels], &set, (5, 4))]),
+        ("sequences", vec![batch(true, [x, x], &set, (5, 4))]),
+        (
+            "sgd",
+            vec![update(OptimizerKind::Momentum, (x, x), &[x], 1, 0.1).unwrap()],
+        ),
+        (
+            "adam",
+            vec![update(OptimizerKind::Adamw, (x, x), &[x, x], 3, 0.1).unwrap()],
+        ),
+    ];
+    planned.extend(more.map(|(what, calls)| (what.to_string(), calls)));
+    for (calc, calls) in planned {
         for call in calls {
             let Call::Launch(l) = call else { continue };
             let (_, params) = declared
                 .iter()
                 .find(|(n, _)| *n == l.kernel)
-                .unwrap_or_else(|| panic!("{calc:?}: no kernel {}", l.kernel));
+                .unwrap_or_else(|| panic!("{calc}: no kernel {}", l.kernel));
             let passed: Vec<&str> = l.args.iter().map(kind).collect();
-            assert_eq!(&passed, params, "{calc:?}: {}", l.kernel);
+            assert_eq!(&passed, params, "{calc}: {}", l.kernel);
             used.insert(l.kernel);
         }
     }
@@ -356,6 +383,13 @@ fn ops_without_a_kernel_or_with_misfit_operands_are_not_planned() {
     let t = Arg::T(0);
     let x = place(1, &[4, 6], F32);
     assert_eq!(plan(&Calc::MaxPool(t), x, &[], &[x], None), None);
+    assert!(!has_kernel(&Calc::MaxPool(t)));
+    // Adam keeps two tensors a parameter; a misfit state is not updated.
+    assert_eq!(update(OptimizerKind::Adam, (x, x), &[x], 1, 0.1), None);
+    assert_eq!(
+        update(OptimizerKind::Sgd, (x, place(1, &[3], F32)), &[], 1, 0.1),
+        None
+    );
     let conv = Calc::Conv {
         x: t,
         weight: t,
