@@ -23,7 +23,8 @@
 #     in for the lesson's smaller one) and --device sim, step by step, with
 #     the GPU's records in lessons-cuda/;
 #   - context-*.jsonl: the CUDA context and its growth, per framework;
-#   - speed-pytorch.json: PyTorch eager's step times and the bf16 ceiling;
+#   - speed-pytorch.json: PyTorch eager's step times and the bf16 ceiling,
+#     and speed-vramlab.txt: the same steps on vramlab's kernels;
 #   - jax-alloc.jsonl, jax-alloc-repeat.jsonl: XLA's allocator stats around
 #     each way to make an array, and around the same one made again;
 #   - PROVENANCE.md: the command, GPU, driver, CUDA and every version, and
@@ -58,7 +59,7 @@ export PYTHONUNBUFFERED=1 BIN GOLDEN REF WORK ROOT GPU_TEST
 # part NAME SECONDS COMMAND...: runs it with a time limit, its output in
 # logs/NAME.log, and notes its exit status and seconds.
 PARTS_GIVEN=${PARTS:-}
-PARTS=${PARTS:-replays workspaces gpu_step xla_step hf_steps snapshots lessons jax_alloc kernels contexts speed}
+PARTS=${PARTS:-replays workspaces gpu_step xla_step hf_steps snapshots lessons jax_alloc kernels contexts speed speed_vramlab}
 part() {
   local name=$1 limit=$2 start rc
   shift 2
@@ -131,7 +132,7 @@ contexts() {
 # every kind's step computed by them, its losses held to the CPU's.
 kernels() {
   "$BIN" kernels --arch "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1)" &&
-    "$GPU_TEST" --ignored --nocapture --test-threads 1
+    "$GPU_TEST" --ignored --nocapture --test-threads 1 --skip the_speed
 }
 
 export -f workspaces snapshots lessons contexts replays kernels
@@ -153,6 +154,7 @@ wait
 part kernels 180 bash -c 'kernels > "$GOLDEN/gpu-kernels.txt" 2>&1'
 part contexts 90 bash -c contexts
 part speed 90 bash -c 'python3 "$REF/gpu_speed.py" > "$GOLDEN/speed-pytorch.json"'
+part speed_vramlab 120 bash -c '"$GPU_TEST" --ignored --nocapture --exact the_speed_of_a_step_on_the_gpu > "$GOLDEN/speed-vramlab.txt" 2>&1'
 
 {
   echo "# Golden files from a real GPU"

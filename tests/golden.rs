@@ -331,3 +331,82 @@ fn gpu_snapshots_replay_exactly() {
         assert!(run.events > 2000, "{name}: {} events", run.events);
     }
 }
+
+/// The training steps the GPU computed with vramlab's own kernels and
+/// cuBLAS (tests/golden/gpu-kernels.txt, from `server/tests/gpu.rs`): the
+/// CPU interpreter here computes losses the recorded GPU losses follow,
+/// float32 within 1e-5 of them, autocast's half types within 1e-2; so a
+/// change to the CPU's arithmetic that the kernels do not share fails.
+#[test]
+fn the_gpus_kernels_losses_follow_the_cpu_interpreter() {
+    let text = std::fs::read_to_string(golden().join("gpu-kernels.txt")).unwrap();
+    let train_keys = ["batch_size", "amp", "accumulate", "checkpointing"];
+    let mut cases = 0;
+    for line in text.lines() {
+        let Some((fields, rest)) = line.split_once(": GPU [") else {
+            continue;
+        };
+        let fields = fields.rsplit(" ... ").next().unwrap();
+        let all: Value = serde_json::from_str(&format!("{{{fields}}}")).unwrap();
+        let gpu: Vec<f64> = rest
+            .split(']')
+            .next()
+            .unwrap()
+            .split(", ")
+            .map(|s| {
+                s.trim_start_matches("Some(")
+                    .trim_end_matches(')')
+                    .parse()
+                    .unwrap()
+            })
+            .collect();
+        let (mut model, mut train) = (
+            json!({"cmd":"model","name":"model"}),
+            json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":3}),
+        );
+        for (k, v) in all.as_object().unwrap() {
+            let to = if train_keys.contains(&k.as_str()) {
+                &mut train
+            } else {
+                &mut model
+            };
+            to[k] = v.clone();
+        }
+        let n = |k: &str| all[k].as_u64().unwrap();
+        let (features, classes) = match all["kind"].as_str().unwrap() {
+            "mlp" => (n("input_dim"), n("classes")),
+            "transformer" => (n("seq_len"), n("vocab")),
+            _ => (
+                n("channels") * n("image_size") * n("image_size"),
+                n("classes"),
+            ),
+        };
+        let mut e = Engine::new_simulated();
+        run(&mut e, model);
+        run(
+            &mut e,
+            json!({"cmd":"optimizer","name":"opt","model":"model","kind":"adam"}),
+        );
+        run(
+            &mut e,
+            json!({"cmd":"data","name":"data","samples":512,"features":features,"classes":classes}),
+        );
+        let r = run(&mut e, train);
+        let cpu: Vec<f64> = r.value.unwrap()["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["loss"].as_f64().unwrap())
+            .collect();
+        let tolerance = if all["amp"].is_string() { 1e-2 } else { 1e-5 };
+        assert_eq!(cpu.len(), gpu.len(), "{fields}");
+        for (c, g) in cpu.iter().zip(&gpu) {
+            assert!(
+                (c - g).abs() <= tolerance * c.abs(),
+                "{fields}: CPU {cpu:?}, GPU {gpu:?}"
+            );
+        }
+        cases += 1;
+    }
+    assert_eq!(cases, 7, "every kind's case is recorded");
+}

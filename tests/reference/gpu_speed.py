@@ -3,8 +3,8 @@
 matrix product's measured ceiling (8192^3), and the time of a training step
 (forward, backward, foreach Adam) of the default MLP (2 x 128, input 784,
 batch 64), of an 8 x 8192 MLP at batch 1024 in bfloat16, and of the 12 x 768
-transformer (step_trace.py's Gpt with SDPA, vocabulary 50257, sequence 1024,
-batch 8) under bfloat16 autocast: the median of 20 timed steps after 5
+transformer (step_trace.py's Gpt with SDPA, and with its attention written
+out, vocabulary 50257, sequence 1024, batch 8) under bfloat16 autocast: the median of 20 timed steps after 5
 warm-up steps, CUDA events. Prints JSON.
 
     python3 tests/reference/gpu_speed.py > tests/golden/speed-pytorch.json
@@ -74,6 +74,12 @@ def main():
     g = Gpt(layers=12, width=768, heads=12, seq_len=1024, vocab=50257, fused=True, checkpointing=False)
     ids = torch.randint(0, 50257, (8, 1024), device="cuda")
     rows["transformer 12x768 batch 8 seq 1024 bf16 autocast"] = step_time(g, ids, ids, True, True, 8 * 1024)
+    del g
+    # The same with attention written out (vramlab's kernels have no fused
+    # attention): softmax(q @ k.T * scale, masked) @ v.
+    g = Gpt(layers=12, width=768, heads=12, seq_len=1024, vocab=50257, fused=False, checkpointing=False)
+    rows["transformer 12x768 batch 8 seq 1024 bf16 autocast, eager attention"] = step_time(
+        g, ids, ids, True, True, 8 * 1024)
     print(json.dumps({"torch": torch.__version__, "cuda": torch.version.cuda,
                       "gpu": torch.cuda.get_device_name(), "steps": rows}, indent=1))
 

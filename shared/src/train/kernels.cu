@@ -60,6 +60,55 @@ __device__ __forceinline__ void st(void *p, int t, i64 i, float v) {
   }
 }
 
+// Four elements from element 4·q (a block's address is 512-byte aligned,
+// so a tensor's quads are 8- or 16-byte aligned): one vector load for
+// float32, float16 and bfloat16, as bandwidth-bound kernels need.
+__device__ __forceinline__ void ld4(const void *p, int t, i64 q, float v[4]) {
+  if (t == 0) {
+    float4 f = ((const float4 *)p)[q];
+    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+  } else if (t == 1 || t == 2) {
+    uint2 u = ((const uint2 *)p)[q];
+    unsigned int w[2] = {u.x, u.y};
+    for (int k = 0; k < 4; k++) {
+      u16 h = (u16)(w[k / 2] >> (16 * (k % 2)));
+      if (t == 2) {
+        v[k] = __uint_as_float((unsigned int)h << 16);
+      } else {
+        asm("cvt.f32.f16 %0, %1;" : "=f"(v[k]) : "h"(h));
+      }
+    }
+  } else {
+    for (int k = 0; k < 4; k++) v[k] = ld(p, t, 4 * q + k);
+  }
+}
+
+// Whether `p` can be read and written four elements at a time.
+__device__ __forceinline__ bool quads(const void *p, int t) {
+  unsigned long long a = (unsigned long long)p;
+  return t == 0 ? a % 16 == 0 : (t == 1 || t == 2) ? a % 8 == 0 : true;
+}
+
+__device__ __forceinline__ void st4(void *p, int t, i64 q, const float v[4]) {
+  if (t == 0) {
+    ((float4 *)p)[q] = make_float4(v[0], v[1], v[2], v[3]);
+  } else if (t == 1 || t == 2) {
+    unsigned int w[2] = {0, 0};
+    for (int k = 0; k < 4; k++) {
+      u16 h;
+      if (t == 2) {
+        h = to_bf16(v[k]);
+      } else {
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v[k]));
+      }
+      w[k / 2] |= (unsigned int)h << (16 * (k % 2));
+    }
+    ((uint2 *)p)[q] = make_uint2(w[0], w[1]);
+  } else {
+    for (int k = 0; k < 4; k++) st(p, t, 4 * q + k, v[k]);
+  }
+}
+
 // The sum of every thread's `v` in the block, given to all of them.
 __device__ float block_sum(float v, float *shared) {
   shared[threadIdx.x] = v;
@@ -133,7 +182,20 @@ __global__ void scale(void *out, int to, const void *x, int tx, i64 n, float fac
 }
 
 __global__ void sqrt_(void *out, int to, const void *x, int tx, i64 n) {
-  EACH(i, n) st(out, to, i, sqrtf(ld(x, tx, i)));
+  if (!(quads(out, to) && quads(x, tx))) {
+    EACH(i, n) st(out, to, i, sqrtf(ld(x, tx, i)));
+    return;
+  }
+  EACH(q, n / 4) {
+    float v[4];
+    ld4(x, tx, q, v);
+    for (int k = 0; k < 4; k++) v[k] = sqrtf(v[k]);
+    st4(out, to, q, v);
+  }
+  if (blockIdx.x == 0 && threadIdx.x < n % 4) {
+    i64 i = n - n % 4 + threadIdx.x;
+    st(out, to, i, sqrtf(ld(x, tx, i)));
+  }
 }
 
 // `~x` of a boolean tensor.
@@ -177,12 +239,20 @@ __global__ void bias_rows(void *out, int to, const void *bias, int tb, i64 n, i6
   EACH(i, n) st(out, to, i, ld(bias, tb, i % cols));
 }
 
-// `x` summed over its leading dimensions down to `n` elements, the rows in
-// order (a bias's gradient).
+// `x` summed over its leading dimensions down to `n` elements (a bias's
+// gradient): each block takes 32 columns, its 8 warps' rows interleaved,
+// their partial sums added in shared memory.
 __global__ void sum_rows(void *out, int to, const void *x, int tx, i64 n, i64 rows) {
-  EACH(j, n) {
-    float s = 0.0f;
-    for (i64 r = 0; r < rows; r++) s += ld(x, tx, r * n + j);
+  __shared__ float shared[THREADS];
+  i64 j = (i64)blockIdx.x * 32 + threadIdx.x % 32;
+  int group = threadIdx.x / 32;
+  float s = 0.0f;
+  if (j < n)
+    for (i64 r = group; r < rows; r += THREADS / 32) s += ld(x, tx, r * n + j);
+  shared[threadIdx.x] = s;
+  __syncthreads();
+  if (group == 0 && j < n) {
+    for (int k = 1; k < THREADS / 32; k++) s += shared[k * 32 + threadIdx.x];
     st(out, to, j, s);
   }
 }
@@ -358,18 +428,29 @@ __global__ void norm_backward_input(void *out, int to, const void *g, int tg, co
   }
 }
 
-// Its weight's gradient, Σ g · xhat over the rows, and (when `db`) its
-// bias's, Σ g; one thread a column.
+// Its weight's gradient, Σ g · xhat over the rows, and (when `layer`)
+// its bias's, Σ g: 32 columns a block, as `sum_rows`.
 __global__ void norm_backward_params(void *dw, int tdw, void *db, int tdb, const void *g, int tg,
                                      const void *x, int tx, const void *mean, int tm,
                                      const void *rstd, int tr, i64 cols, i64 rows, int layer) {
-  EACH(j, cols) {
-    float w = 0.0f, b = 0.0f;
-    for (i64 r = 0; r < rows; r++) {
+  __shared__ float sw[THREADS], sb[THREADS];
+  i64 j = (i64)blockIdx.x * 32 + threadIdx.x % 32;
+  int group = threadIdx.x / 32;
+  float w = 0.0f, b = 0.0f;
+  if (j < cols)
+    for (i64 r = group; r < rows; r += THREADS / 32) {
       float gv = ld(g, tg, r * cols + j);
       float mu = layer ? ld(mean, tm, r) : 0.0f;
       w += gv * (ld(x, tx, r * cols + j) - mu) * ld(rstd, tr, r);
       b += gv;
+    }
+  sw[threadIdx.x] = w;
+  sb[threadIdx.x] = b;
+  __syncthreads();
+  if (group == 0 && j < cols) {
+    for (int k = 1; k < THREADS / 32; k++) {
+      w += sw[k * 32 + threadIdx.x];
+      b += sb[k * 32 + threadIdx.x];
     }
     st(dw, tdw, j, w);
     if (layer) st(db, tdb, j, b);
@@ -427,18 +508,49 @@ __global__ void sgd_update(void *p, int tp, const void *g, int tg, void *buf, in
   }
 }
 
-// Adam (and AdamW's decoupled weight decay `decay`).
+// Adam (and AdamW's decoupled weight decay `decay`), four elements at a
+// time (the last n % 4 one by one).
+__device__ __forceinline__ void adam_one(float &x, float g, float &m, float &v, float lr,
+                                         float beta1, float beta2, float eps, float bc1,
+                                         float bc2_sqrt, float decay) {
+  x *= 1.0f - lr * decay;
+  m += (g - m) * (1.0f - beta1);
+  v = v * beta2 + (1.0f - beta2) * g * g;
+  x -= (lr / bc1) * m / (sqrtf(v) / bc2_sqrt + eps);
+}
+
 __global__ void adam_update(void *p, int tp, const void *g, int tg, void *m, int tm, void *v,
                             int tv, i64 n, float lr, float beta1, float beta2, float eps,
                             float bc1, float bc2_sqrt, float decay) {
-  EACH(i, n) {
-    float x = ld(p, tp, i) * (1.0f - lr * decay), gv = ld(g, tg, i);
-    float mv = ld(m, tm, i);
-    mv += (gv - mv) * (1.0f - beta1);
-    float vv = ld(v, tv, i) * beta2 + (1.0f - beta2) * gv * gv;
+  if (!(quads(p, tp) && quads(g, tg) && quads(m, tm) && quads(v, tv))) {
+    EACH(i, n) {
+      float x = ld(p, tp, i), mv = ld(m, tm, i), vv = ld(v, tv, i);
+      adam_one(x, ld(g, tg, i), mv, vv, lr, beta1, beta2, eps, bc1, bc2_sqrt, decay);
+      st(m, tm, i, mv);
+      st(v, tv, i, vv);
+      st(p, tp, i, x);
+    }
+    return;
+  }
+  EACH(q, n / 4) {
+    float x[4], gv[4], mv[4], vv[4];
+    ld4(p, tp, q, x);
+    ld4(g, tg, q, gv);
+    ld4(m, tm, q, mv);
+    ld4(v, tv, q, vv);
+    for (int k = 0; k < 4; k++)
+      adam_one(x[k], gv[k], mv[k], vv[k], lr, beta1, beta2, eps, bc1, bc2_sqrt, decay);
+    st4(m, tm, q, mv);
+    st4(v, tv, q, vv);
+    st4(p, tp, q, x);
+  }
+  if (blockIdx.x == 0 && threadIdx.x < n % 4) {
+    i64 i = n - n % 4 + threadIdx.x;
+    float x = ld(p, tp, i), mv = ld(m, tm, i), vv = ld(v, tv, i);
+    adam_one(x, ld(g, tg, i), mv, vv, lr, beta1, beta2, eps, bc1, bc2_sqrt, decay);
     st(m, tm, i, mv);
     st(v, tv, i, vv);
-    st(p, tp, i, x - (lr / bc1) * mv / (sqrtf(vv) / bc2_sqrt + eps));
+    st(p, tp, i, x);
   }
 }
 }

@@ -167,7 +167,7 @@ pub fn plan(
                 x.arg().to_vec(),
                 vec![K::I64(n as i64), K::I64((x.numel() / n) as i64)],
             ];
-            each("sum_rows", rest.concat())
+            one("sum_rows", Grid::Rows(n.div_ceil(32)), rest.concat())
         }
         Calc::Tril(_) => each("tril", vec![K::I64(n as i64), K::I64(out.last() as i64)]),
         Calc::MaskedFill { value, .. } => {
@@ -493,7 +493,7 @@ fn norm_backward(out: Place, parts: &[Place], args: &[Place], layer: bool) -> Op
         ),
         launch(
             "norm_backward_params",
-            Grid::Elements(cols),
+            Grid::Rows(cols.div_ceil(32)),
             [params, params_rest].concat(),
         ),
     ])
