@@ -289,3 +289,89 @@ fn the_speed_of_a_step_on_the_gpu() {
         assert!(note.contains("computed on the GPU"), "{case}: {note}");
     }
 }
+
+/// Expandable segments on the driver's virtual memory: a reserved range
+/// takes nothing, each page mapped into it takes its bytes from the
+/// driver and holds values at the range's addresses, unmapping gives
+/// them back.
+#[test]
+#[ignore = "needs an NVIDIA GPU and its driver"]
+fn an_expandable_segment_maps_pages_into_one_reserved_range() {
+    use vramlab_shared::device::DeviceMemory;
+    let real = Settings {
+        device_total_bytes: u64::MAX,
+        ..Settings::default()
+    };
+    let mut device = CudaDevice::start(0, &real).expect("a CUDA GPU");
+    let (before, _) = device.mem_get_info();
+    let base = device.reserve(1 << 30, 0).expect("a 1 GiB range");
+    assert_eq!(device.mem_get_info().0, before, "a range takes no memory");
+    let page = 20 * MIB;
+    let first = device.map(base, page).expect("a page");
+    let second = device.map(base + page, page).expect("the next page");
+    assert!(before - device.mem_get_info().0 >= 2 * page);
+    assert_eq!(device.segment_bytes(), 2 * page);
+    // A value across the two pages, read back.
+    let bytes: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
+    device
+        .write(base + page - 2048, &bytes)
+        .expect("written across pages");
+    let mut back = vec![0u8; bytes.len()];
+    device
+        .read(base + page - 2048, &mut back)
+        .expect("read back");
+    assert_eq!(back, bytes);
+    assert!(
+        device.read(base + 2 * page, &mut back).is_err(),
+        "past the pages"
+    );
+    device.unmap(base + page, second, page);
+    device.unmap(base, first, page);
+    assert_eq!(device.segment_bytes(), 0);
+    assert_eq!(device.mem_get_info().0, before);
+}
+
+/// With `expandable_segments:True` the engine's numbers on the GPU are
+/// the simulator's, command by command, and a step computed by the
+/// kernels in the mapped pages follows the CPU.
+#[test]
+#[ignore = "needs an NVIDIA GPU and its driver"]
+fn expandable_segments_count_and_compute_as_on_the_simulator() {
+    let lines = [
+        r#"{"cmd":"restart","framework":"pytorch","expandable_segments":true}"#,
+        r#"{"cmd":"alloc","name":"x","bytes":100000000}"#,
+        r#"{"cmd":"alloc","name":"y","bytes":30000000}"#,
+        r#"{"cmd":"del","name":"x"}"#,
+        r#"{"cmd":"empty_cache"}"#,
+        r#"{"cmd":"model","name":"model","layers":3,"width":256,"input_dim":64,"classes":10}"#,
+        r#"{"cmd":"optimizer","name":"opt","model":"model","kind":"adam"}"#,
+        r#"{"cmd":"data","name":"data","samples":512,"features":64,"classes":10}"#,
+        r#"{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":3,"batch_size":16}"#,
+        r#"{"cmd":"del","name":"y"}"#,
+        r#"{"cmd":"empty_cache"}"#,
+    ];
+    let engine = |choice| -> Engine {
+        select(choice, 0)
+            .expect("backend")
+            .engine()
+            .expect("engine")
+    };
+    let (mut gpu, mut sim) = (engine(DeviceChoice::Cuda), engine(DeviceChoice::Sim));
+    for line in lines {
+        let (g, s) = (gpu.run_line(line), sim.run_line(line));
+        assert!(g.ok && s.ok, "{line}: {:?} / {:?}", g.error, s.error);
+        assert_eq!(g.stats.allocated_bytes, s.stats.allocated_bytes, "{line}");
+        assert_eq!(g.stats.reserved_bytes, s.stats.reserved_bytes, "{line}");
+        if line.contains("\"train\"") {
+            let note = g.note.clone().unwrap_or_default();
+            eprintln!("expandable segments: {note}");
+            assert!(note.contains("computed on the GPU ("), "{note}");
+            let loss = |r: &vramlab_shared::protocol::StepRecord| {
+                r.value.as_ref().unwrap()["steps"][2]["loss"]
+                    .as_f64()
+                    .unwrap()
+            };
+            assert!((loss(&g) - loss(&s)).abs() <= 1e-5 * loss(&s).abs());
+        }
+    }
+}

@@ -75,6 +75,27 @@ pub trait Device: Send {
     fn malloc(&mut self, bytes: u64) -> Result<u64, DeviceError>;
     /// `cudaFree` of a segment obtained from [`Device::malloc`].
     fn free(&mut self, address: u64, bytes: u64);
+    /// `cuMemAddressReserve`: a virtual address range of at least `bytes`
+    /// for an expandable segment, at `hint` where the device can place it;
+    /// nothing is mapped there yet. A simulated GPU's range is where the
+    /// allocator asks.
+    fn reserve(&mut self, bytes: u64, hint: u64) -> Result<u64, DeviceError> {
+        let _ = bytes;
+        Ok(hint)
+    }
+    /// `cuMemCreate` + `cuMemMap`: `bytes` of memory mapped at `address`
+    /// inside a reserved range (a page of an expandable segment); returns
+    /// the handle [`Device::unmap`] gives back. By default the memory is
+    /// a segment of its own, counted as `malloc` counts it.
+    fn map(&mut self, address: u64, bytes: u64) -> Result<u64, DeviceError> {
+        let _ = address;
+        self.malloc(bytes)
+    }
+    /// `cuMemUnmap` + `cuMemRelease` of what [`Device::map`] made.
+    fn unmap(&mut self, address: u64, handle: u64, bytes: u64) {
+        let _ = address;
+        self.free(handle, bytes)
+    }
     /// `cudaMemGetInfo`: `(free, total)` for the whole device, other
     /// processes included.
     fn mem_get_info(&self) -> (u64, u64);

@@ -13,6 +13,7 @@
 //! engine reports on a GPU is the one read from the GPU.
 
 use super::kernels::Kernels;
+use super::vmm::Vmm;
 use super::{Probe, StandIn};
 use cudarc::driver::{result, sys, CudaContext};
 use std::collections::BTreeMap;
@@ -65,13 +66,17 @@ pub struct CudaDevice {
     /// The step's kernels and cuBLAS in this context, loaded at the first
     /// step that asks (or why they could not be).
     kernels: Option<Result<Kernels, String>>,
+    /// Expandable segments' ranges and pages.
+    vmm: Vmm,
 }
 
 impl Drop for CudaDevice {
-    /// The kernels and the cuBLAS handle go first, in their context.
+    /// The kernels and the cuBLAS handle go first, then the expandable
+    /// segments' pages and ranges, in their context.
     fn drop(&mut self) {
         if self.ctx.bind_to_thread().is_ok() {
             self.kernels = None;
+            self.vmm.release_all();
         }
     }
 }
@@ -119,6 +124,7 @@ impl CudaDevice {
             last_free: AtomicU64::new(free as u64),
             stand_in,
             kernels: None,
+            vmm: Vmm::new(ordinal),
         })
     }
 }
@@ -176,6 +182,34 @@ impl Device for CudaDevice {
                 tracing::error!(error = ?e, address, "cuMemFree failed");
             }
         }
+    }
+
+    /// `cuMemAddressReserve` for an expandable segment.
+    fn reserve(&mut self, bytes: u64, hint: u64) -> Result<u64, DeviceError> {
+        self.bind()?;
+        self.vmm.reserve(bytes, hint)
+    }
+
+    /// `cuMemCreate` + `cuMemMap` of one page of an expandable segment,
+    /// counted as a segment's bytes (and within a stand-in's room).
+    fn map(&mut self, address: u64, bytes: u64) -> Result<u64, DeviceError> {
+        if self
+            .stand_in
+            .is_some_and(|s| bytes > s.free_bytes(self.segment_bytes))
+        {
+            return Err(DeviceError::OutOfMemory);
+        }
+        self.bind()?;
+        let handle = self.vmm.map(address, bytes)?;
+        self.segment_bytes += bytes;
+        Ok(handle)
+    }
+
+    fn unmap(&mut self, address: u64, handle: u64, bytes: u64) {
+        if self.bind().is_ok() {
+            self.vmm.unmap(address, handle, bytes);
+        }
+        self.segment_bytes = self.segment_bytes.saturating_sub(bytes);
     }
 
     /// `cuMemGetInfo` (standing in for a smaller GPU: that one's total, and
@@ -237,13 +271,20 @@ impl CudaDevice {
         }
     }
 
-    /// `len` bytes at `at` lie inside one live segment of this context,
-    /// and the context is current.
+    fn bind(&self) -> Result<(), DeviceError> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| DeviceError::Driver(format!("cannot bind the CUDA context: {e:?}")))
+    }
+
+    /// `len` bytes at `at` lie inside one live segment of this context
+    /// (or in mapped pages of an expandable one), and the context is
+    /// current.
     fn reach(&self, at: u64, len: usize) -> Result<(), DeviceError> {
         let inside = (self.segments.range(..=at).next_back()).is_some_and(|(&base, &size)| {
             at.checked_add(len as u64)
                 .is_some_and(|end| end <= base + size)
-        });
+        }) || self.vmm.covers(at, len as u64);
         if !inside {
             return Err(DeviceError::Driver(format!(
                 "{len} bytes at {at:#x} lie outside this process's segments"

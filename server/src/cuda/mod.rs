@@ -8,6 +8,8 @@
 pub mod driver;
 #[cfg(feature = "cuda")]
 pub mod kernels;
+#[cfg(feature = "cuda")]
+pub mod vmm;
 
 use vramlab_shared::device::Device;
 use vramlab_shared::engine::DeviceFactory;

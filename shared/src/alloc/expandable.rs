@@ -25,12 +25,13 @@ use super::caching::{
     allocation_size, pool_for_size, round_size, CachingConfig, LARGE_BUFFER, MIN_BLOCK_SIZE,
 };
 use super::{
-    device_malloc, AllocError, Allocator, AllocatorStats, BlockId, BlockState, BlockView,
-    OutOfMemory, PoolKind, SegmentView, Slab, Trace, TraceAction, TraceEvent,
+    AllocError, Allocator, AllocatorStats, BlockId, BlockState, BlockView, OutOfMemory, PoolKind,
+    SegmentView, Slab, Trace, TraceAction, TraceEvent,
 };
 use crate::device::Device;
 #[cfg(debug_assertions)]
 use crate::error::Broken;
+use crate::error::DeviceError;
 use crate::units::round_up;
 #[cfg(debug_assertions)]
 use space::check_space;
@@ -80,15 +81,24 @@ impl ExpandableAllocator {
         self.next_base = base;
     }
 
-    /// The pool's expandable segment, reserved at its first use.
-    fn space(&mut self, pool: PoolKind) -> &mut Space {
+    /// The pool's expandable segment: its address range reserved from the
+    /// device at the pool's first allocation (`cuMemAddressReserve`).
+    fn reserve(&mut self, device: &mut dyn Device, pool: PoolKind) -> Result<(), AllocError> {
         let i = slot(pool);
         if self.spaces[i].is_none() {
-            let space = Space::new(pool, self.next_base, self.device_total);
-            self.next_base = round_up(self.next_base + space.size, LARGE_BUFFER);
-            self.spaces[i] = Some(space);
+            let size = Space::new(pool, self.next_base, self.device_total).size;
+            let base = device.reserve(size, self.next_base).map_err(driver_error)?;
+            self.next_base = round_up(base + size, LARGE_BUFFER);
+            self.spaces[i] = Some(Space::new(pool, base, self.device_total));
         }
-        self.spaces[i].as_mut().expect("just reserved")
+        Ok(())
+    }
+
+    /// The pool's expandable segment, once reserved.
+    fn space(&mut self, pool: PoolKind) -> &mut Space {
+        self.spaces[slot(pool)]
+            .as_mut()
+            .expect("the pool's range was reserved at its first allocation")
     }
 
     /// Hands out `size` bytes of the free piece `at`, splitting when at
@@ -161,13 +171,17 @@ impl ExpandableAllocator {
         let bytes = round_up(len, page).min(piece_size);
         let mut mapped = Vec::new();
         for offset in (0..bytes).step_by(page as usize) {
-            match device_malloc(device, page) {
-                Ok(Some(memory)) => mapped.push((address + offset, memory)),
+            match device.map(address + offset, page) {
+                Ok(memory) => mapped.push((address + offset, memory)),
                 failed => {
-                    for &(_, memory) in &mapped {
-                        device.free(memory, page);
+                    for &(at, memory) in &mapped {
+                        device.unmap(at, memory, page);
                     }
-                    return failed.map(|_| None);
+                    return match failed {
+                        Err(DeviceError::OutOfMemory) => Ok(None),
+                        Err(e) => Err(driver_error(e)),
+                        Ok(_) => Ok(None),
+                    };
                 }
             }
         }
@@ -219,7 +233,7 @@ impl ExpandableAllocator {
             .collect();
         for (a, memory) in pages {
             space.pages.remove(&a);
-            device.free(memory, page);
+            device.unmap(a, memory, page);
         }
         let middle = if start > address {
             space
@@ -268,6 +282,7 @@ impl Allocator for ExpandableAllocator {
         }
         let size = round_size(requested, &self.config.roundup_power2_divisions);
         let pool = pool_for_size(size);
+        self.reserve(device, pool)?;
         if let Some(at) = self.space(pool).best_fit(size) {
             return Ok(Some(self.allocate_at(pool, at, size, requested)));
         }
@@ -429,3 +444,13 @@ impl Allocator for ExpandableAllocator {
 mod space;
 #[cfg(test)]
 mod tests;
+
+/// A driver failure (not an out-of-memory) as the allocator reports it.
+fn driver_error(e: DeviceError) -> AllocError {
+    match e {
+        DeviceError::Driver(message) => AllocError::Driver(message),
+        DeviceError::OutOfMemory => {
+            AllocError::Driver("out of memory reserving an address range".into())
+        }
+    }
+}
