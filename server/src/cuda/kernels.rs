@@ -80,9 +80,12 @@ unsafe fn log_of(program: nvrtc_sys::nvrtcProgram) -> String {
     }
 }
 
+/// A compute capability's cubin, or why there is none.
+type Compiled = BTreeMap<(u32, u32), Result<Vec<u8>, String>>;
+
 /// Each capability's cubin, compiled once in this process.
 fn cubin_for(cc: (u32, u32)) -> Result<Vec<u8>, String> {
-    static CACHE: OnceLock<Mutex<BTreeMap<(u32, u32), Result<Vec<u8>, String>>>> = OnceLock::new();
+    static CACHE: OnceLock<Mutex<Compiled>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
     cache.entry(cc).or_insert_with(|| compile(cc)).clone()

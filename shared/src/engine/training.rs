@@ -27,6 +27,7 @@ pub(super) struct Plan {
     pub compute: bool,
     /// Too big for the CPU, but every op has the device's kernels: the
     /// step runs on the device alone (`engine::device_step`).
+    #[cfg(feature = "device-values")]
     pub device_only: bool,
     /// What one micro-batch's arithmetic costs, when that is why it does
     /// not run (`None`: this build computes no program).
@@ -160,8 +161,6 @@ impl Engine {
         };
         #[cfg(feature = "device-values")]
         let device_only = !compute && self.device_runs(&program, optimizer);
-        #[cfg(not(feature = "device-values"))]
-        let device_only = false;
         Ok(Plan {
             model,
             spec,
@@ -169,6 +168,7 @@ impl Engine {
             data,
             micro_batch,
             compute,
+            #[cfg(feature = "device-values")]
             device_only,
             flops,
             program,
