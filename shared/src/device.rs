@@ -78,7 +78,9 @@ pub trait Device: Send {
     /// `cuMemAddressReserve`: a virtual address range of at least `bytes`
     /// for an expandable segment, at `hint` where the device can place it;
     /// nothing is mapped there yet. A simulated GPU's range is where the
-    /// allocator asks.
+    /// allocator asks. (With `device-values`: the page's engine, on a
+    /// simulated GPU only, maps each page as a segment of its own.)
+    #[cfg(feature = "device-values")]
     fn reserve(&mut self, bytes: u64, hint: u64) -> Result<u64, DeviceError> {
         let _ = bytes;
         Ok(hint)
@@ -87,11 +89,13 @@ pub trait Device: Send {
     /// inside a reserved range (a page of an expandable segment); returns
     /// the handle [`Device::unmap`] gives back. By default the memory is
     /// a segment of its own, counted as `malloc` counts it.
+    #[cfg(feature = "device-values")]
     fn map(&mut self, address: u64, bytes: u64) -> Result<u64, DeviceError> {
         let _ = address;
         self.malloc(bytes)
     }
     /// `cuMemUnmap` + `cuMemRelease` of what [`Device::map`] made.
+    #[cfg(feature = "device-values")]
     fn unmap(&mut self, address: u64, handle: u64, bytes: u64) {
         let _ = address;
         self.free(handle, bytes)

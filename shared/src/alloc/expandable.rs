@@ -31,7 +31,6 @@ use super::{
 use crate::device::Device;
 #[cfg(debug_assertions)]
 use crate::error::Broken;
-use crate::error::DeviceError;
 use crate::units::round_up;
 #[cfg(debug_assertions)]
 use space::check_space;
@@ -81,24 +80,35 @@ impl ExpandableAllocator {
         self.next_base = base;
     }
 
-    /// The pool's expandable segment: its address range reserved from the
-    /// device at the pool's first allocation (`cuMemAddressReserve`).
+    /// On a device that holds values (a GPU's virtual memory), the pool's
+    /// address range reserved from the driver (`cuMemAddressReserve`) at
+    /// its first allocation, where the driver puts it.
+    #[cfg(feature = "device-values")]
     fn reserve(&mut self, device: &mut dyn Device, pool: PoolKind) -> Result<(), AllocError> {
-        let i = slot(pool);
-        if self.spaces[i].is_none() {
-            let size = Space::new(pool, self.next_base, self.device_total).size;
-            let base = device.reserve(size, self.next_base).map_err(driver_error)?;
+        if self.spaces[slot(pool)].is_some() {
+            return Ok(());
+        }
+        let hint = self.next_base;
+        let size = self.space(pool).size;
+        let base = device
+            .reserve(size, hint)
+            .map_err(|e| AllocError::Driver(e.to_string()))?;
+        if base != hint {
+            self.spaces[slot(pool)] = Some(Space::new(pool, base, self.device_total));
             self.next_base = round_up(base + size, LARGE_BUFFER);
-            self.spaces[i] = Some(Space::new(pool, base, self.device_total));
         }
         Ok(())
     }
 
-    /// The pool's expandable segment, once reserved.
+    /// The pool's expandable segment, reserved at its first use.
     fn space(&mut self, pool: PoolKind) -> &mut Space {
-        self.spaces[slot(pool)]
-            .as_mut()
-            .expect("the pool's range was reserved at its first allocation")
+        let i = slot(pool);
+        if self.spaces[i].is_none() {
+            let space = Space::new(pool, self.next_base, self.device_total);
+            self.next_base = round_up(self.next_base + space.size, LARGE_BUFFER);
+            self.spaces[i] = Some(space);
+        }
+        self.spaces[i].as_mut().expect("just reserved")
     }
 
     /// Hands out `size` bytes of the free piece `at`, splitting when at
@@ -171,17 +181,13 @@ impl ExpandableAllocator {
         let bytes = round_up(len, page).min(piece_size);
         let mut mapped = Vec::new();
         for offset in (0..bytes).step_by(page as usize) {
-            match device.map(address + offset, page) {
-                Ok(memory) => mapped.push((address + offset, memory)),
+            match pages::map(device, address + offset, page) {
+                Ok(Some(memory)) => mapped.push((address + offset, memory)),
                 failed => {
                     for &(at, memory) in &mapped {
-                        device.unmap(at, memory, page);
+                        pages::unmap(device, at, memory, page);
                     }
-                    return match failed {
-                        Err(DeviceError::OutOfMemory) => Ok(None),
-                        Err(e) => Err(driver_error(e)),
-                        Ok(_) => Ok(None),
-                    };
+                    return failed.map(|_| None);
                 }
             }
         }
@@ -233,7 +239,7 @@ impl ExpandableAllocator {
             .collect();
         for (a, memory) in pages {
             space.pages.remove(&a);
-            device.unmap(a, memory, page);
+            pages::unmap(device, a, memory, page);
         }
         let middle = if start > address {
             space
@@ -282,6 +288,7 @@ impl Allocator for ExpandableAllocator {
         }
         let size = round_size(requested, &self.config.roundup_power2_divisions);
         let pool = pool_for_size(size);
+        #[cfg(feature = "device-values")]
         self.reserve(device, pool)?;
         if let Some(at) = self.space(pool).best_fit(size) {
             return Ok(Some(self.allocate_at(pool, at, size, requested)));
@@ -445,12 +452,35 @@ mod space;
 #[cfg(test)]
 mod tests;
 
-/// A driver failure (not an out-of-memory) as the allocator reports it.
-fn driver_error(e: DeviceError) -> AllocError {
-    match e {
-        DeviceError::Driver(message) => AllocError::Driver(message),
-        DeviceError::OutOfMemory => {
-            AllocError::Driver("out of memory reserving an address range".into())
+/// A page of an expandable segment mapped and unmapped: on a device that
+/// holds values, into its reserved range (`Device::map`, `unmap`: a GPU's
+/// virtual memory); in the page's engine (a simulated GPU only, and its
+/// download budget) each page a segment of its own, which counts the same.
+mod pages {
+    use super::AllocError;
+    use crate::device::Device;
+
+    #[cfg(feature = "device-values")]
+    pub fn map(device: &mut dyn Device, at: u64, bytes: u64) -> Result<Option<u64>, AllocError> {
+        match device.map(at, bytes) {
+            Ok(handle) => Ok(Some(handle)),
+            Err(crate::error::DeviceError::OutOfMemory) => Ok(None),
+            Err(e) => Err(AllocError::Driver(e.to_string())),
         }
+    }
+
+    #[cfg(not(feature = "device-values"))]
+    pub fn map(device: &mut dyn Device, _: u64, bytes: u64) -> Result<Option<u64>, AllocError> {
+        crate::alloc::device_malloc(device, bytes)
+    }
+
+    #[cfg(feature = "device-values")]
+    pub fn unmap(device: &mut dyn Device, at: u64, handle: u64, bytes: u64) {
+        device.unmap(at, handle, bytes)
+    }
+
+    #[cfg(not(feature = "device-values"))]
+    pub fn unmap(device: &mut dyn Device, _: u64, handle: u64, bytes: u64) {
+        device.free(handle, bytes)
     }
 }

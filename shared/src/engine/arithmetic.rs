@@ -117,7 +117,7 @@ impl Engine {
     }
 
     /// Where the steps since the last call computed their numbers, as a
-    /// `train` note says it, and the fault that stopped a device's values.
+    /// `train` note says it, and why a device gave none (its fault).
     pub(super) fn take_computed_where(&mut self) -> (String, Option<String>) {
         #[cfg(feature = "device-values")]
         {
@@ -127,16 +127,16 @@ impl Engine {
                     "on the GPU alone ({} ops by its kernels and cuBLAS, opt.step() by its update kernels; a step this big is not checked against the CPU, its kernels are on smaller steps)",
                     t.on_device
                 );
-                return (said, t.fault);
+                return (said, why_none(t.fault));
             }
             if t.on_device > 0 {
                 let said = format!(
                     "on the GPU ({} ops by its kernels and cuBLAS, {} on the CPU and copied there; every value held to the CPU's)",
                     t.on_device, t.copied
                 );
-                return (said, t.fault);
+                return (said, why_none(t.fault));
             }
-            ("on the CPU".into(), t.fault)
+            ("on the CPU".into(), why_none(t.fault))
         }
         #[cfg(not(feature = "device-values"))]
         ("on the CPU".into(), None)
@@ -210,4 +210,10 @@ fn param_dtypes(spec: &ModelSpec) -> Vec<crate::types::Dtype> {
 fn program_cost(spec: &ModelSpec, program: &Program) -> cpu::Cost {
     let shapes: Vec<Vec<u64>> = spec.parameters().into_iter().map(|t| t.shape).collect();
     cpu::cost(program, &shapes)
+}
+
+/// Why a step on a device computed no loss: its first fault.
+#[cfg(feature = "device-values")]
+fn why_none(fault: Option<String>) -> Option<String> {
+    fault.map(|f| format!("the GPU's values were not the CPU's ({f})"))
 }

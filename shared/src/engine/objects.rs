@@ -119,6 +119,7 @@ impl Engine {
                 grad_values: Vec::new(),
                 session,
                 seed: model ^ 0x6d6f_64656c,
+                #[cfg(feature = "device-values")]
                 device_resident: false,
             },
         );

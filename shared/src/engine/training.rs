@@ -417,7 +417,7 @@ fn train_outcome(
             plural(a.steps, "step"),
             a.batch_size,
             match (fault, plan.flops) {
-                (Some(fault), _) => format!("the GPU's values were not the CPU's ({fault})"),
+                (Some(why), _) => why,
                 (None, Some(flops)) => format!("a step of {:.0} MFLOP is too big to compute here", flops as f64 / 1e6),
                 (None, None) => crate::train::cpu::NOT_IN_THIS_BUILD.into(),
             }

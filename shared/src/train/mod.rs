@@ -56,6 +56,7 @@ pub struct ModelState {
     /// Its values live on the device alone (a step too big for the CPU,
     /// on a GPU whose kernels run it all): drawn there at that step, and
     /// the host holds none.
+    #[cfg(feature = "device-values")]
     pub device_resident: bool,
 }
 
