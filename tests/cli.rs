@@ -258,6 +258,82 @@ fn an_exported_session_replays_exactly_through_the_command_line() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `vramlab replay --fix`: the fragmentation lesson's recording runs
+/// through in its room with expandable segments or `max_split_size_mb`
+/// (and not with `roundup_power2_divisions`, whose rounding of the 700 MiB
+/// tensor alone is too big); a recording whose live tensors alone exceed
+/// the room gets the shortfall and the frames holding it; one with no
+/// out-of-memory has nothing to fix.
+#[test]
+fn replay_fix_names_the_settings_that_avoid_the_out_of_memory() {
+    let dir = std::env::temp_dir().join(format!("vramlab-fix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let export = |lesson: &str| {
+        let pickle = dir.join(format!("{lesson}.pickle"));
+        let path = vramlab_tests::root().join(format!("tests/lessons/{lesson}.jsonl"));
+        let status = Command::new(vramlab_bin())
+            .args(["run", "--device", "sim", "--export-snapshot"])
+            .arg(&pickle)
+            .arg(&path)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        pickle
+    };
+    let fragmented = export("05-fragmentation-oom");
+    let text = String::from_utf8(replay(&fragmented, &["--fix"]).stdout).unwrap();
+    for line in [
+        "fix for the out-of-memory at event 17 (a request of 150.00 MiB):",
+        "  room: 724.00 MiB, what the process held and the driver still had free",
+        "  the recorded settings in that room: out of memory at event 17",
+        "    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: peak reserved 700.00 MiB",
+        "    PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128: peak reserved 700.00 MiB",
+        "  still out of memory: roundup_power2_divisions=4 (event 1), roundup_power2_divisions=8 (event 10)",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+    }
+    assert!(!text.contains("no allocator setting runs it"), "{text}");
+    let out = replay(&fragmented, &["--fix", "--json"]);
+    let last: serde_json::Value = serde_json::from_str(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .last()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(last["fix"]["recorded"]["out_of_memory_at"], 17, "{last}");
+    assert_eq!(last["fix"]["room_bytes"], 724u64 << 20);
+    assert_eq!(
+        last["fix"]["candidates"][0]["alloc_conf"],
+        "expandable_segments:True"
+    );
+    assert_eq!(last["fix"]["candidates"][0]["runs"], true);
+    // Recorded on an H100 under a 2 GiB memory fraction: the live tensors
+    // alone and the request exceed the most the process held.
+    let golden = vramlab_tests::root().join("tests/golden/snapshot-oom.pickle");
+    let text = String::from_utf8(replay(&golden, &["--fix"]).stdout).unwrap();
+    for line in [
+        "  room: 1.98 GiB, the most the process held: it hit a limit of its own (a memory fraction), so at least this",
+        "  no allocator setting runs it: the live tensors (1.63 GiB) and the request (512.00 MiB) exceed the room by 152.72 MiB; the frames holding the most then:",
+        "    641.00 MiB  forward (tests/reference/step_trace.py:114)",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+    }
+    assert!(
+        text.contains("as recorded, on a GPU with more room: the smallest, t4"),
+        "{text}"
+    );
+    let calm = export("01-del-vs-empty-cache");
+    let text = String::from_utf8(replay(&calm, &["--fix"]).stdout).unwrap();
+    assert!(
+        text.contains("fix: the recording shows no out-of-memory; nothing to fix"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `vramlab replay FILE ARGS…`.
 fn replay(file: &std::path::Path, args: &[&str]) -> std::process::Output {
     Command::new(vramlab_bin())

@@ -68,6 +68,13 @@ pub struct ReplayArgs {
     /// JSON line with the outcome of every run.
     #[arg(long)]
     pub json: bool,
+    /// Search the settings that would have avoided the recording's first
+    /// out-of-memory: allocator settings in the room the process had, and
+    /// larger GPUs; print those that run through, fewest bytes reserved
+    /// first, with the PYTORCH_CUDA_ALLOC_CONF line to set, or how much
+    /// memory was short and which frames held it.
+    #[arg(long)]
+    pub fix: bool,
     /// Write the last what-if run as a PyTorch memory snapshot (pickle;
     /// JSON for a .json name) that memory_viz opens and `replay` follows.
     #[arg(long = "export-snapshot")]

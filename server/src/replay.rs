@@ -1,11 +1,13 @@
 //! `vramlab replay`: a real PyTorch memory snapshot replayed exactly as
 //! recorded (checked event by event) and under other settings, with a
-//! summary or, with `--json`, one record per event and the outcome.
+//! summary or, with `--json`, one record per event and the outcome; with
+//! `--fix`, the settings that would have avoided its out-of-memory.
 
 use crate::cli::ReplayArgs;
 use std::io::Write;
 use std::process::ExitCode;
 use vramlab_shared::framework::RestartSettings;
+use vramlab_shared::torch_snapshot::fix::{search_fix, FixReport};
 use vramlab_shared::torch_snapshot::replay::{
     busiest_device, export_what_if, replay_exact, replay_what_if, ReplayRun,
 };
@@ -37,10 +39,17 @@ pub fn replay_file(args: &ReplayArgs, out: &mut impl Write) -> anyhow::Result<Ex
         };
         write_snapshot_file(&export_what_if(&snapshot, device, last)?, path)?;
     }
+    let fix = match args.fix {
+        true => Some(search_fix(&snapshot, device)?),
+        false => None,
+    };
     if args.json {
-        write_json(out, &snapshot, device, &exact, &runs)?;
+        write_json(out, &snapshot, device, &exact, &runs, fix.as_ref())?;
     } else {
         write_summary(out, &snapshot, device, &exact, &runs)?;
+        if let Some(fix) = &fix {
+            write_fix(out, fix.as_ref())?;
+        }
     }
     Ok(match &exact {
         Ok(run) if run.exact == Some(false) => ExitCode::from(1),
@@ -153,6 +162,7 @@ fn write_json(
     device: usize,
     exact: &Result<ReplayRun, torch_snapshot::SnapshotError>,
     runs: &[(String, ReplayRun)],
+    fix: Option<&Option<FixReport>>,
 ) -> anyhow::Result<()> {
     let trace = snapshot.trace(device);
     if let Ok(run) = exact {
@@ -196,6 +206,84 @@ fn write_json(
         }
         Err(e) => last["error"] = e.to_string().into(),
     }
+    if let Some(fix) = fix {
+        last["fix"] = serde_json::to_value(fix)?;
+    }
     writeln!(out, "{last}")?;
+    Ok(())
+}
+
+/// `--fix`: the settings that run the recording through its first
+/// out-of-memory, or the shortfall and who held the memory.
+fn write_fix(out: &mut impl Write, fix: Option<&FixReport>) -> anyhow::Result<()> {
+    let Some(fix) = fix else {
+        writeln!(
+            out,
+            "fix: the recording shows no out-of-memory; nothing to fix"
+        )?;
+        return Ok(());
+    };
+    writeln!(
+        out,
+        "fix for the out-of-memory at event {} (a request of {}):",
+        fix.event,
+        format_size(fix.request_bytes)
+    )?;
+    let room = match fix.room_exact {
+        true => "what the process held and the driver still had free",
+        false => "the most the process held: it hit a limit of its own (a memory fraction), so at least this",
+    };
+    writeln!(out, "  room: {}, {room}", format_size(fix.room_bytes))?;
+    let recorded = match fix.recorded.out_of_memory_at {
+        Some(at) => format!("out of memory at event {at}"),
+        None => "runs through: the recorded failure does not happen in this room".into(),
+    };
+    writeln!(out, "  the recorded settings in that room: {recorded}")?;
+    let ranked = fix.ranked();
+    if !ranked.is_empty() {
+        writeln!(out, "  runs through, fewest bytes reserved first:")?;
+    }
+    for c in ranked.iter().filter(|c| c.alloc_conf.is_some()) {
+        let conf = c.alloc_conf.as_deref().unwrap_or_default();
+        writeln!(
+            out,
+            "    PYTORCH_CUDA_ALLOC_CONF={conf}: peak reserved {}",
+            format_size(c.peak_reserved_bytes)
+        )?;
+    }
+    if let Some(gpu) = fix.smallest_gpu() {
+        writeln!(
+            out,
+            "    as recorded, on a GPU with more room: the smallest, {} ({} free): peak reserved {}",
+            gpu.what_if.trim_start_matches("gpu="),
+            format_size(fix.gpu_free_bytes(gpu)),
+            format_size(gpu.peak_reserved_bytes)
+        )?;
+    }
+    let failing: Vec<String> = (fix.candidates.iter())
+        .filter(|c| !c.runs && c.alloc_conf.is_some())
+        .map(|c| {
+            format!(
+                "{} (event {})",
+                c.what_if,
+                c.out_of_memory_at.unwrap_or(fix.event)
+            )
+        })
+        .collect();
+    if !failing.is_empty() {
+        writeln!(out, "  still out of memory: {}", failing.join(", "))?;
+    }
+    if !ranked.iter().any(|c| c.alloc_conf.is_some()) {
+        writeln!(
+            out,
+            "  no allocator setting runs it: the live tensors ({}) and the request ({}) exceed the room by {}; the frames holding the most then:",
+            format_size(fix.allocated_bytes),
+            format_size(fix.request_bytes),
+            format_size(fix.shortfall_bytes())
+        )?;
+        for (frame, bytes) in &fix.holders {
+            writeln!(out, "    {}  {frame}", format_size(*bytes))?;
+        }
+    }
     Ok(())
 }

@@ -17,6 +17,7 @@
 
 mod decode;
 pub mod export;
+pub mod fix;
 mod fold;
 pub mod format;
 pub mod frame;

@@ -199,7 +199,7 @@ fn what_if_settings(
     Ok(settings)
 }
 
-struct Replay<'a> {
+pub(super) struct Replay<'a> {
     trace: &'a Trace,
     exact: bool,
     device: SimDevice,
@@ -221,7 +221,7 @@ struct Replay<'a> {
 }
 
 impl<'a> Replay<'a> {
-    fn new(
+    pub(super) fn new(
         snapshot: &'a MemorySnapshot,
         device_index: usize,
         settings: Settings,
@@ -265,12 +265,38 @@ impl<'a> Replay<'a> {
         Ok(replay)
     }
 
-    fn run(mut self) -> Result<ReplayRun, SnapshotError> {
+    pub(super) fn run(mut self) -> Result<ReplayRun, SnapshotError> {
         let trace = self.trace;
         for (index, e) in trace.iter().enumerate() {
             self.step(index, &e);
             self.sample(index);
         }
+        self.finish()
+    }
+
+    /// [`Replay::run`], asking again at each recorded out-of-memory for
+    /// what failed there (and giving it back at once: what the program did
+    /// next is not in the trace): whether this run would have served it.
+    pub(super) fn run_probing(mut self) -> Result<ReplayRun, SnapshotError> {
+        let trace = self.trace;
+        for (index, e) in trace.iter().enumerate() {
+            self.step(index, &e);
+            if e.action == Action::Oom {
+                let ask = TraceEntry {
+                    addr: u64::MAX - index as u64,
+                    size: e.size,
+                    stream: e.stream,
+                    ..TraceEntry::new(Action::Alloc)
+                };
+                self.alloc(index, &ask);
+                self.free(index, &ask);
+            }
+            self.sample(index);
+        }
+        self.finish()
+    }
+
+    fn finish(mut self) -> Result<ReplayRun, SnapshotError> {
         if self.released_since {
             self.empty_cache();
         }
