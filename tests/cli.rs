@@ -334,6 +334,105 @@ fn replay_fix_names_the_settings_that_avoid_the_out_of_memory() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `vramlab diff A B` on exports of two sessions that differ in one line:
+/// the batch doubled puts the difference in the batch and the activations
+/// it scales; `total_loss += loss` against `.item()` in one tensor alive
+/// at B's peak only.
+#[test]
+fn diff_attributes_the_peak_difference_to_the_frames_that_make_it() {
+    let dir = std::env::temp_dir().join(format!("vramlab-diff-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let export = |name: &str, train: &str| {
+        let pickle = dir.join(format!("{name}.pickle"));
+        let lines = [
+            r#"{"cmd":"model","name":"model","layers":2,"width":1024,"input_dim":784,"classes":10}"#,
+            r#"{"cmd":"optimizer","name":"opt","model":"model","kind":"adam"}"#,
+            r#"{"cmd":"data","name":"data","samples":4096,"features":784,"classes":10}"#,
+            train,
+        ];
+        let mut child = Command::new(vramlab_bin())
+            .args(["run", "-", "--device", "sim", "--export-snapshot"])
+            .arg(&pickle)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(lines.join("\n").as_bytes())
+            .unwrap();
+        assert!(child.wait().unwrap().success());
+        pickle
+    };
+    let train = |extra: &str| {
+        format!(
+            r#"{{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":2{extra}}}"#
+        )
+    };
+    let small = export("b64", &train(r#","steps":2,"batch_size":64"#));
+    let large = export("b128", &train(r#","steps":2,"batch_size":128"#));
+    let out = Command::new(vramlab_bin())
+        .arg("diff")
+        .arg(&small)
+        .arg(&large)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("B's peak is 452.50 KiB higher; 100% of it is in:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  +196.00 KiB  x (A 196.00 KiB, B 392.00 KiB)"),
+        "{text}"
+    );
+    let out = Command::new(vramlab_bin())
+        .args(["diff", "--json"])
+        .arg(&small)
+        .arg(&large)
+        .output()
+        .unwrap();
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (a, b) = (
+        d["a"]["allocated_bytes"].as_u64().unwrap(),
+        d["b"]["allocated_bytes"].as_u64().unwrap(),
+    );
+    let explained: i64 = (d["explaining"].as_array().unwrap().iter())
+        .map(|f| f["b_bytes"].as_i64().unwrap() - f["a_bytes"].as_i64().unwrap())
+        .sum();
+    assert!(explained as f64 >= 0.9 * (b - a) as f64, "{d}");
+    assert!(!d["a"]["timeline"].as_array().unwrap().is_empty());
+    let item = export(
+        "item",
+        &train(r#","steps":20,"batch_size":64,"loss_history":"item""#),
+    );
+    let tensor = export(
+        "tensor",
+        &train(r#","steps":20,"batch_size":64,"loss_history":"tensor""#),
+    );
+    let out = Command::new(vramlab_bin())
+        .arg("diff")
+        .arg(&item)
+        .arg(&tensor)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("  +512 bytes  total_loss (A 0 bytes, B 512 bytes)"),
+        "{text}"
+    );
+    assert!(text.contains("  B only: 512 bytes  total_loss"), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `vramlab replay FILE ARGS…`.
 fn replay(file: &std::path::Path, args: &[&str]) -> std::process::Output {
     Command::new(vramlab_bin())

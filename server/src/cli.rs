@@ -31,6 +31,10 @@ pub enum Command {
     /// `torch.cuda.memory._dump_snapshot()` writes, or its JSON): exactly as
     /// recorded, checked event by event, and under other settings.
     Replay(ReplayArgs),
+    /// Compare two PyTorch memory snapshots (or a recording and its
+    /// what-if, exported): each one's peak of allocated memory, and the
+    /// frames that make the difference, ranked until they explain 90% of it.
+    Diff(DiffArgs),
     /// Compile the training step's GPU kernels with NVRTC for each compute
     /// capability (default: 7.5, 8.0, 8.9 and 9.0), as a GPU run does;
     /// exit 1 if any does not compile. Needs libnvrtc, not a GPU.
@@ -45,6 +49,21 @@ pub struct KernelsArgs {
     /// Write each cubin here, as `vramlab-sm_XY.cubin`.
     #[arg(long)]
     pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The first snapshot file.
+    pub a: PathBuf,
+    /// The second.
+    pub b: PathBuf,
+    /// Which CUDA device's trace of each (default: each one's busiest).
+    #[arg(long = "cuda-device")]
+    pub cuda_device: Option<usize>,
+    /// Print the comparison as one JSON object (both peaks with their
+    /// frames and timelines, every frame's bytes at each peak).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

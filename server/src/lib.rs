@@ -4,7 +4,8 @@
 //! - [`backend`]: which device a kernel runs on (simulated GPU or CUDA).
 //! - [`cuda`]: the real GPU through the CUDA driver (loaded at run time).
 //! - [`runner`]: `vramlab run`, the headless runner of command files.
-//! - [`replay`]: `vramlab replay`, real PyTorch memory snapshots replayed.
+//! - [`replay`]: `vramlab replay`, real PyTorch memory snapshots replayed;
+//!   [`diff`]: `vramlab diff`, two of them compared at their peaks.
 //! - [`app`]: the state the request handlers share.
 //! - [`http`]: `vramlab serve`, the axum application and its routes.
 //! - [`access`]: the access token, the host names served, the websocket's
@@ -22,6 +23,7 @@ pub mod app;
 pub mod backend;
 pub mod cli;
 pub mod cuda;
+pub mod diff;
 pub mod http;
 pub mod listener;
 pub mod metrics;

@@ -16,6 +16,7 @@
 //! are dropped.
 
 mod decode;
+pub mod diff;
 pub mod export;
 pub mod fix;
 mod fold;
