@@ -191,16 +191,7 @@ fn device_env_var_is_honoured() {
 fn an_exported_session_replays_exactly_through_the_command_line() {
     let dir = std::env::temp_dir().join(format!("vramlab-export-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let pickle = dir.join("session.pickle");
-    let lesson = vramlab_tests::root().join("tests/lessons/05-fragmentation-oom.jsonl");
-    let status = Command::new(vramlab_bin())
-        .args(["run", "--device", "sim", "--export-snapshot"])
-        .arg(&pickle)
-        .arg(&lesson)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let pickle = export_lesson(&dir, "05-fragmentation-oom");
     let out = replay(
         &pickle,
         &["--json", "--what-if", "expandable_segments=true"],
@@ -268,19 +259,7 @@ fn an_exported_session_replays_exactly_through_the_command_line() {
 fn replay_fix_names_the_settings_that_avoid_the_out_of_memory() {
     let dir = std::env::temp_dir().join(format!("vramlab-fix-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let export = |lesson: &str| {
-        let pickle = dir.join(format!("{lesson}.pickle"));
-        let path = vramlab_tests::root().join(format!("tests/lessons/{lesson}.jsonl"));
-        let status = Command::new(vramlab_bin())
-            .args(["run", "--device", "sim", "--export-snapshot"])
-            .arg(&pickle)
-            .arg(&path)
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success());
-        pickle
-    };
+    let export = |lesson: &str| export_lesson(&dir, lesson);
     let fragmented = export("05-fragmentation-oom");
     let text = String::from_utf8(replay(&fragmented, &["--fix"]).stdout).unwrap();
     for line in [
@@ -431,6 +410,21 @@ fn diff_attributes_the_peak_difference_to_the_frames_that_make_it() {
     );
     assert!(text.contains("  B only: 512 bytes  total_loss"), "{text}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Lesson `name`'s session exported into `dir` as a snapshot.
+fn export_lesson(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let pickle = dir.join(format!("{name}.pickle"));
+    let lesson = vramlab_tests::root().join(format!("tests/lessons/{name}.jsonl"));
+    let status = Command::new(vramlab_bin())
+        .args(["run", "--device", "sim", "--export-snapshot"])
+        .arg(&pickle)
+        .arg(&lesson)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    pickle
 }
 
 /// `vramlab replay FILE ARGS…`.

@@ -9,6 +9,14 @@ use vramlab_shared::framework::Settings;
 use vramlab_shared::units::MIB;
 use vramlab_shared::Engine;
 
+/// A kernel on GPU 0, or on the simulated GPU.
+fn engine(choice: DeviceChoice) -> Engine {
+    select(choice, 0)
+        .expect("backend")
+        .engine()
+        .expect("engine")
+}
+
 #[test]
 #[ignore = "needs an NVIDIA GPU and its driver"]
 fn a_segment_is_device_memory_the_driver_sees_taken_and_given_back() {
@@ -76,12 +84,6 @@ fn the_engine_counts_the_same_bytes_on_the_gpu_as_on_the_simulator() {
         r#"{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":2}"#,
         r#"{"cmd":"empty_cache"}"#,
     ];
-    let engine = |choice| -> Engine {
-        select(choice, 0)
-            .expect("backend")
-            .engine()
-            .expect("engine")
-    };
     let (mut gpu, mut sim) = (engine(DeviceChoice::Cuda), engine(DeviceChoice::Sim));
     for line in lines {
         let (g, s) = (gpu.run_line(line), sim.run_line(line));
@@ -137,12 +139,6 @@ fn each_kinds_step_is_computed_by_the_gpus_kernels_and_follows_the_cpu() {
                 r#"{{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":3{extra}}}"#
             ),
         ];
-        let engine = |choice| -> Engine {
-            select(choice, 0)
-                .expect("backend")
-                .engine()
-                .expect("engine")
-        };
         let (mut gpu, mut sim) = (engine(DeviceChoice::Cuda), engine(DeviceChoice::Sim));
         let mut last = None;
         for line in &lines {
@@ -350,12 +346,6 @@ fn expandable_segments_count_and_compute_as_on_the_simulator() {
         r#"{"cmd":"del","name":"y"}"#,
         r#"{"cmd":"empty_cache"}"#,
     ];
-    let engine = |choice| -> Engine {
-        select(choice, 0)
-            .expect("backend")
-            .engine()
-            .expect("engine")
-    };
     let (mut gpu, mut sim) = (engine(DeviceChoice::Cuda), engine(DeviceChoice::Sim));
     for line in lines {
         let (g, s) = (gpu.run_line(line), sim.run_line(line));

@@ -41,15 +41,7 @@ impl Engine {
     /// ids and next tokens, or images and labels); the cursor moves past
     /// them.
     pub(super) fn next_batch(&mut self, data: ObjId, spec: &ModelSpec, batch: u64) -> BatchValues {
-        let d = self.train.datasets.get_mut(&data).expect("dataset exists");
-        let start = d.cursor;
-        d.cursor = (d.cursor + batch) % d.spec.samples.max(1);
-        let synthetic = Synthetic {
-            samples: d.spec.samples,
-            features: d.spec.features,
-            classes: d.spec.classes,
-            seed: d.seed,
-        };
+        let (synthetic, start) = self.next_rows(data, batch).expect("dataset exists");
         let (input_shape, ..) = spec.batch(batch);
         let (inputs, targets) = match spec.kind {
             Kind::Transformer(_) => synthetic.sequences(start, batch),
@@ -63,6 +55,21 @@ impl Engine {
             input_shape,
             targets,
         }
+    }
+
+    /// The set `data` draws from and where its next `rows` samples start;
+    /// the cursor moves past them.
+    pub(super) fn next_rows(&mut self, data: ObjId, rows: u64) -> Option<(Synthetic, u64)> {
+        let d = self.train.datasets.get_mut(&data)?;
+        let start = d.cursor;
+        d.cursor = (d.cursor + rows) % d.spec.samples.max(1);
+        let synthetic = Synthetic {
+            samples: d.spec.samples,
+            features: d.spec.features,
+            classes: d.spec.classes,
+            seed: d.seed,
+        };
+        Some((synthetic, start))
     }
 
     /// Runs `program.ops[range]` on `values` with `model`'s parameters,

@@ -12,7 +12,6 @@ use super::Engine;
 use crate::compute::Call;
 use crate::runtime::ObjId;
 use crate::train::autograd::grad_of;
-use crate::train::data::Synthetic;
 use crate::train::init;
 use crate::train::kernels::{self, Place};
 use crate::train::kinds::step::{Arg, Calc, Op, Program, Role};
@@ -183,15 +182,7 @@ impl Engine {
         placement: &Placement,
         rows: u64,
     ) -> Result<Call, String> {
-        let d = self.train.datasets.get_mut(&data).ok_or("no dataset")?;
-        let start = d.cursor;
-        d.cursor = (d.cursor + rows) % d.spec.samples.max(1);
-        let set = Synthetic {
-            samples: d.spec.samples,
-            features: d.spec.features,
-            classes: d.spec.classes,
-            seed: d.seed,
-        };
+        let (set, start) = self.next_rows(data, rows).ok_or("no dataset")?;
         let (x_shape, x_dtype, y_shape) = spec.batch(rows);
         let [Some(x), Some(y)] = placement.batch else {
             return Err("the batch has no place".into());

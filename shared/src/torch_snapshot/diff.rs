@@ -131,8 +131,26 @@ fn peak(snapshot: &MemorySnapshot, device: usize) -> Result<Peak, SnapshotError>
             allocated_bytes: 0,
             reserved_bytes: 0,
         });
+    let frames = live_by_frame(snapshot, device, at.event)?;
+    Ok(Peak {
+        events: run.events,
+        event: at.event,
+        allocated_bytes: at.allocated_bytes,
+        reserved_bytes: at.reserved_bytes,
+        frames,
+        timeline: thin(&run.timeline),
+    })
+}
+
+/// The live blocks after `event` in the exact replay, their bytes summed
+/// by the frame that allocated them (not by the event), most first.
+pub(super) fn live_by_frame(
+    snapshot: &MemorySnapshot,
+    device: usize,
+    event: usize,
+) -> Result<Vec<(String, u64)>, SnapshotError> {
     let mut frames: Vec<(String, u64)> = Vec::new();
-    for segment in segments_at(snapshot, device, None, at.event)? {
+    for segment in segments_at(snapshot, device, None, event)? {
         for block in segment.blocks {
             if block.state != BlockState::ActiveAllocated {
                 continue;
@@ -151,12 +169,5 @@ fn peak(snapshot: &MemorySnapshot, device: usize) -> Result<Peak, SnapshotError>
         }
     }
     frames.sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
-    Ok(Peak {
-        events: run.events,
-        event: at.event,
-        allocated_bytes: at.allocated_bytes,
-        reserved_bytes: at.reserved_bytes,
-        frames,
-        timeline: thin(&run.timeline),
-    })
+    Ok(frames)
 }

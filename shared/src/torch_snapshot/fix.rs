@@ -14,7 +14,7 @@
 //! the request exceed the room: by how much, and the frames holding most.
 
 use super::format::{Action, MemorySnapshot};
-use super::replay::{recorded_settings, replay_exact, segments_at, Replay};
+use super::replay::{recorded_settings, replay_exact, Replay};
 use super::what_if::parse_what_if;
 use super::SnapshotError;
 use crate::device::DEFAULT_CONTEXT_BYTES;
@@ -189,33 +189,13 @@ fn candidate(
     })
 }
 
-/// The frames whose live blocks hold the most just before `event`.
+/// The frames whose live blocks hold the most at `event`.
 fn holders(
     snapshot: &MemorySnapshot,
     device: usize,
     event: usize,
 ) -> Result<Vec<(String, u64)>, SnapshotError> {
-    let mut by_frame: Vec<(String, u64)> = Vec::new();
-    for segment in segments_at(snapshot, device, None, event)? {
-        for block in segment.blocks {
-            if block.state != crate::alloc::BlockState::ActiveAllocated {
-                continue;
-            }
-            let owner = block
-                .owner
-                .unwrap_or_else(|| "(live when the recording started)".into());
-            // The frame, not the event that allocated there.
-            let frame = match owner.rfind(" (event ") {
-                Some(at) => owner[..at].to_string(),
-                None => owner,
-            };
-            match by_frame.iter_mut().find(|(f, _)| *f == frame) {
-                Some((_, bytes)) => *bytes += block.size,
-                None => by_frame.push((frame, block.size)),
-            }
-        }
-    }
-    by_frame.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    by_frame.truncate(HOLDERS);
-    Ok(by_frame)
+    let mut frames = super::diff::live_by_frame(snapshot, device, event)?;
+    frames.truncate(HOLDERS);
+    Ok(frames)
 }
