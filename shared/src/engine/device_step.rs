@@ -152,25 +152,7 @@ impl Engine {
                 batch[1].map(|at| (at, y_shape.as_slice(), labels_dtype(&self.settings))),
             ],
         };
-        self.run_ops(program, placement, &places)?;
-        // The criterion's value, read back.
-        let nll = (program
-            .allocs
-            .iter()
-            .position(|a| matches!(a.calc, Calc::Nll { .. })))
-        .ok_or("the step has no loss")?;
-        let at = placement.allocs[nll].ok_or("the loss has no place")?;
-        let dtype = program.allocs[nll].dtype;
-        let mut bytes = vec![0; dtype.size_bytes() as usize];
-        let memory = self
-            .process
-            .device
-            .memory()
-            .ok_or("the device holds no values")?;
-        memory
-            .read(at, &mut bytes)
-            .map_err(|e| format!("reading the loss: {e}"))?;
-        Ok(super::on_device::decode(dtype, &bytes).first().copied())
+        self.run_ops(program, placement, &places)
     }
 
     /// The next `rows` samples drawn into the batch's places; the cursor
@@ -206,13 +188,15 @@ impl Engine {
 
     /// Each allocation of `program` computed by its kernels, in order; a
     /// gradient added into its parameter's `.grad` where that is another
-    /// tensor (accumulation).
+    /// tensor (accumulation). Returns the criterion's value, read back
+    /// as soon as it is computed.
     fn run_ops(
         &mut self,
         program: &Program,
         placement: &Placement,
         places: &Places,
-    ) -> Result<(), String> {
+    ) -> Result<Option<f32>, String> {
+        let (mut loss, mut kept) = (None, None);
         for (at, op) in program.ops.iter().enumerate() {
             let Op::Alloc(i) = *op else { continue };
             let alloc = &program.allocs[i];
@@ -261,8 +245,34 @@ impl Engine {
             self.launch_all(&calls)
                 .map_err(|e| format!("{}: {e}", alloc.op))?;
             self.tally.on_device += 1;
+            if let Calc::Nll { .. } = alloc.calc {
+                // Read now only where the step frees it (`/ accumulate`):
+                // a read waits for the GPU, which then idles while the
+                // rest is launched.
+                match program.ops.contains(&Op::Free(i)) {
+                    true => loss = Some(self.read_value(out)?),
+                    false => kept = Some(out),
+                }
+            }
         }
-        Ok(())
+        match kept {
+            Some(out) => self.read_value(out),
+            None => Ok(loss.flatten()),
+        }
+    }
+
+    /// The first element of a tensor on the device.
+    fn read_value(&mut self, at: Place) -> Result<Option<f32>, String> {
+        let mut bytes = vec![0; at.dtype.size_bytes() as usize];
+        let memory = self
+            .process
+            .device
+            .memory()
+            .ok_or("the device holds no values")?;
+        memory
+            .read(at.at, &mut bytes)
+            .map_err(|e| format!("reading the loss: {e}"))?;
+        Ok(super::on_device::decode(at.dtype, &bytes).first().copied())
     }
 
     /// `opt.step()` on the device: its program's allocations (the state
@@ -315,7 +325,7 @@ impl Engine {
             slots,
             batch: [None, None],
         };
-        let mut ran = self.run_ops(program, placement, &places);
+        let mut ran = self.run_ops(program, placement, &places).map(|_| ());
         for op in &program.ops {
             let Op::Update(p) = *op else { continue };
             let (Some(param), Some(grad)) = (places.of(Arg::Param(p)), places.of(Arg::Grad(p)))

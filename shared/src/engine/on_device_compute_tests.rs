@@ -99,6 +99,12 @@ impl DeviceCompute for BytesDevice {
                     .map(|(g, y)| if *y > 0.0 { *g } else { 0.0 })
                     .collect()
             }
+            "add" => {
+                let (n, nb) = (int(6), int(7));
+                let a = self.get(ptr(2), ty(3), n)?;
+                let b = self.get(ptr(4), ty(5), nb)?;
+                (0..n).map(|i| a[i] + b[i % nb]).collect()
+            }
             "bias_rows" => {
                 let bias = self.get(ptr(2), ty(3), int(5))?;
                 (0..int(4)).map(|i| bias[i % int(5)]).collect()
@@ -323,6 +329,20 @@ fn a_step_too_big_for_the_cpu_runs_on_the_device_alone() {
         cpu.windows(2).any(|w| w[0] != w[1]),
         "the steps learn: {cpu:?}"
     );
+    // `zero_grad(set_to_none=False)` zeroes the `.grad`s on the device,
+    // where the next step's gradients are added into them.
+    let kept = json!({"set_to_none": false, "accumulate": 2});
+    let cpu_kept = losses(&mut engine(mlp(), "adam", 16, 4), &kept);
+    let (mut k, _) = on_device_with(&mlp(), (16, 4), None, Some(Kernels::Emulate));
+    k.flop_limit = 0;
+    let device_kept = losses(&mut k, &kept);
+    for (d, c) in device_kept.iter().zip(&cpu_kept) {
+        let (d, c) = (d.expect("a loss"), c.expect("a loss"));
+        assert!(
+            (d - c).abs() <= 1e-5 * c.abs(),
+            "{device_kept:?} vs {cpu_kept:?}"
+        );
+    }
     let state = e.train.models.values().next().unwrap();
     assert!(state.device_resident && state.values.is_none());
     let said = note(&mut e);

@@ -61,6 +61,10 @@ pub fn zero_grad(k: &mut Process, ts: &mut TrainState, optimizer: ObjId, set_to_
             }
         }
     }
+    #[cfg(feature = "device-values")]
+    if !set_to_none {
+        zero_on_device(k, ts, optimizer);
+    }
     if let Some(model) = ts.models.get_mut(&opt.model) {
         if set_to_none {
             model.grad_values.iter_mut().for_each(|g| *g = None);
@@ -73,4 +77,41 @@ pub fn zero_grad(k: &mut Process, ts: &mut TrainState, optimizer: ObjId, set_to_
         }
     }
     freed
+}
+
+/// `zero_grad(set_to_none=False)` of a model whose values live on the
+/// device alone: each `.grad` filled with zeros there, as PyTorch's
+/// `zero_()` does (the host holds no values to write).
+#[cfg(feature = "device-values")]
+fn zero_on_device(k: &mut Process, ts: &TrainState, optimizer: ObjId) {
+    use crate::compute::Call;
+    use crate::train::kernels::{plan, Place};
+    use crate::train::kinds::step::Calc;
+    let opt = &ts.optimizers[&optimizer];
+    if !ts.models.get(&opt.model).is_some_and(|m| m.device_resident) {
+        return;
+    }
+    let grads: Vec<(u64, Vec<u64>, crate::types::Dtype)> = (opt.params.iter())
+        .filter_map(|&p| {
+            let g = grad_of(k, p)?;
+            let t = k.runtime.tensor(g)?;
+            Some((k.address(g)?, t.shape.clone(), t.dtype))
+        })
+        .collect();
+    let Some(compute) = k.device.memory().and_then(|m| m.compute()) else {
+        return;
+    };
+    for (at, shape, dtype) in &grads {
+        let place = Place {
+            at: *at,
+            shape,
+            dtype: *dtype,
+        };
+        for call in plan(&Calc::Zeros, place, &[], &[], None).unwrap_or_default() {
+            if let Call::Launch(l) = call {
+                // A launch that fails leaves the next step's check to say so.
+                let _ = compute.launch(&l);
+            }
+        }
+    }
 }
