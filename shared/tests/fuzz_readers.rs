@@ -606,3 +606,70 @@ fn every_reader_answers_each_input_within_its_limits() {
         );
     }
 }
+
+/// What is done with a snapshot once it reads: the exact replay, a
+/// what-if, `--fix`'s search and `vramlab diff` answer each, a value or
+/// an error, never a panic.
+#[test]
+fn every_snapshot_that_reads_replays_fixes_and_compares() {
+    use vramlab_shared::torch_snapshot::{diff, fix, replay, what_if};
+    let expandable = what_if::parse_what_if("expandable_segments=true").unwrap();
+    let (mut read, mut replayed) = (0, 0);
+    fuzz(snapshot_inputs(), cases(200), |bytes| {
+        let Ok(s) = torch_snapshot::read(&bytes) else {
+            return;
+        };
+        read += 1;
+        let device = replay::busiest_device(&s);
+        if replay::replay_exact(&s, device).is_ok() {
+            replayed += 1;
+        }
+        let _ = replay::replay_what_if(&s, device, &expandable);
+        let _ = fix::search_fix(&s, device);
+        let _ = diff::diff((&s, device), (&s, device));
+    });
+    println!("figure: {read} snapshots read, {replayed} replayed exactly or differing, fixed and compared");
+    assert!(read > 0, "the grammar makes snapshots that read");
+}
+
+/// Sessions of random allocations and frees on a 64 MiB GPU, exported as
+/// snapshots: `--fix` reads the room at each one's out-of-memory, in which
+/// the recorded settings run out of memory where the recording did; a
+/// recording compared with itself differs in nothing. (No `empty_cache`:
+/// a trace cannot tell one followed by a new segment from the allocator's
+/// own release-and-retry, which a what-if replays as the latter.)
+#[test]
+fn a_recorded_out_of_memory_happens_again_in_the_room_fix_reads() {
+    use vramlab_shared::torch_snapshot::{diff, export, fix};
+    use vramlab_shared::Engine;
+    let ops = prop::collection::vec((0u8..3, 1u64..48), 4..40);
+    let mut checked = 0;
+    fuzz(ops, cases(200), |ops| {
+        let mut e = Engine::new_simulated();
+        let start = json!({"cmd":"restart","framework":"pytorch","device_total_bytes": 64u64 << 20,"context_bytes": 0});
+        assert!(e.run_line(&start.to_string()).ok);
+        for (i, (kind, mib)) in ops.iter().enumerate() {
+            let line = match kind {
+                0 | 1 => json!({"cmd":"alloc","name":format!("t{}", i % 6),"bytes": mib << 20}),
+                _ => json!({"cmd":"del","name":format!("t{}", i % 6)}),
+            };
+            let _ = e.run_line(&line.to_string());
+        }
+        let s = export::from_session(&e.snapshot(usize::MAX));
+        let found = fix::search_fix(&s, 0).expect("an exported session replays");
+        if let Some(report) = found {
+            assert!(report.room_exact, "{report:?}");
+            assert_eq!(
+                report.recorded.out_of_memory_at,
+                Some(report.event),
+                "{report:?}"
+            );
+            checked += 1;
+        }
+        let same = diff::diff((&s, 0), (&s, 0)).expect("it compares");
+        assert_eq!(same.peak_delta(), 0);
+        assert!(same.all.is_empty() && same.explaining.is_empty());
+    });
+    println!("figure: {checked} recorded out-of-memory errors found again in their room");
+    assert!(checked > 0, "some sessions run out of memory");
+}

@@ -4,7 +4,7 @@
 //! The room the process had is read from the recording's first
 //! out-of-memory: what the process held then (after the cache the failure
 //! released) plus what the driver still had free (`device_free`). Where the
-//! driver had the bytes the request asked for, the process hit a limit of
+//! driver had the segment the request needed, the process hit a limit of
 //! its own (a memory fraction): the room is then the most it had held, a
 //! lower bound. Each candidate replays the recorded requests in that room
 //! (as a what-if) and, at the out-of-memory, asks again for what failed
@@ -17,6 +17,7 @@ use super::format::{Action, MemorySnapshot};
 use super::replay::{recorded_settings, replay_exact, Replay};
 use super::what_if::parse_what_if;
 use super::SnapshotError;
+use crate::alloc::caching::allocation_size;
 use crate::device::DEFAULT_CONTEXT_BYTES;
 use crate::framework::Settings;
 use crate::gpu::GpuModel;
@@ -114,7 +115,9 @@ pub fn search_fix(
         .max()
         .unwrap_or(0);
     let device_free = oom.device_free.unwrap_or(0);
-    let room_exact = device_free < oom.size;
+    // The driver was asked for a segment (or pages) of the allocator's
+    // size for the request, not the request itself.
+    let room_exact = device_free < allocation_size(oom.size);
     let room = match room_exact {
         true => (at.reserved_bytes + device_free).max(held_most),
         false => held_most,
