@@ -130,8 +130,10 @@ impl Engine {
         {
             let t = std::mem::take(&mut self.tally);
             if t.alone && t.on_device > 0 {
+                // A failed `opt.step()` leaves the losses computed, and says so.
+                let failed = (t.fault.as_ref()).map_or(String::new(), |f| format!("; then {f}"));
                 let said = format!(
-                    "on the GPU alone ({} ops by its kernels and cuBLAS, opt.step() by its update kernels; a step this big is not checked against the CPU, its kernels are on smaller steps)",
+                    "on the GPU alone ({} ops by its kernels and cuBLAS, opt.step() by its update kernels; a step this big is not checked against the CPU, its kernels are on smaller steps{failed})",
                     t.on_device
                 );
                 return (said, why_none(t.fault));

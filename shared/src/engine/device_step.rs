@@ -152,7 +152,11 @@ impl Engine {
                 batch[1].map(|at| (at, y_shape.as_slice(), labels_dtype(&self.settings))),
             ],
         };
-        self.run_ops(program, placement, &places)
+        let loss = self.run_ops(program, placement, &places)?;
+        if let Some(m) = self.train.models.get_mut(&model) {
+            m.device_grads = true;
+        }
+        Ok(loss)
     }
 
     /// The next `rows` samples drawn into the batch's places; the cursor
@@ -326,7 +330,14 @@ impl Engine {
             batch: [None, None],
         };
         let mut ran = self.run_ops(program, placement, &places).map(|_| ());
-        for op in &program.ops {
+        // Gradients a shape-only step allocated hold nothing computed:
+        // the parameters stay.
+        let fresh = self
+            .train
+            .models
+            .get_mut(&model)
+            .is_some_and(|m| std::mem::take(&mut m.device_grads));
+        for op in program.ops.iter().filter(|_| fresh) {
             let Op::Update(p) = *op else { continue };
             let (Some(param), Some(grad)) = (places.of(Arg::Param(p)), places.of(Arg::Grad(p)))
             else {

@@ -121,6 +121,8 @@ impl Engine {
                 seed: model ^ 0x6d6f_64656c,
                 #[cfg(feature = "device-values")]
                 device_resident: false,
+                #[cfg(feature = "device-values")]
+                device_grads: false,
             },
         );
         frame.take(model);

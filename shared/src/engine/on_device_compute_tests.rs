@@ -88,6 +88,9 @@ impl DeviceCompute for BytesDevice {
             "scale" => (self.get(ptr(2), ty(3), int(4))?.iter())
                 .map(|v| v * float(5))
                 .collect(),
+            "sqrt_" => (self.get(ptr(2), ty(3), int(4))?.iter())
+                .map(|v| v.sqrt())
+                .collect(),
             "relu" => (self.get(ptr(2), ty(3), int(4))?.iter())
                 .map(|v| v.max(0.0))
                 .collect(),
@@ -246,7 +249,9 @@ impl DeviceCompute for BytesDevice {
                         })
                         .sum();
                     let at = j * ld(g.c.ld) + i;
-                    c[at] = g.alpha * sum + g.beta * c[at];
+                    // With beta 0, cuBLAS does not read C.
+                    let before = if g.beta == 0.0 { 0.0 } else { g.beta * c[at] };
+                    c[at] = g.alpha * sum + before;
                 }
             }
             self.put(c_at, g.c.dtype, &c)?;
@@ -351,4 +356,47 @@ fn a_step_too_big_for_the_cpu_runs_on_the_device_alone() {
     let (mut e, _) = on_device_with(&mlp(), (16, 4), None, None);
     e.flop_limit = 0;
     assert!(losses(&mut e, &json!({})).iter().all(Option::is_none));
+}
+
+/// On the GPU alone, a `step` after a `forward` and `backward` that ran
+/// shape-only (too big for the CPU, and statements run no kernels) leaves
+/// the parameters as they were: their `.grad`s hold nothing computed.
+#[test]
+fn a_shape_only_backward_gives_the_devices_step_nothing_to_apply() {
+    let (mut e, _) = on_device_with(&mlp(), (16, 4), None, Some(Kernels::Emulate));
+    e.flop_limit = 0;
+    let train = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":1,"batch_size":8});
+    assert!(e.run_line(&train.to_string()).ok);
+    let first = {
+        let state = e.train.models.values().next().unwrap();
+        state.params[0]
+    };
+    let read = |e: &mut super::Engine| {
+        let at = e.process.address(first).unwrap();
+        let mut bytes = vec![0u8; 64];
+        e.process
+            .device
+            .memory()
+            .unwrap()
+            .read(at, &mut bytes)
+            .unwrap();
+        bytes
+    };
+    let before = read(&mut e);
+    for line in [
+        json!({"cmd":"forward","name":"loss","model":"model","data":"data","batch_size":8}),
+        json!({"cmd":"backward","name":"loss"}),
+        json!({"cmd":"step","optimizer":"opt"}),
+    ] {
+        let r = e.run_line(&line.to_string());
+        assert!(r.ok, "{line}: {:?}", r.error);
+    }
+    assert_eq!(
+        read(&mut e),
+        before,
+        "the step applied gradients nothing computed"
+    );
+    // The next step on the device computes its gradients and applies them.
+    assert!(e.run_line(&train.to_string()).ok);
+    assert_ne!(read(&mut e), before);
 }

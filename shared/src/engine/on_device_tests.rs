@@ -66,7 +66,11 @@ impl DeviceMemory for BytesDevice {
 impl Device for BytesDevice {
     fn malloc(&mut self, bytes: u64) -> Result<u64, DeviceError> {
         let at = self.sim.malloc(bytes)?;
-        self.segments.insert(at, vec![0; bytes as usize]);
+        // A device that computes starts each segment with NaN bytes, as a
+        // GPU's memory holds whatever was there: a value read before it
+        // is written shows.
+        let fill = if self.kernels.is_some() { 0xff } else { 0 };
+        self.segments.insert(at, vec![fill; bytes as usize]);
         Ok(at)
     }
     fn free(&mut self, address: u64, bytes: u64) {

@@ -58,6 +58,11 @@ pub struct ModelState {
     /// the host holds none.
     #[cfg(feature = "device-values")]
     pub device_resident: bool,
+    /// Its `.grad`s on the device were computed by the last step there
+    /// (not allocated by a step that ran shape-only): `opt.step()` may
+    /// apply them.
+    #[cfg(feature = "device-values")]
+    pub device_grads: bool,
 }
 
 impl ModelState {
