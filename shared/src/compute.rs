@@ -20,6 +20,16 @@ pub enum Call {
     Gemm(GemmEx),
 }
 
+impl Call {
+    /// Carries the call out on `device`.
+    pub fn run(&self, device: &mut dyn DeviceCompute) -> Result<(), DeviceError> {
+        match self {
+            Call::Launch(l) => device.launch(l),
+            Call::Gemm(g) => device.gemm(g),
+        }
+    }
+}
+
 /// A kernel of `train::kernels::SOURCE`, by name, over `grid`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Launch {

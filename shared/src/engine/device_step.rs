@@ -7,6 +7,7 @@
 //! updates by the optimizers' kernels; the loss is read back. The ops and
 //! kernels are the ones the checked steps hold to the CPU, op by op.
 
+use super::on_device::plan_alloc;
 use super::placement::Placement;
 use super::Engine;
 use crate::compute::Call;
@@ -207,35 +208,14 @@ impl Engine {
             if let Calc::Part { .. } = alloc.calc {
                 continue;
             }
-            let out = places
-                .of(Arg::T(i))
-                .ok_or_else(|| format!("{} has no place", alloc.op))?;
-            let parts: Vec<Place> = (program.ops[at + 1..].iter())
-                .map_while(|op| match *op {
-                    Op::Alloc(j) if matches!(program.allocs[j].calc, Calc::Part { of, .. } if of == i) => {
-                        places.of(Arg::T(j))
-                    }
-                    _ => None,
-                })
-                .collect();
-            let args: Option<Vec<Place>> = alloc
-                .calc
-                .operands()
-                .into_iter()
-                .flatten()
-                .map(|a| places.of(a))
-                .collect();
-            let args = args.ok_or_else(|| format!("{}: an operand has no place", alloc.op))?;
-            let workspace = match program.ops.get(at + 1) {
-                Some(Op::Blas(..)) => (placement.workspaces.iter())
-                    .find(|w| w.0 == at + 1)
-                    .map(|&(_, at, bytes)| (at, bytes)),
-                _ => None,
-            };
             let mut calls =
-                kernels::plan(&alloc.calc, out, &parts, &args, workspace).ok_or_else(|| {
-                    format!("{} ({:?}): no kernel computes it", alloc.op, alloc.shape)
+                plan_alloc(program, placement, (at, i), |a| places.of(a)).ok_or_else(|| {
+                    format!(
+                        "{} ({:?}): no kernel computes it where its tensors are",
+                        alloc.op, alloc.shape
+                    )
                 })?;
+            let out = places.of(Arg::T(i)).ok_or("a tensor has no place")?;
             if let Role::Grad(p) = alloc.role {
                 if let Some(grad) = places.of(Arg::Grad(p)).filter(|g| g.at != out.at) {
                     let add = Calc::Add(Arg::T(0), Arg::T(0));
@@ -367,11 +347,7 @@ impl Engine {
             .ok_or("the device holds no values")?;
         let compute = memory.compute().ok_or("the device runs no code")?;
         for call in calls {
-            match call {
-                Call::Launch(l) => compute.launch(l),
-                Call::Gemm(g) => compute.gemm(g),
-            }
-            .map_err(|e| e.to_string())?;
+            call.run(compute).map_err(|e| e.to_string())?;
         }
         Ok(())
     }

@@ -77,6 +77,42 @@ pub(super) fn run(
     ran
 }
 
+/// The calls that compute allocation `i` (made at op `at`) and its later
+/// outputs (the `Part`s right after it) where `place` finds each tensor,
+/// with the workspace of the cuBLAS call that follows it: `None` where a
+/// tensor has no place or no kernel computes the op.
+pub(super) fn plan_alloc<'p>(
+    program: &'p Program,
+    placement: &Placement,
+    (at, i): (usize, usize),
+    place: impl Fn(Arg) -> Option<Place<'p>>,
+) -> Option<Vec<Call>> {
+    let out = place(Arg::T(i))?;
+    let mut parts = vec![];
+    for op in &program.ops[at + 1..] {
+        match *op {
+            Op::Alloc(j) if matches!(program.allocs[j].calc, Calc::Part { of, .. } if of == i) => {
+                parts.push(place(Arg::T(j))?)
+            }
+            _ => break,
+        }
+    }
+    let calc = &program.allocs[i].calc;
+    let args: Vec<Place> = calc
+        .operands()
+        .into_iter()
+        .flatten()
+        .map(&place)
+        .collect::<Option<_>>()?;
+    let workspace = match program.ops.get(at + 1) {
+        Some(Op::Blas(..)) => (placement.workspaces.iter())
+            .find(|w| w.0 == at + 1)
+            .map(|&(_, at, bytes)| (at, bytes)),
+        _ => None,
+    };
+    kernels::plan(calc, out, &parts, &args, workspace)
+}
+
 /// Writes each `.grad` (its value, at its tensor's place).
 pub(super) fn write_grads(
     memory: &mut dyn DeviceMemory,
@@ -138,49 +174,15 @@ impl<'a> OnDevice<'a> {
     /// where it runs code and has them: `false` when it does not.
     fn compute(&mut self, at: usize, i: usize) -> Result<bool, Unrunnable> {
         let program = self.program;
-        let alloc = &program.allocs[i];
-        let Some(out) = self.place(Arg::T(i)) else {
-            return Ok(false);
-        };
-        // Its later outputs, made by the ops right after it.
-        let mut parts = vec![];
-        for op in &program.ops[at + 1..] {
-            match *op {
-                Op::Alloc(j) if matches!(program.allocs[j].calc, Calc::Part { of, .. } if of == i) => {
-                    match self.place(Arg::T(j)) {
-                        Some(p) => parts.push(p),
-                        None => return Ok(false),
-                    }
-                }
-                _ => break,
-            }
-        }
-        let mut args = vec![];
-        for arg in alloc.calc.operands().into_iter().flatten() {
-            match self.place(arg) {
-                Some(p) => args.push(p),
-                None => return Ok(false),
-            }
-        }
-        // A product's workspace: its cuBLAS call follows it.
-        let workspace = match program.ops.get(at + 1) {
-            Some(Op::Blas(..)) => (self.placement.workspaces.iter())
-                .find(|w| w.0 == at + 1)
-                .map(|&(_, at, bytes)| (at, bytes)),
-            _ => None,
-        };
-        let Some(calls) = kernels::plan(&alloc.calc, out, &parts, &args, workspace) else {
+        let Some(calls) = plan_alloc(program, self.placement, (at, i), |a| self.place(a)) else {
             return Ok(false);
         };
         let Some(compute) = self.memory.compute() else {
             return Ok(false);
         };
         for call in &calls {
-            let done = match call {
-                Call::Launch(l) => compute.launch(l),
-                Call::Gemm(g) => compute.gemm(g),
-            };
-            done.map_err(|e| Unrunnable(format!("{} on the GPU: {e}", alloc.op)))?;
+            call.run(compute)
+                .map_err(|e| Unrunnable(format!("{} on the GPU: {e}", program.allocs[i].op)))?;
         }
         Ok(true)
     }
@@ -323,7 +325,7 @@ impl<'a> OnDevice<'a> {
         if let Calc::Nll { .. } = self.program.allocs[i].calc {
             let mut back = vec![0; bytes.len()];
             read(self.memory, at, &mut back)?;
-            values.loss = decode_first(dtype, &back);
+            values.loss = decode(dtype, &back).first().copied();
         }
         Ok(())
     }
@@ -439,18 +441,6 @@ fn close(dtype: Dtype, have: &[f32], want: &[f32]) -> Result<(), String> {
     }
 }
 
-/// The first element of a floating-point tensor's bytes.
-fn decode_first(dtype: Dtype, bytes: &[u8]) -> Option<f32> {
-    let two = || Some([*bytes.first()?, *bytes.get(1)?]);
-    match dtype {
-        Dtype::Float32 => Some(f32::from_le_bytes(bytes.get(..4)?.try_into().ok()?)),
-        Dtype::Float64 => Some(f64::from_le_bytes(bytes.get(..8)?.try_into().ok()?) as f32),
-        Dtype::Float16 => Some(half::f16::from_le_bytes(two()?).to_f32()),
-        Dtype::Bfloat16 => Some(half::bf16::from_le_bytes(two()?).to_f32()),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -471,7 +461,7 @@ mod tests {
         ] {
             let bytes = encode(dtype, &[-2.25, 9.0]);
             assert_eq!(bytes.len() as u64, 2 * dtype.size_bytes());
-            assert_eq!(decode_first(dtype, &bytes), Some(-2.25), "{dtype:?}");
+            assert_eq!(decode(dtype, &bytes), [-2.25, 9.0], "{dtype:?}");
         }
     }
 }

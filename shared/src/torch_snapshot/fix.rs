@@ -14,12 +14,11 @@
 //! the request exceed the room: by how much, and the frames holding most.
 
 use super::format::{Action, MemorySnapshot};
-use super::replay::{recorded_settings, replay_exact, Replay};
+use super::replay::{replay_exact, what_if_settings, Replay};
 use super::what_if::parse_what_if;
 use super::SnapshotError;
 use crate::alloc::caching::allocation_size;
 use crate::device::DEFAULT_CONTEXT_BYTES;
-use crate::framework::Settings;
 use crate::gpu::GpuModel;
 use serde::{Deserialize, Serialize};
 
@@ -122,18 +121,8 @@ pub fn search_fix(
         true => (at.reserved_bytes + device_free).max(held_most),
         false => held_most,
     };
-    let recorded = recorded_settings(snapshot);
-    let in_room = |what_if: &str, conf: Option<String>| -> Result<FixCandidate, SnapshotError> {
-        let mut settings = recorded
-            .patched(&parse_what_if(what_if)?)
-            .map_err(|e| SnapshotError(e.message))?;
-        // A recording does not say how large the GPU was: the room and
-        // a context of the simulator's default (an expandable segment's
-        // range is 1⅛ of the GPU).
-        settings.device_total_bytes = room + DEFAULT_CONTEXT_BYTES;
-        settings.context_bytes = DEFAULT_CONTEXT_BYTES;
-        settings.other_processes_bytes = 0;
-        candidate(snapshot, device, settings, what_if, conf)
+    let in_room = |what_if: &str, conf: Option<String>| {
+        candidate(snapshot, device, (what_if, Some(room)), conf)
     };
     let mut candidates = vec![in_room(
         "expandable_segments=true",
@@ -155,10 +144,7 @@ pub fn search_fix(
         let spec = gpu.spec();
         if spec.total_bytes.saturating_sub(spec.context_bytes) > room {
             let what_if = format!("gpu={}", gpu.id());
-            let settings = recorded
-                .patched(&parse_what_if(&what_if)?)
-                .map_err(|e| SnapshotError(e.message))?;
-            candidates.push(candidate(snapshot, device, settings, &what_if, None)?);
+            candidates.push(candidate(snapshot, device, (&what_if, None), None)?);
         }
     }
     let baseline = in_room("", None)?;
@@ -175,13 +161,22 @@ pub fn search_fix(
     }))
 }
 
+/// The recorded requests replayed under `what_if`, in `room` bytes (a
+/// recording does not say how large the GPU was: the room and a context
+/// of the simulator's default; an expandable segment's range is 1⅛ of
+/// the GPU), or on the GPU it names.
 fn candidate(
     snapshot: &MemorySnapshot,
     device: usize,
-    settings: Settings,
-    what_if: &str,
+    (what_if, room): (&str, Option<u64>),
     alloc_conf: Option<String>,
 ) -> Result<FixCandidate, SnapshotError> {
+    let mut settings = what_if_settings(snapshot, &parse_what_if(what_if)?)?;
+    if let Some(room) = room {
+        settings.device_total_bytes = room + DEFAULT_CONTEXT_BYTES;
+        settings.context_bytes = DEFAULT_CONTEXT_BYTES;
+        settings.other_processes_bytes = 0;
+    }
     let run = Replay::new(snapshot, device, settings, false)?.run_probing()?;
     Ok(FixCandidate {
         what_if: what_if.to_string(),

@@ -184,7 +184,8 @@ pub fn replay_what_if(
     .run()
 }
 
-fn what_if_settings(
+/// The recorded settings changed by `what_if` (a PyTorch recording's).
+pub(super) fn what_if_settings(
     snapshot: &MemorySnapshot,
     what_if: &RestartSettings,
 ) -> Result<Settings, SnapshotError> {

@@ -84,7 +84,6 @@ pub fn zero_grad(k: &mut Process, ts: &mut TrainState, optimizer: ObjId, set_to_
 /// `zero_()` does (the host holds no values to write).
 #[cfg(feature = "device-values")]
 fn zero_on_device(k: &mut Process, ts: &TrainState, optimizer: ObjId) {
-    use crate::compute::Call;
     use crate::train::kernels::{plan, Place};
     use crate::train::kinds::step::Calc;
     let opt = &ts.optimizers[&optimizer];
@@ -108,10 +107,8 @@ fn zero_on_device(k: &mut Process, ts: &TrainState, optimizer: ObjId) {
             dtype: *dtype,
         };
         for call in plan(&Calc::Zeros, place, &[], &[], None).unwrap_or_default() {
-            if let Call::Launch(l) = call {
-                // A launch that fails leaves the next step's check to say so.
-                let _ = compute.launch(&l);
-            }
+            // A launch that fails leaves the next step's check to say so.
+            let _ = call.run(compute);
         }
     }
 }
