@@ -41,6 +41,7 @@ pub fn initial_state(
     device: usize,
 ) -> Result<InitialState, SnapshotError> {
     let mut state = final_state(snapshot, device)?;
+    check_layout(&state)?;
     for (index, event) in snapshot.trace(device).iter().enumerate().rev() {
         undo(&mut state, &event).map_err(|why| {
             SnapshotError(format!(
@@ -51,8 +52,38 @@ pub fn initial_state(
             ))
         })?;
     }
+    check_layout(&state)?;
     estimate_unknown_sizes(&mut state);
     Ok(state)
+}
+
+/// Segments that do not overlap, each holding its live blocks whole and
+/// apart: what an allocator can rebuild.
+fn check_layout(state: &InitialState) -> Result<(), SnapshotError> {
+    let mut segments_end = 0;
+    for s in state.segments.values() {
+        let end = s.address.checked_add(s.size).filter(|_| s.size > 0);
+        let end = end.filter(|_| s.address >= segments_end).ok_or_else(|| {
+            SnapshotError(format!(
+                "segment {:#x} of {} bytes overlaps another or has no size",
+                s.address, s.size
+            ))
+        })?;
+        let mut blocks_end = s.address;
+        for (&address, &(size, _)) in &s.blocks {
+            let inside =
+                address >= blocks_end && address.checked_add(size).is_some_and(|e| e <= end);
+            if !inside {
+                return Err(SnapshotError(format!(
+                    "the live block at {address:#x} of {size} bytes does not lie apart inside its segment {:#x}",
+                    s.address
+                )));
+            }
+            blocks_end = address + size;
+        }
+        segments_end = end;
+    }
+    Ok(())
 }
 
 fn final_state(snapshot: &MemorySnapshot, device: usize) -> Result<InitialState, SnapshotError> {
@@ -93,6 +124,9 @@ fn final_state(snapshot: &MemorySnapshot, device: usize) -> Result<InitialState,
 }
 
 fn undo(state: &mut InitialState, e: &TraceEntry) -> Result<(), String> {
+    if e.addr.checked_add(e.size).is_none() {
+        return Err("the range runs past the end of the address space".into());
+    }
     match e.action {
         Action::Alloc => {
             let segment = segment_of(state, e.addr)?;
@@ -145,7 +179,7 @@ fn segment_of(state: &mut InitialState, address: u64) -> Result<&mut SeedSegment
         .range_mut(..=address)
         .next_back()
         .map(|(_, s)| s)
-        .filter(|s| address < s.address + s.size)
+        .filter(|s| address < s.address.saturating_add(s.size))
         .ok_or_else(|| "no segment holds that address".to_string())
 }
 
@@ -154,7 +188,7 @@ fn segment_of(state: &mut InitialState, address: u64) -> Result<&mut SeedSegment
 fn unmap_range(state: &mut InitialState, address: u64, size: u64) -> Result<(), String> {
     let segment = segment_of(state, address)?;
     let (start, end) = (segment.address, segment.address + segment.size);
-    if address + size > end {
+    if address.saturating_add(size) > end {
         return Err("the mapped range runs past its segment".into());
     }
     if segment
@@ -208,13 +242,15 @@ fn map_range(state: &mut InitialState, e: &TraceEntry) -> Result<(), String> {
         .range(..e.addr)
         .next_back()
         .map(|(_, s)| s.clone());
-    if let Some(left) = before.filter(|s| s.expandable && s.address + s.size == e.addr) {
+    if let Some(left) =
+        before.filter(|s| s.expandable && s.address.checked_add(s.size) == Some(e.addr))
+    {
         state.segments.remove(&left.address);
         joined.blocks.extend(left.blocks);
         joined.pool = left.pool;
         (joined.address, joined.size) = (left.address, left.size + e.size);
     }
-    if let Some(right) = state.segments.remove(&(e.addr + e.size)) {
+    if let Some(right) = state.segments.remove(&e.addr.saturating_add(e.size)) {
         if right.expandable {
             joined.size += right.size;
             joined.blocks.extend(right.blocks);

@@ -298,6 +298,36 @@ fn a_recording_that_starts_mid_run_is_rebuilt_then_replayed() {
     assert!(err.ends_with("no segment holds that address"), "{err}");
 }
 
+/// A segment list no allocator could hold is refused with its reason,
+/// before any replay: a live block outside its segment, two segments
+/// over the same addresses.
+#[test]
+fn a_segment_list_no_allocator_could_hold_is_refused() {
+    let mut s = recorded_from_start();
+    s.segments[0].blocks[1].address = BASE - MIB;
+    let err = initial::initial_state(&s, 0).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        format!(
+            "the live block at {:#x} of {} bytes does not lie apart inside its segment {BASE:#x}",
+            BASE - MIB,
+            6 * MIB
+        )
+    );
+    assert!(replay_exact(&s, 0).is_err());
+    let mut s = recorded_from_start();
+    s.segments[1].address = BASE + 10 * MIB;
+    let err = initial::initial_state(&s, 0).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        format!(
+            "segment {:#x} of {} bytes overlaps another or has no size",
+            BASE + 10 * MIB,
+            16 * MIB
+        )
+    );
+}
+
 #[test]
 fn what_if_runs_the_same_requests_under_other_settings() {
     let s = recorded_from_start();
