@@ -611,7 +611,12 @@ fn fuzz<T: std::fmt::Debug>(
     inputs: u32,
     mut read: impl FnMut(T),
 ) {
-    let mut runner = TestRunner::new(Config::default());
+    // The test command draws the same inputs each run; a long run
+    // (`VRAMLAB_FUZZ_CASES`) draws new ones.
+    let mut runner = match std::env::var_os("VRAMLAB_FUZZ_CASES") {
+        Some(_) => TestRunner::new(Config::default()),
+        None => TestRunner::deterministic(),
+    };
     for _ in 0..inputs {
         let value = strategy.new_tree(&mut runner).expect("a case").current();
         read(value);
