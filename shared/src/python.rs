@@ -354,6 +354,14 @@ mod tests {
             keras.starts_with("m.fit(x_train, y_train, batch_size=64, steps_per_epoch=5"),
             "{keras}"
         );
+        let executor =
+            r#"{"cmd":"train","model":"m","optimizer":"o","data":"d","jit_compile":false}"#;
+        let keras = py(executor, Framework::Tensorflow);
+        assert!(
+            keras.starts_with("m.jit_compile = False  # TensorFlow's executor"),
+            "{keras}"
+        );
+        assert!(keras.ends_with("epochs=1)"), "{keras}");
     }
 
     /// What a control adds to the code cell is what the cell runs: the

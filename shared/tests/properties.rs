@@ -216,6 +216,7 @@ fn command(op: &Op, framework: Framework, variant: u8, kind: Kind) -> Command {
                 command::LossHistory::Item
             },
             attention: kind.attention(variant & 2 != 0),
+            jit_compile: variant & 16 == 0,
         }),
     }
 }

@@ -26,15 +26,24 @@ pub fn method(ev: &Eval, model: &str, m: &str, args: &Args) -> Result<Value, Cel
     }
 }
 
+/// `compile(optimizer=..., jit_compile=...)`: `jit_compile` is `"auto"`
+/// (XLA on a GPU) unless `False`.
 fn compile(ev: &Eval, model: &str, args: &Args) -> Result<Value, CellError> {
     let (kind, lr) = optimizer_kind(ev, args.get(0, "optimizer"))?;
-    Ok(Value::Effect(vec![Command::Optimizer(OptimizerArgs {
+    let jit_compile = match args.kw("jit_compile") {
+        None | Some(Value::None | Value::Bool(true)) => true,
+        Some(Value::Str(s)) if s == "auto" => true,
+        Some(Value::Bool(false)) => false,
+        Some(_) => return Err(ev.err("jit_compile is True, False or \"auto\"")),
+    };
+    let optimizer = Command::Optimizer(OptimizerArgs {
         name: optimizer_name(model),
         model: model.to_string(),
         kind,
         lr,
         bits: crate::command::STATE_BITS,
-    })]))
+    });
+    Ok(Value::Compile(vec![optimizer], jit_compile))
 }
 
 fn fit(ev: &Eval, model: &str, args: &Args) -> Result<Value, CellError> {
@@ -67,9 +76,9 @@ fn fit(ev: &Eval, model: &str, args: &Args) -> Result<Value, CellError> {
         }));
     }
     let steps = per_epoch.saturating_mul(epochs);
-    commands.push(Command::Train(TrainArgs::plain(
-        model, optimizer, &data, steps, batch,
-    )));
+    let mut train = TrainArgs::plain(model, optimizer, &data, steps, batch);
+    train.jit_compile = ev.names.jit_compile(model);
+    commands.push(Command::Train(train));
     Ok(Value::Effect(commands))
 }
 

@@ -83,8 +83,9 @@ enum Binding {
     Tensor(TensorInfo),
     /// A loader (kernel dataset) the cell made, with its batch size.
     Loader(Loader),
-    /// A Keras model, with the optimizer `compile` made for it.
-    Keras(Option<String>),
+    /// A Keras model, with the optimizer `compile` made for it and its
+    /// `jit_compile`.
+    Keras(Option<String>, bool),
 }
 
 #[derive(Clone, Debug, Default)]
@@ -132,7 +133,21 @@ impl Names {
 
     /// `name` now names a Keras model, compiled with `optimizer` if any.
     pub fn keep_keras(&mut self, name: &str, optimizer: Option<String>) {
-        self.bind(name, Binding::Keras(optimizer));
+        let jit_compile = self.jit_compile(name);
+        self.bind(name, Binding::Keras(optimizer, jit_compile));
+    }
+
+    /// `compile(jit_compile=...)` of the Keras model `name`.
+    pub fn set_jit_compile(&mut self, name: &str, jit_compile: bool) {
+        if let Some(Binding::Keras(_, j)) = self.names.get_mut(name) {
+            *j = jit_compile;
+        }
+    }
+
+    /// Whether XLA compiles the Keras model `name`'s step (Keras's
+    /// `"auto"` on a GPU, unless `compile` said otherwise).
+    pub fn jit_compile(&self, name: &str) -> bool {
+        !matches!(self.names.get(name), Some(Binding::Keras(_, false)))
     }
 
     fn bind(&mut self, name: &str, binding: Binding) {
@@ -163,7 +178,7 @@ impl Names {
     /// The Keras model `name`: the optimizer `compile` gave it, if any.
     pub fn keras(&self, name: &str) -> Option<Option<&str>> {
         match self.names.get(name)? {
-            Binding::Keras(o) => Some(o.as_deref()),
+            Binding::Keras(o, _) => Some(o.as_deref()),
             _ => None,
         }
     }
@@ -171,7 +186,7 @@ impl Names {
     /// `n = src` for kernel objects: `n` knows what `src` knows.
     pub fn alias(&mut self, n: &str, src: &str) {
         match self.names.get(src).cloned() {
-            Some(b @ (Binding::Tensor(_) | Binding::Loader(_) | Binding::Keras(_))) => {
+            Some(b @ (Binding::Tensor(_) | Binding::Loader(_) | Binding::Keras(..))) => {
                 self.bind(n, b)
             }
             _ => self.forget(n),

@@ -302,7 +302,7 @@ del model\ngc.collect()\ntf.keras.backend.clear_session()";
         })
     );
     assert!(
-        matches!(&cmds[3], Command::Train(t) if t.steps == 20 && t.batch_size == 64 && t.optimizer == "model_optimizer")
+        matches!(&cmds[3], Command::Train(t) if t.steps == 20 && t.batch_size == 64 && t.optimizer == "model_optimizer" && t.jit_compile)
     );
     assert_eq!(
         cmds[4..],
@@ -312,6 +312,26 @@ del model\ngc.collect()\ntf.keras.backend.clear_session()";
             Command::ClearSession {}
         ]
     );
+}
+
+/// `compile(jit_compile=False)`: the fit that follows runs on
+/// TensorFlow's executor; `"auto"` (and no word) is XLA on a GPU.
+#[test]
+fn keras_compile_says_whether_xla_compiles_the_step() {
+    let fit = |compile: &str| {
+        let source = format!("import tensorflow as tf\nimport numpy as np\nx = np.zeros((640, 784))\ny = np.zeros((640,))\n\
+model = tf.keras.Sequential([tf.keras.Input(shape=(784,)), tf.keras.layers.Dense(10)])\n\
+model.compile(optimizer='sgd'{compile})\nmodel.fit(x, y, batch_size=64)");
+        let cmds = run(&source, Framework::Tensorflow).concat();
+        match cmds.last() {
+            Some(Command::Train(t)) => t.jit_compile,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert!(fit(""));
+    assert!(fit(", jit_compile='auto'"));
+    assert!(!fit(", jit_compile=False"));
+    assert!(fit(", jit_compile=True"));
 }
 
 #[test]

@@ -94,6 +94,7 @@ pub fn training_loop(
         loss_history: facts.history,
         attention: Default::default(),
         donate: false,
+        jit_compile: true,
     })])
 }
 

@@ -70,6 +70,13 @@ impl Translator {
                 self.after_effect(&cmds);
                 Ok(cmds)
             }
+            Value::Compile(cmds, jit_compile) => {
+                self.after_effect(&cmds);
+                if let Some(Command::Optimizer(a)) = cmds.first() {
+                    self.names.set_jit_compile(&a.model, jit_compile);
+                }
+                Ok(cmds)
+            }
             Value::Forward(_) => Err(CellError::new(
                 line,
                 "give the output a name (`out = model(x)`): the cell keeps what a name holds",
@@ -239,7 +246,7 @@ impl Translator {
                 attention: Default::default(),
             }),
             Value::Session => Command::TfSession(NameArgs { name: name.clone() }),
-            Value::Effect(mut cmds) => {
+            Value::Effect(mut cmds) | Value::Compile(mut cmds, _) => {
                 self.after_effect(&cmds);
                 cmds.extend(self.keep(n, Value::Opaque));
                 return Ok(cmds);

@@ -49,6 +49,8 @@ pub enum Value {
     Method(Box<Value>, String),
     /// A call done for what it does: the commands it stands for.
     Effect(Vec<crate::command::Command>),
+    /// Keras's `model.compile(...)`: its commands, and `jit_compile`.
+    Compile(Vec<crate::command::Command>, bool),
     /// Anything else the cell keeps but does not use.
     Opaque,
 }
@@ -149,7 +151,7 @@ impl Value {
             Value::Params(_) => "params",
             Value::Session => "session",
             Value::Method(..) => "method",
-            Value::Effect(_) => "effect",
+            Value::Effect(_) | Value::Compile(..) => "effect",
             Value::Opaque => "opaque",
         }
     }

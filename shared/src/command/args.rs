@@ -343,6 +343,11 @@ pub struct TrainArgs {
     /// parameters and state are written over the old.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub donate: bool,
+    /// TensorFlow: Keras's `model.compile(jit_compile=...)`. On (Keras's
+    /// `"auto"` on a GPU), XLA compiles the step; off, TensorFlow's
+    /// executor runs its graph op by op.
+    #[serde(skip_serializing_if = "is_true")]
+    pub jit_compile: bool,
 }
 
 impl TrainArgs {
@@ -362,6 +367,7 @@ impl TrainArgs {
             loss_history: LossHistory::Item,
             attention: Attention::Eager,
             donate: false,
+            jit_compile: true,
         }
     }
 }
@@ -380,6 +386,10 @@ pub struct FindBatchSizeArgs {
     pub checkpointing: bool,
     #[serde(default, skip_serializing_if = "is_default")]
     pub attention: Attention,
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {

@@ -224,6 +224,7 @@ mod tests {
             loss_history: crate::command::LossHistory::Tensor,
             attention: crate::train::kinds::Attention::Sdpa,
             donate: false,
+            jit_compile: false,
         });
         for command in [restart, train, Command::Gc {}] {
             let line = CommandLine::from(command.clone());

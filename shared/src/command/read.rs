@@ -260,6 +260,7 @@ const TRAIN: &[&str] = &[
     "loss_history",
     "attention",
     "donate",
+    "jit_compile",
 ];
 
 fn train(f: &mut Fields) -> Result<TrainArgs, Error> {
@@ -276,6 +277,7 @@ fn train(f: &mut Fields) -> Result<TrainArgs, Error> {
         loss_history: f.take_or("loss_history", LossHistory::Item)?,
         attention: f.take_or("attention", Default::default())?,
         donate: f.take_or("donate", false)?,
+        jit_compile: f.take_or("jit_compile", true)?,
     };
     f.done(TRAIN)?;
     Ok(a)

@@ -97,7 +97,11 @@ impl Engine {
     }
 
     /// The state tensors, per parameter in order, held by the optimizer.
-    fn init_state(&mut self, frame: &mut PyFrame, plan: &Plan) -> Result<(), AllocFailure> {
+    pub(super) fn init_state(
+        &mut self,
+        frame: &mut PyFrame,
+        plan: &Plan,
+    ) -> Result<(), AllocFailure> {
         let opt = &self.train.optimizers[&plan.optimizer];
         if !opt.state.is_empty() {
             return Ok(());
@@ -177,7 +181,7 @@ impl Engine {
 
     /// The step's numbers on the CPU: the loss, the gradients, the
     /// update; no `.grad` stays.
-    fn compute_jitted(&mut self, plan: &Plan) -> Option<f32> {
+    pub(super) fn compute_jitted(&mut self, plan: &Plan) -> Option<f32> {
         let step = (&plan.program, plan.micro_batch);
         let loss = self.compute_step((plan.model, &Placement::new()), plan.data, step);
         let all: Vec<usize> = (0..self.train.models[&plan.model].params.len()).collect();

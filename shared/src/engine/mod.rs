@@ -11,6 +11,7 @@
 mod arithmetic;
 #[cfg(feature = "device-values")]
 mod device_step;
+mod executor;
 mod jitted;
 mod objects;
 #[cfg(feature = "device-values")]
@@ -393,6 +394,8 @@ fn no_process(mut e: CommandError) -> CommandError {
     e
 }
 
+#[cfg(test)]
+mod executor_tests;
 #[cfg(test)]
 mod jitted_tests;
 #[cfg(test)]

@@ -238,7 +238,13 @@ fn alloc(
     scope: &str,
     target: &Target,
 ) -> Result<ObjId, AllocFailure> {
-    let (label, category) = match a.role {
+    let (label, category) = label(k, a, scope, target);
+    frame.alloc(k, &label, &a.shape, a.dtype, category)
+}
+
+/// The label and category of `a`'s tensor.
+pub(super) fn label(k: &Process, a: &Alloc, scope: &str, target: &Target) -> (String, Category) {
+    match a.role {
         Role::Grad(p) => {
             let param = k.runtime.get(target.params[p]).map(|o| o.label.as_str());
             let fresh = grad_of(k, target.params[p]).is_none();
@@ -276,8 +282,7 @@ fn alloc(
             };
             (label, category)
         }
-    };
-    frame.alloc(k, &label, &a.shape, a.dtype, category)
+    }
 }
 
 /// `AccumulateGrad`: the gradient becomes `.grad`, or is added into the

@@ -65,12 +65,15 @@ impl Engine {
         let plan = self.train_plan(a)?;
         self.take_computed_where();
         let in_session = self.train.models[&plan.model].session.is_some();
-        let executable = self.compiles(in_session).then(|| self.executable(a, &plan));
+        let compiled = self.compiles(in_session) && a.jit_compile;
+        let executable = compiled.then(|| self.executable(a, &plan));
+        let executor = !compiled && !in_session && self.framework() == Framework::Tensorflow;
         let mut steps = StepLog::default();
         let mut stopped = false;
         for s in 0..a.steps {
             let step = match &executable {
                 Some(e) => Some(self.jitted_step(&plan, e)?),
+                None if executor => Some(self.executor_step(&plan)?),
                 None => self.train_step(a, &plan, s)?,
             };
             let Some(loss) = step else {
@@ -292,7 +295,9 @@ impl Engine {
     /// gradient accumulation.
     fn check_jit(&self, a: &TrainArgs) -> Result<(), CommandError> {
         let framework = self.framework();
-        let why = if a.donate && framework != Framework::Jax {
+        let why = if !a.jit_compile && framework != Framework::Tensorflow {
+            "jit_compile is Keras's model.compile(jit_compile=False): TensorFlow only (jax.jit always compiles; PyTorch runs eagerly)"
+        } else if a.donate && framework != Framework::Jax {
             "donate is jax.jit's donate_argnums: JAX only (Keras writes its variables in place)"
         } else if a.accumulate > 1 && framework != Framework::Pytorch {
             "accumulate is PyTorch's loop: XLA's accumulates in the executable (optax.MultiSteps), not modelled; use accumulate 1"

@@ -69,13 +69,18 @@ pub(super) fn data_code(a: &DataArgs) -> String {
 }
 
 /// A step compiled by XLA: JAX's `jax.jit` (donating when asked), or
-/// Keras's `fit` (XLA on a GPU by default).
+/// Keras's `fit` (XLA on a GPU by default; TensorFlow's executor with
+/// `jit_compile` off).
 pub(super) fn train_code(a: &TrainArgs, framework: Framework) -> String {
     let (model, opt, steps, batch) = (&a.model, &a.optimizer, a.steps, a.batch_size);
     if framework == Framework::Tensorflow {
-        return format!(
-            "{model}.fit(x_train, y_train, batch_size={batch}, steps_per_epoch={steps}, epochs=1)  # XLA on a GPU"
+        let fit = format!(
+            "{model}.fit(x_train, y_train, batch_size={batch}, steps_per_epoch={steps}, epochs=1)"
         );
+        return match a.jit_compile {
+            true => format!("{fit}  # XLA on a GPU"),
+            false => format!("{model}.jit_compile = False  # TensorFlow's executor runs the step op by op\n{fit}"),
+        };
     }
     let jit = if a.donate {
         "@partial(jax.jit, donate_argnums=(0, 1))  # new params and state written over the old"

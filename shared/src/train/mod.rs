@@ -16,6 +16,7 @@ pub mod autograd;
 pub mod cpu;
 pub mod cublas;
 pub mod data;
+pub mod executor;
 pub mod frame;
 pub mod init;
 #[cfg(feature = "device-values")]

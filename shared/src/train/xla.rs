@@ -17,7 +17,7 @@
 
 pub mod heap;
 
-use crate::train::kinds::step::{Arg, Op, Program, Role};
+use crate::train::kinds::step::{Op, Program, Role};
 use crate::train::{ModelSpec, OptimizerKind};
 use crate::types::Dtype;
 use heap::{Output, Value};
@@ -124,17 +124,9 @@ fn schedule(
     let last = 2 * program.ops.len() as u32;
     // Each parameter's update: when the last piece of its gradient is made
     // or added in.
-    let mut update = vec![last; trained.len()];
-    let mut seen = vec![false; trained.len()];
-    for (i, a) in program.allocs.iter().enumerate() {
-        if let Role::Grad(p) = a.role {
-            let t = end[i].or(start[i]).unwrap_or(last);
-            if p < trained.len() {
-                update[p] = if seen[p] { update[p].max(t) } else { t };
-                seen[p] = true;
-            }
-        }
-    }
+    let update: Vec<u32> = (program.gradients_done(trained.len()).into_iter())
+        .map(|t| t.map_or(last, |t| 2 * t as u32))
+        .collect();
     let mut values = Vec::new();
     let made = program.ops.iter().filter_map(|op| match *op {
         Op::Alloc(i) => Some(i),
@@ -183,23 +175,9 @@ fn schedule(
 /// Modelled as a buffer of the parameter's size from its update to the
 /// step's end. Plain SGD's update is ordered after those reads: no copy.
 fn copies(program: &Program, trained: &[u64], update: &[u32], last: u32) -> Vec<Value> {
-    let backward = program.forward_end();
-    let mut read = vec![false; trained.len()];
-    let allocs_in_backward = program.ops[backward..].iter().filter_map(|op| match op {
-        Op::Alloc(i) => Some(&program.allocs[*i]),
-        _ => None,
-    });
-    for a in allocs_in_backward {
-        for arg in a.calc.operands().into_iter().flatten() {
-            if let Arg::Param(p) = arg {
-                if let Some(r) = read.get_mut(p) {
-                    *r = true;
-                }
-            }
-        }
-    }
+    let read = program.last_backward_reads(trained.len());
     (0..trained.len())
-        .filter(|&p| read[p] && trained[p] > 0)
+        .filter(|&p| read[p].is_some() && trained[p] > 0)
         .map(|p| Value {
             bytes: trained[p],
             start: update[p] + 1,

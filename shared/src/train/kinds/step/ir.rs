@@ -7,7 +7,7 @@
 //! (`engine::program`), the CPU interpreter (`train::cpu`), a device's
 //! (`engine::on_device`) and the estimate's walk (`kinds::estimate`) run it.
 
-use super::calc::Calc;
+use super::calc::{Arg, Calc};
 use crate::train::cublas::{BlasThread, Gemm};
 use crate::train::kinds::blocks;
 use crate::types::Dtype;
@@ -206,5 +206,42 @@ impl Program {
     /// saved it.
     pub fn saves(&self, part: Batch) -> bool {
         self.ops.contains(&Op::Release(part))
+    }
+
+    /// For each of `params` parameters, the op after which its gradient
+    /// is complete: where its last piece is made, or added in and freed
+    /// (`None`: the step computes no gradient for it).
+    pub fn gradients_done(&self, params: usize) -> Vec<Option<usize>> {
+        let mut done = vec![None; params];
+        for (t, op) in self.ops.iter().enumerate() {
+            if let Op::Alloc(i) | Op::Free(i) = *op {
+                if let Role::Grad(p) = self.allocs[i].role {
+                    if let Some(d) = done.get_mut(p) {
+                        *d = Some(t);
+                    }
+                }
+            }
+        }
+        done
+    }
+
+    /// For each of `params` parameters, the last op of backward (after
+    /// [`Op::ForwardEnd`]) that reads it: a matrix product's weight, for
+    /// its input's gradient.
+    pub fn last_backward_reads(&self, params: usize) -> Vec<Option<usize>> {
+        let mut last = vec![None; params];
+        let backward = self.ops.iter().enumerate().skip(self.forward_end());
+        for (t, op) in backward {
+            let Op::Alloc(i) = *op else { continue };
+            for arg in self.allocs[i].calc.operands().into_iter().flatten() {
+                if let Some(l) = match arg {
+                    Arg::Param(p) => last.get_mut(p),
+                    _ => None,
+                } {
+                    *l = Some(t);
+                }
+            }
+        }
+        last
     }
 }
