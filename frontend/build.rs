@@ -1,7 +1,8 @@
 //! Builds the lesson list from tests/lessons/ so that every lesson file the
 //! tests play is in the page, without a second list to keep in step: each
 //! lesson's words, and its commands file's version (the page fetches the
-//! file itself, `lessons/NN-slug.jsonl`, which scripts/build-web copies).
+//! file itself, `lessons/NN-slug.jsonl`, which scripts/build-web copies);
+//! and the version of each piece of advice's code (`advice/ID.py`).
 
 use std::fmt::Write;
 use std::path::Path;
@@ -65,6 +66,24 @@ fn main() {
         .unwrap();
     }
     out.push_str("];\n");
+    // Each piece of advice's code file and its version, by id.
+    let advice = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/src/advice");
+    println!("cargo:rerun-if-changed={}", advice.display());
+    let mut files: Vec<_> = std::fs::read_dir(&advice)
+        .expect("shared/src/advice exists")
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "py"))
+        .collect();
+    files.sort();
+    out.push_str("/// Where advice `id`'s code is, its version in the URL.\n");
+    out.push_str("pub fn advice_url(id: &str) -> &'static str {\n    match id {\n");
+    for file in files {
+        println!("cargo:rerun-if-changed={}", file.display());
+        let id = file.file_stem().unwrap().to_string_lossy();
+        let version = format!("{:016x}", fnv1a(&std::fs::read(&file).unwrap()));
+        writeln!(out, "        {id:?} => \"advice/{id}.py?v={version}\",").unwrap();
+    }
+    out.push_str("        _ => \"\",\n    }\n}\n");
     let target = Path::new(&std::env::var("OUT_DIR").unwrap()).join("lessons.rs");
     std::fs::write(target, out).unwrap();
 }

@@ -59,6 +59,13 @@ async fn the_popular_advice_runs_in_the_cell_with_the_numbers_of_vramlab_run() {
             &format!("(() => {{ const s = document.getElementById('advice'); s.value = '{i}'; s.dispatchEvent(new Event('change', {{bubbles: true}})); }})()"),
         )
         .await;
+        // The code is fetched when picked (`advice/ID.py`).
+        let source = serde_json::to_string(advice.source()).unwrap();
+        until(
+            &page,
+            &format!("document.getElementById('cell-source').value === {source}"),
+        )
+        .await;
         click(&page, "cell-run").await;
         until(&page, SETTLED).await;
         let failed = js(
@@ -71,7 +78,7 @@ async fn the_popular_advice_runs_in_the_cell_with_the_numbers_of_vramlab_run() {
             framework: Some(advice.framework),
             ..Default::default()
         })];
-        for step in cell::steps(advice.source, advice.framework).unwrap() {
+        for step in cell::steps(advice.source(), advice.framework).unwrap() {
             commands.extend(step.commands.unwrap());
         }
         assert_eq!(
@@ -98,6 +105,11 @@ async fn the_popular_advice_runs_in_the_cell_with_the_numbers_of_vramlab_run() {
         .position(|a| a.id == "keras-clear-session")
         .unwrap();
     js(&page, &format!("(() => {{ const s = document.getElementById('advice'); s.value = '{keras}'; s.dispatchEvent(new Event('change', {{bubbles: true}})); }})()")).await;
+    until(
+        &page,
+        "document.getElementById('cell-source').value.length > 0",
+    )
+    .await;
     click(&page, "cell-run").await;
     until(&page, SETTLED).await;
     let first = js(&page, "document.getElementById('claim-0').className").await;

@@ -10,8 +10,25 @@ pub struct Advice {
     pub id: &'static str,
     pub title: &'static str,
     pub framework: Framework,
-    pub source: &'static str,
     pub claims: &'static [Claim],
+}
+
+impl Advice {
+    /// The code, as the cell runs it. The page fetches the same file
+    /// (`advice/{id}.py`) when the advice is picked, so the code is no
+    /// part of the page's first load.
+    pub fn source(&self) -> &'static str {
+        match self.id {
+            "keras-clear-session" => include_str!("advice/keras-clear-session.py"),
+            "keras-del-gc-clear" => include_str!("advice/keras-del-gc-clear.py"),
+            "torch-del-empty-cache" => include_str!("advice/torch-del-empty-cache.py"),
+            "tf1-session-close" => include_str!("advice/tf1-session-close.py"),
+            "torch-batches-not-dataset" => include_str!("advice/torch-batches-not-dataset.py"),
+            "torch-accumulate" => include_str!("advice/torch-accumulate.py"),
+            "torch-watch-allocated" => include_str!("advice/torch-watch-allocated.py"),
+            _ => "",
+        }
+    }
 }
 
 /// Which number a claim is about.
@@ -160,7 +177,6 @@ pub const ADVICE: &[Advice] = &[
         id: "keras-clear-session",
         title: "Keras: call clear_session() after fit",
         framework: Framework::Tensorflow,
-        source: include_str!("advice/keras-clear-session.py"),
         claims: &[
             Claim {
                 text: "clear_session() frees the model's GPU memory",
@@ -176,7 +192,6 @@ pub const ADVICE: &[Advice] = &[
         id: "keras-del-gc-clear",
         title: "Keras: del model, gc.collect(), clear_session()",
         framework: Framework::Tensorflow,
-        source: include_str!("advice/keras-del-gc-clear.py"),
         claims: &[
             Claim {
                 text: "the three together free the model's memory",
@@ -192,7 +207,6 @@ pub const ADVICE: &[Advice] = &[
         id: "torch-del-empty-cache",
         title: "PyTorch: del model and optimizer, then empty_cache()",
         framework: Framework::Pytorch,
-        source: include_str!("advice/torch-del-empty-cache.py"),
         claims: &[
             Claim {
                 text: "del frees the model's memory",
@@ -216,7 +230,6 @@ pub const ADVICE: &[Advice] = &[
         id: "tf1-session-close",
         title: "TF1: close the session and open a new one",
         framework: Framework::Tensorflow,
-        source: include_str!("advice/tf1-session-close.py"),
         claims: &[
             Claim {
                 text: "closing the session frees its variables",
@@ -232,7 +245,6 @@ pub const ADVICE: &[Advice] = &[
         id: "torch-batches-not-dataset",
         title: "Feed batches instead of putting the dataset on the GPU",
         framework: Framework::Pytorch,
-        source: include_str!("advice/torch-batches-not-dataset.py"),
         claims: &[
             Claim {
                 text: "a DataLoader over host tensors takes no GPU memory until a batch moves",
@@ -252,7 +264,6 @@ pub const ADVICE: &[Advice] = &[
         id: "torch-accumulate",
         title: "Gradient accumulation instead of a bigger batch",
         framework: Framework::Pytorch,
-        source: include_str!("advice/torch-accumulate.py"),
         claims: &[Claim {
             text: "4 micro-batches of 512 peak lower than one batch of 2048",
             says: Says::Lower(
@@ -266,7 +277,6 @@ pub const ADVICE: &[Advice] = &[
         id: "torch-watch-allocated",
         title: "Watch memory_allocated() to pick the batch size",
         framework: Framework::Pytorch,
-        source: include_str!("advice/torch-watch-allocated.py"),
         claims: &[Claim {
             text: "memory_allocated() after a step shows what the step needs",
             says: Says::PeakStays("zip(range(3), loader)"),
@@ -282,7 +292,7 @@ mod tests {
     #[test]
     fn every_example_reads_whole_and_names_real_statements() {
         for a in ADVICE {
-            let steps = steps(a.source, a.framework).unwrap_or_else(|e| panic!("{}: {e}", a.id));
+            let steps = steps(a.source(), a.framework).unwrap_or_else(|e| panic!("{}: {e}", a.id));
             for s in &steps {
                 assert!(s.commands.is_ok(), "{}: {:?}", a.id, s.commands);
             }
@@ -299,6 +309,25 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// Every piece of advice has its code file, and every file is one's
+    /// (the page fetches `advice/ID.py` by id).
+    #[test]
+    fn every_advice_has_its_code_file() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/advice");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        let mut ids: Vec<String> = ADVICE.iter().map(|a| format!("{}.py", a.id)).collect();
+        ids.sort();
+        assert_eq!(files, ids);
+        for a in ADVICE {
+            let file = std::fs::read_to_string(format!("{dir}/{}.py", a.id)).unwrap();
+            assert_eq!(a.source(), file, "{}", a.id);
         }
     }
 }

@@ -358,7 +358,7 @@ mod tests {
             r#"{"cmd":"train","model":"m","optimizer":"o","data":"d","jit_compile":false}"#;
         let keras = py(executor, Framework::Tensorflow);
         assert!(
-            keras.starts_with("m.jit_compile = False  # TensorFlow's executor"),
+            keras.starts_with("m.jit_compile = False  # no XLA"),
             "{keras}"
         );
         assert!(keras.ends_with("epochs=1)"), "{keras}");

@@ -20,11 +20,12 @@ pub fn CodeCell(app: App) -> impl IntoView {
     };
     let pick = move |e: leptos::ev::Event| {
         let i = event_target_value(&e).parse::<usize>().ok();
-        cell.advice.set(i.filter(|&i| i < ADVICE.len()));
-        if let Some(a) = i.and_then(|i| ADVICE.get(i)) {
-            cell.source.set(a.source.to_string());
+        let i = i.filter(|&i| i < ADVICE.len());
+        cell.advice.set(i);
+        if let Some(i) = i {
             cell.steps.set(Vec::new());
             cell.next.set(0);
+            fetch_advice(cell, i);
         }
     };
     view! {
@@ -33,7 +34,7 @@ pub fn CodeCell(app: App) -> impl IntoView {
             <p class="hint">"Type or paste Python and run it line by line: after every statement the numbers and the explanation follow."</p>
             <details class="understands">
                 <summary>"What the cell understands"</summary>
-                <p>"Tensors (torch.randn(..., device=\"cuda\"), tf.zeros([...]), jnp.zeros((...))), y = x, del, lists and h.append(h), gc.collect(), torch.cuda.empty_cache(), tf.keras.backend.clear_session(), nn.Sequential of Linear and ReLU or keras.Sequential of Dense, torch.optim optimizers, model.compile and model.fit, DataLoader(TensorDataset(X, y)), model(x) and a loss, with torch.no_grad() or torch.autocast(...), loss.backward(), opt.step(), opt.zero_grad(), training loops (for x, y in loader), tf.compat.v1.Session() and sess.close(). Anything else stops the cell at its line and says why."</p>
+                <p>"Tensors, y = x, del, lists, gc.collect(), empty_cache(), clear_session(), Sequential models, optimizers, compile(jit_compile=...) and fit, DataLoader, forward, backward, step, zero_grad, no_grad, autocast, training loops, TF1 sessions. Anything else stops the cell at its line, saying why."</p>
             </details>
             <label for="advice">"Try the popular advice: "</label>
             <select id="advice" on:change=pick>
@@ -54,6 +55,19 @@ pub fn CodeCell(app: App) -> impl IntoView {
             <Verdicts cell=cell />
         </section>
     }
+}
+
+/// Fetches advice `i`'s code (`advice/ID.py`, beside the page) into the
+/// cell, unless another was picked meanwhile.
+fn fetch_advice(cell: CellState, i: usize) {
+    let url = crate::lessons::advice_url(ADVICE[i].id);
+    wasm_bindgen_futures::spawn_local(async move {
+        // A failed fetch leaves the cell empty (reload to try again).
+        let text = crate::files::fetch_text(url).await.unwrap_or_default();
+        if cell.advice.get_untracked() == Some(i) {
+            cell.source.set(text);
+        }
+    });
 }
 
 /// Runs up to `count` statements; the first of a run restarts the kernel.

@@ -56,8 +56,6 @@ struct Fields {
     no_grad: RwSignal<bool>,
     /// JAX: `jax.jit(..., donate_argnums=(0, 1))`.
     donate: RwSignal<bool>,
-    /// Keras: `model.jit_compile` (off: TensorFlow's executor).
-    jit_compile: RwSignal<bool>,
 }
 
 /// The whole number in a field, or why it is not one in `range`.
@@ -99,7 +97,6 @@ impl Fields {
             on_device: RwSignal::new(false),
             no_grad: RwSignal::new(false),
             donate: RwSignal::new(false),
-            jit_compile: RwSignal::new(true),
         }
     }
 
@@ -210,7 +207,7 @@ impl Fields {
             loss_history: self.loss_history.get_untracked(),
             attention: self.attention(),
             donate: self.donate.get_untracked(),
-            jit_compile: self.jit_compile.get_untracked(),
+            jit_compile: true,
         })])
     }
 
@@ -321,7 +318,6 @@ pub fn Training(app: App) -> impl IntoView {
             <label>{checkbox(f.checkpointing)}" checkpointing"</label>
             <label>{checkbox(f.set_to_none)}" set_to_none"</label>
             <label>{checkbox(f.donate)}" donate (JAX)"</label>
-            <label>{checkbox(f.jit_compile)}" jit_compile (Keras)"</label>
             <label>"loss " {choice("loss-history", "What the loop keeps of each step's loss", f.loss_history, &LossHistory::ALL, (LossHistory::id, LossHistory::code))}</label>
             <label>{checkbox(f.no_grad)}" no_grad (forward)"</label>
             <br />

@@ -26,16 +26,11 @@ pub fn method(ev: &Eval, model: &str, m: &str, args: &Args) -> Result<Value, Cel
     }
 }
 
-/// `compile(optimizer=..., jit_compile=...)`: `jit_compile` is `"auto"`
-/// (XLA on a GPU) unless `False`.
+/// `compile(optimizer=..., jit_compile=...)`: `"auto"` (XLA on a GPU)
+/// unless `False`.
 fn compile(ev: &Eval, model: &str, args: &Args) -> Result<Value, CellError> {
     let (kind, lr) = optimizer_kind(ev, args.get(0, "optimizer"))?;
-    let jit_compile = match args.kw("jit_compile") {
-        None | Some(Value::None | Value::Bool(true)) => true,
-        Some(Value::Str(s)) if s == "auto" => true,
-        Some(Value::Bool(false)) => false,
-        Some(_) => return Err(ev.err("jit_compile is True, False or \"auto\"")),
-    };
+    let jit_compile = !matches!(args.kw("jit_compile"), Some(Value::Bool(false)));
     let optimizer = Command::Optimizer(OptimizerArgs {
         name: optimizer_name(model),
         model: model.to_string(),

@@ -112,10 +112,7 @@ fn jit_compile_off_is_kerass_alone() {
         let train = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":1,"jit_compile":false});
         let r = e.run_line(&train.to_string());
         let message = r.error.unwrap().message;
-        assert!(
-            message.contains("TensorFlow only"),
-            "{framework}: {message}"
-        );
+        assert_eq!(message, super::training::NO_EXECUTOR, "{framework}");
     }
 }
 

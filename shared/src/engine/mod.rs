@@ -11,6 +11,7 @@
 mod arithmetic;
 #[cfg(feature = "device-values")]
 mod device_step;
+#[cfg(feature = "tf-executor")]
 mod executor;
 mod jitted;
 mod objects;
@@ -394,7 +395,7 @@ fn no_process(mut e: CommandError) -> CommandError {
     e
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "tf-executor"))]
 mod executor_tests;
 #[cfg(test)]
 mod jitted_tests;

@@ -52,3 +52,23 @@ fn an_mlp_learns_in_the_pages_build() {
         e.check_invariants().unwrap();
     }
 }
+
+/// A Keras step without XLA is TensorFlow's executor, which the page's
+/// build leaves out: refused with where it runs.
+#[test]
+fn a_keras_step_without_xla_says_a_server_runs_it() {
+    let mut e = super::Engine::new_simulated();
+    for line in [
+        json!({"cmd":"restart","framework":"tensorflow"}),
+        json!({"cmd":"model","name":"model","layers":1,"width":16}),
+        json!({"cmd":"optimizer","name":"opt","model":"model","kind":"adam"}),
+        json!({"cmd":"data","name":"data","features":784,"classes":10,"samples":64}),
+    ] {
+        assert!(e.run_line(&line.to_string()).ok, "{line}");
+    }
+    let train = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":1,"jit_compile":false});
+    let r = e.run_line(&train.to_string());
+    assert_eq!(r.error.unwrap().message, super::training::NO_EXECUTOR);
+    let compiled = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":1});
+    assert!(e.run_line(&compiled.to_string()).ok);
+}

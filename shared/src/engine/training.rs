@@ -67,12 +67,14 @@ impl Engine {
         let in_session = self.train.models[&plan.model].session.is_some();
         let compiled = self.compiles(in_session) && a.jit_compile;
         let executable = compiled.then(|| self.executable(a, &plan));
+        #[cfg(feature = "tf-executor")]
         let executor = !compiled && !in_session && self.framework() == Framework::Tensorflow;
         let mut steps = StepLog::default();
         let mut stopped = false;
         for s in 0..a.steps {
             let step = match &executable {
                 Some(e) => Some(self.jitted_step(&plan, e)?),
+                #[cfg(feature = "tf-executor")]
                 None if executor => Some(self.executor_step(&plan)?),
                 None => self.train_step(a, &plan, s)?,
             };
@@ -295,8 +297,9 @@ impl Engine {
     /// gradient accumulation.
     fn check_jit(&self, a: &TrainArgs) -> Result<(), CommandError> {
         let framework = self.framework();
-        let why = if !a.jit_compile && framework != Framework::Tensorflow {
-            "jit_compile is Keras's model.compile(jit_compile=False): TensorFlow only (jax.jit always compiles; PyTorch runs eagerly)"
+        let executor = framework == Framework::Tensorflow && cfg!(feature = "tf-executor");
+        let why = if !a.jit_compile && !executor {
+            NO_EXECUTOR
         } else if a.donate && framework != Framework::Jax {
             "donate is jax.jit's donate_argnums: JAX only (Keras writes its variables in place)"
         } else if a.accumulate > 1 && framework != Framework::Pytorch {
@@ -516,6 +519,9 @@ pub(super) fn check_batch(
     }
     Ok(())
 }
+
+/// Why `jit_compile` off is refused: PyTorch, JAX, or the page's build.
+pub const NO_EXECUTOR: &str = "jit_compile=False is Keras's, run by TensorFlow's executor on a vramlab server (jax.jit always compiles; PyTorch runs eagerly)";
 
 fn plural(n: u64, word: &str) -> String {
     if n == 1 {

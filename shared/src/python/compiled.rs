@@ -79,7 +79,7 @@ pub(super) fn train_code(a: &TrainArgs, framework: Framework) -> String {
         );
         return match a.jit_compile {
             true => format!("{fit}  # XLA on a GPU"),
-            false => format!("{model}.jit_compile = False  # TensorFlow's executor runs the step op by op\n{fit}"),
+            false => format!("{model}.jit_compile = False  # no XLA: TensorFlow's executor\n{fit}"),
         };
     }
     let jit = if a.donate {

@@ -41,7 +41,6 @@ pub fn initial_state(
     device: usize,
 ) -> Result<InitialState, SnapshotError> {
     let mut state = final_state(snapshot, device)?;
-    check_layout(&state)?;
     for (index, event) in snapshot.trace(device).iter().enumerate().rev() {
         undo(&mut state, &event).map_err(|why| {
             SnapshotError(format!(
@@ -52,38 +51,8 @@ pub fn initial_state(
             ))
         })?;
     }
-    check_layout(&state)?;
-    estimate_unknown_sizes(&mut state);
+    estimate_unknown_sizes(&mut state)?;
     Ok(state)
-}
-
-/// Segments that do not overlap, each holding its live blocks whole and
-/// apart: what an allocator can rebuild.
-fn check_layout(state: &InitialState) -> Result<(), SnapshotError> {
-    let mut segments_end = 0;
-    for s in state.segments.values() {
-        let end = s.address.checked_add(s.size).filter(|_| s.size > 0);
-        let end = end.filter(|_| s.address >= segments_end).ok_or_else(|| {
-            SnapshotError(format!(
-                "segment {:#x} of {} bytes overlaps another or has no size",
-                s.address, s.size
-            ))
-        })?;
-        let mut blocks_end = s.address;
-        for (&address, &(size, _)) in &s.blocks {
-            let inside =
-                address >= blocks_end && address.checked_add(size).is_some_and(|e| e <= end);
-            if !inside {
-                return Err(SnapshotError(format!(
-                    "the live block at {address:#x} of {size} bytes does not lie apart inside its segment {:#x}",
-                    s.address
-                )));
-            }
-            blocks_end = address + size;
-        }
-        segments_end = end;
-    }
-    Ok(())
 }
 
 fn final_state(snapshot: &MemorySnapshot, device: usize) -> Result<InitialState, SnapshotError> {
@@ -187,7 +156,10 @@ fn segment_of(state: &mut InitialState, address: u64) -> Result<&mut SeedSegment
 /// mapped segment that holds it (which may split in two).
 fn unmap_range(state: &mut InitialState, address: u64, size: u64) -> Result<(), String> {
     let segment = segment_of(state, address)?;
-    let (start, end) = (segment.address, segment.address + segment.size);
+    let (start, end) = (
+        segment.address,
+        segment.address.saturating_add(segment.size),
+    );
     if address.saturating_add(size) > end {
         return Err("the mapped range runs past its segment".into());
     }
@@ -252,7 +224,7 @@ fn map_range(state: &mut InitialState, e: &TraceEntry) -> Result<(), String> {
     }
     if let Some(right) = state.segments.remove(&e.addr.saturating_add(e.size)) {
         if right.expandable {
-            joined.size += right.size;
+            joined.size = joined.size.saturating_add(right.size);
             joined.blocks.extend(right.blocks);
         } else {
             state.segments.insert(right.address, right);
@@ -264,24 +236,45 @@ fn map_range(state: &mut InitialState, e: &TraceEntry) -> Result<(), String> {
 
 /// A block that was live before the trace and freed during it: its size is
 /// its rounded request, or up to the next live block when the rest would
-/// have been too small to split off (`should_split`).
-fn estimate_unknown_sizes(state: &mut InitialState) {
+/// have been too small to split off (`should_split`). Segments that
+/// overlap, or live blocks outside their segment or over each other, are
+/// no state an allocator can rebuild.
+fn estimate_unknown_sizes(state: &mut InitialState) -> Result<(), SnapshotError> {
+    let mut segments_end = 0;
     for segment in state.segments.values_mut() {
-        let end = segment.address + segment.size;
+        let overlap = || {
+            SnapshotError(format!(
+                "segment {:#x} overlaps another, or a live block in it does",
+                segment.address
+            ))
+        };
+        let end = segment.address.checked_add(segment.size);
+        let end = end.filter(|&e| segment.address >= segments_end && e > segment.address);
+        let end = end.ok_or_else(overlap)?;
+        segments_end = end;
         let starts: Vec<u64> = segment.blocks.keys().copied().collect();
+        // Where the blocks so far end.
+        let mut at = segment.address;
         for (i, &address) in starts.iter().enumerate() {
-            let (size, requested) = segment.blocks[&address];
-            if size != UNKNOWN {
-                continue;
+            if address < at || address >= end {
+                return Err(overlap());
             }
-            let room = starts.get(i + 1).copied().unwrap_or(end) - address;
-            let rounded = round_size(requested, &Default::default()).min(room);
-            let keep_whole = match pool_for_size(rounded) {
-                PoolKind::Small => room - rounded < MIN_BLOCK_SIZE,
-                _ => room - rounded <= SMALL_SIZE,
-            };
-            let size = if keep_whole { room } else { rounded };
-            segment.blocks.insert(address, (size, requested));
+            let (mut size, requested) = segment.blocks[&address];
+            if size == UNKNOWN {
+                let room = starts.get(i + 1).copied().unwrap_or(end) - address;
+                let rounded = round_size(requested, &Default::default()).min(room);
+                let keep_whole = match pool_for_size(rounded) {
+                    PoolKind::Small => room - rounded < MIN_BLOCK_SIZE,
+                    _ => room - rounded <= SMALL_SIZE,
+                };
+                size = if keep_whole { room } else { rounded };
+                segment.blocks.insert(address, (size, requested));
+            }
+            at = address.saturating_add(size);
+        }
+        if at > end {
+            return Err(overlap());
         }
     }
+    Ok(())
 }

@@ -303,27 +303,25 @@ fn a_recording_that_starts_mid_run_is_rebuilt_then_replayed() {
 /// over the same addresses.
 #[test]
 fn a_segment_list_no_allocator_could_hold_is_refused() {
+    // Dumped with no trace: the segment list is the state at the start.
     let mut s = recorded_from_start();
+    edit(&mut s, Vec::clear);
     s.segments[0].blocks[1].address = BASE - MIB;
     let err = initial::initial_state(&s, 0).unwrap_err().to_string();
     assert_eq!(
         err,
-        format!(
-            "the live block at {:#x} of {} bytes does not lie apart inside its segment {BASE:#x}",
-            BASE - MIB,
-            6 * MIB
-        )
+        format!("segment {BASE:#x} overlaps another, or a live block in it does")
     );
     assert!(replay_exact(&s, 0).is_err());
     let mut s = recorded_from_start();
+    edit(&mut s, Vec::clear);
     s.segments[1].address = BASE + 10 * MIB;
     let err = initial::initial_state(&s, 0).unwrap_err().to_string();
     assert_eq!(
         err,
         format!(
-            "segment {:#x} of {} bytes overlaps another or has no size",
-            BASE + 10 * MIB,
-            16 * MIB
+            "segment {:#x} overlaps another, or a live block in it does",
+            BASE + 10 * MIB
         )
     );
 }

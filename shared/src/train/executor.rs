@@ -72,7 +72,7 @@ pub fn schedule(program: &Program, trained: &[u64], optimizer: OptimizerKind) ->
     let updated = |p: usize| trained[p] > 0 && done[p].is_some();
     let mut events: Vec<Event> = (0..n)
         .filter(|&p| updated(p))
-        .flat_map(|p| prelude(p, optimizer))
+        .filter_map(|p| prelude(p, optimizer))
         .collect();
     let mut grads: Vec<Vec<usize>> = vec![Vec::new(); n];
     // Old buffers to free once backward's last read of them has run.
@@ -113,7 +113,7 @@ pub fn schedule(program: &Program, trained: &[u64], optimizer: OptimizerKind) ->
         for p in (0..n).filter(|&p| updated(p) && done[p] == Some(t)) {
             let copied = reads[p].is_some();
             let gradient = std::mem::take(&mut grads[p]);
-            events.extend(update(p, optimizer, &gradient, copied));
+            update(&mut events, p, optimizer, &gradient, copied);
             match reads[p] {
                 Some(last) if last > t => old.push((last, p)),
                 Some(_) => events.push(Event::Free(Value::Copy(p))),
@@ -189,31 +189,46 @@ fn elementwise(calc: &Calc) -> bool {
 
 /// What runs for parameter `p` before the forward pass: the update's
 /// parts that read variables only.
-fn prelude(p: usize, optimizer: OptimizerKind) -> Vec<Event> {
+fn prelude(p: usize, optimizer: OptimizerKind) -> Option<Event> {
     match optimizer {
-        OptimizerKind::Sgd => vec![],
-        OptimizerKind::Momentum => vec![Event::Alloc(temp(p, "m * momentum"))],
-        OptimizerKind::Adam | OptimizerKind::Adamw => vec![Event::Alloc(scalar(p))],
+        OptimizerKind::Sgd => None,
+        OptimizerKind::Momentum => Some(Event::Alloc(temp(p, "m * momentum"))),
+        OptimizerKind::Adam | OptimizerKind::Adamw => Some(Event::Alloc(scalar(p))),
     }
 }
 
-/// Keras's update of parameter `p` from its gradient's pieces; `copied`:
-/// backward still reads the parameter, so the new value is written into
-/// a buffer of its own.
-fn update(p: usize, optimizer: OptimizerKind, gradient: &[usize], copied: bool) -> Vec<Event> {
+/// Keras's update of parameter `p` from its gradient's pieces, onto
+/// `events`; `copied`: backward still reads the parameter, so the new
+/// value is written into a buffer of its own.
+fn update(
+    events: &mut Vec<Event>,
+    p: usize,
+    optimizer: OptimizerKind,
+    gradient: &[usize],
+    copied: bool,
+) {
     use Event::{Alloc, Free};
-    let free_gradient = gradient.iter().map(|&i| Free(Value::Step(i)));
-    let copy = copied.then_some(Alloc(Value::Copy(p)));
+    let free_gradient = |events: &mut Vec<Event>| {
+        events.extend(gradient.iter().map(|&i| Free(Value::Step(i))));
+    };
+    let copy = |events: &mut Vec<Event>| {
+        if copied {
+            events.push(Alloc(Value::Copy(p)));
+        }
+    };
     match optimizer {
         // `variable.assign_sub(gradient * lr)`.
-        OptimizerKind::Sgd => copy.into_iter().chain(free_gradient).collect(),
+        OptimizerKind::Sgd => {
+            copy(events);
+            free_gradient(events);
+        }
         // `m.assign(-gradient * lr + m * momentum)`;
         // `variable.assign_add(m)`.
-        OptimizerKind::Momentum => [Free(temp(p, "m * momentum"))]
-            .into_iter()
-            .chain(free_gradient)
-            .chain(copy)
-            .collect(),
+        OptimizerKind::Momentum => {
+            events.push(Free(temp(p, "m * momentum")));
+            free_gradient(events);
+            copy(events);
+        }
         // `v.assign_add((square(g) - v) * (1 - beta_2))`, `m` likewise;
         // `variable.assign_sub(m * alpha / (sqrt(v) + epsilon))`.
         OptimizerKind::Adam | OptimizerKind::Adamw => {
@@ -222,13 +237,11 @@ fn update(p: usize, optimizer: OptimizerKind, gradient: &[usize], copied: bool) 
                 temp(p, "sqrt(v)"),
                 temp(p, "m * alpha"),
             );
-            [Alloc(square), Free(square), Alloc(sqrt)]
-                .into_iter()
-                .chain(free_gradient)
-                .chain([Alloc(step), Free(scalar(p)), Free(sqrt)])
-                .chain(copy)
-                .chain([Free(step)])
-                .collect()
+            events.extend_from_slice(&[Alloc(square), Free(square), Alloc(sqrt)]);
+            free_gradient(events);
+            events.extend_from_slice(&[Alloc(step), Free(scalar(p)), Free(sqrt)]);
+            copy(events);
+            events.push(Free(step));
         }
     }
 }
