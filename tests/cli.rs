@@ -244,8 +244,56 @@ fn an_exported_session_replays_exactly_through_the_command_line() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("exact replay: exact:"), "{text}");
     let out = replay(&pickle, &["--export-snapshot", "x.pickle"]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("add --what-if or --gpu"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("add --what-if, --gpu or --events"));
     memory_viz_reads(&[&pickle, &what_if]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `vramlab replay --events I..J`: a stretch of a recording replays as a
+/// recording of its own (its state at I rebuilt from the recording), and
+/// written out it is a file memory_viz opens and `replay` follows
+/// exactly, wherever the stretch starts and ends.
+#[test]
+fn a_window_of_a_recording_replays_as_a_recording_of_its_own() {
+    let dir = std::env::temp_dir().join(format!("vramlab-window-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pickle = export_lesson(&dir, "07-optimizer-state");
+    let out = replay(&pickle, &["--json"]);
+    let events = String::from_utf8(out.stdout).unwrap().lines().count() - 1;
+    assert!(events > 40, "{events} events");
+    let window = dir.join("window.pickle");
+    for (i, j) in [
+        (0, 10),
+        (10, events / 2),
+        (events / 3, events),
+        (events - 5, events + 100),
+    ] {
+        let range = format!("{i}..{j}");
+        let out = replay(
+            &pickle,
+            &[
+                "--events",
+                &range,
+                "--export-snapshot",
+                window.to_str().unwrap(),
+            ],
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        let shown = j.min(events) - i;
+        assert!(
+            text.starts_with(&format!("CUDA device 0: {shown} trace events")),
+            "{range}: {text}"
+        );
+        assert!(text.contains("exact replay: exact:"), "{range}: {text}");
+        let text = String::from_utf8(replay(&window, &[]).stdout).unwrap();
+        assert!(text.contains("exact replay: exact:"), "{range}: {text}");
+        memory_viz_reads(&[&window]);
+    }
+    let out = replay(&pickle, &["--events", &format!("{}..", events + 1)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("hold none of the trace's"));
+    let out = replay(&pickle, &["--events", "5..5"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("events are I..J or I.."));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

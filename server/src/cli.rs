@@ -95,9 +95,15 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub fix: bool,
     /// Write the last what-if run as a PyTorch memory snapshot (pickle;
-    /// JSON for a .json name) that memory_viz opens and `replay` follows.
+    /// JSON for a .json name) that memory_viz opens and `replay` follows;
+    /// with --events and no what-if, the window of events.
     #[arg(long = "export-snapshot")]
     pub export_snapshot: Option<PathBuf>,
+    /// Only trace events I..J (I.. runs to the end): the window is replayed
+    /// and compared as a recording of its own, its state at event I
+    /// rebuilt from the recording.
+    #[arg(long, value_name = "I..J", value_parser = parse_events)]
+    pub events: Option<std::ops::Range<usize>>,
 }
 
 #[derive(Debug, Args)]
@@ -380,4 +386,19 @@ mod tests {
             .to_string()
             .contains("a network (10.0.0.0/8)"));
     }
+}
+
+/// `I..J` or `I..` (to the end).
+fn parse_events(text: &str) -> Result<std::ops::Range<usize>, String> {
+    let bad = || format!("events are I..J or I.. (whole numbers, I < J), not {text:?}");
+    let (i, j) = text.split_once("..").ok_or_else(bad)?;
+    let i = i.trim().parse().map_err(|_| bad())?;
+    let j = match j.trim() {
+        "" => usize::MAX,
+        j => j.parse().map_err(|_| bad())?,
+    };
+    if i >= j {
+        return Err(bad());
+    }
+    Ok(i..j)
 }

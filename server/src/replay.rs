@@ -1,7 +1,8 @@
 //! `vramlab replay`: a real PyTorch memory snapshot replayed exactly as
 //! recorded (checked event by event) and under other settings, with a
 //! summary or, with `--json`, one record per event and the outcome; with
-//! `--fix`, the settings that would have avoided its out-of-memory.
+//! `--fix`, the settings that would have avoided its out-of-memory; with
+//! `--events I..J`, a window of the trace as a recording of its own.
 
 use crate::cli::ReplayArgs;
 use std::io::Write;
@@ -12,6 +13,7 @@ use vramlab_shared::torch_snapshot::replay::{
     busiest_device, export_what_if, replay_exact, replay_what_if, ReplayRun,
 };
 use vramlab_shared::torch_snapshot::what_if::parse_what_if;
+use vramlab_shared::torch_snapshot::window::window;
 use vramlab_shared::torch_snapshot::{self, MemorySnapshot};
 use vramlab_shared::units::format_size;
 
@@ -27,6 +29,10 @@ pub fn replay_file(args: &ReplayArgs, out: &mut impl Write) -> anyhow::Result<Ex
     if device >= snapshot.device_traces.len().max(1) {
         anyhow::bail!("the snapshot has no trace for CUDA device {device}");
     }
+    let snapshot = match &args.events {
+        Some(range) => window(&snapshot, device, range.clone())?,
+        None => snapshot,
+    };
     let exact = replay_exact(&snapshot, device);
     let what_ifs = what_ifs(args)?;
     let mut runs = Vec::new();
@@ -34,10 +40,13 @@ pub fn replay_file(args: &ReplayArgs, out: &mut impl Write) -> anyhow::Result<Ex
         runs.push((label.clone(), replay_what_if(&snapshot, device, what_if)?));
     }
     if let Some(path) = &args.export_snapshot {
-        let Some((_, last)) = what_ifs.last() else {
-            anyhow::bail!("--export-snapshot writes a what-if run: add --what-if or --gpu");
-        };
-        write_snapshot_file(&export_what_if(&snapshot, device, last)?, path)?;
+        match what_ifs.last() {
+            Some((_, last)) => write_snapshot_file(&export_what_if(&snapshot, device, last)?, path)?,
+            None if args.events.is_some() => write_snapshot_file(&snapshot, path)?,
+            None => anyhow::bail!(
+                "--export-snapshot writes a what-if run or a window: add --what-if, --gpu or --events"
+            ),
+        }
     }
     let fix = match args.fix {
         true => Some(search_fix(&snapshot, device)?),

@@ -40,8 +40,19 @@ pub fn initial_state(
     snapshot: &MemorySnapshot,
     device: usize,
 ) -> Result<InitialState, SnapshotError> {
+    state_before(snapshot, device, 0)
+}
+
+/// The state just before event `first`: the dump's segment list with the
+/// events from `first` on undone.
+pub fn state_before(
+    snapshot: &MemorySnapshot,
+    device: usize,
+    first: usize,
+) -> Result<InitialState, SnapshotError> {
     let mut state = final_state(snapshot, device)?;
-    for (index, event) in snapshot.trace(device).iter().enumerate().rev() {
+    let trace = snapshot.trace(device).iter().enumerate().skip(first);
+    for (index, event) in trace.rev() {
         undo(&mut state, &event).map_err(|why| {
             SnapshotError(format!(
                 "the trace contradicts its segment list at event {index} ({} at {:#x}, {} bytes): {why}",

@@ -29,6 +29,7 @@ mod pickle;
 pub mod replay;
 pub mod trace;
 pub mod what_if;
+pub mod window;
 
 pub use format::{Action, Block, BlockState, Frame, MemorySnapshot, Segment, Stack, TraceEntry};
 pub use trace::Trace;

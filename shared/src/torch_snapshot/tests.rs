@@ -298,6 +298,40 @@ fn a_recording_that_starts_mid_run_is_rebuilt_then_replayed() {
     assert!(err.ends_with("no segment holds that address"), "{err}");
 }
 
+/// Events 3..7 of a recording as a recording of their own: the trace cut
+/// to them, the segments as the recording had them after event 6 (the
+/// second segment's block freed by then is back; the gap between blocks
+/// an inactive block), and it replays exactly from its first event.
+#[test]
+fn a_window_is_a_recording_of_its_own() {
+    let s = recorded_from_start();
+    let w = super::window::window(&s, 0, 3..7).unwrap();
+    assert_eq!(w.trace(0).len(), 4);
+    assert_eq!(w.trace(0).get(0), s.trace(0).get(3));
+    let first = &w.segments[0];
+    let blocks: Vec<_> = (first.blocks.iter())
+        .map(|b| (b.address, b.size, b.state.is_active()))
+        .collect();
+    // After event 6 (the 4 MiB block at BASE freed), 6 MiB live at +4 MiB.
+    assert_eq!(
+        blocks,
+        vec![
+            (BASE, 4 * MIB, false),
+            (BASE + 4 * MIB, 6 * MIB, true),
+            (BASE + 10 * MIB, 10 * MIB, false)
+        ]
+    );
+    assert_eq!(first.allocated_size, 6 * MIB);
+    let run = replay_exact(&w, 0).unwrap();
+    assert_eq!(run.exact, Some(true), "{:?}", run.first_difference);
+    // The whole trace is the recording itself.
+    let all = super::window::window(&s, 0, 0..usize::MAX).unwrap();
+    assert_eq!(all.trace(0).len(), s.trace(0).len());
+    assert_eq!(replay_exact(&all, 0).unwrap().exact, Some(true));
+    let err = super::window::window(&s, 0, 8..9).unwrap_err().to_string();
+    assert_eq!(err, "events 8..9 hold none of the trace's 8 events");
+}
+
 /// A segment list no allocator could hold is refused with its reason,
 /// before any replay: a live block outside its segment, two segments
 /// over the same addresses.
