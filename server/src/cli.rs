@@ -317,6 +317,21 @@ pub enum LogFormat {
     Json,
 }
 
+/// `I..J` or `I..` (to the end).
+fn parse_events(text: &str) -> Result<std::ops::Range<usize>, String> {
+    let bad = || format!("events are I..J or I.. (whole numbers, I < J), not {text:?}");
+    let (i, j) = text.split_once("..").ok_or_else(bad)?;
+    let i = i.trim().parse().map_err(|_| bad())?;
+    let j = match j.trim() {
+        "" => usize::MAX,
+        j => j.parse().map_err(|_| bad())?,
+    };
+    if i >= j {
+        return Err(bad());
+    }
+    Ok(i..j)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,19 +401,4 @@ mod tests {
             .to_string()
             .contains("a network (10.0.0.0/8)"));
     }
-}
-
-/// `I..J` or `I..` (to the end).
-fn parse_events(text: &str) -> Result<std::ops::Range<usize>, String> {
-    let bad = || format!("events are I..J or I.. (whole numbers, I < J), not {text:?}");
-    let (i, j) = text.split_once("..").ok_or_else(bad)?;
-    let i = i.trim().parse().map_err(|_| bad())?;
-    let j = match j.trim() {
-        "" => usize::MAX,
-        j => j.parse().map_err(|_| bad())?,
-    };
-    if i >= j {
-        return Err(bad());
-    }
-    Ok(i..j)
 }
