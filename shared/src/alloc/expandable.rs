@@ -80,6 +80,81 @@ impl ExpandableAllocator {
         self.next_base = base;
     }
 
+    /// A recording that starts mid-run: `size` bytes of `pool`'s range
+    /// mapped at `address`, nothing in them yet. The pool's range starts
+    /// at `base` (where the recording's did is not recorded: the lowest
+    /// mapped address of the pool), made at the first call.
+    pub fn seed_range(
+        &mut self,
+        device: &mut dyn Device,
+        (pool, base): (PoolKind, u64),
+        address: u64,
+        size: u64,
+    ) -> Result<(), AllocError> {
+        if self.spaces[slot(pool)].is_none() {
+            self.next_base = base;
+        }
+        let space = self.space(pool);
+        let refused =
+            |why: &str| AllocError::Driver(format!("{size} bytes at {address:#x}: {why}"));
+        let inside = space.iter().find(|(_, n)| {
+            n.piece == Piece::Unmapped
+                && n.address <= address
+                && address + size <= n.address + n.size
+        });
+        let Some((at, node)) = inside.map(|(at, n)| (at, *n)) else {
+            return Err(refused("not unmapped space of its pool's range"));
+        };
+        if size % space.page != 0 || (address - space.base) % space.page != 0 {
+            return Err(refused("not whole pages of its pool's range"));
+        }
+        let at = match address > node.address {
+            true => space.split(at, address - node.address, Piece::Unmapped),
+            false => Some(at),
+        };
+        let at = at.ok_or_else(|| refused("no room"))?;
+        match self.map(device, pool, at, size)? {
+            Some(_) => Ok(()),
+            None => Err(self.out_of_memory(device, size, size)),
+        }
+    }
+
+    /// A live block of exactly `size` bytes at `address`, inside free
+    /// mapped space of `pool` (a recording that starts mid-run).
+    pub fn seed_block(
+        &mut self,
+        pool: PoolKind,
+        address: u64,
+        (size, requested): (u64, u64),
+    ) -> Result<BlockId, String> {
+        let space = self.spaces[slot(pool)]
+            .as_mut()
+            .ok_or("no mapped range in its pool")?;
+        let inside = space.iter().find(|(_, n)| {
+            n.piece == Piece::Free && n.address <= address && address + size <= n.address + n.size
+        });
+        let (at, node) = inside
+            .map(|(at, n)| (at, *n))
+            .ok_or_else(|| format!("no free mapped space for {size} bytes at {address:#x}"))?;
+        let at = match address > node.address {
+            true => space
+                .split(at, address - node.address, Piece::Free)
+                .ok_or("no room")?,
+            false => at,
+        };
+        space.split(at, size, Piece::Free);
+        let id = self.blocks.insert((pool, at));
+        let space = self.spaces[slot(pool)].as_mut().expect("found above");
+        space.set(at, Piece::Allocated { id, requested });
+        let s = &mut self.stats;
+        s.allocated_bytes.increase(size);
+        s.active_bytes.increase(size);
+        s.requested_bytes.increase(requested);
+        s.allocation.increase(1);
+        s.active.increase(1);
+        Ok(id)
+    }
+
     /// On a device that holds values (a GPU's virtual memory), the pool's
     /// address range reserved from the driver (`cuMemAddressReserve`) at
     /// its first allocation, where the driver puts it.

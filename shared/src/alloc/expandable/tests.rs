@@ -96,3 +96,42 @@ fn out_of_memory_after_one_retry() {
     assert_eq!(s.reserved_bytes.current, 60 * MIB);
     a.check_invariants(&dev).unwrap();
 }
+
+/// A recording that starts mid-run: a mapped range seeded where it was,
+/// a live block carved in it; then the allocator goes on from that state
+/// (a 4 MiB request takes the free 20 MiB before the block, whose
+/// "expandable size" is smaller than the 12 MiB's after it, which
+/// unmapped space follows).
+#[test]
+fn a_seeded_range_and_block_are_the_state_it_goes_on_from() {
+    let (mut a, mut dev) = setup(GIB, 0);
+    let base = 0x7f00_0000_0000;
+    a.seed_range(&mut dev, (PoolKind::Large, base), base, 40 * MIB)
+        .unwrap();
+    let live = a
+        .seed_block(PoolKind::Large, base + 20 * MIB, (8 * MIB, 8 * MIB - 100))
+        .unwrap();
+    a.check_invariants(&dev).unwrap();
+    assert_eq!(a.stats().reserved_bytes.current, 40 * MIB);
+    assert_eq!(a.stats().allocated_bytes.current, 8 * MIB);
+    assert_eq!(a.stats().requested_bytes.current, 8 * MIB - 100);
+    assert_eq!(a.block_size(live), 8 * MIB);
+    let next = ok(&mut a, &mut dev, 4 * MIB);
+    let at = |a: &ExpandableAllocator, id| {
+        (a.segments().iter().flat_map(|s| s.blocks.clone()))
+            .find(|b| b.id == Some(id))
+            .map(|b| b.address)
+    };
+    assert_eq!(at(&a, next), Some(base));
+    assert_eq!(at(&a, live), Some(base + 20 * MIB));
+    // Outside mapped free space, or not whole pages: refused.
+    assert!(a
+        .seed_block(PoolKind::Large, base + 36 * MIB, (8 * MIB, 8 * MIB))
+        .is_err());
+    assert!(a
+        .seed_range(&mut dev, (PoolKind::Large, base), base + 50 * MIB, MIB)
+        .is_err());
+    assert!(a
+        .seed_range(&mut dev, (PoolKind::Large, base), base + 20 * MIB, 20 * MIB)
+        .is_err());
+}

@@ -30,10 +30,22 @@ impl Replay<'_> {
                         self.blocks.insert(address, (id, None));
                     }
                 }
-                Process::Expandable(_) if self.exact => {
-                    return Err(SnapshotError(
-                        "this recording with expandable segments starts mid-run: it replays under \"what if\" (the exact replay of an expandable recording starts from the process's first allocation)".into(),
-                    ))
+                Process::Expandable(a) if self.exact => {
+                    // Each pool's range from its lowest mapped address.
+                    let base = (state.segments.values())
+                        .filter(|o| o.pool == s.pool)
+                        .map(|o| o.address)
+                        .min()
+                        .unwrap_or(s.address);
+                    a.seed_range(&mut self.device, (s.pool, base), s.address, s.size)
+                        .map_err(|e| match e {
+                            AllocError::Driver(why) => refused(why),
+                            AllocError::OutOfMemory(_) => refused("out of memory".into()),
+                        })?;
+                    for (&address, &sizes) in &s.blocks {
+                        let id = a.seed_block(s.pool, address, sizes).map_err(refused)?;
+                        self.blocks.insert(address, (id, None));
+                    }
                 }
                 // Elsewhere the live blocks are allocated anew.
                 _ => {
