@@ -275,6 +275,7 @@ fn segment(g: Grammar) -> BoxedStrategy<Tree> {
             ("total_size", number(g)),
             ("stream", number(g)),
             ("segment_type", word_of(g, &["large", "small", "x"])),
+            ("is_expandable", any::<bool>().prop_map(Tree::Bool).boxed()),
             ("blocks", list_of(block)),
             ("frames", frames(g)),
         ],

@@ -77,7 +77,16 @@ impl ExpandableAllocator {
     /// Where the next pool's address range starts (a recording's replay
     /// puts each range where the recording had it).
     pub fn place_next_range(&mut self, base: u64) {
-        self.next_base = base;
+        if self.fits(base) {
+            self.next_base = base;
+        }
+    }
+
+    /// Whether a pool's range (and the next one's) can start at `base`
+    /// without running past the end of the address space.
+    fn fits(&self, base: u64) -> bool {
+        base.checked_add(4 * self.device_total + 4 * LARGE_BUFFER)
+            .is_some()
     }
 
     /// A recording that starts mid-run: `size` bytes of `pool`'s range
@@ -91,7 +100,11 @@ impl ExpandableAllocator {
         address: u64,
         size: u64,
     ) -> Result<(), AllocError> {
+        let refused_base = || AllocError::Driver(format!("a range at {base:#x} does not fit"));
         if self.spaces[slot(pool)].is_none() {
+            if !self.fits(base) {
+                return Err(refused_base());
+            }
             self.next_base = base;
         }
         let space = self.space(pool);

@@ -72,3 +72,36 @@ fn a_keras_step_without_xla_says_a_server_runs_it() {
     let compiled = json!({"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":1});
     assert!(e.run_line(&compiled.to_string()).ok);
 }
+
+/// An expandable recording that starts mid-run replays exactly on the
+/// command line and the server; the page's build says so and leaves it to
+/// "what if".
+#[test]
+fn an_expandable_recording_from_mid_run_is_left_to_what_if() {
+    use crate::torch_snapshot::{replay, Action, MemorySnapshot, Segment, TraceEntry};
+    let base = 0x7f00_0000_0000u64;
+    let mapped = Segment {
+        address: base,
+        total_size: 20 << 20,
+        is_expandable: true,
+        segment_type: "large".into(),
+        ..Segment::default()
+    };
+    let alloc = TraceEntry {
+        addr: base,
+        size: 4 << 20,
+        ..TraceEntry::new(Action::Alloc)
+    };
+    let free = TraceEntry {
+        action: Action::FreeCompleted,
+        ..alloc.clone()
+    };
+    let s = MemorySnapshot {
+        segments: vec![mapped],
+        device_traces: vec![vec![alloc, free].into()],
+        allocator_settings: None,
+    };
+    let err = replay::replay_exact(&s, 0).unwrap_err().to_string();
+    assert!(err.contains("replays under \"what if\" here"), "{err}");
+    assert!(replay::replay_what_if(&s, 0, &Default::default()).is_ok());
+}

@@ -30,6 +30,13 @@ impl Replay<'_> {
                         self.blocks.insert(address, (id, None));
                     }
                 }
+                #[cfg(not(feature = "mid-run-expandable"))]
+                Process::Expandable(_) if self.exact => {
+                    return Err(SnapshotError(
+                        "this recording with expandable segments starts mid-run: it replays under \"what if\" here (the exact replay of one that starts mid-run is the vramlab command line's and server's)".into(),
+                    ))
+                }
+                #[cfg(feature = "mid-run-expandable")]
                 Process::Expandable(a) if self.exact => {
                     // Each pool's range from its lowest mapped address.
                     let base = (state.segments.values())
