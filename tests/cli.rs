@@ -274,6 +274,9 @@ fn a_window_of_a_recording_replays_as_a_recording_of_its_own() {
         String::from_utf8_lossy(&out.stderr)
     );
     windows_replay_exactly(&dir, &expandable);
+    // A session run with expandable segments is written as PyTorch writes
+    // one (`segment_map`, expandable ranges): lesson 15's.
+    windows_replay_exactly(&dir, &export_lesson(&dir, "15-expandable-segments"));
     let out = replay(&pickle, &["--events", "100000.."]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("hold none of the trace's"));

@@ -63,17 +63,24 @@ pub fn run(
         output.flush()?;
     }
     if let Some(path) = &options.export_snapshot {
-        export(&engine.snapshot(usize::MAX), path)?;
+        let expandable = engine.settings().expandable_segments;
+        export(&engine.snapshot(usize::MAX), expandable, path)?;
     }
     Ok(summary)
 }
 
-/// Writes a session as a memory snapshot.
+/// Writes a session as a memory snapshot (its allocator's ranges mapped
+/// and unmapped when it ran with expandable segments).
 fn export(
     snapshot: &vramlab_shared::snapshot::Snapshot,
+    expandable: bool,
     path: &std::path::Path,
 ) -> anyhow::Result<()> {
-    crate::replay::write_snapshot_file(&torch_snapshot::export::from_session(snapshot), path)
+    let mut exported = torch_snapshot::export::from_session(snapshot);
+    if expandable {
+        exported = torch_snapshot::export::with_expandable_segments(exported);
+    }
+    crate::replay::write_snapshot_file(&exported, path)
 }
 
 #[cfg(test)]

@@ -5,7 +5,9 @@
 //! are written. The log keeps a bounded window; when it dropped older
 //! events the trace starts mid-run, as a real recording often does.
 
-use super::format::{Action, Block, BlockState, Frame, MemorySnapshot, Segment, TraceEntry};
+use super::format::{
+    Action, AllocatorSettings, Block, BlockState, Frame, MemorySnapshot, Segment, TraceEntry,
+};
 use crate::alloc::BlockState as EngineState;
 use crate::snapshot::{Event, EventAction, Snapshot};
 
@@ -80,6 +82,37 @@ fn owner_frame(owner: &str, category: Option<crate::types::Category>) -> Frame {
 
 /// A freed block is `free_requested` then `free_completed` (one stream:
 /// nothing waits).
+/// A session whose allocator ran with expandable segments, as PyTorch
+/// writes one: each mapping and unmapping of pages a `segment_map` or
+/// `segment_unmap`, each mapped range an expandable segment, and
+/// `allocator_settings` saying so.
+pub fn with_expandable_segments(mut s: MemorySnapshot) -> MemorySnapshot {
+    for segment in &mut s.segments {
+        segment.is_expandable = true;
+    }
+    for trace in &mut s.device_traces {
+        let entries: Vec<TraceEntry> = trace
+            .iter()
+            .map(|mut e| {
+                e.action = match e.action {
+                    Action::SegmentAlloc => Action::SegmentMap,
+                    Action::SegmentFree => Action::SegmentUnmap,
+                    other => other,
+                };
+                e
+            })
+            .collect();
+        *trace = entries.into();
+    }
+    s.allocator_settings = Some(AllocatorSettings {
+        alloc_conf: "expandable_segments:True".into(),
+        max_split_size: -1,
+        expandable_segments: true,
+        ..AllocatorSettings::default()
+    });
+    s
+}
+
 fn trace_entries(e: &Event, size: u64) -> Vec<TraceEntry> {
     let entry = |action: Action| TraceEntry {
         action,

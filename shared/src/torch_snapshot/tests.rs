@@ -455,6 +455,42 @@ fn an_exported_oom_carries_the_free_bytes() {
     assert_eq!(oom.size, 1 << 40);
 }
 
+/// A session run with expandable segments, written as PyTorch writes one:
+/// mapped and unmapped pages, expandable ranges, the settings; it replays
+/// exactly, and from its middle too.
+#[test]
+fn an_expandable_session_is_exported_with_its_mappings() {
+    let mut e = Engine::new_simulated();
+    let lines = [
+        r#"{"cmd":"restart","framework":"pytorch","expandable_segments":true}"#,
+        r#"{"cmd":"alloc","name":"a","bytes":50000000}"#,
+        r#"{"cmd":"alloc","name":"b","bytes":30000000}"#,
+        r#"{"cmd":"del","name":"a"}"#,
+        r#"{"cmd":"empty_cache"}"#,
+        r#"{"cmd":"alloc","name":"c","bytes":1000}"#,
+        r#"{"cmd":"alloc","name":"d","bytes":70000000}"#,
+    ];
+    for line in lines {
+        assert!(e.run_line(line).ok, "{line}");
+    }
+    let s = export::with_expandable_segments(export::from_session(&e.snapshot(usize::MAX)));
+    let actions: Vec<Action> = s.trace(0).iter().map(|t| t.action).collect();
+    assert!(actions.contains(&Action::SegmentMap) && actions.contains(&Action::SegmentUnmap));
+    assert!(!actions.contains(&Action::SegmentAlloc));
+    assert!(s.segments.iter().all(|s| s.is_expandable));
+    assert_eq!(replay_exact(&s, 0).unwrap().exact, Some(true));
+    for start in 1..actions.len() {
+        let w = super::window::window(&s, 0, start..actions.len()).unwrap();
+        let run = replay_exact(&w, 0).unwrap();
+        assert_eq!(
+            run.exact,
+            Some(true),
+            "from {start}: {:?}",
+            run.first_difference
+        );
+    }
+}
+
 /// The program called `empty_cache()`: the trace shows the freed 16 MiB
 /// segment released with no new segment after it. The exact replay
 /// releases it there; a what-if empties the cache there too.
