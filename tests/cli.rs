@@ -244,7 +244,8 @@ fn an_exported_session_replays_exactly_through_the_command_line() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("exact replay: exact:"), "{text}");
     let out = replay(&pickle, &["--export-snapshot", "x.pickle"]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("add --what-if, --gpu or --events"));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("add --what-if, --gpu, --events or --around-peak"));
     memory_viz_reads(&[&pickle, &what_if]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -277,6 +278,21 @@ fn a_window_of_a_recording_replays_as_a_recording_of_its_own() {
     // A session run with expandable segments is written as PyTorch writes
     // one (`segment_map`, expandable ranges): lesson 15's.
     windows_replay_exactly(&dir, &export_lesson(&dir, "15-expandable-segments"));
+    // Around the peak: the window holds the whole recording's peak.
+    let peak_line = |text: &str| {
+        text.lines()
+            .find(|l| l.contains("peak allocated"))
+            .map(str::to_string)
+    };
+    let whole = String::from_utf8(replay(&pickle, &[]).stdout).unwrap();
+    let around = String::from_utf8(replay(&pickle, &["--around-peak", "5"]).stdout).unwrap();
+    assert!(
+        around.starts_with("events ")
+            && around.contains("around the peak of allocated memory at event"),
+        "{around}"
+    );
+    assert!(around.contains("exact replay: exact:"), "{around}");
+    assert_eq!(peak_line(&around), peak_line(&whole));
     let out = replay(&pickle, &["--events", "100000.."]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("hold none of the trace's"));

@@ -104,6 +104,10 @@ pub struct ReplayArgs {
     /// rebuilt from the recording.
     #[arg(long, value_name = "I..J", value_parser = parse_events)]
     pub events: Option<std::ops::Range<usize>>,
+    /// Only the N trace events either side of the moment allocated memory
+    /// peaks, as --events does.
+    #[arg(long = "around-peak", value_name = "N", conflicts_with = "events")]
+    pub around_peak: Option<usize>,
 }
 
 #[derive(Debug, Args)]

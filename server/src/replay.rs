@@ -13,7 +13,7 @@ use vramlab_shared::torch_snapshot::replay::{
     busiest_device, export_what_if, replay_exact, replay_what_if, ReplayRun,
 };
 use vramlab_shared::torch_snapshot::what_if::parse_what_if;
-use vramlab_shared::torch_snapshot::window::window;
+use vramlab_shared::torch_snapshot::window::{around_peak, window};
 use vramlab_shared::torch_snapshot::{self, MemorySnapshot};
 use vramlab_shared::units::format_size;
 
@@ -29,8 +29,24 @@ pub fn replay_file(args: &ReplayArgs, out: &mut impl Write) -> anyhow::Result<Ex
     if device >= snapshot.device_traces.len().max(1) {
         anyhow::bail!("the snapshot has no trace for CUDA device {device}");
     }
-    let snapshot = match &args.events {
-        Some(range) => window(&snapshot, device, range.clone())?,
+    let range = match (&args.events, args.around_peak) {
+        (Some(range), _) => Some(range.clone()),
+        (None, Some(n)) => {
+            let (range, peak) = around_peak(&snapshot, device, n)?;
+            if !args.json {
+                let end = range.end.min(snapshot.trace(device).len());
+                writeln!(
+                    out,
+                    "events {}..{end}, around the peak of allocated memory at event {peak}",
+                    range.start
+                )?;
+            }
+            Some(range)
+        }
+        (None, None) => None,
+    };
+    let snapshot = match range {
+        Some(range) => window(&snapshot, device, range)?,
         None => snapshot,
     };
     let exact = replay_exact(&snapshot, device);
@@ -42,9 +58,9 @@ pub fn replay_file(args: &ReplayArgs, out: &mut impl Write) -> anyhow::Result<Ex
     if let Some(path) = &args.export_snapshot {
         match what_ifs.last() {
             Some((_, last)) => write_snapshot_file(&export_what_if(&snapshot, device, last)?, path)?,
-            None if args.events.is_some() => write_snapshot_file(&snapshot, path)?,
+            None if range_asked(args) => write_snapshot_file(&snapshot, path)?,
             None => anyhow::bail!(
-                "--export-snapshot writes a what-if run or a window: add --what-if, --gpu or --events"
+                "--export-snapshot writes a what-if run or a window: add --what-if, --gpu, --events or --around-peak"
             ),
         }
     }
@@ -64,6 +80,11 @@ pub fn replay_file(args: &ReplayArgs, out: &mut impl Write) -> anyhow::Result<Ex
         Ok(run) if run.exact == Some(false) => ExitCode::from(1),
         _ => ExitCode::SUCCESS,
     })
+}
+
+/// Whether a window of the trace was asked for.
+fn range_asked(args: &ReplayArgs) -> bool {
+    args.events.is_some() || args.around_peak.is_some()
 }
 
 /// Writes a snapshot: JSON for a `.json` name, else the pickle

@@ -330,6 +330,9 @@ fn a_window_is_a_recording_of_its_own() {
     assert_eq!(replay_exact(&all, 0).unwrap().exact, Some(true));
     let err = super::window::window(&s, 0, 8..9).unwrap_err().to_string();
     assert_eq!(err, "events 8..9 hold none of the trace's 8 events");
+    // Allocated peaks at 26 MiB when the 16 MiB block is made (event 4).
+    let (range, peak) = super::window::around_peak(&s, 0, 1).unwrap();
+    assert_eq!((range, peak), (3..6, 4));
 }
 
 /// A segment list no allocator could hold is refused with its reason,

@@ -9,6 +9,7 @@
 
 use super::format::{Action, Block, BlockState, MemorySnapshot, Segment, Stack};
 use super::initial::{state_before, SeedSegment};
+use super::replay::{replay_exact, replay_what_if};
 use super::{SnapshotError, Trace};
 use crate::alloc::PoolKind;
 use std::collections::HashMap;
@@ -64,6 +65,25 @@ pub fn window(
         device_traces,
         allocator_settings: snapshot.allocator_settings.clone(),
     })
+}
+
+/// The events `n` either side of the moment allocated memory peaks (in
+/// the exact replay, or under the recorded settings where the recording
+/// cannot be replayed exactly), and that moment.
+pub fn around_peak(
+    snapshot: &MemorySnapshot,
+    device: usize,
+    n: usize,
+) -> Result<(Range<usize>, usize), SnapshotError> {
+    let run = match replay_exact(snapshot, device) {
+        Ok(run) => run,
+        Err(_) => replay_what_if(snapshot, device, &Default::default())?,
+    };
+    // The first event at the peak.
+    let peak = (run.timeline.iter())
+        .max_by_key(|p| (p.allocated_bytes, std::cmp::Reverse(p.event)))
+        .map_or(0, |p| p.event);
+    Ok((peak.saturating_sub(n)..peak.saturating_add(n + 1), peak))
 }
 
 /// A segment of the state, its live blocks and the gaps between them.
