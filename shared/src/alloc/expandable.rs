@@ -159,13 +159,18 @@ impl ExpandableAllocator {
         let id = self.blocks.insert((pool, at));
         let space = self.spaces[slot(pool)].as_mut().expect("found above");
         space.set(at, Piece::Allocated { id, requested });
+        self.count_allocated(size, requested);
+        Ok(id)
+    }
+
+    /// A block of `size` bytes (`requested` asked) is now live.
+    fn count_allocated(&mut self, size: u64, requested: u64) {
         let s = &mut self.stats;
         s.allocated_bytes.increase(size);
         s.active_bytes.increase(size);
         s.requested_bytes.increase(requested);
         s.allocation.increase(1);
         s.active.increase(1);
-        Ok(id)
     }
 
     /// On a device that holds values (a GPU's virtual memory), the pool's
@@ -212,12 +217,7 @@ impl ExpandableAllocator {
         };
         space.split(at, size, Piece::Free);
         space.set(at, Piece::Allocated { id, requested });
-        let s = &mut self.stats;
-        s.allocated_bytes.increase(size);
-        s.active_bytes.increase(size);
-        s.requested_bytes.increase(requested);
-        s.allocation.increase(1);
-        s.active.increase(1);
+        self.count_allocated(size, requested);
         self.trace
             .record(TraceAction::Alloc, address, size, Some(id));
         id
