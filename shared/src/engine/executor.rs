@@ -32,7 +32,10 @@ impl Engine {
             return Err(self.raise_in_frame(frame, &f));
         }
         frame.finish(&mut self.process);
-        Ok(plan.compute.then(|| self.compute_jitted(plan)).flatten())
+        Ok(plan
+            .compute
+            .then(|| self.compute_without_grad(plan))
+            .flatten())
     }
 
     /// The step's events on the allocator, in the executor's order.

@@ -93,7 +93,10 @@ impl Engine {
             return Err(self.raise_in_frame(frame, &f));
         }
         frame.finish(&mut self.process);
-        Ok(plan.compute.then(|| self.compute_jitted(plan)).flatten())
+        Ok(plan
+            .compute
+            .then(|| self.compute_without_grad(plan))
+            .flatten())
     }
 
     /// The state tensors, per parameter in order, held by the optimizer.
@@ -181,7 +184,7 @@ impl Engine {
 
     /// The step's numbers on the CPU: the loss, the gradients, the
     /// update; no `.grad` stays.
-    pub(super) fn compute_jitted(&mut self, plan: &Plan) -> Option<f32> {
+    pub(super) fn compute_without_grad(&mut self, plan: &Plan) -> Option<f32> {
         let step = (&plan.program, plan.micro_batch);
         let loss = self.compute_step((plan.model, &Placement::new()), plan.data, step);
         let all: Vec<usize> = (0..self.train.models[&plan.model].params.len()).collect();

@@ -1,5 +1,5 @@
 //! A Keras training step without XLA (`model.compile(jit_compile=False)`,
-//! a `@tf.function` train step, a TF1 session's `train_op`), as
+//! a `@tf.function` train step), as
 //! TensorFlow's executor runs its graph: each value is a tensor of its own
 //! in the BFC allocator, freed when its last consumer has run; nothing
 //! like PyTorch's `.grad` stays, each gradient dies once its variable's
@@ -70,6 +70,15 @@ pub fn schedule(program: &Program, trained: &[u64], optimizer: OptimizerKind) ->
     let reads = program.last_backward_reads(n);
     let death = deaths(program);
     let updated = |p: usize| trained[p] > 0 && done[p].is_some();
+    // What dies, and which updates run, after each op.
+    let mut dying: Vec<Vec<usize>> = vec![Vec::new(); program.ops.len()];
+    for (i, t) in death.iter().enumerate() {
+        t.inspect(|&t| dying[t].push(i));
+    }
+    let mut updates: Vec<Vec<usize>> = vec![Vec::new(); program.ops.len()];
+    for p in (0..n).filter(|&p| updated(p)) {
+        done[p].inspect(|&t| updates[t].push(p));
+    }
     let mut events: Vec<Event> = (0..n)
         .filter(|&p| updated(p))
         .filter_map(|p| prelude(p, optimizer))
@@ -96,8 +105,7 @@ pub fn schedule(program: &Program, trained: &[u64], optimizer: OptimizerKind) ->
                 grads[p].push(i);
             }
         }
-        let dying = (0..death.len()).filter(|&i| death[i] == Some(t) && forwarded != Some(i));
-        for i in dying.collect::<Vec<_>>() {
+        for &i in dying[t].iter().filter(|&&i| forwarded != Some(i)) {
             events.push(Event::Free(Value::Step(i)));
             if let Role::Grad(p) = program.allocs[i].role {
                 grads[p].retain(|&g| g != i);
@@ -110,7 +118,7 @@ pub fn schedule(program: &Program, trained: &[u64], optimizer: OptimizerKind) ->
             }
             !dead
         });
-        for p in (0..n).filter(|&p| updated(p) && done[p] == Some(t)) {
+        for &p in &updates[t] {
             let copied = reads[p].is_some();
             let gradient = std::mem::take(&mut grads[p]);
             update(&mut events, p, optimizer, &gradient, copied);
