@@ -39,6 +39,32 @@ pub enum Command {
     /// capability (default: 7.5, 8.0, 8.9 and 9.0), as a GPU run does;
     /// exit 1 if any does not compile. Needs libnvrtc, not a GPU.
     Kernels(KernelsArgs),
+    /// Run a Python file with vramlab's torch, tensorflow/keras, jax and
+    /// numpy in front of any installed ones (needs python3): the code's
+    /// prints, then the numbers it ends with on standard error.
+    Python(PythonArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PythonArgs {
+    /// The Python file.
+    pub file: PathBuf,
+    /// Which device the kernel runs on.
+    #[arg(long, env = "VRAMLAB_DEVICE", value_enum, default_value_t = DeviceChoice::Auto)]
+    pub device: DeviceChoice,
+    /// Which GPU CUDA runs on (its device ordinal).
+    #[arg(
+        long = "cuda-ordinal",
+        env = "VRAMLAB_CUDA_ORDINAL",
+        default_value_t = 0
+    )]
+    pub cuda_ordinal: usize,
+    /// Restart settings as a JSON object, e.g. '{"gpu": "a100_40gb"}'.
+    #[arg(long)]
+    pub settings: Option<String>,
+    /// The Python interpreter.
+    #[arg(long, default_value = "python3")]
+    pub python: String,
 }
 
 #[derive(Debug, Args)]

@@ -27,6 +27,7 @@ pub mod diff;
 pub mod http;
 pub mod listener;
 pub mod metrics;
+pub mod python;
 pub mod rate;
 pub mod replay;
 pub mod runner;

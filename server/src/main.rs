@@ -15,6 +15,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(*args).map(|()| ExitCode::SUCCESS),
         Command::Replay(args) => replay_file(&args, &mut std::io::stdout().lock()),
         Command::Kernels(args) => vramlab_server::cuda::compile_kernels(&args),
+        Command::Python(args) => vramlab_server::python::run_python(&args),
         Command::Diff(args) => {
             vramlab_server::diff::diff_files(&args, &mut std::io::stdout().lock())
         }

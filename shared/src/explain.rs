@@ -106,7 +106,8 @@ pub fn fact_link(cmd: &Command, framework: Framework) -> (&'static str, &'static
             | Command::ClearCublasWorkspaces {}
             | Command::Alloc { .. }
             | Command::Restart(_)
-            | Command::ResetPeakMemoryStats {},
+            | Command::ResetPeakMemoryStats {}
+            | Command::MemoryStats {},
             Framework::Pytorch,
         ) => (
             "PyTorch: CUDA memory management",

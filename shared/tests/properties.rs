@@ -191,6 +191,7 @@ fn command(op: &Op, framework: Framework, variant: u8, kind: Kind) -> Command {
             amp: amp(variant),
             checkpointing: variant & 4 != 0,
             attention: kind.attention(variant & 2 != 0),
+            batch: None,
         }),
         Op::Backward(n) => Command::Backward(command::BackwardArgs {
             name: NAMES[*n].into(),

@@ -244,6 +244,7 @@ impl Translator {
                 amp: cx.amp,
                 checkpointing: f.checkpointing,
                 attention: Default::default(),
+                batch: None,
             }),
             Value::Session => Command::TfSession(NameArgs { name: name.clone() }),
             Value::Effect(mut cmds) | Value::Compile(mut cmds, _) => {

@@ -260,6 +260,11 @@ pub struct ForwardArgs {
     pub checkpointing: bool,
     #[serde(skip_serializing_if = "Attention::is_eager")]
     pub attention: Attention,
+    /// `model(x)` on tensors the code made (inputs, targets): the pass
+    /// reads them where they are; without it the batch is copied in
+    /// from `data`, as `model(x.cuda())` does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch: Option<[String; 2]>,
 }
 
 /// `loss.backward(retain_graph=...)`

@@ -230,6 +230,7 @@ const FORWARD: &[&str] = &[
     "amp",
     "checkpointing",
     "attention",
+    "batch",
 ];
 
 fn forward(f: &mut Fields) -> Result<ForwardArgs, Error> {
@@ -242,6 +243,7 @@ fn forward(f: &mut Fields) -> Result<ForwardArgs, Error> {
         amp: f.take_or("amp", Amp::Off)?,
         checkpointing: f.take_or("checkpointing", false)?,
         attention: f.take_or("attention", Default::default())?,
+        batch: f.take_or("batch", None)?,
     };
     f.done(FORWARD)?;
     Ok(a)

@@ -17,6 +17,7 @@ use crate::train::cpu::{Computed, Values};
 use crate::train::frame::PyFrame;
 use crate::train::kinds::step::{Options, Program};
 use crate::train::optimizer;
+use crate::train::spec::ModelSpec;
 use crate::train::{GraphState, ProgramGraph};
 use crate::types::{Category, Dtype};
 use crate::units::format_size;
@@ -32,6 +33,8 @@ pub(super) struct Statement<'a> {
     /// Autograd records (not under `torch.no_grad()`, whose program ends
     /// with the forward pass and leaves no graph).
     pub grad: bool,
+    /// The inputs and targets the code made, read where they are.
+    pub given: Option<[ObjId; 2]>,
 }
 
 impl Engine {
@@ -56,6 +59,10 @@ impl Engine {
             conv_workspace: self.conv_workspace(),
             ..Options::default()
         };
+        let given = match &a.batch {
+            Some(names) => Some(self.given_batch(names, &spec, batch)?),
+            None => None,
+        };
         let program = match a.no_grad {
             true => spec.no_grad_program(batch, options),
             false => spec.step_program(batch, options),
@@ -66,9 +73,50 @@ impl Engine {
             data: data_id,
             batch,
             grad: !a.no_grad,
+            given,
         };
         let value = self.forward_program(&s, program)?;
         Ok(self.forward_outcome(name, a.no_grad, value))
+    }
+
+    /// `model(x)` and `criterion(out, y)` on tensors the code made: each
+    /// must have the shape and type the model reads (PyTorch's own
+    /// message when a product's shapes disagree).
+    fn given_batch(
+        &self,
+        names: &[String; 2],
+        spec: &ModelSpec,
+        batch: u64,
+    ) -> Result<[ObjId; 2], CommandError> {
+        let (x_shape, x_dtype, y_shape) = spec.batch(batch);
+        let mut ids: [ObjId; 2] = [0; 2];
+        for (i, (name, shape)) in names.iter().zip([&x_shape, &y_shape]).enumerate() {
+            let id = self.lookup(name)?;
+            let Some(t) = self.process.runtime.tensor(id) else {
+                return Err(error(
+                    ErrorKind::InvalidValue,
+                    format!("`{name}` is not a tensor"),
+                ));
+            };
+            if &t.shape != shape || (i == 0 && t.dtype != x_dtype) {
+                return Err(error(
+                    ErrorKind::RuntimeError,
+                    format!(
+                        "`{name}` is {:?} {}, but the model reads {:?} {} here",
+                        t.shape,
+                        t.dtype.torch_name(),
+                        shape,
+                        if i == 0 {
+                            x_dtype.torch_name()
+                        } else {
+                            "torch.int64"
+                        },
+                    ),
+                ));
+            }
+            ids[i] = id;
+        }
+        Ok(ids)
     }
 
     /// What a forward pass left: the bytes its graph saved, the loss when
@@ -235,10 +283,11 @@ impl Engine {
         let (params, model) = self.model_target(s.model);
         let on_device = self.train.datasets[&s.data].on_device;
         let k = &mut self.process;
-        let (x, y) = match on_device {
-            // A view of the set on the device: nothing is copied.
-            Some((x, y)) => (frame.hold(k, x), frame.hold(k, y)),
-            None => {
+        let (x, y) = match (s.given, on_device) {
+            // Tensors the code made, or a view of the set on the device:
+            // nothing is copied.
+            (Some([x, y]), _) | (None, Some((x, y))) => (frame.hold(k, x), frame.hold(k, y)),
+            (None, None) => {
                 let (x_shape, x_dtype, y_shape) = spec.batch(s.batch);
                 let x = format!("{}.x", s.name);
                 let y = format!("{}.y", s.name);

@@ -1,0 +1,1 @@
+from torch._amp import GradScaler, autocast  # noqa: F401

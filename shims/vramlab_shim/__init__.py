@@ -1,0 +1,174 @@
+"""The bridge between Python code and vramlab's engine.
+
+Every GPU allocation the shims make is a command of the engine (one JSON
+line); every Python object that owns device memory holds an engine name
+and gives it back in ``__del__``, so CPython decides when memory is
+freed: reference counts, cycles and ``gc.collect()`` included.
+
+The engine is reached through ``vramlab_engine`` (a module the page's
+Python worker registers) or, natively, through ``vramlab run -`` in a
+child process (``vramlab python FILE``).
+"""
+
+import ast
+import json
+import sys
+
+CELL = "<cell>"
+
+try:  # In the page: the worker's engine, synchronous.
+    import vramlab_engine as _engine
+
+    def _execute(line, at):
+        return json.loads(_engine.execute(line, at))
+
+except ImportError:  # Natively: `vramlab run -` in a child process.
+    from vramlab_shim import native as _native
+
+    def _execute(line, at):
+        return _native.execute(line)
+
+
+class EngineError(Exception):
+    """A command the engine refused for a reason Python would not raise."""
+
+
+_errors = {}
+
+
+def raises(kind, exception):
+    """The exception a framework raises for the engine's error `kind`."""
+    _errors[kind] = exception
+
+
+FRAMEWORK = "pytorch"
+_notes = []
+
+
+def cell_line():
+    """The cell's line running now (0 outside the cell)."""
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_filename == CELL:
+            return f.f_lineno
+        f = f.f_back
+    return 0
+
+
+def run(cmd):
+    """Runs one command; returns its value, or raises what the framework
+    raises for the engine's error."""
+    at = cell_line()
+    record = _execute(json.dumps(cmd), at)
+    if record.get("ok"):
+        return record
+    error = record.get("error") or {}
+    kind = error.get("kind", "")
+    message = error.get("message", "the engine refused the command")
+    raise _errors.get(kind, EngineError)(message)
+
+
+def stats():
+    """The engine's numbers now (`memory_stats` changes nothing)."""
+    return run({"cmd": "memory_stats"})["stats"]
+
+
+# ----- names ---------------------------------------------------------------
+
+_live = set()
+_count = [0]
+_targets = {}
+
+
+def _target_of(filename, line):
+    """The name a cell line assigns to, when it assigns one name."""
+    key = (filename, line)
+    if key not in _targets:
+        _targets[key] = None
+        source = _sources.get(filename)
+        if source is not None and 0 < line <= len(source):
+            text = source[line - 1].strip()
+            try:
+                tree = ast.parse(text)
+            except SyntaxError:
+                tree = None
+            if tree and tree.body and isinstance(tree.body[0], (ast.Assign, ast.AnnAssign)):
+                node = tree.body[0]
+                target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+                if isinstance(target, ast.Name):
+                    _targets[key] = target.id
+                elif isinstance(target, ast.Attribute):
+                    _targets[key] = target.attr
+    return _targets[key]
+
+
+_sources = {}
+
+
+def set_source(text):
+    _sources[CELL] = text.splitlines()
+    _targets.clear()
+
+
+def fresh_name(hint=None):
+    """An engine name for a new object: the name the cell line assigns to
+    when free, else that name with a number."""
+    if hint is None:
+        f = sys._getframe(1)
+        while f is not None and f.f_code.co_filename != CELL:
+            f = f.f_back
+        hint = _target_of(CELL, f.f_lineno) if f is not None else None
+    hint = hint or "t"
+    name = hint
+    while name in _live:
+        _count[0] += 1
+        name = "%s_%d" % (hint, _count[0])
+    _live.add(name)
+    return name
+
+
+SILENT = [False]
+
+
+def release(name):
+    """The object named `name` died in Python: its reference goes."""
+    if name in _live:
+        _live.discard(name)
+        if SILENT[0]:
+            return
+        try:
+            run({"cmd": "del", "name": name})
+        except Exception:
+            pass
+
+
+def reset():
+    _live.clear()
+    _count[0] = 0
+
+
+class Owner:
+    """A Python object holding one engine name (a tensor's storage, a
+    model, an optimizer): when CPython frees it, the engine lets go."""
+
+    _name = None
+
+    def __del__(self):
+        name = self._name
+        if name is not None:
+            self._name = None
+            release(name)
+
+
+DEVICE = {"name": "Tesla T4"}
+
+
+def device_name():
+    return DEVICE["name"]
+
+
+def note(text):
+    """A line the run prints to say where its numbers may differ."""
+    if text not in _notes:
+        _notes.append(text)
+        sys.stderr.write("vramlab: " + text + "\n")
