@@ -164,7 +164,9 @@ DEVICE = {"name": "Tesla T4"}
 
 
 def device_name():
-    return DEVICE["name"]
+    """The card's name as the driver gives it."""
+    name = DEVICE["name"]
+    return name[len("Simulated "):] if name.startswith("Simulated ") else name
 
 
 def note(text):

@@ -123,8 +123,15 @@ def handle(message):
     m = json.loads(message)
     if "load" in m:
         _run[0] = None
+        settings = json.dumps(m.get("settings") or {})
+
+        def restart(fw):
+            line = json.dumps({"cmd": "restart", "framework": fw})
+            record = json.loads(vramlab_engine.restart(settings, line))
+            vs.DEVICE["name"] = (record.get("device") or {}).get("name", vs.DEVICE["name"])
+
         try:
-            r = Run(m["load"], emit, lambda fw: vramlab_engine.restart(fw))
+            r = Run(m["load"], emit, restart)
         except SyntaxError as e:
             emit({"syntax_error": {"line": e.lineno or 0, "message": "%s: %s" % (type(e).__name__, e.msg)}})
             return

@@ -123,7 +123,7 @@ def loss_value(record):
     """The loss the engine computed; NaN where the step ran shape-only."""
     value = (record.get("value") or {}).get("loss")
     if value is None:
-        _vs.note("the loss is not computed for a step this large (its memory is exact); .item() gives nan")
+        _vs.note("the engine ran this step shape-only (its memory is exact, its loss not computed): .item() gives nan")
         return float("nan")
     return value
 

@@ -1,0 +1,71 @@
+//! Python as people write it (`tests/python/*.py`: classes, functions,
+//! `__main__` guards, loops, exceptions, prints, `try/except
+//! torch.cuda.OutOfMemoryError`), run by CPython through `vramlab python`:
+//! every snippet runs to its last line and prints what `NN-name.out` says
+//! (the numbers PyTorch's caching allocator gives on the default T4).
+
+use std::process::Command;
+use vramlab_tests::{root, vramlab_bin};
+
+fn snippets() -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(root().join("tests/python"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "py"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn every_snippet_runs_and_prints_what_a_gpu_prints() {
+    let files = snippets();
+    assert!(files.len() >= 30, "{} snippets", files.len());
+    let mut wrong = Vec::new();
+    for file in &files {
+        let out = Command::new(vramlab_bin())
+            .args(["python", "--device", "sim"])
+            .arg(file)
+            .output()
+            .expect("vramlab python runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let expected = std::fs::read_to_string(file.with_extension("out")).unwrap_or_default();
+        if !out.status.success() || stdout != expected {
+            wrong.push(format!(
+                "{}: exit {:?}\n--- printed\n{stdout}--- expected\n{expected}--- stderr\n{stderr}",
+                file.display(),
+                out.status.code()
+            ));
+        }
+        assert!(stderr.contains("vramlab: allocated "), "{stderr}");
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn an_uncaught_error_prints_pythons_traceback_and_fails() {
+    let dir = std::env::temp_dir().join(format!("vramlab-py-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("oom.py");
+    std::fs::write(
+        &file,
+        "import torch\n\ndef grow():\n    return torch.empty(1024, 1024, 1024, 64, device='cuda')\n\nprint('before')\nx = grow()\nprint('never')\n",
+    )
+    .unwrap();
+    let out = Command::new(vramlab_bin())
+        .args(["python", "--device", "sim"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "before\n");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr.contains("line 7, in <module>"), "{stderr}");
+    assert!(stderr.contains("line 4, in grow"), "{stderr}");
+    assert!(
+        stderr.contains("torch.cuda.OutOfMemoryError: CUDA out of memory."),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
