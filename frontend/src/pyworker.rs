@@ -4,6 +4,7 @@
 //! to the session at a pace it accepts.
 
 use crate::state::App;
+use leptos::prelude::*;
 use serde_json::Value;
 use std::cell::RefCell;
 use wasm_bindgen::prelude::*;

@@ -61,9 +61,9 @@ fn fetch_advice(cell: CellState, i: usize) {
     let url = crate::lessons::advice_url(ADVICE[i].id);
     wasm_bindgen_futures::spawn_local(async move {
         match crate::files::fetch_text(url).await {
-            Ok(text) if cell.advice.get_untracked() == Some(i) => cell.source.set(text),
-            Ok(_) => {}
-            Err(_) => cell.error.set(Some(
+            Some(text) if cell.advice.get_untracked() == Some(i) => cell.source.set(text),
+            Some(_) => {}
+            None => cell.error.set(Some(
                 "The advice's code could not be fetched: reload the page.".into(),
             )),
         }

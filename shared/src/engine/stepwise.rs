@@ -80,8 +80,8 @@ impl Engine {
     }
 
     /// `model(x)` and `criterion(out, y)` on tensors the code made: each
-    /// must have the shape and type the model reads (PyTorch's own
-    /// message when a product's shapes disagree).
+    /// has the shape and type the model reads, or is the base of a view
+    /// that does (its first rows).
     fn given_batch(
         &self,
         names: &[String; 2],
@@ -98,7 +98,12 @@ impl Engine {
                     format!("`{name}` is not a tensor"),
                 ));
             };
-            if &t.shape != shape || (i == 0 && t.dtype != x_dtype) {
+            // A view of a larger tensor (rows of a set on the GPU) reads
+            // its first rows; the view holds the whole base.
+            let fits = t.shape.len() == shape.len()
+                && t.shape.first() >= shape.first()
+                && t.shape[1..] == shape[1..];
+            if !fits || (i == 0 && t.dtype != x_dtype) {
                 return Err(error(
                     ErrorKind::RuntimeError,
                     format!(

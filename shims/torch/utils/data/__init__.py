@@ -37,7 +37,11 @@ class DataLoader:
             if tensors is None:
                 yield torch.zeros(b)
             else:
-                yield [torch.zeros(b, *t.shape[1:], dtype=t.dtype) for t in tensors]
+                # Rows of a tensor on the GPU are views of it; from the host, new tensors.
+                yield [
+                    t._view((b,) + tuple(t.shape[1:])) if t.is_cuda else torch.zeros(b, *t.shape[1:], dtype=t.dtype)
+                    for t in tensors
+                ]
 
 
 def random_split(dataset, lengths, generator=None):
