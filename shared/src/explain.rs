@@ -106,8 +106,7 @@ pub fn fact_link(cmd: &Command, framework: Framework) -> (&'static str, &'static
             | Command::ClearCublasWorkspaces {}
             | Command::Alloc { .. }
             | Command::Restart(_)
-            | Command::ResetPeakMemoryStats {}
-            | Command::MemoryStats {},
+            | Command::ResetPeakMemoryStats {},
             Framework::Pytorch,
         ) => (
             "PyTorch: CUDA memory management",

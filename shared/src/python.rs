@@ -53,12 +53,6 @@ pub fn code(cmd: &Command, framework: Framework) -> String {
         Command::ClearCublasWorkspaces {} => "torch._C._cuda_clearCublasWorkspaces()".into(),
         Command::ClearSession {} => "tf.keras.backend.clear_session()".into(),
         Command::ResetPeakMemoryStats {} => "torch.cuda.reset_peak_memory_stats()".into(),
-        Command::MemoryStats {} => match framework {
-            Framework::Pytorch => "torch.cuda.memory_stats()",
-            Framework::Tensorflow => "tf.config.experimental.get_memory_info(\"GPU:0\")",
-            Framework::Jax => "jax.devices()[0].memory_stats()",
-        }
-        .into(),
         Command::Model(a) if framework == Framework::Jax => compiled::params_code(a),
         Command::Model(a) => model_code(a, framework),
         Command::Optimizer(a) if framework != Framework::Pytorch => compiled::optimizer_code(a, framework),

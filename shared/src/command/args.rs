@@ -264,7 +264,7 @@ pub struct ForwardArgs {
     /// reads them where they are; without it the batch is copied in
     /// from `data`, as `model(x.cuda())` does.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub batch: Option<[String; 2]>,
+    pub batch: Option<Vec<String>>,
 }
 
 /// `loss.backward(retain_graph=...)`

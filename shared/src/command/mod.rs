@@ -83,8 +83,6 @@ commands! {
     ClearSession {} = "clear_session",
     /// `torch.cuda.reset_peak_memory_stats()` / `tf.config.experimental.reset_memory_stats`.
     ResetPeakMemoryStats {} = "reset_peak_memory_stats",
-    /// `torch.cuda.memory_stats()`: the numbers now; changes nothing.
-    MemoryStats {} = "memory_stats",
     Model(ModelArgs) = "model",
     Optimizer(OptimizerArgs) = "optimizer",
     Data(DataArgs) = "data",

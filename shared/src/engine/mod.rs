@@ -276,7 +276,6 @@ impl Engine {
                 self.process.allocator.reset_peak_stats();
                 Ok(Outcome::note("Peaks now equal the current values."))
             }
-            Command::MemoryStats {} => Ok(Outcome::note("Read the numbers; nothing changed.")),
             Command::Model(a) => self.model(a),
             Command::Optimizer(a) => self.optimizer(a),
             Command::Data(a) => self.data(a),

@@ -17,11 +17,15 @@ use crate::train::cpu::{Computed, Values};
 use crate::train::frame::PyFrame;
 use crate::train::kinds::step::{Options, Program};
 use crate::train::optimizer;
-use crate::train::spec::ModelSpec;
 use crate::train::{GraphState, ProgramGraph};
 use crate::types::{Category, Dtype};
 use crate::units::format_size;
 use serde_json::json;
+
+/// Where a forward on a batch the code made runs, in a build without it.
+#[cfg(not(feature = "given-batch"))]
+const GIVEN_BATCH_ELSEWHERE: &str =
+    "a forward on tensors the code made runs on a server or in `vramlab python`, not in the page";
 
 /// A `forward` of a program: the loss's name, the model, the data, the
 /// micro-batch.
@@ -60,7 +64,10 @@ impl Engine {
             ..Options::default()
         };
         let given = match &a.batch {
+            #[cfg(feature = "given-batch")]
             Some(names) => Some(self.given_batch(names, &spec, batch)?),
+            #[cfg(not(feature = "given-batch"))]
+            Some(_) => return Err(error(ErrorKind::InvalidValue, GIVEN_BATCH_ELSEWHERE)),
             None => None,
         };
         let program = match a.no_grad {
@@ -79,16 +86,23 @@ impl Engine {
         Ok(self.forward_outcome(name, a.no_grad, value))
     }
 
+    #[cfg(feature = "given-batch")]
     /// `model(x)` and `criterion(out, y)` on tensors the code made: each
     /// has the shape and type the model reads, or is the base of a view
     /// that does (its first rows).
     fn given_batch(
         &self,
-        names: &[String; 2],
-        spec: &ModelSpec,
+        names: &[String],
+        spec: &crate::train::spec::ModelSpec,
         batch: u64,
     ) -> Result<[ObjId; 2], CommandError> {
         let (x_shape, x_dtype, y_shape) = spec.batch(batch);
+        if names.len() != 2 {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                "`batch` names two tensors: the inputs and the targets",
+            ));
+        }
         let mut ids: [ObjId; 2] = [0; 2];
         for (i, (name, shape)) in names.iter().zip([&x_shape, &y_shape]).enumerate() {
             let id = self.lookup(name)?;

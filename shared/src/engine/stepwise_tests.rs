@@ -271,3 +271,77 @@ fn what_forward_says_it_saved_is_what_backward_frees() {
         );
     }
 }
+
+/// `loss = criterion(model(x), y)` on tensors the code made: the pass
+/// reads them where they are (no copy), so it ends where the pass that
+/// copies its batch in does; a view's base (rows of a set on the GPU)
+/// serves too, and a tensor of another shape is refused.
+#[cfg(feature = "given-batch")]
+#[test]
+fn a_forward_reads_the_batch_the_code_made() {
+    let model = json!({"cmd":"model","name":"model","kind":"mlp","layers":2,"width":256,"input_dim":128,"classes":10});
+    let data = json!({"cmd":"data","name":"d","samples":64,"features":128,"classes":10});
+    let copied = {
+        let mut e = Engine::new_simulated();
+        run(&mut e, &model);
+        run(&mut e, &data);
+        let before = run(&mut e, &json!({"cmd":"gc"})).stats;
+        let r = run(
+            &mut e,
+            &json!({"cmd":"forward","name":"loss","model":"model","data":"d","batch_size":32}),
+        );
+        assert!(r.ok, "{:?}", r.error);
+        r.stats.allocated_bytes - before.allocated_bytes
+    };
+    for rows in [32, 64] {
+        let mut e = Engine::new_simulated();
+        run(&mut e, &model);
+        run(&mut e, &data);
+        let before = run(&mut e, &json!({"cmd":"gc"})).stats;
+        run(
+            &mut e,
+            &json!({"cmd":"alloc","name":"x","shape":[rows,128],"dtype":"float32"}),
+        );
+        run(
+            &mut e,
+            &json!({"cmd":"alloc","name":"y","shape":[rows],"dtype":"int64"}),
+        );
+        let made = run(&mut e, &json!({"cmd":"gc"})).stats.allocated_bytes;
+        let given = json!({"cmd":"forward","name":"loss","model":"model","data":"d","batch_size":32,"batch":["x","y"]});
+        let r = run(&mut e, &given);
+        assert!(r.ok, "{:?}", r.error);
+        if rows == 32 {
+            assert_eq!(r.stats.allocated_bytes - before.allocated_bytes, copied);
+        }
+        // `del x, y`: the graph still holds them; backward lets them go.
+        run(&mut e, &json!({"cmd":"del","name":"x"}));
+        run(&mut e, &json!({"cmd":"del","name":"y"}));
+        let held = run(&mut e, &json!({"cmd":"gc"})).stats.allocated_bytes;
+        assert_eq!(held, r.stats.allocated_bytes);
+        assert!(made > before.allocated_bytes);
+    }
+    let mut e = Engine::new_simulated();
+    run(&mut e, &model);
+    run(&mut e, &data);
+    run(
+        &mut e,
+        &json!({"cmd":"alloc","name":"x","shape":[32,100],"dtype":"float32"}),
+    );
+    run(
+        &mut e,
+        &json!({"cmd":"alloc","name":"y","shape":[32],"dtype":"int64"}),
+    );
+    let r = run(
+        &mut e,
+        &json!({"cmd":"forward","name":"loss","model":"model","data":"d","batch_size":32,"batch":["x","y"]}),
+    );
+    let error = r.error.unwrap();
+    assert_eq!(error.kind, ErrorKind::RuntimeError);
+    assert!(
+        error
+            .message
+            .contains("`x` is [32, 100] torch.float32, but the model reads [32, 128]"),
+        "{}",
+        error.message
+    );
+}
