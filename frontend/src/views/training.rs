@@ -221,7 +221,6 @@ impl Fields {
             amp: self.amp.get_untracked(),
             checkpointing: self.checkpointing.get_untracked(),
             attention: self.attention(),
-            batch: None,
         })])
     }
 

@@ -264,6 +264,7 @@ fn forward_passes_and_contexts() {
             amp: Amp::Off,
             checkpointing: false,
             attention: Default::default(),
+            #[cfg(feature = "given-batch")]
             batch: None,
         })
     };

@@ -244,6 +244,7 @@ impl Translator {
                 amp: cx.amp,
                 checkpointing: f.checkpointing,
                 attention: Default::default(),
+                #[cfg(feature = "given-batch")]
                 batch: None,
             }),
             Value::Session => Command::TfSession(NameArgs { name: name.clone() }),

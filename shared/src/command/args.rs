@@ -263,6 +263,8 @@ pub struct ForwardArgs {
     /// `model(x)` on tensors the code made (inputs, targets): the pass
     /// reads them where they are; without it the batch is copied in
     /// from `data`, as `model(x.cuda())` does.
+    /// (`given-batch`: the page leaves it out, its download budget.)
+    #[cfg(feature = "given-batch")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub batch: Option<Vec<String>>,
 }

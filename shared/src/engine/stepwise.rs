@@ -22,11 +22,6 @@ use crate::types::{Category, Dtype};
 use crate::units::format_size;
 use serde_json::json;
 
-/// Where a forward on a batch the code made runs, in a build without it.
-#[cfg(not(feature = "given-batch"))]
-const GIVEN_BATCH_ELSEWHERE: &str =
-    "a forward on tensors the code made runs on a server or in `vramlab python`, not in the page";
-
 /// A `forward` of a program: the loss's name, the model, the data, the
 /// micro-batch.
 pub(super) struct Statement<'a> {
@@ -38,6 +33,7 @@ pub(super) struct Statement<'a> {
     /// with the forward pass and leaves no graph).
     pub grad: bool,
     /// The inputs and targets the code made, read where they are.
+    #[cfg(feature = "given-batch")]
     pub given: Option<[ObjId; 2]>,
 }
 
@@ -63,11 +59,9 @@ impl Engine {
             conv_workspace: self.conv_workspace(),
             ..Options::default()
         };
+        #[cfg(feature = "given-batch")]
         let given = match &a.batch {
-            #[cfg(feature = "given-batch")]
             Some(names) => Some(self.given_batch(names, &spec, batch)?),
-            #[cfg(not(feature = "given-batch"))]
-            Some(_) => return Err(error(ErrorKind::InvalidValue, GIVEN_BATCH_ELSEWHERE)),
             None => None,
         };
         let program = match a.no_grad {
@@ -80,6 +74,7 @@ impl Engine {
             data: data_id,
             batch,
             grad: !a.no_grad,
+            #[cfg(feature = "given-batch")]
             given,
         };
         let value = self.forward_program(&s, program)?;
@@ -302,11 +297,14 @@ impl Engine {
         let (params, model) = self.model_target(s.model);
         let on_device = self.train.datasets[&s.data].on_device;
         let k = &mut self.process;
-        let (x, y) = match (s.given, on_device) {
-            // Tensors the code made, or a view of the set on the device:
-            // nothing is copied.
-            (Some([x, y]), _) | (None, Some((x, y))) => (frame.hold(k, x), frame.hold(k, y)),
-            (None, None) => {
+        // Tensors the code made are read where they are, as a view of the
+        // set on the device is.
+        #[cfg(feature = "given-batch")]
+        let on_device = s.given.map(|[x, y]| (x, y)).or(on_device);
+        let (x, y) = match on_device {
+            // A view of the set on the device: nothing is copied.
+            Some((x, y)) => (frame.hold(k, x), frame.hold(k, y)),
+            None => {
                 let (x_shape, x_dtype, y_shape) = spec.batch(s.batch);
                 let x = format!("{}.x", s.name);
                 let y = format!("{}.y", s.name);
