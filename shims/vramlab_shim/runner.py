@@ -12,6 +12,15 @@ import traceback
 import vramlab_shim as vs
 
 SHIMS = ("torch", "tensorflow", "keras", "jax", "optax", "numpy", "tf_keras")
+_collect = gc.collect
+
+
+def collect(generation=2):
+    """gc.collect(): CPython's cycles (and the engine names they held), then
+    the framework's own (Keras's layers and model refer to each other)."""
+    found = _collect(generation)
+    vs.run({"cmd": "gc"})
+    return found
 
 
 def framework_of(tree):
@@ -60,6 +69,7 @@ class Run:
         linecache.cache[vs.CELL] = (len(source), None, source.splitlines(True), vs.CELL)
         self.globals = {"__name__": "__main__", "__builtins__": __builtins__}
         restart(self.framework)
+        gc.collect = collect
 
     def spans(self):
         return [[s.lineno, s.end_lineno] for s in self.statements]
@@ -103,7 +113,7 @@ def forget_previous():
         for name in list(sys.modules):
             if name.split(".")[0] in SHIMS:
                 del sys.modules[name]
-        gc.collect()
+        _collect()
     finally:
         vs.SILENT[0] = False
     vs.reset()

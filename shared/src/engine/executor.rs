@@ -23,19 +23,7 @@ impl Engine {
     /// The optimizer's variables are made before the first, as `fit`
     /// builds them.
     pub(super) fn executor_step(&mut self, plan: &Plan) -> Result<Option<f32>, CommandError> {
-        let mut frame = PyFrame::default();
-        if let Err(f) = self.init_state(&mut frame, plan) {
-            return Err(self.raise_in_frame(frame, &f));
-        }
-        self.process.begin_window();
-        if let Err(f) = self.run_graph(&mut frame, plan) {
-            return Err(self.raise_in_frame(frame, &f));
-        }
-        frame.finish(&mut self.process);
-        Ok(plan
-            .compute
-            .then(|| self.compute_without_grad(plan))
-            .flatten())
+        self.step_without_grad(plan, |engine, frame| engine.run_graph(frame, plan))
     }
 
     /// The step's events on the allocator, in the executor's order.

@@ -84,12 +84,25 @@ impl Engine {
         plan: &Plan,
         executable: &Executable,
     ) -> Result<Option<f32>, CommandError> {
+        self.step_without_grad(plan, |engine, frame| {
+            engine.call_executable(frame, plan, executable)
+        })
+    }
+
+    /// A step that leaves no `.grad` (a compiled one, or Keras's without
+    /// XLA): the optimizer's state first, then `play` in the step's window,
+    /// then its numbers on the CPU when it is small enough.
+    pub(super) fn step_without_grad(
+        &mut self,
+        plan: &Plan,
+        play: impl FnOnce(&mut Self, &mut PyFrame) -> Result<(), AllocFailure>,
+    ) -> Result<Option<f32>, CommandError> {
         let mut frame = PyFrame::default();
         if let Err(f) = self.init_state(&mut frame, plan) {
             return Err(self.raise_in_frame(frame, &f));
         }
         self.process.begin_window();
-        if let Err(f) = self.call_executable(&mut frame, plan, executable) {
+        if let Err(f) = play(self, &mut frame) {
             return Err(self.raise_in_frame(frame, &f));
         }
         frame.finish(&mut self.process);

@@ -116,14 +116,14 @@ impl Engine {
                 return Err(error(
                     ErrorKind::RuntimeError,
                     format!(
-                        "`{name}` is {:?} {}, but the model reads {:?} {} here",
+                        "`{name}` is {:?} torch.{}, but the model reads {:?} torch.{} here",
                         t.shape,
                         t.dtype.torch_name(),
                         shape,
                         if i == 0 {
                             x_dtype.torch_name()
                         } else {
-                            "torch.int64"
+                            "int64"
                         },
                     ),
                 ));
