@@ -212,6 +212,8 @@ impl Fields {
     }
 
     fn forward(&self) -> Result<Vec<Command>, Invalid> {
+        // The rest: `batch`, where the shared crate is built with it.
+        #[allow(clippy::needless_update)]
         Ok(vec![Command::Forward(ForwardArgs {
             name: "loss".into(),
             model: "model".into(),
@@ -221,6 +223,7 @@ impl Fields {
             amp: self.amp.get_untracked(),
             checkpointing: self.checkpointing.get_untracked(),
             attention: self.attention(),
+            ..Default::default()
         })])
     }
 

@@ -249,7 +249,8 @@ pub struct DataArgs {
 }
 
 /// `loss = criterion(model(x), y)`: the loss keeps the graph alive.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// (`Default`: so code built with and without `given-batch` writes one.)
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct ForwardArgs {
     pub name: String,
     pub model: String,
