@@ -1,37 +1,24 @@
-//! The code cell in headless Chromium against the real server: each piece
-//! of popular advice, run in the cell, ends with the numbers `vramlab run`
-//! gives for the same commands, and its claims judged; a button writes its
-//! line into the cell; a line outside the cell's Python stops the run there
-//! with the reason.
+//! The code cell in headless Chromium against the real server: CPython
+//! runs it in the page (Pyodide, with vramlab's shims). Each piece of
+//! popular advice, run in the cell, ends with the numbers `vramlab python`
+//! gives for the same file, and its claims judged; statements step one by
+//! one, each with what it printed; a line Python cannot run stops the run
+//! there with Python's traceback; a button writes its line into the cell.
 
 mod chromium;
 
 use chromium::*;
 use chromiumoxide::Page;
 use vramlab_shared::advice::ADVICE;
-use vramlab_shared::cell;
-use vramlab_shared::command::{Command, RestartSettings};
-use vramlab_tests::run_stdin;
+use vramlab_tests::python_run;
 
-/// The numbers after the last command, as `vramlab run` prints them.
-fn cli_numbers(commands: &[Command]) -> [u64; 3] {
-    let input: String = commands
-        .iter()
-        .map(|c| serde_json::to_string(c).unwrap() + "\n")
-        .collect();
-    let (lines, _, _) = run_stdin(&input, &[]);
-    let last = lines.last().expect("a line per command");
-    ["allocated_bytes", "reserved_bytes", "device_used_bytes"]
-        .map(|k| last["stats"][k].as_u64().unwrap())
-}
-
-async fn page_numbers(page: &Page) -> [u64; 3] {
+async fn page_numbers(page: &Page) -> [u64; 2] {
     let v = js(
         page,
-        "['allocated', 'reserved', 'device-used'].map(id => Number(document.getElementById(id).dataset.bytes))",
+        "['allocated', 'reserved'].map(id => Number(document.getElementById(id).dataset.bytes))",
     )
     .await;
-    [0, 1, 2].map(|i| v[i].as_u64().unwrap())
+    [0, 1].map(|i| v[i].as_u64().unwrap())
 }
 
 /// Every statement has run (or one failed), and every claim is judged.
@@ -39,8 +26,28 @@ const SETTLED: &str = "(() => { const s = [...document.querySelectorAll('#cell-s
     return s.length > 0 && s.every(li => li.dataset.state === 'done' || li.dataset.state === 'failed')
         && document.querySelectorAll('#verdicts li.open').length === 0; })()";
 
+/// Waits for [`SETTLED`]; if it never comes, says where the cell stands.
+async fn settled(page: &Page, what: &str) {
+    for _ in 0..600 {
+        if js(page, SETTLED).await == serde_json::json!(true) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let cell = js(page, "[...document.querySelectorAll('#cell-steps li, #verdicts li, #cell-busy, #cell-error')].map(e => (e.dataset.state || e.className) + ': ' + e.textContent).join('\\n')").await;
+    panic!(
+        "{what}: the cell did not settle:\n{}",
+        cell.as_str().unwrap_or_default()
+    );
+}
+
+async fn type_code(page: &Page, code: &str) {
+    let code = serde_json::to_string(code).unwrap();
+    js(page, &format!("(() => {{ const e = document.getElementById('cell-source'); e.value = {code}; e.dispatchEvent(new Event('input', {{bubbles: true}})); }})()")).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_popular_advice_runs_in_the_cell_with_the_numbers_of_vramlab_run() {
+async fn the_popular_advice_runs_in_the_cell_with_the_numbers_of_vramlab_python() {
     if prerequisites().is_none() {
         return;
     }
@@ -67,26 +74,26 @@ async fn the_popular_advice_runs_in_the_cell_with_the_numbers_of_vramlab_run() {
         )
         .await;
         click(&page, "cell-run").await;
-        until(&page, SETTLED).await;
+        settled(&page, advice.id).await;
         let failed = js(
             &page,
             "[...document.querySelectorAll('#cell-steps li.failed')].map(li => li.textContent)",
         )
         .await;
         assert_eq!(failed, serde_json::json!([]), "{}", advice.id);
-        let mut commands = vec![Command::Restart(RestartSettings {
-            framework: Some(advice.framework),
-            ..Default::default()
-        })];
-        for step in cell::steps(advice.source(), advice.framework).unwrap() {
-            commands.extend(step.commands.unwrap());
-        }
+        let (printed, numbers) = python_run(advice.source());
         assert_eq!(
             page_numbers(&page).await,
-            cli_numbers(&commands),
+            [numbers[0], numbers[1]],
             "{}",
             advice.id
         );
+        let out = js(
+            &page,
+            "[...document.querySelectorAll('#cell-steps pre.out')].map(p => p.textContent).join('')",
+        )
+        .await;
+        assert_eq!(out.as_str(), Some(printed.as_str()), "{}", advice.id);
         let judged = js(
             &page,
             "document.querySelectorAll('#verdicts li.held, #verdicts li.failed').length",
@@ -120,7 +127,7 @@ async fn the_popular_advice_runs_in_the_cell_with_the_numbers_of_vramlab_run() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lines_step_one_by_one_buttons_write_theirs_and_a_bad_line_stops_the_run() {
+async fn statements_step_one_by_one_print_and_a_python_error_stops_the_run() {
     if prerequisites().is_none() {
         return;
     }
@@ -133,9 +140,18 @@ async fn lines_step_one_by_one_buttons_write_theirs_and_a_bad_line_stops_the_run
         "document.getElementById('status').textContent === 'connected'",
     )
     .await;
-    let code = "import torch\\nx = torch.randn(1024, 1024, device=\\\"cuda\\\")\\ny = x\\ndel x\\nz = torch.fft.fft(y)\\ndel y";
-    js(&page, &format!("(() => {{ const e = document.getElementById('cell-source'); e.value = \"{code}\"; e.dispatchEvent(new Event('input', {{bubbles: true}})); }})()")).await;
-    for (step, allocated) in [(0, 0), (1, 4 << 20), (2, 4 << 20), (3, 4 << 20)] {
+    type_code(
+        &page,
+        "import torch\nx = torch.randn(1024, 1024, device=\"cuda\")\ny = x\ndel x\nprint(torch.cuda.memory_allocated())\nz = torch.fft.fft(y)\ndel y\n",
+    )
+    .await;
+    for (step, allocated) in [
+        (0, 0),
+        (1, 4 << 20),
+        (2, 4 << 20),
+        (3, 4 << 20),
+        (4, 4 << 20),
+    ] {
         click(&page, "cell-step").await;
         until(
             &page,
@@ -148,21 +164,43 @@ async fn lines_step_one_by_one_buttons_write_theirs_and_a_bad_line_stops_the_run
         )
         .await;
     }
+    let printed = js(
+        &page,
+        "document.querySelector('#cell-step-4 pre.out').textContent",
+    )
+    .await;
+    assert_eq!(printed.as_str(), Some("4194304\n"));
     click(&page, "cell-step").await;
     until(
         &page,
-        "document.getElementById('cell-step-4').dataset.state === 'failed'",
+        "document.getElementById('cell-step-5').dataset.state === 'failed'",
     )
     .await;
-    let why = js(&page, "document.getElementById('cell-refused').textContent").await;
+    let why = js(
+        &page,
+        "document.querySelector('#cell-step-5 pre.why').textContent",
+    )
+    .await;
+    let why = why.as_str().unwrap();
     assert!(
-        why.as_str()
-            .unwrap()
-            .contains("line 5: `torch.fft.fft(...)` is not in the cell's Python"),
+        why.starts_with("Traceback (most recent call last):"),
         "{why}"
     );
-    // The statement after the bad one never ran: `y` still holds the tensor.
+    assert!(why.contains("line 6, in <module>"), "{why}");
+    assert!(
+        why.contains("AttributeError: module 'torch' has no attribute 'fft'"),
+        "{why}"
+    );
+    // The statement after the failed one never ran: `y` still holds the tensor.
     assert_eq!(page_numbers(&page).await[0], 4 << 20);
+    assert_eq!(
+        js(
+            &page,
+            "document.getElementById('cell-step-6').dataset.state"
+        )
+        .await,
+        "waiting"
+    );
     // A button's line joins the cell.
     click(&page, "btn-gc").await;
     until(

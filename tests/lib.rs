@@ -187,3 +187,35 @@ pub fn run_stdin(input: &str, extra: &[&str]) -> (Vec<serde_json::Value>, String
         out.status.code().unwrap_or(-1),
     )
 }
+
+/// `vramlab python --device sim` on `source`: what it printed, and the
+/// numbers it ended with (allocated, reserved, peak allocated, peak
+/// reserved bytes, from its last line on standard error).
+pub fn python_run(source: &str) -> (String, [u64; 4]) {
+    let dir = std::env::temp_dir().join(format!(
+        "vramlab-python-{}-{:x}",
+        std::process::id(),
+        source.len() ^ source.bytes().map(u64::from).sum::<u64>() as usize
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("cell.py");
+    std::fs::write(&file, source).unwrap();
+    let out = Command::new(vramlab_bin())
+        .args(["python", "--device", "sim"])
+        .arg(&file)
+        .output()
+        .expect("vramlab python runs");
+    std::fs::remove_dir_all(&dir).ok();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("vramlab: "))
+        .unwrap_or_else(|| panic!("no numbers: {stderr}"));
+    let numbers: Vec<u64> = last
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    let numbers: [u64; 4] = numbers.try_into().unwrap_or_else(|_| panic!("{last}"));
+    (String::from_utf8_lossy(&out.stdout).into_owned(), numbers)
+}

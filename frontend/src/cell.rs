@@ -1,11 +1,14 @@
-//! The code cell's state: its text, its statements with the commands each
-//! stands for, which have run, and the numbers before and after each (the
-//! popular advice's claims are judged on them).
+//! The code cell's state: its text, its top-level statements as CPython
+//! runs them (Pyodide in a worker of its own, `python-worker`), which have
+//! run, what each printed, and the numbers after each (the popular
+//! advice's claims are judged on them). The worker's engine answers the
+//! code at once; the lines it ran go to the session, paced, and the
+//! session's results are the numbers the page shows.
 
 use leptos::prelude::*;
+use std::collections::VecDeque;
 use vramlab_shared::advice::Run;
-use vramlab_shared::cell::{self, CellError};
-use vramlab_shared::command::Command;
+use vramlab_shared::command::{parse_line, Command, CommandLine, RestartSettings};
 use vramlab_shared::protocol::StepRecord;
 use vramlab_shared::types::Framework;
 use vramlab_shared::Stats;
@@ -22,10 +25,15 @@ pub enum StepState {
 pub struct CellStep {
     pub lines: (usize, usize),
     pub source: String,
-    pub commands: Result<Vec<Command>, CellError>,
     pub state: StepState,
+    /// What it printed.
+    pub output: String,
+    /// What it wrote to standard error (vramlab's notes, warnings).
+    pub errors: String,
     pub after: Option<Stats>,
     pending: usize,
+    /// Python finished it (its commands may still be on their way).
+    ended: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -36,13 +44,19 @@ pub struct CellState {
     pub next: RwSignal<usize>,
     /// A syntax error, or why nothing ran.
     pub error: RwSignal<Option<String>>,
+    /// Python loading, or busy: what it is doing.
+    pub busy: RwSignal<Option<String>>,
     /// The advice loaded (an index into `ADVICE`).
     pub advice: RwSignal<Option<usize>>,
     /// The numbers after the restart that starts a run.
     start: RwSignal<Option<Stats>>,
     /// Which statement each command sent belongs to (`None`: the restart),
-    /// by the command's id (few are in flight at once).
+    /// by the command's id.
     ids: RwSignal<Vec<(u64, Option<usize>)>>,
+    /// Lines Python ran, waiting to go to the session.
+    queue: StoredValue<VecDeque<(usize, String)>>,
+    /// The statement Python is running.
+    running: StoredValue<usize>,
 }
 
 impl CellState {
@@ -52,52 +66,92 @@ impl CellState {
             steps: RwSignal::new(Vec::new()),
             next: RwSignal::new(0),
             error: RwSignal::new(None),
+            busy: RwSignal::new(None),
             advice: RwSignal::new(None),
             start: RwSignal::new(None),
             ids: RwSignal::new(Vec::new()),
+            queue: StoredValue::new(VecDeque::new()),
+            running: StoredValue::new(0),
         }
     }
 
-    /// Reads the text afresh; false (with the error shown) on a syntax error.
-    pub fn load(&self, framework: Framework) -> bool {
+    /// Forgets the last run (the text changed, or a run starts).
+    pub fn forget(&self) {
         self.next.set(0);
         self.start.set(None);
         self.ids.set(Vec::new());
-        match cell::steps(&self.source.get_untracked(), framework) {
-            Ok(steps) => {
-                self.steps.set(steps.into_iter().map(fresh).collect());
-                self.error.set(None);
-                true
-            }
-            Err(e) => {
-                self.steps.set(Vec::new());
-                self.error.set(Some(e.to_string()));
-                false
-            }
-        }
+        self.steps.set(Vec::new());
+        self.error.set(None);
+        self.queue.update_value(VecDeque::clear);
     }
 
     /// Whether the next step starts a run (nothing has run since the text changed).
     pub fn at_start(&self) -> bool {
-        self.next.get_untracked() == 0
+        self.next.get_untracked() == 0 && self.steps.with_untracked(Vec::is_empty)
     }
 
-    /// The next statement's index and commands; it is now running.
-    pub fn take_next(&self) -> Option<(usize, Result<Vec<Command>, CellError>)> {
-        let i = self.next.get_untracked();
-        let commands = self
-            .steps
-            .with_untracked(|s| s.get(i).map(|s| s.commands.clone()))?;
-        self.next.set(i + 1);
-        self.update(i, |s| match &commands {
-            Ok(c) if c.is_empty() => s.state = StepState::Done,
-            Ok(c) => {
-                s.state = StepState::Running;
-                s.pending = c.len();
-            }
-            Err(e) => s.state = StepState::Failed(e.message.clone()),
+    /// Python read the code: its statements, by their lines.
+    pub fn statements(&self, spans: &[(usize, usize)]) {
+        let text = self.source.get_untracked();
+        let lines: Vec<&str> = text.lines().collect();
+        let steps = spans
+            .iter()
+            .map(|&(a, b)| CellStep {
+                lines: (a, b),
+                source: lines
+                    .get(a.saturating_sub(1)..b.min(lines.len()))
+                    .map(|l| l.join("\n"))
+                    .unwrap_or_default(),
+                state: StepState::Waiting,
+                output: String::new(),
+                errors: String::new(),
+                after: None,
+                pending: 0,
+                ended: false,
+            })
+            .collect();
+        self.steps.set(steps);
+    }
+
+    pub fn begin(&self, i: usize) {
+        self.running.set_value(i);
+        self.update(i, |s| s.state = StepState::Running);
+    }
+
+    pub fn print(&self, text: &str, stderr: bool) {
+        let i = self.running.get_value();
+        self.update(i, |s| match stderr {
+            true => s.errors.push_str(text),
+            false => s.output.push_str(text),
         });
-        Some((i, commands))
+    }
+
+    pub fn end(&self, i: usize, error: Option<String>) {
+        self.update(i, |s| {
+            s.ended = true;
+            match error {
+                Some(e) => s.state = StepState::Failed(e),
+                None if s.pending == 0 => s.state = StepState::Done,
+                None => {}
+            }
+        });
+    }
+
+    /// A line Python ran, for the session.
+    pub fn queue_line(&self, line: String) {
+        let i = self.running.get_value();
+        self.update(i, |s| s.pending += 1);
+        self.queue.update_value(|q| q.push_back((i, line)));
+    }
+
+    /// The next line for the session.
+    pub fn next_line(&self) -> Option<(usize, CommandLine)> {
+        let (i, line) = self.queue.try_update_value(VecDeque::pop_front).flatten()?;
+        Some((i, parse_line(&line)))
+    }
+
+    pub fn queued(&self) -> usize {
+        self.queue.with_value(VecDeque::len)
     }
 
     /// A command of statement `step` (or the run's restart) was sent as `id`.
@@ -121,13 +175,29 @@ impl CellState {
         self.update(i, |s| {
             s.after = Some(record.stats.clone());
             s.pending = s.pending.saturating_sub(1);
-            match &record.error {
-                Some(e) => s.state = StepState::Failed(e.message.clone()),
-                None if s.pending == 0 && s.state == StepState::Running => {
-                    s.state = StepState::Done
-                }
-                None => {}
+            if s.pending == 0 && s.ended && s.state == StepState::Running {
+                s.state = StepState::Done;
             }
+        });
+    }
+
+    /// The session refused a command of the run (the server's limits, a
+    /// connection lost): the statement fails with the reason, and the
+    /// lines after it are not sent (the session no longer follows the code).
+    pub fn on_error(&self, id: u64, why: &str) {
+        let taken = self.ids.try_update(|m| {
+            let at = m.iter().position(|(sent, _)| *sent == id)?;
+            Some(m.swap_remove(at).1)
+        });
+        let Some(step) = taken.flatten() else {
+            return;
+        };
+        self.queue.update_value(VecDeque::clear);
+        let i = step.unwrap_or(0);
+        self.update(i, |s| {
+            s.state = StepState::Failed(format!(
+                "The session refused this statement's command: {why}"
+            ))
         });
     }
 
@@ -140,8 +210,7 @@ impl CellState {
             s.push_str(code);
             s.push('\n');
         });
-        self.steps.set(Vec::new());
-        self.next.set(0);
+        self.forget();
     }
 
     fn update(&self, i: usize, f: impl FnOnce(&mut CellStep)) {
@@ -161,15 +230,12 @@ impl CellState {
     }
 }
 
-fn fresh(s: cell::Step) -> CellStep {
-    CellStep {
-        lines: s.lines,
-        source: s.source,
-        commands: s.commands,
-        state: StepState::Waiting,
-        after: None,
-        pending: 0,
-    }
+/// The restart that starts a run, on the session.
+pub fn restart(framework: Framework) -> CommandLine {
+    CommandLine::from(Command::Restart(RestartSettings {
+        framework: Some(framework),
+        ..Default::default()
+    }))
 }
 
 /// A run's numbers, for judging the advice's claims.

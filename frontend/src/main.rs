@@ -14,6 +14,8 @@ mod lessons;
 mod mirror;
 mod moving;
 mod play;
+mod python;
+mod pyworker;
 mod replay;
 mod socket;
 mod state;

@@ -357,6 +357,7 @@ impl App {
                         p.remove(&id);
                     });
                     self.play.on_error(id, &error.message);
+                    self.cell.on_error(id, &error.message);
                 }
                 if error.kind == ConnectionErrorKind::UnknownSession {
                     socket::forget_session();

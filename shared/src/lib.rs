@@ -25,13 +25,11 @@
 //! - [`protocol`]: result records and websocket messages (the wire format).
 //! - [`lesson`]: checks lesson files' expectations.
 //! - [`input`]: text typed into the page's fields, read or refused.
-//! - [`cell`]: the code cell's Python, read into commands (no Python runtime).
 //! - [`advice`]: the popular advice on freeing memory, as cell code, and its claims judged.
 
 pub mod advice;
 pub mod alloc;
 mod by_name;
-pub mod cell;
 pub mod collections;
 pub mod command;
 #[cfg(feature = "device-values")]

@@ -1,8 +1,7 @@
 //! The readers of what users bring, fuzzed with structure and held to
 //! limits: the snapshot reader (pickles built from a grammar of the
 //! snapshot's own records, with lists and dicts shared through the memo,
-//! nesting, wide dicts, wrong types, then bytes mutated), the code cell's
-//! Python (lines built from its tokens, brackets and blocks), and the
+//! nesting, wide dicts, wrong types, then bytes mutated) and the
 //! command and message readers (each command's and message's shape with
 //! values at the edges in its fields). Each
 //! input must be answered, a value or an error, never a panic, within a
@@ -14,11 +13,9 @@ use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-use vramlab_shared::cell;
 use vramlab_shared::command::{self, Command};
 use vramlab_shared::protocol::{self, ServerMessage};
 use vramlab_shared::torch_snapshot;
-use vramlab_shared::types::Framework;
 
 mod common;
 
@@ -441,89 +438,6 @@ fn write_json(t: &Tree, out: &mut Vec<u8>) {
     }
 }
 
-/// Lines from the cell's tokens: names, calls, numbers, operators,
-/// brackets (balanced or not), keywords, blocks and indentation.
-fn cell_source() -> impl Strategy<Value = String> {
-    let token = prop::sample::select(vec![
-        "x",
-        "y",
-        "model",
-        "opt",
-        "loss",
-        "loader",
-        "torch",
-        "nn",
-        "tf",
-        "jax",
-        "keras",
-        "cuda",
-        "empty_cache",
-        "zeros",
-        "randn",
-        "Linear",
-        "Sequential",
-        "range",
-        "print",
-        "del",
-        "gc",
-        "collect",
-        "import",
-        "from",
-        "as",
-        "for",
-        "in",
-        "if",
-        "else",
-        "elif",
-        "with",
-        "def",
-        "class",
-        "return",
-        "lambda",
-        "not",
-        "and",
-        "or",
-        "is",
-        "None",
-        "True",
-        "0",
-        "1",
-        "1024",
-        "1e9",
-        "0.5",
-        "'s'",
-        "\"t\"",
-        "(",
-        ")",
-        "[",
-        "]",
-        "{",
-        "}",
-        ",",
-        ":",
-        ".",
-        "=",
-        "+",
-        "-",
-        "*",
-        "/",
-        "//",
-        "%",
-        "**",
-        "@",
-        "==",
-        "<",
-        ">",
-        "\\",
-        "#",
-        "\t",
-        ";",
-    ]);
-    let line = (0usize..4, prop::collection::vec(token, 0..16))
-        .prop_map(|(indent, tokens)| format!("{}{}", "    ".repeat(indent), tokens.join(" ")));
-    prop::collection::vec(line, 1..12).prop_map(|lines| lines.join("\n"))
-}
-
 /// A JSON value at the edges, names and words of the protocol included.
 fn json_value() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
@@ -635,14 +549,6 @@ fn every_reader_answers_each_input_within_its_limits() {
             let _ = torch_snapshot::read(&bytes);
         });
     });
-    let mut cells = Worst::default();
-    fuzz(cell_source(), cases(300), |source| {
-        cells.measure("the code cell", source.as_bytes(), || {
-            for framework in [Framework::Pytorch, Framework::Tensorflow, Framework::Jax] {
-                let _ = cell::steps(&source, framework);
-            }
-        });
-    });
     let mut messages = Worst::default();
     fuzz(message(), cases(1_000), |text| {
         messages.measure("the command and message readers", text.as_bytes(), || {
@@ -653,7 +559,6 @@ fn every_reader_answers_each_input_within_its_limits() {
     });
     for (what, w) in [
         ("snapshot reader", snapshots),
-        ("code cell", cells),
         ("command and message readers", messages),
     ] {
         println!(

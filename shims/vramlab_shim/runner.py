@@ -42,14 +42,16 @@ def framework_of(tree):
 
 
 class Output:
-    """sys.stdout: each write said with the cell line that printed it."""
+    """sys.stdout or sys.stderr (`stream`): each write said with the cell
+    line that printed it."""
 
-    def __init__(self, emit):
+    def __init__(self, emit, stream):
         self.emit = emit
+        self.stream = stream
 
     def write(self, text):
         if text:
-            self.emit({"print": text, "at": vs.cell_line()})
+            self.emit({"print": text, "stream": self.stream, "at": vs.cell_line()})
         return len(text)
 
     def flush(self):
@@ -150,7 +152,7 @@ def handle(message):
     if "step" in m and _run[0] is not None:
         r = _run[0]
         out, err = sys.stdout, sys.stderr
-        sys.stdout = sys.stderr = Output(emit)
+        sys.stdout, sys.stderr = Output(emit, "stdout"), Output(emit, "stderr")
         try:
             r.step(m["step"])
         finally:

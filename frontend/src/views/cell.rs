@@ -6,8 +6,6 @@ use crate::cell::{CellState, StepState};
 use crate::state::App;
 use leptos::prelude::*;
 use vramlab_shared::advice::{Run, ADVICE};
-use vramlab_shared::cell;
-use vramlab_shared::command::{Command, CommandLine, RestartSettings};
 
 #[component]
 pub fn CodeCell(app: App) -> impl IntoView {
@@ -15,7 +13,7 @@ pub fn CodeCell(app: App) -> impl IntoView {
     let refused = RwSignal::new(None::<String>);
     let step = move |_| refused.set(run(app, 1).err());
     let run_all = move |_| {
-        cell.next.set(0);
+        cell.forget();
         refused.set(run(app, usize::MAX).err());
     };
     let pick = move |e: leptos::ev::Event| {
@@ -23,18 +21,17 @@ pub fn CodeCell(app: App) -> impl IntoView {
         let i = i.filter(|&i| i < ADVICE.len());
         cell.advice.set(i);
         if let Some(i) = i {
-            cell.steps.set(Vec::new());
-            cell.next.set(0);
+            cell.forget();
             fetch_advice(cell, i);
         }
     };
     view! {
         <section class="cell" aria-label="Python">
             <h2>"Python"</h2>
-            <p class="hint">"Type or paste Python and run it line by line: after every statement the numbers and the explanation follow."</p>
+            <p class="hint">"Type or paste Python and run it: CPython runs it in the page with vramlab's torch, keras and jax, and after every statement the numbers follow."</p>
             <details class="understands">
-                <summary>"What the cell understands"</summary>
-                <p>"Tensors, y = x, del, lists, gc.collect(), empty_cache(), clear_session(), Sequential models, optimizers, compile(jit_compile=...) and fit, DataLoader, forward, backward, step, zero_grad, no_grad, autocast, training loops, TF1 sessions. Anything else stops the cell at its line, saying why."</p>
+                <summary>"What the cell runs"</summary>
+                <p>"Python itself (classes, functions, loops, exceptions, print, gc): its objects die when CPython frees them. torch: tensors on the GPU, views, nn.Module with Linear and ReLU, optimizers, DataLoader, autocast, torch.cuda's numbers and OutOfMemoryError. Values are shapes: no arithmetic but the engine's."</p>
             </details>
             <label for="advice">"Try the popular advice: "</label>
             <select id="advice" on:change=pick>
@@ -43,11 +40,12 @@ pub fn CodeCell(app: App) -> impl IntoView {
             </select>
             <textarea id="cell-source" rows="12" spellcheck="false" aria-label="Python code"
                 prop:value=move || cell.source.get()
-                on:input=move |e| { cell.source.set(event_target_value(&e)); cell.next.set(0); cell.steps.set(Vec::new()); }
+                on:input=move |e| { cell.source.set(event_target_value(&e)); cell.forget(); }
                 disabled=move || app.read_only()></textarea>
             <div class="row">
                 <button id="cell-step" on:click=step disabled=move || app.read_only() title="Run the next statement (the first restarts the kernel)">"Step ▸"</button>
                 <button id="cell-run" on:click=run_all disabled=move || app.read_only() title="Restart the kernel and run every statement">"▶ Run all"</button>
+                {move || cell.busy.get().map(|what| view! { <span class="busy" id="cell-busy" aria-live="polite">{what}</span> })}
                 {move || refused.get().map(|why| view! { <span class="refused" role="alert" id="cell-refused">{why}</span> })}
                 {move || cell.error.get().map(|why| view! { <span class="refused" role="alert" id="cell-error">{why}</span> })}
             </div>
@@ -62,15 +60,18 @@ pub fn CodeCell(app: App) -> impl IntoView {
 fn fetch_advice(cell: CellState, i: usize) {
     let url = crate::lessons::advice_url(ADVICE[i].id);
     wasm_bindgen_futures::spawn_local(async move {
-        // A failed fetch leaves the cell empty (reload to try again).
-        let text = crate::files::fetch_text(url).await.unwrap_or_default();
-        if cell.advice.get_untracked() == Some(i) {
-            cell.source.set(text);
+        match crate::files::fetch_text(url).await {
+            Some(text) if cell.advice.get_untracked() == Some(i) => cell.source.set(text),
+            Some(_) => {}
+            None => cell.error.set(Some(
+                "The advice's code could not be fetched: reload the page.".into(),
+            )),
         }
     });
 }
 
-/// Runs up to `count` statements; the first of a run restarts the kernel.
+/// Runs up to `count` statements in the cell's Python; the first of a run
+/// reads the code and restarts the kernel.
 fn run(app: App, count: usize) -> Result<(), String> {
     if !app
         .link
@@ -81,35 +82,20 @@ fn run(app: App, count: usize) -> Result<(), String> {
     }
     let cell = app.cell;
     if cell.at_start() {
-        let framework = cell
-            .advice
-            .get_untracked()
-            .map(|i| ADVICE[i].framework)
-            .or_else(|| cell::framework(&cell.source.get_untracked()))
-            .unwrap_or_else(|| app.framework());
-        if !cell.load(framework) {
-            return Err("Nothing ran: fix the line above.".into());
-        }
-        let restart = Command::Restart(RestartSettings {
-            framework: Some(framework),
-            ..Default::default()
-        });
-        if let Some(id) = app.submit(CommandLine::from(restart)) {
-            cell.sent(None, id);
-        }
+        cell.forget();
+        let settings = app
+            .link
+            .hello
+            .with_untracked(|h| h.as_ref().map(|h| serde_json::to_value(&h.settings)))
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        crate::pyworker::post(
+            app,
+            &serde_json::json!({"load": cell.source.get_untracked(), "settings": settings}),
+        )?;
     }
-    for _ in 0..count {
-        let Some((i, commands)) = cell.take_next() else {
-            return Ok(());
-        };
-        let commands = commands.map_err(|e| format!("line {}: {}", e.line, e.message))?;
-        for c in commands {
-            if let Some(id) = app.submit(CommandLine::from(c)) {
-                cell.sent(Some(i), id);
-            }
-        }
-    }
-    Ok(())
+    let count = count.min(u32::MAX as usize);
+    crate::pyworker::post(app, &serde_json::json!({ "step": count }))
 }
 
 #[component]
@@ -130,7 +116,9 @@ fn Statements(cell: CellState) -> impl IntoView {
                         <span class="mark" aria-hidden="true">{mark}</span>
                         <span class="ln">{format!("{}", s.lines.0)}</span>
                         <code>{s.source.clone()}</code>
-                        {(!why.is_empty()).then(|| view! { <div class="why" role="alert">{why}</div> })}
+                        {(!s.output.is_empty()).then(|| view! { <pre class="out">{s.output.clone()}</pre> })}
+                        {(!s.errors.is_empty()).then(|| view! { <pre class="err">{s.errors.clone()}</pre> })}
+                        {(!why.is_empty()).then(|| view! { <pre class="why" role="alert">{why}</pre> })}
                     </li>
                 }
             }).collect_view()}

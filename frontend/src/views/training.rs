@@ -212,8 +212,6 @@ impl Fields {
     }
 
     fn forward(&self) -> Result<Vec<Command>, Invalid> {
-        // The rest: `batch`, where the shared crate is built with it.
-        #[allow(clippy::needless_update)]
         Ok(vec![Command::Forward(ForwardArgs {
             name: "loss".into(),
             model: "model".into(),

@@ -249,7 +249,6 @@ pub struct DataArgs {
 }
 
 /// `loss = criterion(model(x), y)`: the loss keeps the graph alive.
-/// (`Default`: so code built with and without `given-batch` writes one.)
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct ForwardArgs {
     pub name: String,
@@ -264,8 +263,6 @@ pub struct ForwardArgs {
     /// `model(x)` on tensors the code made (inputs, targets): the pass
     /// reads them where they are; without it the batch is copied in
     /// from `data`, as `model(x.cuda())` does.
-    /// (`given-batch`: the page leaves it out, its download budget.)
-    #[cfg(feature = "given-batch")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub batch: Option<Vec<String>>,
 }

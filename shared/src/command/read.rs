@@ -221,18 +221,6 @@ fn data(f: &mut Fields) -> Result<DataArgs, Error> {
     Ok(a)
 }
 
-#[cfg(not(feature = "given-batch"))]
-const FORWARD: &[&str] = &[
-    "name",
-    "model",
-    "data",
-    "batch_size",
-    "no_grad",
-    "amp",
-    "checkpointing",
-    "attention",
-];
-#[cfg(feature = "given-batch")]
 const FORWARD: &[&str] = &[
     "name",
     "model",
@@ -255,8 +243,7 @@ fn forward(f: &mut Fields) -> Result<ForwardArgs, Error> {
         amp: f.take_or("amp", Amp::Off)?,
         checkpointing: f.take_or("checkpointing", false)?,
         attention: f.take_or("attention", Default::default())?,
-        // `vramlab python`'s `model(x)`; the page refuses it as an unknown field.
-        #[cfg(feature = "given-batch")]
+        // `model(x)` on tensors the code made.
         batch: f.take_or("batch", None)?,
     };
     f.done(FORWARD)?;

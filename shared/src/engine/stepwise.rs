@@ -33,7 +33,6 @@ pub(super) struct Statement<'a> {
     /// with the forward pass and leaves no graph).
     pub grad: bool,
     /// The inputs and targets the code made, read where they are.
-    #[cfg(feature = "given-batch")]
     pub given: Option<[ObjId; 2]>,
 }
 
@@ -59,7 +58,6 @@ impl Engine {
             conv_workspace: self.conv_workspace(),
             ..Options::default()
         };
-        #[cfg(feature = "given-batch")]
         let given = match &a.batch {
             Some(names) => Some(self.given_batch(names, &spec, batch)?),
             None => None,
@@ -74,14 +72,12 @@ impl Engine {
             data: data_id,
             batch,
             grad: !a.no_grad,
-            #[cfg(feature = "given-batch")]
             given,
         };
         let value = self.forward_program(&s, program)?;
         Ok(self.forward_outcome(name, a.no_grad, value))
     }
 
-    #[cfg(feature = "given-batch")]
     /// `model(x)` and `criterion(out, y)` on tensors the code made: each
     /// has the shape and type the model reads, or is the base of a view
     /// that does (its first rows).
@@ -299,7 +295,6 @@ impl Engine {
         let k = &mut self.process;
         // Tensors the code made are read where they are, as a view of the
         // set on the device is.
-        #[cfg(feature = "given-batch")]
         let on_device = s.given.map(|[x, y]| (x, y)).or(on_device);
         let (x, y) = match on_device {
             // A view of the set on the device: nothing is copied.

@@ -276,7 +276,6 @@ fn what_forward_says_it_saved_is_what_backward_frees() {
 /// reads them where they are (no copy), so it ends where the pass that
 /// copies its batch in does; a view's base (rows of a set on the GPU)
 /// serves too, and a tensor of another shape is refused.
-#[cfg(feature = "given-batch")]
 #[test]
 fn a_forward_reads_the_batch_the_code_made() {
     let model = json!({"cmd":"model","name":"model","kind":"mlp","layers":2,"width":256,"input_dim":128,"classes":10});
