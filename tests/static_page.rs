@@ -274,12 +274,23 @@ async fn a_page_session_moves_to_the_server() {
     finish(browser, events, profile).await;
 }
 
-/// A training loop of 300 computed steps, run from the code cell.
-const LONG_LOOP: &str = "import torch\\nX = torch.randn(6000, 784)\\ny = torch.randint(0, 10, (6000,))\\nloader = DataLoader(TensorDataset(X, y), batch_size=64, shuffle=True)\\nmodel = nn.Sequential(nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10)).cuda()\\nopt = torch.optim.Adam(model.parameters())\\ncriterion = nn.CrossEntropyLoss()\\nfor step, (x, y) in zip(range(300), loader):\\n    x, y = x.cuda(), y.cuda()\\n    loss = criterion(model(x), y)\\n    loss.backward()\\n    opt.step()\\n    opt.zero_grad()\\n";
+/// A training loop of 300 steps as people write it, run from the code cell.
+const LONG_LOOP: &str = "import torch\nfrom torch import nn\nfrom torch.utils.data import DataLoader, TensorDataset\nX = torch.randn(20000, 784)\ny = torch.randint(0, 10, (20000,))\nloader = DataLoader(TensorDataset(X, y), batch_size=64, shuffle=True)\nmodel = nn.Sequential(nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10)).cuda()\nopt = torch.optim.Adam(model.parameters())\ncriterion = nn.CrossEntropyLoss()\nfor step, (x, y) in zip(range(300), loader):\n    x, y = x.cuda(), y.cuda()\n    loss = criterion(model(x), y)\n    loss.backward()\n    opt.step()\n    opt.zero_grad()\nprint('done')\n";
 
-/// ❚❚ pause stops a long loop running in the page's engine after the step
-/// the page showed, as the server stops it after its current step; the
-/// page goes on working.
+/// Keras's `fit` of 300 steps: one command of the engine's, which reports
+/// its progress.
+const KERAS_FIT: &str = "import numpy as np\nimport tensorflow as tf\nx = np.zeros((19200, 784), dtype='float32')\ny = np.zeros((19200,), dtype='int64')\nmodel = tf.keras.Sequential([tf.keras.layers.Dense(64, activation='relu', input_shape=(784,)), tf.keras.layers.Dense(10)])\nmodel.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\nmodel.fit(x, y, batch_size=64, epochs=1)\n";
+
+async fn type_code(page: &Page, code: &str) {
+    let code = serde_json::to_string(code).unwrap();
+    js(page, &format!("(() => {{ const e = document.getElementById('cell-source'); e.value = {code}; e.dispatchEvent(new Event('input', {{bubbles: true}})); }})()")).await;
+}
+
+/// ❚❚ pause stops the cell's Python where the page's engine is, as
+/// Jupyter's interrupt does (`KeyboardInterrupt` in the statement), and
+/// stops a long command (Keras's `fit`) after the step the page showed,
+/// as the server stops it after its current step; the page goes on
+/// working.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_stops_a_long_loop_in_the_page() {
     if prerequisites().is_none() {
@@ -293,17 +304,18 @@ async fn pause_stops_a_long_loop_in_the_page() {
         "document.getElementById('status').textContent === 'engine in this page'",
     )
     .await;
-    js(&page, &format!("(() => {{ const e = document.getElementById('cell-source'); e.value = \"{LONG_LOOP}\"; e.dispatchEvent(new Event('input', {{bubbles: true}})); }})()")).await;
+    type_code(&page, LONG_LOOP).await;
     click(&page, "cell-run").await;
-    let (done, took) = pause_the_loop(&page, 1).await;
-    println!("figure: no server: a 300-step loop paused at step {done}, answered {took:.2?} after the press");
+    let (sent, took) = interrupt_the_loop(&page).await;
+    println!("figure: no server: a 300-step Python loop stopped after {sent} of its commands, {took:.2?} after the press");
     numbers_match_the_last_result(&page).await;
-    // The engine started again goes on answering, and stops a loop again
-    // (replaying the first as the steps it ran).
+    // The engine goes on answering, and the cell runs again.
     press(&page, "btn-alloc").await;
     numbers_match_the_last_result(&page).await;
+    type_code(&page, KERAS_FIT).await;
     click(&page, "cell-run").await;
-    pause_the_loop(&page, 2).await;
+    let (done, took) = pause_the_fit(&page).await;
+    println!("figure: no server: Keras's 300-step fit paused at step {done}, answered {took:.2?} after the press");
     numbers_match_the_last_result(&page).await;
     same_as_stopped_loops_run(&page).await;
     assert_eq!(
@@ -313,15 +325,57 @@ async fn pause_stops_a_long_loop_in_the_page() {
     finish(browser, events, profile).await;
 }
 
-/// Waits for the `nth` loop to show step 3 or later, presses ❚❚ pause and
-/// reads the stopped loop's result: the step it stopped after (no earlier
+/// The loop statement (the cell's tenth) runs with at least 60 of its
+/// commands answered: ❚❚ pause. The statement raises `KeyboardInterrupt`,
+/// the one after it never runs, and the answers stop with the commands
+/// already sent. Returns how many results the loop had, and how long
+/// until the answers stopped.
+async fn interrupt_the_loop(page: &Page) -> (u64, Duration) {
+    let results = "window.__got.map(m => JSON.parse(m)).filter(m => m.type === 'result').length";
+    let before = js(page, results).await.as_u64().unwrap();
+    until(page, &format!("document.getElementById('cell-step-9').dataset.state === 'running' && {results} >= {before} + 60")).await;
+    let pressed = Instant::now();
+    click(page, "btn-pause").await;
+    let why = until(page, "document.getElementById('cell-step-9').dataset.state === 'failed' && document.querySelector('#cell-step-9 pre.why').textContent").await;
+    assert!(
+        why.as_str().unwrap().starts_with("KeyboardInterrupt"),
+        "{why}"
+    );
+    let mut last = js(page, results).await.as_u64().unwrap();
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = js(page, results).await.as_u64().unwrap();
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    let took = pressed.elapsed();
+    assert_eq!(
+        js(
+            page,
+            "document.getElementById('cell-step-10').dataset.state"
+        )
+        .await,
+        "waiting"
+    );
+    assert!(
+        last - before < 1500,
+        "{} results: the loop ran on",
+        last - before
+    );
+    (last - before, took)
+}
+
+/// Waits for `fit` to show step 3 or later, presses ❚❚ pause and reads
+/// the stopped command's result: the step it stopped after (no earlier
 /// than the one on screen), and how long after the press it came.
-async fn pause_the_loop(page: &Page, nth: usize) -> (u64, Duration) {
+async fn pause_the_fit(page: &Page) -> (u64, Duration) {
     let seen = until(page, "(() => { const m = document.querySelector('.big.peak .api').textContent.match(/^step (\\d+) of 300$/); return m && Number(m[1]) >= 3 && Number(m[1]); })()").await;
     let seen = seen.as_f64().unwrap_or_else(|| panic!("{seen}")) as u64;
     let pressed = Instant::now();
     click(page, "btn-pause").await;
-    let note = until(page, &format!("(() => {{ const r = window.__got.map(m => JSON.parse(m)).filter(m => m.type === 'result' && m.cmd.cmd === 'train'); return r.length === {nth} ? r[{nth} - 1].note : null; }})()")).await;
+    let note = until(page, "(() => { const r = window.__got.map(m => JSON.parse(m)).filter(m => m.type === 'result' && m.cmd.cmd === 'train'); return r.length === 1 ? r[0].note : null; })()").await;
     let took = pressed.elapsed();
     let note = note.as_str().unwrap();
     let done = stopped_after(note).unwrap_or_else(|| panic!("{note}"));

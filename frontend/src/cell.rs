@@ -57,6 +57,8 @@ pub struct CellState {
     queue: StoredValue<VecDeque<(usize, String)>>,
     /// The statement Python is running.
     running: StoredValue<usize>,
+    /// ❚❚ pause stopped the run: the next step starts a new one.
+    stopped: StoredValue<bool>,
 }
 
 impl CellState {
@@ -72,6 +74,7 @@ impl CellState {
             ids: RwSignal::new(Vec::new()),
             queue: StoredValue::new(VecDeque::new()),
             running: StoredValue::new(0),
+            stopped: StoredValue::new(false),
         }
     }
 
@@ -83,11 +86,49 @@ impl CellState {
         self.steps.set(Vec::new());
         self.error.set(None);
         self.queue.update_value(VecDeque::clear);
+        self.stopped.set_value(false);
     }
 
     /// Whether the next step starts a run (nothing has run since the text changed).
     pub fn at_start(&self) -> bool {
-        self.next.get_untracked() == 0 && self.steps.with_untracked(Vec::is_empty)
+        self.stopped.get_value()
+            || (self.next.get_untracked() == 0 && self.steps.with_untracked(Vec::is_empty))
+    }
+
+    /// ❚❚ pause: the lines not yet sent are dropped; the first statement
+    /// the session has not finished raises `KeyboardInterrupt` there, and
+    /// those after it did not run. Whether a run was going.
+    pub fn interrupt(&self) -> bool {
+        let dropped = self
+            .queue
+            .try_update_value(std::mem::take)
+            .unwrap_or_default();
+        let Some(at) = self.steps.with_untracked(|s| {
+            s.iter()
+                .position(|s| s.state == StepState::Running || s.pending > 0)
+        }) else {
+            return false;
+        };
+        self.stopped.set_value(true);
+        self.busy.set(None);
+        self.steps.update(|steps| {
+            for (i, s) in steps.iter_mut().enumerate().skip(at) {
+                match i == at {
+                    true => {
+                        s.state = StepState::Failed(format!(
+                            "KeyboardInterrupt: ❚❚ pause stopped it here ({} of its commands were not sent); ▶ Run all starts again",
+                            dropped.iter().filter(|(step, _)| *step == i).count()
+                        ))
+                    }
+                    false => {
+                        s.state = StepState::Waiting;
+                        s.output.clear();
+                        s.errors.clear();
+                    }
+                }
+            }
+        });
+        true
     }
 
     /// Python read the code: its statements, by their lines.

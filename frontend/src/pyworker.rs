@@ -13,6 +13,11 @@ use web_sys::{ErrorEvent, MessageEvent, Worker, WorkerOptions, WorkerType};
 
 thread_local! {
     static WORKER: RefCell<Option<Worker>> = const { RefCell::new(None) };
+    /// Which worker is the current one (a stopped one's last words are
+    /// not heard).
+    static GENERATION: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// Python is running statements (asked to step, not yet idle).
+    static RUNNING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// At most this many of the cell's commands wait for their result.
@@ -25,6 +30,9 @@ pub fn post(app: App, message: &Value) -> Result<(), String> {
         Some(w) => w,
         None => start(app)?,
     };
+    if message.get("step").is_some() {
+        RUNNING.with(|r| r.set(true));
+    }
     worker
         .post_message(&JsValue::from_str(&message.to_string()))
         .map_err(|_| "the cell's Python could not be reached".to_string())
@@ -45,8 +53,11 @@ fn start(app: App) -> Result<Worker, String> {
     let worker = Worker::new_with_options(&script, &options)
         .map_err(|_| "this browser cannot start the cell's Python")?;
     app.cell.busy.set(Some("Loading Python…".into()));
+    let generation = GENERATION.with(|g| g.get() + 1);
+    GENERATION.with(|g| g.set(generation));
     let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
-        if let Some(text) = e.data().as_string() {
+        let current = GENERATION.with(|g| g.get()) == generation;
+        if let Some(text) = e.data().as_string().filter(|_| current) {
             receive(app, &text);
         }
     });
@@ -100,6 +111,7 @@ fn receive(app: App, text: &str) {
         let error = m["error"]["text"].as_str().map(str::to_string);
         cell.end(i as usize, error);
     } else if let Some(next) = m["idle"].as_u64() {
+        RUNNING.with(|r| r.set(false));
         cell.next.set(next as usize);
         cell.busy.set(None);
     }
@@ -107,6 +119,21 @@ fn receive(app: App, text: &str) {
 
 fn num(v: &Value) -> usize {
     v.as_u64().unwrap_or(0) as usize
+}
+
+/// ❚❚ pause, as Jupyter's interrupt: the cell's run stops where the
+/// session is (the lines not yet sent are dropped, the statement there
+/// raises `KeyboardInterrupt`); Python still running is stopped (its
+/// worker ended; the next run starts another). Whether a run was stopped.
+pub fn interrupt(app: App) -> bool {
+    let running = RUNNING.with(|r| r.replace(false));
+    if running {
+        if let Some(w) = WORKER.with(|w| w.borrow_mut().take()) {
+            w.terminate();
+        }
+        GENERATION.with(|g| g.set(g.get() + 1));
+    }
+    app.cell.interrupt() || running
 }
 
 /// Sends the cell's waiting lines to the session while few wait for

@@ -1,4 +1,5 @@
-//! ❚❚ pause: play stops, and so does the command that runs. The server
+//! ❚❚ pause: play stops, the code cell's run stops where the session is
+//! (`pyworker::interrupt`), and so does the command that runs. The server
 //! stops it after its current step. The engine in the page cannot read a
 //! stop while it runs a command, so the page ends that engine and starts
 //! a new one, which replays the session's earlier lines (the engine is
@@ -17,6 +18,7 @@ use vramlab_shared::protocol::ClientMessage;
 
 pub fn stop(app: App) {
     app.play.stop();
+    crate::pyworker::interrupt(app);
     if !socket::is_page() {
         socket::send(&ClientMessage::Stop {});
         return;
