@@ -140,6 +140,9 @@ async fn statements_step_one_by_one_print_and_a_python_error_stops_the_run() {
         "document.getElementById('status').textContent === 'connected'",
     )
     .await;
+    let cold = run_all_to_numbers(&page).await;
+    let warm = run_all_to_numbers(&page).await;
+    println!("figure: server: ▶ Run all to the first statement's numbers: {cold:.0} ms cold (Python loading), {warm:.0} ms warm");
     type_code(
         &page,
         "import torch\nx = torch.randn(1024, 1024, device=\"cuda\")\ny = x\ndel x\nprint(torch.cuda.memory_allocated())\nz = torch.fft.fft(y)\ndel y\n",

@@ -230,3 +230,22 @@ pub async fn finish(mut browser: Browser, events: tokio::task::JoinHandle<()>, p
     events.abort();
     let _ = std::fs::remove_dir_all(&profile);
 }
+
+/// Clicks ▶ Run all on code whose second statement allocates; returns the
+/// milliseconds, measured in the page, until that statement is done with
+/// its numbers on screen (Pyodide loading on a cell's first run).
+pub async fn run_all_to_numbers(page: &Page) -> f64 {
+    let code = serde_json::to_string("import torch\nx = torch.zeros(1024, 1024, device='cuda')\n")
+        .unwrap();
+    js(page, &format!("(() => {{ const e = document.getElementById('cell-source'); e.value = {code}; e.dispatchEvent(new Event('input', {{bubbles: true}})); }})()")).await;
+    let ms = js(
+        page,
+        "new Promise(done => { const t0 = performance.now(); document.getElementById('cell-run').click();
+            const check = () => { const li = document.getElementById('cell-step-1');
+                if (li && li.dataset.state === 'done' && Number(document.getElementById('allocated').dataset.bytes) === 4194304) done(performance.now() - t0);
+                else requestAnimationFrame(check); };
+            check(); })",
+    )
+    .await;
+    ms.as_f64().unwrap_or_else(|| panic!("{ms}"))
+}

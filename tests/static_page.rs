@@ -304,6 +304,9 @@ async fn pause_stops_a_long_loop_in_the_page() {
         "document.getElementById('status').textContent === 'engine in this page'",
     )
     .await;
+    let cold = run_all_to_numbers(&page).await;
+    let warm = run_all_to_numbers(&page).await;
+    println!("figure: no server: ▶ Run all to the first statement's numbers: {cold:.0} ms cold (Python loading), {warm:.0} ms warm");
     type_code(&page, LONG_LOOP).await;
     click(&page, "cell-run").await;
     let (sent, took) = interrupt_the_loop(&page).await;
