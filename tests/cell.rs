@@ -10,7 +10,7 @@ mod chromium;
 use chromium::*;
 use chromiumoxide::Page;
 use vramlab_shared::advice::ADVICE;
-use vramlab_tests::python_run;
+use vramlab_tests::{python_run, root};
 
 async fn page_numbers(page: &Page) -> [u64; 2] {
     let v = js(
@@ -211,6 +211,62 @@ async fn statements_step_one_by_one_print_and_a_python_error_stops_the_run() {
         "document.getElementById('cell-source').value.endsWith('gc.collect()\\n')",
     )
     .await;
+    browser.close().await.ok();
+    events.abort();
+    std::fs::remove_dir_all(profile).ok();
+}
+
+/// The corpus of `tests/python/` (code as people write it: loops, classes,
+/// functions, prints, exceptions, JAX and Keras), each snippet run in the
+/// cell: none refused, each prints what its `.out` says and ends with the
+/// numbers `vramlab python` ends with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_snippet_runs_in_the_cell_as_vramlab_python_runs_it() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let (_stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let addr = serve_on(0, stop_rx).await;
+    let (mut browser, events, profile) = launch("cell-corpus").await;
+    let page = open(&browser, &format!("http://{addr}/")).await;
+    until(
+        &page,
+        "document.getElementById('status').textContent === 'connected'",
+    )
+    .await;
+    let mut files: Vec<_> = std::fs::read_dir(root().join("tests/python"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "py"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 30, "{} snippets", files.len());
+    for file in &files {
+        let what = file.file_name().unwrap().to_string_lossy().into_owned();
+        let source = std::fs::read_to_string(file).unwrap();
+        let expected = std::fs::read_to_string(file.with_extension("out")).unwrap();
+        type_code(&page, &source).await;
+        click(&page, "cell-run").await;
+        settled(&page, &what).await;
+        let failed = js(
+            &page,
+            "[...document.querySelectorAll('#cell-steps li.failed')].map(li => li.textContent)",
+        )
+        .await;
+        assert_eq!(failed, serde_json::json!([]), "{what}");
+        let out = js(
+            &page,
+            "[...document.querySelectorAll('#cell-steps pre.out')].map(p => p.textContent).join('')",
+        )
+        .await;
+        assert_eq!(out.as_str(), Some(expected.as_str()), "{what}");
+        let (_, numbers) = python_run(&source);
+        assert_eq!(
+            page_numbers(&page).await,
+            [numbers[0], numbers[1]],
+            "{what}"
+        );
+    }
     browser.close().await.ok();
     events.abort();
     std::fs::remove_dir_all(profile).ok();
