@@ -200,13 +200,20 @@ impl CellState {
         self.ids.update(|m| m.push((id, step)));
     }
 
+    /// The statement command `id` belongs to (`Some(None)`: the run's
+    /// restart), forgotten once answered; `None` if the run sent no such command.
+    fn take(&self, id: u64) -> Option<Option<usize>> {
+        self.ids
+            .try_update(|m| {
+                let at = m.iter().position(|(sent, _)| *sent == id)?;
+                Some(m.swap_remove(at).1)
+            })
+            .flatten()
+    }
+
     /// A result came: the statement it belongs to takes its numbers.
     pub fn on_result(&self, id: u64, record: &StepRecord) {
-        let taken = self.ids.try_update(|m| {
-            let at = m.iter().position(|(sent, _)| *sent == id)?;
-            Some(m.swap_remove(at).1)
-        });
-        let Some(step) = taken.flatten() else {
+        let Some(step) = self.take(id) else {
             return;
         };
         let Some(i) = step else {
@@ -226,11 +233,7 @@ impl CellState {
     /// connection lost): the statement fails with the reason, and the
     /// lines after it are not sent (the session no longer follows the code).
     pub fn on_error(&self, id: u64, why: &str) {
-        let taken = self.ids.try_update(|m| {
-            let at = m.iter().position(|(sent, _)| *sent == id)?;
-            Some(m.swap_remove(at).1)
-        });
-        let Some(step) = taken.flatten() else {
+        let Some(step) = self.take(id) else {
             return;
         };
         self.queue.update_value(VecDeque::clear);

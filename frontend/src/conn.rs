@@ -61,6 +61,7 @@ fn connect_server(app: App, watch: Option<String>, fallback: bool) {
     let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
         if let Some(text) = e.data().as_string() {
             app.handle(&text);
+            crate::pyworker::drain(app);
         }
     });
     ws.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
@@ -148,6 +149,7 @@ fn page_worker(app: App, fallback: bool, resume: Option<&str>) -> Option<Worker>
                 app.link.status.set(Status::Page { fallback });
             }
             app.handle(&text);
+            crate::pyworker::drain(app);
         }
     });
     worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));

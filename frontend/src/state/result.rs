@@ -21,7 +21,6 @@ impl App {
         self.memory.results.update(|n| *n += 1);
         let pending = self.outbox.pending.try_update(|p| p.remove(&id)).flatten();
         self.cell.on_result(id, &record);
-        crate::pyworker::drain(*self);
         self.play.on_result(id, &record);
         let label = record
             .cmd
