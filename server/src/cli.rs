@@ -45,20 +45,28 @@ pub enum Command {
     Python(PythonArgs),
 }
 
+/// Where kernels run: `run`, `serve` and `python` take the same two options.
 #[derive(Debug, Args)]
-pub struct PythonArgs {
-    /// The Python file.
-    pub file: PathBuf,
-    /// Which device the kernel runs on.
+pub struct DeviceArgs {
+    /// Which device kernels run on.
     #[arg(long, env = "VRAMLAB_DEVICE", value_enum, default_value_t = DeviceChoice::Auto)]
     pub device: DeviceChoice,
-    /// Which GPU CUDA runs on (its device ordinal).
+    /// Which GPU CUDA runs on: its device ordinal, numbered as the driver
+    /// (and CUDA_VISIBLE_DEVICES) numbers them.
     #[arg(
         long = "cuda-ordinal",
         env = "VRAMLAB_CUDA_ORDINAL",
         default_value_t = 0
     )]
     pub cuda_ordinal: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct PythonArgs {
+    /// The Python file.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub on: DeviceArgs,
     /// Restart settings as a JSON object, e.g. '{"gpu": "a100_40gb"}'.
     #[arg(long)]
     pub settings: Option<String>,
@@ -140,17 +148,8 @@ pub struct ReplayArgs {
 pub struct RunArgs {
     /// The command file; `-` reads standard input.
     pub file: PathBuf,
-    /// Which device the kernel runs on.
-    #[arg(long, env = "VRAMLAB_DEVICE", value_enum, default_value_t = DeviceChoice::Auto)]
-    pub device: DeviceChoice,
-    /// Which GPU CUDA runs on: its device ordinal, numbered as the driver
-    /// (and CUDA_VISIBLE_DEVICES) numbers them.
-    #[arg(
-        long = "cuda-ordinal",
-        env = "VRAMLAB_CUDA_ORDINAL",
-        default_value_t = 0
-    )]
-    pub cuda_ordinal: usize,
+    #[command(flatten)]
+    pub on: DeviceArgs,
     /// Check the `expect` fields of lesson lines; report mismatches on
     /// standard error and exit with status 1 if any.
     #[arg(long, env = "VRAMLAB_CHECK")]
@@ -179,17 +178,8 @@ pub struct ServeArgs {
     /// instead of the one built into the binary.
     #[arg(long, env = "VRAMLAB_DIST")]
     pub dist: Option<PathBuf>,
-    /// Which device kernels run on.
-    #[arg(long, env = "VRAMLAB_DEVICE", value_enum, default_value_t = DeviceChoice::Auto)]
-    pub device: DeviceChoice,
-    /// Which GPU CUDA runs on: its device ordinal, numbered as the driver
-    /// (and CUDA_VISIBLE_DEVICES) numbers them.
-    #[arg(
-        long = "cuda-ordinal",
-        env = "VRAMLAB_CUDA_ORDINAL",
-        default_value_t = 0
-    )]
-    pub cuda_ordinal: usize,
+    #[command(flatten)]
+    pub on: DeviceArgs,
     /// Log format.
     #[arg(long, env = "VRAMLAB_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -379,8 +369,8 @@ mod tests {
             panic!()
         };
         assert_eq!(args.file, PathBuf::from("-"));
-        assert_eq!(args.device, DeviceChoice::Sim);
-        assert_eq!(args.cuda_ordinal, 0, "the first GPU unless told");
+        assert_eq!(args.on.device, DeviceChoice::Sim);
+        assert_eq!(args.on.cuda_ordinal, 0, "the first GPU unless told");
     }
 
     /// `--cuda-ordinal` picks the GPU, on `run` and `serve` alike; it is a
@@ -391,12 +381,12 @@ mod tests {
         let Command::Run(args) = cli.command else {
             panic!()
         };
-        assert_eq!(args.cuda_ordinal, 3);
+        assert_eq!(args.on.cuda_ordinal, 3);
         let cli = Cli::try_parse_from(["vramlab", "serve", "--cuda-ordinal", "1"]).unwrap();
         let Command::Serve(args) = cli.command else {
             panic!()
         };
-        assert_eq!(args.cuda_ordinal, 1);
+        assert_eq!(args.on.cuda_ordinal, 1);
         assert!(Cli::try_parse_from(["vramlab", "serve", "--cuda-ordinal", "first"]).is_err());
     }
 

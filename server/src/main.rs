@@ -30,7 +30,7 @@ fn main() -> ExitCode {
 }
 
 fn run_file(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let backend = select(args.device, args.cuda_ordinal)?;
+    let backend = select(args.on.device, args.on.cuda_ordinal)?;
     let options = RunOptions {
         check: args.check,
         snapshot: args.snapshot,
@@ -73,7 +73,7 @@ fn init_tracing(format: LogFormat) {
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     init_tracing(args.log_format);
-    let backend = select(args.device, args.cuda_ordinal)?;
+    let backend = select(args.on.device, args.on.cuda_ordinal)?;
     tracing::info!(backend = backend.name, "{}", backend.reason);
     match &args.dist {
         Some(dist) if !dist.join("index.html").exists() => tracing::warn!(

@@ -33,7 +33,7 @@ pub fn run_python(args: &PythonArgs) -> anyhow::Result<ExitCode> {
     let dir = std::env::temp_dir().join(format!("vramlab-python-{}", std::process::id()));
     write_shims(&dir)?;
     let binary = std::env::current_exe()?;
-    let device = clap::ValueEnum::to_possible_value(&args.device)
+    let device = clap::ValueEnum::to_possible_value(&args.on.device)
         .map(|v| v.get_name().to_string())
         .unwrap_or_else(|| "auto".into());
     let mut run_args = format!("--device {device}");
@@ -41,7 +41,7 @@ pub fn run_python(args: &PythonArgs) -> anyhow::Result<ExitCode> {
         serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(s)
             .context("--settings is a JSON object of restart settings")?;
     }
-    run_args.push_str(&format!(" --cuda-ordinal {}", args.cuda_ordinal));
+    run_args.push_str(&format!(" --cuda-ordinal {}", args.on.cuda_ordinal));
     let status = std::process::Command::new(&args.python)
         .arg("-c")
         .arg("import sys; from vramlab_shim.runner import main; sys.exit(main(sys.argv[1]))")
