@@ -3,6 +3,7 @@ XLA's BFC allocator when the array is made, freed when CPython frees the
 array or ``.delete()`` is called. Each operation makes a new array, as
 JAX's eager operations do."""
 
+import warnings
 import weakref
 from functools import reduce
 
@@ -31,14 +32,26 @@ DTYPES = {n: DType(n, s) for n, s in [("float32", 4), ("float16", 2), ("bfloat16
                                         ("uint32", 4), ("bool", 1)]}
 
 
-def dtype_of(d, default="float32"):
+# With jax_enable_x64 off (JAX's default), 64-bit types are 32-bit.
+_X64 = {"float64": "float32", "int64": "int32", "uint64": "uint32", "float": "float32", "int": "int32"}
+
+
+def dtype_of(d, default="float32", where=None):
+    """JAX's type for `d`. A 64-bit type asked for by name (`where`: the
+    function asked) is truncated with JAX's warning; one that comes from
+    host data or Python's `float`/`int` silently."""
     if d is None:
         return DTYPES[default]
     name = getattr(d, "name", None) or getattr(d, "__name__", None) or str(d)
-    if name in ("float", "float64") and d is float:
-        name = "float32"  # jax_enable_x64 is off
-    if name == "int":
-        name = "int32"
+    if name in _X64:
+        if where and name not in ("float", "int"):
+            warnings.warn(
+                "Explicitly requested dtype %s requested in %s is not available, and will be truncated to dtype %s. "
+                "To enable more dtypes, set the jax_enable_x64 configuration option or the JAX_ENABLE_X64 shell "
+                "environment variable. See https://github.com/jax-ml/jax#current-gotchas for more." % (name, where, _X64[name]),
+                stacklevel=3,
+            )
+        name = _X64[name]
     if name not in DTYPES:
         raise TypeError("JAX has no dtype %r" % (d,))
     return DTYPES[name]
@@ -160,7 +173,7 @@ class Array:
         return self._new(broadcast(self.shape, shape_of(other)))
 
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _binary
-    __truediv__ = __rtruediv__ = __pow__ = __maximum__ = _binary
+    __truediv__ = __rtruediv__ = __pow__ = _binary
 
     def __neg__(self):
         return self._new(self.shape)
@@ -264,7 +277,7 @@ def device_put(x, device=None):
     """A host array copied to the GPU (an array already there stays)."""
     if isinstance(x, Array):
         return x
-    return Array(shape_of(x), getattr(x, "dtype", None) if str(getattr(x, "dtype", "")) != "float64" else "float32")
+    return Array(shape_of(x), getattr(x, "dtype", None))
 
 
 def block_until_ready(x):

@@ -15,14 +15,19 @@ def _shape(shape):
 
 
 def zeros(shape, dtype=None):
-    return Array(_shape(shape), dtype)
+    return Array(_shape(shape), dtype_of(dtype, where="zeros"))
 
 
-ones = empty = zeros
+def ones(shape, dtype=None):
+    return Array(_shape(shape), dtype_of(dtype, where="ones"))
+
+
+def empty(shape, dtype=None):
+    return Array(_shape(shape), dtype_of(dtype, where="empty"))
 
 
 def full(shape, fill_value, dtype=None):
-    return Array(_shape(shape), dtype)
+    return Array(_shape(shape), dtype_of(dtype, where="full"))
 
 
 def zeros_like(a, dtype=None):
@@ -55,8 +60,8 @@ def array(data, dtype=None):
         shape = _host_shape(data)
         default = "float32" if any(isinstance(v, float) for v in _flat(data)) else "int32"
     else:
-        default = str(getattr(data, "dtype", "float32")).replace("float64", "float32").replace("int64", "int32")
-    return Array(tuple(shape), dtype or default)
+        default = getattr(data, "dtype", "float32")
+    return Array(tuple(shape), dtype_of(dtype, where="array") if dtype is not None else dtype_of(default))
 
 
 def asarray(data, dtype=None):

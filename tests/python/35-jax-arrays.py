@@ -12,3 +12,5 @@ print(jax.devices()[0].memory_stats()["bytes_in_use"])
 del x
 y.delete()
 print(jax.devices()[0].memory_stats()["bytes_in_use"], len(jax.live_arrays()))
+h = jnp.ones(256, dtype=jnp.float64)
+print(h.dtype, h.nbytes)
