@@ -10,7 +10,7 @@ mod chromium;
 use chromium::*;
 use chromiumoxide::Page;
 use vramlab_shared::advice::ADVICE;
-use vramlab_tests::{python_run, root};
+use vramlab_tests::{python_run, python_snippets};
 
 async fn page_numbers(page: &Page) -> [u64; 2] {
     let v = js(
@@ -39,11 +39,6 @@ async fn settled(page: &Page, what: &str) {
         "{what}: the cell did not settle:\n{}",
         cell.as_str().unwrap_or_default()
     );
-}
-
-async fn type_code(page: &Page, code: &str) {
-    let code = serde_json::to_string(code).unwrap();
-    js(page, &format!("(() => {{ const e = document.getElementById('cell-source'); e.value = {code}; e.dispatchEvent(new Event('input', {{bubbles: true}})); }})()")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,6 +138,9 @@ async fn statements_step_one_by_one_print_and_a_python_error_stops_the_run() {
     let cold = run_all_to_numbers(&page).await;
     let warm = run_all_to_numbers(&page).await;
     println!("figure: server: ▶ Run all to the first statement's numbers: {cold:.0} ms cold (Python loading), {warm:.0} ms warm");
+    let loaded = python_loaded(&page).await;
+    println!("figure: server: {loaded}");
+    assert!(loaded.starts_with("Python 3."), "{loaded}");
     type_code(
         &page,
         "import torch\nx = torch.randn(1024, 1024, device=\"cuda\")\ny = x\ndel x\nprint(torch.cuda.memory_allocated())\nz = torch.fft.fft(y)\ndel y\n",
@@ -234,12 +232,7 @@ async fn every_snippet_runs_in_the_cell_as_vramlab_python_runs_it() {
         "document.getElementById('status').textContent === 'connected'",
     )
     .await;
-    let mut files: Vec<_> = std::fs::read_dir(root().join("tests/python"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "py"))
-        .collect();
-    files.sort();
+    let files = python_snippets();
     assert!(files.len() >= 30, "{} snippets", files.len());
     for file in &files {
         let what = file.file_name().unwrap().to_string_lossy().into_owned();

@@ -231,13 +231,21 @@ pub async fn finish(mut browser: Browser, events: tokio::task::JoinHandle<()>, p
     let _ = std::fs::remove_dir_all(&profile);
 }
 
+/// Types `code` into the cell, as pasting does.
+pub async fn type_code(page: &Page, code: &str) {
+    let code = serde_json::to_string(code).unwrap();
+    js(page, &format!("(() => {{ const e = document.getElementById('cell-source'); e.value = {code}; e.dispatchEvent(new Event('input', {{bubbles: true}})); }})()")).await;
+}
+
 /// Clicks ▶ Run all on code whose second statement allocates; returns the
 /// milliseconds, measured in the page, until that statement is done with
 /// its numbers on screen (Pyodide loading on a cell's first run).
 pub async fn run_all_to_numbers(page: &Page) -> f64 {
-    let code = serde_json::to_string("import torch\nx = torch.zeros(1024, 1024, device='cuda')\n")
-        .unwrap();
-    js(page, &format!("(() => {{ const e = document.getElementById('cell-source'); e.value = {code}; e.dispatchEvent(new Event('input', {{bubbles: true}})); }})()")).await;
+    type_code(
+        page,
+        "import torch\nx = torch.zeros(1024, 1024, device='cuda')\n",
+    )
+    .await;
     let ms = js(
         page,
         "new Promise(done => { const t0 = performance.now(); document.getElementById('cell-run').click();
@@ -248,4 +256,11 @@ pub async fn run_all_to_numbers(page: &Page) -> f64 {
     )
     .await;
     ms.as_f64().unwrap_or_else(|| panic!("{ms}"))
+}
+
+/// What loading the cell's Python took, as the cell says it (the bytes
+/// are Chromium's count in the Python worker).
+pub async fn python_loaded(page: &Page) -> String {
+    let said = until(page, "document.getElementById('cell-python').textContent").await;
+    said.as_str().unwrap_or_default().to_string()
 }

@@ -188,15 +188,24 @@ pub fn run_stdin(input: &str, extra: &[&str]) -> (Vec<serde_json::Value>, String
     )
 }
 
+/// The snippets of `tests/python/` (`NN-name.py`, each with its `.out`), in order.
+pub fn python_snippets() -> Vec<PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(root().join("tests/python"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "py"))
+        .collect();
+    files.sort();
+    files
+}
+
 /// `vramlab python --device sim` on `source`: what it printed, and the
 /// numbers it ended with (allocated, reserved, peak allocated, peak
 /// reserved bytes, from its last line on standard error).
 pub fn python_run(source: &str) -> (String, [u64; 4]) {
-    let dir = std::env::temp_dir().join(format!(
-        "vramlab-python-{}-{:x}",
-        std::process::id(),
-        source.len() ^ source.bytes().map(u64::from).sum::<u64>() as usize
-    ));
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("vramlab-python-{}-{run}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("cell.py");
     std::fs::write(&file, source).unwrap();

@@ -5,21 +5,11 @@
 //! (the numbers PyTorch's caching allocator gives on the default T4).
 
 use std::process::Command;
-use vramlab_tests::{root, vramlab_bin};
-
-fn snippets() -> Vec<std::path::PathBuf> {
-    let mut files: Vec<_> = std::fs::read_dir(root().join("tests/python"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "py"))
-        .collect();
-    files.sort();
-    files
-}
+use vramlab_tests::{python_snippets, vramlab_bin};
 
 #[test]
 fn every_snippet_runs_and_prints_what_a_gpu_prints() {
-    let files = snippets();
+    let files = python_snippets();
     assert!(files.len() >= 30, "{} snippets", files.len());
     let mut wrong = Vec::new();
     for file in &files {

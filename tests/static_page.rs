@@ -281,11 +281,6 @@ const LONG_LOOP: &str = "import torch\nfrom torch import nn\nfrom torch.utils.da
 /// its progress.
 const KERAS_FIT: &str = "import numpy as np\nimport tensorflow as tf\nx = np.zeros((19200, 784), dtype='float32')\ny = np.zeros((19200,), dtype='int64')\nmodel = tf.keras.Sequential([tf.keras.layers.Dense(64, activation='relu', input_shape=(784,)), tf.keras.layers.Dense(10)])\nmodel.compile(optimizer='adam', loss='sparse_categorical_crossentropy')\nmodel.fit(x, y, batch_size=64, epochs=1)\n";
 
-async fn type_code(page: &Page, code: &str) {
-    let code = serde_json::to_string(code).unwrap();
-    js(page, &format!("(() => {{ const e = document.getElementById('cell-source'); e.value = {code}; e.dispatchEvent(new Event('input', {{bubbles: true}})); }})()")).await;
-}
-
 /// ❚❚ pause stops the cell's Python where the page's engine is, as
 /// Jupyter's interrupt does (`KeyboardInterrupt` in the statement), and
 /// stops a long command (Keras's `fit`) after the step the page showed,
@@ -307,6 +302,7 @@ async fn pause_stops_a_long_loop_in_the_page() {
     let cold = run_all_to_numbers(&page).await;
     let warm = run_all_to_numbers(&page).await;
     println!("figure: no server: ▶ Run all to the first statement's numbers: {cold:.0} ms cold (Python loading), {warm:.0} ms warm");
+    println!("figure: no server: {}", python_loaded(&page).await);
     type_code(&page, LONG_LOOP).await;
     click(&page, "cell-run").await;
     let (sent, took) = interrupt_the_loop(&page).await;

@@ -46,6 +46,8 @@ pub struct CellState {
     pub error: RwSignal<Option<String>>,
     /// Python loading, or busy: what it is doing.
     pub busy: RwSignal<Option<String>>,
+    /// What loading Python took (its version, bytes and time).
+    pub python: RwSignal<Option<String>>,
     /// The advice loaded (an index into `ADVICE`).
     pub advice: RwSignal<Option<usize>>,
     /// The numbers after the restart that starts a run.
@@ -69,6 +71,7 @@ impl CellState {
             next: RwSignal::new(0),
             error: RwSignal::new(None),
             busy: RwSignal::new(None),
+            python: RwSignal::new(None),
             advice: RwSignal::new(None),
             start: RwSignal::new(None),
             ids: RwSignal::new(Vec::new()),
@@ -314,5 +317,88 @@ impl Run for Numbers {
     fn around(&self, at: &str) -> Option<(Stats, Stats)> {
         let i = self.steps.iter().position(|s| s.source.contains(at))?;
         Some((self.before(i)?, self.after(i)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run of three statements: Python has ended the first two, whose
+    /// lines were sent as commands 1 and 2 (and 3, not yet sent, waits).
+    fn a_run() -> CellState {
+        let cell = CellState::new();
+        cell.source.set("x = a()\ny = b()\nz = c()\n".into());
+        cell.statements(&[(1, 1), (2, 2), (3, 3)]);
+        for i in 0..2 {
+            cell.begin(i);
+            cell.queue_line(format!("{{\"cmd\":\"gc\",\"n\":{i}}}"));
+            let (step, _) = cell.next_line().unwrap();
+            cell.sent(Some(step), i as u64 + 1);
+            cell.end(i, None);
+        }
+        cell.begin(2);
+        cell.queue_line("{\"cmd\":\"gc\"}".into());
+        cell
+    }
+
+    /// A record as the engine gives one.
+    fn record() -> StepRecord {
+        let mut engine = vramlab_shared::Engine::new(
+            Box::new(vramlab_shared::engine::SimDeviceFactory),
+            Default::default(),
+        )
+        .unwrap();
+        engine.run_line(r#"{"cmd":"gc"}"#)
+    }
+
+    fn states(cell: &CellState) -> Vec<StepState> {
+        cell.steps
+            .get_untracked()
+            .into_iter()
+            .map(|s| s.state)
+            .collect()
+    }
+
+    #[test]
+    fn a_statement_is_done_when_its_commands_are_answered() {
+        let cell = a_run();
+        assert_eq!(states(&cell)[0], StepState::Running);
+        cell.on_result(1, &record());
+        assert_eq!(states(&cell)[0], StepState::Done);
+        assert_eq!(states(&cell)[1], StepState::Running);
+    }
+
+    #[test]
+    fn a_refused_command_fails_its_statement_and_sends_nothing_more() {
+        let cell = a_run();
+        cell.on_error(2, "more than 50 commands a second");
+        let StepState::Failed(why) = &states(&cell)[1] else {
+            panic!("{:?}", states(&cell))
+        };
+        assert!(why.contains("more than 50 commands a second"), "{why}");
+        assert_eq!(cell.queued(), 0);
+        // A command the run did not send is not its business.
+        cell.on_error(99, "?");
+        assert_eq!(states(&cell)[0], StepState::Running);
+    }
+
+    #[test]
+    fn pause_raises_keyboard_interrupt_where_the_session_is() {
+        let cell = a_run();
+        cell.on_result(1, &record());
+        assert!(cell.interrupt());
+        let s = states(&cell);
+        assert_eq!(s[0], StepState::Done);
+        let StepState::Failed(why) = &s[1] else {
+            panic!("{s:?}")
+        };
+        assert!(why.starts_with("KeyboardInterrupt"), "{why}");
+        assert_eq!(s[2], StepState::Waiting);
+        assert_eq!(cell.queued(), 0);
+        // The next step starts a new run; nothing is left to interrupt.
+        assert!(cell.at_start());
+        cell.forget();
+        assert!(!cell.interrupt());
     }
 }

@@ -84,6 +84,13 @@ fn receive(app: App, text: &str) {
     let cell = app.cell;
     if let Some(p) = m["progress"].as_str() {
         cell.busy.set(Some(p.to_string()));
+    } else if let Some(l) = m.get("loaded") {
+        cell.python.set(Some(format!(
+            "Python {} loaded: {:.1} MB in {:.1} s",
+            l["version"].as_str().unwrap_or(""),
+            l["bytes"].as_f64().unwrap_or(0.0) / 1e6,
+            l["ms"].as_f64().unwrap_or(0.0) / 1e3
+        )));
     } else if let Some(spans) = m["statements"].as_array() {
         let spans: Vec<(usize, usize)> = spans.iter().map(|s| (num(&s[0]), num(&s[1]))).collect();
         cell.statements(&spans);

@@ -31,7 +31,7 @@ pub fn CodeCell(app: App) -> impl IntoView {
             <p class="hint">"Type or paste Python and run it: CPython runs it in the page with vramlab's torch, keras and jax, and after every statement the numbers follow."</p>
             <details class="understands">
                 <summary>"What the cell runs"</summary>
-                <p>"Python itself (classes, functions, loops, exceptions, print, gc): its objects die when CPython frees them. torch: tensors on the GPU, views, nn.Module with Linear and ReLU, optimizers, DataLoader, autocast, torch.cuda's numbers and OutOfMemoryError. Values are shapes: no arithmetic but the engine's."</p>
+                <p>"Python itself (classes, functions, loops, exceptions, print, gc): its objects die when CPython frees them. torch: tensors on the GPU, views, nn.Module with Linear and ReLU, optimizers, DataLoader, autocast, torch.cuda's numbers and OutOfMemoryError. Keras: Sequential of Dense, fit, clear_session. JAX: arrays, jax.random, memory_stats(). Values are shapes: no arithmetic but the engine's."</p>
             </details>
             <label for="advice">"Try the popular advice: "</label>
             <select id="advice" on:change=pick>
@@ -46,6 +46,7 @@ pub fn CodeCell(app: App) -> impl IntoView {
                 <button id="cell-step" on:click=step disabled=move || app.read_only() title="Run the next statement (the first restarts the kernel)">"Step ▸"</button>
                 <button id="cell-run" on:click=run_all disabled=move || app.read_only() title="Restart the kernel and run every statement">"▶ Run all"</button>
                 {move || cell.busy.get().map(|what| view! { <span class="busy" id="cell-busy" aria-live="polite">{what}</span> })}
+                {move || cell.python.get().map(|what| view! { <span class="hint" id="cell-python">{what}</span> })}
                 {move || refused.get().map(|why| view! { <span class="refused" role="alert" id="cell-refused">{why}</span> })}
                 {move || cell.error.get().map(|why| view! { <span class="refused" role="alert" id="cell-error">{why}</span> })}
             </div>
