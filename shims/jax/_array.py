@@ -5,7 +5,6 @@ JAX's eager operations do."""
 
 import warnings
 import weakref
-from functools import reduce
 
 import vramlab_shim as vs
 
@@ -99,7 +98,7 @@ def shape_of(x):
     return tuple(getattr(x, "shape", ()))
 
 
-class Array:
+class Array(vs.Shaped):
     """A ``jax.Array`` on the GPU."""
 
     __array_priority__ = 1000
@@ -111,25 +110,8 @@ class Array:
         _live.add(self)
 
     @property
-    def ndim(self):
-        return len(self.shape)
-
-    @property
-    def size(self):
-        return reduce(lambda a, b: a * b, self.shape, 1)
-
-    @property
-    def nbytes(self):
-        return self.size * self.dtype.itemsize
-
-    @property
     def itemsize(self):
         return self.dtype.itemsize
-
-    def __len__(self):
-        if not self.shape:
-            raise TypeError("len() of unsized object")
-        return self.shape[0]
 
     def __repr__(self):
         if self._buffer is None:
@@ -188,12 +170,7 @@ class Array:
         return self._new(self.shape, dtype_of(dtype))
 
     def reshape(self, *shape):
-        shape = shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
-        shape = list(shape)
-        if -1 in shape:
-            known = reduce(lambda a, b: a * b, [d for d in shape if d != -1], 1)
-            shape[shape.index(-1)] = self.size // known
-        return self._new(shape)
+        return self._new(self._reshaped(shape))
 
     @property
     def T(self):

@@ -1,41 +1,25 @@
 """A small numpy: arrays as shapes and types on the host (no GPU memory)."""
 
-from functools import reduce
+from vramlab_shim import Shaped
 
 float64, float32, float16, int64, int32, uint8 = "float64", "float32", "float16", "int64", "int32", "uint8"
 _sizes = {"float64": 8, "float32": 4, "float16": 2, "int64": 8, "int32": 4, "uint8": 1, "bool": 1}
 
 
-class ndarray:
+class ndarray(Shaped):
     def __init__(self, shape, dtype="float64"):
         self.shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
         self.dtype = str(dtype)
 
     @property
-    def ndim(self):
-        return len(self.shape)
-
-    @property
-    def size(self):
-        return reduce(lambda a, b: a * b, self.shape, 1)
-
-    @property
-    def nbytes(self):
-        return self.size * _sizes.get(self.dtype, 8)
-
-    def __len__(self):
-        return self.shape[0]
+    def itemsize(self):
+        return _sizes.get(self.dtype, 8)
 
     def astype(self, dtype):
         return ndarray(self.shape, dtype)
 
     def reshape(self, *shape):
-        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-        shape = list(shape)
-        if -1 in shape:
-            known = reduce(lambda a, b: a * b, [d for d in shape if d != -1], 1)
-            shape[shape.index(-1)] = self.size // known
-        return ndarray(shape, self.dtype)
+        return ndarray(self._reshaped(shape), self.dtype)
 
     def __getitem__(self, i):
         if isinstance(i, slice):

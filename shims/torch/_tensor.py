@@ -379,14 +379,11 @@ def _dims(shape):
 
 
 def _reshaped(old, shape):
-    shape = list(_dims(shape))
     n = Size(old).numel()
-    if -1 in shape:
-        known = reduce(lambda a, b: a * b, [d for d in shape if d != -1], 1)
-        shape[shape.index(-1)] = n // known if known else 0
-    if Size(shape).numel() != n:
-        raise RuntimeError("shape '%s' is invalid for input of size %d" % (list(shape), n))
-    return shape
+    new = vs.reshaped(_dims(shape), n)
+    if new is None:
+        raise RuntimeError("shape '%s' is invalid for input of size %d" % (list(_dims(shape)), n))
+    return new
 
 
 def broadcast_shapes(a, b):

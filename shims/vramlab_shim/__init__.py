@@ -165,6 +165,54 @@ class Owner:
             release(name)
 
 
+def reshaped(shape, size):
+    """`shape` (ints, or one tuple or list of them) for `size` elements,
+    its -1 filled; None when it does not hold `size` elements."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
+    shape = [int(d) for d in shape]
+    known = 1
+    for d in shape:
+        known *= d if d != -1 else 1
+    if -1 in shape:
+        shape[shape.index(-1)] = size // known if known else 0
+    n = 1
+    for d in shape:
+        n *= d
+    return shape if n == size else None
+
+
+class Shaped:
+    """What an array says of its shape (numpy's and JAX's alike), from its
+    `shape` and `itemsize`."""
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self):
+        return self.size * self.itemsize
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    def _reshaped(self, shape):
+        new = reshaped(shape, self.size)
+        if new is None:
+            raise ValueError("cannot reshape array of size %d into shape %s" % (self.size, tuple(shape)))
+        return new
+
+
 DEVICE = {"name": "Tesla T4"}
 
 
