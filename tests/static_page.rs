@@ -14,7 +14,7 @@ use serde_json::Value;
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use vramlab_tests::{free_port, root, run_stdin, Process};
+use vramlab_tests::{free_port, python_run, root, run_stdin, Process};
 
 /// Python's static file server over `dist/`, on a free port.
 fn static_server() -> (Process, u16) {
@@ -316,6 +316,29 @@ async fn pause_stops_a_long_loop_in_the_page() {
     let (done, took) = pause_the_fit(&page).await;
     println!("figure: no server: Keras's 300-step fit paused at step {done}, answered {took:.2?} after the press");
     numbers_match_the_last_result(&page).await;
+    // ▶ Run all on other code while a loop runs: the loop stops, none of
+    // its later lines reach the engine, and the new code ends as
+    // `vramlab python` ends it.
+    type_code(&page, LONG_LOOP).await;
+    click(&page, "cell-run").await;
+    until(
+        &page,
+        "document.getElementById('cell-step-9').dataset.state === 'running'",
+    )
+    .await;
+    let small = "import torch\nx = torch.zeros(1024, 1024, device='cuda')\n";
+    type_code(&page, small).await;
+    click(&page, "cell-run").await;
+    until(&page, "document.getElementById('cell-step-1').dataset.state === 'done' && !document.getElementById('cell-step-2')").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    numbers_match_the_last_result(&page).await;
+    let (_, expected) = python_run(small);
+    let on_screen = js(
+        &page,
+        "['allocated','reserved'].map(id => Number(document.getElementById(id).dataset.bytes))",
+    )
+    .await;
+    assert_eq!(on_screen, serde_json::json!([expected[0], expected[1]]));
     same_as_stopped_loops_run(&page).await;
     assert_eq!(
         js(&page, "document.getElementById('status').textContent").await,

@@ -61,6 +61,10 @@ pub struct CellState {
     running: StoredValue<usize>,
     /// ❚❚ pause stopped the run: the next step starts a new one.
     stopped: StoredValue<bool>,
+    /// Python's messages belong to this run: false from `forget` until the
+    /// next run's statements come (what an earlier run still says, the
+    /// worker says first, and it is not this run's).
+    current: StoredValue<bool>,
 }
 
 impl CellState {
@@ -78,6 +82,7 @@ impl CellState {
             queue: StoredValue::new(VecDeque::new()),
             running: StoredValue::new(0),
             stopped: StoredValue::new(false),
+            current: StoredValue::new(false),
         }
     }
 
@@ -90,6 +95,7 @@ impl CellState {
         self.error.set(None);
         self.queue.update_value(VecDeque::clear);
         self.stopped.set_value(false);
+        self.current.set_value(false);
     }
 
     /// Whether the next step starts a run (nothing has run since the text changed).
@@ -155,14 +161,21 @@ impl CellState {
             })
             .collect();
         self.steps.set(steps);
+        self.current.set_value(true);
     }
 
     pub fn begin(&self, i: usize) {
+        if !self.current.get_value() {
+            return;
+        }
         self.running.set_value(i);
         self.update(i, |s| s.state = StepState::Running);
     }
 
     pub fn print(&self, text: &str, stderr: bool) {
+        if !self.current.get_value() {
+            return;
+        }
         let i = self.running.get_value();
         self.update(i, |s| match stderr {
             true => s.errors.push_str(text),
@@ -171,6 +184,9 @@ impl CellState {
     }
 
     pub fn end(&self, i: usize, error: Option<String>) {
+        if !self.current.get_value() {
+            return;
+        }
         self.update(i, |s| {
             s.ended = true;
             match error {
@@ -183,6 +199,9 @@ impl CellState {
 
     /// A line Python ran, for the session.
     pub fn queue_line(&self, line: String) {
+        if !self.current.get_value() {
+            return;
+        }
         let i = self.running.get_value();
         self.update(i, |s| s.pending += 1);
         self.queue.update_value(|q| q.push_back((i, line)));
@@ -400,5 +419,24 @@ mod tests {
         assert!(cell.at_start());
         cell.forget();
         assert!(!cell.interrupt());
+    }
+
+    /// The text changed (or a button wrote its line) while Python ran: what
+    /// the old run still says is not the new run's, and none of its lines
+    /// go to the session; the new run's statements start the new run.
+    #[test]
+    fn an_earlier_runs_last_words_are_not_this_runs() {
+        let cell = a_run();
+        cell.record("gc.collect()");
+        cell.begin(2);
+        cell.print("late\n", false);
+        cell.queue_line("{\"cmd\":\"gc\"}".into());
+        cell.end(2, None);
+        assert_eq!(cell.queued(), 0);
+        assert!(cell.steps.get_untracked().is_empty());
+        cell.statements(&[(1, 1)]);
+        cell.begin(0);
+        cell.queue_line("{\"cmd\":\"gc\"}".into());
+        assert_eq!(cell.queued(), 1);
     }
 }

@@ -13,6 +13,7 @@ pub fn CodeCell(app: App) -> impl IntoView {
     let refused = RwSignal::new(None::<String>);
     let step = move |_| refused.set(run(app, 1).err());
     let run_all = move |_| {
+        crate::pyworker::interrupt(app);
         cell.forget();
         refused.set(run(app, usize::MAX).err());
     };
@@ -40,7 +41,7 @@ pub fn CodeCell(app: App) -> impl IntoView {
             </select>
             <textarea id="cell-source" rows="12" spellcheck="false" aria-label="Python code"
                 prop:value=move || cell.source.get()
-                on:input=move |e| { cell.source.set(event_target_value(&e)); cell.forget(); }
+                on:input=move |e| { crate::pyworker::interrupt(app); cell.source.set(event_target_value(&e)); cell.forget(); }
                 disabled=move || app.read_only()></textarea>
             <div class="row">
                 <button id="cell-step" on:click=step disabled=move || app.read_only() title="Run the next statement (the first restarts the kernel)">"Step ▸"</button>
