@@ -59,3 +59,32 @@ fn an_uncaught_error_prints_pythons_traceback_and_fails() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn a_module_vramlab_has_not_runs_as_a_stand_in_with_a_note() {
+    let dir = std::env::temp_dir().join(format!("vramlab-py-missing-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("missing.py");
+    std::fs::write(
+        &file,
+        "import torch\nimport vramlab_test_logger as logger\nfrom vramlab_test_bar import bar\n\nrun = logger.init(project='demo')\nfor i in bar(range(2)):\n    x = torch.empty(1024, device='cuda')\n    run.log({'allocated': torch.cuda.memory_allocated()})\nprint(i, torch.cuda.memory_allocated())\n",
+    )
+    .unwrap();
+    let out = Command::new(vramlab_bin())
+        .args(["python", "--device", "sim"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "1 4096\n", "{stderr}");
+    assert!(out.status.success(), "{stderr}");
+    for module in ["vramlab_test_logger", "vramlab_test_bar"] {
+        assert!(
+            stderr.contains(&format!(
+                "vramlab: no `{module}` here: its calls do nothing, and the numbers may differ"
+            )),
+            "{stderr}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

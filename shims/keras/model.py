@@ -1,65 +1,165 @@
-"""keras.Sequential on the engine: built (its variables made) when its
-input shape is known, trained by fit as one `train` of the engine."""
+"""Keras models on the engine: a Sequential, a functional Model or a
+subclass with its own `call`, built (its variables made) when its input
+shape is known, as Keras builds it; `fit` runs as one `train` of the
+engine, and `model(x)` under a GradientTape as the engine's forward."""
 
 import math
+import re
+import weakref
 from functools import reduce
 
 import vramlab_shim as _vs
 from keras import layers as _layers
 
 
+def _product(shape):
+    return reduce(lambda a, b: a * b, shape, 1)
+
+
 class Tensor(_vs.Owner):
     """A tf.Tensor on the GPU."""
 
-    def __init__(self, shape, dtype="float32"):
+    device = "/job:localhost/replica:0/task:0/device:GPU:0"
+
+    def __init__(self, shape, dtype="float32", value=None, category=None, hint=None):
         self._name = None
         self.shape = tuple(shape)
-        self.dtype = dtype
-        name = _vs.fresh_name()
-        _vs.run({"cmd": "alloc", "name": name, "shape": list(self.shape), "dtype": str(dtype)})
+        self.dtype = str(dtype)
+        self._value = value
+        name = _vs.fresh_name(hint)
+        cmd = {"cmd": "alloc", "name": name, "shape": list(self.shape), "dtype": self.dtype}
+        if category:
+            cmd["category"] = category
+        try:
+            _vs.run(cmd)
+        except BaseException:
+            _vs._live.discard(name)
+            raise
         self._name = name
 
+    def numpy(self):
+        if self._value is not None:
+            return self._value
+        import numpy as np
 
-def Input(shape=None, **k):
-    return _layers.InputLayer(shape=shape)
+        return np.zeros(self.shape, self.dtype)
+
+    def __float__(self):
+        if self._value is None:
+            _vs.note("this tensor's values are not computed here (its memory is exact): float() gives nan")
+            return float("nan")
+        return float(self._value)
+
+    def __format__(self, spec):
+        return format(float(self), spec) if self.shape == () else repr(self)
+
+    def __repr__(self):
+        return "<tf.Tensor: shape=%s, dtype=%s>" % (self.shape, self.dtype)
 
 
-class Sequential(_vs.Owner):
-    def __init__(self, layers=None, name=None):
+class HostTensor:
+    """A tf.Tensor in host memory (what tf.data yields): no GPU memory
+    until an op on the GPU reads it."""
+
+    device = "/job:localhost/replica:0/task:0/device:CPU:0"
+
+    def __init__(self, shape, dtype="float32"):
+        self.shape, self.dtype = tuple(shape), str(dtype)
+
+    def __repr__(self):
+        return "<tf.Tensor: shape=%s, dtype=%s>" % (self.shape, self.dtype)
+
+
+class Symbol:
+    """A symbolic batch (Keras's KerasTensor): the shape a layer sees and
+    the Dense layers it went through, to learn a model's shape without
+    running it."""
+
+    def __init__(self, shape, dense=(), source=None):
+        self.shape = tuple(shape)
+        self.dense = tuple(dense)
+        self.source = source or self
+
+    def through(self, shape, layer=None):
+        return Symbol(shape, self.dense + ((layer,) if layer is not None else ()), self.source)
+
+
+def Input(shape=None, batch_size=None, **k):
+    return Symbol((batch_size,) + tuple(shape or ()))
+
+
+class Variable:
+    """A model's variable (its bytes are the engine model's)."""
+
+    def __init__(self, name, shape, dtype="float32"):
+        self.name, self.shape, self.dtype = name, tuple(shape), dtype
+
+    def __repr__(self):
+        return "<Variable path=%s, shape=%s, dtype=%s>" % (self.name, self.shape, self.dtype)
+
+
+def _snake(name):
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+class Model(_vs.Owner):
+    """tf.keras.Model: functional (`Model(inputs, outputs)`) or a subclass
+    that defines `call`."""
+
+    def __init__(self, inputs=None, outputs=None, name=None, **_):
         self._name = None
-        self.layers = list(layers or [])
         self.optimizer = None
         self.data = None
         self.jit_compile = True
-        self._build_if_known()
+        self._traced = outputs.dense if isinstance(outputs, Symbol) else None
+        self._input = inputs.shape if isinstance(inputs, Symbol) else None
+        self._gradients = None
+        self._optimizers = weakref.WeakSet()
+        if self._traced is not None:
+            self._build(self._input)
 
-    def add(self, layer):
-        self.layers.append(layer)
-        self._build_if_known()
+    def call(self, x, training=None):
+        raise NotImplementedError("Model.call: subclasses of tf.keras.Model define call(self, inputs)")
 
-    def _shape(self):
-        first = self.layers[0] if self.layers else None
-        if first is None or first.input_shape is None:
+    # ----- the shape, learned by tracing `call` ---------------------------
+
+    def _trace(self, input_shape):
+        if self._traced is None:
+            out = self.call(Symbol((None,) + tuple(input_shape[1:])))
+            if not isinstance(out, Symbol):
+                raise NotImplementedError("vramlab's Keras traces call() through its layers; this call() returned %r" % (out,))
+            self._traced = out.dense
+            self._input = (None,) + tuple(input_shape[1:])
+        return self._traced
+
+    def _shape(self, input_shape=None):
+        shape = self._input if input_shape is None else input_shape
+        if shape is None or any(d is None for d in shape[1:]):
             return None
-        features = reduce(lambda a, b: a * b, first.input_shape, 1)
-        dense = [l for l in self.layers if isinstance(l, _layers.Dense)]
+        dense = self._trace(shape)
         if len(dense) < 2:
-            return None
+            raise NotImplementedError(
+                "vramlab's engine runs an MLP of Dense layers (at least two); this model has %d" % len(dense)
+            )
         hidden = {l.units for l in dense[:-1]}
         if len(hidden) != 1:
             raise NotImplementedError(
                 "vramlab's engine runs an MLP of equal hidden widths; this model's Dense layers are %s"
                 % ", ".join(str(l.units) for l in dense)
             )
-        return len(dense) - 1, dense[0].units, features, dense[-1].units
+        return len(dense) - 1, dense[0].units, _product(shape[1:]), dense[-1].units
 
     def _build_if_known(self):
+        return self._name is not None
+
+    def _build(self, input_shape=None, hint=None):
+        """Makes the model's variables (once), as Keras builds a model."""
         if self._name is not None:
-            return
-        shape = self._shape()
+            return True
+        shape = self._shape(input_shape)
         if shape is None:
-            return
-        name = _vs.fresh_name()
+            return False
+        name = _vs.fresh_name(hint)
         try:
             _vs.run({"cmd": "model", "name": name, "kind": "mlp", "layers": shape[0], "width": shape[1],
                      "input_dim": shape[2], "classes": shape[3], "keras": True})
@@ -68,8 +168,59 @@ class Sequential(_vs.Owner):
             raise
         self._name = name
         self.features, self.classes = shape[2], shape[3]
+        return True
+
+    def build(self, input_shape):
+        self._build(tuple(input_shape), _snake(type(self).__name__))
+
+    @property
+    def built(self):
+        return self._name is not None
+
+    # ----- running it -----------------------------------------------------
+
+    def __call__(self, x, training=None, **_):
+        if isinstance(x, Symbol):
+            return self.call(x)
+        self._build(x.shape, _snake(type(self).__name__))
+        from keras import losses
+
+        return losses.Output(self, x)
+
+    def engine_optimizer(self):
+        """An optimizer of this model in the engine (compile's, or one that
+        applied gradients), or None."""
+        for o in self._optimizers:
+            if o._name is not None:
+                return o._name
+        return self.optimizer
+
+    @property
+    def trainable_variables(self):
+        if self._name is None and not self._build_if_known():
+            return []
+        out, features = [], self.features
+        for i, layer in enumerate(self._traced):
+            prefix = "dense" if i == 0 else "dense_%d" % i
+            out += [Variable(prefix + "/kernel", (features, layer.units)), Variable(prefix + "/bias", (layer.units,))]
+            features = layer.units
+        for v in out:
+            v._model = self
+        return out
+
+    trainable_weights = weights = variables = trainable_variables
+
+    def count_params(self):
+        return sum(_product(v.shape) for v in self.trainable_variables)
+
+    def summary(self):
+        print('Model: "%s"' % _snake(type(self).__name__))
+        print(" Total params: %d" % self.count_params())
 
     def compile(self, optimizer="rmsprop", loss=None, metrics=None, jit_compile="auto", **_):
+        if self._name is None and not self._build_if_known():
+            raise ValueError("vramlab builds a Keras model when its input shape is known: give the first layer "
+                             "input_shape=, or call the model on a batch, before compile()")
         kind, lr = _optimizer(optimizer)
         name = _vs.fresh_name(self._name + "_optimizer")
         cmd = {"cmd": "optimizer", "name": name, "model": self._name, "kind": kind}
@@ -79,10 +230,13 @@ class Sequential(_vs.Owner):
         self.optimizer = name
         self.jit_compile = jit_compile is not False
 
-    def fit(self, x, y=None, batch_size=32, epochs=1, steps_per_epoch=None, verbose="auto", **_):
+    def fit(self, x, y=None, batch_size=None, epochs=1, steps_per_epoch=None, verbose="auto", **_):
         if self.optimizer is None:
             raise RuntimeError("You must call `compile()` before using the model.")
         samples = x.shape[0]
+        if getattr(x, "batch_size", None):
+            batch_size = x.batch_size
+        batch_size = batch_size or 32
         if self.data is None:
             self.data = _vs.fresh_name(self._name + "_data")
             _vs.run({"cmd": "data", "name": self.data, "samples": samples, "features": self.features,
@@ -92,6 +246,14 @@ class Sequential(_vs.Owner):
                  "steps": steps, "batch_size": batch_size, "jit_compile": self.jit_compile})
         return None
 
+    def dataset(self, batch):
+        """The engine's data object for a step of `batch` (host memory)."""
+        if self.data is None:
+            self.data = _vs.fresh_name(self._name + "_data")
+            _vs.run({"cmd": "data", "name": self.data, "samples": batch, "features": self.features,
+                     "classes": self.classes})
+        return self.data
+
     def __del__(self):
         # The model owns its optimizer (model.optimizer) and the data it was fit on.
         for name in (self.optimizer, self.data):
@@ -99,12 +261,37 @@ class Sequential(_vs.Owner):
                 _vs.release(name)
         _vs.Owner.__del__(self)
 
-    def summary(self):
-        print('Model: "sequential"')
 
-    def count_params(self):
-        layers, width, features, classes = self._shape()
-        return (features + 1) * width + (layers - 1) * (width + 1) * width + (width + 1) * classes
+class Sequential(Model):
+    def __init__(self, layers=None, name=None):
+        Model.__init__(self)
+        self.layers = []
+        for layer in layers or []:
+            self._append(layer)
+        self._build_if_known()
+
+    def add(self, layer):
+        """Keras builds each added layer at once when the input shape is
+        known; the engine's model is built whole, at its first use."""
+        self._append(layer)
+
+    def _append(self, layer):
+        if self._name is not None:
+            raise NotImplementedError("vramlab builds a Sequential model whole: add every layer before using it")
+        if isinstance(layer, Symbol):  # keras.Input(shape=...) as the first layer
+            layer = _layers.InputLayer(shape=layer.shape[1:])
+        self.layers.append(layer)
+
+    def call(self, x, training=None):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+    def _build_if_known(self):
+        first = self.layers[0] if self.layers else None
+        if first is None or first.input_shape is None:
+            return False
+        return self._build((None,) + tuple(first.input_shape))
 
 
 def _optimizer(o):

@@ -21,15 +21,35 @@ class ndarray(Shaped):
     def reshape(self, *shape):
         return ndarray(self._reshaped(shape), self.dtype)
 
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return ndarray((len(range(*i.indices(self.shape[0]))),) + self.shape[1:], self.dtype)
-        return ndarray(self.shape[1:], self.dtype)
+    def __getitem__(self, index):
+        index = index if isinstance(index, tuple) else (index,)
+        taken = sum(1 for i in index if i is not None and i is not Ellipsis)
+        if taken > len(self.shape):
+            raise IndexError("too many indices for array: array is %d-dimensional, but %d were indexed"
+                             % (len(self.shape), taken))
+        shape, dim = [], 0
+        for i in index:
+            if i is Ellipsis:
+                shape += self.shape[dim:dim + len(self.shape) - taken]
+                dim += len(self.shape) - taken
+            elif i is None:
+                shape.append(1)
+            elif isinstance(i, slice):
+                shape.append(len(range(*i.indices(self.shape[dim]))))
+                dim += 1
+            else:
+                dim += 1
+        return ndarray(shape + list(self.shape[dim:]), self.dtype)
 
     def _same(self, *a):
         return ndarray(self.shape, self.dtype)
 
-    __add__ = __sub__ = __mul__ = __truediv__ = __radd__ = __rmul__ = _same
+    def _divided(self, *a):
+        """True division: integers become float64, as numpy's do."""
+        return ndarray(self.shape, self.dtype if self.dtype.startswith("float") else "float64")
+
+    __add__ = __sub__ = __mul__ = __radd__ = __rmul__ = _same
+    __truediv__ = __rtruediv__ = _divided
 
 
 def zeros(shape, dtype="float64"):

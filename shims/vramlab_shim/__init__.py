@@ -115,15 +115,18 @@ def set_source(text):
     _targets.clear()
 
 
+def line_target():
+    """The name the running cell line assigns to, if it assigns one."""
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename != CELL:
+        f = f.f_back
+    return _target_of(CELL, f.f_lineno) if f is not None else None
+
+
 def fresh_name(hint=None):
     """An engine name for a new object: the name the cell line assigns to
     when free, else that name with a number."""
-    if hint is None:
-        f = sys._getframe(1)
-        while f is not None and f.f_code.co_filename != CELL:
-            f = f.f_back
-        hint = _target_of(CELL, f.f_lineno) if f is not None else None
-    hint = hint or "t"
+    hint = hint or line_target() or "t"
     name = hint
     while name in _live:
         _count[0] += 1

@@ -10,6 +10,7 @@ import sys
 import traceback
 
 import vramlab_shim as vs
+from vramlab_shim import missing
 
 SHIMS = ("torch", "tensorflow", "keras", "jax", "optax", "numpy", "tf_keras")
 _collect = gc.collect
@@ -70,6 +71,7 @@ class Run:
         vs.set_source(source)
         linecache.cache[vs.CELL] = (len(source), None, source.splitlines(True), vs.CELL)
         self.globals = {"__name__": "__main__", "__builtins__": __builtins__}
+        missing.install()
         restart(self.framework)
         gc.collect = collect
 
