@@ -202,6 +202,63 @@ async fn statements_step_one_by_one_print_and_a_python_error_stops_the_run() {
         .await,
         "waiting"
     );
+    // After ▶ Run all the explanation is the last statement's, heading and
+    // words alike; a statement clicked explains itself, a loop as a whole.
+    type_code(
+        &page,
+        "import torch\nx = torch.randn(1024, 1024, device=\"cuda\")\nfor i in range(3):\n    y = torch.empty(1024, 1024, device=\"cuda\")\ndel x, y\ntorch.cuda.empty_cache()\n",
+    )
+    .await;
+    click(&page, "cell-run").await;
+    settled(&page, "explained run").await;
+    let explained = "[...document.querySelectorAll('#explanation p')].map(p => p.textContent)";
+    until(
+        &page,
+        "document.getElementById('cell-step-4').classList.contains('selected')",
+    )
+    .await;
+    let last = js(&page, explained).await;
+    assert!(
+        last[0]
+            .as_str()
+            .unwrap()
+            .starts_with("Allocated did not move; reserved fell by 20.00 MiB"),
+        "{last}"
+    );
+    assert!(last[1].as_str().unwrap().contains("empty_cache"), "{last}");
+    js(
+        &page,
+        "document.querySelector('#cell-step-1 button.stmt').click()",
+    )
+    .await;
+    let first = js(&page, explained).await;
+    assert!(
+        first[0]
+            .as_str()
+            .unwrap()
+            .starts_with("Allocated rose by 4.00 MiB"),
+        "{first}"
+    );
+    js(
+        &page,
+        "document.querySelector('#cell-step-2 button.stmt').click()",
+    )
+    .await;
+    let looped = js(&page, explained).await;
+    assert!(
+        looped[0]
+            .as_str()
+            .unwrap()
+            .starts_with("Allocated rose by 4.00 MiB"),
+        "{looped}"
+    );
+    assert!(
+        looped[1]
+            .as_str()
+            .unwrap()
+            .starts_with("This statement ran 5 commands (alloc ×3, del ×2)."),
+        "{looped}"
+    );
     // A button's line joins the cell.
     click(&page, "btn-gc").await;
     until(

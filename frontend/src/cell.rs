@@ -5,10 +5,12 @@
 //! code at once; the lines it ran go to the session, paced, and the
 //! session's results are the numbers the page shows.
 
+use crate::state::Explanation;
 use leptos::prelude::*;
 use std::collections::VecDeque;
 use vramlab_shared::advice::Run;
 use vramlab_shared::command::{parse_line, Command, CommandLine, RestartSettings};
+use vramlab_shared::explain;
 use vramlab_shared::protocol::StepRecord;
 use vramlab_shared::types::Framework;
 use vramlab_shared::Stats;
@@ -30,7 +32,13 @@ pub struct CellStep {
     pub output: String,
     /// What it wrote to standard error (vramlab's notes, warnings).
     pub errors: String,
+    /// The numbers before its first command and after its last.
+    pub before: Option<Stats>,
     pub after: Option<Stats>,
+    /// Its commands by name, in the order they first ran, with how many.
+    commands: Vec<(String, usize)>,
+    /// What its last command did.
+    last: Option<Explanation>,
     pending: usize,
     /// Python finished it (its commands may still be on their way).
     ended: bool,
@@ -48,6 +56,9 @@ pub struct CellState {
     pub busy: RwSignal<Option<String>>,
     /// What loading Python took (its version, bytes and time).
     pub python: RwSignal<Option<String>>,
+    /// The statement whose explanation shows (the last one answered, or
+    /// the one clicked).
+    pub selected: RwSignal<Option<usize>>,
     /// The advice loaded (an index into `ADVICE`).
     pub advice: RwSignal<Option<usize>>,
     /// The numbers after the restart that starts a run.
@@ -76,6 +87,7 @@ impl CellState {
             error: RwSignal::new(None),
             busy: RwSignal::new(None),
             python: RwSignal::new(None),
+            selected: RwSignal::new(None),
             advice: RwSignal::new(None),
             start: RwSignal::new(None),
             ids: RwSignal::new(Vec::new()),
@@ -92,6 +104,7 @@ impl CellState {
         self.start.set(None);
         self.ids.set(Vec::new());
         self.steps.set(Vec::new());
+        self.selected.set(None);
         self.error.set(None);
         self.queue.update_value(VecDeque::clear);
         self.stopped.set_value(false);
@@ -155,7 +168,10 @@ impl CellState {
                 state: StepState::Waiting,
                 output: String::new(),
                 errors: String::new(),
+                before: None,
                 after: None,
+                commands: Vec::new(),
+                last: None,
                 pending: 0,
                 ended: false,
             })
@@ -233,22 +249,69 @@ impl CellState {
             .flatten()
     }
 
-    /// A result came: the statement it belongs to takes its numbers.
-    pub fn on_result(&self, id: u64, record: &StepRecord) {
-        let Some(step) = self.take(id) else {
-            return;
-        };
+    /// A result came, from the numbers `before` it, with what it `said`:
+    /// the statement it belongs to takes its numbers. Which statement.
+    pub fn on_result(
+        &self,
+        id: u64,
+        record: &StepRecord,
+        before: &Stats,
+        said: Option<Explanation>,
+    ) -> Option<usize> {
+        let step = self.take(id)?;
         let Some(i) = step else {
             self.start.set(Some(record.stats.clone()));
-            return;
+            return None;
         };
+        let name = record.cmd.get("cmd").and_then(|c| c.as_str());
         self.update(i, |s| {
+            s.before.get_or_insert_with(|| before.clone());
             s.after = Some(record.stats.clone());
+            match s
+                .commands
+                .iter_mut()
+                .find(|(n, _)| Some(n.as_str()) == name)
+            {
+                Some((_, count)) => *count += 1,
+                None => s.commands.push((name.unwrap_or("?").to_string(), 1)),
+            }
+            s.last = said.or(s.last.take());
             s.pending = s.pending.saturating_sub(1);
             if s.pending == 0 && s.ended && s.state == StepState::Running {
                 s.state = StepState::Done;
             }
         });
+        Some(i)
+    }
+
+    /// Statement `i` explained: the numbers before and after it, and what
+    /// moved them (its one command's words, or a count of its commands
+    /// and the last one's words).
+    pub fn explanation(&self, i: usize) -> Option<(Stats, Stats, Explanation)> {
+        self.steps.with_untracked(|steps| {
+            let s = steps.get(i)?;
+            let (before, after, last) = (s.before.clone()?, s.after.clone()?, s.last.clone()?);
+            let total: usize = s.commands.iter().map(|(_, n)| n).sum();
+            let why = match total {
+                1 => last.why.clone(),
+                _ => format!(
+                    "This statement ran {total} commands ({}). The last: {}",
+                    s.commands
+                        .iter()
+                        .map(|(name, n)| format!("{name} ×{n}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    last.why
+                ),
+            };
+            let said = Explanation {
+                moved: explain::moved(&before, &after),
+                why,
+                link: last.link.clone(),
+                ok: last.ok && !matches!(s.state, StepState::Failed(_)),
+            };
+            Some((before, after, said))
+        })
     }
 
     /// The session refused a command of the run (the server's limits, a
@@ -383,9 +446,65 @@ mod tests {
     fn a_statement_is_done_when_its_commands_are_answered() {
         let cell = a_run();
         assert_eq!(states(&cell)[0], StepState::Running);
-        cell.on_result(1, &record());
+        cell.on_result(1, &record(), &Stats::default(), None);
         assert_eq!(states(&cell)[0], StepState::Done);
         assert_eq!(states(&cell)[1], StepState::Running);
+    }
+
+    fn said(why: &str) -> Option<Explanation> {
+        Some(Explanation {
+            moved: String::new(),
+            why: why.into(),
+            link: Default::default(),
+            ok: true,
+        })
+    }
+
+    fn allocated(bytes: u64) -> Stats {
+        Stats {
+            allocated_bytes: bytes,
+            ..Default::default()
+        }
+    }
+
+    /// A statement is explained from the numbers before its first command
+    /// to those after its last, whatever was in flight: its heading and
+    /// its words say the same thing.
+    #[test]
+    fn a_statement_is_explained_from_before_its_first_command_to_after_its_last() {
+        let cell = a_run();
+        cell.on_result(1, &record(), &allocated(2 << 20), said("one"));
+        let (before, _, e) = cell.explanation(0).unwrap();
+        assert_eq!(before.allocated_bytes, 2 << 20);
+        assert_eq!(e.why, "one");
+        assert!(
+            e.moved.starts_with("Allocated fell by 2.00 MiB"),
+            "{}",
+            e.moved
+        );
+        // Statement 2 sends two more commands (its loop): three in all.
+        cell.queue_line("{\"cmd\":\"gc\"}".into());
+        let (step, _) = cell.next_line().unwrap();
+        assert_eq!(step, 2);
+        cell.sent(Some(2), 4);
+        cell.queue_line("{\"cmd\":\"gc\"}".into());
+        let (step, _) = cell.next_line().unwrap();
+        cell.sent(Some(step), 5);
+        cell.on_result(4, &record(), &allocated(3 << 20), said("first"));
+        cell.on_result(5, &record(), &allocated(2 << 20), said("last"));
+        let (before, _, e) = cell.explanation(2).unwrap();
+        assert_eq!(before.allocated_bytes, 3 << 20);
+        assert_eq!(
+            e.why,
+            "This statement ran 2 commands (gc ×2). The last: last"
+        );
+        assert!(
+            e.moved.starts_with("Allocated fell by 3.00 MiB"),
+            "{}",
+            e.moved
+        );
+        // Statement 1's command is not answered yet: nothing to explain.
+        assert!(cell.explanation(1).is_none());
     }
 
     #[test]
@@ -405,7 +524,7 @@ mod tests {
     #[test]
     fn pause_raises_keyboard_interrupt_where_the_session_is() {
         let cell = a_run();
-        cell.on_result(1, &record());
+        cell.on_result(1, &record(), &Stats::default(), None);
         assert!(cell.interrupt());
         let s = states(&cell);
         assert_eq!(s[0], StepState::Done);

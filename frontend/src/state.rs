@@ -92,6 +92,9 @@ pub struct Memory {
     pub last_step: RwSignal<Option<u64>>,
     /// Results received (a change marker for tests and screen readers).
     pub results: RwSignal<u64>,
+    /// The numbers after the last result: those before the next command
+    /// (results come in order; several may be in flight).
+    pub after_result: StoredValue<Option<Stats>>,
 }
 
 /// Commands sent and not yet answered, and the Python they stand for.
@@ -177,6 +180,7 @@ impl App {
             progress: RwSignal::new(None),
             last_step: RwSignal::new(None),
             results: RwSignal::new(0),
+            after_result: StoredValue::new(None),
         };
         let display = Display {
             selected: RwSignal::new("x".into()),

@@ -9,7 +9,7 @@ use vramlab_shared::explain;
 use vramlab_shared::framework::oom_exception;
 use vramlab_shared::lesson::predict::Number;
 use vramlab_shared::protocol::StepRecord;
-use vramlab_shared::ErrorKind;
+use vramlab_shared::{ErrorKind, Stats};
 
 impl App {
     pub(super) fn on_result(&self, id: u64, record: StepRecord) {
@@ -19,8 +19,17 @@ impl App {
         self.memory.stats.set(Some(record.stats.clone()));
         self.memory.last_step.set(Some(record.step));
         self.memory.results.update(|n| *n += 1);
-        let pending = self.outbox.pending.try_update(|p| p.remove(&id)).flatten();
-        self.cell.on_result(id, &record);
+        let before = self
+            .memory
+            .after_result
+            .try_update_value(|s| s.replace(record.stats.clone()))
+            .flatten();
+        let mut pending = self.outbox.pending.try_update(|p| p.remove(&id)).flatten();
+        // What this command changed is measured from the result before it,
+        // not from the numbers shown when it was sent (others were in flight).
+        if let (Some(p), Some(before)) = (&mut pending, before) {
+            p.before = before;
+        }
         self.play.on_result(id, &record);
         let label = record
             .cmd
@@ -42,7 +51,7 @@ impl App {
                 Some(e) => e.message.clone(),
                 None => record.note.clone().unwrap_or_default(),
             };
-            self.words.explanation.set(Some(Explanation {
+            let said = Explanation {
                 moved: explain::moved(&p.before, &record.stats),
                 why,
                 link: {
@@ -50,14 +59,19 @@ impl App {
                     (title.into(), url.into())
                 },
                 ok: record.ok,
-            }));
-            self.words.moved.set(
-                [Number::Allocated, Number::Reserved, Number::NvidiaSmi]
-                    .into_iter()
-                    .filter(|n| n.of(&p.before) != n.of(&record.stats))
-                    .collect(),
-            );
+            };
+            // A statement of the cell is explained whole: from the numbers
+            // before its first command to those after its last.
+            match self
+                .cell
+                .on_result(id, &record, &p.before, Some(said.clone()))
+            {
+                Some(i) => self.explain_statement(i),
+                None => self.explain(&p.before, &record.stats, said),
+            }
             self.check_lesson(p, &record);
+        } else {
+            self.cell.on_result(id, &record, &record.stats, None);
         }
         match &record.error {
             Some(e) if e.kind == ErrorKind::OutOfMemory => {
@@ -72,6 +86,27 @@ impl App {
         if self.moving.with_untracked(|m| m.in_flight == Some(id)) {
             self.after_moved_line();
         }
+    }
+
+    /// The explanation under the numbers: `said`, which moved them from
+    /// `before` to `after`.
+    fn explain(&self, before: &Stats, after: &Stats, said: Explanation) {
+        self.words.explanation.set(Some(said));
+        self.words.moved.set(
+            [Number::Allocated, Number::Reserved, Number::NvidiaSmi]
+                .into_iter()
+                .filter(|n| n.of(before) != n.of(after))
+                .collect(),
+        );
+    }
+
+    /// Statement `i` of the cell explained (the last run, or the one clicked).
+    pub fn explain_statement(&self, i: usize) {
+        let Some((before, after, said)) = self.cell.explanation(i) else {
+            return;
+        };
+        self.cell.selected.set(Some(i));
+        self.explain(&before, &after, said);
     }
 
     /// A restart may change the framework and settings: the hello came

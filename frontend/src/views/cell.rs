@@ -6,6 +6,7 @@ use crate::cell::{CellState, StepState};
 use crate::state::App;
 use leptos::prelude::*;
 use vramlab_shared::advice::{Run, ADVICE};
+use vramlab_shared::units::format_size;
 
 #[component]
 pub fn CodeCell(app: App) -> impl IntoView {
@@ -51,7 +52,7 @@ pub fn CodeCell(app: App) -> impl IntoView {
                 {move || refused.get().map(|why| view! { <span class="refused" role="alert" id="cell-refused">{why}</span> })}
                 {move || cell.error.get().map(|why| view! { <span class="refused" role="alert" id="cell-error">{why}</span> })}
             </div>
-            <Statements cell=cell />
+            <Statements app=app />
             <Verdicts cell=cell />
         </section>
     }
@@ -100,8 +101,11 @@ fn run(app: App, count: usize) -> Result<(), String> {
     crate::pyworker::post(app, &serde_json::json!({ "step": count }))
 }
 
+/// The statements, each with its state, what it printed, and the numbers
+/// after it; a statement that has run explains itself when clicked.
 #[component]
-fn Statements(cell: CellState) -> impl IntoView {
+fn Statements(app: App) -> impl IntoView {
+    let cell = app.cell;
     let rows = move || cell.steps.get().into_iter().enumerate().collect::<Vec<_>>();
     view! {
         <ol id="cell-steps" class="statements">
@@ -113,11 +117,17 @@ fn Statements(cell: CellState) -> impl IntoView {
                     StepState::Failed(m) => ("failed", "✗", m.clone()),
                 };
                 let next = cell.next.get() == i && s.state == StepState::Waiting;
+                let selected = move || cell.selected.get() == Some(i);
+                let after = s.after.as_ref().map(|a| format!("allocated {}", format_size(a.allocated_bytes)));
                 view! {
-                    <li class=class class:next=next data-state=class id=format!("cell-step-{i}")>
-                        <span class="mark" aria-hidden="true">{mark}</span>
-                        <span class="ln">{format!("{}", s.lines.0)}</span>
-                        <code>{s.source.clone()}</code>
+                    <li class=class class:next=next class:selected=selected data-state=class id=format!("cell-step-{i}")>
+                        <button class="stmt" aria-pressed=move || selected().to_string() disabled=after.is_none()
+                            title="Explain what this statement changed" on:click=move |_| app.explain_statement(i)>
+                            <span class="mark" aria-hidden="true">{mark}</span>
+                            <span class="ln">{format!("{}", s.lines.0)}</span>
+                            <code>{s.source.clone()}</code>
+                        </button>
+                        {after.map(|a| view! { <span class="after">{a}</span> })}
                         {(!s.output.is_empty()).then(|| view! { <pre class="out">{s.output.clone()}</pre> })}
                         {(!s.errors.is_empty()).then(|| view! { <pre class="err">{s.errors.clone()}</pre> })}
                         {(!why.is_empty()).then(|| view! { <pre class="why" role="alert">{why}</pre> })}
