@@ -49,21 +49,45 @@ pub fn code(cmd: &Command, framework: Framework) -> String {
         Command::Assign(a) => format!("{} = {}", a.name, a.value),
         Command::Append(a) => format!("{}.append({})", a.name, a.item),
         Command::Gc {} => "import gc\ngc.collect()".into(),
+        Command::EmptyCache {} if framework != Framework::Pytorch => format!(
+            "# {} has no empty_cache(): its BFC pool keeps what it reserved",
+            framework.display_name()
+        ),
         Command::EmptyCache {} => "torch.cuda.empty_cache()".into(),
+        Command::ClearCublasWorkspaces {} if framework != Framework::Pytorch => format!(
+            "# {} allocates no cuBLAS workspace through its allocator",
+            framework.display_name()
+        ),
         Command::ClearCublasWorkspaces {} => "torch._C._cuda_clearCublasWorkspaces()".into(),
+        Command::ClearSession {} if framework == Framework::Jax => "jax.clear_caches()  # what JAX has nearest to clear_session()".into(),
         Command::ClearSession {} => "tf.keras.backend.clear_session()".into(),
-        Command::ResetPeakMemoryStats {} => "torch.cuda.reset_peak_memory_stats()".into(),
+        Command::ResetPeakMemoryStats {} => match framework {
+            Framework::Pytorch => "torch.cuda.reset_peak_memory_stats()".into(),
+            Framework::Tensorflow => "tf.config.experimental.reset_memory_stats('GPU:0')".into(),
+            Framework::Jax => "# XLA's peak_bytes_in_use cannot be reset: the peak from here on is measured".into(),
+        },
         Command::Model(a) if framework == Framework::Jax => compiled::params_code(a),
         Command::Model(a) => model_code(a, framework),
         Command::Optimizer(a) if framework != Framework::Pytorch => compiled::optimizer_code(a, framework),
         Command::Optimizer(a) => optimizer_code(a),
         Command::Data(a) if framework != Framework::Pytorch => compiled::data_code(a),
         Command::Data(a) => data_code(a),
-        Command::Forward(a) => forward_code(a),
-        Command::Backward(a) if a.retain_graph => format!("{}.backward(retain_graph=True)", a.name),
-        Command::Backward(a) => format!("{}.backward()", a.name),
-        Command::Step(a) => format!("{}.step()", a.optimizer),
-        Command::ZeroGrad(a) => format!("{}.zero_grad(set_to_none={})", a.optimizer, py_bool(a.set_to_none)),
+        Command::Forward(a) => forward_code(a, framework),
+        Command::Backward(a) => backward_code(a, framework),
+        Command::Step(a) => match framework {
+            Framework::Pytorch => format!("{}.step()", a.optimizer),
+            Framework::Tensorflow => format!("{}.apply_gradients(zip(grads, model.trainable_variables))", a.optimizer),
+            Framework::Jax => format!(
+                "updates, {0}_state = {0}.update(grads, {0}_state, model)\nmodel = optax.apply_updates(model, updates)",
+                a.optimizer
+            ),
+        },
+        Command::ZeroGrad(a) => match (framework, a.set_to_none) {
+            (Framework::Pytorch, _) => format!("{}.zero_grad(set_to_none={})", a.optimizer, py_bool(a.set_to_none)),
+            (_, true) => "del grads".into(),
+            (Framework::Jax, false) => "grads = jax.tree.map(jnp.zeros_like, grads)".into(),
+            (Framework::Tensorflow, false) => "grads = [tf.zeros_like(g) for g in grads]".into(),
+        },
         Command::Train(a) if framework == Framework::Pytorch => train_code(a),
         Command::Train(a) => compiled::train_code(a, framework),
         Command::FindBatchSize(a) => format!(
@@ -248,7 +272,37 @@ fn techniques(a: &FindBatchSizeArgs) -> String {
     }
 }
 
-fn forward_code(a: &ForwardArgs) -> String {
+/// `loss = ...`: the forward pass up to the loss, recording what the
+/// backward pass needs (PyTorch's autograd, a GradientTape, `jax.vjp`).
+fn forward_code(a: &ForwardArgs, framework: Framework) -> String {
+    let (name, model) = (&a.name, &a.model);
+    let batch = format!("x, y = next(batches)  # batch of {}\n", a.batch_size);
+    match (framework, a.no_grad) {
+        (Framework::Pytorch, _) => torch_forward_code(a),
+        (Framework::Tensorflow, true) => format!("{batch}{name} = loss_fn(y, {model}(x, training=False))"),
+        (Framework::Tensorflow, false) => format!(
+            "{batch}with tf.GradientTape() as tape:\n    {name} = loss_fn(y, {model}(x, training=True))"
+        ),
+        (Framework::Jax, true) => format!("{batch}{name} = loss_fn({model}, x, y)"),
+        (Framework::Jax, false) => format!(
+            "{batch}{name}, {name}_vjp = jax.vjp(lambda p: loss_fn(p, x, y), {model})"
+        ),
+    }
+}
+
+fn backward_code(a: &BackwardArgs, framework: Framework) -> String {
+    let name = &a.name;
+    match (framework, a.retain_graph) {
+        (Framework::Pytorch, true) => format!("{name}.backward(retain_graph=True)"),
+        (Framework::Pytorch, false) => format!("{name}.backward()"),
+        (Framework::Tensorflow, _) => {
+            format!("grads = tape.gradient({name}, model.trainable_variables)")
+        }
+        (Framework::Jax, _) => format!("grads, = {name}_vjp(jnp.ones(()))"),
+    }
+}
+
+fn torch_forward_code(a: &ForwardArgs) -> String {
     let mut s = format!("x, y = next(batches)  # batch of {}\n", a.batch_size);
     if a.no_grad {
         s.push_str("with torch.no_grad():\n    ");
@@ -392,8 +446,9 @@ mod tests {
             py(opt, Framework::Jax),
             "o = optax.sgd(0.05, momentum=0.9)\no_state = o.init(m)"
         );
-        assert!(py(opt, Framework::Tensorflow)
-            .starts_with("m.compile(optimizer=tf.keras.optimizers.SGD(0.05, momentum=0.9)"));
+        assert!(py(opt, Framework::Tensorflow).starts_with(
+            "o = tf.keras.optimizers.SGD(0.05, momentum=0.9)\nm.compile(optimizer=o, "
+        ));
         let gpt = r#"{"cmd":"model","name":"g","kind":"transformer","layers":1,"width":64,"heads":2,"seq_len":32,"vocab":100}"#;
         let params = py(gpt, Framework::Jax);
         assert!(params.starts_with("g = init_params(jax.random.key(0), GPT(layers=1"));
@@ -456,5 +511,50 @@ mod tests {
         ));
         let plain = r#"{"cmd":"find_batch_size","model":"m","optimizer":"o","data":"d"}"#;
         assert!(py(plain, Framework::Pytorch).ends_with("memory limit"));
+    }
+
+    /// A step's statements in TensorFlow and JAX are theirs: a
+    /// GradientTape and `tape.gradient`, `jax.vjp` and optax; nothing of
+    /// PyTorch's (`.backward()`, `.grad`, `torch.`).
+    #[test]
+    fn a_step_speaks_each_frameworks_language() {
+        let lines = [
+            r#"{"cmd":"forward","name":"loss","model":"model","data":"d","batch_size":8}"#,
+            r#"{"cmd":"forward","name":"out","model":"model","data":"d","batch_size":8,"no_grad":true}"#,
+            r#"{"cmd":"backward","name":"loss"}"#,
+            r#"{"cmd":"step","optimizer":"opt"}"#,
+            r#"{"cmd":"zero_grad","optimizer":"opt","set_to_none":true}"#,
+            r#"{"cmd":"zero_grad","optimizer":"opt","set_to_none":false}"#,
+            r#"{"cmd":"empty_cache"}"#,
+            r#"{"cmd":"reset_peak_memory_stats"}"#,
+            r#"{"cmd":"clear_cublas_workspaces"}"#,
+        ];
+        for f in [Framework::Tensorflow, Framework::Jax] {
+            let code: Vec<String> = lines.iter().map(|l| py(l, f)).collect();
+            for c in &code {
+                assert!(
+                    !c.contains("torch")
+                        && !c.contains(".backward(")
+                        && !c.replace(".gradient", "").contains(".grad"),
+                    "{f:?}: {c}"
+                );
+            }
+            let tape = f == Framework::Tensorflow;
+            assert_eq!(
+                code[0].contains("with tf.GradientTape() as tape:"),
+                tape,
+                "{}",
+                code[0]
+            );
+            assert_eq!(code[0].contains("jax.vjp("), !tape, "{}", code[0]);
+            assert_eq!(code[2].contains("tape.gradient(loss"), tape, "{}", code[2]);
+            assert_eq!(
+                code[3].contains("optax.apply_updates"),
+                !tape,
+                "{}",
+                code[3]
+            );
+            assert_eq!(code[4], "del grads");
+        }
     }
 }

@@ -20,6 +20,7 @@ mod on_device;
 mod placement;
 mod planning;
 mod program;
+mod step_words;
 mod stepwise;
 mod tensors;
 mod tf1;

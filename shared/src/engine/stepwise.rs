@@ -36,6 +36,8 @@ pub(super) struct Statement<'a> {
     pub given: Option<[ObjId; 2]>,
 }
 
+use super::step_words;
+
 impl Engine {
     pub(super) fn forward(&mut self, a: &ForwardArgs) -> Result<Outcome, CommandError> {
         let (name, model, data, batch) = (
@@ -155,14 +157,7 @@ impl Engine {
                     .sum()
             })
             .unwrap_or(0);
-        let mut note = if no_grad {
-            "Under torch.no_grad() nothing is saved: every activation died as soon as the next layer had used it.".to_string()
-        } else {
-            format!(
-                "`{name}` keeps its autograd graph alive, and with it {} of saved tensors (activations and the batch) until backward runs or `{name}` dies.",
-                format_size(saved)
-            )
-        };
+        let mut note = step_words::forward(self.framework(), name, !no_grad, saved);
         note.push_str(&loss_note(value));
         Outcome {
             note: Some(note),
@@ -181,15 +176,12 @@ impl Engine {
             _ => return Err(error(ErrorKind::RuntimeError, NO_GRAD_FN)),
         }
         let after = self.process.stats().allocated_bytes;
-        Ok(Outcome::note(if retain {
-            "Backward ran with retain_graph=True: the gradients were added to .grad and the saved tensors stay for another backward.".to_string()
-        } else {
-            format!(
-                "Backward released the saved tensors as it walked the graph and put the gradients in .grad (allocated {} {}).",
-                if after >= before { "rose by" } else { "fell by" },
-                format_size(after.abs_diff(before))
-            )
-        }))
+        Ok(Outcome::note(step_words::backward(
+            self.framework(),
+            retain,
+            before,
+            after,
+        )))
     }
 
     pub(super) fn optimizer_step(&mut self, a: &StepArgs) -> Result<Outcome, CommandError> {
@@ -217,14 +209,11 @@ impl Engine {
             a.set_to_none,
         );
         let freed = optimizer::zero_grad(&mut self.process, &mut self.train, opt, set_to_none);
-        Ok(Outcome::note(if set_to_none {
-            format!(
-                "zero_grad(set_to_none=True) dropped every .grad: {} freed.",
-                format_size(freed)
-            )
-        } else {
-            "zero_grad(set_to_none=False) zeroed the gradients in place: their memory stays allocated.".to_string()
-        }))
+        Ok(Outcome::note(step_words::zero_grad(
+            self.framework(),
+            set_to_none,
+            freed,
+        )))
     }
 
     /// `loss = criterion(model(x.cuda()), y.cuda())`: the batch is copied

@@ -37,7 +37,7 @@ pub(super) fn optimizer_code(a: &OptimizerArgs, framework: Framework) -> String 
     let rule = optimizer_expr(a.kind, a.lr, framework);
     match framework {
         Framework::Jax => format!("{name} = {rule}\n{name}_state = {name}.init({model})"),
-        _ => format!("{model}.compile(optimizer={rule}, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))"),
+        _ => format!("{name} = {rule}\n{model}.compile(optimizer={name}, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))"),
     }
 }
 
