@@ -371,6 +371,20 @@ async fn a_transformer_and_a_cnn_train_in_the_page() {
     );
     assert!(code.contains("heads=8, seq_len=1024"), "{code}");
     assert!(code.contains("norm=nn.RMSNorm, tied=False"), "{code}");
+    // The sequence slider is live: a built transformer is built again at
+    // the new length (its position embedding has a row per position).
+    let before = results(&page).await;
+    js(&page, "(() => { const e = document.getElementById('seq-slider'); e.value = '9'; e.dispatchEvent(new Event('input', {bubbles: true})); e.dispatchEvent(new Event('change', {bubbles: true})); })()").await;
+    until(&page, &format!("{COUNT} >= {}", before + 3)).await;
+    let code = js(&page, "document.getElementById('code').textContent").await;
+    assert!(
+        code.as_str().unwrap().contains("heads=8, seq_len=512"),
+        "{code}"
+    );
+    assert!(
+        step_peak(&page).await < lora,
+        "half the sequence, a smaller step"
+    );
     pick_kind(&page, "cnn").await;
     set_input(&page, "channels", "1").await;
     let before = results(&page).await;

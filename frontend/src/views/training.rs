@@ -56,6 +56,8 @@ struct Fields {
     no_grad: RwSignal<bool>,
     /// JAX: `jax.jit(..., donate_argnums=(0, 1))`.
     donate: RwSignal<bool>,
+    /// The kind "Build" last built.
+    built: RwSignal<Option<ModelKind>>,
 }
 
 /// The whole number in a field, or why it is not one in `range`.
@@ -97,6 +99,7 @@ impl Fields {
             on_device: RwSignal::new(false),
             no_grad: RwSignal::new(false),
             donate: RwSignal::new(false),
+            built: RwSignal::new(None),
         }
     }
 
@@ -175,6 +178,7 @@ impl Fields {
     /// `model`, `opt` and `data`, in that order.
     fn build(&self) -> Result<Vec<Command>, Invalid> {
         let (model, features, classes) = self.model()?;
+        self.built.set(Some(model.kind));
         let model = Command::Model(model);
         let optimizer = Command::Optimizer(OptimizerArgs {
             name: "opt".into(),
@@ -299,7 +303,7 @@ pub fn Training(app: App) -> impl IntoView {
     view! {
         <fieldset hidden=hidden(app, "training")>
             <legend>"Training"</legend>
-            <ModelKindControls f=f />
+            <ModelKindControls app=app f=f />
             <label>"Layers " {text_input("layers", "3", "", f.layers)}</label>
             <label>"Width " {text_input("width", "5", "", f.width)}</label>
             <label>"Optimizer "
@@ -341,7 +345,21 @@ pub fn Training(app: App) -> impl IntoView {
 
 /// The model's kind and the sizes only a CNN or a transformer has.
 #[component]
-fn ModelKindControls(f: Fields) -> impl IntoView {
+fn ModelKindControls(app: App, f: Fields) -> impl IntoView {
+    // A transformer's positions are its model's (the position embedding
+    // has one row each): a new sequence length builds it again, as a
+    // notebook runs its model's cell again.
+    let sequence_moved = move |_| {
+        let ready = app
+            .link
+            .status
+            .with_untracked(crate::state::Status::is_ready);
+        if ready && f.built.get_untracked() == Some(ModelKind::Transformer) {
+            if let Ok(cmds) = f.build() {
+                cmds.into_iter().for_each(|c| app.run(c));
+            }
+        }
+    };
     let on_kind = move |e| {
         let kind = match event_target_value(&e).as_str() {
             "cnn" => ModelKind::Cnn,
@@ -364,7 +382,7 @@ fn ModelKindControls(f: Fields) -> impl IntoView {
             </span>
             <span hidden=move || !is(ModelKind::Transformer)>
                 <label>"Sequence " {text_input("seq-len", "5", "", f.seq_len)}</label>
-                {pow2_slider("seq-slider", "sequence length", (4, 15), f.seq_len)}
+                <span on:change=sequence_moved>{pow2_slider("seq-slider", "sequence length", (4, 15), f.seq_len)}</span>
                 <label>"Vocabulary " {text_input("vocab", "6", "", f.vocab)}</label>
                 <label>"Heads " {text_input("heads", "3", "auto", f.heads)}</label>
                 <label>"MLP ratio " {text_input("mlp-ratio", "2", "", f.mlp_ratio)}</label>

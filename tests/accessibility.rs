@@ -1,0 +1,89 @@
+//! axe-core (the engine behind Lighthouse's and browsers' accessibility
+//! audits) over the real page in headless Chromium: the first screen, a
+//! lesson, projector mode, a watcher's page and the code cell after a run
+//! have no serious or critical violation.
+
+mod chromium;
+
+use chromium::*;
+use chromiumoxide::Page;
+use vramlab_tests::root;
+
+/// axe-core's serious and critical violations on the page now, one line
+/// each: the rule, its help, and where.
+async fn violations(page: &Page) -> Vec<String> {
+    let axe = root().join("tools/node_modules/axe-core/axe.min.js");
+    let source = std::fs::read_to_string(&axe)
+        .unwrap_or_else(|e| panic!("{}: {e} (scripts/setup installs axe-core)", axe.display()));
+    js(page, &format!("{source};0")).await;
+    let found = js(
+        page,
+        "axe.run(document, {resultTypes: ['violations']}).then(r => r.violations
+            .filter(v => v.impact === 'serious' || v.impact === 'critical')
+            .map(v => v.id + ': ' + v.help + ' at ' + v.nodes.slice(0, 3).map(n => n.target.join(' ') + ' (' + n.html.slice(0, 80) + ': ' + (n.any[0]?.message || '') + ')').join(', ')))",
+    )
+    .await;
+    serde_json::from_value(found).unwrap()
+}
+
+async fn clean(page: &Page, view: &str) {
+    let found = violations(page).await;
+    assert!(found.is_empty(), "{view}:\n{}", found.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_serious_violation_in_any_view() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let addr = serve_on(0, stop_rx).await;
+    let (browser, events, profile) = launch("axe").await;
+    let page = open(&browser, &format!("http://{addr}/")).await;
+    until(
+        &page,
+        "document.getElementById('status').textContent === 'connected'",
+    )
+    .await;
+    clean(&page, "the first screen").await;
+    open_lesson(&page, "lesson-0").await;
+    press(&page, "lesson-do").await;
+    clean(&page, "a lesson").await;
+    click(&page, "projector").await;
+    until(&page, "document.body.classList.contains('projector')").await;
+    clean(&page, "projector mode").await;
+    // Large type everywhere (rem sizes too), and on a phone nothing wider
+    // than the screen.
+    let smallest = js(&page, "Math.min(...[...document.querySelectorAll('.step-code, .lesson code, .timeline text, .big .k')]
+        .filter(e => e.getClientRects().length).map(e => parseFloat(getComputedStyle(e).fontSize)))").await;
+    assert!(
+        smallest.as_f64().unwrap() >= 14.0,
+        "projector text at {smallest} px"
+    );
+    viewport(&page, 390, 844).await;
+    let wide = js(&page, "[document.documentElement.scrollWidth, innerWidth]").await;
+    assert!(
+        wide[0].as_i64() <= wide[1].as_i64(),
+        "projector on a phone: {wide}"
+    );
+    viewport(&page, 1280, 800).await;
+    let link = until(&page, "document.getElementById('watch-link')?.value").await;
+    let watcher = open(&browser, link.as_str().unwrap()).await;
+    until(&watcher, "!!document.getElementById('allocated')").await;
+    clean(&watcher, "a watcher's page").await;
+    click(&page, "projector").await;
+    type_code(
+        &page,
+        "import torch\nx = torch.zeros(1024, 1024, device='cuda')\nprint(torch.cuda.memory_allocated())\n",
+    )
+    .await;
+    click(&page, "cell-run").await;
+    until(
+        &page,
+        "document.getElementById('cell-step-2')?.dataset.state === 'done'",
+    )
+    .await;
+    clean(&page, "the code cell after a run").await;
+    finish(browser, events, profile).await;
+    let _ = stop_tx.send(());
+}
