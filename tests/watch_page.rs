@@ -1,7 +1,8 @@
 //! A team demo, in headless Chromium against the real server: a watcher's
 //! page mirrors the presenter's lesson step and its outcome, the
-//! explanation, the code cell, the Python pane and the controls' values,
-//! live, and a watcher who joins late gets them at once.
+//! explanation, the code cell and its run statement by statement, the
+//! Python pane, ▶ play's progress and the controls' values, live, and a
+//! watcher who joins late gets them at once.
 
 mod chromium;
 
@@ -17,6 +18,8 @@ const SEEN: &str = "JSON.stringify([
     document.getElementById('code').textContent,
     document.getElementById('batch').value,
     document.getElementById('amp').value,
+    [...document.querySelectorAll('#cell-steps li')].map(li => li.dataset.state + ': ' + li.textContent),
+    document.querySelector('.loss')?.hidden ? '' : document.querySelector('.loss')?.textContent,
 ])";
 
 async fn seen(page: &Page) -> String {
@@ -69,6 +72,39 @@ async fn watchers_mirror_the_lesson_the_code_and_the_controls() {
     press(&presenter, "lesson-do").await;
     mirrors(&presenter, &watcher).await;
     assert!(seen(&watcher).await.contains("step 4 of 8"));
+    // The cell's run, statement by statement with what each printed.
+    type_code(
+        &presenter,
+        "import torch\nx = torch.zeros(1024, 1024, device='cuda')\nprint('held', torch.cuda.memory_allocated())\n",
+    )
+    .await;
+    click(&presenter, "cell-run").await;
+    until(
+        &presenter,
+        "document.getElementById('cell-step-2')?.dataset.state === 'done'",
+    )
+    .await;
+    mirrors(&presenter, &watcher).await;
+    let shown = seen(&watcher).await;
+    assert!(
+        shown.contains("done: ✓2x = torch.zeros(1024, 1024, device='cuda')allocated 4.00 MiB"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("done: ✓3print('held', torch.cuda.memory_allocated())held 4194304"),
+        "{shown}"
+    );
+    // ▶ play's progress.
+    click(&presenter, "btn-build").await;
+    set_input(&presenter, "steps", "3").await;
+    click(&presenter, "btn-play").await;
+    until(
+        &presenter,
+        "document.querySelector('.loss')?.textContent.includes('3 of 3')",
+    )
+    .await;
+    mirrors(&presenter, &watcher).await;
+    assert!(seen(&watcher).await.contains("3 of 3"));
     for page in [presenter, watcher, late] {
         page.close().await.unwrap();
     }

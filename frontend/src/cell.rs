@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use vramlab_shared::advice::Run;
 use vramlab_shared::command::{parse_line, Command, CommandLine, RestartSettings};
 use vramlab_shared::explain;
-use vramlab_shared::protocol::StepRecord;
+use vramlab_shared::protocol::{StatementView, StepRecord};
 use vramlab_shared::types::Framework;
 use vramlab_shared::Stats;
 
@@ -328,6 +328,75 @@ impl CellState {
                 "The session refused this statement's command: {why}"
             ))
         });
+    }
+
+    /// The presenter's statements, on a watcher's page.
+    pub fn mirror(&self, statements: &[StatementView]) {
+        let text = self.source.get_untracked();
+        let lines: Vec<&str> = text.lines().collect();
+        let steps = statements
+            .iter()
+            .map(|v| CellStep {
+                lines: v.lines,
+                source: lines
+                    .get(v.lines.0.saturating_sub(1)..v.lines.1.min(lines.len()))
+                    .map(|l| l.join("\n"))
+                    .unwrap_or_default(),
+                state: match v.state.as_str() {
+                    "running" => StepState::Running,
+                    "done" => StepState::Done,
+                    "failed" => StepState::Failed(v.why.clone()),
+                    _ => StepState::Waiting,
+                },
+                output: v.output.clone(),
+                errors: v.errors.clone(),
+                before: None,
+                after: v.allocated.map(|allocated_bytes| Stats {
+                    allocated_bytes,
+                    ..Default::default()
+                }),
+                commands: Vec::new(),
+                last: None,
+                pending: 0,
+                ended: true,
+            })
+            .collect();
+        self.steps.set(steps);
+    }
+
+    /// The statements as a watcher is sent them (the newest 200, each
+    /// one's last 2,000 characters of output).
+    pub fn view(&self) -> Vec<StatementView> {
+        const STATEMENTS: usize = 200;
+        const OUTPUT: usize = 2000;
+        let tail = |s: &str| {
+            let at = s.len().saturating_sub(OUTPUT);
+            let at = (at..=s.len())
+                .find(|&i| s.is_char_boundary(i))
+                .unwrap_or(s.len());
+            s[at..].to_string()
+        };
+        self.steps.with_untracked(|steps| {
+            steps[steps.len().saturating_sub(STATEMENTS)..]
+                .iter()
+                .map(|s| {
+                    let (state, why) = match &s.state {
+                        StepState::Waiting => ("waiting", ""),
+                        StepState::Running => ("running", ""),
+                        StepState::Done => ("done", ""),
+                        StepState::Failed(why) => ("failed", why.as_str()),
+                    };
+                    StatementView {
+                        lines: s.lines,
+                        state: state.into(),
+                        output: tail(&s.output),
+                        errors: tail(&s.errors),
+                        why: tail(why),
+                        allocated: s.after.as_ref().map(|a| a.allocated_bytes),
+                    }
+                })
+                .collect()
+        })
     }
 
     /// A button's line joins the cell as a statement that has run.

@@ -1,5 +1,6 @@
 //! Watchers see what the presenter sees: the owner's page sends its lesson
-//! step, code cell, explanation and control values (200 ms after the last
+//! step, code cell and how far its run is, the Python pane, ▶ play's
+//! progress, the explanation and the control values (200 ms after the last
 //! change), and a watcher's page shows them. The numbers, the timeline and
 //! the segment map already come to every client from the session.
 
@@ -7,7 +8,7 @@ use crate::state::{App, Explanation, LessonRun};
 use leptos::prelude::*;
 use std::collections::BTreeMap;
 use std::time::Duration;
-use vramlab_shared::protocol::{ClientMessage, ExplanationView, PresenterView};
+use vramlab_shared::protocol::{ClientMessage, ExplanationView, PlayView, PresenterView};
 use wasm_bindgen::JsCast;
 
 /// The pause after the last change before the view is sent.
@@ -86,6 +87,12 @@ fn view(app: App) -> PresenterView {
         controls: vramlab_shared::collections::map_of(
             controls().iter().filter_map(|e| Some((key(e), value(e)?))),
         ),
+        statements: app.cell.view(),
+        play: (app.play.total.get_untracked() > 0).then(|| PlayView {
+            done: app.play.done.get_untracked(),
+            total: app.play.total.get_untracked(),
+            losses: app.play.losses.get_untracked(),
+        }),
     }
 }
 
@@ -96,6 +103,8 @@ pub fn follow(app: App) {
     Effect::new(move |_| {
         app.lesson.track();
         app.cell.source.track();
+        app.cell.steps.track();
+        app.play.done.track();
         app.outbox.code.track();
         app.memory.results.track();
         app.display.control_edits.track();
@@ -134,6 +143,10 @@ fn show(app: App, view: PresenterView) {
             ..LessonRun::at(index, step)
         }));
     app.cell.source.set(view.cell);
+    app.cell.mirror(&view.statements);
+    if let Some(p) = view.play {
+        app.play.mirror(p.done, p.total, p.losses);
+    }
     app.outbox.code.set(view.code);
     if let Some(e) = view.explanation {
         app.words.explanation.set(Some(Explanation::mirrored(e)));

@@ -63,6 +63,14 @@ impl Play {
         self.due.update(|n| *n += 1);
     }
 
+    /// The presenter's run, on a watcher's page (nothing is sent here).
+    pub fn mirror(&self, done: u64, total: u64, losses: Vec<f64>) {
+        self.total.set(total);
+        self.done.set(done);
+        self.shape_only.set(losses.is_empty() && done > 0);
+        self.losses.set(losses);
+    }
+
     pub fn stop(&self) {
         self.left.set(0);
     }

@@ -107,6 +107,34 @@ pub struct PresenterView {
     /// Each control's value, by its element id.
     #[serde(default)]
     pub controls: std::collections::BTreeMap<String, String>,
+    /// The code cell's statements as its run has reached them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub statements: Vec<StatementView>,
+    /// ▶ play: the steps done of the run's total, and the losses plotted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub play: Option<PlayView>,
+}
+
+/// A statement of the code cell: its lines, how far its run is
+/// (`waiting`, `running`, `done`, `failed`), what it printed, and the
+/// allocated bytes after it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct StatementView {
+    pub lines: (usize, usize),
+    pub state: String,
+    pub output: String,
+    pub errors: String,
+    /// Why it failed (Python's traceback, the session's refusal).
+    pub why: String,
+    pub allocated: Option<u64>,
+}
+
+/// ▶ play's run: steps done of `total`, and each step's loss.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PlayView {
+    pub done: u64,
+    pub total: u64,
+    pub losses: Vec<f64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -127,6 +155,35 @@ impl<'de> Deserialize<'de> for PresenterView {
                 code: f.take_or("code", Vec::new())?,
                 explanation: f.take("explanation")?,
                 controls: f.take_or("controls", Default::default())?,
+                statements: f.take_or("statements", Vec::new())?,
+                play: f.take("play")?,
+            })
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for StatementView {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        crate::fields::read(d, |f| {
+            Ok(StatementView {
+                lines: f.take("lines")?,
+                state: f.take("state")?,
+                output: f.take_or("output", String::new())?,
+                errors: f.take_or("errors", String::new())?,
+                why: f.take_or("why", String::new())?,
+                allocated: f.take("allocated")?,
+            })
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for PlayView {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        crate::fields::read(d, |f| {
+            Ok(PlayView {
+                done: f.take("done")?,
+                total: f.take("total")?,
+                losses: f.take_or("losses", Vec::new())?,
             })
         })
     }

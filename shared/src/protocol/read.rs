@@ -212,6 +212,19 @@ mod tests {
                 "x = torch.empty(2**20, device='cuda')".into(),
                 "del x".into(),
             ],
+            statements: vec![StatementView {
+                lines: (1, 1),
+                state: "failed".into(),
+                output: "4194304\n".into(),
+                errors: String::new(),
+                why: "NameError: name 'x' is not defined".into(),
+                allocated: Some(4 << 20),
+            }],
+            play: Some(PlayView {
+                done: 3,
+                total: 10,
+                losses: vec![2.3, 2.1, 1.9],
+            }),
             ..Default::default()
         };
         vec![
