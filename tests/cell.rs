@@ -259,6 +259,30 @@ async fn statements_step_one_by_one_print_and_a_python_error_stops_the_run() {
             .starts_with("This statement ran 5 commands (alloc ×3, del ×2)."),
         "{looped}"
     );
+    // A loop over the server: its lines go in batches, each message one of
+    // the session's commands a second.
+    type_code(
+        &page,
+        "import torch\nfor i in range(300):\n    x = torch.empty(1024, device='cuda')\n",
+    )
+    .await;
+    let ms = js(
+        &page,
+        "new Promise(done => { const t0 = performance.now(); document.getElementById('cell-run').click();
+            const check = () => { const li = document.getElementById('cell-step-1');
+                if (li && li.dataset.state === 'done') done(performance.now() - t0);
+                else if (li && li.dataset.state === 'failed') done(-1);
+                else setTimeout(check, 5); };
+            check(); })",
+    )
+    .await;
+    let ms = ms.as_f64().unwrap();
+    assert!(
+        ms > 0.0,
+        "the loop failed: {}",
+        js(&page, "document.getElementById('cell-steps').textContent").await
+    );
+    println!("figure: server: a loop of 300 iterations (599 commands) to its numbers: {ms:.0} ms");
     // A button's line joins the cell.
     click(&page, "btn-gc").await;
     until(

@@ -565,6 +565,60 @@ async fn too_many_commands_a_second_are_refused() {
     assert!(limited >= 10, "{limited}");
 }
 
+/// A `commands` message (the code cell's lines) counts once against the
+/// session's commands a second: sixty lines in four messages all run, in
+/// order, each answered under its own id; a watcher's are refused one by
+/// one, and a batch past the most a message holds is refused whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_commands_counts_once_and_each_is_answered() {
+    let mut o = options();
+    o.limits.commands_per_second = 5;
+    let addr = start(o).await;
+    let mut c = Client::connect(&addr, "").await;
+    for batch in 0..4u64 {
+        let commands: Vec<Value> = (0..15)
+            .map(|i| json!({"cmd":"alloc","name":format!("t{}", batch * 15 + i),"bytes":1024}))
+            .collect();
+        c.send(json!({"type":"commands","first_id":batch * 15,"commands":commands}))
+            .await;
+    }
+    let mut ids = Vec::new();
+    while ids.len() < 60 {
+        let m = c.recv().await;
+        assert_ne!(m["type"], "error", "{m}");
+        if m["type"] == "result" {
+            assert_eq!(m["ok"], true, "{m}");
+            ids.push(m["id"].as_u64().unwrap());
+        }
+    }
+    assert_eq!(ids, (0..60).collect::<Vec<_>>());
+    let too_many: Vec<Value> = (0..65).map(|_| json!({"cmd":"gc"})).collect();
+    c.send(json!({"type":"commands","first_id":100,"commands":too_many}))
+        .await;
+    let m = c.recv_type("error").await;
+    assert_eq!(m["error"]["kind"], "bad_message", "{m}");
+    assert!(
+        m["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("1 to 64 commands"),
+        "{m}"
+    );
+    let watch = c.hello["watch_id"].as_str().unwrap().to_string();
+    let mut watcher = Client::connect(&addr, &format!("?watch={watch}")).await;
+    watcher
+        .send(json!({"type":"commands","first_id":7,"commands":[{"cmd":"gc"},{"cmd":"gc"}]}))
+        .await;
+    for id in [7, 8] {
+        let m = watcher.recv_type("error").await;
+        assert_eq!(
+            (m["id"].as_u64(), &m["error"]["kind"]),
+            (Some(id), &json!("read_only")),
+            "{m}"
+        );
+    }
+}
+
 /// A watcher asking for snapshots as fast as it can spends the watchers'
 /// budget, not the owner's: the owner's commands still run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

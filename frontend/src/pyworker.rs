@@ -153,16 +153,23 @@ pub fn drain(app: App) {
         h.as_ref()
             .map_or(50.0, |h| f64::from(h.limits.commands_per_second.max(1)))
     });
-    while cell.queued() > 0 && app.pending_ids().len() < IN_FLIGHT {
+    loop {
+        let room = IN_FLIGHT.saturating_sub(app.pending_ids().len());
+        if cell.queued() == 0 || room == 0 {
+            return;
+        }
         if let Err(wait_ms) = BUCKET.with(|b| b.borrow_mut().take(rate, crate::clock::now_ms())) {
             later(app, wait_ms);
             return;
         }
-        let Some((i, line)) = cell.next_line() else {
-            return;
-        };
-        if let Some(id) = app.submit(line) {
-            cell.sent(Some(i), id);
+        // One message for the lines that fit: it counts once against the
+        // session's commands a second.
+        let lines: Vec<_> = std::iter::from_fn(|| cell.next_line()).take(room).collect();
+        let (steps, lines): (Vec<usize>, Vec<_>) = lines.into_iter().unzip();
+        for (i, id) in steps.into_iter().zip(app.submit_batch(lines)) {
+            if let Some(id) = id {
+                cell.sent(Some(i), id);
+            }
         }
     }
 }

@@ -258,18 +258,54 @@ impl App {
         let command = line.command.clone().ok()?;
         let id = self.outbox.next_id.get_untracked();
         self.outbox.next_id.set(id + 1);
-        if socket::is_page() {
-            crate::moving::ran(id, &line);
-        }
-        let before = self.memory.stats.get_untracked().unwrap_or_default();
-        self.outbox
-            .pending
-            .update(|p| _ = p.insert(id, Pending { command, before }));
+        self.pend(id, &line, command);
         socket::send(&ClientMessage::Command {
             id,
             command: Box::new(line),
         });
         Some(id)
+    }
+
+    /// Sends several parsed lines in one message (the cell's lines as
+    /// Python ran them), each written into the Python pane; their ids, in
+    /// order (none for a line that is not a command: it is not sent).
+    pub fn submit_batch(&self, lines: Vec<CommandLine>) -> Vec<Option<u64>> {
+        let first_id = self.outbox.next_id.get_untracked();
+        let mut ids = Vec::with_capacity(lines.len());
+        let mut sent = Vec::with_capacity(lines.len());
+        for line in lines {
+            let Ok(command) = line.command.clone() else {
+                ids.push(None);
+                continue;
+            };
+            let id = first_id + sent.len() as u64;
+            let code = python::code(&command, self.framework());
+            self.outbox.code.update(|c| c.push(code));
+            self.pend(id, &line, command);
+            ids.push(Some(id));
+            sent.push(line);
+        }
+        if sent.is_empty() {
+            return ids;
+        }
+        self.outbox.next_id.set(first_id + sent.len() as u64);
+        socket::send(&ClientMessage::Commands {
+            first_id,
+            commands: sent,
+        });
+        ids
+    }
+
+    /// Command `id` goes out now: it waits for its result (and the page's
+    /// engine keeps its line, for a move to the server).
+    fn pend(&self, id: u64, line: &CommandLine, command: Command) {
+        if socket::is_page() {
+            crate::moving::ran(id, line);
+        }
+        let before = self.memory.stats.get_untracked().unwrap_or_default();
+        self.outbox
+            .pending
+            .update(|p| _ = p.insert(id, Pending { command, before }));
     }
 
     /// The commands sent and not yet answered.

@@ -16,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
 use std::sync::Arc;
+use vramlab_shared::command::CommandLine;
 use vramlab_shared::protocol::{
     local::event_batch, parse_client_message, ClientMessage, ConnectionError, ConnectionErrorKind,
     Role, ServerMessage, SNAPSHOT_EVENTS,
@@ -161,8 +162,11 @@ async fn connection(socket: WebSocket, query: WsQuery, state: AppState, who: Who
                     Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
                     Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
                 };
-                if let Some(reply) = handle(&text, max, role, &session, &mut client, &state) {
+                for reply in handle(&text, max, role, &session, &mut client, &state) {
                     ok = send(&mut sink, &reply).await;
+                    if !ok {
+                        break;
+                    }
                 }
             }
             out = attachment.outbox.recv() => match out {
@@ -317,7 +321,8 @@ fn message_id(text: &str) -> Option<u64> {
         .as_u64()
 }
 
-/// Handles one client message; returns the direct reply, if any.
+/// Handles one client message; returns the direct replies (a batch of
+/// commands may have one for each of its commands).
 fn handle(
     text: &str,
     max: usize,
@@ -325,27 +330,27 @@ fn handle(
     session: &Session,
     client: &mut ClientState,
     state: &AppState,
-) -> Option<Wire> {
+) -> Vec<Wire> {
     if text.len() > max {
         Metrics::inc(&state.sessions.metrics.refused.too_large);
-        return Some(error_msg(
+        return vec![error_msg(
             None,
             ConnectionErrorKind::TooLarge,
             format!(
                 "a message of {} bytes exceeds the limit of {max} bytes",
                 text.len()
             ),
-        ));
+        )];
     }
     let msg = match parse_client_message(text) {
         Ok(m) => m,
         Err(e) => {
             // The id, when the message has one, lets the client match it.
             let id = message_id(text);
-            return Some(wire(&ServerMessage::Error { id, error: e }));
+            return vec![wire(&ServerMessage::Error { id, error: e })];
         }
     };
-    match msg {
+    let reply = match msg {
         ClientMessage::Ping { nonce } => Some(wire(&ServerMessage::Pong { nonce })),
         ClientMessage::Subscribe {} => {
             client.subscribed = true;
@@ -369,6 +374,11 @@ fn handle(
         ClientMessage::Snapshot {} => Some(client.full_snapshot(session)),
         ClientMessage::ExportSnapshot {} => Some(export(session)),
         ClientMessage::Command { id, .. } if role == Role::Watcher => Some(read_only(Some(id))),
+        ClientMessage::Commands { first_id, commands } if role == Role::Watcher => {
+            return ids(first_id, commands.len())
+                .map(|id| read_only(Some(id)))
+                .collect()
+        }
         ClientMessage::Stop {} | ClientMessage::Presenter { .. } if role == Role::Watcher => {
             Some(read_only(None))
         }
@@ -381,26 +391,51 @@ fn handle(
             None
         }
         ClientMessage::Command { id, command } => {
-            if !session.allow(role) {
-                Metrics::inc(&state.sessions.metrics.refused.rate_limited);
-                return Some(error_msg(
-                    Some(id),
-                    ConnectionErrorKind::RateLimited,
-                    format!(
-                        "more than {} commands a second: this one was not run",
-                        state.limits.commands_per_second
-                    ),
-                ));
-            }
-            match session.submit(id, command) {
-                Ok(()) => None,
-                Err(error) => Some(wire(&ServerMessage::Error {
-                    id: Some(id),
-                    error,
-                })),
-            }
+            return submit(session, role, state, vec![(id, command)])
         }
+        ClientMessage::Commands { first_id, commands } => {
+            let numbered = ids(first_id, commands.len()).zip(commands.into_iter().map(Box::new));
+            return submit(session, role, state, numbered.collect());
+        }
+    };
+    reply.into_iter().collect()
+}
+
+/// The ids of a batch: `first`, `first + 1`, ….
+fn ids(first: u64, n: usize) -> impl Iterator<Item = u64> {
+    (0..n as u64).map(move |i| first.saturating_add(i))
+}
+
+/// Runs commands sent in one message: the message counts once against the
+/// session's commands a second; each command is queued (or refused) as if
+/// sent alone. The errors, one per command refused.
+fn submit(
+    session: &Session,
+    role: Role,
+    state: &AppState,
+    commands: Vec<(u64, Box<CommandLine>)>,
+) -> Vec<Wire> {
+    if !session.allow(role) {
+        Metrics::inc(&state.sessions.metrics.refused.rate_limited);
+        let why = format!(
+            "more than {} commands a second: this one was not run",
+            state.limits.commands_per_second
+        );
+        return commands
+            .iter()
+            .map(|(id, _)| error_msg(Some(*id), ConnectionErrorKind::RateLimited, why.clone()))
+            .collect();
     }
+    commands
+        .into_iter()
+        .filter_map(|(id, command)| {
+            let error = session.submit(id, command).err()?;
+            Some(wire(&ServerMessage::Error {
+                id: Some(id),
+                error,
+            }))
+        })
+        .collect()
 }
 
 /// The session as a PyTorch memory snapshot: its segments now and every

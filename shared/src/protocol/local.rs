@@ -147,6 +147,11 @@ impl LocalSession {
         };
         match msg {
             ClientMessage::Command { id, command } => self.run(id, &command, u64::MAX),
+            ClientMessage::Commands { first_id, commands } => {
+                for (id, command) in (first_id..).zip(&commands) {
+                    self.run(id, command, u64::MAX);
+                }
+            }
             ClientMessage::Subscribe {} => self.subscribed = true,
             ClientMessage::Unsubscribe {} => self.subscribed = false,
             ClientMessage::Snapshot {} => post(&self.full_snapshot()),

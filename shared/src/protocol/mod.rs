@@ -62,6 +62,14 @@ pub enum ClientMessage {
         /// (with the error) under its id.
         command: Box<CommandLine>,
     },
+    /// Several commands in one message (the code cell's lines as Python
+    /// runs them): their ids are `first_id`, `first_id + 1`, …; each is
+    /// answered as if sent alone, and the message counts once against the
+    /// session's commands a second. At most [`MAX_BATCH`].
+    Commands {
+        first_id: u64,
+        commands: Vec<CommandLine>,
+    },
     /// Receive live snapshots and events.
     Subscribe {},
     Unsubscribe {},
@@ -81,6 +89,9 @@ pub enum ClientMessage {
         view: Box<PresenterView>,
     },
 }
+
+/// The most commands one `commands` message holds.
+pub const MAX_BATCH: usize = 64;
 
 /// A lesson's index, the step it is at, and the last step's outcome
 /// (passed, and the words).

@@ -3,7 +3,7 @@
 //! server and the page's engine read them). By hand: serde's internally
 //! tagged enums first buffer every message into a tree of their own.
 
-use super::{ClientMessage, Hello, ServerMessage, StepRecord};
+use super::{ClientMessage, CommandLine, Hello, ServerMessage, StepRecord};
 use crate::fields::Fields;
 use crate::torch_snapshot;
 use serde::de::{Deserializer, Error as _};
@@ -34,9 +34,10 @@ impl<'de> Deserialize<'de> for ServerMessage {
 }
 
 /// Every client message's `"type"`.
-const CLIENT_TYPES: [&str; 8] = [
+const CLIENT_TYPES: [&str; 9] = [
     "command",
     "subscribe",
+    "commands",
     "unsubscribe",
     "snapshot",
     "export_snapshot",
@@ -60,6 +61,21 @@ fn read_client(mut f: Fields, kind: &str) -> Result<ClientMessage, Error> {
             let id = f.take("id")?;
             let command = f.take("command")?;
             (M::Command { id, command }, &["id", "command"])
+        }
+        "commands" => {
+            let first_id = f.take("first_id")?;
+            let commands: Vec<CommandLine> = f.take("commands")?;
+            if commands.is_empty() || commands.len() > super::MAX_BATCH {
+                return Err(Error::custom(format!(
+                    "a `commands` message holds 1 to {} commands, not {}",
+                    super::MAX_BATCH,
+                    commands.len()
+                )));
+            }
+            (
+                M::Commands { first_id, commands },
+                &["first_id", "commands"],
+            )
         }
         "subscribe" => (M::Subscribe {}, &[]),
         "unsubscribe" => (M::Unsubscribe {}, &[]),
