@@ -263,9 +263,10 @@ pub struct ServeArgs {
     /// The largest websocket message accepted, in bytes.
     #[arg(long, env = "VRAMLAB_MAX_MESSAGE_BYTES", default_value_t = 65536)]
     pub max_message_bytes: u64,
-    /// Commands (and snapshot requests) a session's owner may send per
-    /// second, all its connections together; its watchers' snapshot
-    /// requests have a budget of the same size of their own.
+    /// Command messages (one command, or a batch of up to 64 from the code
+    /// cell) and snapshot requests a session's owner may send per second,
+    /// all its connections together; its watchers' snapshot requests have
+    /// a budget of the same size of their own.
     #[arg(long, env = "VRAMLAB_COMMANDS_PER_SECOND", default_value_t = 50)]
     pub commands_per_second: u32,
     /// Commands that may wait behind a running one, per session.
