@@ -228,6 +228,12 @@ async fn statements_step_one_by_one_print_and_a_python_error_stops_the_run() {
     assert!(last[1].as_str().unwrap().contains("empty_cache"), "{last}");
     js(
         &page,
+        "document.querySelector('section.cell').scrollIntoView(); scrollBy(0, -230)",
+    )
+    .await;
+    shot_screen(&page, "cell.png").await;
+    js(
+        &page,
         "document.querySelector('#cell-step-1 button.stmt').click()",
     )
     .await;

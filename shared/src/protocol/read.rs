@@ -36,8 +36,8 @@ impl<'de> Deserialize<'de> for ServerMessage {
 /// Every client message's `"type"`.
 const CLIENT_TYPES: [&str; 9] = [
     "command",
-    "subscribe",
     "commands",
+    "subscribe",
     "unsubscribe",
     "snapshot",
     "export_snapshot",
@@ -321,7 +321,11 @@ mod tests {
         vec![
             ClientMessage::Command {
                 id: 3,
-                command: Box::new(line),
+                command: Box::new(line.clone()),
+            },
+            ClientMessage::Commands {
+                first_id: 4,
+                commands: vec![line.clone(), line],
             },
             ClientMessage::Subscribe {},
             ClientMessage::Unsubscribe {},
@@ -370,6 +374,8 @@ mod tests {
         assert!(err(r#"{"type":"stop","now":true}"#)
             .starts_with("unknown field `now`, there are no fields"));
         assert!(err("[1,2,3]").starts_with("invalid type: sequence, expected a map"));
+        assert!(err(r#"{"type":"commands","first_id":1,"commands":[]}"#)
+            .starts_with("a `commands` message holds 1 to 64 commands, not 0"));
         // A ping's nonce may be left out.
         assert_eq!(
             serde_json::from_str::<ClientMessage>(r#"{"type":"ping"}"#).unwrap(),

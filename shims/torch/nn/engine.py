@@ -120,12 +120,8 @@ class EngineModel(_vs.Owner):
 
 
 def loss_value(record):
-    """The loss the engine computed; NaN where the step ran shape-only."""
-    value = (record.get("value") or {}).get("loss")
-    if value is None:
-        _vs.note("the engine ran this step shape-only (its memory is exact, its loss not computed): .item() gives nan")
-        return float("nan")
-    return value
+    """The loss the engine computed; None where the step ran shape-only."""
+    return (record.get("value") or {}).get("loss")
 
 
 class _Named(_vs.Owner):
@@ -139,6 +135,14 @@ class Loss(Tensor):
     def __init__(self, name, record, keep):
         Tensor.__init__(self, (), torch.float32, "cuda", storage=_Named(name), requires_grad=torch.is_grad_enabled(), keep=keep)
         self._value = loss_value(record)
+
+    def item(self):
+        """The loss the engine computed; NaN, with a note, where it ran the
+        step shape-only."""
+        if self._value is None:
+            _vs.note("the engine ran this step shape-only (its memory is exact, its loss not computed): .item() gives nan")
+            return float("nan")
+        return self._value
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False):
         if not self.requires_grad:
