@@ -5,7 +5,7 @@
 //! code at once; the lines it ran go to the session, paced, and the
 //! session's results are the numbers the page shows.
 
-use crate::state::Explanation;
+use crate::explanation::Explanation;
 use leptos::prelude::*;
 use std::collections::VecDeque;
 use vramlab_shared::advice::Run;

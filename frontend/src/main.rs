@@ -7,6 +7,7 @@
 mod cell;
 mod clock;
 mod conn;
+mod explanation;
 mod files;
 mod history;
 mod keys;

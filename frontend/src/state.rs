@@ -37,26 +37,7 @@ impl Status {
     }
 }
 
-/// The explanation shown after a command.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Explanation {
-    pub moved: String,
-    pub why: String,
-    pub link: (String, String),
-    pub ok: bool,
-}
-
-impl Explanation {
-    /// The presenter's explanation, on a watcher's page.
-    pub fn mirrored(e: vramlab_shared::protocol::ExplanationView) -> Self {
-        Explanation {
-            moved: e.moved,
-            why: e.why,
-            link: e.link,
-            ok: e.ok,
-        }
-    }
-}
+pub use crate::explanation::Explanation;
 
 pub(crate) struct Pending {
     command: Command,
