@@ -33,21 +33,27 @@ fn every_snippet_runs_and_prints_what_a_gpu_prints() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
-#[test]
-fn an_uncaught_error_prints_pythons_traceback_and_fails() {
-    let dir = std::env::temp_dir().join(format!("vramlab-py-{}", std::process::id()));
+/// `vramlab python --device sim` on `source`, written to a file of its own.
+fn run_source(name: &str, source: &str) -> std::process::Output {
+    let dir = std::env::temp_dir().join(format!("vramlab-py-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("oom.py");
-    std::fs::write(
-        &file,
-        "import torch\n\ndef grow():\n    return torch.empty(1024, 1024, 1024, 64, device='cuda')\n\nprint('before')\nx = grow()\nprint('never')\n",
-    )
-    .unwrap();
+    let file = dir.join(format!("{name}.py"));
+    std::fs::write(&file, source).unwrap();
     let out = Command::new(vramlab_bin())
         .args(["python", "--device", "sim"])
         .arg(&file)
         .output()
         .unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    out
+}
+
+#[test]
+fn an_uncaught_error_prints_pythons_traceback_and_fails() {
+    let out = run_source(
+        "oom",
+        "import torch\n\ndef grow():\n    return torch.empty(1024, 1024, 1024, 64, device='cuda')\n\nprint('before')\nx = grow()\nprint('never')\n",
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "before\n");
     assert_eq!(out.status.code(), Some(1));
@@ -57,24 +63,14 @@ fn an_uncaught_error_prints_pythons_traceback_and_fails() {
         stderr.contains("torch.cuda.OutOfMemoryError: CUDA out of memory."),
         "{stderr}"
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn a_module_vramlab_has_not_runs_as_a_stand_in_with_a_note() {
-    let dir = std::env::temp_dir().join(format!("vramlab-py-missing-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("missing.py");
-    std::fs::write(
-        &file,
+    let out = run_source(
+        "missing",
         "import torch\nimport vramlab_test_logger as logger\nfrom vramlab_test_bar import bar\n\nrun = logger.init(project='demo')\nfor i in bar(range(2)):\n    x = torch.empty(1024, device='cuda')\n    run.log({'allocated': torch.cuda.memory_allocated()})\nprint(i, torch.cuda.memory_allocated())\n",
-    )
-    .unwrap();
-    let out = Command::new(vramlab_bin())
-        .args(["python", "--device", "sim"])
-        .arg(&file)
-        .output()
-        .unwrap();
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "1 4096\n", "{stderr}");
     assert!(out.status.success(), "{stderr}");
@@ -86,5 +82,4 @@ fn a_module_vramlab_has_not_runs_as_a_stand_in_with_a_note() {
             "{stderr}"
         );
     }
-    std::fs::remove_dir_all(&dir).ok();
 }

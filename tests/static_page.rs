@@ -107,15 +107,34 @@ async fn crossed(page: &Page, list: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The commands the page sent, in order, each with its id: one
+/// `command` message each, or several in a `commands` batch (the cell's).
+fn sent_commands(messages: Vec<Value>) -> Vec<(u64, Value)> {
+    let mut out = Vec::new();
+    for m in messages {
+        match m["type"].as_str() {
+            Some("command") => out.push((m["id"].as_u64().unwrap(), m["command"].clone())),
+            Some("commands") => {
+                let first = m["first_id"].as_u64().unwrap();
+                for (id, c) in (first..).zip(m["commands"].as_array().unwrap()) {
+                    out.push((id, c.clone()));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 /// Every result the page received equals `vramlab run`'s record for the
 /// command lines the page sent, in order.
 async fn same_as_vramlab_run(page: &Page) -> usize {
     let of_type = |messages: Vec<Value>, kind: &str| -> Vec<Value> {
         messages.into_iter().filter(|m| m["type"] == kind).collect()
     };
-    let lines: Vec<String> = of_type(crossed(page, "__sent").await, "command")
+    let lines: Vec<String> = sent_commands(crossed(page, "__sent").await)
         .iter()
-        .map(|m| m["command"].to_string())
+        .map(|(_, c)| c.to_string())
         .collect();
     let got = of_type(crossed(page, "__got").await, "result");
     let (expected, stderr, _) = run_stdin(&(lines.join("\n") + "\n"), &[]);
@@ -427,14 +446,13 @@ async fn same_as_stopped_loops_run(page: &Page) {
     };
     let mut lines = Vec::new();
     let mut sent = std::collections::HashSet::new();
-    for m in crossed(page, "__sent").await {
+    for (id, mut line) in sent_commands(crossed(page, "__sent").await) {
         // A command queued behind a stopped loop is sent again to the new
         // engine: it runs once.
-        if m["type"] != "command" || !sent.insert(m["id"].clone()) {
+        if !sent.insert(id) {
             continue;
         }
-        let mut line = m["command"].clone();
-        if let Some(steps) = stopped(&m["id"]) {
+        if let Some(steps) = stopped(&Value::from(id)) {
             line["steps"] = steps.into();
         }
         lines.push(line.to_string());

@@ -68,11 +68,7 @@ class Buffer(vs.Owner):
     def __init__(self, shape, dt):
         self._name = None
         name = vs.fresh_name()
-        try:
-            vs.run({"cmd": "alloc", "name": name, "shape": list(shape), "dtype": _ENGINE.get(dt.name, dt.name)})
-        except BaseException:
-            vs._live.discard(name)
-            raise
+        vs.make({"cmd": "alloc", "name": name, "shape": list(shape), "dtype": _ENGINE.get(dt.name, dt.name)})
         self._name = name
 
 

@@ -48,11 +48,7 @@ class Loss(_vs.Owner):
                "batch_size": batch, "batch": [t._name for t in self._inputs]}
         if not grad:
             cmd["no_grad"] = True
-        try:
-            record = _vs.run(cmd)
-        except BaseException:
-            _vs._live.discard(name)
-            raise
+        record = _vs.make(cmd)
         self._name = name
         self._value = (record.get("value") or {}).get("loss")
         if not grad:

@@ -30,11 +30,7 @@ class Tensor(_vs.Owner):
         cmd = {"cmd": "alloc", "name": name, "shape": list(self.shape), "dtype": self.dtype}
         if category:
             cmd["category"] = category
-        try:
-            _vs.run(cmd)
-        except BaseException:
-            _vs._live.discard(name)
-            raise
+        _vs.make(cmd)
         self._name = name
 
     def numpy(self):
@@ -160,12 +156,8 @@ class Model(_vs.Owner):
         if shape is None:
             return False
         name = _vs.fresh_name(hint)
-        try:
-            _vs.run({"cmd": "model", "name": name, "kind": "mlp", "layers": shape[0], "width": shape[1],
-                     "input_dim": shape[2], "classes": shape[3], "keras": True})
-        except BaseException:
-            _vs._live.discard(name)
-            raise
+        _vs.make({"cmd": "model", "name": name, "kind": "mlp", "layers": shape[0], "width": shape[1],
+                  "input_dim": shape[2], "classes": shape[3], "keras": True})
         self._name = name
         self.features, self.classes = shape[2], shape[3]
         return True

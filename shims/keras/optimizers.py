@@ -25,11 +25,7 @@ class Optimizer(_vs.Owner):
             cmd = {"cmd": "optimizer", "name": name, "model": model._name, "kind": self.kind}
             if self.learning_rate is not None:
                 cmd["lr"] = self.learning_rate
-            try:
-                _vs.run(cmd)
-            except BaseException:
-                _vs._live.discard(name)
-                raise
+            _vs.make(cmd)
             self._name, self.model = name, model
             model._optimizers.add(self)
         _vs.run({"cmd": "step", "optimizer": self._name})

@@ -75,11 +75,7 @@ class Storage(vs.Owner):
         cmd = {"cmd": "alloc", "name": name, "shape": list(shape), "dtype": dt.name}
         if category:
             cmd["category"] = category
-        try:
-            vs.run(cmd)
-        except BaseException:
-            vs._live.discard(name)
-            raise
+        vs.make(cmd)
         self._name = name
 
 

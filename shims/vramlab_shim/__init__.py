@@ -135,6 +135,16 @@ def fresh_name(hint=None):
     return name
 
 
+def make(cmd):
+    """Runs a command that makes the object `cmd["name"]` (a name from
+    `fresh_name`): if the engine refuses it, the name is free again."""
+    try:
+        return run(cmd)
+    except BaseException:
+        _live.discard(cmd["name"])
+        raise
+
+
 SILENT = [False]
 
 

@@ -63,11 +63,7 @@ class EngineModel(_vs.Owner):
                "input_dim": shape[2], "classes": shape[3]}
         if dtype is not None and dtype is not torch.float32:
             cmd["dtype"] = dtype.name
-        try:
-            _vs.run(cmd)
-        except BaseException:
-            _vs._live.discard(name)
-            raise
+        _vs.make(cmd)
         engine = EngineModel(name, shape, dtype or torch.float32)
         for p in module.parameters():
             p.device = torch.device("cuda", 0)

@@ -27,11 +27,7 @@ class Optimizer(_vs.Owner):
         model, self._params = _engine_of(params)
         kind = "momentum" if self.kind == "sgd" and momentum else self.kind
         name = _vs.fresh_name()
-        try:
-            _vs.run({"cmd": "optimizer", "name": name, "model": model._name, "kind": kind, "lr": lr})
-        except BaseException:
-            _vs._live.discard(name)
-            raise
+        _vs.make({"cmd": "optimizer", "name": name, "model": model._name, "kind": kind, "lr": lr})
         self._name = name
         self.model = model
         model.optimizers.append(self)
