@@ -107,13 +107,16 @@ async fn the_popular_advice_runs_in_the_cell_with_the_numbers_of_vramlab_python(
         .position(|a| a.id == "keras-clear-session")
         .unwrap();
     js(&page, &format!("(() => {{ const s = document.getElementById('advice'); s.value = '{keras}'; s.dispatchEvent(new Event('change', {{bubbles: true}})); }})()")).await;
+    // The advice's code is fetched: run it once it is in the cell (the
+    // code before it is there until then).
+    let source = serde_json::to_string(ADVICE[keras].source()).unwrap();
     until(
         &page,
-        "document.getElementById('cell-source').value.length > 0",
+        &format!("document.getElementById('cell-source').value === {source}"),
     )
     .await;
     click(&page, "cell-run").await;
-    until(&page, SETTLED).await;
+    settled(&page, "keras-clear-session again").await;
     let first = js(&page, "document.getElementById('claim-0').className").await;
     assert_eq!(first, "failed");
     browser.close().await.ok();
