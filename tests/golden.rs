@@ -410,3 +410,43 @@ fn the_gpus_kernels_losses_follow_the_cpu_interpreter() {
     }
     assert_eq!(cases, 7, "every kind's case is recorded");
 }
+
+/// The snippets of `tests/python/` run by CPython with real PyTorch and JAX
+/// on the GPU (`python-snippets.json`, by `scripts/gpu-check.sh`) printed
+/// what the shims print (their `.out`), but where the card or the release
+/// differs: the golden run's H100 and PyTorch 2.11 against the `.out`'s T4
+/// and PyTorch 2.15. TensorFlow was not installed there.
+#[test]
+fn the_snippets_print_on_a_gpu_what_the_shims_print() {
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("tests/golden/python-snippets.json")).unwrap(),
+    )
+    .unwrap();
+    // Why each of these differs on the golden machine.
+    let card_or_release = [
+        ("11-oom-message", "80 GB hold what a T4's 15 GB cannot: no out-of-memory"),
+        ("17-mem-get-info", "the card's name and size"),
+        ("20-train-step", "PyTorch 2.11 keeps each cuBLAS handle's 32 MiB workspace on an H100 (2.15 frees it per call)"),
+        ("21-adam-state", "the same: the forward's and backward's handles each keep one"),
+        ("22-dataloader", "the same"),
+        ("23-total-loss-item", "the same"),
+        ("24-total-loss-tensor", "the same"),
+        ("25-no-grad", "the same"),
+        ("31-matmul", "the same"),
+        ("35-jax-arrays", "XLA preallocates 75% of the card"),
+    ];
+    let mut compared = 0;
+    for (name, run) in golden["snippets"].as_object().unwrap() {
+        if run["exit"] != 0 || card_or_release.iter().any(|(n, _)| n == name) {
+            continue;
+        }
+        let out = std::fs::read_to_string(root().join(format!("tests/python/{name}.out"))).unwrap();
+        assert_eq!(
+            run["stdout"].as_str().unwrap(),
+            out,
+            "{name}: the GPU printed otherwise"
+        );
+        compared += 1;
+    }
+    assert!(compared >= 26, "{compared} snippets compared");
+}

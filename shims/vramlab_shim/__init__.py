@@ -222,7 +222,10 @@ class Shaped:
     def _reshaped(self, shape):
         new = reshaped(shape, self.size)
         if new is None:
-            raise ValueError("cannot reshape array of size %d into shape %s" % (self.size, tuple(shape)))
+            dims = tuple(shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
+            # numpy writes the shape without spaces: (2,2), (5,).
+            raise ValueError("cannot reshape array of size %d into shape %s"
+                             % (self.size, str(dims).replace(" ", "")))
         return new
 
 

@@ -95,8 +95,13 @@ class Module:
                 dt = a
             elif a is not None:
                 dev = a
-        if dev is not None and torch.device(dev).type == "cuda" and self._engine is None:
-            object.__setattr__(self, "_engine", EngineModel.place(self, dt))
+        if self._engine is None:
+            # On the host a module keeps the type it was given (`.half()`
+            # then `.cuda()` puts float16 parameters on the GPU).
+            dt = dt or self.__dict__.get("_host_dtype")
+            object.__setattr__(self, "_host_dtype", dt)
+            if dev is not None and torch.device(dev).type == "cuda":
+                object.__setattr__(self, "_engine", EngineModel.place(self, dt))
         return self
 
     def cuda(self, device=None):
