@@ -344,6 +344,62 @@ fn windows_replay_exactly(dir: &std::path::Path, pickle: &std::path::Path) {
     }
 }
 
+/// A recording of two GPUs replays the one that ran out of memory unless
+/// `--cuda-device` says otherwise, and lists both; fragmentation is read
+/// at that out-of-memory. A what-if too small for what a mid-run
+/// recording holds at its start says the smallest device to try.
+#[test]
+fn replay_opens_the_gpu_that_ran_out_and_says_what_a_small_what_if_needs() {
+    use vramlab_shared::torch_snapshot;
+    let dir = std::env::temp_dir().join(format!("vramlab-devices-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let one = torch_snapshot::read(&vramlab_tests::training_snapshot(4, 3)).unwrap();
+    let events = one.device_traces[0].len();
+    let two = dir.join("two.pickle");
+    let written = torch_snapshot::write_pickle(&vramlab_tests::two_gpus(&one));
+    std::fs::write(&two, written).unwrap();
+    let text = String::from_utf8(replay(&two, &[]).stdout).unwrap();
+    let lines: Vec<&str> = text.lines().take(2).collect();
+    assert_eq!(
+        lines,
+        [
+            format!(
+                "CUDA device 1: {} trace events, {} segments at the dump",
+                events + 1,
+                one.segments.len()
+            ),
+            format!(
+                "  traced devices (--cuda-device): 0 ({} events), 1 ({} events, 1 out-of-memory)",
+                events + 2,
+                events + 1
+            ),
+        ]
+    );
+    assert!(
+        text.contains(&format!("at the out-of-memory (event {events})")),
+        "{text}"
+    );
+    let text = String::from_utf8(replay(&two, &["--cuda-device", "0"]).stdout).unwrap();
+    assert!(text.starts_with("CUDA device 0:"), "{text}");
+    assert!(text.contains("at the peak allocated (event "), "{text}");
+
+    let mid = torch_snapshot::window::window(&one, 0, events / 2..events).unwrap();
+    let mid_file = dir.join("mid.pickle");
+    std::fs::write(&mid_file, torch_snapshot::write_pickle(&mid)).unwrap();
+    let out = replay(&mid_file, &["--what-if", "device_total_bytes=1048576"]);
+    assert!(!out.status.success());
+    let said = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        said.contains("live when the recording starts do not fit"),
+        "{said}"
+    );
+    assert!(
+        said.contains("on this 1 MiB device. The smallest that holds them: "),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `vramlab replay --fix`: the fragmentation lesson's recording runs
 /// through in its room with expandable segments or `max_split_size_mb`
 /// (and not with `roundup_power2_divisions`, whose rounding of the 700 MiB

@@ -228,3 +228,28 @@ pub fn python_run(source: &str) -> (String, [u64; 4]) {
     let numbers: [u64; 4] = numbers.try_into().unwrap_or_else(|_| panic!("{last}"));
     (String::from_utf8_lossy(&out.stdout).into_owned(), numbers)
 }
+
+/// `s` recorded on two GPUs: device 0 one event busier, device 1 with an
+/// out-of-memory after the same run.
+pub fn two_gpus(
+    s: &vramlab_shared::torch_snapshot::MemorySnapshot,
+) -> vramlab_shared::torch_snapshot::MemorySnapshot {
+    use vramlab_shared::torch_snapshot::{Action, TraceEntry};
+    let rows: Vec<TraceEntry> = s.device_traces[0].iter().collect();
+    let with = |extra: Vec<TraceEntry>| rows.iter().cloned().chain(extra).collect::<Vec<_>>();
+    let mut two = s.clone();
+    two.device_traces = vec![
+        with(vec![TraceEntry::new(Action::Snapshot); 2]).into(),
+        with(vec![TraceEntry {
+            size: 1 << 40,
+            ..TraceEntry::new(Action::Oom)
+        }])
+        .into(),
+    ];
+    let mut second = s.segments.clone();
+    for segment in &mut second {
+        segment.device = 1;
+    }
+    two.segments.extend(second);
+    two
+}

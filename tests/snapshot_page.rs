@@ -15,7 +15,7 @@ use vramlab_shared::framework::RestartSettings;
 use vramlab_shared::torch_snapshot::replay::{replay_exact, replay_what_if, segments_at};
 use vramlab_shared::torch_snapshot::{self, MemorySnapshot};
 use vramlab_shared::units::format_size;
-use vramlab_tests::training_snapshot;
+use vramlab_tests::{training_snapshot, two_gpus};
 
 /// Chooses `path` in the file input, as a user does in the file dialog.
 async fn choose_file(page: &Page, path: &Path) {
@@ -131,8 +131,16 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     );
     assert_eq!(
         cell(&page, 2, 1).await,
-        format_size(recorded.fragmentation_at_peak_bytes)
+        format!(
+            "{} {}",
+            format_size(recorded.fragmentation.bytes),
+            recorded.fragmentation.moment()
+        )
     );
+    assert!(recorded
+        .fragmentation
+        .moment()
+        .starts_with("at the peak allocated"));
     let at = peak_event(&native);
     until(
         &page,
@@ -283,6 +291,83 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     assert!(text(&page, "snapshot-summary")
         .await
         .contains("training.pickle"));
+
+    // A recording of two GPUs opens on the one that ran out of memory;
+    // the picker shows the other.
+    let two = dir.join("two-gpus.pickle");
+    std::fs::write(&two, torch_snapshot::write_pickle(&two_gpus(&native))).unwrap();
+    choose_file(&page, &two).await;
+    until(
+        &page,
+        "document.getElementById('snapshot-summary').textContent.includes('two-gpus.pickle')",
+    )
+    .await;
+    let picked = js(&page, "(() => { const s = document.getElementById('snapshot-device'); return [s.value, s.selectedOptions[0].textContent]; })()").await;
+    assert_eq!(
+        picked,
+        serde_json::json!([
+            "1",
+            format!("cuda:1 · {} events · 1 out of memory", events + 1)
+        ])
+    );
+    assert_eq!(cell(&page, 3, 1).await, "none here; 1 in the recording");
+    assert_eq!(
+        cell(&page, 2, 1).await,
+        format!(
+            "{} at the out-of-memory (event {events})",
+            format_size(
+                recorded.timeline[events - 1].reserved_bytes
+                    - recorded.timeline[events - 1].allocated_bytes
+            )
+        )
+    );
+    js(&page, "(() => { const s = document.getElementById('snapshot-device'); s.value = '0'; s.dispatchEvent(new Event('change', {bubbles: true})); })()").await;
+    until(&page, "document.querySelectorAll('#what-if-table tbody tr')[3].children[1].textContent === 'none'").await;
+    assert_eq!(
+        cell(&page, 2, 1).await,
+        format!(
+            "{} {}",
+            format_size(recorded.fragmentation.bytes),
+            recorded.fragmentation.moment()
+        )
+    );
+
+    // A what-if on a device too small for what a mid-run recording holds
+    // at its start: said beside the button, in MiB, with the size to try.
+    let mid = torch_snapshot::window::window(&native, 0, at..events).unwrap();
+    let mid_file = dir.join("mid-run.pickle");
+    std::fs::write(&mid_file, torch_snapshot::write_pickle(&mid)).unwrap();
+    choose_file(&page, &mid_file).await;
+    until(
+        &page,
+        "document.getElementById('snapshot-summary').textContent.includes('mid-run.pickle')",
+    )
+    .await;
+    set_input(&page, "what-if-mib", "1").await;
+    click(&page, "btn-what-if").await;
+    let said = until(
+        &page,
+        "document.getElementById('what-if-error').textContent",
+    )
+    .await;
+    let tiny = RestartSettings {
+        device_total_bytes: Some(1 << 20),
+        expandable_segments: Some(true),
+        ..Default::default()
+    };
+    let native_error = replay_what_if(&mid, 0, &tiny).unwrap_err().to_string();
+    assert_eq!(said.as_str().unwrap(), native_error);
+    let smallest: String = native_error
+        .split("holds them: ")
+        .nth(1)
+        .unwrap()
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    set_input(&page, "what-if-mib", &smallest).await;
+    click(&page, "btn-what-if").await;
+    until(&page, "document.getElementById('what-if-error').textContent === '' && document.getElementById('what-if-command').textContent.includes('device_total_bytes')").await;
+    assert_eq!(text(&page, "snapshot-error").await, "");
 
     // This session, saved as a snapshot and opened here.
     for _ in 0..3 {

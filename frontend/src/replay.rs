@@ -9,7 +9,7 @@ use std::sync::Arc;
 use vramlab_shared::framework::RestartSettings;
 use vramlab_shared::snapshot::SegmentSnapshot;
 use vramlab_shared::torch_snapshot::replay::{
-    busiest_device, export_what_if, replay_exact, replay_what_if, segments_at, thin, ReplayRun,
+    default_device, export_what_if, replay_exact, replay_what_if, segments_at, thin, ReplayRun,
     TimelinePoint,
 };
 use vramlab_shared::torch_snapshot::{self, Action, MemorySnapshot};
@@ -18,8 +18,9 @@ use vramlab_shared::torch_snapshot::{self, Action, MemorySnapshot};
 pub struct Opened {
     pub name: String,
     pub bytes: usize,
-    pub snapshot: MemorySnapshot,
-    /// The trace replayed (the busiest device's).
+    pub snapshot: Arc<MemorySnapshot>,
+    /// The trace replayed: the first with an out-of-memory, else the
+    /// busiest, until the user picks another.
     pub device: usize,
     /// The exact replay; for a recording it cannot follow exactly, the
     /// replay under its recorded settings.
@@ -56,7 +57,10 @@ pub enum Shown {
 pub struct Replays {
     pub opened: RwSignal<Option<Arc<Opened>>>,
     pub what_if: RwSignal<Option<Arc<WhatIf>>>,
+    /// Why a file did not open.
     pub error: RwSignal<Option<String>>,
+    /// Why the what-if did not run (shown beside its button).
+    pub what_if_error: RwSignal<Option<String>>,
     /// The trace event being looked at.
     pub selected: RwSignal<usize>,
     pub shown: RwSignal<Shown>,
@@ -68,6 +72,7 @@ impl Replays {
             opened: RwSignal::new(None),
             what_if: RwSignal::new(None),
             error: RwSignal::new(None),
+            what_if_error: RwSignal::new(None),
             selected: RwSignal::new(0),
             shown: RwSignal::new(Shown::Recorded),
         }
@@ -77,11 +82,36 @@ impl Replays {
     /// was open stays open.
     pub fn open(&self, name: String, bytes: &[u8]) {
         let start = now_ms();
-        match load(name, bytes) {
+        let read = torch_snapshot::read(bytes).map_err(|e| e.0);
+        let loaded = read.and_then(|snapshot| {
+            let device = default_device(&snapshot);
+            load(name, bytes.len(), Arc::new(snapshot), device)
+        });
+        self.show(loaded, start);
+    }
+
+    /// Replays another device's trace of the open file.
+    pub fn open_device(&self, device: usize) {
+        let Some(opened) = self.opened.get_untracked() else {
+            return;
+        };
+        let start = now_ms();
+        let loaded = load(
+            opened.name.clone(),
+            opened.bytes,
+            opened.snapshot.clone(),
+            device,
+        );
+        self.show(loaded, start);
+    }
+
+    fn show(&self, loaded: Result<Opened, String>, start: f64) {
+        match loaded {
             Ok(mut opened) => {
                 opened.ms = now_ms() - start;
                 self.selected.set(first_interesting(&opened));
                 self.what_if.set(None);
+                self.what_if_error.set(None);
                 self.shown.set(Shown::Recorded);
                 self.error.set(None);
                 self.opened.set(Some(Arc::new(opened)));
@@ -99,7 +129,7 @@ impl Replays {
         match replay_what_if(&opened.snapshot, opened.device, &settings) {
             Ok(run) => {
                 let chart = thin(&run.timeline);
-                self.error.set(None);
+                self.what_if_error.set(None);
                 self.what_if.set(Some(Arc::new(WhatIf {
                     settings,
                     run,
@@ -108,7 +138,11 @@ impl Replays {
                 })));
                 self.shown.set(Shown::WhatIf);
             }
-            Err(why) => self.error.set(Some(why.0)),
+            Err(why) => {
+                self.what_if.set(None);
+                self.shown.set(Shown::Recorded);
+                self.what_if_error.set(Some(why.0));
+            }
         }
     }
 
@@ -135,7 +169,7 @@ impl Replays {
                 )
             });
         if let Err(why) = saved {
-            self.error.set(Some(why));
+            self.what_if_error.set(Some(why));
         }
     }
 
@@ -151,13 +185,19 @@ impl Replays {
     }
 }
 
-fn load(name: String, bytes: &[u8]) -> Result<Opened, String> {
-    let snapshot = torch_snapshot::read(bytes).map_err(|e| e.0)?;
-    let device = busiest_device(&snapshot);
+fn load(
+    name: String,
+    bytes: usize,
+    snapshot: Arc<MemorySnapshot>,
+    device: usize,
+) -> Result<Opened, String> {
     if snapshot.trace(device).is_empty() {
-        return Err(format!(
-            "{name} holds no trace events: record with torch.cuda.memory._record_memory_history() before the run, then _dump_snapshot()"
-        ));
+        return Err(match snapshot.device_traces.len() {
+            0 | 1 => format!(
+                "{name} holds no trace events: record with torch.cuda.memory._record_memory_history() before the run, then _dump_snapshot()"
+            ),
+            _ => format!("{name} holds no trace events for CUDA device {device}"),
+        });
     }
     let (recorded, inexact) = match replay_exact(&snapshot, device) {
         Ok(run) => (run, None),
@@ -168,7 +208,7 @@ fn load(name: String, bytes: &[u8]) -> Result<Opened, String> {
     };
     Ok(Opened {
         name,
-        bytes: bytes.len(),
+        bytes,
         chart: thin(&recorded.timeline),
         snapshot,
         device,

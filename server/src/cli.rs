@@ -91,7 +91,8 @@ pub struct DiffArgs {
     pub a: PathBuf,
     /// The second.
     pub b: PathBuf,
-    /// Which CUDA device's trace of each (default: each one's busiest).
+    /// Which CUDA device's trace of each (default: each one's first with an
+    /// out-of-memory, else its busiest).
     #[arg(long = "cuda-device")]
     pub cuda_device: Option<usize>,
     /// Print the comparison as one JSON object (both peaks with their
@@ -114,7 +115,8 @@ pub struct ReplayArgs {
     /// recorded settings on it.
     #[arg(long)]
     pub gpu: Option<String>,
-    /// Which CUDA device's trace (default: the one with the most events).
+    /// Which CUDA device's trace (default: the first with an
+    /// out-of-memory, else the one with the most events).
     #[arg(long = "cuda-device")]
     pub cuda_device: Option<usize>,
     /// Print one JSON record per trace event of the exact replay, then one

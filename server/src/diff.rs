@@ -6,7 +6,7 @@ use crate::cli::DiffArgs;
 use std::io::Write;
 use std::process::ExitCode;
 use vramlab_shared::torch_snapshot::diff::{diff, FrameDelta};
-use vramlab_shared::torch_snapshot::replay::busiest_device;
+use vramlab_shared::torch_snapshot::replay::default_device;
 use vramlab_shared::torch_snapshot::{self, MemorySnapshot};
 use vramlab_shared::units::format_size;
 
@@ -19,7 +19,7 @@ pub fn diff_files(args: &DiffArgs, out: &mut impl Write) -> anyhow::Result<ExitC
             torch_snapshot::read(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let device = args
             .cuda_device
-            .unwrap_or_else(|| busiest_device(&snapshot));
+            .unwrap_or_else(|| default_device(&snapshot));
         Ok((snapshot, device))
     };
     let (a, b) = (read(&args.a)?, read(&args.b)?);

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use vramlab_shared::framework::RestartSettings;
 use vramlab_shared::torch_snapshot::fix::{search_fix, FixReport};
 use vramlab_shared::torch_snapshot::replay::{
-    busiest_device, export_what_if, replay_exact, replay_what_if, ReplayRun,
+    default_device, export_what_if, recorded_ooms, replay_exact, replay_what_if, ReplayRun,
 };
 use vramlab_shared::torch_snapshot::what_if::parse_what_if;
 use vramlab_shared::torch_snapshot::window::{around_peak, window};
@@ -25,7 +25,7 @@ pub fn replay_file(args: &ReplayArgs, out: &mut impl Write) -> anyhow::Result<Ex
     let snapshot = torch_snapshot::read(&bytes)?;
     let device = args
         .cuda_device
-        .unwrap_or_else(|| busiest_device(&snapshot));
+        .unwrap_or_else(|| default_device(&snapshot));
     if device >= snapshot.device_traces.len().max(1) {
         anyhow::bail!("the snapshot has no trace for CUDA device {device}");
     }
@@ -138,6 +138,13 @@ fn write_summary(
             .filter(|s| s.device as usize == device)
             .count()
     )?;
+    if snapshot.device_traces.len() > 1 {
+        writeln!(
+            out,
+            "  traced devices (--cuda-device): {}",
+            devices(snapshot)
+        )?;
+    }
     match exact {
         Ok(run) => {
             let verdict = match &run.first_difference {
@@ -177,12 +184,27 @@ fn write_summary(
     Ok(())
 }
 
+/// The devices with events: "0 (6445 events), 1 (596 events, 1
+/// out-of-memory), …".
+fn devices(snapshot: &MemorySnapshot) -> String {
+    let device = |d: usize| {
+        let events = snapshot.trace(d).len();
+        match recorded_ooms(snapshot, d) {
+            0 => format!("{d} ({events} events)"),
+            n => format!("{d} ({events} events, {n} out-of-memory)"),
+        }
+    };
+    let traced = (0..snapshot.device_traces.len()).filter(|&d| !snapshot.trace(d).is_empty());
+    traced.map(device).collect::<Vec<_>>().join(", ")
+}
+
 fn figures(run: &ReplayRun) -> String {
     format!(
-        "peak reserved {}, peak allocated {}, reserved but unallocated at the reserved peak {}",
+        "peak reserved {}, peak allocated {}, reserved but unallocated {} {}",
         format_size(run.peak_reserved_bytes),
         format_size(run.peak_allocated_bytes),
-        format_size(run.fragmentation_at_peak_bytes)
+        run.fragmentation.moment(),
+        format_size(run.fragmentation.bytes)
     )
 }
 
@@ -213,7 +235,7 @@ fn write_json(
         serde_json::json!({
             "peak_reserved_bytes": run.peak_reserved_bytes,
             "peak_allocated_bytes": run.peak_allocated_bytes,
-            "fragmentation_at_peak_bytes": run.fragmentation_at_peak_bytes,
+            "fragmentation": run.fragmentation,
             "ooms": run.ooms,
         })
     };

@@ -10,6 +10,7 @@ use crate::state::App;
 use leptos::prelude::*;
 use vramlab_shared::framework::RestartSettings;
 use vramlab_shared::gpu::GpuModel;
+use vramlab_shared::torch_snapshot::replay::recorded_ooms;
 use vramlab_shared::torch_snapshot::replay::ReplayRun;
 use vramlab_shared::torch_snapshot::what_if::describe_what_if;
 use vramlab_shared::torch_snapshot::MAX_FILE_BYTES;
@@ -79,23 +80,56 @@ fn Summary(opened: std::sync::Arc<Opened>, r: Replays) -> impl IntoView {
         ),
         (None, _, None) => String::new(),
     };
-    let devices = opened.snapshot.device_traces.len();
     view! {
         <p id="snapshot-summary" class="summary" class:exact=run.exact == Some(true)>
             <b>{opened.name.clone()}</b>
             {format!(
-                " · {} · {} events (device {} of {devices}) · {} segments at the dump",
+                " · {} · {} events · {} segments at the dump",
                 format_size(opened.bytes as u64),
                 run.events,
-                opened.device,
                 opened.snapshot.segments.len()
             )}
+            <DevicePicker opened=opened.clone() r=r />
             " · read and replayed in "<span id="snapshot-ms">{format!("{:.0}", opened.ms)}</span>" ms"
             <br />
             <span id="snapshot-verdict">{verdict}</span>
         </p>
         <Comparison r=r />
     }
+}
+
+/// Which GPU's trace: every traced device, with its events and
+/// out-of-memory errors (a recording of several GPUs opens on the one that
+/// ran out).
+#[component]
+fn DevicePicker(opened: std::sync::Arc<Opened>, r: Replays) -> impl IntoView {
+    let snapshot = &opened.snapshot;
+    if snapshot.device_traces.len() < 2 {
+        return None;
+    }
+    let options = (0..snapshot.device_traces.len())
+        .map(|d| {
+            let events = snapshot.trace(d).len();
+            let label = match recorded_ooms(snapshot, d) {
+                0 => format!("cuda:{d} · {events} events"),
+                n => format!("cuda:{d} · {events} events · {n} out of memory"),
+            };
+            view! { <option value=d.to_string() selected=d == opened.device disabled=events == 0>{label}</option> }
+        })
+        .collect::<Vec<_>>();
+    Some(view! {
+        " · "
+        <label>"device "
+            <select id="snapshot-device"
+                on:change=move |e| {
+                    if let Ok(d) = event_target_value(&e).parse() {
+                        r.open_device(d);
+                    }
+                }>
+                {options}
+            </select>
+        </label>
+    })
 }
 
 fn ooms(run: &ReplayRun) -> String {
@@ -125,8 +159,14 @@ fn Comparison(r: Replays) -> impl IntoView {
                 cell(&|run| format_size(run.peak_allocated_bytes)),
             ),
             (
-                "fragmentation at the peak (reserved − allocated)",
-                cell(&|run| format_size(run.fragmentation_at_peak_bytes)),
+                "fragmentation (reserved − allocated)",
+                cell(&|run| {
+                    format!(
+                        "{} {}",
+                        format_size(run.fragmentation.bytes),
+                        run.fragmentation.moment()
+                    )
+                }),
             ),
             ("out of memory", cell(&ooms)),
         ])
@@ -210,6 +250,7 @@ fn WhatIfForm(opened: std::sync::Arc<Opened>, r: Replays) -> impl IntoView {
             <button id="btn-export-what-if" disabled=move || r.what_if.get().is_none()
                 title="The what-if run as a snapshot that pytorch.org/memory_viz opens"
                 on:click=move |_| r.save_what_if()>"save the what-if as a snapshot"</button>
+            <p id="what-if-error" class="outcome bad" role="alert">{move || r.what_if_error.get()}</p>
             <p class="cli"><code id="what-if-command">{command}</code>
                 {move || r.what_if.get().map(|w| format!(" · replayed in {:.0} ms", w.ms))}</p>
         </fieldset>

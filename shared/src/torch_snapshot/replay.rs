@@ -15,7 +15,7 @@
 //! (an `empty_cache()` call) empties the cache there too.
 
 use super::format::{user_frame, Action, MemorySnapshot, TraceEntry};
-use super::initial::initial_state;
+use super::initial::{initial_state, InitialState};
 use super::trace::Trace;
 use super::SnapshotError;
 use crate::alloc::roundup::RoundupDivisions;
@@ -24,7 +24,7 @@ use crate::device::{SimDevice, SimDeviceConfig};
 use crate::framework::{RestartSettings, Settings};
 use crate::snapshot::{BlockSnapshot, SegmentSnapshot};
 use crate::types::Framework;
-use crate::units::{format_size, GIB};
+use crate::units::{format_size, GIB, MIB};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -65,6 +65,30 @@ pub struct TimelinePoint {
     pub reserved_bytes: u64,
 }
 
+/// When fragmentation is measured: at the run's first out-of-memory (the
+/// recorded one in an exact replay, the run's own in a what-if), else where
+/// allocated memory peaked. (Where reserved peaks says little: a recording
+/// that starts mid-run peaks in reserved at its first event, with the
+/// cache the run before it left.)
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fragmentation {
+    /// Reserved minus allocated.
+    pub bytes: u64,
+    pub event: usize,
+    /// At an out-of-memory; otherwise at the peak allocated.
+    pub at_oom: bool,
+}
+
+impl Fragmentation {
+    /// "at the out-of-memory (event 12)".
+    pub fn moment(&self) -> String {
+        match self.at_oom {
+            true => format!("at the out-of-memory (event {})", self.event),
+            false => format!("at the peak allocated (event {})", self.event),
+        }
+    }
+}
+
 /// One replay's outcome.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ReplayRun {
@@ -75,8 +99,8 @@ pub struct ReplayRun {
     pub first_difference: Option<Difference>,
     pub peak_reserved_bytes: u64,
     pub peak_allocated_bytes: u64,
-    /// Reserved minus allocated when reserved peaked.
-    pub fragmentation_at_peak_bytes: u64,
+    /// Reserved but not allocated at the moment that matters.
+    pub fragmentation: Fragmentation,
     /// Out-of-memory errors the recording itself shows.
     pub recorded_ooms: usize,
     pub ooms: Vec<ReplayOom>,
@@ -118,6 +142,22 @@ pub fn busiest_device(snapshot: &MemorySnapshot) -> usize {
     (0..snapshot.device_traces.len())
         .max_by_key(|&d| (snapshot.device_traces[d].len(), usize::MAX - d))
         .unwrap_or(0)
+}
+
+/// Out-of-memory events in one device's trace.
+pub fn recorded_ooms(snapshot: &MemorySnapshot, device: usize) -> usize {
+    let trace = snapshot.trace(device);
+    (0..trace.len())
+        .filter(|&i| trace.action(i) == Action::Oom)
+        .count()
+}
+
+/// The device to look at first: the first whose trace shows an
+/// out-of-memory (what the user came for), else the busiest.
+pub fn default_device(snapshot: &MemorySnapshot) -> usize {
+    (0..snapshot.device_traces.len())
+        .find(|&d| recorded_ooms(snapshot, d) > 0)
+        .unwrap_or_else(|| busiest_device(snapshot))
 }
 
 /// Replays `device`'s trace exactly as recorded.
@@ -170,18 +210,73 @@ fn uses_expandable_segments(snapshot: &MemorySnapshot) -> bool {
 /// Replays `device`'s trace under the recorded settings changed by
 /// `what_if` (a `restart` command's fields: `expandable_segments`,
 /// `max_split_size_mb`, `gpu`, …).
+///
+/// When what was live at the recording's start does not fit the chosen
+/// device, the error says how much was live and the smallest device (in
+/// MiB, with the same CUDA context) that holds it.
 pub fn replay_what_if(
     snapshot: &MemorySnapshot,
     device: usize,
     what_if: &RestartSettings,
 ) -> Result<ReplayRun, SnapshotError> {
-    Replay::new(
-        snapshot,
-        device,
-        what_if_settings(snapshot, what_if)?,
-        false,
-    )?
-    .run()
+    let settings = what_if_settings(snapshot, what_if)?;
+    let state = initial_state(snapshot, device)?;
+    let mut replay = Replay::bare(snapshot, device, settings.clone(), false);
+    if let Err(refused) = replay.seed_live(&state) {
+        let smallest = smallest_device_mib(snapshot, device, &settings, &state);
+        let context = match settings.context_bytes {
+            0 => String::new(),
+            c => format!(" with its {} CUDA context", format_size(c)),
+        };
+        return Err(SnapshotError(format!(
+            "{} on this {} device{context}. The smallest that holds them: {smallest} MiB; try at least that, or a larger GPU",
+            refused.message(),
+            format_mib(settings.device_total_bytes),
+        )));
+    }
+    Replay::new(snapshot, device, settings, false)?.run()
+}
+
+/// "3815 MiB", as the what-if's field takes it.
+fn format_mib(bytes: u64) -> String {
+    format!("{} MiB", bytes / MIB)
+}
+
+/// The fewest MiB of device memory in which the state at the trace's
+/// start can be allocated anew under `settings`.
+fn smallest_device_mib(
+    snapshot: &MemorySnapshot,
+    device: usize,
+    settings: &Settings,
+    state: &InitialState,
+) -> String {
+    let fits = |mib: u64| {
+        let mut s = settings.clone();
+        s.device_total_bytes = mib * MIB;
+        Replay::bare(snapshot, device, s, false)
+            .seed_live(state)
+            .is_ok()
+    };
+    let (mut low, mut high) = (
+        settings.device_total_bytes / MIB,
+        settings.device_total_bytes / MIB,
+    );
+    while !fits(high) {
+        low = high;
+        high = high.saturating_mul(2).max(1);
+        if high >= UNBOUNDED / MIB {
+            return "more than 1 PiB".into();
+        }
+    }
+    // `low` does not fit, `high` does.
+    while high - low > 1 {
+        let mid = low + (high - low) / 2;
+        match fits(mid) {
+            true => high = mid,
+            false => low = mid,
+        }
+    }
+    high.to_string()
 }
 
 /// The recorded settings changed by `what_if` (a PyTorch recording's).
@@ -218,7 +313,7 @@ pub(super) struct Replay<'a> {
     released_since: bool,
     out: ReplayRun,
     drained: Vec<TraceEvent>,
-    reserved_peak: u64,
+    allocated_peak: u64,
 }
 
 impl<'a> Replay<'a> {
@@ -228,6 +323,18 @@ impl<'a> Replay<'a> {
         settings: Settings,
         exact: bool,
     ) -> Result<Self, SnapshotError> {
+        let mut replay = Self::bare(snapshot, device_index, settings, exact);
+        replay.seed(&initial_state(snapshot, device_index)?)?;
+        Ok(replay)
+    }
+
+    /// A replay on an empty device, its start not yet rebuilt.
+    fn bare(
+        snapshot: &'a MemorySnapshot,
+        device_index: usize,
+        settings: Settings,
+        exact: bool,
+    ) -> Self {
         let trace = snapshot.trace(device_index);
         let device = SimDevice::new(SimDeviceConfig {
             total_bytes: settings.device_total_bytes,
@@ -243,13 +350,13 @@ impl<'a> Replay<'a> {
             first_difference: None,
             peak_reserved_bytes: 0,
             peak_allocated_bytes: 0,
-            fragmentation_at_peak_bytes: 0,
+            fragmentation: Fragmentation::default(),
             recorded_ooms: 0,
             ooms: Vec::new(),
             timeline: Vec::with_capacity(trace.len()),
             segments: Vec::new(),
         };
-        let mut replay = Replay {
+        Replay {
             trace,
             exact,
             device,
@@ -260,10 +367,8 @@ impl<'a> Replay<'a> {
             released_since: false,
             out,
             drained: Vec::new(),
-            reserved_peak: 0,
-        };
-        replay.seed(&initial_state(snapshot, device_index)?)?;
-        Ok(replay)
+            allocated_peak: 0,
+        }
     }
 
     pub(super) fn run(mut self) -> Result<ReplayRun, SnapshotError> {
@@ -319,7 +424,12 @@ impl<'a> Replay<'a> {
             Action::SegmentFree => self.segment_free(index, e),
             Action::SegmentUnmap if self.exact => self.unmap(index, e),
             Action::SegmentUnmap => self.released_since = true,
-            Action::Oom => self.out.recorded_ooms += 1,
+            Action::Oom => {
+                self.out.recorded_ooms += 1;
+                if self.exact {
+                    self.at_oom(index);
+                }
+            }
             Action::FreeRequested | Action::Snapshot | Action::Other(_) => {}
         }
     }
@@ -347,7 +457,9 @@ impl<'a> Replay<'a> {
                 self.blocks.insert(e.addr, (id, Some(index)));
             }
             Ok(None) => {}
-            Err(AllocError::OutOfMemory(oom)) => self.out.ooms.push(ReplayOom {
+            Err(AllocError::OutOfMemory(oom)) => {
+                self.at_oom(index);
+                self.out.ooms.push(ReplayOom {
                 event: index,
                 requested_bytes: e.size,
                 message: format!(
@@ -356,12 +468,16 @@ impl<'a> Replay<'a> {
                     format_size(oom.reserved),
                     format_size(oom.allocated)
                 ),
-            }),
-            Err(AllocError::Driver(message)) => self.out.ooms.push(ReplayOom {
-                event: index,
-                requested_bytes: e.size,
-                message,
-            }),
+                })
+            }
+            Err(AllocError::Driver(message)) => {
+                self.at_oom(index);
+                self.out.ooms.push(ReplayOom {
+                    event: index,
+                    requested_bytes: e.size,
+                    message,
+                })
+            }
         }
         if self.exact {
             self.check_alloc(index, e);
@@ -503,12 +619,30 @@ impl<'a> Replay<'a> {
         }
     }
 
+    /// Measures fragmentation at the run's first out-of-memory.
+    fn at_oom(&mut self, event: usize) {
+        if self.out.fragmentation.at_oom {
+            return;
+        }
+        let s = self.process.allocator().stats();
+        self.out.fragmentation = Fragmentation {
+            bytes: s.reserved_bytes.current - s.allocated_bytes.current,
+            event,
+            at_oom: true,
+        };
+    }
+
     fn sample(&mut self, event: usize) {
         let s = self.process.allocator().stats();
         let (allocated, reserved) = (s.allocated_bytes.current, s.reserved_bytes.current);
-        if reserved > self.reserved_peak {
-            self.reserved_peak = reserved;
-            self.out.fragmentation_at_peak_bytes = reserved - allocated;
+        let first = self.out.timeline.is_empty();
+        if (first || allocated > self.allocated_peak) && !self.out.fragmentation.at_oom {
+            self.allocated_peak = allocated;
+            self.out.fragmentation = Fragmentation {
+                bytes: reserved - allocated,
+                event,
+                at_oom: false,
+            };
         }
         self.out.timeline.push(TimelinePoint {
             event,

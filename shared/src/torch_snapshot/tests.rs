@@ -1,7 +1,7 @@
 //! Snapshot reading, replay and export, on snapshots built from the format
 //! as PyTorch defines it.
 
-use super::replay::{replay_exact, replay_what_if};
+use super::replay::{replay_exact, replay_what_if, Fragmentation};
 use super::what_if::parse_what_if;
 use super::*;
 use crate::units::{GIB, MIB};
@@ -583,21 +583,30 @@ fn expandable_ranges_are_rebuilt_through_map_and_unmap() {
 }
 
 /// A what-if on a GPU too small for what the recording already holds at
-/// its first event says so, whichever allocator it runs.
+/// its first event says so, whichever allocator it runs, with the
+/// smallest device that holds it: one 20 MiB segment for both blocks, or
+/// one 20 MiB page of the large pool's expandable range.
 #[test]
 fn a_gpu_too_small_for_the_first_event_is_refused() {
     let mut s = recorded_from_start();
     edit(&mut s, |t| _ = t.drain(..3));
-    for what_if in [
-        "device_total_bytes=4194304",
-        "device_total_bytes=4194304,expandable_segments=true",
+    for (what_if, smallest) in [
+        ("device_total_bytes=4194304", 20),
+        ("device_total_bytes=4194304,expandable_segments=true", 20),
     ] {
         let err = replay_what_if(&s, 0, &parse_what_if(what_if).unwrap()).unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("the memory in use when the recording starts does not fit"),
-            "{err}"
+        assert_eq!(
+            err.to_string(),
+            format!("the 10.00 MiB live when the recording starts do not fit: no room for a live 4.00 MiB block on this 4 MiB device. The smallest that holds them: {smallest} MiB; try at least that, or a larger GPU"),
         );
+        let at_smallest = format!("device_total_bytes={}", smallest * MIB);
+        let at_smallest = what_if.replace("device_total_bytes=4194304", &at_smallest);
+        assert!(replay_what_if(&s, 0, &parse_what_if(&at_smallest).unwrap()).is_ok());
+        let below = what_if.replace(
+            "device_total_bytes=4194304",
+            &format!("device_total_bytes={}", (smallest - 1) * MIB),
+        );
+        assert!(replay_what_if(&s, 0, &parse_what_if(&below).unwrap()).is_err());
     }
 }
 
@@ -853,4 +862,73 @@ fn edit(s: &mut MemorySnapshot, change: impl FnOnce(&mut Vec<TraceEntry>)) {
     let mut rows: Vec<TraceEntry> = s.device_traces[0].iter().collect();
     change(&mut rows);
     s.device_traces[0] = rows.into();
+}
+
+/// Fragmentation is read where it matters: at the peak allocated (26 MiB
+/// live in 36 MiB of segments, after event 4), or at the run's first
+/// out-of-memory when there is one: the recorded one in the exact replay,
+/// the run's own in a what-if (the 16 MiB request at event 4 on 30 MiB).
+#[test]
+fn fragmentation_is_measured_at_the_peak_allocated_or_at_the_out_of_memory() {
+    let s = recorded_from_start();
+    let run = replay_exact(&s, 0).unwrap();
+    assert_eq!(
+        run.fragmentation,
+        Fragmentation {
+            bytes: 10 * MIB,
+            event: 4,
+            at_oom: false
+        }
+    );
+    assert_eq!(
+        run.fragmentation.moment(),
+        "at the peak allocated (event 4)"
+    );
+    let small = parse_what_if("device_total_bytes=31457280,context_bytes=0").unwrap();
+    let run = replay_what_if(&s, 0, &small).unwrap();
+    assert_eq!(
+        run.fragmentation,
+        Fragmentation {
+            bytes: 10 * MIB,
+            event: 4,
+            at_oom: true
+        }
+    );
+    // A recorded out-of-memory after the 3 MiB request (event 7: it took
+    // the whole 4 MiB block, so 26 MiB allocated in 36 MiB).
+    let mut oom = s.clone();
+    edit(&mut oom, |t| t.push(entry(Action::Oom, 0, 64 * MIB)));
+    let run = replay_exact(&oom, 0).unwrap();
+    assert_eq!(run.fragmentation.moment(), "at the out-of-memory (event 8)");
+    assert_eq!(run.fragmentation.bytes, 10 * MIB);
+}
+
+/// A snapshot of several GPUs opens on the one that ran out of memory,
+/// else on the busiest.
+#[test]
+fn the_device_shown_first_is_the_one_with_the_out_of_memory() {
+    let mut s = recorded_from_start();
+    let busy = s.device_traces[0].clone();
+    s.device_traces = vec![busy.clone(), Vec::<TraceEntry>::new().into()];
+    assert_eq!(replay::default_device(&s), 0);
+    s.device_traces[1] = vec![entry(Action::Oom, 0, GIB)].into();
+    assert_eq!(replay::recorded_ooms(&s, 1), 1);
+    assert_eq!(replay::default_device(&s), 1);
+    assert_eq!(replay::busiest_device(&s), 0);
+}
+
+/// A what-if is a restart: what was live at the recording's start is
+/// allocated anew, the cache the run before it left is not carried over.
+#[test]
+fn a_what_if_starts_with_the_live_blocks_only() {
+    let mut s = recorded_from_start();
+    // From event 5 on: two segments (36 MiB) hold 26 MiB live.
+    edit(&mut s, |t| _ = t.drain(..5));
+    let run = replay_exact(&s, 0).unwrap();
+    assert_eq!(run.timeline[0].reserved_bytes, 36 * MIB);
+    let same = parse_what_if("garbage_collection_threshold=0").unwrap();
+    let run = replay_what_if(&s, 0, &same).unwrap();
+    assert_eq!(run.timeline[0].allocated_bytes, 26 * MIB);
+    // 4 and 6 MiB share a 20 MiB segment; 16 MiB takes one of its own.
+    assert_eq!(run.timeline[0].reserved_bytes, 36 * MIB);
 }

@@ -47,10 +47,21 @@ impl Process {
         device: &mut SimDevice,
         e: &TraceEntry,
     ) -> Result<Option<BlockId>, AllocError> {
+        self.malloc_on(device, e.size, e.stream)
+    }
+
+    /// A request of `size` bytes on `stream` (one pool per stream where
+    /// the allocator keeps them).
+    pub(super) fn malloc_on(
+        &mut self,
+        device: &mut SimDevice,
+        size: u64,
+        stream: u64,
+    ) -> Result<Option<BlockId>, AllocError> {
         match self {
-            Process::Caching(a) => a.malloc_on(device, e.size, e.stream),
-            Process::Expandable(a) => a.malloc(device, e.size),
-            Process::Other(a) => a.malloc(device, e.size),
+            Process::Caching(a) => a.malloc_on(device, size, stream),
+            Process::Expandable(a) => a.malloc(device, size),
+            Process::Other(a) => a.malloc(device, size),
         }
     }
 }
