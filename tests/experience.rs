@@ -3,7 +3,8 @@
 //! sideways and the lesson's step and the numbers are on screen together;
 //! a link to a lesson's step runs the steps before it; `?lesson=1` and
 //! `?framework=` are taken; bad values in fields are refused where they
-//! are typed and nothing is sent; a click while disconnected says so.
+//! are typed and nothing is sent; a click while disconnected says so; each
+//! step shows its picture beside it.
 
 mod chromium;
 
@@ -471,6 +472,136 @@ async fn a_lesson_played_from_the_first_screen_to_the_next_lesson() {
         "{explained}"
     );
     page.close().await.unwrap();
+    browser.close().await.unwrap();
+    let _ = events.await;
+    let _ = stop_tx.send(());
+    let _ = std::fs::remove_dir_all(profile);
+}
+
+/// Clicks the step picture's canvas over the block `at` of the way along
+/// its first row (the largest segment spans the row).
+async fn click_picture(page: &Page, at: f64) {
+    js(
+        page,
+        &format!(
+            "(() => {{ const c = document.getElementById('step-segments'); const r = c.getBoundingClientRect();
+                 const x = r.left + 70 + (r.width - 70) * {at}; const y = r.top + 8;
+                 c.dispatchEvent(new MouseEvent('click', {{clientX: x, clientY: y, bubbles: true}})); }})()"
+        ),
+    )
+    .await;
+}
+
+/// The picture in the step: beside the fragmentation lesson's next step,
+/// the segment map with the blocks the step changed outlined (named in
+/// words), within reach of the step's button at a phone's width and a
+/// laptop's; a click on a tensor's block `del`s its name, on a free block
+/// says there is nothing to del; after a training command, the
+/// timeline's newest slot with the step's peak and where it settled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_step_shows_its_picture_beside_it() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let addr = serve_on(0, stop_rx).await;
+    let (mut browser, events, profile) = launch("picture").await;
+    for (width, height) in [(390, 844), (1280, 800)] {
+        let page = browser.new_page("about:blank").await.unwrap();
+        viewport(&page, width, height).await;
+        // Steps 0 to 11 run first (the last, `del c`).
+        page.goto(format!(
+            "http://{addr}/?lesson=05-fragmentation-oom&step=12"
+        ))
+        .await
+        .unwrap();
+        until(&page, &format!("{COUNT} >= 12")).await;
+        let kind = until(
+            &page,
+            "document.getElementById('step-picture')?.dataset.picture",
+        )
+        .await;
+        assert_eq!(kind, "segments");
+        // Caught up: nothing marked, nothing said.
+        assert_eq!(
+            js(&page, "document.getElementById('step-changes').textContent").await,
+            ""
+        );
+        press(&page, "lesson-do").await; // del e
+        let said = until(&page, "document.getElementById('step-changes').textContent").await;
+        assert_eq!(said, "Outlined, what this step changed: 100.00 MiB free.");
+        // The picture and the step's button are a glance apart.
+        let gap = js(&page, "document.getElementById('lesson-do').getBoundingClientRect().top - document.getElementById('step-picture').getBoundingClientRect().bottom").await;
+        let gap = gap.as_f64().unwrap();
+        assert!(
+            (0.0..=320.0).contains(&gap),
+            "{width}: {gap} px between the picture and the step"
+        );
+        js(
+            &page,
+            "document.getElementById('step-picture').scrollIntoView({block: 'center'})",
+        )
+        .await;
+        let rect = js(&page, "JSON.stringify(document.getElementById('step-picture').getBoundingClientRect()) + ' ' + innerWidth + 'x' + innerHeight").await;
+        assert!(on_screen(&page, "step-picture").await, "{width}: {rect}");
+        shot_screen(&page, &format!("picture-{width}.png")).await;
+        // z = 150 MiB: out of memory, no block changed.
+        press(&page, "lesson-do").await;
+        until(
+            &page,
+            "document.getElementById('step-changes').textContent === 'This step changed no block.'",
+        )
+        .await;
+        // b is the second of seven 100 MiB blocks; a the first, freed.
+        let before = results(&page).await;
+        click_picture(&page, 1.5 / 7.0).await;
+        until(&page, &format!("{COUNT} > {before}")).await;
+        assert_eq!(
+            js(
+                &page,
+                "document.getElementById('step-picture-said').textContent"
+            )
+            .await,
+            "del b"
+        );
+        until(
+            &page,
+            "document.getElementById('allocated').textContent.includes('300.00 MiB')",
+        )
+        .await;
+        click_picture(&page, 0.5 / 7.0).await;
+        let free = until(&page, "document.getElementById('step-picture-said').textContent !== 'del b' && document.getElementById('step-picture-said').textContent").await;
+        assert_eq!(free, "a free block: nothing to del");
+        page.close().await.unwrap();
+    }
+
+    // A training lesson: after a forward, its slot.
+    let page = open(
+        &browser,
+        &format!("http://{addr}/?lesson=06-activations-and-batch-size&step=4"),
+    )
+    .await;
+    until(&page, &format!("{COUNT} >= 4")).await;
+    let kind = until(
+        &page,
+        "document.getElementById('step-picture')?.dataset.picture",
+    )
+    .await;
+    assert_eq!(kind, "slot");
+    let caption = until(&page, "document.getElementById('step-changes').textContent").await;
+    let caption = caption.as_str().unwrap();
+    assert!(caption.starts_with("forward (command "), "{caption}");
+    assert!(caption.contains("allocated peaked at "), "{caption}");
+    let slots = js(&page, "document.querySelectorAll('#step-slot g').length").await;
+    assert!(slots.as_u64().unwrap() >= 4, "{slots}");
+    assert_eq!(
+        js(
+            &page,
+            "document.querySelectorAll('#step-slot g.newest').length"
+        )
+        .await,
+        1
+    );
     browser.close().await.unwrap();
     let _ = events.await;
     let _ = stop_tx.send(());

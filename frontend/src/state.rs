@@ -107,6 +107,9 @@ pub struct Display {
     /// Edits of the controls (a change marker for mirroring them).
     pub control_edits: RwSignal<u64>,
     pub draw_ms: RwSignal<f64>,
+    /// Every block before the lesson step being run (its picture marks
+    /// what changed); none after a catch-up.
+    pub before_step: StoredValue<Option<Vec<vramlab_shared::snapshot::BlockSnapshot>>>,
 }
 
 /// The page's state, one store per concern.
@@ -169,6 +172,7 @@ impl App {
             projector: RwSignal::new(false),
             control_edits: RwSignal::new(0),
             draw_ms: RwSignal::new(0.0),
+            before_step: StoredValue::new(None),
         };
         Self {
             link,

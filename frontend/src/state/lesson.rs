@@ -59,6 +59,7 @@ impl App {
             });
         }
         let step = run.step.min(crate::lessons::lines(run.index).len());
+        self.display.before_step.set_value(None);
         self.lesson.set(Some(LessonRun::at(run.index, 0)));
         for step in 0..step {
             if let Some(line) = Self::lesson_line(run.index, step) {

@@ -4,6 +4,7 @@
 //! progress, and at the end what was seen and the next lesson.
 
 use super::glossary::Glossary;
+use super::picture::{blocks_now, StepPicture};
 use crate::lessons::{Lesson, LESSONS};
 use crate::state::{App, LessonRun};
 use leptos::prelude::*;
@@ -31,6 +32,7 @@ fn same_code(say: &str, code: &str) -> bool {
 }
 
 fn start(app: App, index: usize) {
+    app.display.before_step.set_value(None);
     app.lesson.set(Some(LessonRun::at(index, 0)));
     app.save_url();
 }
@@ -94,6 +96,7 @@ fn Playing(app: App, run: LessonRun) -> impl IntoView {
         {run.guessed.clone().map(|(right, words)| view! {
             <p class="guessed" class:bad=!right id="guess-verdict">{words}</p>
         })}
+        <StepPicture app=app index=run.index step=run.step />
         {if done {
             view! { <Finished app=app index=run.index /> }.into_any()
         } else {
@@ -178,7 +181,10 @@ fn NextStep(app: App, run: LessonRun) -> impl IntoView {
             </div>
         })}
         <button id="lesson-do" class="primary" disabled=move || app.read_only() on:click=move |_| {
-            if let Some(line) = App::lesson_line(index, step) { app.submit(line); }
+            if let Some(line) = App::lesson_line(index, step) {
+                app.display.before_step.set_value(blocks_now(app));
+                app.submit(line);
+            }
         }>"Do this step"</button>
     }
 }

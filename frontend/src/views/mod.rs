@@ -6,6 +6,7 @@ mod cell;
 mod glossary;
 mod kernel;
 mod lessons;
+mod picture;
 mod replay;
 mod replay_chart;
 mod segments;

@@ -22,10 +22,12 @@ const MAX_ROWS: usize = 2000;
 
 /// Draws every segment (up to [`MAX_ROWS`]) on the canvas.
 /// `width` is the canvas's width on screen, in CSS pixels.
+/// Blocks for which `marked` holds are outlined.
 pub(super) fn draw(
     c: &web_sys::HtmlCanvasElement,
     width: u32,
     segments: &[SegmentSnapshot],
+    marked: &dyn Fn(&BlockSnapshot) -> bool,
 ) -> Option<()> {
     let rows = segments.len().clamp(1, MAX_ROWS);
     let height = (rows as f64 * ROW) as u32;
@@ -69,6 +71,11 @@ pub(super) fn draw(
                 ctx.set_fill_style_str(SPLIT);
                 ctx.fill_rect(x, y + ROW - 4.0, w, 2.0);
             }
+            if marked(b) {
+                ctx.set_stroke_style_str(MARK);
+                ctx.set_line_width(2.0);
+                ctx.stroke_rect(x + 1.0, y + 2.0, (w - 2.0).max(1.0), ROW - 4.0);
+            }
         }
     }
     Some(())
@@ -76,6 +83,8 @@ pub(super) fn draw(
 
 /// Inactive splits' underline.
 const SPLIT: &str = "#b33c00";
+/// The outline of a block the last step changed.
+const MARK: &str = "#000000";
 /// The shortest row drawn, in pixels, so a small segment can be seen.
 const MIN_ROW: f64 = 6.0;
 
@@ -99,6 +108,15 @@ pub(super) fn hover(
     e: &web_sys::MouseEvent,
     segments: &[SegmentSnapshot],
 ) -> Option<String> {
+    block_under(c, e, segments).map(describe)
+}
+
+/// The block under the pointer.
+pub(super) fn block_under<'a>(
+    c: &web_sys::HtmlCanvasElement,
+    e: &web_sys::MouseEvent,
+    segments: &'a [SegmentSnapshot],
+) -> Option<&'a BlockSnapshot> {
     let rect = c.get_bounding_client_rect();
     let (x, y) = (
         e.client_x() as f64 - rect.left(),
@@ -109,7 +127,7 @@ pub(super) fn hover(
     if x > LABEL + span {
         return None;
     }
-    block_at(seg, x, span).map(describe)
+    block_at(seg, x, span)
 }
 
 /// The block under a point of a row `span` pixels wide, if any.
@@ -141,7 +159,7 @@ fn describe(b: &BlockSnapshot) -> String {
 const LISTED: usize = 100;
 
 /// A segment in words: its size, its tensors, its free bytes.
-fn in_words(seg: &SegmentSnapshot) -> String {
+pub(super) fn in_words(seg: &SegmentSnapshot) -> String {
     let live: Vec<String> = seg
         .blocks
         .iter()
@@ -223,9 +241,10 @@ pub fn SegmentMap(app: App) -> impl IntoView {
                 w = c.client_width().max(0) as u32;
                 width.set_value((window, projector, w));
             }
-            app.memory
-                .snapshot
-                .with_untracked(|snap| snap.as_ref().and_then(|s| draw(&c, w, &s.segments)));
+            app.memory.snapshot.with_untracked(|snap| {
+                snap.as_ref()
+                    .and_then(|s| draw(&c, w, &s.segments, &|_| false))
+            });
             app.display.draw_ms.set(now_ms() - start);
         });
     });

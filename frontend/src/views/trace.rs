@@ -25,8 +25,8 @@ pub fn TraceSegments(r: Replays) -> impl IntoView {
         let start = now_ms();
         let width = c.client_width().max(0) as u32;
         segments.with(|s| match s {
-            Some(Ok(s)) => draw(&c, width, s),
-            _ => draw(&c, width, &[]),
+            Some(Ok(s)) => draw(&c, width, s, &|_| false),
+            _ => draw(&c, width, &[], &|_| false),
         });
         draw_ms.set(now_ms() - start);
     });
