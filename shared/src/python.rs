@@ -8,7 +8,9 @@ use crate::train::{OptimizerKind, OptimizerSpec};
 use crate::types::Framework;
 use crate::units::MIB;
 
+mod cell;
 mod compiled;
+pub use cell::{append as append_to_cell, cell_code, imports};
 pub use compiled::optimizer_expr;
 
 fn size_expr(bytes: u64) -> String {
@@ -16,20 +18,6 @@ fn size_expr(bytes: u64) -> String {
         format!("{} * 2**20", bytes / MIB)
     } else {
         bytes.to_string()
-    }
-}
-
-/// The line a control's command adds to the code cell: [`code`], but the
-/// code cell's own dialect for what it reads in PyTorch's words (it runs
-/// no JAX and no Keras optimizer or `fit` on numpy arrays): its "Run all"
-/// then runs the same commands again.
-pub fn cell_code(cmd: &Command, framework: Framework) -> String {
-    match cmd {
-        Command::Model(a) => model_code(a, framework),
-        Command::Optimizer(a) => optimizer_code(a),
-        Command::Data(a) => data_code(a),
-        Command::Train(a) => train_code(a),
-        _ => code(cmd, framework),
     }
 }
 
@@ -191,7 +179,7 @@ fn model_code(a: &ModelArgs, framework: Framework) -> String {
     }
     if framework == Framework::Tensorflow {
         format!(
-            "{name} = tf.keras.Sequential([tf.keras.layers.Dense({width}, activation='relu') for _ in range({layers})] + [tf.keras.layers.Dense({classes})])\n{name}.build((None, {input_dim}))"
+            "{name} = tf.keras.Sequential([tf.keras.Input(shape=({input_dim},))] + [tf.keras.layers.Dense({width}, activation='relu') for _ in range({layers})] + [tf.keras.layers.Dense({classes})])"
         )
     } else {
         format!(

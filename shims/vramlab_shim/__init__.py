@@ -69,7 +69,23 @@ def run(cmd):
     error = record.get("error") or {}
     kind = error.get("kind", "")
     message = error.get("message", "the engine refused the command")
-    raise _errors.get(kind, EngineError)(message)
+    exc = _errors.get(kind, EngineError)(message.replace(_FRAME_NOTE, ""))
+    if _FRAME_NOTE in message:
+        # The engine's exception object keeps the failed step's tensors:
+        # this one holds it, so they go when CPython frees the exception
+        # (at the end of its except block, or when its last name goes).
+        _live.add("last_exception")
+        exc.vramlab_frame = _Frame()
+    try:
+        raise exc
+    finally:
+        # This frame is in the traceback: its name for the exception
+        # would make a cycle that real frameworks do not have.
+        exc = None
+
+
+# What the engine says of an exception that keeps a failed step's tensors.
+_FRAME_NOTE = "\n(The exception's frame keeps the failed step's tensors alive: `del last_exception` frees them.)"
 
 
 def stats():
@@ -243,3 +259,9 @@ def note(text):
     if text not in _notes:
         _notes.append(text)
         sys.stderr.write("vramlab: " + text + "\n")
+
+
+class _Frame(Owner):
+    """The failed step's frame, held by the exception raised from it."""
+
+    _name = "last_exception"

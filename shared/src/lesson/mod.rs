@@ -8,6 +8,7 @@
 //! category), and may also name `ok`, `error_kind`, `error_contains`,
 //! `note_contains`, and `value.<key>` for what a command returns.
 
+pub mod cell;
 pub mod predict;
 
 use crate::command::parse_line;

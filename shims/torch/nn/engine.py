@@ -105,6 +105,8 @@ class EngineModel(_vs.Owner):
                "batch_size": batch, "batch": [x._storage._name, target._storage._name]}
         if _amp["dtype"] is not None:
             cmd["amp"] = _amp["dtype"].name
+        if getattr(out, "checkpointing", False):
+            cmd["checkpointing"] = True
         if not torch.is_grad_enabled():
             cmd["no_grad"] = True
         return _vs.run(cmd)

@@ -1,1 +1,1 @@
-from torch.utils import data  # noqa: F401
+from torch.utils import checkpoint, data  # noqa: F401

@@ -1,0 +1,140 @@
+//! A lesson as code for the code cell: one cell per kernel (each restart
+//! in the lesson starts a new process, as a notebook's "Restart kernel"
+//! does), with the restart's settings to start it with, every step's
+//! Python as the cell runs it, its words as comments, and a step the
+//! lesson expects to fail inside the `try`/`except` a program writes
+//! around it (the framework's own out-of-memory error).
+
+use crate::command::{Command, CommandLine, RestartSettings};
+use crate::python::{append_to_cell as append, cell_code, imports};
+use crate::types::Framework;
+use std::ops::Range;
+
+/// One kernel's steps as cell code.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LessonCell {
+    /// The lesson's restart that starts this kernel (all settings it
+    /// names; the framework always).
+    pub settings: RestartSettings,
+    pub code: String,
+    /// The lesson's steps this cell holds, its restart included.
+    pub steps: Range<usize>,
+}
+
+/// The exception a framework raises when the GPU is out of memory.
+fn oom_error(framework: Framework) -> &'static str {
+    match framework {
+        Framework::Pytorch => "torch.cuda.OutOfMemoryError",
+        Framework::Tensorflow => "tf.errors.ResourceExhaustedError",
+        Framework::Jax => "jax.errors.JaxRuntimeError",
+    }
+}
+
+/// Whether the lesson expects this step to fail.
+fn fails(line: &CommandLine) -> bool {
+    let expect = line.annotations.expect.as_ref();
+    expect.is_some_and(|e| e.get("ok").and_then(|v| v.as_bool()) == Some(false))
+}
+
+/// `text` as comment lines.
+fn comment(text: &str) -> String {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let mut out = String::new();
+    let mut line = String::from("#");
+    for w in words {
+        if line.len() + w.len() + 1 > 88 && line.len() > 1 {
+            out.push_str(&line);
+            out.push('\n');
+            line = String::from("#");
+        }
+        line.push(' ');
+        line.push_str(w);
+    }
+    if line.len() > 1 {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+/// One step's code: its words (unless they are the code), then the code
+/// as appended to `cell`, inside `try` when the lesson expects it to fail;
+/// the exception is kept, as a notebook keeps the last one
+/// (`sys.last_value`), until a later step `del`s it.
+fn step_code(cell: &str, line: &CommandLine, command: &Command, framework: Framework) -> String {
+    let code = append(cell, command, framework);
+    let mut out = String::new();
+    if let Some(say) = &line.annotations.say {
+        if say.trim() != cell_code(command, framework).trim() {
+            out.push_str(&comment(say));
+        }
+    }
+    if fails(line) {
+        let body: Vec<String> = code.lines().map(|l| format!("    {l}")).collect();
+        out.push_str(&format!(
+            "try:\n{}\nexcept {} as e:\n    print(type(e).__name__, e)\n    last_exception = e\n",
+            body.join("\n"),
+            oom_error(framework)
+        ));
+    } else {
+        out.push_str(&code);
+        out.push('\n');
+    }
+    out
+}
+
+/// The lesson's steps as cells: a new one at each restart (the first
+/// line of every lesson is one). `framework` is the session's, for a
+/// lesson whose first restart names none.
+pub fn lesson_cells(lines: &[CommandLine], framework: Framework) -> Vec<LessonCell> {
+    let mut cells: Vec<LessonCell> = Vec::new();
+    let mut settings = RestartSettings {
+        framework: Some(framework),
+        ..Default::default()
+    };
+    for (i, line) in lines.iter().enumerate() {
+        let Ok(command) = &line.command else { continue };
+        if let Command::Restart(s) = command {
+            settings = merged(&settings, s);
+            let fw = settings.framework.unwrap_or(framework);
+            let mut code = comment(line.annotations.say.as_deref().unwrap_or(""));
+            code.push_str(imports(fw));
+            cells.push(LessonCell {
+                settings: settings.clone(),
+                code,
+                steps: i..i + 1,
+            });
+            continue;
+        }
+        if cells.is_empty() {
+            cells.push(LessonCell {
+                settings: settings.clone(),
+                code: imports(framework).to_string(),
+                steps: i..i,
+            });
+        }
+        let cell = cells.last_mut().expect("one made above");
+        let fw = cell.settings.framework.unwrap_or(framework);
+        let code = step_code(&cell.code, line, command, fw);
+        cell.code.push('\n');
+        cell.code.push_str(&code);
+        cell.steps.end = i + 1;
+    }
+    cells
+}
+
+/// A restart's settings over the kernel's before it: a lesson's later
+/// restart names only what it changes (as the engine's restart does).
+fn merged(before: &RestartSettings, restart: &RestartSettings) -> RestartSettings {
+    let mut all = serde_json::Map::new();
+    for settings in [before, restart] {
+        if let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(settings) {
+            all.extend(fields);
+        }
+    }
+    all.insert("cmd".into(), "restart".into());
+    match crate::command::parse_line(&serde_json::Value::Object(all).to_string()).command {
+        Ok(Command::Restart(s)) => s,
+        _ => restart.clone(),
+    }
+}
