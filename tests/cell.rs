@@ -3,7 +3,9 @@
 //! popular advice, run in the cell, ends with the numbers `vramlab python`
 //! gives for the same file, and its claims judged; statements step one by
 //! one, each with what it printed; a line Python cannot run stops the run
-//! there with Python's traceback; a button writes its line into the cell.
+//! there with Python's traceback; a button writes its line into the cell,
+//! and the cell runs it again; a lesson opens as Python and ends with the
+//! lesson's numbers.
 
 mod chromium;
 
@@ -350,6 +352,94 @@ async fn every_snippet_runs_in_the_cell_as_vramlab_python_runs_it() {
             "{what}"
         );
     }
+    browser.close().await.ok();
+    events.abort();
+    std::fs::remove_dir_all(profile).ok();
+}
+
+/// The numbers `vramlab run` ends a lesson's first `steps` lines with.
+fn lesson_numbers(lesson: &str, steps: std::ops::Range<usize>) -> [u64; 2] {
+    let text = std::fs::read_to_string(
+        vramlab_tests::root().join(format!("tests/lessons/{lesson}.jsonl")),
+    )
+    .unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let (records, _, _) = vramlab_tests::run_stdin(&lines[..steps.end].join("\n"), &[]);
+    let stats = &records.last().unwrap()["stats"];
+    ["allocated_bytes", "reserved_bytes"].map(|k| stats[k].as_u64().unwrap())
+}
+
+/// A lesson opened as Python: each kernel's steps in the cell, the session
+/// restarted with that kernel's settings (a 1 GiB GPU for the
+/// fragmentation lesson; vramlab's GPT for the long-context one), ▶ Run
+/// all ends with the lesson's own numbers. Lines the buttons write run
+/// again too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lesson_opens_as_python_and_ends_with_the_lessons_numbers() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let (_stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let addr = serve_on(0, stop_rx).await;
+    let (mut browser, events, profile) = launch("lesson-python").await;
+    for (lesson, kernel, steps) in [
+        ("05-fragmentation-oom", 0, 0..16),
+        ("16-long-context-attention", 1, 6..13),
+    ] {
+        let page = open(&browser, &format!("http://{addr}/?lesson={lesson}")).await;
+        until(
+            &page,
+            "document.getElementById('status').textContent === 'connected'",
+        )
+        .await;
+        let button = format!("lesson-python-{kernel}");
+        until(&page, &format!("!!document.getElementById('{button}')")).await;
+        click(&page, &button).await;
+        until(
+            &page,
+            "document.getElementById('cell-source').value.startsWith('#')",
+        )
+        .await;
+        click(&page, "cell-run").await;
+        settled(&page, lesson).await;
+        let failed = js(
+            &page,
+            "[...document.querySelectorAll('#cell-steps li.failed')].map(li => li.textContent)",
+        )
+        .await;
+        assert_eq!(failed, serde_json::json!([]), "{lesson}");
+        assert_eq!(
+            page_numbers(&page).await,
+            lesson_numbers(lesson, steps),
+            "{lesson}"
+        );
+        page.close().await.ok();
+    }
+    // The buttons' lines, imports first, run again.
+    let page = open(&browser, &format!("http://{addr}/")).await;
+    until(
+        &page,
+        "document.getElementById('status').textContent === 'connected'",
+    )
+    .await;
+    for id in ["btn-alloc", "btn-hold", "btn-del", "btn-gc"] {
+        press(&page, id).await;
+    }
+    let source = js(&page, "document.getElementById('cell-source').value").await;
+    assert!(
+        source.as_str().unwrap().starts_with("import torch\n"),
+        "{source}"
+    );
+    let before = page_numbers(&page).await;
+    click(&page, "cell-run").await;
+    settled(&page, "the buttons' lines").await;
+    let failed = js(
+        &page,
+        "[...document.querySelectorAll('#cell-steps li.failed')].map(li => li.textContent)",
+    )
+    .await;
+    assert_eq!(failed, serde_json::json!([]), "{source}");
+    assert_eq!(page_numbers(&page).await, before, "{source}");
     browser.close().await.ok();
     events.abort();
     std::fs::remove_dir_all(profile).ok();

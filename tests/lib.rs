@@ -203,6 +203,24 @@ pub fn python_snippets() -> Vec<PathBuf> {
 /// numbers it ended with (allocated, reserved, peak allocated, peak
 /// reserved bytes, from its last line on standard error).
 pub fn python_run(source: &str) -> (String, [u64; 4]) {
+    let run = python_run_with(source, "{}");
+    let numbers = run
+        .numbers
+        .unwrap_or_else(|| panic!("no numbers: {}", run.stderr));
+    (run.stdout, numbers)
+}
+
+/// What `vramlab python` did with a source.
+pub struct PythonRun {
+    pub success: bool,
+    pub stdout: String,
+    pub stderr: String,
+    /// Allocated, reserved, peak allocated, peak reserved bytes at the end.
+    pub numbers: Option<[u64; 4]>,
+}
+
+/// `vramlab python --device sim --settings SETTINGS` on `source`.
+pub fn python_run_with(source: &str, settings: &str) -> PythonRun {
     static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("vramlab-python-{}-{run}", std::process::id()));
@@ -210,23 +228,29 @@ pub fn python_run(source: &str) -> (String, [u64; 4]) {
     let file = dir.join("cell.py");
     std::fs::write(&file, source).unwrap();
     let out = Command::new(vramlab_bin())
-        .args(["python", "--device", "sim"])
+        .args(["python", "--device", "sim", "--settings", settings])
         .arg(&file)
         .output()
         .expect("vramlab python runs");
     std::fs::remove_dir_all(&dir).ok();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let last = stderr
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let numbers = stderr
         .lines()
         .rev()
         .find_map(|l| l.strip_prefix("vramlab: "))
-        .unwrap_or_else(|| panic!("no numbers: {stderr}"));
-    let numbers: Vec<u64> = last
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|n| n.parse().ok())
-        .collect();
-    let numbers: [u64; 4] = numbers.try_into().unwrap_or_else(|_| panic!("{last}"));
-    (String::from_utf8_lossy(&out.stdout).into_owned(), numbers)
+        .and_then(|last| {
+            let n: Vec<u64> = last
+                .split(|c: char| !c.is_ascii_digit())
+                .filter_map(|n| n.parse().ok())
+                .collect();
+            n.try_into().ok()
+        });
+    PythonRun {
+        success: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr,
+        numbers,
+    }
 }
 
 /// `s` recorded on two GPUs: device 0 one event busier, device 1 with an

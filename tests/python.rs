@@ -84,22 +84,6 @@ fn a_module_vramlab_has_not_runs_as_a_stand_in_with_a_note() {
     }
 }
 
-/// `vramlab python --settings S` on `source`: its output and standard
-/// error.
-fn python_with(source: &str, settings: &str) -> std::process::Output {
-    let dir = std::env::temp_dir().join(format!("vramlab-lesson-cell-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("cell.py");
-    std::fs::write(&file, source).unwrap();
-    let out = std::process::Command::new(vramlab_tests::vramlab_bin())
-        .args(["python", "--device", "sim", "--settings", settings])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    out
-}
-
 /// Every lesson opens as cell code: each kernel's cell, run by CPython with
 /// the shims under the lesson's restart settings, runs to its last line and
 /// ends with the numbers the lesson's own commands end that kernel with.
@@ -109,45 +93,32 @@ fn every_lesson_runs_as_cell_code_with_the_lessons_numbers() {
     use vramlab_shared::lesson::cell::lesson_cells;
     use vramlab_shared::types::Framework;
     let mut failed = Vec::new();
+    let mut cells = 0;
     for file in vramlab_tests::lesson_files() {
         let text = std::fs::read_to_string(&file).unwrap();
         let lines: Vec<_> = text.lines().filter(|l| !l.trim().is_empty()).collect();
         let parsed: Vec<_> = lines.iter().map(|l| parse_line(l)).collect();
         for cell in lesson_cells(&parsed, Framework::Pytorch) {
+            cells += 1;
             let (records, _, _) =
                 vramlab_tests::run_stdin(&lines[..cell.steps.end].join("\n"), &[]);
-            let last = records.last().unwrap();
-            let want = [
-                &last["stats"]["allocated_bytes"],
-                &last["stats"]["reserved_bytes"],
-            ];
+            let stats = &records.last().unwrap()["stats"];
+            let want = ["allocated_bytes", "reserved_bytes"].map(|k| stats[k].as_u64().unwrap());
             let settings = serde_json::to_string(&cell.settings).unwrap();
-            let out = python_with(&cell.code, &settings);
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            let got = stderr
-                .lines()
-                .rev()
-                .find_map(|l| l.strip_prefix("vramlab: "))
-                .unwrap_or("")
-                .to_string();
-            let numbers: Vec<u64> = got
-                .split(|c: char| !c.is_ascii_digit())
-                .filter_map(|n| n.parse().ok())
-                .collect();
-            let ok = out.status.success()
-                && numbers.len() == 4
-                && serde_json::json!(numbers[0]) == *want[0]
-                && serde_json::json!(numbers[1]) == *want[1];
-            if !ok {
+            let run = vramlab_tests::python_run_with(&cell.code, &settings);
+            let got = run.numbers.map(|n| [n[0], n[1]]);
+            if !run.success || got != Some(want) {
                 failed.push(format!(
-                    "{} {:?}: want {want:?}, got {got}\n{}\n{stderr}",
+                    "{} steps {:?}: want {want:?}, got {got:?}\n{}\n{}",
                     file.display(),
                     cell.steps,
-                    cell.code
+                    cell.code,
+                    run.stderr
                 ));
             }
         }
     }
+    assert!(cells >= 29, "{cells} cells");
     assert!(
         failed.is_empty(),
         "{} cells differ:\n{}",

@@ -146,7 +146,7 @@ async fn play_shows_every_step_and_the_timeline_follows() {
     assert_eq!(
         cell.as_str()
             .unwrap()
-            .matches("for step, (x, y) in zip(range(20)")
+            .matches("for step in range(20):")
             .count(),
         1,
         "{cell}"

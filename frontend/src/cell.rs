@@ -400,6 +400,24 @@ impl CellState {
     }
 
     /// A button's line joins the cell as a statement that has run.
+    /// Puts `code` in the cell in place of what was there (a lesson as
+    /// Python), ready for ▶ Run all.
+    pub fn show_code(&self, code: String) {
+        self.advice.set(None);
+        self.source.set(code);
+        self.forget();
+    }
+
+    /// Appends the line a control's command stands for, fitted to the
+    /// cell (its imports when it has none, the names it adds to), so
+    /// ▶ Run all runs it again.
+    pub fn record_command(&self, command: &Command, framework: Framework) {
+        let code = self
+            .source
+            .with_untracked(|s| vramlab_shared::python::append_to_cell(s, command, framework));
+        self.record(&code);
+    }
+
     pub fn record(&self, code: &str) {
         self.source.update(|s| {
             if !s.is_empty() && !s.ends_with('\n') {

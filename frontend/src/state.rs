@@ -222,8 +222,7 @@ impl App {
     /// Runs a command built by a control; its line joins the code cell.
     pub fn run(&self, command: Command) {
         if !matches!(command, Command::Restart(_)) {
-            self.cell
-                .record(&python::cell_code(&command, self.framework()));
+            self.cell.record_command(&command, self.framework());
         }
         self.submit(CommandLine::from(command));
     }

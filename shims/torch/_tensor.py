@@ -360,7 +360,12 @@ class Tensor:
     def backward(self, gradient=None, retain_graph=None, create_graph=False):
         for t in self._keep:
             if hasattr(t, "backward") and isinstance(t, Tensor) and t.requires_grad:
-                return t.backward(retain_graph=retain_graph)
+                t.backward(retain_graph=retain_graph)
+                if not retain_graph:
+                    # The graph is freed: what only it held goes (the
+                    # criterion's loss under `loss = criterion(...) / 4`).
+                    self._keep = [k for k in self._keep if k is not t]
+                return None
         raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
 
     def requires_grad_(self, flag=True):

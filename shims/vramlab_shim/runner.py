@@ -12,7 +12,7 @@ import traceback
 import vramlab_shim as vs
 from vramlab_shim import missing
 
-SHIMS = ("torch", "tensorflow", "keras", "jax", "optax", "numpy", "tf_keras")
+SHIMS = ("torch", "tensorflow", "keras", "jax", "optax", "numpy", "tf_keras", "vramlab", "peft")
 _collect = gc.collect
 
 

@@ -8,7 +8,8 @@ use super::picture::{blocks_now, StepPicture};
 use crate::lessons::{Lesson, LESSONS};
 use crate::state::{App, LessonRun};
 use leptos::prelude::*;
-use vramlab_shared::command::parse_line;
+use vramlab_shared::command::{parse_line, Command, CommandLine};
+use vramlab_shared::lesson::cell::{lesson_cells, LessonCell};
 use vramlab_shared::lesson::predict::{number_to_predict, Direction};
 
 /// Text with `code` spans drawn as code.
@@ -105,6 +106,7 @@ fn Playing(app: App, run: LessonRun) -> impl IntoView {
         <p class="lesson-nav">
             <button class="link" id="lesson-all" on:click=move |_| { app.lesson.set(None); app.save_url(); }>"All lessons"</button>
             " · "<CopyLink />
+            " · "<AsPython app=app index=run.index />
         </p>
     }
 }
@@ -201,5 +203,43 @@ fn Finished(app: App, index: usize) -> impl IntoView {
                 <p>"Next: "<button id="lesson-next" class="link question" on:click=move |_| start(app, index + 1)>{inline_code(n.question)}</button></p>
             })}
         </div>
+    }
+}
+
+/// The lesson as Python in the code cell: one cell per kernel (a restart
+/// in the lesson starts the next); opening one restarts the session with
+/// that kernel's settings and puts its code in the cell, for ▶ Run all.
+#[component]
+fn AsPython(app: App, index: usize) -> impl IntoView {
+    let lines: Vec<_> = crate::lessons::lines(index)
+        .into_iter()
+        .map(parse_line)
+        .collect();
+    let cells = lesson_cells(&lines, app.framework());
+    let many = cells.len() > 1;
+    let open = move |cell: LessonCell| {
+        app.submit(CommandLine::from(Command::Restart(cell.settings)));
+        app.cell.show_code(cell.code);
+        if let Some(e) = web_sys::window()
+            .and_then(|w| w.document())
+            .and_then(|d| d.get_element_by_id("cell-source"))
+        {
+            e.scroll_into_view();
+        }
+    };
+    view! {
+        <span class="as-python">"as Python in the cell: "
+            {cells.into_iter().enumerate().map(|(i, cell)| {
+                let label = match many {
+                    true => format!("kernel {}", i + 1),
+                    false => "open".to_string(),
+                };
+                let title = format!("Steps {}–{} as Python: restart with their settings, the code in the cell", cell.steps.start + 1, cell.steps.end);
+                view! {
+                    <button class="link" id=format!("lesson-python-{i}") title=title disabled=move || app.read_only()
+                        on:click=move |_| open(cell.clone())>{label}</button>" "
+                }
+            }).collect_view()}
+        </span>
     }
 }

@@ -402,7 +402,7 @@ fn PlayControls(app: App, f: Fields) -> impl IntoView {
                 let steps = number(f.steps, "steps", 1..=MAX_TRAIN_STEPS)?;
                 if let Some(Command::Train(args)) = f.train(steps)?.pop() {
                     let train = Command::Train(args.clone());
-                    app.cell.record(&vramlab_shared::python::cell_code(&train, app.framework()));
+                    app.cell.record_command(&train, app.framework());
                     app.outbox.code.update(|c| c.push(vramlab_shared::python::code(&train, app.framework())));
                     app.play.begin(args);
                 }

@@ -138,3 +138,38 @@ fn merged(before: &RestartSettings, restart: &RestartSettings) -> RestartSetting
         _ => restart.clone(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::parse_line;
+
+    fn cells(text: &str) -> Vec<LessonCell> {
+        let lines: Vec<_> = text.lines().map(parse_line).collect();
+        lesson_cells(&lines, Framework::Pytorch)
+    }
+
+    /// One cell per kernel, each with the settings its restart left (a
+    /// later restart names only what it changes); a step the lesson
+    /// expects to fail inside `try`, its exception kept.
+    #[test]
+    fn a_lesson_is_a_cell_per_kernel() {
+        let lesson = r#"{"cmd":"restart","framework":"pytorch","device_total_bytes":1073741824,"say":"Start on a 1 GiB GPU."}
+{"cmd":"alloc","name":"big","bytes":2147483648,"say":"A tensor too big","expect":{"ok":false}}
+{"cmd":"restart","expandable_segments":true,"say":"Again, expandable."}
+{"cmd":"alloc","name":"a","bytes":1048576}"#;
+        let c = cells(lesson);
+        assert_eq!(c.len(), 2);
+        assert_eq!((c[0].steps.clone(), c[1].steps.clone()), (0..2, 2..4));
+        assert_eq!(c[0].settings.device_total_bytes, Some(1 << 30));
+        assert_eq!(c[1].settings.device_total_bytes, Some(1 << 30));
+        assert_eq!(c[1].settings.expandable_segments, Some(true));
+        assert_eq!(
+            c[0].code,
+            "# Start on a 1 GiB GPU.\nimport torch\nfrom torch import nn\nfrom torch.utils.data import TensorDataset\n\n# A tensor too big\ntry:\n    big = torch.empty(2048 * 2**20, dtype=torch.uint8, device=\"cuda\")\nexcept torch.cuda.OutOfMemoryError as e:\n    print(type(e).__name__, e)\n    last_exception = e\n"
+        );
+        assert!(c[1]
+            .code
+            .ends_with("\na = torch.empty(1 * 2**20, dtype=torch.uint8, device=\"cuda\")\n"));
+    }
+}

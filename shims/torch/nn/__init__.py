@@ -152,6 +152,83 @@ class Linear(Module):
         return "in_features=%d, out_features=%d, bias=%s" % (self.in_features, self.out_features, self.bias is not None)
 
 
+def _size(shape):
+    return tuple(shape) if isinstance(shape, (tuple, list)) else (int(shape),)
+
+
+class LayerNorm(Module):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, device=None, dtype=None):
+        Module.__init__(self)
+        shape = _size(normalized_shape)
+        if elementwise_affine:
+            self.weight = Parameter(torch.empty(*shape, dtype=dtype))
+            self.bias = Parameter(torch.empty(*shape, dtype=dtype)) if bias else None
+
+    def forward(self, x):
+        return x._new(x.shape)
+
+
+class RMSNorm(Module):
+    def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None):
+        Module.__init__(self)
+        if elementwise_affine:
+            self.weight = Parameter(torch.empty(*_size(normalized_shape), dtype=dtype))
+
+    def forward(self, x):
+        return x._new(x.shape)
+
+
+class Embedding(Module):
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, device=None, dtype=None, **_):
+        Module.__init__(self)
+        self.embedding_dim = embedding_dim
+        self.weight = Parameter(torch.empty(num_embeddings, embedding_dim, dtype=dtype))
+
+    def forward(self, x):
+        return x._new(tuple(x.shape) + (self.embedding_dim,))
+
+
+def _pair(v):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+
+
+class Conv2d(Module):
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, bias=True, **_):
+        Module.__init__(self)
+        self.out_channels, self.kernel_size = out_channels, _pair(kernel_size)
+        self.stride, self.padding = _pair(stride), _pair(padding)
+        self.weight = Parameter(torch.empty(out_channels, in_channels, *self.kernel_size))
+        self.bias = Parameter(torch.empty(out_channels)) if bias else None
+
+    def forward(self, x):
+        n, _, h, w = x.shape
+        (kh, kw), (sh, sw), (ph, pw) = self.kernel_size, self.stride, self.padding
+        return x._new((n, self.out_channels, (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1))
+
+
+class BatchNorm2d(Module):
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, **_):
+        Module.__init__(self)
+        if affine:
+            self.weight = Parameter(torch.empty(num_features))
+            self.bias = Parameter(torch.empty(num_features))
+
+    def forward(self, x):
+        return x._new(x.shape)
+
+
+class MaxPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, **_):
+        Module.__init__(self)
+        self.kernel_size = _pair(kernel_size)
+        self.stride = _pair(stride if stride is not None else kernel_size)
+
+    def forward(self, x):
+        n, c, h, w = x.shape
+        (kh, kw), (sh, sw) = self.kernel_size, self.stride
+        return x._new((n, c, (h - kh) // sh + 1, (w - kw) // sw + 1))
+
+
 class _Elementwise(Module):
     def __init__(self, *a, **k):
         Module.__init__(self)

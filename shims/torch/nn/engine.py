@@ -41,15 +41,40 @@ def mlp_shape(module):
 
 
 class EngineModel(_vs.Owner):
-    def __init__(self, name, shape, dtype):
+    def __init__(self, name, shape, dtype, kind=None):
         self._name = name
         self.layers, self.width, self.input_dim, self.classes = shape
         self.dtype = dtype
         self.data = None
         self.optimizers = []
+        # A sample's input and target shapes, and the input's type; the
+        # logits a sample gives.
+        self.kind = kind or {"kind": "mlp"}
+        self.x_shape = tuple(self.kind.get("x_shape", (self.input_dim,)))
+        self.x_dtype = self.kind.get("x_dtype", dtype)
+        self.y_shape = tuple(self.kind.get("y_shape", ()))
+        self.out_shape = tuple(self.kind.get("out_shape", (self.classes,)))
+
+    @staticmethod
+    def place_kind(module, cmd, shape, kind, dtype=None):
+        """A CNN or a transformer (vramlab.models): the engine builds it
+        from `cmd` (a `model` command's fields)."""
+        name = _vs.fresh_name()
+        cmd = dict(cmd, cmd="model", name=name)
+        if dtype is not None and dtype is not torch.float32:
+            cmd["dtype"] = dtype.name
+        _vs.make(cmd)
+        engine = EngineModel(name, shape, dtype or torch.float32, kind)
+        for p in module.parameters():
+            p.device = torch.device("cuda", 0)
+            p.dtype = engine.dtype
+            p._storage = engine
+        return engine
 
     @staticmethod
     def place(module, dtype=None):
+        if hasattr(module, "_engine_model"):
+            return module._engine_model(dtype)
         shape = mlp_shape(module)
         if isinstance(shape, str):
             raise NotImplementedError(
@@ -76,7 +101,13 @@ class EngineModel(_vs.Owner):
             raise RuntimeError(
                 "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
             )
-        if x.shape[-1] != self.input_dim:
+        if self.kind["kind"] != "mlp":
+            if tuple(x.shape[1:]) != self.x_shape or x.dtype is not self.x_dtype:
+                raise RuntimeError(
+                    "the %s takes a batch of shape (batch, %s) and type %s, not %s of %s"
+                    % (self.kind["kind"], ", ".join(map(str, self.x_shape)), self.x_dtype, tuple(x.shape), x.dtype)
+                )
+        elif x.shape[-1] != self.input_dim:
             raise RuntimeError(
                 "mat1 and mat2 shapes cannot be multiplied (%dx%d and %dx%d)"
                 % (x.numel() // x.shape[-1], x.shape[-1], self.input_dim, self.width)
@@ -97,7 +128,8 @@ class EngineModel(_vs.Owner):
     def loss(self, out, target, name):
         x = out.x
         batch = x.shape[0]
-        if tuple(target.shape) != (batch,):
+        whole = (batch,) + self.y_shape
+        if tuple(target.shape) != whole and target.numel() != _count(whole):
             raise ValueError("Expected input batch_size (%d) to match target batch_size (%d)." % (batch, target.shape[0] if target.shape else 1))
         if not target.is_cuda:
             raise RuntimeError("Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!")
@@ -107,6 +139,9 @@ class EngineModel(_vs.Owner):
             cmd["amp"] = _amp["dtype"].name
         if getattr(out, "checkpointing", False):
             cmd["checkpointing"] = True
+        attention = self.kind.get("attention")
+        if attention is not None and attention() != "eager":
+            cmd["attention"] = attention()
         if not torch.is_grad_enabled():
             cmd["no_grad"] = True
         return _vs.run(cmd)
@@ -115,6 +150,13 @@ class EngineModel(_vs.Owner):
         for o in self.optimizers:
             o.zero_grad(set_to_none)
             return
+
+
+def _count(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def loss_value(record):
@@ -153,12 +195,13 @@ class ModelOutput(Tensor):
     is taken of them (the forward runs up to the loss in one program)."""
 
     def __init__(self, model, x):
-        Tensor.__init__(self, tuple(x.shape[:-1]) + (model.classes,), model.dtype, "cuda",
+        lead = tuple(x.shape[:-1]) if model.kind["kind"] == "mlp" else (x.shape[0],)
+        Tensor.__init__(self, lead + model.out_shape, model.dtype, "cuda",
                         storage=_Pending(), requires_grad=torch.is_grad_enabled(), keep=[model])
         self.model, self.x = model, x
 
     def _run_without_grad(self):
-        target = torch.zeros(self.x.shape[0], dtype=torch.int64, device="cuda")
+        target = torch.zeros((self.x.shape[0],) + self.model.y_shape, dtype=torch.int64, device="cuda")
         name = _vs.fresh_name()
         try:
             record = self.model.loss(self, target, name)
@@ -167,6 +210,16 @@ class ModelOutput(Tensor):
             raise
         self._storage = _Named(name)
         self._value = loss_value(record)
+
+    def _view(self, shape, grad=None):
+        """A view of the logits not yet computed (`logits.flatten(0, 1)`
+        for a token-level loss): still the model's output."""
+        if not isinstance(self._storage, _Pending):
+            return Tensor._view(self, shape, grad)
+        out = ModelOutput(self.model, self.x)
+        out._shape = type(self._shape)(shape)
+        out.checkpointing = getattr(self, "checkpointing", False)
+        return out
 
     def _materialize(self):
         if isinstance(self._storage, _Pending):

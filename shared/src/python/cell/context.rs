@@ -1,0 +1,121 @@
+//! What a cell's code already has, read from its text: the networks it
+//! built from `vramlab.models` (a token dataset is a GPT's, an image
+//! dataset a CNN's) and the attention each GPT is set to, so the code
+//! appended next fits them.
+
+/// A network a line of the cell built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Net {
+    Gpt { seq_len: u64, vocab: u64 },
+    Cnn { channels: u64, image_size: u64 },
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Context {
+    /// By the name bound, the latest last.
+    nets: Vec<(String, Net)>,
+    /// `model.attn_implementation = "sdpa"` lines, in order.
+    attention: Vec<(String, String)>,
+}
+
+/// The integer after `key=` in `line`.
+fn arg(line: &str, key: &str) -> Option<u64> {
+    let at = line.find(&format!("{key}="))? + key.len() + 1;
+    let digits: String = line[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+impl Context {
+    pub(super) fn read(source: &str) -> Self {
+        let mut c = Context::default();
+        for line in source.lines() {
+            let Some((name, value)) = line.split_once(" = ") else {
+                continue;
+            };
+            let name = name.trim();
+            if let Some(model) = name.strip_suffix(".attn_implementation") {
+                let value = value
+                    .split('#')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .trim_matches('"');
+                c.attention.push((model.to_string(), value.to_string()));
+            } else if value.contains("GPT(") {
+                let net = (arg(value, "seq_len"), arg(value, "vocab"));
+                if let (Some(seq_len), Some(vocab)) = net {
+                    c.nets.push((name.into(), Net::Gpt { seq_len, vocab }));
+                }
+            } else if value.contains("CNN(") {
+                let net = (arg(value, "channels"), arg(value, "image_size"));
+                if let (Some(channels), Some(image_size)) = net {
+                    c.nets.push((
+                        name.into(),
+                        Net::Cnn {
+                            channels,
+                            image_size,
+                        },
+                    ));
+                }
+            }
+        }
+        c
+    }
+
+    /// The network bound to `name`, if the cell built one.
+    pub(super) fn net(&self, name: &str) -> Option<Net> {
+        (self.nets.iter().rev())
+            .find(|(n, _)| n == name)
+            .map(|&(_, net)| net)
+    }
+
+    /// The network a dataset of `features` and `classes` feeds.
+    pub(super) fn fed(&self, features: u64, classes: u64) -> Option<Net> {
+        self.nets
+            .iter()
+            .rev()
+            .map(|&(_, net)| net)
+            .find(|net| match *net {
+                Net::Gpt { seq_len, vocab } => (seq_len, vocab) == (features, classes),
+                Net::Cnn {
+                    channels,
+                    image_size,
+                } => channels * image_size * image_size == features,
+            })
+    }
+
+    /// The attention `model` runs now ("eager" unless a line set it).
+    pub(super) fn attention(&self, model: &str) -> &str {
+        (self.attention.iter().rev())
+            .find(|(m, _)| m == model)
+            .map_or("eager", |(_, a)| a)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cell_says_which_networks_it_built_and_their_attention() {
+        let source = "from vramlab.models import GPT\nmodel = GPT(layers=6, width=512, heads=8, seq_len=1024, vocab=8000, mlp_ratio=4, norm=nn.LayerNorm, tied=True).cuda()\nnet = CNN(channels=3, image_size=64, blocks=4, width=64, classes=100).cuda()  # per block\nmodel.attn_implementation = \"sdpa\"\n";
+        let c = Context::read(source);
+        let gpt = Net::Gpt {
+            seq_len: 1024,
+            vocab: 8000,
+        };
+        assert_eq!(c.net("model"), Some(gpt));
+        assert_eq!(c.fed(1024, 8000), Some(gpt));
+        let cnn = Net::Cnn {
+            channels: 3,
+            image_size: 64,
+        };
+        assert_eq!(c.fed(12288, 100), Some(cnn));
+        assert_eq!(c.fed(784, 10), None);
+        assert_eq!(c.attention("model"), "sdpa");
+        assert_eq!(c.attention("net"), "eager");
+    }
+}

@@ -1,0 +1,1 @@
+"""vramlab's own reference models, as the code pane writes them."""
