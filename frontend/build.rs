@@ -1,7 +1,9 @@
 //! Builds the lesson list from tests/lessons/ so that every lesson file the
 //! tests play is in the page, without a second list to keep in step: each
-//! lesson's words, and its commands file's version (the page fetches the
-//! file itself, `lessons/NN-slug.jsonl`, which scripts/build-web copies);
+//! lesson's question and summary, and the versions of the files the page
+//! fetches when the lesson opens (its commands, `NN-slug.jsonl`, its words
+//! for the recap, `NN-slug.md`, and its Python, `NN-slug.kN.py`, which
+//! scripts/build-web copies);
 //! and the version of each piece of advice's code (`advice/ID.py`).
 
 use std::fmt::Write;
@@ -56,12 +58,22 @@ fn main() {
         let words = dir.join(format!("{slug}.md"));
         println!("cargo:rerun-if-changed={}", file.display());
         println!("cargo:rerun-if-changed={}", words.display());
-        let (question, summary, recap) = read_words(&words);
-        let text = std::fs::read(&file).expect("lesson file");
-        let version = format!("{:016x}", fnv1a(&text));
+        let (question, summary, _) = read_words(&words);
+        let version =
+            |path: &Path| format!("{:016x}", fnv1a(&std::fs::read(path).expect("lesson file")));
+        let (commands, recap) = (version(&file), version(&words));
+        // The lesson as Python, a file per kernel (`NN-slug.k1.py`, …).
+        let python: Vec<String> = (1..)
+            .map(|k| dir.join(format!("{slug}.k{k}.py")))
+            .take_while(|p| p.exists())
+            .map(|p| {
+                println!("cargo:rerun-if-changed={}", p.display());
+                version(&p)
+            })
+            .collect();
         writeln!(
             out,
-            "    Lesson {{ slug: {slug:?}, question: {question:?}, summary: {summary:?}, recap: {recap:?}, version: {version:?} }},",
+            "    Lesson {{ slug: {slug:?}, question: {question:?}, summary: {summary:?}, version: {commands:?}, recap: {recap:?}, python: &{python:?} }},",
         )
         .unwrap();
     }

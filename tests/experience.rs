@@ -588,16 +588,26 @@ async fn each_step_shows_its_picture_beside_it() {
     )
     .await;
     assert_eq!(kind, "slot");
+    js(
+        &page,
+        "document.getElementById('step-picture').scrollIntoView({block: 'center'})",
+    )
+    .await;
+    shot_screen(&page, "picture-slot.png").await;
     let caption = until(&page, "document.getElementById('step-changes').textContent").await;
     let caption = caption.as_str().unwrap();
     assert!(caption.starts_with("forward (command "), "{caption}");
     assert!(caption.contains("allocated peaked at "), "{caption}");
-    let slots = js(&page, "document.querySelectorAll('#step-slot g').length").await;
+    let slots = js(
+        &page,
+        "document.querySelectorAll('#step-slot .slot').length",
+    )
+    .await;
     assert!(slots.as_u64().unwrap() >= 4, "{slots}");
     assert_eq!(
         js(
             &page,
-            "document.querySelectorAll('#step-slot g.newest').length"
+            "document.querySelectorAll('#step-slot .slot.newest').length"
         )
         .await,
         1

@@ -84,44 +84,51 @@ fn a_module_vramlab_has_not_runs_as_a_stand_in_with_a_note() {
     }
 }
 
-/// Every lesson opens as cell code: each kernel's cell, run by CPython with
-/// the shims under the lesson's restart settings, runs to its last line and
+/// Every lesson as Python (`tests/lessons/NN-slug.kN.py`, one file per
+/// kernel, what the page's "as Python in the cell" opens): each file is
+/// what `vramlab lesson-python` writes for the lesson, and, run by CPython
+/// with the shims under its kernel's settings, runs to its last line and
 /// ends with the numbers the lesson's own commands end that kernel with.
 #[test]
-fn every_lesson_runs_as_cell_code_with_the_lessons_numbers() {
-    use vramlab_shared::command::parse_line;
-    use vramlab_shared::lesson::cell::lesson_cells;
-    use vramlab_shared::types::Framework;
+fn every_lesson_runs_as_python_with_the_lessons_numbers() {
+    use vramlab_server::lesson_python::{cells_of, file_name};
     let mut failed = Vec::new();
-    let mut cells = 0;
-    for file in vramlab_tests::lesson_files() {
-        let text = std::fs::read_to_string(&file).unwrap();
+    let mut files = 0;
+    for lesson in vramlab_tests::lesson_files() {
+        let text = std::fs::read_to_string(&lesson).unwrap();
         let lines: Vec<_> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-        let parsed: Vec<_> = lines.iter().map(|l| parse_line(l)).collect();
-        for cell in lesson_cells(&parsed, Framework::Pytorch) {
-            cells += 1;
+        let stem = lesson.file_stem().unwrap().to_string_lossy();
+        for (k, cell) in cells_of(&text).into_iter().enumerate() {
+            files += 1;
+            let file = lesson.with_file_name(file_name(&stem, k + 1));
+            let code = std::fs::read_to_string(&file).unwrap_or_default();
+            assert_eq!(
+                code,
+                cell.code,
+                "{} is not what `vramlab lesson-python {} --out tests/lessons` writes",
+                file.display(),
+                lesson.display()
+            );
             let (records, _, _) =
                 vramlab_tests::run_stdin(&lines[..cell.steps.end].join("\n"), &[]);
             let stats = &records.last().unwrap()["stats"];
             let want = ["allocated_bytes", "reserved_bytes"].map(|k| stats[k].as_u64().unwrap());
             let settings = serde_json::to_string(&cell.settings).unwrap();
-            let run = vramlab_tests::python_run_with(&cell.code, &settings);
+            let run = vramlab_tests::python_run_with(&code, &settings);
             let got = run.numbers.map(|n| [n[0], n[1]]);
             if !run.success || got != Some(want) {
                 failed.push(format!(
-                    "{} steps {:?}: want {want:?}, got {got:?}\n{}\n{}",
+                    "{}: want {want:?}, got {got:?}\n{}",
                     file.display(),
-                    cell.steps,
-                    cell.code,
                     run.stderr
                 ));
             }
         }
     }
-    assert!(cells >= 29, "{cells} cells");
+    assert!(files >= 29, "{files} files");
     assert!(
         failed.is_empty(),
-        "{} cells differ:\n{}",
+        "{} differ:\n{}",
         failed.len(),
         failed.join("\n-----\n")
     );

@@ -43,6 +43,19 @@ pub enum Command {
     /// numpy in front of any installed ones (needs python3): the code's
     /// prints, then the numbers it ends with on standard error.
     Python(PythonArgs),
+    /// Print a lesson (a commands file of tests/lessons/) as the Python that
+    /// does its steps, one file per kernel (each restart starts the next),
+    /// with the `vramlab python --settings` line that runs each.
+    LessonPython(LessonPythonArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LessonPythonArgs {
+    /// The lesson's commands file (`NN-slug.jsonl`).
+    pub file: PathBuf,
+    /// Write each kernel's code to DIR/NN-slug.kN.py instead of printing it.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 /// Where kernels run: `run`, `serve` and `python` take the same two options.

@@ -25,6 +25,7 @@ pub mod cli;
 pub mod cuda;
 pub mod diff;
 pub mod http;
+pub mod lesson_python;
 pub mod listener;
 pub mod metrics;
 pub mod python;

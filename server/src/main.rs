@@ -16,6 +16,9 @@ fn main() -> ExitCode {
         Command::Replay(args) => replay_file(&args, &mut std::io::stdout().lock()),
         Command::Kernels(args) => vramlab_server::cuda::compile_kernels(&args),
         Command::Python(args) => vramlab_server::python::run_python(&args),
+        Command::LessonPython(args) => {
+            vramlab_server::lesson_python::lesson_python(&args, &mut std::io::stdout().lock())
+        }
         Command::Diff(args) => {
             vramlab_server::diff::diff_files(&args, &mut std::io::stdout().lock())
         }

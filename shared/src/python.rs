@@ -59,7 +59,9 @@ pub fn code(cmd: &Command, framework: Framework) -> String {
         Command::Optimizer(a) if framework != Framework::Pytorch => compiled::optimizer_code(a, framework),
         Command::Optimizer(a) => optimizer_code(a),
         Command::Data(a) if framework != Framework::Pytorch => compiled::data_code(a),
-        Command::Data(a) => data_code(a),
+        // PyTorch's: the code the cell runs (a GPT's or CNN's fitted there).
+        Command::Data(_) => cell_code(cmd, framework),
+        Command::Forward(_) if framework == Framework::Pytorch => cell_code(cmd, framework),
         Command::Forward(a) => forward_code(a, framework),
         Command::Backward(a) => backward_code(a, framework),
         Command::Step(a) => match framework {
@@ -76,7 +78,7 @@ pub fn code(cmd: &Command, framework: Framework) -> String {
             (Framework::Jax, false) => "grads = jax.tree.map(jnp.zeros_like, grads)".into(),
             (Framework::Tensorflow, false) => "grads = [tf.zeros_like(g) for g in grads]".into(),
         },
-        Command::Train(a) if framework == Framework::Pytorch => train_code(a),
+        Command::Train(_) if framework == Framework::Pytorch => cell_code(cmd, framework),
         Command::Train(a) => compiled::train_code(a, framework),
         Command::FindBatchSize(a) => format!(
             "# try batch sizes 1, 2, 4, ... and keep the largest whose step peak stays under {} of the memory limit{}",
@@ -231,17 +233,6 @@ fn optimizer_code(a: &OptimizerArgs) -> String {
     format!("{} = {class}({args})", a.name)
 }
 
-fn data_code(a: &DataArgs) -> String {
-    let (name, samples, features) = (&a.name, a.samples, a.features);
-    if a.on_device {
-        format!(
-            "{name} = TensorDataset(X.cuda(), y.cuda())  # {samples} x {features}, all on the GPU"
-        )
-    } else {
-        format!("{name} = DataLoader(TensorDataset(X, y), batch_size=...)  # {samples} x {features}, on the host")
-    }
-}
-
 /// The techniques a batch-size search trains with, in words.
 fn techniques(a: &FindBatchSizeArgs) -> String {
     let mut words = Vec::new();
@@ -266,7 +257,7 @@ fn forward_code(a: &ForwardArgs, framework: Framework) -> String {
     let (name, model) = (&a.name, &a.model);
     let batch = format!("x, y = next(batches)  # batch of {}\n", a.batch_size);
     match (framework, a.no_grad) {
-        (Framework::Pytorch, _) => torch_forward_code(a),
+        (Framework::Pytorch, _) => cell_code(&Command::Forward(a.clone()), framework),
         (Framework::Tensorflow, true) => format!("{batch}{name} = loss_fn(y, {model}(x, training=False))"),
         (Framework::Tensorflow, false) => format!(
             "{batch}with tf.GradientTape() as tape:\n    {name} = loss_fn(y, {model}(x, training=True))"
@@ -288,76 +279,6 @@ fn backward_code(a: &BackwardArgs, framework: Framework) -> String {
         }
         (Framework::Jax, _) => format!("grads, = {name}_vjp(jnp.ones(()))"),
     }
-}
-
-fn torch_forward_code(a: &ForwardArgs) -> String {
-    let mut s = format!("x, y = next(batches)  # batch of {}\n", a.batch_size);
-    if a.no_grad {
-        s.push_str("with torch.no_grad():\n    ");
-    }
-    if a.amp.is_on() {
-        let dtype = a.amp.torch_dtype();
-        s.push_str(&format!(
-            "with torch.autocast('cuda', dtype={dtype}):\n    "
-        ));
-    }
-    s.push_str(&format!(
-        "{} = criterion({}(x.cuda()), y.cuda())",
-        a.name, a.model
-    ));
-    s
-}
-
-fn train_code(a: &TrainArgs) -> String {
-    let (model, optimizer, accumulate) = (&a.model, &a.optimizer, a.accumulate);
-    let forward = if a.checkpointing {
-        format!("checkpoint_sequential({model}, segments, x, use_reentrant=False)")
-    } else {
-        format!("{model}(x)")
-    };
-    // Inside the micro-batch loop every line is indented once more.
-    let indent = if accumulate > 1 { "    " } else { "" };
-    let mut s = if accumulate > 1 {
-        format!(
-            "for step, batch in zip(range({}), loader):  # batch {}\n    for x, y in micro_batches(batch, {accumulate}):\n",
-            a.steps, a.batch_size
-        )
-    } else {
-        format!(
-            "for step, (x, y) in zip(range({}), loader):  # batch {}\n",
-            a.steps, a.batch_size
-        )
-    };
-    s.push_str(indent);
-    s.push_str("    x, y = x.cuda(), y.cuda()  # the last batch dies here\n");
-    s.push_str(indent);
-    if a.amp.is_on() {
-        let dtype = a.amp.torch_dtype();
-        s.push_str(&format!(
-            "    with torch.autocast('cuda', dtype={dtype}):\n    "
-        ));
-        s.push_str(indent);
-    }
-    s.push_str(&format!("    loss = criterion({forward}, y)"));
-    if accumulate > 1 {
-        s.push_str(&format!(" / {accumulate}"));
-    }
-    s.push('\n');
-    s.push_str(indent);
-    s.push_str("    loss.backward()\n");
-    s.push_str(indent);
-    s.push_str(match a.loss_history {
-        LossHistory::Item => "    total_loss += loss.item()\n",
-        LossHistory::Tensor => {
-            "    total_loss += loss  # one scalar on the GPU; its history is host memory\n"
-        }
-        LossHistory::List => "    losses.append(loss)  # every step's loss stays\n",
-    });
-    s.push_str(&format!(
-        "    {optimizer}.step()\n    {optimizer}.zero_grad(set_to_none={})",
-        py_bool(a.set_to_none)
-    ));
-    s
 }
 
 fn py_bool(b: bool) -> &'static str {

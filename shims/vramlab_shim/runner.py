@@ -10,7 +10,7 @@ import sys
 import traceback
 
 import vramlab_shim as vs
-from vramlab_shim import missing
+from vramlab_shim import missing, shell
 
 SHIMS = ("torch", "tensorflow", "keras", "jax", "optax", "numpy", "tf_keras", "vramlab", "peft")
 _collect = gc.collect
@@ -63,14 +63,14 @@ class Run:
     def __init__(self, source, emit, restart):
         self.emit = emit
         self.source = source
-        self.tree = ast.parse(source, vs.CELL)
+        self.tree = ast.parse(shell.transform(source), vs.CELL)
         self.statements = self.tree.body
         self.next = 0
         self.framework = framework_of(self.tree)
         forget_previous()
         vs.set_source(source)
         linecache.cache[vs.CELL] = (len(source), None, source.splitlines(True), vs.CELL)
-        self.globals = {"__name__": "__main__", "__builtins__": __builtins__}
+        self.globals = {"__name__": "__main__", "__builtins__": __builtins__, "__vramlab_shell__": shell.run}
         missing.install()
         restart(self.framework)
         gc.collect = collect

@@ -8,8 +8,7 @@ use super::picture::{blocks_now, StepPicture};
 use crate::lessons::{Lesson, LESSONS};
 use crate::state::{App, LessonRun};
 use leptos::prelude::*;
-use vramlab_shared::command::{parse_line, Command, CommandLine};
-use vramlab_shared::lesson::cell::{lesson_cells, LessonCell};
+use vramlab_shared::command::{parse_line, Command};
 use vramlab_shared::lesson::predict::{number_to_predict, Direction};
 
 /// Text with `code` spans drawn as code.
@@ -193,12 +192,11 @@ fn NextStep(app: App, run: LessonRun) -> impl IntoView {
 
 #[component]
 fn Finished(app: App, index: usize) -> impl IntoView {
-    let lesson = &LESSONS[index];
     let next = LESSONS.get(index + 1);
     view! {
         <div class="finished">
             <p id="lesson-done"><b>"Lesson complete. "</b>"What you saw:"</p>
-            <p id="lesson-recap">{inline_code(lesson.recap)}</p>
+            <p id="lesson-recap">{inline_code(crate::lessons::recap(index))}</p>
             {next.map(|n| view! {
                 <p>"Next: "<button id="lesson-next" class="link question" on:click=move |_| start(app, index + 1)>{inline_code(n.question)}</button></p>
             })}
@@ -206,40 +204,67 @@ fn Finished(app: App, index: usize) -> impl IntoView {
     }
 }
 
-/// The lesson as Python in the code cell: one cell per kernel (a restart
-/// in the lesson starts the next); opening one restarts the session with
-/// that kernel's settings and puts its code in the cell, for ▶ Run all.
+/// The lesson as Python in the code cell: one file per kernel (a restart
+/// in the lesson starts the next, `vramlab lesson-python` writes them);
+/// opening one runs the lesson's restarts up to that kernel's on the
+/// session, so it has the kernel's settings, and puts the code in the
+/// cell, for ▶ Run all.
 #[component]
 fn AsPython(app: App, index: usize) -> impl IntoView {
-    let lines: Vec<_> = crate::lessons::lines(index)
-        .into_iter()
-        .map(parse_line)
+    let lines = crate::lessons::lines(index);
+    let restarts: Vec<usize> = (0..lines.len())
+        .filter(|&i| {
+            matches!(
+                App::lesson_line(index, i).map(|l| l.command),
+                Some(Ok(Command::Restart(_)))
+            )
+        })
         .collect();
-    let cells = lesson_cells(&lines, app.framework());
-    let many = cells.len() > 1;
-    let open = move |cell: LessonCell| {
-        app.submit(CommandLine::from(Command::Restart(cell.settings)));
-        app.cell.show_code(cell.code);
-        if let Some(e) = web_sys::window()
-            .and_then(|w| w.document())
-            .and_then(|d| d.get_element_by_id("cell-source"))
-        {
-            e.scroll_into_view();
+    let kernels = LESSONS[index].python.len();
+    let said = RwSignal::new(None::<String>);
+    let open = move |k: usize| {
+        for &i in restarts.iter().take(k + 1) {
+            if let Some(line) = App::lesson_line(index, i) {
+                app.submit(line);
+            }
         }
+        let Some(url) = crate::lessons::python_url(index, k) else {
+            return;
+        };
+        wasm_bindgen_futures::spawn_local(async move {
+            match crate::files::fetch_text(&url).await {
+                Some(code) => {
+                    said.set(None);
+                    app.cell.show_code(code);
+                    if let Some(e) = web_sys::window()
+                        .and_then(|w| w.document())
+                        .and_then(|d| d.get_element_by_id("cell-source"))
+                    {
+                        e.scroll_into_view();
+                    }
+                }
+                None => said.set(Some(
+                    "The lesson's Python could not be fetched: reload the page.".into(),
+                )),
+            }
+        });
     };
+    let open = std::rc::Rc::new(open);
     view! {
         <span class="as-python">"as Python in the cell: "
-            {cells.into_iter().enumerate().map(|(i, cell)| {
-                let label = match many {
-                    true => format!("kernel {}", i + 1),
-                    false => "open".to_string(),
+            {(0..kernels).map(|k| {
+                let open = open.clone();
+                let label = match kernels {
+                    1 => "open".to_string(),
+                    _ => format!("kernel {}", k + 1),
                 };
-                let title = format!("Steps {}–{} as Python: restart with their settings, the code in the cell", cell.steps.start + 1, cell.steps.end);
                 view! {
-                    <button class="link" id=format!("lesson-python-{i}") title=title disabled=move || app.read_only()
-                        on:click=move |_| open(cell.clone())>{label}</button>" "
+                    <button class="link" id=format!("lesson-python-{k}") disabled=move || app.read_only()
+                        title="The steps as Python in the cell, the session restarted with their settings"
+                        on:click=move |_| open(k)>{label}</button>" "
                 }
             }).collect_view()}
+            <span role="alert" class="refused">{move || said.get()}</span>
         </span>
     }
 }

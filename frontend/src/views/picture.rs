@@ -5,7 +5,6 @@
 //! a training command: the timeline's newest slots, the step's own
 //! highlighted with its peak inside it and where it settled.
 
-use super::colour_of;
 use super::segments::{block_under, draw, in_words};
 use crate::state::App;
 use leptos::html;
@@ -162,8 +161,6 @@ fn StepSegments(app: App) -> impl IntoView {
 
 /// Slots drawn: the step's and those before it.
 const SLOTS: usize = 8;
-const W: f64 = 320.0;
-const H: f64 = 72.0;
 
 #[component]
 fn StepSlot(app: App) -> impl IntoView {
@@ -174,6 +171,8 @@ fn StepSlot(app: App) -> impl IntoView {
             labelled[from..].to_vec()
         })
     };
+    // Each slot a column: the pale bar its peak inside it, the dark one
+    // where it settled, the line reserved (heights in % of the highest).
     let drawing = move || {
         let points = slots();
         let high = (points.iter())
@@ -181,26 +180,19 @@ fn StepSlot(app: App) -> impl IntoView {
             .max()
             .unwrap_or(1)
             .max(1) as f64;
-        let y = |bytes: u64| H - bytes as f64 / high * (H - 4.0);
-        let slot = W / SLOTS as f64;
+        let pct = move |bytes: u64| format!("{:.1}%", bytes as f64 / high * 100.0);
         let newest = points.len().saturating_sub(1);
         points
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                let x = i as f64 * slot;
-                let peak = p.peak.max(p.allocated);
-                view! {
-                    <g class:newest=i == newest>
-                        <rect class="slot" x=x y="0" width=slot height=H></rect>
-                        <rect x=x + 3.0 y=y(peak) width=slot * 0.4 height=H - y(peak)
-                            fill=colour_of::ALLOCATED opacity="0.45"></rect>
-                        <rect x=x + 3.0 + slot * 0.4 y=y(p.allocated) width=slot * 0.4 height=H - y(p.allocated)
-                            fill=colour_of::ALLOCATED></rect>
-                        <line x1=x + 2.0 x2=x + slot - 2.0 y1=y(p.reserved) y2=y(p.reserved)
-                            stroke=colour_of::RESERVED stroke-width="2"></line>
-                    </g>
-                }
+                let style = format!(
+                    "--peak:{};--settled:{};--reserved:{}",
+                    pct(p.peak.max(p.allocated)),
+                    pct(p.allocated),
+                    pct(p.reserved)
+                );
+                view! { <div class="slot" class:newest=i == newest style=style></div> }
             })
             .collect::<Vec<_>>()
     };
@@ -216,9 +208,9 @@ fn StepSlot(app: App) -> impl IntoView {
     };
     view! {
         <figure class="step-picture" id="step-picture" data-picture="slot">
-            <svg id="step-slot" viewBox=format!("0 0 {W} {H}") role="img" aria-label=move || caption().unwrap_or_default()>
+            <div id="step-slot" class="slots" role="img" aria-label=move || caption().unwrap_or_default()>
                 {drawing}
-            </svg>
+            </div>
             <figcaption>
                 <span id="step-changes">{caption}</span>
                 " "<span class="keys">"The timeline's newest slots, this step's framed: the pale bar is its peak inside it, the dark one where it settled, the line reserved."</span>

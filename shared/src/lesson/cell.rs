@@ -64,8 +64,9 @@ fn comment(text: &str) -> String {
 fn step_code(cell: &str, line: &CommandLine, command: &Command, framework: Framework) -> String {
     let code = append(cell, command, framework);
     let mut out = String::new();
+    let quotes = |s: &str| s.trim().replace('\'', "\"");
     if let Some(say) = &line.annotations.say {
-        if say.trim() != cell_code(command, framework).trim() {
+        if quotes(say) != quotes(&cell_code(command, framework)) {
             out.push_str(&comment(say));
         }
     }
@@ -79,6 +80,10 @@ fn step_code(cell: &str, line: &CommandLine, command: &Command, framework: Frame
     } else {
         out.push_str(&code);
         out.push('\n');
+    }
+    // What it shows, after it.
+    if let Some(why) = &line.annotations.why {
+        out.push_str(&comment(&format!("→ {why}")));
     }
     out
 }
@@ -98,6 +103,8 @@ pub fn lesson_cells(lines: &[CommandLine], framework: Framework) -> Vec<LessonCe
             settings = merged(&settings, s);
             let fw = settings.framework.unwrap_or(framework);
             let mut code = comment(line.annotations.say.as_deref().unwrap_or(""));
+            let json = serde_json::to_string(&settings).unwrap_or_default();
+            code.push_str(&format!("# vramlab python --settings '{json}'\n"));
             code.push_str(imports(fw));
             cells.push(LessonCell {
                 settings: settings.clone(),
@@ -166,7 +173,7 @@ mod tests {
         assert_eq!(c[1].settings.expandable_segments, Some(true));
         assert_eq!(
             c[0].code,
-            "# Start on a 1 GiB GPU.\nimport torch\nfrom torch import nn\nfrom torch.utils.data import TensorDataset\n\n# A tensor too big\ntry:\n    big = torch.empty(2048 * 2**20, dtype=torch.uint8, device=\"cuda\")\nexcept torch.cuda.OutOfMemoryError as e:\n    print(type(e).__name__, e)\n    last_exception = e\n"
+            "# Start on a 1 GiB GPU.\n# vramlab python --settings '{\"framework\":\"pytorch\",\"device_total_bytes\":1073741824}'\nimport torch\nfrom torch import nn\nfrom torch.utils.data import TensorDataset\n\n# A tensor too big\ntry:\n    big = torch.empty(2048 * 2**20, dtype=torch.uint8, device=\"cuda\")\nexcept torch.cuda.OutOfMemoryError as e:\n    print(type(e).__name__, e)\n    last_exception = e\n"
         );
         assert!(c[1]
             .code

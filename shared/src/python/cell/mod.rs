@@ -239,7 +239,7 @@ fn train_code(c: &Context, a: &TrainArgs) -> String {
     s.push_str(&format!(
         "{indent}{}\n",
         match a.loss_history {
-            LossHistory::Item => "last_loss = loss.item()",
+            LossHistory::Item => "total_loss += loss.item()",
             LossHistory::Tensor =>
                 "total_loss += loss  # one scalar on the GPU; its history is host memory",
             LossHistory::List => "losses.append(loss)  # every step's loss stays",
