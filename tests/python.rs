@@ -133,3 +133,54 @@ fn every_lesson_runs_as_python_with_the_lessons_numbers() {
         failed.join("\n-----\n")
     );
 }
+
+/// What the controls write into the cell runs again with the numbers the
+/// controls' own commands gave: an MLP through every training control
+/// (forward, backward, step, zero_grad, a loop with accumulation,
+/// autocast and checkpointing, a forward under no_grad), vramlab's GPT
+/// with fused attention and a CNN side by side, and Keras's fit.
+#[test]
+fn the_controls_code_runs_again_with_their_numbers() {
+    use vramlab_server::lesson_python::cells_of;
+    let sequences = [
+        r#"{"cmd":"restart","framework":"pytorch"}
+{"cmd":"model","name":"model","layers":2,"width":256}
+{"cmd":"optimizer","name":"opt","model":"model","kind":"adam"}
+{"cmd":"data","name":"data"}
+{"cmd":"forward","name":"loss","model":"model","data":"data","batch_size":64}
+{"cmd":"backward","name":"loss"}
+{"cmd":"step","optimizer":"opt"}
+{"cmd":"zero_grad","optimizer":"opt","set_to_none":false}
+{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":3,"batch_size":64,"accumulate":2,"amp":"bfloat16","checkpointing":true}
+{"cmd":"forward","name":"val","model":"model","data":"data","batch_size":32,"no_grad":true}"#,
+        r#"{"cmd":"restart","framework":"pytorch"}
+{"cmd":"model","name":"model","kind":"transformer","layers":2,"width":128,"heads":4,"seq_len":256,"vocab":1000}
+{"cmd":"optimizer","name":"opt","model":"model","kind":"adamw"}
+{"cmd":"data","name":"data","samples":1000,"features":256,"classes":1000}
+{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":2,"batch_size":4,"attention":"sdpa"}
+{"cmd":"forward","name":"loss","model":"model","data":"data","batch_size":4}
+{"cmd":"backward","name":"loss"}
+{"cmd":"model","name":"cnn","kind":"cnn","channels":3,"image_size":32,"blocks":2,"width":32,"classes":10}
+{"cmd":"optimizer","name":"copt","model":"cnn","kind":"sgd"}
+{"cmd":"data","name":"images","samples":1000,"features":3072,"classes":10}
+{"cmd":"train","model":"cnn","optimizer":"copt","data":"images","steps":2,"batch_size":16}"#,
+        r#"{"cmd":"restart","framework":"tensorflow","allow_growth":true}
+{"cmd":"model","name":"model","layers":2,"width":256}
+{"cmd":"optimizer","name":"opt","model":"model","kind":"adam"}
+{"cmd":"data","name":"data"}
+{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":3,"batch_size":64}"#,
+    ];
+    for text in sequences {
+        let (records, _, _) = vramlab_tests::run_stdin(text, &[]);
+        assert!(records.iter().all(|r| r["ok"] == true), "{records:?}");
+        let stats = &records.last().unwrap()["stats"];
+        let want = ["allocated_bytes", "reserved_bytes"].map(|k| stats[k].as_u64().unwrap());
+        let cells = cells_of(text);
+        assert_eq!(cells.len(), 1);
+        let settings = serde_json::to_string(&cells[0].settings).unwrap();
+        let run = vramlab_tests::python_run_with(&cells[0].code, &settings);
+        assert!(run.success, "{}\n{}", cells[0].code, run.stderr);
+        let got = run.numbers.map(|n| [n[0], n[1]]);
+        assert_eq!(got, Some(want), "{}", cells[0].code);
+    }
+}

@@ -214,12 +214,25 @@ class Model(_vs.Owner):
             raise ValueError("vramlab builds a Keras model when its input shape is known: give the first layer "
                              "input_shape=, or call the model on a batch, before compile()")
         kind, lr = _optimizer(optimizer)
-        name = _vs.fresh_name(self._name + "_optimizer")
-        cmd = {"cmd": "optimizer", "name": name, "model": self._name, "kind": kind}
-        if lr is not None:
-            cmd["lr"] = lr
-        _vs.run(cmd)
-        self.optimizer = name
+        given = not isinstance(optimizer, str)
+        if given and getattr(optimizer, "_name", None) is not None:
+            # An optimizer that already applied gradients keeps its state.
+            self.optimizer = optimizer._name
+        else:
+            hint = getattr(optimizer, "_hint", None) if given else None
+            name = _vs.fresh_name(hint or self._name + "_optimizer")
+            cmd = {"cmd": "optimizer", "name": name, "model": self._name, "kind": kind}
+            if lr is not None:
+                cmd["lr"] = lr
+            _vs.run(cmd)
+            self.optimizer = name
+            if given:
+                # Keras's model.optimizer is that object: its state, made
+                # once, serves fit and apply_gradients alike, and lives as
+                # long as the object does.
+                optimizer._name, optimizer.model = name, self
+                self._optimizers.add(optimizer)
+        self._owned_optimizer = None if given else self.optimizer
         self.jit_compile = jit_compile is not False
 
     def fit(self, x, y=None, batch_size=None, epochs=1, steps_per_epoch=None, verbose="auto", **_):
@@ -248,7 +261,7 @@ class Model(_vs.Owner):
 
     def __del__(self):
         # The model owns its optimizer (model.optimizer) and the data it was fit on.
-        for name in (self.optimizer, self.data):
+        for name in (getattr(self, "_owned_optimizer", self.optimizer), self.data):
             if name:
                 _vs.release(name)
         _vs.Owner.__del__(self)

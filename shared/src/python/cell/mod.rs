@@ -24,14 +24,39 @@ pub fn cell_code(cmd: &Command, framework: Framework) -> String {
 }
 
 fn code_in(c: &Context, cmd: &Command, framework: Framework) -> String {
+    use Framework::{Pytorch, Tensorflow};
     match (cmd, framework) {
-        (Command::Model(a), Framework::Pytorch) => torch_model_code(a),
+        (Command::Model(a), Pytorch) => torch_model_code(a),
         (Command::Model(a), _) => model_code(a, framework),
-        (Command::Optimizer(a), _) => optimizer_code(a),
+        (Command::Optimizer(a), Pytorch) => optimizer_code(a),
+        (Command::Data(a), Tensorflow) => keras_data_code(a),
         (Command::Data(a), _) => data_code(c, a),
-        (Command::Forward(a), Framework::Pytorch) => forward_code(c, a),
-        (Command::Train(a), _) => train_code(c, a),
+        (Command::Forward(a), Pytorch) => forward_code(c, a),
+        (Command::Forward(a), Tensorflow) => keras_forward_code(a),
+        (Command::Train(a), Pytorch) => train_code(c, a),
         _ => code(cmd, framework),
+    }
+}
+
+/// Keras's samples: numpy arrays on the host.
+fn keras_data_code(a: &DataArgs) -> String {
+    format!(
+        "x_train, y_train = np.random.rand({0}, {1}).astype(\"float32\"), np.random.randint(0, {2}, {0})  # on the host",
+        a.samples, a.features, a.classes
+    )
+}
+
+/// A Keras model's loss on a batch, under a `GradientTape` unless
+/// `no_grad` (the tape's gradients come from `tape.gradient`).
+fn keras_forward_code(a: &ForwardArgs) -> String {
+    let (name, model) = (&a.name, &a.model);
+    let loss = "tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)";
+    let batch = format!("x, y = x_train[:{0}], y_train[:{0}]\n", a.batch_size);
+    match a.no_grad {
+        true => format!("{batch}{name} = {loss}(y, {model}(x, training=False))"),
+        false => format!(
+            "{batch}with tf.GradientTape() as tape:\n    {name} = {loss}(y, {model}(x, training=True))"
+        ),
     }
 }
 
