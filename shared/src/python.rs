@@ -327,18 +327,17 @@ mod tests {
         assert!(keras.ends_with("epochs=1)"), "{keras}");
     }
 
-    /// What a control adds to the code cell is what the cell runs: the
-    /// MLP as the framework builds it, the rest in PyTorch's words.
+    /// What a control adds to the code cell is the framework's own code:
+    /// PyTorch's loop, Keras's `fit`, JAX's arrays.
     #[test]
     fn the_cell_gets_what_it_runs() {
         let train = r#"{"cmd":"train","model":"m","optimizer":"o","data":"d"}"#;
         let line = parse_line(train).command.unwrap();
-        for f in Framework::ALL {
-            assert!(cell_code(&line, f).contains("loss.backward()"));
-        }
+        assert!(cell_code(&line, Framework::Pytorch).contains("loss.backward()"));
+        assert!(cell_code(&line, Framework::Tensorflow).starts_with("m.fit(x_train, y_train"));
         let model = parse_line(r#"{"cmd":"model","name":"m"}"#).command.unwrap();
         assert!(cell_code(&model, Framework::Tensorflow).starts_with("m = tf.keras.Sequential"));
-        assert!(cell_code(&model, Framework::Jax).starts_with("m = nn.Sequential"));
+        assert!(cell_code(&model, Framework::Jax).contains("jnp.zeros"));
     }
 
     /// Under JAX and TensorFlow no line of the setup is PyTorch's.

@@ -27,10 +27,10 @@ fn code_in(c: &Context, cmd: &Command, framework: Framework) -> String {
     use Framework::{Pytorch, Tensorflow};
     match (cmd, framework) {
         (Command::Model(a), Pytorch) => torch_model_code(a),
-        (Command::Model(a), _) => model_code(a, framework),
+        (Command::Model(a), Tensorflow) => model_code(a, framework),
         (Command::Optimizer(a), Pytorch) => optimizer_code(a),
-        (Command::Data(a), Tensorflow) => keras_data_code(a),
-        (Command::Data(a), _) => data_code(c, a),
+        (Command::Data(a), Pytorch) => data_code(c, a),
+        (Command::Data(a), _) => numpy_data_code(a),
         (Command::Forward(a), Pytorch) => forward_code(c, a),
         (Command::Forward(a), Tensorflow) => keras_forward_code(a),
         (Command::Train(a), Pytorch) => train_code(c, a),
@@ -38,8 +38,8 @@ fn code_in(c: &Context, cmd: &Command, framework: Framework) -> String {
     }
 }
 
-/// Keras's samples: numpy arrays on the host.
-fn keras_data_code(a: &DataArgs) -> String {
+/// Keras's and JAX's samples: numpy arrays on the host.
+fn numpy_data_code(a: &DataArgs) -> String {
     format!(
         "x_train, y_train = np.random.rand({0}, {1}).astype(\"float32\"), np.random.randint(0, {2}, {0})  # on the host",
         a.samples, a.features, a.classes
