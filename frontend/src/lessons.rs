@@ -102,7 +102,13 @@ fn spawn_fetch(index: usize) {
     let words = format!("lessons/{}.md?v={}", lesson.slug, lesson.recap);
     wasm_bindgen_futures::spawn_local(async move {
         let fetch = crate::files::fetch_text;
-        let file = match (fetch(&commands).await, fetch(&words).await) {
+        // The words only when the commands came: a failed fetch is one.
+        let text = fetch(&commands).await;
+        let words = match text {
+            Some(_) => fetch(&words).await,
+            None => None,
+        };
+        let file = match (text, words) {
             (Some(text), Some(words)) => {
                 let recap = words.split_once("## What you saw").map_or("", |(_, r)| r);
                 let recap = recap.split_whitespace().collect::<Vec<_>>().join(" ");

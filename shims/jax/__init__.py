@@ -5,7 +5,8 @@ buffer for as long as CPython keeps it, or until ``.delete()``."""
 
 import vramlab_shim as _vs
 from jax._array import Array, Device, block_until_ready, device_put, devices, live_arrays, local_devices  # noqa: F401
-from jax import numpy, random  # noqa: F401
+from jax import numpy, random, tree, tree_util  # noqa: F401
+from jax.autodiff import grad, value_and_grad  # noqa: F401
 
 __version__ = "0.10.2+vramlab"
 _vs.FRAMEWORK = "jax"

@@ -184,6 +184,18 @@ class Array(vs.Shaped):
             return self._new(self.shape[1:])
         raise NotImplementedError("vramlab's jax indexes arrays by one int or one slice")
 
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    def __iter__(self):
+        """Each row a new array, as JAX slices one (`key, sub = split(key)`)."""
+        if not self.shape:
+            raise TypeError("iteration over a 0-d array")
+        for i in range(self.shape[0]):
+            yield self[i]
+
     def item(self):
         vs.note("arrays hold shapes, not values: .item() gives nan")
         return float("nan")

@@ -33,7 +33,7 @@ pub fn CodeCell(app: App) -> impl IntoView {
             <p class="hint">"Type or paste Python and run it: CPython runs it in the page with vramlab's torch, keras and jax, and after every statement the numbers follow."</p>
             <details class="understands">
                 <summary>"What the cell runs"</summary>
-                <p>"Python itself (classes, functions, loops, exceptions, print, gc): its objects die when CPython frees them. torch: tensors on the GPU, views, nn.Module with Linear and ReLU, vramlab's GPT and CNN (vramlab.models), peft's LoRA, optimizers, DataLoader, autocast, checkpointing, torch.cuda's numbers and OutOfMemoryError. Keras: Sequential, functional and subclassed models of Dense, fit, GradientTape, tf.data, clear_session. JAX: arrays, jax.random, memory_stats(). A module not here (matplotlib, tqdm) runs as a stand-in, with a note. Values are shapes: no arithmetic but the engine's."</p>
+                <p>"Python itself (classes, functions, loops, exceptions, print, gc): its objects die when CPython frees them. torch: tensors on the GPU, views, nn.Module with Linear and ReLU, vramlab's GPT and CNN (vramlab.models), peft's LoRA, optimizers, DataLoader, autocast, checkpointing, torch.cuda's numbers and OutOfMemoryError. Keras: Sequential, functional and subclassed models of Dense, fit, GradientTape, tf.data, clear_session. JAX: arrays, jax.random, jax.grad, optax, memory_stats(). A module not here (matplotlib, tqdm) runs as a stand-in, with a note. Values are shapes: no arithmetic but the engine's."</p>
             </details>
             <label for="advice">"Try the popular advice: "</label>
             <select id="advice" on:change=pick prop:value=move || cell.advice.get().map_or(String::new(), |i| i.to_string())>
