@@ -15,7 +15,7 @@
 //! (an `empty_cache()` call) empties the cache there too.
 
 use super::format::{user_frame, Action, MemorySnapshot, TraceEntry};
-use super::initial::{initial_state, InitialState};
+use super::initial::initial_state;
 use super::trace::Trace;
 use super::SnapshotError;
 use crate::alloc::roundup::RoundupDivisions;
@@ -24,21 +24,25 @@ use crate::device::{SimDevice, SimDeviceConfig};
 use crate::framework::{RestartSettings, Settings};
 use crate::snapshot::{BlockSnapshot, SegmentSnapshot};
 use crate::types::Framework;
-use crate::units::{format_size, GIB, MIB};
+use crate::units::{format_size, GIB};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
+mod devices;
 mod kernel;
 mod record;
+mod restart;
 mod seed;
+mod timeline;
 
+pub use devices::{busiest_device, default_device, recorded_ooms};
 use kernel::Process;
 pub use record::export_what_if;
+pub use restart::replay_what_if;
+pub use timeline::{thin, TimelinePoint};
 
 /// A device no recorded run outgrows (1 PiB).
 const UNBOUNDED: u64 = 1024 * 1024 * GIB;
-/// Timeline points a chart needs.
-const TIMELINE_POINTS: usize = 2000;
 
 /// Where a replay first did something other than the trace.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,14 +59,6 @@ pub struct ReplayOom {
     pub event: usize,
     pub requested_bytes: u64,
     pub message: String,
-}
-
-/// Memory after one trace event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TimelinePoint {
-    pub event: usize,
-    pub allocated_bytes: u64,
-    pub reserved_bytes: u64,
 }
 
 /// When fragmentation is measured: at the run's first out-of-memory (the
@@ -137,29 +133,6 @@ pub fn recorded_settings(snapshot: &MemorySnapshot) -> Settings {
     s
 }
 
-/// The device (trace index) with the most events.
-pub fn busiest_device(snapshot: &MemorySnapshot) -> usize {
-    (0..snapshot.device_traces.len())
-        .max_by_key(|&d| (snapshot.device_traces[d].len(), usize::MAX - d))
-        .unwrap_or(0)
-}
-
-/// Out-of-memory events in one device's trace.
-pub fn recorded_ooms(snapshot: &MemorySnapshot, device: usize) -> usize {
-    let trace = snapshot.trace(device);
-    (0..trace.len())
-        .filter(|&i| trace.action(i) == Action::Oom)
-        .count()
-}
-
-/// The device to look at first: the first whose trace shows an
-/// out-of-memory (what the user came for), else the busiest.
-pub fn default_device(snapshot: &MemorySnapshot) -> usize {
-    (0..snapshot.device_traces.len())
-        .find(|&d| recorded_ooms(snapshot, d) > 0)
-        .unwrap_or_else(|| busiest_device(snapshot))
-}
-
 /// Replays `device`'s trace exactly as recorded.
 pub fn replay_exact(snapshot: &MemorySnapshot, device: usize) -> Result<ReplayRun, SnapshotError> {
     Replay::new(snapshot, device, recorded_settings(snapshot), true)?.run()
@@ -205,78 +178,6 @@ fn uses_expandable_segments(snapshot: &MemorySnapshot) -> bool {
             .iter()
             .flat_map(|t| (0..t.len()).map(|i| t.action(i)))
             .any(|a| matches!(a, Action::SegmentMap | Action::SegmentUnmap))
-}
-
-/// Replays `device`'s trace under the recorded settings changed by
-/// `what_if` (a `restart` command's fields: `expandable_segments`,
-/// `max_split_size_mb`, `gpu`, …).
-///
-/// When what was live at the recording's start does not fit the chosen
-/// device, the error says how much was live and the smallest device (in
-/// MiB, with the same CUDA context) that holds it.
-pub fn replay_what_if(
-    snapshot: &MemorySnapshot,
-    device: usize,
-    what_if: &RestartSettings,
-) -> Result<ReplayRun, SnapshotError> {
-    let settings = what_if_settings(snapshot, what_if)?;
-    let state = initial_state(snapshot, device)?;
-    let mut replay = Replay::bare(snapshot, device, settings.clone(), false);
-    if let Err(refused) = replay.seed_live(&state) {
-        let smallest = smallest_device_mib(snapshot, device, &settings, &state);
-        let context = match settings.context_bytes {
-            0 => String::new(),
-            c => format!(" with its {} CUDA context", format_size(c)),
-        };
-        return Err(SnapshotError(format!(
-            "{} on this {} device{context}. The smallest that holds them: {smallest} MiB; try at least that, or a larger GPU",
-            refused.message(),
-            format_mib(settings.device_total_bytes),
-        )));
-    }
-    Replay::new(snapshot, device, settings, false)?.run()
-}
-
-/// "3815 MiB", as the what-if's field takes it.
-fn format_mib(bytes: u64) -> String {
-    format!("{} MiB", bytes / MIB)
-}
-
-/// The fewest MiB of device memory in which the state at the trace's
-/// start can be allocated anew under `settings`.
-fn smallest_device_mib(
-    snapshot: &MemorySnapshot,
-    device: usize,
-    settings: &Settings,
-    state: &InitialState,
-) -> String {
-    let fits = |mib: u64| {
-        let mut s = settings.clone();
-        s.device_total_bytes = mib * MIB;
-        Replay::bare(snapshot, device, s, false)
-            .seed_live(state)
-            .is_ok()
-    };
-    let (mut low, mut high) = (
-        settings.device_total_bytes / MIB,
-        settings.device_total_bytes / MIB,
-    );
-    while !fits(high) {
-        low = high;
-        high = high.saturating_mul(2).max(1);
-        if high >= UNBOUNDED / MIB {
-            return "more than 1 PiB".into();
-        }
-    }
-    // `low` does not fit, `high` does.
-    while high - low > 1 {
-        let mid = low + (high - low) / 2;
-        match fits(mid) {
-            true => high = mid,
-            false => low = mid,
-        }
-    }
-    high.to_string()
 }
 
 /// The recorded settings changed by `what_if` (a PyTorch recording's).
@@ -691,30 +592,4 @@ fn placement(segments: &[(u64, u64)], block: Option<u64>, expandable: bool) -> S
         })
         .collect();
     format!("{}, the block at {block:#x}", made.join(", "))
-}
-
-/// At most [`TIMELINE_POINTS`] of a timeline, for a chart: in each stretch, the point where allocated
-/// peaks and the one where reserved peaks.
-pub fn thin(points: &[TimelinePoint]) -> Vec<TimelinePoint> {
-    if points.len() <= TIMELINE_POINTS {
-        return points.to_vec();
-    }
-    let stretch = points.len().div_ceil(TIMELINE_POINTS / 2);
-    let mut out = Vec::with_capacity(TIMELINE_POINTS);
-    for chunk in points.chunks(stretch) {
-        let a = chunk
-            .iter()
-            .max_by_key(|p| p.allocated_bytes)
-            .expect("non-empty");
-        let r = chunk
-            .iter()
-            .max_by_key(|p| p.reserved_bytes)
-            .expect("non-empty");
-        let (first, second) = if a.event <= r.event { (a, r) } else { (r, a) };
-        out.push(*first);
-        if second.event != first.event {
-            out.push(*second);
-        }
-    }
-    out
 }
