@@ -338,8 +338,19 @@ async fn a_transformer_and_a_cnn_train_in_the_page() {
     let amp = step_peak(&page).await;
     assert!(amp < fused, "{amp} vs {fused}");
     let code = js(&page, "document.getElementById('code').textContent").await;
-    let autocast = "with torch.autocast('cuda', dtype=torch.float16):";
+    let autocast = "with torch.autocast(\"cuda\", dtype=torch.float16):";
     assert!(code.as_str().unwrap().contains(autocast), "{code}");
+    // The pane's code fits the GPT it built: token ids, a loss over tokens.
+    assert!(
+        code.as_str()
+            .unwrap()
+            .contains("torch.randint(0, 8000, (60000, 1024))")
+            && code
+                .as_str()
+                .unwrap()
+                .contains("model(x).flatten(0, 1), y.flatten())"),
+        "{code}"
+    );
     // bfloat16: the default card (compute capability 7.5) has no fused
     // kernel for it, so PyTorch runs the math kernel, which keeps the
     // scores; the note says which kernel ran.
@@ -348,7 +359,7 @@ async fn a_transformer_and_a_cnn_train_in_the_page() {
     let said = js(&page, "document.getElementById('explanation').textContent").await;
     assert!(said.as_str().unwrap().contains("math kernel"), "{said}");
     let code = js(&page, "document.getElementById('code').textContent").await;
-    let autocast = "with torch.autocast('cuda', dtype=torch.bfloat16):";
+    let autocast = "with torch.autocast(\"cuda\", dtype=torch.bfloat16):";
     assert!(code.as_str().unwrap().contains(autocast), "{code}");
     pick(&page, "amp", "off").await;
     // LoRA with 8-bit Adam: the frozen base has no gradients and no state.

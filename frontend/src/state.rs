@@ -231,8 +231,11 @@ impl App {
     /// returns its id, or nothing when the line is not a command.
     pub fn submit(&self, line: CommandLine) -> Option<u64> {
         if let Ok(command) = &line.command {
-            let code = python::code(command, self.framework());
-            self.outbox.code.update(|c| c.push(code));
+            let framework = self.framework();
+            self.outbox.code.update(|c| {
+                let code = python::code_after(&c.join("\n"), command, framework);
+                c.push(code);
+            });
         }
         self.submit_quietly(line)
     }

@@ -10,7 +10,7 @@ use crate::units::MIB;
 
 mod cell;
 mod compiled;
-pub use cell::{append as append_to_cell, cell_code, imports};
+pub use cell::{append as append_to_cell, cell_code, code_after, imports};
 pub use compiled::optimizer_expr;
 
 fn size_expr(bytes: u64) -> String {

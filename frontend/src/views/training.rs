@@ -403,7 +403,7 @@ fn PlayControls(app: App, f: Fields) -> impl IntoView {
                 if let Some(Command::Train(args)) = f.train(steps)?.pop() {
                     let train = Command::Train(args.clone());
                     app.cell.record_command(&train, app.framework());
-                    app.outbox.code.update(|c| c.push(vramlab_shared::python::code(&train, app.framework())));
+                    app.outbox.code.update(|c| { let code = vramlab_shared::python::code_after(&c.join("\n"), &train, app.framework()); c.push(code) });
                     app.play.begin(args);
                 }
                 Ok(Vec::new())

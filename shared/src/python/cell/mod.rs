@@ -23,6 +23,18 @@ pub fn cell_code(cmd: &Command, framework: Framework) -> String {
     code_in(&Context::default(), cmd, framework)
 }
 
+/// The Python a command stands for after `source` (the code pane's lines
+/// so far): [`super::code`], with PyTorch's data, batches and losses
+/// fitted to the networks that code built.
+pub fn code_after(source: &str, cmd: &Command, framework: Framework) -> String {
+    match (cmd, framework) {
+        (Command::Data(_) | Command::Forward(_) | Command::Train(_), Framework::Pytorch) => {
+            code_in(&Context::read(source), cmd, framework)
+        }
+        _ => code(cmd, framework),
+    }
+}
+
 fn code_in(c: &Context, cmd: &Command, framework: Framework) -> String {
     use Framework::{Pytorch, Tensorflow};
     match (cmd, framework) {
