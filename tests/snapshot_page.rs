@@ -151,7 +151,7 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
         map_counts(&page).await,
         counts(&segments_at(&native, 0, None, at).unwrap())
     );
-    shot(&page, "snapshot.png").await;
+    shot(&page, "snapshot-recorded.png").await;
 
     // What if: expandable segments on a T4, beside the recording.
     js(&page, "(() => { const s = document.getElementById('what-if-gpu'); s.value = 't4'; s.dispatchEvent(new Event('change', {bubbles: true})); })()").await;
@@ -190,7 +190,12 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     let expected = counts(&segments_at(&native, 0, Some(&what_if), at).unwrap());
     until(&page, &format!("document.getElementById('replay-segments-heading').textContent.includes(' {} segments')", expected.0)).await;
     assert_eq!(map_counts(&page).await, expected);
-    shot(&page, "what-if.png").await;
+    js(
+        &page,
+        "document.getElementById('your-snapshot').scrollIntoView({block: 'start'})",
+    )
+    .await;
+    shot_screen(&page, "snapshot.png").await;
 
     // A GPU of 64 MiB: where the same run runs out of memory.
     js(&page, "(() => { const s = document.getElementById('what-if-gpu'); s.value = ''; s.dispatchEvent(new Event('change', {bubbles: true})); })()").await;
