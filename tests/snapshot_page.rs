@@ -75,6 +75,12 @@ fn peak_event(s: &MemorySnapshot) -> usize {
         .event
 }
 
+/// The fragmentation row's cell for a run.
+fn fragmentation(run: &vramlab_shared::torch_snapshot::replay::ReplayRun) -> String {
+    let f = &run.fragmentation;
+    format!("{} {}", format_size(f.bytes), f.moment())
+}
+
 /// The bytes a button offers as a download.
 async fn saved_by(page: &Page, button: &str) -> Vec<u8> {
     js(page, "(() => { window.saved = null; if (!window.made) { window.made = URL.createObjectURL; URL.createObjectURL = b => { window.saved = b; return window.made(b); }; } })()").await;
@@ -129,14 +135,7 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
         cell(&page, 0, 1).await,
         format_size(recorded.peak_reserved_bytes)
     );
-    assert_eq!(
-        cell(&page, 2, 1).await,
-        format!(
-            "{} {}",
-            format_size(recorded.fragmentation.bytes),
-            recorded.fragmentation.moment()
-        )
-    );
+    assert_eq!(cell(&page, 2, 1).await, fragmentation(&recorded));
     assert!(recorded
         .fragmentation
         .moment()
@@ -328,14 +327,7 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     );
     js(&page, "(() => { const s = document.getElementById('snapshot-device'); s.value = '0'; s.dispatchEvent(new Event('change', {bubbles: true})); })()").await;
     until(&page, "document.querySelectorAll('#what-if-table tbody tr')[3].children[1].textContent === 'none'").await;
-    assert_eq!(
-        cell(&page, 2, 1).await,
-        format!(
-            "{} {}",
-            format_size(recorded.fragmentation.bytes),
-            recorded.fragmentation.moment()
-        )
-    );
+    assert_eq!(cell(&page, 2, 1).await, fragmentation(&recorded));
 
     // A what-if on a device too small for what a mid-run recording holds
     // at its start: said beside the button, in MiB, with the size to try.
