@@ -401,6 +401,55 @@ fn replay_opens_the_gpu_that_ran_out_and_says_what_a_small_what_if_needs() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `vramlab lesson-python`: a lesson of two kernels printed as two
+/// files' code, each with the line that runs it, or written to a folder;
+/// the files are what the page opens (`tests/lessons/*.kN.py`).
+#[test]
+fn lesson_python_writes_a_file_per_kernel() {
+    let lesson = vramlab_tests::root().join("tests/lessons/07-optimizer-state.jsonl");
+    let out = Command::new(vramlab_bin())
+        .arg("lesson-python")
+        .arg(&lesson)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let heads: Vec<&str> = text.lines().filter(|l| l.starts_with("# ---- ")).collect();
+    assert_eq!(heads.len(), 2, "{text}");
+    assert!(
+        heads[0].starts_with("# ---- 07-optimizer-state.k1.py, steps 1-9: vramlab python --settings '{\"framework\":\"pytorch\""),
+        "{}",
+        heads[0]
+    );
+    assert!(
+        text.contains("opt = torch.optim.Adam(model.parameters())"),
+        "{text}"
+    );
+    let dir = std::env::temp_dir().join(format!("vramlab-lesson-python-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new(vramlab_bin())
+        .arg("lesson-python")
+        .arg(&lesson)
+        .arg("--out")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    for k in 1..=2 {
+        let name = format!("07-optimizer-state.k{k}.py");
+        let written = std::fs::read_to_string(dir.join(&name)).unwrap();
+        let kept = std::fs::read_to_string(lesson.with_file_name(&name)).unwrap();
+        assert_eq!(written, kept, "{name}");
+    }
+    let missing = Command::new(vramlab_bin())
+        .args(["lesson-python", "no-such-lesson.jsonl"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read no-such-lesson.jsonl"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `vramlab replay --fix`: the fragmentation lesson's recording runs
 /// through in its room with expandable segments or `max_split_size_mb`
 /// (and not with `roundup_power2_divisions`, whose rounding of the 700 MiB

@@ -418,7 +418,7 @@ impl CellState {
         self.record(&code);
     }
 
-    pub fn record(&self, code: &str) {
+    fn record(&self, code: &str) {
         self.source.update(|s| {
             if !s.is_empty() && !s.ends_with('\n') {
                 s.push('\n');

@@ -10,6 +10,7 @@ from functools import reduce
 
 import vramlab_shim as _vs
 from keras import layers as _layers
+from keras import optimizers as _optimizers
 
 
 def _product(shape):
@@ -185,7 +186,7 @@ class Model(_vs.Owner):
         for o in self._optimizers:
             if o._name is not None:
                 return o._name
-        return self.optimizer
+        return None
 
     @property
     def trainable_variables(self):
@@ -213,26 +214,21 @@ class Model(_vs.Owner):
         if self._name is None and not self._build_if_known():
             raise ValueError("vramlab builds a Keras model when its input shape is known: give the first layer "
                              "input_shape=, or call the model on a batch, before compile()")
-        kind, lr = _optimizer(optimizer)
-        given = not isinstance(optimizer, str)
-        if given and getattr(optimizer, "_name", None) is not None:
-            # An optimizer that already applied gradients keeps its state.
-            self.optimizer = optimizer._name
-        else:
-            hint = getattr(optimizer, "_hint", None) if given else None
-            name = _vs.fresh_name(hint or self._name + "_optimizer")
-            cmd = {"cmd": "optimizer", "name": name, "model": self._name, "kind": kind}
-            if lr is not None:
-                cmd["lr"] = lr
+        if isinstance(optimizer, str):
+            optimizer = _optimizers.get(optimizer)
+            optimizer._hint = self._name + "_optimizer"
+        if optimizer._name is None:
+            name = _vs.fresh_name(optimizer._hint or self._name + "_optimizer")
+            cmd = {"cmd": "optimizer", "name": name, "model": self._name, "kind": optimizer.kind}
+            if optimizer.learning_rate is not None:
+                cmd["lr"] = optimizer.learning_rate
             _vs.run(cmd)
-            self.optimizer = name
-            if given:
-                # Keras's model.optimizer is that object: its state, made
-                # once, serves fit and apply_gradients alike, and lives as
-                # long as the object does.
-                optimizer._name, optimizer.model = name, self
-                self._optimizers.add(optimizer)
-        self._owned_optimizer = None if given else self.optimizer
+            optimizer._name = name
+            self._optimizers.add(optimizer)
+        # Keras's model.optimizer is that object (an optimizer that already
+        # applied gradients keeps its state): its state, made once, serves
+        # fit and apply_gradients alike, and lives as long as the object.
+        self.optimizer = optimizer
         self.jit_compile = jit_compile is not False
 
     def fit(self, x, y=None, batch_size=None, epochs=1, steps_per_epoch=None, verbose="auto", **_):
@@ -247,7 +243,7 @@ class Model(_vs.Owner):
             _vs.run({"cmd": "data", "name": self.data, "samples": samples, "features": self.features,
                      "classes": self.classes})
         steps = (steps_per_epoch or math.ceil(samples / batch_size)) * epochs
-        _vs.run({"cmd": "train", "model": self._name, "optimizer": self.optimizer, "data": self.data,
+        _vs.run({"cmd": "train", "model": self._name, "optimizer": self.optimizer._name, "data": self.data,
                  "steps": steps, "batch_size": batch_size, "jit_compile": self.jit_compile})
         return None
 
@@ -260,10 +256,10 @@ class Model(_vs.Owner):
         return self.data
 
     def __del__(self):
-        # The model owns its optimizer (model.optimizer) and the data it was fit on.
-        for name in (getattr(self, "_owned_optimizer", self.optimizer), self.data):
-            if name:
-                _vs.release(name)
+        # The model owns the data it was fit on (its optimizer is an object
+        # of its own, freed with its last reference).
+        if self.data:
+            _vs.release(self.data)
         _vs.Owner.__del__(self)
 
 
@@ -298,8 +294,3 @@ class Sequential(Model):
             return False
         return self._build((None,) + tuple(first.input_shape))
 
-
-def _optimizer(o):
-    if isinstance(o, str):
-        return {"adam": "adam", "adamw": "adamw", "sgd": "sgd"}.get(o.lower(), "adam"), None
-    return o.kind, o.learning_rate

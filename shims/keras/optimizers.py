@@ -41,3 +41,9 @@ class Adam(Optimizer):
 
 class AdamW(Optimizer):
     kind = "adamw"
+
+
+def get(identifier):
+    """An optimizer by its name, as `compile(optimizer="adam")` makes one."""
+    kinds = {"adam": Adam, "adamw": AdamW, "sgd": SGD}
+    return kinds.get(str(identifier).lower(), Adam)()
