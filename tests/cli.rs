@@ -384,6 +384,18 @@ fn replay_opens_the_gpu_that_ran_out_and_says_what_a_small_what_if_needs() {
     assert!(text.starts_with("CUDA device 0:"), "{text}");
     assert!(text.contains("at the peak allocated (event "), "{text}");
 
+    // One GPU traced (the others' traces empty): no list.
+    let mut lone = vramlab_tests::two_gpus(&one);
+    lone.device_traces[1] = Vec::<torch_snapshot::TraceEntry>::new().into();
+    lone.segments.retain(|s| s.device == 0);
+    let lone_file = dir.join("lone.pickle");
+    std::fs::write(&lone_file, torch_snapshot::write_pickle(&lone)).unwrap();
+    let text = String::from_utf8(replay(&lone_file, &[]).stdout).unwrap();
+    assert!(
+        text.starts_with("CUDA device 0:") && !text.contains("traced devices"),
+        "{text}"
+    );
+
     let mid = torch_snapshot::window::window(&one, 0, events / 2..events).unwrap();
     let mid_file = dir.join("mid.pickle");
     std::fs::write(&mid_file, torch_snapshot::write_pickle(&mid)).unwrap();

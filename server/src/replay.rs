@@ -138,12 +138,8 @@ fn write_summary(
             .filter(|s| s.device as usize == device)
             .count()
     )?;
-    if snapshot.device_traces.len() > 1 {
-        writeln!(
-            out,
-            "  traced devices (--cuda-device): {}",
-            devices(snapshot)
-        )?;
+    if let Some(devices) = devices(snapshot) {
+        writeln!(out, "  traced devices (--cuda-device): {devices}")?;
     }
     match exact {
         Ok(run) => {
@@ -184,9 +180,9 @@ fn write_summary(
     Ok(())
 }
 
-/// The devices with events: "0 (6445 events), 1 (596 events, 1
-/// out-of-memory), …".
-fn devices(snapshot: &MemorySnapshot) -> String {
+/// The devices with events, when there are several: "0 (6445 events), 1
+/// (596 events, 1 out-of-memory), …".
+fn devices(snapshot: &MemorySnapshot) -> Option<String> {
     let device = |d: usize| {
         let events = snapshot.trace(d).len();
         match recorded_ooms(snapshot, d) {
@@ -194,8 +190,11 @@ fn devices(snapshot: &MemorySnapshot) -> String {
             n => format!("{d} ({events} events, {n} out-of-memory)"),
         }
     };
-    let traced = (0..snapshot.device_traces.len()).filter(|&d| !snapshot.trace(d).is_empty());
-    traced.map(device).collect::<Vec<_>>().join(", ")
+    let traced: Vec<String> = (0..snapshot.device_traces.len())
+        .filter(|&d| !snapshot.trace(d).is_empty())
+        .map(device)
+        .collect();
+    (traced.len() > 1).then(|| traced.join(", "))
 }
 
 fn figures(run: &ReplayRun) -> String {
