@@ -29,6 +29,8 @@
 #     each way to make an array, and around the same one made again;
 #   - python-snippets.json: tests/python/*.py run by CPython with the real
 #     frameworks on the GPU (what each printed, beside the shims' .out);
+#   - lessons-python.json: the lessons as Python (tests/lessons/*.kN.py) run
+#     by CPython with the real frameworks, the bytes after every statement;
 #   - PROVENANCE.md: the command, GPU, driver, CUDA and every version, and
 #     each part's exit status and seconds.
 # PARTS="replays gpu_step" runs only those parts (their files are rewritten,
@@ -61,7 +63,7 @@ export PYTHONUNBUFFERED=1 BIN GOLDEN REF WORK ROOT GPU_TEST
 # part NAME SECONDS COMMAND...: runs it with a time limit, its output in
 # logs/NAME.log, and notes its exit status and seconds.
 PARTS_GIVEN=${PARTS:-}
-PARTS=${PARTS:-replays workspaces gpu_step xla_step hf_steps snapshots lessons jax_alloc python_snippets kernels contexts speed speed_vramlab}
+PARTS=${PARTS:-replays workspaces gpu_step xla_step hf_steps snapshots lessons jax_alloc python_snippets lessons_python kernels contexts speed speed_vramlab}
 part() {
   local name=$1 limit=$2 start rc
   shift 2
@@ -158,6 +160,7 @@ part jax_alloc 60 bash -c 'export XLA_PYTHON_CLIENT_PREALLOCATE=false;
 wait
 # Alone: the device's used memory and the clock are shared by every process.
 part python_snippets 300 bash -c 'XLA_PYTHON_CLIENT_PREALLOCATE=true python3 "$REF/python_snippets.py" tests/python > "$GOLDEN/python-snippets.json"'
+part lessons_python 300 bash -c 'python3 "$REF/lesson_python_gpu.py" tests/lessons > "$GOLDEN/lessons-python.json"'
 part kernels 180 bash -c 'kernels > "$GOLDEN/gpu-kernels.txt" 2>&1'
 part contexts 90 bash -c contexts
 part speed 90 bash -c 'python3 "$REF/gpu_speed.py" > "$GOLDEN/speed-pytorch.json"'
