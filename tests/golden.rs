@@ -480,8 +480,9 @@ fn the_lessons_python_marks_on_a_gpu_what_the_shims_mark() {
           sum's way to its backward; PyTorch's graph keeps AddBackward0's node, not the tensor"),
         ("12-last-exception.k1.py", &[6],
          "`cross_entropy(model(inputs.cuda()), targets.cuda())`: PyTorch runs the forward, and \
-          runs out of memory, before Python evaluates targets.cuda(); the engine's forward moves \
-          both to the GPU first, so its out-of-memory leaves the 512 KiB targets allocated"),
+          runs out of memory, before Python evaluates targets.cuda(), as the engine's forward \
+          command now does; the shims run a model's forward when the loss reads its output, \
+          after targets.cuda(), so their out-of-memory leaves the 512 KiB targets allocated"),
         ("13-checkpointing.k1.py", &[12],
          "a bias gradient's column sum over 4,096 rows took a 32 MiB staging buffer from the \
           caching allocator (ATen's gpu_reduce_kernel, as in differences.json's steps) in a new \

@@ -146,7 +146,13 @@ impl<'a> OnDevice<'a> {
         tally: &mut Tally,
     ) -> Result<(), Unrunnable> {
         self.write_inputs()?;
+        // A statement's labels may lie where a forward temporary was: they
+        // are written again just before the loss reads them.
+        let targets_read = self.program.targets_read();
         for at in range {
+            if at == targets_read {
+                self.write_batch(Batch::Targets)?;
+            }
             let Op::Alloc(i) = self.program.ops[at] else {
                 cpu::run(self.program, at..at + 1, self.inputs.cpu, values)?;
                 continue;
@@ -250,11 +256,15 @@ impl<'a> OnDevice<'a> {
             }
         }
         for part in [Batch::Inputs, Batch::Targets] {
-            if let Some(at) = self.inputs.batch_at[part as usize] {
-                let (value, dtype) = self.batch(part);
-                let bytes = encode(dtype, value);
-                write(self.memory, at, &bytes)?;
-            }
+            self.write_batch(part)?;
+        }
+        Ok(())
+    }
+
+    fn write_batch(&mut self, part: Batch) -> Result<(), Unrunnable> {
+        if let Some(at) = self.inputs.batch_at[part as usize] {
+            let (value, dtype) = self.batch(part);
+            write(self.memory, at, &encode(dtype, value))?;
         }
         Ok(())
     }

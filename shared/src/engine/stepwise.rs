@@ -285,19 +285,6 @@ impl Engine {
         // Tensors the code made are read where they are, as a view of the
         // set on the device is.
         let on_device = s.given.map(|[x, y]| (x, y)).or(on_device);
-        let (x, y) = match on_device {
-            // A view of the set on the device: nothing is copied.
-            Some((x, y)) => (frame.hold(k, x), frame.hold(k, y)),
-            None => {
-                let (x_shape, x_dtype, y_shape) = spec.batch(s.batch);
-                let x = format!("{}.x", s.name);
-                let y = format!("{}.y", s.name);
-                (
-                    frame.alloc(k, &x, &x_shape, x_dtype, Category::Input)?,
-                    frame.alloc(k, &y, &y_shape, Dtype::Int64, Category::Input)?,
-                )
-            }
-        };
         let target = Target {
             name: &model,
             params: &params,
@@ -306,7 +293,33 @@ impl Engine {
         };
         let mut player = Player::statement(program);
         let end = program.forward_end();
-        player.play(k, frame, &mut self.train.cublas, 0..end, &target)?;
+        let cublas = &mut self.train.cublas;
+        let (x, y) = match on_device {
+            // A view of the set on the device: nothing is copied.
+            Some((x, y)) => {
+                let (x, y) = (frame.hold(k, x), frame.hold(k, y));
+                player.play(k, frame, cublas, 0..end, &target)?;
+                (x, y)
+            }
+            // `criterion(model(x.cuda()), y.cuda())`: Python moves the
+            // labels after the model's forward, as the loss needs them.
+            None => {
+                let (x_shape, x_dtype, y_shape) = spec.batch(s.batch);
+                let x = frame.alloc(
+                    k,
+                    &format!("{}.x", s.name),
+                    &x_shape,
+                    x_dtype,
+                    Category::Input,
+                )?;
+                let loss_starts = program.targets_read();
+                player.play(k, frame, cublas, 0..loss_starts, &target)?;
+                let y_name = format!("{}.y", s.name);
+                let y = frame.alloc(k, &y_name, &y_shape, Dtype::Int64, Category::Input)?;
+                player.play(k, frame, cublas, loss_starts..end, &target)?;
+                (x, y)
+            }
+        };
         let loss = player.loss.expect("a forward pass makes its loss");
         // Placed before the graph takes the batch: the next batch's rows.
         let mut placement = std::mem::take(&mut player.placement);

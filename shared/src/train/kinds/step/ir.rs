@@ -202,6 +202,24 @@ impl Program {
             .unwrap_or(self.ops.len())
     }
 
+    /// Where the forward first reads the labels: the loss's first op (the
+    /// forward's end when none does). `criterion(model(x.cuda()),
+    /// y.cuda())` moves the labels to the GPU there, after the model ran.
+    pub fn targets_read(&self) -> usize {
+        let end = self.forward_end();
+        let reads_targets = |op: &Op| match *op {
+            Op::Alloc(i) => self.allocs[i]
+                .calc
+                .operands()
+                .contains(&Some(Arg::Batch(Batch::Targets))),
+            _ => false,
+        };
+        self.ops[..end]
+            .iter()
+            .position(reads_targets)
+            .unwrap_or(end)
+    }
+
     /// Whether backward lets go of `part` of the batch: then the graph
     /// saved it.
     pub fn saves(&self, part: Batch) -> bool {
