@@ -160,7 +160,7 @@ part jax_alloc 60 bash -c 'export XLA_PYTHON_CLIENT_PREALLOCATE=false;
 wait
 # Alone: the device's used memory and the clock are shared by every process.
 part python_snippets 300 bash -c 'XLA_PYTHON_CLIENT_PREALLOCATE=true python3 "$REF/python_snippets.py" tests/python > "$GOLDEN/python-snippets.json"'
-part lessons_python 300 bash -c 'python3 "$REF/lesson_python_gpu.py" tests/lessons > "$GOLDEN/lessons-python.json"'
+part lessons_python 420 bash -c 'python3 "$REF/lesson_python_gpu.py" tests/lessons > "$GOLDEN/lessons-python.json"'
 part kernels 180 bash -c 'kernels > "$GOLDEN/gpu-kernels.txt" 2>&1'
 part contexts 90 bash -c contexts
 part speed 90 bash -c 'python3 "$REF/gpu_speed.py" > "$GOLDEN/speed-pytorch.json"'

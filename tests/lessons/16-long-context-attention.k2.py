@@ -34,7 +34,7 @@ except torch.cuda.OutOfMemoryError as e:
 del last_exception
 
 # Now with F.scaled_dot_product_attention (a fused kernel)
-model.attn_implementation = "sdpa"  # F.scaled_dot_product_attention, fused
+model.set_attn_implementation("sdpa")  # F.scaled_dot_product_attention, fused
 for step in range(2):
     inputs, targets = data[:8]
     x, y = inputs.cuda(), targets.cuda()

@@ -15,7 +15,7 @@ data = TensorDataset(torch.randint(0, 8000, (10000, 1024)), torch.randint(0, 800
 
 # Train two steps at batch 8 (fused attention)
 total_loss = 0.0
-model.attn_implementation = "sdpa"  # F.scaled_dot_product_attention, fused
+model.set_attn_implementation("sdpa")  # F.scaled_dot_product_attention, fused
 for step in range(2):
     inputs, targets = data[:8]
     x, y = inputs.cuda(), targets.cuda()
@@ -29,11 +29,11 @@ for step in range(2):
 # four-times-wider ones.
 
 # The same, each block under torch.utils.checkpoint
-import torch.utils.checkpoint
+model.gradient_checkpointing_enable()  # each block under checkpoint(block, x, use_reentrant=False)
 for step in range(2):
     inputs, targets = data[:8]
     x, y = inputs.cuda(), targets.cuda()
-    loss = torch.nn.functional.cross_entropy(torch.utils.checkpoint.checkpoint_sequential(model, 4, x, use_reentrant=False).flatten(0, 1), y.flatten())
+    loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
     loss.backward()
     total_loss += loss.item()
     opt.step()
@@ -43,11 +43,10 @@ for step in range(2):
 # twelve: a third forward pass's compute for most of the memory.
 
 # Spend what it saved: batch 32, checkpointed
-import torch.utils.checkpoint
 for step in range(2):
     inputs, targets = data[:32]
     x, y = inputs.cuda(), targets.cuda()
-    loss = torch.nn.functional.cross_entropy(torch.utils.checkpoint.checkpoint_sequential(model, 4, x, use_reentrant=False).flatten(0, 1), y.flatten())
+    loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
     loss.backward()
     total_loss += loss.item()
     opt.step()
@@ -55,6 +54,7 @@ for step in range(2):
 
 # Batch 32 without checkpointing
 try:
+    model.gradient_checkpointing_disable()
     for step in range(1):
         inputs, targets = data[:32]
         x, y = inputs.cuda(), targets.cuda()

@@ -18,9 +18,10 @@ context (`torch.cuda.set_per_process_memory_fraction`, whose limit makes the
 allocator free its cache, retry and raise as a full device does), and JAX's
 preallocation to the lesson's fraction of the lesson's card
 (`XLA_PYTHON_CLIENT_MEM_FRACTION` scaled to the real card's total).
-Lessons in TensorFlow run where it is installed; those built on vramlab's
-own models (`vramlab.models`, run by the engine) are left out: their steps
-are compared on --device cuda instead (lessons-cuda-vs-sim.txt).
+Lessons in TensorFlow run where it is installed. Those built on vramlab's
+own models import them from tests/reference/vramlab_models: the GPT and the
+CNN in plain PyTorch, op for op as step_trace.py traces them (with real
+peft for LoRA).
 """
 
 import ast
@@ -95,9 +96,10 @@ def instrument(source):
     return "\n".join(out) + "\n"
 
 
+MODELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vramlab_models")
+
+
 def skip_reason(source, settings):
-    if "vramlab.models" in source:
-        return "vramlab's own models run by the engine: compared on --device cuda"
     module = {"tensorflow": "tensorflow", "jax": "jax"}.get(settings.get("framework"), "torch")
     try:
         importlib.import_module(module)
@@ -116,7 +118,8 @@ def fraction_of(target, real_total):
 
 
 def environment(name, settings, real_total):
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    path = [MODELS] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(path))
     total = settings.get("device_total_bytes", DEFAULT_TOTAL_BYTES)
     framework = settings.get("framework", "pytorch")
     if "gpu" in settings:
@@ -146,8 +149,12 @@ def run(path, real_total):
         cell = os.path.join(tmp, "cell.py")
         open(cell, "w").write(code)
         start = time.time()
-        p = subprocess.run([sys.executable, cell], capture_output=True, text=True, timeout=180, cwd=tmp,
-                           env=environment(entry["file"][:-3], settings, real_total))
+        try:
+            p = subprocess.run([sys.executable, cell], capture_output=True, text=True, timeout=240, cwd=tmp,
+                               env=environment(entry["file"][:-3], settings, real_total))
+        except subprocess.TimeoutExpired as e:
+            text = lambda b: b.decode() if isinstance(b, bytes) else (b or "")
+            p = subprocess.CompletedProcess(e.cmd, None, text(e.stdout), text(e.stderr) + "\ntimed out")
     marks, stdout = [], []
     for line in p.stdout.splitlines():
         if line.startswith("vramlab-mark "):

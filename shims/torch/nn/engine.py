@@ -113,6 +113,9 @@ class EngineModel(_vs.Owner):
                 % (x.numel() // x.shape[-1], x.shape[-1], self.input_dim, self.width)
             )
         out = ModelOutput(self, x)
+        checkpointing = self.kind.get("checkpointing")
+        if checkpointing is not None and checkpointing():
+            out.checkpointing = True
         if not torch.is_grad_enabled():
             out._run_without_grad()
         return out

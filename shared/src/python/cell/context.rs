@@ -14,8 +14,12 @@ pub(super) enum Net {
 pub(super) struct Context {
     /// By the name bound, the latest last.
     nets: Vec<(String, Net)>,
-    /// `model.attn_implementation = "sdpa"` lines, in order.
+    /// `model.set_attn_implementation("sdpa")` (or
+    /// `model.attn_implementation = "sdpa"`) lines, in order.
     attention: Vec<(String, String)>,
+    /// `model.gradient_checkpointing_enable()` (`true`) and `_disable()`
+    /// lines, in order.
+    checkpointing: Vec<(String, bool)>,
 }
 
 /// The integer after `key=` in `line`.
@@ -32,6 +36,20 @@ impl Context {
     pub(super) fn read(source: &str) -> Self {
         let mut c = Context::default();
         for line in source.lines() {
+            let code = line.split('#').next().unwrap_or("").trim();
+            if let Some((model, call)) = code.split_once('.') {
+                let model = model.to_string();
+                if let Some(arg) = call.strip_prefix("set_attn_implementation(") {
+                    let value = arg.trim_end_matches(')').trim_matches(['"', '\'']);
+                    c.attention.push((model, value.to_string()));
+                    continue;
+                }
+                match call {
+                    "gradient_checkpointing_enable()" => c.checkpointing.push((model, true)),
+                    "gradient_checkpointing_disable()" => c.checkpointing.push((model, false)),
+                    _ => {}
+                }
+            }
             let Some((name, value)) = line.split_once(" = ") else {
                 continue;
             };
@@ -87,6 +105,13 @@ impl Context {
             })
     }
 
+    /// Whether `model` checkpoints its blocks now (a line enabled it).
+    pub(super) fn checkpointing(&self, model: &str) -> bool {
+        (self.checkpointing.iter().rev())
+            .find(|(m, _)| m == model)
+            .is_some_and(|&(_, on)| on)
+    }
+
     /// The attention `model` runs now ("eager" unless a line set it).
     pub(super) fn attention(&self, model: &str) -> &str {
         (self.attention.iter().rev())
@@ -101,7 +126,7 @@ mod tests {
 
     #[test]
     fn the_cell_says_which_networks_it_built_and_their_attention() {
-        let source = "from vramlab.models import GPT\nmodel = GPT(layers=6, width=512, heads=8, seq_len=1024, vocab=8000, mlp_ratio=4, norm=nn.LayerNorm, tied=True).cuda()\nnet = CNN(channels=3, image_size=64, blocks=4, width=64, classes=100).cuda()  # per block\nmodel.attn_implementation = \"sdpa\"\n";
+        let source = "from vramlab.models import GPT\nmodel = GPT(layers=6, width=512, heads=8, seq_len=1024, vocab=8000, mlp_ratio=4, norm=nn.LayerNorm, tied=True).cuda()\nnet = CNN(channels=3, image_size=64, blocks=4, width=64, classes=100).cuda()  # per block\nmodel.attn_implementation = \"sdpa\"\nnet.set_attn_implementation(\"sdpa\")  # fused\nnet.gradient_checkpointing_enable()\nmodel.gradient_checkpointing_enable()\nmodel.gradient_checkpointing_disable()\n";
         let c = Context::read(source);
         let gpt = Net::Gpt {
             seq_len: 1024,
@@ -116,6 +141,8 @@ mod tests {
         assert_eq!(c.fed(12288, 100), Some(cnn));
         assert_eq!(c.fed(784, 10), None);
         assert_eq!(c.attention("model"), "sdpa");
-        assert_eq!(c.attention("net"), "eager");
+        assert_eq!(c.attention("net"), "sdpa");
+        assert!(c.checkpointing("net"));
+        assert!(!c.checkpointing("model"));
     }
 }

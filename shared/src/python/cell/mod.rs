@@ -186,10 +186,11 @@ fn within(body: &[String], amp: Amp, no_grad: bool, indent: &str) -> String {
 }
 
 /// The loss of `model` on `x` and `y` (`x.cuda()`: a copy that dies with
-/// the statement), checkpointed as `torch.utils.checkpoint` runs it; a
+/// the statement), an MLP's checkpointed as `checkpoint_sequential` runs
+/// it (a GPT or a CNN checkpoints its blocks itself, once enabled); a
 /// GPT's over every token.
 fn loss_expr(c: &Context, model: &str, (x, y): (&str, &str), checkpointing: bool) -> String {
-    let out = match checkpointing {
+    let out = match checkpointing && c.net(model).is_none() {
         true => format!(
             "torch.utils.checkpoint.checkpoint_sequential({model}, 4, {x}, use_reentrant=False)"
         ),
@@ -203,12 +204,19 @@ fn loss_expr(c: &Context, model: &str, (x, y): (&str, &str), checkpointing: bool
     }
 }
 
-/// The lines before a step: the checkpoint module's import, and a GPT's
-/// attention where the step asks for another.
+/// The lines before a step: an MLP's checkpoint module, a GPT's or a
+/// CNN's checkpointing switched as transformers switches it, and a GPT's
+/// attention where the step asks for another (methods a PeftModel passes
+/// on to the model it wraps).
 fn setup(c: &Context, model: &str, checkpointing: bool, attention: Attention) -> String {
     let mut s = String::new();
-    if checkpointing {
-        s.push_str("import torch.utils.checkpoint\n");
+    match c.net(model) {
+        None if checkpointing => s.push_str("import torch.utils.checkpoint\n"),
+        Some(_) if checkpointing != c.checkpointing(model) => s.push_str(&match checkpointing {
+            true => format!("{model}.gradient_checkpointing_enable()  # each block under checkpoint(block, x, use_reentrant=False)\n"),
+            false => format!("{model}.gradient_checkpointing_disable()\n"),
+        }),
+        _ => {}
     }
     let wanted = match attention {
         Attention::Eager => "eager",
@@ -216,7 +224,7 @@ fn setup(c: &Context, model: &str, checkpointing: bool, attention: Attention) ->
     };
     if matches!(c.net(model), Some(Net::Gpt { .. })) && c.attention(model) != wanted {
         s.push_str(&format!(
-            "{model}.attn_implementation = \"{wanted}\"  # {}\n",
+            "{model}.set_attn_implementation(\"{wanted}\")  # {}\n",
             match attention {
                 Attention::Eager => "softmax(q @ k.T) @ v, written out",
                 Attention::Sdpa => "F.scaled_dot_product_attention, fused",
@@ -327,7 +335,7 @@ mod tests {
         let added = append(&cell, &train, f);
         assert!(!added.contains("import torch\n"), "{added}");
         assert!(
-            added.starts_with("total_loss = 0.0\nm.attn_implementation = \"sdpa\""),
+            added.starts_with("total_loss = 0.0\nm.set_attn_implementation(\"sdpa\")"),
             "{added}"
         );
         assert!(
