@@ -470,6 +470,9 @@ fn the_lessons_python_marks_on_a_gpu_what_the_shims_mark() {
         "CPython's own collector (generation 0, 700 new container objects) ran during this \
                  line on the GPU: real PyTorch makes more Python objects than the shims, so its \
                  count passed the threshold sooner; gc.collect() frees the cycle in both";
+    let cudnn = "cuDNN's convolution workspaces, cuDNN's own choice at run time (as in \
+                 differences.json's CNN step): reserved up to 1.5 GB higher on the GPU; the small \
+                 allocated difference at the first of these marks is not yet explained";
     let differences: &[(&str, &[u64], &str)] = &[
         ("02-cycle-needs-gc.k1.py", &[9], cycle),
         ("04-jax-preallocation.k1.py", &[4, 5],
@@ -483,6 +486,28 @@ fn the_lessons_python_marks_on_a_gpu_what_the_shims_mark() {
           runs out of memory, before Python evaluates targets.cuda(), as the engine's forward \
           command now does; the shims run a model's forward when the loss reads its output, \
           after targets.cuda(), so their out-of-memory leaves the 512 KiB targets allocated"),
+        ("16-long-context-attention.k1.py", &[9],
+         "not yet explained: 1 MiB more allocated and 256 MiB more reserved on the GPU after two \
+          eager steps (its snapshot shows a 1 MiB block getCUDABlasLtWorkspace allocates in the \
+          first addmm with a bias)"),
+        ("16-long-context-attention.k2.py", &[8],
+         "what an out-of-memory leaves: PyTorch failed in softmax, and while the exception \
+          unwound Python dropped the expression's temporary (masked_fill's 4 GiB output), \
+          keeping only the frames' locals (att, 4 GiB); the engine keeps every tensor the \
+          failed step made that was not yet freed (9.2 GB against 4.9)"),
+        ("16-long-context-attention.k2.py", &[11], "not yet explained: 1.8 MB less allocated on \
+          the GPU after the fused-attention steps"),
+        ("17-transformer-checkpointing.k1.py", &[10, 11, 12, 13, 14],
+         "not yet explained: every allocated number equal, 48 MiB more reserved on the GPU from \
+          the checkpointed steps on (24 MiB at the out-of-memory)"),
+        ("18-cnn-image-size.k1.py", &[9], cudnn),
+        ("18-cnn-image-size.k2.py", &[9, 10], cudnn),
+        ("19-lora.k1.py", &[11, 12],
+         "not yet explained: at the out-of-memory the GPU's failed step held 134 MB more than \
+          the engine's (equal once it is deleted), and 117 MB more stays reserved"),
+        ("19-lora.k2.py", &[12, 13, 14],
+         "not yet explained: at the out-of-memory the engine's failed step holds 33.6 MB more, \
+          and reserves 33.5 MB more"),
         ("13-checkpointing.k1.py", &[12],
          "a bias gradient's column sum over 4,096 rows took a 32 MiB staging buffer from the \
           caching allocator (ATen's gpu_reduce_kernel, as in differences.json's steps) in a new \
@@ -553,5 +578,5 @@ fn the_lessons_python_marks_on_a_gpu_what_the_shims_mark() {
             );
         }
     }
-    assert!(compared >= 15, "{compared} lessons compared");
+    assert!(compared >= 23, "{compared} lessons compared");
 }
