@@ -490,11 +490,6 @@ fn the_lessons_python_marks_on_a_gpu_what_the_shims_mark() {
          "not yet explained: 1 MiB more allocated and 256 MiB more reserved on the GPU after two \
           eager steps (its snapshot shows a 1 MiB block getCUDABlasLtWorkspace allocates in the \
           first addmm with a bias)"),
-        ("16-long-context-attention.k2.py", &[8],
-         "what an out-of-memory leaves: PyTorch failed in softmax, and while the exception \
-          unwound Python dropped the expression's temporary (masked_fill's 4 GiB output), \
-          keeping only the frames' locals (att, 4 GiB); the engine keeps every tensor the \
-          failed step made that was not yet freed (9.2 GB against 4.9)"),
         ("16-long-context-attention.k2.py", &[11], "not yet explained: 1.8 MB less allocated on \
           the GPU after the fused-attention steps"),
         ("17-transformer-checkpointing.k1.py", &[10, 11, 12, 13, 14],

@@ -28,7 +28,9 @@ except torch.cuda.OutOfMemoryError as e:
     print(type(e).__name__, e)
     last_exception = e
 # → Four times the tokens make sixteen times the attention matrix: 4 GiB a layer, six
-# layers. It does not fit.
+# layers. It does not fit: the first layer's softmax fails. As the exception unwinds,
+# the expression's temporaries go (masked_fill's 4 GiB output); the traceback keeps what
+# the frames' names hold, the scaled scores (att, 4 GiB) among them.
 
 # del last_exception # its frame held the failed step's tensors
 del last_exception

@@ -134,7 +134,13 @@ impl<'p> Player<'p> {
             match *op {
                 Op::Alloc(i) => {
                     let a = &program.allocs[i];
-                    let id = alloc(k, frame, a, program.scope, target)?;
+                    let id = match alloc(k, frame, a, program.scope, target) {
+                        Ok(id) => id,
+                        Err(failure) => {
+                            self.unwind(k, frame, position);
+                            return Err(failure);
+                        }
+                    };
                     self.placement.place(i, k, id);
                     match a.role {
                         Role::Grad(p) => added = into_grad(k, frame, target.params[p], id),
@@ -172,6 +178,18 @@ impl<'p> Player<'p> {
         }
         added.inspect(|&g| frame.drop(k, g));
         Ok(())
+    }
+
+    /// An allocation failed at op `position`: as the exception unwinds,
+    /// the temporaries of the expression being evaluated go.
+    fn unwind(&mut self, k: &mut Process, frame: &mut PyFrame, position: usize) {
+        for i in 0..self.live.len() {
+            if matches!(self.live[i], Some(Slot::Frame(_)))
+                && self.program.temporary_at(i, position)
+            {
+                self.free(k, frame, i);
+            }
+        }
     }
 
     fn free(&mut self, k: &mut Process, frame: &mut PyFrame, i: usize) {

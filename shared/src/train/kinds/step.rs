@@ -177,9 +177,17 @@ impl<S> Tape<S> {
             dtype,
             role,
             layer: self.layer,
+            temporary_until: None,
         });
         p.ops.push(Op::Alloc(p.allocs.len() - 1));
         p.allocs.len() - 1
+    }
+
+    /// `temps` are temporaries of the expression whose result is `result`.
+    fn temporaries_until(&mut self, temps: &[H], result: H) {
+        for &t in temps {
+            self.program.allocs[t].temporary_until = Some(result);
+        }
     }
 
     /// A tensor in the type matrix products compute in.

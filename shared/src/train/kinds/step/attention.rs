@@ -134,6 +134,7 @@ impl Tape<TransformerShape> {
         let softmax = ("_softmax", Calc::Softmax(Arg::T(input)));
         let probs = self.alloc_f32(softmax, self.scores());
         if input != filled {
+            self.temporaries_until(&[input], probs);
             self.free(input);
         }
         probs
@@ -188,6 +189,8 @@ impl Tape<TransformerShape> {
         } else {
             self.alloc(("_softmax", Calc::Softmax(Arg::T(filled))), self.scores())
         };
+        // `att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)`.
+        self.temporaries_until(&[mask, filled], probs);
         self.free_all(&[filled, scaled]);
         let probs_low = self.cast_input(probs);
         let v = self.alloc(head(2), self.head_dims());

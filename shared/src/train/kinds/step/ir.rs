@@ -97,6 +97,12 @@ pub struct Alloc {
     pub role: Role,
     /// The block it belongs to, if any.
     pub layer: Option<u32>,
+    /// An expression's temporary that no Python name holds until
+    /// allocation `t`, the statement's result, is made (`~mask` and
+    /// `masked_fill`'s output in `att = att.masked_fill(~mask,
+    /// -inf).softmax(-1)`): an error raised before then drops it as the
+    /// exception unwinds, while the traceback keeps the frames' locals.
+    pub temporary_until: Option<usize>,
 }
 
 impl Alloc {
@@ -218,6 +224,14 @@ impl Program {
             .iter()
             .position(reads_targets)
             .unwrap_or(end)
+    }
+
+    /// Whether allocation `i` is an expression's temporary at op
+    /// `position`: its statement's result is not made yet.
+    pub fn temporary_at(&self, i: usize, position: usize) -> bool {
+        self.allocs[i]
+            .temporary_until
+            .is_some_and(|t| !self.ops[..position].contains(&Op::Alloc(t)))
     }
 
     /// Whether backward lets go of `part` of the batch: then the graph

@@ -105,6 +105,7 @@ fn push(p: &mut Program, op: &'static str, (calc, role): (Calc, Role), like: &Pa
         dtype: like.dtype,
         role,
         layer: None,
+        temporary_until: None,
     });
     let i = p.allocs.len() - 1;
     p.ops.push(Op::Alloc(i));

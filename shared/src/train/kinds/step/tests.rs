@@ -518,3 +518,41 @@ fn regions_nest_and_mark_every_checkpointed_block_and_autocast() {
         }
     }
 }
+
+/// `att = att.masked_fill(~mask, -inf).softmax(-1)`: until softmax's
+/// output is made, `~mask` and `masked_fill`'s output are the expression's
+/// temporaries (an error there drops them); once it is, they are not, and
+/// nothing else in the step is one.
+#[test]
+fn eager_attentions_mask_and_fill_are_temporaries_until_softmax() {
+    let t = TransformerShape {
+        layers: 1,
+        width: 64,
+        heads: 2,
+        seq_len: 32,
+        vocab: 100,
+        mlp_ratio: 4,
+        norm: Norm::LayerNorm,
+        tied: true,
+        lora_rank: 0,
+    };
+    let options = Options {
+        attention: Attention::Eager,
+        ..Options::default()
+    };
+    let p = program(&t, 2, options);
+    let position = |op: &str| {
+        let i = p.allocs.iter().position(|a| a.op == op).unwrap();
+        (i, p.ops.iter().position(|o| *o == Op::Alloc(i)).unwrap())
+    };
+    let (mask, _) = position("bitwise_not");
+    let (fill, _) = position("masked_fill");
+    let (probs, at_softmax) = position("_softmax");
+    for i in [mask, fill] {
+        assert_eq!(p.allocs[i].temporary_until, Some(probs));
+        assert!(p.temporary_at(i, at_softmax));
+        assert!(!p.temporary_at(i, at_softmax + 1));
+    }
+    let others = (0..p.allocs.len()).filter(|&i| p.allocs[i].temporary_until.is_some());
+    assert_eq!(others.count(), 2);
+}
