@@ -460,28 +460,30 @@ fn the_snippets_print_on_a_gpu_what_the_shims_print() {
 /// `tests/reference/lesson_python_gpu.py`): the shims, given the same
 /// instrumented source under the lesson's settings (with the golden
 /// machine's PyTorch release and compute capability), mark the same
-/// allocated and reserved bytes after every statement, but where a reason
-/// below says why not. The source is still what the lesson's code
+/// allocated and reserved bytes after every statement, and the same peak
+/// during it, but where a reason below says why not. The source is still what the lesson's code
 /// instruments to, so a lesson whose code changed asks for a new GPU run.
 #[test]
 fn the_lessons_python_marks_on_a_gpu_what_the_shims_mark() {
     let golden = read_json(&golden().join("lessons-python.json"));
-    let cycle =
-        "CPython's own collector (generation 0, 700 new container objects) ran during this \
-                 line on the GPU: real PyTorch makes more Python objects than the shims, so its \
-                 count passed the threshold sooner; gc.collect() frees the cycle in both";
+    // Where CPython's own collector runs depends on every object the
+    // process made (generation 0 collects after 700 new containers): in
+    // one GPU run it freed lesson 02's cycle during `empty_cache()`, in the
+    // next not; gc.collect() frees it in both. Either is right.
+    let may_differ = [("02-cycle-needs-gc.k1.py", 9)];
     let cudnn = "cuDNN's convolution workspaces, cuDNN's own choice at run time (as in \
                  differences.json's CNN step): reserved up to 1.5 GB higher on the GPU; the small \
                  allocated difference at the first of these marks is not yet explained";
+    let small_peak = "not yet explained: a training step's peak is 512 to 1,024 bytes (a scalar \
+                      or two) higher in the engine";
     let differences: &[(&str, &[u64], &str)] = &[
-        ("02-cycle-needs-gc.k1.py", &[9], cycle),
         ("04-jax-preallocation.k1.py", &[4, 5],
          "XLA preallocated 12 GiB + 2 MiB of the H100 standing in for 75% of a 16 GiB card, for \
           any fraction within a few bytes of 12 GiB (xla-fraction.jsonl), and exactly 8 GiB for 50%"),
-        ("09-loss-history-leak.k1.py", &[9, 10, 11, 12, 13, 14, 15, 16],
+        ("09-loss-history-leak.k1.py", &[9, 10, 11, 12, 13, 14, 15, 16, 17],
          "`total_loss += loss` onto a float: the shims keep the first loss tensor (512 B) as the \
           sum's way to its backward; PyTorch's graph keeps AddBackward0's node, not the tensor"),
-        ("12-last-exception.k1.py", &[6],
+        ("12-last-exception.k1.py", &[6, 7],
          "`cross_entropy(model(inputs.cuda()), targets.cuda())`: PyTorch runs the forward, and \
           runs out of memory, before Python evaluates targets.cuda(), as the engine's forward \
           command now does; the shims run a model's forward when the loss reads its output, \
@@ -506,8 +508,14 @@ fn the_lessons_python_marks_on_a_gpu_what_the_shims_mark() {
         ("13-checkpointing.k1.py", &[12],
          "a bias gradient's column sum over 4,096 rows took a 32 MiB staging buffer from the \
           caching allocator (ATen's gpu_reduce_kernel, as in differences.json's steps) in a new \
-          segment, freed at once: reserved stays 32 MiB higher; the CPU's sum, which the \
-          simulator follows, takes none"),
+          segment, freed at once: reserved stays 32 MiB higher, and backward's peak is 20 MiB \
+          higher; the CPU's sum, which the simulator follows, takes none"),
+        ("13-checkpointing.k1.py", &[7, 11],
+         "not yet explained: the forward's peak is 32 KiB lower on the GPU"),
+        ("06-activations-and-batch-size.k1.py", &[7, 10, 12], small_peak),
+        ("07-optimizer-state.k1.py", &[8], small_peak),
+        ("08-set-to-none.k1.py", &[8, 9],
+         "not yet explained: a training step's peak is 4,096 bytes higher on the GPU"),
     ];
     let mut compared = 0;
     let mut differing = Vec::new();
@@ -556,9 +564,10 @@ fn the_lessons_python_marks_on_a_gpu_what_the_shims_mark() {
         compared += 1;
     }
     let explained = |(file, mark, _): &(String, u64, String)| {
-        differences
-            .iter()
-            .any(|(f, marks, _)| f == file && marks.contains(mark))
+        may_differ.contains(&(file.as_str(), *mark))
+            || differences
+                .iter()
+                .any(|(f, marks, _)| f == file && marks.contains(mark))
     };
     let unexplained: Vec<_> = differing.iter().filter(|d| !explained(d)).collect();
     assert!(

@@ -1,7 +1,9 @@
 """The lessons as Python (tests/lessons/NN-slug.kN.py, written by
 `vramlab lesson-python`) run by CPython with the real frameworks on a GPU:
 the framework's own allocated and reserved bytes after every top-level
-statement, as JSON on standard output. `scripts/gpu-check.sh` writes it to
+statement and the peak of allocated bytes during it (PyTorch's peak is reset
+at each mark; XLA's `peak_bytes_in_use` is the process's), as JSON on
+standard output. `scripts/gpu-check.sh` writes it to
 tests/golden/lessons-python.json; `cargo test --test golden` runs the same
 instrumented source through the shims and compares every mark.
 
@@ -56,15 +58,18 @@ def _vramlab_mark(n):
             _gc.enable()
 def _torch_stats():
     torch = _importlib.import_module("torch")
-    return torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+    peak = torch.cuda.max_memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    return torch.cuda.memory_allocated(), torch.cuda.memory_reserved(), peak
 def _jax_stats():
     jax = _importlib.import_module("jax")
     s = jax.devices()[0].memory_stats() or {}
-    return s.get("bytes_in_use", 0), s.get("pool_bytes", 0)
+    return s.get("bytes_in_use", 0), s.get("pool_bytes", 0), s.get("peak_bytes_in_use", 0)
 def _tf_stats():
     tf = _importlib.import_module("tensorflow")
     s = tf.config.experimental.get_memory_info("GPU:0")
-    return s["current"], s["peak"]
+    tf.config.experimental.reset_memory_stats("GPU:0")
+    return s["current"], 0, s["peak"]
 if _os.environ.get("VRAMLAB_GPU_LIMIT_BYTES"):
     torch = _importlib.import_module("torch")
     torch.cuda.set_per_process_memory_fraction(
