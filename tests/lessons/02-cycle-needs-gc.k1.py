@@ -22,9 +22,9 @@ del h
 
 torch.cuda.empty_cache()
 # → empty_cache never frees a live tensor: while the cycle lives, x's block stays
-# allocated. (Run with real PyTorch 2.11 on an H100, CPython's own collector happened to
-# free x during this very line, after empty_cache had looked: allocated 0, reserved
-# still 64 MiB.)
+# allocated. (In one run with real PyTorch 2.11 on an H100, CPython's own collector
+# freed x during this very line, after empty_cache had looked: allocated 0, reserved
+# still 64 MiB; in the next run it did not.)
 
 # gc.collect()
 import gc
