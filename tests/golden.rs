@@ -474,20 +474,18 @@ fn the_lessons_python_marks_on_a_gpu_what_the_shims_mark() {
     let cudnn = "cuDNN's convolution workspaces, cuDNN's own choice at run time (as in \
                  differences.json's CNN step): reserved up to 1.5 GB higher on the GPU; the small \
                  allocated difference at the first of these marks is not yet explained";
-    let small_peak = "not yet explained: a training step's peak is 512 to 1,024 bytes (a scalar \
-                      or two) higher in the engine";
+    let labels_first = "`cross_entropy(model(inputs.cuda()), targets.cuda())`: PyTorch runs \
+                        the model's forward before Python evaluates targets.cuda(), as the \
+                        engine's forward command does; the shims run a model's forward when \
+                        the loss reads its output, after targets.cuda(), so the labels live \
+                        through the forward: its peak is their size higher (512 B to 512 KiB), \
+                        and an out-of-memory in it leaves them allocated";
     let differences: &[(&str, &[u64], &str)] = &[
         ("04-jax-preallocation.k1.py", &[4, 5],
          "XLA preallocated 12 GiB + 2 MiB of the H100 standing in for 75% of a 16 GiB card, for \
           any fraction within a few bytes of 12 GiB (xla-fraction.jsonl), and exactly 8 GiB for 50%"),
-        ("09-loss-history-leak.k1.py", &[9, 10, 11, 12, 13, 14, 15, 16, 17],
-         "`total_loss += loss` onto a float: the shims keep the first loss tensor (512 B) as the \
-          sum's way to its backward; PyTorch's graph keeps AddBackward0's node, not the tensor"),
-        ("12-last-exception.k1.py", &[6, 7],
-         "`cross_entropy(model(inputs.cuda()), targets.cuda())`: PyTorch runs the forward, and \
-          runs out of memory, before Python evaluates targets.cuda(), as the engine's forward \
-          command now does; the shims run a model's forward when the loss reads its output, \
-          after targets.cuda(), so their out-of-memory leaves the 512 KiB targets allocated"),
+        ("09-loss-history-leak.k1.py", &[12, 14], labels_first),
+        ("12-last-exception.k1.py", &[6, 7], labels_first),
         ("16-long-context-attention.k1.py", &[9],
          "not yet explained: 1 MiB more allocated and 256 MiB more reserved on the GPU after two \
           eager steps (its snapshot shows a 1 MiB block getCUDABlasLtWorkspace allocates in the \
@@ -512,8 +510,8 @@ fn the_lessons_python_marks_on_a_gpu_what_the_shims_mark() {
           higher; the CPU's sum, which the simulator follows, takes none"),
         ("13-checkpointing.k1.py", &[7, 11],
          "not yet explained: the forward's peak is 32 KiB lower on the GPU"),
-        ("06-activations-and-batch-size.k1.py", &[7, 10, 12], small_peak),
-        ("07-optimizer-state.k1.py", &[8], small_peak),
+        ("06-activations-and-batch-size.k1.py", &[7, 10, 12], labels_first),
+        ("07-optimizer-state.k1.py", &[8], labels_first),
         ("08-set-to-none.k1.py", &[8, 9],
          "not yet explained: a training step's peak is 4,096 bytes higher on the GPU"),
     ];

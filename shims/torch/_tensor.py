@@ -285,10 +285,19 @@ class Tensor:
         if isinstance(other, Tensor):
             shape = broadcast_shapes(self._shape, other._shape)
             dt = self.dtype if self.dtype.is_floating_point or not other.dtype.is_floating_point else other.dtype
-            keep = self._keep + other._keep + [t for t in (self, other) if t.requires_grad and t._keep is not None]
+            keep = self._keep + other._keep + [t for t in (self, other) if t._routes_backward()]
             out = Tensor(shape, dt, self.device if self.is_cuda else other.device, requires_grad=self.requires_grad or other.requires_grad, keep=keep)
             return out
-        return self._new(self._shape, keep=self._keep + ([self] if self.requires_grad else []))
+        return self._new(self._shape, keep=self._keep + ([self] if self._routes_backward() else []))
+
+    def _routes_backward(self):
+        """Whether a result must keep this tensor as its way to backward:
+        not once backward has freed its graph (`total_loss += loss` after
+        `loss.backward()` keeps no loss alive: PyTorch's AddBackward0 holds
+        a node, not the tensor)."""
+        return self.requires_grad and self._keep is not None and not self._graph_freed
+
+    _graph_freed = False
 
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _binary
     __truediv__ = __rtruediv__ = __pow__ = __floordiv__ = _binary
@@ -362,6 +371,7 @@ class Tensor:
             if hasattr(t, "backward") and isinstance(t, Tensor) and t.requires_grad:
                 t.backward(retain_graph=retain_graph)
                 if not retain_graph:
+                    self._graph_freed = True
                     # The graph is freed: what only it held goes (the
                     # criterion's loss under `loss = criterion(...) / 4`).
                     self._keep = [k for k in self._keep if k is not t]

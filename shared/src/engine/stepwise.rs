@@ -312,7 +312,7 @@ impl Engine {
                     x_dtype,
                     Category::Input,
                 )?;
-                let loss_starts = program.targets_read();
+                let loss_starts = program.criterion_starts();
                 player.play(k, frame, cublas, 0..loss_starts, &target)?;
                 let y_name = format!("{}.y", s.name);
                 let y = frame.alloc(k, &y_name, &y_shape, Dtype::Int64, Category::Input)?;

@@ -191,6 +191,8 @@ class Loss(Tensor):
         if not self.requires_grad:
             raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
         _vs.run({"cmd": "backward", "name": self._storage._name, "retain_graph": bool(retain_graph)})
+        if not retain_graph:
+            self._graph_freed = True
 
 
 class ModelOutput(Tensor):

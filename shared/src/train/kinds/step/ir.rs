@@ -226,6 +226,27 @@ impl Program {
             .unwrap_or(end)
     }
 
+    /// Where the criterion begins: its `log_softmax` (the op NLL reads,
+    /// through a cast under autocast), else where the labels are first
+    /// read. `criterion(model(x.cuda()), y.cuda())` moves the labels to
+    /// the GPU here, after the model's forward and before the criterion.
+    pub fn criterion_starts(&self) -> usize {
+        let read = self.targets_read();
+        let Some(&Op::Alloc(mut i)) = self.ops.get(read) else {
+            return read;
+        };
+        for _ in 0..3 {
+            let Some(Arg::T(j)) = self.allocs[i].calc.operands()[0] else {
+                break;
+            };
+            i = j;
+            if matches!(self.allocs[i].calc, Calc::LogSoftmax(_)) {
+                return (self.ops.iter().position(|op| *op == Op::Alloc(i))).unwrap_or(read);
+            }
+        }
+        read
+    }
+
     /// Whether allocation `i` is an expression's temporary at op
     /// `position`: its statement's result is not made yet.
     pub fn temporary_at(&self, i: usize, position: usize) -> bool {
