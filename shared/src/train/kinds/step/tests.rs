@@ -556,3 +556,34 @@ fn eager_attentions_mask_and_fill_are_temporaries_until_softmax() {
     let others = (0..p.allocs.len()).filter(|&i| p.allocs[i].temporary_until.is_some());
     assert_eq!(others.count(), 2);
 }
+
+/// `criterion(model(x.cuda()), y.cuda())`: the labels are moved where the
+/// criterion begins, at its `log_softmax` (in the logits' type; under
+/// autocast NLL reads a float32 copy of its output), before NLL reads them.
+#[test]
+fn the_criterion_begins_at_its_log_softmax() {
+    let m = crate::train::kinds::MlpShape {
+        layers: 2,
+        width: 8,
+        input_dim: 5,
+        classes: 3,
+        dtype: Dtype::Float32,
+    };
+    for amp in [None, Some(Dtype::Float16)] {
+        let options = Options {
+            amp,
+            ..Options::default()
+        };
+        for p in [
+            mlp_program(&m, 2, options),
+            mlp_no_grad_program(&m, 2, options),
+        ] {
+            let at = p.criterion_starts();
+            let Op::Alloc(i) = p.ops[at] else {
+                panic!("{:?}", p.ops[at])
+            };
+            assert_eq!(p.allocs[i].op, "_log_softmax");
+            assert!(at < p.targets_read(), "{amp:?}");
+        }
+    }
+}
