@@ -17,14 +17,11 @@ del x
 del h
 # → No name reaches the list any more, but it refers to itself: its reference count
 # stays at 1 and it stays alive, holding x, until the cyclic collector runs:
-# gc.collect(), or CPython's own, which runs by itself once enough new objects have been
-# made (700 in CPython 3.12), so in a real run it can come at any line.
+# gc.collect(), or CPython's own, at a moment you do not choose.
 
 torch.cuda.empty_cache()
 # → empty_cache never frees a live tensor: while the cycle lives, x's block stays
-# allocated. (In one run with real PyTorch 2.11 on an H100, CPython's own collector
-# freed x during this very line, after empty_cache had looked: allocated 0, reserved
-# still 64 MiB; in the next run it did not.)
+# allocated.
 
 # gc.collect()
 import gc

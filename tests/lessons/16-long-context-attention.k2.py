@@ -28,15 +28,14 @@ except torch.cuda.OutOfMemoryError as e:
     print(type(e).__name__, e)
     last_exception = e
 # → Four times the tokens make sixteen times the attention matrix: 4 GiB a layer, six
-# layers. It does not fit: the first layer's softmax fails. As the exception unwinds,
-# the expression's temporaries go (masked_fill's 4 GiB output); the traceback keeps what
-# the frames' names hold, the scaled scores (att, 4 GiB) among them.
+# layers. It does not fit: the first layer's softmax fails. The traceback keeps what the
+# frames' names hold (att: 4 GiB).
 
 # del last_exception # its frame held the failed step's tensors
 del last_exception
 
 # Now with F.scaled_dot_product_attention (a fused kernel)
-model.set_attn_implementation("sdpa")  # F.scaled_dot_product_attention, fused
+model.set_attn_implementation("sdpa")
 for step in range(2):
     inputs, targets = data[:8]
     x, y = inputs.cuda(), targets.cuda()

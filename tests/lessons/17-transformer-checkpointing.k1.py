@@ -15,7 +15,7 @@ data = TensorDataset(torch.randint(0, 8000, (10000, 1024)), torch.randint(0, 800
 
 # Train two steps at batch 8 (fused attention)
 total_loss = 0.0
-model.set_attn_implementation("sdpa")  # F.scaled_dot_product_attention, fused
+model.set_attn_implementation("sdpa")
 for step in range(2):
     inputs, targets = data[:8]
     x, y = inputs.cuda(), targets.cuda()
@@ -29,7 +29,7 @@ for step in range(2):
 # four-times-wider ones.
 
 # The same, each block under torch.utils.checkpoint
-model.gradient_checkpointing_enable()  # each block under checkpoint(block, x, use_reentrant=False)
+model.gradient_checkpointing_enable()
 for step in range(2):
     inputs, targets = data[:8]
     x, y = inputs.cuda(), targets.cuda()

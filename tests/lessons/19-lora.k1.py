@@ -16,7 +16,7 @@ data = TensorDataset(torch.randint(0, 50257, (10000, 1024)), torch.randint(0, 50
 
 # Fine-tune all of it: two steps at batch 4
 total_loss = 0.0
-model.set_attn_implementation("sdpa")  # F.scaled_dot_product_attention, fused
+model.set_attn_implementation("sdpa")
 for step in range(2):
     inputs, targets = data[:4]
     x, y = inputs.cuda(), targets.cuda()

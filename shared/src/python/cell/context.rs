@@ -14,8 +14,7 @@ pub(super) enum Net {
 pub(super) struct Context {
     /// By the name bound, the latest last.
     nets: Vec<(String, Net)>,
-    /// `model.set_attn_implementation("sdpa")` (or
-    /// `model.attn_implementation = "sdpa"`) lines, in order.
+    /// `model.set_attn_implementation("sdpa")` lines, in order.
     attention: Vec<(String, String)>,
     /// `model.gradient_checkpointing_enable()` (`true`) and `_disable()`
     /// lines, in order.
@@ -40,29 +39,19 @@ impl Context {
             if let Some((model, call)) = code.split_once('.') {
                 let model = model.to_string();
                 if let Some(arg) = call.strip_prefix("set_attn_implementation(") {
-                    let value = arg.trim_end_matches(')').trim_matches(['"', '\'']);
+                    let value = arg.trim_end_matches(')').trim_matches('"');
                     c.attention.push((model, value.to_string()));
                     continue;
                 }
-                match call {
-                    "gradient_checkpointing_enable()" => c.checkpointing.push((model, true)),
-                    "gradient_checkpointing_disable()" => c.checkpointing.push((model, false)),
-                    _ => {}
+                if let Some(on) = call.strip_prefix("gradient_checkpointing_") {
+                    c.checkpointing.push((model, on == "enable()"));
                 }
             }
             let Some((name, value)) = line.split_once(" = ") else {
                 continue;
             };
             let name = name.trim();
-            if let Some(model) = name.strip_suffix(".attn_implementation") {
-                let value = value
-                    .split('#')
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .trim_matches('"');
-                c.attention.push((model.to_string(), value.to_string()));
-            } else if value.contains("GPT(") {
+            if value.contains("GPT(") {
                 let net = (arg(value, "seq_len"), arg(value, "vocab"));
                 if let (Some(seq_len), Some(vocab)) = net {
                     c.nets.push((name.into(), Net::Gpt { seq_len, vocab }));
@@ -126,7 +115,7 @@ mod tests {
 
     #[test]
     fn the_cell_says_which_networks_it_built_and_their_attention() {
-        let source = "from vramlab.models import GPT\nmodel = GPT(layers=6, width=512, heads=8, seq_len=1024, vocab=8000, mlp_ratio=4, norm=nn.LayerNorm, tied=True).cuda()\nnet = CNN(channels=3, image_size=64, blocks=4, width=64, classes=100).cuda()  # per block\nmodel.attn_implementation = \"sdpa\"\nnet.set_attn_implementation(\"sdpa\")  # fused\nnet.gradient_checkpointing_enable()\nmodel.gradient_checkpointing_enable()\nmodel.gradient_checkpointing_disable()\n";
+        let source = "from vramlab.models import GPT\nmodel = GPT(layers=6, width=512, heads=8, seq_len=1024, vocab=8000, mlp_ratio=4, norm=nn.LayerNorm, tied=True).cuda()\nnet = CNN(channels=3, image_size=64, blocks=4, width=64, classes=100).cuda()  # per block\nmodel.set_attn_implementation(\"sdpa\")\nnet.set_attn_implementation(\"sdpa\")  # fused\nnet.gradient_checkpointing_enable()\nmodel.gradient_checkpointing_enable()\nmodel.gradient_checkpointing_disable()\n";
         let c = Context::read(source);
         let gpt = Net::Gpt {
             seq_len: 1024,

@@ -212,10 +212,10 @@ fn setup(c: &Context, model: &str, checkpointing: bool, attention: Attention) ->
     let mut s = String::new();
     match c.net(model) {
         None if checkpointing => s.push_str("import torch.utils.checkpoint\n"),
-        Some(_) if checkpointing != c.checkpointing(model) => s.push_str(&match checkpointing {
-            true => format!("{model}.gradient_checkpointing_enable()  # each block under checkpoint(block, x, use_reentrant=False)\n"),
-            false => format!("{model}.gradient_checkpointing_disable()\n"),
-        }),
+        Some(_) if checkpointing != c.checkpointing(model) => {
+            let on = if checkpointing { "enable" } else { "disable" };
+            s.push_str(&format!("{model}.gradient_checkpointing_{on}()\n"));
+        }
         _ => {}
     }
     let wanted = match attention {
@@ -223,13 +223,7 @@ fn setup(c: &Context, model: &str, checkpointing: bool, attention: Attention) ->
         Attention::Sdpa => "sdpa",
     };
     if matches!(c.net(model), Some(Net::Gpt { .. })) && c.attention(model) != wanted {
-        s.push_str(&format!(
-            "{model}.set_attn_implementation(\"{wanted}\")  # {}\n",
-            match attention {
-                Attention::Eager => "softmax(q @ k.T) @ v, written out",
-                Attention::Sdpa => "F.scaled_dot_product_attention, fused",
-            }
-        ));
+        s.push_str(&format!("{model}.set_attn_implementation(\"{wanted}\")\n"));
     }
     s
 }
