@@ -15,8 +15,10 @@ Needs PyTorch (a CPU build is enough).
 """
 import contextlib
 import math
+import os
 import json
 import platform
+import sys
 import weakref
 
 import torch
@@ -27,6 +29,9 @@ from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
 from cuda_autocast import Autocast, emulate
 from param_counts import cnn, mlp, with_lora
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "vramlab_models"))
+from vramlab.models import CausalSelfAttention  # noqa: E402
 
 BLOCK = 512
 
@@ -80,25 +85,13 @@ class Live(TorchDispatchMode):
         return out
 
 
-class Attention(nn.Module):
+class Attention(CausalSelfAttention):
     def __init__(self, width, heads, fused):
-        super().__init__()
-        self.heads, self.fused = heads, fused
-        self.c_attn = nn.Linear(width, 3 * width)
-        self.c_proj = nn.Linear(width, width)
+        super().__init__(width, heads)
+        self.fused = fused
 
     def forward(self, x):
-        b, s, d = x.shape
-        q, k, v = self.c_attn(x).split(d, dim=2)
-        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
-        if self.fused:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            att = (q @ k.transpose(-2, -1)) * (1.0 / (d // self.heads) ** 0.5)
-            mask = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
-            att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-            y = att @ v
-        return self.c_proj(y.transpose(1, 2).contiguous().view(b, s, d))
+        return self.attend(x, self.fused)
 
 
 class Block(nn.Module):

@@ -39,19 +39,21 @@ class _Checkpointing:
         return block(x)
 
 
-class Attention(nn.Module):
-    def __init__(self, width, heads, gpt):
+class CausalSelfAttention(nn.Module):
+    """nanoGPT's attention: written out (`eager`) or
+    `F.scaled_dot_product_attention` (`fused`); step_trace.py traces it."""
+
+    def __init__(self, width, heads):
         super().__init__()
         self.heads = heads
         self.c_attn = nn.Linear(width, 3 * width)
         self.c_proj = nn.Linear(width, width)
-        self._gpt = [gpt]  # not a submodule
 
-    def forward(self, x):
+    def attend(self, x, fused):
         b, s, d = x.shape
         q, k, v = self.c_attn(x).split(d, dim=2)
         q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
-        if self._gpt[0].attn_implementation == "sdpa":
+        if fused:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             att = (q @ k.transpose(-2, -1)) * (1.0 / (d // self.heads) ** 0.5)
@@ -59,6 +61,17 @@ class Attention(nn.Module):
             att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
             y = att @ v
         return self.c_proj(y.transpose(1, 2).contiguous().view(b, s, d))
+
+
+class Attention(CausalSelfAttention):
+    """Its GPT's `attn_implementation` picks the kernel."""
+
+    def __init__(self, width, heads, gpt):
+        super().__init__(width, heads)
+        self._gpt = [gpt]  # not a submodule
+
+    def forward(self, x):
+        return self.attend(x, self._gpt[0].attn_implementation == "sdpa")
 
 
 class Mlp(nn.Module):
