@@ -25,6 +25,8 @@
 #   - context-*.jsonl: the CUDA context and its growth, per framework;
 #   - speed-pytorch.json: PyTorch eager's step times and the bf16 ceiling,
 #     and speed-vramlab.txt: the same steps on vramlab's kernels;
+#     kernel-times.jsonl: those steps again, each kernel's and product's
+#     GPU time (VRAMLAB_KERNEL_TIMES), one line a case;
 #   - jax-alloc.jsonl, jax-alloc-repeat.jsonl: XLA's allocator stats around
 #     each way to make an array, and around the same one made again;
 #   - python-snippets.json: tests/python/*.py run by CPython with the real
@@ -63,7 +65,7 @@ export PYTHONUNBUFFERED=1 BIN GOLDEN REF WORK ROOT GPU_TEST
 # part NAME SECONDS COMMAND...: runs it with a time limit, its output in
 # logs/NAME.log, and notes its exit status and seconds.
 PARTS_GIVEN=${PARTS:-}
-PARTS=${PARTS:-replays workspaces gpu_step xla_step hf_steps snapshots lessons jax_alloc python_snippets lessons_python kernels contexts speed speed_vramlab}
+PARTS=${PARTS:-replays workspaces gpu_step xla_step hf_steps snapshots lessons jax_alloc python_snippets lessons_python kernels contexts speed speed_vramlab kernel_times}
 part() {
   local name=$1 limit=$2 start rc
   shift 2
@@ -165,6 +167,8 @@ part kernels 180 bash -c 'kernels > "$GOLDEN/gpu-kernels.txt" 2>&1'
 part contexts 90 bash -c contexts
 part speed 90 bash -c 'python3 "$REF/gpu_speed.py" > "$GOLDEN/speed-pytorch.json"'
 part speed_vramlab 120 bash -c '[[ -x "$GPU_TEST" ]] && "$GPU_TEST" --ignored --nocapture --exact the_speed_of_a_step_on_the_gpu > "$GOLDEN/speed-vramlab.txt" 2>&1'
+part kernel_times 120 bash -c '[[ -x "$GPU_TEST" ]] && rm -f "$GOLDEN/kernel-times.jsonl" &&
+  VRAMLAB_KERNEL_TIMES="$ROOT/$GOLDEN/kernel-times.jsonl" "$GPU_TEST" --ignored --nocapture --exact the_speed_of_a_step_on_the_gpu > "$WORK/kernel-times.txt" 2>&1'
 
 {
   echo "# Golden files from a real GPU"

@@ -189,37 +189,61 @@ fn each_kinds_step_is_computed_by_the_gpus_kernels_and_follows_the_cpu() {
 #[test]
 #[ignore = "needs an NVIDIA GPU and its driver"]
 fn the_speed_of_a_step_on_the_gpu() {
+    /// A case: its name, the model's fields, the data's features and
+    /// classes, the batch, the train command's other fields, and whether
+    /// each op is held to the CPU's.
+    struct Case {
+        name: &'static str,
+        model: &'static str,
+        data: (u64, u64),
+        batch: u64,
+        train: &'static str,
+        checked: bool,
+    }
+    let mlp = r#""layers":2,"width":128,"input_dim":784,"classes":10"#;
     let cases = [
-        (
-            "mlp 2x128 batch 64, checked",
-            r#""layers":2,"width":128,"input_dim":784,"classes":10"#,
-            (784, 10),
-            64,
-            true,
-        ),
-        (
-            "mlp 2x128 batch 64",
-            r#""layers":2,"width":128,"input_dim":784,"classes":10"#,
-            (784, 10),
-            64,
-            false,
-        ),
-        (
-            "mlp 8x8192 batch 1024 bf16",
-            r#""layers":8,"width":8192,"input_dim":8192,"classes":8192,"dtype":"bfloat16""#,
-            (8192, 8192),
-            1024,
-            false,
-        ),
-        (
-            "transformer 12x768 batch 8 seq 1024 bf16 autocast, eager attention",
-            r#""kind":"transformer","layers":12,"width":768,"heads":12,"seq_len":1024,"vocab":50257"#,
-            (1024, 50257),
-            8,
-            false,
-        ),
+        Case {
+            name: "mlp 2x128 batch 64, checked",
+            model: mlp,
+            data: (784, 10),
+            batch: 64,
+            train: "",
+            checked: true,
+        },
+        Case {
+            name: "mlp 2x128 batch 64",
+            model: mlp,
+            data: (784, 10),
+            batch: 64,
+            train: "",
+            checked: false,
+        },
+        Case {
+            name: "mlp 8x8192 batch 1024 bf16",
+            model: r#""layers":8,"width":8192,"input_dim":8192,"classes":8192,"dtype":"bfloat16""#,
+            data: (8192, 8192),
+            batch: 1024,
+            train: "",
+            checked: false,
+        },
+        Case {
+            name: "transformer 12x768 batch 8 seq 1024 bf16 autocast, eager attention",
+            model: r#""kind":"transformer","layers":12,"width":768,"heads":12,"seq_len":1024,"vocab":50257"#,
+            data: (1024, 50257),
+            batch: 8,
+            train: r#","amp":"bfloat16""#,
+            checked: false,
+        },
     ];
-    for (case, model, (features, classes), batch, checked) in cases {
+    for c in cases {
+        let Case {
+            name: case,
+            model,
+            data: (features, classes),
+            batch,
+            train: extra,
+            checked,
+        } = c;
         let mut gpu = select(DeviceChoice::Cuda, 0)
             .expect("backend")
             .engine()
@@ -241,7 +265,7 @@ fn the_speed_of_a_step_on_the_gpu() {
         }
         let train = |steps: u32| {
             format!(
-                r#"{{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":{steps},"batch_size":{batch}}}"#
+                r#"{{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":{steps},"batch_size":{batch}{extra}}}"#
             )
         };
         let warm = gpu.run_line(&train(5));

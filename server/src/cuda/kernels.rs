@@ -5,9 +5,11 @@
 //! one `cuMemcpyHtoD`/`DtoH` order against, so a value read back is the
 //! one computed.
 
+use super::timing::{self, CallTimes};
 use cudarc::cublas::sys as blas;
 use cudarc::driver::{result as driver, sys};
 use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ffi::{c_void, CString};
 use std::sync::{Mutex, OnceLock};
@@ -34,7 +36,12 @@ pub fn compile(cc: (u32, u32)) -> Result<Vec<u8>, String> {
     let source = CString::new(SOURCE).map_err(|e| e.to_string())?;
     let name = CString::new("vramlab_kernels.cu").map_err(|e| e.to_string())?;
     let program = nvrtc::create_program(&source, Some(&name)).map_err(|e| format!("{e:?}"))?;
-    let options = [format!("--gpu-architecture=sm_{}{}", cc.0, cc.1)];
+    // Every function is device code (the source has no host code), the
+    // generic lambdas of its type dispatch included.
+    let options = [
+        format!("--gpu-architecture=sm_{}{}", cc.0, cc.1),
+        "--device-as-default-execution-space".to_string(),
+    ];
     // SAFETY: `program` was just created and is destroyed below, once.
     let cubin = unsafe {
         let compiled = nvrtc::compile_program(program, &options);
@@ -97,6 +104,8 @@ pub struct Kernels {
     module: sys::CUmodule,
     functions: BTreeMap<&'static str, sys::CUfunction>,
     handle: blas::cublasHandle_t,
+    /// Each call's GPU time, when the environment asks (`timing`).
+    times: RefCell<Option<CallTimes>>,
 }
 
 // SAFETY: the handles are used only by the engine thread that owns the
@@ -147,11 +156,24 @@ impl Kernels {
             module,
             functions,
             handle,
+            times: RefCell::new(CallTimes::from_env()),
         })
+    }
+
+    /// Carries `call` out, timed when the environment asks.
+    fn timed<T>(&self, name: impl FnOnce() -> String, call: impl FnOnce() -> T) -> T {
+        match self.times.borrow_mut().as_mut() {
+            Some(times) => times.around(name(), call),
+            None => call(),
+        }
     }
 
     /// Launches `l` on the default stream.
     pub fn launch(&self, l: &Launch) -> Result<(), DeviceError> {
+        self.timed(|| timing::launch_name(l), || self.launch_untimed(l))
+    }
+
+    fn launch_untimed(&self, l: &Launch) -> Result<(), DeviceError> {
         let f = *self
             .functions
             .get(l.kernel)
@@ -182,6 +204,10 @@ impl Kernels {
     /// `cublasGemmEx` (or its strided batched form) in float32 compute,
     /// with the call's workspace.
     pub fn gemm(&self, g: &GemmEx) -> Result<(), DeviceError> {
+        self.timed(|| timing::gemm_name(g), || self.gemm_untimed(g))
+    }
+
+    fn gemm_untimed(&self, g: &GemmEx) -> Result<(), DeviceError> {
         let int = |v: u64| {
             i32::try_from(v)
                 .map_err(|_| DeviceError::Driver(format!("a product dimension of {v} is too big")))
@@ -276,8 +302,11 @@ impl Kernels {
 
 impl Drop for Kernels {
     fn drop(&mut self) {
-        // SAFETY: both were made in `load` and are released once; the
-        // owner binds their context first.
+        // The owner binds their context first.
+        if let Some(times) = self.times.get_mut() {
+            times.finish();
+        }
+        // SAFETY: both were made in `load` and are released once.
         unsafe {
             let _ = cudarc::cublas::result::destroy_handle(self.handle);
             let _ = driver::module::unload(self.module);

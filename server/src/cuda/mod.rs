@@ -9,6 +9,8 @@ pub mod driver;
 #[cfg(feature = "cuda")]
 pub mod kernels;
 #[cfg(feature = "cuda")]
+pub mod timing;
+#[cfg(feature = "cuda")]
 pub mod vmm;
 
 use vramlab_shared::device::Device;

@@ -14,6 +14,15 @@ typedef unsigned short u16;
 #define EACH(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
                         i += (i64)blockDim.x * gridDim.x)
 
+// a / b and a % b of indices (never negative): in 32 bits when both fit,
+// since a 64-bit division is a long routine on a GPU.
+__device__ __forceinline__ i64 qdiv(i64 a, i64 b) {
+  return ((unsigned long long)(a | b) >> 32) == 0 ? (i64)((unsigned)a / (unsigned)b) : a / b;
+}
+__device__ __forceinline__ i64 qmod(i64 a, i64 b) {
+  return ((unsigned long long)(a | b) >> 32) == 0 ? (i64)((unsigned)a % (unsigned)b) : a % b;
+}
+
 __device__ __forceinline__ float ld(const void *p, int t, i64 i) {
   switch (t) {
   case 0: return ((const float *)p)[i];
@@ -61,8 +70,8 @@ __device__ __forceinline__ void st(void *p, int t, i64 i, float v) {
 }
 
 // Four elements from element 4·q (a block's address is 512-byte aligned,
-// so a tensor's quads are 8- or 16-byte aligned): one vector load for
-// float32, float16 and bfloat16, as bandwidth-bound kernels need.
+// so a tensor's quads are 4-, 8- or 16-byte aligned): one vector load for
+// float32, float16, bfloat16 and bytes, as bandwidth-bound kernels need.
 __device__ __forceinline__ void ld4(const void *p, int t, i64 q, float v[4]) {
   if (t == 0) {
     float4 f = ((const float4 *)p)[q];
@@ -78,6 +87,9 @@ __device__ __forceinline__ void ld4(const void *p, int t, i64 q, float v[4]) {
         asm("cvt.f32.f16 %0, %1;" : "=f"(v[k]) : "h"(h));
       }
     }
+  } else if (t == 8) {
+    uchar4 u = ((const uchar4 *)p)[q];
+    v[0] = u.x, v[1] = u.y, v[2] = u.z, v[3] = u.w;
   } else {
     for (int k = 0; k < 4; k++) v[k] = ld(p, t, 4 * q + k);
   }
@@ -86,7 +98,7 @@ __device__ __forceinline__ void ld4(const void *p, int t, i64 q, float v[4]) {
 // Whether `p` can be read and written four elements at a time.
 __device__ __forceinline__ bool quads(const void *p, int t) {
   unsigned long long a = (unsigned long long)p;
-  return t == 0 ? a % 16 == 0 : (t == 1 || t == 2) ? a % 8 == 0 : true;
+  return t == 0 ? a % 16 == 0 : (t == 1 || t == 2) ? a % 8 == 0 : t == 8 ? a % 4 == 0 : true;
 }
 
 __device__ __forceinline__ void st4(void *p, int t, i64 q, const float v[4]) {
@@ -109,29 +121,108 @@ __device__ __forceinline__ void st4(void *p, int t, i64 q, const float v[4]) {
   }
 }
 
-// The sum of every thread's `v` in the block, given to all of them.
+// An element type known when the kernel is compiled (`Ty<T>`, T a type
+// code), or only when it runs (`Ty<-1>`): `typed` calls `f` with the
+// first for float32 and bfloat16, so a loop that reads through
+// `ldt` has no branch on the type and can have many loads in flight.
+template <int T> struct Ty {
+  static constexpr int code = T;
+};
+
+template <int T> __device__ __forceinline__ float ldt(Ty<T>, const void *p, int t, i64 i) {
+  return ld(p, T >= 0 ? T : t, i);
+}
+
+template <typename F> __device__ __forceinline__ void typed(int t, F f) {
+  if (t == 0) f(Ty<0>{});
+  else if (t == 2) f(Ty<2>{});
+  else f(Ty<-1>{});
+}
+
+// The sum (the maximum) of every thread's `v` in the block, given to all
+// of them: each warp's by shuffles, then the warps' in `shared`.
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 __device__ float block_sum(float v, float *shared) {
-  shared[threadIdx.x] = v;
+  v = warp_sum(v);
+  if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = v;
   __syncthreads();
-  for (int s = THREADS / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
-    __syncthreads();
-  }
-  float total = shared[0];
+  v = warp_sum(threadIdx.x % 32 < THREADS / 32 ? shared[threadIdx.x % 32] : 0.0f);
   __syncthreads();
-  return total;
+  return v;
 }
 
 __device__ float block_max(float v, float *shared) {
-  shared[threadIdx.x] = v;
+  v = warp_max(v);
+  if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = v;
   __syncthreads();
-  for (int s = THREADS / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) shared[threadIdx.x] = fmaxf(shared[threadIdx.x], shared[threadIdx.x + s]);
-    __syncthreads();
+  v = warp_max(threadIdx.x % 32 < THREADS / 32 ? shared[threadIdx.x % 32]
+                                                : -__int_as_float(0x7f800000));
+  __syncthreads();
+  return v;
+}
+
+// A map over elements: out[i] = f(x[i]) (`map1`), or f(a[i], b[i]) with
+// `b` (nb elements) repeated over `a` (`map2`), four at a time where the
+// tensors allow it (the last n % 4 one by one).
+template <typename F>
+__device__ __forceinline__ void map1(void *out, int to, const void *x, int tx, i64 n, F f) {
+  if (quads(out, to) && quads(x, tx)) {
+    EACH(q, n / 4) {
+      float v[4];
+      ld4(x, tx, q, v);
+      for (int k = 0; k < 4; k++) v[k] = f(v[k], 4 * q + k);
+      st4(out, to, q, v);
+    }
+    if (blockIdx.x == 0 && threadIdx.x < n % 4) {
+      i64 i = n - n % 4 + threadIdx.x;
+      st(out, to, i, f(ld(x, tx, i), i));
+    }
+  } else {
+    EACH(i, n) st(out, to, i, f(ld(x, tx, i), i));
   }
-  float m = shared[0];
-  __syncthreads();
-  return m;
+}
+
+// out[i] = f(i), writing four at a time where `out` allows it.
+template <typename F>
+__device__ __forceinline__ void gen(void *out, int to, i64 n, F f) {
+  if (quads(out, to)) {
+    EACH(q, n / 4) {
+      float v[4];
+      for (int k = 0; k < 4; k++) v[k] = f(4 * q + k);
+      st4(out, to, q, v);
+    }
+    if (blockIdx.x == 0 && threadIdx.x < n % 4) {
+      i64 i = n - n % 4 + threadIdx.x;
+      st(out, to, i, f(i));
+    }
+  } else {
+    EACH(i, n) st(out, to, i, f(i));
+  }
+}
+
+template <typename F>
+__device__ __forceinline__ void map2(void *out, int to, const void *a, int ta, const void *b,
+                                     int tb, i64 n, i64 nb, F f) {
+  if (nb % 4 == 0 && quads(out, to) && quads(a, ta) && quads(b, tb)) {
+    EACH(q, n / 4) {
+      float u[4], v[4];
+      ld4(a, ta, q, u);
+      ld4(b, tb, nb == n ? q : qmod(q, nb / 4), v);
+      for (int k = 0; k < 4; k++) u[k] = f(u[k], v[k]);
+      st4(out, to, q, u);
+    }
+  } else {
+    EACH(i, n) st(out, to, i, f(ld(a, ta, i), ld(b, tb, nb == n ? i : qmod(i, nb))));
+  }
 }
 
 typedef unsigned long long u64;
@@ -161,143 +252,183 @@ __device__ __forceinline__ float gelu(float x) {
   return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
 }
 
-extern "C" {
 
 // ones, zeros, a kernel's buffer: every element `value`.
-__global__ void fill(void *out, int to, i64 n, float value) {
-  EACH(i, n) st(out, to, i, value);
+extern "C" __global__ void fill(void *out, int to, i64 n, float value) {
+  gen(out, to, n, [=](i64) { return value; });
 }
 
-__global__ void arange(void *out, int to, i64 n) {
-  EACH(i, n) st(out, to, i, (float)i);
+extern "C" __global__ void arange(void *out, int to, i64 n) {
+  gen(out, to, n, [](i64 i) { return (float)i; });
 }
 
 // clone, an autocast cast: each element in the output's type.
-__global__ void copy(void *out, int to, const void *x, int tx, i64 n) {
-  EACH(i, n) st(out, to, i, ld(x, tx, i));
+extern "C" __global__ void copy(void *out, int to, const void *x, int tx, i64 n) {
+  map1(out, to, x, tx, n, [](float v, i64) { return v; });
 }
 
-__global__ void scale(void *out, int to, const void *x, int tx, i64 n, float factor) {
-  EACH(i, n) st(out, to, i, ld(x, tx, i) * factor);
+extern "C" __global__ void scale(void *out, int to, const void *x, int tx, i64 n, float factor) {
+  map1(out, to, x, tx, n, [=](float v, i64) { return v * factor; });
 }
 
-__global__ void sqrt_(void *out, int to, const void *x, int tx, i64 n) {
-  if (!(quads(out, to) && quads(x, tx))) {
-    EACH(i, n) st(out, to, i, sqrtf(ld(x, tx, i)));
-    return;
-  }
-  EACH(q, n / 4) {
-    float v[4];
-    ld4(x, tx, q, v);
-    for (int k = 0; k < 4; k++) v[k] = sqrtf(v[k]);
-    st4(out, to, q, v);
-  }
-  if (blockIdx.x == 0 && threadIdx.x < n % 4) {
-    i64 i = n - n % 4 + threadIdx.x;
-    st(out, to, i, sqrtf(ld(x, tx, i)));
-  }
+extern "C" __global__ void sqrt_(void *out, int to, const void *x, int tx, i64 n) {
+  map1(out, to, x, tx, n, [](float v, i64) { return sqrtf(v); });
 }
 
 // `~x` of a boolean tensor.
-__global__ void not_(void *out, int to, const void *x, int tx, i64 n) {
-  EACH(i, n) st(out, to, i, 1.0f - ld(x, tx, i));
+extern "C" __global__ void not_(void *out, int to, const void *x, int tx, i64 n) {
+  map1(out, to, x, tx, n, [](float v, i64) { return 1.0f - v; });
 }
 
-__global__ void relu(void *out, int to, const void *x, int tx, i64 n) {
-  EACH(i, n) st(out, to, i, fmaxf(ld(x, tx, i), 0.0f));
+extern "C" __global__ void relu(void *out, int to, const void *x, int tx, i64 n) {
+  map1(out, to, x, tx, n, [](float v, i64) { return fmaxf(v, 0.0f); });
 }
 
 // threshold_backward: the gradient where the output is positive.
-__global__ void relu_backward(void *out, int to, const void *g, int tg, const void *y, int ty,
+extern "C" __global__ void relu_backward(void *out, int to, const void *g, int tg, const void *y, int ty,
                               i64 n) {
-  EACH(i, n) st(out, to, i, ld(y, ty, i) > 0.0f ? ld(g, tg, i) : 0.0f);
+  map2(out, to, g, tg, y, ty, n, n, [](float gv, float yv) { return yv > 0.0f ? gv : 0.0f; });
 }
 
-__global__ void gelu_(void *out, int to, const void *x, int tx, i64 n) {
-  EACH(i, n) st(out, to, i, gelu(ld(x, tx, i)));
+extern "C" __global__ void gelu_(void *out, int to, const void *x, int tx, i64 n) {
+  map1(out, to, x, tx, n, [](float v, i64) { return gelu(v); });
 }
 
-__global__ void gelu_backward(void *out, int to, const void *g, int tg, const void *x, int tx,
+extern "C" __global__ void gelu_backward(void *out, int to, const void *g, int tg, const void *x, int tx,
                               i64 n) {
-  EACH(i, n) {
-    float v = ld(x, tx, i);
+  map2(out, to, g, tg, x, tx, n, n, [](float gv, float v) {
     float cdf = 0.5f * (1.0f + erff(v * 0.70710678118654752f));
     float pdf = expf(-0.5f * v * v) * 0.3989423f;
-    st(out, to, i, ld(g, tg, i) * (cdf + v * pdf));
-  }
+    return gv * (cdf + v * pdf);
+  });
 }
 
 // `a + b`, `b` (nb elements) repeated over `a`'s leading dimensions.
-__global__ void add(void *out, int to, const void *a, int ta, const void *b, int tb, i64 n,
+extern "C" __global__ void add(void *out, int to, const void *a, int ta, const void *b, int tb, i64 n,
                     i64 nb) {
-  EACH(i, n) st(out, to, i, ld(a, ta, i) + ld(b, tb, i % nb));
+  map2(out, to, a, ta, b, tb, n, nb, [](float u, float v) { return u + v; });
 }
 
 // Each row of `out` (cols wide) a copy of `bias`: addmm's C before the
 // product is added into it.
-__global__ void bias_rows(void *out, int to, const void *bias, int tb, i64 n, i64 cols) {
-  EACH(i, n) st(out, to, i, ld(bias, tb, i % cols));
+extern "C" __global__ void bias_rows(void *out, int to, const void *bias, int tb, i64 n, i64 cols) {
+  gen(out, to, n, [=](i64 i) { return ld(bias, tb, qmod(i, cols)); });
 }
 
+// Column sums: each block takes COLS columns, its GROUPS groups of
+// threads interleaving the rows, DEPTH rows read before any is added (a
+// thread's loads in flight), the groups' partial sums added in shared
+// memory, in a fixed order.
+#define COLS 8
+#define GROUPS (THREADS / COLS)
+#define DEPTH 8
+
 // `x` summed over its leading dimensions down to `n` elements (a bias's
-// gradient): each block takes 32 columns, its 8 warps' rows interleaved,
-// their partial sums added in shared memory.
-__global__ void sum_rows(void *out, int to, const void *x, int tx, i64 n, i64 rows) {
+// gradient).
+extern "C" __global__ void sum_rows(void *out, int to, const void *x, int tx, i64 n, i64 rows) {
   __shared__ float shared[THREADS];
-  i64 j = (i64)blockIdx.x * 32 + threadIdx.x % 32;
-  int group = threadIdx.x / 32;
+  i64 j = (i64)blockIdx.x * COLS + threadIdx.x % COLS;
+  int group = threadIdx.x / COLS;
   float s = 0.0f;
   if (j < n)
-    for (i64 r = group; r < rows; r += THREADS / 32) s += ld(x, tx, r * n + j);
+    typed(tx, [&](auto X) {
+      for (i64 r0 = group; r0 < rows; r0 += (i64)GROUPS * DEPTH) {
+        float v[DEPTH];
+#pragma unroll
+        for (int u = 0; u < DEPTH; u++) {
+          i64 r = r0 + (i64)u * GROUPS;
+          v[u] = r < rows ? ldt(X, x, tx, r * n + j) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < DEPTH; u++) s += v[u];
+      }
+    });
   shared[threadIdx.x] = s;
   __syncthreads();
   if (group == 0 && j < n) {
-    for (int k = 1; k < THREADS / 32; k++) s += shared[k * 32 + threadIdx.x];
+    for (int k = 1; k < GROUPS; k++) s += shared[k * COLS + threadIdx.x];
     st(out, to, j, s);
   }
 }
 
 // The lower triangle (diagonal included) of a square's ones.
-__global__ void tril(void *out, int to, i64 n, i64 cols) {
-  EACH(i, n) st(out, to, i, (i % cols) <= (i / cols) % cols ? 1.0f : 0.0f);
+extern "C" __global__ void tril(void *out, int to, i64 n, i64 cols) {
+  gen(out, to, n, [=](i64 i) {
+    return qmod(i, cols) <= qmod(qdiv(i, cols), cols) ? 1.0f : 0.0f;
+  });
 }
 
 // `x` where the mask (nm elements, repeated) is false, `value` where true.
-__global__ void masked_fill(void *out, int to, const void *x, int tx, const void *mask, int tm,
+extern "C" __global__ void masked_fill(void *out, int to, const void *x, int tx, const void *mask, int tm,
                             i64 n, i64 nm, float value) {
-  EACH(i, n) st(out, to, i, ld(mask, tm, i % nm) != 0.0f ? value : ld(x, tx, i));
+  map2(out, to, x, tx, mask, tm, n, nm, [=](float v, float m) { return m != 0.0f ? value : v; });
 }
 
 // Rows of `weight` (cols wide) picked by `ids`.
-__global__ void embedding(void *out, int to, const void *weight, int tw, const void *ids, int ti,
+extern "C" __global__ void embedding(void *out, int to, const void *weight, int tw, const void *ids, int ti,
                           i64 n, i64 cols, i64 rows) {
   EACH(i, n) {
-    i64 id = (i64)ld(ids, ti, i / cols);
-    float v = id >= 0 && id < rows ? ld(weight, tw, id * cols + i % cols) : __int_as_float(0x7fc00000);
+    i64 id = (i64)ld(ids, ti, qdiv(i, cols));
+    float v = id >= 0 && id < rows ? ld(weight, tw, id * cols + qmod(i, cols))
+                                   : __int_as_float(0x7fc00000);
     st(out, to, i, v);
   }
 }
 
 // embedding_dense_backward into a float32 table the caller zeroed: each
 // row of `grad` added into the row its id picks.
-__global__ void embedding_backward(float *out, const void *grad, int tg, const void *ids, int ti,
+extern "C" __global__ void embedding_backward(float *out, const void *grad, int tg, const void *ids, int ti,
                                    i64 n, i64 cols, i64 rows) {
   EACH(i, n) {
-    i64 id = (i64)ld(ids, ti, i / cols);
-    if (id >= 0 && id < rows) atomicAdd(out + id * cols + i % cols, ld(grad, tg, i));
+    i64 id = (i64)ld(ids, ti, qdiv(i, cols));
+    if (id >= 0 && id < rows) atomicAdd(out + id * cols + qmod(i, cols), ld(grad, tg, i));
   }
 }
 
-// Softmax and log-softmax over each row (one block a row).
-__global__ void softmax(void *out, int to, const void *x, int tx, i64 cols, int log) {
-  __shared__ float shared[THREADS];
+// Softmax and log-softmax over each row, one block a row: a row of at
+// most ROW_HELD · THREADS elements is read once and held in registers; a
+// longer one is read twice, its maximum and sum found in one pass (each
+// thread's sum rescaled when its maximum grows).
+#define ROW_HELD 8
+
+extern "C" __global__ void softmax(void *out, int to, const void *x, int tx, i64 cols,
+                                   int log) {
+  __shared__ float shared[THREADS / 32];
+  const float inf = __int_as_float(0x7f800000);
   i64 row = (i64)blockIdx.x * cols;
-  float m = -__int_as_float(0x7f800000);
-  for (i64 j = threadIdx.x; j < cols; j += THREADS) m = fmaxf(m, ld(x, tx, row + j));
-  m = block_max(m, shared);
-  float s = 0.0f;
-  for (i64 j = threadIdx.x; j < cols; j += THREADS) s += expf(ld(x, tx, row + j) - m);
-  s = block_sum(s, shared);
+  if (cols <= ROW_HELD * THREADS) {
+    float v[ROW_HELD];
+    float m = -inf;
+    for (int k = 0; k < ROW_HELD; k++) {
+      i64 j = threadIdx.x + k * THREADS;
+      v[k] = j < cols ? ld(x, tx, row + j) : -inf;
+      m = fmaxf(m, v[k]);
+    }
+    m = block_max(m, shared);
+    float s = 0.0f;
+    for (int k = 0; k < ROW_HELD; k++)
+      if (threadIdx.x + k * THREADS < cols) s += expf(v[k] - m);
+    s = block_sum(s, shared);
+    float log_sum = logf(s) + m;
+    for (int k = 0; k < ROW_HELD; k++) {
+      i64 j = threadIdx.x + k * THREADS;
+      if (j < cols) st(out, to, row + j, log ? v[k] - log_sum : expf(v[k] - m) / s);
+    }
+    return;
+  }
+  float m = -inf, s = 0.0f;
+  for (i64 j = threadIdx.x; j < cols; j += THREADS) {
+    float v = ld(x, tx, row + j);
+    if (v > m) {
+      s = (m == -inf ? 0.0f : s * expf(m - v)) + 1.0f;
+      m = v;
+    } else if (v != -inf) {
+      s += expf(v - m);
+    }
+  }
+  float row_max = block_max(m, shared);
+  s = block_sum(m == -inf ? 0.0f : s * expf(m - row_max), shared);
+  m = row_max;
   float log_sum = logf(s) + m;
   for (i64 j = threadIdx.x; j < cols; j += THREADS) {
     float v = ld(x, tx, row + j);
@@ -305,10 +436,11 @@ __global__ void softmax(void *out, int to, const void *x, int tx, i64 cols, int 
   }
 }
 
-// Softmax's backward, y · (g - Σ g·y); log-softmax's, g - exp(y) · Σ g.
-__global__ void softmax_backward(void *out, int to, const void *g, int tg, const void *y, int ty,
-                                 i64 cols, int log) {
-  __shared__ float shared[THREADS];
+// Softmax's backward, y · (g - Σ g·y); log-softmax's, g - exp(y) · Σ g;
+// one block a row.
+extern "C" __global__ void softmax_backward(void *out, int to, const void *g, int tg,
+                                            const void *y, int ty, i64 cols, int log) {
+  __shared__ float shared[THREADS / 32];
   i64 row = (i64)blockIdx.x * cols;
   float s = 0.0f;
   for (i64 j = threadIdx.x; j < cols; j += THREADS)
@@ -320,9 +452,104 @@ __global__ void softmax_backward(void *out, int to, const void *g, int tg, const
   }
 }
 
+// The same over rows of at most WARP_ROW elements, every tensor float32
+// or bfloat16 (`kernels::softmax_calls` picks these then): one warp a
+// row, WARP_ROWS rows a block, WARP_ROW / 32 elements a lane held in
+// registers.
+#define WARP_ROW 1024
+#define WARP_ROWS (THREADS / 32)
+#define LANE_HELD (WARP_ROW / 32)
+
+// Calls f(Ty<A>, Ty<B>, Ty<C>) for the types' codes, each float32 or
+// bfloat16.
+template <typename F> __device__ __forceinline__ void fast3(int a, int b, int c, F f) {
+  auto last = [&](auto A, auto B) {
+    if (c == 0) f(A, B, Ty<0>{});
+    else f(A, B, Ty<2>{});
+  };
+  auto second = [&](auto A) {
+    if (b == 0) last(A, Ty<0>{});
+    else last(A, Ty<2>{});
+  };
+  if (a == 0) second(Ty<0>{});
+  else second(Ty<2>{});
+}
+
+template <int TX, int TO>
+__device__ __forceinline__ void softmax_warp(void *out, const void *x, i64 row, i64 cols,
+                                             int log) {
+  const float inf = __int_as_float(0x7f800000);
+  int lane = threadIdx.x % 32;
+  float v[LANE_HELD];
+  float m = -inf;
+#pragma unroll
+  for (int k = 0; k < LANE_HELD; k++) {
+    i64 j = lane + k * 32;
+    v[k] = j < cols ? ld(x, TX, row + j) : -inf;
+    m = fmaxf(m, v[k]);
+  }
+  m = warp_max(m);
+  float s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < LANE_HELD; k++)
+    if (lane + k * 32 < cols) {
+      float e = expf(v[k] - m);
+      s += e;
+      if (!log) v[k] = e;
+    }
+  s = warp_sum(s);
+  float log_sum = logf(s) + m;
+#pragma unroll
+  for (int k = 0; k < LANE_HELD; k++) {
+    i64 j = lane + k * 32;
+    if (j < cols) st(out, TO, row + j, log ? v[k] - log_sum : v[k] / s);
+  }
+}
+
+extern "C" __global__ void softmax_warps(void *out, int to, const void *x, int tx, i64 cols,
+                                         i64 rows, int log) {
+  i64 r = (i64)blockIdx.x * WARP_ROWS + threadIdx.x / 32;
+  if (r >= rows) return;
+  fast3(tx, to, 0, [&](auto X, auto O, auto) {
+    softmax_warp<decltype(X)::code, decltype(O)::code>(out, x, r * cols, cols, log);
+  });
+}
+
+template <int TG, int TY, int TO>
+__device__ __forceinline__ void softmax_backward_warp(void *out, const void *g, const void *y,
+                                                      i64 row, i64 cols, int log) {
+  int lane = threadIdx.x % 32;
+  float gv[LANE_HELD], yv[LANE_HELD];
+  float s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < LANE_HELD; k++) {
+    i64 j = lane + k * 32;
+    gv[k] = j < cols ? ld(g, TG, row + j) : 0.0f;
+    yv[k] = j < cols ? ld(y, TY, row + j) : 0.0f;
+    s += log ? gv[k] : gv[k] * yv[k];
+  }
+  s = warp_sum(s);
+#pragma unroll
+  for (int k = 0; k < LANE_HELD; k++) {
+    i64 j = lane + k * 32;
+    if (j < cols) st(out, TO, row + j, log ? gv[k] - expf(yv[k]) * s : yv[k] * (gv[k] - s));
+  }
+}
+
+extern "C" __global__ void softmax_backward_warps(void *out, int to, const void *g, int tg,
+                                                  const void *y, int ty, i64 cols, i64 rows,
+                                                  int log) {
+  i64 r = (i64)blockIdx.x * WARP_ROWS + threadIdx.x / 32;
+  if (r >= rows) return;
+  fast3(tg, ty, to, [&](auto G, auto Y, auto O) {
+    softmax_backward_warp<decltype(G)::code, decltype(Y)::code, decltype(O)::code>(
+        out, g, y, r * cols, cols, log);
+  });
+}
+
 // NLL's mean over the rows of `lp` (classes wide), and its total weight.
 // A label outside the classes makes the loss NaN.
-__global__ void nll(void *out, int to, void *total, int tt, const void *lp, int tl,
+extern "C" __global__ void nll(void *out, int to, void *total, int tt, const void *lp, int tl,
                     const void *targets, int tg, i64 rows, i64 classes) {
   __shared__ float shared[THREADS];
   float s = 0.0f;
@@ -338,46 +565,81 @@ __global__ void nll(void *out, int to, void *total, int tt, const void *lp, int 
 }
 
 // NLL's backward: -grad / total_weight at each row's label, else zero.
-__global__ void nll_backward(void *out, int to, const void *grad, int tgr, const void *targets,
+extern "C" __global__ void nll_backward(void *out, int to, const void *grad, int tgr, const void *targets,
                              int tg, const void *weight, int tw, i64 n, i64 classes) {
   float v = -ld(grad, tgr, 0) / ld(weight, tw, 0);
-  EACH(i, n) st(out, to, i, (i64)ld(targets, tg, i / classes) == i % classes ? v : 0.0f);
+  gen(out, to, n, [=](i64 i) {
+    i64 r = qdiv(i, classes);
+    return (i64)ld(targets, tg, r) == i - r * classes ? v : 0.0f;
+  });
+}
+
+// out[dst] = x[src] for each element i, `at(i, dst, src)`; four at a
+// time when `by4` says that elements 4k..4k+3 go from four neighbours
+// (src a multiple of 4) to four neighbours (dst a multiple of 4).
+template <typename F>
+__device__ __forceinline__ void relayout(void *out, int to, const void *x, int tx, i64 n,
+                                         bool by4, F at) {
+  if (by4 && n % 4 == 0 && quads(out, to) && quads(x, tx)) {
+    EACH(q, n / 4) {
+      i64 dst, src;
+      at(4 * q, dst, src);
+      float v[4];
+      ld4(x, tx, src / 4, v);
+      st4(out, to, dst / 4, v);
+    }
+  } else {
+    EACH(i, n) {
+      i64 dst, src;
+      at(i, dst, src);
+      st(out, to, dst, ld(x, tx, src));
+    }
+  }
 }
 
 // Head `part` of a B x S x row projection (q, k, v side by side, each
 // H · D wide) as B x H x S x D.
-__global__ void heads(void *out, int to, const void *x, int tx, i64 n, i64 s, i64 h, i64 d,
-                      i64 row, i64 part) {
-  EACH(i, n) {
-    i64 dd = i % d, ss = (i / d) % s, hh = (i / (d * s)) % h, b = i / (d * s * h);
-    st(out, to, i, ld(x, tx, (b * s + ss) * row + part * h * d + hh * d + dd));
-  }
+extern "C" __global__ void heads(void *out, int to, const void *x, int tx, i64 n, i64 s, i64 h,
+                                 i64 d, i64 row, i64 part) {
+  relayout(out, to, x, tx, n, d % 4 == 0 && row % 4 == 0, [=](i64 i, i64 &dst, i64 &src) {
+    i64 t = qdiv(i, d), dd = i - t * d, bh = qdiv(t, s), ss = t - bh * s, b = qdiv(bh, h),
+        hh = bh - b * h;
+    dst = i;
+    src = (b * s + ss) * row + part * h * d + hh * d + dd;
+  });
 }
 
 // Part `p` of the q/k/v gradients (B x S x H · D, or heads: B x H x S x D
 // when `h` > 0) into its third of each B x S x row token.
-__global__ void cat_part(void *out, int to, const void *x, int tx, i64 n, i64 s, i64 h, i64 d,
-                         i64 row, i64 p) {
-  EACH(i, n) {
-    i64 width = row / 3, t = i / width, c = i % width;
-    i64 from = i;
-    if (h > 0) from = (((t / s) * h + c / d) * s + t % s) * d + c % d;
-    st(out, to, t * row + p * width + c, ld(x, tx, from));
-  }
+extern "C" __global__ void cat_part(void *out, int to, const void *x, int tx, i64 n, i64 s,
+                                    i64 h, i64 d, i64 row, i64 p) {
+  i64 width = row / 3;
+  bool by4 = width % 4 == 0 && (h == 0 || d % 4 == 0);
+  relayout(out, to, x, tx, n, by4, [=](i64 i, i64 &dst, i64 &src) {
+    i64 t = qdiv(i, width), c = i - t * width;
+    src = i;
+    if (h > 0) {
+      i64 b = qdiv(t, s), hh = qdiv(c, d);
+      src = ((b * h + hh) * s + (t - b * s)) * d + (c - hh * d);
+    }
+    dst = t * row + p * width + c;
+  });
 }
 
 // B x H x S x D heads back as B x S x (H · D).
-__global__ void merge_heads(void *out, int to, const void *x, int tx, i64 n, i64 s, i64 h,
-                            i64 d) {
-  EACH(i, n) {
-    i64 dd = i % d, hh = (i / d) % h, ss = (i / (d * h)) % s, b = i / (d * h * s);
-    st(out, to, i, ld(x, tx, ((b * h + hh) * s + ss) * d + dd));
-  }
+extern "C" __global__ void merge_heads(void *out, int to, const void *x, int tx, i64 n, i64 s,
+                                       i64 h, i64 d) {
+  relayout(out, to, x, tx, n, d % 4 == 0, [=](i64 i, i64 &dst, i64 &src) {
+    i64 t = qdiv(i, d), dd = i - t * d, bs = qdiv(t, h), hh = t - bs * h, b = qdiv(bs, s),
+        ss = bs - b * s;
+    dst = i;
+    src = ((b * h + hh) * s + ss) * d + dd;
+  });
 }
 
 // LayerNorm (with a bias) or RMSNorm over rows `cols` wide, one block a
 // row: the output, and (LayerNorm) the mean, then the inverse deviation.
-__global__ void norm_rows(void *out, int to, void *mean, int tm, void *rstd, int tr, const void *x,
+extern "C" __global__ void norm_rows(void *out, int to, void *mean, int tm, void *rstd, int tr, const void *x,
                      int tx, const void *weight, int tw, const void *bias, int tb, i64 cols,
                      int layer, float eps) {
   __shared__ float shared[THREADS];
@@ -407,7 +669,7 @@ __global__ void norm_rows(void *out, int to, void *mean, int tm, void *rstd, int
 
 // A norm's backward, the input's gradient (one block a row):
 // rstd · (dxhat - mean(dxhat) - xhat · mean(dxhat · xhat)), dxhat = g · w.
-__global__ void norm_backward_input(void *out, int to, const void *g, int tg, const void *x,
+extern "C" __global__ void norm_backward_input(void *out, int to, const void *g, int tg, const void *x,
                                     int tx, const void *mean, int tm, const void *rstd, int tr,
                                     const void *weight, int tw, i64 cols, int layer) {
   __shared__ float shared[THREADS];
@@ -428,29 +690,62 @@ __global__ void norm_backward_input(void *out, int to, const void *g, int tg, co
   }
 }
 
-// Its weight's gradient, Σ g · xhat over the rows, and (when `layer`)
-// its bias's, Σ g: 32 columns a block, as `sum_rows`.
-__global__ void norm_backward_params(void *dw, int tdw, void *db, int tdb, const void *g, int tg,
-                                     const void *x, int tx, const void *mean, int tm,
-                                     const void *rstd, int tr, i64 cols, i64 rows, int layer) {
-  __shared__ float sw[THREADS], sb[THREADS];
-  i64 j = (i64)blockIdx.x * 32 + threadIdx.x % 32;
-  int group = threadIdx.x / 32;
-  float w = 0.0f, b = 0.0f;
-  if (j < cols)
-    for (i64 r = group; r < rows; r += THREADS / 32) {
-      float gv = ld(g, tg, r * cols + j);
-      float mu = layer ? ld(mean, tm, r) : 0.0f;
-      w += gv * (ld(x, tx, r * cols + j) - mu) * ld(rstd, tr, r);
-      b += gv;
+// One thread's share of a norm's parameter gradients: Σ g · xhat and
+// Σ g over its rows of column j (TG, TX, TS: the types of g, x and the
+// saved statistics, -1 where known only at run time).
+template <int TG, int TX, int TS>
+__device__ __forceinline__ void norm_params_part(float &w, float &b, const void *g, int tg,
+                                                 const void *x, int tx, const void *mean,
+                                                 int tm, const void *rstd, int tr, i64 j,
+                                                 i64 cols, i64 rows, int layer) {
+  int group = threadIdx.x / COLS;
+  for (i64 r0 = group; r0 < rows; r0 += (i64)GROUPS * DEPTH) {
+    float gv[DEPTH], xhat[DEPTH];
+#pragma unroll
+    for (int u = 0; u < DEPTH; u++) {
+      i64 r = r0 + (i64)u * GROUPS;
+      bool in = r < rows;
+      gv[u] = in ? ld(g, TG >= 0 ? TG : tg, r * cols + j) : 0.0f;
+      float mu = in && layer ? ld(mean, TS >= 0 ? TS : tm, r) : 0.0f;
+      float inv = in ? ld(rstd, TS >= 0 ? TS : tr, r) : 0.0f;
+      xhat[u] = in ? (ld(x, TX >= 0 ? TX : tx, r * cols + j) - mu) * inv : 0.0f;
     }
+#pragma unroll
+    for (int u = 0; u < DEPTH; u++) {
+      w += gv[u] * xhat[u];
+      b += gv[u];
+    }
+  }
+}
+
+// Its weight's gradient, Σ g · xhat over the rows, and (when `layer`)
+// its bias's, Σ g: COLS columns a block, as `sum_rows`.
+extern "C" __global__ void norm_backward_params(void *dw, int tdw, void *db, int tdb,
+                                                const void *g, int tg, const void *x, int tx,
+                                                const void *mean, int tm, const void *rstd,
+                                                int tr, i64 cols, i64 rows, int layer) {
+  __shared__ float sw[THREADS], sb[THREADS];
+  i64 j = (i64)blockIdx.x * COLS + threadIdx.x % COLS;
+  int group = threadIdx.x / COLS;
+  float w = 0.0f, b = 0.0f;
+  if (j < cols) {
+    bool stats32 = tr == 0 && (tm == 0 || !layer);
+    bool fast = stats32 && (tg == 0 || tg == 2) && (tx == 0 || tx == 2);
+    if (fast)
+      fast3(tg, tx, 0, [&](auto G, auto X, auto) {
+        norm_params_part<decltype(G)::code, decltype(X)::code, 0>(w, b, g, tg, x, tx, mean, tm,
+                                                                  rstd, tr, j, cols, rows, layer);
+      });
+    else
+      norm_params_part<-1, -1, -1>(w, b, g, tg, x, tx, mean, tm, rstd, tr, j, cols, rows, layer);
+  }
   sw[threadIdx.x] = w;
   sb[threadIdx.x] = b;
   __syncthreads();
   if (group == 0 && j < cols) {
-    for (int k = 1; k < THREADS / 32; k++) {
-      w += sw[k * 32 + threadIdx.x];
-      b += sb[k * 32 + threadIdx.x];
+    for (int k = 1; k < GROUPS; k++) {
+      w += sw[k * COLS + threadIdx.x];
+      b += sb[k * COLS + threadIdx.x];
     }
     st(dw, tdw, j, w);
     if (layer) st(db, tdb, j, b);
@@ -459,7 +754,7 @@ __global__ void norm_backward_params(void *dw, int tdw, void *db, int tdb, const
 
 // The synthetic set's rows (`train::data::Synthetic::batch`): each
 // sample's features around its class's mean, and its label.
-__global__ void synthetic_batch(void *x, int tx, void *y, int ty, i64 start, i64 batch,
+extern "C" __global__ void synthetic_batch(void *x, int tx, void *y, int ty, i64 start, i64 batch,
                                 i64 samples, i64 features, i64 classes, i64 seed) {
   EACH(e, batch * features) {
     i64 k = e / features, j = e % features, i = (start + k) % samples;
@@ -472,7 +767,7 @@ __global__ void synthetic_batch(void *x, int tx, void *y, int ty, i64 start, i64
 
 // Its token sequences (`Synthetic::sequences`): each sample counts from a
 // first token by a stride; the targets are the next tokens.
-__global__ void synthetic_sequences(void *x, int tx, void *y, int ty, i64 start, i64 batch,
+extern "C" __global__ void synthetic_sequences(void *x, int tx, void *y, int ty, i64 start, i64 batch,
                                     i64 samples, i64 len, i64 vocab, i64 seed) {
   EACH(e, batch * len) {
     i64 k = e / len, j = e % len, i = (start + k) % samples;
@@ -484,7 +779,7 @@ __global__ void synthetic_sequences(void *x, int tx, void *y, int ty, i64 start,
 
 // Parameter `index`'s first values as `train::init` draws them: `rule` 0
 // uniform in [-bound, bound], 1 normal, 2 ones, 3 zeros.
-__global__ void init_param(void *out, int to, i64 n, int rule, float bound, i64 seed,
+extern "C" __global__ void init_param(void *out, int to, i64 n, int rule, float bound, i64 seed,
                            i64 index) {
   EACH(j, n) {
     float v = rule == 2 ? 1.0f : 0.0f;
@@ -496,7 +791,7 @@ __global__ void init_param(void *out, int to, i64 n, int rule, float bound, i64 
 
 // torch.optim's updates in place (`train::update`): SGD, and SGD with
 // momentum (its buffer the gradient at the first step).
-__global__ void sgd_update(void *p, int tp, const void *g, int tg, void *buf, int tb, i64 n,
+extern "C" __global__ void sgd_update(void *p, int tp, const void *g, int tg, void *buf, int tb, i64 n,
                            float lr, float momentum, int first) {
   EACH(i, n) {
     float d = ld(g, tg, i);
@@ -519,7 +814,7 @@ __device__ __forceinline__ void adam_one(float &x, float g, float &m, float &v, 
   x -= (lr / bc1) * m / (sqrtf(v) / bc2_sqrt + eps);
 }
 
-__global__ void adam_update(void *p, int tp, const void *g, int tg, void *m, int tm, void *v,
+extern "C" __global__ void adam_update(void *p, int tp, const void *g, int tg, void *m, int tm, void *v,
                             int tv, i64 n, float lr, float beta1, float beta2, float eps,
                             float bc1, float bc2_sqrt, float decay) {
   if (!(quads(p, tp) && quads(g, tg) && quads(m, tm) && quads(v, tv))) {
@@ -552,5 +847,4 @@ __global__ void adam_update(void *p, int tp, const void *g, int tg, void *m, int
     st(v, tv, i, vv);
     st(p, tp, i, x);
   }
-}
 }

@@ -38,6 +38,8 @@ pub const NAMES: &[&str] = &[
     "embedding_backward",
     "softmax",
     "softmax_backward",
+    "softmax_warps",
+    "softmax_backward_warps",
     "nll",
     "nll_backward",
     "heads",
@@ -52,6 +54,41 @@ pub const NAMES: &[&str] = &[
     "sgd_update",
     "adam_update",
 ];
+
+/// Columns a block of `sum_rows` and `norm_backward_params` sums (`COLS`
+/// in the source).
+pub const COLS: u64 = 8;
+
+/// The longest row `softmax` and `softmax_backward` give one warp
+/// (`WARP_ROW`), and the rows a block then takes (`WARP_ROWS`).
+pub const WARP_ROW: u64 = 1024;
+pub const WARP_ROWS: u64 = 8;
+
+/// A softmax's (or its backward's) kernel, grid and size arguments: a
+/// warp a row (`NAME_warps`) when the rows are short and every tensor is
+/// float32 or bfloat16, else a block a row (`NAME`).
+fn softmax_launch<const N: usize>(
+    name: &'static str,
+    tensors: [Place; N],
+    rows: u64,
+    cols: u64,
+    log: bool,
+) -> (&'static str, Grid, Vec<K>) {
+    let fast = tensors
+        .iter()
+        .all(|t| matches!(t.dtype, Dtype::Float32 | Dtype::Bfloat16));
+    let log = K::I32(log.into());
+    if cols <= WARP_ROW && fast {
+        let kernel = match name {
+            "softmax" => "softmax_warps",
+            _ => "softmax_backward_warps",
+        };
+        let sizes = vec![K::I64(cols as i64), K::I64(rows as i64), log];
+        (kernel, Grid::Rows(rows.div_ceil(WARP_ROWS)), sizes)
+    } else {
+        (name, Grid::Rows(rows), vec![K::I64(cols as i64), log])
+    }
+}
 
 /// LayerNorm's epsilon, and RMSNorm's (float32's machine epsilon), as the
 /// CPU interpreter has them.
@@ -167,7 +204,7 @@ pub fn plan(
                 x.arg().to_vec(),
                 vec![K::I64(n as i64), K::I64((x.numel() / n) as i64)],
             ];
-            one("sum_rows", Grid::Rows(n.div_ceil(32)), rest.concat())
+            one("sum_rows", Grid::Rows(n.div_ceil(COLS)), rest.concat())
         }
         Calc::Tril(_) => each("tril", vec![K::I64(n as i64), K::I64(out.last() as i64)]),
         Calc::MaskedFill { value, .. } => {
@@ -193,20 +230,21 @@ pub fn plan(
             let log = matches!(calc, Calc::LogSoftmax(_));
             (x.numel() == n).then_some(())?;
             let rows = n / out.last();
-            let rest = [
-                x.arg().to_vec(),
-                vec![K::I64(out.last() as i64), K::I32(log.into())],
-            ];
-            one("softmax", Grid::Rows(rows), rest.concat())
+            let (kernel, grid, sizes) = softmax_launch("softmax", [x, out], rows, out.last(), log);
+            one(kernel, grid, [x.arg().to_vec(), sizes].concat())
         }
         Calc::SoftmaxBackward { .. } | Calc::LogSoftmaxBackward { .. } => {
             let (g, y) = (arg(0)?, arg(1)?);
             let log = matches!(calc, Calc::LogSoftmaxBackward { .. });
             (g.numel() == n && y.numel() == n).then_some(())?;
             let rows = n / out.last();
-            let rest = [g.arg(), y.arg()].concat();
-            let sizes = vec![K::I64(out.last() as i64), K::I32(log.into())];
-            one("softmax_backward", Grid::Rows(rows), [rest, sizes].concat())
+            let (kernel, grid, sizes) =
+                softmax_launch("softmax_backward", [g, y, out], rows, out.last(), log);
+            one(
+                kernel,
+                grid,
+                [g.arg().to_vec(), y.arg().to_vec(), sizes].concat(),
+            )
         }
         Calc::Nll { .. } => {
             let (lp, targets, total) = (arg(0)?, arg(1)?, *parts.first()?);
@@ -493,7 +531,7 @@ fn norm_backward(out: Place, parts: &[Place], args: &[Place], layer: bool) -> Op
         ),
         launch(
             "norm_backward_params",
-            Grid::Rows(cols.div_ceil(32)),
+            Grid::Rows(cols.div_ceil(COLS)),
             [params, params_rest].concat(),
         ),
     ])

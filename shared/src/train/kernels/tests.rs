@@ -53,6 +53,7 @@ fn place(at: u64, shape: &'static [u64], dtype: Dtype) -> Place<'static> {
 fn every_launch_passes_what_its_kernel_declares() {
     let t = Arg::T(0);
     let x = place(0x1000, &[4, 6], F32);
+    let half = place(0x1000, &[4, 6], Dtype::Float16);
     let row = place(0x2000, &[6], F32);
     let ids = place(0x3000, &[4], Dtype::Int64);
     let table = place(0x4000, &[10, 6], F32);
@@ -105,6 +106,14 @@ fn every_launch_passes_what_its_kernel_declares() {
         ),
         (Calc::Softmax(t), x, vec![], vec![x]),
         (Calc::LogSoftmax(t), x, vec![], vec![x]),
+        // float16 rows: a block a row
+        (Calc::Softmax(t), x, vec![], vec![half]),
+        (
+            Calc::SoftmaxBackward { grad: t, out: t },
+            half,
+            vec![],
+            vec![x, x],
+        ),
         (
             Calc::SoftmaxBackward { grad: t, out: t },
             x,
@@ -419,4 +428,95 @@ fn grids_cover_their_elements_or_rows() {
         crate::compute::MAX_BLOCKS
     );
     assert_eq!(Grid::Rows(1000).blocks(), 1000);
+}
+
+/// A `#define` of the source, as a number.
+fn defined(name: &str) -> u64 {
+    let line = SOURCE
+        .lines()
+        .find(|l| l.starts_with(&format!("#define {name} ")))
+        .unwrap_or_else(|| panic!("no #define {name}"));
+    let value = line.split_whitespace().nth(2).unwrap();
+    match value {
+        "(THREADS" => {
+            // `(THREADS / N)`
+            let n: u64 = line
+                .split('/')
+                .nth(1)
+                .unwrap()
+                .trim_end_matches(')')
+                .trim()
+                .parse()
+                .unwrap();
+            u64::from(crate::compute::BLOCK_THREADS) / n
+        }
+        v => v.parse().unwrap(),
+    }
+}
+
+#[test]
+fn the_planners_block_shapes_are_the_sources() {
+    assert_eq!(defined("THREADS"), u64::from(crate::compute::BLOCK_THREADS));
+    assert_eq!(defined("COLS"), COLS);
+    assert_eq!(defined("WARP_ROW"), WARP_ROW);
+    assert_eq!(defined("WARP_ROWS"), WARP_ROWS);
+}
+
+#[test]
+fn short_softmax_rows_go_a_warp_each_and_long_ones_a_block_each() {
+    let launch = |calc: &Calc, out: Place<'static>, args: &[Place<'static>]| match plan(
+        calc,
+        out,
+        &[],
+        args,
+        None,
+    )
+    .unwrap()
+    .remove(0)
+    {
+        Call::Launch(l) => l,
+        other => panic!("{other:?}"),
+    };
+    let softmax = Calc::Softmax(Arg::T(0));
+    let x = place(0x1000, &[20, 1024], F32);
+    let l = launch(&softmax, x, &[x]);
+    assert_eq!(
+        (l.kernel, l.grid),
+        ("softmax_warps", Grid::Rows(3)),
+        "8 rows a block"
+    );
+    assert_eq!(l.args[4..], [K::I64(1024), K::I64(20), K::I32(0)]);
+    let bf16 = place(0x1000, &[20, 1024], Dtype::Bfloat16);
+    assert_eq!(launch(&softmax, x, &[bf16]).kernel, "softmax_warps");
+    let half = place(0x1000, &[20, 1024], Dtype::Float16);
+    let l = launch(&softmax, x, &[half]);
+    assert_eq!(
+        (l.kernel, l.grid),
+        ("softmax", Grid::Rows(20)),
+        "float16: a block a row"
+    );
+    assert_eq!(l.args[4..], [K::I64(1024), K::I32(0)]);
+    let long = place(0x1000, &[20, 1025], F32);
+    let l = launch(&Calc::LogSoftmax(Arg::T(0)), long, &[long]);
+    assert_eq!((l.kernel, l.grid), ("softmax", Grid::Rows(20)));
+    assert_eq!(l.args[4..], [K::I64(1025), K::I32(1)]);
+    let back = Calc::SoftmaxBackward {
+        grad: Arg::T(0),
+        out: Arg::T(1),
+    };
+    let l = launch(&back, x, &[x, bf16]);
+    assert_eq!(
+        (l.kernel, l.grid),
+        ("softmax_backward_warps", Grid::Rows(3))
+    );
+    assert_eq!(l.args[6..], [K::I64(1024), K::I64(20), K::I32(0)]);
+    let l = launch(&back, half, &[x, x]);
+    assert_eq!((l.kernel, l.grid), ("softmax_backward", Grid::Rows(20)));
+    let cols = place(0x1000, &[4, 20], F32);
+    let l = launch(&Calc::Sum(Arg::T(0)), place(0x2000, &[20], F32), &[cols]);
+    assert_eq!(
+        (l.kernel, l.grid),
+        ("sum_rows", Grid::Rows(3)),
+        "20 columns, 8 a block"
+    );
 }
