@@ -5,6 +5,7 @@
 //! one `cuMemcpyHtoD`/`DtoH` order against, so a value read back is the
 //! one computed.
 
+use super::cubin_cache;
 use super::timing::{self, CallTimes};
 use cudarc::cublas::sys as blas;
 use cudarc::driver::{result as driver, sys};
@@ -22,6 +23,16 @@ use vramlab_shared::DeviceError;
 /// Ampere (A100), Ada (L4, RTX 4090) and Hopper (H100, H200).
 pub const ARCHITECTURES: [(u32, u32); 4] = [(7, 5), (8, 0), (8, 9), (9, 0)];
 
+/// NVRTC's options for compute capability `cc`. Every function is device
+/// code (the source has no host code), the generic lambdas of its type
+/// dispatch included.
+fn options(cc: (u32, u32)) -> Vec<String> {
+    vec![
+        format!("--gpu-architecture=sm_{}{}", cc.0, cc.1),
+        "--device-as-default-execution-space".to_string(),
+    ]
+}
+
 /// The kernels compiled for compute capability `cc`: a cubin, or why
 /// NVRTC could not make one (its library missing, or its log).
 pub fn compile(cc: (u32, u32)) -> Result<Vec<u8>, String> {
@@ -36,12 +47,7 @@ pub fn compile(cc: (u32, u32)) -> Result<Vec<u8>, String> {
     let source = CString::new(SOURCE).map_err(|e| e.to_string())?;
     let name = CString::new("vramlab_kernels.cu").map_err(|e| e.to_string())?;
     let program = nvrtc::create_program(&source, Some(&name)).map_err(|e| format!("{e:?}"))?;
-    // Every function is device code (the source has no host code), the
-    // generic lambdas of its type dispatch included.
-    let options = [
-        format!("--gpu-architecture=sm_{}{}", cc.0, cc.1),
-        "--device-as-default-execution-space".to_string(),
-    ];
+    let options = options(cc);
     // SAFETY: `program` was just created and is destroyed below, once.
     let cubin = unsafe {
         let compiled = nvrtc::compile_program(program, &options);
@@ -90,12 +96,36 @@ unsafe fn log_of(program: nvrtc_sys::nvrtcProgram) -> String {
 /// A compute capability's cubin, or why there is none.
 type Compiled = BTreeMap<(u32, u32), Result<Vec<u8>, String>>;
 
-/// Each capability's cubin, compiled once in this process.
-fn cubin_for(cc: (u32, u32)) -> Result<Vec<u8>, String> {
+/// Each capability's cubin, compiled once in this process: read from
+/// the cache folder when an earlier process stored it (`cubin_cache`),
+/// else compiled and stored there. `fresh` compiles it again whatever
+/// the folder holds.
+fn cubin_for(cc: (u32, u32), fresh: bool) -> Result<Vec<u8>, String> {
     static CACHE: OnceLock<Mutex<Compiled>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
-    cache.entry(cc).or_insert_with(|| compile(cc)).clone()
+    if fresh {
+        cache.remove(&cc);
+    }
+    cache
+        .entry(cc)
+        .or_insert_with(|| {
+            let file =
+                cubin_cache::folder().map(|dir| cubin_cache::file(&dir, cc, SOURCE, &options(cc)));
+            if let Some(cubin) = file
+                .as_deref()
+                .filter(|_| !fresh)
+                .and_then(cubin_cache::read)
+            {
+                return Ok(cubin);
+            }
+            let compiled = compile(cc);
+            if let (Some(file), Ok(cubin)) = (&file, &compiled) {
+                cubin_cache::write(file, cubin);
+            }
+            compiled
+        })
+        .clone()
 }
 
 /// The kernels loaded in one CUDA context, and its cuBLAS handle. The
@@ -125,10 +155,11 @@ impl Kernels {
                     .into(),
             );
         }
-        let cubin = cubin_for(cc)?;
-        // SAFETY: `cubin` is a complete image that outlives the call.
-        let module = unsafe { driver::module::load_data(cubin.as_ptr().cast()) }
-            .map_err(|e| format!("loading the kernels' cubin: {e:?}"))?;
+        // A stored cubin the driver refuses is compiled again, once.
+        let module = match load_module(&cubin_for(cc, false)?) {
+            Ok(module) => module,
+            Err(_) => load_module(&cubin_for(cc, true)?)?,
+        };
         let mut functions = BTreeMap::new();
         for &name in NAMES {
             let c_name = CString::new(name).map_err(|e| e.to_string())?;
@@ -312,6 +343,14 @@ impl Drop for Kernels {
             let _ = driver::module::unload(self.module);
         }
     }
+}
+
+/// `cubin` loaded into the current context.
+fn load_module(cubin: &[u8]) -> Result<sys::CUmodule, String> {
+    // SAFETY: `cubin` is a complete image (NVRTC's, or one stored whole
+    // with its checksum) that outlives the call.
+    unsafe { driver::module::load_data(cubin.as_ptr().cast()) }
+        .map_err(|e| format!("loading the kernels' cubin: {e:?}"))
 }
 
 /// A kernel argument's bytes, as its parameter is declared.

@@ -5,6 +5,8 @@
 //! says so when asked for a GPU.
 
 #[cfg(feature = "cuda")]
+pub mod cubin_cache;
+#[cfg(feature = "cuda")]
 pub mod driver;
 #[cfg(feature = "cuda")]
 pub mod kernels;
