@@ -15,7 +15,9 @@
 #   - hf_steps.json: transformers' models trained and generating;
 #   - xla_step.json: XLA's memory_analysis() of the jitted steps on the GPU;
 #   - snapshot*.pickle: PyTorch's own snapshots of a run ending in an
-#     out-of-memory, with and without expandable segments;
+#     out-of-memory, with and without expandable segments, and of CUDA
+#     graphs' private pools (a captured step, kept or freed, and
+#     torch.compile's reduce-overhead);
 #   - gpu-kernels.txt: the step's kernels compiled for this GPU and the
 #     server's GPU tests (each kind's step computed by them, its losses
 #     against the CPU's);
@@ -65,7 +67,7 @@ export PYTHONUNBUFFERED=1 BIN GOLDEN REF WORK ROOT GPU_TEST
 # part NAME SECONDS COMMAND...: runs it with a time limit, its output in
 # logs/NAME.log, and notes its exit status and seconds.
 PARTS_GIVEN=${PARTS:-}
-PARTS=${PARTS:-replays workspaces gpu_step xla_step hf_steps snapshots lessons jax_alloc python_snippets lessons_python kernels contexts speed speed_vramlab kernel_times}
+PARTS=${PARTS:-replays workspaces gpu_step xla_step hf_steps snapshots graph_snapshots lessons jax_alloc python_snippets lessons_python kernels contexts speed speed_vramlab kernel_times}
 part() {
   local name=$1 limit=$2 start rc
   shift 2
@@ -111,6 +113,16 @@ snapshots() {
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 "$REF/gpu_snapshot.py" "$GOLDEN/snapshot-oom-expandable.pickle"
 }
 
+# CUDA graphs' private pools: a captured step, the same with the graph
+# freed, and torch.compile's reduce-overhead.
+graph_snapshots() {
+  local mode fail=0
+  for mode in graph graph-freed reduce-overhead; do
+    python3 "$REF/gpu_graph_snapshot.py" "$mode" "$GOLDEN/snapshot-$mode.pickle" || fail=1
+  done
+  return $fail
+}
+
 lessons() {
   local f name fail=0 out="$GOLDEN/lessons-cuda-vs-sim.txt"
   : > "$out"
@@ -145,7 +157,7 @@ kernels() {
     "$GPU_TEST" --ignored --nocapture --test-threads 1 --skip the_speed
 }
 
-export -f workspaces snapshots lessons contexts replays kernels
+export -f workspaces snapshots graph_snapshots lessons contexts replays kernels
 started=$(date -u +%FT%TZ)
 # Side by side: each measures its own process's allocator.
 part replays 240 bash -c replays &
@@ -155,6 +167,7 @@ part gpu_step 240 bash -c 'python3 "$REF/gpu_step.py" > "$GOLDEN/gpu_step.json" 
 part xla_step 240 bash -c 'XLA_PYTHON_CLIENT_PREALLOCATE=false python3 "$REF/xla_step.py" > "$GOLDEN/xla_step.json"' &
 part hf_steps 240 bash -c 'python3 "$REF/hf_steps.py" > "$GOLDEN/hf_steps.json"' &
 part snapshots 120 bash -c snapshots &
+part graph_snapshots 180 bash -c graph_snapshots &
 part lessons 180 bash -c lessons &
 part jax_alloc 60 bash -c 'export XLA_PYTHON_CLIENT_PREALLOCATE=false;
   python3 "$REF/gpu_jax_alloc.py" > "$GOLDEN/jax-alloc.jsonl" &&
