@@ -332,6 +332,32 @@ fn gpu_snapshots_replay_exactly() {
     }
 }
 
+/// PyTorch's own snapshots of CUDA graphs on the GPU (a whole training
+/// step captured by `torch.cuda.graph` into its private pool and replayed,
+/// kept alive or freed with `empty_cache()` after; torch.compile's
+/// reduce-overhead, CUDA graph trees): replayed exactly, private pools and
+/// all, the dump naming them.
+#[test]
+fn cuda_graph_snapshots_replay_exactly() {
+    for (name, pool) in [
+        ("snapshot-graph.pickle", (1, 0)),
+        ("snapshot-graph-freed.pickle", (1, 0)),
+        ("snapshot-reduce-overhead.pickle", (0, 1)),
+    ] {
+        let bytes = std::fs::read(golden().join(name)).unwrap();
+        let snapshot = torch_snapshot::read(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let pools: Vec<(u64, u64)> = snapshot
+            .segments
+            .iter()
+            .map(|s| s.segment_pool_id)
+            .collect();
+        assert!(pools.contains(&pool), "{name}: {pools:?}");
+        let run = replay_exact(&snapshot, 0).unwrap();
+        assert_eq!(run.exact, Some(true), "{name}: {:?}", run.first_difference);
+        assert!(run.events > 300, "{name}: {} events", run.events);
+    }
+}
+
 /// The training steps the GPU computed with vramlab's own kernels and
 /// cuBLAS (tests/golden/gpu-kernels.txt, from `server/tests/gpu.rs`): the
 /// CPU interpreter here computes losses the recorded GPU losses follow,

@@ -7,6 +7,7 @@
 //! not there, a segment removed under live blocks) is reported.
 
 use super::format::{Action, MemorySnapshot, TraceEntry};
+use super::pools::{allocator_stream, DEFAULT_POOL};
 use super::SnapshotError;
 use crate::alloc::caching::{pool_for_size, round_size, MIN_BLOCK_SIZE, SMALL_BUFFER, SMALL_SIZE};
 use crate::alloc::PoolKind;
@@ -19,10 +20,20 @@ pub struct SeedSegment {
     pub size: u64,
     pub stream: u64,
     pub pool: PoolKind,
+    /// A CUDA graph's private pool (`segment_pool_id`), or the default
+    /// pools' `(0, 0)`.
+    pub pool_id: (u64, u64),
     /// A mapped range of an expandable segment.
     pub expandable: bool,
     /// Live blocks by address: (size, requested).
     pub blocks: BTreeMap<u64, (u64, u64)>,
+}
+
+impl SeedSegment {
+    /// The stream the allocator keeps its blocks under (its pool's).
+    pub fn allocator_stream(&self) -> u64 {
+        allocator_stream(self.stream, self.pool_id)
+    }
 }
 
 /// Every segment of one device before its trace's first event.
@@ -73,12 +84,6 @@ fn final_state(snapshot: &MemorySnapshot, device: usize) -> Result<InitialState,
         .iter()
         .filter(|s| s.device as usize == device)
     {
-        if s.segment_pool_id != (0, 0) {
-            return Err(SnapshotError(format!(
-                "segment {:#x} belongs to a CUDA graph's private memory pool {:?}; only the default pools are replayed",
-                s.address, s.segment_pool_id
-            )));
-        }
         let pool = if s.segment_type == "small" {
             PoolKind::Small
         } else {
@@ -95,6 +100,7 @@ fn final_state(snapshot: &MemorySnapshot, device: usize) -> Result<InitialState,
             size: s.total_size,
             stream: s.stream,
             pool,
+            pool_id: s.segment_pool_id,
             expandable: s.is_expandable,
             blocks,
         };
@@ -139,6 +145,7 @@ fn undo(state: &mut InitialState, e: &TraceEntry) -> Result<(), String> {
                 size: e.size,
                 stream: e.stream,
                 pool,
+                pool_id: DEFAULT_POOL,
                 expandable: false,
                 blocks: BTreeMap::new(),
             };
@@ -217,6 +224,7 @@ fn map_range(state: &mut InitialState, e: &TraceEntry) -> Result<(), String> {
         } else {
             PoolKind::Large
         },
+        pool_id: DEFAULT_POOL,
         expandable: true,
         blocks: BTreeMap::new(),
     };

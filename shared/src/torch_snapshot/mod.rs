@@ -26,6 +26,7 @@ pub mod initial;
 mod intern;
 mod json;
 mod pickle;
+pub mod pools;
 pub mod replay;
 pub mod trace;
 pub mod what_if;

@@ -16,6 +16,7 @@
 
 use super::format::{user_frame, Action, MemorySnapshot, TraceEntry};
 use super::initial::initial_state;
+use super::pools::PoolRoutes;
 use super::trace::Trace;
 use super::SnapshotError;
 use crate::alloc::roundup::RoundupDivisions;
@@ -215,6 +216,8 @@ pub(super) struct Replay<'a> {
     out: ReplayRun,
     drained: Vec<TraceEvent>,
     allocated_peak: u64,
+    /// CUDA graphs' private pools: which a request was served from.
+    routes: PoolRoutes,
 }
 
 impl<'a> Replay<'a> {
@@ -269,6 +272,7 @@ impl<'a> Replay<'a> {
             out,
             drained: Vec::new(),
             allocated_peak: 0,
+            routes: PoolRoutes::of(snapshot, device_index),
         }
     }
 
@@ -353,7 +357,8 @@ impl<'a> Replay<'a> {
         if self.released_since {
             self.empty_cache();
         }
-        match self.process.malloc(&mut self.device, e) {
+        let stream = self.routes.stream_for(index, e.stream);
+        match self.process.malloc_on(&mut self.device, e.size, stream) {
             Ok(Some(id)) => {
                 self.blocks.insert(e.addr, (id, Some(index)));
             }

@@ -124,6 +124,7 @@ fn segment(s: &SeedSegment, device: usize, frames: &impl Fn(u64) -> Stack) -> Se
         }
         .into(),
         is_expandable: s.expandable,
+        segment_pool_id: s.pool_id,
         blocks,
         ..Segment::default()
     }

@@ -5,7 +5,6 @@ use crate::alloc::expandable::ExpandableAllocator;
 use crate::alloc::{AllocError, Allocator, BlockId};
 use crate::device::{Device, SimDevice};
 use crate::framework::{make_allocator, Settings};
-use crate::torch_snapshot::format::TraceEntry;
 
 pub(super) enum Process {
     /// The caching allocator: seeded exactly, per-stream pools.
@@ -40,14 +39,6 @@ impl Process {
             Process::Expandable(a) => a.as_mut(),
             Process::Other(a) => a.as_mut(),
         }
-    }
-
-    pub(super) fn malloc(
-        &mut self,
-        device: &mut SimDevice,
-        e: &TraceEntry,
-    ) -> Result<Option<BlockId>, AllocError> {
-        self.malloc_on(device, e.size, e.stream)
     }
 
     /// A request of `size` bytes on `stream` (one pool per stream where

@@ -62,7 +62,7 @@ impl Replay<'_> {
             for (&address, &(_, requested)) in &s.blocks {
                 match self
                     .process
-                    .malloc_on(&mut self.device, requested, s.stream)
+                    .malloc_on(&mut self.device, requested, s.allocator_stream())
                 {
                     Ok(Some(id)) => _ = self.blocks.insert(address, (id, None)),
                     Ok(None) => {}
@@ -96,7 +96,7 @@ impl Replay<'_> {
                 Process::Caching(a) => {
                     self.device.place_next(s.address, s.size);
                     let at = a
-                        .seed_segment(&mut self.device, s.size, (s.pool, s.stream))
+                        .seed_segment(&mut self.device, s.size, (s.pool, s.allocator_stream()))
                         .map_err(|e| match e {
                             AllocError::Driver(why) => refused(why),
                             AllocError::OutOfMemory(_) => refused("out of memory".into()),
