@@ -84,6 +84,13 @@ fn final_state(snapshot: &MemorySnapshot, device: usize) -> Result<InitialState,
         .iter()
         .filter(|s| s.device as usize == device)
     {
+        #[cfg(not(feature = "graph-pools"))]
+        if s.segment_pool_id != DEFAULT_POOL {
+            return Err(SnapshotError(format!(
+                "segment {:#x} is in a CUDA graph's private pool {:?}: `vramlab replay` replays it, the page alone does not",
+                s.address, s.segment_pool_id
+            )));
+        }
         let pool = if s.segment_type == "small" {
             PoolKind::Small
         } else {

@@ -9,8 +9,11 @@
 //! pair is a stream of its own to the allocator, which keeps streams'
 //! blocks apart as PyTorch keeps pools'.
 
-use super::format::{Action, MemorySnapshot, Trace};
-use std::collections::{BTreeMap, HashMap};
+use super::format::MemorySnapshot;
+#[cfg(feature = "graph-pools")]
+use super::format::{Action, Trace};
+#[cfg(feature = "graph-pools")]
+use std::collections::BTreeMap;
 
 /// The default pools' id.
 pub const DEFAULT_POOL: (u64, u64) = (0, 0);
@@ -18,6 +21,7 @@ pub const DEFAULT_POOL: (u64, u64) = (0, 0);
 /// The stream the allocator serves a request of `stream` in `pool` from:
 /// `stream` itself in the default pools, else a key of the pair with the
 /// top bit set (streams are 0 or addresses, which never have it).
+#[cfg(feature = "graph-pools")]
 pub fn allocator_stream(stream: u64, pool: (u64, u64)) -> u64 {
     if pool == DEFAULT_POOL {
         return stream;
@@ -30,6 +34,13 @@ pub fn allocator_stream(stream: u64, pool: (u64, u64)) -> u64 {
         }
     }
     h | 1 << 63
+}
+
+/// Without the `graph-pools` feature a private pool's recording is
+/// refused before it replays: every request is the default pools'.
+#[cfg(not(feature = "graph-pools"))]
+pub fn allocator_stream(stream: u64, _pool: (u64, u64)) -> u64 {
+    stream
 }
 
 /// Which private pool served each recorded request that a private pool
@@ -46,67 +57,114 @@ pub fn allocator_stream(stream: u64, pool: (u64, u64)) -> u64 {
 /// before the dump and never used inside such a stretch cannot be known).
 #[derive(Clone, Debug, Default)]
 pub struct PoolRoutes {
-    /// Event index → the private pool of its request.
-    private: HashMap<usize, (u64, u64)>,
+    /// (event index, pool) of each request a private pool served, in
+    /// event order.
+    private: Vec<(usize, (u64, u64))>,
 }
 
-type Spans = BTreeMap<u64, (u64, (u64, u64))>;
+#[cfg(feature = "graph-pools")]
+/// A private pool's segment: its end, its pool, and the event that last
+/// makes it (`None`: it is there from the start).
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    end: u64,
+    pool: (u64, u64),
+    made: Option<usize>,
+}
 
+#[cfg(feature = "graph-pools")]
+type Spans = BTreeMap<u64, Span>;
+
+#[cfg(feature = "graph-pools")]
 /// The pool of the span holding `address`, if a span holds it.
 fn span_at(spans: &Spans, address: u64) -> Option<(u64, u64)> {
     match spans.range(..=address).next_back() {
-        Some((_, &(end, pool))) if address < end => Some(pool),
+        Some((_, span)) if address < span.end => Some(span.pool),
         _ => None,
     }
 }
 
-/// Each stream's stretches: a pool's first and last request on it, by
-/// event index.
-type Stretches = HashMap<u64, Vec<(usize, usize, (u64, u64))>>;
+#[cfg(feature = "graph-pools")]
+/// A stream's first and last request of one pool, by event index.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Stretch {
+    stream: u64,
+    pool: (u64, u64),
+    first: usize,
+    last: usize,
+}
 
-/// The most stretches a stream keeps (a recording with more, which no
-/// real one has, routes that stream's requests by segments alone, so a
-/// file cannot make the walk slow).
-const MOST_STRETCHES: usize = 64;
+#[cfg(feature = "graph-pools")]
+/// The most stretches a recording keeps (one with more, which no real
+/// one has, routes the others' requests by segments alone, so a file
+/// cannot make the walk slow).
+const MOST_STRETCHES: usize = 16;
 
-/// The trace's requests a private pool served: by the segment holding
-/// each block (a dumped private segment from when the trace last makes
-/// it, or from the start when it never does; a segment made for a private
-/// pool's request), else by the stretches.
-fn walk(trace: &Trace, dumped: &Spans, stretches: &Stretches) -> HashMap<usize, (u64, u64)> {
-    let mut last_made: HashMap<u64, usize> = HashMap::new();
-    for (i, e) in trace.iter().enumerate() {
-        if e.action == Action::SegmentAlloc && dumped.contains_key(&e.addr) {
-            last_made.insert(e.addr, i);
+#[cfg(feature = "graph-pools")]
+/// Every request's stretches: each (stream, pool)'s first and last.
+fn stretches(trace: &Trace, direct: &[(usize, (u64, u64))]) -> Vec<Stretch> {
+    let mut out: Vec<Stretch> = Vec::new();
+    for &(i, pool) in direct {
+        let (_, _, stream) = trace.place(i);
+        let full = out.len() >= MOST_STRETCHES;
+        match out
+            .iter_mut()
+            .find(|s| s.stream == stream && s.pool == pool)
+        {
+            Some(s) => s.last = i,
+            None if !full => out.push(Stretch {
+                stream,
+                pool,
+                first: i,
+                last: i,
+            }),
+            None => {}
         }
     }
-    let mut known: Spans = (dumped.iter())
-        .filter(|(a, _)| !last_made.contains_key(a))
-        .map(|(&a, &span)| (a, span))
-        .collect();
-    let in_stretch = |stream: u64, i: usize| {
-        let of_stream = stretches.get(&stream)?;
-        (of_stream.iter())
-            .find(|&&(first, last, _)| first <= i && i <= last)
-            .map(|&(_, _, pool)| pool)
-    };
+    out
+}
+
+#[cfg(feature = "graph-pools")]
+/// The trace's requests a private pool served: by the segment holding
+/// each block (a dumped private segment from when the trace last makes
+/// it, or from the start; a segment made for a private pool's request),
+/// else by the stretches.
+fn walk(trace: &Trace, dumped: &Spans, stretches: &[Stretch]) -> Vec<(usize, (u64, u64))> {
+    let mut known = Spans::new();
+    known.extend(
+        dumped
+            .iter()
+            .filter(|(_, s)| s.made.is_none())
+            .map(|(&a, &s)| (a, s)),
+    );
     let mut made: Vec<(u64, u64)> = Vec::new();
-    let mut private = HashMap::new();
-    for (i, e) in trace.iter().enumerate() {
-        match e.action {
-            Action::SegmentAlloc if last_made.get(&e.addr) == Some(&i) => {
-                known.insert(e.addr, dumped[&e.addr]);
-            }
-            Action::SegmentAlloc => made.push((e.addr, e.size)),
-            Action::SegmentFree => {
-                known.remove(&e.addr);
-            }
+    let mut private = Vec::new();
+    for i in 0..trace.len() {
+        let (addr, size, stream) = trace.place(i);
+        match trace.action(i) {
+            Action::SegmentAlloc => match dumped.get(&addr) {
+                Some(&span) if span.made == Some(i) => _ = known.insert(addr, span),
+                _ => made.push((addr, size)),
+            },
+            Action::SegmentFree => _ = known.remove(&addr),
             Action::Alloc => {
-                let pool = span_at(&known, e.addr).or_else(|| in_stretch(e.stream, i));
-                if let Some(pool) = pool {
-                    private.insert(i, pool);
+                let stretch = || {
+                    (stretches.iter())
+                        .find(|s| s.stream == stream && s.first <= i && i <= s.last)
+                        .map(|s| s.pool)
+                };
+                if let Some(pool) = span_at(&known, addr).or_else(stretch) {
+                    private.push((i, pool));
                     for (address, size) in made.drain(..) {
-                        known.insert(address, (address.saturating_add(size), pool));
+                        let end = address.saturating_add(size);
+                        known.insert(
+                            address,
+                            Span {
+                                end,
+                                pool,
+                                made: Some(i),
+                            },
+                        );
                     }
                 }
                 made.clear();
@@ -118,48 +176,51 @@ fn walk(trace: &Trace, dumped: &Spans, stretches: &Stretches) -> HashMap<usize, 
 }
 
 impl PoolRoutes {
+    /// The routes of `device`'s trace in `snapshot` (none without the
+    /// `graph-pools` feature: such a recording is refused before).
+    #[cfg(not(feature = "graph-pools"))]
+    pub fn of(_snapshot: &MemorySnapshot, _device: usize) -> Self {
+        Self::default()
+    }
+
     /// The routes of `device`'s trace in `snapshot`.
+    #[cfg(feature = "graph-pools")]
     pub fn of(snapshot: &MemorySnapshot, device: usize) -> Self {
-        let dumped: Spans = snapshot
-            .segments
-            .iter()
-            .filter(|s| s.device as usize == device && s.segment_pool_id != DEFAULT_POOL)
-            .map(|s| {
-                (
-                    s.address,
-                    (s.address.saturating_add(s.total_size), s.segment_pool_id),
-                )
-            })
-            .collect();
+        let mut dumped = Spans::new();
+        for s in &snapshot.segments {
+            if s.device as usize == device && s.segment_pool_id != DEFAULT_POOL {
+                let end = s.address.saturating_add(s.total_size);
+                let span = Span {
+                    end,
+                    pool: s.segment_pool_id,
+                    made: None,
+                };
+                dumped.insert(s.address, span);
+            }
+        }
         if dumped.is_empty() {
             return Self::default();
         }
         let trace = snapshot.trace(device);
-        let direct = walk(trace, &dumped, &HashMap::new());
-        // Each (stream, pool)'s first and last request the segments place.
-        let mut spans: BTreeMap<(u64, (u64, u64)), (usize, usize)> = BTreeMap::new();
-        for (i, e) in trace.iter().enumerate() {
-            if let Some(&pool) = direct.get(&i) {
-                let s = spans.entry((e.stream, pool)).or_insert((i, i));
-                s.1 = i;
+        for i in 0..trace.len() {
+            if trace.action(i) == Action::SegmentAlloc {
+                let (at, _, _) = trace.place(i);
+                if let Some(span) = dumped.get_mut(&at) {
+                    span.made = Some(i);
+                }
             }
         }
-        let mut stretches: Stretches = HashMap::new();
-        for ((stream, pool), (first, last)) in spans {
-            stretches
-                .entry(stream)
-                .or_default()
-                .push((first, last, pool));
-        }
-        stretches.retain(|_, s| s.len() <= MOST_STRETCHES);
-        Self {
-            private: walk(trace, &dumped, &stretches),
-        }
+        let direct = walk(trace, &dumped, &[]);
+        let private = walk(trace, &dumped, &stretches(trace, &direct));
+        Self { private }
     }
 
     /// The pool that served the request of event `index`.
     pub fn pool_of(&self, index: usize) -> (u64, u64) {
-        self.private.get(&index).copied().unwrap_or(DEFAULT_POOL)
+        match self.private.binary_search_by_key(&index, |&(i, _)| i) {
+            Ok(k) => self.private[k].1,
+            Err(_) => DEFAULT_POOL,
+        }
     }
 
     /// The allocator's stream for the request of event `index` on
@@ -169,7 +230,7 @@ impl PoolRoutes {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "graph-pools"))]
 mod tests {
     use super::*;
     use crate::torch_snapshot::format::{Segment, TraceEntry};

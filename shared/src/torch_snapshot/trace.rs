@@ -179,6 +179,15 @@ impl Trace {
         }
     }
 
+    /// Entry `i`'s address, size and stream, without making its row.
+    pub fn place(&self, i: usize) -> (u64, u64, u64) {
+        (
+            self.addr[i],
+            self.size[i],
+            self.streams[self.stream[i] as usize],
+        )
+    }
+
     /// The stack frames of entry `i`.
     pub fn frames(&self, i: usize) -> &Stack {
         &self.stacks[self.frames[i] as usize]
