@@ -117,10 +117,16 @@ impl DeviceCompute for BytesDevice {
                 let x = self.get(ptr(2), ty(3), n * r)?;
                 (0..n).map(|j| (0..r).map(|k| x[k * n + j]).sum()).collect()
             }
-            "softmax" | "softmax_backward" => {
-                let back = l.kernel == "softmax_backward";
-                let cols = int(if back { 6 } else { 4 });
-                assert_eq!(int(if back { 7 } else { 5 }), 1, "the MLP's is log-softmax");
+            "softmax" | "softmax_backward" | "softmax_warps" | "softmax_backward_warps" => {
+                let back = l.kernel.starts_with("softmax_backward");
+                let first = if back { 6 } else { 4 };
+                let cols = int(first);
+                // A warp a row: the rows are an argument, the grid in blocks.
+                let (rows, log) = match l.kernel.ends_with("_warps") {
+                    true => (int(first + 1), int(first + 2)),
+                    false => (rows, int(first + 1)),
+                };
+                assert_eq!(log, 1, "the MLP's is log-softmax");
                 let x = self.get(ptr(2), ty(3), rows * cols)?;
                 let mut out = Vec::with_capacity(rows * cols);
                 if back {
