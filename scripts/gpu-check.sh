@@ -13,6 +13,8 @@
 #   - gpu_step.json: step_trace.py's training steps run on the GPU (and
 #     gpu_step-detail.json: three of them with each event's C++ frames);
 #   - hf_steps.json: transformers' models trained and generating;
+#   - qlora.json: QLoRA as people run it (bitsandbytes' 4-bit weights,
+#     peft's k-bit preparation and LoRA, AdamW), the bytes at each stage;
 #   - xla_step.json: XLA's memory_analysis() of the jitted steps on the GPU;
 #   - snapshot*.pickle: PyTorch's own snapshots of a run ending in an
 #     out-of-memory, with and without expandable segments, and of CUDA
@@ -67,7 +69,7 @@ export PYTHONUNBUFFERED=1 BIN GOLDEN REF WORK ROOT GPU_TEST
 # part NAME SECONDS COMMAND...: runs it with a time limit, its output in
 # logs/NAME.log, and notes its exit status and seconds.
 PARTS_GIVEN=${PARTS:-}
-PARTS=${PARTS:-replays workspaces gpu_step xla_step hf_steps snapshots graph_snapshots lessons jax_alloc python_snippets lessons_python kernels contexts speed speed_vramlab kernel_times}
+PARTS=${PARTS:-replays workspaces gpu_step xla_step hf_steps qlora snapshots graph_snapshots lessons jax_alloc python_snippets lessons_python kernels contexts speed speed_vramlab kernel_times}
 part() {
   local name=$1 limit=$2 start rc
   shift 2
@@ -166,6 +168,7 @@ part gpu_step 240 bash -c 'python3 "$REF/gpu_step.py" > "$GOLDEN/gpu_step.json" 
   python3 "$REF/gpu_step.py" 4 5 8 > "$GOLDEN/gpu_step-detail.json"' &
 part xla_step 240 bash -c 'XLA_PYTHON_CLIENT_PREALLOCATE=false python3 "$REF/xla_step.py" > "$GOLDEN/xla_step.json"' &
 part hf_steps 240 bash -c 'python3 "$REF/hf_steps.py" > "$GOLDEN/hf_steps.json"' &
+part qlora 240 bash -c 'python3 "$REF/gpu_qlora.py" > "$GOLDEN/qlora.json"' &
 part snapshots 120 bash -c snapshots &
 part graph_snapshots 180 bash -c graph_snapshots &
 part lessons 180 bash -c lessons &
