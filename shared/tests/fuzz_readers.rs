@@ -273,10 +273,23 @@ fn segment(g: Grammar) -> BoxedStrategy<Tree> {
             ("stream", number(g)),
             ("segment_type", word_of(g, &["large", "small", "x"])),
             ("is_expandable", any::<bool>().prop_map(Tree::Bool).boxed()),
+            ("segment_pool_id", pool_id()),
             ("blocks", list_of(block)),
             ("frames", frames(g)),
         ],
     )
+}
+
+/// A segment's pool: the default pools' mostly, a CUDA graph's private
+/// pool (as `torch.cuda.graph` or torch.compile names it) sometimes.
+fn pool_id() -> BoxedStrategy<Tree> {
+    prop_oneof![
+        3 => Just((0i64, 0i64)),
+        1 => Just((1, 0)),
+        1 => Just((0, 1)),
+    ]
+    .prop_map(|(a, b)| Tree::List(vec![Tree::Int(a), Tree::Int(b)]))
+    .boxed()
 }
 
 /// `{"segments": [...], "device_traces": [[...]], ...}` of the snapshot's
