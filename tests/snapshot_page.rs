@@ -15,7 +15,7 @@ use vramlab_shared::framework::RestartSettings;
 use vramlab_shared::torch_snapshot::replay::{replay_exact, replay_what_if, segments_at};
 use vramlab_shared::torch_snapshot::{self, MemorySnapshot};
 use vramlab_shared::units::format_size;
-use vramlab_tests::{training_snapshot, two_gpus};
+use vramlab_tests::{root, training_snapshot, two_gpus};
 
 /// Chooses `path` in the file input, as a user does in the file dialog.
 async fn choose_file(page: &Page, path: &Path) {
@@ -290,6 +290,26 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     .await;
     assert!(
         error.as_str().unwrap().contains("twice its size"),
+        "{error}"
+    );
+    assert!(text(&page, "snapshot-summary")
+        .await
+        .contains("training.pickle"));
+
+    // A recording of CUDA graphs' private pools (recorded on an H100): the
+    // page leaves their replay to the command line, and says so.
+    let graph = root().join("tests/golden/snapshot-graph.pickle");
+    choose_file(&page, &graph).await;
+    let error = until(
+        &page,
+        "document.getElementById('snapshot-error').textContent.includes('private pool') && document.getElementById('snapshot-error').textContent",
+    )
+    .await;
+    assert!(
+        error
+            .as_str()
+            .unwrap()
+            .contains("`vramlab replay` replays it"),
         "{error}"
     );
     assert!(text(&page, "snapshot-summary")
