@@ -1,6 +1,7 @@
 //! The step's kernels on the GPU: `train::kernels::SOURCE` compiled by
 //! NVRTC to a cubin for the GPU's compute capability (once per capability
-//! in a process), loaded into a kernel's CUDA context beside a cuBLAS
+//! in a process, and kept on disk for the next: `cubin_cache`), loaded
+//! into a kernel's CUDA context beside a cuBLAS
 //! handle; launches and `GemmEx` calls on the legacy default stream, the
 //! one `cuMemcpyHtoD`/`DtoH` order against, so a value read back is the
 //! one computed.
