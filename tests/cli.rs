@@ -468,6 +468,23 @@ fn lesson_python_writes_a_file_per_kernel() {
 /// tensor alone is too big); a recording whose live tensors alone exceed
 /// the room gets the shortfall and the frames holding it; one with no
 /// out-of-memory has nothing to fix.
+/// A recording of CUDA graphs (a captured step, on an H100): replay says
+/// which private pool holds what at the dump, and replays it exactly.
+#[test]
+fn replay_names_the_cuda_graphs_private_pools() {
+    let golden = vramlab_tests::root().join("tests/golden/snapshot-graph.pickle");
+    let text = String::from_utf8(replay(&golden, &[]).stdout).unwrap();
+    let lines: Vec<&str> = text.lines().take(3).collect();
+    assert_eq!(
+        lines,
+        [
+            "CUDA device 0: 337 trace events, 13 segments at the dump",
+            "  CUDA graphs' private pools at the dump: (1, 0): 6 segments, 90.00 MiB reserved, 65.00 MiB allocated",
+            "exact replay: exact: every segment_alloc, segment_free and block placement as recorded",
+        ]
+    );
+}
+
 #[test]
 fn replay_fix_names_the_settings_that_avoid_the_out_of_memory() {
     let dir = std::env::temp_dir().join(format!("vramlab-fix-{}", std::process::id()));

@@ -141,6 +141,9 @@ fn write_summary(
     if let Some(devices) = devices(snapshot) {
         writeln!(out, "  traced devices (--cuda-device): {devices}")?;
     }
+    if let Some(pools) = private_pools(snapshot, device) {
+        writeln!(out, "  CUDA graphs' private pools at the dump: {pools}")?;
+    }
     match exact {
         Ok(run) => {
             let verdict = match &run.first_difference {
@@ -195,6 +198,30 @@ fn devices(snapshot: &MemorySnapshot) -> Option<String> {
         .map(device)
         .collect();
     (traced.len() > 1).then(|| traced.join(", "))
+}
+
+/// Each CUDA graph private pool `device` holds at the dump: its id, its
+/// segments and their bytes, reserved and allocated.
+fn private_pools(snapshot: &MemorySnapshot, device: usize) -> Option<String> {
+    let mut pools: Vec<((u64, u64), usize, u64, u64)> = Vec::new();
+    let segments = (snapshot.segments.iter())
+        .filter(|s| s.device as usize == device && s.segment_pool_id != (0, 0));
+    for s in segments {
+        match pools.iter_mut().find(|p| p.0 == s.segment_pool_id) {
+            Some(p) => (p.1, p.2, p.3) = (p.1 + 1, p.2 + s.total_size, p.3 + s.allocated_size),
+            None => pools.push((s.segment_pool_id, 1, s.total_size, s.allocated_size)),
+        }
+    }
+    let text: Vec<String> = (pools.iter())
+        .map(|&((a, b), n, reserved, allocated)| {
+            format!(
+                "({a}, {b}): {n} segments, {} reserved, {} allocated",
+                format_size(reserved),
+                format_size(allocated)
+            )
+        })
+        .collect();
+    (!text.is_empty()).then(|| text.join("; "))
 }
 
 fn figures(run: &ReplayRun) -> String {
