@@ -9,6 +9,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use vramlab_shared::framework::RestartSettings;
 use vramlab_shared::torch_snapshot::fix::{search_fix, FixReport};
+use vramlab_shared::torch_snapshot::pools::DEFAULT_POOL;
 use vramlab_shared::torch_snapshot::replay::{
     default_device, export_what_if, recorded_ooms, replay_exact, replay_what_if, ReplayRun,
 };
@@ -205,7 +206,7 @@ fn devices(snapshot: &MemorySnapshot) -> Option<String> {
 fn private_pools(snapshot: &MemorySnapshot, device: usize) -> Option<String> {
     let mut pools: Vec<((u64, u64), usize, u64, u64)> = Vec::new();
     let segments = (snapshot.segments.iter())
-        .filter(|s| s.device as usize == device && s.segment_pool_id != (0, 0));
+        .filter(|s| s.device as usize == device && s.segment_pool_id != DEFAULT_POOL);
     for s in segments {
         match pools.iter_mut().find(|p| p.0 == s.segment_pool_id) {
             Some(p) => (p.1, p.2, p.3) = (p.1 + 1, p.2 + s.total_size, p.3 + s.allocated_size),

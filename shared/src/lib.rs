@@ -41,6 +41,7 @@ pub mod explain;
 pub mod fields;
 pub mod framework;
 pub mod gpu;
+pub mod hash;
 pub mod input;
 pub mod lesson;
 pub mod process;

@@ -26,14 +26,7 @@ pub fn allocator_stream(stream: u64, pool: (u64, u64)) -> u64 {
     if pool == DEFAULT_POOL {
         return stream;
     }
-    // FNV-1a over the three words: stable, and spread over 63 bits.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for word in [stream, pool.0, pool.1] {
-        for b in word.to_le_bytes() {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    h | 1 << 63
+    crate::hash::mix3(stream, pool.0, pool.1) | 1 << 63
 }
 
 /// Without the `graph-pools` feature a private pool's recording is

@@ -3,17 +3,7 @@
 //! are generated on demand from (seed, index), never stored: a 60,000 x 784
 //! set costs nothing until a batch is asked for.
 
-/// A deterministic hash of three numbers (splitmix64 finalizer).
-fn hash(a: u64, b: u64, c: u64) -> u64 {
-    let mut z = a
-        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        .wrapping_add(b.wrapping_mul(0xbf58_476d_1ce4_e5b9))
-        .wrapping_add(c.wrapping_mul(0x94d0_49bb_1331_11eb))
-        .wrapping_add(0x2545_f491_4f6c_dd1d);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+use crate::hash::mix3 as hash;
 
 /// A standard normal number from a hash (Marsaglia's polar method: a
 /// point drawn in the unit disc, rehashed until it falls inside; float32

@@ -65,10 +65,10 @@ pub const WARP_ROW: u64 = 1024;
 pub const WARP_ROWS: u64 = 8;
 
 /// A softmax's (or its backward's) kernel, grid and size arguments: a
-/// warp a row (`NAME_warps`) when the rows are short and every tensor is
-/// float32 or bfloat16, else a block a row (`NAME`).
+/// warp a row (`warps`) when the rows are short and every tensor is
+/// float32 or bfloat16, else a block a row (`block`).
 fn softmax_launch<const N: usize>(
-    name: &'static str,
+    (block, warps): (&'static str, &'static str),
     tensors: [Place; N],
     rows: u64,
     cols: u64,
@@ -79,14 +79,10 @@ fn softmax_launch<const N: usize>(
         .all(|t| matches!(t.dtype, Dtype::Float32 | Dtype::Bfloat16));
     let log = K::I32(log.into());
     if cols <= WARP_ROW && fast {
-        let kernel = match name {
-            "softmax" => "softmax_warps",
-            _ => "softmax_backward_warps",
-        };
         let sizes = vec![K::I64(cols as i64), K::I64(rows as i64), log];
-        (kernel, Grid::Rows(rows.div_ceil(WARP_ROWS)), sizes)
+        (warps, Grid::Rows(rows.div_ceil(WARP_ROWS)), sizes)
     } else {
-        (name, Grid::Rows(rows), vec![K::I64(cols as i64), log])
+        (block, Grid::Rows(rows), vec![K::I64(cols as i64), log])
     }
 }
 
@@ -230,7 +226,13 @@ pub fn plan(
             let log = matches!(calc, Calc::LogSoftmax(_));
             (x.numel() == n).then_some(())?;
             let rows = n / out.last();
-            let (kernel, grid, sizes) = softmax_launch("softmax", [x, out], rows, out.last(), log);
+            let (kernel, grid, sizes) = softmax_launch(
+                ("softmax", "softmax_warps"),
+                [x, out],
+                rows,
+                out.last(),
+                log,
+            );
             one(kernel, grid, [x.arg().to_vec(), sizes].concat())
         }
         Calc::SoftmaxBackward { .. } | Calc::LogSoftmaxBackward { .. } => {
@@ -238,8 +240,13 @@ pub fn plan(
             let log = matches!(calc, Calc::LogSoftmaxBackward { .. });
             (g.numel() == n && y.numel() == n).then_some(())?;
             let rows = n / out.last();
-            let (kernel, grid, sizes) =
-                softmax_launch("softmax_backward", [g, y, out], rows, out.last(), log);
+            let (kernel, grid, sizes) = softmax_launch(
+                ("softmax_backward", "softmax_backward_warps"),
+                [g, y, out],
+                rows,
+                out.last(),
+                log,
+            );
             one(
                 kernel,
                 grid,
