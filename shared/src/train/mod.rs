@@ -18,6 +18,8 @@ pub mod cublas;
 pub mod data;
 pub mod executor;
 pub mod frame;
+#[cfg(feature = "hf-models")]
+pub mod hf;
 pub mod init;
 #[cfg(feature = "device-values")]
 pub mod kernels;

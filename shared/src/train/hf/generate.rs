@@ -1,0 +1,490 @@
+//! `model.generate(ids, max_new_tokens=N, do_sample=False)` under
+//! `torch.no_grad()` as transformers 5.24 runs a Llama-family model
+//! (Llama, Mistral, Qwen2, Qwen3): the prefill's forward over the prompt,
+//! then one forward per new token, each op's output allocated and freed
+//! where Python drops it, the keys and values kept by the cache:
+//!
+//! - `DynamicCache`: every layer's keys and values grow by `torch.cat`
+//!   each token, so the old and the new tensor live together for a moment
+//!   and the caching allocator sees ever larger requests;
+//! - `StaticCache` (`cache_implementation="static"`): zeros of the whole
+//!   length made at the prefill, written in place.
+//!
+//! Between forwards, `generate` copies the last logits to float32, takes
+//! their argmax, and grows `input_ids` and the attention mask by `cat`.
+//! `tests/reference/hf_generate.py` traces transformers' own `generate` on
+//! the CPU; the tests below hold every forward's events to it and the
+//! whole run's peak within 1%.
+
+use super::config::{Arch, HfConfig};
+use crate::error::Invalid;
+use crate::train::kinds::step::Attention;
+use crate::types::{Category, Dtype};
+
+/// How `generate` keeps the keys and values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Cache {
+    #[default]
+    Dynamic,
+    Static,
+}
+
+crate::by_name::read_by_name!(Cache {
+    Dynamic = "dynamic",
+    Static = "static",
+});
+
+/// One `generate` call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Generation {
+    pub batch: u64,
+    pub prompt: u64,
+    pub new_tokens: u64,
+    pub cache: Cache,
+    pub attention: Attention,
+}
+
+/// What a tensor of the run is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holds {
+    /// A forward's intermediate.
+    Activation,
+    /// A layer's keys or values in the cache.
+    KvCache,
+    /// The last position's logits, and their float32 copy.
+    Logits,
+    /// The token ids, the attention mask, the next tokens.
+    Ids,
+}
+
+impl Holds {
+    pub const ALL: [Holds; 4] = [Holds::Activation, Holds::KvCache, Holds::Logits, Holds::Ids];
+
+    /// The engine's category for it.
+    pub fn category(self) -> Category {
+        match self {
+            Holds::Activation => Category::Activation,
+            Holds::KvCache | Holds::Logits => Category::Other,
+            Holds::Ids => Category::Input,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Holds::Activation => "activations",
+            Holds::KvCache => "KV cache",
+            Holds::Logits => "logits",
+            Holds::Ids => "token ids and mask",
+        }
+    }
+}
+
+/// A tensor the run makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Made {
+    pub op: &'static str,
+    pub bytes: u64,
+    pub holds: Holds,
+}
+
+/// One step of the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    Alloc(usize),
+    Free(usize),
+    /// Forward `k` begins (0: the prefill; `k`: the `k`-th new token's).
+    Forward(u64),
+    /// Forward `k` has returned.
+    Returned(u64),
+}
+
+/// The run as allocations and the order they come and go in.
+#[derive(Clone, Debug, Default)]
+pub struct Program {
+    pub made: Vec<Made>,
+    pub steps: Vec<Step>,
+}
+
+/// Where the cache for one layer stands.
+#[derive(Clone, Copy)]
+struct Layer {
+    keys: Option<usize>,
+    values: Option<usize>,
+}
+
+struct Tape<'a> {
+    c: &'a HfConfig,
+    g: Generation,
+    /// The type of the weights and activations.
+    dtype: Dtype,
+    p: Program,
+    cache: Vec<Layer>,
+}
+
+const F32: u64 = 4;
+
+impl Tape<'_> {
+    fn e(&self) -> u64 {
+        self.dtype.size_bytes()
+    }
+
+    fn alloc(&mut self, op: &'static str, bytes: u64, holds: Holds) -> usize {
+        self.p.made.push(Made { op, bytes, holds });
+        let i = self.p.made.len() - 1;
+        self.p.steps.push(Step::Alloc(i));
+        i
+    }
+
+    fn act(&mut self, op: &'static str, bytes: u64) -> usize {
+        self.alloc(op, bytes, Holds::Activation)
+    }
+
+    fn free(&mut self, i: usize) {
+        self.p.steps.push(Step::Free(i));
+    }
+
+    fn free_all(&mut self, is: &[usize]) {
+        for &i in is {
+            self.free(i);
+        }
+    }
+
+    /// `LlamaRotaryEmbedding.forward`: cos and sin of `tokens` positions
+    /// (float32, cast to the model's type).
+    fn rotary(&mut self, tokens: u64) -> (usize, usize) {
+        let (r, low) = (self.c.rotary, self.dtype != Dtype::Float32);
+        let positions = self.act("_to_copy", tokens * F32);
+        let freqs = self.act("mul", tokens * r * F32);
+        self.free(positions);
+        let emb = self.act("cat", tokens * 2 * r * F32);
+        let trig = |t: &mut Self, op| {
+            let raw = t.act(op, tokens * 2 * r * F32);
+            let scaled = t.act("mul", tokens * 2 * r * F32);
+            t.free(raw);
+            scaled
+        };
+        let (cos, sin) = (trig(self, "cos"), trig(self, "sin"));
+        if !low {
+            self.free_all(&[freqs, emb]);
+            return (cos, sin);
+        }
+        let e = self.e();
+        let cast = [
+            self.act("_to_copy", tokens * 2 * r * e),
+            self.act("_to_copy", tokens * 2 * r * e),
+        ];
+        self.free_all(&[freqs, emb, cos, sin]);
+        (cast[0], cast[1])
+    }
+
+    /// `LlamaRMSNorm.forward` over rows of `width` (`tokens` of them):
+    /// computed in float32, cast back, scaled by the weight.
+    fn rms_norm(&mut self, x: usize, tokens: u64, width: u64) -> usize {
+        let (low, e) = (self.dtype != Dtype::Float32, self.e());
+        let x32 = low.then(|| self.act("_to_copy", tokens * width * F32));
+        let squared = self.act("pow", tokens * width * F32);
+        let variance = self.act("mean", tokens * F32);
+        self.free(squared);
+        let shifted = self.act("add", tokens * F32);
+        let rsqrt = self.act("rsqrt", tokens * F32);
+        self.free(shifted);
+        let normed = self.act("mul", tokens * width * F32);
+        self.free(rsqrt);
+        let _ = x;
+        if let Some(x32) = x32 {
+            self.free(x32);
+            let cast = self.act("_to_copy", tokens * width * e);
+            let out = self.act("mul", tokens * width * e);
+            self.free_all(&[cast, normed, variance]);
+            return out;
+        }
+        let out = self.act("mul", tokens * width * e);
+        self.free_all(&[normed, variance]);
+        out
+    }
+
+    /// A linear layer's output (`mm`, or `addmm` with a bias).
+    fn linear(&mut self, tokens: u64, fan_out: u64, bias: bool) -> usize {
+        let op = if bias { "addmm" } else { "mm" };
+        self.act(op, tokens * fan_out * self.e())
+    }
+
+    /// `apply_rotary_pos_emb` on one of q and k: `x * cos +
+    /// rotate_half(x) * sin`.
+    fn rotate(&mut self, bytes: u64) -> usize {
+        let times_cos = self.act("mul", bytes);
+        let negated = self.act("neg", bytes / 2);
+        let half = self.act("cat", bytes);
+        self.free(negated);
+        let times_sin = self.act("mul", bytes);
+        self.free(half);
+        let out = self.act("add", bytes);
+        self.free_all(&[times_cos, times_sin]);
+        out
+    }
+
+    /// The layer's cache takes `tokens` new keys and values after `past`:
+    /// the keys and values attention reads (the cache's own tensors).
+    fn update(&mut self, l: usize, (keys, values): (usize, usize), past: u64, tokens: u64) {
+        let c = self.c;
+        let row = self.g.batch * c.kv_heads * c.head_dim * self.e();
+        let layer = self.cache[l];
+        match self.g.cache {
+            Cache::Dynamic => {
+                let grown = (past + tokens) * row;
+                let k = self.alloc("cat", grown, Holds::KvCache);
+                if let Some(old) = layer.keys {
+                    self.free(old);
+                }
+                let v = self.alloc("cat", grown, Holds::KvCache);
+                if let Some(old) = layer.values {
+                    self.free(old);
+                }
+                self.cache[l] = Layer {
+                    keys: Some(k),
+                    values: Some(v),
+                };
+            }
+            Cache::Static if layer.keys.is_none() => {
+                let length = self.g.prompt + self.g.new_tokens - 1;
+                let k = self.alloc("zeros", length * row, Holds::KvCache);
+                let v = self.alloc("zeros", length * row, Holds::KvCache);
+                self.cache[l] = Layer {
+                    keys: Some(k),
+                    values: Some(v),
+                };
+            }
+            Cache::Static => {}
+        }
+        self.free_all(&[keys, values]);
+    }
+
+    /// The keys attention reads: the cache's length.
+    fn attended(&self, past: u64, tokens: u64) -> u64 {
+        match self.g.cache {
+            Cache::Dynamic => past + tokens,
+            Cache::Static => self.g.prompt + self.g.new_tokens - 1,
+        }
+    }
+
+    /// `eager_attention_forward`: keys and values repeated for every head
+    /// (`repeat_kv`), the scores, their float32 softmax, the output. `q`
+    /// is copied first when the prefill's layout makes it non-contiguous.
+    /// Returns the output and the attention weights, which the layer holds
+    /// (`hidden_states, _ = self.self_attn(...)`) until it returns.
+    fn eager(&mut self, tokens: u64, keys: u64) -> (usize, usize) {
+        let (c, b, e) = (self.c, self.g.batch, self.e());
+        let heads = b * c.heads;
+        let repeated = heads * keys * c.head_dim * e;
+        let k = self.act("clone", repeated);
+        let v = self.act("clone", repeated);
+        let q = (tokens > 1).then(|| self.act("clone", heads * tokens * c.head_dim * e));
+        let scores = heads * tokens * keys;
+        let raw = self.act("bmm", scores * e);
+        if let Some(q) = q {
+            self.free(q);
+        }
+        let scaled = self.act("mul", scores * e);
+        self.free(raw);
+        let masked = self.act("add", scores * e);
+        self.free(scaled);
+        let wide = self.act("_to_copy", scores * F32);
+        let softmax = self.act("_softmax", scores * F32);
+        self.free(wide);
+        let weights = self.act("_to_copy", scores * e);
+        self.free_all(&[softmax, masked]);
+        let out = self.act("bmm", heads * tokens * c.head_dim * e);
+        let out = if tokens > 1 {
+            // `attn_output.transpose(1, 2).contiguous()`.
+            let copy = self.act("clone", heads * tokens * c.head_dim * e);
+            self.free(out);
+            copy
+        } else {
+            out
+        };
+        self.free_all(&[k, v]);
+        (out, weights)
+    }
+
+    /// `F.scaled_dot_product_attention`: the output and the log-sum-exp
+    /// (float32, one per head and query), dropped at once.
+    fn sdpa(&mut self, tokens: u64) -> usize {
+        let (c, b) = (self.c, self.g.batch);
+        let op = "_scaled_dot_product_flash_attention";
+        let out = self.act(op, b * c.heads * tokens * c.head_dim * self.e());
+        let lse = self.act(op, b * c.heads * tokens * F32);
+        self.free(lse);
+        out
+    }
+
+    /// One decoder layer's forward from `x`: its output.
+    fn layer(&mut self, l: usize, x: usize, past: u64, tokens: u64) -> usize {
+        let c = self.c;
+        let bt = self.g.batch * tokens;
+        let (q_width, kv_width, e) = (c.heads * c.head_dim, c.kv_heads * c.head_dim, self.e());
+        let normed = self.rms_norm(x, bt, c.hidden);
+        let head_norm = c.arch == Arch::Qwen3;
+        let project = |t: &mut Self, width: u64, normed_heads: bool| {
+            let out = t.linear(bt, width, c.qkv_bias);
+            if !normed_heads {
+                return out;
+            }
+            let n = t.rms_norm(out, bt * width / c.head_dim, c.head_dim);
+            t.free(out);
+            n
+        };
+        let q = project(self, q_width, head_norm);
+        let k = project(self, kv_width, head_norm);
+        let v = project(self, kv_width, false);
+        let q_rot = self.rotate(bt * q_width * e);
+        let k_rot = self.rotate(bt * kv_width * e);
+        self.free_all(&[q, k]);
+        self.update(l, (k_rot, v), past, tokens);
+        let keys = self.attended(past, tokens);
+        let (attended, weights) = match self.g.attention {
+            Attention::Eager => {
+                let (out, weights) = self.eager(tokens, keys);
+                (out, Some(weights))
+            }
+            Attention::Sdpa => (self.sdpa(tokens), None),
+        };
+        let projected = self.linear(bt, c.hidden, c.o_bias);
+        self.free_all(&[attended, q_rot, normed]);
+        let h = self.act("add", bt * c.hidden * e);
+        self.free(projected);
+        let normed = self.rms_norm(h, bt, c.hidden);
+        let gate = self.linear(bt, c.intermediate, c.mlp_bias);
+        let act = self.act("silu", bt * c.intermediate * e);
+        self.free(gate);
+        let up = self.linear(bt, c.intermediate, c.mlp_bias);
+        let gated = self.act("mul", bt * c.intermediate * e);
+        self.free_all(&[act, up]);
+        let down = self.linear(bt, c.hidden, c.mlp_bias);
+        self.free_all(&[gated, normed]);
+        let out = self.act("add", bt * c.hidden * e);
+        self.free_all(&[down, h]);
+        if let Some(w) = weights {
+            self.free(w);
+        }
+        out
+    }
+
+    /// The attention mask eager attention adds (`create_causal_mask`: a
+    /// batch of queries x keys in the model's type); sdpa with a dynamic
+    /// cache needs none (`is_causal`), with a static one a boolean one.
+    fn mask(&mut self, past: u64, tokens: u64) -> Option<usize> {
+        let (b, keys) = (self.g.batch, self.attended(past, tokens));
+        let bytes = match self.g.attention {
+            Attention::Eager => b * tokens * keys * self.e(),
+            Attention::Sdpa if self.g.cache == Cache::Static => b * tokens * keys,
+            Attention::Sdpa => return None,
+        };
+        Some(self.act("where", bytes))
+    }
+
+    /// Forward `k` over `tokens` positions after `past`: the logits of
+    /// the last position (`logits_to_keep=1`).
+    fn forward(&mut self, k: u64, past: u64, tokens: u64) -> usize {
+        self.p.steps.push(Step::Forward(k));
+        let (c, b) = (self.c, self.g.batch);
+        let embeds = self.act("embedding", b * tokens * c.hidden * self.e());
+        let mask = self.mask(past, tokens);
+        let (cos, sin) = self.rotary(b * tokens);
+        let mut x = embeds;
+        for l in 0..c.layers as usize {
+            let out = self.layer(l, x, past, tokens);
+            if x != embeds {
+                self.free(x);
+            }
+            x = out;
+        }
+        let normed = self.rms_norm(x, b * tokens, c.hidden);
+        self.free(x);
+        self.free_all(&[embeds, cos, sin]);
+        if let Some(m) = mask {
+            self.free(m);
+        }
+        let logits = self.alloc("mm", b * c.vocab * self.e(), Holds::Logits);
+        self.free(normed);
+        self.p.steps.push(Step::Returned(k));
+        logits
+    }
+
+    fn run(mut self) -> Program {
+        let (g, c) = (self.g, self.c);
+        let ids_bytes = |len: u64| g.batch * len * 8;
+        let mut ids = None;
+        let mut mask = None;
+        let mut scores = None;
+        let mut past = 0;
+        for k in 0..g.new_tokens {
+            let tokens = if k == 0 { g.prompt } else { 1 };
+            let logits = self.forward(k, past, tokens);
+            past += tokens;
+            let len = g.prompt + k;
+            let grown = self.alloc("cat", ids_bytes(len + 1), Holds::Ids);
+            if let Some(old) = mask.replace(grown) {
+                self.free(old);
+            }
+            let wide = self.alloc("_to_copy", g.batch * c.vocab * F32, Holds::Logits);
+            if let Some(old) = scores.replace(wide) {
+                self.free(old);
+            }
+            let next = self.alloc("argmax", ids_bytes(1), Holds::Ids);
+            let longer = self.alloc("cat", ids_bytes(len + 1), Holds::Ids);
+            self.free(next);
+            if let Some(old) = ids.replace(longer) {
+                self.free(old);
+            }
+            self.free(logits);
+        }
+        // `generate` returns: its cache, mask and scores go; the
+        // sequences live on in the caller.
+        let cache: Vec<usize> = (self.cache.iter())
+            .flat_map(|l| [l.keys, l.values])
+            .flatten()
+            .collect();
+        self.free_all(&[scores, mask].into_iter().flatten().collect::<Vec<_>>());
+        self.free_all(&cache);
+        self.p
+    }
+}
+
+/// The program of `generate` for model `c` loaded in `dtype`.
+pub fn program(c: &HfConfig, dtype: Dtype, g: Generation) -> Result<Program, Invalid> {
+    if !c.arch.llama_like() {
+        return Err(Invalid(format!(
+            "generation is modelled for Llama, Mistral, Qwen2 and Qwen3 models; {} is not yet",
+            c.arch.causal_lm()
+        )));
+    }
+    if g.batch == 0 || g.prompt == 0 || g.new_tokens == 0 {
+        return Err(Invalid::from(
+            "batch, prompt length and new tokens are each at least 1",
+        ));
+    }
+    if g.prompt + g.new_tokens > c.max_positions {
+        return Err(Invalid(format!(
+            "{} + {} tokens are more than the model's {} positions (max_position_embeddings)",
+            g.prompt, g.new_tokens, c.max_positions
+        )));
+    }
+    let tape = Tape {
+        c,
+        g,
+        dtype,
+        p: Program::default(),
+        cache: vec![
+            Layer {
+                keys: None,
+                values: None
+            };
+            c.layers as usize
+        ],
+    };
+    Ok(tape.run())
+}
+
+#[cfg(test)]
+#[path = "generate_tests.rs"]
+mod tests;

@@ -1,0 +1,15 @@
+//! Hugging Face transformers' causal language models, built from their
+//! config.json as transformers 5.24 builds them.
+//!
+//! - [`config`]: the numbers of a config.json, with each class's defaults.
+//! - [`params`]: parameters and buffers in `named_parameters()` order.
+//! - [`known`]: a dozen published shapes shipped as data.
+//! - [`generate`]: `model.generate()`'s allocations, the prefill and one
+//!   forward per new token, with the `DynamicCache` or the `StaticCache`.
+
+pub mod config;
+pub mod generate;
+pub mod known;
+pub mod params;
+
+pub use config::{Arch, HfConfig};

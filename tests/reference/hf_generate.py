@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""What Hugging Face transformers' own `generate()` allocates and frees,
+op by op, on the CPU: the tensors each aten op makes (bytes rounded up to
+the caching allocator's 512-byte blocks) and when each storage dies
+(`step_trace.Live`), with the live bytes before, at the peak of and after
+every forward call (the prefill, then one per new token). Greedy search,
+`use_cache=True`, under `torch.no_grad()`, the `DynamicCache` or the
+`StaticCache` (`cache_implementation="static"`, `disable_compile=True`:
+on a GPU transformers would otherwise compile the forward with that cache).
+
+    python3 tests/reference/hf_generate.py > tests/reference/hf_generate.json
+
+Needs PyTorch and transformers (CPU builds; versions written in the output).
+"""
+import json
+import sys
+
+import torch
+import transformers
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from step_trace import Live
+
+# Small models of each family's shape (their config.json fields, fewer and
+# narrower layers), and one of Llama-3.2-1B's layer width.
+GPT2 = {"model_type": "gpt2", "vocab_size": 1000, "n_positions": 1024, "n_embd": 64, "n_layer": 2, "n_head": 4,
+        "activation_function": "gelu_new", "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+        "tie_word_embeddings": True}
+LLAMA = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,
+         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+         "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+         "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                          "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+         "tie_word_embeddings": True}
+MISTRAL = {"model_type": "mistral", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 160,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16,
+           "max_position_embeddings": 32768, "rope_theta": 1000000.0, "sliding_window": None,
+           "tie_word_embeddings": False}
+QWEN2 = {"model_type": "qwen2", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 96,
+         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "max_position_embeddings": 32768, "rope_theta": 1000000.0, "tie_word_embeddings": True,
+         "use_sliding_window": False}
+QWEN3 = {"model_type": "qwen3", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 96,
+         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+         "max_position_embeddings": 40960, "rope_theta": 1000000.0, "tie_word_embeddings": True}
+WIDE = {**LLAMA, "vocab_size": 32000, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 2,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64}
+CONFIGS = {"gpt2": GPT2, "llama": LLAMA, "mistral": MISTRAL, "qwen2": QWEN2, "qwen3": QWEN3, "wide": WIDE}
+
+SMALL = dict(batch=2, prompt=8, new_tokens=4)
+CASES = [dict(model=m, dtype=d, attn=a, cache=c, **SMALL)
+         for m in ("gpt2", "llama", "mistral", "qwen2", "qwen3")
+         for d in ("float32", "bfloat16") for a in ("eager", "sdpa") for c in ("dynamic", "static")]
+CASES += [dict(model="wide", dtype="bfloat16", attn=a, cache=c, batch=4, prompt=128, new_tokens=16)
+          for a in ("sdpa", "eager") for c in ("dynamic", "static")]
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def run(case):
+    torch.manual_seed(0)
+    config = AutoConfig.for_model(**CONFIGS[case["model"]], bos_token_id=None, eos_token_id=None,
+                                  pad_token_id=None)
+    model = AutoModelForCausalLM.from_config(config, dtype=DTYPES[case["dtype"]],
+                                             attn_implementation=case["attn"]).eval()
+    ids = torch.randint(0, config.vocab_size, (case["batch"], case["prompt"]))
+    mask = torch.ones_like(ids)
+    live = Live()
+    calls = []
+
+    def before(_module, _args, _kwargs):
+        calls.append({"event": len(live.ops), "before": live.live})
+        live.peak = live.live
+
+    def after(_module, _args, _kwargs, _out):
+        calls[-1].update(peak=live.peak, after=live.live, end_event=len(live.ops))
+
+    model.register_forward_pre_hook(before, with_kwargs=True)
+    model.register_forward_hook(after, with_kwargs=True)
+    extra = {"cache_implementation": "static", "disable_compile": True} if case["cache"] == "static" else {}
+    with torch.no_grad(), live:
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=case["new_tokens"], do_sample=False,
+                             **extra)
+        shape = list(out.shape)
+        del out
+    # The wide model's events are many: its forwards' peaks are what is compared.
+    events = live.ops if case["model"] != "wide" else []
+    return {**case, "output_shape": shape, "peak": live.peak, "calls": calls, "events": events}
+
+
+def main():
+    rows = []
+    for case in CASES:
+        rows.append(run(case))
+        print(case, rows[-1]["calls"][0]["peak"], file=sys.stderr)
+    print(json.dumps({"torch": torch.__version__, "transformers": transformers.__version__,
+                      "configs": CONFIGS, "cases": rows}))
+
+
+if __name__ == "__main__":
+    main()
