@@ -22,7 +22,8 @@ use crate::train::kinds::step::Attention;
 use crate::types::{Category, Dtype};
 
 /// How `generate` keeps the keys and values.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Cache {
     #[default]
     Dynamic,

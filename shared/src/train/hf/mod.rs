@@ -6,10 +6,12 @@
 //! - [`known`]: a dozen published shapes shipped as data.
 //! - [`generate`]: `model.generate()`'s allocations, the prefill and one
 //!   forward per new token, with the `DynamicCache` or the `StaticCache`.
+//! - [`plan`]: "will it fit?": that program played on a simulated GPU.
 
 pub mod config;
 pub mod generate;
 pub mod known;
 pub mod params;
+pub mod plan;
 
 pub use config::{Arch, HfConfig};

@@ -1,0 +1,63 @@
+//! The plan on published shapes: what fits where, held to the GPU's
+//! numbers and to what the run's parts must add up to.
+
+use super::*;
+use crate::train::hf::generate::Cache;
+use crate::train::hf::known::find;
+use crate::train::kinds::step::Attention;
+
+fn question(model: &str, gpu: GpuModel, batch: u64, prompt: u64, new_tokens: u64) -> Question {
+    let known = find(model).unwrap();
+    Question {
+        config: known.config,
+        dtype: Dtype::Bfloat16,
+        gpu,
+        generation: Generation {
+            batch,
+            prompt,
+            new_tokens,
+            cache: Cache::Dynamic,
+            attention: Attention::Sdpa,
+        },
+    }
+}
+
+#[test]
+fn an_8b_model_in_bfloat16_loads_on_a_24_gb_card_and_generates_within_it() {
+    let q = question("Llama-3.1-8B", GpuModel::Rtx4090, 1, 512, 64);
+    let r = run(&q).unwrap();
+    // 8,030,261,248 bfloat16 parameters and two float32 frequency buffers,
+    // each in 512-byte blocks.
+    assert_eq!(r.weights, 16_060_522_496 + 2 * 512);
+    assert!(r.fits(), "{r:?}");
+    // The cache at the peak: 32 layers' keys and values of 8 heads x 128,
+    // bfloat16, at most prompt + new tokens long.
+    let kv = r.at_peak.iter().find(|(h, _)| *h == Holds::KvCache).unwrap().1;
+    assert!(kv <= 32 * 2 * 8 * 128 * 2 * (512 + 64), "{kv}");
+    assert!(r.peak_allocated < r.total - r.context);
+    assert!(r.peak_reserved >= r.peak_allocated);
+}
+
+#[test]
+fn a_batch_too_large_runs_out_in_the_prefill_and_the_largest_that_fits_is_found() {
+    let q = question("Llama-3.1-8B", GpuModel::Rtx4090, 64, 2048, 8);
+    let r = run(&q).unwrap();
+    assert_eq!(r.out_of_memory.as_ref().map(|o| &o.0), Some(&Stop::Forward(0)), "{r:?}");
+    let a = answer(&question("Llama-3.1-8B", GpuModel::Rtx4090, 64, 2048, 8)).unwrap();
+    assert!(a.largest_batch >= 1 && a.largest_batch < 64, "{}", a.largest_batch);
+    let fits = |b| run(&question("Llama-3.1-8B", GpuModel::Rtx4090, b, 2048, 8)).unwrap().fits();
+    assert!(fits(a.largest_batch) && !fits(a.largest_batch + 1));
+}
+
+#[test]
+fn weights_larger_than_the_card_stop_at_loading() {
+    let r = run(&question("Llama-3.1-8B", GpuModel::T4, 1, 16, 4)).unwrap();
+    assert_eq!(r.out_of_memory.map(|o| o.0), Some(Stop::Weights));
+}
+
+#[test]
+fn largest_finds_the_edge() {
+    assert_eq!(largest(100, |n| Ok(n <= 37)).unwrap(), 37);
+    assert_eq!(largest(100, |_| Ok(false)).unwrap(), 0);
+    assert_eq!(largest(100, |_| Ok(true)).unwrap(), 100);
+}
