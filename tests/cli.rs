@@ -697,3 +697,93 @@ fn memory_viz_reads(files: &[&std::path::Path]) {
         }
     }
 }
+
+/// `vramlab plan`: a shipped shape and a config.json file answer the
+/// question, as text (the verdict, the parts at the peak, the Python) and
+/// as JSON; a batch that does not fit exits 1 and says where it ran out;
+/// what is not modelled is refused by name.
+#[test]
+fn plan_answers_will_it_fit_for_a_shipped_shape_and_a_config_file() {
+    let plan = |args: &[&str]| {
+        Command::new(vramlab_bin())
+            .arg("plan")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = plan(&[
+        "Llama-3.1-8B",
+        "--gpu",
+        "rtx-4090",
+        "--batch",
+        "1",
+        "--prompt",
+        "512",
+        "--new-tokens",
+        "64",
+    ]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.starts_with("Llama-3.1-8B (LlamaForCausalLM) in bfloat16 on NVIDIA GeForce RTX 4090"),
+        "{text}"
+    );
+    assert!(text.contains("\nFits: peak allocated "), "{text}");
+    assert!(text.contains("  weights: 14.96 GiB\n"), "{text}");
+    assert!(
+        text.contains("config = AutoConfig.from_pretrained(\"meta-llama/Llama-3.1-8B\")"),
+        "{text}"
+    );
+
+    let out = plan(&[
+        "Llama-3.1-8B",
+        "--gpu",
+        "rtx-4090",
+        "--batch",
+        "64",
+        "--prompt",
+        "2048",
+        "--new-tokens",
+        "8",
+    ]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("Does not fit: out of memory in the prefill"),
+        "{text}"
+    );
+
+    let dir = std::env::temp_dir().join(format!("vramlab-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("config.json");
+    std::fs::write(
+        &config,
+        r#"{"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+            "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
+            "tie_word_embeddings": true, "torch_dtype": "bfloat16"}"#,
+    )
+    .unwrap();
+    let out = plan(&[
+        config.to_str().unwrap(),
+        "--gpu",
+        "t4",
+        "--json",
+        "--new-tokens",
+        "16",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["fits"], true, "{v}");
+    // Qwen2.5-0.5B's 494,032,768 bfloat16 parameters and its two float32
+    // frequency buffers, in 512-byte blocks.
+    assert!(v["weights_bytes"].as_u64().unwrap() >= 988_065_536, "{v}");
+    assert!(v["largest_batch"].as_u64().unwrap() > 1, "{v}");
+    std::fs::remove_dir_all(&dir).ok();
+
+    let out = plan(&["Llama-3.1-8B", "--task", "lora"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("--task lora: vramlab plan models `generate` today"),
+        "{err}"
+    );
+}

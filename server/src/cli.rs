@@ -47,6 +47,51 @@ pub enum Command {
     /// does its steps, one file per kernel (each restart starts the next),
     /// with the `vramlab python --settings` line that runs each.
     LessonPython(LessonPythonArgs),
+    /// Will it fit? A Hugging Face model (one of the shipped shapes, e.g.
+    /// Llama-3.1-8B, or a config.json file) loaded on a GPU and its
+    /// `generate()` played request by request on PyTorch's caching
+    /// allocator: the verdict, the peak and what holds it, where it runs
+    /// out, the largest batch and the longest prompt that fit, and the
+    /// Python that does it.
+    Plan(PlanArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// A shipped shape's name (`vramlab plan --list`) or a config.json file.
+    #[arg(required_unless_present = "list")]
+    pub model: Option<String>,
+    /// List the shipped shapes, with the config.json each copies.
+    #[arg(long)]
+    pub list: bool,
+    /// The GPU (t4, l4, a100-40gb, a100-80gb, rtx-4090, h100-80gb, h200).
+    #[arg(long, default_value = "rtx-4090")]
+    pub gpu: String,
+    /// The task; `generate` is what is modelled today.
+    #[arg(long, default_value = "generate")]
+    pub task: String,
+    /// Sequences generated together.
+    #[arg(long, default_value_t = 1)]
+    pub batch: u64,
+    /// The prompt's tokens.
+    #[arg(long, default_value_t = 512)]
+    pub prompt: u64,
+    /// `max_new_tokens`.
+    #[arg(long = "new-tokens", default_value_t = 256)]
+    pub new_tokens: u64,
+    /// `dynamic` (transformers' default) or `static`.
+    #[arg(long, default_value = "dynamic")]
+    pub cache: String,
+    /// `attn_implementation`: `sdpa` or `eager`.
+    #[arg(long, default_value = "sdpa")]
+    pub attn: String,
+    /// The type the weights load in (`torch_dtype=`): bfloat16, float16 or
+    /// float32 (default: the config's).
+    #[arg(long)]
+    pub dtype: Option<String>,
+    /// Print the answer as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -6,6 +6,7 @@
 //! - [`runner`]: `vramlab run`, the headless runner of command files.
 //! - [`replay`]: `vramlab replay`, real PyTorch memory snapshots replayed;
 //!   [`diff`]: `vramlab diff`, two of them compared at their peaks.
+//! - [`plan`]: `vramlab plan`, will a Hugging Face model's `generate()` fit.
 //! - [`app`]: the state the request handlers share.
 //! - [`http`]: `vramlab serve`, the axum application and its routes.
 //! - [`access`]: the access token, the host names served, the websocket's
@@ -28,6 +29,7 @@ pub mod http;
 pub mod lesson_python;
 pub mod listener;
 pub mod metrics;
+pub mod plan;
 pub mod python;
 pub mod rate;
 pub mod replay;

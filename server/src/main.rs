@@ -19,6 +19,7 @@ fn main() -> ExitCode {
         Command::LessonPython(args) => {
             vramlab_server::lesson_python::lesson_python(&args, &mut std::io::stdout().lock())
         }
+        Command::Plan(args) => vramlab_server::plan::plan(&args, &mut std::io::stdout().lock()),
         Command::Diff(args) => {
             vramlab_server::diff::diff_files(&args, &mut std::io::stdout().lock())
         }

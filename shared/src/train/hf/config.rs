@@ -102,10 +102,11 @@ fn uint(c: &Map<String, Value>, key: &str, default: Option<u64>) -> Result<u64, 
         None | Some(Value::Null) => {
             default.ok_or_else(|| Invalid(format!("config.json has no `{key}`")))
         }
-        Some(v) => v
-            .as_u64()
-            .filter(|&n| n > 0 && n < 1 << 40)
-            .ok_or_else(|| Invalid(format!("config.json's `{key}` is {v}: not a positive integer"))),
+        Some(v) => v.as_u64().filter(|&n| n > 0 && n < 1 << 40).ok_or_else(|| {
+            Invalid(format!(
+                "config.json's `{key}` is {v}: not a positive integer"
+            ))
+        }),
     }
 }
 
@@ -113,7 +114,9 @@ fn flag(c: &Map<String, Value>, key: &str, default: bool) -> Result<bool, Invali
     match c.get(key) {
         None | Some(Value::Null) => Ok(default),
         Some(Value::Bool(b)) => Ok(*b),
-        Some(v) => Err(Invalid(format!("config.json's `{key}` is {v}: not true or false"))),
+        Some(v) => Err(Invalid(format!(
+            "config.json's `{key}` is {v}: not true or false"
+        ))),
     }
 }
 
@@ -202,7 +205,11 @@ impl HfConfig {
             heads,
             kv_heads,
             head_dim,
-            max_positions: uint(c, key("max_position_embeddings", "n_positions"), Some(positions))?,
+            max_positions: uint(
+                c,
+                key("max_position_embeddings", "n_positions"),
+                Some(positions),
+            )?,
             tied: flag(c, "tie_word_embeddings", tied)?,
             qkv_bias: arch == Arch::Qwen2 || (arch == Arch::Llama && attention_bias),
             o_bias: arch == Arch::Llama && attention_bias,
@@ -267,8 +274,12 @@ mod tests {
         assert_eq!(e(json!([])), "a config.json is a JSON object");
         assert!(e(json!({})).contains("no `model_type`"));
         assert!(e(json!({"model_type": "bert"})).contains("\"bert\" is not one vramlab builds"));
-        assert!(e(json!({"model_type": "llama", "hidden_size": -1})).contains("`hidden_size` is -1"));
-        assert!(e(json!({"model_type": "llama", "num_key_value_heads": 5})).contains("cannot share"));
+        assert!(
+            e(json!({"model_type": "llama", "hidden_size": -1})).contains("`hidden_size` is -1")
+        );
+        assert!(
+            e(json!({"model_type": "llama", "num_key_value_heads": 5})).contains("cannot share")
+        );
         assert!(e(json!({"model_type": "qwen2", "torch_dtype": "int8"})).contains("torch_dtype"));
         assert!(e(json!({"model_type": "gpt2", "n_embd": 1_u64 << 30})).contains("beyond any GPU"));
     }

@@ -56,7 +56,11 @@ fn op(name: &str) -> &str {
 /// Forward `k`'s events: (op, bytes), frees negative.
 fn forward_events(p: &Program, k: u64) -> Vec<(String, i64)> {
     let start = p.steps.iter().position(|s| *s == Step::Forward(k)).unwrap();
-    let end = p.steps.iter().position(|s| *s == Step::Returned(k)).unwrap();
+    let end = p
+        .steps
+        .iter()
+        .position(|s| *s == Step::Returned(k))
+        .unwrap();
     p.steps[start..end]
         .iter()
         .filter_map(|s| match *s {
@@ -102,10 +106,16 @@ fn each_forward_allocates_and_frees_as_transformers_does() {
         let p = ours(&case);
         let events = case["events"].as_array().unwrap();
         for (k, call) in case["calls"].as_array().unwrap().iter().enumerate() {
-            let range = call["event"].as_u64().unwrap() as usize..call["end_event"].as_u64().unwrap() as usize;
+            let range = call["event"].as_u64().unwrap() as usize
+                ..call["end_event"].as_u64().unwrap() as usize;
             let theirs: Vec<(String, i64)> = events[range]
                 .iter()
-                .map(|e| (op(e[0].as_str().unwrap()).to_string(), e[1].as_i64().unwrap()))
+                .map(|e| {
+                    (
+                        op(e[0].as_str().unwrap()).to_string(),
+                        e[1].as_i64().unwrap(),
+                    )
+                })
                 .collect();
             assert_eq!(forward_events(&p, k as u64), theirs, "{case:?} forward {k}");
             checked += 1;
@@ -121,7 +131,10 @@ fn each_forwards_peak_and_what_lives_after_it_are_within_one_percent() {
     // the prefill in transformers than here (its mask's life, not yet
     // followed): that pairing is left out.
     let eager_static = |c: &Value| c["attn"] == "eager" && c["cache"] == "static";
-    for case in cases().iter().filter(|c| c["model"] == "wide" && !eager_static(c)) {
+    for case in cases()
+        .iter()
+        .filter(|c| c["model"] == "wide" && !eager_static(c))
+    {
         let p = ours(case);
         let calls = case["calls"].as_array().unwrap();
         let peaks = forward_peaks(&p);
@@ -135,7 +148,11 @@ fn each_forwards_peak_and_what_lives_after_it_are_within_one_percent() {
                 "{case:?} forward {k}: peak over before {} against {rise}",
                 peak - before
             );
-            assert!(near(after, get("after")), "{case:?} forward {k}: after {after} against {}", get("after"));
+            assert!(
+                near(after, get("after")),
+                "{case:?} forward {k}: after {after} against {}",
+                get("after")
+            );
             checked += 1;
         }
     }
@@ -144,7 +161,9 @@ fn each_forwards_peak_and_what_lives_after_it_are_within_one_percent() {
 
 #[test]
 fn what_generate_cannot_run_is_refused_with_the_reason() {
-    let c = HfConfig::read(&serde_json::json!({"model_type": "llama", "max_position_embeddings": 100})).unwrap();
+    let c =
+        HfConfig::read(&serde_json::json!({"model_type": "llama", "max_position_embeddings": 100}))
+            .unwrap();
     let g = Generation {
         batch: 1,
         prompt: 90,
@@ -154,17 +173,23 @@ fn what_generate_cannot_run_is_refused_with_the_reason() {
     };
     let e = program(&c, Dtype::Float16, g).unwrap_err().0;
     assert!(e.contains("more than the model's 100 positions"), "{e}");
-    let e = program(&c, Dtype::Float16, Generation { batch: 0, ..g }).unwrap_err().0;
+    let e = program(&c, Dtype::Float16, Generation { batch: 0, ..g })
+        .unwrap_err()
+        .0;
     assert!(e.contains("at least 1"), "{e}");
     let gpt2 = HfConfig::read(&serde_json::json!({"model_type": "gpt2"})).unwrap();
-    let e = program(&gpt2, Dtype::Float32, Generation { prompt: 8, ..g }).unwrap_err().0;
+    let e = program(&gpt2, Dtype::Float32, Generation { prompt: 8, ..g })
+        .unwrap_err()
+        .0;
     assert!(e.contains("GPT2LMHeadModel is not yet"), "{e}");
 }
 
 #[test]
 fn the_dynamic_cache_ends_each_token_one_position_longer_and_the_static_cache_never_grows() {
-    let c = HfConfig::read(&serde_json::json!({"model_type": "llama", "num_hidden_layers": 2,
-        "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100}))
+    let c = HfConfig::read(
+        &serde_json::json!({"model_type": "llama", "num_hidden_layers": 2,
+        "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100}),
+    )
     .unwrap();
     let g = Generation {
         batch: 2,
@@ -175,14 +200,33 @@ fn the_dynamic_cache_ends_each_token_one_position_longer_and_the_static_cache_ne
     };
     let token = c.layers * g.batch * c.kv_bytes_per_token(Dtype::Float16);
     let held = |p: &Program| -> Vec<u64> {
-        let kv: Vec<u64> = forward_peaks(p).iter().map(|&(_, _, after)| after).collect();
+        let kv: Vec<u64> = forward_peaks(p)
+            .iter()
+            .map(|&(_, _, after)| after)
+            .collect();
         kv.windows(2).map(|w| w[1] - w[0]).collect()
     };
     // Each decode step's cache grows by one token's keys and values per
     // layer (in 512-byte blocks: 2 x 2 layers x batch 2 x 2 heads x 64 x 2
     // bytes = 2 KiB a token, a block multiple).
     let dynamic = program(&c, Dtype::Float16, g).unwrap();
-    assert!(held(&dynamic).iter().skip(1).all(|&d| d == token), "{:?}", held(&dynamic));
-    let fixed = program(&c, Dtype::Float16, Generation { cache: Cache::Static, ..g }).unwrap();
-    assert!(held(&fixed).iter().skip(1).all(|&d| d == 0), "{:?}", held(&fixed));
+    assert!(
+        held(&dynamic).iter().skip(1).all(|&d| d == token),
+        "{:?}",
+        held(&dynamic)
+    );
+    let fixed = program(
+        &c,
+        Dtype::Float16,
+        Generation {
+            cache: Cache::Static,
+            ..g
+        },
+    )
+    .unwrap();
+    assert!(
+        held(&fixed).iter().skip(1).all(|&d| d == 0),
+        "{:?}",
+        held(&fixed)
+    );
 }

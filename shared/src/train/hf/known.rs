@@ -48,8 +48,13 @@ mod tests {
     fn every_shipped_shape_reads() {
         let all = super::all();
         assert_eq!(all.len(), 12);
-        assert!(all.iter().all(|k| k.config_url.starts_with("https://huggingface.co/")));
-        assert_eq!(super::find("meta-llama/llama-3.2-1b").unwrap().name, "Llama-3.2-1B");
+        assert!(all
+            .iter()
+            .all(|k| k.config_url.starts_with("https://huggingface.co/")));
+        assert_eq!(
+            super::find("meta-llama/llama-3.2-1b").unwrap().name,
+            "Llama-3.2-1B"
+        );
         assert!(super::find("Llama-9").is_none());
     }
 }

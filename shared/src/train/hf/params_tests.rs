@@ -19,7 +19,13 @@ fn listed(v: &Value) -> Vec<(String, Vec<u64>, String)> {
 fn ours(tensors: &[NamedTensor]) -> Vec<(String, Vec<u64>, String)> {
     tensors
         .iter()
-        .map(|t| (t.name.clone(), t.shape.clone(), t.dtype.torch_name().to_string()))
+        .map(|t| {
+            (
+                t.name.clone(),
+                t.shape.clone(),
+                t.dtype.torch_name().to_string(),
+            )
+        })
         .collect()
 }
 
@@ -35,7 +41,10 @@ fn every_published_shape_has_transformers_parameters_and_buffers_in_order() {
         assert_eq!(ours(&params), listed(&m["parameters"]), "{name}");
         assert_eq!(ours(&buffers(&c)), listed(&m["buffers"]), "{name}");
         assert_eq!(count(&params), m["count"].as_u64().unwrap(), "{name}");
-        let bytes: u64 = params.iter().map(|t| t.numel() * t.dtype.size_bytes()).sum();
+        let bytes: u64 = params
+            .iter()
+            .map(|t| t.numel() * t.dtype.size_bytes())
+            .sum();
         assert_eq!(bytes, m["parameter_bytes"].as_u64().unwrap(), "{name}");
     }
 }

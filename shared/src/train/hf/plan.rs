@@ -96,10 +96,17 @@ pub fn run(q: &Question) -> Result<Run, Invalid> {
     // `from_config(..., dtype=...).to("cuda")`: each tensor in order.
     let tensors = parameters(&q.config).into_iter().chain(buffers(&q.config));
     for t in tensors {
-        let dtype = if t.dtype == Dtype::Float32 { t.dtype } else { q.dtype };
+        let dtype = if t.dtype == Dtype::Float32 {
+            t.dtype
+        } else {
+            q.dtype
+        };
         let bytes = t.numel() * dtype.size_bytes();
         if let Err(f) = proc.alloc_tensor(&t.name, bytes, t.shape, dtype, Category::Parameter) {
-            out.out_of_memory = Some((Stop::Weights, f.error.out_of_memory().map_or(0, |o| o.requested)));
+            out.out_of_memory = Some((
+                Stop::Weights,
+                f.error.out_of_memory().map_or(0, |o| o.requested),
+            ));
             return Ok(finish(out, &proc));
         }
     }
@@ -116,7 +123,8 @@ pub fn run(q: &Question) -> Result<Run, Invalid> {
                 match proc.alloc_tensor(label, m.bytes, shape, Dtype::Uint8, m.holds.category()) {
                     Ok(id) => ids[i] = Some(id),
                     Err(f) => {
-                        out.out_of_memory = Some((at, f.error.out_of_memory().map_or(0, |o| o.requested)));
+                        out.out_of_memory =
+                            Some((at, f.error.out_of_memory().map_or(0, |o| o.requested)));
                         return Ok(finish(out, &proc));
                     }
                 }
@@ -155,7 +163,10 @@ fn finish(mut out: Run, proc: &Process) -> Run {
 
 /// The largest value in `1..=most` for which `fits` holds, when `fits`
 /// holds for every value below one that fits (0: none fits).
-pub fn largest(most: u64, mut fits: impl FnMut(u64) -> Result<bool, Invalid>) -> Result<u64, Invalid> {
+pub fn largest(
+    most: u64,
+    mut fits: impl FnMut(u64) -> Result<bool, Invalid>,
+) -> Result<u64, Invalid> {
     let (mut lo, mut hi) = (0, most);
     while lo < hi {
         let mid = lo + (hi - lo).div_ceil(2);
@@ -179,11 +190,18 @@ pub struct Answer {
 
 pub fn answer(q: &Question) -> Result<Answer, Invalid> {
     let run = run(q)?;
-    let with = |g: Generation| Question { generation: g, ..*q };
+    let with = |g: Generation| Question {
+        generation: g,
+        ..*q
+    };
     let g = q.generation;
-    let largest_batch = largest(4096, |b| Ok(self::run(&with(Generation { batch: b, ..g }))?.fits()))?;
+    let largest_batch = largest(4096, |b| {
+        Ok(self::run(&with(Generation { batch: b, ..g }))?.fits())
+    })?;
     let room = q.config.max_positions.saturating_sub(g.new_tokens);
-    let longest_prompt = largest(room, |p| Ok(self::run(&with(Generation { prompt: p, ..g }))?.fits()))?;
+    let longest_prompt = largest(room, |p| {
+        Ok(self::run(&with(Generation { prompt: p, ..g }))?.fits())
+    })?;
     Ok(Answer {
         run,
         largest_batch,

@@ -32,7 +32,12 @@ fn an_8b_model_in_bfloat16_loads_on_a_24_gb_card_and_generates_within_it() {
     assert!(r.fits(), "{r:?}");
     // The cache at the peak: 32 layers' keys and values of 8 heads x 128,
     // bfloat16, at most prompt + new tokens long.
-    let kv = r.at_peak.iter().find(|(h, _)| *h == Holds::KvCache).unwrap().1;
+    let kv = r
+        .at_peak
+        .iter()
+        .find(|(h, _)| *h == Holds::KvCache)
+        .unwrap()
+        .1;
     assert!(kv <= 32 * 2 * 8 * 128 * 2 * (512 + 64), "{kv}");
     assert!(r.peak_allocated < r.total - r.context);
     assert!(r.peak_reserved >= r.peak_allocated);
@@ -42,10 +47,22 @@ fn an_8b_model_in_bfloat16_loads_on_a_24_gb_card_and_generates_within_it() {
 fn a_batch_too_large_runs_out_in_the_prefill_and_the_largest_that_fits_is_found() {
     let q = question("Llama-3.1-8B", GpuModel::Rtx4090, 64, 2048, 8);
     let r = run(&q).unwrap();
-    assert_eq!(r.out_of_memory.as_ref().map(|o| &o.0), Some(&Stop::Forward(0)), "{r:?}");
+    assert_eq!(
+        r.out_of_memory.as_ref().map(|o| &o.0),
+        Some(&Stop::Forward(0)),
+        "{r:?}"
+    );
     let a = answer(&question("Llama-3.1-8B", GpuModel::Rtx4090, 64, 2048, 8)).unwrap();
-    assert!(a.largest_batch >= 1 && a.largest_batch < 64, "{}", a.largest_batch);
-    let fits = |b| run(&question("Llama-3.1-8B", GpuModel::Rtx4090, b, 2048, 8)).unwrap().fits();
+    assert!(
+        a.largest_batch >= 1 && a.largest_batch < 64,
+        "{}",
+        a.largest_batch
+    );
+    let fits = |b| {
+        run(&question("Llama-3.1-8B", GpuModel::Rtx4090, b, 2048, 8))
+            .unwrap()
+            .fits()
+    };
     assert!(fits(a.largest_batch) && !fits(a.largest_batch + 1));
 }
 
@@ -60,4 +77,23 @@ fn largest_finds_the_edge() {
     assert_eq!(largest(100, |n| Ok(n <= 37)).unwrap(), 37);
     assert_eq!(largest(100, |_| Ok(false)).unwrap(), 0);
     assert_eq!(largest(100, |_| Ok(true)).unwrap(), 100);
+}
+
+/// The H100's own figure (`tests/golden/hf_steps.json`, made by
+/// `tests/reference/hf_steps.py`: Llama-3.2-1B in bfloat16, sdpa, 4 x 128
+/// prompt tokens + 64 new, `max_memory_allocated()` over what lived
+/// before `generate`): the plan's peak over the weights within 1%.
+#[test]
+fn llama_3_2_1b_generates_with_the_peak_an_h100_measured() {
+    let golden: serde_json::Value =
+        serde_json::from_str(include_str!("../../../../tests/golden/hf_steps.json")).unwrap();
+    let row = &golden["generate"][0];
+    assert_eq!(row["model"], "llama-3.2-1b");
+    let measured = row["peak_bytes"].as_u64().unwrap() as f64;
+    let r = run(&question("Llama-3.2-1B", GpuModel::H100_80gb, 4, 128, 64)).unwrap();
+    let ours = (r.peak_allocated - r.weights) as f64;
+    assert!(
+        ((ours - measured) / measured).abs() < 0.01,
+        "{ours} against {measured}"
+    );
 }
