@@ -6,8 +6,10 @@
 //! - [`known`]: a dozen published shapes shipped as data.
 //! - [`generate`]: `model.generate()`'s allocations, the prefill and one
 //!   forward per new token, with the `DynamicCache` or the `StaticCache`.
+//! - [`ask`]: the question and its answer as JSON (the CLI's and the page's).
 //! - [`plan`]: "will it fit?": that program played on a simulated GPU.
 
+pub mod ask;
 pub mod config;
 pub mod generate;
 pub mod known;

@@ -1,0 +1,306 @@
+//! "Will it fit?" asked and answered as JSON, the one reader and writer
+//! the command line (`vramlab plan`) and the page's planner share:
+//!
+//! ```json
+//! {"model": "Llama-3.1-8B", "gpu": "rtx-4090", "batch": 4, "prompt": 1024,
+//!  "new_tokens": 128, "cache": "dynamic", "attn": "sdpa", "dtype": "bfloat16"}
+//! ```
+//!
+//! `model` names a shipped shape; `config` gives a config.json's object
+//! instead. Every field but the model has a default.
+
+use super::config::HfConfig;
+use super::generate::{Cache, Generation};
+use super::known;
+use super::plan::{Answer, Question, Stop};
+use crate::error::Invalid;
+use crate::gpu::GpuModel;
+use crate::train::kinds::step::Attention;
+use crate::types::Dtype;
+use serde_json::{json, Map, Value};
+
+/// What a request names besides its question: what to call the model and
+/// how the Python loads its config.
+#[derive(Clone, Debug)]
+pub struct Asked {
+    pub question: Question,
+    pub name: String,
+    /// `AutoConfig.from_pretrained(...)` or `AutoConfig.for_model(...)`.
+    pub load: String,
+}
+
+const FIELDS: &[&str] = &[
+    "model",
+    "config",
+    "config_path",
+    "gpu",
+    "batch",
+    "prompt",
+    "new_tokens",
+    "cache",
+    "attn",
+    "dtype",
+];
+
+fn count(r: &Map<String, Value>, key: &str, default: u64) -> Result<u64, Invalid> {
+    match r.get(key) {
+        None => Ok(default),
+        Some(v) => v
+            .as_u64()
+            .filter(|&n| (1..=1 << 20).contains(&n))
+            .ok_or_else(|| Invalid(format!("`{key}` is {v}: a whole number from 1 to 1048576"))),
+    }
+}
+
+fn named<T: serde::de::DeserializeOwned>(
+    r: &Map<String, Value>,
+    key: &str,
+    default: &str,
+) -> Result<T, Invalid> {
+    let v = r.get(key).cloned().unwrap_or_else(|| Value::from(default));
+    serde_json::from_value(v.clone()).map_err(|e| Invalid(format!("`{key}` is {v}: {e}")))
+}
+
+/// The model a request names.
+fn model(r: &Map<String, Value>) -> Result<(HfConfig, String, String), Invalid> {
+    if let Some(config) = r.get("config") {
+        let c = HfConfig::read(config)?;
+        let load = match r.get("config_path").and_then(Value::as_str) {
+            Some(dir) => format!("AutoConfig.from_pretrained({dir:?})"),
+            None => for_model(config),
+        };
+        return Ok((c, c.arch.causal_lm().to_string(), load));
+    }
+    let wanted = r.get("model").and_then(Value::as_str).ok_or_else(|| {
+        Invalid::from("name a shipped `model` (Llama-3.1-8B, Qwen2.5-7B, …) or give a `config`")
+    })?;
+    let k = known::find(wanted).ok_or_else(|| {
+        let names: Vec<String> = known::all().into_iter().map(|k| k.name).collect();
+        Invalid(format!(
+            "no shipped shape is called {wanted:?}: {}",
+            names.join(", ")
+        ))
+    })?;
+    let path = k.config_url.trim_start_matches("https://huggingface.co/");
+    let repo = path.split("/blob/").next().unwrap_or(path);
+    Ok((
+        k.config,
+        k.name,
+        format!("AutoConfig.from_pretrained({repo:?})"),
+    ))
+}
+
+/// `AutoConfig.for_model(...)` with a pasted config's fields, as Python.
+fn for_model(config: &Value) -> String {
+    let mut args = Vec::new();
+    for (key, v) in config.as_object().into_iter().flatten() {
+        let literal = match v {
+            Value::Bool(true) => "True".to_string(),
+            Value::Bool(false) => "False".to_string(),
+            Value::Null => "None".to_string(),
+            other => other.to_string(),
+        };
+        if key == "model_type" {
+            args.insert(0, literal);
+        } else if key
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+            && !v.is_object()
+            && !v.is_array()
+        {
+            args.push(format!("{key}={literal}"));
+        }
+    }
+    format!("AutoConfig.for_model({})", args.join(", "))
+}
+
+/// Reads a request.
+pub fn read(request: &Value) -> Result<Asked, Invalid> {
+    let r = request
+        .as_object()
+        .ok_or_else(|| Invalid::from("a plan request is a JSON object"))?;
+    if let Some(unknown) = r.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(Invalid(format!(
+            "unknown field `{unknown}`, expected one of {}",
+            FIELDS.join(", ")
+        )));
+    }
+    let (config, name, load) = model(r)?;
+    let gpu: GpuModel = named(r, "gpu", "rtx-4090")?;
+    let dtype = match r.get("dtype") {
+        None => config.dtype,
+        Some(_) => named::<Dtype>(r, "dtype", "")?,
+    };
+    if !matches!(dtype, Dtype::Float32 | Dtype::Float16 | Dtype::Bfloat16) {
+        return Err(Invalid(format!(
+            "`dtype` is {}: bfloat16, float16 or float32",
+            dtype.torch_name()
+        )));
+    }
+    let generation = Generation {
+        batch: count(r, "batch", 1)?,
+        prompt: count(r, "prompt", 512)?,
+        new_tokens: count(r, "new_tokens", 256)?,
+        cache: named::<Cache>(r, "cache", "dynamic")?,
+        attention: named::<Attention>(r, "attn", "sdpa")?,
+    };
+    Ok(Asked {
+        question: Question {
+            config,
+            dtype,
+            gpu,
+            generation,
+        },
+        name,
+        load,
+    })
+}
+
+/// The Python that runs the same `generate` and prints its peaks.
+pub fn python(a: &Asked) -> String {
+    let (q, g) = (&a.question, a.question.generation);
+    let static_cache = if g.cache == Cache::Static {
+        ", cache_implementation=\"static\", disable_compile=True"
+    } else {
+        ""
+    };
+    format!(
+        "import torch\n\
+         from transformers import AutoConfig, AutoModelForCausalLM\n\n\
+         config = {}\n\
+         model = AutoModelForCausalLM.from_config(config, dtype=torch.{}, attn_implementation=\"{}\").to(\"cuda\")\n\
+         ids = torch.randint(0, config.vocab_size, ({}, {}), device=\"cuda\")\n\
+         with torch.no_grad():\n    \
+         model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens={}, do_sample=False{static_cache})\n\
+         print(torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved())\n",
+        a.load,
+        q.dtype.torch_name(),
+        attention_name(g.attention),
+        g.batch,
+        g.prompt,
+        g.new_tokens
+    )
+}
+
+pub fn attention_name(a: Attention) -> &'static str {
+    match a {
+        Attention::Eager => "eager",
+        Attention::Sdpa => "sdpa",
+    }
+}
+
+pub fn cache_name(c: Cache) -> &'static str {
+    match c {
+        Cache::Dynamic => "dynamic",
+        Cache::Static => "static",
+    }
+}
+
+/// Where a run stopped, in words.
+pub fn stop_words(stop: &Stop) -> String {
+    match stop {
+        Stop::Weights => "while loading the weights".into(),
+        Stop::Forward(0) => "in the prefill (the forward over the prompt)".into(),
+        Stop::Forward(k) => format!("at new token {k}"),
+        Stop::After(k) => format!("after new token {k}'s forward"),
+    }
+}
+
+/// The answer as one JSON object.
+pub fn to_json(a: &Asked, answer: &Answer) -> Value {
+    let (q, r) = (&a.question, &answer.run);
+    let at_peak: Map<String, Value> = r
+        .at_peak
+        .iter()
+        .map(|(h, b)| (h.name().to_string(), (*b).into()))
+        .collect();
+    json!({
+        "model": a.name,
+        "class": q.config.arch.causal_lm(),
+        "gpu": q.gpu.id(),
+        "gpu_name": q.gpu.spec().name,
+        "dtype": q.dtype.torch_name(),
+        "fits": r.fits(),
+        "weights_bytes": r.weights,
+        "peak_allocated_bytes": r.peak_allocated,
+        "peak_reserved_bytes": r.peak_reserved,
+        "total_bytes": r.total,
+        "context_bytes": r.context,
+        "at_peak": at_peak,
+        "out_of_memory": r.out_of_memory.as_ref().map(|(s, b)| json!({"where": stop_words(s), "requested_bytes": b})),
+        "largest_batch": answer.largest_batch,
+        "longest_prompt": answer.longest_prompt,
+        "python": python(a),
+    })
+}
+
+/// A request's answer, or its error, as JSON text (the page's planner).
+pub fn answer_text(request: &str) -> String {
+    let answered = serde_json::from_str::<Value>(request)
+        .map_err(|e| Invalid(format!("not JSON: {e}")))
+        .and_then(|v| read(&v))
+        .and_then(|a| Ok(to_json(&a, &super::plan::answer(&a.question)?)));
+    match answered {
+        Ok(v) => v.to_string(),
+        Err(e) => json!({ "error": e.0 }).to_string(),
+    }
+}
+
+/// The shipped shapes as JSON: name, class, link.
+pub fn shapes_text() -> String {
+    let rows: Vec<Value> = known::all()
+        .into_iter()
+        .map(|k| json!({"name": k.name, "class": k.config.arch.causal_lm(), "config_url": k.config_url}))
+        .collect();
+    Value::from(rows).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_reads_with_its_defaults_and_names_what_is_wrong() {
+        let a = read(&json!({"model": "Qwen2.5-7B"})).unwrap();
+        assert_eq!(a.name, "Qwen2.5-7B");
+        assert_eq!(
+            (a.question.gpu, a.question.dtype),
+            (GpuModel::Rtx4090, Dtype::Bfloat16)
+        );
+        assert_eq!(a.load, "AutoConfig.from_pretrained(\"Qwen/Qwen2.5-7B\")");
+        let e = |v: Value| read(&v).unwrap_err().0;
+        assert!(e(json!({"model": "Llama-9"})).contains("no shipped shape is called \"Llama-9\""));
+        assert!(e(json!({"model": "gpt2", "batch": 0})).contains("`batch` is 0"));
+        assert!(e(json!({"model": "gpt2", "gpu": "v100"}))
+            .contains("`gpu` is \"v100\": unknown variant"));
+        assert!(e(json!({"model": "gpt2", "lora": 8})).contains("unknown field `lora`"));
+        assert!(e(json!({"model": "gpt2", "dtype": "int8"})).contains("`dtype` is int8"));
+        assert!(e(json!({})).contains("name a shipped `model`"));
+    }
+
+    #[test]
+    fn a_pasted_config_is_loaded_in_python_by_its_own_fields() {
+        let a = read(&json!({"config": {"model_type": "llama", "hidden_size": 512, "tie_word_embeddings": true,
+            "rope_scaling": {"factor": 8.0}}}))
+        .unwrap();
+        assert_eq!(a.name, "LlamaForCausalLM");
+        assert_eq!(
+            a.load,
+            "AutoConfig.for_model(\"llama\", hidden_size=512, tie_word_embeddings=True)"
+        );
+    }
+
+    #[test]
+    fn the_page_gets_an_answer_or_an_error_as_json() {
+        let v: Value = serde_json::from_str(&answer_text(
+            r#"{"model": "Qwen2.5-0.5B", "gpu": "t4", "new_tokens": 8}"#,
+        ))
+        .unwrap();
+        assert_eq!(v["fits"], true);
+        assert!(v["python"].as_str().unwrap().contains("max_new_tokens=8"));
+        let v: Value = serde_json::from_str(&answer_text("{")).unwrap();
+        assert!(v["error"].as_str().unwrap().starts_with("not JSON"));
+        let shapes: Value = serde_json::from_str(&shapes_text()).unwrap();
+        assert_eq!(shapes.as_array().unwrap().len(), 12);
+    }
+}
