@@ -72,6 +72,13 @@ fn serves_the_built_web_app() {
             .find(|s| s.ends_with("_bg.wasm"))
             .expect("index.html names the wasm module")
             .trim_start_matches("./");
+        // "Will it fit?" is a page of its own under plan/.
+        let (status, page) = get(port, "/plan/");
+        assert_eq!(status, 200);
+        assert!(
+            page.contains("<title>Will it fit? — vramlab</title>"),
+            "{page}"
+        );
         let (status, head, served) = http_get_bytes(port, &format!("/{wasm}"));
         assert_eq!(status, 200, "{wasm}");
         assert!(head.contains("content-type: application/wasm"), "{head}");

@@ -462,3 +462,92 @@ async fn same_as_stopped_loops_run(page: &Page) {
     let last = results.last().unwrap();
     assert_eq!(last["stats"], expected.last().unwrap()["stats"]);
 }
+
+/// "Will it fit?" (`plan/`), a page of its own the playground links to:
+/// a shipped shape answered with the same numbers `vramlab plan --json`
+/// prints, a config.json dropped on the page answered too, and a pasted
+/// file that is not JSON refused with the reason. The time the page took
+/// for an 8B model's question is printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn will_it_fit_answers_in_its_own_page() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let (_server, port) = static_server();
+    let (browser, events, profile) = launch("plan").await;
+    let playground = open_static(&browser, &format!("http://127.0.0.1:{port}/")).await;
+    let link = until(
+        &playground,
+        "document.querySelector('a.plan').getAttribute('href')",
+    )
+    .await;
+    assert_eq!(link, "./plan/");
+
+    let page = open_static(&browser, &format!("http://127.0.0.1:{port}/plan/")).await;
+    until(&page, "document.body.dataset.ready === 'true'").await;
+    set_input(&page, "plan-batch", "1").await;
+    set_input(&page, "plan-prompt", "512").await;
+    set_input(&page, "plan-new-tokens", "64").await;
+    click(&page, "plan-go").await;
+    let answer = until(
+        &page,
+        "document.getElementById('plan-answer').dataset.answer",
+    )
+    .await;
+    let answer: Value = serde_json::from_str(answer.as_str().unwrap()).unwrap();
+    let verdict = js(&page, "document.getElementById('plan-verdict').textContent").await;
+    let verdict = verdict.as_str().unwrap();
+    assert!(
+        verdict.starts_with("Fits. Llama-3.1-8B (LlamaForCausalLM) in bfloat16 on NVIDIA GeForce RTX 4090: peak allocated"),
+        "{verdict}"
+    );
+    let cli = Command::new(vramlab_tests::vramlab_bin())
+        .args([
+            "plan",
+            "Llama-3.1-8B",
+            "--gpu",
+            "rtx-4090",
+            "--batch",
+            "1",
+            "--prompt",
+            "512",
+        ])
+        .args(["--new-tokens", "64", "--json"])
+        .output()
+        .unwrap();
+    let cli: Value = serde_json::from_slice(&cli.stdout).unwrap();
+    assert_eq!(answer, cli, "the page and the command line answer alike");
+    shot(&page, "plan.png").await;
+    let ms = js(&page, "document.getElementById('plan-time').dataset.ms").await;
+    println!("figure: will it fit: Llama-3.1-8B generate (1 x 512 + 64 tokens) on an RTX 4090, with the largest batch and longest prompt searched: {} ms in the page", ms.as_str().unwrap_or("?"));
+
+    // A config.json dropped on the page: Qwen2.5-7B's fields, on a T4.
+    let config = r#"{"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064, "tie_word_embeddings": false, "torch_dtype": "bfloat16"}"#;
+    js(
+        &page,
+        &format!(
+            "(() => {{ const dt = new DataTransfer(); dt.items.add(new File([{config:?}], 'config.json', {{type: 'application/json'}})); document.getElementById('plan-config').dispatchEvent(new DragEvent('drop', {{dataTransfer: dt, bubbles: true, cancelable: true}})); }})()"
+        ),
+    )
+    .await;
+    until(&page, "document.getElementById('plan-model').value === 'config' && document.getElementById('plan-config').value.includes('qwen2')").await;
+    js(&page, "document.getElementById('plan-gpu').value = 't4'").await;
+    click(&page, "plan-go").await;
+    let verdict = until(&page, "(() => { const t = document.getElementById('plan-verdict').textContent; return t.includes('Qwen2ForCausalLM') && t; })()").await;
+    assert!(
+        verdict.as_str().unwrap().starts_with("Does not fit. config.json (Qwen2ForCausalLM) in bfloat16 on Tesla T4: out of memory in the prefill (the forward over the prompt)"),
+        "{verdict}"
+    );
+
+    set_input(&page, "plan-config", "{\"model_type\": ").await;
+    click(&page, "plan-go").await;
+    let error = until(&page, "!document.getElementById('plan-error').hidden && document.getElementById('plan-error').textContent").await;
+    assert!(
+        error
+            .as_str()
+            .unwrap()
+            .starts_with("That config.json is not JSON"),
+        "{error}"
+    );
+    finish(browser, events, profile).await;
+}

@@ -46,6 +46,7 @@ fn Playground() -> impl IntoView {
     mirror::show_presented(app);
     view! {
         <a class="skip" href="#numbers">"Skip to the numbers and the lesson"</a>
+        <a class="plan" href="./plan/">"Will it fit?"</a>
         <StatusBar app=app />
         <Banner app=app />
         // The numbers come first and stay on screen (sticky), the lesson

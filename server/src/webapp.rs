@@ -42,23 +42,29 @@ fn encodings(headers: &HeaderMap) -> impl Iterator<Item = (&'static str, &'stati
 
 pub async fn serve(uri: Uri, headers: HeaderMap) -> Response {
     let path = uri.path().trim_start_matches('/');
-    let found = (!path.is_empty())
-        .then(|| WebApp::get(path).map(|f| (f, false)))
-        .flatten()
-        .or_else(|| WebApp::get("index.html").map(|f| (f, true)));
-    let Some((file, is_index)) = found else {
+    // A folder's page (`/`, `/plan/`) is its index.html; any other path
+    // that is not a file is the playground's (a lesson's link, say).
+    let wanted = if path.is_empty() || path.ends_with('/') {
+        format!("{path}index.html")
+    } else {
+        path.to_string()
+    };
+    let found = WebApp::get(&wanted)
+        .map(|f| (f, wanted))
+        .or_else(|| WebApp::get("index.html").map(|f| (f, "index.html".to_string())));
+    let Some((file, name)) = found else {
         return (
             StatusCode::NOT_FOUND,
             "this vramlab was built without its web app: run scripts/build-web, then build it again (or serve a built folder with --dist)",
         )
             .into_response();
     };
-    let cache = if is_index {
+    let cache = if name.ends_with("index.html") {
         "no-cache"
     } else {
         "public, max-age=31536000, immutable"
     };
-    let name = if is_index { "index.html" } else { path };
+    let name = name.as_str();
     let compressed = encodings(&headers)
         .find_map(|(suffix, coding)| Some((WebApp::get(&format!("{name}{suffix}"))?, coding)));
     let mut response = match compressed {

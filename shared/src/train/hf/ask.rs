@@ -69,7 +69,7 @@ fn model(r: &Map<String, Value>) -> Result<(HfConfig, String, String), Invalid> 
             Some(dir) => format!("AutoConfig.from_pretrained({dir:?})"),
             None => for_model(config),
         };
-        return Ok((c, c.arch.causal_lm().to_string(), load));
+        return Ok((c, "config.json".to_string(), load));
     }
     let wanted = r.get("model").and_then(Value::as_str).ok_or_else(|| {
         Invalid::from("name a shipped `model` (Llama-3.1-8B, Qwen2.5-7B, …) or give a `config`")
@@ -283,7 +283,7 @@ mod tests {
         let a = read(&json!({"config": {"model_type": "llama", "hidden_size": 512, "tie_word_embeddings": true,
             "rope_scaling": {"factor": 8.0}}}))
         .unwrap();
-        assert_eq!(a.name, "LlamaForCausalLM");
+        assert_eq!(a.name, "config.json");
         assert_eq!(
             a.load,
             "AutoConfig.for_model(\"llama\", hidden_size=512, tie_word_embeddings=True)"

@@ -1,0 +1,107 @@
+// "Will it fit?": the page's form read into a plan request, answered by
+// the engine compiled to wasm (vramlab-planner), written out.
+import init, { plan, shapes } from "./vramlab-planner.js";
+
+const $ = (id) => document.getElementById(id);
+const PASTED = "config";
+
+// Bytes as vramlab writes them (binary units, two decimals).
+function size(bytes) {
+  const units = ["bytes", "KiB", "MiB", "GiB", "TiB"];
+  let v = bytes, u = 0;
+  while (v >= 1024 && u < units.length - 1) { v /= 1024; u++; }
+  return u === 0 ? `${bytes} bytes` : `${v.toFixed(2)} ${units[u]}`;
+}
+
+function request() {
+  const r = {
+    gpu: $("plan-gpu").value,
+    batch: Number($("plan-batch").value),
+    prompt: Number($("plan-prompt").value),
+    new_tokens: Number($("plan-new-tokens").value),
+    cache: $("plan-cache").value,
+    attn: $("plan-attn").value,
+  };
+  if ($("plan-dtype").value) r.dtype = $("plan-dtype").value;
+  if ($("plan-model").value === PASTED) {
+    r.config = JSON.parse($("plan-config").value);
+  } else {
+    r.model = $("plan-model").value;
+  }
+  return r;
+}
+
+function show(a, ms) {
+  $("plan-error").hidden = true;
+  const head = `${a.model} (${a.class}) in ${a.dtype} on ${a.gpu_name}`;
+  $("plan-verdict").textContent = a.fits
+    ? `Fits. ${head}: peak allocated ${size(a.peak_allocated_bytes)}, reserved ${size(a.peak_reserved_bytes)}, of ${size(a.total_bytes)} (${size(a.context_bytes)} of it the CUDA context).`
+    : `Does not fit. ${head}: out of memory ${a.out_of_memory.where} (a request of ${size(a.out_of_memory.requested_bytes)}).`;
+  $("plan-verdict").dataset.fits = a.fits;
+  const parts = [["weights", a.weights_bytes], ...Object.entries(a.at_peak).map(([k, v]) => [`${k} at the peak`, v])];
+  $("plan-parts").replaceChildren(...parts.map(([k, v]) => {
+    const li = document.createElement("li");
+    li.textContent = `${k}: ${size(v)}`;
+    return li;
+  }));
+  $("plan-limits").textContent = `Largest batch that fits: ${a.largest_batch}. Longest prompt that fits with these new tokens: ${a.longest_prompt}.`;
+  $("plan-time").textContent = `Planned in the page in ${ms} ms.`;
+  $("plan-time").dataset.ms = ms;
+  $("plan-python").textContent = a.python;
+  $("plan-answer").dataset.answer = JSON.stringify(a);
+  $("plan-answer").hidden = false;
+}
+
+function fail(message) {
+  $("plan-answer").hidden = true;
+  $("plan-error").textContent = message;
+  $("plan-error").hidden = false;
+}
+
+function ask(event) {
+  event?.preventDefault();
+  let r;
+  try {
+    r = request();
+  } catch (e) {
+    return fail(`That config.json is not JSON: ${e.message}`);
+  }
+  const start = performance.now();
+  const a = JSON.parse(plan(JSON.stringify(r)));
+  const ms = Math.round(performance.now() - start);
+  if (a.error) return fail(a.error);
+  show(a, ms);
+}
+
+function pasted(text) {
+  $("plan-config").value = text;
+  $("plan-model").value = PASTED;
+}
+
+await init({ module_or_path: "./{{wasm}}" });
+const select = $("plan-model");
+for (const s of JSON.parse(shapes())) {
+  const o = document.createElement("option");
+  o.value = s.name;
+  o.textContent = `${s.name} (${s.class})`;
+  o.title = s.config_url;
+  select.append(o);
+}
+const own = document.createElement("option");
+own.value = PASTED;
+own.textContent = "config.json pasted or dropped below";
+select.append(own);
+select.value = "Llama-3.1-8B";
+$("plan-config").addEventListener("input", () => { select.value = PASTED; });
+$("plan-config").addEventListener("dragover", (e) => e.preventDefault());
+$("plan-config").addEventListener("drop", async (e) => {
+  e.preventDefault();
+  const file = e.dataTransfer.files[0];
+  if (file) pasted(await file.text());
+});
+$("plan-file").addEventListener("change", async (e) => {
+  const file = e.target.files[0];
+  if (file) pasted(await file.text());
+});
+$("plan-form").addEventListener("submit", ask);
+document.body.dataset.ready = "true";
