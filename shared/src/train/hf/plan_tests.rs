@@ -79,21 +79,39 @@ fn largest_finds_the_edge() {
     assert_eq!(largest(100, |_| Ok(true)).unwrap(), 100);
 }
 
-/// The H100's own figure (`tests/golden/hf_steps.json`, made by
-/// `tests/reference/hf_steps.py`: Llama-3.2-1B in bfloat16, sdpa, 4 x 128
-/// prompt tokens + 64 new, `max_memory_allocated()` over what lived
-/// before `generate`): the plan's peak over the weights within 1%.
+/// The H100's own figures (`tests/golden/hf_steps.json`, made by
+/// `tests/reference/hf_steps.py`: Llama-3.2-1B in bfloat16 generating 4 x
+/// 128 prompt tokens + 64 new, GPT-2 in float32 8 x 256 + 64, sdpa,
+/// `max_memory_allocated()` over what lived before `generate`): the plan's
+/// peak over the weights within 1% of each.
 #[test]
-fn llama_3_2_1b_generates_with_the_peak_an_h100_measured() {
+fn generate_peaks_as_an_h100_measured_them() {
     let golden: serde_json::Value =
         serde_json::from_str(include_str!("../../../../tests/golden/hf_steps.json")).unwrap();
-    let row = &golden["generate"][0];
-    assert_eq!(row["model"], "llama-3.2-1b");
-    let measured = row["peak_bytes"].as_u64().unwrap() as f64;
-    let r = run(&question("Llama-3.2-1B", GpuModel::H100_80gb, 4, 128, 64)).unwrap();
-    let ours = (r.peak_allocated - r.weights) as f64;
-    assert!(
-        ((ours - measured) / measured).abs() < 0.01,
-        "{ours} against {measured}"
-    );
+    let cases = [("llama-3.2-1b", "Llama-3.2-1B"), ("gpt2", "gpt2")];
+    for (row, (key, name)) in golden["generate"].as_array().unwrap().iter().zip(cases) {
+        assert_eq!(row["model"], key);
+        let n = |k: &str| row[k].as_u64().unwrap();
+        let mut q = question(
+            name,
+            GpuModel::H100_80gb,
+            n("batch"),
+            n("prompt"),
+            n("new_tokens"),
+        );
+        q.dtype = if row["dtype"] == "float32" {
+            Dtype::Float32
+        } else {
+            Dtype::Bfloat16
+        };
+        let r = run(&q).unwrap();
+        let (ours, measured) = (
+            (r.peak_allocated - r.weights) as f64,
+            n("peak_bytes") as f64,
+        );
+        assert!(
+            ((ours - measured) / measured).abs() < 0.01,
+            "{name}: {ours} against {measured}"
+        );
+    }
 }

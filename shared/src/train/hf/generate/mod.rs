@@ -150,83 +150,11 @@ impl Tape<'_> {
         }
     }
 
-    /// `LlamaRotaryEmbedding.forward`: cos and sin of `tokens` positions
-    /// (float32, cast to the model's type).
-    fn rotary(&mut self, tokens: u64) -> (usize, usize) {
-        let (r, low) = (self.c.rotary, self.dtype != Dtype::Float32);
-        let positions = self.act("_to_copy", tokens * F32);
-        let freqs = self.act("mul", tokens * r * F32);
-        self.free(positions);
-        let emb = self.act("cat", tokens * 2 * r * F32);
-        let trig = |t: &mut Self, op| {
-            let raw = t.act(op, tokens * 2 * r * F32);
-            let scaled = t.act("mul", tokens * 2 * r * F32);
-            t.free(raw);
-            scaled
-        };
-        let (cos, sin) = (trig(self, "cos"), trig(self, "sin"));
-        if !low {
-            self.free_all(&[freqs, emb]);
-            return (cos, sin);
-        }
-        let e = self.e();
-        let cast = [
-            self.act("_to_copy", tokens * 2 * r * e),
-            self.act("_to_copy", tokens * 2 * r * e),
-        ];
-        self.free_all(&[freqs, emb, cos, sin]);
-        (cast[0], cast[1])
-    }
-
-    /// `LlamaRMSNorm.forward` over rows of `width` (`tokens` of them):
-    /// computed in float32, cast back, scaled by the weight.
-    fn rms_norm(&mut self, x: usize, tokens: u64, width: u64) -> usize {
-        let (low, e) = (self.dtype != Dtype::Float32, self.e());
-        let x32 = low.then(|| self.act("_to_copy", tokens * width * F32));
-        let squared = self.act("pow", tokens * width * F32);
-        let variance = self.act("mean", tokens * F32);
-        self.free(squared);
-        let shifted = self.act("add", tokens * F32);
-        let rsqrt = self.act("rsqrt", tokens * F32);
-        self.free(shifted);
-        let normed = self.act("mul", tokens * width * F32);
-        self.free(rsqrt);
-        let _ = x;
-        if let Some(x32) = x32 {
-            self.free(x32);
-            let cast = self.act("_to_copy", tokens * width * e);
-            let out = self.act("mul", tokens * width * e);
-            self.free_all(&[cast, normed, variance]);
-            return out;
-        }
-        let out = self.act("mul", tokens * width * e);
-        self.free_all(&[normed, variance]);
-        out
-    }
-
-    /// A linear layer's output (`mm`, or `addmm` with a bias).
-    fn linear(&mut self, tokens: u64, fan_out: u64, bias: bool) -> usize {
-        let op = if bias { "addmm" } else { "mm" };
-        self.act(op, tokens * fan_out * self.e())
-    }
-
-    /// `apply_rotary_pos_emb` on one of q and k: `x * cos +
-    /// rotate_half(x) * sin`.
-    fn rotate(&mut self, bytes: u64) -> usize {
-        let times_cos = self.act("mul", bytes);
-        let negated = self.act("neg", bytes / 2);
-        let half = self.act("cat", bytes);
-        self.free(negated);
-        let times_sin = self.act("mul", bytes);
-        self.free(half);
-        let out = self.act("add", bytes);
-        self.free_all(&[times_cos, times_sin]);
-        out
-    }
-
-    /// The layer's cache takes `tokens` new keys and values after `past`:
-    /// the keys and values attention reads (the cache's own tensors).
-    fn update(&mut self, l: usize, (keys, values): (usize, usize), past: u64, tokens: u64) {
+    /// The layer's cache takes `tokens` new keys and values after `past`
+    /// (a dynamic cache by `cat`, a static one into its zeros); then
+    /// `fresh`, the tensors they came in, go (Llama's rotated keys and its
+    /// values; GPT-2's are views of its projection, which holds them).
+    fn update(&mut self, l: usize, fresh: Option<(usize, usize)>, past: u64, tokens: u64) {
         let c = self.c;
         let row = self.g.batch * c.kv_heads * c.head_dim * self.e();
         let layer = self.cache[l];
@@ -257,7 +185,9 @@ impl Tape<'_> {
             }
             Cache::Static => {}
         }
-        self.free_all(&[keys, values]);
+        if let Some((keys, values)) = fresh {
+            self.free_all(&[keys, values]);
+        }
     }
 
     /// The keys attention reads: the cache's length.
@@ -268,45 +198,6 @@ impl Tape<'_> {
         }
     }
 
-    /// `eager_attention_forward`: keys and values repeated for every head
-    /// (`repeat_kv`), the scores, their float32 softmax, the output. `q`
-    /// is copied first when the prefill's layout makes it non-contiguous.
-    /// Returns the output and the attention weights, which the layer holds
-    /// (`hidden_states, _ = self.self_attn(...)`) until it returns.
-    fn eager(&mut self, tokens: u64, keys: u64) -> (usize, usize) {
-        let (c, b, e) = (self.c, self.g.batch, self.e());
-        let heads = b * c.heads;
-        let repeated = heads * keys * c.head_dim * e;
-        let k = self.act("clone", repeated);
-        let v = self.act("clone", repeated);
-        let q = (tokens > 1).then(|| self.act("clone", heads * tokens * c.head_dim * e));
-        let scores = heads * tokens * keys;
-        let raw = self.act("bmm", scores * e);
-        if let Some(q) = q {
-            self.free(q);
-        }
-        let scaled = self.act("mul", scores * e);
-        self.free(raw);
-        let masked = self.act("add", scores * e);
-        self.free(scaled);
-        let wide = self.act("_to_copy", scores * F32);
-        let softmax = self.act("_softmax", scores * F32);
-        self.free(wide);
-        let weights = self.act("_to_copy", scores * e);
-        self.free_all(&[softmax, masked]);
-        let out = self.act("bmm", heads * tokens * c.head_dim * e);
-        let out = if tokens > 1 {
-            // `attn_output.transpose(1, 2).contiguous()`.
-            let copy = self.act("clone", heads * tokens * c.head_dim * e);
-            self.free(out);
-            copy
-        } else {
-            out
-        };
-        self.free_all(&[k, v]);
-        (out, weights)
-    }
-
     /// `F.scaled_dot_product_attention`: the output and the log-sum-exp
     /// (float32, one per head and query), dropped at once.
     fn sdpa(&mut self, tokens: u64) -> usize {
@@ -315,58 +206,6 @@ impl Tape<'_> {
         let out = self.act(op, b * c.heads * tokens * c.head_dim * self.e());
         let lse = self.act(op, b * c.heads * tokens * F32);
         self.free(lse);
-        out
-    }
-
-    /// One decoder layer's forward from `x`: its output.
-    fn layer(&mut self, l: usize, x: usize, past: u64, tokens: u64) -> usize {
-        let c = self.c;
-        let bt = self.g.batch * tokens;
-        let (q_width, kv_width, e) = (c.heads * c.head_dim, c.kv_heads * c.head_dim, self.e());
-        let normed = self.rms_norm(x, bt, c.hidden);
-        let head_norm = c.arch == Arch::Qwen3;
-        let project = |t: &mut Self, width: u64, normed_heads: bool| {
-            let out = t.linear(bt, width, c.qkv_bias);
-            if !normed_heads {
-                return out;
-            }
-            let n = t.rms_norm(out, bt * width / c.head_dim, c.head_dim);
-            t.free(out);
-            n
-        };
-        let q = project(self, q_width, head_norm);
-        let k = project(self, kv_width, head_norm);
-        let v = project(self, kv_width, false);
-        let q_rot = self.rotate(bt * q_width * e);
-        let k_rot = self.rotate(bt * kv_width * e);
-        self.free_all(&[q, k]);
-        self.update(l, (k_rot, v), past, tokens);
-        let keys = self.attended(past, tokens);
-        let (attended, weights) = match self.g.attention {
-            Attention::Eager => {
-                let (out, weights) = self.eager(tokens, keys);
-                (out, Some(weights))
-            }
-            Attention::Sdpa => (self.sdpa(tokens), None),
-        };
-        let projected = self.linear(bt, c.hidden, c.o_bias);
-        self.free_all(&[attended, q_rot, normed]);
-        let h = self.act("add", bt * c.hidden * e);
-        self.free(projected);
-        let normed = self.rms_norm(h, bt, c.hidden);
-        let gate = self.linear(bt, c.intermediate, c.mlp_bias);
-        let act = self.act("silu", bt * c.intermediate * e);
-        self.free(gate);
-        let up = self.linear(bt, c.intermediate, c.mlp_bias);
-        let gated = self.act("mul", bt * c.intermediate * e);
-        self.free_all(&[act, up]);
-        let down = self.linear(bt, c.hidden, c.mlp_bias);
-        self.free_all(&[gated, normed]);
-        let out = self.act("add", bt * c.hidden * e);
-        self.free_all(&[down, h]);
-        if let Some(w) = weights {
-            self.free(w);
-        }
         out
     }
 
@@ -387,26 +226,10 @@ impl Tape<'_> {
     /// the last position (`logits_to_keep=1`).
     fn forward(&mut self, k: u64, past: u64, tokens: u64) -> usize {
         self.p.steps.push(Step::Forward(k));
-        let (c, b) = (self.c, self.g.batch);
-        let embeds = self.act("embedding", b * tokens * c.hidden * self.e());
-        let mask = self.mask(past, tokens);
-        let (cos, sin) = self.rotary(b * tokens);
-        let mut x = embeds;
-        for l in 0..c.layers as usize {
-            let out = self.layer(l, x, past, tokens);
-            if x != embeds {
-                self.free(x);
-            }
-            x = out;
-        }
-        let normed = self.rms_norm(x, b * tokens, c.hidden);
-        self.free(x);
-        self.free_all(&[embeds, cos, sin]);
-        if let Some(m) = mask {
-            self.free(m);
-        }
-        let logits = self.alloc("mm", b * c.vocab * self.e(), Holds::Logits);
-        self.free(normed);
+        let logits = match self.c.arch {
+            Arch::Gpt2 => self.gpt2_forward(past, tokens),
+            _ => self.llama_forward(past, tokens),
+        };
         self.p.steps.push(Step::Returned(k));
         logits
     }
@@ -453,9 +276,9 @@ impl Tape<'_> {
 
 /// The program of `generate` for model `c` loaded in `dtype`.
 pub fn program(c: &HfConfig, dtype: Dtype, g: Generation) -> Result<Program, Invalid> {
-    if !c.arch.llama_like() {
+    if !(c.arch.llama_like() || c.arch == Arch::Gpt2) {
         return Err(Invalid(format!(
-            "generation is modelled for Llama, Mistral, Qwen2 and Qwen3 models; {} is not yet",
+            "generation is modelled for GPT-2, Llama, Mistral, Qwen2 and Qwen3 models; {} is not yet",
             c.arch.causal_lm()
         )));
     }
@@ -486,6 +309,8 @@ pub fn program(c: &HfConfig, dtype: Dtype, g: Generation) -> Result<Program, Inv
     Ok(tape.run())
 }
 
+mod gpt2;
+mod llama;
+
 #[cfg(test)]
-#[path = "generate_tests.rs"]
 mod tests;
