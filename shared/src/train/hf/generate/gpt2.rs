@@ -68,7 +68,7 @@ impl Tape<'_> {
         let (bt, d) = (self.g.batch * tokens, c.hidden);
         let normed = self.layer_norm(bt);
         let qkv = self.act("addmm", bt * 3 * d * e);
-        self.update(l, None, past, tokens);
+        self.update(l, &[], past, tokens);
         let keys = self.attended(past, tokens);
         let (attended, weights) = match self.g.attention {
             Attention::Eager => {

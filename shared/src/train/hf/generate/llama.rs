@@ -1,6 +1,6 @@
 //! A Llama-family decoder's forward as transformers 5.24 runs it under
-//! `no_grad` (Llama, Mistral, Qwen2, Qwen3): RMSNorm in float32, rotary
-//! embeddings, grouped-query attention, the gated SiLU MLP.
+//! `no_grad` (Llama, Mistral, Qwen2, Qwen3, Phi-3): RMSNorm in float32,
+//! rotary embeddings, grouped-query attention, the gated SiLU MLP.
 
 use super::{Attention, Holds, Tape, F32};
 use crate::train::hf::config::Arch;
@@ -78,7 +78,13 @@ impl Tape<'_> {
         self.free(half);
         let out = self.act("add", bytes);
         self.free_all(&[times_cos, times_sin]);
-        out
+        if self.c.arch != Arch::Phi3 {
+            return out;
+        }
+        // Phi-3 rotates the first `rotary` dims and concatenates the rest.
+        let whole = self.act("cat", bytes);
+        self.free(out);
+        whole
     }
 
     /// `eager_attention_forward`: keys and values repeated for every head
@@ -122,10 +128,36 @@ impl Tape<'_> {
 
     /// One decoder layer's forward from `x`: its output.
     fn layer(&mut self, l: usize, x: usize, past: u64, tokens: u64) -> usize {
-        let c = self.c;
-        let bt = self.g.batch * tokens;
-        let (q_width, kv_width, e) = (c.heads * c.head_dim, c.kv_heads * c.head_dim, self.e());
+        let (c, bt, e) = (self.c, self.g.batch * tokens, self.e());
         let normed = self.rms_norm(x, bt, c.hidden);
+        let (projected, weights) = self.self_attn(l, normed, past, tokens);
+        let h = self.act("add", bt * c.hidden * e);
+        self.free(projected);
+        let normed = self.rms_norm(h, bt, c.hidden);
+        let down = self.mlp(bt);
+        self.free(normed);
+        let out = self.act("add", bt * c.hidden * e);
+        self.free_all(&[down, h]);
+        if let Some(w) = weights {
+            self.free(w);
+        }
+        out
+    }
+
+    /// The attention from the layer's normed input: q, k and v (Phi-3's
+    /// one projection, viewed three ways; else three, Qwen3's each
+    /// normed per head), rotated, cached, attended, projected. Returns the
+    /// projection and eager attention's weights, which the layer holds.
+    fn self_attn(
+        &mut self,
+        l: usize,
+        normed: usize,
+        past: u64,
+        tokens: u64,
+    ) -> (usize, Option<usize>) {
+        let (c, bt, e) = (self.c, self.g.batch * tokens, self.e());
+        let (q_width, kv_width) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
+        let fused = c.arch == Arch::Phi3;
         let head_norm = c.arch == Arch::Qwen3;
         let project = |t: &mut Self, width: u64, normed_heads: bool| {
             let out = t.linear(bt, width, c.qkv_bias);
@@ -136,40 +168,69 @@ impl Tape<'_> {
             t.free(out);
             n
         };
-        let q = project(self, q_width, head_norm);
-        let k = project(self, kv_width, head_norm);
-        let v = project(self, kv_width, false);
+        let (qkv, separate) = if fused {
+            (Some(self.linear(bt, q_width + 2 * kv_width, false)), None)
+        } else {
+            let q = project(self, q_width, head_norm);
+            let k = project(self, kv_width, head_norm);
+            (None, Some([q, k, project(self, kv_width, false)]))
+        };
         let q_rot = self.rotate(bt * q_width * e);
         let k_rot = self.rotate(bt * kv_width * e);
-        self.free_all(&[q, k]);
-        self.update(l, Some((k_rot, v)), past, tokens);
+        match separate {
+            Some([q, k, v]) => {
+                self.free_all(&[q, k]);
+                self.update(l, &[k_rot, v], past, tokens);
+            }
+            // The values are a view of the projection.
+            None => self.update(l, &[k_rot], past, tokens),
+        }
         let keys = self.attended(past, tokens);
-        let (attended, weights) = match self.g.attention {
+        let (mut attended, weights) = match self.g.attention {
             Attention::Eager => {
                 let (out, weights) = self.eager(tokens, keys);
                 (out, Some(weights))
             }
             Attention::Sdpa => (self.sdpa(tokens), None),
         };
-        let projected = self.linear(bt, c.hidden, c.o_bias);
-        self.free_all(&[attended, q_rot, normed]);
-        let h = self.act("add", bt * c.hidden * e);
-        self.free(projected);
-        let normed = self.rms_norm(h, bt, c.hidden);
-        let gate = self.linear(bt, c.intermediate, c.mlp_bias);
-        let act = self.act("silu", bt * c.intermediate * e);
-        self.free(gate);
-        let up = self.linear(bt, c.intermediate, c.mlp_bias);
-        let gated = self.act("mul", bt * c.intermediate * e);
-        self.free_all(&[act, up]);
-        let down = self.linear(bt, c.hidden, c.mlp_bias);
-        self.free_all(&[gated, normed]);
-        let out = self.act("add", bt * c.hidden * e);
-        self.free_all(&[down, h]);
-        if let Some(w) = weights {
-            self.free(w);
+        if fused && tokens > 1 {
+            // `attn_output.reshape(...).contiguous()` copies Phi-3's.
+            let copy = self.act("clone", bt * q_width * e);
+            self.free(attended);
+            attended = copy;
         }
-        out
+        let projected = self.linear(bt, c.hidden, c.o_bias);
+        let done: Vec<usize> = [Some(attended), qkv, Some(q_rot), Some(normed)]
+            .into_iter()
+            .flatten()
+            .collect();
+        self.free_all(&done);
+        (projected, weights)
+    }
+
+    /// The gated SiLU MLP on `rows` normed rows (Phi-3's gate and up in
+    /// one projection): its output, its temporaries gone.
+    fn mlp(&mut self, rows: u64) -> usize {
+        let (c, e) = (self.c, self.e());
+        let wide = rows * c.intermediate * e;
+        if c.arch == Arch::Phi3 {
+            let gate_up = self.linear(rows, 2 * c.intermediate, false);
+            let act = self.act("silu", wide);
+            let gated = self.act("mul", wide);
+            self.free(act);
+            let down = self.linear(rows, c.hidden, false);
+            self.free_all(&[gated, gate_up]);
+            return down;
+        }
+        let gate = self.linear(rows, c.intermediate, c.mlp_bias);
+        let act = self.act("silu", wide);
+        self.free(gate);
+        let up = self.linear(rows, c.intermediate, c.mlp_bias);
+        let gated = self.act("mul", wide);
+        self.free_all(&[act, up]);
+        let down = self.linear(rows, c.hidden, c.mlp_bias);
+        self.free(gated);
+        down
     }
 
     /// `LlamaForCausalLM.forward` over `tokens` positions after `past`:

@@ -153,8 +153,9 @@ impl Tape<'_> {
     /// The layer's cache takes `tokens` new keys and values after `past`
     /// (a dynamic cache by `cat`, a static one into its zeros); then
     /// `fresh`, the tensors they came in, go (Llama's rotated keys and its
-    /// values; GPT-2's are views of its projection, which holds them).
-    fn update(&mut self, l: usize, fresh: Option<(usize, usize)>, past: u64, tokens: u64) {
+    /// values; Phi-3's values and GPT-2's keys and values are views of the
+    /// projection, which holds them).
+    fn update(&mut self, l: usize, fresh: &[usize], past: u64, tokens: u64) {
         let c = self.c;
         let row = self.g.batch * c.kv_heads * c.head_dim * self.e();
         let layer = self.cache[l];
@@ -185,9 +186,7 @@ impl Tape<'_> {
             }
             Cache::Static => {}
         }
-        if let Some((keys, values)) = fresh {
-            self.free_all(&[keys, values]);
-        }
+        self.free_all(fresh);
     }
 
     /// The keys attention reads: the cache's length.
@@ -276,9 +275,9 @@ impl Tape<'_> {
 
 /// The program of `generate` for model `c` loaded in `dtype`.
 pub fn program(c: &HfConfig, dtype: Dtype, g: Generation) -> Result<Program, Invalid> {
-    if !(c.arch.llama_like() || c.arch == Arch::Gpt2) {
+    if !(c.arch.llama_like() || matches!(c.arch, Arch::Gpt2 | Arch::Phi3)) {
         return Err(Invalid(format!(
-            "generation is modelled for GPT-2, Llama, Mistral, Qwen2 and Qwen3 models; {} is not yet",
+            "generation is modelled for GPT-2, Llama, Mistral, Qwen2, Qwen3 and Phi-3 models; {} is not yet",
             c.arch.causal_lm()
         )));
     }

@@ -100,6 +100,9 @@ fn each_forward_allocates_and_frees_as_transformers_does() {
         if !(small && case["attn"] == "sdpa" && case["cache"] == "dynamic") {
             continue;
         }
+        if case["model"].as_str().unwrap().starts_with("gemma") {
+            continue;
+        }
         let p = ours(&case);
         let events = case["events"].as_array().unwrap();
         for (k, call) in case["calls"].as_array().unwrap().iter().enumerate() {
@@ -118,7 +121,7 @@ fn each_forward_allocates_and_frees_as_transformers_does() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 10 * 4);
+    assert_eq!(checked, 12 * 4);
 }
 
 #[test]
@@ -174,11 +177,11 @@ fn what_generate_cannot_run_is_refused_with_the_reason() {
         .unwrap_err()
         .0;
     assert!(e.contains("at least 1"), "{e}");
-    let phi3 = HfConfig::read(&serde_json::json!({"model_type": "phi3"})).unwrap();
-    let e = program(&phi3, Dtype::Float32, Generation { prompt: 8, ..g })
+    let gemma = HfConfig::read(&serde_json::json!({"model_type": "gemma2"})).unwrap();
+    let e = program(&gemma, Dtype::Float32, Generation { prompt: 8, ..g })
         .unwrap_err()
         .0;
-    assert!(e.contains("Phi3ForCausalLM is not yet"), "{e}");
+    assert!(e.contains("Gemma2ForCausalLM is not yet"), "{e}");
 }
 
 #[test]
