@@ -57,8 +57,16 @@ PHI3 = {"model_type": "phi3", "vocab_size": 1000, "hidden_size": 64, "intermedia
         "tie_word_embeddings": False}
 WIDE = {**LLAMA, "vocab_size": 32000, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 2,
         "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64}
+# Gemma's sliding window shorter than the prompt: the sliding layers' cache
+# keeps the window's last positions.
+WIDE_GEMMA2 = {**GEMMA2, "vocab_size": 32000, "hidden_size": 1024, "intermediate_size": 4096, "num_attention_heads": 8,
+               "num_key_value_heads": 4, "head_dim": 128, "query_pre_attn_scalar": 128, "sliding_window": 64}
+WIDE_GEMMA3 = {**GEMMA3, "vocab_size": 32000, "hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 6,
+               "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 128, "query_pre_attn_scalar": 128,
+               "sliding_window": 64}
 CONFIGS = {"gpt2": GPT2, "llama": LLAMA, "mistral": MISTRAL, "qwen2": QWEN2, "qwen3": QWEN3, "gemma2": GEMMA2,
-           "gemma3": GEMMA3, "phi3": PHI3, "wide": WIDE}
+           "gemma3": GEMMA3, "phi3": PHI3, "wide": WIDE,
+           "wide-gemma2": WIDE_GEMMA2, "wide-gemma3": WIDE_GEMMA3}
 
 SMALL = dict(batch=2, prompt=8, new_tokens=4)
 CASES = [dict(model=m, dtype=d, attn=a, cache=c, **SMALL)
@@ -66,6 +74,8 @@ CASES = [dict(model=m, dtype=d, attn=a, cache=c, **SMALL)
          for d in ("float32", "bfloat16") for a in ("eager", "sdpa") for c in ("dynamic", "static")]
 CASES += [dict(model="wide", dtype="bfloat16", attn=a, cache=c, batch=4, prompt=128, new_tokens=16)
           for a in ("sdpa", "eager") for c in ("dynamic", "static")]
+CASES += [dict(model=m, dtype="bfloat16", attn=a, cache="dynamic", batch=4, prompt=128, new_tokens=16)
+          for m, a in (("wide-gemma2", "eager"), ("wide-gemma3", "sdpa"))]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -96,7 +106,7 @@ def run(case):
         shape = list(out.shape)
         del out
     # The wide model's events are many: its forwards' peaks are what is compared.
-    events = live.ops if case["model"] != "wide" else []
+    events = live.ops if not case["model"].startswith("wide") else []
     return {**case, "output_shape": shape, "peak": live.peak, "calls": calls, "events": events}
 
 

@@ -94,6 +94,15 @@ pub struct HfConfig {
     pub rotary: u64,
     /// The type the weights are loaded in (`torch_dtype`, or `dtype`).
     pub dtype: Dtype,
+    /// Gemma's sliding-window layers: the window (0: none), and every
+    /// how many layers one attends to everything (2 in Gemma 2, 6 in
+    /// Gemma 3's `sliding_window_pattern`).
+    pub sliding_window: u64,
+    pub full_every: u64,
+    /// Gemma 2's `attn_logit_softcapping` and `final_logit_softcapping`
+    /// (`tanh` of the scores, of the logits).
+    pub attn_softcap: bool,
+    pub final_softcap: bool,
 }
 
 /// A field read as an integer, or the default.
@@ -220,9 +229,20 @@ impl HfConfig {
                 ((head_dim as f64 * partial) as u64) / 2
             },
             dtype: dtype(c)?,
+            sliding_window: 0,
+            full_every: 0,
+            attn_softcap: false,
+            final_softcap: false,
         };
+        let config = gemma(c, config)?;
         config.check()?;
         Ok(config)
+    }
+
+    /// Whether layer `l` attends to a sliding window (Gemma's
+    /// `layer_types`).
+    pub fn sliding(&self, l: u64) -> bool {
+        self.sliding_window > 0 && (l + 1) % self.full_every != 0
     }
 
     /// Sizes that no GPU holds are refused before anything is built.
@@ -247,6 +267,31 @@ impl HfConfig {
     pub fn kv_bytes_per_token(&self, dtype: Dtype) -> u64 {
         2 * self.kv_heads * self.head_dim * dtype.size_bytes()
     }
+}
+
+/// Gemma's sliding windows and soft caps, with each class's defaults.
+fn gemma(c: &Map<String, Value>, config: HfConfig) -> Result<HfConfig, Invalid> {
+    let cap = |key: &str, default: bool| match c.get(key) {
+        None => default,
+        Some(v) => !v.is_null(),
+    };
+    Ok(match config.arch {
+        Arch::Gemma2 => HfConfig {
+            sliding_window: uint(c, "sliding_window", Some(4096))?,
+            full_every: 2,
+            attn_softcap: cap("attn_logit_softcapping", true),
+            final_softcap: cap("final_logit_softcapping", true),
+            ..config
+        },
+        Arch::Gemma3 => HfConfig {
+            sliding_window: uint(c, "sliding_window", Some(4096))?,
+            full_every: uint(c, "sliding_window_pattern", Some(6))?,
+            attn_softcap: cap("attn_logit_softcapping", false),
+            final_softcap: cap("final_logit_softcapping", false),
+            ..config
+        },
+        _ => config,
+    })
 }
 
 #[cfg(test)]

@@ -63,13 +63,13 @@ impl Tape<'_> {
     }
 
     /// One `GPT2Block` from `x`: its output.
-    fn gpt2_block(&mut self, l: usize, past: u64, tokens: u64) -> usize {
+    fn gpt2_block(&mut self, l: usize, tokens: u64) -> usize {
         let (c, e) = (self.c, self.e());
         let (bt, d) = (self.g.batch * tokens, c.hidden);
         let normed = self.layer_norm(bt);
         let qkv = self.act("addmm", bt * 3 * d * e);
-        self.update(l, &[], past, tokens);
-        let keys = self.attended(past, tokens);
+        self.update(l, &[], tokens);
+        let keys = self.layer_keys(l);
         let (attended, weights) = match self.g.attention {
             Attention::Eager => {
                 let (out, weights) = self.gpt2_eager(tokens, keys);
@@ -108,7 +108,7 @@ impl Tape<'_> {
         let mut x = self.act("add", bt * c.hidden * e);
         let mask = self.mask(past, tokens);
         for l in 0..c.layers as usize {
-            let out = self.gpt2_block(l, past, tokens);
+            let out = self.gpt2_block(l, tokens);
             self.free(x);
             x = out;
         }

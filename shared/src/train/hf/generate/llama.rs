@@ -9,7 +9,7 @@ use crate::types::Dtype;
 impl Tape<'_> {
     /// `LlamaRotaryEmbedding.forward`: cos and sin of `tokens` positions
     /// (float32, cast to the model's type).
-    fn rotary(&mut self, tokens: u64) -> (usize, usize) {
+    pub(super) fn rotary(&mut self, tokens: u64) -> (usize, usize) {
         let (r, low) = (self.c.rotary, self.dtype != Dtype::Float32);
         let positions = self.act("_to_copy", tokens * F32);
         let freqs = self.act("mul", tokens * r * F32);
@@ -69,7 +69,7 @@ impl Tape<'_> {
 
     /// `apply_rotary_pos_emb` on one of q and k: `x * cos +
     /// rotate_half(x) * sin`.
-    fn rotate(&mut self, bytes: u64) -> usize {
+    pub(super) fn rotate(&mut self, bytes: u64) -> usize {
         let times_cos = self.act("mul", bytes);
         let negated = self.act("neg", bytes / 2);
         let half = self.act("cat", bytes);
@@ -92,7 +92,7 @@ impl Tape<'_> {
     /// is copied first when the prefill's layout makes it non-contiguous.
     /// Returns the output and the attention weights, which the layer holds
     /// (`hidden_states, _ = self.self_attn(...)`) until it returns.
-    fn eager(&mut self, tokens: u64, keys: u64) -> (usize, usize) {
+    pub(super) fn eager(&mut self, tokens: u64, keys: u64) -> (usize, usize) {
         let (c, b, e) = (self.c, self.g.batch, self.e());
         let heads = b * c.heads;
         let repeated = heads * keys * c.head_dim * e;
@@ -104,8 +104,16 @@ impl Tape<'_> {
         if let Some(q) = q {
             self.free(q);
         }
-        let scaled = self.act("mul", scores * e);
+        let mut scaled = self.act("mul", scores * e);
         self.free(raw);
+        if self.c.attn_softcap {
+            // Gemma 2: `tanh(scores / cap) * cap`.
+            for op in ["div", "tanh", "mul"] {
+                let next = self.act(op, scores * e);
+                self.free(scaled);
+                scaled = next;
+            }
+        }
         let masked = self.act("add", scores * e);
         self.free(scaled);
         let wide = self.act("_to_copy", scores * F32);
@@ -127,10 +135,10 @@ impl Tape<'_> {
     }
 
     /// One decoder layer's forward from `x`: its output.
-    fn layer(&mut self, l: usize, x: usize, past: u64, tokens: u64) -> usize {
+    fn layer(&mut self, l: usize, x: usize, tokens: u64) -> usize {
         let (c, bt, e) = (self.c, self.g.batch * tokens, self.e());
         let normed = self.rms_norm(x, bt, c.hidden);
-        let (projected, weights) = self.self_attn(l, normed, past, tokens);
+        let (projected, weights) = self.self_attn(l, normed, tokens);
         let h = self.act("add", bt * c.hidden * e);
         self.free(projected);
         let normed = self.rms_norm(h, bt, c.hidden);
@@ -148,13 +156,7 @@ impl Tape<'_> {
     /// one projection, viewed three ways; else three, Qwen3's each
     /// normed per head), rotated, cached, attended, projected. Returns the
     /// projection and eager attention's weights, which the layer holds.
-    fn self_attn(
-        &mut self,
-        l: usize,
-        normed: usize,
-        past: u64,
-        tokens: u64,
-    ) -> (usize, Option<usize>) {
+    fn self_attn(&mut self, l: usize, normed: usize, tokens: u64) -> (usize, Option<usize>) {
         let (c, bt, e) = (self.c, self.g.batch * tokens, self.e());
         let (q_width, kv_width) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
         let fused = c.arch == Arch::Phi3;
@@ -180,12 +182,12 @@ impl Tape<'_> {
         match separate {
             Some([q, k, v]) => {
                 self.free_all(&[q, k]);
-                self.update(l, &[k_rot, v], past, tokens);
+                self.update(l, &[k_rot, v], tokens);
             }
             // The values are a view of the projection.
-            None => self.update(l, &[k_rot], past, tokens),
+            None => self.update(l, &[k_rot], tokens),
         }
-        let keys = self.attended(past, tokens);
+        let keys = self.layer_keys(l);
         let (mut attended, weights) = match self.g.attention {
             Attention::Eager => {
                 let (out, weights) = self.eager(tokens, keys);
@@ -242,7 +244,7 @@ impl Tape<'_> {
         let (cos, sin) = self.rotary(b * tokens);
         let mut x = embeds;
         for l in 0..c.layers as usize {
-            let out = self.layer(l, x, past, tokens);
+            let out = self.layer(l, x, tokens);
             if x != embeds {
                 self.free(x);
             }

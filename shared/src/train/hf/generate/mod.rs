@@ -1,12 +1,14 @@
 //! `model.generate(ids, max_new_tokens=N, do_sample=False)` under
-//! `torch.no_grad()` as transformers 5.24 runs a Llama-family model
-//! (Llama, Mistral, Qwen2, Qwen3): the prefill's forward over the prompt,
+//! `torch.no_grad()` as transformers 5.24 runs each supported family
+//! (`llama`: Llama, Mistral, Qwen2, Qwen3, Phi-3; `gpt2`; `gemma`: Gemma 2
+//! and 3): the prefill's forward over the prompt,
 //! then one forward per new token, each op's output allocated and freed
 //! where Python drops it, the keys and values kept by the cache:
 //!
 //! - `DynamicCache`: every layer's keys and values grow by `torch.cat`
 //!   each token, so the old and the new tensor live together for a moment
-//!   and the caching allocator sees ever larger requests;
+//!   and the caching allocator sees ever larger requests (a sliding
+//!   layer's stop growing at its window);
 //! - `StaticCache` (`cache_implementation="static"`): zeros of the whole
 //!   length made at the prefill, written in place.
 //!
@@ -106,11 +108,13 @@ pub struct Program {
     pub steps: Vec<Step>,
 }
 
-/// Where the cache for one layer stands.
-#[derive(Clone, Copy)]
+/// Where the cache for one layer stands: its tensors and how many
+/// positions they hold.
+#[derive(Clone, Copy, Default)]
 struct Layer {
     keys: Option<usize>,
     values: Option<usize>,
+    len: u64,
 }
 
 struct Tape<'a> {
@@ -155,14 +159,34 @@ impl Tape<'_> {
     /// `fresh`, the tensors they came in, go (Llama's rotated keys and its
     /// values; Phi-3's values and GPT-2's keys and values are views of the
     /// projection, which holds them).
-    fn update(&mut self, l: usize, fresh: &[usize], past: u64, tokens: u64) {
+    fn update(&mut self, l: usize, fresh: &[usize], tokens: u64) {
         let c = self.c;
         let row = self.g.batch * c.kv_heads * c.head_dim * self.e();
         let layer = self.cache[l];
         match self.g.cache {
             Cache::Dynamic => {
-                let grown = (past + tokens) * row;
+                // A sliding layer keeps its window's last positions
+                // (`DynamicSlidingWindowLayer`), the view of a `cat`.
+                let kept = if c.sliding(l as u64) {
+                    layer.len.min(c.sliding_window - 1)
+                } else {
+                    layer.len
+                };
+                let grown = (kept + tokens) * row;
+                let old = [layer.keys, layer.values];
                 let k = self.alloc("cat", grown, Holds::KvCache);
+                if c.sliding(l as u64) {
+                    // Both `cat`s first, then the window's views rebind.
+                    let v = self.alloc("cat", grown, Holds::KvCache);
+                    self.free_all(&old.into_iter().flatten().collect::<Vec<_>>());
+                    self.cache[l] = Layer {
+                        keys: Some(k),
+                        values: Some(v),
+                        len: kept + tokens,
+                    };
+                    self.free_all(fresh);
+                    return;
+                }
                 if let Some(old) = layer.keys {
                     self.free(old);
                 }
@@ -173,15 +197,17 @@ impl Tape<'_> {
                 self.cache[l] = Layer {
                     keys: Some(k),
                     values: Some(v),
+                    len: kept + tokens,
                 };
             }
             Cache::Static if layer.keys.is_none() => {
-                let length = self.g.prompt + self.g.new_tokens - 1;
+                let length = self.static_length(l);
                 let k = self.alloc("zeros", length * row, Holds::KvCache);
                 let v = self.alloc("zeros", length * row, Holds::KvCache);
                 self.cache[l] = Layer {
                     keys: Some(k),
                     values: Some(v),
+                    len: length,
                 };
             }
             Cache::Static => {}
@@ -189,7 +215,23 @@ impl Tape<'_> {
         self.free_all(fresh);
     }
 
-    /// The keys attention reads: the cache's length.
+    /// A static cache's positions in layer `l` (a sliding layer's at most
+    /// its window: `StaticSlidingWindowLayer`).
+    fn static_length(&self, l: usize) -> u64 {
+        let length = self.g.prompt + self.g.new_tokens - 1;
+        if self.c.sliding(l as u64) {
+            return length.min(self.c.sliding_window);
+        }
+        length
+    }
+
+    /// The keys layer `l`'s attention reads, its cache updated.
+    fn layer_keys(&self, l: usize) -> u64 {
+        self.cache[l].len
+    }
+
+    /// The positions the model has seen, this forward's included (the
+    /// masks' width).
     fn attended(&self, past: u64, tokens: u64) -> u64 {
         match self.g.cache {
             Cache::Dynamic => past + tokens,
@@ -227,6 +269,7 @@ impl Tape<'_> {
         self.p.steps.push(Step::Forward(k));
         let logits = match self.c.arch {
             Arch::Gpt2 => self.gpt2_forward(past, tokens),
+            Arch::Gemma2 | Arch::Gemma3 => self.gemma_forward(past, tokens),
             _ => self.llama_forward(past, tokens),
         };
         self.p.steps.push(Step::Returned(k));
@@ -275,11 +318,10 @@ impl Tape<'_> {
 
 /// The program of `generate` for model `c` loaded in `dtype`.
 pub fn program(c: &HfConfig, dtype: Dtype, g: Generation) -> Result<Program, Invalid> {
-    if !(c.arch.llama_like() || matches!(c.arch, Arch::Gpt2 | Arch::Phi3)) {
-        return Err(Invalid(format!(
-            "generation is modelled for GPT-2, Llama, Mistral, Qwen2, Qwen3 and Phi-3 models; {} is not yet",
-            c.arch.causal_lm()
-        )));
+    if c.arch == Arch::Gemma2 && g.attention == Attention::Sdpa {
+        return Err(Invalid::from(
+            "Gemma2ForCausalLM does not support sdpa in transformers (its attention soft-caps the scores): attn_implementation=\"eager\"",
+        ));
     }
     if g.batch == 0 || g.prompt == 0 || g.new_tokens == 0 {
         return Err(Invalid::from(
@@ -297,17 +339,12 @@ pub fn program(c: &HfConfig, dtype: Dtype, g: Generation) -> Result<Program, Inv
         g,
         dtype,
         p: Program::default(),
-        cache: vec![
-            Layer {
-                keys: None,
-                values: None
-            };
-            c.layers as usize
-        ],
+        cache: vec![Layer::default(); c.layers as usize],
     };
     Ok(tape.run())
 }
 
+mod gemma;
 mod gpt2;
 mod llama;
 

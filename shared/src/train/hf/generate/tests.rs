@@ -3,7 +3,9 @@
 //! frees in order where the op sequence is the model's own (sdpa with the
 //! dynamic cache, float32 and bfloat16, each Llama-family type), and each
 //! forward's peak and what lives after it within 1% on a model of
-//! Llama-3.2-1B's layer width (eager and sdpa, both caches).
+//! Llama-3.2-1B's layer width (eager and sdpa, both caches), and on Gemma 2
+//! (eager) and Gemma 3 (sdpa) models whose sliding window is shorter than
+//! the prompt.
 
 use super::{program, Cache, Generation, Program, Step};
 use crate::train::hf::config::HfConfig;
@@ -26,6 +28,10 @@ fn config(case: &Value) -> HfConfig {
 }
 
 fn ours(case: &Value) -> Program {
+    program_of(case).unwrap()
+}
+
+fn program_of(case: &Value) -> Result<Program, crate::error::Invalid> {
     let dtype = match case["dtype"].as_str().unwrap() {
         "float32" => Dtype::Float32,
         _ => Dtype::Bfloat16,
@@ -43,7 +49,7 @@ fn ours(case: &Value) -> Program {
             _ => Attention::Sdpa,
         },
     };
-    program(&config(case), dtype, g).unwrap()
+    program(&config(case), dtype, g)
 }
 
 /// An aten overload's op (`mul.Tensor` → `mul`), the CPU's flash kernel
@@ -96,11 +102,13 @@ fn forward_peaks(p: &Program) -> Vec<(u64, u64, u64)> {
 fn each_forward_allocates_and_frees_as_transformers_does() {
     let mut checked = 0;
     for case in cases() {
-        let small = case["model"] != "wide";
+        let small = !case["model"].as_str().unwrap().starts_with("wide");
         if !(small && case["attn"] == "sdpa" && case["cache"] == "dynamic") {
             continue;
         }
-        if case["model"].as_str().unwrap().starts_with("gemma") {
+        if case.get("error").is_some() {
+            // transformers refuses the pairing; so does vramlab.
+            assert!(program_of(&case).is_err(), "{case:?}");
             continue;
         }
         let p = ours(&case);
@@ -121,7 +129,7 @@ fn each_forward_allocates_and_frees_as_transformers_does() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 12 * 4);
+    assert_eq!(checked, 14 * 4);
 }
 
 #[test]
@@ -133,7 +141,7 @@ fn each_forwards_peak_and_what_lives_after_it_are_within_one_percent() {
     let eager_static = |c: &Value| c["attn"] == "eager" && c["cache"] == "static";
     for case in cases()
         .iter()
-        .filter(|c| c["model"] == "wide" && !eager_static(c))
+        .filter(|c| c["model"].as_str().unwrap().starts_with("wide") && !eager_static(c))
     {
         let p = ours(case);
         let calls = case["calls"].as_array().unwrap();
@@ -156,7 +164,7 @@ fn each_forwards_peak_and_what_lives_after_it_are_within_one_percent() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 3 * 16);
+    assert_eq!(checked, 5 * 16);
 }
 
 #[test]
@@ -181,7 +189,7 @@ fn what_generate_cannot_run_is_refused_with_the_reason() {
     let e = program(&gemma, Dtype::Float32, Generation { prompt: 8, ..g })
         .unwrap_err()
         .0;
-    assert!(e.contains("Gemma2ForCausalLM is not yet"), "{e}");
+    assert!(e.contains("Gemma2ForCausalLM does not support sdpa"), "{e}");
 }
 
 #[test]
