@@ -533,6 +533,52 @@ fn message() -> impl Strategy<Value = String> {
         })
 }
 
+/// A "will it fit?" request: its own fields and a config.json's, with
+/// values at the edges (the page's and `vramlab plan`'s one reader).
+fn plan_request() -> impl Strategy<Value = String> {
+    const CONFIG: &[&str] = &[
+        "model_type", "hidden_size", "n_embd", "intermediate_size", "n_inner",
+        "num_hidden_layers", "n_layer", "num_attention_heads", "n_head",
+        "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings",
+        "n_positions", "tie_word_embeddings", "torch_dtype", "sliding_window",
+        "sliding_window_pattern", "attention_bias", "mlp_bias", "partial_rotary_factor",
+        "attn_logit_softcapping", "final_logit_softcapping",
+    ];
+    const REQUEST: &[&str] = &[
+        "model", "config", "config_path", "gpu", "batch", "prompt", "new_tokens", "cache",
+        "attn", "dtype", "x",
+    ];
+    const WORDS: &[&str] = &[
+        "llama", "gpt2", "qwen2", "qwen3", "mistral", "gemma2", "gemma3_text", "phi3", "bert",
+        "Llama-3.1-8B", "gpt2", "bfloat16", "float16", "int8", "t4", "h200", "v100", "dynamic",
+        "static", "eager", "sdpa", "",
+    ];
+    let value = || {
+        prop_oneof![
+            (1u64..48).prop_map(Value::from),
+            prop_oneof![Just(0u64), Just(1 << 20), Just(1 << 39), Just(u64::MAX)].prop_map(Value::from),
+            prop_oneof![Just(-1i64), Just(0.25f64 as i64)].prop_map(Value::from),
+            Just(Value::from(0.5f64)),
+            prop::sample::select(WORDS).prop_map(Value::from),
+            any::<bool>().prop_map(Value::from),
+            Just(Value::Null),
+        ]
+    };
+    let fields = |keys: &'static [&'static str]| {
+        prop::collection::vec((prop::sample::select(keys), value()), 0..10)
+    };
+    (fields(CONFIG), fields(REQUEST), any::<bool>()).prop_map(|(config, request, pasted)| {
+        let mut r: serde_json::Map<String, Value> =
+            request.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        if pasted {
+            let c: serde_json::Map<String, Value> =
+                config.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            r.insert("config".into(), Value::Object(c));
+        }
+        Value::Object(r).to_string()
+    })
+}
+
 /// Runs `inputs` cases of `strategy` through `read`.
 fn fuzz<T: std::fmt::Debug>(
     strategy: impl Strategy<Value = T>,
@@ -581,6 +627,36 @@ fn every_reader_answers_each_input_within_its_limits() {
             w.bytes >> 10
         );
     }
+}
+
+/// "Will it fit?": every request is read, a value or an error; one that
+/// reads is planned (a small run played on its GPU, a larger one built),
+/// never a panic, within the limits.
+#[test]
+fn every_plan_request_is_answered_within_its_limits() {
+    use vramlab_shared::train::hf::{ask, generate, plan};
+    let mut worst = Worst::default();
+    fuzz(plan_request(), cases(400), |text| {
+        worst.measure("the plan reader", text.as_bytes(), || {
+            let Ok(asked) = ask::read(&serde_json::from_str(&text).unwrap()) else {
+                return;
+            };
+            let (q, g) = (asked.question, asked.question.generation);
+            let forwards = q.config.layers * g.new_tokens;
+            if forwards <= 64 && g.batch * g.prompt <= 1 << 16 {
+                let _ = plan::run(&q);
+            } else if forwards <= 4096 {
+                let _ = generate::program(&q.config, q.dtype, g);
+            }
+            let _ = ask::python(&asked);
+        });
+    });
+    println!(
+        "figure: plan reader: {} inputs, worst {:?} and {} KiB each",
+        worst.inputs,
+        worst.time,
+        worst.bytes >> 10
+    );
 }
 
 /// What is done with a snapshot once it reads: the exact replay, a

@@ -195,13 +195,11 @@ pub fn answer(q: &Question) -> Result<Answer, Invalid> {
         ..*q
     };
     let g = q.generation;
-    let largest_batch = largest(4096, |b| {
-        Ok(self::run(&with(Generation { batch: b, ..g }))?.fits())
-    })?;
+    // A run refused for its size (a tensor beyond any GPU) does not fit.
+    let fits = |g: Generation| Ok(self::run(&with(g)).is_ok_and(|r| r.fits()));
+    let largest_batch = largest(4096, |b| fits(Generation { batch: b, ..g }))?;
     let room = q.config.max_positions.saturating_sub(g.new_tokens);
-    let longest_prompt = largest(room, |p| {
-        Ok(self::run(&with(Generation { prompt: p, ..g }))?.fits())
-    })?;
+    let longest_prompt = largest(room, |p| fits(Generation { prompt: p, ..g }))?;
     Ok(Answer {
         run,
         largest_batch,

@@ -316,6 +316,29 @@ impl Tape<'_> {
     }
 }
 
+/// The most layer forwards one run plays (32 layers x 4,096 new tokens):
+/// a run's steps are held in memory, in the page too.
+pub const MOST_LAYER_FORWARDS: u64 = 1 << 17;
+
+/// The bytes of the run's largest tensor, at most (in float32): eager
+/// attention's scores, the logits, the widest activation, the cache.
+fn biggest_tensor(c: &HfConfig, g: Generation) -> u128 {
+    let (b, s) = (u128::from(g.batch), u128::from(g.prompt));
+    let t = s + u128::from(g.new_tokens);
+    let wide = [c.hidden, 2 * c.intermediate, (c.heads + 2 * c.kv_heads) * c.head_dim];
+    let widest = u128::from(wide.into_iter().max().unwrap_or(0));
+    [
+        b * u128::from(c.heads) * s * t,
+        b * u128::from(c.vocab),
+        b * s * widest,
+        b * t * u128::from(c.kv_heads * c.head_dim),
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0)
+        * 4
+}
+
 /// The program of `generate` for model `c` loaded in `dtype`.
 pub fn program(c: &HfConfig, dtype: Dtype, g: Generation) -> Result<Program, Invalid> {
     if c.arch == Arch::Gemma2 && g.attention == Attention::Sdpa {
@@ -328,10 +351,22 @@ pub fn program(c: &HfConfig, dtype: Dtype, g: Generation) -> Result<Program, Inv
             "batch, prompt length and new tokens are each at least 1",
         ));
     }
-    if g.prompt + g.new_tokens > c.max_positions {
+    if g.prompt.saturating_add(g.new_tokens) > c.max_positions {
         return Err(Invalid(format!(
             "{} + {} tokens are more than the model's {} positions (max_position_embeddings)",
             g.prompt, g.new_tokens, c.max_positions
+        )));
+    }
+    if c.layers.saturating_mul(g.new_tokens) > MOST_LAYER_FORWARDS {
+        return Err(Invalid(format!(
+            "{} layers x {} new tokens is more than the {MOST_LAYER_FORWARDS} layer forwards vramlab plays in one run: ask for fewer new tokens",
+            c.layers, g.new_tokens
+        )));
+    }
+    let biggest = biggest_tensor(c, g);
+    if biggest > 1 << 50 {
+        return Err(Invalid(format!(
+            "one of its tensors would hold {biggest} bytes: beyond any GPU"
         )));
     }
     let tape = Tape {
