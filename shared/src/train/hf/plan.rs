@@ -5,7 +5,7 @@
 //! longest prompt that fit.
 
 use super::config::HfConfig;
-use super::generate::{program, Generation, Holds, Step};
+use super::generate::{play, Generation, Holds, Made, Sink, Step};
 use super::params::{buffers, parameters};
 use crate::device::{SimDevice, SimDeviceConfig};
 use crate::error::Invalid;
@@ -79,9 +79,75 @@ fn process(gpu: GpuModel) -> Result<Process, Invalid> {
     Ok(Process::new(Box::new(device), allocator))
 }
 
+/// Plays a run's steps on the process as the run makes them: each live
+/// tensor in a slot reused once it is freed, the bytes each kind holds,
+/// the peak and what held it; the first request refused ends the run.
+struct Player<'a> {
+    proc: &'a mut Process,
+    out: &'a mut Run,
+    live: Vec<Option<(ObjId, Holds)>>,
+    spare: Vec<usize>,
+    held: [u64; 4],
+    at: Stop,
+}
+
+impl Sink for Player<'_> {
+    fn alloc(&mut self, m: Made) -> usize {
+        if self.out.out_of_memory.is_some() {
+            return usize::MAX;
+        }
+        let (label, shape) = (m.holds.name(), vec![m.bytes]);
+        let category = m.holds.category();
+        let id = match self
+            .proc
+            .alloc_tensor(label, m.bytes, shape, Dtype::Uint8, category)
+        {
+            Ok(id) => id,
+            Err(f) => {
+                let asked = f.error.out_of_memory().map_or(0, |o| o.requested);
+                self.out.out_of_memory = Some((self.at.clone(), asked));
+                return usize::MAX;
+            }
+        };
+        self.held[index(m.holds)] += self.proc.block_size(id);
+        let allocated = self.proc.stats().allocated_bytes;
+        if allocated > self.out.peak_allocated {
+            self.out.peak_allocated = allocated;
+            let held = self.held;
+            self.out.at_peak = Holds::ALL.iter().map(|&h| (h, held[index(h)])).collect();
+        }
+        let slot = self.spare.pop().unwrap_or(self.live.len());
+        if slot == self.live.len() {
+            self.live.push(None);
+        }
+        self.live[slot] = Some((id, m.holds));
+        slot
+    }
+
+    fn free(&mut self, slot: usize) {
+        let Some((id, holds)) = self.live.get_mut(slot).and_then(Option::take) else {
+            return;
+        };
+        self.held[index(holds)] -= self.proc.block_size(id);
+        self.proc.drop_local(id);
+        self.spare.push(slot);
+    }
+
+    fn mark(&mut self, step: Step) {
+        self.at = match step {
+            Step::Returned(k) => Stop::After(k),
+            Step::Forward(k) => Stop::Forward(k),
+            Step::Alloc(_) | Step::Free(_) => return,
+        };
+    }
+
+    fn stopped(&self) -> bool {
+        self.out.out_of_memory.is_some()
+    }
+}
+
 /// Plays the question once.
 pub fn run(q: &Question) -> Result<Run, Invalid> {
-    let p = program(&q.config, q.dtype, q.generation)?;
     let mut proc = process(q.gpu)?;
     let stats = proc.stats();
     let mut out = Run {
@@ -103,50 +169,21 @@ pub fn run(q: &Question) -> Result<Run, Invalid> {
         };
         let bytes = t.numel() * dtype.size_bytes();
         if let Err(f) = proc.alloc_tensor(&t.name, bytes, t.shape, dtype, Category::Parameter) {
-            out.out_of_memory = Some((
-                Stop::Weights,
-                f.error.out_of_memory().map_or(0, |o| o.requested),
-            ));
+            let asked = f.error.out_of_memory().map_or(0, |o| o.requested);
+            out.out_of_memory = Some((Stop::Weights, asked));
             return Ok(finish(out, &proc));
         }
     }
     out.weights = proc.stats().allocated_bytes;
-    let mut ids: Vec<Option<ObjId>> = vec![None; p.made.len()];
-    let mut held = [0_u64; 4];
-    let mut at = Stop::Forward(0);
-    for step in &p.steps {
-        match *step {
-            Step::Alloc(i) => {
-                let m = p.made[i];
-                let label = m.holds.name();
-                let shape = vec![m.bytes];
-                match proc.alloc_tensor(label, m.bytes, shape, Dtype::Uint8, m.holds.category()) {
-                    Ok(id) => ids[i] = Some(id),
-                    Err(f) => {
-                        out.out_of_memory =
-                            Some((at, f.error.out_of_memory().map_or(0, |o| o.requested)));
-                        return Ok(finish(out, &proc));
-                    }
-                }
-                if let Some(id) = ids[i] {
-                    held[index(m.holds)] += proc.block_size(id);
-                }
-                let allocated = proc.stats().allocated_bytes;
-                if allocated > out.peak_allocated {
-                    out.peak_allocated = allocated;
-                    out.at_peak = Holds::ALL.iter().map(|&h| (h, held[index(h)])).collect();
-                }
-            }
-            Step::Free(i) => {
-                if let Some(id) = ids[i].take() {
-                    held[index(p.made[i].holds)] -= proc.block_size(id);
-                    proc.drop_local(id);
-                }
-            }
-            Step::Forward(k) => at = Stop::Forward(k),
-            Step::Returned(k) => at = Stop::After(k),
-        }
-    }
+    let mut player = Player {
+        proc: &mut proc,
+        out: &mut out,
+        live: Vec::new(),
+        spare: Vec::new(),
+        held: [0; 4],
+        at: Stop::Forward(0),
+    };
+    play(&q.config, q.dtype, q.generation, &mut player)?;
     Ok(finish(out, &proc))
 }
 

@@ -101,11 +101,41 @@ pub enum Step {
     Returned(u64),
 }
 
+/// Where a run's steps go, as they are made: collected ([`Program`]) or
+/// played on an allocator at once (`plan`), so a long run is never held.
+pub trait Sink {
+    /// A tensor is made: a handle the run frees it by.
+    fn alloc(&mut self, made: Made) -> usize;
+    fn free(&mut self, handle: usize);
+    /// A forward begins or returns.
+    fn mark(&mut self, step: Step);
+    /// Whether the run may stop here (the sink ran out of memory).
+    fn stopped(&self) -> bool {
+        false
+    }
+}
+
 /// The run as allocations and the order they come and go in.
 #[derive(Clone, Debug, Default)]
 pub struct Program {
     pub made: Vec<Made>,
     pub steps: Vec<Step>,
+}
+
+impl Sink for Program {
+    fn alloc(&mut self, made: Made) -> usize {
+        self.made.push(made);
+        self.steps.push(Step::Alloc(self.made.len() - 1));
+        self.made.len() - 1
+    }
+
+    fn free(&mut self, handle: usize) {
+        self.steps.push(Step::Free(handle));
+    }
+
+    fn mark(&mut self, step: Step) {
+        self.steps.push(step);
+    }
 }
 
 /// Where the cache for one layer stands: its tensors and how many
@@ -122,7 +152,7 @@ struct Tape<'a> {
     g: Generation,
     /// The type of the weights and activations.
     dtype: Dtype,
-    p: Program,
+    sink: &'a mut dyn Sink,
     cache: Vec<Layer>,
 }
 
@@ -134,10 +164,7 @@ impl Tape<'_> {
     }
 
     fn alloc(&mut self, op: &'static str, bytes: u64, holds: Holds) -> usize {
-        self.p.made.push(Made { op, bytes, holds });
-        let i = self.p.made.len() - 1;
-        self.p.steps.push(Step::Alloc(i));
-        i
+        self.sink.alloc(Made { op, bytes, holds })
     }
 
     fn act(&mut self, op: &'static str, bytes: u64) -> usize {
@@ -145,7 +172,7 @@ impl Tape<'_> {
     }
 
     fn free(&mut self, i: usize) {
-        self.p.steps.push(Step::Free(i));
+        self.sink.free(i);
     }
 
     fn free_all(&mut self, is: &[usize]) {
@@ -266,17 +293,17 @@ impl Tape<'_> {
     /// Forward `k` over `tokens` positions after `past`: the logits of
     /// the last position (`logits_to_keep=1`).
     fn forward(&mut self, k: u64, past: u64, tokens: u64) -> usize {
-        self.p.steps.push(Step::Forward(k));
+        self.sink.mark(Step::Forward(k));
         let logits = match self.c.arch {
             Arch::Gpt2 => self.gpt2_forward(past, tokens),
             Arch::Gemma2 | Arch::Gemma3 => self.gemma_forward(past, tokens),
             _ => self.llama_forward(past, tokens),
         };
-        self.p.steps.push(Step::Returned(k));
+        self.sink.mark(Step::Returned(k));
         logits
     }
 
-    fn run(mut self) -> Program {
+    fn run(mut self) {
         let (g, c) = (self.g, self.c);
         let ids_bytes = |len: u64| g.batch * len * 8;
         let mut ids = None;
@@ -303,6 +330,9 @@ impl Tape<'_> {
                 self.free(old);
             }
             self.free(logits);
+            if self.sink.stopped() {
+                return;
+            }
         }
         // `generate` returns: its cache, mask and scores go; the
         // sequences live on in the caller.
@@ -312,7 +342,6 @@ impl Tape<'_> {
             .collect();
         self.free_all(&[scores, mask].into_iter().flatten().collect::<Vec<_>>());
         self.free_all(&cache);
-        self.p
     }
 }
 
@@ -325,7 +354,11 @@ pub const MOST_LAYER_FORWARDS: u64 = 1 << 17;
 fn biggest_tensor(c: &HfConfig, g: Generation) -> u128 {
     let (b, s) = (u128::from(g.batch), u128::from(g.prompt));
     let t = s + u128::from(g.new_tokens);
-    let wide = [c.hidden, 2 * c.intermediate, (c.heads + 2 * c.kv_heads) * c.head_dim];
+    let wide = [
+        c.hidden,
+        2 * c.intermediate,
+        (c.heads + 2 * c.kv_heads) * c.head_dim,
+    ];
     let widest = u128::from(wide.into_iter().max().unwrap_or(0));
     [
         b * u128::from(c.heads) * s * t,
@@ -339,8 +372,16 @@ fn biggest_tensor(c: &HfConfig, g: Generation) -> u128 {
         * 4
 }
 
-/// The program of `generate` for model `c` loaded in `dtype`.
+/// The program of `generate` for model `c` loaded in `dtype`, collected.
 pub fn program(c: &HfConfig, dtype: Dtype, g: Generation) -> Result<Program, Invalid> {
+    let mut p = Program::default();
+    play(c, dtype, g, &mut p)?;
+    Ok(p)
+}
+
+/// `generate` for model `c` loaded in `dtype`, each step given to `sink`
+/// as it is made.
+pub fn play(c: &HfConfig, dtype: Dtype, g: Generation, sink: &mut dyn Sink) -> Result<(), Invalid> {
     if c.arch == Arch::Gemma2 && g.attention == Attention::Sdpa {
         return Err(Invalid::from(
             "Gemma2ForCausalLM does not support sdpa in transformers (its attention soft-caps the scores): attn_implementation=\"eager\"",
@@ -373,10 +414,11 @@ pub fn program(c: &HfConfig, dtype: Dtype, g: Generation) -> Result<Program, Inv
         c,
         g,
         dtype,
-        p: Program::default(),
+        sink,
         cache: vec![Layer::default(); c.layers as usize],
     };
-    Ok(tape.run())
+    tape.run();
+    Ok(())
 }
 
 mod gemma;

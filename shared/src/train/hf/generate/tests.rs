@@ -185,13 +185,43 @@ fn what_generate_cannot_run_is_refused_with_the_reason() {
         .unwrap_err()
         .0;
     assert!(e.contains("at least 1"), "{e}");
-    let e = program(&c, Dtype::Float16, Generation { prompt: 4, new_tokens: 5000, ..g });
-    assert!(e.unwrap_err().0.contains("more than the model's 100 positions"));
-    let long = HfConfig::read(&serde_json::json!({"model_type": "llama", "num_hidden_layers": 64,
-        "max_position_embeddings": 1_u64 << 30, "num_attention_heads": 64})).unwrap();
-    let e = program(&long, Dtype::Float16, Generation { prompt: 4, new_tokens: 4096, ..g });
-    assert!(e.unwrap_err().0.contains("64 layers x 4096 new tokens is more than the 131072 layer forwards"));
-    let eager = Generation { prompt: 1 << 29, new_tokens: 1, attention: Attention::Eager, ..g };
+    let e = program(
+        &c,
+        Dtype::Float16,
+        Generation {
+            prompt: 4,
+            new_tokens: 5000,
+            ..g
+        },
+    );
+    assert!(e
+        .unwrap_err()
+        .0
+        .contains("more than the model's 100 positions"));
+    let long = HfConfig::read(
+        &serde_json::json!({"model_type": "llama", "num_hidden_layers": 64,
+        "max_position_embeddings": 1_u64 << 30, "num_attention_heads": 64}),
+    )
+    .unwrap();
+    let e = program(
+        &long,
+        Dtype::Float16,
+        Generation {
+            prompt: 4,
+            new_tokens: 4096,
+            ..g
+        },
+    );
+    assert!(e
+        .unwrap_err()
+        .0
+        .contains("64 layers x 4096 new tokens is more than the 131072 layer forwards"));
+    let eager = Generation {
+        prompt: 1 << 29,
+        new_tokens: 1,
+        attention: Attention::Eager,
+        ..g
+    };
     let e = program(&long, Dtype::Float16, eager).unwrap_err().0;
     assert!(e.contains("bytes: beyond any GPU"), "{e}");
     let gemma = HfConfig::read(&serde_json::json!({"model_type": "gemma2"})).unwrap();
