@@ -20,8 +20,8 @@ function request() {
     prompt: Number($("plan-prompt").value),
     new_tokens: Number($("plan-new-tokens").value),
     cache: $("plan-cache").value,
-    attn: $("plan-attn").value,
   };
+  if ($("plan-attn").value) r.attn = $("plan-attn").value;
   if ($("plan-dtype").value) r.dtype = $("plan-dtype").value;
   if ($("plan-model").value === PASTED) {
     r.config = JSON.parse($("plan-config").value);

@@ -82,9 +82,10 @@ pub struct PlanArgs {
     /// `dynamic` (transformers' default) or `static`.
     #[arg(long, default_value = "dynamic")]
     pub cache: String,
-    /// `attn_implementation`: `sdpa` or `eager`.
-    #[arg(long, default_value = "sdpa")]
-    pub attn: String,
+    /// `attn_implementation`: `sdpa` or `eager` (default: transformers',
+    /// sdpa where the model supports it).
+    #[arg(long)]
+    pub attn: Option<String>,
     /// The type the weights load in (`torch_dtype=`): bfloat16, float16 or
     /// float32 (default: the config's).
     #[arg(long)]

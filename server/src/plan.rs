@@ -25,8 +25,11 @@ fn request(args: &PlanArgs) -> anyhow::Result<Value> {
     let model = args.model.as_deref().unwrap_or_default();
     let mut r = json!({
         "gpu": args.gpu, "batch": args.batch, "prompt": args.prompt,
-        "new_tokens": args.new_tokens, "cache": args.cache, "attn": args.attn,
+        "new_tokens": args.new_tokens, "cache": args.cache,
     });
+    if let Some(a) = &args.attn {
+        r["attn"] = a.as_str().into();
+    }
     if let Some(d) = &args.dtype {
         r["dtype"] = d.as_str().into();
     }

@@ -142,7 +142,8 @@ pub fn read(request: &Value) -> Result<Asked, Invalid> {
         prompt: count(r, "prompt", 512)?,
         new_tokens: count(r, "new_tokens", 256)?,
         cache: named::<Cache>(r, "cache", "dynamic")?,
-        attention: named::<Attention>(r, "attn", "sdpa")?,
+        // transformers' default: sdpa where the model supports it.
+        attention: named::<Attention>(r, "attn", default_attention(&config))?,
     };
     Ok(Asked {
         question: Question {
@@ -180,6 +181,16 @@ pub fn python(a: &Asked) -> String {
         g.prompt,
         g.new_tokens
     )
+}
+
+/// The attention transformers picks when none is asked for: sdpa, but
+/// eager for Gemma 2 (its soft-capped scores).
+fn default_attention(c: &HfConfig) -> &'static str {
+    if c.arch == super::config::Arch::Gemma2 {
+        "eager"
+    } else {
+        "sdpa"
+    }
 }
 
 pub fn attention_name(a: Attention) -> &'static str {

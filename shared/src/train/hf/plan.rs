@@ -159,16 +159,16 @@ pub fn run(q: &Question) -> Result<Run, Invalid> {
         total: stats.device_total_bytes,
         context: stats.context_bytes,
     };
-    // `from_config(..., dtype=...).to("cuda")`: each tensor in order.
-    let tensors = parameters(&q.config).into_iter().chain(buffers(&q.config));
+    // `from_config(..., dtype=...).to("cuda")`: each tensor in order, in
+    // the type asked for (the rotary frequencies stay float32).
+    let loaded = HfConfig {
+        dtype: q.dtype,
+        ..q.config
+    };
+    let tensors = parameters(&loaded).into_iter().chain(buffers(&loaded));
     for t in tensors {
-        let dtype = if t.dtype == Dtype::Float32 {
-            t.dtype
-        } else {
-            q.dtype
-        };
-        let bytes = t.numel() * dtype.size_bytes();
-        if let Err(f) = proc.alloc_tensor(&t.name, bytes, t.shape, dtype, Category::Parameter) {
+        let bytes = t.numel() * t.dtype.size_bytes();
+        if let Err(f) = proc.alloc_tensor(&t.name, bytes, t.shape, t.dtype, Category::Parameter) {
             let asked = f.error.out_of_memory().map_or(0, |o| o.requested);
             out.out_of_memory = Some((Stop::Weights, asked));
             return Ok(finish(out, &proc));

@@ -115,3 +115,24 @@ fn generate_peaks_as_an_h100_measured_them() {
         );
     }
 }
+
+/// `torch_dtype=` decides every parameter's type, whatever the config
+/// says; the rotary frequencies stay float32, Gemma's embedding scale
+/// follows the weights.
+#[test]
+fn the_weights_load_in_the_type_asked_for() {
+    let mut q = question("gpt2", GpuModel::H100_80gb, 1, 8, 2);
+    let bf16 = run(&q).unwrap().weights;
+    q.dtype = Dtype::Float32;
+    let f32 = run(&q).unwrap().weights;
+    // 124,439,808 parameters; the caching allocator's blocks add what a
+    // large request leaves of its segment when under 1 MiB (not split).
+    let slack = 8 << 20;
+    assert!(bf16 >= 248_879_616 && bf16 < 248_879_616 + slack, "{bf16}");
+    assert!(f32 >= 2 * 248_879_616 && f32 < 2 * 248_879_616 + slack, "{f32}");
+    let mut gemma = question("gemma-2-2b", GpuModel::H100_80gb, 1, 8, 2);
+    gemma.generation.attention = crate::train::kinds::step::Attention::Eager;
+    let half = run(&gemma).unwrap().weights;
+    gemma.dtype = Dtype::Float32;
+    assert!(run(&gemma).unwrap().weights > 2 * half - 4096);
+}
