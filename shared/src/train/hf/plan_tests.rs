@@ -129,7 +129,10 @@ fn the_weights_load_in_the_type_asked_for() {
     // large request leaves of its segment when under 1 MiB (not split).
     let slack = 8 << 20;
     assert!(bf16 >= 248_879_616 && bf16 < 248_879_616 + slack, "{bf16}");
-    assert!(f32 >= 2 * 248_879_616 && f32 < 2 * 248_879_616 + slack, "{f32}");
+    assert!(
+        f32 >= 2 * 248_879_616 && f32 < 2 * 248_879_616 + slack,
+        "{f32}"
+    );
     let mut gemma = question("gemma-2-2b", GpuModel::H100_80gb, 1, 8, 2);
     gemma.generation.attention = crate::train::kinds::step::Attention::Eager;
     let half = run(&gemma).unwrap().weights;
