@@ -536,6 +536,7 @@ fn message() -> impl Strategy<Value = String> {
 /// A "will it fit?" request: its own fields and a config.json's, with
 /// values at the edges (the page's and `vramlab plan`'s one reader).
 fn plan_request() -> impl Strategy<Value = String> {
+    use vramlab_shared::train::hf::{ask, Arch};
     const CONFIG: &[&str] = &[
         "model_type",
         "hidden_size",
@@ -561,26 +562,13 @@ fn plan_request() -> impl Strategy<Value = String> {
         "attn_logit_softcapping",
         "final_logit_softcapping",
     ];
-    const REQUEST: &[&str] = &[
-        "gpu",
-        "batch",
-        "prompt",
-        "new_tokens",
-        "cache",
-        "attn",
-        "dtype",
-        "config_path",
-        "x",
-    ];
-    const WORDS: &[&str] = &[
-        "llama",
-        "gpt2",
-        "qwen2",
-        "qwen3",
-        "mistral",
-        "gemma2",
-        "gemma3_text",
-        "phi3",
+    let request: Vec<&str> = (ask::FIELDS.iter())
+        .filter(|f| !["model", "config"].contains(f))
+        .chain(&["x"])
+        .copied()
+        .collect();
+    let types = Arch::MODEL_TYPES;
+    let others = [
         "bert",
         "Llama-3.1-8B",
         "bfloat16",
@@ -595,28 +583,19 @@ fn plan_request() -> impl Strategy<Value = String> {
         "sdpa",
         "",
     ];
-    const TYPES: &[&str] = &[
-        "llama",
-        "gpt2",
-        "qwen2",
-        "qwen3",
-        "mistral",
-        "gemma2",
-        "gemma3_text",
-        "phi3",
-    ];
+    let words: Vec<&str> = types.iter().copied().chain(others).collect();
     let value = || {
         prop_oneof![
             4 => (1u64..48).prop_map(Value::from),
             1 => prop_oneof![Just(0u64), Just(1 << 20), Just(1 << 39), Just(u64::MAX)].prop_map(Value::from),
             1 => prop_oneof![Just(-1i64), Just(i64::MIN)].prop_map(Value::from),
             1 => Just(Value::from(0.5f64)),
-            2 => prop::sample::select(WORDS).prop_map(Value::from),
+            2 => prop::sample::select(words.clone()).prop_map(Value::from),
             1 => any::<bool>().prop_map(Value::from),
             1 => Just(Value::Null),
         ]
     };
-    let fields = |keys: &'static [&'static str], most| {
+    let fields = |keys: Vec<&'static str>, most| {
         prop::collection::vec((prop::sample::select(keys), value()), 0..most)
     };
     let shapes: Vec<String> = vramlab_shared::train::hf::known::all()
@@ -625,7 +604,7 @@ fn plan_request() -> impl Strategy<Value = String> {
         .collect();
     let model = prop_oneof![
         prop::sample::select(shapes).prop_map(|name| ("model", Value::from(name))),
-        (prop::sample::select(TYPES), fields(CONFIG, 12)).prop_map(|(t, config)| {
+        (prop::sample::select(types), fields(CONFIG.to_vec(), 12)).prop_map(|(t, config)| {
             let mut c: serde_json::Map<String, Value> = config
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v))
@@ -634,7 +613,7 @@ fn plan_request() -> impl Strategy<Value = String> {
             ("config", Value::Object(c))
         }),
     ];
-    (model, fields(REQUEST, 5)).prop_map(|((key, model), request)| {
+    (model, fields(request, 5)).prop_map(|((key, model), request)| {
         let mut r: serde_json::Map<String, Value> = request
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))

@@ -29,7 +29,8 @@ pub struct Asked {
     pub load: String,
 }
 
-const FIELDS: &[&str] = &[
+/// A request's fields.
+pub const FIELDS: &[&str] = &[
     "model",
     "config",
     "config_path",
