@@ -7,13 +7,12 @@
 use super::config::HfConfig;
 use super::generate::{play, Generation, Holds, Made, Sink, Step};
 use super::params::{buffers, parameters};
-use crate::device::{SimDevice, SimDeviceConfig};
+use crate::alloc::{Allocator, BlockId};
+use crate::device::{Device, SimDevice, SimDeviceConfig};
 use crate::error::Invalid;
 use crate::framework::{make_allocator, RestartSettings, Settings};
 use crate::gpu::GpuModel;
-use crate::process::Process;
-use crate::runtime::ObjId;
-use crate::types::{Category, Dtype};
+use crate::types::Dtype;
 
 /// The question.
 #[derive(Clone, Copy, Debug)]
@@ -60,7 +59,9 @@ impl Run {
     }
 }
 
-fn process(gpu: GpuModel) -> Result<Process, Invalid> {
+/// The GPU's simulated device and PyTorch's caching allocator on it, as
+/// `restart` with this GPU makes them.
+fn gpu_and_allocator(gpu: GpuModel) -> Result<(SimDevice, Box<dyn Allocator>), Invalid> {
     let patch = RestartSettings {
         gpu: Some(gpu),
         ..RestartSettings::default()
@@ -75,17 +76,20 @@ fn process(gpu: GpuModel) -> Result<Process, Invalid> {
         compute_capability: settings.compute_capability,
         model_name: Some(gpu.spec().name),
     });
-    let allocator = make_allocator(&settings, &device);
-    Ok(Process::new(Box::new(device), allocator))
+    let mut allocator = make_allocator(&settings, &device);
+    // The plan reads the counters only: no event log.
+    allocator.set_tracing(false);
+    Ok((device, allocator))
 }
 
-/// Plays a run's steps on the process as the run makes them: each live
-/// tensor in a slot reused once it is freed, the bytes each kind holds,
+/// Plays a run's steps on the allocator as the run makes them: each live
+/// block in a slot reused once it is freed, the bytes each kind holds,
 /// the peak and what held it; the first request refused ends the run.
 struct Player<'a> {
-    proc: &'a mut Process,
+    device: &'a mut SimDevice,
+    allocator: &'a mut dyn Allocator,
     out: &'a mut Run,
-    live: Vec<Option<(ObjId, Holds)>>,
+    live: Vec<Option<(BlockId, Holds)>>,
     spare: Vec<usize>,
     held: [u64; 4],
     at: Stop,
@@ -96,21 +100,17 @@ impl Sink for Player<'_> {
         if self.out.out_of_memory.is_some() {
             return usize::MAX;
         }
-        let (label, shape) = (m.holds.name(), vec![m.bytes]);
-        let category = m.holds.category();
-        let id = match self
-            .proc
-            .alloc_tensor(label, m.bytes, shape, Dtype::Uint8, category)
-        {
-            Ok(id) => id,
-            Err(f) => {
-                let asked = f.error.out_of_memory().map_or(0, |o| o.requested);
+        let block = match self.allocator.malloc(self.device, m.bytes) {
+            Ok(Some(block)) => block,
+            Ok(None) => return usize::MAX,
+            Err(e) => {
+                let asked = e.out_of_memory().map_or(0, |o| o.requested);
                 self.out.out_of_memory = Some((self.at.clone(), asked));
                 return usize::MAX;
             }
         };
-        self.held[index(m.holds)] += self.proc.block_size(id);
-        let allocated = self.proc.stats().allocated_bytes;
+        self.held[index(m.holds)] += self.allocator.block_size(block);
+        let allocated = self.allocator.stats().allocated_bytes.current;
         if allocated > self.out.peak_allocated {
             self.out.peak_allocated = allocated;
             let held = self.held;
@@ -120,16 +120,16 @@ impl Sink for Player<'_> {
         if slot == self.live.len() {
             self.live.push(None);
         }
-        self.live[slot] = Some((id, m.holds));
+        self.live[slot] = Some((block, m.holds));
         slot
     }
 
     fn free(&mut self, slot: usize) {
-        let Some((id, holds)) = self.live.get_mut(slot).and_then(Option::take) else {
+        let Some((block, holds)) = self.live.get_mut(slot).and_then(Option::take) else {
             return;
         };
-        self.held[index(holds)] -= self.proc.block_size(id);
-        self.proc.drop_local(id);
+        self.held[index(holds)] -= self.allocator.block_size(block);
+        self.allocator.free(self.device, block);
         self.spare.push(slot);
     }
 
@@ -148,16 +148,16 @@ impl Sink for Player<'_> {
 
 /// Plays the question once.
 pub fn run(q: &Question) -> Result<Run, Invalid> {
-    let mut proc = process(q.gpu)?;
-    let stats = proc.stats();
+    let (mut device, mut allocator) = gpu_and_allocator(q.gpu)?;
+    let (_, total) = device.mem_get_info();
     let mut out = Run {
         weights: 0,
         peak_allocated: 0,
         peak_reserved: 0,
         at_peak: Vec::new(),
         out_of_memory: None,
-        total: stats.device_total_bytes,
-        context: stats.context_bytes,
+        total,
+        context: device.context_bytes(),
     };
     // `from_config(..., dtype=...).to("cuda")`: each tensor in order, in
     // the type asked for (the rotary frequencies stay float32).
@@ -168,15 +168,16 @@ pub fn run(q: &Question) -> Result<Run, Invalid> {
     let tensors = parameters(&loaded).into_iter().chain(buffers(&loaded));
     for t in tensors {
         let bytes = t.numel() * t.dtype.size_bytes();
-        if let Err(f) = proc.alloc_tensor(&t.name, bytes, t.shape, t.dtype, Category::Parameter) {
-            let asked = f.error.out_of_memory().map_or(0, |o| o.requested);
+        if let Err(e) = allocator.malloc(&mut device, bytes) {
+            let asked = e.out_of_memory().map_or(0, |o| o.requested);
             out.out_of_memory = Some((Stop::Weights, asked));
-            return Ok(finish(out, &proc));
+            return Ok(finish(out, allocator.as_ref()));
         }
     }
-    out.weights = proc.stats().allocated_bytes;
+    out.weights = allocator.stats().allocated_bytes.current;
     let mut player = Player {
-        proc: &mut proc,
+        device: &mut device,
+        allocator: allocator.as_mut(),
         out: &mut out,
         live: Vec::new(),
         spare: Vec::new(),
@@ -184,17 +185,17 @@ pub fn run(q: &Question) -> Result<Run, Invalid> {
         at: Stop::Forward(0),
     };
     play(&q.config, q.dtype, q.generation, &mut player)?;
-    Ok(finish(out, &proc))
+    Ok(finish(out, allocator.as_ref()))
 }
 
 fn index(h: Holds) -> usize {
     Holds::ALL.iter().position(|&x| x == h).unwrap_or(0)
 }
 
-fn finish(mut out: Run, proc: &Process) -> Run {
-    let s = proc.stats();
-    out.peak_allocated = out.peak_allocated.max(s.peak_allocated_bytes);
-    out.peak_reserved = s.peak_reserved_bytes;
+fn finish(mut out: Run, allocator: &dyn Allocator) -> Run {
+    let s = allocator.stats();
+    out.peak_allocated = out.peak_allocated.max(s.allocated_bytes.peak);
+    out.peak_reserved = s.reserved_bytes.peak;
     out
 }
 
