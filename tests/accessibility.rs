@@ -1,7 +1,7 @@
 //! axe-core (the engine behind Lighthouse's and browsers' accessibility
 //! audits) over the real page in headless Chromium: the first screen, a
-//! lesson, projector mode, a watcher's page and the code cell after a run
-//! have no serious or critical violation.
+//! lesson, projector mode, a watcher's page, the code cell after a run and
+//! the "will it fit?" page have no serious or critical violation.
 
 mod chromium;
 
@@ -84,6 +84,21 @@ async fn no_serious_violation_in_any_view() {
     )
     .await;
     clean(&page, "the code cell after a run").await;
+    // "Will it fit?", its own page, with an answer and with an error.
+    let plan = browser.new_page("about:blank").await.unwrap();
+    let url = format!("http://{addr}/plan/");
+    tokio::time::timeout(WAIT, plan.goto(url))
+        .await
+        .unwrap()
+        .unwrap();
+    until(&plan, "document.body.dataset.ready === 'true'").await;
+    click(&plan, "plan-go").await;
+    until(&plan, "!document.getElementById('plan-answer').hidden").await;
+    clean(&plan, "will it fit, answered").await;
+    set_input(&plan, "plan-config", "{").await;
+    click(&plan, "plan-go").await;
+    until(&plan, "!document.getElementById('plan-error').hidden").await;
+    clean(&plan, "will it fit, refused").await;
     finish(browser, events, profile).await;
     let _ = stop_tx.send(());
 }
