@@ -517,6 +517,13 @@ async fn will_it_fit_answers_in_its_own_page() {
         .unwrap();
     let cli: Value = serde_json::from_slice(&cli.stdout).unwrap();
     assert_eq!(answer, cli, "the page and the command line answer alike");
+    // The peak by forward, drawn: one point each (the prefill, 64 tokens).
+    let points = js(
+        &page,
+        "document.querySelector('#plan-chart polyline').getAttribute('points').split(' ').length",
+    )
+    .await;
+    assert_eq!(points.as_u64(), Some(64));
     shot(&page, "plan.png").await;
     let ms = js(&page, "document.getElementById('plan-time').dataset.ms").await;
     println!("figure: will it fit: Llama-3.1-8B generate (1 x 512 + 64 tokens) on an RTX 4090, with the largest batch and longest prompt searched: {} ms in the page", ms.as_str().unwrap_or("?"));

@@ -44,12 +44,31 @@ function show(a, ms) {
     li.textContent = `${k}: ${size(v)}`;
     return li;
   }));
+  chart(a.peak_allocated_by_token);
   $("plan-limits").textContent = `Largest batch that fits: ${a.largest_batch}. Longest prompt that fits with these new tokens: ${a.longest_prompt}.`;
   $("plan-time").textContent = `Planned in the page in ${ms} ms.`;
   $("plan-time").dataset.ms = ms;
   $("plan-python").textContent = a.python;
   $("plan-answer").dataset.answer = JSON.stringify(a);
   $("plan-answer").hidden = false;
+}
+
+// Each forward's peak of allocated memory as a line: the prefill first,
+// then one point per new token.
+function chart(peaks) {
+  const svg = $("plan-chart");
+  if (peaks.length < 2) {
+    svg.hidden = true;
+    return;
+  }
+  const [w, h] = [600, 120];
+  const lo = Math.min(...peaks), hi = Math.max(...peaks);
+  const y = (v) => (hi === lo ? h / 2 : h - 4 - ((v - lo) / (hi - lo)) * (h - 8));
+  const points = peaks.map((v, i) => `${((i / (peaks.length - 1)) * w).toFixed(1)},${y(v).toFixed(1)}`);
+  svg.querySelector("polyline").setAttribute("points", points.join(" "));
+  svg.setAttribute("aria-label", `Peak allocated by forward, from ${size(peaks[0])} in the prefill to ${size(peaks[peaks.length - 1])} at the last new token (lowest ${size(lo)}, highest ${size(hi)})`);
+  $("plan-chart-range").textContent = `Peak allocated by forward: ${size(lo)} to ${size(hi)}, the prefill first, then each new token.`;
+  svg.hidden = false;
 }
 
 function fail(message) {

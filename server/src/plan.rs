@@ -90,6 +90,9 @@ fn print_text(out: &mut impl Write, a: &Asked, answer: &Answer) -> anyhow::Resul
             format_size(*bytes)
         )?;
     }
+    if let Some(line) = by_token(&r.by_token) {
+        writeln!(out, "{line}")?;
+    }
     writeln!(out, "Largest batch that fits: {}", answer.largest_batch)?;
     writeln!(
         out,
@@ -98,6 +101,30 @@ fn print_text(out: &mut impl Write, a: &Asked, answer: &Answer) -> anyhow::Resul
     )?;
     writeln!(out, "\nThe same in Python:\n\n{}", ask::python(a))?;
     Ok(())
+}
+
+/// Each forward's peak of allocated memory, a few of them: the prefill's,
+/// the first and last new token's, and evenly between.
+fn by_token(peaks: &[(u64, u64)]) -> Option<String> {
+    let last = peaks.len().checked_sub(1)?;
+    let mut picked: Vec<usize> = (0..=5)
+        .map(|i| 1 + i * last.saturating_sub(1) / 5)
+        .collect();
+    picked.insert(0, 0);
+    picked.retain(|&i| i <= last);
+    picked.dedup();
+    let words: Vec<String> = picked
+        .iter()
+        .map(|&i| {
+            let at = if i == 0 {
+                "prefill".to_string()
+            } else {
+                format!("token {i}")
+            };
+            format!("{at} {}", format_size(peaks[i].0))
+        })
+        .collect();
+    Some(format!("Peak allocated by forward: {}", words.join(", ")))
 }
 
 /// Answers the question on the command line; exit 1 when it does not fit.

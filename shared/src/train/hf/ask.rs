@@ -240,6 +240,8 @@ pub fn to_json(a: &Asked, answer: &Answer) -> Value {
         "context_bytes": r.context,
         "at_peak": at_peak,
         "out_of_memory": r.out_of_memory.as_ref().map(|(s, b)| json!({"where": stop_words(s), "requested_bytes": b})),
+        "peak_allocated_by_token": r.by_token.iter().map(|t| t.0).collect::<Vec<_>>(),
+        "reserved_by_token": r.by_token.iter().map(|t| t.1).collect::<Vec<_>>(),
         "largest_batch": answer.largest_batch,
         "longest_prompt": answer.longest_prompt,
         "python": python(a),

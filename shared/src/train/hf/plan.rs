@@ -51,6 +51,9 @@ pub struct Run {
     /// The memory `cudaMemGetInfo` reports, and the CUDA context's part.
     pub total: u64,
     pub context: u64,
+    /// Each forward's peak of allocated memory (the prefill's first, then
+    /// one per new token), and the memory reserved when it returned.
+    pub by_token: Vec<(u64, u64)>,
 }
 
 impl Run {
@@ -93,6 +96,8 @@ struct Player<'a> {
     spare: Vec<usize>,
     held: [u64; 4],
     at: Stop,
+    /// The peak of allocated memory since the forward began.
+    forward_peak: u64,
 }
 
 impl Sink for Player<'_> {
@@ -111,6 +116,7 @@ impl Sink for Player<'_> {
         };
         self.held[index(m.holds)] += self.allocator.block_size(block);
         let allocated = self.allocator.stats().allocated_bytes.current;
+        self.forward_peak = self.forward_peak.max(allocated);
         if allocated > self.out.peak_allocated {
             self.out.peak_allocated = allocated;
             let held = self.held;
@@ -134,9 +140,17 @@ impl Sink for Player<'_> {
     }
 
     fn mark(&mut self, step: Step) {
+        let stats = self.allocator.stats();
         self.at = match step {
-            Step::Returned(k) => Stop::After(k),
-            Step::Forward(k) => Stop::Forward(k),
+            Step::Returned(k) => {
+                let reserved = stats.reserved_bytes.current;
+                self.out.by_token.push((self.forward_peak, reserved));
+                Stop::After(k)
+            }
+            Step::Forward(k) => {
+                self.forward_peak = stats.allocated_bytes.current;
+                Stop::Forward(k)
+            }
             Step::Alloc(_) | Step::Free(_) => return,
         };
     }
@@ -158,6 +172,7 @@ pub fn run(q: &Question) -> Result<Run, Invalid> {
         out_of_memory: None,
         total,
         context: device.context_bytes(),
+        by_token: Vec::new(),
     };
     // `from_config(..., dtype=...).to("cuda")`: each tensor in order, in
     // the type asked for (the rotary frequencies stay float32).
@@ -183,6 +198,7 @@ pub fn run(q: &Question) -> Result<Run, Invalid> {
         spare: Vec::new(),
         held: [0; 4],
         at: Stop::Forward(0),
+        forward_peak: 0,
     };
     play(&q.config, q.dtype, q.generation, &mut player)?;
     Ok(finish(out, allocator.as_ref()))

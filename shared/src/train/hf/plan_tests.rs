@@ -139,3 +139,29 @@ fn the_weights_load_in_the_type_asked_for() {
     gemma.dtype = Dtype::Float32;
     assert!(run(&gemma).unwrap().weights > 2 * half - 4096);
 }
+
+/// The peak by token: one per forward. With the dynamic cache the last
+/// token's peak is above the first's by about the cache's growth (32
+/// layers' keys and values, 8 x 8 heads x 64 x 2 bytes a token each;
+/// memory_allocated() counts whole blocks, so the steps between are not
+/// all upward); with the static cache the decode steps' peaks stay within
+/// a few blocks of each other.
+#[test]
+fn the_peak_by_token_grows_with_the_dynamic_cache_and_not_the_static_one() {
+    let q = question("Llama-3.2-1B", GpuModel::H100_80gb, 8, 256, 32);
+    let r = run(&q).unwrap();
+    assert_eq!(r.by_token.len(), 32);
+    let decode: Vec<u64> = r.by_token[1..].iter().map(|t| t.0).collect();
+    let growth = 30 * 16 * 2 * 8 * 8 * 64 * 2;
+    let rise = decode[decode.len() - 1] - decode[0];
+    assert!(
+        rise >= growth / 2 && rise <= 2 * growth,
+        "{rise} against {growth}: {decode:?}"
+    );
+    let mut fixed = q;
+    fixed.generation.cache = Cache::Static;
+    let r = run(&fixed).unwrap();
+    let decode: Vec<u64> = r.by_token[1..].iter().map(|t| t.0).collect();
+    let spread = decode.iter().max().unwrap() - decode.iter().min().unwrap();
+    assert!(spread < growth / 4, "{spread}: {decode:?}");
+}
