@@ -9,9 +9,10 @@ use crate::alloc::roundup::RoundupDivisions;
 use crate::alloc::uncached::UncachedAllocator;
 use crate::alloc::Allocator;
 use crate::device::{
-    Device, DEFAULT_COMPUTE_CAPABILITY, DEFAULT_CONTEXT_BYTES, DEFAULT_TOTAL_BYTES,
+    Device, SimDevice, SimDeviceConfig, DEFAULT_COMPUTE_CAPABILITY, DEFAULT_CONTEXT_BYTES,
+    DEFAULT_TOTAL_BYTES,
 };
-use crate::error::{CommandError, ErrorKind};
+use crate::error::{CommandError, ErrorKind, Invalid};
 use crate::gpu::GpuModel;
 use crate::types::Framework;
 use crate::units::{format_size, GIB, MIB};
@@ -542,6 +543,20 @@ pub fn tf_default_memory_limit(free: u64, cc_major: u32) -> u64 {
     } else {
         free
     }
+}
+
+/// The simulated GPU these settings describe (its memory, context, other
+/// processes, compute capability, card name), its values checked.
+pub fn sim_device(settings: &Settings) -> Result<SimDevice, Invalid> {
+    let config = SimDeviceConfig {
+        total_bytes: settings.device_total_bytes,
+        context_bytes: settings.context_bytes,
+        other_processes_bytes: settings.other_processes_bytes,
+        compute_capability: settings.compute_capability,
+        model_name: settings.gpu.map(|g| g.spec().name),
+    };
+    config.validate()?;
+    Ok(SimDevice::new(config))
 }
 
 /// The allocator a kernel with these settings runs.

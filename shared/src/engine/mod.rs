@@ -29,7 +29,7 @@ mod update;
 
 use crate::alloc::AllocError;
 use crate::command::{Command, RestartSettings};
-use crate::device::{Device, DeviceInfo, SimDevice, SimDeviceConfig};
+use crate::device::{Device, DeviceInfo};
 #[cfg(debug_assertions)]
 use crate::error::Broken;
 use crate::error::{CommandError, ErrorKind};
@@ -62,15 +62,7 @@ pub struct SimDeviceFactory;
 
 impl DeviceFactory for SimDeviceFactory {
     fn start(&mut self, settings: &Settings) -> Result<Box<dyn Device>, CommandError> {
-        let config = SimDeviceConfig {
-            total_bytes: settings.device_total_bytes,
-            context_bytes: settings.context_bytes,
-            other_processes_bytes: settings.other_processes_bytes,
-            compute_capability: settings.compute_capability,
-            model_name: settings.gpu.map(|g| g.spec().name),
-        };
-        config.validate()?;
-        Ok(Box::new(SimDevice::new(config)))
+        Ok(Box::new(crate::framework::sim_device(settings)?))
     }
 }
 

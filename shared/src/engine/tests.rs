@@ -1,4 +1,5 @@
 use super::*;
+use crate::device::{SimDevice, SimDeviceConfig};
 use crate::protocol::StepRecord;
 use crate::snapshot::EventAction;
 use crate::types::Category;

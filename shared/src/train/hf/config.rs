@@ -58,15 +58,6 @@ impl Arch {
             Arch::Phi3 => "Phi3ForCausalLM",
         }
     }
-
-    /// Whether its decoder is Llama's (RMSNorm, rotary embeddings,
-    /// separate q/k/v projections, a gated SiLU MLP).
-    pub fn llama_like(self) -> bool {
-        matches!(
-            self,
-            Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3
-        )
-    }
 }
 
 /// The numbers of a config.json that decide memory.

@@ -13,8 +13,6 @@ pub struct Known {
     pub name: String,
     pub config_url: String,
     pub config: HfConfig,
-    /// The config.json fields as published.
-    pub fields: Value,
 }
 
 /// Every shipped shape, in the file's order.
@@ -27,7 +25,6 @@ pub fn all() -> Vec<Known> {
                 name: r["name"].as_str()?.to_string(),
                 config_url: r["config_url"].as_str()?.to_string(),
                 config,
-                fields: r["config"].clone(),
             })
         })
         .collect()

@@ -8,9 +8,9 @@ use super::config::HfConfig;
 use super::generate::{play, Generation, Holds, Made, Sink, Step};
 use super::params::{buffers, parameters};
 use crate::alloc::{Allocator, BlockId};
-use crate::device::{Device, SimDevice, SimDeviceConfig};
+use crate::device::{Device, SimDevice};
 use crate::error::Invalid;
-use crate::framework::{make_allocator, RestartSettings, Settings};
+use crate::framework::{make_allocator, sim_device, RestartSettings, Settings};
 use crate::gpu::GpuModel;
 use crate::types::Dtype;
 
@@ -72,13 +72,7 @@ fn gpu_and_allocator(gpu: GpuModel) -> Result<(SimDevice, Box<dyn Allocator>), I
     let settings: Settings = Settings::default()
         .patched(&patch)
         .map_err(|e| Invalid(e.message))?;
-    let device = SimDevice::new(SimDeviceConfig {
-        total_bytes: settings.device_total_bytes,
-        context_bytes: settings.context_bytes,
-        other_processes_bytes: settings.other_processes_bytes,
-        compute_capability: settings.compute_capability,
-        model_name: Some(gpu.spec().name),
-    });
+    let device = sim_device(&settings)?;
     let mut allocator = make_allocator(&settings, &device);
     // The plan reads the counters only: no event log.
     allocator.set_tracing(false);

@@ -21,7 +21,7 @@
 use super::config::{Arch, HfConfig};
 use crate::error::Invalid;
 use crate::train::kinds::step::Attention;
-use crate::types::{Category, Dtype};
+use crate::types::Dtype;
 
 /// How `generate` keeps the keys and values.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -62,15 +62,6 @@ pub enum Holds {
 
 impl Holds {
     pub const ALL: [Holds; 4] = [Holds::Activation, Holds::KvCache, Holds::Logits, Holds::Ids];
-
-    /// The engine's category for it.
-    pub fn category(self) -> Category {
-        match self {
-            Holds::Activation => Category::Activation,
-            Holds::KvCache | Holds::Logits => Category::Other,
-            Holds::Ids => Category::Input,
-        }
-    }
 
     pub fn name(self) -> &'static str {
         match self {
