@@ -734,6 +734,16 @@ fn plan_answers_will_it_fit_for_a_shipped_shape_and_a_config_file() {
         text.contains("config = AutoConfig.from_pretrained(\"meta-llama/Llama-3.1-8B\")"),
         "{text}"
     );
+    // The peak by forward: the prefill's, then new tokens' up to the last.
+    assert!(
+        text.contains("\nPeak allocated by forward: prefill "),
+        "{text}"
+    );
+    assert!(text.contains(", token 63 "), "{text}");
+    // The shipped shapes, each with the config.json it copies.
+    let list = String::from_utf8(plan(&["--list"]).stdout).unwrap();
+    assert_eq!(list.lines().count(), 12, "{list}");
+    assert!(list.contains("Llama-3.1-8B     LlamaForCausalLM   https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json"), "{list}");
 
     let out = plan(&[
         "Llama-3.1-8B",

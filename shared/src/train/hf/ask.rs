@@ -277,6 +277,10 @@ mod tests {
     fn a_request_reads_with_its_defaults_and_names_what_is_wrong() {
         let a = read(&json!({"model": "Qwen2.5-7B"})).unwrap();
         assert_eq!(a.name, "Qwen2.5-7B");
+        assert_eq!(a.question.generation.attention, Attention::Sdpa);
+        // transformers' default for Gemma 2, whose scores are soft-capped.
+        let gemma = read(&json!({"model": "gemma-2-2b"})).unwrap();
+        assert_eq!(gemma.question.generation.attention, Attention::Eager);
         assert_eq!(
             (a.question.gpu, a.question.dtype),
             (GpuModel::Rtx4090, Dtype::Bfloat16)
