@@ -12,7 +12,16 @@
 #     allocate beside their outputs, under each workspace setting;
 #   - gpu_step.json: step_trace.py's training steps run on the GPU (and
 #     gpu_step-detail.json: three of them with each event's C++ frames);
-#   - hf_steps.json: transformers' models trained and generating;
+#   - hf_steps.json: transformers' models trained and generating, and
+#     hf_steps-families.json: the same for Qwen3, Gemma 2 and 3, Phi-3,
+#     Mistral and Llama-3.1-8B (the planner's shapes);
+#   - vllm-startup.jsonl: vLLM's start-up on the planner's shapes with dummy
+#     weights (its KV-cache blocks and memory lines), where vLLM is installed;
+#   - playground-cuda.json and playground-{cuda,sim}.png: the playground
+#     served by `vramlab serve --device cuda`, trained from the page in
+#     headless Chromium (CHROMIUM=path, scripts/portable-chromium makes one
+#     for a machine with no browser; DIST=the built web app, default
+#     dist), and the same clicks on --device sim;
 #   - qlora.json: QLoRA as people run it (bitsandbytes' 4-bit weights,
 #     peft's k-bit preparation and LoRA, AdamW), the bytes at each stage;
 #   - xla_step.json: XLA's memory_analysis() of the jitted steps on the GPU;
@@ -69,7 +78,7 @@ export PYTHONUNBUFFERED=1 BIN GOLDEN REF WORK ROOT GPU_TEST
 # part NAME SECONDS COMMAND...: runs it with a time limit, its output in
 # logs/NAME.log, and notes its exit status and seconds.
 PARTS_GIVEN=${PARTS:-}
-PARTS=${PARTS:-replays workspaces gpu_step xla_step hf_steps qlora snapshots graph_snapshots lessons jax_alloc python_snippets lessons_python kernels contexts speed speed_vramlab kernel_times}
+PARTS=${PARTS:-replays workspaces gpu_step xla_step hf_steps hf_families qlora snapshots graph_snapshots lessons jax_alloc screenshot python_snippets lessons_python vllm kernels contexts speed speed_vramlab kernel_times}
 part() {
   local name=$1 limit=$2 start rc
   shift 2
@@ -168,6 +177,7 @@ part gpu_step 240 bash -c 'python3 "$REF/gpu_step.py" > "$GOLDEN/gpu_step.json" 
   python3 "$REF/gpu_step.py" 4 5 8 > "$GOLDEN/gpu_step-detail.json"' &
 part xla_step 240 bash -c 'XLA_PYTHON_CLIENT_PREALLOCATE=false python3 "$REF/xla_step.py" > "$GOLDEN/xla_step.json"' &
 part hf_steps 240 bash -c 'python3 "$REF/hf_steps.py" > "$GOLDEN/hf_steps.json"' &
+part hf_families 420 bash -c 'python3 "$REF/hf_steps.py" --families > "$GOLDEN/hf_steps-families.json"' &
 part qlora 240 bash -c 'python3 "$REF/gpu_qlora.py" > "$GOLDEN/qlora.json"' &
 part snapshots 120 bash -c snapshots &
 part graph_snapshots 180 bash -c graph_snapshots &
@@ -175,8 +185,10 @@ part lessons 180 bash -c lessons &
 part jax_alloc 60 bash -c 'export XLA_PYTHON_CLIENT_PREALLOCATE=false;
   python3 "$REF/gpu_jax_alloc.py" > "$GOLDEN/jax-alloc.jsonl" &&
   python3 "$REF/gpu_jax_alloc.py" repeat > "$GOLDEN/jax-alloc-repeat.jsonl"' &
+part screenshot 150 bash -c 'python3 "$REF/gpu_screenshot.py" "$BIN" "${DIST:-dist}" "${CHROMIUM:-chromium}" "$GOLDEN" > "$GOLDEN/playground-cuda.json"' &
 wait
 # Alone: the device's used memory and the clock are shared by every process.
+part vllm 300 bash -c 'python3 "$REF/vllm_startup.py" "$GOLDEN/logs/vllm" > "$GOLDEN/vllm-startup.jsonl"'
 part python_snippets 300 bash -c 'XLA_PYTHON_CLIENT_PREALLOCATE=true python3 "$REF/python_snippets.py" tests/python > "$GOLDEN/python-snippets.json"'
 part lessons_python 420 bash -c 'python3 "$REF/lesson_python_gpu.py" tests/lessons > "$GOLDEN/lessons-python.json"'
 part kernels 180 bash -c 'kernels > "$GOLDEN/gpu-kernels.txt" 2>&1'
@@ -197,7 +209,7 @@ part kernel_times 120 bash -c '[[ -x "$GPU_TEST" ]] && rm -f "$GOLDEN/kernel-tim
   python3 - <<'PY'
 import importlib, platform
 print("python", platform.python_version())
-for m in ("torch", "jax", "jaxlib", "transformers", "peft", "optax"):
+for m in ("torch", "jax", "jaxlib", "transformers", "peft", "optax", "vllm", "tensorflow"):
     try:
         print(m, importlib.import_module(m).__version__)
     except Exception as e:

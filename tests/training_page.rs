@@ -580,3 +580,50 @@ async fn a_jax_step_is_jitted_and_donating_lowers_its_peak() {
     finish(browser, events, profile).await;
     let _ = stop_tx.send(());
 }
+
+/// The page served by `vramlab serve --device cuda` on an H100, clicked by
+/// `tests/reference/gpu_screenshot.py` (`tests/golden/playground-cuda.json`,
+/// the README's screenshot): the same clicks on the simulated GPU show the
+/// same allocated, reserved and peak bytes after each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_trains_as_it_did_on_the_h100() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let text =
+        std::fs::read_to_string(vramlab_tests::root().join("tests/golden/playground-cuda.json"))
+            .unwrap();
+    let golden: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let cuda = golden["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|run| run["device"] == "cuda")
+        .expect("the GPU's run");
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let addr = serve_on(0, stop_rx).await;
+    let (mut browser, events, profile) = launch("as-on-the-h100").await;
+    let page = open(&browser, &format!("http://{addr}/")).await;
+    let clicks = golden["clicks"].as_array().unwrap();
+    let steps = cuda["steps"].as_array().unwrap();
+    assert_eq!(clicks.len(), steps.len());
+    for (click, step) in clicks.iter().zip(steps) {
+        press(&page, click.as_str().unwrap()).await;
+        for key in ["allocated", "reserved", "peak"] {
+            let shown = js(
+                &page,
+                &format!("document.getElementById('{key}').dataset.bytes"),
+            )
+            .await;
+            assert_eq!(
+                shown, step[key],
+                "{key} after {click} (the H100 showed {step})"
+            );
+        }
+    }
+    page.close().await.unwrap();
+    browser.close().await.unwrap();
+    let _ = events.await;
+    let _ = stop_tx.send(());
+    let _ = std::fs::remove_dir_all(profile);
+}

@@ -7,12 +7,17 @@ counts them (cuda_events.py). Prints JSON.
 
     python3 tests/reference/hf_steps.py > tests/golden/hf_steps.json
     python3 tests/reference/hf_steps.py --device cpu --tiny   # the script's own check
+    python3 tests/reference/hf_steps.py --families > tests/golden/hf_steps-families.json
+
+--families runs the other architectures (Qwen3, Gemma 2 and 3, Phi-3,
+Mistral) with the configs the planner ships (shared/src/train/hf/known.json).
 
 The configs copy the published config.json of each model (links below).
 """
 import argparse
 import contextlib
 import json
+import os
 import sys
 
 import torch
@@ -54,6 +59,32 @@ GENERATE = [
     dict(model="llama-3.2-1b", dtype="bfloat16", attn="sdpa", batch=4, prompt=128, new_tokens=64),
     dict(model="gpt2", dtype="float32", attn="sdpa", batch=8, prompt=256, new_tokens=64),
 ]
+# The planner's shapes, each copied from its published config.json.
+KNOWN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "src", "train", "hf",
+                     "known.json")
+TRAIN_FAMILIES = [
+    dict(model="Qwen3-0.6B", dtype="bfloat16", attn="sdpa", batch=2, seq=1024),
+    dict(model="Qwen3-0.6B", dtype="bfloat16", attn="eager", batch=2, seq=1024),
+    dict(model="Qwen3-0.6B", dtype="bfloat16", attn="sdpa", batch=2, seq=1024, checkpointing=True),
+    dict(model="Qwen3-0.6B", dtype="bfloat16", attn="sdpa", batch=2, seq=1024, lora=16),
+    dict(model="gemma-3-1b", dtype="bfloat16", attn="sdpa", batch=1, seq=1024),
+    dict(model="gemma-3-1b", dtype="bfloat16", attn="eager", batch=1, seq=1024),
+    dict(model="gemma-2-2b", dtype="bfloat16", attn="eager", batch=1, seq=1024, lora=16),
+    dict(model="Phi-3-mini-4k", dtype="bfloat16", attn="sdpa", batch=1, seq=512),
+    dict(model="Phi-3-mini-4k", dtype="bfloat16", attn="sdpa", batch=2, seq=1024, lora=16),
+    dict(model="Mistral-7B-v0.3", dtype="bfloat16", attn="sdpa", batch=1, seq=1024, lora=16),
+    dict(model="Mistral-7B-v0.3", dtype="bfloat16", attn="sdpa", batch=2, seq=1024, lora=16, checkpointing=True),
+]
+GENERATE_FAMILIES = [
+    dict(model="Qwen3-0.6B", dtype="bfloat16", attn="sdpa", batch=4, prompt=128, new_tokens=64),
+    dict(model="Qwen3-0.6B", dtype="bfloat16", attn="sdpa", batch=4, prompt=128, new_tokens=64, cache="static"),
+    dict(model="gemma-3-1b", dtype="bfloat16", attn="sdpa", batch=2, prompt=1024, new_tokens=64),
+    dict(model="gemma-2-2b", dtype="bfloat16", attn="eager", batch=2, prompt=1024, new_tokens=64),
+    dict(model="Phi-3-mini-4k", dtype="bfloat16", attn="sdpa", batch=4, prompt=512, new_tokens=64),
+    dict(model="Mistral-7B-v0.3", dtype="bfloat16", attn="sdpa", batch=8, prompt=512, new_tokens=128),
+    dict(model="Llama-3.1-8B", dtype="bfloat16", attn="sdpa", batch=16, prompt=1024, new_tokens=128),
+    dict(model="Llama-3.1-8B", dtype="bfloat16", attn="sdpa", batch=4, prompt=1024, new_tokens=64, cache="static"),
+]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -65,13 +96,20 @@ def tiny(config):
                  "vocab_size": 1000}.items():
         if k in c:
             c[k] = v
+    for k in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        c.pop(k, None)
     return c
 
 
 def build(case, args):
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    raw = CONFIGS[case["model"]]
+    if case["model"] in CONFIGS:
+        raw = CONFIGS[case["model"]]
+    else:
+        with open(KNOWN) as f:
+            raw = {k: v for k, v in next(m for m in json.load(f) if m["name"] == case["model"])["config"].items()
+                   if k != "torch_dtype"}
     raw = tiny(raw) if args.tiny else raw
     config = AutoConfig.for_model(**raw)
     with torch.device(args.device):
@@ -80,8 +118,13 @@ def build(case, args):
     if case.get("lora"):
         from peft import LoraConfig, get_peft_model
         model = get_peft_model(model, LoraConfig(r=case["lora"], lora_alpha=2 * case["lora"], lora_dropout=0.0,
-                                                 target_modules=["q_proj", "v_proj"]))
+                                                 target_modules=lora_targets(raw)))
     return model, raw["vocab_size"]
+
+
+def lora_targets(raw):
+    """peft's own default for the model type: Phi-3 projects q, k and v in one."""
+    return ["qkv_proj"] if raw["model_type"] == "phi3" else ["q_proj", "v_proj"]
 
 
 def tensor_bytes(tensors):
@@ -144,23 +187,35 @@ def generate(case, args):
         row, out = measure(lambda: model.generate(ids, attention_mask=torch.ones_like(ids),
                                                   max_new_tokens=case["new_tokens"],
                                                   min_new_tokens=case["new_tokens"], do_sample=False,
-                                                  pad_token_id=0), args)
+                                                  pad_token_id=0, **cache_kwargs(case)), args)
     return {**case, "parameter_bytes": tensor_bytes(model.parameters()), "output_shape": list(out.shape),
             "peak_bytes": row["peak_over_before"], "allocated_before": row["allocated_before"],
-            "allocated_after": row["allocated_after"], "reserved_after": row["reserved_after"]}
+            "allocated_after": row["allocated_after"], "reserved_after": row["reserved_after"],
+            "events": row["events"]}
+
+
+def cache_kwargs(case):
+    return {"cache_implementation": case["cache"]} if case.get("cache") else {}
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--device", default="cuda")
     p.add_argument("--tiny", action="store_true")
+    p.add_argument("--families", action="store_true")
+    p.add_argument("--only", help="these models (names, comma-separated)")
+    p.add_argument("--frames", type=int, default=1, help="Python frames kept with each event")
+    p.add_argument("--kind", choices=("train", "generate"), help="only training, or only generation")
     args = p.parse_args()
     import transformers
     if args.device == "cuda":
-        cuda_events.start()
+        cuda_events.start(frames=args.frames)
     rows = {"train": [], "generate": []}
-    for kind, cases, fn in (("train", TRAIN, train), ("generate", GENERATE, generate)):
+    lists = (TRAIN_FAMILIES, GENERATE_FAMILIES) if args.families else (TRAIN, GENERATE)
+    for kind, cases, fn in (("train", lists[0], train), ("generate", lists[1], generate)):
         for case in cases:
+            if (args.only and case["model"] not in args.only.split(",")) or (args.kind and args.kind != kind):
+                continue
             try:
                 row = fn(case, args)
             except Exception as e:  # noqa: BLE001 - a failing case is written, the others go on
