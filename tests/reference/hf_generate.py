@@ -9,10 +9,17 @@ every forward call (the prefill, then one per new token). Greedy search,
 on a GPU transformers would otherwise compile the forward with that cache).
 
     python3 tests/reference/hf_generate.py > tests/reference/hf_generate.json
+    python3 tests/reference/hf_generate.py --real > tests/reference/hf_generate_real.json
+
+--real runs published shapes at full size (the planner's
+shared/src/train/hf/known.json) as the H100 ran them
+(tests/golden/hf_steps-families.json), keeping each forward's live bytes
+before, at the peak and after, not every event.
 
 Needs PyTorch and transformers (CPU builds; versions written in the output).
 """
 import json
+import os
 import sys
 
 import torch
@@ -64,6 +71,7 @@ WIDE_GEMMA2 = {**GEMMA2, "vocab_size": 32000, "hidden_size": 1024, "intermediate
 WIDE_GEMMA3 = {**GEMMA3, "vocab_size": 32000, "hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 6,
                "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 128, "query_pre_attn_scalar": 128,
                "sliding_window": 64}
+SMALL_MODELS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3")
 CONFIGS = {"gpt2": GPT2, "llama": LLAMA, "mistral": MISTRAL, "qwen2": QWEN2, "qwen3": QWEN3, "gemma2": GEMMA2,
            "gemma3": GEMMA3, "phi3": PHI3, "wide": WIDE,
            "wide-gemma2": WIDE_GEMMA2, "wide-gemma3": WIDE_GEMMA3}
@@ -77,6 +85,18 @@ CASES += [dict(model="wide", dtype="bfloat16", attn=a, cache=c, batch=4, prompt=
 CASES += [dict(model=m, dtype="bfloat16", attn=a, cache="dynamic", batch=4, prompt=128, new_tokens=16)
           for m, a in (("wide-gemma2", "eager"), ("wide-gemma3", "sdpa"))]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+KNOWN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "src", "train", "hf",
+                     "known.json")
+REAL = [dict(model="Qwen3-0.6B", dtype="bfloat16", attn="sdpa", cache="dynamic", batch=4, prompt=128, new_tokens=64),
+        dict(model="gemma-3-1b", dtype="bfloat16", attn="sdpa", cache="dynamic", batch=2, prompt=1024, new_tokens=64)]
+
+
+def real_configs():
+    """The published shapes, without the token ids a 1,000-token check needs gone."""
+    with open(KNOWN) as f:
+        return {m["name"]: {k: v for k, v in m["config"].items()
+                            if k not in ("torch_dtype", "bos_token_id", "eos_token_id", "pad_token_id")}
+                for m in json.load(f)}
 
 
 def run(case):
@@ -105,14 +125,20 @@ def run(case):
                              **extra)
         shape = list(out.shape)
         del out
-    # The wide model's events are many: its forwards' peaks are what is compared.
-    events = live.ops if not case["model"].startswith("wide") else []
+    # The wide and real models' events are many: their forwards' peaks are what is compared.
+    events = live.ops if case["model"] in SMALL_MODELS else []
     return {**case, "output_shape": shape, "peak": live.peak, "calls": calls, "events": events}
 
 
 def main():
+    cases = CASES
+    if sys.argv[1:] == ["--real"]:
+        known = real_configs()
+        CONFIGS.clear()
+        CONFIGS.update({c["model"]: known[c["model"]] for c in REAL})
+        cases = REAL
     rows = []
-    for case in CASES:
+    for case in cases:
         try:
             rows.append(run(case))
         except ValueError as e:  # transformers refuses the pairing (Gemma 2 with sdpa)

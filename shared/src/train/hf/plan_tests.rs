@@ -138,8 +138,9 @@ fn generate_peaks_of_the_other_families_as_an_h100_measured_them() {
         (
             "Qwen3-0.6B",
             "dynamic",
-            "+3.3%: transformers 5.24 traced on the CPU at this shape peaks at 93,717,504, the GPU \
-             (5.17) at 95,177,216 and the plan at 98,365,440; not explained yet",
+            "+3.3%: the bytes asked for peak at 93,705,184 in the plan and 93,717,504 in \
+             transformers' CPU trace; memory_allocated() counts whole blocks, and the plan's fresh \
+             cache leaves 4.7 MB of unsplit remainders at its peak, the GPU's warm one 1.5 MB",
         ),
         (
             "gemma-3-1b",

@@ -277,3 +277,42 @@ fn the_dynamic_cache_ends_each_token_one_position_longer_and_the_static_cache_ne
         held(&fixed)
     );
 }
+
+const REAL: &str = include_str!("../../../../../tests/reference/hf_generate_real.json");
+
+/// Published shapes at full size (`hf_generate.py --real`: Qwen3-0.6B, 4 x
+/// 128 + 64 tokens; Gemma-3-1B, 2 x 1,024 + 64, its sliding window of 512
+/// shorter than the prompt): every forward's live bytes before it, at its
+/// peak and after it within 1% of transformers' own (they differ by the
+/// prompt's token ids, which the trace counts from before `generate`).
+#[test]
+fn at_full_size_every_forward_peaks_as_transformers_does() {
+    let v: Value = serde_json::from_str(REAL).unwrap();
+    let cases = v["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 2);
+    for case in cases {
+        let name = case["model"].as_str().unwrap();
+        let config = HfConfig::read(&v["configs"][name]).unwrap();
+        let g = Generation {
+            batch: case["batch"].as_u64().unwrap(),
+            prompt: case["prompt"].as_u64().unwrap(),
+            new_tokens: case["new_tokens"].as_u64().unwrap(),
+            cache: Cache::Dynamic,
+            attention: Attention::Sdpa,
+        };
+        let ours = forward_peaks(&program(&config, Dtype::Bfloat16, g).unwrap());
+        let calls = case["calls"].as_array().unwrap();
+        assert_eq!(ours.len(), calls.len(), "{name}: forwards");
+        for (k, ((before, peak, after), call)) in ours.iter().zip(calls).enumerate() {
+            for (what, o, t) in [
+                ("before", before, &call["before"]),
+                ("peak", peak, &call["peak"]),
+                ("after", after, &call["after"]),
+            ] {
+                let t = t.as_u64().unwrap();
+                let near = o.abs_diff(t) as f64 <= 0.01 * t as f64 || o.abs_diff(t) <= 64 << 10;
+                assert!(near, "{name} forward {k} {what}: {o} against {t}");
+            }
+        }
+    }
+}
