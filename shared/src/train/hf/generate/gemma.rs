@@ -105,7 +105,7 @@ impl Tape<'_> {
 
     /// How many kinds of layer the model has (sliding, full): a mask and
     /// (Gemma 3) a rotary embedding each.
-    fn layer_kinds(&self) -> u64 {
+    pub(super) fn layer_kinds(&self) -> u64 {
         let c = self.c;
         let sliding = (0..c.layers).filter(|&l| c.sliding(l)).count() as u64;
         u64::from(sliding > 0) + u64::from(sliding < c.layers)

@@ -271,19 +271,47 @@ impl Tape<'_> {
     /// The attention mask eager attention adds (`create_causal_mask`: a
     /// batch of queries x keys in the model's type); sdpa with a dynamic
     /// cache needs none (`is_causal`), with a static one a boolean one.
+    /// Inside the forward: none where [`Self::masks_before`] made them.
     fn mask(&mut self, past: u64, tokens: u64) -> Option<usize> {
-        let (b, keys) = (self.g.batch, self.attended(past, tokens));
-        let bytes = match self.g.attention {
-            Attention::Eager => b * tokens * keys * self.e(),
-            Attention::Sdpa if self.g.cache == Cache::Static => b * tokens * keys,
-            Attention::Sdpa => return None,
-        };
+        if self.masks_made_before() {
+            return None;
+        }
+        let bytes = self.mask_bytes(past, tokens)?;
         Some(self.act("where", bytes))
+    }
+
+    fn mask_bytes(&self, past: u64, tokens: u64) -> Option<u64> {
+        let (b, keys) = (self.g.batch, self.attended(past, tokens));
+        match self.g.attention {
+            Attention::Eager => Some(b * tokens * keys * self.e()),
+            Attention::Sdpa if self.g.cache == Cache::Static => Some(b * tokens * keys),
+            Attention::Sdpa => None,
+        }
+    }
+
+    /// With a static cache, `prepare_inputs_for_generation` builds eager
+    /// attention's masks (`create_masks_for_generate`) before the
+    /// forward, one per kind of layer, and they live until it returns.
+    fn masks_made_before(&self) -> bool {
+        self.g.cache == Cache::Static && self.g.attention == Attention::Eager
+    }
+
+    fn masks_before(&mut self, past: u64, tokens: u64) -> Vec<usize> {
+        if !self.masks_made_before() {
+            return Vec::new();
+        }
+        let kinds = match self.c.arch {
+            Arch::Gemma2 | Arch::Gemma3 => self.layer_kinds(),
+            _ => 1,
+        };
+        let bytes = self.mask_bytes(past, tokens).unwrap_or(0);
+        (0..kinds).map(|_| self.act("where", bytes)).collect()
     }
 
     /// Forward `k` over `tokens` positions after `past`: the logits of
     /// the last position (`logits_to_keep=1`).
     fn forward(&mut self, k: u64, past: u64, tokens: u64) -> usize {
+        let masks = self.masks_before(past, tokens);
         self.sink.mark(Step::Forward(k));
         let logits = match self.c.arch {
             Arch::Gpt2 => self.gpt2_forward(past, tokens),
@@ -291,6 +319,7 @@ impl Tape<'_> {
             _ => self.llama_forward(past, tokens),
         };
         self.sink.mark(Step::Returned(k));
+        self.free_all(&masks);
         logits
     }
 
