@@ -498,7 +498,9 @@ async fn will_it_fit_answers_in_its_own_page() {
     let verdict = js(&page, "document.getElementById('plan-verdict').textContent").await;
     let verdict = verdict.as_str().unwrap();
     assert!(
-        verdict.starts_with("Fits. Llama-3.1-8B (LlamaForCausalLM) in bfloat16 on NVIDIA GeForce RTX 4090: peak allocated"),
+        verdict.starts_with(
+            "Fits. Llama-3.1-8B (LlamaForCausalLM) in bfloat16 on NVIDIA GeForce RTX 4090, PyTorch 2.15: peak allocated"
+        ),
         "{verdict}"
     );
     let cli = Command::new(vramlab_tests::vramlab_bin())
@@ -542,7 +544,7 @@ async fn will_it_fit_answers_in_its_own_page() {
     click(&page, "plan-go").await;
     let verdict = until(&page, "(() => { const t = document.getElementById('plan-verdict').textContent; return t.includes('Qwen2ForCausalLM') && t; })()").await;
     assert!(
-        verdict.as_str().unwrap().starts_with("Does not fit. config.json (Qwen2ForCausalLM) in bfloat16 on Tesla T4: out of memory in the prefill (the forward over the prompt)"),
+        verdict.as_str().unwrap().starts_with("Does not fit. config.json (Qwen2ForCausalLM) in bfloat16 on Tesla T4, PyTorch 2.15: out of memory in the prefill (the forward over the prompt)"),
         "{verdict}"
     );
 

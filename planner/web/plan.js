@@ -23,6 +23,7 @@ function request() {
   };
   if ($("plan-attn").value) r.attn = $("plan-attn").value;
   if ($("plan-dtype").value) r.dtype = $("plan-dtype").value;
+  r.torch = $("plan-torch").value;
   if ($("plan-model").value === PASTED) {
     r.config = JSON.parse($("plan-config").value);
   } else {
@@ -33,7 +34,7 @@ function request() {
 
 function show(a, ms) {
   $("plan-error").hidden = true;
-  const head = `${a.model} (${a.class}) in ${a.dtype} on ${a.gpu_name}`;
+  const head = `${a.model} (${a.class}) in ${a.dtype} on ${a.gpu_name}, PyTorch ${a.torch}`;
   $("plan-verdict").textContent = a.fits
     ? `Fits. ${head}: peak allocated ${size(a.peak_allocated_bytes)}, reserved ${size(a.peak_reserved_bytes)}, of ${size(a.total_bytes)} (${size(a.context_bytes)} of it the CUDA context).`
     : `Does not fit. ${head}: out of memory ${a.out_of_memory.where} (a request of ${size(a.out_of_memory.requested_bytes)}).`;

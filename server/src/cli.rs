@@ -90,6 +90,11 @@ pub struct PlanArgs {
     /// float32 (default: the config's).
     #[arg(long)]
     pub dtype: Option<String>,
+    /// The PyTorch release (2.15, 2.11 or 2.9): 2.15 allocates a cuBLAS
+    /// workspace for each matrix product and frees it as it returns, the
+    /// others keep one from the first.
+    #[arg(long, default_value = "2.15")]
+    pub torch: String,
     /// Print the answer as one JSON object.
     #[arg(long)]
     pub json: bool,

@@ -25,7 +25,7 @@ fn request(args: &PlanArgs) -> anyhow::Result<Value> {
     let model = args.model.as_deref().unwrap_or_default();
     let mut r = json!({
         "gpu": args.gpu, "batch": args.batch, "prompt": args.prompt,
-        "new_tokens": args.new_tokens, "cache": args.cache,
+        "new_tokens": args.new_tokens, "cache": args.cache, "torch": args.torch,
     });
     if let Some(a) = &args.attn {
         r["attn"] = a.as_str().into();
@@ -54,11 +54,12 @@ fn print_text(out: &mut impl Write, a: &Asked, answer: &Answer) -> anyhow::Resul
     let g = q.generation;
     writeln!(
         out,
-        "{} ({}) in {} on {}: generate {} x {} prompt tokens + {} new, {} cache, {} attention",
+        "{} ({}) in {} on {}, PyTorch {}: generate {} x {} prompt tokens + {} new, {} cache, {} attention",
         a.name,
         q.config.arch.causal_lm(),
         q.dtype.torch_name(),
         q.gpu.spec().name,
+        q.torch.id(),
         g.batch,
         g.prompt,
         g.new_tokens,

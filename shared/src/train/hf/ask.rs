@@ -3,7 +3,8 @@
 //!
 //! ```json
 //! {"model": "Llama-3.1-8B", "gpu": "rtx-4090", "batch": 4, "prompt": 1024,
-//!  "new_tokens": 128, "cache": "dynamic", "attn": "sdpa", "dtype": "bfloat16"}
+//!  "new_tokens": 128, "cache": "dynamic", "attn": "sdpa", "dtype": "bfloat16",
+//!  "torch": "2.15"}
 //! ```
 //!
 //! `model` names a shipped shape; `config` gives a config.json's object
@@ -14,6 +15,7 @@ use super::generate::{Cache, Generation};
 use super::known;
 use super::plan::{Answer, Question, Stop};
 use crate::error::Invalid;
+use crate::framework::TorchVersion;
 use crate::gpu::GpuModel;
 use crate::train::kinds::step::Attention;
 use crate::types::Dtype;
@@ -41,6 +43,7 @@ pub const FIELDS: &[&str] = &[
     "cache",
     "attn",
     "dtype",
+    "torch",
 ];
 
 fn count(r: &Map<String, Value>, key: &str, default: u64) -> Result<u64, Invalid> {
@@ -152,6 +155,7 @@ pub fn read(request: &Value) -> Result<Asked, Invalid> {
             dtype,
             gpu,
             generation,
+            torch: named::<TorchVersion>(r, "torch", "2.15")?,
         },
         name,
         load,
@@ -167,7 +171,7 @@ pub fn python(a: &Asked) -> String {
         ""
     };
     format!(
-        "import torch\n\
+        "import torch  # {}: the cuBLAS workspaces of this release\n\
          from transformers import AutoConfig, AutoModelForCausalLM\n\n\
          config = {}\n\
          model = AutoModelForCausalLM.from_config(config, dtype=torch.{}, attn_implementation=\"{}\").to(\"cuda\")\n\
@@ -175,6 +179,7 @@ pub fn python(a: &Asked) -> String {
          with torch.no_grad():\n    \
          model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens={}, do_sample=False{static_cache})\n\
          print(torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved())\n",
+        q.torch.id(),
         a.load,
         q.dtype.torch_name(),
         attention_name(g.attention),
@@ -232,6 +237,7 @@ pub fn to_json(a: &Asked, answer: &Answer) -> Value {
         "gpu": q.gpu.id(),
         "gpu_name": q.gpu.spec().name,
         "dtype": q.dtype.torch_name(),
+        "torch": q.torch.id(),
         "fits": r.fits(),
         "weights_bytes": r.weights,
         "peak_allocated_bytes": r.peak_allocated,

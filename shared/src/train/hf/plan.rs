@@ -2,7 +2,8 @@
 //! `generate` played on PyTorch's caching allocator there, request by
 //! request (the same program the tests hold to transformers'), with the
 //! peak, what holds it, where it runs out, and the largest batch and the
-//! longest prompt that fit.
+//! longest prompt that fit. Matrix products take their cuBLAS workspaces
+//! as the PyTorch release asked for does.
 
 use super::config::HfConfig;
 use super::generate::{play, Generation, Holds, Made, Sink, Step};
@@ -10,7 +11,9 @@ use super::params::{buffers, parameters};
 use crate::alloc::{Allocator, BlockId};
 use crate::device::{Device, SimDevice};
 use crate::error::Invalid;
-use crate::framework::{make_allocator, sim_device, RestartSettings, Settings};
+use crate::framework::{
+    make_allocator, sim_device, BlasWorkspaces, RestartSettings, Settings, TorchVersion,
+};
 use crate::gpu::GpuModel;
 use crate::types::Dtype;
 
@@ -22,6 +25,9 @@ pub struct Question {
     pub dtype: Dtype,
     pub gpu: GpuModel,
     pub generation: Generation,
+    /// The PyTorch release: where matrix products get their cuBLAS
+    /// workspaces (`crate::train::cublas`).
+    pub torch: TorchVersion,
 }
 
 /// Where a run stopped for want of memory.
@@ -64,9 +70,13 @@ impl Run {
 
 /// The GPU's simulated device and PyTorch's caching allocator on it, as
 /// `restart` with this GPU makes them.
-fn gpu_and_allocator(gpu: GpuModel) -> Result<(SimDevice, Box<dyn Allocator>), Invalid> {
+fn gpu_and_allocator(
+    gpu: GpuModel,
+    torch: TorchVersion,
+) -> Result<(SimDevice, Box<dyn Allocator>, BlasWorkspaces), Invalid> {
     let patch = RestartSettings {
         gpu: Some(gpu),
+        torch_version: Some(torch),
         ..RestartSettings::default()
     };
     let settings: Settings = Settings::default()
@@ -76,7 +86,7 @@ fn gpu_and_allocator(gpu: GpuModel) -> Result<(SimDevice, Box<dyn Allocator>), I
     let mut allocator = make_allocator(&settings, &device);
     // The plan reads the counters only: no event log.
     allocator.set_tracing(false);
-    Ok((device, allocator))
+    Ok((device, allocator, settings.blas_workspaces()))
 }
 
 /// Plays a run's steps on the allocator as the run makes them: each live
@@ -88,27 +98,32 @@ struct Player<'a> {
     out: &'a mut Run,
     live: Vec<Option<(BlockId, Holds)>>,
     spare: Vec<usize>,
-    held: [u64; 4],
+    held: [u64; Holds::ALL.len()],
     at: Stop,
+    blas: BlasWorkspaces,
+    /// The kept workspaces made so far: cuBLAS's, cuBLASLt's.
+    kept: [bool; 2],
     /// The peak of allocated memory since the forward began.
     forward_peak: u64,
 }
 
-impl Sink for Player<'_> {
-    fn alloc(&mut self, m: Made) -> usize {
+impl Player<'_> {
+    /// A block of `bytes` for a tensor that holds `holds`; `None` once a
+    /// request is refused (the run stops there).
+    fn take(&mut self, bytes: u64, holds: Holds) -> Option<usize> {
         if self.out.out_of_memory.is_some() {
-            return usize::MAX;
+            return None;
         }
-        let block = match self.allocator.malloc(self.device, m.bytes) {
+        let block = match self.allocator.malloc(self.device, bytes) {
             Ok(Some(block)) => block,
-            Ok(None) => return usize::MAX,
+            Ok(None) => return None,
             Err(e) => {
                 let asked = e.out_of_memory().map_or(0, |o| o.requested);
                 self.out.out_of_memory = Some((self.at.clone(), asked));
-                return usize::MAX;
+                return None;
             }
         };
-        self.held[index(m.holds)] += self.allocator.block_size(block);
+        self.held[index(holds)] += self.allocator.block_size(block);
         let allocated = self.allocator.stats().allocated_bytes.current;
         self.forward_peak = self.forward_peak.max(allocated);
         if allocated > self.out.peak_allocated {
@@ -120,17 +135,62 @@ impl Sink for Player<'_> {
         if slot == self.live.len() {
             self.live.push(None);
         }
-        self.live[slot] = Some((block, m.holds));
-        slot
+        self.live[slot] = Some((block, holds));
+        Some(slot)
     }
 
-    fn free(&mut self, slot: usize) {
+    /// A matrix product's workspaces, its output already allocated
+    /// (`crate::train::cublas`'s rule): for the call and freed as it
+    /// returns in PyTorch 2.15; else kept from the first call, cuBLAS's by
+    /// every product and cuBLASLt's by `addmm` (an `nn.Linear` with a bias)
+    /// unless it shares cuBLAS's. `generate` runs on the main thread only.
+    fn gemm_workspaces(&mut self, op: &str) {
+        let lt = match op {
+            "mm" | "bmm" => false,
+            "addmm" => true,
+            _ => return,
+        };
+        let c = self.blas;
+        if c.per_call {
+            let bytes = if lt { c.lt_bytes } else { c.cublas_bytes };
+            if let Some(slot) = (bytes > 0)
+                .then(|| self.take(bytes, Holds::Workspace))
+                .flatten()
+            {
+                self.release(slot);
+            }
+            return;
+        }
+        let own_lt = lt && !c.lt_shares_cublas;
+        for (i, bytes) in [(0, c.cublas_bytes), (1, c.lt_bytes)] {
+            if (i == 0 || own_lt) && bytes > 0 && !self.kept[i] {
+                // Kept for the process: never released by the run.
+                self.kept[i] = self.take(bytes, Holds::Workspace).is_some();
+            }
+        }
+    }
+
+    fn release(&mut self, slot: usize) {
         let Some((block, holds)) = self.live.get_mut(slot).and_then(Option::take) else {
             return;
         };
         self.held[index(holds)] -= self.allocator.block_size(block);
         self.allocator.free(self.device, block);
         self.spare.push(slot);
+    }
+}
+
+impl Sink for Player<'_> {
+    fn alloc(&mut self, m: Made) -> usize {
+        let Some(slot) = self.take(m.bytes, m.holds) else {
+            return usize::MAX;
+        };
+        self.gemm_workspaces(m.op);
+        slot
+    }
+
+    fn free(&mut self, slot: usize) {
+        self.release(slot);
     }
 
     fn mark(&mut self, step: Step) {
@@ -156,7 +216,7 @@ impl Sink for Player<'_> {
 
 /// Plays the question once.
 pub fn run(q: &Question) -> Result<Run, Invalid> {
-    let (mut device, mut allocator) = gpu_and_allocator(q.gpu)?;
+    let (mut device, mut allocator, blas) = gpu_and_allocator(q.gpu, q.torch)?;
     let (_, total) = device.mem_get_info();
     let mut out = Run {
         weights: 0,
@@ -190,9 +250,11 @@ pub fn run(q: &Question) -> Result<Run, Invalid> {
         out: &mut out,
         live: Vec::new(),
         spare: Vec::new(),
-        held: [0; 4],
+        held: [0; Holds::ALL.len()],
         at: Stop::Forward(0),
         forward_peak: 0,
+        blas,
+        kept: [false; 2],
     };
     play(&q.config, q.dtype, q.generation, &mut player)?;
     Ok(finish(out, allocator.as_ref()))

@@ -58,10 +58,18 @@ pub enum Holds {
     Logits,
     /// The token ids, the attention mask, the next tokens.
     Ids,
+    /// cuBLAS's and cuBLASLt's workspaces (the plan's, by PyTorch release).
+    Workspace,
 }
 
 impl Holds {
-    pub const ALL: [Holds; 4] = [Holds::Activation, Holds::KvCache, Holds::Logits, Holds::Ids];
+    pub const ALL: [Holds; 5] = [
+        Holds::Activation,
+        Holds::KvCache,
+        Holds::Logits,
+        Holds::Ids,
+        Holds::Workspace,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -69,6 +77,7 @@ impl Holds {
             Holds::KvCache => "KV cache",
             Holds::Logits => "logits",
             Holds::Ids => "token ids and mask",
+            Holds::Workspace => "cuBLAS workspaces",
         }
     }
 }
