@@ -177,17 +177,23 @@ fn the_first_generate_in_a_process_carries_its_cublas_workspace() {
 }
 
 /// The other families on the H100 (`tests/golden/hf_steps-families.json`,
-/// `hf_steps.py --families`; transformers 5.17 there, the plan follows
-/// 5.24's op order). Each case is within 1% of the GPU's peak over what
-/// lived before `generate`, or listed here with why it is not; a listed
-/// case that comes within 1% fails, so the list stays true.
+/// `hf_steps.py --families`; transformers 5.17 and PyTorch 2.11 there, the
+/// plan follows 5.24's op order). The cases ran one after another in one
+/// process that had trained first, so PyTorch 2.11's cuBLAS workspace was
+/// kept before each, except after a static cache's case: transformers
+/// compiles that one with CUDA graphs, and inductor's cudagraph trees clear
+/// the workspaces around recording (`clear_cublas_manager` in
+/// `torch/_inductor/cudagraph_trees.py`), so the next case makes it again
+/// and its peak carries it. Each case is within 1% of the GPU's peak over
+/// what lived before `generate`, or listed here with why it is not; a
+/// listed case that comes within 1% fails, so the list stays true.
 #[test]
 fn generate_peaks_of_the_other_families_as_an_h100_measured_them() {
     let golden: serde_json::Value = serde_json::from_str(include_str!(
         "../../../../tests/golden/hf_steps-families.json"
     ))
     .unwrap();
-    let differs: [(&str, &str, &str); 4] = [
+    let differs: [(&str, &str, &str); 3] = [
         (
             "Qwen3-0.6B",
             "static",
@@ -202,15 +208,8 @@ fn generate_peaks_of_the_other_families_as_an_h100_measured_them() {
              transformers' CPU trace; memory_allocated() counts whole blocks, and the plan's fresh \
              cache leaves 4.7 MB of unsplit remainders at its peak, the GPU's warm one 1.5 MB",
         ),
-        (
-            "gemma-3-1b",
-            "dynamic",
-            "-16.7%: the GPU holds 36 MiB more at the prefill's first MLP, allocated under the \
-             model's forward (a rotary or mask tensor of 5.17's Gemma 3); transformers 5.24 traced on \
-             the CPU at this shape peaks at 163,577,856, 5.17 at 164,659,712, the plan at 165,675,008: \
-             CUDA's, not found yet",
-        ),
     ];
+    let mut kept = true;
     for row in golden["generate"].as_array().unwrap() {
         let n = |k: &str| row[k].as_u64().unwrap();
         let name = row["model"].as_str().unwrap();
@@ -228,7 +227,15 @@ fn generate_peaks_of_the_other_families_as_an_h100_measured_them() {
         if row["attn"] == "eager" {
             q.generation.attention = Attention::Eager;
         }
-        let (ours, measured) = (peak_over_weights_warm(&mut q), n("peak_bytes") as f64);
+        let ours = if kept {
+            peak_over_weights_warm(&mut q)
+        } else {
+            q.torch = TorchVersion::V2_11;
+            let r = run(&q).unwrap();
+            (r.peak_allocated - r.weights) as f64
+        };
+        kept = cache != "static";
+        let measured = n("peak_bytes") as f64;
         let off = (ours - measured) / measured;
         let listed = differs.iter().find(|(m, c, _)| *m == name && *c == cache);
         match listed {
