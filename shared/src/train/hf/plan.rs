@@ -66,6 +66,14 @@ impl Run {
     pub fn fits(&self) -> bool {
         self.out_of_memory.is_none()
     }
+
+    /// The bytes of one kind of tensor at the peak.
+    pub fn held_at_peak(&self, holds: Holds) -> u64 {
+        self.at_peak
+            .iter()
+            .find(|(h, _)| *h == holds)
+            .map_or(0, |(_, bytes)| *bytes)
+    }
 }
 
 /// The GPU's simulated device and PyTorch's caching allocator on it, as
