@@ -7,16 +7,13 @@ use std::io::Write;
 use std::process::ExitCode;
 use vramlab_shared::torch_snapshot::diff::{diff, FrameDelta};
 use vramlab_shared::torch_snapshot::replay::default_device;
-use vramlab_shared::torch_snapshot::{self, MemorySnapshot};
+use vramlab_shared::torch_snapshot::MemorySnapshot;
 use vramlab_shared::units::format_size;
 
 /// Reads both files and prints the comparison.
 pub fn diff_files(args: &DiffArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
     let read = |path: &std::path::Path| -> anyhow::Result<(MemorySnapshot, usize)> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-        let snapshot =
-            torch_snapshot::read(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let snapshot = crate::replay::read_snapshot_file(path)?;
         let device = args
             .cuda_device
             .unwrap_or_else(|| default_device(&snapshot));

@@ -18,12 +18,20 @@ use vramlab_shared::torch_snapshot::window::{around_peak, window};
 use vramlab_shared::torch_snapshot::{self, MemorySnapshot};
 use vramlab_shared::units::format_size;
 
+/// Reads a snapshot file, refusing one over the size read before reading it.
+pub fn read_snapshot_file(path: &std::path::Path) -> anyhow::Result<MemorySnapshot> {
+    let cannot = |e: std::io::Error| anyhow::anyhow!("cannot read {}: {e}", path.display());
+    let len = std::fs::metadata(path).map_err(cannot)?.len();
+    let within = |e: torch_snapshot::SnapshotError| anyhow::anyhow!("{}: {e}", path.display());
+    torch_snapshot::check_size(usize::try_from(len).unwrap_or(usize::MAX)).map_err(within)?;
+    let bytes = std::fs::read(path).map_err(cannot)?;
+    torch_snapshot::read(&bytes).map_err(within)
+}
+
 /// Replays the file; exit status 1 when the exact replay differs from the
 /// recording.
 pub fn replay_file(args: &ReplayArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
-    let bytes = std::fs::read(&args.file)
-        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.file.display()))?;
-    let snapshot = torch_snapshot::read(&bytes)?;
+    let snapshot = read_snapshot_file(&args.file)?;
     let device = args
         .cuda_device
         .unwrap_or_else(|| default_device(&snapshot));

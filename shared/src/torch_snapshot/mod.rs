@@ -35,11 +35,30 @@ pub mod window;
 pub use format::{Action, Block, BlockState, Frame, MemorySnapshot, Segment, Stack, TraceEntry};
 pub use trace::Trace;
 
-/// The largest file read (a snapshot of a long run with deep stacks is a
-/// few tens of MB).
+/// The largest file read: 4 GiB natively; 256 MiB in the page, whose
+/// wasm32 memory (4 GiB at most) holds the file and its reading.
+#[cfg(not(target_arch = "wasm32"))]
+pub const MAX_FILE_BYTES: usize = 4 << 30;
+#[cfg(target_arch = "wasm32")]
 pub const MAX_FILE_BYTES: usize = 256 << 20;
-/// The most trace events over all devices.
+/// The most trace events over all devices (a 4 GiB file of the densest
+/// events PyTorch writes holds about 90 million).
+#[cfg(not(target_arch = "wasm32"))]
+pub const MAX_EVENTS: usize = 100_000_000;
+#[cfg(target_arch = "wasm32")]
 pub const MAX_EVENTS: usize = 4_000_000;
+
+/// Refuses a file over [`MAX_FILE_BYTES`] before it is read.
+pub fn check_size(len: usize) -> Result<(), SnapshotError> {
+    if len > MAX_FILE_BYTES {
+        return Err(SnapshotError(format!(
+            "the file is {} MB; snapshots of up to {} MB are read",
+            len >> 20,
+            MAX_FILE_BYTES >> 20
+        )));
+    }
+    Ok(())
+}
 
 /// The most a file of `len` bytes takes while it is read: twice its size
 /// and a little ([`pickle::FLOOR`]); a file that would take more is
@@ -63,13 +82,7 @@ impl std::error::Error for SnapshotError {}
 /// Reads a snapshot from a pickle (protocol 2 to 5) or from JSON of the
 /// same shape.
 pub fn read(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
-    if bytes.len() > MAX_FILE_BYTES {
-        return Err(SnapshotError(format!(
-            "the file is {} MB; snapshots of up to {} MB are read",
-            bytes.len() >> 20,
-            MAX_FILE_BYTES >> 20
-        )));
-    }
+    check_size(bytes.len())?;
     let snapshot = match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
         Some(0x80) => read_pickle(bytes)?,
         Some(b'{') => read_json(bytes)?,
