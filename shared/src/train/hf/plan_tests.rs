@@ -24,6 +24,29 @@ fn question(model: &str, gpu: GpuModel, batch: u64, prompt: u64, new_tokens: u64
     }
 }
 
+/// The question a golden `generate` row of `hf_steps.py` asked of the
+/// shipped shape `name`, on the H100.
+fn golden_question(name: &str, row: &serde_json::Value) -> Question {
+    let n = |k: &str| row[k].as_u64().unwrap();
+    let mut q = question(
+        name,
+        GpuModel::H100_80gb,
+        n("batch"),
+        n("prompt"),
+        n("new_tokens"),
+    );
+    if row["dtype"] == "float32" {
+        q.dtype = Dtype::Float32;
+    }
+    if row["cache"] == "static" {
+        q.generation.cache = Cache::Static;
+    }
+    if row["attn"] == "eager" {
+        q.generation.attention = Attention::Eager;
+    }
+    q
+}
+
 /// The peak over the weights of a process whose cuBLAS workspaces were
 /// kept before the run (the H100's: `hf_steps.py` trains before it
 /// generates), as PyTorch 2.11 keeps them.
@@ -97,20 +120,9 @@ fn generate_peaks_as_an_h100_measured_them() {
     let cases = [("llama-3.2-1b", "Llama-3.2-1B"), ("gpt2", "gpt2")];
     for (row, (key, name)) in golden["generate"].as_array().unwrap().iter().zip(cases) {
         assert_eq!(row["model"], key);
-        let n = |k: &str| row[k].as_u64().unwrap();
-        let mut q = question(
-            name,
-            GpuModel::H100_80gb,
-            n("batch"),
-            n("prompt"),
-            n("new_tokens"),
-        );
-        q.dtype = if row["dtype"] == "float32" {
-            Dtype::Float32
-        } else {
-            Dtype::Bfloat16
-        };
-        let (ours, measured) = (peak_over_weights_warm(&mut q), n("peak_bytes") as f64);
+        let mut q = golden_question(name, row);
+        let measured = row["peak_bytes"].as_u64().unwrap() as f64;
+        let ours = peak_over_weights_warm(&mut q);
         assert!(
             ((ours - measured) / measured).abs() < 0.01,
             "{name}: {ours} against {measured}"
@@ -189,22 +201,9 @@ fn generate_peaks_of_the_other_families_as_an_h100_measured_them() {
     ];
     let mut kept = true;
     for row in golden["generate"].as_array().unwrap() {
-        let n = |k: &str| row[k].as_u64().unwrap();
         let name = row["model"].as_str().unwrap();
-        let mut q = question(
-            name,
-            GpuModel::H100_80gb,
-            n("batch"),
-            n("prompt"),
-            n("new_tokens"),
-        );
+        let mut q = golden_question(name, row);
         let cache = row["cache"].as_str().unwrap_or("dynamic");
-        if cache == "static" {
-            q.generation.cache = Cache::Static;
-        }
-        if row["attn"] == "eager" {
-            q.generation.attention = Attention::Eager;
-        }
         let ours = if kept {
             peak_over_weights_warm(&mut q)
         } else {
@@ -213,7 +212,7 @@ fn generate_peaks_of_the_other_families_as_an_h100_measured_them() {
             (r.peak_allocated - r.weights) as f64
         };
         kept = cache != "static";
-        let measured = n("peak_bytes") as f64;
+        let measured = row["peak_bytes"].as_u64().unwrap() as f64;
         let off = (ours - measured) / measured;
         let listed = differs.iter().find(|(m, c, _)| *m == name && *c == cache);
         match listed {
