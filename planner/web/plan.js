@@ -46,7 +46,8 @@ function show(a, ms) {
     return li;
   }));
   chart(a.peak_allocated_by_token);
-  $("plan-limits").textContent = `Largest batch that fits: ${a.largest_batch}. Longest prompt that fits with these new tokens: ${a.longest_prompt}.`;
+  const below = (n) => (n === null ? "" : ` (${n} does not: near the limit whether it fits alternates)`);
+  $("plan-limits").textContent = `Largest batch that fits: ${a.largest_batch}${below(a.batch_below_fails)}. Longest prompt that fits with these new tokens: ${a.longest_prompt}${below(a.prompt_below_fails)}.`;
   $("plan-time").textContent = `Planned in the page in ${ms} ms.`;
   $("plan-time").dataset.ms = ms;
   $("plan-python").textContent = a.python;

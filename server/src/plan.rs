@@ -94,14 +94,28 @@ fn print_text(out: &mut impl Write, a: &Asked, answer: &Answer) -> anyhow::Resul
     if let Some(line) = by_token(&r.by_token) {
         writeln!(out, "{line}")?;
     }
-    writeln!(out, "Largest batch that fits: {}", answer.largest_batch)?;
     writeln!(
         out,
-        "Longest prompt that fits (with {} new tokens): {}",
-        g.new_tokens, answer.longest_prompt
+        "Largest batch that fits: {}{}",
+        answer.largest_batch,
+        not_every_below(answer.batch_below_fails)
+    )?;
+    writeln!(
+        out,
+        "Longest prompt that fits (with {} new tokens): {}{}",
+        g.new_tokens,
+        answer.longest_prompt,
+        not_every_below(answer.prompt_below_fails)
     )?;
     writeln!(out, "\nThe same in Python:\n\n{}", ask::python(a))?;
     Ok(())
+}
+
+/// What a found value's failing neighbour below says.
+fn not_every_below(below: Option<u64>) -> String {
+    below.map_or_else(String::new, |b| {
+        format!(" ({b} does not: near the limit whether it fits alternates)")
+    })
 }
 
 /// Each forward's peak of allocated memory, a few of them: the prefill's,

@@ -250,6 +250,8 @@ pub fn to_json(a: &Asked, answer: &Answer) -> Value {
         "reserved_by_token": r.by_token.iter().map(|t| t.1).collect::<Vec<_>>(),
         "largest_batch": answer.largest_batch,
         "longest_prompt": answer.longest_prompt,
+        "batch_below_fails": answer.batch_below_fails,
+        "prompt_below_fails": answer.prompt_below_fails,
         "python": python(a),
     })
 }

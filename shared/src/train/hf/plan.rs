@@ -304,6 +304,11 @@ pub struct Answer {
     pub run: Run,
     pub largest_batch: u64,
     pub longest_prompt: u64,
+    /// Near the limit whether a run fits need not be monotone (the
+    /// caching allocator's blocks fall otherwise from one size to the
+    /// next): the value just below each found that does not fit, if so.
+    pub batch_below_fails: Option<u64>,
+    pub prompt_below_fails: Option<u64>,
 }
 
 pub fn answer(q: &Question) -> Result<Answer, Invalid> {
@@ -318,10 +323,17 @@ pub fn answer(q: &Question) -> Result<Answer, Invalid> {
     let largest_batch = largest(4096, |b| fits(Generation { batch: b, ..g }))?;
     let room = q.config.max_positions.saturating_sub(g.new_tokens);
     let longest_prompt = largest(room, |p| fits(Generation { prompt: p, ..g }))?;
+    let below_fails =
+        |found: u64, at: &dyn Fn(u64) -> Generation| -> Result<Option<u64>, Invalid> {
+            let below = found.saturating_sub(1);
+            Ok((below > 0 && !fits(at(below))?).then_some(below))
+        };
     Ok(Answer {
         run,
         largest_batch,
         longest_prompt,
+        batch_below_fails: below_fails(largest_batch, &|b| Generation { batch: b, ..g })?,
+        prompt_below_fails: below_fails(longest_prompt, &|p| Generation { prompt: p, ..g })?,
     })
 }
 

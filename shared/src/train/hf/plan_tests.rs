@@ -291,4 +291,9 @@ fn near_the_limit_whether_a_batch_fits_alternates() {
         })
         .collect();
     assert_eq!(fits, [true, false, true, false, true, false]);
+    // The answer says when the value below the one found does not fit.
+    q.generation.batch = 1;
+    let a = answer(&q).unwrap();
+    assert_eq!(a.largest_batch, 864);
+    assert_eq!(a.batch_below_fails, Some(863));
 }
