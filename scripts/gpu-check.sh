@@ -15,8 +15,6 @@
 #   - hf_steps.json: transformers' models trained and generating, and
 #     hf_steps-families.json: the same for Qwen3, Gemma 2 and 3, Phi-3,
 #     Mistral and Llama-3.1-8B (the planner's shapes);
-#   - vllm-startup.jsonl: vLLM's start-up on the planner's shapes with dummy
-#     weights (its KV-cache blocks and memory lines), where vLLM is installed;
 #   - playground-cuda.json and playground-{cuda,sim}.png: the playground
 #     served by `vramlab serve --device cuda`, trained from the page in
 #     headless Chromium (CHROMIUM=path, scripts/portable-chromium makes one
@@ -78,7 +76,7 @@ export PYTHONUNBUFFERED=1 BIN GOLDEN REF WORK ROOT GPU_TEST
 # part NAME SECONDS COMMAND...: runs it with a time limit, its output in
 # logs/NAME.log, and notes its exit status and seconds.
 PARTS_GIVEN=${PARTS:-}
-PARTS=${PARTS:-replays workspaces gpu_step xla_step hf_steps hf_families qlora snapshots graph_snapshots lessons jax_alloc screenshot python_snippets lessons_python vllm kernels contexts speed speed_vramlab kernel_times}
+PARTS=${PARTS:-replays workspaces gpu_step xla_step hf_steps hf_families qlora snapshots graph_snapshots lessons jax_alloc screenshot python_snippets lessons_python kernels contexts speed speed_vramlab kernel_times}
 part() {
   local name=$1 limit=$2 start rc
   shift 2
@@ -188,7 +186,6 @@ part jax_alloc 60 bash -c 'export XLA_PYTHON_CLIENT_PREALLOCATE=false;
 part screenshot 150 bash -c 'python3 "$REF/gpu_screenshot.py" "$BIN" "${DIST:-dist}" "${CHROMIUM:-chromium}" "$GOLDEN" > "$GOLDEN/playground-cuda.json"' &
 wait
 # Alone: the device's used memory and the clock are shared by every process.
-part vllm 300 bash -c 'python3 "$REF/vllm_startup.py" "$GOLDEN/logs/vllm" > "$GOLDEN/vllm-startup.jsonl"'
 part python_snippets 300 bash -c 'XLA_PYTHON_CLIENT_PREALLOCATE=true python3 "$REF/python_snippets.py" tests/python > "$GOLDEN/python-snippets.json"'
 part lessons_python 420 bash -c 'python3 "$REF/lesson_python_gpu.py" tests/lessons > "$GOLDEN/lessons-python.json"'
 part kernels 180 bash -c 'kernels > "$GOLDEN/gpu-kernels.txt" 2>&1'
