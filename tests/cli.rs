@@ -485,6 +485,23 @@ fn replay_names_the_cuda_graphs_private_pools() {
     );
 }
 
+/// A file over the 4 GB read is refused from its size, before it is read
+/// (a sparse file: nothing is written to disk).
+#[test]
+fn replay_refuses_a_file_over_the_limit_before_reading_it() {
+    let path = std::env::temp_dir().join(format!("vramlab-huge-{}.pickle", std::process::id()));
+    let file = std::fs::File::create(&path).unwrap();
+    file.set_len((4 << 30) + 1).unwrap();
+    let out = replay(&path, &[]);
+    std::fs::remove_file(&path).ok();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("the file is 4096 MB; snapshots of up to 4096 MB are read"),
+        "{err}"
+    );
+}
+
 #[test]
 fn replay_fix_names_the_settings_that_avoid_the_out_of_memory() {
     let dir = std::env::temp_dir().join(format!("vramlab-fix-{}", std::process::id()));
@@ -788,6 +805,51 @@ fn plan_answers_will_it_fit_for_a_shipped_shape_and_a_config_file() {
     assert!(v["weights_bytes"].as_u64().unwrap() >= 988_065_536, "{v}");
     assert!(v["largest_batch"].as_u64().unwrap() > 1, "{v}");
     std::fs::remove_dir_all(&dir).ok();
+
+    // The PyTorch release decides the products' cuBLAS workspaces: kept
+    // from the first call in 2.11 (32 MiB on an H100), one a call in 2.15.
+    let out = plan(&[
+        "Qwen3-0.6B",
+        "--gpu",
+        "h100-80gb",
+        "--batch",
+        "4",
+        "--prompt",
+        "128",
+        "--new-tokens",
+        "8",
+        "--torch",
+        "2.11",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["torch"], "2.11", "{v}");
+    assert_eq!(v["at_peak"]["cuBLAS workspaces"], 32 << 20, "{v}");
+    assert!(v["python"].as_str().unwrap().contains("# 2.11"), "{v}");
+    let out = plan(&["Qwen3-0.6B", "--torch", "2.12"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("torch"), "{err}");
+
+    // Near the limit whether a batch fits alternates; the answer says so.
+    let out = plan(&[
+        "Qwen2.5-0.5B",
+        "--gpu",
+        "rtx-4090",
+        "--dtype",
+        "bfloat16",
+        "--prompt",
+        "512",
+        "--new-tokens",
+        "256",
+    ]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains(
+            "Largest batch that fits: 864 (863 does not: near the limit whether it fits alternates)"
+        ),
+        "{text}"
+    );
 
     let out = plan(&["Llama-3.1-8B", "--task", "lora"]);
     assert_eq!(out.status.code(), Some(2));

@@ -530,6 +530,36 @@ async fn will_it_fit_answers_in_its_own_page() {
     let ms = js(&page, "document.getElementById('plan-time').dataset.ms").await;
     println!("figure: will it fit: Llama-3.1-8B generate (1 x 512 + 64 tokens) on an RTX 4090, with the largest batch and longest prompt searched: {} ms in the page", ms.as_str().unwrap_or("?"));
 
+    // The PyTorch release picked: 2.11 keeps cuBLAS's workspace from the
+    // first product (8,519,680 bytes on an RTX 4090), and the verdict says
+    // which release it answers for.
+    js(
+        &page,
+        "document.getElementById('plan-torch').value = '2.11'",
+    )
+    .await;
+    click(&page, "plan-go").await;
+    let answer = until(
+        &page,
+        "(() => { const a = document.getElementById('plan-answer').dataset.answer; return a && JSON.parse(a).torch === '2.11' && a; })()",
+    )
+    .await;
+    let answer: Value = serde_json::from_str(answer.as_str().unwrap()).unwrap();
+    assert_eq!(
+        answer["at_peak"]["cuBLAS workspaces"], 8_519_680,
+        "{answer}"
+    );
+    let verdict = js(&page, "document.getElementById('plan-verdict').textContent").await;
+    assert!(
+        verdict.as_str().unwrap().contains(", PyTorch 2.11: "),
+        "{verdict}"
+    );
+    js(
+        &page,
+        "document.getElementById('plan-torch').value = '2.15'",
+    )
+    .await;
+
     // A config.json dropped on the page: Qwen2.5-7B's fields, on a T4.
     let config = r#"{"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064, "tie_word_embeddings": false, "torch_dtype": "bfloat16"}"#;
     js(
