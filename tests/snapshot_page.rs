@@ -1,15 +1,17 @@
-//! A PyTorch memory snapshot opened in the page, in headless Chromium: the
-//! file chosen through the real file input, replayed exactly in the page
+//! A PyTorch memory snapshot opened in "Your snapshot" (snapshots/), in
+//! headless Chromium: the file chosen through the real file input, replayed exactly in the page
 //! with the same numbers the engine gives natively, a what-if beside it,
 //! the segment map and stack frames at an event, a broken file refused,
-//! and the session saved and reopened as a snapshot. The in-page time to
+//! and the playground's session saved, and replayed in a new tab of the
+//! snapshot page. The in-page time to
 //! read and replay a ~40,000-event file is printed as a figure.
 
 mod chromium;
 
 use chromium::*;
 use chromiumoxide::cdp::browser_protocol::dom::SetFileInputFilesParams;
-use chromiumoxide::Page;
+use chromiumoxide::cdp::browser_protocol::target::TargetId;
+use chromiumoxide::{Browser, Page};
 use std::path::Path;
 use vramlab_shared::framework::RestartSettings;
 use vramlab_shared::torch_snapshot::replay::{replay_exact, replay_what_if, segments_at};
@@ -28,6 +30,30 @@ async fn choose_file(page: &Page, path: &Path) {
     })
     .await
     .unwrap();
+}
+
+/// Opens snapshots/ and waits for its file input.
+async fn open_snapshots(browser: &Browser, url: &str) -> Page {
+    let page = browser.new_page("about:blank").await.unwrap();
+    tokio::time::timeout(WAIT, page.goto(url))
+        .await
+        .unwrap_or_else(|_| panic!("{url} did not load in {WAIT:?}"))
+        .unwrap();
+    until(&page, "document.getElementById('snapshot-file') !== null").await;
+    page
+}
+
+/// The tab a click opened: the page that was not there before.
+async fn new_tab(browser: &Browser, before: &[TargetId]) -> Page {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let pages = browser.pages().await.unwrap();
+        if let Some(page) = pages.into_iter().find(|p| !before.contains(p.target_id())) {
+            return page;
+        }
+        assert!(std::time::Instant::now() < deadline, "no new tab opened");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 async fn text(page: &Page, id: &str) -> String {
@@ -110,7 +136,11 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
     let addr = serve_on(0, stop_rx).await;
     let (mut browser, handler, profile) = launch("snapshot").await;
-    let page = open(&browser, &format!("http://{addr}/")).await;
+    // The playground links to the page.
+    let play = open(&browser, &format!("http://{addr}/")).await;
+    let href = js(&play, "document.getElementById('snapshot-page').href").await;
+    assert_eq!(href.as_str().unwrap(), format!("http://{addr}/snapshots/"));
+    let page = open_snapshots(&browser, &format!("http://{addr}/snapshots/")).await;
 
     // Open: replayed exactly, with the engine's own numbers.
     choose_file(&page, &file).await;
@@ -386,27 +416,46 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     until(&page, "document.getElementById('what-if-error').textContent === '' && document.getElementById('what-if-command').textContent.includes('device_total_bytes')").await;
     assert_eq!(text(&page, "snapshot-error").await, "");
 
-    // This session, saved as a snapshot and opened here.
+    // The playground's session, saved as a snapshot, and replayed in a new
+    // tab of the snapshot page.
     for _ in 0..3 {
-        click(&page, "btn-alloc").await;
+        click(&play, "btn-alloc").await;
     }
     until(
-        &page,
+        &play,
         "document.getElementById('last-step').textContent === '2'",
     )
     .await;
-    let session = torch_snapshot::read(&saved_by(&page, "btn-export").await).unwrap();
+    let session = torch_snapshot::read(&saved_by(&play, "btn-export").await).unwrap();
     let allocs = session.device_traces[0]
         .iter()
         .filter(|e| e.action == torch_snapshot::Action::Alloc)
         .count();
     assert_eq!(allocs, 3);
     assert_eq!(replay_exact(&session, 0).unwrap().exact, Some(true));
-    click(&page, "btn-replay-session").await;
-    until(&page, "document.getElementById('snapshot-summary').textContent.includes('vramlab-session.pickle')").await;
-    assert!(text(&page, "snapshot-verdict")
+    let before: Vec<TargetId> = browser
+        .pages()
+        .await
+        .unwrap()
+        .iter()
+        .map(|p| p.target_id().clone())
+        .collect();
+    click(&play, "btn-replay-session").await;
+    let tab = new_tab(&browser, &before).await;
+    until(&tab, "document.getElementById('snapshot-summary').textContent.includes('vramlab-session.pickle')").await;
+    assert!(text(&tab, "snapshot-verdict")
         .await
         .starts_with("Replayed exactly"));
+    let summary = text(&tab, "snapshot-summary").await;
+    let session_events = session.device_traces[0].len();
+    assert!(
+        summary.contains(&format!(" {session_events} events")),
+        "{summary}"
+    );
+    // The fragment that carried the session is dropped: a reload opens
+    // an empty page.
+    let url = js(&tab, "location.href").await;
+    assert_eq!(url.as_str().unwrap(), format!("http://{addr}/snapshots/"));
 
     let _ = stop_tx.send(());
     browser.close().await.unwrap();

@@ -1,84 +1,8 @@
-//! The vramlab playground: Leptos, client-side rendered. It talks to the
-//! server over one websocket or to the engine in a worker of its own
-//! (`conn`, `worker`), keeps what the server said in `state`,
-//! and draws it in `views`. Lessons are built in (`lessons`); the URL keeps
-//! what a link should reproduce (`url`).
+//! The playground's entry: the page, the engine's worker and the cell's
+//! Python worker start here (the same wasm; `vramlab_frontend` is the app).
 
-mod cell;
-mod clock;
-mod conn;
-mod explanation;
-mod files;
-mod history;
-mod keys;
-mod lessons;
-mod mirror;
-mod moving;
-mod play;
-mod python;
-mod pyworker;
-mod replay;
-mod socket;
-mod state;
-mod stopping;
-mod url;
-mod views;
-mod worker;
-
-use leptos::prelude::*;
-use state::{App, LessonRun};
-use views::*;
+use vramlab_frontend::{python, worker, Playground};
 use wasm_bindgen::prelude::wasm_bindgen;
-
-#[component]
-fn Playground() -> impl IntoView {
-    let app = App::new();
-    let initial = url::read();
-    app.link.wanted_framework.set(initial.framework);
-    app.display.hidden.set(initial.hide.clone());
-    if let Some((index, step)) = initial.lesson {
-        app.lesson.set(Some(LessonRun::at(index, step)));
-    }
-    app.display.projector.set(initial.projector);
-    conn::connect(app, initial.watch.clone(), initial.engine);
-    keys::install();
-    mirror::follow(app);
-    mirror::show_presented(app);
-    view! {
-        <a class="skip" href="#numbers">"Skip to the numbers and the lesson"</a>
-        <a class="plan" href="./plan/">"Will it fit?"</a>
-        <StatusBar app=app />
-        <Banner app=app />
-        // The numbers come first and stay on screen (sticky), the lesson
-        // right under them (on a phone, at the top; by keyboard, first);
-        // the controls sit in the left column.
-        <main class="grid">
-            <div class="right">
-                <Numbers app=app />
-                <Lessons app=app />
-                <Explanation app=app />
-                <CodeCell app=app />
-                <Timeline app=app />
-                <SegmentMap app=app />
-                <div class="two">
-                    <Objects app=app />
-                    <EventLog app=app />
-                </div>
-                <CodePane app=app />
-            </div>
-            <div class="left">
-                <Controls app=app />
-            </div>
-        </main>
-        <SnapshotPanel app=app />
-    }
-}
-
-/// talc instead of dlmalloc: the same single-threaded heap, a smaller
-/// download.
-#[cfg(all(not(target_feature = "atomics"), target_family = "wasm"))]
-#[global_allocator]
-static TALC: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
 
 /// The page; in the engine's worker (no window) nothing is mounted.
 fn main() {
@@ -92,4 +16,18 @@ fn main() {
 #[wasm_bindgen]
 pub fn worker_main(early: js_sys::Array) {
     worker::run(early);
+}
+
+/// Starts the Python worker's engine afresh with the session's `settings`
+/// (JSON), then runs `restart`; returns its record.
+#[wasm_bindgen]
+pub fn python_restart(settings: &str, restart: &str) -> String {
+    python::restart(settings, restart)
+}
+
+/// Runs one command line in the Python worker's engine; returns its record
+/// as JSON.
+#[wasm_bindgen]
+pub fn python_execute(line: &str) -> String {
+    python::execute(line)
 }

@@ -8,7 +8,6 @@ use std::cell::RefCell;
 use vramlab_shared::engine::SimDeviceFactory;
 use vramlab_shared::framework::Settings;
 use vramlab_shared::Engine;
-use wasm_bindgen::prelude::*;
 
 thread_local! {
     static MIRROR: RefCell<Option<Engine>> = const { RefCell::new(None) };
@@ -16,15 +15,14 @@ thread_local! {
 
 /// Starts the engine afresh with the session's `settings` (JSON), then
 /// runs `restart` (a line, naming the framework); returns its record.
-#[wasm_bindgen]
-pub fn python_restart(settings: &str, restart: &str) -> String {
+pub fn restart(settings: &str, restart: &str) -> String {
     let engine = serde_json::from_str::<Settings>(settings)
         .map_err(|e| e.to_string())
         .and_then(|s| Engine::new(Box::new(SimDeviceFactory), s).map_err(|e| e.to_string()));
     match engine {
         Ok(engine) => {
             MIRROR.with(|m| *m.borrow_mut() = Some(engine));
-            python_execute(restart)
+            execute(restart)
         }
         Err(e) => {
             serde_json::json!({"ok": false, "error": {"kind": "invalid_value", "message": e}})
@@ -34,8 +32,7 @@ pub fn python_restart(settings: &str, restart: &str) -> String {
 }
 
 /// Runs one command line; returns its record as JSON.
-#[wasm_bindgen]
-pub fn python_execute(line: &str) -> String {
+pub fn execute(line: &str) -> String {
     MIRROR.with(|m| match m.borrow_mut().as_mut() {
         Some(engine) => serde_json::to_string(&engine.run_line(line)).unwrap_or_default(),
         None => r#"{"ok":false,"error":{"kind":"runtime_error","message":"the engine has not started"}}"#.into(),

@@ -6,7 +6,6 @@
 //! (`export`).
 
 use crate::history::{self, Point};
-use crate::replay::Replays;
 use crate::socket;
 use leptos::prelude::*;
 use std::collections::{HashMap, VecDeque};
@@ -127,8 +126,6 @@ pub struct App {
     pub cell: crate::cell::CellState,
     /// ▶ play: training a step at a time.
     pub play: crate::play::Play,
-    /// A snapshot file opened in the page.
-    pub replays: Replays,
     export_to: RwSignal<Option<ExportTo>>,
     /// Replaying the page's own session on the server.
     moving: RwSignal<crate::moving::Move>,
@@ -192,7 +189,6 @@ impl App {
             lesson_texts: RwSignal::new(0),
             cell: crate::cell::CellState::new(),
             play: crate::play::Play::new(),
-            replays: Replays::new(),
             export_to: RwSignal::new(None),
             moving: RwSignal::new(Default::default()),
         }

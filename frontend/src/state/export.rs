@@ -1,5 +1,5 @@
 //! The session written as a PyTorch memory snapshot (the server's answer
-//! to `export_snapshot`): opened in the snapshot panel, or saved.
+//! to `export_snapshot`): opened in "Your snapshot" (a new tab), or saved.
 
 use super::App;
 use crate::{files, socket};
@@ -10,8 +10,8 @@ use vramlab_shared::torch_snapshot::{self, MemorySnapshot};
 /// Where an exported session goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExportTo {
-    /// Opened in the snapshot panel.
-    Panel,
+    /// Opened in "Your snapshot" (snapshots/, a new tab).
+    Page,
     /// Saved as a pickle.
     Download,
 }
@@ -27,7 +27,11 @@ impl App {
         let name = "vramlab-session.pickle";
         let bytes = torch_snapshot::write_pickle(snapshot);
         match self.export_to.get_untracked() {
-            Some(ExportTo::Panel) => self.replays.open(name.into(), &bytes),
+            Some(ExportTo::Page) => {
+                if let Err(why) = open_in_snapshot_page(&bytes) {
+                    self.words.banner.set(Some(why));
+                }
+            }
             Some(ExportTo::Download) => {
                 if let Err(why) = files::download(name, &bytes, "application/octet-stream") {
                     self.words.banner.set(Some(why));
@@ -36,5 +40,18 @@ impl App {
             None => {}
         }
         self.export_to.set(None);
+    }
+}
+
+/// Opens snapshots/ in a new tab with `bytes` as this page's `blob:` URL in
+/// its fragment (`#session=`): it reads them from there, nothing leaves the
+/// browser. The click that asked is a moment ago, so the browser lets the
+/// tab open.
+fn open_in_snapshot_page(bytes: &[u8]) -> Result<(), String> {
+    let url = files::blob_url(bytes, "application/octet-stream")?;
+    let page = format!("./snapshots/#session={url}");
+    match web_sys::window().map(|w| w.open_with_url_and_target(&page, "_blank")) {
+        Some(Ok(Some(_))) => Ok(()),
+        _ => Err("The browser did not open a new tab for the snapshot: allow this page's pop-ups, or save the session as a snapshot and open the file in Your snapshot.".into()),
     }
 }

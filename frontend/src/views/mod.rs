@@ -1,6 +1,6 @@
 //! The views: controls, the three numbers as a stacked bar, the timeline,
 //! the segment map, the table of live objects, the event log, the code pane,
-//! the explanation, the lessons, and a snapshot file opened in the page. Controls send typed [`Command`] values.
+//! the explanation, the lessons, the way to "Your snapshot", and that page (a snapshot file opened in it). Controls send typed [`Command`] values.
 
 mod cell;
 mod glossary;
@@ -15,15 +15,17 @@ mod tables;
 mod timeline;
 mod trace;
 mod training;
+mod your_snapshot;
 
 pub use cell::CodeCell;
 pub use kernel::Controls;
 pub use lessons::Lessons;
-pub use replay::SnapshotPanel;
+pub use replay::SnapshotPage;
 pub use segments::SegmentMap;
 pub use status::{Banner, Explanation, Numbers, StatusBar};
 pub use tables::{CodePane, EventLog, Objects};
 pub use timeline::Timeline;
+pub use your_snapshot::SnapshotLinks;
 
 use crate::state::App;
 use leptos::prelude::*;

@@ -1,12 +1,12 @@
-//! "Your snapshot": open or drop a PyTorch memory snapshot, see whether
-//! vramlab replays it exactly, ask what if, and compare the two runs.
+//! "Your snapshot", a page of its own (snapshots/): open or drop a PyTorch
+//! memory snapshot, see whether vramlab replays it exactly, ask what if,
+//! and compare the two runs.
 
 use super::replay_chart::CompareChart;
 use super::trace::{TraceEvents, TraceSegments};
 use super::{checkbox, text_input};
 use crate::files;
 use crate::replay::{Opened, Replays, WhatIf};
-use crate::state::App;
 use leptos::prelude::*;
 use vramlab_shared::framework::RestartSettings;
 use vramlab_shared::gpu::GpuModel;
@@ -16,7 +16,7 @@ use vramlab_shared::torch_snapshot::what_if::describe_what_if;
 use vramlab_shared::torch_snapshot::MAX_FILE_BYTES;
 use vramlab_shared::units::{format_size, MIB};
 
-/// Reads the file and opens it in the panel.
+/// Reads the file and opens it on the page.
 fn open_file(r: Replays, file: Option<web_sys::File>) {
     let Some(file) = file else {
         return;
@@ -29,17 +29,47 @@ fn open_file(r: Replays, file: Option<web_sys::File>) {
     });
 }
 
+/// The playground's session, when the page was opened with one
+/// (`#session=<the playground's blob: URL>`, `state::export`): read from
+/// the playground's tab, then the fragment dropped (a reload opens an empty
+/// page, not a URL that may be gone).
+fn open_session(r: Replays) {
+    let Some(window) = web_sys::window() else {
+        return;
+    };
+    let hash = window.location().hash().unwrap_or_default();
+    let Some(url) = hash.strip_prefix("#session=").map(str::to_string) else {
+        return;
+    };
+    if let Ok(history) = window.history() {
+        let _ = history.replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some("./"));
+    }
+    leptos::task::spawn_local(async move {
+        match files::fetch_bytes(&url).await {
+            Ok(bytes) => r.open("vramlab-session.pickle".into(), &bytes),
+            Err(_) => r.error.set(Some(
+                "The playground's session could not be read: its tab was closed or reloaded. Save the session as a snapshot there and open the file here.".into(),
+            )),
+        }
+    });
+}
+
+/// "Your snapshot" (snapshots/): open or drop a PyTorch memory snapshot,
+/// see whether vramlab replays it exactly, ask what if, and compare the
+/// two runs.
 #[component]
-pub fn SnapshotPanel(app: App) -> impl IntoView {
-    let r = app.replays;
+pub fn SnapshotPage() -> impl IntoView {
+    let r = Replays::new();
+    open_session(r);
     let on_drop = move |e: web_sys::DragEvent| {
         e.prevent_default();
         open_file(r, files::first(e.data_transfer().and_then(|d| d.files())));
     };
     view! {
-        <section id="your-snapshot" class="snapshot" aria-label="Your snapshot"
+        <a class="plan" href="../">"The playground"</a>
+        <main id="your-snapshot" class="snapshot" aria-label="Your snapshot"
             on:dragover=|e: web_sys::DragEvent| e.prevent_default() on:drop=on_drop>
-            <h2>"Your snapshot " <small>"a PyTorch memory snapshot, replayed on vramlab's allocator in this page (nothing is uploaded)"</small></h2>
+            <h1>"Your snapshot " <small>"a PyTorch memory snapshot, replayed on vramlab's allocator in this page (nothing is uploaded)"</small></h1>
             <p class="open">
                 <label class="file">"Open a snapshot "
                     <input id="snapshot-file" type="file" accept=".pickle,.pkl,.json"
@@ -47,13 +77,8 @@ pub fn SnapshotPanel(app: App) -> impl IntoView {
                 </label>
                 " or drop it here. Record one with "
                 <code>"torch.cuda.memory._record_memory_history()"</code>" … "
-                <code>"torch.cuda.memory._dump_snapshot(\"x.pickle\")"</code>"; "
-                <button id="btn-replay-session" disabled=move || app.link.hello.get().is_none()
-                    title="This session's memory as a snapshot, opened here"
-                    on:click=move |_| app.export(crate::state::ExportTo::Panel)>"replay this session"</button>
-                <button id="btn-export" disabled=move || app.link.hello.get().is_none()
-                    title="Save this session as a snapshot that pytorch.org/memory_viz opens"
-                    on:click=move |_| app.export(crate::state::ExportTo::Download)>"save this session as a snapshot"</button>
+                <code>"torch.cuda.memory._dump_snapshot(\"x.pickle\")"</code>
+                "; or, in the playground, replay its session."
             </p>
             <p id="snapshot-error" class="outcome bad" role="alert">{move || r.error.get()}</p>
             {move || r.opened.get().map(|o| view! {
@@ -63,7 +88,7 @@ pub fn SnapshotPanel(app: App) -> impl IntoView {
                 <TraceSegments r=r />
                 <TraceEvents r=r />
             })}
-        </section>
+        </main>
     }
 }
 
