@@ -191,7 +191,7 @@ fn device_env_var_is_honoured() {
 fn an_exported_session_replays_exactly_through_the_command_line() {
     let dir = std::env::temp_dir().join(format!("vramlab-export-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let pickle = export_lesson(&dir, "05-fragmentation-oom");
+    let pickle = vramlab_tests::export_lesson(&dir, "05-fragmentation-oom");
     let out = replay(
         &pickle,
         &["--json", "--what-if", "expandable_segments=true"],
@@ -258,7 +258,7 @@ fn an_exported_session_replays_exactly_through_the_command_line() {
 fn a_window_of_a_recording_replays_as_a_recording_of_its_own() {
     let dir = std::env::temp_dir().join(format!("vramlab-window-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let pickle = export_lesson(&dir, "07-optimizer-state");
+    let pickle = vramlab_tests::export_lesson(&dir, "07-optimizer-state");
     windows_replay_exactly(&dir, &pickle);
     // The same run with expandable segments, written by a what-if: a
     // window from its middle starts with mapped ranges, seeded where they
@@ -277,7 +277,10 @@ fn a_window_of_a_recording_replays_as_a_recording_of_its_own() {
     windows_replay_exactly(&dir, &expandable);
     // A session run with expandable segments is written as PyTorch writes
     // one (`segment_map`, expandable ranges): lesson 15's.
-    windows_replay_exactly(&dir, &export_lesson(&dir, "15-expandable-segments"));
+    windows_replay_exactly(
+        &dir,
+        &vramlab_tests::export_lesson(&dir, "15-expandable-segments"),
+    );
     // Around the peak: the window holds the whole recording's peak (its
     // events numbered from the window's first).
     let peak_line = |text: &str| {
@@ -462,12 +465,6 @@ fn lesson_python_writes_a_file_per_kernel() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `vramlab replay --fix`: the fragmentation lesson's recording runs
-/// through in its room with expandable segments or `max_split_size_mb`
-/// (and not with `roundup_power2_divisions`, whose rounding of the 700 MiB
-/// tensor alone is too big); a recording whose live tensors alone exceed
-/// the room gets the shortfall and the frames holding it; one with no
-/// out-of-memory has nothing to fix.
 /// A recording of CUDA graphs (a captured step, on an H100): replay says
 /// which private pool holds what at the dump, and replays it exactly.
 #[test]
@@ -502,11 +499,17 @@ fn replay_refuses_a_file_over_the_limit_before_reading_it() {
     );
 }
 
+/// `vramlab replay --fix`: the fragmentation lesson's recording runs
+/// through in its room with expandable segments or `max_split_size_mb`
+/// (and not with `roundup_power2_divisions`, whose rounding of the 700 MiB
+/// tensor alone is too big); a recording whose live tensors alone exceed
+/// the room gets the shortfall and the frames holding it; one with no
+/// out-of-memory has nothing to fix.
 #[test]
 fn replay_fix_names_the_settings_that_avoid_the_out_of_memory() {
     let dir = std::env::temp_dir().join(format!("vramlab-fix-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let export = |lesson: &str| export_lesson(&dir, lesson);
+    let export = |lesson: &str| vramlab_tests::export_lesson(&dir, lesson);
     let fragmented = export("05-fragmentation-oom");
     let text = String::from_utf8(replay(&fragmented, &["--fix"]).stdout).unwrap();
     for line in [
@@ -657,21 +660,6 @@ fn diff_attributes_the_peak_difference_to_the_frames_that_make_it() {
     );
     assert!(text.contains("  B only: 512 bytes  total_loss"), "{text}");
     std::fs::remove_dir_all(&dir).unwrap();
-}
-
-/// Lesson `name`'s session exported into `dir` as a snapshot.
-fn export_lesson(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
-    let pickle = dir.join(format!("{name}.pickle"));
-    let lesson = vramlab_tests::root().join(format!("tests/lessons/{name}.jsonl"));
-    let status = Command::new(vramlab_bin())
-        .args(["run", "--device", "sim", "--export-snapshot"])
-        .arg(&pickle)
-        .arg(&lesson)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    pickle
 }
 
 /// `vramlab replay FILE ARGS…`.

@@ -3,7 +3,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
 /// The workspace root.
@@ -57,21 +57,42 @@ pub fn lesson_files() -> Vec<PathBuf> {
 /// `torch.cuda.memory._dump_snapshot()` writes it: an MLP of `layers`
 /// hidden layers trained with Adam for `steps` steps, every event kept.
 pub fn training_snapshot(layers: u32, steps: u32) -> Vec<u8> {
+    session_snapshot(&[
+        &format!(r#"{{"cmd":"model","name":"model","layers":{layers},"width":256}}"#),
+        r#"{"cmd":"data","name":"data"}"#,
+        r#"{"cmd":"optimizer","name":"opt","model":"model","kind":"adam"}"#,
+        &format!(
+            r#"{{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":{steps}}}"#
+        ),
+    ])
+}
+
+/// The session of command `lines` on the simulated GPU, exported as a
+/// snapshot pickle with every event kept.
+pub fn session_snapshot(lines: &[&str]) -> Vec<u8> {
     use vramlab_shared::torch_snapshot::{export, write_pickle};
     let mut engine = vramlab_shared::Engine::new_simulated();
     engine.set_event_capacity(usize::MAX);
-    for line in [
-        format!(r#"{{"cmd":"model","name":"model","layers":{layers},"width":256}}"#),
-        r#"{"cmd":"data","name":"data"}"#.into(),
-        r#"{"cmd":"optimizer","name":"opt","model":"model","kind":"adam"}"#.into(),
-        format!(
-            r#"{{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":{steps}}}"#
-        ),
-    ] {
-        let record = engine.run_line(&line);
+    for line in lines {
+        let record = engine.run_line(line);
         assert!(record.ok, "{line}: {:?}", record.error);
     }
     write_pickle(&export::from_session(&engine.snapshot(usize::MAX)))
+}
+
+/// Lesson `name`'s session exported into `dir` as a snapshot.
+pub fn export_lesson(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let pickle = dir.join(format!("{name}.pickle"));
+    let lesson = root().join(format!("tests/lessons/{name}.jsonl"));
+    let status = Command::new(vramlab_bin())
+        .args(["run", "--device", "sim", "--export-snapshot"])
+        .arg(&pickle)
+        .arg(&lesson)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    pickle
 }
 
 /// A free TCP port on loopback.

@@ -14,10 +14,12 @@ use chromiumoxide::cdp::browser_protocol::target::TargetId;
 use chromiumoxide::{Browser, Page};
 use std::path::Path;
 use vramlab_shared::framework::RestartSettings;
+use vramlab_shared::torch_snapshot::diff::{diff, diff_lines};
+use vramlab_shared::torch_snapshot::fix::{fix_lines, search_fix};
 use vramlab_shared::torch_snapshot::replay::{replay_exact, replay_what_if, segments_at};
 use vramlab_shared::torch_snapshot::{self, MemorySnapshot};
 use vramlab_shared::units::format_size;
-use vramlab_tests::{root, training_snapshot, two_gpus};
+use vramlab_tests::{export_lesson, root, session_snapshot, training_snapshot, two_gpus};
 
 /// Chooses `path` in the file input, as a user does in the file dialog.
 async fn choose_file(page: &Page, path: &Path) {
@@ -456,6 +458,187 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     // an empty page.
     let url = js(&tab, "location.href").await;
     assert_eq!(url.as_str().unwrap(), format!("http://{addr}/snapshots/"));
+
+    let _ = stop_tx.send(());
+    browser.close().await.unwrap();
+    browser.wait().await.unwrap();
+    handler.abort();
+    let _ = std::fs::remove_dir_all(&profile);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The texts of the `li`s under element `id`.
+async fn items(page: &Page, id: &str) -> Vec<String> {
+    let v = js(
+        page,
+        &format!("[...document.querySelectorAll('#{id} li')].map(l => l.textContent)"),
+    )
+    .await;
+    serde_json::from_value(v).unwrap()
+}
+
+/// The snapshot page's questions after "what happened": the fix searched
+/// for the fragmentation lesson's out-of-memory (the lines `vramlab
+/// replay --fix` prints, and the setting replayed as a what-if that runs
+/// through); two sessions that differ in the batch size compared (the
+/// lines `vramlab diff` prints, the difference named); a window of events
+/// opened and the whole recording back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_searches_the_fix_compares_two_runs_and_opens_a_window() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("vramlab-snapshot-compare-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fragmented = export_lesson(&dir, "05-fragmentation-oom");
+    let native = torch_snapshot::read(&std::fs::read(&fragmented).unwrap()).unwrap();
+    let report = search_fix(&native, 0).unwrap();
+    let lines = [
+        r#"{"cmd":"model","name":"model","layers":2,"width":1024,"input_dim":784,"classes":10}"#,
+        r#"{"cmd":"optimizer","name":"opt","model":"model","kind":"adam"}"#,
+        r#"{"cmd":"data","name":"data","samples":4096,"features":784,"classes":10}"#,
+    ];
+    let session = |batch: u32| {
+        let train = format!(
+            r#"{{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":2,"batch_size":{batch}}}"#
+        );
+        let mut all = lines.to_vec();
+        all.push(&train);
+        let path = dir.join(format!("b{batch}.pickle"));
+        std::fs::write(&path, session_snapshot(&all)).unwrap();
+        path
+    };
+    let (b64, b128) = (session(64), session(128));
+
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let addr = serve_on(0, stop_rx).await;
+    let (mut browser, handler, profile) = launch("snapshot-compare").await;
+    let page = open_snapshots(&browser, &format!("http://{addr}/snapshots/")).await;
+
+    // The fix: the same lines as the command line's, and the best setting
+    // replayed here runs through.
+    choose_file(&page, &fragmented).await;
+    until(&page, "document.getElementById('snapshot-summary').textContent.includes('05-fragmentation-oom.pickle')").await;
+    click(&page, "btn-fix").await;
+    until(
+        &page,
+        "document.querySelectorAll('#fix-lines li').length > 0",
+    )
+    .await;
+    assert_eq!(items(&page, "fix-lines").await, fix_lines(report.as_ref()));
+    let report = report.unwrap();
+    let best = (report.ranked().into_iter())
+        .find(|c| c.alloc_conf.is_some())
+        .unwrap()
+        .clone();
+    let first = js(
+        &page,
+        "document.querySelector('#fix-table tbody td').textContent",
+    )
+    .await;
+    assert_eq!(first.as_str(), best.alloc_conf.as_deref());
+    js(
+        &page,
+        "document.querySelector('#fix-table .fix-replay').click()",
+    )
+    .await;
+    until(
+        &page,
+        &format!(
+            "document.getElementById('what-if-command').textContent.includes('{}')",
+            best.what_if
+        ),
+    )
+    .await;
+    assert_eq!(cell(&page, 3, 2).await, "none here; 1 in the recording");
+    let command = js(
+        &page,
+        "[...document.querySelectorAll('#fix-table ~ .cli code')].map(c => c.textContent)[0]",
+    )
+    .await;
+    assert_eq!(
+        command.as_str().unwrap(),
+        "vramlab replay 05-fragmentation-oom.pickle --fix"
+    );
+    shot(&page, "snapshot-fix.png").await;
+
+    // Two runs: batch 64 against batch 128, as `vramlab diff` says it.
+    choose_file(&page, &b64).await;
+    until(
+        &page,
+        "document.getElementById('snapshot-summary').textContent.includes('b64.pickle')",
+    )
+    .await;
+    assert!(js(&page, "document.getElementById('btn-fix').disabled")
+        .await
+        .as_bool()
+        .unwrap());
+    let input = page.find_element("#diff-file").await.unwrap();
+    page.execute(SetFileInputFilesParams {
+        files: vec![b128.display().to_string()],
+        node_id: None,
+        backend_node_id: Some(input.backend_node_id),
+        object_id: None,
+    })
+    .await
+    .unwrap();
+    until(
+        &page,
+        "document.querySelectorAll('#diff-lines li').length > 0",
+    )
+    .await;
+    let (a, b) = (
+        torch_snapshot::read(&std::fs::read(&b64).unwrap()).unwrap(),
+        torch_snapshot::read(&std::fs::read(&b128).unwrap()).unwrap(),
+    );
+    let expected = diff_lines(
+        &diff((&a, 0), (&b, 0)).unwrap(),
+        "b64.pickle",
+        "b128.pickle",
+    );
+    let shown = items(&page, "diff-lines").await;
+    assert_eq!(shown, expected);
+    assert!(
+        shown
+            .iter()
+            .any(|l| l == "B's peak is 452.50 KiB higher; 100% of it is in:"),
+        "{shown:?}"
+    );
+    assert_eq!(
+        text(&page, "diff-command").await,
+        "vramlab diff b64.pickle b128.pickle"
+    );
+    let polylines = js(
+        &page,
+        "document.querySelectorAll('#diff-chart polyline').length",
+    )
+    .await;
+    assert_eq!(polylines.as_u64(), Some(2));
+    shot(&page, "snapshot-diff.png").await;
+
+    // A window: events 10..40 as a recording of its own, then the whole.
+    set_input(&page, "window-from", "10").await;
+    set_input(&page, "window-to", "40").await;
+    click(&page, "btn-window").await;
+    until(&page, "document.getElementById('snapshot-summary').textContent.includes('b64.pickle events 10..40')").await;
+    let summary = text(&page, "snapshot-summary").await;
+    assert!(summary.contains(" 30 events"), "{summary}");
+    assert!(text(&page, "snapshot-verdict")
+        .await
+        .starts_with("Replayed exactly"));
+    click(&page, "btn-whole").await;
+    until(
+        &page,
+        &format!(
+            "document.getElementById('snapshot-summary').textContent.includes(' {} events')",
+            a.device_traces[0].len()
+        ),
+    )
+    .await;
+    assert_eq!(
+        js(&page, "document.getElementById('btn-whole')").await,
+        serde_json::Value::Null
+    );
 
     let _ = stop_tx.send(());
     browser.close().await.unwrap();

@@ -10,6 +10,7 @@
 
 mod cell;
 mod clock;
+mod compare;
 mod conn;
 mod explanation;
 mod files;

@@ -64,6 +64,9 @@ pub struct Replays {
     /// The trace event being looked at.
     pub selected: RwSignal<usize>,
     pub shown: RwSignal<Shown>,
+    /// Two runs compared, the fix searched, a window of events
+    /// (`compare`).
+    pub compare: crate::compare::Compare,
 }
 
 impl Replays {
@@ -75,6 +78,7 @@ impl Replays {
             what_if_error: RwSignal::new(None),
             selected: RwSignal::new(0),
             shown: RwSignal::new(Shown::Recorded),
+            compare: crate::compare::Compare::new(),
         }
     }
 
@@ -82,6 +86,7 @@ impl Replays {
     /// was open stays open.
     pub fn open(&self, name: String, bytes: &[u8]) {
         let start = now_ms();
+        self.compare.whole.set(None);
         let read = torch_snapshot::read(bytes).map_err(|e| e.0);
         let loaded = read.and_then(|snapshot| {
             let device = default_device(&snapshot);
@@ -105,10 +110,11 @@ impl Replays {
         self.show(loaded, start);
     }
 
-    fn show(&self, loaded: Result<Opened, String>, start: f64) {
+    pub(crate) fn show(&self, loaded: Result<Opened, String>, start: f64) {
         match loaded {
             Ok(mut opened) => {
                 opened.ms = now_ms() - start;
+                self.compare.clear();
                 self.selected.set(first_interesting(&opened));
                 self.what_if.set(None);
                 self.what_if_error.set(None);
@@ -185,7 +191,7 @@ impl Replays {
     }
 }
 
-fn load(
+pub(crate) fn load(
     name: String,
     bytes: usize,
     snapshot: Arc<MemorySnapshot>,

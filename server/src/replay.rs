@@ -8,7 +8,7 @@ use crate::cli::ReplayArgs;
 use std::io::Write;
 use std::process::ExitCode;
 use vramlab_shared::framework::RestartSettings;
-use vramlab_shared::torch_snapshot::fix::{search_fix, FixReport};
+use vramlab_shared::torch_snapshot::fix::{fix_lines, search_fix, FixReport};
 use vramlab_shared::torch_snapshot::pools::DEFAULT_POOL;
 use vramlab_shared::torch_snapshot::replay::{
     default_device, export_what_if, recorded_ooms, replay_exact, replay_what_if, ReplayRun,
@@ -303,74 +303,8 @@ fn write_json(
 /// `--fix`: the settings that run the recording through its first
 /// out-of-memory, or the shortfall and who held the memory.
 fn write_fix(out: &mut impl Write, fix: Option<&FixReport>) -> anyhow::Result<()> {
-    let Some(fix) = fix else {
-        writeln!(
-            out,
-            "fix: the recording shows no out-of-memory; nothing to fix"
-        )?;
-        return Ok(());
-    };
-    writeln!(
-        out,
-        "fix for the out-of-memory at event {} (a request of {}):",
-        fix.event,
-        format_size(fix.request_bytes)
-    )?;
-    let room = match fix.room_exact {
-        true => "what the process held and the driver still had free",
-        false => "the most the process held: it hit a limit of its own (a memory fraction), so at least this",
-    };
-    writeln!(out, "  room: {}, {room}", format_size(fix.room_bytes))?;
-    let recorded = match fix.recorded.out_of_memory_at {
-        Some(at) => format!("out of memory at event {at}"),
-        None => "runs through: the recorded failure does not happen in this room".into(),
-    };
-    writeln!(out, "  the recorded settings in that room: {recorded}")?;
-    let ranked = fix.ranked();
-    if !ranked.is_empty() {
-        writeln!(out, "  runs through, fewest bytes reserved first:")?;
-    }
-    for c in ranked.iter().filter(|c| c.alloc_conf.is_some()) {
-        let conf = c.alloc_conf.as_deref().unwrap_or_default();
-        writeln!(
-            out,
-            "    PYTORCH_CUDA_ALLOC_CONF={conf}: peak reserved {}",
-            format_size(c.peak_reserved_bytes)
-        )?;
-    }
-    if let Some(gpu) = fix.smallest_gpu() {
-        writeln!(
-            out,
-            "    as recorded, on a GPU with more room: the smallest, {} ({} free): peak reserved {}",
-            gpu.what_if.trim_start_matches("gpu="),
-            format_size(fix.gpu_free_bytes(gpu)),
-            format_size(gpu.peak_reserved_bytes)
-        )?;
-    }
-    let failing: Vec<String> = (fix.candidates.iter())
-        .filter(|c| !c.runs && c.alloc_conf.is_some())
-        .map(|c| {
-            format!(
-                "{} (event {})",
-                c.what_if,
-                c.out_of_memory_at.unwrap_or(fix.event)
-            )
-        })
-        .collect();
-    if !failing.is_empty() {
-        writeln!(out, "  still out of memory: {}", failing.join(", "))?;
-    }
-    if !ranked.iter().any(|c| c.alloc_conf.is_some()) {
-        writeln!(
-            out,
-            "  no allocator setting runs it: the live tensors ({}) and the request ({}) exceed the room by {}; the frames holding the most then:",
-            format_size(fix.allocated_bytes),
-            format_size(fix.request_bytes),
-            format_size(fix.shortfall_bytes())
-        )?;
-        for (frame, bytes) in &fix.holders {
-            writeln!(out, "    {}  {frame}", format_size(*bytes))?;
-        }
+    for line in fix_lines(fix) {
+        writeln!(out, "{line}")?;
     }
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! the explanation, the lessons, the way to "Your snapshot", and that page (a snapshot file opened in it). Controls send typed [`Command`] values.
 
 mod cell;
+mod compare;
 mod glossary;
 mod kernel;
 mod lessons;

@@ -2,6 +2,7 @@
 //! memory snapshot, see whether vramlab replays it exactly, ask what if,
 //! and compare the two runs.
 
+use super::compare::{DiffPanel, FixPanel, WindowForm};
 use super::replay_chart::CompareChart;
 use super::trace::{TraceEvents, TraceSegments};
 use super::{checkbox, text_input};
@@ -83,8 +84,11 @@ pub fn SnapshotPage() -> impl IntoView {
             <p id="snapshot-error" class="outcome bad" role="alert">{move || r.error.get()}</p>
             {move || r.opened.get().map(|o| view! {
                 <Summary opened=o.clone() r=r />
+                <FixPanel opened=o.clone() r=r />
                 <WhatIfForm opened=o.clone() r=r />
                 <CompareChart r=r />
+                <DiffPanel r=r />
+                <WindowForm opened=o.clone() r=r />
                 <TraceSegments r=r />
                 <TraceEvents r=r />
             })}

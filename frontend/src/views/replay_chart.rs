@@ -8,12 +8,12 @@ use vramlab_shared::torch_snapshot::replay::TimelinePoint;
 use vramlab_shared::torch_snapshot::Action;
 use vramlab_shared::units::{format_size, GIB};
 
-const W: f64 = 800.0;
-const H: f64 = 160.0;
+pub(super) const W: f64 = 800.0;
+pub(super) const H: f64 = 160.0;
 /// A what-if's device size above this is "any size".
 const ANY_SIZE: u64 = 1024 * 1024 * GIB;
 
-fn polyline(
+pub(super) fn polyline(
     points: &[TimelinePoint],
     events: usize,
     top: f64,

@@ -7,6 +7,7 @@ use super::format::MemorySnapshot;
 use super::replay::{replay_exact, segments_at, thin, TimelinePoint};
 use super::SnapshotError;
 use crate::alloc::BlockState;
+use crate::units::format_size;
 use serde::{Deserialize, Serialize};
 
 /// The share of the peak difference the ranked frames explain.
@@ -170,4 +171,63 @@ pub(super) fn live_by_frame(
     }
     frames.sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
     Ok(frames)
+}
+
+/// What `vramlab diff A B` prints and the snapshot page shows: each
+/// peak, the difference and the frames that explain it, and the frames
+/// alive at one peak only.
+pub fn diff_lines(d: &Diff, a_name: &str, b_name: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, path, peak) in [("A", a_name, &d.a), ("B", b_name, &d.b)] {
+        out.push(format!(
+            "{name}: {}: peak allocated {} after event {} of {} (reserved {})",
+            path,
+            format_size(peak.allocated_bytes),
+            peak.event,
+            peak.events,
+            format_size(peak.reserved_bytes)
+        ));
+    }
+    let delta = d.peak_delta();
+    if delta == 0 {
+        out.push("the peaks are equal".to_string());
+    } else {
+        out.push(format!(
+            "B's peak is {} {}; {:.0}% of it is in:",
+            format_size(delta.unsigned_abs()),
+            if delta > 0 { "higher" } else { "lower" },
+            100.0 * d.explained()
+        ));
+        for f in &d.explaining {
+            out.push(format!("  {}", line(f)));
+        }
+    }
+    let one_sided: Vec<&FrameDelta> = (d.all.iter())
+        .filter(|f| f.a_bytes == 0 || f.b_bytes == 0)
+        .collect();
+    if !one_sided.is_empty() {
+        out.push("alive at one peak only:".to_string());
+        for f in one_sided {
+            let side = if f.a_bytes == 0 { "B" } else { "A" };
+            let bytes = f.a_bytes.max(f.b_bytes);
+            out.push(format!(
+                "  {side} only: {}  {}",
+                format_size(bytes),
+                f.frame
+            ));
+        }
+    }
+    out
+}
+
+/// `+512.00 MiB  frame (A 256.00 MiB, B 768.00 MiB)`.
+fn line(f: &FrameDelta) -> String {
+    let sign = if f.delta() >= 0 { '+' } else { '-' };
+    format!(
+        "{sign}{}  {} (A {}, B {})",
+        format_size(f.delta().unsigned_abs()),
+        f.frame,
+        format_size(f.a_bytes),
+        format_size(f.b_bytes)
+    )
 }

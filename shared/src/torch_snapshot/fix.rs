@@ -19,7 +19,9 @@ use super::what_if::parse_what_if;
 use super::SnapshotError;
 use crate::alloc::caching::allocation_size;
 use crate::device::DEFAULT_CONTEXT_BYTES;
+use crate::framework::RestartSettings;
 use crate::gpu::GpuModel;
+use crate::units::format_size;
 use serde::{Deserialize, Serialize};
 
 /// `max_split_size_mb` values tried.
@@ -75,6 +77,12 @@ impl FixReport {
         (self.candidates.iter())
             .filter(|c| c.runs && c.alloc_conf.is_none())
             .min_by_key(|c| self.gpu_free_bytes(c))
+    }
+
+    /// The what-if that replays candidate `c` as the search did (an
+    /// allocator setting in the room; a GPU as it is).
+    pub fn what_if(&self, c: &FixCandidate) -> Result<RestartSettings, SnapshotError> {
+        in_room(&c.what_if, c.alloc_conf.as_ref().map(|_| self.room_bytes))
     }
 
     /// A GPU candidate's room: its memory less its context.
@@ -171,12 +179,7 @@ fn candidate(
     (what_if, room): (&str, Option<u64>),
     alloc_conf: Option<String>,
 ) -> Result<FixCandidate, SnapshotError> {
-    let mut settings = what_if_settings(snapshot, &parse_what_if(what_if)?)?;
-    if let Some(room) = room {
-        settings.device_total_bytes = room + DEFAULT_CONTEXT_BYTES;
-        settings.context_bytes = DEFAULT_CONTEXT_BYTES;
-        settings.other_processes_bytes = 0;
-    }
+    let settings = what_if_settings(snapshot, &in_room(what_if, room)?)?;
     let run = Replay::new(snapshot, device, settings, false)?.run_probing()?;
     Ok(FixCandidate {
         what_if: what_if.to_string(),
@@ -185,6 +188,18 @@ fn candidate(
         peak_reserved_bytes: run.peak_reserved_bytes,
         out_of_memory_at: run.ooms.first().map(|o| o.event),
     })
+}
+
+/// `what_if` in `room` bytes: a GPU of the room and the simulator's
+/// default context, nothing else on it.
+fn in_room(what_if: &str, room: Option<u64>) -> Result<RestartSettings, SnapshotError> {
+    let mut settings = parse_what_if(what_if)?;
+    if let Some(room) = room {
+        settings.device_total_bytes = Some(room + DEFAULT_CONTEXT_BYTES);
+        settings.context_bytes = Some(DEFAULT_CONTEXT_BYTES);
+        settings.other_processes_bytes = Some(0);
+    }
+    Ok(settings)
 }
 
 /// The frames whose live blocks hold the most at `event`.
@@ -196,4 +211,72 @@ fn holders(
     let mut frames = super::diff::live_by_frame(snapshot, device, event)?;
     frames.truncate(HOLDERS);
     Ok(frames)
+}
+
+/// What `vramlab replay --fix` prints and the snapshot page shows: the
+/// settings that run the recording through its first out-of-memory, or
+/// the shortfall and who held the memory.
+pub fn fix_lines(fix: Option<&FixReport>) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(fix) = fix else {
+        out.push("fix: the recording shows no out-of-memory; nothing to fix".to_string());
+        return out;
+    };
+    out.push(format!(
+        "fix for the out-of-memory at event {} (a request of {}):",
+        fix.event,
+        format_size(fix.request_bytes)
+    ));
+    let room = match fix.room_exact {
+        true => "what the process held and the driver still had free",
+        false => "the most the process held: it hit a limit of its own (a memory fraction), so at least this",
+    };
+    out.push(format!("  room: {}, {room}", format_size(fix.room_bytes)));
+    let recorded = match fix.recorded.out_of_memory_at {
+        Some(at) => format!("out of memory at event {at}"),
+        None => "runs through: the recorded failure does not happen in this room".into(),
+    };
+    out.push(format!("  the recorded settings in that room: {recorded}"));
+    let ranked = fix.ranked();
+    if !ranked.is_empty() {
+        out.push("  runs through, fewest bytes reserved first:".to_string());
+    }
+    for c in ranked.iter().filter(|c| c.alloc_conf.is_some()) {
+        let conf = c.alloc_conf.as_deref().unwrap_or_default();
+        out.push(format!(
+            "    PYTORCH_CUDA_ALLOC_CONF={conf}: peak reserved {}",
+            format_size(c.peak_reserved_bytes)
+        ));
+    }
+    if let Some(gpu) = fix.smallest_gpu() {
+        out.push(format!("    as recorded, on a GPU with more room: the smallest, {} ({} free): peak reserved {}",
+            gpu.what_if.trim_start_matches("gpu="),
+            format_size(fix.gpu_free_bytes(gpu)),
+            format_size(gpu.peak_reserved_bytes)
+        ));
+    }
+    let failing: Vec<String> = (fix.candidates.iter())
+        .filter(|c| !c.runs && c.alloc_conf.is_some())
+        .map(|c| {
+            format!(
+                "{} (event {})",
+                c.what_if,
+                c.out_of_memory_at.unwrap_or(fix.event)
+            )
+        })
+        .collect();
+    if !failing.is_empty() {
+        out.push(format!("  still out of memory: {}", failing.join(", ")));
+    }
+    if !ranked.iter().any(|c| c.alloc_conf.is_some()) {
+        out.push(format!("  no allocator setting runs it: the live tensors ({}) and the request ({}) exceed the room by {}; the frames holding the most then:",
+            format_size(fix.allocated_bytes),
+            format_size(fix.request_bytes),
+            format_size(fix.shortfall_bytes())
+        ));
+        for (frame, bytes) in &fix.holders {
+            out.push(format!("    {}  {frame}", format_size(*bytes)));
+        }
+    }
+    out
 }
