@@ -134,6 +134,14 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     std::fs::write(&file, &bytes).unwrap();
     let native = torch_snapshot::read(&bytes).unwrap();
     let events = native.device_traces[0].len();
+    // What the page downloads (the .gz copies scripts/build-web writes).
+    let page_bytes: u64 = std::fs::read_dir(root().join("dist/snapshots"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "gz"))
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum();
+    println!("figure: Your snapshot's download (gzip): {page_bytes} bytes");
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
     let addr = serve_on(0, stop_rx).await;
