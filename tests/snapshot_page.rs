@@ -336,25 +336,39 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
         .await
         .contains("training.pickle"));
 
-    // A recording of CUDA graphs' private pools (recorded on an H100): the
-    // page leaves their replay to the command line, and says so.
+    // A recording of CUDA graphs' private pools (recorded on an H100):
+    // replayed exactly in the page, with the command line's numbers.
     let graph = root().join("tests/golden/snapshot-graph.pickle");
+    let graph_native = torch_snapshot::read(&std::fs::read(&graph).unwrap()).unwrap();
+    let graph_run = replay_exact(&graph_native, 0).unwrap();
+    assert_eq!(graph_run.exact, Some(true));
     choose_file(&page, &graph).await;
-    let error = until(
+    until(
         &page,
-        "document.getElementById('snapshot-error').textContent.includes('private pool') && document.getElementById('snapshot-error').textContent",
+        "document.getElementById('snapshot-summary').textContent.includes('snapshot-graph.pickle')",
     )
     .await;
     assert!(
-        error
-            .as_str()
-            .unwrap()
-            .contains("`vramlab replay` replays it"),
-        "{error}"
+        text(&page, "snapshot-verdict")
+            .await
+            .starts_with("Replayed exactly"),
+        "{}",
+        text(&page, "snapshot-verdict").await
     );
-    assert!(text(&page, "snapshot-summary")
-        .await
-        .contains("training.pickle"));
+    assert_eq!(
+        cell(&page, 0, 1).await,
+        format_size(graph_run.peak_reserved_bytes)
+    );
+    assert_eq!(
+        cell(&page, 1, 1).await,
+        format_size(graph_run.peak_allocated_bytes)
+    );
+    choose_file(&page, &file).await;
+    until(
+        &page,
+        "document.getElementById('snapshot-summary').textContent.includes('training.pickle')",
+    )
+    .await;
 
     // A recording of two GPUs opens on the one that ran out of memory;
     // the picker shows the other.

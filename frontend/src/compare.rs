@@ -5,81 +5,16 @@
 //! (`--events I..J`, `--around-peak N`).
 
 use crate::clock::{after_paint, now_ms};
-use crate::replay::{load, Replays};
+use crate::replay::{load, Compared, Fixed, Replays, Whole};
 use leptos::prelude::*;
 use std::ops::Range;
 use std::sync::Arc;
-use vramlab_shared::torch_snapshot::diff::{diff, Diff};
-use vramlab_shared::torch_snapshot::fix::{search_fix, FixReport};
+use vramlab_shared::torch_snapshot;
+use vramlab_shared::torch_snapshot::diff::diff;
+use vramlab_shared::torch_snapshot::fix::search_fix;
 use vramlab_shared::torch_snapshot::replay::{default_device, export_what_if};
 use vramlab_shared::torch_snapshot::what_if::describe_what_if;
 use vramlab_shared::torch_snapshot::window::{around_peak, window};
-use vramlab_shared::torch_snapshot::{self, MemorySnapshot};
-
-/// Two recordings compared at their peaks of allocated memory.
-pub struct Compared {
-    pub a_name: String,
-    pub b_name: String,
-    /// The `vramlab` command that prints the same.
-    pub command: String,
-    pub diff: Diff,
-    pub ms: f64,
-}
-
-/// The fix searched (`None`: the trace has no out-of-memory).
-pub struct Fixed {
-    pub report: Option<FixReport>,
-    pub ms: f64,
-}
-
-/// The whole recording, while a window of it is open.
-#[derive(Clone)]
-pub struct Whole {
-    pub name: String,
-    pub bytes: usize,
-    pub snapshot: Arc<MemorySnapshot>,
-    pub device: usize,
-}
-
-#[derive(Clone, Copy)]
-pub struct Compare {
-    pub diff: RwSignal<Option<Arc<Compared>>>,
-    pub fix: RwSignal<Option<Arc<Fixed>>>,
-    /// Whether the fix is being searched (each candidate is a replay).
-    pub searching: RwSignal<bool>,
-    /// Why the comparison, the fix or the window did not run.
-    pub error: RwSignal<Option<String>>,
-    pub whole: RwSignal<Option<Whole>>,
-}
-
-impl Compare {
-    pub fn new() -> Self {
-        Self {
-            diff: RwSignal::new(None),
-            fix: RwSignal::new(None),
-            searching: RwSignal::new(false),
-            error: RwSignal::new(None),
-            whole: RwSignal::new(None),
-        }
-    }
-
-    /// Another trace opened: what was said of the last one goes.
-    pub fn clear(&self) {
-        self.diff.set(None);
-        self.fix.set(None);
-        self.error.set(None);
-    }
-
-    fn show_diff(&self, compared: Result<Compared, String>) {
-        match compared {
-            Ok(c) => {
-                self.error.set(None);
-                self.diff.set(Some(Arc::new(c)));
-            }
-            Err(why) => self.error.set(Some(why)),
-        }
-    }
-}
 
 impl Replays {
     /// Compares the open trace (A) with the file `name` (B).
@@ -101,7 +36,7 @@ impl Replays {
                 diff,
                 ms: now_ms() - start,
             });
-        self.compare.show_diff(compared);
+        show_diff(self, compared);
     }
 
     /// Compares the open trace (A) with its what-if run (B).
@@ -124,7 +59,7 @@ impl Replays {
                 diff,
                 ms: now_ms() - start,
             });
-        self.compare.show_diff(compared);
+        show_diff(self, compared);
     }
 
     /// Searches the fix, after the page has said it is searching.
@@ -201,5 +136,15 @@ impl Replays {
                 device: o.device,
             })
         })
+    }
+}
+
+fn show_diff(r: &Replays, compared: Result<Compared, String>) {
+    match compared {
+        Ok(c) => {
+            r.compare.error.set(None);
+            r.compare.diff.set(Some(Arc::new(c)));
+        }
+        Err(why) => r.compare.error.set(Some(why)),
     }
 }

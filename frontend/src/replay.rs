@@ -8,6 +8,8 @@ use leptos::prelude::*;
 use std::sync::Arc;
 use vramlab_shared::framework::RestartSettings;
 use vramlab_shared::snapshot::SegmentSnapshot;
+use vramlab_shared::torch_snapshot::diff::Diff;
+use vramlab_shared::torch_snapshot::fix::FixReport;
 use vramlab_shared::torch_snapshot::replay::{
     default_device, export_what_if, replay_exact, replay_what_if, segments_at, thin, ReplayRun,
     TimelinePoint,
@@ -64,9 +66,9 @@ pub struct Replays {
     /// The trace event being looked at.
     pub selected: RwSignal<usize>,
     pub shown: RwSignal<Shown>,
-    /// Two runs compared, the fix searched, a window of events
-    /// (`compare`).
-    pub compare: crate::compare::Compare,
+    /// Two runs compared, the fix searched, a window of events (what
+    /// `compare` does with them).
+    pub compare: Compare,
 }
 
 impl Replays {
@@ -78,7 +80,7 @@ impl Replays {
             what_if_error: RwSignal::new(None),
             selected: RwSignal::new(0),
             shown: RwSignal::new(Shown::Recorded),
-            compare: crate::compare::Compare::new(),
+            compare: Compare::new(),
         }
     }
 
@@ -239,4 +241,59 @@ fn first_interesting(opened: &Opened) -> usize {
         .iter()
         .find(|p| p.reserved_bytes == peak)
         .map_or(0, |p| p.event)
+}
+
+/// Two recordings compared at their peaks of allocated memory.
+pub struct Compared {
+    pub a_name: String,
+    pub b_name: String,
+    /// The `vramlab` command that prints the same.
+    pub command: String,
+    pub diff: Diff,
+    pub ms: f64,
+}
+
+/// The fix searched (`None`: the trace has no out-of-memory).
+pub struct Fixed {
+    pub report: Option<FixReport>,
+    pub ms: f64,
+}
+
+/// The whole recording, while a window of it is open.
+#[derive(Clone)]
+pub struct Whole {
+    pub name: String,
+    pub bytes: usize,
+    pub snapshot: Arc<MemorySnapshot>,
+    pub device: usize,
+}
+
+#[derive(Clone, Copy)]
+pub struct Compare {
+    pub diff: RwSignal<Option<Arc<Compared>>>,
+    pub fix: RwSignal<Option<Arc<Fixed>>>,
+    /// Whether the fix is being searched (each candidate is a replay).
+    pub searching: RwSignal<bool>,
+    /// Why the comparison, the fix or the window did not run.
+    pub error: RwSignal<Option<String>>,
+    pub whole: RwSignal<Option<Whole>>,
+}
+
+impl Compare {
+    pub fn new() -> Self {
+        Self {
+            diff: RwSignal::new(None),
+            fix: RwSignal::new(None),
+            searching: RwSignal::new(false),
+            error: RwSignal::new(None),
+            whole: RwSignal::new(None),
+        }
+    }
+
+    /// Another trace opened: what was said of the last one goes.
+    pub fn clear(&self) {
+        self.diff.set(None);
+        self.fix.set(None);
+        self.error.set(None);
+    }
 }

@@ -5,9 +5,8 @@
 
 use super::replay_chart::{polyline, H, W};
 use super::text_input;
-use crate::compare::Compared;
 use crate::files;
-use crate::replay::{Opened, Replays};
+use crate::replay::{Compared, Opened, Replays};
 use leptos::prelude::*;
 use std::sync::Arc;
 use vramlab_shared::torch_snapshot::diff::diff_lines;
