@@ -1,7 +1,9 @@
 //! axe-core (the engine behind Lighthouse's and browsers' accessibility
 //! audits) over the real page in headless Chromium: the first screen, a
 //! lesson, projector mode, a watcher's page, the code cell after a run and
-//! the "will it fit?" page have no serious or critical violation.
+//! the "will it fit?" page and Your snapshot (a recording open, the fix
+//! searched, a what-if run, two runs compared) have no serious or critical
+//! violation.
 
 mod chromium;
 
@@ -99,6 +101,43 @@ async fn no_serious_violation_in_any_view() {
     click(&plan, "plan-go").await;
     until(&plan, "!document.getElementById('plan-error').hidden").await;
     clean(&plan, "will it fit, refused").await;
+    // Your snapshot, its own page: the fragmentation lesson's recording
+    // open, the fix searched and replayed, the what-if compared.
+    let dir = std::env::temp_dir().join(format!("vramlab-axe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let recording = vramlab_tests::export_lesson(&dir, "05-fragmentation-oom");
+    let snapshots = open_snapshots(&browser, &format!("http://{addr}/snapshots/")).await;
+    clean(&snapshots, "your snapshot, empty").await;
+    choose_file(&snapshots, "snapshot-file", &recording).await;
+    until(
+        &snapshots,
+        "document.getElementById('snapshot-verdict')?.textContent",
+    )
+    .await;
+    click(&snapshots, "btn-fix").await;
+    until(
+        &snapshots,
+        "document.querySelectorAll('#fix-lines li').length > 0",
+    )
+    .await;
+    js(
+        &snapshots,
+        "document.querySelector('#fix-table .fix-replay').click()",
+    )
+    .await;
+    until(
+        &snapshots,
+        "document.getElementById('what-if-command').textContent",
+    )
+    .await;
+    click(&snapshots, "btn-diff-what-if").await;
+    until(
+        &snapshots,
+        "document.querySelectorAll('#diff-lines li').length > 0",
+    )
+    .await;
+    clean(&snapshots, "your snapshot: fix, what-if and compare").await;
+    let _ = std::fs::remove_dir_all(&dir);
     finish(browser, events, profile).await;
     let _ = stop_tx.send(());
 }

@@ -264,3 +264,28 @@ pub async fn python_loaded(page: &Page) -> String {
     let said = until(page, "document.getElementById('cell-python').textContent").await;
     said.as_str().unwrap_or_default().to_string()
 }
+
+/// Chooses `path` in file input `id`, as a user does in the file dialog.
+pub async fn choose_file(page: &Page, id: &str, path: &std::path::Path) {
+    use chromiumoxide::cdp::browser_protocol::dom::SetFileInputFilesParams;
+    let input = page.find_element(format!("#{id}")).await.unwrap();
+    page.execute(SetFileInputFilesParams {
+        files: vec![path.display().to_string()],
+        node_id: None,
+        backend_node_id: Some(input.backend_node_id),
+        object_id: None,
+    })
+    .await
+    .unwrap();
+}
+
+/// Opens snapshots/ and waits for its file input.
+pub async fn open_snapshots(browser: &Browser, url: &str) -> Page {
+    let page = browser.new_page("about:blank").await.unwrap();
+    tokio::time::timeout(WAIT, page.goto(url))
+        .await
+        .unwrap_or_else(|_| panic!("{url} did not load in {WAIT:?}"))
+        .unwrap();
+    until(&page, "document.getElementById('snapshot-file') !== null").await;
+    page
+}

@@ -9,10 +9,8 @@
 mod chromium;
 
 use chromium::*;
-use chromiumoxide::cdp::browser_protocol::dom::SetFileInputFilesParams;
 use chromiumoxide::cdp::browser_protocol::target::TargetId;
 use chromiumoxide::{Browser, Page};
-use std::path::Path;
 use vramlab_shared::framework::RestartSettings;
 use vramlab_shared::torch_snapshot::diff::{diff, diff_lines};
 use vramlab_shared::torch_snapshot::fix::{fix_lines, search_fix};
@@ -20,30 +18,6 @@ use vramlab_shared::torch_snapshot::replay::{replay_exact, replay_what_if, segme
 use vramlab_shared::torch_snapshot::{self, MemorySnapshot};
 use vramlab_shared::units::format_size;
 use vramlab_tests::{export_lesson, root, session_snapshot, training_snapshot, two_gpus};
-
-/// Chooses `path` in the file input, as a user does in the file dialog.
-async fn choose_file(page: &Page, path: &Path) {
-    let input = page.find_element("#snapshot-file").await.unwrap();
-    page.execute(SetFileInputFilesParams {
-        files: vec![path.display().to_string()],
-        node_id: None,
-        backend_node_id: Some(input.backend_node_id),
-        object_id: None,
-    })
-    .await
-    .unwrap();
-}
-
-/// Opens snapshots/ and waits for its file input.
-async fn open_snapshots(browser: &Browser, url: &str) -> Page {
-    let page = browser.new_page("about:blank").await.unwrap();
-    tokio::time::timeout(WAIT, page.goto(url))
-        .await
-        .unwrap_or_else(|_| panic!("{url} did not load in {WAIT:?}"))
-        .unwrap();
-    until(&page, "document.getElementById('snapshot-file') !== null").await;
-    page
-}
 
 /// The tab a click opened: the page that was not there before.
 async fn new_tab(browser: &Browser, before: &[TargetId]) -> Page {
@@ -153,7 +127,7 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     let page = open_snapshots(&browser, &format!("http://{addr}/snapshots/")).await;
 
     // Open: replayed exactly, with the engine's own numbers.
-    choose_file(&page, &file).await;
+    choose_file(&page, "snapshot-file", &file).await;
     let verdict = until(
         &page,
         "document.getElementById('snapshot-verdict').textContent",
@@ -303,7 +277,7 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     // A file that is not a snapshot: said, and what was open stays.
     let broken = dir.join("notes.pickle");
     std::fs::write(&broken, b"\x80\x04not really").unwrap();
-    choose_file(&page, &broken).await;
+    choose_file(&page, "snapshot-file", &broken).await;
     let error = until(
         &page,
         "document.getElementById('snapshot-error').textContent",
@@ -322,7 +296,7 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     nested.push(b'.');
     let deep = dir.join("nested.pickle");
     std::fs::write(&deep, &nested).unwrap();
-    choose_file(&page, &deep).await;
+    choose_file(&page, "snapshot-file", &deep).await;
     let error = until(
         &page,
         "document.getElementById('snapshot-error').textContent.includes('twice its size') && document.getElementById('snapshot-error').textContent",
@@ -342,7 +316,7 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     let graph_native = torch_snapshot::read(&std::fs::read(&graph).unwrap()).unwrap();
     let graph_run = replay_exact(&graph_native, 0).unwrap();
     assert_eq!(graph_run.exact, Some(true));
-    choose_file(&page, &graph).await;
+    choose_file(&page, "snapshot-file", &graph).await;
     until(
         &page,
         "document.getElementById('snapshot-summary').textContent.includes('snapshot-graph.pickle')",
@@ -363,7 +337,7 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
         cell(&page, 1, 1).await,
         format_size(graph_run.peak_allocated_bytes)
     );
-    choose_file(&page, &file).await;
+    choose_file(&page, "snapshot-file", &file).await;
     until(
         &page,
         "document.getElementById('snapshot-summary').textContent.includes('training.pickle')",
@@ -374,7 +348,7 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     // the picker shows the other.
     let two = dir.join("two-gpus.pickle");
     std::fs::write(&two, torch_snapshot::write_pickle(&two_gpus(&native))).unwrap();
-    choose_file(&page, &two).await;
+    choose_file(&page, "snapshot-file", &two).await;
     until(
         &page,
         "document.getElementById('snapshot-summary').textContent.includes('two-gpus.pickle')",
@@ -408,7 +382,7 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     let mid = torch_snapshot::window::window(&native, 0, at..events).unwrap();
     let mid_file = dir.join("mid-run.pickle");
     std::fs::write(&mid_file, torch_snapshot::write_pickle(&mid)).unwrap();
-    choose_file(&page, &mid_file).await;
+    choose_file(&page, "snapshot-file", &mid_file).await;
     until(
         &page,
         "document.getElementById('snapshot-summary').textContent.includes('mid-run.pickle')",
@@ -539,7 +513,7 @@ async fn the_page_searches_the_fix_compares_two_runs_and_opens_a_window() {
 
     // The fix: the same lines as the command line's, and the best setting
     // replayed here runs through.
-    choose_file(&page, &fragmented).await;
+    choose_file(&page, "snapshot-file", &fragmented).await;
     until(&page, "document.getElementById('snapshot-summary').textContent.includes('05-fragmentation-oom.pickle')").await;
     click(&page, "btn-fix").await;
     until(
@@ -585,7 +559,7 @@ async fn the_page_searches_the_fix_compares_two_runs_and_opens_a_window() {
     shot(&page, "snapshot-fix.png").await;
 
     // Two runs: batch 64 against batch 128, as `vramlab diff` says it.
-    choose_file(&page, &b64).await;
+    choose_file(&page, "snapshot-file", &b64).await;
     until(
         &page,
         "document.getElementById('snapshot-summary').textContent.includes('b64.pickle')",
@@ -595,15 +569,7 @@ async fn the_page_searches_the_fix_compares_two_runs_and_opens_a_window() {
         .await
         .as_bool()
         .unwrap());
-    let input = page.find_element("#diff-file").await.unwrap();
-    page.execute(SetFileInputFilesParams {
-        files: vec![b128.display().to_string()],
-        node_id: None,
-        backend_node_id: Some(input.backend_node_id),
-        object_id: None,
-    })
-    .await
-    .unwrap();
+    choose_file(&page, "diff-file", &b128).await;
     until(
         &page,
         "document.querySelectorAll('#diff-lines li').length > 0",

@@ -161,7 +161,8 @@ fn DiffChart(c: Arc<Compared>) -> impl IntoView {
             <circle cx=x(b.event) cy=y(b.allocated_bytes) r="4" fill="#cc79a7" />
         </svg>
         <p class="keys">
-            <b style="color:#0072b2">{format!("A {}", c.a_name)}</b>" · "<b style="color:#cc79a7">{format!("- - B {}", c.b_name)}</b>
+            <span class="key-line" style="border-top: 3px solid #0072b2"></span>{format!("A {}", c.a_name)}" · "
+            <span class="key-line" style="border-top: 3px dashed #cc79a7"></span>{format!("B {}", c.b_name)}
             {format!(" · allocated, top {} · ● each peak", format_size(top as u64))}
         </p>
     }

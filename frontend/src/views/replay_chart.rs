@@ -141,9 +141,19 @@ pub fn CompareChart(r: Replays) -> impl IntoView {
             <line x1=selected_x x2=selected_x y1="0" y2=H stroke="#1b1b1b" />
         </svg>
         <p class="keys">
-            <b style="color:#0072b2">"allocated"</b>" · "<b style="color:#e69f00">"reserved"</b>" as recorded · "
-            <b style="color:#cc79a7">"- - allocated"</b>" · "<b style="color:#009e73">"- - reserved"</b>" what if · "
-            <b style="color:#444">"- - the GPU"</b>" · "<b style="color:#d55e00">"| recorded OOM · ● what-if OOM"</b>
+            {key("#0072b2", false, "allocated")}" · "{key("#e69f00", false, "reserved")}" as recorded · "
+            {key("#cc79a7", true, "allocated")}" · "{key("#009e73", true, "reserved")}" what if · "
+            {key("#444", true, "the GPU")}" · "{key("#d55e00", false, "recorded OOM")}" · ● what-if OOM"
         </p>
     }
+}
+
+/// A legend entry: a line sample in the chart's colour (solid or dashed),
+/// the words in the text's own colour (readable on any background).
+pub(super) fn key(colour: &'static str, dashed: bool, words: &'static str) -> impl IntoView {
+    let style = format!(
+        "border-top: 3px {} {colour}",
+        if dashed { "dashed" } else { "solid" }
+    );
+    view! { <span class="key-line" style=style></span>{words} }
 }
