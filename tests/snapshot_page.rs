@@ -126,7 +126,9 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     assert_eq!(href.as_str().unwrap(), format!("http://{addr}/snapshots/"));
     let page = open_snapshots(&browser, &format!("http://{addr}/snapshots/")).await;
 
-    // Open: replayed exactly, with the engine's own numbers.
+    // Open: read a chunk at a time (the page says how far), replayed
+    // exactly, with the engine's own numbers.
+    js(&page, "(() => { window.said = []; const p = document.getElementById('snapshot-progress'); new MutationObserver(() => { if (p.textContent) window.said.push(p.textContent); }).observe(p, {childList: true, subtree: true, characterData: true}); })()").await;
     choose_file(&page, "snapshot-file", &file).await;
     let verdict = until(
         &page,
@@ -139,6 +141,16 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     );
     let summary = text(&page, "snapshot-summary").await;
     assert!(summary.contains(&format!("{events} events")), "{summary}");
+    let said: Vec<String> = serde_json::from_value(js(&page, "window.said").await).unwrap();
+    let mb = |b: usize| format!("{:.0}", b as f64 / 1e6);
+    let total = mb(bytes.len());
+    for expected in [
+        format!("Reading training.pickle: {} of {total} MB", mb(8 << 20)),
+        format!("Replaying training.pickle ({total} MB)…"),
+    ] {
+        assert!(said.contains(&expected), "{expected}: {said:?}");
+    }
+    assert_eq!(text(&page, "snapshot-progress").await, "");
     let ms = text(&page, "snapshot-ms").await;
     println!(
         "figure: a {:.1} MB snapshot with {events} events read and replayed in the page in {ms} ms",

@@ -20,20 +20,49 @@ pub async fn fetch_text(url: &str) -> Option<String> {
         .as_string()
 }
 
-/// The bytes of a file the user chose, if it is at most `max` bytes.
-pub async fn read(file: &web_sys::File, max: usize) -> Result<Vec<u8>, String> {
-    if file.size() > max as f64 {
+/// Bytes read at a time: the page says how far it has read, and the
+/// browser never holds a second whole copy of a large file.
+const CHUNK: f64 = 8.0 * 1024.0 * 1024.0;
+
+/// The bytes of a file the user chose, if it is at most `max` bytes, read
+/// a chunk at a time; `progress` hears the bytes read so far and the
+/// file's size after each.
+pub async fn read(
+    file: &web_sys::File,
+    max: usize,
+    progress: &dyn Fn(f64, f64),
+) -> Result<Vec<u8>, String> {
+    let total = file.size();
+    if total > max as f64 {
         return Err(format!(
             "{} is {} MB; files of up to {} MB are read",
             file.name(),
-            (file.size() / 1e6).round(),
+            (total / 1e6).round(),
             max / 1_000_000
         ));
     }
-    let buffer = JsFuture::from(file.array_buffer())
-        .await
-        .map_err(|_| format!("the browser could not read {}", file.name()))?;
-    Ok(js_sys::Uint8Array::new(&buffer).to_vec())
+    let failed = |_| format!("the browser could not read {}", file.name());
+    let mut bytes = Vec::new();
+    bytes.try_reserve_exact(total as usize).map_err(|_| {
+        format!(
+            "the page has no room for {} ({} MB)",
+            file.name(),
+            (total / 1e6).round()
+        )
+    })?;
+    let mut at = 0.0;
+    while at < total {
+        let end = (at + CHUNK).min(total);
+        let blob = file.slice_with_f64_and_f64(at, end).map_err(failed)?;
+        let buffer = JsFuture::from(blob.array_buffer()).await.map_err(failed)?;
+        let chunk = js_sys::Uint8Array::new(&buffer);
+        let start = bytes.len();
+        bytes.resize(start + chunk.length() as usize, 0);
+        chunk.copy_to(&mut bytes[start..]);
+        at = end;
+        progress(at, total);
+    }
+    Ok(bytes)
 }
 
 /// The first file of a file input's change event or of a drop.

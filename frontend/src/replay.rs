@@ -61,6 +61,8 @@ pub struct Replays {
     pub what_if: RwSignal<Option<Arc<WhatIf>>>,
     /// Why a file did not open.
     pub error: RwSignal<Option<String>>,
+    /// How far a file has been read, while it is.
+    pub progress: RwSignal<Option<String>>,
     /// Why the what-if did not run (shown beside its button).
     pub what_if_error: RwSignal<Option<String>>,
     /// The trace event being looked at.
@@ -77,6 +79,7 @@ impl Replays {
             opened: RwSignal::new(None),
             what_if: RwSignal::new(None),
             error: RwSignal::new(None),
+            progress: RwSignal::new(None),
             what_if_error: RwSignal::new(None),
             selected: RwSignal::new(0),
             shown: RwSignal::new(Shown::Recorded),
@@ -86,15 +89,56 @@ impl Replays {
 
     /// Reads and replays a file; on failure the error says why and what
     /// was open stays open.
-    pub fn open(&self, name: String, bytes: &[u8]) {
+    pub fn open(&self, name: String, bytes: Vec<u8>) {
         let start = now_ms();
         self.compare.whole.set(None);
-        let read = torch_snapshot::read(bytes).map_err(|e| e.0);
+        let len = bytes.len();
+        let read = torch_snapshot::read(&bytes).map_err(|e| e.0);
+        // The file's bytes go before the replay, which reuses their room.
+        drop(bytes);
         let loaded = read.and_then(|snapshot| {
             let device = default_device(&snapshot);
-            load(name, bytes.len(), Arc::new(snapshot), device)
+            load(name, len, Arc::new(snapshot), device)
         });
         self.show(loaded, start);
+    }
+
+    /// Reads `file` a chunk at a time, saying how far it has read, then
+    /// hands its bytes to `then` after the page has said it is replaying;
+    /// why it could not goes to `error`.
+    pub fn read_then(
+        &self,
+        file: web_sys::File,
+        error: RwSignal<Option<String>>,
+        then: impl FnOnce(String, Vec<u8>) + 'static,
+    ) {
+        let progress = self.progress;
+        leptos::task::spawn_local(async move {
+            let name = file.name();
+            let say = |at: f64, total: f64| {
+                progress.set(Some(format!(
+                    "Reading {name}: {:.0} of {:.0} MB",
+                    at / 1e6,
+                    total / 1e6
+                )))
+            };
+            match crate::files::read(&file, torch_snapshot::MAX_FILE_BYTES, &say).await {
+                Ok(bytes) => {
+                    progress.set(Some(format!(
+                        "Replaying {name} ({:.0} MB)…",
+                        bytes.len() as f64 / 1e6
+                    )));
+                    crate::clock::after_paint(move || {
+                        then(name, bytes);
+                        progress.set(None);
+                    });
+                }
+                Err(why) => {
+                    progress.set(None);
+                    error.set(Some(why));
+                }
+            }
+        });
     }
 
     /// Replays another device's trace of the open file.

@@ -12,7 +12,6 @@ use std::sync::Arc;
 use vramlab_shared::torch_snapshot::diff::diff_lines;
 use vramlab_shared::torch_snapshot::fix::fix_lines;
 use vramlab_shared::torch_snapshot::replay::recorded_ooms;
-use vramlab_shared::torch_snapshot::MAX_FILE_BYTES;
 use vramlab_shared::units::format_size;
 
 /// Events i..j, or n either side of the peak, as a recording of their own.
@@ -106,15 +105,11 @@ pub fn FixPanel(opened: Arc<Opened>, r: Replays) -> impl IntoView {
 
 /// Reads a second file and compares the open one with it.
 fn compare_file(r: Replays, file: Option<web_sys::File>) {
-    let Some(file) = file else {
-        return;
-    };
-    leptos::task::spawn_local(async move {
-        match files::read(&file, MAX_FILE_BYTES).await {
-            Ok(bytes) => r.compare_with(file.name(), &bytes),
-            Err(why) => r.compare.error.set(Some(why)),
-        }
-    });
+    if let Some(file) = file {
+        r.read_then(file, r.compare.error, move |name, bytes| {
+            r.compare_with(name, &bytes)
+        });
+    }
 }
 
 /// Two runs side by side: the open one (A) and another file or the

@@ -14,20 +14,13 @@ use vramlab_shared::gpu::GpuModel;
 use vramlab_shared::torch_snapshot::replay::recorded_ooms;
 use vramlab_shared::torch_snapshot::replay::ReplayRun;
 use vramlab_shared::torch_snapshot::what_if::describe_what_if;
-use vramlab_shared::torch_snapshot::MAX_FILE_BYTES;
 use vramlab_shared::units::{format_size, MIB};
 
 /// Reads the file and opens it on the page.
 fn open_file(r: Replays, file: Option<web_sys::File>) {
-    let Some(file) = file else {
-        return;
-    };
-    leptos::task::spawn_local(async move {
-        match files::read(&file, MAX_FILE_BYTES).await {
-            Ok(bytes) => r.open(file.name(), &bytes),
-            Err(why) => r.error.set(Some(why)),
-        }
-    });
+    if let Some(file) = file {
+        r.read_then(file, r.error, move |name, bytes| r.open(name, bytes));
+    }
 }
 
 /// The playground's session, when the page was opened with one
@@ -47,7 +40,7 @@ fn open_session(r: Replays) {
     }
     leptos::task::spawn_local(async move {
         match files::fetch_bytes(&url).await {
-            Ok(bytes) => r.open("vramlab-session.pickle".into(), &bytes),
+            Ok(bytes) => r.open("vramlab-session.pickle".into(), bytes),
             Err(_) => r.error.set(Some(
                 "The playground's session could not be read: its tab was closed or reloaded. Save the session as a snapshot there and open the file here.".into(),
             )),
@@ -81,6 +74,7 @@ pub fn SnapshotPage() -> impl IntoView {
                 <code>"torch.cuda.memory._dump_snapshot(\"x.pickle\")"</code>
                 "; or, in the playground, replay its session."
             </p>
+            <p id="snapshot-progress" role="status">{move || r.progress.get()}</p>
             <p id="snapshot-error" class="outcome bad" role="alert">{move || r.error.get()}</p>
             {move || r.opened.get().map(|o| view! {
                 <Summary opened=o.clone() r=r />

@@ -35,18 +35,21 @@ pub mod window;
 pub use format::{Action, Block, BlockState, Frame, MemorySnapshot, Segment, Stack, TraceEntry};
 pub use trace::Trace;
 
-/// The largest file read: 4 GiB natively; 256 MiB in the page, whose
-/// wasm32 memory (4 GiB at most) holds the file and its reading.
+/// The largest file read: 4 GiB natively; 1.25 GiB in the page, whose
+/// wasm32 memory (4 GiB at most) holds the file, its reading (at most
+/// what [`read_limit`] leaves) and the replay.
 #[cfg(not(target_arch = "wasm32"))]
 pub const MAX_FILE_BYTES: usize = 4 << 30;
 #[cfg(target_arch = "wasm32")]
-pub const MAX_FILE_BYTES: usize = 256 << 20;
+pub const MAX_FILE_BYTES: usize = 1280 << 20;
 /// The most trace events over all devices (a 4 GiB file of the densest
-/// events PyTorch writes holds about 90 million).
+/// events PyTorch writes holds about 90 million); in the page, what its
+/// memory replays beside them (about 55 bytes an event held, and the
+/// timeline's 24).
 #[cfg(not(target_arch = "wasm32"))]
 pub const MAX_EVENTS: usize = 100_000_000;
 #[cfg(target_arch = "wasm32")]
-pub const MAX_EVENTS: usize = 4_000_000;
+pub const MAX_EVENTS: usize = 12_000_000;
 
 /// Refuses a file over [`MAX_FILE_BYTES`] before it is read.
 pub fn check_size(len: usize) -> Result<(), SnapshotError> {
@@ -61,8 +64,8 @@ pub fn check_size(len: usize) -> Result<(), SnapshotError> {
 }
 
 /// The most a file of `len` bytes takes while it is read: twice its size
-/// and a little ([`pickle::FLOOR`]); a file that would take more is
-/// refused.
+/// and a little ([`pickle::FLOOR`]), and in the page no more than wasm32's
+/// memory leaves beside the file; a file that would take more is refused.
 pub fn read_limit(len: usize) -> usize {
     pickle::limit(len)
 }

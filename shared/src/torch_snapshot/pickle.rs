@@ -34,7 +34,20 @@ pub const FLOOR: usize = 2 << 20;
 
 /// What a file of `len` bytes may hold while it is read and decoded.
 pub fn limit(len: usize) -> usize {
-    len.saturating_mul(2).saturating_add(FLOOR)
+    let twice = len.saturating_mul(2).saturating_add(FLOOR);
+    room_beside(len).map_or(twice, |room| twice.min(room))
+}
+
+/// In the page, what wasm32's 4 GiB leave the reading beside the file
+/// (3 GiB the two share; the rest is the replay's).
+#[cfg(target_arch = "wasm32")]
+fn room_beside(len: usize) -> Option<usize> {
+    Some((3usize << 30).saturating_sub(len))
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn room_beside(_: usize) -> Option<usize> {
+    None
 }
 
 /// What the machine leaves of the limit for what its count of bytes

@@ -41,7 +41,7 @@ impl<'a, F: Fold> Machine<'a, F> {
     pub(super) fn new(r: Reader<'a>, ids: Ids, fold: F) -> Self {
         Machine {
             len: r.input.len(),
-            limit: limit(r.input.len()) - SLACK,
+            limit: limit(r.input.len()).saturating_sub(SLACK),
             r,
             stack: Vec::new(),
             memo: HashMap::new(),
@@ -58,7 +58,7 @@ impl<'a, F: Fold> Machine<'a, F> {
     pub(in crate::torch_snapshot) fn driven(len: usize, fold: F) -> Self {
         Machine {
             len,
-            limit: limit(len) - SLACK,
+            limit: limit(len).saturating_sub(SLACK),
             ..Machine::new(Reader { input: &[], at: 0 }, Ids::new(0), fold)
         }
     }
