@@ -647,3 +647,102 @@ async fn the_page_searches_the_fix_compares_two_runs_and_opens_a_window() {
     let _ = std::fs::remove_dir_all(&profile);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The peak resident memory (`VmHWM`) of the largest of Chromium's
+/// renderer processes under `browser` (a tab's), in bytes.
+fn renderer_peak_bytes(browser: u32) -> u64 {
+    let parent = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit(')')
+            .next()?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    let under = |mut pid: u32| {
+        while let Some(p) = parent(pid).filter(|&p| p > 1) {
+            if p == browser {
+                return true;
+            }
+            pid = p;
+        }
+        false
+    };
+    let peak = |pid: u32| -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+    };
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("--type=renderer"))
+                && under(pid)
+        })
+        .filter_map(peak)
+        .max()
+        .unwrap_or(0)
+}
+
+/// A generated gigabyte recording opened in Your snapshot: the time from
+/// choosing the file to its verdict, and the tab's peak resident memory,
+/// printed as figures (a benchmark, run by hand:
+/// `cargo run --release -p vramlab-shared --example synthetic_snapshot -- 1024 big.pickle`,
+/// then `VRAMLAB_BIG_SNAPSHOT=big.pickle cargo test -p vramlab-tests --test
+/// snapshot_page -- --ignored --nocapture`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark of a generated gigabyte file: run by hand"]
+async fn a_gigabyte_recording_in_the_page() {
+    let Some(path) = std::env::var_os("VRAMLAB_BIG_SNAPSHOT").map(std::path::PathBuf::from) else {
+        eprintln!("skip: VRAMLAB_BIG_SNAPSHOT names no file");
+        return;
+    };
+    if prerequisites().is_none() {
+        return;
+    }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let addr = serve_on(0, stop_rx).await;
+    let (mut browser, handler, profile) = launch("snapshot-big").await;
+    let pid = (browser.get_mut_child())
+        .and_then(|c| c.as_mut_inner().id())
+        .unwrap();
+    let page = open_snapshots(&browser, &format!("http://{addr}/snapshots/")).await;
+    let start = std::time::Instant::now();
+    choose_file(&page, "snapshot-file", &path).await;
+    // The page is busy for seconds at a time while it replays: asked
+    // with a long patience, until it has answered.
+    let said = loop {
+        let answer = tokio::time::timeout(
+            std::time::Duration::from_secs(600),
+            page.evaluate("document.getElementById('snapshot-verdict')?.textContent || document.getElementById('snapshot-error').textContent"),
+        )
+        .await
+        .unwrap()
+        .unwrap()
+        .into_value::<String>()
+        .unwrap_or_default();
+        if !answer.is_empty() {
+            break answer;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let wall = start.elapsed();
+    let summary = text(&page, "snapshot-summary").await;
+    let ms = text(&page, "snapshot-ms").await;
+    println!(
+        "figure: {} ({:.0} MB) chosen to its verdict in the page in {:.1} s (read and replayed in {ms} ms of it); the tab's peak resident memory {:.2} GB: {summary}",
+        path.display(),
+        std::fs::metadata(&path).unwrap().len() as f64 / 1e6,
+        wall.as_secs_f64(),
+        renderer_peak_bytes(pid) as f64 / 1e9,
+    );
+    assert!(said.starts_with("Replayed exactly"), "{said}");
+    let _ = stop_tx.send(());
+    browser.close().await.unwrap();
+    browser.wait().await.unwrap();
+    handler.abort();
+    let _ = std::fs::remove_dir_all(&profile);
+}
