@@ -126,8 +126,8 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     assert_eq!(href.as_str().unwrap(), format!("http://{addr}/snapshots/"));
     let page = open_snapshots(&browser, &format!("http://{addr}/snapshots/")).await;
 
-    // Open: read a chunk at a time (the page says how far), replayed
-    // exactly, with the engine's own numbers.
+    // Open: read a chunk at a time in two passes (the page says how
+    // far), replayed exactly, with the engine's own numbers.
     js(&page, "(() => { window.said = []; const p = document.getElementById('snapshot-progress'); new MutationObserver(() => { if (p.textContent) window.said.push(p.textContent); }).observe(p, {childList: true, subtree: true, characterData: true}); })()").await;
     choose_file(&page, "snapshot-file", &file).await;
     let verdict = until(
@@ -145,6 +145,10 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     let mb = |b: usize| format!("{:.0}", b as f64 / 1e6);
     let total = mb(bytes.len());
     for expected in [
+        format!(
+            "Reading training.pickle, first pass: {} of {total} MB",
+            mb(8 << 20)
+        ),
         format!("Reading training.pickle: {} of {total} MB", mb(8 << 20)),
         format!("Replaying training.pickle ({total} MB)…"),
     ] {

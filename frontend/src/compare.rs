@@ -9,26 +9,23 @@ use crate::replay::{load, Compared, Fixed, Replays, Whole};
 use leptos::prelude::*;
 use std::ops::Range;
 use std::sync::Arc;
-use vramlab_shared::torch_snapshot;
 use vramlab_shared::torch_snapshot::diff::diff;
 use vramlab_shared::torch_snapshot::fix::search_fix;
 use vramlab_shared::torch_snapshot::replay::{default_device, export_what_if};
 use vramlab_shared::torch_snapshot::what_if::describe_what_if;
 use vramlab_shared::torch_snapshot::window::{around_peak, window};
+use vramlab_shared::torch_snapshot::MemorySnapshot;
 
 impl Replays {
-    /// Compares the open trace (A) with the file `name` (B).
-    pub fn compare_with(&self, name: String, bytes: &[u8]) {
+    /// Compares the open trace (A) with `b`, read from the file `name`.
+    pub fn compare_with(&self, name: String, b: MemorySnapshot) {
         let Some(a) = self.opened.get_untracked() else {
             return;
         };
         let start = now_ms();
-        let compared = torch_snapshot::read(bytes)
-            .map_err(|e| format!("{name}: {}", e.0))
-            .and_then(|b| {
-                let device = default_device(&b);
-                diff((&a.snapshot, a.device), (&b, device)).map_err(|e| e.0)
-            })
+        let device = default_device(&b);
+        let compared = diff((&a.snapshot, a.device), (&b, device))
+            .map_err(|e| e.0)
             .map(|diff| Compared {
                 command: format!("vramlab diff {} {name}", a.name),
                 a_name: a.name.clone(),

@@ -25,12 +25,11 @@ pub async fn fetch_text(url: &str) -> Option<String> {
 const CHUNK: f64 = 8.0 * 1024.0 * 1024.0;
 
 /// The bytes of a file the user chose, if it is at most `max` bytes, read
-/// a chunk at a time; `progress` hears the bytes read so far and the
-/// file's size after each.
+/// a chunk at a time; `progress` hears the bytes read so far after each.
 pub async fn read(
     file: &web_sys::File,
     max: usize,
-    progress: &dyn Fn(f64, f64),
+    progress: &dyn Fn(f64),
 ) -> Result<Vec<u8>, String> {
     let total = file.size();
     if total > max as f64 {
@@ -41,7 +40,6 @@ pub async fn read(
             max / 1_000_000
         ));
     }
-    let failed = |_| format!("the browser could not read {}", file.name());
     let mut bytes = Vec::new();
     bytes.try_reserve_exact(total as usize).map_err(|_| {
         format!(
@@ -50,19 +48,40 @@ pub async fn read(
             (total / 1e6).round()
         )
     })?;
+    each_chunk(file, progress, &mut |chunk, _| {
+        bytes.extend_from_slice(chunk);
+        Ok(())
+    })
+    .await?;
+    Ok(bytes)
+}
+
+/// Reads `file` a chunk at a time, handing each to `each` (with whether
+/// it is the last) and the bytes read so far to `progress`; stops at the
+/// first error `each` gives.
+pub async fn each_chunk(
+    file: &web_sys::File,
+    progress: &dyn Fn(f64),
+    each: &mut dyn FnMut(&[u8], bool) -> Result<(), String>,
+) -> Result<(), String> {
+    let failed = |_| format!("the browser could not read {}", file.name());
+    let total = file.size();
     let mut at = 0.0;
-    while at < total {
+    let mut chunk = Vec::new();
+    loop {
         let end = (at + CHUNK).min(total);
         let blob = file.slice_with_f64_and_f64(at, end).map_err(failed)?;
         let buffer = JsFuture::from(blob.array_buffer()).await.map_err(failed)?;
-        let chunk = js_sys::Uint8Array::new(&buffer);
-        let start = bytes.len();
-        bytes.resize(start + chunk.length() as usize, 0);
-        chunk.copy_to(&mut bytes[start..]);
+        let view = js_sys::Uint8Array::new(&buffer);
+        chunk.resize(view.length() as usize, 0);
+        view.copy_to(&mut chunk);
         at = end;
-        progress(at, total);
+        each(&chunk, at >= total)?;
+        progress(at);
+        if at >= total {
+            return Ok(());
+        }
     }
-    Ok(bytes)
 }
 
 /// The first file of a file input's change event or of a drop.

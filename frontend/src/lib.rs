@@ -22,6 +22,7 @@ mod moving;
 mod play;
 pub mod python;
 mod pyworker;
+mod reading;
 mod replay;
 mod socket;
 mod state;

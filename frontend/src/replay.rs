@@ -91,53 +91,33 @@ impl Replays {
     /// was open stays open.
     pub fn open(&self, name: String, bytes: Vec<u8>) {
         let start = now_ms();
-        self.compare.whole.set(None);
         let len = bytes.len();
-        let read = torch_snapshot::read(&bytes).map_err(|e| e.0);
-        // The file's bytes go before the replay, which reuses their room.
-        drop(bytes);
-        let loaded = read.and_then(|snapshot| {
-            let device = default_device(&snapshot);
-            load(name, len, Arc::new(snapshot), device)
-        });
+        match torch_snapshot::read(&bytes) {
+            // The file's bytes go before the replay, which reuses their room.
+            Ok(snapshot) => self.open_read(name, len, snapshot, start),
+            Err(why) => self.error.set(Some(why.0)),
+        }
+    }
+
+    /// Replays a snapshot read from a file of `bytes` bytes.
+    pub fn open_read(&self, name: String, bytes: usize, snapshot: MemorySnapshot, start: f64) {
+        self.compare.whole.set(None);
+        let device = default_device(&snapshot);
+        let loaded = load(name, bytes, Arc::new(snapshot), device);
         self.show(loaded, start);
     }
 
-    /// Reads `file` a chunk at a time, saying how far it has read, then
-    /// hands its bytes to `then` after the page has said it is replaying;
-    /// why it could not goes to `error`.
+    /// Reads `file` (saying how far), then `then` with what was read and
+    /// when the reading started; why it could not goes to `error`.
     pub fn read_then(
         &self,
         file: web_sys::File,
         error: RwSignal<Option<String>>,
-        then: impl FnOnce(String, Vec<u8>) + 'static,
+        then: impl FnOnce(String, usize, MemorySnapshot, f64) + 'static,
     ) {
-        let progress = self.progress;
-        leptos::task::spawn_local(async move {
-            let name = file.name();
-            let say = |at: f64, total: f64| {
-                progress.set(Some(format!(
-                    "Reading {name}: {:.0} of {:.0} MB",
-                    at / 1e6,
-                    total / 1e6
-                )))
-            };
-            match crate::files::read(&file, torch_snapshot::MAX_FILE_BYTES, &say).await {
-                Ok(bytes) => {
-                    progress.set(Some(format!(
-                        "Replaying {name} ({:.0} MB)…",
-                        bytes.len() as f64 / 1e6
-                    )));
-                    crate::clock::after_paint(move || {
-                        then(name, bytes);
-                        progress.set(None);
-                    });
-                }
-                Err(why) => {
-                    progress.set(None);
-                    error.set(Some(why));
-                }
-            }
+        crate::reading::read_snapshot(file, self.progress, move |read| match read.snapshot {
+            Ok(snapshot) => then(read.name, read.bytes, snapshot, read.started),
+            Err(why) => error.set(Some(why)),
         });
     }
 

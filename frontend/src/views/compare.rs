@@ -106,8 +106,8 @@ pub fn FixPanel(opened: Arc<Opened>, r: Replays) -> impl IntoView {
 /// Reads a second file and compares the open one with it.
 fn compare_file(r: Replays, file: Option<web_sys::File>) {
     if let Some(file) = file {
-        r.read_then(file, r.compare.error, move |name, bytes| {
-            r.compare_with(name, &bytes)
+        r.read_then(file, r.compare.error, move |name, _, snapshot, _| {
+            r.compare_with(name, snapshot)
         });
     }
 }

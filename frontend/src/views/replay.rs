@@ -19,7 +19,9 @@ use vramlab_shared::units::{format_size, MIB};
 /// Reads the file and opens it on the page.
 fn open_file(r: Replays, file: Option<web_sys::File>) {
     if let Some(file) = file {
-        r.read_then(file, r.error, move |name, bytes| r.open(name, bytes));
+        r.read_then(file, r.error, move |name, bytes, snapshot, started| {
+            r.open_read(name, bytes, snapshot, started)
+        });
     }
 }
 

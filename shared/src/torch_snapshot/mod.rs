@@ -28,6 +28,7 @@ mod json;
 mod pickle;
 pub mod pools;
 pub mod replay;
+pub mod stream;
 pub mod trace;
 pub mod what_if;
 pub mod window;
@@ -132,10 +133,27 @@ fn read_with(
     reader: Reader,
     not_a_snapshot: &str,
 ) -> Result<MemorySnapshot, SnapshotError> {
-    let frames = decode::MAX_ALL_FRAMES.min(bytes.len() / 2);
-    let mut folder = fold::Folder::new(intern::Interner::new(frames));
+    let mut folder = folder_for(bytes.len());
     let (top, held) = reader(bytes, &mut folder).map_err(SnapshotError)?;
-    let limits = decode::Limits::for_file(bytes.len(), held);
+    decoded(top, held, bytes.len(), folder, not_a_snapshot)
+}
+
+/// What folds the records of a file of `len` bytes as they are read.
+fn folder_for(len: usize) -> fold::Folder {
+    let frames = decode::MAX_ALL_FRAMES.min(len / 2);
+    fold::Folder::new(intern::Interner::new(frames))
+}
+
+/// The snapshot in what a file of `len` bytes built (`top`, holding
+/// `held` bytes), decoded within the rest of its limit.
+fn decoded(
+    top: pickle::Value,
+    held: usize,
+    len: usize,
+    folder: fold::Folder,
+    not_a_snapshot: &str,
+) -> Result<MemorySnapshot, SnapshotError> {
+    let limits = decode::Limits::for_file(len, held);
     let snapshot = decode::snapshot(&top, limits, folder.into_stacks());
     #[cfg(feature = "teardown")]
     pickle::tear_down(vec![top]);

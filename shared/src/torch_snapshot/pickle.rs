@@ -24,7 +24,8 @@ mod scan;
 use super::format::{Frame, Stack, TraceEntry};
 use super::trace::Trace;
 pub(super) use machine::Machine;
-use scan::{fetched, Reader};
+pub(super) use scan::Scan;
+use scan::{fetched, Ids, Reader};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -157,9 +158,16 @@ fn unique(v: &Value) -> bool {
 /// can nest a value as deep as it has opcodes: a million one-item tuples
 /// in 1 MB), and the caller drops the value it gets the same way.
 pub fn read<F: Fold>(input: &[u8], fold: F) -> Result<(Value, usize), String> {
-    let mut m = Machine::new(Reader { input, at: 0 }, fetched(input)?, fold);
+    let mut m = Machine::new(Reader::whole(input), input.len(), fetched(input)?, fold);
     let top = m.run();
     m.finish(top)
+}
+
+/// The second pass's machine over a pickle of `len` bytes that arrives a
+/// chunk at a time ([`Machine::feed`]), keeping the memo entries `ids`
+/// (the first pass's, [`Scan`]) names.
+pub(super) fn streaming<F: Fold>(len: usize, ids: Ids, fold: F) -> Machine<'static, F> {
+    Machine::new(Reader::stream(), len, ids, fold)
 }
 
 /// Drops `values` one container at a time: each that held the last

@@ -38,10 +38,11 @@ pub(in crate::torch_snapshot) struct Machine<'a, F: Fold> {
 }
 
 impl<'a, F: Fold> Machine<'a, F> {
-    pub(super) fn new(r: Reader<'a>, ids: Ids, fold: F) -> Self {
+    /// A machine reading `r`, a file of `len` bytes.
+    pub(super) fn new(r: Reader<'a>, len: usize, ids: Ids, fold: F) -> Self {
         Machine {
-            len: r.input.len(),
-            limit: limit(r.input.len()).saturating_sub(SLACK),
+            len,
+            limit: limit(len).saturating_sub(SLACK),
             r,
             stack: Vec::new(),
             memo: HashMap::new(),
@@ -59,16 +60,24 @@ impl<'a, F: Fold> Machine<'a, F> {
         Machine {
             len,
             limit: limit(len).saturating_sub(SLACK),
-            ..Machine::new(Reader { input: &[], at: 0 }, Ids::new(0), fold)
+            ..Machine::new(Reader::whole(&[]), len, Ids::new(0), fold)
         }
     }
 
     /// The value built (`top`) and the bytes held, the rest taken apart.
-    #[cfg_attr(not(feature = "teardown"), allow(unused_mut))]
     pub(in crate::torch_snapshot) fn finish(
-        mut self,
+        self,
         top: Result<Value, String>,
     ) -> Result<(Value, usize), String> {
+        self.finish_into(top).map(|(top, held, _)| (top, held))
+    }
+
+    /// As [`Machine::finish`], and the fold back.
+    #[cfg_attr(not(feature = "teardown"), allow(unused_mut))]
+    pub(in crate::torch_snapshot) fn finish_into(
+        mut self,
+        top: Result<Value, String>,
+    ) -> Result<(Value, usize, F), String> {
         let held = self.total();
         #[cfg(feature = "teardown")]
         {
@@ -78,20 +87,43 @@ impl<'a, F: Fold> Machine<'a, F> {
             tear_down(std::mem::take(&mut self.dead));
             tear_down(std::mem::take(&mut self.memo).into_values().collect());
         }
-        Ok((top?, held))
+        Ok((top?, held, self.fold))
     }
 }
 
 impl<'a, F: Fold> Machine<'a, F> {
     pub(super) fn run(&mut self) -> Result<Value, String> {
+        self.run_some()?
+            .ok_or_else(|| "the pickle ends too early: the file is truncated".into())
+    }
+
+    /// Runs the opcodes the input holds whole: the value built at the
+    /// pickle's `STOP`, or `None` where a stream's next chunk is needed
+    /// (the opcode cut off is read again then: each reads its argument
+    /// before it changes anything).
+    pub(in crate::torch_snapshot) fn run_some(&mut self) -> Result<Option<Value>, String> {
         loop {
-            let op = self.r.take(1)?[0];
-            if op == b'.' {
-                return self.pop();
+            let mark = self.r.at;
+            let stepped = self.r.take(1).map(|op| op[0]).and_then(|op| match op {
+                b'.' => Ok(Some(op)),
+                _ => self.step(op).map(|()| None),
+            });
+            match stepped {
+                Ok(Some(_)) => return self.pop().map(Some),
+                Ok(None) => self.room(0)?,
+                Err(_) if self.r.short => {
+                    self.r.at = mark;
+                    return Ok(None);
+                }
+                Err(e) => return Err(e),
             }
-            self.step(op)?;
-            self.room(0)?;
         }
+    }
+
+    /// The next bytes of a streamed pickle (`last`: the file ends after
+    /// them).
+    pub(in crate::torch_snapshot) fn feed(&mut self, chunk: &[u8], last: bool) {
+        self.r.feed(chunk, last);
     }
 
     /// Bytes held: the values made, the stack and the memo as reserved
@@ -173,9 +205,10 @@ impl<'a, F: Fold> Machine<'a, F> {
     fn step_strings(&mut self, op: u8) -> Result<(), String> {
         let text = |m: &mut Self, len: usize| -> Result<(), String> {
             let bytes = m.r.take(len)?;
-            let s = std::str::from_utf8(bytes)
-                .map_err(|_| "a string is not valid UTF-8".to_string())?;
-            m.make(Value::Str(s.into()))?;
+            let s: Rc<str> = std::str::from_utf8(bytes)
+                .map_err(|_| "a string is not valid UTF-8".to_string())?
+                .into();
+            m.make(Value::Str(s))?;
             Ok(())
         };
         let bytes = |m: &mut Self, len: usize| -> Result<(), String> {
@@ -204,8 +237,8 @@ impl<'a, F: Fold> Machine<'a, F> {
                     self.r.take(1)?[0] as usize
                 };
                 let b = self.r.take(n)?;
-                let s = String::from_utf8_lossy(b);
-                self.make(Value::Str(s.as_ref().into()))?;
+                let s: Rc<str> = String::from_utf8_lossy(b).as_ref().into();
+                self.make(Value::Str(s))?;
                 Ok(())
             }
             b'B' | 0x8e | 0x96 => {
@@ -316,14 +349,14 @@ impl<'a, F: Fold> Machine<'a, F> {
                 return Err(format!(
                     "the pickle refers to Python code or classes (opcode {:#04x} at byte {}); a memory snapshot holds only plain data, and vramlab runs nothing from a file",
                     op,
-                    self.r.at - 1
+                    self.r.position() - 1
                 ));
             }
             _ => {
                 return Err(format!(
                     "the pickle has an opcode vramlab does not read ({:#04x} at byte {})",
                     op,
-                    self.r.at - 1
+                    self.r.position() - 1
                 ))
             }
         }

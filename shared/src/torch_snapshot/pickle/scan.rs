@@ -3,7 +3,7 @@
 
 /// Memo ids as sets of bits: at most one per byte of the file (each
 /// `PUT` takes a byte or more; an id past that is refused).
-pub(super) struct Ids {
+pub(in crate::torch_snapshot) struct Ids {
     pub(super) stored: Vec<u64>,
     count: u32,
     fetched: Vec<u64>,
@@ -55,47 +55,171 @@ impl Ids {
 /// opcodes and their arguments only, as the second pass will.
 pub(super) fn fetched(input: &[u8]) -> Result<Ids, String> {
     let mut ids = Ids::new(input.len());
-    let mut r = Reader { input, at: 0 };
-    loop {
-        let op = r.take(1)?[0];
-        match op {
-            b'.' => break,
-            b'q' | b'r' | 0x94 => {
-                let id = match op {
-                    0x94 => None,
-                    _ => Some(r.memo_id(op == b'q')?),
-                };
-                ids.store(id)?;
-            }
-            b'h' | b'j' => {
-                let id = r.memo_id(op == b'h')?;
-                ids.fetch(id)?;
-            }
-            _ => r.skip_argument(op)?,
+    let mut r = Reader::whole(input);
+    while !scan_one(&mut r, &mut ids)? {}
+    Ok(ids.fetched_only())
+}
+
+/// Scans one opcode and its argument; whether it was the pickle's `STOP`.
+fn scan_one(r: &mut Reader, ids: &mut Ids) -> Result<bool, String> {
+    let op = r.take(1)?[0];
+    match op {
+        b'.' => return Ok(true),
+        b'q' | b'r' | 0x94 => {
+            let id = match op {
+                0x94 => None,
+                _ => Some(r.memo_id(op == b'q')?),
+            };
+            ids.store(id)?;
+        }
+        b'h' | b'j' => {
+            let id = r.memo_id(op == b'h')?;
+            ids.fetch(id)?;
+        }
+        _ => r.skip_argument(op)?,
+    }
+    Ok(false)
+}
+
+impl Ids {
+    /// What the second pass starts from: the ids fetched, none stored.
+    fn fetched_only(mut self) -> Ids {
+        self.count = 0;
+        self.stored.fill(0);
+        self
+    }
+}
+
+/// The first pass over a pickle that arrives a chunk at a time.
+pub(in crate::torch_snapshot) struct Scan {
+    r: Reader<'static>,
+    ids: Ids,
+    stopped: bool,
+}
+
+impl Scan {
+    /// For a file of `len` bytes.
+    pub(in crate::torch_snapshot) fn new(len: usize) -> Scan {
+        Scan {
+            r: Reader::stream(),
+            ids: Ids::new(len),
+            stopped: false,
         }
     }
-    ids.count = 0;
-    ids.stored.fill(0);
-    Ok(ids)
+
+    /// Scans `chunk` (the file's next bytes; `last`: its end).
+    pub(in crate::torch_snapshot) fn feed(
+        &mut self,
+        chunk: &[u8],
+        last: bool,
+    ) -> Result<(), String> {
+        if self.stopped {
+            return Ok(());
+        }
+        self.r.feed(chunk, last);
+        loop {
+            let mark = self.r.at;
+            match scan_one(&mut self.r, &mut self.ids) {
+                Ok(true) => {
+                    self.stopped = true;
+                    self.r.feed(&[], true);
+                    return Ok(());
+                }
+                Ok(false) => {}
+                Err(_) if self.r.short => {
+                    self.r.at = mark;
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The ids the second pass keeps, once the whole file was scanned.
+    pub(in crate::torch_snapshot) fn finish(self) -> Result<Ids, String> {
+        match self.stopped {
+            true => Ok(self.ids.fetched_only()),
+            false => Err(TRUNCATED.into()),
+        }
+    }
+}
+
+const TRUNCATED: &str = "the pickle ends too early: the file is truncated";
+
+/// What a reader reads from: a whole file, or a stream's buffer (the
+/// bytes not yet read of those that have come).
+enum Input<'a> {
+    Whole(&'a [u8]),
+    Stream(Vec<u8>),
 }
 
 /// The input and where it is read.
 pub(super) struct Reader<'a> {
-    pub(super) input: &'a [u8],
+    input: Input<'a>,
     pub(super) at: usize,
+    /// The file offset of the input's first byte (a stream drops what it
+    /// has read).
+    base: usize,
+    /// Whether more of the file may come: a read past the end is then
+    /// `short` (wait for the next chunk), not a truncated file.
+    more: bool,
+    pub(super) short: bool,
 }
 
 impl<'a> Reader<'a> {
-    pub(super) fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let input: &'a [u8] = self.input;
-        let end = self
-            .at
-            .checked_add(n)
-            .filter(|&e| e <= input.len())
-            .ok_or("the pickle ends too early: the file is truncated")?;
-        let bytes = &input[self.at..end];
+    pub(super) fn whole(input: &'a [u8]) -> Reader<'a> {
+        Reader {
+            input: Input::Whole(input),
+            at: 0,
+            base: 0,
+            more: false,
+            short: false,
+        }
+    }
+
+    pub(super) fn stream() -> Reader<'static> {
+        Reader {
+            input: Input::Stream(Vec::new()),
+            at: 0,
+            base: 0,
+            more: true,
+            short: false,
+        }
+    }
+
+    /// The next bytes of a stream (`last`: the file ends after them); what
+    /// has been read is dropped.
+    pub(super) fn feed(&mut self, chunk: &[u8], last: bool) {
+        if let Input::Stream(buffer) = &mut self.input {
+            buffer.drain(..self.at);
+            self.base += self.at;
+            self.at = 0;
+            buffer.extend_from_slice(chunk);
+        }
+        self.more = !last;
+        self.short = false;
+    }
+
+    fn input(&self) -> &[u8] {
+        match &self.input {
+            Input::Whole(bytes) => bytes,
+            Input::Stream(buffer) => buffer,
+        }
+    }
+
+    /// Where in the file the next byte is.
+    pub(super) fn position(&self) -> usize {
+        self.base + self.at
+    }
+
+    pub(super) fn take(&mut self, n: usize) -> Result<&[u8], String> {
+        let start = self.at;
+        let Some(end) = start.checked_add(n).filter(|&e| e <= self.input().len()) else {
+            self.short = self.more;
+            return Err(TRUNCATED.into());
+        };
         self.at = end;
-        Ok(bytes)
+        Ok(&self.input()[start..end])
     }
 
     pub(super) fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {

@@ -1,0 +1,161 @@
+//! A pickle read as it arrives, a chunk at a time: the page reads a large
+//! file so, never holding its bytes whole. The file is passed over twice,
+//! as [`super::read`] passes over a whole one: the first pass finds the
+//! memo entries the pickle fetches back, the second builds and folds its
+//! records, held to the same limit.
+
+use super::fold::Folder;
+use super::pickle::{self, Machine, Scan, Value};
+use super::{check_size, decoded, folder_for, MemorySnapshot, SnapshotError};
+
+/// A pickle of a known size, read in two passes over its chunks.
+pub struct PickleStream {
+    len: usize,
+    pass: Pass,
+}
+
+enum Pass {
+    First(Scan),
+    Second(Machine<'static, Folder>),
+    /// The pickle's value, built.
+    Built(Machine<'static, Folder>, Value),
+    /// Refused (what it built was taken apart).
+    Done,
+}
+
+const NOT_A_SNAPSHOT: &str = "the pickle is not a memory snapshot";
+
+impl PickleStream {
+    /// For a pickle of `len` bytes (refused over [`super::MAX_FILE_BYTES`]).
+    pub fn new(len: usize) -> Result<PickleStream, SnapshotError> {
+        check_size(len)?;
+        Ok(PickleStream {
+            len,
+            pass: Pass::First(Scan::new(len)),
+        })
+    }
+
+    /// The first pass: the file's chunks in order, `last` with its end.
+    pub fn scan(&mut self, chunk: &[u8], last: bool) -> Result<(), SnapshotError> {
+        let Pass::First(scan) = &mut self.pass else {
+            return Err(out_of_order());
+        };
+        scan.feed(chunk, last).map_err(SnapshotError)?;
+        if last {
+            let Pass::First(scan) = std::mem::replace(&mut self.pass, Pass::Done) else {
+                return Err(out_of_order());
+            };
+            let ids = scan.finish().map_err(SnapshotError)?;
+            self.pass = Pass::Second(pickle::streaming(self.len, ids, folder_for(self.len)));
+        }
+        Ok(())
+    }
+
+    /// The second pass: the file's chunks again, from its start.
+    pub fn read(&mut self, chunk: &[u8], last: bool) -> Result<(), SnapshotError> {
+        let machine = match &mut self.pass {
+            Pass::Second(machine) => machine,
+            Pass::Built(..) => return Ok(()),
+            _ => return Err(out_of_order()),
+        };
+        machine.feed(chunk, last);
+        let outcome = match machine.run_some() {
+            Ok(Some(top)) => Ok(Some(top)),
+            Ok(None) if last => Err("the pickle ends too early: the file is truncated".into()),
+            Ok(None) => Ok(None),
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(None) => Ok(()),
+            Ok(Some(top)) => {
+                if let Pass::Second(machine) = std::mem::replace(&mut self.pass, Pass::Done) {
+                    self.pass = Pass::Built(machine, top);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                // What it built is taken apart without recursion.
+                if let Pass::Second(machine) = std::mem::replace(&mut self.pass, Pass::Done) {
+                    let _ = machine.finish(Err(e.clone()));
+                }
+                Err(SnapshotError(e))
+            }
+        }
+    }
+
+    /// The snapshot, once the second pass has read the pickle's end.
+    pub fn finish(self) -> Result<MemorySnapshot, SnapshotError> {
+        let Pass::Built(machine, top) = self.pass else {
+            return Err(out_of_order());
+        };
+        let (top, held, folder) = machine.finish_into(Ok(top)).map_err(SnapshotError)?;
+        decoded(top, held, self.len, folder, NOT_A_SNAPSHOT)
+    }
+}
+
+fn out_of_order() -> SnapshotError {
+    SnapshotError("the pickle's chunks came out of order: scan all, then read all".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `bytes` streamed in chunks of `size`.
+    fn streamed(bytes: &[u8], size: usize) -> Result<MemorySnapshot, SnapshotError> {
+        let mut s = PickleStream::new(bytes.len())?;
+        let chunks: Vec<&[u8]> = bytes.chunks(size.max(1)).collect();
+        for (i, c) in chunks.iter().enumerate() {
+            s.scan(c, i + 1 == chunks.len())?;
+        }
+        for (i, c) in chunks.iter().enumerate() {
+            s.read(c, i + 1 == chunks.len())?;
+        }
+        s.finish()
+    }
+
+    /// A session's export, read whole and streamed in chunks of every size
+    /// from one byte: the same snapshot.
+    #[test]
+    fn a_pickle_streamed_in_chunks_of_any_size_reads_as_it_does_whole() {
+        let mut engine = crate::Engine::new_simulated();
+        for line in [
+            r#"{"cmd":"model","name":"m","layers":2,"width":64}"#,
+            r#"{"cmd":"data","name":"d"}"#,
+            r#"{"cmd":"optimizer","name":"o","model":"m","kind":"adam"}"#,
+            r#"{"cmd":"train","model":"m","optimizer":"o","data":"d","steps":2}"#,
+        ] {
+            assert!(engine.run_line(line).ok, "{line}");
+        }
+        let bytes = super::super::write_pickle(&super::super::export::from_session(
+            &engine.snapshot(usize::MAX),
+        ));
+        let whole = super::super::read(&bytes).unwrap();
+        for size in [1, 2, 3, 7, 64, 1000, 4096, bytes.len()] {
+            assert_eq!(streamed(&bytes, size).unwrap(), whole, "chunks of {size}");
+        }
+    }
+
+    /// A truncated pickle, a broken one and a file that names code: the
+    /// same refusals streamed as read whole.
+    #[test]
+    fn a_streamed_pickle_is_refused_as_a_whole_one_is() {
+        let mut engine = crate::Engine::new_simulated();
+        assert!(
+            engine
+                .run_line(r#"{"cmd":"alloc","name":"x","bytes":1024}"#)
+                .ok
+        );
+        let bytes = super::super::write_pickle(&super::super::export::from_session(
+            &engine.snapshot(usize::MAX),
+        ));
+        let cut = &bytes[..bytes.len() / 2];
+        let code = b"\x80\x02cos\nsystem\n.".to_vec();
+        for bad in [cut, &code[..], &b"\x80\x02(]q\x00h\x07."[..]] {
+            let whole = super::super::read(bad).unwrap_err();
+            for size in [1, 5, bad.len()] {
+                assert_eq!(streamed(bad, size).unwrap_err(), whole, "chunks of {size}");
+            }
+        }
+    }
+}
