@@ -56,13 +56,16 @@ pub async fn read(
     Ok(bytes)
 }
 
+/// What takes each chunk of a file (with whether it is the last).
+pub type EachChunk<'a> = dyn FnMut(&[u8], bool) -> Result<(), String> + 'a;
+
 /// Reads `file` a chunk at a time, handing each to `each` (with whether
 /// it is the last) and the bytes read so far to `progress`; stops at the
 /// first error `each` gives.
 pub async fn each_chunk(
     file: &web_sys::File,
     progress: &dyn Fn(f64),
-    each: &mut dyn FnMut(&[u8], bool) -> Result<(), String>,
+    each: &mut EachChunk<'_>,
 ) -> Result<(), String> {
     let failed = |_| format!("the browser could not read {}", file.name());
     let total = file.size();

@@ -673,6 +673,44 @@ fn every_reader_answers_each_input_within_its_limits() {
     }
 }
 
+/// A pickle streamed in chunks (as the page reads a file) reads as it does
+/// whole: the same snapshot, or the same refusal, whatever the chunks'
+/// sizes, within the same limit.
+#[test]
+fn every_pickle_streamed_in_chunks_reads_as_it_does_whole() {
+    use vramlab_shared::torch_snapshot::stream::PickleStream;
+    let inputs = (snapshot_inputs(ODD), 1usize..4096);
+    let mut worst = Worst::default();
+    let (mut same, mut pickles) = (0, 0);
+    fuzz(inputs, cases(300), |(bytes, size)| {
+        if bytes.first() != Some(&0x80) {
+            return;
+        }
+        pickles += 1;
+        let whole = torch_snapshot::read(&bytes);
+        let limit = torch_snapshot::read_limit(bytes.len());
+        let mut streamed = None;
+        worst.measure_within("the streamed pickle", &bytes, limit, || {
+            let chunks: Vec<&[u8]> = bytes.chunks(size).collect();
+            let mut s = PickleStream::new(bytes.len()).unwrap();
+            let last = |i: usize| i + 1 == chunks.len();
+            let read = (chunks.iter().enumerate())
+                .try_for_each(|(i, c)| s.scan(c, last(i)))
+                .and_then(|()| {
+                    (chunks.iter().enumerate()).try_for_each(|(i, c)| s.read(c, last(i)))
+                });
+            streamed = Some(read.and_then(|()| s.finish()));
+        });
+        assert_eq!(streamed.unwrap(), whole, "chunks of {size}");
+        same += 1;
+    });
+    println!(
+        "figure: streamed pickles: {pickles} read in random chunks, {same} as read whole; worst {:?} and {} KiB",
+        worst.time,
+        worst.bytes >> 10
+    );
+}
+
 /// "Will it fit?": every request is read, a value or an error; one that
 /// reads is planned (a small run played on its GPU, a larger one built),
 /// never a panic, within the limits.
