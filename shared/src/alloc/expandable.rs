@@ -3,8 +3,10 @@
 //! `try_allocate_expandable_block`, `map_block`, `unmap_block` in
 //! `c10/cuda/CUDACachingAllocator.cpp`).
 //!
-//! Each pool (small, large) reserves one virtual address range of 1⅛ times
-//! the GPU's memory and maps physical pages into it on demand: 2 MiB pages
+//! Each pool (small, large) of each stream reserves one virtual address
+//! range of 1⅛ times the GPU's memory (an `ExpandableSegment` per stream
+//! and pool, made at the first request there: `find_expandable_block`) and
+//! maps physical pages into it on demand: 2 MiB pages
 //! for the small pool, 20 MiB for the large. A request that no free block
 //! fits goes to the lowest address where free and unmapped space together
 //! hold it (a free block just before the first unmapped page counts), and
@@ -45,18 +47,15 @@ const FIRST_BASE: u64 = 0x7c00_0000_0000;
 pub struct ExpandableAllocator {
     config: CachingConfig,
     device_total: u64,
-    /// Small pool, large pool: created at their first allocation.
-    spaces: [Option<Space>; 2],
+    /// Each stream's small and large pools' ranges, in the order they were
+    /// made (at their first allocation).
+    spaces: Vec<Space>,
     next_base: u64,
-    /// Live blocks: their pool and piece.
-    blocks: Slab<(PoolKind, PieceId)>,
+    /// Live blocks: their space and piece.
+    blocks: Slab<(usize, PieceId)>,
     stats: AllocatorStats,
     trace: Trace,
     allowed_maximum: Option<u64>,
-}
-
-fn slot(pool: PoolKind) -> usize {
-    usize::from(pool == PoolKind::Large)
 }
 
 impl ExpandableAllocator {
@@ -65,7 +64,7 @@ impl ExpandableAllocator {
         Self {
             config,
             device_total,
-            spaces: [None, None],
+            spaces: Vec::new(),
             next_base: FIRST_BASE,
             blocks: Slab::default(),
             stats: AllocatorStats::default(),
@@ -89,25 +88,27 @@ impl ExpandableAllocator {
             .is_some()
     }
 
-    /// A recording that starts mid-run: `size` bytes of `pool`'s range
-    /// mapped at `address`, nothing in them yet. The pool's range starts
-    /// at `base` (where the recording's did is not recorded: the lowest
-    /// mapped address of the pool), made at the first call.
+    /// A recording that starts mid-run: `size` bytes of the range of
+    /// `pool` on `stream` mapped at `address`, nothing in them yet. The
+    /// range starts at `base` (where the recording's did is not recorded:
+    /// the lowest mapped address of that pool on that stream), made at the
+    /// first call.
     pub fn seed_range(
         &mut self,
         device: &mut dyn Device,
-        (pool, base): (PoolKind, u64),
+        (pool, stream, base): (PoolKind, u64, u64),
         address: u64,
         size: u64,
     ) -> Result<(), AllocError> {
         let refused_base = || AllocError::Driver(format!("a range at {base:#x} does not fit"));
-        if self.spaces[slot(pool)].is_none() {
+        if self.find(stream, pool).is_none() {
             if !self.fits(base) {
                 return Err(refused_base());
             }
             self.next_base = base;
         }
-        let space = self.space(pool);
+        let i = self.space(stream, pool);
+        let space = &mut self.spaces[i];
         let refused =
             |why: &str| AllocError::Driver(format!("{size} bytes at {address:#x}: {why}"));
         let inside = space.iter().find(|(_, n)| {
@@ -126,23 +127,25 @@ impl ExpandableAllocator {
             false => Some(at),
         };
         let at = at.ok_or_else(|| refused("no room"))?;
-        match self.map(device, pool, at, size)? {
+        match self.map(device, i, at, size)? {
             Some(_) => Ok(()),
             None => Err(self.out_of_memory(device, size, size)),
         }
     }
 
     /// A live block of exactly `size` bytes at `address`, inside free
-    /// mapped space of `pool` (a recording that starts mid-run).
+    /// mapped space of the range of `pool` on `stream` (a recording that
+    /// starts mid-run).
     pub fn seed_block(
         &mut self,
-        pool: PoolKind,
+        (pool, stream): (PoolKind, u64),
         address: u64,
         (size, requested): (u64, u64),
     ) -> Result<BlockId, String> {
-        let space = self.spaces[slot(pool)]
-            .as_mut()
+        let i = self
+            .find(stream, pool)
             .ok_or("no mapped range in its pool")?;
+        let space = &mut self.spaces[i];
         let inside = space.iter().find(|(_, n)| {
             n.piece == Piece::Free && n.address <= address && address + size <= n.address + n.size
         });
@@ -156,9 +159,8 @@ impl ExpandableAllocator {
             false => at,
         };
         space.split(at, size, Piece::Free);
-        let id = self.blocks.insert((pool, at));
-        let space = self.spaces[slot(pool)].as_mut().expect("found above");
-        space.set(at, Piece::Allocated { id, requested });
+        let id = self.blocks.insert((i, at));
+        self.spaces[i].set(at, Piece::Allocated { id, requested });
         self.count_allocated(size, requested);
         Ok(id)
     }
@@ -177,38 +179,50 @@ impl ExpandableAllocator {
     /// address range reserved from the driver (`cuMemAddressReserve`) at
     /// its first allocation, where the driver puts it.
     #[cfg(feature = "device-values")]
-    fn reserve(&mut self, device: &mut dyn Device, pool: PoolKind) -> Result<(), AllocError> {
-        if self.spaces[slot(pool)].is_some() {
+    fn reserve(
+        &mut self,
+        device: &mut dyn Device,
+        stream: u64,
+        pool: PoolKind,
+    ) -> Result<(), AllocError> {
+        if self.find(stream, pool).is_some() {
             return Ok(());
         }
         let hint = self.next_base;
-        let size = self.space(pool).size;
+        let i = self.space(stream, pool);
+        let size = self.spaces[i].size;
         let base = device
             .reserve(size, hint)
             .map_err(|e| AllocError::Driver(e.to_string()))?;
         if base != hint {
-            self.spaces[slot(pool)] = Some(Space::new(pool, base, self.device_total));
+            self.spaces[i] = Space::new((stream, pool), base, self.device_total);
             self.next_base = round_up(base + size, LARGE_BUFFER);
         }
         Ok(())
     }
 
-    /// The pool's expandable segment, reserved at its first use.
-    fn space(&mut self, pool: PoolKind) -> &mut Space {
-        let i = slot(pool);
-        if self.spaces[i].is_none() {
-            let space = Space::new(pool, self.next_base, self.device_total);
-            self.next_base = round_up(self.next_base + space.size, LARGE_BUFFER);
-            self.spaces[i] = Some(space);
+    /// Where the range of `pool` on `stream` is, if it was made.
+    fn find(&self, stream: u64, pool: PoolKind) -> Option<usize> {
+        (self.spaces.iter()).position(|s| s.stream == stream && s.pool == pool)
+    }
+
+    /// The expandable segment of `pool` on `stream`, reserved at its first
+    /// use.
+    fn space(&mut self, stream: u64, pool: PoolKind) -> usize {
+        if let Some(i) = self.find(stream, pool) {
+            return i;
         }
-        self.spaces[i].as_mut().expect("just reserved")
+        let space = Space::new((stream, pool), self.next_base, self.device_total);
+        self.next_base = round_up(self.next_base + space.size, LARGE_BUFFER);
+        self.spaces.push(space);
+        self.spaces.len() - 1
     }
 
     /// Hands out `size` bytes of the free piece `at`, splitting when at
     /// least 512 bytes remain.
-    fn allocate_at(&mut self, pool: PoolKind, at: PieceId, size: u64, requested: u64) -> BlockId {
-        let id = self.blocks.insert((pool, at));
-        let space = self.space(pool);
+    fn allocate_at(&mut self, i: usize, at: PieceId, size: u64, requested: u64) -> BlockId {
+        let id = self.blocks.insert((i, at));
+        let space = &mut self.spaces[i];
         let (address, whole) = (space.node(at).address, space.node(at).size);
         let size = if whole - size >= MIN_BLOCK_SIZE {
             size
@@ -228,14 +242,14 @@ impl ExpandableAllocator {
     fn expand(
         &mut self,
         device: &mut dyn Device,
-        pool: PoolKind,
+        i: usize,
         size: u64,
     ) -> Result<Option<PieceId>, AllocError> {
-        let Some(mut at) = self.space(pool).expandable_candidate(size) else {
+        let Some(mut at) = self.spaces[i].expandable_candidate(size) else {
             return Ok(None);
         };
         loop {
-            let space = self.space(pool);
+            let space = &self.spaces[i];
             let (have, piece) = (space.node(at).size, space.node(at).piece);
             if piece == Piece::Free && have >= size {
                 return Ok(Some(at));
@@ -246,7 +260,7 @@ impl ExpandableAllocator {
                 let next = space.next(at).expect("unmapped space after the candidate");
                 (next, (size - have).min(space.node(next).size))
             };
-            match self.map(device, pool, target.0, target.1)? {
+            match self.map(device, i, target.0, target.1)? {
                 Some(merged) => at = merged,
                 None => return Ok(None),
             }
@@ -260,11 +274,11 @@ impl ExpandableAllocator {
     fn map(
         &mut self,
         device: &mut dyn Device,
-        pool: PoolKind,
+        i: usize,
         at: PieceId,
         len: u64,
     ) -> Result<Option<PieceId>, AllocError> {
-        let space = self.space(pool);
+        let space = &self.spaces[i];
         let (address, piece_size, page) = (space.node(at).address, space.node(at).size, space.page);
         let bytes = round_up(len, page).min(piece_size);
         let mut mapped = Vec::new();
@@ -279,7 +293,7 @@ impl ExpandableAllocator {
                 }
             }
         }
-        let space = self.space(pool);
+        let space = &mut self.spaces[i];
         space.pages.extend(mapped);
         space.split(at, bytes, Piece::Unmapped);
         space.set(at, Piece::Free);
@@ -292,17 +306,21 @@ impl ExpandableAllocator {
     }
 
     /// `release_blocks` for expandable segments: `unmap_block` on every free
-    /// piece, large pool first. Returns the bytes unmapped.
+    /// piece, large pool first, each pool's blocks in its order (stream,
+    /// then size, then address). Returns the bytes unmapped.
     fn release_cached(&mut self, device: &mut dyn Device) -> u64 {
         let mut released = 0;
         for pool in [PoolKind::Large, PoolKind::Small] {
-            let Some(space) = self.spaces[slot(pool)].as_ref() else {
-                continue;
-            };
-            // Unmapping merges only unmapped pieces: the other free
-            // pieces keep their slots.
-            for at in space.free_pieces() {
-                released += self.unmap(device, pool, at);
+            let mut spaces: Vec<usize> = (0..self.spaces.len())
+                .filter(|&i| self.spaces[i].pool == pool)
+                .collect();
+            spaces.sort_by_key(|&i| self.spaces[i].stream);
+            for i in spaces {
+                // Unmapping merges only unmapped pieces: the other free
+                // pieces keep their slots.
+                for at in self.spaces[i].free_pieces() {
+                    released += self.unmap(device, i, at);
+                }
             }
         }
         released
@@ -310,8 +328,8 @@ impl ExpandableAllocator {
 
     /// `unmap_block`: unmaps the whole pages inside a free piece; what is
     /// left on either side stays mapped and free.
-    fn unmap(&mut self, device: &mut dyn Device, pool: PoolKind, at: PieceId) -> u64 {
-        let space = self.spaces[slot(pool)].as_mut().expect("a space");
+    fn unmap(&mut self, device: &mut dyn Device, i: usize, at: PieceId) -> u64 {
+        let space = &mut self.spaces[i];
         let (address, size) = (space.node(at).address, space.node(at).size);
         let (page, base) = (space.page, space.base);
         // Pages are counted from the start of the range.
@@ -365,11 +383,14 @@ impl ExpandableAllocator {
     }
 }
 
-impl Allocator for ExpandableAllocator {
-    fn malloc(
+impl ExpandableAllocator {
+    /// A request of `requested` bytes on `stream`: served from that
+    /// stream's ranges only, as upstream's pools serve a stream's blocks.
+    pub fn malloc_on(
         &mut self,
         device: &mut dyn Device,
         requested: u64,
+        stream: u64,
     ) -> Result<Option<BlockId>, AllocError> {
         if requested == 0 {
             return Ok(None);
@@ -377,33 +398,42 @@ impl Allocator for ExpandableAllocator {
         let size = round_size(requested, &self.config.roundup_power2_divisions);
         let pool = pool_for_size(size);
         #[cfg(feature = "device-values")]
-        self.reserve(device, pool)?;
-        if let Some(at) = self.space(pool).best_fit(size) {
-            return Ok(Some(self.allocate_at(pool, at, size, requested)));
+        self.reserve(device, stream, pool)?;
+        let i = self.space(stream, pool);
+        if let Some(at) = self.spaces[i].best_fit(size) {
+            return Ok(Some(self.allocate_at(i, at, size, requested)));
         }
         let mut found = None;
         if !self.over_fraction(size) {
-            found = self.expand(device, pool, size)?;
+            found = self.expand(device, i, size)?;
         }
         if found.is_none() {
             // `release_cached_blocks`, then `alloc_block` once more.
             self.release_cached(device);
             self.stats.num_alloc_retries += 1;
             if !self.over_fraction(size) {
-                found = self.expand(device, pool, size)?;
+                found = self.expand(device, i, size)?;
             }
         }
         match found {
-            Some(at) => Ok(Some(self.allocate_at(pool, at, size, requested))),
+            Some(at) => Ok(Some(self.allocate_at(i, at, size, requested))),
             None => Err(self.out_of_memory(device, requested, size)),
         }
     }
+}
+
+impl Allocator for ExpandableAllocator {
+    fn malloc(
+        &mut self,
+        device: &mut dyn Device,
+        requested: u64,
+    ) -> Result<Option<BlockId>, AllocError> {
+        self.malloc_on(device, requested, 0)
+    }
 
     fn free(&mut self, _device: &mut dyn Device, block: BlockId) {
-        let (pool, at) = self.blocks.remove(block);
-        let space = self.spaces[slot(pool)]
-            .as_mut()
-            .expect("a live block's space");
+        let (i, at) = self.blocks.remove(block);
+        let space = &mut self.spaces[i];
         let (address, size, piece) = (
             space.node(at).address,
             space.node(at).size,
@@ -437,29 +467,21 @@ impl Allocator for ExpandableAllocator {
     }
 
     fn block_size(&self, block: BlockId) -> u64 {
-        let (pool, at) = *self.blocks.get(block);
-        self.spaces[slot(pool)]
-            .as_ref()
-            .expect("a space")
-            .node(at)
-            .size
+        let (i, at) = *self.blocks.get(block);
+        self.spaces[i].node(at).size
     }
 
     #[cfg(feature = "device-values")]
     fn block_address(&self, block: BlockId) -> u64 {
-        let (pool, at) = *self.blocks.get(block);
-        self.spaces[slot(pool)]
-            .as_ref()
-            .expect("a space")
-            .node(at)
-            .address
+        let (i, at) = *self.blocks.get(block);
+        self.spaces[i].node(at).address
     }
 
     /// One segment per contiguous mapped range (as `_snapshot` reports an
     /// expandable segment).
     fn segments(&self) -> Vec<SegmentView> {
         let mut out = Vec::new();
-        for space in self.spaces.iter().flatten() {
+        for space in &self.spaces {
             let mut current: Option<SegmentView> = None;
             for (
                 _,
@@ -485,7 +507,7 @@ impl Allocator for ExpandableAllocator {
                     address,
                     total_size: 0,
                     pool: space.pool,
-                    stream: 0,
+                    stream: space.stream,
                     blocks: Vec::new(),
                 });
                 segment.total_size += size;
@@ -515,7 +537,7 @@ impl Allocator for ExpandableAllocator {
     fn check_invariants(&self, device: &dyn Device) -> Result<(), Broken> {
         let mut mapped_total = 0;
         let mut allocated = 0;
-        for space in self.spaces.iter().flatten() {
+        for space in &self.spaces {
             let (mapped, used) = check_space(space)?;
             mapped_total += mapped;
             allocated += used;

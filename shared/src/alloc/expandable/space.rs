@@ -37,9 +37,11 @@ pub(super) struct Node {
     next: PieceId,
 }
 
-/// One pool's expandable segment: its address range tiled by pieces.
+/// One pool's expandable segment on one stream: its address range tiled
+/// by pieces.
 #[derive(Debug)]
 pub(super) struct Space {
+    pub(super) stream: u64,
     pub(super) pool: PoolKind,
     pub(super) base: u64,
     pub(super) size: u64,
@@ -55,7 +57,7 @@ pub(super) struct Space {
 }
 
 impl Space {
-    pub(super) fn new(pool: PoolKind, base: u64, device_total: u64) -> Self {
+    pub(super) fn new((stream, pool): (u64, PoolKind), base: u64, device_total: u64) -> Self {
         let page = if pool == PoolKind::Small {
             SMALL_BUFFER
         } else {
@@ -71,6 +73,7 @@ impl Space {
             next: NIL,
         });
         Space {
+            stream,
             pool,
             base,
             size,

@@ -106,10 +106,14 @@ fn out_of_memory_after_one_retry() {
 fn a_seeded_range_and_block_are_the_state_it_goes_on_from() {
     let (mut a, mut dev) = setup(GIB, 0);
     let base = 0x7f00_0000_0000;
-    a.seed_range(&mut dev, (PoolKind::Large, base), base, 40 * MIB)
+    a.seed_range(&mut dev, (PoolKind::Large, 0, base), base, 40 * MIB)
         .unwrap();
     let live = a
-        .seed_block(PoolKind::Large, base + 20 * MIB, (8 * MIB, 8 * MIB - 100))
+        .seed_block(
+            (PoolKind::Large, 0),
+            base + 20 * MIB,
+            (8 * MIB, 8 * MIB - 100),
+        )
         .unwrap();
     a.check_invariants(&dev).unwrap();
     assert_eq!(a.stats().reserved_bytes.current, 40 * MIB);
@@ -126,12 +130,59 @@ fn a_seeded_range_and_block_are_the_state_it_goes_on_from() {
     assert_eq!(at(&a, live), Some(base + 20 * MIB));
     // Outside mapped free space, or not whole pages: refused.
     assert!(a
-        .seed_block(PoolKind::Large, base + 36 * MIB, (8 * MIB, 8 * MIB))
+        .seed_block((PoolKind::Large, 0), base + 36 * MIB, (8 * MIB, 8 * MIB))
         .is_err());
     assert!(a
-        .seed_range(&mut dev, (PoolKind::Large, base), base + 50 * MIB, MIB)
+        .seed_range(&mut dev, (PoolKind::Large, 0, base), base + 50 * MIB, MIB)
         .is_err());
     assert!(a
-        .seed_range(&mut dev, (PoolKind::Large, base), base + 20 * MIB, 20 * MIB)
+        .seed_range(
+            &mut dev,
+            (PoolKind::Large, 0, base),
+            base + 20 * MIB,
+            20 * MIB
+        )
         .is_err());
+}
+
+/// Each stream has ranges of its own (`find_expandable_block` makes an
+/// expandable segment per stream and pool): a block freed on one stream
+/// is not handed to another, whose first request maps pages in a new
+/// range after the first; `empty_cache` unmaps both, the default stream's
+/// first.
+#[test]
+fn each_stream_has_its_own_ranges() {
+    let (mut a, mut dev) = setup(GIB, 0);
+    let x = a.malloc_on(&mut dev, 40 * MIB, 0).unwrap().unwrap();
+    a.free(&mut dev, x);
+    let y = a.malloc_on(&mut dev, 40 * MIB, 7).unwrap().unwrap();
+    a.check_invariants(&dev).unwrap();
+    let range = round_up(GIB + GIB / 8, LARGE_BUFFER);
+    let second = round_up(FIRST_BASE + range, LARGE_BUFFER);
+    assert_eq!(a.stats().reserved_bytes.current, 80 * MIB);
+    let by_stream: Vec<(u64, u64, u64)> = (a.segments().iter())
+        .map(|s| (s.stream, s.address, s.total_size / MIB))
+        .collect();
+    assert_eq!(by_stream, vec![(0, FIRST_BASE, 40), (7, second, 40)]);
+    // The same stream again: its own free block, nothing mapped.
+    let z = a.malloc_on(&mut dev, 40 * MIB, 0).unwrap().unwrap();
+    assert_eq!(a.stats().reserved_bytes.current, 80 * MIB);
+    assert_eq!(a.segments()[0].blocks[0].id, Some(z));
+    a.free(&mut dev, z);
+    a.free(&mut dev, y);
+    a.set_tracing(true);
+    let mut events = Vec::new();
+    a.drain_trace(&mut events);
+    events.clear();
+    assert_eq!(a.empty_cache(&mut dev), Some(80 * MIB));
+    a.drain_trace(&mut events);
+    let unmapped: Vec<(TraceAction, u64)> = events.iter().map(|e| (e.action, e.address)).collect();
+    assert_eq!(
+        unmapped,
+        vec![
+            (TraceAction::SegmentFree, FIRST_BASE),
+            (TraceAction::SegmentFree, second)
+        ]
+    );
+    a.check_invariants(&dev).unwrap();
 }

@@ -9,7 +9,8 @@ use crate::framework::{make_allocator, Settings};
 pub(super) enum Process {
     /// The caching allocator: seeded exactly, per-stream pools.
     Caching(Box<CachingAllocator>),
-    /// Expandable segments: each pool's range where the recording had it.
+    /// Expandable segments: each stream's pools' ranges where the
+    /// recording had them.
     Expandable(Box<ExpandableAllocator>),
     /// Without caching: seeded by allocating the live blocks.
     Other(Box<dyn Allocator>),
@@ -51,7 +52,7 @@ impl Process {
     ) -> Result<Option<BlockId>, AllocError> {
         match self {
             Process::Caching(a) => a.malloc_on(device, size, stream),
-            Process::Expandable(a) => a.malloc(device, size),
+            Process::Expandable(a) => a.malloc_on(device, size, stream),
             Process::Other(a) => a.malloc(device, size),
         }
     }

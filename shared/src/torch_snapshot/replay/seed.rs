@@ -116,19 +116,22 @@ impl Replay<'_> {
                 }
                 #[cfg(feature = "mid-run-expandable")]
                 Process::Expandable(a) => {
-                    // Each pool's range from its lowest mapped address.
+                    // Each stream's pool's range from its lowest mapped
+                    // address.
+                    let stream = s.allocator_stream();
                     let base = (state.segments.values())
-                        .filter(|o| o.pool == s.pool)
+                        .filter(|o| o.pool == s.pool && o.allocator_stream() == stream)
                         .map(|o| o.address)
                         .min()
                         .unwrap_or(s.address);
-                    a.seed_range(&mut self.device, (s.pool, base), s.address, s.size)
+                    a.seed_range(&mut self.device, (s.pool, stream, base), s.address, s.size)
                         .map_err(|e| match e {
                             AllocError::Driver(why) => refused(why),
                             AllocError::OutOfMemory(_) => refused("out of memory".into()),
                         })?;
                     for (&address, &sizes) in &s.blocks {
-                        let id = a.seed_block(s.pool, address, sizes).map_err(refused)?;
+                        let id = (a.seed_block((s.pool, stream), address, sizes))
+                            .map_err(refused)?;
                         self.blocks.insert(address, (id, None));
                     }
                 }
