@@ -750,3 +750,133 @@ async fn a_gigabyte_recording_in_the_page() {
     handler.abort();
     let _ = std::fs::remove_dir_all(&profile);
 }
+
+/// One tool's time from the file given to its drawn timeline, in the
+/// page's own clock, and the tab's peak resident memory; `None` when it
+/// drew nothing in ten minutes (or its tab died).
+async fn time_to_drawn(
+    url: &str,
+    file: &std::path::Path,
+    give: &str,
+    drawn: &str,
+) -> Option<(f64, u64)> {
+    let (mut browser, handler, profile) = launch("bench").await;
+    let pid = (browser.get_mut_child())
+        .and_then(|c| c.as_mut_inner().id())
+        .unwrap();
+    let page = browser.new_page("about:blank").await.unwrap();
+    page.goto(url).await.unwrap();
+    until(&page, "document.readyState === 'complete' && document.querySelector('select, input[type=file]') !== null").await;
+    js(&page, "(() => { const i = document.createElement('input'); i.type = 'file'; i.id = 'bench-file'; i.hidden = true; document.body.append(i); })()").await;
+    choose_file(&page, "bench-file", file).await;
+    js(&page, &format!("(() => {{ window.t1 = 0; new MutationObserver(() => {{ if (!window.t1 && ({drawn})) window.t1 = performance.now(); }}).observe(document.body, {{childList: true, subtree: true, attributes: true}}); window.t0 = performance.now(); {give}; }})()")).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    let mut took = None;
+    while std::time::Instant::now() < deadline {
+        let answer = tokio::time::timeout(
+            std::time::Duration::from_secs(600),
+            page.evaluate("window.t1 ? window.t1 - window.t0 : 0"),
+        )
+        .await;
+        match answer {
+            Ok(Ok(v)) => {
+                let ms = v.into_value::<f64>().unwrap_or(0.0);
+                if ms > 0.0 {
+                    took = Some(ms / 1e3);
+                    break;
+                }
+            }
+            _ => break,
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let peak = renderer_peak_bytes(pid);
+    let _ = browser.close().await;
+    let _ = browser.wait().await;
+    handler.abort();
+    let _ = std::fs::remove_dir_all(&profile);
+    took.map(|s| (s, peak))
+}
+
+/// pytorch.org/memory_viz beside Your snapshot on the same files in the
+/// same headless Chromium: the time from dropping the file (memory_viz)
+/// or choosing it (Your snapshot) to the drawn timeline, and the tab's
+/// peak resident memory, as ratios. A benchmark, run by hand:
+/// `scripts/memory-viz-bench PATH/TO/MemoryViz.js DIR`, then
+/// `VRAMLAB_MEMORY_VIZ=DIR cargo test -p vramlab-tests --test snapshot_page
+/// memory_viz -- --ignored --nocapture` (with `VRAMLAB_BIG_SNAPSHOT=FILE`,
+/// that file too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark beside memory_viz: run by hand"]
+async fn memory_viz_beside_your_snapshot() {
+    let Some(viz) = std::env::var_os("VRAMLAB_MEMORY_VIZ").map(std::path::PathBuf::from) else {
+        eprintln!("skip: VRAMLAB_MEMORY_VIZ names no folder (scripts/memory-viz-bench makes it)");
+        return;
+    };
+    if prerequisites().is_none() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("vramlab-viz-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let training = dir.join("training.pickle");
+    std::fs::write(&training, training_snapshot(48, 34)).unwrap();
+    let mut files = vec![training];
+    files.extend(std::env::var_os("VRAMLAB_BIG_SNAPSHOT").map(std::path::PathBuf::from));
+
+    let port = vramlab_tests::free_port();
+    let mut static_server = std::process::Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--directory",
+        ])
+        .arg(&viz)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("python3 serves memory_viz");
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let addr = serve_on(0, stop_rx).await;
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    for file in &files {
+        let mb = std::fs::metadata(file).unwrap().len() as f64 / 1e6;
+        let viz_run = time_to_drawn(
+            &format!("http://127.0.0.1:{port}/"),
+            file,
+            "const f = document.getElementById('bench-file').files[0]; const dt = new DataTransfer(); dt.items.add(f); document.body.dispatchEvent(new DragEvent('drop', {dataTransfer: dt, bubbles: true, cancelable: true}))",
+            "document.querySelector('svg polygon')",
+        )
+        .await;
+        let ours = time_to_drawn(
+            &format!("http://{addr}/snapshots/"),
+            file,
+            "const i = document.getElementById('snapshot-file'); const dt = new DataTransfer(); dt.items.add(document.getElementById('bench-file').files[0]); i.files = dt.files; i.dispatchEvent(new Event('change', {bubbles: true}))",
+            "document.querySelector('#replay-chart polyline[points*=\",\"]')",
+        )
+        .await;
+        let said = |run: Option<(f64, u64)>| match run {
+            Some((s, bytes)) => format!("{s:.2} s, {:.2} GB", bytes as f64 / 1e9),
+            None => "no timeline drawn".into(),
+        };
+        let ratio = match (viz_run, ours) {
+            (Some(v), Some(o)) => format!(
+                "; Your snapshot / memory_viz: time {:.2}, memory {:.2}",
+                o.0 / v.0,
+                o.1 as f64 / v.1 as f64
+            ),
+            _ => String::new(),
+        };
+        println!(
+            "figure: {} ({mb:.0} MB), file to drawn timeline and the tab's peak memory: memory_viz {}; Your snapshot {}{ratio}",
+            file.file_name().unwrap().to_string_lossy(),
+            said(viz_run),
+            said(ours)
+        );
+    }
+    let _ = stop_tx.send(());
+    let _ = static_server.kill();
+    let _ = std::fs::remove_dir_all(&dir);
+}
