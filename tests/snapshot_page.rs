@@ -752,14 +752,14 @@ async fn a_gigabyte_recording_in_the_page() {
 }
 
 /// One tool's time from the file given to its drawn timeline, in the
-/// page's own clock, and the tab's peak resident memory; `None` when it
-/// drew nothing in ten minutes (or its tab died).
+/// page's own clock (`None` when it drew nothing in ten minutes, or its
+/// tab died), and the tab's peak resident memory.
 async fn time_to_drawn(
     url: &str,
     file: &std::path::Path,
     give: &str,
     drawn: &str,
-) -> Option<(f64, u64)> {
+) -> (Option<f64>, u64) {
     let (mut browser, handler, profile) = launch("bench").await;
     let pid = (browser.get_mut_child())
         .and_then(|c| c.as_mut_inner().id())
@@ -773,8 +773,10 @@ async fn time_to_drawn(
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
     let mut took = None;
     while std::time::Instant::now() < deadline {
+        // A page busy replaying answers late; one that has not answered
+        // in two minutes has stopped.
         let answer = tokio::time::timeout(
-            std::time::Duration::from_secs(600),
+            std::time::Duration::from_secs(120),
             page.evaluate("window.t1 ? window.t1 - window.t0 : 0"),
         )
         .await;
@@ -795,7 +797,7 @@ async fn time_to_drawn(
     let _ = browser.wait().await;
     handler.abort();
     let _ = std::fs::remove_dir_all(&profile);
-    took.map(|s| (s, peak))
+    (took, peak)
 }
 
 /// pytorch.org/memory_viz beside Your snapshot on the same files in the
@@ -857,15 +859,18 @@ async fn memory_viz_beside_your_snapshot() {
             "document.querySelector('#replay-chart polyline[points*=\",\"]')",
         )
         .await;
-        let said = |run: Option<(f64, u64)>| match run {
-            Some((s, bytes)) => format!("{s:.2} s, {:.2} GB", bytes as f64 / 1e9),
-            None => "no timeline drawn".into(),
+        let said = |(took, bytes): (Option<f64>, u64)| {
+            let gb = bytes as f64 / 1e9;
+            match took {
+                Some(s) => format!("{s:.2} s, {gb:.2} GB"),
+                None => format!("no timeline drawn in ten minutes, {gb:.2} GB"),
+            }
         };
         let ratio = match (viz_run, ours) {
-            (Some(v), Some(o)) => format!(
+            ((Some(v), vb), (Some(o), ob)) => format!(
                 "; Your snapshot / memory_viz: time {:.2}, memory {:.2}",
-                o.0 / v.0,
-                o.1 as f64 / v.1 as f64
+                o / v,
+                ob as f64 / vb as f64
             ),
             _ => String::new(),
         };
@@ -878,5 +883,6 @@ async fn memory_viz_beside_your_snapshot() {
     }
     let _ = stop_tx.send(());
     let _ = static_server.kill();
+    let _ = static_server.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
