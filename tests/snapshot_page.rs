@@ -12,6 +12,7 @@ use chromium::*;
 use chromiumoxide::cdp::browser_protocol::target::TargetId;
 use chromiumoxide::{Browser, Page};
 use vramlab_shared::framework::RestartSettings;
+use vramlab_shared::torch_snapshot::active::active_timeline;
 use vramlab_shared::torch_snapshot::diff::{diff, diff_lines};
 use vramlab_shared::torch_snapshot::fix::{fix_lines, search_fix};
 use vramlab_shared::torch_snapshot::replay::{replay_exact, replay_what_if, segments_at};
@@ -620,6 +621,37 @@ async fn the_page_searches_the_fix_compares_two_runs_and_opens_a_window() {
     assert_eq!(polylines.as_u64(), Some(2));
     shot(&page, "snapshot-diff.png").await;
 
+    // The active memory timeline, drawn when asked: the engine's bands.
+    click(&page, "btn-active").await;
+    until(
+        &page,
+        "document.querySelectorAll('#active-chart polygon').length > 0",
+    )
+    .await;
+    let native_active = active_timeline(&a, 0, 400).unwrap();
+    let drawn = js(
+        &page,
+        "document.querySelectorAll('#active-chart polygon').length",
+    )
+    .await;
+    assert_eq!(drawn.as_u64(), Some(native_active.bands.len() as u64));
+    let first = js(
+        &page,
+        "document.querySelector('#active-chart polygon title').textContent",
+    )
+    .await;
+    let band = &native_active.bands[0];
+    assert!(
+        first.as_str().unwrap().starts_with(&format!(
+            "{} · events {}..{} · ",
+            format_size(band.size),
+            band.start,
+            band.end
+        )),
+        "{first}"
+    );
+    shot(&page, "snapshot-active.png").await;
+
     // A window: events 10..40 as a recording of its own, then the whole.
     set_input(&page, "window-from", "10").await;
     set_input(&page, "window-to", "40").await;
@@ -744,6 +776,29 @@ async fn a_gigabyte_recording_in_the_page() {
         renderer_peak_bytes(pid) as f64 / 1e9,
     );
     assert!(said.starts_with("Replayed exactly"), "{said}");
+    // memory_viz's view of it, drawn when asked.
+    let start = std::time::Instant::now();
+    click(&page, "btn-active").await;
+    loop {
+        let drawn = tokio::time::timeout(
+            std::time::Duration::from_secs(600),
+            page.evaluate("document.querySelectorAll('#active-chart polygon').length"),
+        )
+        .await
+        .unwrap()
+        .unwrap()
+        .into_value::<u64>()
+        .unwrap_or(0);
+        if drawn > 0 {
+            println!(
+                "figure: its active memory timeline ({drawn} bands) drawn in {:.1} s; the tab's peak resident memory then {:.2} GB",
+                start.elapsed().as_secs_f64(),
+                renderer_peak_bytes(pid) as f64 / 1e9
+            );
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     let _ = stop_tx.send(());
     browser.close().await.unwrap();
     browser.wait().await.unwrap();

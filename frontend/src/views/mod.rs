@@ -2,6 +2,7 @@
 //! the segment map, the table of live objects, the event log, the code pane,
 //! the explanation, the lessons, the way to "Your snapshot", and that page (a snapshot file opened in it). Controls send typed [`Command`] values.
 
+mod active;
 mod cell;
 mod compare;
 mod glossary;

@@ -2,6 +2,7 @@
 //! memory snapshot, see whether vramlab replays it exactly, ask what if,
 //! and compare the two runs.
 
+use super::active::ActiveChart;
 use super::compare::{DiffPanel, FixPanel, WindowForm};
 use super::replay_chart::CompareChart;
 use super::trace::{TraceEvents, TraceSegments};
@@ -83,6 +84,7 @@ pub fn SnapshotPage() -> impl IntoView {
                 <FixPanel opened=o.clone() r=r />
                 <WhatIfForm opened=o.clone() r=r />
                 <CompareChart r=r />
+                <ActiveChart r=r />
                 <DiffPanel r=r />
                 <WindowForm opened=o.clone() r=r />
                 <TraceSegments r=r />

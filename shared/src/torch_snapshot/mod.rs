@@ -15,6 +15,7 @@
 //! [`format::MAX_FRAMES`] per entry, and beyond the file's share in all,
 //! are dropped.
 
+pub mod active;
 mod decode;
 pub mod diff;
 pub mod export;
