@@ -2,7 +2,7 @@
 //! audits) over the real page in headless Chromium: the first screen, a
 //! lesson, projector mode, a watcher's page, the code cell after a run and
 //! the "will it fit?" page and Your snapshot (a recording open, the fix
-//! searched, a what-if run, two runs compared) have no serious or critical
+//! searched, a what-if run, the active memory timeline, two runs compared) have no serious or critical
 //! violation.
 
 mod chromium;
@@ -128,6 +128,12 @@ async fn no_serious_violation_in_any_view() {
     until(
         &snapshots,
         "document.getElementById('what-if-command').textContent",
+    )
+    .await;
+    click(&snapshots, "btn-active").await;
+    until(
+        &snapshots,
+        "document.querySelectorAll('#active-chart polygon').length > 0",
     )
     .await;
     click(&snapshots, "btn-diff-what-if").await;
