@@ -79,6 +79,17 @@ fn serves_the_built_web_app() {
             page.contains("<title>Will it fit? — vramlab</title>"),
             "{page}"
         );
+        // Your snapshot too; named without its slash, the folder is
+        // where it goes.
+        let (status, page) = get(port, "/snapshots/");
+        assert_eq!(status, 200);
+        assert!(
+            page.contains("<title>Your snapshot — vramlab</title>"),
+            "{page}"
+        );
+        let (status, head, _) = http_get_bytes(port, "/snapshots");
+        assert_eq!(status, 307, "{head}");
+        assert!(head.contains("location: /snapshots/"), "{head}");
         let (status, head, served) = http_get_bytes(port, &format!("/{wasm}"));
         assert_eq!(status, 200, "{wasm}");
         assert!(head.contains("content-type: application/wasm"), "{head}");

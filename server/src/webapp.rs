@@ -42,6 +42,19 @@ fn encodings(headers: &HeaderMap) -> impl Iterator<Item = (&'static str, &'stati
 
 pub async fn serve(uri: Uri, headers: HeaderMap) -> Response {
     let path = uri.path().trim_start_matches('/');
+    // A folder named without its slash (`/plan`, `/snapshots`) goes to it
+    // (its page's relative links need the slash), as a folder served from
+    // disk does.
+    if !path.is_empty()
+        && !path.ends_with('/')
+        && WebApp::get(&format!("{path}/index.html")).is_some()
+    {
+        let to = match uri.query() {
+            Some(q) => format!("/{path}/?{q}"),
+            None => format!("/{path}/"),
+        };
+        return (StatusCode::TEMPORARY_REDIRECT, [(header::LOCATION, to)]).into_response();
+    }
     // A folder's page (`/`, `/plan/`) is its index.html; any other path
     // that is not a file is the playground's (a lesson's link, say).
     let wanted = if path.is_empty() || path.ends_with('/') {
