@@ -120,7 +120,7 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
     let addr = serve_on(0, stop_rx).await;
-    let (mut browser, handler, profile) = launch("snapshot").await;
+    let (browser, handler, profile) = launch("snapshot").await;
     // The playground links to the page.
     let play = open(&browser, &format!("http://{addr}/")).await;
     let href = js(&play, "document.getElementById('snapshot-page').href").await;
@@ -473,10 +473,7 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     assert_eq!(url.as_str().unwrap(), format!("http://{addr}/snapshots/"));
 
     let _ = stop_tx.send(());
-    browser.close().await.unwrap();
-    browser.wait().await.unwrap();
-    handler.abort();
-    let _ = std::fs::remove_dir_all(&profile);
+    finish(browser, handler, profile).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -494,8 +491,10 @@ async fn items(page: &Page, id: &str) -> Vec<String> {
 /// for the fragmentation lesson's out-of-memory (the lines `vramlab
 /// replay --fix` prints, and the setting replayed as a what-if that runs
 /// through); two sessions that differ in the batch size compared (the
-/// lines `vramlab diff` prints, the difference named); a window of events
-/// opened and the whole recording back.
+/// lines `vramlab diff` prints, the difference named); the active memory
+/// timeline; a window of events opened, the whole recording back, the
+/// events around the peak; an expandable recording that starts mid-run,
+/// replayed exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_searches_the_fix_compares_two_runs_and_opens_a_window() {
     if prerequisites().is_none() {
@@ -525,7 +524,7 @@ async fn the_page_searches_the_fix_compares_two_runs_and_opens_a_window() {
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
     let addr = serve_on(0, stop_rx).await;
-    let (mut browser, handler, profile) = launch("snapshot-compare").await;
+    let (browser, handler, profile) = launch("snapshot-compare").await;
     let page = open_snapshots(&browser, &format!("http://{addr}/snapshots/")).await;
 
     // The fix: the same lines as the command line's, and the best setting
@@ -675,12 +674,41 @@ async fn the_page_searches_the_fix_compares_two_runs_and_opens_a_window() {
         js(&page, "document.getElementById('btn-whole')").await,
         serde_json::Value::Null
     );
+    // Ten events either side of the peak, as `--around-peak 10` cuts them.
+    let (range, _) = torch_snapshot::window::around_peak(&a, 0, 10).unwrap();
+    let end = range.end.min(a.device_traces[0].len());
+    set_input(&page, "window-around", "10").await;
+    click(&page, "btn-around-peak").await;
+    until(
+        &page,
+        &format!(
+            "document.getElementById('snapshot-summary').textContent.includes('b64.pickle events {}..{} ')",
+            range.start, range.end
+        ),
+    )
+    .await;
+    let summary = text(&page, "snapshot-summary").await;
+    assert!(
+        summary.contains(&format!(" {} events", end - range.start)),
+        "{summary}"
+    );
+
+    // A recording with expandable segments that starts mid-run (a window
+    // of the expandable-segments lesson's): exact in the page too.
+    let expandable = export_lesson(&dir, "15-expandable-segments");
+    let whole = torch_snapshot::read(&std::fs::read(&expandable).unwrap()).unwrap();
+    let half = whole.device_traces[0].len() / 2;
+    let mid = torch_snapshot::window::window(&whole, 0, half..usize::MAX).unwrap();
+    assert_eq!(replay_exact(&mid, 0).unwrap().exact, Some(true));
+    let mid_file = dir.join("expandable-mid-run.pickle");
+    std::fs::write(&mid_file, torch_snapshot::write_pickle(&mid)).unwrap();
+    choose_file(&page, "snapshot-file", &mid_file).await;
+    until(&page, "document.getElementById('snapshot-summary').textContent.includes('expandable-mid-run.pickle')").await;
+    let verdict = text(&page, "snapshot-verdict").await;
+    assert!(verdict.starts_with("Replayed exactly"), "{verdict}");
 
     let _ = stop_tx.send(());
-    browser.close().await.unwrap();
-    browser.wait().await.unwrap();
-    handler.abort();
-    let _ = std::fs::remove_dir_all(&profile);
+    finish(browser, handler, profile).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -800,10 +828,7 @@ async fn a_gigabyte_recording_in_the_page() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     let _ = stop_tx.send(());
-    browser.close().await.unwrap();
-    browser.wait().await.unwrap();
-    handler.abort();
-    let _ = std::fs::remove_dir_all(&profile);
+    finish(browser, handler, profile).await;
 }
 
 /// One tool's time from the file given to its drawn timeline, in the
