@@ -11,7 +11,7 @@ use vramlab_shared::torch_snapshot::{self, MemorySnapshot, MAX_FILE_BYTES};
 use wasm_bindgen_futures::JsFuture;
 
 /// What is read: the file's name and size, and its snapshot or why not.
-pub struct Read {
+pub struct Done {
     pub name: String,
     pub bytes: usize,
     pub snapshot: Result<MemorySnapshot, String>,
@@ -23,7 +23,7 @@ pub struct Read {
 pub fn read_snapshot(
     file: web_sys::File,
     progress: RwSignal<Option<String>>,
-    then: impl FnOnce(Read) + 'static,
+    then: impl FnOnce(Done) + 'static,
 ) {
     let started = now_ms();
     leptos::task::spawn_local(async move {
@@ -40,29 +40,20 @@ pub fn read_snapshot(
                 )))
             }
         };
-        let read: Result<Box<dyn FnOnce() -> Result<MemorySnapshot, String>>, String> =
-            match is_pickle(&file).await {
-                true => streamed(&file, &said(", first pass"), &said(""))
-                    .await
-                    .map(|s| {
-                        Box::new(move || s.finish().map_err(|e| e.0)) as Box<dyn FnOnce() -> _>
-                    }),
-                false => files::read(&file, MAX_FILE_BYTES, &said(""))
-                    .await
-                    .map(|bytes| {
-                        Box::new(move || torch_snapshot::read(&bytes).map_err(|e| e.0))
-                            as Box<dyn FnOnce() -> _>
-                    }),
-            };
+        let read = match is_pickle(&file).await {
+            true => (streamed(&file, &said(", first pass"), &said("")).await)
+                .map(|s| Read::Pickle(Box::new(s))),
+            false => (files::read(&file, MAX_FILE_BYTES, &said("")).await).map(Read::Whole),
+        };
         let bytes = total as usize;
         match read {
-            Ok(finish) => {
+            Ok(read) => {
                 progress.set(Some(format!("Replaying {name} ({} MB)…", mb(total))));
                 after_paint(move || {
-                    then(Read {
+                    then(Done {
                         name,
                         bytes,
-                        snapshot: finish(),
+                        snapshot: read.snapshot(),
                         started,
                     });
                     progress.set(None);
@@ -70,7 +61,7 @@ pub fn read_snapshot(
             }
             Err(why) => {
                 progress.set(None);
-                then(Read {
+                then(Done {
                     name,
                     bytes,
                     snapshot: Err(why),
@@ -79,6 +70,23 @@ pub fn read_snapshot(
             }
         }
     });
+}
+
+/// A file read, its snapshot not yet made (that is the part the page says
+/// it is replaying for).
+enum Read {
+    Pickle(Box<PickleStream>),
+    Whole(Vec<u8>),
+}
+
+impl Read {
+    fn snapshot(self) -> Result<MemorySnapshot, String> {
+        match self {
+            Read::Pickle(s) => s.finish(),
+            Read::Whole(bytes) => torch_snapshot::read(&bytes),
+        }
+        .map_err(|e| e.0)
+    }
 }
 
 /// Both passes over a pickle, a chunk at a time.
