@@ -24,8 +24,8 @@ mod scan;
 use super::format::{Frame, Stack, TraceEntry};
 use super::trace::Trace;
 pub(super) use machine::Machine;
-pub(super) use scan::Scan;
 use scan::{fetched, Ids, Reader};
+pub(super) use scan::{Scan, TRUNCATED};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -40,7 +40,8 @@ pub fn limit(len: usize) -> usize {
 }
 
 /// In the page, what wasm32's 4 GiB leave the reading beside the file
-/// (3 GiB the two share; the rest is the replay's).
+/// (read whole there when it is JSON; a pickle streams): 3 GiB the two
+/// share, the rest is the replay's.
 #[cfg(target_arch = "wasm32")]
 fn room_beside(len: usize) -> Option<usize> {
     Some((3usize << 30).saturating_sub(len))

@@ -5,7 +5,7 @@
 //! records, held to the same limit.
 
 use super::fold::Folder;
-use super::pickle::{self, Machine, Scan, Value};
+use super::pickle::{self, Machine, Scan, Value, TRUNCATED};
 use super::{check_size, decoded, folder_for, MemorySnapshot, SnapshotError};
 
 /// A pickle of a known size, read in two passes over its chunks.
@@ -61,7 +61,7 @@ impl PickleStream {
         machine.feed(chunk, last);
         let outcome = match machine.run_some() {
             Ok(Some(top)) => Ok(Some(top)),
-            Ok(None) if last => Err("the pickle ends too early: the file is truncated".into()),
+            Ok(None) if last => Err(TRUNCATED.into()),
             Ok(None) => Ok(None),
             Err(e) => Err(e),
         };

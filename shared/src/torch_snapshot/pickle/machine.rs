@@ -3,7 +3,7 @@
 //! the containers it builds and folds, and every byte it holds counted
 //! against the file's limit.
 
-use super::scan::{Ids, Reader};
+use super::scan::{Ids, Reader, TRUNCATED};
 #[cfg(feature = "teardown")]
 use super::tear_down;
 use super::{
@@ -93,8 +93,7 @@ impl<'a, F: Fold> Machine<'a, F> {
 
 impl<'a, F: Fold> Machine<'a, F> {
     pub(super) fn run(&mut self) -> Result<Value, String> {
-        self.run_some()?
-            .ok_or_else(|| "the pickle ends too early: the file is truncated".into())
+        self.run_some()?.ok_or_else(|| TRUNCATED.into())
     }
 
     /// Runs the opcodes the input holds whole: the value built at the

@@ -144,7 +144,9 @@ impl Scan {
     }
 }
 
-const TRUNCATED: &str = "the pickle ends too early: the file is truncated";
+/// Why a pickle whose end never came is refused.
+pub(in crate::torch_snapshot) const TRUNCATED: &str =
+    "the pickle ends too early: the file is truncated";
 
 /// What a reader reads from: a whole file, or a stream's buffer (the
 /// bytes not yet read of those that have come).
