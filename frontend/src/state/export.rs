@@ -46,11 +46,17 @@ impl App {
 /// Opens snapshots/ in a new tab with `bytes` as this page's `blob:` URL in
 /// its fragment (`#session=`): it reads them from there, nothing leaves the
 /// browser. The click that asked is a moment ago, so the browser lets the
-/// tab open.
+/// tab open; the URL is revoked a minute later.
 fn open_in_snapshot_page(bytes: &[u8]) -> Result<(), String> {
     let url = files::blob_url(bytes, "application/octet-stream")?;
     let page = format!("./snapshots/#session={url}");
-    match web_sys::window().map(|w| w.open_with_url_and_target(&page, "_blank")) {
+    let opened = web_sys::window().map(|w| w.open_with_url_and_target(&page, "_blank"));
+    // The new tab reads the bytes as it opens; they are let go of after.
+    leptos::prelude::set_timeout(
+        move || _ = web_sys::Url::revoke_object_url(&url),
+        std::time::Duration::from_secs(60),
+    );
+    match opened {
         Some(Ok(Some(_))) => Ok(()),
         _ => Err("The browser did not open a new tab for the snapshot: allow this page's pop-ups, or save the session as a snapshot and open the file in Your snapshot.".into()),
     }
