@@ -7,6 +7,8 @@
 //! - [`generate`]: `model.generate()`'s allocations, the prefill and one
 //!   forward per new token, with the `DynamicCache` or the `StaticCache`.
 //! - [`ask`]: the question and its answer as JSON (the CLI's and the page's).
+//! - [`step`]: one training step in transformers' op order, its backward
+//!   as PyTorch's autograd engine runs it.
 //! - [`plan`]: "will it fit?": that program played on a simulated GPU.
 
 pub mod ask;
@@ -15,5 +17,6 @@ pub mod generate;
 pub mod known;
 pub mod params;
 pub mod plan;
+pub mod step;
 
 pub use config::{Arch, HfConfig};

@@ -60,15 +60,21 @@ pub enum Holds {
     Ids,
     /// cuBLAS's and cuBLASLt's workspaces (the plan's, by PyTorch release).
     Workspace,
+    /// A training step's parameter gradients (`.grad`).
+    Gradient,
+    /// The optimizer's state and its step's temporaries.
+    Optimizer,
 }
 
 impl Holds {
-    pub const ALL: [Holds; 5] = [
+    pub const ALL: [Holds; 7] = [
         Holds::Activation,
         Holds::KvCache,
         Holds::Logits,
         Holds::Ids,
         Holds::Workspace,
+        Holds::Gradient,
+        Holds::Optimizer,
     ];
 
     pub fn name(self) -> &'static str {
@@ -78,6 +84,8 @@ impl Holds {
             Holds::Logits => "logits",
             Holds::Ids => "token ids and mask",
             Holds::Workspace => "cuBLAS workspaces",
+            Holds::Gradient => "gradients",
+            Holds::Optimizer => "optimizer state",
         }
     }
 }

@@ -1,0 +1,343 @@
+//! A Llama-family decoder's training forward as transformers 5.24 runs it
+//! (Llama, Mistral, Qwen2, Qwen3, Phi-3): RMSNorm in float32, rotary
+//! embeddings under `no_grad`, q/k/v (Phi-3's one projection), the keys
+//! and values through the `DynamicCache` a training forward makes too
+//! (none under checkpointing: `use_cache=False`), eager or sdpa
+//! attention, the gated SiLU MLP, peft's LoRA on its target projections.
+
+use super::tape::T;
+use super::Model;
+use crate::train::hf::config::Arch;
+use crate::train::kinds::step::Attention;
+
+/// What every layer reads besides its input: the rotary cos and sin, and
+/// eager attention's mask.
+#[derive(Clone, Copy)]
+pub(super) struct Shared {
+    pub cos: T,
+    pub sin: T,
+    pub positions: T,
+    pub mask: Option<T>,
+}
+
+impl Model<'_, '_> {
+    /// `LlamaRMSNorm(x)` over `rows` rows of `width`, weight `w`.
+    pub(super) fn rms_norm(&mut self, x: T, w: T, rows: u64, width: u64) -> T {
+        let f32 = rows * width * 4;
+        let x32 = if self.low() {
+            self.t.cast(x, f32)
+        } else {
+            self.t.share(x)
+        };
+        let squared = self.t.square(x32);
+        let variance = self.t.mean(squared, rows * 4);
+        self.t.drop(squared);
+        let shifted = self.t.add_scalar(variance);
+        let r = self.t.rsqrt(shifted);
+        self.t.drop(shifted);
+        let normed = self.t.mul(x32, r, f32);
+        self.t.drop(r);
+        self.t.drop(x32);
+        // `self.weight * hidden_states.to(input_dtype)`: the cast is the
+        // expression's temporary; the float32 rows go as it returns.
+        let out = if self.low() {
+            let cast = self.t.cast(normed, rows * width * self.e());
+            let out = self.t.mul(w, cast, rows * width * self.e());
+            self.t.drop(cast);
+            out
+        } else {
+            self.t.mul(w, normed, rows * width * self.e())
+        };
+        self.t.drop(normed);
+        self.t.drop(variance);
+        out
+    }
+
+    /// `apply_rotary_pos_emb` on one of q and k: `x * cos +
+    /// rotate_half(x) * sin`.
+    fn rotate(&mut self, x: T, s: &Shared) -> T {
+        let bytes = x.bytes;
+        let times_cos = self.t.mul(x, s.cos, bytes);
+        let first = self.t.slice(x, bytes / 2);
+        let second = self.t.slice(x, bytes / 2);
+        let negated = self.t.neg(second);
+        let half = self.t.cat(&[negated, first]);
+        self.t.drop_all(&[negated, second, first]);
+        let times_sin = self.t.mul(half, s.sin, bytes);
+        self.t.drop(half);
+        let out = self.t.add(times_cos, times_sin, bytes);
+        self.t.drop_all(&[times_cos, times_sin]);
+        if self.c.arch != Arch::Phi3 {
+            return out;
+        }
+        // Phi-3 rotates the first `rotary` dims and concatenates the rest.
+        let whole = self.t.cat(&[out]);
+        self.t.drop(out);
+        whole
+    }
+
+    /// `x.view(b, s, heads, d).transpose(1, 2)` of a projection whose
+    /// gradient comes back in the heads' layout (the rotary embedding's
+    /// `slice_backward` zeros, eager attention's batched products), so
+    /// viewing it as rows again copies it (`ViewBackward0`'s `reshape`).
+    fn heads(&mut self, x: T) -> T {
+        let heads = self.t.rows_view(x);
+        self.t.drop(x);
+        heads
+    }
+
+    /// `repeat_kv`: each key/value head repeated for its query heads:
+    /// `x` itself when every head has its own, a view when there is one
+    /// key/value head (`expand`ed), else a copy. Whether the batched
+    /// product must copy it again (not laid out as heads of rows).
+    fn repeat_kv(&mut self, x: T) -> (T, bool) {
+        let (groups, kv) = (self.c.heads / self.c.kv_heads, self.c.kv_heads);
+        if groups == 1 {
+            // The cache's `cat` made it contiguous; else it is the
+            // projection's transposed view.
+            return (self.t.share(x), !self.cached());
+        }
+        let wide = self.t.expand(x, x.bytes * groups);
+        if kv == 1 {
+            return (wide, true);
+        }
+        let copy = self.t.copy("clone", wide);
+        self.t.drop(wide);
+        (copy, false)
+    }
+
+    /// `matmul`'s copy of an operand it cannot batch as a view.
+    fn batched(&mut self, x: T, copy: bool) -> T {
+        if copy {
+            self.t.copy("clone", x)
+        } else {
+            self.t.share(x)
+        }
+    }
+
+    /// `eager_attention_forward`: the output and the attention weights,
+    /// which the layer holds until it returns.
+    fn eager(&mut self, q: T, k: T, v: T, s: &Shared) -> (T, T) {
+        let (c, b, n) = (self.c, self.run.batch, self.run.seq);
+        let e = self.e();
+        let scores = b * c.heads * n * n;
+        let (keys, copy_keys) = self.repeat_kv(k);
+        let (values, copy_values) = self.repeat_kv(v);
+        // `matmul` copies the rotated queries (laid out as the projection
+        // was) to batch them.
+        let q = self.t.copy("clone", q);
+        let keys_batched = self.batched(keys, copy_keys);
+        let raw = self.t.bmm(q, keys_batched, scores * e);
+        self.t.drop_all(&[q, keys_batched]);
+        let mut w = self.t.scale(raw);
+        self.t.drop(raw);
+        if let Some(mask) = s.mask {
+            let masked = self.t.add(w, mask, scores * e);
+            self.t.drop(w);
+            w = masked;
+        }
+        // `softmax(w, dim=-1, dtype=float32).to(query.dtype)`: the scores
+        // go once the statement is done.
+        let weights = if self.low() {
+            let wide = self.t.cast(w, scores * 4);
+            let soft = self.t.softmax("_softmax", "_softmax_backward_data", wide);
+            self.t.drop(wide);
+            let cast = self.t.cast(soft, scores * e);
+            self.t.drop(soft);
+            cast
+        } else {
+            self.t.softmax("_softmax", "_softmax_backward_data", w)
+        };
+        self.t.drop(w);
+        let values_batched = self.batched(values, copy_values);
+        let out = self.t.bmm(weights, values_batched, q.bytes);
+        self.t.drop(values_batched);
+        let copy = self.t.contiguous_heads(out);
+        self.t.drop_all(&[out, keys, values]);
+        (copy, weights)
+    }
+
+    /// `F.scaled_dot_product_attention(q, k, v, is_causal=True)` as the
+    /// kernel the device picks allocates it: the output.
+    fn sdpa(&mut self, q: T, k: T, v: T) -> T {
+        let outs = self.kernel.forward(self.t, &self.c, self.run, q, k, v);
+        let out = outs[0];
+        self.t.drop_all(&outs[1..]);
+        out
+    }
+
+    /// A projection of `x` (`rows` rows) by the linear layer `name` to
+    /// `width`, with peft's LoRA where it targets it.
+    pub(super) fn project(&mut self, x: T, name: &str, rows: u64, width: u64, bias: bool) -> T {
+        let w = self.weight(&format!("{name}.weight"));
+        let b = bias.then(|| self.weight(&format!("{name}.bias")));
+        let out = self.t.linear(x, w, b, rows * width * self.e());
+        self.lora(x, name, out, rows, width)
+    }
+
+    /// peft's `Linear.forward`: `result + lora_B(lora_A(x)) * scaling`
+    /// (the adapters in float32: the input cast to it, the sum cast back).
+    fn lora(&mut self, x: T, name: &str, result: T, rows: u64, width: u64) -> T {
+        let Some((a, b)) = self.adapters(name) else {
+            return result;
+        };
+        let rank = self.run.lora.unwrap_or(0);
+        let x32 = if self.low() {
+            self.t.cast(x, x.bytes / self.e() * 4)
+        } else {
+            self.t.share(x)
+        };
+        let down = self.t.linear(x32, a, None, rows * rank * 4);
+        let up = self.t.linear(down, b, None, rows * width * 4);
+        self.t.drop(down);
+        let scaled = self.t.scale(up);
+        self.t.drop(up);
+        let sum = if self.low() {
+            self.t.add_wider(result, scaled)
+        } else {
+            self.t.add(result, scaled, result.bytes)
+        };
+        self.t.drop_all(&[scaled, result]);
+        // `result.to(torch_result_dtype)`, then `x` goes as it returns.
+        let out = if self.low() {
+            let cast = self.t.cast(sum, rows * width * self.e());
+            self.t.drop(sum);
+            cast
+        } else {
+            sum
+        };
+        self.t.drop(x32);
+        out
+    }
+
+    /// The attention block from the layer's normed input: its output
+    /// projection and eager attention's weights.
+    fn self_attn(&mut self, l: u64, x: T, s: &Shared) -> (T, Option<T>) {
+        let (c, rows, e) = (self.c, self.run.batch * self.run.seq, self.e());
+        let (q_width, kv_width) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
+        let a = format!("model.layers.{l}.self_attn");
+        let (q, k, v, fused) = if c.arch == Arch::Phi3 {
+            let qkv = self.project(
+                x,
+                &format!("{a}.qkv_proj"),
+                rows,
+                q_width + 2 * kv_width,
+                false,
+            );
+            let q = self.t.slice(qkv, rows * q_width * e);
+            let k = self.t.slice(qkv, rows * kv_width * e);
+            let v = self.t.slice(qkv, rows * kv_width * e);
+            (q, k, v, Some(qkv))
+        } else {
+            let head_norm = c.arch == Arch::Qwen3;
+            let mut q = self.project(x, &format!("{a}.q_proj"), rows, q_width, c.qkv_bias);
+            if c.heads > 1 {
+                q = self.heads(q);
+            }
+            if head_norm {
+                let w = self.weight(&format!("{a}.q_norm.weight"));
+                let n = self.rms_norm(q, w, rows * c.heads, c.head_dim);
+                self.t.drop(q);
+                q = n;
+            }
+            let mut k = self.project(x, &format!("{a}.k_proj"), rows, kv_width, c.qkv_bias);
+            if c.kv_heads > 1 {
+                k = self.heads(k);
+            }
+            if head_norm {
+                let w = self.weight(&format!("{a}.k_norm.weight"));
+                let n = self.rms_norm(k, w, rows * c.kv_heads, c.head_dim);
+                self.t.drop(k);
+                k = n;
+            }
+            let mut v = self.project(x, &format!("{a}.v_proj"), rows, kv_width, c.qkv_bias);
+            // Eager attention's value gradient is in the heads' layout too
+            // (the fused kernels give theirs in the rows').
+            if self.run.attention == Attention::Eager && c.kv_heads > 1 {
+                v = self.heads(v);
+            }
+            (q, k, v, None)
+        };
+        let q_rot = self.rotate(q, s);
+        let k_rot = self.rotate(k, s);
+        self.t.drop_all(&[q, k]);
+        // The cache's `torch.cat` onto its empty tensor copies them.
+        let (k, v) = if self.cached() {
+            let keys = self.t.cat(&[k_rot]);
+            let values = self.t.cat(&[v]);
+            self.t.drop_all(&[k_rot, v]);
+            // The cache holds them until the model's output goes.
+            let held = [self.t.share(keys), self.t.share(values)];
+            self.cache.extend(held);
+            (keys, values)
+        } else {
+            (k_rot, v)
+        };
+        let (out, weights) = match self.run.attention {
+            Attention::Eager => {
+                let (o, w) = self.eager(q_rot, k, v, s);
+                (o, Some(w))
+            }
+            Attention::Sdpa => (self.sdpa(q_rot, k, v), None),
+        };
+        let projected = self.project(out, &format!("{a}.o_proj"), rows, c.hidden, c.o_bias);
+        self.t.drop(out);
+        // The attention's locals go as it returns.
+        self.t.drop_all(&[q_rot, k, v]);
+        if let Some(qkv) = fused {
+            self.t.drop(qkv);
+        }
+        (projected, weights)
+    }
+
+    /// The gated SiLU MLP on the normed rows: its output.
+    fn mlp(&mut self, l: u64, x: T) -> T {
+        let (c, rows) = (self.c, self.run.batch * self.run.seq);
+        let m = format!("model.layers.{l}.mlp");
+        let i = c.intermediate;
+        let gated = if c.arch == Arch::Phi3 {
+            let gate_up = self.project(x, &format!("{m}.gate_up_proj"), rows, 2 * i, false);
+            let e = self.e();
+            let gate = self.t.slice(gate_up, rows * i * e);
+            let up = self.t.slice(gate_up, rows * i * e);
+            self.t.drop(gate_up);
+            let act = self.t.unary_saving_input("silu", "silu_backward", gate);
+            let gated = self.t.mul(up, act, rows * i * e);
+            self.t.drop_all(&[act, gate, up]);
+            gated
+        } else {
+            let gate = self.project(x, &format!("{m}.gate_proj"), rows, i, c.mlp_bias);
+            let act = self.t.unary_saving_input("silu", "silu_backward", gate);
+            self.t.drop(gate);
+            let up = self.project(x, &format!("{m}.up_proj"), rows, i, c.mlp_bias);
+            let gated = self.t.mul(act, up, act.bytes);
+            self.t.drop_all(&[act, up]);
+            gated
+        };
+        let down = self.project(gated, &format!("{m}.down_proj"), rows, c.hidden, c.mlp_bias);
+        self.t.drop(gated);
+        down
+    }
+
+    /// One decoder layer's forward from `x`: its output.
+    pub(super) fn layer(&mut self, l: u64, x: T, s: &Shared) -> T {
+        let (c, rows) = (self.c, self.run.batch * self.run.seq);
+        let p = format!("model.layers.{l}");
+        let w = self.weight(&format!("{p}.input_layernorm.weight"));
+        let normed = self.rms_norm(x, w, rows, c.hidden);
+        let (attended, weights) = self.self_attn(l, normed, s);
+        self.t.drop(normed);
+        let h = self.t.add(x, attended, x.bytes);
+        self.t.drop(attended);
+        let w = self.weight(&format!("{p}.post_attention_layernorm.weight"));
+        let normed = self.rms_norm(h, w, rows, c.hidden);
+        let down = self.mlp(l, normed);
+        self.t.drop(normed);
+        let out = self.t.add(h, down, x.bytes);
+        self.t.drop_all(&[down, h]);
+        if let Some(w) = weights {
+            self.t.drop(w);
+        }
+        out
+    }
+}

@@ -1,0 +1,436 @@
+//! One training step of a Hugging Face causal LM as transformers 5.24 and
+//! PyTorch run it: `loss = model(input_ids=ids, labels=ids).loss`,
+//! `loss.backward()`, AdamW's `opt.step()`, `opt.zero_grad()`. The
+//! forward is the model's own op order (`llama`: Llama, Mistral, Qwen2,
+//! Qwen3, Phi-3), each op saving what autograd saves; the backward is the
+//! autograd engine's walk of those nodes (`tape`), so eager or sdpa
+//! attention, non-reentrant gradient checkpointing of each decoder layer
+//! (`gradient_checkpointing_enable(use_reentrant=False)`) and peft's LoRA
+//! follow from the forward alone.
+//!
+//! `tests/reference/hf_train.py` traces transformers' own step on the CPU;
+//! the tests hold this program to it event by event.
+
+mod kernel;
+mod llama;
+mod ops;
+mod tape;
+
+use super::config::{Arch, HfConfig};
+use super::generate::{Holds, Sink};
+use super::params;
+use crate::error::Invalid;
+use crate::train::kinds::step::{sdp, Attention};
+use crate::types::Dtype;
+use kernel::Sdpa;
+use llama::Shared;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use tape::{Tape, T};
+
+/// One training step's settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    pub batch: u64,
+    pub seq: u64,
+    pub attention: Attention,
+    /// `gradient_checkpointing_enable(use_reentrant=False)`.
+    pub checkpointing: bool,
+    /// peft's LoRA of this rank on the model type's default targets.
+    pub lora: Option<u64>,
+    /// The GPU's compute capability (none: the CPU, where the reference
+    /// traces are recorded).
+    pub gpu: Option<(u32, u32)>,
+}
+
+/// The model's weights as the step reads them.
+struct Weights {
+    by_name: BTreeMap<String, T>,
+    /// peft's `lora_A` and `lora_B` by the linear layer they adapt.
+    adapters: BTreeMap<String, (T, T)>,
+    /// What the optimizer updates, in `named_parameters()` order.
+    trainable: Vec<T>,
+    missing: T,
+}
+
+/// The linear layers peft's LoRA targets by default for the model type
+/// (`TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING`; Phi-3's fused
+/// projection, which peft has no default for, as people target it).
+pub fn lora_targets(arch: Arch) -> &'static [&'static str] {
+    match arch {
+        Arch::Gpt2 => &["c_attn"],
+        Arch::Phi3 => &["qkv_proj"],
+        _ => &["q_proj", "v_proj"],
+    }
+}
+
+impl Weights {
+    fn new(t: &mut Tape<'_>, c: &HfConfig, lora: Option<u64>) -> Weights {
+        let targets = lora_targets(c.arch);
+        let mut w = Weights {
+            by_name: BTreeMap::new(),
+            adapters: BTreeMap::new(),
+            trainable: Vec::new(),
+            missing: t.external(0),
+        };
+        for p in params::parameters(c) {
+            let bytes = p.shape.iter().product::<u64>() * p.dtype.size_bytes();
+            let param = t.parameter(bytes, lora.is_none());
+            if lora.is_none() {
+                w.trainable.push(param);
+            }
+            let module = p.name.rsplit_once('.').map_or("", |(m, _)| m).to_string();
+            w.by_name.insert(p.name.clone(), param);
+            let Some(rank) = lora else { continue };
+            let targeted = targets.iter().any(|n| module.ends_with(n));
+            if p.name.ends_with(".weight") && targeted {
+                let (fan_out, fan_in) = (p.shape[0], p.shape.get(1).copied().unwrap_or(1));
+                // peft keeps the adapters in float32 (`autocast_adapter_dtype`).
+                let a = t.parameter(rank * fan_in * 4, true);
+                let b = t.parameter(fan_out * rank * 4, true);
+                w.trainable.extend([a, b]);
+                w.adapters.insert(module, (a, b));
+            }
+        }
+        w
+    }
+}
+
+/// A step being built: the tape, the model and the run.
+pub(super) struct Model<'m, 's> {
+    t: &'m mut Tape<'s>,
+    c: HfConfig,
+    run: Run,
+    w: Rc<Weights>,
+    kernel: Sdpa,
+    /// The `DynamicCache`'s keys and values, layer by layer.
+    cache: Vec<T>,
+}
+
+impl Model<'_, '_> {
+    fn e(&self) -> u64 {
+        self.c.dtype.size_bytes()
+    }
+
+    /// The weights are in a half type (norms and softmax upcast).
+    fn low(&self) -> bool {
+        self.c.dtype != Dtype::Float32
+    }
+
+    /// A training forward makes a `DynamicCache` unless checkpointing
+    /// turned `use_cache` off.
+    fn cached(&self) -> bool {
+        !self.run.checkpointing
+    }
+
+    fn weight(&self, name: &str) -> T {
+        self.w.by_name.get(name).copied().unwrap_or(self.w.missing)
+    }
+
+    fn adapters(&self, module: &str) -> Option<(T, T)> {
+        self.w.adapters.get(module).copied()
+    }
+
+    /// `position_ids = torch.arange(seq) + past_seen_tokens`; without a
+    /// cache, `find_packed_sequence_indices` looks for packed sequences.
+    fn positions(&mut self) -> T {
+        let (b, n) = (self.run.batch, self.run.seq);
+        let arange = self.t.alloc("arange", n * 8, Holds::Ids);
+        let ids = self.t.alloc("add", n * 8, Holds::Ids);
+        self.t.release(arange);
+        let ids = self.t.plain(ids, n * 8);
+        if self.cached() {
+            return ids;
+        }
+        let first = self.t.alloc("sub", b * 8, Holds::Ids);
+        let prepended = self.t.alloc("cat", b * (n + 1) * 8, Holds::Ids);
+        let diff = self.t.alloc("sub", b * n * 8, Holds::Ids);
+        self.t.release(prepended);
+        let ne = self.t.alloc("ne", b * n, Holds::Ids);
+        let cumsum = self.t.alloc("cumsum", b * n * 8, Holds::Ids);
+        self.t.release(ne);
+        let eq = self.t.alloc("eq", b, Holds::Ids);
+        let all = self.t.alloc("all", 1, Holds::Ids);
+        for s in [eq, all, cumsum, diff, first] {
+            self.t.release(s);
+        }
+        ids
+    }
+
+    /// `create_causal_mask` for eager attention (`eager_mask`): the
+    /// batch, head, query and key indices, `kv_idx <= q_idx`, and a batch
+    /// of queries x keys in the model's type, 0 or its minimum.
+    fn eager_mask(&mut self) -> T {
+        let (b, n) = (self.run.batch, self.run.seq);
+        let mut a = |op, bytes| self.t.alloc(op, bytes, Holds::Ids);
+        let batch = a("arange", b * 8);
+        let head = a("arange", 8);
+        let index = |t: &mut Self| {
+            let arange = t.t.alloc("arange", n * 8, Holds::Ids);
+            let shifted = t.t.alloc("add", n * 8, Holds::Ids);
+            t.t.release(arange);
+            shifted
+        };
+        let q = index(self);
+        let kv = index(self);
+        let le = self.t.alloc("le", n * n, Holds::Ids);
+        for s in [batch, head, q, kv] {
+            self.t.release(s);
+        }
+        let zero = self.t.alloc("zeros", 4, Holds::Ids);
+        let min = self.t.alloc("scalar_tensor", 4, Holds::Ids);
+        let bytes = b * n * n * self.e();
+        let mask = self.t.alloc("where", bytes, Holds::Activation);
+        for s in [zero, min, le] {
+            self.t.release(s);
+        }
+        self.t.plain(mask, bytes)
+    }
+
+    /// `LlamaRotaryEmbedding.forward` under `no_grad`: cos and sin of the
+    /// positions (float32, cast to the model's type).
+    fn rotary(&mut self) -> (T, T) {
+        let (n, r) = (self.run.seq, self.c.rotary);
+        let f = |t: &mut Tape<'_>, op, bytes| t.alloc(op, bytes, Holds::Activation);
+        let positions = f(self.t, "_to_copy", n * 4);
+        let freqs = f(self.t, "mul", n * r * 4);
+        self.t.release(positions);
+        let emb = f(self.t, "cat", n * 2 * r * 4);
+        let mut trig = |op| {
+            let raw = f(self.t, op, n * 2 * r * 4);
+            let scaled = f(self.t, "mul", n * 2 * r * 4);
+            self.t.release(raw);
+            scaled
+        };
+        let (cos, sin) = (trig("cos"), trig("sin"));
+        // `cos.to(x.dtype), sin.to(x.dtype)` are made before the locals go.
+        let cast = self.low().then(|| {
+            let bytes = n * 2 * r * self.e();
+            [f(self.t, "_to_copy", bytes), f(self.t, "_to_copy", bytes)]
+        });
+        self.t.release(freqs);
+        self.t.release(emb);
+        let (cos, sin) = match cast {
+            Some([c, s]) => {
+                self.t.release(cos);
+                self.t.release(sin);
+                (c, s)
+            }
+            None => (cos, sin),
+        };
+        let bytes = n * 2 * r * self.e();
+        (self.t.plain(cos, bytes), self.t.plain(sin, bytes))
+    }
+
+    /// The decoder layers from the embeddings, each in a checkpoint
+    /// region when checkpointing: the last one's output.
+    fn layers(&mut self, embeds: T, s: Shared) -> T {
+        let mut x = embeds;
+        for l in 0..self.c.layers {
+            let out = if self.run.checkpointing {
+                // The region keeps `partial(layer, **kwargs)` (the mask, cos
+                // and sin, the positions, in the order the model passes
+                // them) and the input it saved.
+                let mut inputs: Vec<T> = s.mask.into_iter().collect();
+                if matches!(self.c.arch, Arch::Mistral | Arch::Phi3) {
+                    inputs.extend([s.positions, s.cos, s.sin, x]);
+                } else {
+                    inputs.extend([s.cos, s.sin, s.positions, x]);
+                }
+                let frame = self.t.checkpoint(&inputs);
+                let out = self.layer(l, x, &s);
+                let (c, run, w, kernel) = (self.c, self.run, self.w.clone(), self.kernel);
+                let recompute = Box::new(move |t: &mut Tape<'_>| {
+                    let mut m = Model {
+                        t,
+                        c,
+                        run,
+                        w,
+                        kernel,
+                        cache: Vec::new(),
+                    };
+                    let out = m.layer(l, x, &s);
+                    m.t.drop(out);
+                });
+                self.t.checkpoint_end(frame, recompute);
+                out
+            } else {
+                self.layer(l, x, &s)
+            };
+            if l > 0 {
+                self.t.drop(x);
+            }
+            x = out;
+        }
+        x
+    }
+
+    /// `model(input_ids=ids, labels=ids).loss`.
+    fn forward(&mut self, ids: T) -> T {
+        let (c, b, n) = (self.c, self.run.batch, self.run.seq);
+        let rows = b * n;
+        let embed = self.weight("model.embed_tokens.weight");
+        let mut embeds = self.t.embedding(embed, ids, rows * c.hidden * self.e());
+        // peft readies a checkpointed model for LoRA by making the
+        // embeddings need a gradient (`enable_input_require_grads`).
+        if self.run.lora.is_some() && self.run.checkpointing {
+            embeds = self.t.leaf(embeds);
+        }
+        let positions = self.positions();
+        let mask = (self.run.attention == Attention::Eager).then(|| self.eager_mask());
+        let (cos, sin) = self.rotary();
+        let shared = Shared {
+            cos,
+            sin,
+            positions,
+            mask,
+        };
+        let last = self.layers(embeds, shared);
+        let w = self.weight("model.norm.weight");
+        let normed = self.rms_norm(last, w, rows, c.hidden);
+        self.t.drop(last);
+        // The model's forward returns: its arguments, then its locals
+        // (Qwen's and Gemma's masks first: their `mask_kwargs` holds the
+        // embeddings and positions too).
+        let mask_kwargs = matches!(
+            c.arch,
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma2 | Arch::Gemma3
+        );
+        if !mask_kwargs {
+            self.t.drop_all(&[positions, embeds]);
+        }
+        if let Some(mask) = mask {
+            self.t.drop(mask);
+        }
+        if mask_kwargs {
+            self.t.drop_all(&[embeds, positions]);
+        }
+        self.t.drop_all(&[cos, sin]);
+        let head = if c.tied {
+            embed
+        } else {
+            self.weight("lm_head.weight")
+        };
+        let logits = self.t.linear(normed, head, None, rows * c.vocab * self.e());
+        let loss = self.loss(logits);
+        self.t.drop_all(&[normed, logits]);
+        let cache = std::mem::take(&mut self.cache);
+        self.t.drop_all(&cache);
+        loss
+    }
+
+    /// `ForCausalLMLoss`: the logits in float32, the labels shifted by
+    /// padding, `cross_entropy` as log-softmax and NLL.
+    fn loss(&mut self, logits: T) -> T {
+        let (b, n) = (self.run.batch, self.run.seq);
+        let wide = if self.low() {
+            self.t.cast(logits, b * n * self.c.vocab * 4)
+        } else {
+            self.t.share(logits)
+        };
+        let padded = self.t.alloc("constant_pad_nd", b * (n + 1) * 8, Holds::Ids);
+        let shifted = self.t.alloc("clone", b * n * 8, Holds::Ids);
+        let target = self.t.plain(shifted, b * n * 8);
+        let log_probs = self
+            .t
+            .softmax("_log_softmax", "_log_softmax_backward_data", wide);
+        let loss = self.t.nll_loss(log_probs, target);
+        self.t.drop_all(&[log_probs, target, wide]);
+        self.t.release(padded);
+        loss
+    }
+
+    /// AdamW's `step()`: on the CPU `_single_tensor_adamw` (each
+    /// parameter's `denom` made while the last one's lives); on a GPU
+    /// `_multi_tensor_adamw` (`_foreach_sqrt` of every second moment,
+    /// freed as it returns).
+    fn optimizer_step(&mut self) {
+        let trainable = self.w.trainable.clone();
+        if self.run.gpu.is_some() {
+            let sqrt: Vec<_> = (trainable.iter())
+                .map(|p| self.t.alloc("_foreach_sqrt", p.bytes, Holds::Optimizer))
+                .collect();
+            sqrt.into_iter().for_each(|s| self.t.release(s));
+            return;
+        }
+        let mut denom = None;
+        for p in trainable {
+            let root = self.t.alloc("sqrt", p.bytes, Holds::Optimizer);
+            let d = self.t.alloc("div", p.bytes, Holds::Optimizer);
+            self.t.release(root);
+            if let Some(old) = denom.replace(d) {
+                self.t.release(old);
+            }
+        }
+        if let Some(d) = denom {
+            self.t.release(d);
+        }
+    }
+}
+
+/// The most rows (batch x sequence) x layers one step plays.
+const MOST: u128 = 1 << 40;
+
+/// One training step of model `c`, each allocation and free given to
+/// `sink` as it is made. The weights and the optimizer's state are held
+/// before it (not in the sink).
+pub fn play(c: &HfConfig, run: Run, sink: &mut dyn Sink) -> Result<(), Invalid> {
+    if c.arch == Arch::Gemma2 && run.attention == Attention::Sdpa {
+        return Err(Invalid::from(
+            "Gemma2ForCausalLM does not support sdpa in transformers (its attention soft-caps the scores): attn_implementation=\"eager\"",
+        ));
+    }
+    if !matches!(
+        c.arch,
+        Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3
+    ) {
+        return Err(Invalid(format!(
+            "training {} is not built yet: Llama, Mistral, Qwen2, Qwen3 and Phi-3 are",
+            c.arch.causal_lm()
+        )));
+    }
+    if run.batch == 0 || run.seq == 0 || run.lora == Some(0) {
+        return Err(Invalid::from(
+            "batch, sequence length and LoRA rank are each at least 1",
+        ));
+    }
+    if run.seq > c.max_positions {
+        return Err(Invalid(format!(
+            "a sequence of {} tokens is longer than the model's {} positions (max_position_embeddings)",
+            run.seq, c.max_positions
+        )));
+    }
+    let rows = u128::from(run.batch) * u128::from(run.seq);
+    let widest = u128::from(c.vocab.max(c.heads * run.seq));
+    if rows * widest * 4 > MOST * 1024 {
+        return Err(Invalid(format!(
+            "a batch of {} x {} tokens would make tensors beyond any GPU",
+            run.batch, run.seq
+        )));
+    }
+    let mut tape = Tape::new(sink);
+    let w = Rc::new(Weights::new(&mut tape, c, run.lora));
+    let ids = tape.external(run.batch * run.seq * 8);
+    let kernel = Sdpa(sdp::select(run.gpu, c.dtype, c.head_dim, true));
+    let mut m = Model {
+        t: &mut tape,
+        c: *c,
+        run,
+        w,
+        kernel,
+        cache: Vec::new(),
+    };
+    let loss = m.forward(ids);
+    m.t.backward(loss);
+    if m.t.stopped() {
+        return Ok(());
+    }
+    m.optimizer_step();
+    m.t.zero_grad();
+    m.t.free_graph();
+    m.t.drop(loss);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,414 @@
+//! The aten ops of a decoder's training step, each with what autograd
+//! saves for it (`derivatives.yaml`: an input is saved when the other
+//! input's gradient needs it) and what its backward allocates, in the
+//! order the generated `apply` computes them.
+
+use super::tape::{Sid, Tape, T};
+
+/// The gradient `g` passed on as it is (a view's, an add's).
+fn pass(t: &mut Tape<'_>, g: Option<Sid>) -> Option<Sid> {
+    let g = g?;
+    t.hold(g);
+    Some(g)
+}
+
+/// `validate_outputs`: a gradient of `bytes` for an input of `to` bytes
+/// (broadcast in the forward) summed to the input's shape.
+fn sum_to(t: &mut Tape<'_>, g: Option<Sid>, bytes: u64, to: u64) -> Option<Sid> {
+    let g = g?;
+    if to >= bytes {
+        return Some(g);
+    }
+    let summed = t.temp("sum", to);
+    t.release(g);
+    Some(summed)
+}
+
+/// Whether input `x` needs a gradient.
+fn needs(x: &T) -> bool {
+    x.fun.is_some()
+}
+
+impl Tape<'_> {
+    /// `F.embedding(ids, weight)`: saves the indices; backward the
+    /// weight's dense gradient.
+    pub fn embedding(&mut self, weight: T, ids: T, bytes: u64) -> T {
+        let w = weight.bytes;
+        self.op1(
+            "embedding",
+            bytes,
+            &[weight, ids],
+            &[ids.s],
+            false,
+            Box::new(move |t, _| vec![Some(t.grad(0, "embedding_dense_backward", w)), None]),
+        )
+    }
+
+    /// `x @ weight.T (+ bias)` over `rows` rows (`mm`, or `addmm` with a
+    /// bias): saves `x` when the weight needs a gradient and the weight
+    /// when `x` does. Backward: the bias's (a sum over the rows), the
+    /// weight's, then `x`'s.
+    pub fn linear(&mut self, x: T, weight: T, bias: Option<T>, bytes: u64) -> T {
+        // Released in the saved variables' order of name: `mat2_`, `self_`.
+        let mut saved = Vec::new();
+        if needs(&x) {
+            saved.push(weight.s);
+        }
+        if needs(&weight) {
+            saved.push(x.s);
+        }
+        let (xb, wb) = (x.bytes, weight.bytes);
+        let (gx, gw) = (needs(&x), needs(&weight));
+        let Some(b) = bias else {
+            return self.op1(
+                "mm",
+                bytes,
+                &[x, weight],
+                &saved,
+                false,
+                Box::new(move |t, _| {
+                    let w = gw.then(|| t.grad(1, "mm", wb));
+                    let x = gx.then(|| t.grad(0, "mm", xb));
+                    vec![x, w]
+                }),
+            );
+        };
+        let (bb, gb) = (b.bytes, needs(&b));
+        self.op1(
+            "addmm",
+            bytes,
+            &[x, weight, b],
+            &saved,
+            false,
+            Box::new(move |t, g| {
+                let b = if gb { pass(t, g[0]) } else { None };
+                let x = gx.then(|| t.grad(0, "mm", xb));
+                let w = gw.then(|| t.grad(1, "mm", wb));
+                t.backward_returned();
+                let b = b.and_then(|g| {
+                    let s = t.grad(2, "sum", bb);
+                    t.release(g);
+                    Some(s)
+                });
+                vec![x, w, b]
+            }),
+        )
+    }
+
+    /// `a * b`, of `bytes` (broadcast): saves `b` for `a`'s gradient and
+    /// `a` for `b`'s. Backward: `a`'s product, `b`'s, then each summed to
+    /// its input's shape.
+    pub fn mul(&mut self, a: T, b: T, bytes: u64) -> T {
+        // `other_` is released before `self_`.
+        let mut saved = Vec::new();
+        if needs(&a) {
+            saved.push(b.s);
+        }
+        if needs(&b) {
+            saved.push(a.s);
+        }
+        let (ga, gb, ab, bb) = (needs(&a), needs(&b), a.bytes, b.bytes);
+        self.op1(
+            "mul",
+            bytes,
+            &[a, b],
+            &saved,
+            false,
+            Box::new(move |t, _| {
+                let x = ga.then(|| t.grad(0, "mul", bytes));
+                let y = gb.then(|| t.grad(1, "mul", bytes));
+                t.backward_returned();
+                let x = sum_to(t, x, bytes, ab);
+                let y = sum_to(t, y, bytes, bb);
+                vec![x, y]
+            }),
+        )
+    }
+
+    /// `x * c` of a Python number: saves nothing; backward one product.
+    pub fn scale(&mut self, x: T) -> T {
+        let bytes = x.bytes;
+        self.op1(
+            "mul",
+            bytes,
+            &[x],
+            &[],
+            false,
+            Box::new(move |t, _| vec![Some(t.grad(0, "mul", bytes))]),
+        )
+    }
+
+    /// `a + b`, of `bytes`: saves nothing; backward passes the gradient to
+    /// both (summed to a broadcast input's shape).
+    pub fn add(&mut self, a: T, b: T, bytes: u64) -> T {
+        let (ab, bb, ga, gb) = (a.bytes, b.bytes, needs(&a), needs(&b));
+        self.op1(
+            "add",
+            bytes,
+            &[a, b],
+            &[],
+            false,
+            Box::new(move |t, g| {
+                let x = if ga { pass(t, g[0]) } else { None };
+                let y = if gb { pass(t, g[0]) } else { None };
+                let x = sum_to(t, x, bytes, ab);
+                let y = sum_to(t, y, bytes, bb);
+                vec![x, y]
+            }),
+        )
+    }
+
+    /// `x + c` of a Python number: backward passes the gradient.
+    pub fn add_scalar(&mut self, x: T) -> T {
+        self.op1(
+            "add",
+            x.bytes,
+            &[x],
+            &[],
+            false,
+            Box::new(|t, g| vec![pass(t, g[0])]),
+        )
+    }
+
+    /// `x.pow(2)`: saves `x`; backward `grad * (2 * x.pow(1))`.
+    pub fn square(&mut self, x: T) -> T {
+        let bytes = x.bytes;
+        self.op1(
+            "pow",
+            bytes,
+            &[x],
+            &[x.s],
+            false,
+            Box::new(move |t, _| vec![Some(three_term(t, "pow", bytes))]),
+        )
+    }
+
+    /// `x.mean(-1, keepdim=True)` of `bytes`: backward `grad.expand() / n`.
+    pub fn mean(&mut self, x: T, bytes: u64) -> T {
+        let xb = x.bytes;
+        self.op1(
+            "mean",
+            bytes,
+            &[x],
+            &[],
+            false,
+            Box::new(move |t, _| vec![Some(t.grad(0, "div", xb))]),
+        )
+    }
+
+    /// `torch.rsqrt(x)`: saves its result; backward
+    /// `-0.5 * grad * result.pow(3)`.
+    pub fn rsqrt(&mut self, x: T) -> T {
+        let bytes = x.bytes;
+        self.op1(
+            "rsqrt",
+            bytes,
+            &[x],
+            &[],
+            true,
+            Box::new(move |t, _| vec![Some(three_term(t, "pow", bytes))]),
+        )
+    }
+
+    /// An elementwise op of `x` that saves `x` (SiLU, GELU's tanh, …);
+    /// backward one tensor `back`.
+    pub fn unary_saving_input(&mut self, op: &'static str, back: &'static str, x: T) -> T {
+        let bytes = x.bytes;
+        self.op1(
+            op,
+            bytes,
+            &[x],
+            &[x.s],
+            false,
+            Box::new(move |t, _| vec![Some(t.grad(0, back, bytes))]),
+        )
+    }
+
+    /// `-x`: backward `-grad`.
+    pub fn neg(&mut self, x: T) -> T {
+        let bytes = x.bytes;
+        self.op1(
+            "neg",
+            bytes,
+            &[x],
+            &[],
+            false,
+            Box::new(move |t, _| vec![Some(t.grad(0, "neg", bytes))]),
+        )
+    }
+
+    /// `torch.cat(parts)`: saves nothing; backward each part a view of
+    /// the gradient.
+    pub fn cat(&mut self, parts: &[T]) -> T {
+        let bytes = parts.iter().map(|p| p.bytes).sum();
+        let n = parts.len();
+        self.op1(
+            "cat",
+            bytes,
+            parts,
+            &[],
+            false,
+            Box::new(move |t, g| (0..n).map(|_| pass(t, g[0])).collect()),
+        )
+    }
+
+    /// `x[..., a:b]` of `bytes`: a view; backward `slice_backward` makes
+    /// the whole input's gradient.
+    pub fn slice(&mut self, x: T, bytes: u64) -> T {
+        let xb = x.bytes;
+        self.view(
+            x,
+            bytes,
+            Box::new(move |t, _| vec![Some(t.grad(0, "slice_backward", xb))]),
+        )
+    }
+
+    /// A view of `x` whose backward copies the gradient to `x`'s layout
+    /// (`reshape` of a gradient that is not contiguous there).
+    pub fn rows_view(&mut self, x: T) -> T {
+        let bytes = x.bytes;
+        self.view(
+            x,
+            bytes,
+            Box::new(move |t, _| vec![Some(t.grad(0, "clone", bytes))]),
+        )
+    }
+
+    /// `x.contiguous()`/`clone()`: a copy; backward passes the gradient.
+    pub fn copy(&mut self, op: &'static str, x: T) -> T {
+        self.op1(
+            op,
+            x.bytes,
+            &[x],
+            &[],
+            false,
+            Box::new(|t, g| vec![pass(t, g[0])]),
+        )
+    }
+
+    /// `x.transpose(1, 2).contiguous()`: a copy whose gradient, transposed
+    /// back, is copied again where it is batched (`_unsafe_view`'s
+    /// `reshape`).
+    pub fn contiguous_heads(&mut self, x: T) -> T {
+        let bytes = x.bytes;
+        self.op1(
+            "clone",
+            bytes,
+            &[x],
+            &[],
+            false,
+            Box::new(move |t, _| vec![Some(t.grad(0, "clone", bytes))]),
+        )
+    }
+
+    /// `a + b` where `b` is of a wider type (peft's float32 adapters on
+    /// half weights): `validate_outputs` casts `a`'s gradient back.
+    pub fn add_wider(&mut self, a: T, b: T) -> T {
+        let (ab, bytes, ga, gb) = (a.bytes, b.bytes, needs(&a), needs(&b));
+        self.op1(
+            "add",
+            bytes,
+            &[a, b],
+            &[],
+            false,
+            Box::new(move |t, g| {
+                let y = if gb { pass(t, g[0]) } else { None };
+                let x = g[0].filter(|_| ga).map(|_| t.grad(0, "_to_copy", ab));
+                vec![x, y]
+            }),
+        )
+    }
+
+    /// `x.to(dtype)` of `bytes`: saves nothing; backward the gradient
+    /// cast back.
+    pub fn cast(&mut self, x: T, bytes: u64) -> T {
+        let xb = x.bytes;
+        self.op1(
+            "_to_copy",
+            bytes,
+            &[x],
+            &[],
+            false,
+            Box::new(move |t, _| vec![Some(t.grad(0, "_to_copy", xb))]),
+        )
+    }
+
+    /// A (log-)softmax over the last dimension: saves its result; backward
+    /// one tensor `back`.
+    pub fn softmax(&mut self, op: &'static str, back: &'static str, x: T) -> T {
+        let bytes = x.bytes;
+        self.op1(
+            op,
+            bytes,
+            &[x],
+            &[],
+            true,
+            Box::new(move |t, _| vec![Some(t.grad(0, back, bytes))]),
+        )
+    }
+
+    /// `F.nll_loss(log_probs, target)`: the loss and `total_weight`;
+    /// saves the log-probabilities, the target and the total weight;
+    /// backward the log-probabilities' gradient.
+    pub fn nll_loss(&mut self, log_probs: T, target: T) -> T {
+        let lb = log_probs.bytes;
+        let outs = self.op(
+            &[("nll_loss_forward", 4), ("nll_loss_forward", 4)],
+            &[log_probs, target],
+            &[log_probs.s, target.s],
+            &[1],
+            Box::new(move |t, _| vec![Some(t.grad(0, "nll_loss_backward", lb)), None]),
+        );
+        self.drop(outs[1]);
+        outs[0]
+    }
+
+    /// `bmm(a, b)` of `bytes`: saves both; backward `b`'s then `a`'s.
+    pub fn bmm(&mut self, a: T, b: T, bytes: u64) -> T {
+        let (ab, bb, ga, gb) = (a.bytes, b.bytes, needs(&a), needs(&b));
+        // `mat2_` is released before `self_`.
+        let mut saved = Vec::new();
+        if ga {
+            saved.push(b.s);
+        }
+        if gb {
+            saved.push(a.s);
+        }
+        self.op1(
+            "bmm",
+            bytes,
+            &[a, b],
+            &saved,
+            false,
+            Box::new(move |t, _| {
+                let y = gb.then(|| t.grad(1, "bmm", bb));
+                let x = ga.then(|| t.grad(0, "bmm", ab));
+                vec![x, y]
+            }),
+        )
+    }
+
+    /// `x.expand(...)` to `bytes`: a view; backward sums the gradient back.
+    pub fn expand(&mut self, x: T, bytes: u64) -> T {
+        let xb = x.bytes;
+        self.view(
+            x,
+            bytes,
+            Box::new(move |t, g| {
+                let g = pass(t, g[0]);
+                vec![sum_to(t, g, bytes, xb)]
+            }),
+        )
+    }
+}
+
+/// `grad * (c * x.pow(k))`: the power, the scalar product and the
+/// gradient's product, the first two freed once the last is made.
+fn three_term(t: &mut Tape<'_>, first: &'static str, bytes: u64) -> Sid {
+    let p = t.temp(first, bytes);
+    let c = t.temp("mul", bytes);
+    let out = t.grad(0, "mul", bytes);
+    t.release(p);
+    t.release(c);
+    out
+}

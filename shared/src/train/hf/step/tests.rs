@@ -1,0 +1,156 @@
+//! The step held to transformers' own, traced on the CPU by
+//! `tests/reference/hf_train.py` (PyTorch and transformers versions in the
+//! file): every allocation and free in order, and the peak over what lived
+//! before the step.
+
+use super::{play, Run};
+use crate::train::hf::config::HfConfig;
+use crate::train::hf::generate::{Program, Step};
+use crate::train::kinds::step::Attention;
+use crate::types::Dtype;
+use serde_json::Value;
+
+const TRACES: &str = include_str!("../../../../../tests/reference/hf_train.json");
+
+/// The caching allocator's 512-byte blocks, as the trace counts bytes.
+fn rounded(n: u64) -> i64 {
+    (n.div_ceil(512) * 512) as i64
+}
+
+/// The program's events as the trace writes them: `[op, bytes]`, and
+/// `["free", -bytes]`.
+fn events(p: &Program) -> Vec<(String, i64)> {
+    (p.steps.iter())
+        .filter_map(|s| match *s {
+            Step::Alloc(i) if p.made[i].bytes > 0 => {
+                Some((p.made[i].op.to_string(), rounded(p.made[i].bytes)))
+            }
+            Step::Free(i) if p.made[i].bytes > 0 => {
+                Some(("free".to_string(), -rounded(p.made[i].bytes)))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn peak(events: &[(String, i64)]) -> i64 {
+    let mut live = 0;
+    let mut peak = 0;
+    for (_, b) in events {
+        live += b;
+        peak = peak.max(live);
+    }
+    peak
+}
+
+struct Case {
+    name: String,
+    run: Run,
+    config: HfConfig,
+    events: Vec<(String, i64)>,
+    peak: i64,
+}
+
+fn cases(models: &[&str]) -> Vec<Case> {
+    let traces: Value = serde_json::from_str(TRACES).expect("the traces are JSON");
+    let configs = &traces["configs"];
+    let mut out = Vec::new();
+    for c in traces["cases"].as_array().into_iter().flatten() {
+        let model = c["model"].as_str().unwrap_or_default();
+        if !models.contains(&model) || c.get("error").is_some() {
+            continue;
+        }
+        let mut config = HfConfig::read(&configs[model]).expect("a config transformers built");
+        config.dtype = match c["dtype"].as_str() {
+            Some("bfloat16") => Dtype::Bfloat16,
+            _ => Dtype::Float32,
+        };
+        let attention = match c["attn"].as_str() {
+            Some("eager") => Attention::Eager,
+            _ => Attention::Sdpa,
+        };
+        let lora = c["lora"].as_u64().filter(|&r| r > 0);
+        let run = Run {
+            batch: c["batch"].as_u64().unwrap_or(0),
+            seq: c["seq"].as_u64().unwrap_or(0),
+            attention,
+            checkpointing: c["checkpointing"].as_bool().unwrap_or(false),
+            lora,
+            gpu: None,
+        };
+        let events = (c["events"].as_array().into_iter().flatten())
+            .map(|e| {
+                let op = e[0].as_str().unwrap_or_default();
+                let op = op.split('.').next().unwrap_or_default().to_string();
+                (op, e[1].as_i64().unwrap_or(0))
+            })
+            .collect();
+        out.push(Case {
+            name: format!(
+                "{model} {} {:?} ckpt={} lora={lora:?}",
+                c["dtype"], attention, run.checkpointing
+            ),
+            run,
+            config,
+            events,
+            peak: c["peak"].as_i64().unwrap_or(0),
+        });
+    }
+    out
+}
+
+/// The first place the two lists of events part, with what comes around it.
+fn first_difference(ours: &[(String, i64)], theirs: &[(String, i64)]) -> Option<String> {
+    let i = (0..ours.len().max(theirs.len())).find(|&i| ours.get(i) != theirs.get(i))?;
+    let around = |e: &[(String, i64)]| {
+        let from = i.saturating_sub(6);
+        (e[from.min(e.len())..(i + 6).min(e.len())].iter())
+            .map(|(op, b)| format!("{op} {b}"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    Some(format!(
+        "event {i} of {}/{}:\n  ours:   {}\n  theirs: {}",
+        ours.len(),
+        theirs.len(),
+        around(ours),
+        around(theirs)
+    ))
+}
+
+fn check(models: &[&str], exact: bool) {
+    let mut failures = Vec::new();
+    for case in cases(models) {
+        let mut p = Program::default();
+        if let Err(e) = play(&case.config, case.run, &mut p) {
+            failures.push(format!("{}: {e}", case.name));
+            continue;
+        }
+        let ours = events(&p);
+        let ratio = peak(&ours) as f64 / case.peak as f64;
+        if (ratio - 1.0).abs() > 0.01 {
+            failures.push(format!(
+                "{}: peak {} against {} ({ratio:.4})",
+                case.name,
+                peak(&ours),
+                case.peak
+            ));
+        }
+        if exact {
+            if let Some(d) = first_difference(&ours, &case.events) {
+                failures.push(format!("{}: {d}", case.name));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn llama_steps_follow_transformers_event_by_event() {
+    check(&["llama"], true);
+}
+
+#[test]
+fn llama_family_steps_follow_transformers_event_by_event() {
+    check(&["mistral", "qwen2", "qwen3", "phi3"], true);
+}
