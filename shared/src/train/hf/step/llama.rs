@@ -53,8 +53,7 @@ impl Model<'_, '_> {
         out
     }
 
-    /// `apply_rotary_pos_emb` on one of q and k: `x * cos +
-    /// rotate_half(x) * sin`.
+    /// `x * cos + rotate_half(x) * sin`.
     fn rotate(&mut self, x: T, s: &Shared) -> T {
         let bytes = x.bytes;
         let times_cos = self.t.mul(x, s.cos, bytes);
@@ -67,13 +66,31 @@ impl Model<'_, '_> {
         self.t.drop(half);
         let out = self.t.add(times_cos, times_sin, bytes);
         self.t.drop_all(&[times_cos, times_sin]);
+        out
+    }
+
+    /// `apply_rotary_pos_emb(q, k, cos, sin)`: both rotated. Phi-3's
+    /// rotates `q[..., :rotary_dim]` (the whole head here) and `cat`s the
+    /// rest (`q[..., rotary_dim:]`, empty) back on.
+    fn rotate_both(&mut self, q: T, k: T, s: &Shared) -> (T, T) {
         if self.c.arch != Arch::Phi3 {
-            return out;
+            let q_rot = self.rotate(q, s);
+            let k_rot = self.rotate(k, s);
+            return (q_rot, k_rot);
         }
-        // Phi-3 rotates the first `rotary` dims and concatenates the rest.
-        let whole = self.t.cat(&[out]);
-        self.t.drop(out);
-        whole
+        let parts = |t: &mut Self, x: T| (t.t.alias(x), t.t.slice(x, 0));
+        let (q_part, q_pass) = parts(self, q);
+        let (k_part, k_pass) = parts(self, k);
+        let whole = |t: &mut Self, part: T, pass: T| {
+            let rotated = t.rotate(part, s);
+            let out = t.t.cat(&[rotated, pass]);
+            t.t.drop(rotated);
+            out
+        };
+        let q_rot = whole(self, q_part, q_pass);
+        let k_rot = whole(self, k_part, k_pass);
+        self.t.drop_all(&[q_part, q_pass, k_part, k_pass]);
+        (q_rot, k_rot)
     }
 
     /// `x.view(b, s, heads, d).transpose(1, 2)` of a projection whose
@@ -90,12 +107,13 @@ impl Model<'_, '_> {
     /// `x` itself when every head has its own, a view when there is one
     /// key/value head (`expand`ed), else a copy. Whether the batched
     /// product must copy it again (not laid out as heads of rows).
-    fn repeat_kv(&mut self, x: T) -> (T, bool) {
+    fn repeat_kv(&mut self, x: T, value: bool) -> (T, bool) {
         let (groups, kv) = (self.c.heads / self.c.kv_heads, self.c.kv_heads);
         if groups == 1 {
-            // The cache's `cat` made it contiguous; else it is the
-            // projection's transposed view.
-            return (self.t.share(x), !self.cached());
+            // The cache's `cat` made it contiguous; else it is a view of
+            // the projection (Phi-3's rotated keys: its rotation's `cat`).
+            let contiguous = self.cached() || (self.c.arch == Arch::Phi3 && !value);
+            return (self.t.share(x), !contiguous);
         }
         let wide = self.t.expand(x, x.bytes * groups);
         if kv == 1 {
@@ -121,11 +139,11 @@ impl Model<'_, '_> {
         let (c, b, n) = (self.c, self.run.batch, self.run.seq);
         let e = self.e();
         let scores = b * c.heads * n * n;
-        let (keys, copy_keys) = self.repeat_kv(k);
-        let (values, copy_values) = self.repeat_kv(v);
+        let (keys, copy_keys) = self.repeat_kv(k, false);
+        let (values, copy_values) = self.repeat_kv(v, true);
         // `matmul` copies the rotated queries (laid out as the projection
-        // was) to batch them.
-        let q = self.t.copy("clone", q);
+        // was; Phi-3's rotation `cat`s them into heads) to batch them.
+        let q = self.batched(q, c.arch != Arch::Phi3);
         let keys_batched = self.batched(keys, copy_keys);
         let raw = self.t.bmm(q, keys_batched, scores * e);
         self.t.drop_all(&[q, keys_batched]);
@@ -226,7 +244,11 @@ impl Model<'_, '_> {
             );
             let q = self.t.slice(qkv, rows * q_width * e);
             let k = self.t.slice(qkv, rows * kv_width * e);
-            let v = self.t.slice(qkv, rows * kv_width * e);
+            let mut v = self.t.slice(qkv, rows * kv_width * e);
+            let (q, k) = (self.heads(q), self.heads(k));
+            if self.run.attention == Attention::Eager {
+                v = self.heads(v);
+            }
             (q, k, v, Some(qkv))
         } else {
             let head_norm = c.arch == Arch::Qwen3;
@@ -258,8 +280,7 @@ impl Model<'_, '_> {
             }
             (q, k, v, None)
         };
-        let q_rot = self.rotate(q, s);
-        let k_rot = self.rotate(k, s);
+        let (q_rot, k_rot) = self.rotate_both(q, k, s);
         self.t.drop_all(&[q, k]);
         // The cache's `torch.cat` onto its empty tensor copies them.
         let (k, v) = if self.cached() {
@@ -280,6 +301,15 @@ impl Model<'_, '_> {
             }
             Attention::Sdpa => (self.sdpa(q_rot, k, v), None),
         };
+        // Phi-3's queries are laid out as heads (its rotation's `cat`), so
+        // the kernel's output is too: `transpose(1, 2).contiguous()` copies.
+        let out = if fused.is_some() && self.run.attention == Attention::Sdpa {
+            let copy = self.t.copy("clone", out);
+            self.t.drop(out);
+            copy
+        } else {
+            out
+        };
         let projected = self.project(out, &format!("{a}.o_proj"), rows, c.hidden, c.o_bias);
         self.t.drop(out);
         // The attention's locals go as it returns.
@@ -295,16 +325,18 @@ impl Model<'_, '_> {
         let (c, rows) = (self.c, self.run.batch * self.run.seq);
         let m = format!("model.layers.{l}.mlp");
         let i = c.intermediate;
-        let gated = if c.arch == Arch::Phi3 {
+        // Phi-3's `gate, up_states = up_states.chunk(2, dim=-1)`: `gate`
+        // (a view of the projection) lives until the MLP returns.
+        let (gated, gate) = if c.arch == Arch::Phi3 {
             let gate_up = self.project(x, &format!("{m}.gate_up_proj"), rows, 2 * i, false);
             let e = self.e();
-            let gate = self.t.slice(gate_up, rows * i * e);
-            let up = self.t.slice(gate_up, rows * i * e);
+            let halves = self.t.split(gate_up, 2);
             self.t.drop(gate_up);
+            let (gate, up) = (halves[0], halves[1]);
             let act = self.t.unary_saving_input("silu", "silu_backward", gate);
             let gated = self.t.mul(up, act, rows * i * e);
-            self.t.drop_all(&[act, gate, up]);
-            gated
+            self.t.drop_all(&[act, up]);
+            (gated, Some(gate))
         } else {
             let gate = self.project(x, &format!("{m}.gate_proj"), rows, i, c.mlp_bias);
             let act = self.t.unary_saving_input("silu", "silu_backward", gate);
@@ -312,10 +344,13 @@ impl Model<'_, '_> {
             let up = self.project(x, &format!("{m}.up_proj"), rows, i, c.mlp_bias);
             let gated = self.t.mul(act, up, act.bytes);
             self.t.drop_all(&[act, up]);
-            gated
+            (gated, None)
         };
         let down = self.project(gated, &format!("{m}.down_proj"), rows, c.hidden, c.mlp_bias);
         self.t.drop(gated);
+        if let Some(gate) = gate {
+            self.t.drop(gate);
+        }
         down
     }
 

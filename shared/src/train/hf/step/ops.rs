@@ -263,6 +263,23 @@ impl Tape<'_> {
         )
     }
 
+    /// `x.chunk(n, dim=-1)`: `n` views; backward `cat`s their gradients.
+    pub fn split(&mut self, x: T, n: usize) -> Vec<T> {
+        let whole = x.bytes;
+        self.views(
+            x,
+            n,
+            whole / n as u64,
+            Box::new(move |t, _| vec![Some(t.grad(0, "cat", whole))]),
+        )
+    }
+
+    /// `x[..., :n]` of the whole last dimension: `alias`, a view whose
+    /// backward passes the gradient.
+    pub fn alias(&mut self, x: T) -> T {
+        self.view(x, x.bytes, Box::new(|t, g| vec![pass(t, g[0])]))
+    }
+
     /// A view of `x` whose backward copies the gradient to `x`'s layout
     /// (`reshape` of a gradient that is not contiguous there).
     pub fn rows_view(&mut self, x: T) -> T {

@@ -147,11 +147,18 @@ impl<'a> Tape<'a> {
     }
 
     pub fn hold(&mut self, s: Sid) {
-        self.storages[s].refs += 1;
+        if let Some(st) = self.storages.get_mut(s) {
+            st.refs += 1;
+        }
     }
 
     pub fn release(&mut self, s: Sid) {
-        let st = &mut self.storages[s];
+        let Some(st) = self.storages.get_mut(s) else {
+            return;
+        };
+        if st.refs == 0 {
+            return;
+        }
         st.refs -= 1;
         if st.refs == 0 {
             if let Some(h) = st.handle {
@@ -374,6 +381,28 @@ impl<'a> Tape<'a> {
         T { s: v.s, bytes, fun }
     }
 
+    /// `n` views of `x` from one op (`split`), of `bytes` each; `backward`
+    /// is given each view's gradient.
+    pub fn views(&mut self, x: T, n: usize, bytes: u64, backward: Backward) -> Vec<T> {
+        if self.halted() {
+            return vec![dead(bytes); n];
+        }
+        let fun = (self.grad_mode && x.fun.is_some()).then(|| {
+            let seq = self.nodes.len() as u64;
+            self.node(seq, vec![x.fun], Some(backward), None, n).node
+        });
+        (0..n)
+            .map(|slot| {
+                let v = self.share(x);
+                T {
+                    s: v.s,
+                    bytes,
+                    fun: fun.map(|node| Edge { node, slot }),
+                }
+            })
+            .collect()
+    }
+
     /// Node `n` saves storage `s`: held, or in a checkpoint region a
     /// holder, or while recomputing one, kept for the node that saved it.
     fn save(&mut self, n: usize, s: Sid) {
@@ -563,7 +592,7 @@ impl<'a> Tape<'a> {
     }
 
     pub fn bytes(&self, s: Sid) -> u64 {
-        self.storages[s].bytes
+        self.storages.get(s).map_or(0, |st| st.bytes)
     }
 
     /// Runs node `n`: the gradients it passes on.
