@@ -67,12 +67,22 @@ pub struct PlanArgs {
     /// The GPU (t4, l4, a100-40gb, a100-80gb, rtx-4090, h100-80gb, h200).
     #[arg(long, default_value = "rtx-4090")]
     pub gpu: String,
-    /// The task; `generate` is what is modelled today.
+    /// The task: `generate`, `train` (every parameter, AdamW) or `lora`
+    /// (peft's LoRA on the model type's default targets, AdamW).
     #[arg(long, default_value = "generate")]
     pub task: String,
-    /// Sequences generated together.
+    /// Sequences generated or trained on together.
     #[arg(long, default_value_t = 1)]
     pub batch: u64,
+    /// A training sequence's tokens (`train`, `lora`).
+    #[arg(long, default_value_t = 512)]
+    pub seq: u64,
+    /// `gradient_checkpointing_enable(use_reentrant=False)` (`train`, `lora`).
+    #[arg(long)]
+    pub checkpointing: bool,
+    /// LoRA's rank (`lora`).
+    #[arg(long, default_value_t = 16)]
+    pub rank: u64,
     /// The prompt's tokens.
     #[arg(long, default_value_t = 512)]
     pub prompt: u64,

@@ -1,32 +1,37 @@
-//! `vramlab plan MODEL --gpu G`: a Hugging Face model's `generate()`
-//! played on a simulated GPU (`train::hf::plan`), asked through the same
+//! `vramlab plan MODEL --gpu G`: a Hugging Face model's `generate()` or
+//! one training step (full or LoRA) played on a simulated GPU
+//! (`train::hf::plan`), asked through the same
 //! JSON request the page's planner sends (`train::hf::ask`), printed as a
 //! verdict, the peak and what holds it, and the Python that does the same.
 
 use crate::cli::PlanArgs;
-use anyhow::{anyhow, bail};
+use anyhow::anyhow;
 use serde_json::{json, Value};
 use std::io::Write;
 use std::process::ExitCode;
 use vramlab_shared::train::hf::ask::{self, Asked};
 use vramlab_shared::train::hf::known;
-use vramlab_shared::train::hf::plan::{answer, Answer};
+use vramlab_shared::train::hf::plan::{answer, Answer, Task};
 use vramlab_shared::units::format_size;
 
 /// The request the arguments make: a shipped shape by name, or a
 /// config.json file's object.
 fn request(args: &PlanArgs) -> anyhow::Result<Value> {
-    if args.task != "generate" {
-        bail!(
-            "--task {}: vramlab plan models `generate` today; training, LoRA, QLoRA and serving plans are not built yet",
-            args.task
-        );
-    }
     let model = args.model.as_deref().unwrap_or_default();
-    let mut r = json!({
-        "gpu": args.gpu, "batch": args.batch, "prompt": args.prompt,
-        "new_tokens": args.new_tokens, "cache": args.cache, "torch": args.torch,
-    });
+    let mut r = if args.task == "generate" {
+        json!({
+            "gpu": args.gpu, "batch": args.batch, "prompt": args.prompt,
+            "new_tokens": args.new_tokens, "cache": args.cache, "torch": args.torch,
+        })
+    } else {
+        json!({
+            "task": args.task, "gpu": args.gpu, "batch": args.batch, "seq": args.seq,
+            "checkpointing": args.checkpointing, "torch": args.torch,
+        })
+    };
+    if args.task == "lora" {
+        r["rank"] = args.rank.into();
+    }
     if let Some(a) = &args.attn {
         r["attn"] = a.as_str().into();
     }
@@ -49,23 +54,47 @@ fn request(args: &PlanArgs) -> anyhow::Result<Value> {
     Ok(r)
 }
 
-fn print_text(out: &mut impl Write, a: &Asked, answer: &Answer) -> anyhow::Result<()> {
-    let (q, r) = (&a.question, &answer.run);
-    let g = q.generation;
-    writeln!(
-        out,
-        "{} ({}) in {} on {}, PyTorch {}: generate {} x {} prompt tokens + {} new, {} cache, {} attention",
+/// What the question asks, in a line.
+fn asked_line(a: &Asked) -> String {
+    let q = &a.question;
+    let what = match q.task {
+        Task::Generate(g) => format!(
+            "generate {} x {} prompt tokens + {} new, {} cache, {} attention",
+            g.batch,
+            g.prompt,
+            g.new_tokens,
+            ask::cache_name(g.cache),
+            ask::attention_name(g.attention),
+        ),
+        Task::Train(t) => format!(
+            "one training step ({}) of {} x {} tokens, AdamW, {} attention{}",
+            match t.lora {
+                Some(rank) => format!("LoRA rank {rank}"),
+                None => "every parameter".to_string(),
+            },
+            t.batch,
+            t.seq,
+            ask::attention_name(t.attention),
+            if t.checkpointing {
+                ", gradient checkpointing"
+            } else {
+                ""
+            },
+        ),
+    };
+    format!(
+        "{} ({}) in {} on {}, PyTorch {}: {what}",
         a.name,
         q.config.arch.causal_lm(),
         q.dtype.torch_name(),
         q.gpu.spec().name,
         q.torch.id(),
-        g.batch,
-        g.prompt,
-        g.new_tokens,
-        ask::cache_name(g.cache),
-        ask::attention_name(g.attention),
-    )?;
+    )
+}
+
+fn print_text(out: &mut impl Write, a: &Asked, answer: &Answer) -> anyhow::Result<()> {
+    let (q, r) = (&a.question, &answer.run);
+    writeln!(out, "{}", asked_line(a))?;
     match &r.out_of_memory {
         None => writeln!(
             out,
@@ -83,7 +112,13 @@ fn print_text(out: &mut impl Write, a: &Asked, answer: &Answer) -> anyhow::Resul
         )?,
     }
     writeln!(out, "  weights: {}", format_size(r.weights))?;
+    if let Task::Train(_) = q.task {
+        writeln!(out, "  AdamW's state: {}", format_size(r.state))?;
+    }
     for (holds, bytes) in &r.at_peak {
+        if *bytes == 0 && !ask::shown(&q.task, *holds) {
+            continue;
+        }
         writeln!(
             out,
             "  {} at the peak: {}",
@@ -91,7 +126,7 @@ fn print_text(out: &mut impl Write, a: &Asked, answer: &Answer) -> anyhow::Resul
             format_size(*bytes)
         )?;
     }
-    if let Some(line) = by_token(&r.by_token) {
+    if let Some(line) = by_token(&r.by_token).filter(|_| matches!(q.task, Task::Generate(_))) {
         writeln!(out, "{line}")?;
     }
     writeln!(
@@ -100,13 +135,21 @@ fn print_text(out: &mut impl Write, a: &Asked, answer: &Answer) -> anyhow::Resul
         answer.largest_batch,
         not_every_below(answer.batch_below_fails)
     )?;
-    writeln!(
-        out,
-        "Longest prompt that fits (with {} new tokens): {}{}",
-        g.new_tokens,
-        answer.longest_prompt,
-        not_every_below(answer.prompt_below_fails)
-    )?;
+    match q.task {
+        Task::Generate(g) => writeln!(
+            out,
+            "Longest prompt that fits (with {} new tokens): {}{}",
+            g.new_tokens,
+            answer.longest_prompt,
+            not_every_below(answer.prompt_below_fails)
+        )?,
+        Task::Train(_) => writeln!(
+            out,
+            "Longest sequence that fits: {}{}",
+            answer.longest_prompt,
+            not_every_below(answer.prompt_below_fails)
+        )?,
+    }
     writeln!(out, "\nThe same in Python:\n\n{}", ask::python(a))?;
     Ok(())
 }

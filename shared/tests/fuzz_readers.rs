@@ -581,6 +581,10 @@ fn plan_request() -> impl Strategy<Value = String> {
         "static",
         "eager",
         "sdpa",
+        "generate",
+        "train",
+        "lora",
+        "qlora",
         "",
     ];
     let words: Vec<&str> = types.iter().copied().chain(others).collect();
@@ -725,12 +729,22 @@ fn every_plan_request_is_answered_within_its_limits() {
                 return;
             };
             read += 1;
-            let (q, g) = (asked.question, asked.question.generation);
-            let forwards = q.config.layers * g.new_tokens;
-            if forwards <= 4096 && g.batch * g.prompt <= 1 << 16 {
-                played += u32::from(plan::run(&q).is_ok());
-            } else if forwards <= 64 {
-                let _ = generate::program(&q.config, q.dtype, g);
+            let q = asked.question;
+            match q.task {
+                plan::Task::Generate(g) => {
+                    let forwards = q.config.layers * g.new_tokens;
+                    if forwards <= 4096 && g.batch * g.prompt <= 1 << 16 {
+                        played += u32::from(plan::run(&q).is_ok());
+                    } else if forwards <= 64 {
+                        let _ = generate::program(&q.config, q.dtype, g);
+                    }
+                }
+                // A step's program is a few hundred ops a layer, whatever
+                // the sizes.
+                plan::Task::Train(_) if q.config.layers <= 64 => {
+                    played += u32::from(plan::run(&q).is_ok());
+                }
+                plan::Task::Train(_) => {}
             }
             let _ = ask::python(&asked);
         });

@@ -5,15 +5,19 @@
 //! {"model": "Llama-3.1-8B", "gpu": "rtx-4090", "batch": 4, "prompt": 1024,
 //!  "new_tokens": 128, "cache": "dynamic", "attn": "sdpa", "dtype": "bfloat16",
 //!  "torch": "2.15"}
+//! {"model": "Llama-3.1-8B", "task": "lora", "rank": 16, "batch": 1, "seq": 2048,
+//!  "checkpointing": true}
 //! ```
 //!
 //! `model` names a shipped shape; `config` gives a config.json's object
-//! instead. Every field but the model has a default.
+//! instead. `task` is `generate` (the default), `train` (every parameter,
+//! AdamW) or `lora` (peft's LoRA, AdamW on the adapters). Every field but
+//! the model has a default.
 
 use super::config::HfConfig;
-use super::generate::{Cache, Generation};
+use super::generate::{Cache, Generation, Holds};
 use super::known;
-use super::plan::{Answer, Question, Stop};
+use super::plan::{Answer, Question, Stop, Task, Training};
 use crate::error::Invalid;
 use crate::framework::TorchVersion;
 use crate::gpu::GpuModel;
@@ -44,7 +48,15 @@ pub const FIELDS: &[&str] = &[
     "attn",
     "dtype",
     "torch",
+    "task",
+    "seq",
+    "checkpointing",
+    "rank",
 ];
+
+/// The tasks a request may name, and those not built yet.
+pub const TASKS: &[&str] = &["generate", "train", "lora"];
+const NOT_YET: &[&str] = &["qlora", "serve"];
 
 fn count(r: &Map<String, Value>, key: &str, default: u64) -> Result<u64, Invalid> {
     match r.get(key) {
@@ -141,20 +153,47 @@ pub fn read(request: &Value) -> Result<Asked, Invalid> {
             dtype.torch_name()
         )));
     }
-    let generation = Generation {
-        batch: count(r, "batch", 1)?,
-        prompt: count(r, "prompt", 512)?,
-        new_tokens: count(r, "new_tokens", 256)?,
-        cache: named::<Cache>(r, "cache", "dynamic")?,
-        // transformers' default: sdpa where the model supports it.
-        attention: named::<Attention>(r, "attn", default_attention(&config))?,
+    // transformers' default: sdpa where the model supports it.
+    let attention = named::<Attention>(r, "attn", default_attention(&config))?;
+    let task = match r.get("task").and_then(Value::as_str).unwrap_or("generate") {
+        "generate" => Task::Generate(Generation {
+            batch: count(r, "batch", 1)?,
+            prompt: count(r, "prompt", 512)?,
+            new_tokens: count(r, "new_tokens", 256)?,
+            cache: named::<Cache>(r, "cache", "dynamic")?,
+            attention,
+        }),
+        task @ ("train" | "lora") => Task::Train(Training {
+            batch: count(r, "batch", 1)?,
+            seq: count(r, "seq", 512)?,
+            attention,
+            checkpointing: match r.get("checkpointing") {
+                None => false,
+                Some(v) => v
+                    .as_bool()
+                    .ok_or_else(|| Invalid(format!("`checkpointing` is {v}: true or false")))?,
+            },
+            lora: (task == "lora").then(|| count(r, "rank", 16)).transpose()?,
+        }),
+        other if NOT_YET.contains(&other) => {
+            return Err(Invalid(format!(
+                "task {other:?} is not built yet: {}",
+                TASKS.join(", ")
+            )))
+        }
+        other => {
+            return Err(Invalid(format!(
+                "`task` is {other:?}: {}",
+                TASKS.join(", ")
+            )))
+        }
     };
     Ok(Asked {
         question: Question {
             config,
             dtype,
             gpu,
-            generation,
+            task,
             torch: named::<TorchVersion>(r, "torch", "2.15")?,
         },
         name,
@@ -162,31 +201,78 @@ pub fn read(request: &Value) -> Result<Asked, Invalid> {
     })
 }
 
-/// The Python that runs the same `generate` and prints its peaks.
+/// The Python that runs the same task and prints its peaks.
 pub fn python(a: &Asked) -> String {
-    let (q, g) = (&a.question, a.question.generation);
+    let q = &a.question;
+    let head = format!(
+        "import torch  # {}: the cuBLAS workspaces of this release\n\
+         from transformers import AutoConfig, AutoModelForCausalLM\n\n\
+         config = {}\n\
+         model = AutoModelForCausalLM.from_config(config, dtype=torch.{}, attn_implementation=\"{}\").to(\"cuda\")\n",
+        q.torch.id(),
+        a.load,
+        q.dtype.torch_name(),
+        attention_name(task_attention(&q.task)),
+    );
+    let body = match q.task {
+        Task::Generate(g) => generate_python(g),
+        Task::Train(t) => train_python(&q.config, t),
+    };
+    format!(
+        "{head}{body}print(torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved())\n"
+    )
+}
+
+fn task_attention(task: &Task) -> Attention {
+    match task {
+        Task::Generate(g) => g.attention,
+        Task::Train(t) => t.attention,
+    }
+}
+
+fn generate_python(g: Generation) -> String {
     let static_cache = if g.cache == Cache::Static {
         ", cache_implementation=\"static\", disable_compile=True"
     } else {
         ""
     };
     format!(
-        "import torch  # {}: the cuBLAS workspaces of this release\n\
-         from transformers import AutoConfig, AutoModelForCausalLM\n\n\
-         config = {}\n\
-         model = AutoModelForCausalLM.from_config(config, dtype=torch.{}, attn_implementation=\"{}\").to(\"cuda\")\n\
-         ids = torch.randint(0, config.vocab_size, ({}, {}), device=\"cuda\")\n\
+        "ids = torch.randint(0, config.vocab_size, ({}, {}), device=\"cuda\")\n\
          with torch.no_grad():\n    \
-         model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens={}, do_sample=False{static_cache})\n\
-         print(torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved())\n",
-        q.torch.id(),
-        a.load,
-        q.dtype.torch_name(),
-        attention_name(g.attention),
-        g.batch,
-        g.prompt,
-        g.new_tokens
+         model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens={}, do_sample=False{static_cache})\n",
+        g.batch, g.prompt, g.new_tokens
     )
+}
+
+/// Two steps (the second is the one with AdamW's state made).
+fn train_python(c: &HfConfig, t: Training) -> String {
+    let mut s = String::new();
+    if t.checkpointing {
+        s.push_str("model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={\"use_reentrant\": False})\n");
+    }
+    if let Some(rank) = t.lora {
+        let targets: Vec<String> = (super::step::lora_targets(c.arch).iter())
+            .map(|t| format!("{t:?}"))
+            .collect();
+        s.push_str(&format!(
+            "from peft import LoraConfig, get_peft_model\n\
+             model = get_peft_model(model, LoraConfig(r={rank}, lora_alpha={}, lora_dropout=0.0, target_modules=[{}]))\n",
+            2 * rank,
+            targets.join(", ")
+        ));
+    }
+    s.push_str(&format!(
+        "model.train()\n\
+         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)\n\
+         ids = torch.randint(0, config.vocab_size, ({}, {}), device=\"cuda\")\n\
+         for _ in range(2):\n    \
+         loss = model(input_ids=ids, labels=ids).loss\n    \
+         loss.backward()\n    \
+         opt.step()\n    \
+         opt.zero_grad(set_to_none=True)\n",
+        t.batch, t.seq
+    ));
+    s
 }
 
 /// The attention transformers picks when none is asked for: sdpa, but
@@ -217,6 +303,8 @@ pub fn cache_name(c: Cache) -> &'static str {
 pub fn stop_words(stop: &Stop) -> String {
     match stop {
         Stop::Weights => "while loading the weights".into(),
+        Stop::State => "while AdamW makes its state (its first step)".into(),
+        Stop::Phase(phase) => format!("in the {phase}"),
         Stop::Forward(0) => "in the prefill (the forward over the prompt)".into(),
         Stop::Forward(k) => format!("at new token {k}"),
         Stop::After(k) => format!("after new token {k}'s forward"),
@@ -229,31 +317,69 @@ pub fn to_json(a: &Asked, answer: &Answer) -> Value {
     let at_peak: Map<String, Value> = r
         .at_peak
         .iter()
+        .filter(|(h, b)| *b > 0 || shown(&q.task, *h))
         .map(|(h, b)| (h.name().to_string(), (*b).into()))
         .collect();
-    json!({
+    let (batch, tokens) = q.task.batch_and_tokens();
+    let mut v = json!({
         "model": a.name,
         "class": q.config.arch.causal_lm(),
+        "task": task_name(&q.task),
         "gpu": q.gpu.id(),
         "gpu_name": q.gpu.spec().name,
         "dtype": q.dtype.torch_name(),
         "torch": q.torch.id(),
+        "batch": batch,
         "fits": r.fits(),
         "weights_bytes": r.weights,
+        "optimizer_state_bytes": r.state,
         "peak_allocated_bytes": r.peak_allocated,
         "peak_reserved_bytes": r.peak_reserved,
         "total_bytes": r.total,
         "context_bytes": r.context,
         "at_peak": at_peak,
         "out_of_memory": r.out_of_memory.as_ref().map(|(s, b)| json!({"where": stop_words(s), "requested_bytes": b})),
-        "peak_allocated_by_token": r.by_token.iter().map(|t| t.0).collect::<Vec<_>>(),
-        "reserved_by_token": r.by_token.iter().map(|t| t.1).collect::<Vec<_>>(),
         "largest_batch": answer.largest_batch,
-        "longest_prompt": answer.longest_prompt,
         "batch_below_fails": answer.batch_below_fails,
-        "prompt_below_fails": answer.prompt_below_fails,
         "python": python(a),
-    })
+    });
+    match q.task {
+        Task::Generate(_) => {
+            v["prompt"] = tokens.into();
+            v["peak_allocated_by_token"] =
+                r.by_token.iter().map(|t| t.0).collect::<Vec<_>>().into();
+            v["reserved_by_token"] = r.by_token.iter().map(|t| t.1).collect::<Vec<_>>().into();
+            v["longest_prompt"] = answer.longest_prompt.into();
+            v["prompt_below_fails"] = answer.prompt_below_fails.into();
+        }
+        Task::Train(t) => {
+            v["seq"] = tokens.into();
+            v["checkpointing"] = t.checkpointing.into();
+            v["rank"] = t.lora.into();
+            v["longest_seq"] = answer.longest_prompt.into();
+            v["seq_below_fails"] = answer.prompt_below_fails.into();
+        }
+    }
+    v
+}
+
+/// Whether a kind of tensor has a row for this task even when it holds
+/// nothing at the peak (a generation's cache and logits, a step's
+/// gradients and optimizer temporaries).
+pub fn shown(task: &Task, h: Holds) -> bool {
+    match task {
+        Task::Generate(_) => !matches!(h, Holds::Gradient | Holds::Optimizer),
+        Task::Train(_) => !matches!(h, Holds::KvCache | Holds::Logits),
+    }
+}
+
+/// The task's name in a request.
+pub fn task_name(task: &Task) -> &'static str {
+    match task {
+        Task::Generate(_) => "generate",
+        Task::Train(Training { lora: Some(_), .. }) => "lora",
+        Task::Train(_) => "train",
+    }
 }
 
 /// A request's answer, or its error, as JSON text (the page's planner).
@@ -285,10 +411,10 @@ mod tests {
     fn a_request_reads_with_its_defaults_and_names_what_is_wrong() {
         let a = read(&json!({"model": "Qwen2.5-7B"})).unwrap();
         assert_eq!(a.name, "Qwen2.5-7B");
-        assert_eq!(a.question.generation.attention, Attention::Sdpa);
+        assert_eq!(task_attention(&a.question.task), Attention::Sdpa);
         // transformers' default for Gemma 2, whose scores are soft-capped.
         let gemma = read(&json!({"model": "gemma-2-2b"})).unwrap();
-        assert_eq!(gemma.question.generation.attention, Attention::Eager);
+        assert_eq!(task_attention(&gemma.question.task), Attention::Eager);
         assert_eq!(
             (a.question.gpu, a.question.dtype),
             (GpuModel::Rtx4090, Dtype::Bfloat16)

@@ -1,13 +1,15 @@
 //! "Will it fit?": a model's weights loaded on a simulated GPU and its
-//! `generate` played on PyTorch's caching allocator there, request by
-//! request (the same program the tests hold to transformers'), with the
+//! `generate` or one training step (full, or peft's LoRA; AdamW's state
+//! made first) played on PyTorch's caching allocator there, request by
+//! request (the same programs the tests hold to transformers'), with the
 //! peak, what holds it, where it runs out, and the largest batch and the
-//! longest prompt that fit. Matrix products take their cuBLAS workspaces
-//! as the PyTorch release asked for does.
+//! longest prompt or sequence that fit. Matrix products take their cuBLAS
+//! workspaces as the PyTorch release asked for does.
 
 use super::config::HfConfig;
 use super::generate::{play, Generation, Holds, Made, Sink, Step};
 use super::params::{buffers, parameters};
+use super::step;
 use crate::alloc::{Allocator, BlockId};
 use crate::device::{Device, SimDevice};
 use crate::error::Invalid;
@@ -17,6 +19,53 @@ use crate::framework::{
 use crate::gpu::GpuModel;
 use crate::types::Dtype;
 
+/// One training step: `model(input_ids=ids, labels=ids).loss`,
+/// `backward()`, AdamW's `step()` and `zero_grad()`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Training {
+    pub batch: u64,
+    pub seq: u64,
+    pub attention: crate::train::kinds::step::Attention,
+    /// `gradient_checkpointing_enable(use_reentrant=False)`.
+    pub checkpointing: bool,
+    /// peft's LoRA of this rank on the model type's default targets; none:
+    /// every parameter trains.
+    pub lora: Option<u64>,
+}
+
+/// What the model is asked to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Task {
+    Generate(Generation),
+    Train(Training),
+}
+
+impl Task {
+    /// The batch, and the prompt's or the sequence's tokens.
+    pub fn batch_and_tokens(self) -> (u64, u64) {
+        match self {
+            Task::Generate(g) => (g.batch, g.prompt),
+            Task::Train(t) => (t.batch, t.seq),
+        }
+    }
+
+    /// The same task with another batch and token count.
+    fn with(self, batch: u64, tokens: u64) -> Task {
+        match self {
+            Task::Generate(g) => Task::Generate(Generation {
+                batch,
+                prompt: tokens,
+                ..g
+            }),
+            Task::Train(t) => Task::Train(Training {
+                batch,
+                seq: tokens,
+                ..t
+            }),
+        }
+    }
+}
+
 /// The question.
 #[derive(Clone, Copy, Debug)]
 pub struct Question {
@@ -24,7 +73,7 @@ pub struct Question {
     /// The type the weights load in (`torch_dtype=`).
     pub dtype: Dtype,
     pub gpu: GpuModel,
-    pub generation: Generation,
+    pub task: Task,
     /// The PyTorch release: where matrix products get their cuBLAS
     /// workspaces (`crate::train::cublas`).
     pub torch: TorchVersion,
@@ -35,6 +84,10 @@ pub struct Question {
 pub enum Stop {
     /// Loading the weights.
     Weights,
+    /// Making the optimizer's state (its first `step()`).
+    State,
+    /// A training step's forward, backward or optimizer step.
+    Phase(&'static str),
     /// Forward `k` (0: the prefill over the prompt).
     Forward(u64),
     /// Between forwards, `generate`'s own tensors after forward `k`.
@@ -44,8 +97,11 @@ pub enum Stop {
 /// One run's numbers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Run {
-    /// The parameters' and buffers' bytes as the allocator holds them.
+    /// The parameters' and buffers' bytes as the allocator holds them
+    /// (LoRA's adapters with them).
     pub weights: u64,
+    /// AdamW's state (`exp_avg`, `exp_avg_sq`) held before a step.
+    pub state: u64,
     /// `max_memory_allocated()` and `max_memory_reserved()`.
     pub peak_allocated: u64,
     pub peak_reserved: u64,
@@ -213,6 +269,7 @@ impl Sink for Player<'_> {
                 self.forward_peak = stats.allocated_bytes.current;
                 Stop::Forward(k)
             }
+            Step::Phase(name) => Stop::Phase(name),
             Step::Alloc(_) | Step::Free(_) => return,
         };
     }
@@ -222,12 +279,56 @@ impl Sink for Player<'_> {
     }
 }
 
+/// Allocates `sizes` in order, made before the run: their bytes as the
+/// allocator holds them, or the request refused.
+fn load(
+    allocator: &mut dyn Allocator,
+    device: &mut SimDevice,
+    sizes: impl Iterator<Item = u64>,
+) -> Result<u64, u64> {
+    let before = allocator.stats().allocated_bytes.current;
+    for bytes in sizes {
+        if let Err(e) = allocator.malloc(device, bytes) {
+            return Err(e.out_of_memory().map_or(0, |o| o.requested));
+        }
+    }
+    Ok(allocator.stats().allocated_bytes.current - before)
+}
+
+/// The LoRA adapters peft adds (float32: `autocast_adapter_dtype`), in
+/// `named_parameters()` order: `lora_A` then `lora_B` of each target.
+fn adapters(c: &HfConfig, rank: u64) -> Vec<u64> {
+    let targets = step::lora_targets(c.arch);
+    let mut sizes = Vec::new();
+    for p in parameters(c) {
+        let module = p.name.rsplit_once('.').map_or("", |(m, _)| m);
+        if p.name.ends_with(".weight") && targets.iter().any(|t| module.ends_with(t)) {
+            let (fan_out, fan_in) = (p.shape[0], p.shape.get(1).copied().unwrap_or(1));
+            sizes.extend([rank * fan_in * 4, fan_out * rank * 4]);
+        }
+    }
+    sizes
+}
+
+/// What AdamW's first `step()` makes for each parameter it updates:
+/// `exp_avg` and `exp_avg_sq`, each like the parameter.
+fn adam_state(c: &HfConfig, t: &Training) -> Vec<u64> {
+    let trained: Vec<u64> = match t.lora {
+        Some(rank) => adapters(c, rank),
+        None => (parameters(c).iter())
+            .map(|p| p.numel() * p.dtype.size_bytes())
+            .collect(),
+    };
+    trained.into_iter().flat_map(|b| [b, b]).collect()
+}
+
 /// Plays the question once.
 pub fn run(q: &Question) -> Result<Run, Invalid> {
     let (mut device, mut allocator, blas) = gpu_and_allocator(q.gpu, q.torch)?;
     let (_, total) = device.mem_get_info();
     let mut out = Run {
         weights: 0,
+        state: 0,
         peak_allocated: 0,
         peak_reserved: 0,
         at_peak: Vec::new(),
@@ -242,16 +343,35 @@ pub fn run(q: &Question) -> Result<Run, Invalid> {
         dtype: q.dtype,
         ..q.config
     };
-    let tensors = parameters(&loaded).into_iter().chain(buffers(&loaded));
-    for t in tensors {
-        let bytes = t.numel() * t.dtype.size_bytes();
-        if let Err(e) = allocator.malloc(&mut device, bytes) {
-            let asked = e.out_of_memory().map_or(0, |o| o.requested);
+    let mut weights: Vec<u64> = (parameters(&loaded).into_iter().chain(buffers(&loaded)))
+        .map(|t| t.numel() * t.dtype.size_bytes())
+        .collect();
+    if let Task::Train(Training {
+        lora: Some(rank), ..
+    }) = q.task
+    {
+        weights.extend(adapters(&loaded, rank));
+    }
+    match load(allocator.as_mut(), &mut device, weights.into_iter()) {
+        Ok(bytes) => out.weights = bytes,
+        Err(asked) => {
             out.out_of_memory = Some((Stop::Weights, asked));
             return Ok(finish(out, allocator.as_ref()));
         }
     }
-    out.weights = allocator.stats().allocated_bytes.current;
+    if let Task::Train(t) = &q.task {
+        match load(
+            allocator.as_mut(),
+            &mut device,
+            adam_state(&loaded, t).into_iter(),
+        ) {
+            Ok(bytes) => out.state = bytes,
+            Err(asked) => {
+                out.out_of_memory = Some((Stop::State, asked));
+                return Ok(finish(out, allocator.as_ref()));
+            }
+        }
+    }
     let mut player = Player {
         device: &mut device,
         allocator: allocator.as_mut(),
@@ -264,7 +384,20 @@ pub fn run(q: &Question) -> Result<Run, Invalid> {
         blas,
         kept: [false; 2],
     };
-    play(&q.config, q.dtype, q.generation, &mut player)?;
+    match q.task {
+        Task::Generate(g) => play(&loaded, q.dtype, g, &mut player)?,
+        Task::Train(t) => {
+            let run = step::Run {
+                batch: t.batch,
+                seq: t.seq,
+                attention: t.attention,
+                checkpointing: t.checkpointing,
+                lora: t.lora,
+                gpu: Some(q.gpu.spec().compute_capability),
+            };
+            step::play(&loaded, run, &mut player)?
+        }
+    }
     Ok(finish(out, allocator.as_ref()))
 }
 
@@ -298,7 +431,8 @@ pub fn largest(
 }
 
 /// The answer: the run asked for, the largest batch (up to 4,096) and the
-/// longest prompt (up to the model's positions) that fit.
+/// longest prompt or training sequence (up to the model's positions) that
+/// fit.
 #[derive(Clone, Debug)]
 pub struct Answer {
     pub run: Run,
@@ -313,27 +447,28 @@ pub struct Answer {
 
 pub fn answer(q: &Question) -> Result<Answer, Invalid> {
     let run = run(q)?;
-    let with = |g: Generation| Question {
-        generation: g,
-        ..*q
-    };
-    let g = q.generation;
+    let with = |task: Task| Question { task, ..*q };
     // A run refused for its size (a tensor beyond any GPU) does not fit.
-    let fits = |g: Generation| Ok(self::run(&with(g)).is_ok_and(|r| r.fits()));
-    let largest_batch = largest(4096, |b| fits(Generation { batch: b, ..g }))?;
-    let room = q.config.max_positions.saturating_sub(g.new_tokens);
-    let longest_prompt = largest(room, |p| fits(Generation { prompt: p, ..g }))?;
-    let below_fails =
-        |found: u64, at: &dyn Fn(u64) -> Generation| -> Result<Option<u64>, Invalid> {
-            let below = found.saturating_sub(1);
-            Ok((below > 0 && !fits(at(below))?).then_some(below))
-        };
+    let fits = |task: Task| Ok(self::run(&with(task)).is_ok_and(|r| r.fits()));
+    let (batch, tokens) = q.task.batch_and_tokens();
+    let at_batch = |b: u64| q.task.with(b, tokens);
+    let at_tokens = |n: u64| q.task.with(batch, n);
+    let largest_batch = largest(4096, |b| fits(at_batch(b)))?;
+    let room = match q.task {
+        Task::Generate(g) => q.config.max_positions.saturating_sub(g.new_tokens),
+        Task::Train(_) => q.config.max_positions,
+    };
+    let longest_prompt = largest(room, |n| fits(at_tokens(n)))?;
+    let below_fails = |found: u64, at: &dyn Fn(u64) -> Task| -> Result<Option<u64>, Invalid> {
+        let below = found.saturating_sub(1);
+        Ok((below > 0 && !fits(at(below))?).then_some(below))
+    };
     Ok(Answer {
         run,
         largest_batch,
         longest_prompt,
-        batch_below_fails: below_fails(largest_batch, &|b| Generation { batch: b, ..g })?,
-        prompt_below_fails: below_fails(longest_prompt, &|p| Generation { prompt: p, ..g })?,
+        batch_below_fails: below_fails(largest_batch, &at_batch)?,
+        prompt_below_fails: below_fails(longest_prompt, &at_tokens)?,
     })
 }
 

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::framework::TorchVersion;
+use crate::train::hf::config::Arch;
 use crate::train::hf::generate::Cache;
 use crate::train::hf::known::find;
 use crate::train::kinds::step::Attention;
@@ -13,14 +14,22 @@ fn question(model: &str, gpu: GpuModel, batch: u64, prompt: u64, new_tokens: u64
         config: known.config,
         dtype: Dtype::Bfloat16,
         gpu,
-        generation: Generation {
+        task: Task::Generate(Generation {
             batch,
             prompt,
             new_tokens,
             cache: Cache::Dynamic,
             attention: Attention::Sdpa,
-        },
+        }),
         torch: TorchVersion::default(),
+    }
+}
+
+/// The question's `generate`, to change.
+fn generation(q: &mut Question) -> &mut Generation {
+    match &mut q.task {
+        Task::Generate(g) => g,
+        Task::Train(_) => unreachable!("a generate question"),
     }
 }
 
@@ -39,10 +48,10 @@ fn golden_question(name: &str, row: &serde_json::Value) -> Question {
         q.dtype = Dtype::Float32;
     }
     if row["cache"] == "static" {
-        q.generation.cache = Cache::Static;
+        generation(&mut q).cache = Cache::Static;
     }
     if row["attn"] == "eager" {
-        q.generation.attention = Attention::Eager;
+        generation(&mut q).attention = Attention::Eager;
     }
     q
 }
@@ -246,7 +255,7 @@ fn the_weights_load_in_the_type_asked_for() {
         "{f32}"
     );
     let mut gemma = question("gemma-2-2b", GpuModel::H100_80gb, 1, 8, 2);
-    gemma.generation.attention = crate::train::kinds::step::Attention::Eager;
+    generation(&mut gemma).attention = crate::train::kinds::step::Attention::Eager;
     let half = run(&gemma).unwrap().weights;
     gemma.dtype = Dtype::Float32;
     assert!(run(&gemma).unwrap().weights > 2 * half - 4096);
@@ -271,7 +280,7 @@ fn the_peak_by_token_grows_with_the_dynamic_cache_and_not_the_static_one() {
         "{rise} against {growth}: {decode:?}"
     );
     let mut fixed = q;
-    fixed.generation.cache = Cache::Static;
+    generation(&mut fixed).cache = Cache::Static;
     let r = run(&fixed).unwrap();
     let decode: Vec<u64> = r.by_token[1..].iter().map(|t| t.0).collect();
     let spread = decode.iter().max().unwrap() - decode.iter().min().unwrap();
@@ -286,14 +295,66 @@ fn near_the_limit_whether_a_batch_fits_alternates() {
     let mut q = question("Qwen2.5-0.5B", GpuModel::Rtx4090, 840, 512, 256);
     let fits: Vec<bool> = (840..=845)
         .map(|b| {
-            q.generation.batch = b;
+            generation(&mut q).batch = b;
             run(&q).unwrap().fits()
         })
         .collect();
     assert_eq!(fits, [true, false, true, false, true, false]);
     // The answer says when the value below the one found does not fit.
-    q.generation.batch = 1;
+    generation(&mut q).batch = 1;
     let a = answer(&q).unwrap();
     assert_eq!(a.largest_batch, 864);
     assert_eq!(a.batch_below_fails, Some(863));
+}
+
+/// Every training row the H100 recorded (`tests/reference/hf_steps.py`,
+/// PyTorch 2.11, its cuBLAS workspaces kept from the first step) of a
+/// family the step builds, without autocast: the second step's peak over
+/// what lived before it, to the byte.
+#[test]
+fn training_steps_peak_as_the_h100_measured_them() {
+    let text = [
+        include_str!("../../../../tests/golden/hf_steps.json"),
+        include_str!("../../../../tests/golden/hf_steps-families.json"),
+    ];
+    let names = [("llama-3.2-1b", "Llama-3.2-1B")];
+    let mut checked = 0;
+    for text in text {
+        let golden: serde_json::Value = serde_json::from_str(text).unwrap();
+        for row in golden["train"].as_array().unwrap() {
+            let model = row["model"].as_str().unwrap();
+            let name = names.iter().find(|n| n.0 == model).map_or(model, |n| n.1);
+            let known = find(name);
+            let built = known.as_ref().is_some_and(|k| {
+                !matches!(k.config.arch, Arch::Gpt2 | Arch::Gemma2 | Arch::Gemma3)
+            });
+            if !built || !row["amp"].is_null() {
+                continue;
+            }
+            let n = |k: &str| row[k].as_u64().unwrap();
+            let training = Training {
+                batch: n("batch"),
+                seq: n("seq"),
+                attention: if row["attn"] == "eager" {
+                    Attention::Eager
+                } else {
+                    Attention::Sdpa
+                },
+                checkpointing: row["checkpointing"].as_bool().unwrap_or(false),
+                lora: row["lora"].as_u64(),
+            };
+            let q = Question {
+                config: known.unwrap().config,
+                dtype: Dtype::Bfloat16,
+                gpu: GpuModel::H100_80gb,
+                task: Task::Train(training),
+                torch: TorchVersion::V2_11,
+            };
+            let r = run(&q).unwrap();
+            let ours = r.peak_allocated - r.weights - r.state - r.held_at_peak(Holds::Workspace);
+            assert_eq!(ours, n("peak_bytes"), "{model} {training:?}");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 12);
 }

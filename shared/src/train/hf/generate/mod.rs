@@ -107,6 +107,9 @@ pub enum Step {
     Forward(u64),
     /// Forward `k` has returned.
     Returned(u64),
+    /// A training step's phase begins (`forward`, `backward`, `optimizer
+    /// step`).
+    Phase(&'static str),
 }
 
 /// Where a run's steps go, as they are made: collected ([`Program`]) or

@@ -90,6 +90,7 @@ fn forward_peaks(p: &Program) -> Vec<(u64, u64, u64)> {
                 let (before, peak) = current.take().unwrap();
                 out.push((before, peak, live));
             }
+            Step::Phase(_) => {}
         }
         if let Some((_, peak)) = current.as_mut() {
             *peak = (*peak).max(live);

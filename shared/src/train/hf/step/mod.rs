@@ -17,7 +17,7 @@ mod ops;
 mod tape;
 
 use super::config::{Arch, HfConfig};
-use super::generate::{Holds, Sink};
+use super::generate::{Holds, Sink, Step};
 use super::params;
 use crate::error::Invalid;
 use crate::train::kinds::step::{sdp, Attention};
@@ -420,11 +420,14 @@ pub fn play(c: &HfConfig, run: Run, sink: &mut dyn Sink) -> Result<(), Invalid> 
         kernel,
         cache: Vec::new(),
     };
+    m.t.mark(Step::Phase("forward"));
     let loss = m.forward(ids);
+    m.t.mark(Step::Phase("backward"));
     m.t.backward(loss);
     if m.t.stopped() {
         return Ok(());
     }
+    m.t.mark(Step::Phase("optimizer step"));
     m.optimizer_step();
     m.t.zero_grad();
     m.t.free_graph();

@@ -85,10 +85,10 @@ impl Tape<'_> {
                 let x = gx.then(|| t.grad(0, "mm", xb));
                 let w = gw.then(|| t.grad(1, "mm", wb));
                 t.backward_returned();
-                let b = b.and_then(|g| {
+                let b = b.map(|g| {
                     let s = t.grad(2, "sum", bb);
                     t.release(g);
-                    Some(s)
+                    s
                 });
                 vec![x, w, b]
             }),

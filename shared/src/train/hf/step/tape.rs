@@ -48,6 +48,9 @@ pub(super) struct T {
 /// each input it has an edge for, in input order.
 pub(super) type Backward = Box<dyn FnOnce(&mut Tape<'_>, &[Option<Sid>]) -> Vec<Option<Sid>>>;
 
+/// A checkpoint region's forward, run again.
+pub(super) type Recomputation = Box<dyn FnOnce(&mut Tape<'_>)>;
+
 struct Storage {
     /// The sink's handle (none: a parameter or the batch, made before).
     handle: Option<usize>,
@@ -74,7 +77,7 @@ struct Frame {
     holders: Vec<usize>,
     /// Its nodes with holders that have not run.
     waiting: usize,
-    recompute: Option<Box<dyn FnOnce(&mut Tape<'_>)>>,
+    recompute: Option<Recomputation>,
 }
 
 /// A region's forward being recomputed.
@@ -127,6 +130,11 @@ impl<'a> Tape<'a> {
 
     pub fn stopped(&self) -> bool {
         self.sink.stopped()
+    }
+
+    /// Where the step is, for the sink.
+    pub fn mark(&mut self, step: crate::train::hf::generate::Step) {
+        self.sink.mark(step);
     }
 
     // Storages.
@@ -466,7 +474,7 @@ impl<'a> Tape<'a> {
     }
 
     /// The region's forward has returned; `recompute` runs it again.
-    pub fn checkpoint_end(&mut self, f: usize, recompute: Box<dyn FnOnce(&mut Tape<'_>)>) {
+    pub fn checkpoint_end(&mut self, f: usize, recompute: Recomputation) {
         self.region = None;
         let frame = &mut self.frames[f];
         frame.recompute = Some(recompute);
