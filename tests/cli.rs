@@ -858,7 +858,11 @@ fn plan_answers_will_it_fit_for_a_shipped_shape_and_a_config_file() {
         "--json",
     ]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!((v["task"].as_str(), v["fits"].as_bool()), (Some("lora"), Some(true)), "{v}");
+    assert_eq!(
+        (v["task"].as_str(), v["fits"].as_bool()),
+        (Some("lora"), Some(true)),
+        "{v}"
+    );
     // Rank 16 on q_proj and v_proj: 6,815,744 float32 parameters, their
     // `exp_avg` and `exp_avg_sq`.
     assert_eq!(v["optimizer_state_bytes"], 54_525_952, "{v}");

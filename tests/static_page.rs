@@ -560,6 +560,61 @@ async fn will_it_fit_answers_in_its_own_page() {
     )
     .await;
 
+    // LoRA on the same 8B model and card: rank 16, 2,048 tokens, gradient
+    // checkpointing; the page and the command line answer alike.
+    js(&page, "document.getElementById('plan-task').value = 'lora'; document.getElementById('plan-task').dispatchEvent(new Event('change'))").await;
+    assert_eq!(
+        js(
+            &page,
+            "document.getElementById('plan-seq').closest('label').hidden"
+        )
+        .await,
+        Value::Bool(false)
+    );
+    set_input(&page, "plan-seq", "2048").await;
+    js(
+        &page,
+        "document.getElementById('plan-checkpointing').checked = true",
+    )
+    .await;
+    click(&page, "plan-go").await;
+    let answer = until(
+        &page,
+        "(() => { const a = document.getElementById('plan-answer').dataset.answer; return a && JSON.parse(a).task === 'lora' && a; })()",
+    )
+    .await;
+    let answer: Value = serde_json::from_str(answer.as_str().unwrap()).unwrap();
+    let cli = Command::new(vramlab_tests::vramlab_bin())
+        .args([
+            "plan",
+            "Llama-3.1-8B",
+            "--gpu",
+            "rtx-4090",
+            "--task",
+            "lora",
+        ])
+        .args(["--seq", "2048", "--checkpointing", "--json"])
+        .output()
+        .unwrap();
+    let cli: Value = serde_json::from_slice(&cli.stdout).unwrap();
+    assert_eq!(answer, cli, "the page and the command line answer alike");
+    let verdict = js(&page, "document.getElementById('plan-verdict').textContent").await;
+    assert!(
+        verdict.as_str().unwrap().starts_with("Fits. Llama-3.1-8B"),
+        "{verdict}"
+    );
+    let limits = js(&page, "document.getElementById('plan-limits').textContent").await;
+    assert!(
+        limits
+            .as_str()
+            .unwrap()
+            .contains("Longest sequence that fits: "),
+        "{limits}"
+    );
+    let ms = js(&page, "document.getElementById('plan-time').dataset.ms").await;
+    println!("figure: will it fit: Llama-3.1-8B LoRA (rank 16, 1 x 2048 tokens, checkpointing) on an RTX 4090, with the largest batch and longest sequence searched: {} ms in the page", ms.as_str().unwrap_or("?"));
+    js(&page, "document.getElementById('plan-task').value = 'generate'; document.getElementById('plan-task').dispatchEvent(new Event('change'))").await;
+
     // A config.json dropped on the page: Qwen2.5-7B's fields, on a T4.
     let config = r#"{"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064, "tie_word_embeddings": false, "torch_dtype": "bfloat16"}"#;
     js(

@@ -14,13 +14,18 @@ function size(bytes) {
 }
 
 function request() {
-  const r = {
-    gpu: $("plan-gpu").value,
-    batch: Number($("plan-batch").value),
-    prompt: Number($("plan-prompt").value),
-    new_tokens: Number($("plan-new-tokens").value),
-    cache: $("plan-cache").value,
-  };
+  const task = $("plan-task").value;
+  const r = { gpu: $("plan-gpu").value, batch: Number($("plan-batch").value) };
+  if (task === "generate") {
+    r.prompt = Number($("plan-prompt").value);
+    r.new_tokens = Number($("plan-new-tokens").value);
+    r.cache = $("plan-cache").value;
+  } else {
+    r.task = task;
+    r.seq = Number($("plan-seq").value);
+    r.checkpointing = $("plan-checkpointing").checked;
+    if (task === "lora") r.rank = Number($("plan-rank").value);
+  }
   if ($("plan-attn").value) r.attn = $("plan-attn").value;
   if ($("plan-dtype").value) r.dtype = $("plan-dtype").value;
   r.torch = $("plan-torch").value;
@@ -39,15 +44,19 @@ function show(a, ms) {
     ? `Fits. ${head}: peak allocated ${size(a.peak_allocated_bytes)}, reserved ${size(a.peak_reserved_bytes)}, of ${size(a.total_bytes)} (${size(a.context_bytes)} of it the CUDA context).`
     : `Does not fit. ${head}: out of memory ${a.out_of_memory.where} (a request of ${size(a.out_of_memory.requested_bytes)}).`;
   $("plan-verdict").dataset.fits = a.fits;
-  const parts = [["weights", a.weights_bytes], ...Object.entries(a.at_peak).map(([k, v]) => [`${k} at the peak`, v])];
+  const held = a.task === "generate" ? [] : [["AdamW's state", a.optimizer_state_bytes]];
+  const parts = [["weights", a.weights_bytes], ...held, ...Object.entries(a.at_peak).map(([k, v]) => [`${k} at the peak`, v])];
   $("plan-parts").replaceChildren(...parts.map(([k, v]) => {
     const li = document.createElement("li");
     li.textContent = `${k}: ${size(v)}`;
     return li;
   }));
-  chart(a.peak_allocated_by_token);
+  chart(a.peak_allocated_by_token ?? []);
   const below = (n) => (n === null ? "" : ` (${n} does not: near the limit whether it fits alternates)`);
-  $("plan-limits").textContent = `Largest batch that fits: ${a.largest_batch}${below(a.batch_below_fails)}. Longest prompt that fits with these new tokens: ${a.longest_prompt}${below(a.prompt_below_fails)}.`;
+  const longest = a.task === "generate"
+    ? `Longest prompt that fits with these new tokens: ${a.longest_prompt}${below(a.prompt_below_fails)}.`
+    : `Longest sequence that fits: ${a.longest_seq}${below(a.seq_below_fails)}.`;
+  $("plan-limits").textContent = `Largest batch that fits: ${a.largest_batch}${below(a.batch_below_fails)}. ${longest}`;
   $("plan-time").textContent = `Planned in the page in ${ms} ms.`;
   $("plan-time").dataset.ms = ms;
   $("plan-python").textContent = a.python;
@@ -94,6 +103,14 @@ function ask(event) {
   show(a, ms);
 }
 
+// Each task's own fields shown, the others hidden.
+function task() {
+  const t = $("plan-task").value;
+  for (const label of document.querySelectorAll("label[data-task]")) {
+    label.hidden = !label.dataset.task.split(" ").includes(t);
+  }
+}
+
 function pasted(text) {
   $("plan-config").value = text;
   $("plan-model").value = PASTED;
@@ -124,5 +141,6 @@ $("plan-file").addEventListener("change", async (e) => {
   const file = e.target.files[0];
   if (file) pasted(await file.text());
 });
+$("plan-task").addEventListener("change", task);
 $("plan-form").addEventListener("submit", ask);
 document.body.dataset.ready = "true";
