@@ -310,7 +310,7 @@ fn near_the_limit_whether_a_batch_fits_alternates() {
 /// Every training row the H100 recorded (`tests/reference/hf_steps.py`,
 /// PyTorch 2.11, its cuBLAS workspaces kept from the first step) of a
 /// family the step builds, without autocast: the second step's peak over
-/// what lived before it, to the byte.
+/// what lived before it, to the byte (Gemma's within 2%).
 #[test]
 fn training_steps_peak_as_the_h100_measured_them() {
     let text = [
@@ -325,9 +325,7 @@ fn training_steps_peak_as_the_h100_measured_them() {
             let model = row["model"].as_str().unwrap();
             let name = names.iter().find(|n| n.0 == model).map_or(model, |n| n.1);
             let known = find(name);
-            let built = known.as_ref().is_some_and(|k| {
-                !matches!(k.config.arch, Arch::Gpt2 | Arch::Gemma2 | Arch::Gemma3)
-            });
+            let built = known.as_ref().is_some_and(|k| k.config.arch != Arch::Gpt2);
             if !built || !row["amp"].is_null() {
                 continue;
             }
@@ -352,9 +350,18 @@ fn training_steps_peak_as_the_h100_measured_them() {
             };
             let r = run(&q).unwrap();
             let ours = r.peak_allocated - r.weights - r.state - r.held_at_peak(Holds::Workspace);
-            assert_eq!(ours, n("peak_bytes"), "{model} {training:?}");
+            let theirs = n("peak_bytes");
+            if matches!(q.config.arch, Arch::Gemma2 | Arch::Gemma3) {
+                // Recorded with transformers 5.17, whose Gemma masks and
+                // sliding caches differ from 5.24's, which the step follows
+                // (the CPU traces hold it to 5.24 event by event).
+                let ratio = ours as f64 / theirs as f64;
+                assert!((ratio - 1.0).abs() < 0.02, "{model} {training:?}: {ratio}");
+            } else {
+                assert_eq!(ours, theirs, "{model} {training:?}");
+            }
             checked += 1;
         }
     }
-    assert_eq!(checked, 12);
+    assert_eq!(checked, 15);
 }

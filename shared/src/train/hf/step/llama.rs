@@ -5,9 +5,11 @@
 //! (none under checkpointing: `use_cache=False`), eager or sdpa
 //! attention, the gated SiLU MLP, peft's LoRA on its target projections.
 
+use super::kernel::Sdpa;
 use super::tape::T;
 use super::Model;
 use crate::train::hf::config::Arch;
+use crate::train::kinds::step::sdp::Kernel;
 use crate::train::kinds::step::Attention;
 
 /// What every layer reads besides its input: the rotary cos and sin, and
@@ -97,7 +99,7 @@ impl Model<'_, '_> {
     /// gradient comes back in the heads' layout (the rotary embedding's
     /// `slice_backward` zeros, eager attention's batched products), so
     /// viewing it as rows again copies it (`ViewBackward0`'s `reshape`).
-    fn heads(&mut self, x: T) -> T {
+    pub(super) fn heads(&mut self, x: T) -> T {
         let heads = self.t.rows_view(x);
         self.t.drop(x);
         heads
@@ -149,6 +151,15 @@ impl Model<'_, '_> {
         self.t.drop_all(&[q, keys_batched]);
         let mut w = self.t.scale(raw);
         self.t.drop(raw);
+        if c.attn_softcap {
+            // Gemma 2: `tanh(scores / cap) * cap`.
+            let divided = self.t.scale_as("div", w);
+            self.t.drop(w);
+            let tanh = self.t.tanh(divided);
+            self.t.drop(divided);
+            w = self.t.scale(tanh);
+            self.t.drop(tanh);
+        }
         if let Some(mask) = s.mask {
             let masked = self.t.add(w, mask, scores * e);
             self.t.drop(w);
@@ -176,11 +187,27 @@ impl Model<'_, '_> {
     }
 
     /// `F.scaled_dot_product_attention(q, k, v, is_causal=True)` as the
-    /// kernel the device picks allocates it: the output.
-    fn sdpa(&mut self, q: T, k: T, v: T) -> T {
-        let outs = self.kernel.forward(self.t, &self.c, self.run, q, k, v);
+    /// kernel the device picks allocates it: the output. With a mask (a
+    /// sliding window shorter than the sequence) the keys and values are
+    /// repeated for every head (`enable_gqa` needs no mask), and a GPU runs
+    /// the memory-efficient kernel, which takes one.
+    fn sdpa(&mut self, q: T, k: T, v: T, mask: Option<T>) -> T {
+        let Some(_) = mask else {
+            let outs = self.kernel.forward(self.t, &self.c, self.run, q, k, v);
+            let out = outs[0];
+            self.t.drop_all(&outs[1..]);
+            return out;
+        };
+        let (keys, _) = self.repeat_kv(k, false);
+        let (values, _) = self.repeat_kv(v, true);
+        let kernel = match self.run.gpu {
+            Some(_) => Sdpa(Kernel::Efficient),
+            None => self.kernel,
+        };
+        let outs = kernel.forward(self.t, &self.c, self.run, q, keys, values);
         let out = outs[0];
         self.t.drop_all(&outs[1..]);
+        self.t.drop_all(&[keys, values]);
         out
     }
 
@@ -280,6 +307,21 @@ impl Model<'_, '_> {
             }
             (q, k, v, None)
         };
+        self.attention_block(l, [q, k, v], s, fused)
+    }
+
+    /// From q, k and v (views of their projections): rotated, cached,
+    /// attended, projected. Returns the projection and eager attention's
+    /// weights, which the layer holds.
+    pub(super) fn attention_block(
+        &mut self,
+        l: u64,
+        [q, k, v]: [T; 3],
+        s: &Shared,
+        fused: Option<T>,
+    ) -> (T, Option<T>) {
+        let (c, rows) = (self.c, self.run.batch * self.run.seq);
+        let a = format!("model.layers.{l}.self_attn");
         let (q_rot, k_rot) = self.rotate_both(q, k, s);
         self.t.drop_all(&[q, k]);
         // The cache's `torch.cat` onto its empty tensor copies them.
@@ -299,7 +341,7 @@ impl Model<'_, '_> {
                 let (o, w) = self.eager(q_rot, k, v, s);
                 (o, Some(w))
             }
-            Attention::Sdpa => (self.sdpa(q_rot, k, v), None),
+            Attention::Sdpa => (self.sdpa(q_rot, k, v, s.mask), None),
         };
         // Phi-3's queries are laid out as heads (its rotation's `cat`), so
         // the kernel's output is too: `transpose(1, 2).contiguous()` copies.

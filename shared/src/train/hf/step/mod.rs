@@ -11,6 +11,7 @@
 //! `tests/reference/hf_train.py` traces transformers' own step on the CPU;
 //! the tests hold this program to it event by event.
 
+mod gemma;
 mod kernel;
 mod llama;
 mod ops;
@@ -131,17 +132,22 @@ impl Model<'_, '_> {
         self.w.adapters.get(module).copied()
     }
 
-    /// `position_ids = torch.arange(seq) + past_seen_tokens`; without a
-    /// cache, `find_packed_sequence_indices` looks for packed sequences.
+    /// `position_ids = torch.arange(seq) + past_seen_tokens`.
     fn positions(&mut self) -> T {
-        let (b, n) = (self.run.batch, self.run.seq);
+        let n = self.run.seq;
         let arange = self.t.alloc("arange", n * 8, Holds::Ids);
         let ids = self.t.alloc("add", n * 8, Holds::Ids);
         self.t.release(arange);
-        let ids = self.t.plain(ids, n * 8);
+        self.t.plain(ids, n * 8)
+    }
+
+    /// Without a cache, each mask `create_*_mask` makes first looks for
+    /// packed sequences in the positions (`find_packed_sequence_indices`).
+    fn packed_check(&mut self) {
         if self.cached() {
-            return ids;
+            return;
         }
+        let (b, n) = (self.run.batch, self.run.seq);
         let first = self.t.alloc("sub", b * 8, Holds::Ids);
         let prepended = self.t.alloc("cat", b * (n + 1) * 8, Holds::Ids);
         let diff = self.t.alloc("sub", b * n * 8, Holds::Ids);
@@ -154,7 +160,6 @@ impl Model<'_, '_> {
         for s in [eq, all, cumsum, diff, first] {
             self.t.release(s);
         }
-        ids
     }
 
     /// `create_causal_mask` for eager attention (`eager_mask`): the
@@ -223,10 +228,12 @@ impl Model<'_, '_> {
     }
 
     /// The decoder layers from the embeddings, each in a checkpoint
-    /// region when checkpointing: the last one's output.
-    fn layers(&mut self, embeds: T, s: Shared) -> T {
+    /// region when checkpointing: the last one's output. `kinds` is what
+    /// a full and a sliding layer read.
+    fn layers(&mut self, embeds: T, kinds: [Shared; 2]) -> T {
         let mut x = embeds;
         for l in 0..self.c.layers {
+            let s = kinds[usize::from(self.c.sliding(l))];
             let out = if self.run.checkpointing {
                 // The region keeps `partial(layer, **kwargs)` (the mask, cos
                 // and sin, the positions, in the order the model passes
@@ -238,7 +245,7 @@ impl Model<'_, '_> {
                     inputs.extend([s.cos, s.sin, s.positions, x]);
                 }
                 let frame = self.t.checkpoint(&inputs);
-                let out = self.layer(l, x, &s);
+                let out = self.any_layer(l, x, &s);
                 let (c, run, w, kernel) = (self.c, self.run, self.w.clone(), self.kernel);
                 let recompute = Box::new(move |t: &mut Tape<'_>| {
                     let mut m = Model {
@@ -249,13 +256,13 @@ impl Model<'_, '_> {
                         kernel,
                         cache: Vec::new(),
                     };
-                    let out = m.layer(l, x, &s);
+                    let out = m.any_layer(l, x, &s);
                     m.t.drop(out);
                 });
                 self.t.checkpoint_end(frame, recompute);
                 out
             } else {
-                self.layer(l, x, &s)
+                self.any_layer(l, x, &s)
             };
             if l > 0 {
                 self.t.drop(x);
@@ -265,29 +272,104 @@ impl Model<'_, '_> {
         x
     }
 
+    fn gemma(&self) -> bool {
+        matches!(self.c.arch, Arch::Gemma2 | Arch::Gemma3)
+    }
+
+    /// Decoder layer `l`, of the model's family.
+    fn any_layer(&mut self, l: u64, x: T, s: &Shared) -> T {
+        if self.gemma() {
+            self.gemma_layer(l, x, s)
+        } else {
+            self.layer(l, x, s)
+        }
+    }
+
+    /// The model's final norm.
+    fn final_norm(&mut self, x: T) -> T {
+        let (c, rows) = (self.c, self.run.batch * self.run.seq);
+        let w = self.weight("model.norm.weight");
+        if self.gemma() {
+            self.gemma_norm(x, w, rows, c.hidden)
+        } else {
+            self.rms_norm(x, w, rows, c.hidden)
+        }
+    }
+
+    /// The masks a full and a sliding layer read: eager attention's always
+    /// (Gemma makes both kinds), sdpa's where a sliding window is shorter
+    /// than the sequence.
+    fn masks(&mut self) -> [Option<T>; 2] {
+        let eager = self.run.attention == Attention::Eager;
+        self.packed_check();
+        if !self.gemma() {
+            return match eager {
+                true => {
+                    let m = self.eager_mask();
+                    [Some(m), Some(m)]
+                }
+                false => [None, None],
+            };
+        }
+        let sliding_needed = self.c.sliding_window > 0 && self.run.seq > self.c.sliding_window;
+        let full = eager.then(|| self.eager_mask());
+        self.packed_check();
+        let sliding = (eager || sliding_needed).then(|| self.sliding_mask(!eager));
+        [full, sliding]
+    }
+
     /// `model(input_ids=ids, labels=ids).loss`.
     fn forward(&mut self, ids: T) -> T {
         let (c, b, n) = (self.c, self.run.batch, self.run.seq);
         let rows = b * n;
         let embed = self.weight("model.embed_tokens.weight");
-        let mut embeds = self.t.embedding(embed, ids, rows * c.hidden * self.e());
+        let raw = self.t.embedding(embed, ids, rows * c.hidden * self.e());
+        let mut embeds = if self.gemma() {
+            self.gemma_embeds(raw)
+        } else {
+            raw
+        };
         // peft readies a checkpointed model for LoRA by making the
         // embeddings need a gradient (`enable_input_require_grads`).
         if self.run.lora.is_some() && self.run.checkpointing {
             embeds = self.t.leaf(embeds);
         }
         let positions = self.positions();
-        let mask = (self.run.attention == Attention::Eager).then(|| self.eager_mask());
-        let (cos, sin) = self.rotary();
-        let shared = Shared {
-            cos,
-            sin,
-            positions,
-            mask,
+        let [full_mask, sliding_mask] = self.masks();
+        // Gemma 3's rotary embedding per kind of layer it has, the local
+        // (sliding) one first.
+        let sliding_layers = (0..c.layers).any(|l| c.sliding(l));
+        let full_layers = (0..c.layers).any(|l| !c.sliding(l));
+        let (local, global) = match c.arch {
+            Arch::Gemma3 => {
+                let local = sliding_layers.then(|| self.rotary());
+                let global = full_layers.then(|| self.rotary());
+                (local, global)
+            }
+            _ => {
+                let one = self.rotary();
+                (Some(one), Some(one))
+            }
         };
-        let last = self.layers(embeds, shared);
-        let w = self.weight("model.norm.weight");
-        let normed = self.rms_norm(last, w, rows, c.hidden);
+        let none = (self.w.missing, self.w.missing);
+        let (full_cos, full_sin) = global.or(local).unwrap_or(none);
+        let (sliding_cos, sliding_sin) = local.or(global).unwrap_or(none);
+        let kinds = [
+            Shared {
+                cos: full_cos,
+                sin: full_sin,
+                positions,
+                mask: full_mask,
+            },
+            Shared {
+                cos: sliding_cos,
+                sin: sliding_sin,
+                positions,
+                mask: sliding_mask,
+            },
+        ];
+        let last = self.layers(embeds, kinds);
+        let normed = self.final_norm(last);
         self.t.drop(last);
         // The model's forward returns: its arguments, then its locals
         // (Qwen's and Gemma's masks first: their `mask_kwargs` holds the
@@ -299,19 +381,30 @@ impl Model<'_, '_> {
         if !mask_kwargs {
             self.t.drop_all(&[positions, embeds]);
         }
-        if let Some(mask) = mask {
-            self.t.drop(mask);
-        }
+        let masks: Vec<T> = match (full_mask, sliding_mask) {
+            (Some(f), Some(s)) if f.s == s.s => vec![f],
+            (f, s) => f.into_iter().chain(s).collect(),
+        };
+        self.t.drop_all(&masks);
         if mask_kwargs {
             self.t.drop_all(&[embeds, positions]);
         }
-        self.t.drop_all(&[cos, sin]);
+        let rotaries: Vec<(T, T)> = match c.arch {
+            Arch::Gemma3 => local.into_iter().chain(global).collect(),
+            _ => local.into_iter().collect(),
+        };
+        for (cos, sin) in rotaries {
+            self.t.drop_all(&[cos, sin]);
+        }
         let head = if c.tied {
             embed
         } else {
             self.weight("lm_head.weight")
         };
-        let logits = self.t.linear(normed, head, None, rows * c.vocab * self.e());
+        let mut logits = self.t.linear(normed, head, None, rows * c.vocab * self.e());
+        if c.final_softcap {
+            logits = self.softcap_logits(logits);
+        }
         let loss = self.loss(logits);
         self.t.drop_all(&[normed, logits]);
         let cache = std::mem::take(&mut self.cache);
@@ -380,12 +473,9 @@ pub fn play(c: &HfConfig, run: Run, sink: &mut dyn Sink) -> Result<(), Invalid> 
             "Gemma2ForCausalLM does not support sdpa in transformers (its attention soft-caps the scores): attn_implementation=\"eager\"",
         ));
     }
-    if !matches!(
-        c.arch,
-        Arch::Llama | Arch::Mistral | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3
-    ) {
+    if c.arch == Arch::Gpt2 {
         return Err(Invalid(format!(
-            "training {} is not built yet: Llama, Mistral, Qwen2, Qwen3 and Phi-3 are",
+            "training {} is not built yet: Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2 and Gemma 3 are",
             c.arch.causal_lm()
         )));
     }

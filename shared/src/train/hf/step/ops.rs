@@ -138,6 +138,25 @@ impl Tape<'_> {
         )
     }
 
+    /// `x / c` (or another op of `x` and a Python number): backward one
+    /// tensor of `x`'s size.
+    pub fn scale_as(&mut self, op: &'static str, x: T) -> T {
+        let bytes = x.bytes;
+        self.op1(
+            op,
+            bytes,
+            &[x],
+            &[],
+            false,
+            Box::new(move |t, _| vec![Some(t.grad(0, op, bytes))]),
+        )
+    }
+
+    /// `torch.tanh(x)`: saves its result; backward `tanh_backward`.
+    pub fn tanh(&mut self, x: T) -> T {
+        self.softmax("tanh", "tanh_backward", x)
+    }
+
     /// `a + b`, of `bytes`: saves nothing; backward passes the gradient to
     /// both (summed to a broadcast input's shape).
     pub fn add(&mut self, a: T, b: T, bytes: u64) -> T {
@@ -350,8 +369,8 @@ impl Tape<'_> {
         )
     }
 
-    /// A (log-)softmax over the last dimension: saves its result; backward
-    /// one tensor `back`.
+    /// An op that saves its result ((log-)softmax over the last dimension,
+    /// `tanh`); backward one tensor `back`.
     pub fn softmax(&mut self, op: &'static str, back: &'static str, x: T) -> T {
         let bytes = x.bytes;
         self.op1(

@@ -154,3 +154,8 @@ fn llama_steps_follow_transformers_event_by_event() {
 fn llama_family_steps_follow_transformers_event_by_event() {
     check(&["mistral", "qwen2", "qwen3", "phi3"], true);
 }
+
+#[test]
+fn gemma_steps_follow_transformers_event_by_event() {
+    check(&["gemma2", "gemma3"], true);
+}
