@@ -5,7 +5,8 @@ up to the caching allocator's 512-byte blocks) and when each dies
 (`step_trace.Live`), for small models of every supported family, float32
 and bfloat16, eager and sdpa attention, with and without non-reentrant
 gradient checkpointing and peft's LoRA (its default target modules for the
-model type, r=4; Phi-3's fused `qkv_proj`, which peft has no default for). The step is `model(input_ids=ids, labels=ids).loss`,
+model type, r=4; Phi-3's fused `qkv_proj`, which peft has no default for), and
+GPT-2 with its config class's default dropout of 0.1 (`gpt2-dropout`). The step is `model(input_ids=ids, labels=ids).loss`,
 `backward()`, AdamW's `step()`, `zero_grad(set_to_none=True)`; the second
 step is traced (the optimizer's state exists), with the event at which the
 forward returned and the backward ended.
@@ -26,14 +27,18 @@ from hf_generate import CONFIGS, DTYPES, SMALL_MODELS
 from step_trace import Live
 
 BATCH, SEQ = 2, 32
+# GPT-2 as its config class defaults it: dropout 0.1 on the embeddings, the
+# residual branches and the attention weights.
+GPT2_DROPOUT = {k: v for k, v in CONFIGS["gpt2"].items() if not k.endswith("pdrop")}
+MODELS = {**{m: CONFIGS[m] for m in SMALL_MODELS}, "gpt2-dropout": GPT2_DROPOUT}
 CASES = [dict(model=m, dtype=d, attn=a, checkpointing=c, lora=l)
-         for m in SMALL_MODELS for d in ("float32", "bfloat16") for a in ("eager", "sdpa")
+         for m in MODELS for d in ("float32", "bfloat16") for a in ("eager", "sdpa")
          for c in (False, True) for l in (0, 4)]
 
 
 def build(case):
     torch.manual_seed(0)
-    config = AutoConfig.for_model(**CONFIGS[case["model"]], bos_token_id=None, eos_token_id=None,
+    config = AutoConfig.for_model(**MODELS[case["model"]], bos_token_id=None, eos_token_id=None,
                                   pad_token_id=None)
     model = AutoModelForCausalLM.from_config(config, dtype=DTYPES[case["dtype"]],
                                              attn_implementation=case["attn"])
@@ -83,7 +88,7 @@ def main():
             continue
         print(case, rows[-1]["peak"], file=sys.stderr)
     print(json.dumps({"torch": torch.__version__, "transformers": transformers.__version__,
-                      "peft": peft.__version__, "configs": {m: CONFIGS[m] for m in SMALL_MODELS},
+                      "peft": peft.__version__, "configs": MODELS,
                       "cases": rows}))
 
 

@@ -94,6 +94,33 @@ pub struct HfConfig {
     /// (`tanh` of the scores, of the logits).
     pub attn_softcap: bool,
     pub final_softcap: bool,
+    /// Where training applies dropout (GPT-2's `embd_pdrop`, `resid_pdrop`,
+    /// `attn_pdrop`, 0.1 by default; the others' are 0).
+    pub dropout: Dropout,
+}
+
+/// Which of a model's dropouts are on (a probability above 0).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Dropout {
+    pub embd: bool,
+    pub resid: bool,
+    pub attn: bool,
+}
+
+/// Whether the probability `key` (default `default`) is above 0.
+fn dropout_on(c: &Map<String, Value>, key: &str, default: f64) -> Result<bool, Invalid> {
+    match c.get(key) {
+        None | Some(Value::Null) => Ok(default > 0.0),
+        Some(v) => v
+            .as_f64()
+            .filter(|p| (0.0..1.0).contains(p))
+            .map(|p| p > 0.0)
+            .ok_or_else(|| {
+                Invalid(format!(
+                    "config.json's `{key}` is {v}: a probability below 1"
+                ))
+            }),
+    }
 }
 
 /// A field read as an integer, or the default.
@@ -224,6 +251,15 @@ impl HfConfig {
             full_every: 0,
             attn_softcap: false,
             final_softcap: false,
+            dropout: if gpt2 {
+                Dropout {
+                    embd: dropout_on(c, "embd_pdrop", 0.1)?,
+                    resid: dropout_on(c, "resid_pdrop", 0.1)?,
+                    attn: dropout_on(c, "attn_pdrop", 0.1)?,
+                }
+            } else {
+                Dropout::default()
+            },
         };
         let config = gemma(c, config)?;
         config.check()?;

@@ -303,7 +303,7 @@ fn adapters(c: &HfConfig, rank: u64) -> Vec<u64> {
     for p in parameters(c) {
         let module = p.name.rsplit_once('.').map_or("", |(m, _)| m);
         if p.name.ends_with(".weight") && targets.iter().any(|t| module.ends_with(t)) {
-            let (fan_out, fan_in) = (p.shape[0], p.shape.get(1).copied().unwrap_or(1));
+            let (fan_out, fan_in) = step::fans(c, &p.shape);
             sizes.extend([rank * fan_in * 4, fan_out * rank * 4]);
         }
     }

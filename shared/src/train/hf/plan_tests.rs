@@ -310,7 +310,8 @@ fn near_the_limit_whether_a_batch_fits_alternates() {
 /// Every training row the H100 recorded (`tests/reference/hf_steps.py`,
 /// PyTorch 2.11, its cuBLAS workspaces kept from the first step) of a
 /// family the step builds, without autocast: the second step's peak over
-/// what lived before it, to the byte (Gemma's within 2%).
+/// what lived before it: the Llama family's to the byte, GPT-2's within
+/// 1%, Gemma's within 2%.
 #[test]
 fn training_steps_peak_as_the_h100_measured_them() {
     let text = [
@@ -325,8 +326,7 @@ fn training_steps_peak_as_the_h100_measured_them() {
             let model = row["model"].as_str().unwrap();
             let name = names.iter().find(|n| n.0 == model).map_or(model, |n| n.1);
             let known = find(name);
-            let built = known.as_ref().is_some_and(|k| k.config.arch != Arch::Gpt2);
-            if !built || !row["amp"].is_null() {
+            if known.is_none() || !row["amp"].is_null() {
                 continue;
             }
             let n = |k: &str| row[k].as_u64().unwrap();
@@ -341,9 +341,16 @@ fn training_steps_peak_as_the_h100_measured_them() {
                 checkpointing: row["checkpointing"].as_bool().unwrap_or(false),
                 lora: row["lora"].as_u64(),
             };
+            let mut config = known.unwrap().config;
+            // `hf_steps.py` turned GPT-2's dropout off.
+            config.dropout = Default::default();
             let q = Question {
-                config: known.unwrap().config,
-                dtype: Dtype::Bfloat16,
+                config,
+                dtype: if row["dtype"] == "float32" {
+                    Dtype::Float32
+                } else {
+                    Dtype::Bfloat16
+                },
                 gpu: GpuModel::H100_80gb,
                 task: Task::Train(training),
                 torch: TorchVersion::V2_11,
@@ -351,17 +358,21 @@ fn training_steps_peak_as_the_h100_measured_them() {
             let r = run(&q).unwrap();
             let ours = r.peak_allocated - r.weights - r.state - r.held_at_peak(Holds::Workspace);
             let theirs = n("peak_bytes");
-            if matches!(q.config.arch, Arch::Gemma2 | Arch::Gemma3) {
+            let ratio = ours as f64 / theirs as f64;
+            match q.config.arch {
                 // Recorded with transformers 5.17, whose Gemma masks and
                 // sliding caches differ from 5.24's, which the step follows
                 // (the CPU traces hold it to 5.24 event by event).
-                let ratio = ours as f64 / theirs as f64;
-                assert!((ratio - 1.0).abs() < 0.02, "{model} {training:?}: {ratio}");
-            } else {
-                assert_eq!(ours, theirs, "{model} {training:?}");
+                Arch::Gemma2 | Arch::Gemma3 => {
+                    assert!((ratio - 1.0).abs() < 0.02, "{model} {training:?}: {ratio}")
+                }
+                // In float32 on an H100, the memory-efficient kernel's
+                // buffers, as `kinds::step::fused` has them.
+                Arch::Gpt2 => assert!((ratio - 1.0).abs() < 0.01, "{model} {training:?}: {ratio}"),
+                _ => assert_eq!(ours, theirs, "{model} {training:?}"),
             }
             checked += 1;
         }
     }
-    assert_eq!(checked, 15);
+    assert_eq!(checked, 18);
 }

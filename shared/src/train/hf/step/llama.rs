@@ -127,7 +127,7 @@ impl Model<'_, '_> {
     }
 
     /// `matmul`'s copy of an operand it cannot batch as a view.
-    fn batched(&mut self, x: T, copy: bool) -> T {
+    pub(super) fn batched(&mut self, x: T, copy: bool) -> T {
         if copy {
             self.t.copy("clone", x)
         } else {
@@ -191,7 +191,7 @@ impl Model<'_, '_> {
     /// sliding window shorter than the sequence) the keys and values are
     /// repeated for every head (`enable_gqa` needs no mask), and a GPU runs
     /// the memory-efficient kernel, which takes one.
-    fn sdpa(&mut self, q: T, k: T, v: T, mask: Option<T>) -> T {
+    pub(super) fn sdpa(&mut self, q: T, k: T, v: T, mask: Option<T>) -> T {
         let Some(_) = mask else {
             let outs = self.kernel.forward(self.t, &self.c, self.run, q, k, v);
             let out = outs[0];

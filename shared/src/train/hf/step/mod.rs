@@ -12,6 +12,7 @@
 //! the tests hold this program to it event by event.
 
 mod gemma;
+mod gpt2;
 mod kernel;
 mod llama;
 mod ops;
@@ -65,6 +66,19 @@ pub fn lora_targets(arch: Arch) -> &'static [&'static str] {
     }
 }
 
+/// A linear layer's (outputs, inputs) from its weight's shape: `[out,
+/// in]`, GPT-2's `Conv1D` `[in, out]`.
+pub fn fans(c: &HfConfig, shape: &[u64]) -> (u64, u64) {
+    let (a, b) = (
+        shape.first().copied().unwrap_or(1),
+        shape.get(1).copied().unwrap_or(1),
+    );
+    match c.arch {
+        Arch::Gpt2 => (b, a),
+        _ => (a, b),
+    }
+}
+
 impl Weights {
     fn new(t: &mut Tape<'_>, c: &HfConfig, lora: Option<u64>) -> Weights {
         let targets = lora_targets(c.arch);
@@ -75,7 +89,7 @@ impl Weights {
             missing: t.external(0),
         };
         for p in params::parameters(c) {
-            let bytes = p.shape.iter().product::<u64>() * p.dtype.size_bytes();
+            let bytes = p.numel() * p.dtype.size_bytes();
             let param = t.parameter(bytes, lora.is_none());
             if lora.is_none() {
                 w.trainable.push(param);
@@ -85,7 +99,7 @@ impl Weights {
             let Some(rank) = lora else { continue };
             let targeted = targets.iter().any(|n| module.ends_with(n));
             if p.name.ends_with(".weight") && targeted {
-                let (fan_out, fan_in) = (p.shape[0], p.shape.get(1).copied().unwrap_or(1));
+                let (fan_out, fan_in) = fans(c, &p.shape);
                 // peft keeps the adapters in float32 (`autocast_adapter_dtype`).
                 let a = t.parameter(rank * fan_in * 4, true);
                 let b = t.parameter(fan_out * rank * 4, true);
@@ -231,6 +245,9 @@ impl Model<'_, '_> {
     /// region when checkpointing: the last one's output. `kinds` is what
     /// a full and a sliding layer read.
     fn layers(&mut self, embeds: T, kinds: [Shared; 2]) -> T {
+        // Llama's and Gemma's first input is also `inputs_embeds`; GPT-2's
+        // is the dropout's, named only `hidden_states`.
+        let first_held = self.c.arch != Arch::Gpt2;
         let mut x = embeds;
         for l in 0..self.c.layers {
             let s = kinds[usize::from(self.c.sliding(l))];
@@ -239,10 +256,11 @@ impl Model<'_, '_> {
                 // and sin, the positions, in the order the model passes
                 // them) and the input it saved.
                 let mut inputs: Vec<T> = s.mask.into_iter().collect();
-                if matches!(self.c.arch, Arch::Mistral | Arch::Phi3) {
-                    inputs.extend([s.positions, s.cos, s.sin, x]);
-                } else {
-                    inputs.extend([s.cos, s.sin, s.positions, x]);
+                match self.c.arch {
+                    Arch::Mistral | Arch::Phi3 => inputs.extend([s.positions, s.cos, s.sin, x]),
+                    // GPT-2 passes the mask as an argument, saved with the input.
+                    Arch::Gpt2 => inputs = [s.positions, x].into_iter().chain(s.mask).collect(),
+                    _ => inputs.extend([s.cos, s.sin, s.positions, x]),
                 }
                 let frame = self.t.checkpoint(&inputs);
                 let out = self.any_layer(l, x, &s);
@@ -264,7 +282,7 @@ impl Model<'_, '_> {
             } else {
                 self.any_layer(l, x, &s)
             };
-            if l > 0 {
+            if l > 0 || !first_held {
                 self.t.drop(x);
             }
             x = out;
@@ -278,10 +296,10 @@ impl Model<'_, '_> {
 
     /// Decoder layer `l`, of the model's family.
     fn any_layer(&mut self, l: u64, x: T, s: &Shared) -> T {
-        if self.gemma() {
-            self.gemma_layer(l, x, s)
-        } else {
-            self.layer(l, x, s)
+        match self.c.arch {
+            Arch::Gpt2 => self.gpt2_block(l, x, s),
+            Arch::Gemma2 | Arch::Gemma3 => self.gemma_layer(l, x, s),
+            _ => self.layer(l, x, s),
         }
     }
 
@@ -322,6 +340,17 @@ impl Model<'_, '_> {
     fn forward(&mut self, ids: T) -> T {
         let (c, b, n) = (self.c, self.run.batch, self.run.seq);
         let rows = b * n;
+        if c.arch == Arch::Gpt2 {
+            let normed = self.gpt2_body(ids);
+            let head = self.weight("transformer.wte.weight");
+            let head = if c.tied {
+                head
+            } else {
+                self.weight("lm_head.weight")
+            };
+            let logits = self.t.linear(normed, head, None, rows * c.vocab * self.e());
+            return self.finish(normed, logits);
+        }
         let embed = self.weight("model.embed_tokens.weight");
         let raw = self.t.embedding(embed, ids, rows * c.hidden * self.e());
         let mut embeds = if self.gemma() {
@@ -405,6 +434,12 @@ impl Model<'_, '_> {
         if c.final_softcap {
             logits = self.softcap_logits(logits);
         }
+        self.finish(normed, logits)
+    }
+
+    /// The loss from the logits; then the model's output goes (its hidden
+    /// states, logits and cache).
+    fn finish(&mut self, normed: T, logits: T) -> T {
         let loss = self.loss(logits);
         self.t.drop_all(&[normed, logits]);
         let cache = std::mem::take(&mut self.cache);
@@ -472,12 +507,6 @@ pub fn play(c: &HfConfig, run: Run, sink: &mut dyn Sink) -> Result<(), Invalid> 
         return Err(Invalid::from(
             "Gemma2ForCausalLM does not support sdpa in transformers (its attention soft-caps the scores): attn_implementation=\"eager\"",
         ));
-    }
-    if c.arch == Arch::Gpt2 {
-        return Err(Invalid(format!(
-            "training {} is not built yet: Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2 and Gemma 3 are",
-            c.arch.causal_lm()
-        )));
     }
     if run.batch == 0 || run.seq == 0 || run.lora == Some(0) {
         return Err(Invalid::from(

@@ -152,6 +152,47 @@ impl Tape<'_> {
         )
     }
 
+    /// `native_layer_norm(x, weight, bias)` over `rows` rows: the output
+    /// Python keeps, and the float32 mean and rstd the node saves with the
+    /// input, weight and bias. Backward the gradients of the input, the
+    /// weight and the bias (those needed).
+    pub fn layer_norm(&mut self, x: T, w: T, b: T, rows: u64) -> T {
+        let op = "native_layer_norm";
+        let back = "native_layer_norm_backward";
+        let sizes = [x.bytes, w.bytes, b.bytes];
+        let need = [needs(&x), needs(&w), needs(&b)];
+        let outs = self.op(
+            &[(op, x.bytes), (op, rows * 4), (op, rows * 4)],
+            &[x, w, b],
+            &[b.s, x.s, w.s],
+            &[1, 2],
+            Box::new(move |t, _| {
+                (0..3)
+                    .map(|i| need[i].then(|| t.grad(i, back, sizes[i])))
+                    .collect()
+            }),
+        );
+        self.drop_all(&outs[1..]);
+        outs[0]
+    }
+
+    /// `native_dropout(x, p, train=True)` (CUDA's): the output and a
+    /// boolean mask of `numel` elements the node saves; backward one
+    /// tensor.
+    pub fn native_dropout(&mut self, x: T, numel: u64) -> T {
+        let bytes = x.bytes;
+        let op = "native_dropout";
+        let outs = self.op(
+            &[(op, bytes), (op, numel)],
+            &[x],
+            &[],
+            &[1],
+            Box::new(move |t, _| vec![Some(t.grad(0, "native_dropout_backward", bytes))]),
+        );
+        self.drop(outs[1]);
+        outs[0]
+    }
+
     /// `torch.tanh(x)`: saves its result; backward `tanh_backward`.
     pub fn tanh(&mut self, x: T) -> T {
         self.softmax("tanh", "tanh_backward", x)

@@ -151,7 +151,12 @@ impl<'a> Tape<'a> {
     /// A new storage of `bytes` made by `op`, held once.
     pub fn alloc(&mut self, op: &'static str, bytes: u64, holds: Holds) -> Sid {
         let handle = self.sink.alloc(Made { op, bytes, holds });
-        self.storage(Some(handle), bytes)
+        let s = self.storage(Some(handle), bytes);
+        // A recomputation's Python holds what it makes until it stops.
+        if let Some(r) = &mut self.recompute {
+            r.live.push(s);
+        }
+        s
     }
 
     pub fn hold(&mut self, s: Sid) {
@@ -343,9 +348,6 @@ impl<'a> Tape<'a> {
         let made: Vec<T> = (outputs.iter().enumerate())
             .map(|(slot, &(op, bytes))| {
                 let s = self.alloc(op, bytes, Holds::Activation);
-                if let Some(r) = &mut self.recompute {
-                    r.live.push(s);
-                }
                 T {
                     s,
                     bytes,
