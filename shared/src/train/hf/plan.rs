@@ -17,6 +17,7 @@ use crate::framework::{
     make_allocator, sim_device, BlasWorkspaces, RestartSettings, Settings, TorchVersion,
 };
 use crate::gpu::GpuModel;
+use crate::train::kinds::NamedTensor;
 use crate::types::Dtype;
 
 /// One training step: `model(input_ids=ids, labels=ids).loss`,
@@ -297,10 +298,10 @@ fn load(
 
 /// The LoRA adapters peft adds (float32: `autocast_adapter_dtype`), in
 /// `named_parameters()` order: `lora_A` then `lora_B` of each target.
-fn adapters(c: &HfConfig, rank: u64) -> Vec<u64> {
+fn adapters(c: &HfConfig, params: &[NamedTensor], rank: u64) -> Vec<u64> {
     let targets = step::lora_targets(c.arch);
     let mut sizes = Vec::new();
-    for p in parameters(c) {
+    for p in params {
         let module = p.name.rsplit_once('.').map_or("", |(m, _)| m);
         if p.name.ends_with(".weight") && targets.iter().any(|t| module.ends_with(t)) {
             let (fan_out, fan_in) = step::fans(c, &p.shape);
@@ -312,10 +313,10 @@ fn adapters(c: &HfConfig, rank: u64) -> Vec<u64> {
 
 /// What AdamW's first `step()` makes for each parameter it updates:
 /// `exp_avg` and `exp_avg_sq`, each like the parameter.
-fn adam_state(c: &HfConfig, t: &Training) -> Vec<u64> {
+fn adam_state(c: &HfConfig, params: &[NamedTensor], t: &Training) -> Vec<u64> {
     let trained: Vec<u64> = match t.lora {
-        Some(rank) => adapters(c, rank),
-        None => (parameters(c).iter())
+        Some(rank) => adapters(c, params, rank),
+        None => (params.iter())
             .map(|p| p.numel() * p.dtype.size_bytes())
             .collect(),
     };
@@ -324,6 +325,16 @@ fn adam_state(c: &HfConfig, t: &Training) -> Vec<u64> {
 
 /// Plays the question once.
 pub fn run(q: &Question) -> Result<Run, Invalid> {
+    let loaded = HfConfig {
+        dtype: q.dtype,
+        ..q.config
+    };
+    run_with(q, &parameters(&loaded))
+}
+
+/// Plays the question once, the model's `named_parameters()` (loaded in
+/// the question's type) given.
+fn run_with(q: &Question, params: &[NamedTensor]) -> Result<Run, Invalid> {
     let (mut device, mut allocator, blas) = gpu_and_allocator(q.gpu, q.torch)?;
     let (_, total) = device.mem_get_info();
     let mut out = Run {
@@ -343,14 +354,14 @@ pub fn run(q: &Question) -> Result<Run, Invalid> {
         dtype: q.dtype,
         ..q.config
     };
-    let mut weights: Vec<u64> = (parameters(&loaded).into_iter().chain(buffers(&loaded)))
+    let mut weights: Vec<u64> = (params.iter().chain(&buffers(&loaded)))
         .map(|t| t.numel() * t.dtype.size_bytes())
         .collect();
     if let Task::Train(Training {
         lora: Some(rank), ..
     }) = q.task
     {
-        weights.extend(adapters(&loaded, rank));
+        weights.extend(adapters(&loaded, params, rank));
     }
     match load(allocator.as_mut(), &mut device, weights.into_iter()) {
         Ok(bytes) => out.weights = bytes,
@@ -363,7 +374,7 @@ pub fn run(q: &Question) -> Result<Run, Invalid> {
         match load(
             allocator.as_mut(),
             &mut device,
-            adam_state(&loaded, t).into_iter(),
+            adam_state(&loaded, params, t).into_iter(),
         ) {
             Ok(bytes) => out.state = bytes,
             Err(asked) => {
@@ -395,7 +406,7 @@ pub fn run(q: &Question) -> Result<Run, Invalid> {
                 lora: t.lora,
                 gpu: Some(q.gpu.spec().compute_capability),
             };
-            step::play(&loaded, run, &mut player)?
+            step::play_with(&loaded, run, params, &mut player)?
         }
     }
     Ok(finish(out, allocator.as_ref()))
@@ -446,10 +457,15 @@ pub struct Answer {
 }
 
 pub fn answer(q: &Question) -> Result<Answer, Invalid> {
-    let run = run(q)?;
+    let loaded = HfConfig {
+        dtype: q.dtype,
+        ..q.config
+    };
+    let params = parameters(&loaded);
+    let run = run_with(q, &params)?;
     let with = |task: Task| Question { task, ..*q };
     // A run refused for its size (a tensor beyond any GPU) does not fit.
-    let fits = |task: Task| Ok(self::run(&with(task)).is_ok_and(|r| r.fits()));
+    let fits = |task: Task| Ok(run_with(&with(task), &params).is_ok_and(|r| r.fits()));
     let (batch, tokens) = q.task.batch_and_tokens();
     let at_batch = |b: u64| q.task.with(b, tokens);
     let at_tokens = |n: u64| q.task.with(batch, n);

@@ -23,10 +23,11 @@ use super::generate::{Holds, Sink, Step};
 use super::params;
 use crate::error::Invalid;
 use crate::train::kinds::step::{sdp, Attention};
+use crate::train::kinds::NamedTensor;
 use crate::types::Dtype;
 use kernel::Sdpa;
 use llama::Shared;
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::rc::Rc;
 use tape::{Tape, T};
 
@@ -47,9 +48,9 @@ pub struct Run {
 
 /// The model's weights as the step reads them.
 struct Weights {
-    by_name: BTreeMap<String, T>,
+    by_name: HashMap<String, T>,
     /// peft's `lora_A` and `lora_B` by the linear layer they adapt.
-    adapters: BTreeMap<String, (T, T)>,
+    adapters: HashMap<String, (T, T)>,
     /// What the optimizer updates, in `named_parameters()` order.
     trainable: Vec<T>,
     missing: T,
@@ -80,15 +81,15 @@ pub fn fans(c: &HfConfig, shape: &[u64]) -> (u64, u64) {
 }
 
 impl Weights {
-    fn new(t: &mut Tape<'_>, c: &HfConfig, lora: Option<u64>) -> Weights {
+    fn new(t: &mut Tape<'_>, c: &HfConfig, params: &[NamedTensor], lora: Option<u64>) -> Weights {
         let targets = lora_targets(c.arch);
         let mut w = Weights {
-            by_name: BTreeMap::new(),
-            adapters: BTreeMap::new(),
+            by_name: HashMap::new(),
+            adapters: HashMap::new(),
             trainable: Vec::new(),
             missing: t.external(0),
         };
-        for p in params::parameters(c) {
+        for p in params {
             let bytes = p.numel() * p.dtype.size_bytes();
             let param = t.parameter(bytes, lora.is_none());
             if lora.is_none() {
@@ -503,6 +504,16 @@ const MOST: u128 = 1 << 40;
 /// `sink` as it is made. The weights and the optimizer's state are held
 /// before it (not in the sink).
 pub fn play(c: &HfConfig, run: Run, sink: &mut dyn Sink) -> Result<(), Invalid> {
+    play_with(c, run, &params::parameters(c), sink)
+}
+
+/// `play` with the model's `named_parameters()` given.
+pub fn play_with(
+    c: &HfConfig,
+    run: Run,
+    params: &[NamedTensor],
+    sink: &mut dyn Sink,
+) -> Result<(), Invalid> {
     if c.arch == Arch::Gemma2 && run.attention == Attention::Sdpa {
         return Err(Invalid::from(
             "Gemma2ForCausalLM does not support sdpa in transformers (its attention soft-caps the scores): attn_implementation=\"eager\"",
@@ -528,7 +539,7 @@ pub fn play(c: &HfConfig, run: Run, sink: &mut dyn Sink) -> Result<(), Invalid> 
         )));
     }
     let mut tape = Tape::new(sink);
-    let w = Rc::new(Weights::new(&mut tape, c, run.lora));
+    let w = Rc::new(Weights::new(&mut tape, c, params, run.lora));
     let ids = tape.external(run.batch * run.seq * 8);
     let kernel = Sdpa(sdp::select(run.gpu, c.dtype, c.head_dim, true));
     let mut m = Model {

@@ -285,9 +285,10 @@ impl<'a> Tape<'a> {
         std::mem::replace(&mut self.grad_mode, on)
     }
 
-    /// A recomputation that stopped early runs nothing more.
+    /// A recomputation that stopped early runs nothing more; nor does a
+    /// step whose sink stopped it (out of memory).
     pub fn halted(&self) -> bool {
-        self.recompute.as_ref().is_some_and(|r| r.stopped)
+        self.recompute.as_ref().is_some_and(|r| r.stopped) || self.sink.stopped()
     }
 
     // Ops.
