@@ -364,12 +364,12 @@ pub fn to_json(a: &Asked, answer: &Answer) -> Value {
 }
 
 /// Whether a kind of tensor has a row for this task even when it holds
-/// nothing at the peak (a generation's cache and logits, a step's
-/// gradients and optimizer temporaries).
+/// nothing at the peak (a generation's cache, a step's gradients and
+/// optimizer temporaries; the logits, with a step's loss tensors, both).
 pub fn shown(task: &Task, h: Holds) -> bool {
     match task {
         Task::Generate(_) => !matches!(h, Holds::Gradient | Holds::Optimizer),
-        Task::Train(_) => !matches!(h, Holds::KvCache | Holds::Logits),
+        Task::Train(_) => h != Holds::KvCache,
     }
 }
 

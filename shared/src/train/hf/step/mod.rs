@@ -8,6 +8,10 @@
 //! (`gradient_checkpointing_enable(use_reentrant=False)`) and peft's LoRA
 //! follow from the forward alone.
 //!
+//! The logits, the loss's tensors and their gradients are told apart from
+//! the other activations (`Holds::Logits`): over a vocabulary of 128K they
+//! are most of a step's peak.
+//!
 //! `tests/reference/hf_train.py` traces transformers' own step on the CPU;
 //! the tests hold this program to it event by event.
 
@@ -431,6 +435,8 @@ impl Model<'_, '_> {
         } else {
             self.weight("lm_head.weight")
         };
+        // The logits, the loss's tensors and their gradients.
+        self.t.set_holds(Holds::Logits);
         let mut logits = self.t.linear(normed, head, None, rows * c.vocab * self.e());
         if c.final_softcap {
             logits = self.softcap_logits(logits);
@@ -442,6 +448,7 @@ impl Model<'_, '_> {
     /// states, logits and cache).
     fn finish(&mut self, normed: T, logits: T) -> T {
         let loss = self.loss(logits);
+        self.t.set_holds(Holds::Activation);
         self.t.drop_all(&[normed, logits]);
         let cache = std::mem::take(&mut self.cache);
         self.t.drop_all(&cache);

@@ -65,6 +65,8 @@ struct Node {
     backward: Option<Backward>,
     /// `AccumulateGrad` of parameter `p`.
     param: Option<usize>,
+    /// What its backward's tensors hold.
+    holds: Holds,
     buffer: Vec<Option<Sid>>,
     /// The checkpoint region whose holders it saved into.
     frame: Option<usize>,
@@ -107,6 +109,11 @@ pub(super) struct Tape<'a> {
     /// Tensors made leaves that need a gradient (`requires_grad_()`), with
     /// their gradient's slot: the graph holds them.
     leaves: Vec<(Sid, usize)>,
+    /// What the ops made now hold (the logits and the loss's tensors, or
+    /// activations), and their nodes' backward tensors.
+    holds: Holds,
+    /// The node running's.
+    running_holds: Holds,
 }
 
 const ACCUMULATE: u64 = u64::MAX;
@@ -125,6 +132,8 @@ impl<'a> Tape<'a> {
             running: Vec::new(),
             unpacked: Vec::new(),
             leaves: Vec::new(),
+            holds: Holds::Activation,
+            running_holds: Holds::Activation,
         }
     }
 
@@ -280,6 +289,11 @@ impl<'a> Tape<'a> {
         t
     }
 
+    /// What the ops made from now on hold (and their backward's tensors).
+    pub fn set_holds(&mut self, holds: Holds) -> Holds {
+        std::mem::replace(&mut self.holds, holds)
+    }
+
     /// Ops made under `torch.no_grad()` need no gradient.
     pub fn set_grad(&mut self, on: bool) -> bool {
         std::mem::replace(&mut self.grad_mode, on)
@@ -307,6 +321,7 @@ impl<'a> Tape<'a> {
             saved: Vec::new(),
             backward,
             param,
+            holds: self.holds,
             buffer: vec![None; outputs],
             frame: None,
         });
@@ -348,7 +363,7 @@ impl<'a> Tape<'a> {
         }
         let made: Vec<T> = (outputs.iter().enumerate())
             .map(|(slot, &(op, bytes))| {
-                let s = self.alloc(op, bytes, Holds::Activation);
+                let s = self.alloc(op, bytes, self.holds);
                 T {
                     s,
                     bytes,
@@ -517,7 +532,7 @@ impl<'a> Tape<'a> {
     pub fn grad(&mut self, i: usize, op: &'static str, bytes: u64) -> Sid {
         let holds = match self.running.get(i).copied().flatten() {
             Some(e) if self.nodes[e.node].param.is_some() => Holds::Gradient,
-            _ => Holds::Activation,
+            _ => self.running_holds,
         };
         self.alloc(op, bytes, holds)
     }
@@ -532,7 +547,7 @@ impl<'a> Tape<'a> {
 
     /// A temporary of a backward.
     pub fn temp(&mut self, op: &'static str, bytes: u64) -> Sid {
-        self.alloc(op, bytes, Holds::Activation)
+        self.alloc(op, bytes, self.running_holds)
     }
 
     /// `loss.backward()`: `ones_like(loss)`, then every node the loss
@@ -593,7 +608,7 @@ impl<'a> Tape<'a> {
         let holds = if self.nodes[e.node].param.is_some() {
             Holds::Gradient
         } else {
-            Holds::Activation
+            self.nodes[e.node].holds
         };
         let bytes = self.bytes(g);
         let sum = self.alloc("add", bytes, holds);
@@ -625,6 +640,7 @@ impl<'a> Tape<'a> {
             return Vec::new();
         };
         self.running = self.nodes[n].next.clone();
+        self.running_holds = self.nodes[n].holds;
         let saved = std::mem::take(&mut self.nodes[n].saved);
         if frame.is_some() {
             self.unpacked = saved.clone();
