@@ -538,7 +538,14 @@ pub fn play_with(
         )));
     }
     let rows = u128::from(run.batch) * u128::from(run.seq);
-    let widest = u128::from(c.vocab.max(c.heads * run.seq));
+    let widths = [
+        c.vocab,
+        c.heads * run.seq,
+        2 * c.intermediate,
+        3 * c.hidden,
+        (c.heads + 2 * c.kv_heads) * c.head_dim,
+    ];
+    let widest = u128::from(widths.into_iter().max().unwrap_or(0));
     if rows * widest * 4 > MOST * 1024 {
         return Err(Invalid(format!(
             "a batch of {} x {} tokens would make tensors beyond any GPU",
