@@ -51,7 +51,7 @@ impl Task {
     }
 
     /// The same task with another batch and token count.
-    fn with(self, batch: u64, tokens: u64) -> Task {
+    pub(crate) fn with(self, batch: u64, tokens: u64) -> Task {
         match self {
             Task::Generate(g) => Task::Generate(Generation {
                 batch,
@@ -469,10 +469,21 @@ pub fn answer(q: &Question) -> Result<Answer, Invalid> {
     let (batch, tokens) = q.task.batch_and_tokens();
     let at_batch = |b: u64| q.task.with(b, tokens);
     let at_tokens = |n: u64| q.task.with(batch, n);
-    let largest_batch = largest(4096, |b| fits(at_batch(b)))?;
+    // A training step that fits holds, beside the weights and AdamW's
+    // state, the float32 log-probabilities of every token over the
+    // vocabulary (`log_softmax` in `ForCausalLMLoss`): no more tokens than
+    // that room allows are searched.
+    let token_cap = match q.task {
+        Task::Generate(_) => u64::MAX,
+        Task::Train(_) => {
+            let room = run.total.saturating_sub(run.weights + run.state);
+            room / (q.config.vocab * 4).max(1)
+        }
+    };
+    let largest_batch = largest(4096.min(token_cap / tokens.max(1)), |b| fits(at_batch(b)))?;
     let room = match q.task {
         Task::Generate(g) => q.config.max_positions.saturating_sub(g.new_tokens),
-        Task::Train(_) => q.config.max_positions,
+        Task::Train(_) => q.config.max_positions.min(token_cap / batch.max(1)),
     };
     let longest_prompt = largest(room, |n| fits(at_tokens(n)))?;
     let below_fails = |found: u64, at: &dyn Fn(u64) -> Task| -> Result<Option<u64>, Invalid> {

@@ -376,3 +376,33 @@ fn training_steps_peak_as_the_h100_measured_them() {
     }
     assert_eq!(checked, 18);
 }
+
+/// The training searches stop at the tokens whose float32 log-probabilities
+/// alone would fill the card: the same answers as searching every batch
+/// up to 4,096 and every sequence up to the model's positions.
+#[test]
+fn a_training_search_bounded_by_its_logits_finds_the_same_limits() {
+    let known = find("Qwen2.5-0.5B").unwrap();
+    let q = Question {
+        config: known.config,
+        dtype: Dtype::Bfloat16,
+        gpu: GpuModel::T4,
+        task: Task::Train(Training {
+            batch: 1,
+            seq: 512,
+            attention: Attention::Sdpa,
+            checkpointing: true,
+            lora: Some(8),
+        }),
+        torch: TorchVersion::default(),
+    };
+    let a = answer(&q).unwrap();
+    let fits = |task: Task| Ok(run(&Question { task, ..q }).is_ok_and(|r| r.fits()));
+    let every_batch = largest(4096, |b| fits(q.task.with(b, 512))).unwrap();
+    let every_seq = largest(known.config.max_positions, |n| fits(q.task.with(1, n))).unwrap();
+    assert_eq!(
+        (a.largest_batch, a.longest_prompt),
+        (every_batch, every_seq)
+    );
+    assert!(a.largest_batch > 1 && a.longest_prompt > 512, "{a:?}");
+}
