@@ -519,6 +519,7 @@ fn replay_fix_names_the_settings_that_avoid_the_out_of_memory() {
         "    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: peak reserved 700.00 MiB",
         "    PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128: peak reserved 700.00 MiB",
         "  still out of memory: roundup_power2_divisions=4 (event 1), roundup_power2_divisions=8 (event 10)",
+        "  garbage_collection_threshold: not tried: PyTorch collects by it only under torch.cuda.set_per_process_memory_fraction, and this process ran without one",
     ] {
         assert!(text.lines().any(|l| l == line), "{line}\n{text}");
     }
@@ -552,6 +553,12 @@ fn replay_fix_names_the_settings_that_avoid_the_out_of_memory() {
     }
     assert!(
         text.contains("as recorded, on a GPU with more room: the smallest, t4"),
+        "{text}"
+    );
+    // Under its own fraction, PyTorch's garbage collection of cached
+    // blocks is tried too; it cannot make room the live tensors take.
+    assert!(
+        text.contains("garbage_collection_threshold=0.6,per_process_memory_fraction="),
         "{text}"
     );
     let calm = export("01-del-vs-empty-cache");

@@ -28,6 +28,10 @@ use serde::{Deserialize, Serialize};
 const MAX_SPLITS_MB: [u64; 4] = [512, 256, 128, 64];
 /// `roundup_power2_divisions` values tried.
 const DIVISIONS: [u64; 2] = [4, 8];
+/// `garbage_collection_threshold` values tried, where the recording ran
+/// under a memory fraction of its own: PyTorch collects cached blocks by
+/// that threshold only then (`set_fraction` in `malloc`).
+const GC_THRESHOLDS: [&str; 2] = ["0.6", "0.8"];
 /// The frames named as holding the memory.
 const HOLDERS: usize = 5;
 
@@ -148,6 +152,19 @@ pub fn search_fix(
             Some(format!("roundup_power2_divisions:{d}")),
         )?);
     }
+    if !room_exact {
+        // The process's own limit is the room: the fraction of a GPU of
+        // the room and the context that leaves the room.
+        let fraction = room as f64 / (room + DEFAULT_CONTEXT_BYTES) as f64;
+        for t in GC_THRESHOLDS {
+            candidates.push(in_room(
+                &format!(
+                    "garbage_collection_threshold={t},per_process_memory_fraction={fraction:.4}"
+                ),
+                Some(format!("garbage_collection_threshold:{t}")),
+            )?);
+        }
+    }
     for gpu in GpuModel::ALL {
         let spec = gpu.spec();
         if spec.total_bytes.saturating_sub(spec.context_bytes) > room {
@@ -232,6 +249,9 @@ pub fn fix_lines(fix: Option<&FixReport>) -> Vec<String> {
         false => "the most the process held: it hit a limit of its own (a memory fraction), so at least this",
     };
     out.push(format!("  room: {}, {room}", format_size(fix.room_bytes)));
+    if fix.room_exact {
+        out.push("  garbage_collection_threshold: not tried: PyTorch collects by it only under torch.cuda.set_per_process_memory_fraction, and this process ran without one".to_string());
+    }
     let recorded = match fix.recorded.out_of_memory_at {
         Some(at) => format!("out of memory at event {at}"),
         None => "runs through: the recorded failure does not happen in this room".into(),
