@@ -46,9 +46,15 @@ function show(a, ms) {
   $("plan-verdict").dataset.fits = a.fits;
   const held = a.task === "generate" ? [] : [["AdamW's state", a.optimizer_state_bytes]];
   const parts = [["weights", a.weights_bytes], ...held, ...Object.entries(a.at_peak).map(([k, v]) => [`${k} at the peak`, v])];
-  $("plan-parts").replaceChildren(...parts.map(([k, v]) => {
+  const items = parts.map(([k, v]) => `${k}: ${size(v)}`);
+  const layers = a.activations_by_layer ?? [];
+  if (layers.some((v) => v > 0)) {
+    const most = Math.max(...layers), least = Math.min(...layers);
+    items.push(`of them, the activations the decoder layers made, at the peak: from ${size(least)} (layer ${layers.indexOf(least)}) to ${size(most)} (layer ${layers.indexOf(most)}) a layer`);
+  }
+  $("plan-parts").replaceChildren(...items.map((text) => {
     const li = document.createElement("li");
-    li.textContent = `${k}: ${size(v)}`;
+    li.textContent = text;
     return li;
   }));
   chart(a.peak_allocated_by_token ?? []);

@@ -126,6 +126,9 @@ fn print_text(out: &mut impl Write, a: &Asked, answer: &Answer) -> anyhow::Resul
             format_size(*bytes)
         )?;
     }
+    if let Some(words) = ask::by_layer_words(&r.activations_by_layer) {
+        writeln!(out, "  of them, {words}")?;
+    }
     if let Some(line) = by_token(&r.by_token).filter(|_| matches!(q.task, Task::Generate(_))) {
         writeln!(out, "{line}")?;
     }

@@ -338,6 +338,7 @@ pub fn to_json(a: &Asked, answer: &Answer) -> Value {
         "total_bytes": r.total,
         "context_bytes": r.context,
         "at_peak": at_peak,
+        "activations_by_layer": r.activations_by_layer,
         "out_of_memory": r.out_of_memory.as_ref().map(|(s, b)| json!({"where": stop_words(s), "requested_bytes": b})),
         "largest_batch": answer.largest_batch,
         "batch_below_fails": answer.batch_below_fails,
@@ -361,6 +362,24 @@ pub fn to_json(a: &Asked, answer: &Answer) -> Value {
         }
     }
     v
+}
+
+/// The activations at the peak by layer, in words: the layers holding
+/// the least and the most (none when no layer held any).
+pub fn by_layer_words(by_layer: &[u64]) -> Option<String> {
+    let (most_at, most) = by_layer
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, b)| (**b, usize::MAX - i))?;
+    let (least_at, least) = by_layer.iter().enumerate().min_by_key(|(i, b)| (**b, *i))?;
+    if *most == 0 {
+        return None;
+    }
+    Some(format!(
+        "the activations the decoder layers made, at the peak: from {} (layer {least_at}) to {} (layer {most_at}) a layer",
+        crate::units::format_size(*least),
+        crate::units::format_size(*most)
+    ))
 }
 
 /// Whether a kind of tensor has a row for this task even when it holds

@@ -109,6 +109,9 @@ pub struct Run {
     /// At the peak of allocated memory, the bytes of each kind of tensor
     /// besides the weights.
     pub at_peak: Vec<(Holds, u64)>,
+    /// At the peak, the activations each decoder layer made (its forward's
+    /// and its backward's), by layer.
+    pub activations_by_layer: Vec<u64>,
     /// Where it ran out of memory, if it did, and the request refused.
     pub out_of_memory: Option<(Stop, u64)>,
     /// The memory `cudaMemGetInfo` reports, and the CUDA context's part.
@@ -161,9 +164,11 @@ struct Player<'a> {
     device: &'a mut SimDevice,
     allocator: &'a mut dyn Allocator,
     out: &'a mut Run,
-    live: Vec<Option<(BlockId, Holds)>>,
+    live: Vec<Option<(BlockId, Holds, Option<u32>)>>,
     spare: Vec<usize>,
     held: [u64; Holds::ALL.len()],
+    /// Activations held, by the layer that made them.
+    by_layer: Vec<u64>,
     at: Stop,
     blas: BlasWorkspaces,
     /// The kept workspaces made so far: cuBLAS's, cuBLASLt's.
@@ -176,6 +181,11 @@ impl Player<'_> {
     /// A block of `bytes` for a tensor that holds `holds`; `None` once a
     /// request is refused (the run stops there).
     fn take(&mut self, bytes: u64, holds: Holds) -> Option<usize> {
+        self.take_in(bytes, holds, None)
+    }
+
+    /// `take`, for a tensor layer `layer` made.
+    fn take_in(&mut self, bytes: u64, holds: Holds, layer: Option<u32>) -> Option<usize> {
         if self.out.out_of_memory.is_some() {
             return None;
         }
@@ -188,19 +198,29 @@ impl Player<'_> {
                 return None;
             }
         };
-        self.held[index(holds)] += self.allocator.block_size(block);
+        let size = self.allocator.block_size(block);
+        self.held[index(holds)] += size;
+        let layer = layer.filter(|_| holds == Holds::Activation);
+        if let Some(l) = layer {
+            let l = l as usize;
+            if self.by_layer.len() <= l {
+                self.by_layer.resize(l + 1, 0);
+            }
+            self.by_layer[l] += size;
+        }
         let allocated = self.allocator.stats().allocated_bytes.current;
         self.forward_peak = self.forward_peak.max(allocated);
         if allocated > self.out.peak_allocated {
             self.out.peak_allocated = allocated;
             let held = self.held;
             self.out.at_peak = Holds::ALL.iter().map(|&h| (h, held[index(h)])).collect();
+            self.out.activations_by_layer.clone_from(&self.by_layer);
         }
         let slot = self.spare.pop().unwrap_or(self.live.len());
         if slot == self.live.len() {
             self.live.push(None);
         }
-        self.live[slot] = Some((block, holds));
+        self.live[slot] = Some((block, holds, layer));
         Some(slot)
     }
 
@@ -236,10 +256,14 @@ impl Player<'_> {
     }
 
     fn release(&mut self, slot: usize) {
-        let Some((block, holds)) = self.live.get_mut(slot).and_then(Option::take) else {
+        let Some((block, holds, layer)) = self.live.get_mut(slot).and_then(Option::take) else {
             return;
         };
-        self.held[index(holds)] -= self.allocator.block_size(block);
+        let size = self.allocator.block_size(block);
+        self.held[index(holds)] -= size;
+        if let Some(held) = layer.and_then(|l| self.by_layer.get_mut(l as usize)) {
+            *held -= size;
+        }
         self.allocator.free(self.device, block);
         self.spare.push(slot);
     }
@@ -247,7 +271,7 @@ impl Player<'_> {
 
 impl Sink for Player<'_> {
     fn alloc(&mut self, m: Made) -> usize {
-        let Some(slot) = self.take(m.bytes, m.holds) else {
+        let Some(slot) = self.take_in(m.bytes, m.holds, m.layer) else {
             return usize::MAX;
         };
         self.gemm_workspaces(m.op);
@@ -343,6 +367,7 @@ fn run_with(q: &Question, params: &[NamedTensor]) -> Result<Run, Invalid> {
         peak_allocated: 0,
         peak_reserved: 0,
         at_peak: Vec::new(),
+        activations_by_layer: Vec::new(),
         out_of_memory: None,
         total,
         context: device.context_bytes(),
@@ -390,6 +415,7 @@ fn run_with(q: &Question, params: &[NamedTensor]) -> Result<Run, Invalid> {
         live: Vec::new(),
         spare: Vec::new(),
         held: [0; Holds::ALL.len()],
+        by_layer: Vec::new(),
         at: Stop::Forward(0),
         forward_peak: 0,
         blas,

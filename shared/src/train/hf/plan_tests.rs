@@ -406,3 +406,29 @@ fn a_training_search_bounded_by_its_logits_finds_the_same_limits() {
     );
     assert!(a.largest_batch > 1 && a.longest_prompt > 512, "{a:?}");
 }
+
+/// At a training step's peak, without checkpointing, every decoder layer
+/// holds the activations its backward needs; they are part of the
+/// activations held then.
+#[test]
+fn a_step_s_activations_are_told_by_layer() {
+    let known = find("Qwen3-0.6B").unwrap();
+    let q = Question {
+        config: known.config,
+        dtype: Dtype::Bfloat16,
+        gpu: GpuModel::H100_80gb,
+        task: Task::Train(Training {
+            batch: 2,
+            seq: 1024,
+            attention: Attention::Sdpa,
+            checkpointing: false,
+            lora: None,
+        }),
+        torch: TorchVersion::default(),
+    };
+    let r = run(&q).unwrap();
+    let layers = &r.activations_by_layer;
+    assert_eq!(layers.len() as u64, known.config.layers);
+    assert!(layers.iter().all(|&b| b > 0), "{layers:?}");
+    assert!(layers.iter().sum::<u64>() <= r.held_at_peak(Holds::Activation));
+}

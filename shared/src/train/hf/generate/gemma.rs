@@ -134,12 +134,14 @@ impl Tape<'_> {
             .collect();
         let mut x = embeds;
         for l in 0..c.layers as usize {
+            self.layer = Some(l as u32);
             let out = self.gemma_layer(l, tokens);
             if x != embeds {
                 self.free(x);
             }
             x = out;
         }
+        self.layer = None;
         let normed = self.gemma_norm(bt, c.hidden);
         self.free(x);
         self.free(embeds);

@@ -108,10 +108,12 @@ impl Tape<'_> {
         let mut x = self.act("add", bt * c.hidden * e);
         let mask = self.mask(past, tokens);
         for l in 0..c.layers as usize {
+            self.layer = Some(l as u32);
             let out = self.gpt2_block(l, tokens);
             self.free(x);
             x = out;
         }
+        self.layer = None;
         let normed = self.layer_norm(bt);
         self.free_all(&[x, tokens_embedded, positions_embedded]);
         if let Some(m) = mask {

@@ -244,12 +244,14 @@ impl Tape<'_> {
         let (cos, sin) = self.rotary(b * tokens);
         let mut x = embeds;
         for l in 0..c.layers as usize {
+            self.layer = Some(l as u32);
             let out = self.layer(l, x, tokens);
             if x != embeds {
                 self.free(x);
             }
             x = out;
         }
+        self.layer = None;
         let normed = self.rms_norm(x, b * tokens, c.hidden);
         self.free(x);
         self.free_all(&[embeds, cos, sin]);

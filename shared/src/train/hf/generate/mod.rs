@@ -96,6 +96,8 @@ pub struct Made {
     pub op: &'static str,
     pub bytes: u64,
     pub holds: Holds,
+    /// The decoder layer whose forward (or backward) makes it, if one.
+    pub layer: Option<u32>,
 }
 
 /// One step of the run.
@@ -165,6 +167,8 @@ struct Tape<'a> {
     dtype: Dtype,
     sink: &'a mut dyn Sink,
     cache: Vec<Layer>,
+    /// The decoder layer running, if one.
+    layer: Option<u32>,
 }
 
 const F32: u64 = 4;
@@ -175,7 +179,13 @@ impl Tape<'_> {
     }
 
     fn alloc(&mut self, op: &'static str, bytes: u64, holds: Holds) -> usize {
-        self.sink.alloc(Made { op, bytes, holds })
+        let layer = self.layer;
+        self.sink.alloc(Made {
+            op,
+            bytes,
+            holds,
+            layer,
+        })
     }
 
     fn act(&mut self, op: &'static str, bytes: u64) -> usize {
@@ -456,6 +466,7 @@ pub fn play(c: &HfConfig, dtype: Dtype, g: Generation, sink: &mut dyn Sink) -> R
         dtype,
         sink,
         cache: vec![Layer::default(); c.layers as usize],
+        layer: None,
     };
     tape.run();
     Ok(())

@@ -256,6 +256,7 @@ impl Model<'_, '_> {
         let mut x = embeds;
         for l in 0..self.c.layers {
             let s = kinds[usize::from(self.c.sliding(l))];
+            self.t.set_layer(Some(l as u32));
             let out = if self.run.checkpointing {
                 // The region keeps `partial(layer, **kwargs)` (the mask, cos
                 // and sin, the positions, in the order the model passes
@@ -279,8 +280,10 @@ impl Model<'_, '_> {
                         kernel,
                         cache: Vec::new(),
                     };
+                    let outside = m.t.set_layer(Some(l as u32));
                     let out = m.any_layer(l, x, &s);
                     m.t.drop(out);
+                    m.t.set_layer(outside);
                 });
                 self.t.checkpoint_end(frame, recompute);
                 out
@@ -292,6 +295,7 @@ impl Model<'_, '_> {
             }
             x = out;
         }
+        self.t.set_layer(None);
         x
     }
 

@@ -68,6 +68,8 @@ struct Node {
     param: Option<usize>,
     /// What its backward's tensors hold.
     holds: Holds,
+    /// The decoder layer that made it.
+    layer: Option<u32>,
     buffer: Vec<Option<Sid>>,
     /// The checkpoint region whose holders it saved into.
     frame: Option<usize>,
@@ -115,6 +117,8 @@ pub(super) struct Tape<'a> {
     holds: Holds,
     /// The node running's.
     running_holds: Holds,
+    /// The decoder layer whose ops are being made (or whose node runs).
+    layer: Option<u32>,
 }
 
 const ACCUMULATE: u64 = u64::MAX;
@@ -135,6 +139,7 @@ impl<'a> Tape<'a> {
             leaves: Vec::new(),
             holds: Holds::Activation,
             running_holds: Holds::Activation,
+            layer: None,
         }
     }
 
@@ -160,7 +165,13 @@ impl<'a> Tape<'a> {
 
     /// A new storage of `bytes` made by `op`, held once.
     pub fn alloc(&mut self, op: &'static str, bytes: u64, holds: Holds) -> Sid {
-        let handle = self.sink.alloc(Made { op, bytes, holds });
+        let layer = self.layer;
+        let handle = self.sink.alloc(Made {
+            op,
+            bytes,
+            holds,
+            layer,
+        });
         let s = self.storage(Some(handle), bytes);
         // A recomputation's Python holds what it makes until it stops.
         if let Some(r) = &mut self.recompute {
@@ -290,6 +301,11 @@ impl<'a> Tape<'a> {
         t
     }
 
+    /// The decoder layer whose ops are made from now on (none: outside).
+    pub fn set_layer(&mut self, layer: Option<u32>) -> Option<u32> {
+        std::mem::replace(&mut self.layer, layer)
+    }
+
     /// What the ops made from now on hold (and their backward's tensors).
     pub fn set_holds(&mut self, holds: Holds) -> Holds {
         std::mem::replace(&mut self.holds, holds)
@@ -323,6 +339,7 @@ impl<'a> Tape<'a> {
             backward,
             param,
             holds: self.holds,
+            layer: self.layer,
             buffer: vec![None; outputs],
             frame: None,
         });

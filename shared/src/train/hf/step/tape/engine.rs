@@ -120,6 +120,7 @@ impl Tape<'_> {
         };
         self.running = self.nodes[n].next.clone();
         self.running_holds = self.nodes[n].holds;
+        let layer = self.set_layer(self.nodes[n].layer);
         let saved = std::mem::take(&mut self.nodes[n].saved);
         if frame.is_some() {
             self.unpacked = saved.clone();
@@ -146,6 +147,7 @@ impl Tape<'_> {
                 self.free_frame(f);
             }
         }
+        self.set_layer(layer);
         out
     }
 }
