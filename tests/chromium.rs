@@ -67,6 +67,9 @@ pub async fn launch(name: &str) -> (Browser, tokio::task::JoinHandle<()>, PathBu
         .chrome_executable(chromium().unwrap())
         .no_sandbox()
         .user_data_dir(&profile)
+        // A cold start on a small machine can take longer than the
+        // library's 20 s.
+        .launch_timeout(std::time::Duration::from_secs(90))
         .window_size(1280, 1000)
         .viewport(Some(chromiumoxide::handler::viewport::Viewport {
             width: 1280,
