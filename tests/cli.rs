@@ -879,6 +879,41 @@ fn plan_answers_will_it_fit_for_a_shipped_shape_and_a_config_file() {
     assert!(python.contains("gradient_checkpointing_enable"), "{python}");
     assert!(python.contains("LoraConfig(r=16"), "{python}");
 
+    // bitsandbytes' AdamW8bit: every state in 8 bits with a float32
+    // maximum per block of 256, and no foreach temporaries.
+    let out = plan(&[
+        "Llama-3.1-8B",
+        "--task",
+        "train",
+        "--gpu",
+        "h100-80gb",
+        "--json",
+    ]);
+    let adamw: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = plan(&[
+        "Llama-3.1-8B",
+        "--task",
+        "train",
+        "--gpu",
+        "h100-80gb",
+        "--optimizer",
+        "adamw8bit",
+        "--json",
+    ]);
+    let eight: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(eight["optimizer"], "adamw8bit", "{eight}");
+    let state = |v: &serde_json::Value| v["optimizer_state_bytes"].as_u64().unwrap();
+    // torch.optim.AdamW keeps two bfloat16 states of bfloat16 weights: 4
+    // bytes an element against about 2.03.
+    assert!(state(&eight) * 100 < state(&adamw) * 51, "{eight}\n{adamw}");
+    assert!(
+        eight["python"]
+            .as_str()
+            .unwrap()
+            .contains("bnb.optim.AdamW8bit"),
+        "{eight}"
+    );
+
     let out = plan(&["Llama-3.1-8B", "--task", "qlora"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();

@@ -24,6 +24,7 @@ function request() {
     r.task = task;
     r.seq = Number($("plan-seq").value);
     r.checkpointing = $("plan-checkpointing").checked;
+    r.optimizer = $("plan-optimizer").value;
     if (task === "lora") r.rank = Number($("plan-rank").value);
   }
   if ($("plan-attn").value) r.attn = $("plan-attn").value;
@@ -44,7 +45,7 @@ function show(a, ms) {
     ? `Fits. ${head}: peak allocated ${size(a.peak_allocated_bytes)}, reserved ${size(a.peak_reserved_bytes)}, of ${size(a.total_bytes)} (${size(a.context_bytes)} of it the CUDA context).`
     : `Does not fit. ${head}: out of memory ${a.out_of_memory.where} (a request of ${size(a.out_of_memory.requested_bytes)}).`;
   $("plan-verdict").dataset.fits = a.fits;
-  const held = a.task === "generate" ? [] : [["AdamW's state", a.optimizer_state_bytes]];
+  const held = a.task === "generate" ? [] : [["the optimizer's state", a.optimizer_state_bytes]];
   const parts = [["weights", a.weights_bytes], ...held, ...Object.entries(a.at_peak).map(([k, v]) => [`${k} at the peak`, v])];
   const items = parts.map(([k, v]) => `${k}: ${size(v)}`);
   const layers = a.activations_by_layer ?? [];

@@ -83,6 +83,10 @@ pub struct PlanArgs {
     /// LoRA's rank (`lora`).
     #[arg(long, default_value_t = 16)]
     pub rank: u64,
+    /// The optimizer (`train`, `lora`): `adamw` (`torch.optim.AdamW`) or
+    /// `adamw8bit` (bitsandbytes' `AdamW8bit`).
+    #[arg(long, default_value = "adamw")]
+    pub optimizer: String,
     /// The prompt's tokens.
     #[arg(long, default_value_t = 512)]
     pub prompt: u64,

@@ -26,7 +26,7 @@ fn request(args: &PlanArgs) -> anyhow::Result<Value> {
     } else {
         json!({
             "task": args.task, "gpu": args.gpu, "batch": args.batch, "seq": args.seq,
-            "checkpointing": args.checkpointing, "torch": args.torch,
+            "checkpointing": args.checkpointing, "torch": args.torch, "optimizer": args.optimizer,
         })
     };
     if args.task == "lora" {
@@ -67,13 +67,18 @@ fn asked_line(a: &Asked) -> String {
             ask::attention_name(g.attention),
         ),
         Task::Train(t) => format!(
-            "one training step ({}) of {} x {} tokens, AdamW, {} attention{}",
+            "one training step ({}) of {} x {} tokens, {}, {} attention{}",
             match t.lora {
                 Some(rank) => format!("LoRA rank {rank}"),
                 None => "every parameter".to_string(),
             },
             t.batch,
             t.seq,
+            if t.adam8bit {
+                "AdamW8bit (bitsandbytes)"
+            } else {
+                "AdamW"
+            },
             ask::attention_name(t.attention),
             if t.checkpointing {
                 ", gradient checkpointing"
@@ -113,7 +118,7 @@ fn print_text(out: &mut impl Write, a: &Asked, answer: &Answer) -> anyhow::Resul
     }
     writeln!(out, "  weights: {}", format_size(r.weights))?;
     if let Task::Train(_) = q.task {
-        writeln!(out, "  AdamW's state: {}", format_size(r.state))?;
+        writeln!(out, "  the optimizer's state: {}", format_size(r.state))?;
     }
     for (holds, bytes) in &r.at_peak {
         if *bytes == 0 && !ask::shown(&q.task, *holds) {

@@ -52,6 +52,7 @@ pub const FIELDS: &[&str] = &[
     "seq",
     "checkpointing",
     "rank",
+    "optimizer",
 ];
 
 /// The tasks a request may name, and those not built yet.
@@ -174,6 +175,15 @@ pub fn read(request: &Value) -> Result<Asked, Invalid> {
                     .ok_or_else(|| Invalid(format!("`checkpointing` is {v}: true or false")))?,
             },
             lora: (task == "lora").then(|| count(r, "rank", 16)).transpose()?,
+            adam8bit: match r.get("optimizer").and_then(Value::as_str) {
+                None | Some("adamw") => false,
+                Some("adamw8bit") => true,
+                Some(other) => {
+                    return Err(Invalid(format!(
+                        "`optimizer` is {other:?}: adamw (torch.optim.AdamW) or adamw8bit (bitsandbytes' AdamW8bit)"
+                    )))
+                }
+            },
         }),
         other if NOT_YET.contains(&other) => {
             return Err(Invalid(format!(
@@ -261,9 +271,16 @@ fn train_python(c: &HfConfig, t: Training) -> String {
             targets.join(", ")
         ));
     }
+    let optimizer = match t.adam8bit {
+        true => {
+            s.push_str("import bitsandbytes as bnb\n");
+            "bnb.optim.AdamW8bit"
+        }
+        false => "torch.optim.AdamW",
+    };
     s.push_str(&format!(
         "model.train()\n\
-         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)\n\
+         opt = {optimizer}([p for p in model.parameters() if p.requires_grad], lr=1e-5)\n\
          ids = torch.randint(0, config.vocab_size, ({}, {}), device=\"cuda\")\n\
          for _ in range(2):\n    \
          loss = model(input_ids=ids, labels=ids).loss\n    \
@@ -357,6 +374,7 @@ pub fn to_json(a: &Asked, answer: &Answer) -> Value {
             v["seq"] = tokens.into();
             v["checkpointing"] = t.checkpointing.into();
             v["rank"] = t.lora.into();
+            v["optimizer"] = if t.adam8bit { "adamw8bit" } else { "adamw" }.into();
             v["longest_seq"] = answer.longest_prompt.into();
             v["seq_below_fails"] = answer.prompt_below_fails.into();
         }

@@ -18,6 +18,8 @@ use crate::framework::{
 };
 use crate::gpu::GpuModel;
 use crate::train::kinds::NamedTensor;
+use crate::train::optim::QMAP_VALUES;
+use crate::train::{OptimizerKind, OptimizerSpec};
 use crate::types::Dtype;
 
 /// One training step: `model(input_ids=ids, labels=ids).loss`,
@@ -32,6 +34,8 @@ pub struct Training {
     /// peft's LoRA of this rank on the model type's default targets; none:
     /// every parameter trains.
     pub lora: Option<u64>,
+    /// bitsandbytes' `AdamW8bit` instead of `torch.optim.AdamW`.
+    pub adam8bit: bool,
 }
 
 /// What the model is asked to do.
@@ -321,30 +325,59 @@ fn load(
 }
 
 /// The LoRA adapters peft adds (float32: `autocast_adapter_dtype`), in
-/// `named_parameters()` order: `lora_A` then `lora_B` of each target.
-fn adapters(c: &HfConfig, params: &[NamedTensor], rank: u64) -> Vec<u64> {
+/// `named_parameters()` order: `lora_A` then `lora_B` of each target, as
+/// shapes.
+fn adapter_shapes(c: &HfConfig, params: &[NamedTensor], rank: u64) -> Vec<Vec<u64>> {
     let targets = step::lora_targets(c.arch);
-    let mut sizes = Vec::new();
+    let mut shapes = Vec::new();
     for p in params {
         let module = p.name.rsplit_once('.').map_or("", |(m, _)| m);
         if p.name.ends_with(".weight") && targets.iter().any(|t| module.ends_with(t)) {
             let (fan_out, fan_in) = step::fans(c, &p.shape);
-            sizes.extend([rank * fan_in * 4, fan_out * rank * 4]);
+            shapes.extend([vec![rank, fan_in], vec![fan_out, rank]]);
         }
     }
-    sizes
+    shapes
+}
+
+/// The adapters' bytes.
+fn adapters(c: &HfConfig, params: &[NamedTensor], rank: u64) -> Vec<u64> {
+    (adapter_shapes(c, params, rank).iter())
+        .map(|s| s.iter().product::<u64>() * 4)
+        .collect()
 }
 
 /// What AdamW's first `step()` makes for each parameter it updates:
-/// `exp_avg` and `exp_avg_sq`, each like the parameter.
+/// `torch.optim.AdamW`'s `exp_avg` and `exp_avg_sq`, each like the
+/// parameter; bitsandbytes' `AdamW8bit` its two quantization maps first,
+/// then each parameter's `state1` and `state2` in 8 bits with a float32
+/// `absmax` per block of 256 (float32 states under 4,096 elements:
+/// `optim::OptimizerSpec::state`).
 fn adam_state(c: &HfConfig, params: &[NamedTensor], t: &Training) -> Vec<u64> {
-    let trained: Vec<u64> = match t.lora {
-        Some(rank) => adapters(c, params, rank),
-        None => (params.iter())
-            .map(|p| p.numel() * p.dtype.size_bytes())
+    let trained: Vec<(Vec<u64>, Dtype)> = match t.lora {
+        Some(rank) => (adapter_shapes(c, params, rank).into_iter())
+            .map(|s| (s, Dtype::Float32))
             .collect(),
+        None => params.iter().map(|p| (p.shape.clone(), p.dtype)).collect(),
     };
-    trained.into_iter().flat_map(|b| [b, b]).collect()
+    let spec = match t.adam8bit {
+        true => OptimizerSpec::new(OptimizerKind::Adamw, 8)
+            .unwrap_or(OptimizerSpec::torch(OptimizerKind::Adamw)),
+        false => OptimizerSpec::torch(OptimizerKind::Adamw),
+    };
+    let mut sizes = Vec::new();
+    let quantized = trained
+        .iter()
+        .any(|(s, _)| spec.quantizes(s.iter().product()));
+    if quantized {
+        sizes.extend(spec.qmaps().iter().map(|_| QMAP_VALUES * 4));
+    }
+    for (shape, dtype) in &trained {
+        for st in spec.state(shape, *dtype) {
+            sizes.push(st.shape.iter().product::<u64>() * st.dtype.size_bytes());
+        }
+    }
+    sizes
 }
 
 /// Plays the question once.
@@ -431,6 +464,7 @@ fn run_with(q: &Question, params: &[NamedTensor]) -> Result<Run, Invalid> {
                 checkpointing: t.checkpointing,
                 lora: t.lora,
                 gpu: Some(q.gpu.spec().compute_capability),
+                adam8bit: t.adam8bit,
             };
             step::play_with(&loaded, run, params, &mut player)?
         }

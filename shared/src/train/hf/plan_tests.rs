@@ -340,6 +340,7 @@ fn training_steps_peak_as_the_h100_measured_them() {
                 },
                 checkpointing: row["checkpointing"].as_bool().unwrap_or(false),
                 lora: row["lora"].as_u64(),
+                adam8bit: false,
             };
             let mut config = known.unwrap().config;
             // `hf_steps.py` turned GPT-2's dropout off.
@@ -393,6 +394,7 @@ fn a_training_search_bounded_by_its_logits_finds_the_same_limits() {
             attention: Attention::Sdpa,
             checkpointing: true,
             lora: Some(8),
+            adam8bit: false,
         }),
         torch: TorchVersion::default(),
     };
@@ -423,6 +425,7 @@ fn a_step_s_activations_are_told_by_layer() {
             attention: Attention::Sdpa,
             checkpointing: false,
             lora: None,
+            adam8bit: false,
         }),
         torch: TorchVersion::default(),
     };
@@ -431,4 +434,48 @@ fn a_step_s_activations_are_told_by_layer() {
     assert_eq!(layers.len() as u64, known.config.layers);
     assert!(layers.iter().all(|&b| b > 0), "{layers:?}");
     assert!(layers.iter().sum::<u64>() <= r.held_at_peak(Holds::Activation));
+}
+
+/// bitsandbytes' `AdamW8bit` state: the two quantization maps, then for
+/// each parameter two 8-bit states and a float32 maximum per block of 256
+/// (float32 states for parameters under 4,096 elements).
+#[test]
+fn adamw8bit_state_is_a_byte_an_element_and_a_maximum_a_block() {
+    let known = find("Qwen2.5-0.5B").unwrap();
+    let training = Training {
+        batch: 1,
+        seq: 128,
+        attention: Attention::Sdpa,
+        checkpointing: false,
+        lora: None,
+        adam8bit: true,
+    };
+    let loaded = HfConfig {
+        dtype: Dtype::Bfloat16,
+        ..known.config
+    };
+    let params = parameters(&loaded);
+    let sizes = adam_state(&loaded, &params, &training);
+    let expected: u64 = 2 * 256 * 4
+        + (params.iter())
+            .map(|p| {
+                let n = p.numel();
+                if n < 4096 {
+                    2 * n * 4
+                } else {
+                    2 * n + 2 * n.div_ceil(256) * 4
+                }
+            })
+            .sum::<u64>();
+    assert_eq!(sizes.iter().sum::<u64>(), expected);
+    let q = Question {
+        config: known.config,
+        dtype: Dtype::Bfloat16,
+        gpu: GpuModel::T4,
+        task: Task::Train(training),
+        torch: TorchVersion::default(),
+    };
+    let r = run(&q).unwrap();
+    assert!(r.fits());
+    assert_eq!(r.held_at_peak(Holds::Optimizer), 0);
 }

@@ -48,6 +48,9 @@ pub struct Run {
     /// The GPU's compute capability (none: the CPU, where the reference
     /// traces are recorded).
     pub gpu: Option<(u32, u32)>,
+    /// bitsandbytes' `AdamW8bit`: its blockwise kernel updates the state in
+    /// place, with no temporaries.
+    pub adam8bit: bool,
 }
 
 /// The model's weights as the step reads them.
@@ -485,6 +488,9 @@ impl Model<'_, '_> {
     /// `_multi_tensor_adamw` (`_foreach_sqrt` of every second moment,
     /// freed as it returns).
     fn optimizer_step(&mut self) {
+        if self.run.adam8bit {
+            return;
+        }
         let trainable = self.w.trainable.clone();
         if self.run.gpu.is_some() {
             let sqrt: Vec<_> = (trainable.iter())

@@ -77,6 +77,7 @@ fn cases(models: &[&str]) -> Vec<Case> {
             checkpointing: c["checkpointing"].as_bool().unwrap_or(false),
             lora,
             gpu: None,
+            adam8bit: false,
         };
         let events = (c["events"].as_array().into_iter().flatten())
             .map(|e| {
