@@ -139,14 +139,8 @@ impl Model<'_, '_> {
         let a = |t: &mut Self, op, bytes| t.t.alloc(op, bytes, Holds::Ids);
         let batch = a(self, "arange", b * 8);
         let head = a(self, "arange", 8);
-        let index = |t: &mut Self| {
-            let arange = t.t.alloc("arange", n * 8, Holds::Ids);
-            let shifted = t.t.alloc("add", n * 8, Holds::Ids);
-            t.t.release(arange);
-            shifted
-        };
-        let q = index(self);
-        let kv = index(self);
+        let q = self.mask_index();
+        let kv = self.mask_index();
         let ones = a(self, "new_ones", 1);
         let start = a(self, "sub", n * 8);
         let after_start = a(self, "gt", n * n);

@@ -184,6 +184,15 @@ impl Model<'_, '_> {
         }
     }
 
+    /// A mask's query or key index: `arange(seq)` plus the positions seen.
+    fn mask_index(&mut self) -> tape::Sid {
+        let n = self.run.seq;
+        let arange = self.t.alloc("arange", n * 8, Holds::Ids);
+        let shifted = self.t.alloc("add", n * 8, Holds::Ids);
+        self.t.release(arange);
+        shifted
+    }
+
     /// `create_causal_mask` for eager attention (`eager_mask`): the
     /// batch, head, query and key indices, `kv_idx <= q_idx`, and a batch
     /// of queries x keys in the model's type, 0 or its minimum.
@@ -192,14 +201,8 @@ impl Model<'_, '_> {
         let mut a = |op, bytes| self.t.alloc(op, bytes, Holds::Ids);
         let batch = a("arange", b * 8);
         let head = a("arange", 8);
-        let index = |t: &mut Self| {
-            let arange = t.t.alloc("arange", n * 8, Holds::Ids);
-            let shifted = t.t.alloc("add", n * 8, Holds::Ids);
-            t.t.release(arange);
-            shifted
-        };
-        let q = index(self);
-        let kv = index(self);
+        let q = self.mask_index();
+        let kv = self.mask_index();
         let le = self.t.alloc("le", n * n, Holds::Ids);
         for s in [batch, head, q, kv] {
             self.t.release(s);

@@ -29,7 +29,30 @@ fn needs(x: &T) -> bool {
     x.fun.is_some()
 }
 
+/// What an op of one tensor saves for its backward.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Saves {
+    Nothing,
+    Input,
+    Output,
+}
+
 impl Tape<'_> {
+    /// `op` of `x` alone, making `bytes`, saving what `saves` names;
+    /// backward one tensor `back` of `x`'s size.
+    fn unary(&mut self, op: &'static str, bytes: u64, x: T, saves: Saves, back: &'static str) -> T {
+        let xb = x.bytes;
+        let saved: &[Sid] = if saves == Saves::Input { &[x.s] } else { &[] };
+        self.op1(
+            op,
+            bytes,
+            &[x],
+            saved,
+            saves == Saves::Output,
+            Box::new(move |t, _| vec![Some(t.grad(0, back, xb))]),
+        )
+    }
+
     /// `F.embedding(ids, weight)`: saves the indices; backward the
     /// weight's dense gradient.
     pub fn embedding(&mut self, weight: T, ids: T, bytes: u64) -> T {
@@ -127,29 +150,13 @@ impl Tape<'_> {
 
     /// `x * c` of a Python number: saves nothing; backward one product.
     pub fn scale(&mut self, x: T) -> T {
-        let bytes = x.bytes;
-        self.op1(
-            "mul",
-            bytes,
-            &[x],
-            &[],
-            false,
-            Box::new(move |t, _| vec![Some(t.grad(0, "mul", bytes))]),
-        )
+        self.unary("mul", x.bytes, x, Saves::Nothing, "mul")
     }
 
     /// `x / c` (or another op of `x` and a Python number): backward one
     /// tensor of `x`'s size.
     pub fn scale_as(&mut self, op: &'static str, x: T) -> T {
-        let bytes = x.bytes;
-        self.op1(
-            op,
-            bytes,
-            &[x],
-            &[],
-            false,
-            Box::new(move |t, _| vec![Some(t.grad(0, op, bytes))]),
-        )
+        self.unary(op, x.bytes, x, Saves::Nothing, op)
     }
 
     /// `native_layer_norm(x, weight, bias)` over `rows` rows: the output
@@ -245,15 +252,7 @@ impl Tape<'_> {
 
     /// `x.mean(-1, keepdim=True)` of `bytes`: backward `grad.expand() / n`.
     pub fn mean(&mut self, x: T, bytes: u64) -> T {
-        let xb = x.bytes;
-        self.op1(
-            "mean",
-            bytes,
-            &[x],
-            &[],
-            false,
-            Box::new(move |t, _| vec![Some(t.grad(0, "div", xb))]),
-        )
+        self.unary("mean", bytes, x, Saves::Nothing, "div")
     }
 
     /// `torch.rsqrt(x)`: saves its result; backward
@@ -273,28 +272,12 @@ impl Tape<'_> {
     /// An elementwise op of `x` that saves `x` (SiLU, GELU's tanh, …);
     /// backward one tensor `back`.
     pub fn unary_saving_input(&mut self, op: &'static str, back: &'static str, x: T) -> T {
-        let bytes = x.bytes;
-        self.op1(
-            op,
-            bytes,
-            &[x],
-            &[x.s],
-            false,
-            Box::new(move |t, _| vec![Some(t.grad(0, back, bytes))]),
-        )
+        self.unary(op, x.bytes, x, Saves::Input, back)
     }
 
     /// `-x`: backward `-grad`.
     pub fn neg(&mut self, x: T) -> T {
-        let bytes = x.bytes;
-        self.op1(
-            "neg",
-            bytes,
-            &[x],
-            &[],
-            false,
-            Box::new(move |t, _| vec![Some(t.grad(0, "neg", bytes))]),
-        )
+        self.unary("neg", x.bytes, x, Saves::Nothing, "neg")
     }
 
     /// `torch.cat(parts)`: saves nothing; backward each part a view of
@@ -399,29 +382,13 @@ impl Tape<'_> {
     /// `x.to(dtype)` of `bytes`: saves nothing; backward the gradient
     /// cast back.
     pub fn cast(&mut self, x: T, bytes: u64) -> T {
-        let xb = x.bytes;
-        self.op1(
-            "_to_copy",
-            bytes,
-            &[x],
-            &[],
-            false,
-            Box::new(move |t, _| vec![Some(t.grad(0, "_to_copy", xb))]),
-        )
+        self.unary("_to_copy", bytes, x, Saves::Nothing, "_to_copy")
     }
 
     /// An op that saves its result ((log-)softmax over the last dimension,
     /// `tanh`); backward one tensor `back`.
     pub fn softmax(&mut self, op: &'static str, back: &'static str, x: T) -> T {
-        let bytes = x.bytes;
-        self.op1(
-            op,
-            bytes,
-            &[x],
-            &[],
-            true,
-            Box::new(move |t, _| vec![Some(t.grad(0, back, bytes))]),
-        )
+        self.unary(op, x.bytes, x, Saves::Output, back)
     }
 
     /// `F.nll_loss(log_probs, target)`: the loss and `total_weight`;
