@@ -74,16 +74,7 @@ impl Model<'_, '_> {
             k = self.heads(k);
             v = self.heads(v);
         }
-        let (k, v) = if self.cached() {
-            let keys = self.t.cat(&[k]);
-            let values = self.t.cat(&[v]);
-            self.t.drop_all(&[k, v]);
-            let held = [self.t.share(keys), self.t.share(values)];
-            self.cache.extend(held);
-            (keys, values)
-        } else {
-            (k, v)
-        };
+        let (k, v) = self.cache_update(k, v);
         let (out, weights) = match self.run.attention {
             Attention::Eager => {
                 let (o, w) = self.gpt2_eager(q, k, v, s);

@@ -16,24 +16,15 @@ fn round_up(n: u64, m: u64) -> u64 {
     n.div_ceil(m) * m
 }
 
+/// The aten ops of the kernel's forward and backward, the CPU's flash
+/// kernel by its own name (the traces').
 fn names(kernel: Kernel) -> (&'static str, &'static str) {
     match kernel {
         Kernel::CpuFlash => (
             "_scaled_dot_product_flash_attention_for_cpu",
             "_scaled_dot_product_flash_attention_for_cpu_backward",
         ),
-        Kernel::Efficient => (
-            "_scaled_dot_product_efficient_attention",
-            "_scaled_dot_product_efficient_attention_backward",
-        ),
-        Kernel::Cudnn => (
-            "_scaled_dot_product_cudnn_attention",
-            "_scaled_dot_product_cudnn_attention_backward",
-        ),
-        _ => (
-            "_scaled_dot_product_flash_attention",
-            "_scaled_dot_product_flash_attention_backward",
-        ),
+        k => k.aten_ops(),
     }
 }
 

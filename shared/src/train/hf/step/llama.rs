@@ -324,18 +324,7 @@ impl Model<'_, '_> {
         let a = format!("model.layers.{l}.self_attn");
         let (q_rot, k_rot) = self.rotate_both(q, k, s);
         self.t.drop_all(&[q, k]);
-        // The cache's `torch.cat` onto its empty tensor copies them.
-        let (k, v) = if self.cached() {
-            let keys = self.t.cat(&[k_rot]);
-            let values = self.t.cat(&[v]);
-            self.t.drop_all(&[k_rot, v]);
-            // The cache holds them until the model's output goes.
-            let held = [self.t.share(keys), self.t.share(values)];
-            self.cache.extend(held);
-            (keys, values)
-        } else {
-            (k_rot, v)
-        };
+        let (k, v) = self.cache_update(k_rot, v);
         let (out, weights) = match self.run.attention {
             Attention::Eager => {
                 let (o, w) = self.eager(q_rot, k, v, s);
@@ -360,6 +349,22 @@ impl Model<'_, '_> {
             self.t.drop(qkv);
         }
         (projected, weights)
+    }
+
+    /// The keys and values through the `DynamicCache` a training forward
+    /// makes: its `torch.cat` onto its empty tensors copies them, and it
+    /// holds the copies until the model's output goes. Without it (under
+    /// checkpointing), `k` and `v` themselves.
+    pub(super) fn cache_update(&mut self, k: T, v: T) -> (T, T) {
+        if !self.cached() {
+            return (k, v);
+        }
+        let keys = self.t.cat(&[k]);
+        let values = self.t.cat(&[v]);
+        self.t.drop_all(&[k, v]);
+        let held = [self.t.share(keys), self.t.share(values)];
+        self.cache.extend(held);
+        (keys, values)
     }
 
     /// The gated SiLU MLP on the normed rows: its output.

@@ -227,14 +227,7 @@ impl Tape<'_> {
 
     /// `x + c` of a Python number: backward passes the gradient.
     pub fn add_scalar(&mut self, x: T) -> T {
-        self.op1(
-            "add",
-            x.bytes,
-            &[x],
-            &[],
-            false,
-            Box::new(|t, g| vec![pass(t, g[0])]),
-        )
+        self.copy("add", x)
     }
 
     /// `x.pow(2)`: saves `x`; backward `grad * (2 * x.pow(1))`.
@@ -334,7 +327,8 @@ impl Tape<'_> {
         )
     }
 
-    /// `x.contiguous()`/`clone()`: a copy; backward passes the gradient.
+    /// `x.contiguous()`/`clone()` (or another op that keeps `x`'s size and
+    /// passes the gradient back as it is): a copy.
     pub fn copy(&mut self, op: &'static str, x: T) -> T {
         self.op1(
             op,
@@ -350,15 +344,7 @@ impl Tape<'_> {
     /// back, is copied again where it is batched (`_unsafe_view`'s
     /// `reshape`).
     pub fn contiguous_heads(&mut self, x: T) -> T {
-        let bytes = x.bytes;
-        self.op1(
-            "clone",
-            bytes,
-            &[x],
-            &[],
-            false,
-            Box::new(move |t, _| vec![Some(t.grad(0, "clone", bytes))]),
-        )
+        self.unary("clone", x.bytes, x, Saves::Nothing, "clone")
     }
 
     /// `a + b` where `b` is of a wider type (peft's float32 adapters on

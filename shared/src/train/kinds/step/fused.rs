@@ -29,24 +29,6 @@ use super::{part, Arg, Calc, Tape, H};
 use crate::train::kinds::TransformerShape;
 use crate::types::Dtype;
 
-/// The aten ops of a kernel's forward and backward.
-fn ops(kernel: Kernel) -> (&'static str, &'static str) {
-    match kernel {
-        Kernel::Efficient => (
-            "_scaled_dot_product_efficient_attention",
-            "_scaled_dot_product_efficient_attention_backward",
-        ),
-        Kernel::Cudnn => (
-            "_scaled_dot_product_cudnn_attention",
-            "_scaled_dot_product_cudnn_attention_backward",
-        ),
-        _ => (
-            "_scaled_dot_product_flash_attention",
-            "_scaled_dot_product_flash_attention_backward",
-        ),
-    }
-}
-
 fn round_up(n: u64, m: u64) -> u64 {
     n.div_ceil(m) * m
 }
@@ -70,7 +52,7 @@ impl Tape<TransformerShape> {
     /// blocks before the output, alive until the backward).
     pub(super) fn fused_forward(&mut self, qkv: H, kernel: Kernel) -> (H, H, Option<[H; 2]>) {
         let align = if kernel == Kernel::Efficient { 32 } else { 1 };
-        let (t, op) = (self.shape, ops(kernel).0);
+        let (t, op) = (self.shape, kernel.aten_ops().0);
         let philox = matches!(kernel, Kernel::Flash | Kernel::Cudnn).then(|| {
             [(); 2].map(|_| self.alloc_as((op, Calc::Workspace), vec![], Dtype::Int64, self.role))
         });
@@ -99,7 +81,7 @@ impl Tape<TransformerShape> {
         g: H,
         kernel: Kernel,
     ) -> Vec<H> {
-        let op = ops(kernel).1;
+        let op = kernel.aten_ops().1;
         let (grad, qkv_arg) = (Arg::T(g), Arg::T(qkv));
         let (out_arg, lse_arg) = (Arg::T(out), Arg::T(lse));
         if kernel == Kernel::Efficient {

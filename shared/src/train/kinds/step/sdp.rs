@@ -41,6 +41,26 @@ pub enum Kernel {
 }
 
 impl Kernel {
+    /// The aten ops of the kernel's forward and backward on CUDA (the
+    /// math kernel's written-out ops and the CPU's flash kernel named as
+    /// CUDA's flash).
+    pub fn aten_ops(self) -> (&'static str, &'static str) {
+        match self {
+            Kernel::Efficient => (
+                "_scaled_dot_product_efficient_attention",
+                "_scaled_dot_product_efficient_attention_backward",
+            ),
+            Kernel::Cudnn => (
+                "_scaled_dot_product_cudnn_attention",
+                "_scaled_dot_product_cudnn_attention_backward",
+            ),
+            _ => (
+                "_scaled_dot_product_flash_attention",
+                "_scaled_dot_product_flash_attention_backward",
+            ),
+        }
+    }
+
     /// What the kernel is called, for a note.
     pub fn name(self) -> &'static str {
         match self {
