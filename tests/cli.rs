@@ -914,8 +914,61 @@ fn plan_answers_will_it_fit_for_a_shipped_shape_and_a_config_file() {
         "{eight}"
     );
 
-    let out = plan(&["Llama-3.1-8B", "--task", "qlora"]);
+    // QLoRA on the same card: 4-bit linear layers, the embeddings and the
+    // output layer upcast to float32 by `prepare_model_for_kbit_training`,
+    // LoRA on every linear layer, reentrant checkpointing by default.
+    let out = plan(&["Llama-3.1-8B", "--task", "qlora", "--seq", "2048", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["task"].as_str(), v["fits"].as_bool()),
+        (Some("qlora"), Some(true)),
+        "{v}"
+    );
+    assert_eq!(
+        (v["checkpointing"].as_bool(), v["quant_type"].as_str()),
+        (Some(true), Some("nf4"))
+    );
+    // Rank 16 on the seven linear layers of 32 decoder layers: 41,943,040
+    // float32 parameters, their `exp_avg` and `exp_avg_sq`.
+    assert_eq!(v["optimizer_state_bytes"], 335_544_320, "{v}");
+    let weights = v["weights_bytes"].as_u64().unwrap();
+    // 6,979,321,856 weights in 4 bits with their maxima, 1,050,939,392
+    // upcast to float32, the adapters.
+    assert!(
+        (7_900_000_000..8_000_000_000).contains(&weights),
+        "{weights}"
+    );
+    let python = v["python"].as_str().unwrap();
+    assert!(
+        python.contains("prepare_model_for_kbit_training(model, use_gradient_checkpointing=True)"),
+        "{python}"
+    );
+    assert!(
+        python.contains("bnb_4bit_use_double_quant=True"),
+        "{python}"
+    );
+    assert!(python.contains("target_modules=\"all-linear\""), "{python}");
+    let text = String::from_utf8(
+        plan(&[
+            "Llama-3.1-8B",
+            "--task",
+            "qlora",
+            "--double-quant",
+            "false",
+            "--checkpointing",
+            "false",
+        ])
+        .stdout,
+    )
+    .unwrap();
+    assert!(
+        text.contains("QLoRA rank 16 on every linear layer, nf4 weights,"),
+        "{text}"
+    );
+    assert!(!text.contains("gradient checkpointing"), "{text}");
+
+    let out = plan(&["Llama-3.1-8B", "--task", "serve"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
-    assert!(err.contains("task \"qlora\" is not built yet"), "{err}");
+    assert!(err.contains("task \"serve\" is not built yet"), "{err}");
 }

@@ -67,8 +67,10 @@ pub struct PlanArgs {
     /// The GPU (t4, l4, a100-40gb, a100-80gb, rtx-4090, h100-80gb, h200).
     #[arg(long, default_value = "rtx-4090")]
     pub gpu: String,
-    /// The task: `generate`, `train` (every parameter, AdamW) or `lora`
-    /// (peft's LoRA on the model type's default targets, AdamW).
+    /// The task: `generate`, `train` (every parameter, AdamW), `lora`
+    /// (peft's LoRA on the model type's default targets, AdamW) or `qlora`
+    /// (bitsandbytes' 4-bit weights, `prepare_model_for_kbit_training`,
+    /// LoRA on every linear layer).
     #[arg(long, default_value = "generate")]
     pub task: String,
     /// Sequences generated or trained on together.
@@ -77,12 +79,23 @@ pub struct PlanArgs {
     /// A training sequence's tokens (`train`, `lora`).
     #[arg(long, default_value_t = 512)]
     pub seq: u64,
-    /// `gradient_checkpointing_enable(use_reentrant=False)` (`train`, `lora`).
-    #[arg(long)]
-    pub checkpointing: bool,
-    /// LoRA's rank (`lora`).
+    /// Gradient checkpointing (`--checkpointing` or `--checkpointing
+    /// false`): `gradient_checkpointing_enable(use_reentrant=False)` for
+    /// `train` and `lora` (default off); for `qlora`
+    /// `prepare_model_for_kbit_training(use_gradient_checkpointing=...)`,
+    /// reentrant (default on).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub checkpointing: Option<bool>,
+    /// LoRA's rank (`lora`, `qlora`).
     #[arg(long, default_value_t = 16)]
     pub rank: u64,
+    /// `bnb_4bit_quant_type` (`qlora`): `nf4` or `fp4`.
+    #[arg(long = "quant-type", default_value = "nf4")]
+    pub quant_type: String,
+    /// `bnb_4bit_use_double_quant` (`qlora`; `--double-quant false` to
+    /// turn it off).
+    #[arg(long = "double-quant", default_value_t = true, action = clap::ArgAction::Set)]
+    pub double_quant: bool,
     /// The optimizer (`train`, `lora`): `adamw` (`torch.optim.AdamW`) or
     /// `adamw8bit` (bitsandbytes' `AdamW8bit`).
     #[arg(long, default_value = "adamw")]

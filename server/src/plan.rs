@@ -26,11 +26,18 @@ fn request(args: &PlanArgs) -> anyhow::Result<Value> {
     } else {
         json!({
             "task": args.task, "gpu": args.gpu, "batch": args.batch, "seq": args.seq,
-            "checkpointing": args.checkpointing, "torch": args.torch, "optimizer": args.optimizer,
+            "torch": args.torch, "optimizer": args.optimizer,
         })
     };
-    if args.task == "lora" {
+    if let Some(on) = args.checkpointing.filter(|_| args.task != "generate") {
+        r["checkpointing"] = on.into();
+    }
+    if args.task == "lora" || args.task == "qlora" {
         r["rank"] = args.rank.into();
+    }
+    if args.task == "qlora" {
+        r["quant_type"] = args.quant_type.as_str().into();
+        r["double_quant"] = args.double_quant.into();
     }
     if let Some(a) = &args.attn {
         r["attn"] = a.as_str().into();
@@ -68,9 +75,18 @@ fn asked_line(a: &Asked) -> String {
         ),
         Task::Train(t) => format!(
             "one training step ({}) of {} x {} tokens, {}, {} attention{}",
-            match t.lora {
-                Some(rank) => format!("LoRA rank {rank}"),
-                None => "every parameter".to_string(),
+            match (t.lora, t.quant) {
+                (Some(rank), Some(q4)) => format!(
+                    "QLoRA rank {rank} on every linear layer, {} weights{}",
+                    if q4.nf4 { "nf4" } else { "fp4" },
+                    if q4.double_quant {
+                        " with double quantization"
+                    } else {
+                        ""
+                    }
+                ),
+                (Some(rank), None) => format!("LoRA rank {rank}"),
+                (None, _) => "every parameter".to_string(),
             },
             t.batch,
             t.seq,
@@ -80,10 +96,10 @@ fn asked_line(a: &Asked) -> String {
                 "AdamW"
             },
             ask::attention_name(t.attention),
-            if t.checkpointing {
-                ", gradient checkpointing"
-            } else {
-                ""
+            match (t.checkpointing, t.quant.is_some()) {
+                (true, true) => ", gradient checkpointing (reentrant)",
+                (true, false) => ", gradient checkpointing",
+                (false, _) => "",
             },
         ),
     };

@@ -11,13 +11,16 @@
 //!
 //! `model` names a shipped shape; `config` gives a config.json's object
 //! instead. `task` is `generate` (the default), `train` (every parameter,
-//! AdamW) or `lora` (peft's LoRA, AdamW on the adapters). Every field but
-//! the model has a default.
+//! AdamW), `lora` (peft's LoRA, AdamW on the adapters) or `qlora`
+//! (bitsandbytes' 4-bit weights, `quant_type` nf4 or fp4 and
+//! `double_quant`, readied by `prepare_model_for_kbit_training`, LoRA on
+//! every linear layer). Every field but the model has a default.
 
 use super::config::HfConfig;
 use super::generate::{Cache, Generation, Holds};
 use super::known;
 use super::plan::{Answer, Question, Stop, Task, Training};
+use super::step::Quant4;
 use crate::error::Invalid;
 use crate::framework::TorchVersion;
 use crate::gpu::GpuModel;
@@ -53,11 +56,13 @@ pub const FIELDS: &[&str] = &[
     "checkpointing",
     "rank",
     "optimizer",
+    "quant_type",
+    "double_quant",
 ];
 
 /// The tasks a request may name, and those not built yet.
-pub const TASKS: &[&str] = &["generate", "train", "lora"];
-const NOT_YET: &[&str] = &["qlora", "serve"];
+pub const TASKS: &[&str] = &["generate", "train", "lora", "qlora"];
+const NOT_YET: &[&str] = &["serve"];
 
 fn count(r: &Map<String, Value>, key: &str, default: u64) -> Result<u64, Invalid> {
     match r.get(key) {
@@ -131,6 +136,38 @@ fn for_model(config: &Value) -> String {
     format!("AutoConfig.for_model({})", args.join(", "))
 }
 
+fn flag(r: &Map<String, Value>, key: &str, default: bool) -> Result<bool, Invalid> {
+    match r.get(key) {
+        None => Ok(default),
+        Some(v) => v
+            .as_bool()
+            .ok_or_else(|| Invalid(format!("`{key}` is {v}: true or false"))),
+    }
+}
+
+/// QLoRA's `BitsAndBytesConfig`: the compute type is the type asked for.
+fn quant4(r: &Map<String, Value>, c: &HfConfig, dtype: Dtype) -> Result<Quant4, Invalid> {
+    if c.arch == super::config::Arch::Gpt2 {
+        return Err(Invalid::from(
+            "QLoRA is modelled for the Llama, Mistral, Qwen, Phi-3 and Gemma families, whose layers are nn.Linear; GPT-2's are Conv1D",
+        ));
+    }
+    let nf4 = match r.get("quant_type").and_then(Value::as_str) {
+        None | Some("nf4") => true,
+        Some("fp4") => false,
+        Some(other) => {
+            return Err(Invalid(format!(
+                "`quant_type` is {other:?}: nf4 or fp4 (bnb_4bit_quant_type)"
+            )))
+        }
+    };
+    Ok(Quant4 {
+        nf4,
+        double_quant: flag(r, "double_quant", true)?,
+        compute: dtype,
+    })
+}
+
 /// Reads a request.
 pub fn read(request: &Value) -> Result<Asked, Invalid> {
     let r = request
@@ -164,17 +201,16 @@ pub fn read(request: &Value) -> Result<Asked, Invalid> {
             cache: named::<Cache>(r, "cache", "dynamic")?,
             attention,
         }),
-        task @ ("train" | "lora") => Task::Train(Training {
+        task @ ("train" | "lora" | "qlora") => Task::Train(Training {
             batch: count(r, "batch", 1)?,
             seq: count(r, "seq", 512)?,
             attention,
-            checkpointing: match r.get("checkpointing") {
-                None => false,
-                Some(v) => v
-                    .as_bool()
-                    .ok_or_else(|| Invalid(format!("`checkpointing` is {v}: true or false")))?,
-            },
-            lora: (task == "lora").then(|| count(r, "rank", 16)).transpose()?,
+            // `prepare_model_for_kbit_training` checkpoints by default.
+            checkpointing: flag(r, "checkpointing", task == "qlora")?,
+            lora: (task != "train").then(|| count(r, "rank", 16)).transpose()?,
+            quant: (task == "qlora")
+                .then(|| quant4(r, &config, dtype))
+                .transpose()?,
             adam8bit: match r.get("optimizer").and_then(Value::as_str) {
                 None | Some("adamw") => false,
                 Some("adamw8bit") => true,
@@ -214,6 +250,14 @@ pub fn read(request: &Value) -> Result<Asked, Invalid> {
 /// The Python that runs the same task and prints its peaks.
 pub fn python(a: &Asked) -> String {
     let q = &a.question;
+    if let Task::Train(
+        t @ Training {
+            quant: Some(q4), ..
+        },
+    ) = q.task
+    {
+        return qlora_python(a, t, q4);
+    }
     let head = format!(
         "import torch  # {}: the cuBLAS workspaces of this release\n\
          from transformers import AutoConfig, AutoModelForCausalLM\n\n\
@@ -254,6 +298,51 @@ fn generate_python(g: Generation) -> String {
     )
 }
 
+/// QLoRA as people run it: the model saved (random weights: the memory
+/// is the same) and loaded in 4 bits, readied for k-bit training, LoRA on
+/// every linear layer, two steps.
+fn qlora_python(a: &Asked, t: Training, q4: Quant4) -> String {
+    let q = &a.question;
+    let rank = t.lora.unwrap_or(16);
+    let steps = steps_python(t, "torch.optim.AdamW");
+    format!(
+        "import torch  # {}\n\
+         from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n\
+         from transformers import AutoConfig, AutoModelForCausalLM, BitsAndBytesConfig\n\n\
+         config = {}\n\
+         AutoModelForCausalLM.from_config(config, dtype=torch.{dt}).save_pretrained(\"model\")\n\
+         bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"{}\", bnb_4bit_use_double_quant={}, bnb_4bit_compute_dtype=torch.{dt})\n\
+         model = AutoModelForCausalLM.from_pretrained(\"model\", quantization_config=bnb, dtype=torch.{dt}, device_map={{\"\": 0}}, attn_implementation=\"{}\")\n\
+         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing={})\n\
+         model = get_peft_model(model, LoraConfig(r={rank}, lora_alpha={}, lora_dropout=0.0, target_modules=\"all-linear\", task_type=\"CAUSAL_LM\"))\n\
+         {steps}print(torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved())\n",
+        q.torch.id(),
+        a.load,
+        if q4.nf4 { "nf4" } else { "fp4" },
+        if q4.double_quant { "True" } else { "False" },
+        attention_name(t.attention),
+        if t.checkpointing { "True" } else { "False" },
+        2 * rank,
+        dt = q.dtype.torch_name(),
+    )
+}
+
+/// The training loop: two steps (the second is the one with the
+/// optimizer's state made).
+fn steps_python(t: Training, optimizer: &str) -> String {
+    format!(
+        "model.train()\n\
+         opt = {optimizer}([p for p in model.parameters() if p.requires_grad], lr=1e-5)\n\
+         ids = torch.randint(0, config.vocab_size, ({}, {}), device=\"cuda\")\n\
+         for _ in range(2):\n    \
+         loss = model(input_ids=ids, labels=ids).loss\n    \
+         loss.backward()\n    \
+         opt.step()\n    \
+         opt.zero_grad(set_to_none=True)\n",
+        t.batch, t.seq
+    )
+}
+
 /// Two steps (the second is the one with AdamW's state made).
 fn train_python(c: &HfConfig, t: Training) -> String {
     let mut s = String::new();
@@ -278,17 +367,7 @@ fn train_python(c: &HfConfig, t: Training) -> String {
         }
         false => "torch.optim.AdamW",
     };
-    s.push_str(&format!(
-        "model.train()\n\
-         opt = {optimizer}([p for p in model.parameters() if p.requires_grad], lr=1e-5)\n\
-         ids = torch.randint(0, config.vocab_size, ({}, {}), device=\"cuda\")\n\
-         for _ in range(2):\n    \
-         loss = model(input_ids=ids, labels=ids).loss\n    \
-         loss.backward()\n    \
-         opt.step()\n    \
-         opt.zero_grad(set_to_none=True)\n",
-        t.batch, t.seq
-    ));
+    s.push_str(&steps_python(t, optimizer));
     s
 }
 
@@ -375,6 +454,10 @@ pub fn to_json(a: &Asked, answer: &Answer) -> Value {
             v["checkpointing"] = t.checkpointing.into();
             v["rank"] = t.lora.into();
             v["optimizer"] = if t.adam8bit { "adamw8bit" } else { "adamw" }.into();
+            if let Some(q4) = t.quant {
+                v["quant_type"] = if q4.nf4 { "nf4" } else { "fp4" }.into();
+                v["double_quant"] = q4.double_quant.into();
+            }
             v["longest_seq"] = answer.longest_prompt.into();
             v["seq_below_fails"] = answer.prompt_below_fails.into();
         }
@@ -414,6 +497,7 @@ pub fn shown(task: &Task, h: Holds) -> bool {
 pub fn task_name(task: &Task) -> &'static str {
     match task {
         Task::Generate(_) => "generate",
+        Task::Train(Training { quant: Some(_), .. }) => "qlora",
         Task::Train(Training { lora: Some(_), .. }) => "lora",
         Task::Train(_) => "train",
     }

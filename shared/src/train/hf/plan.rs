@@ -36,6 +36,10 @@ pub struct Training {
     pub lora: Option<u64>,
     /// bitsandbytes' `AdamW8bit` instead of `torch.optim.AdamW`.
     pub adam8bit: bool,
+    /// QLoRA: loaded in bitsandbytes' 4 bits, readied by peft's
+    /// `prepare_model_for_kbit_training` (the other parameters upcast to
+    /// float32; its checkpointing reentrant), LoRA on every linear layer.
+    pub quant: Option<step::Quant4>,
 }
 
 /// What the model is asked to do.
@@ -324,25 +328,72 @@ fn load(
     Ok(allocator.stats().allocated_bytes.current - before)
 }
 
+/// QLoRA's model made: `from_pretrained(..., quantization_config=...)`
+/// quantizes each linear layer of the decoder from its copy in the
+/// loading type (which goes) and loads the rest in that type;
+/// `prepare_model_for_kbit_training` upcasts each of those to float32
+/// (`param.data.to(torch.float32)`) and empties the cache; peft adds
+/// LoRA's adapters on every linear layer. The bytes held, or the request
+/// refused.
+fn load_4bit(
+    allocator: &mut dyn Allocator,
+    device: &mut SimDevice,
+    quant: step::Quant4,
+    (c, params): (&HfConfig, &[NamedTensor]),
+    rank: u64,
+) -> Result<u64, u64> {
+    let refused = |e: crate::alloc::AllocError| e.out_of_memory().map_or(0, |o| o.requested);
+    let before = allocator.stats().allocated_bytes.current;
+    let mut halves = Vec::new();
+    for p in params.iter().chain(&buffers(c)) {
+        let bytes = p.numel() * p.dtype.size_bytes();
+        let copy = allocator.malloc(device, bytes).map_err(refused)?;
+        if !step::quantized(&p.name, &p.shape) {
+            if p.dtype != Dtype::Float32 {
+                halves.push((copy, p.numel()));
+            }
+            continue;
+        }
+        for stored in quant.stored(p.numel()) {
+            allocator.malloc(device, stored).map_err(refused)?;
+        }
+        if let Some(b) = copy {
+            allocator.free(device, b);
+        }
+    }
+    for (half, n) in halves {
+        allocator.malloc(device, n * 4).map_err(refused)?;
+        if let Some(b) = half {
+            allocator.free(device, b);
+        }
+    }
+    allocator.empty_cache(device);
+    if rank > 0 {
+        for bytes in adapters(c, params, rank, true) {
+            allocator.malloc(device, bytes).map_err(refused)?;
+        }
+    }
+    Ok(allocator.stats().allocated_bytes.current - before)
+}
+
 /// The LoRA adapters peft adds (float32: `autocast_adapter_dtype`), in
 /// `named_parameters()` order: `lora_A` then `lora_B` of each target, as
 /// shapes.
-fn adapter_shapes(c: &HfConfig, params: &[NamedTensor], rank: u64) -> Vec<Vec<u64>> {
-    let targets = step::lora_targets(c.arch);
+fn adapter_shapes(c: &HfConfig, params: &[NamedTensor], rank: u64, quant: bool) -> Vec<Vec<u64>> {
     let mut shapes = Vec::new();
-    for p in params {
-        let module = p.name.rsplit_once('.').map_or("", |(m, _)| m);
-        if p.name.ends_with(".weight") && targets.iter().any(|t| module.ends_with(t)) {
-            let (fan_out, fan_in) = step::fans(c, &p.shape);
-            shapes.extend([vec![rank, fan_in], vec![fan_out, rank]]);
-        }
+    for p in params
+        .iter()
+        .filter(|p| step::adapted(c, quant, &p.name, &p.shape))
+    {
+        let (fan_out, fan_in) = step::fans(c, &p.shape);
+        shapes.extend([vec![rank, fan_in], vec![fan_out, rank]]);
     }
     shapes
 }
 
 /// The adapters' bytes.
-fn adapters(c: &HfConfig, params: &[NamedTensor], rank: u64) -> Vec<u64> {
-    (adapter_shapes(c, params, rank).iter())
+fn adapters(c: &HfConfig, params: &[NamedTensor], rank: u64, quant: bool) -> Vec<u64> {
+    (adapter_shapes(c, params, rank, quant).iter())
         .map(|s| s.iter().product::<u64>() * 4)
         .collect()
 }
@@ -355,7 +406,7 @@ fn adapters(c: &HfConfig, params: &[NamedTensor], rank: u64) -> Vec<u64> {
 /// `optim::OptimizerSpec::state`).
 fn adam_state(c: &HfConfig, params: &[NamedTensor], t: &Training) -> Vec<u64> {
     let trained: Vec<(Vec<u64>, Dtype)> = match t.lora {
-        Some(rank) => (adapter_shapes(c, params, rank).into_iter())
+        Some(rank) => (adapter_shapes(c, params, rank, t.quant.is_some()).into_iter())
             .map(|s| (s, Dtype::Float32))
             .collect(),
         None => params.iter().map(|p| (p.shape.clone(), p.dtype)).collect(),
@@ -412,16 +463,32 @@ fn run_with(q: &Question, params: &[NamedTensor]) -> Result<Run, Invalid> {
         dtype: q.dtype,
         ..q.config
     };
-    let mut weights: Vec<u64> = (params.iter().chain(&buffers(&loaded)))
-        .map(|t| t.numel() * t.dtype.size_bytes())
-        .collect();
-    if let Task::Train(Training {
-        lora: Some(rank), ..
-    }) = q.task
-    {
-        weights.extend(adapters(&loaded, params, rank));
-    }
-    match load(allocator.as_mut(), &mut device, weights.into_iter()) {
+    let loading = match q.task {
+        Task::Train(Training {
+            quant: Some(quant),
+            lora,
+            ..
+        }) => load_4bit(
+            allocator.as_mut(),
+            &mut device,
+            quant,
+            (&loaded, params),
+            lora.unwrap_or(0),
+        ),
+        _ => {
+            let mut weights: Vec<u64> = (params.iter().chain(&buffers(&loaded)))
+                .map(|t| t.numel() * t.dtype.size_bytes())
+                .collect();
+            if let Task::Train(Training {
+                lora: Some(rank), ..
+            }) = q.task
+            {
+                weights.extend(adapters(&loaded, params, rank, false));
+            }
+            load(allocator.as_mut(), &mut device, weights.into_iter())
+        }
+    };
+    match loading {
         Ok(bytes) => out.weights = bytes,
         Err(asked) => {
             out.out_of_memory = Some((Stop::Weights, asked));
@@ -457,7 +524,13 @@ fn run_with(q: &Question, params: &[NamedTensor]) -> Result<Run, Invalid> {
     match q.task {
         Task::Generate(g) => play(&loaded, q.dtype, g, &mut player)?,
         Task::Train(t) => {
+            let four = t.quant.is_some();
             let run = step::Run {
+                quant: t.quant,
+                reentrant: four && t.checkpointing,
+                // peft readies a checkpointed model for LoRA by making the
+                // embeddings need a gradient.
+                input_grads: t.lora.is_some() && t.checkpointing,
                 batch: t.batch,
                 seq: t.seq,
                 attention: t.attention,
@@ -466,7 +539,13 @@ fn run_with(q: &Question, params: &[NamedTensor]) -> Result<Run, Invalid> {
                 gpu: Some(q.gpu.spec().compute_capability),
                 adam8bit: t.adam8bit,
             };
-            step::play_with(&loaded, run, params, &mut player)?
+            // After `prepare_model_for_kbit_training` the embeddings are
+            // float32, and so is every activation.
+            let stepped = HfConfig {
+                dtype: if four { Dtype::Float32 } else { q.dtype },
+                ..q.config
+            };
+            step::play_with(&stepped, run, params, &mut player)?
         }
     }
     Ok(finish(out, allocator.as_ref()))

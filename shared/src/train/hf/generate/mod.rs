@@ -64,10 +64,12 @@ pub enum Holds {
     Gradient,
     /// The optimizer's state and its step's temporaries.
     Optimizer,
+    /// bitsandbytes' 4-bit weights dequantized for a product (QLoRA).
+    Dequantized,
 }
 
 impl Holds {
-    pub const ALL: [Holds; 7] = [
+    pub const ALL: [Holds; 8] = [
         Holds::Activation,
         Holds::KvCache,
         Holds::Logits,
@@ -75,6 +77,7 @@ impl Holds {
         Holds::Workspace,
         Holds::Gradient,
         Holds::Optimizer,
+        Holds::Dequantized,
     ];
 
     pub fn name(self) -> &'static str {
@@ -86,6 +89,7 @@ impl Holds {
             Holds::Workspace => "cuBLAS workspaces",
             Holds::Gradient => "gradients",
             Holds::Optimizer => "optimizer state",
+            Holds::Dequantized => "dequantized 4-bit weights",
         }
     }
 }

@@ -51,9 +51,18 @@ impl Model<'_, '_> {
 
     /// The embeddings times `embed_scale` (a buffer).
     pub(super) fn gemma_embeds(&mut self, raw: T) -> T {
-        let scale = self.t.external(self.e());
+        // `embed_scale.to(weight.dtype)`: a copy where the buffer stayed in
+        // the loading type and `prepare_model_for_kbit_training` upcast
+        // the weight.
+        let scale = match self.run.quant {
+            Some(_) => {
+                let s = self.t.alloc("_to_copy", self.e(), Holds::Activation);
+                self.t.plain(s, self.e())
+            }
+            None => self.t.external(self.e()),
+        };
         let out = self.t.mul(raw, scale, raw.bytes);
-        self.t.drop(raw);
+        self.t.drop_all(&[raw, scale]);
         out
     }
 

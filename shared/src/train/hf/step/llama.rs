@@ -214,6 +214,18 @@ impl Model<'_, '_> {
     /// A projection of `x` (`rows` rows) by the linear layer `name` to
     /// `width`, with peft's LoRA where it targets it.
     pub(super) fn project(&mut self, x: T, name: &str, rows: u64, width: u64, bias: bool) -> T {
+        if let (Some(q), Some(&fans)) = (self.run.quant, self.w.quantized.get(name)) {
+            let out = self.linear4bit(x, q, rows, fans);
+            // peft's `Linear4bit` clones the base layer's result first.
+            return match self.adapters(name) {
+                Some(_) => {
+                    let copy = self.t.copy("clone", out);
+                    self.t.drop(out);
+                    self.lora(x, name, copy, rows, width)
+                }
+                None => out,
+            };
+        }
         let w = self.weight(&format!("{name}.weight"));
         let b = bias.then(|| self.weight(&format!("{name}.bias")));
         let out = self.t.linear(x, w, b, rows * width * self.e());

@@ -20,6 +20,7 @@ mod gpt2;
 mod kernel;
 mod llama;
 mod ops;
+mod quant;
 mod tape;
 
 use super::config::{Arch, HfConfig};
@@ -34,6 +35,8 @@ use llama::Shared;
 use std::collections::HashMap;
 use std::rc::Rc;
 use tape::{Tape, T};
+
+pub use quant::Quant4;
 
 /// One training step's settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,6 +54,19 @@ pub struct Run {
     /// bitsandbytes' `AdamW8bit`: its blockwise kernel updates the state in
     /// place, with no temporaries.
     pub adam8bit: bool,
+    /// QLoRA: the decoder's linear layers in bitsandbytes' 4 bits, the rest
+    /// upcast to float32 by peft's `prepare_model_for_kbit_training` (the
+    /// step then runs in float32: give the config that type), LoRA on
+    /// every linear layer (`target_modules="all-linear"`).
+    pub quant: Option<Quant4>,
+    /// Checkpointing with `use_reentrant=True` (what
+    /// `prepare_model_for_kbit_training` leaves).
+    pub reentrant: bool,
+    /// The embeddings' output needs a gradient: peft's
+    /// `enable_input_require_grads`, which readies a checkpointed model
+    /// for LoRA (and `prepare_model_for_kbit_training` calls whenever it
+    /// enables checkpointing, even where the layers then skip it).
+    pub input_grads: bool,
 }
 
 /// The model's weights as the step reads them.
@@ -58,6 +74,8 @@ struct Weights {
     by_name: HashMap<String, T>,
     /// peft's `lora_A` and `lora_B` by the linear layer they adapt.
     adapters: HashMap<String, (T, T)>,
+    /// The linear layers stored in 4 bits: (outputs, inputs).
+    quantized: HashMap<String, (u64, u64)>,
     /// What the optimizer updates, in `named_parameters()` order.
     trainable: Vec<T>,
     missing: T,
@@ -87,26 +105,53 @@ pub fn fans(c: &HfConfig, shape: &[u64]) -> (u64, u64) {
     }
 }
 
+/// Whether bitsandbytes stores parameter `name` of `shape` in 4 bits:
+/// every linear layer of the decoder (transformers keeps the embeddings
+/// and the output layer, `get_keys_to_not_convert`).
+pub fn quantized(name: &str, shape: &[u64]) -> bool {
+    shape.len() == 2 && name.contains(".layers.") && name.ends_with(".weight")
+}
+
+/// Whether peft's LoRA adapts parameter `name` of `shape` (a weight): the
+/// model type's default targets, or with 4-bit weights every linear layer
+/// but the output (`"all-linear"`, QLoRA's recipe).
+pub fn adapted(c: &HfConfig, quant: bool, name: &str, shape: &[u64]) -> bool {
+    let module = name.rsplit_once('.').map_or("", |(m, _)| m);
+    match quant {
+        true => quantized(name, shape),
+        false => {
+            name.ends_with(".weight") && lora_targets(c.arch).iter().any(|t| module.ends_with(t))
+        }
+    }
+}
+
 impl Weights {
-    fn new(t: &mut Tape<'_>, c: &HfConfig, params: &[NamedTensor], lora: Option<u64>) -> Weights {
-        let targets = lora_targets(c.arch);
+    fn new(t: &mut Tape<'_>, c: &HfConfig, params: &[NamedTensor], run: &Run) -> Weights {
+        let lora = run.lora;
         let mut w = Weights {
             by_name: HashMap::new(),
             adapters: HashMap::new(),
+            quantized: HashMap::new(),
             trainable: Vec::new(),
             missing: t.external(0),
         };
         for p in params {
-            let bytes = p.numel() * p.dtype.size_bytes();
+            let module = p.name.rsplit_once('.').map_or("", |(m, _)| m).to_string();
+            let four = run.quant.is_some() && quantized(&p.name, &p.shape);
+            let bytes = match four {
+                true => p.numel().div_ceil(2),
+                false => p.numel() * p.dtype.size_bytes(),
+            };
+            if four {
+                w.quantized.insert(module.clone(), fans(c, &p.shape));
+            }
             let param = t.parameter(bytes, lora.is_none());
             if lora.is_none() {
                 w.trainable.push(param);
             }
-            let module = p.name.rsplit_once('.').map_or("", |(m, _)| m).to_string();
             w.by_name.insert(p.name.clone(), param);
             let Some(rank) = lora else { continue };
-            let targeted = targets.iter().any(|n| module.ends_with(n));
-            if p.name.ends_with(".weight") && targeted {
+            if adapted(c, run.quant.is_some(), &p.name, &p.shape) {
                 let (fan_out, fan_in) = fans(c, &p.shape);
                 // peft keeps the adapters in float32 (`autocast_adapter_dtype`).
                 let a = t.parameter(rank * fan_in * 4, true);
@@ -263,7 +308,9 @@ impl Model<'_, '_> {
         for l in 0..self.c.layers {
             let s = kinds[usize::from(self.c.sliding(l))];
             self.t.set_layer(Some(l as u32));
-            let out = if self.run.checkpointing {
+            let out = if self.run.checkpointing && self.run.reentrant {
+                self.reentrant_layer(l, x, s)
+            } else if self.run.checkpointing {
                 // The region keeps `partial(layer, **kwargs)` (the mask, cos
                 // and sin, the positions, in the order the model passes
                 // them) and the input it saved.
@@ -303,6 +350,34 @@ impl Model<'_, '_> {
         }
         self.t.set_layer(None);
         x
+    }
+
+    /// Decoder layer `l` under reentrant checkpointing: the region holds
+    /// `partial(layer, **kwargs)` (the mask, cos and sin, the positions)
+    /// and saves its input.
+    fn reentrant_layer(&mut self, l: u64, x: T, s: Shared) -> T {
+        // In the order the model passes them as keywords.
+        let rest = match self.c.arch {
+            Arch::Mistral | Arch::Phi3 => [s.positions, s.cos, s.sin],
+            _ => [s.cos, s.sin, s.positions],
+        };
+        let kept: Vec<T> = s.mask.into_iter().chain(rest).collect();
+        let (c, run, w, kernel) = (self.c, self.run, self.w.clone(), self.kernel);
+        let region: tape::Region = Box::new(move |t: &mut Tape<'_>, x: T| {
+            let mut m = Model {
+                t,
+                c,
+                run,
+                w: w.clone(),
+                kernel,
+                cache: Vec::new(),
+            };
+            let outside = m.t.set_layer(Some(l as u32));
+            let out = m.any_layer(l, x, &s);
+            m.t.set_layer(outside);
+            out
+        });
+        self.t.reentrant(x, &kept, region)
     }
 
     fn gemma(&self) -> bool {
@@ -373,9 +448,7 @@ impl Model<'_, '_> {
         } else {
             raw
         };
-        // peft readies a checkpointed model for LoRA by making the
-        // embeddings need a gradient (`enable_input_require_grads`).
-        if self.run.lora.is_some() && self.run.checkpointing {
+        if self.run.input_grads {
             embeds = self.t.leaf(embeds);
         }
         let positions = self.positions();
@@ -566,7 +639,7 @@ pub fn play_with(
         )));
     }
     let mut tape = Tape::new(sink);
-    let w = Rc::new(Weights::new(&mut tape, c, params, run.lora));
+    let w = Rc::new(Weights::new(&mut tape, c, params, &run));
     let ids = tape.external(run.batch * run.seq * 8);
     let kernel = Sdpa(sdp::select(run.gpu, c.dtype, c.head_dim, true));
     let mut m = Model {

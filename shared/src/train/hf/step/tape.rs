@@ -25,6 +25,9 @@
 use crate::train::hf::generate::{Holds, Made, Sink};
 
 mod engine;
+mod reentrant;
+
+pub(super) use reentrant::Region;
 
 /// A storage of the step.
 pub(super) type Sid = usize;
@@ -112,6 +115,9 @@ pub(super) struct Tape<'a> {
     /// Tensors made leaves that need a gradient (`requires_grad_()`), with
     /// their gradient's slot: the graph holds them.
     leaves: Vec<(Sid, usize)>,
+    /// What the graph's nodes keep besides saved tensors (a reentrant
+    /// checkpoint's `partial` arguments) until the graph goes.
+    graph_kept: Vec<Sid>,
     /// What the ops made now hold (the logits and the loss's tensors, or
     /// activations), and their nodes' backward tensors.
     holds: Holds,
@@ -137,6 +143,7 @@ impl<'a> Tape<'a> {
             running: Vec::new(),
             unpacked: Vec::new(),
             leaves: Vec::new(),
+            graph_kept: Vec::new(),
             holds: Holds::Activation,
             running_holds: Holds::Activation,
             layer: None,
@@ -245,9 +252,13 @@ impl<'a> Tape<'a> {
         T { fun, ..t }
     }
 
-    /// The graph goes (the loss that held it is dropped): the leaves it
-    /// held, each with its `.grad`.
+    /// The graph goes (the loss that held it is dropped): what its nodes
+    /// kept, then the leaves it held, each with its
+    /// `.grad`.
     pub fn free_graph(&mut self) {
+        for s in std::mem::take(&mut self.graph_kept) {
+            self.release(s);
+        }
         for (s, slot) in std::mem::take(&mut self.leaves) {
             self.release(s);
             if let Some(g) = self.grads[slot].take() {

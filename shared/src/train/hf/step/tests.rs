@@ -3,7 +3,7 @@
 //! file): every allocation and free in order, and the peak over what lived
 //! before the step.
 
-use super::{play, Run};
+use super::{play, Quant4, Run};
 use crate::train::hf::config::HfConfig;
 use crate::train::hf::generate::{Program, Step};
 use crate::train::kinds::step::Attention;
@@ -51,6 +51,66 @@ struct Case {
     peak: i64,
 }
 
+/// The trace's events, the op's overload left out.
+fn traced(c: &Value) -> Vec<(String, i64)> {
+    (c["events"].as_array().into_iter().flatten())
+        .map(|e| {
+            let op = e[0].as_str().unwrap_or_default();
+            let op = op.split('.').next().unwrap_or_default().to_string();
+            (op, e[1].as_i64().unwrap_or(0))
+        })
+        .collect()
+}
+
+/// `tests/reference/hf_qlora.py`'s steps: in training mode (reentrant
+/// checkpoints) and in eval mode (none, the embeddings' output still
+/// needing a gradient), float32 activations around 4-bit layers.
+fn qlora_cases() -> Vec<Case> {
+    let traces: Value =
+        serde_json::from_str(include_str!("../../../../../tests/reference/hf_qlora.json"))
+            .expect("the traces are JSON");
+    let mut out = Vec::new();
+    for c in traces["cases"].as_array().into_iter().flatten() {
+        let model = c["model"].as_str().unwrap_or_default();
+        let mut config = HfConfig::read(&traces["configs"][model]).expect("a config");
+        config.dtype = Dtype::Float32;
+        let train = c["train"].as_bool().unwrap_or(false);
+        let double_quant = c["double_quant"].as_bool().unwrap_or(false);
+        let run = Run {
+            batch: c["batch"].as_u64().unwrap_or(0),
+            seq: c["seq"].as_u64().unwrap_or(0),
+            attention: Attention::Sdpa,
+            checkpointing: train,
+            lora: Some(4),
+            gpu: None,
+            adam8bit: false,
+            quant: Some(Quant4 {
+                nf4: true,
+                double_quant,
+                compute: Dtype::Bfloat16,
+            }),
+            reentrant: train,
+            input_grads: true,
+        };
+        out.push(Case {
+            name: format!("{model} qlora double_quant={double_quant} train={train}"),
+            run,
+            config,
+            events: traced(c),
+            peak: c["peak"].as_i64().unwrap_or(0),
+        });
+    }
+    out
+}
+
+/// QLoRA's steps follow transformers, peft and bitsandbytes event by event.
+#[test]
+fn qlora_steps_follow_the_libraries_event_by_event() {
+    let cases = qlora_cases();
+    assert_eq!(cases.len(), 20);
+    check_cases(cases.into_iter(), true);
+}
+
 fn cases(models: &[&str]) -> Vec<Case> {
     let traces: Value = serde_json::from_str(TRACES).expect("the traces are JSON");
     let configs = &traces["configs"];
@@ -78,14 +138,11 @@ fn cases(models: &[&str]) -> Vec<Case> {
             lora,
             gpu: None,
             adam8bit: false,
+            quant: None,
+            reentrant: false,
+            input_grads: lora.is_some() && c["checkpointing"].as_bool().unwrap_or(false),
         };
-        let events = (c["events"].as_array().into_iter().flatten())
-            .map(|e| {
-                let op = e[0].as_str().unwrap_or_default();
-                let op = op.split('.').next().unwrap_or_default().to_string();
-                (op, e[1].as_i64().unwrap_or(0))
-            })
-            .collect();
+        let events = traced(c);
         out.push(Case {
             name: format!(
                 "{model} {} {:?} ckpt={} lora={lora:?}",
@@ -125,8 +182,12 @@ fn check(models: &[&str], exact: bool) {
 
 /// `check` of every case but those `skip` names.
 fn check_but(models: &[&str], exact: bool, skip: impl Fn(&Case) -> bool) {
+    check_cases(cases(models).into_iter().filter(|c| !skip(c)), exact);
+}
+
+fn check_cases(cases: impl Iterator<Item = Case>, exact: bool) {
     let mut failures = Vec::new();
-    for case in cases(models).into_iter().filter(|c| !skip(c)) {
+    for case in cases {
         let mut p = Program::default();
         if let Err(e) = play(&case.config, case.run, &mut p) {
             failures.push(format!("{}: {e}", case.name));

@@ -35,11 +35,18 @@ impl Tape<'_> {
         let Some(root) = loss.fun else {
             return;
         };
-        let mut deps = self.dependencies(root.node);
         // `_make_grads`' ones live until `backward` returns.
         let one = self.temp("ones_like", loss.bytes);
         self.hold(one);
-        self.nodes[root.node].buffer[root.slot] = Some(one);
+        self.walk(root, one);
+        self.release(one);
+    }
+
+    /// The engine's walk from `root`, given the gradient `g` (one
+    /// reference to it is the root's buffer's).
+    pub(super) fn walk(&mut self, root: Edge, g: Sid) {
+        let mut deps = self.dependencies(root.node);
+        self.nodes[root.node].buffer[root.slot] = Some(g);
         let mut ready = BinaryHeap::from([(self.nodes[root.node].seq, root.node)]);
         while let Some((_, n)) = ready.pop() {
             if self.sink.stopped() {
@@ -58,7 +65,6 @@ impl Tape<'_> {
                 }
             }
         }
-        self.release(one);
     }
 
     /// How many edges lead to each node from `root`.
