@@ -613,6 +613,48 @@ async fn will_it_fit_answers_in_its_own_page() {
     );
     let ms = js(&page, "document.getElementById('plan-time').dataset.ms").await;
     println!("figure: will it fit: Llama-3.1-8B LoRA (rank 16, 1 x 2048 tokens, checkpointing) on an RTX 4090, with the largest batch and longest sequence searched: {} ms in the page", ms.as_str().unwrap_or("?"));
+
+    // QLoRA on the same model and card: 4-bit weights, checkpointing on
+    // by the task's default; the page and the command line answer alike.
+    js(&page, "document.getElementById('plan-task').value = 'qlora'; document.getElementById('plan-task').dispatchEvent(new Event('change'))").await;
+    assert_eq!(
+        js(&page, "[document.getElementById('plan-checkpointing').checked, document.getElementById('plan-quant-type').closest('label').hidden]").await,
+        serde_json::json!([true, false])
+    );
+    click(&page, "plan-go").await;
+    let answer = until(
+        &page,
+        "(() => { const a = document.getElementById('plan-answer').dataset.answer; return a && JSON.parse(a).task === 'qlora' && a; })()",
+    )
+    .await;
+    let answer: Value = serde_json::from_str(answer.as_str().unwrap()).unwrap();
+    let cli = Command::new(vramlab_tests::vramlab_bin())
+        .args([
+            "plan",
+            "Llama-3.1-8B",
+            "--gpu",
+            "rtx-4090",
+            "--task",
+            "qlora",
+        ])
+        .args(["--seq", "2048", "--json"])
+        .output()
+        .unwrap();
+    let cli: Value = serde_json::from_slice(&cli.stdout).unwrap();
+    assert_eq!(
+        answer, cli,
+        "the page and the command line answer QLoRA alike"
+    );
+    let parts = js(&page, "document.getElementById('plan-parts').textContent").await;
+    assert!(
+        parts
+            .as_str()
+            .unwrap()
+            .contains("dequantized 4-bit weights at the peak"),
+        "{parts}"
+    );
+    let ms = js(&page, "document.getElementById('plan-time').dataset.ms").await;
+    println!("figure: will it fit: Llama-3.1-8B QLoRA (nf4, double quantization, rank 16, 1 x 2048 tokens, checkpointing) on an RTX 4090, with the largest batch and longest sequence searched: {} ms in the page", ms.as_str().unwrap_or("?"));
     js(&page, "document.getElementById('plan-task').value = 'generate'; document.getElementById('plan-task').dispatchEvent(new Event('change'))").await;
 
     // A config.json dropped on the page: Qwen2.5-7B's fields, on a T4.

@@ -25,7 +25,11 @@ function request() {
     r.seq = Number($("plan-seq").value);
     r.checkpointing = $("plan-checkpointing").checked;
     r.optimizer = $("plan-optimizer").value;
-    if (task === "lora") r.rank = Number($("plan-rank").value);
+    if (task !== "train") r.rank = Number($("plan-rank").value);
+    if (task === "qlora") {
+      r.quant_type = $("plan-quant-type").value;
+      r.double_quant = $("plan-double-quant").checked;
+    }
   }
   if ($("plan-attn").value) r.attn = $("plan-attn").value;
   if ($("plan-dtype").value) r.dtype = $("plan-dtype").value;
@@ -113,6 +117,8 @@ function ask(event) {
 // Each task's own fields shown, the others hidden.
 function task() {
   const t = $("plan-task").value;
+  // `prepare_model_for_kbit_training` checkpoints unless told not to.
+  if (t === "qlora") $("plan-checkpointing").checked = true;
   for (const label of document.querySelectorAll("label[data-task]")) {
     label.hidden = !label.dataset.task.split(" ").includes(t);
   }

@@ -304,7 +304,11 @@ fn generate_python(g: Generation) -> String {
 fn qlora_python(a: &Asked, t: Training, q4: Quant4) -> String {
     let q = &a.question;
     let rank = t.lora.unwrap_or(16);
-    let steps = steps_python(t, "torch.optim.AdamW");
+    let (import, optimizer) = match t.adam8bit {
+        true => ("import bitsandbytes as bnb8\n", "bnb8.optim.AdamW8bit"),
+        false => ("", "torch.optim.AdamW"),
+    };
+    let steps = format!("{import}{}", steps_python(t, optimizer));
     format!(
         "import torch  # {}\n\
          from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training\n\
