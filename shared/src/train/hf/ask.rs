@@ -211,6 +211,7 @@ pub fn read(request: &Value) -> Result<Asked, Invalid> {
             quant: (task == "qlora")
                 .then(|| quant4(r, &config, dtype))
                 .transpose()?,
+            amp: None,
             adam8bit: match r.get("optimizer").and_then(Value::as_str) {
                 None | Some("adamw") => false,
                 Some("adamw8bit") => true,

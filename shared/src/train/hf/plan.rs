@@ -40,6 +40,9 @@ pub struct Training {
     /// `prepare_model_for_kbit_training` (the other parameters upcast to
     /// float32; its checkpointing reentrant), LoRA on every linear layer.
     pub quant: Option<step::Quant4>,
+    /// `torch.autocast` of this type around the forward (`Trainer(bf16=True)`
+    /// on float32 weights).
+    pub amp: Option<Dtype>,
 }
 
 /// What the model is asked to do.
@@ -528,6 +531,7 @@ fn run_with(q: &Question, params: &[NamedTensor]) -> Result<Run, Invalid> {
             let run = step::Run {
                 quant: t.quant,
                 reentrant: four && t.checkpointing,
+                amp: t.amp,
                 // peft readies a checkpointed model for LoRA by making the
                 // embeddings need a gradient.
                 input_grads: t.lora.is_some() && t.checkpointing,

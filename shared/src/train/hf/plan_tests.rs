@@ -342,6 +342,7 @@ fn training_steps_peak_as_the_h100_measured_them() {
                 lora: row["lora"].as_u64(),
                 adam8bit: false,
                 quant: None,
+                amp: None,
             };
             let mut config = known.unwrap().config;
             // `hf_steps.py` turned GPT-2's dropout off.
@@ -397,6 +398,7 @@ fn a_training_search_bounded_by_its_logits_finds_the_same_limits() {
             lora: Some(8),
             adam8bit: false,
             quant: None,
+            amp: None,
         }),
         torch: TorchVersion::default(),
     };
@@ -429,6 +431,7 @@ fn a_step_s_activations_are_told_by_layer() {
             lora: None,
             adam8bit: false,
             quant: None,
+            amp: None,
         }),
         torch: TorchVersion::default(),
     };
@@ -460,6 +463,7 @@ fn adamw8bit_state_is_a_byte_an_element_and_a_maximum_a_block() {
         lora: None,
         adam8bit: true,
         quant: None,
+        amp: None,
     };
     let loaded = HfConfig {
         dtype: Dtype::Bfloat16,
@@ -528,6 +532,7 @@ fn qlora_loads_as_the_h100_measured_it() {
                 lora: Some(16),
                 adam8bit: false,
                 quant: Some(quant),
+                amp: None,
             }),
             torch: TorchVersion::V2_11,
         };

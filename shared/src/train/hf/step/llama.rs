@@ -6,6 +6,7 @@
 //! attention, the gated SiLU MLP, peft's LoRA on its target projections.
 
 use super::kernel::Sdpa;
+use super::ops::Fit;
 use super::tape::T;
 use super::Model;
 use crate::train::hf::config::Arch;
@@ -23,10 +24,14 @@ pub(super) struct Shared {
 }
 
 impl Model<'_, '_> {
-    /// `LlamaRMSNorm(x)` over `rows` rows of `width`, weight `w`.
+    /// `LlamaRMSNorm(x)` over `rows` rows of `width`, weight `w`: in
+    /// float32, then `weight * x.to(input_dtype)` (the wider of the two
+    /// types: float32 weights under autocast keep the output float32).
     pub(super) fn rms_norm(&mut self, x: T, w: T, rows: u64, width: u64) -> T {
-        let f32 = rows * width * 4;
-        let x32 = if self.low() {
+        let numel = rows * width;
+        let f32 = numel * 4;
+        let half = x.bytes != f32;
+        let x32 = if half {
             self.t.cast(x, f32)
         } else {
             self.t.share(x)
@@ -42,29 +47,33 @@ impl Model<'_, '_> {
         self.t.drop(x32);
         // `self.weight * hidden_states.to(input_dtype)`: the cast is the
         // expression's temporary; the float32 rows go as it returns.
-        let out = if self.low() {
-            let cast = self.t.cast(normed, rows * width * self.e());
-            let out = self.t.mul(w, cast, rows * width * self.e());
+        let out = if half {
+            let cast = self.t.cast(normed, x.bytes);
+            let out_bytes = numel * self.e().max(x.bytes / numel);
+            let fits = [Fit::Sum(w.bytes), Fit::Cast(cast.bytes)];
+            let out = self.t.mul_fit(w, cast, out_bytes, fits);
             self.t.drop(cast);
             out
         } else {
-            self.t.mul(w, normed, rows * width * self.e())
+            self.t.mul(w, normed, numel * self.e().max(4))
         };
         self.t.drop(normed);
         self.t.drop(variance);
         out
     }
 
-    /// `x * cos + rotate_half(x) * sin`.
-    fn rotate(&mut self, x: T, s: &Shared) -> T {
-        let bytes = x.bytes;
-        let times_cos = self.t.mul(x, s.cos, bytes);
-        let first = self.t.slice(x, bytes / 2);
-        let second = self.t.slice(x, bytes / 2);
+    /// `x * cos + rotate_half(x) * sin` of `numel` elements, in the wider
+    /// of `x`'s and cos's types.
+    fn rotate(&mut self, x: T, s: &Shared, numel: u64) -> T {
+        let bytes = numel * self.e().max(x.bytes / numel);
+        let fits = |x: T| [Fit::Cast(x.bytes), Fit::Sum(s.cos.bytes)];
+        let times_cos = self.t.mul_fit(x, s.cos, bytes, fits(x));
+        let first = self.t.slice(x, x.bytes / 2);
+        let second = self.t.slice(x, x.bytes / 2);
         let negated = self.t.neg(second);
         let half = self.t.cat(&[negated, first]);
         self.t.drop_all(&[negated, second, first]);
-        let times_sin = self.t.mul(half, s.sin, bytes);
+        let times_sin = self.t.mul_fit(half, s.sin, bytes, fits(half));
         self.t.drop(half);
         let out = self.t.add(times_cos, times_sin, bytes);
         self.t.drop_all(&[times_cos, times_sin]);
@@ -75,22 +84,27 @@ impl Model<'_, '_> {
     /// rotates `q[..., :rotary_dim]` (the whole head here) and `cat`s the
     /// rest (`q[..., rotary_dim:]`, empty) back on.
     fn rotate_both(&mut self, q: T, k: T, s: &Shared) -> (T, T) {
-        if self.c.arch != Arch::Phi3 {
-            let q_rot = self.rotate(q, s);
-            let k_rot = self.rotate(k, s);
+        let (c, rows) = (self.c, self.run.batch * self.run.seq);
+        let (nq, nk) = (rows * c.heads * c.head_dim, rows * c.kv_heads * c.head_dim);
+        if c.arch != Arch::Phi3 {
+            let q_rot = self.rotate(q, s, nq);
+            let k_rot = self.rotate(k, s, nk);
             return (q_rot, k_rot);
         }
         let parts = |t: &mut Self, x: T| (t.t.alias(x), t.t.slice(x, 0));
         let (q_part, q_pass) = parts(self, q);
         let (k_part, k_pass) = parts(self, k);
-        let whole = |t: &mut Self, part: T, pass: T| {
-            let rotated = t.rotate(part, s);
-            let out = t.t.cat(&[rotated, pass]);
+        // Under autocast the rotated half is float32 and the rest keeps
+        // the projection's type.
+        let promoted = self.pe() < self.e();
+        let whole = |t: &mut Self, part: T, pass: T, numel: u64| {
+            let rotated = t.rotate(part, s, numel);
+            let out = t.t.cat_promoted(&[rotated, pass], &[false, promoted]);
             t.t.drop(rotated);
             out
         };
-        let q_rot = whole(self, q_part, q_pass);
-        let k_rot = whole(self, k_part, k_pass);
+        let q_rot = whole(self, q_part, q_pass, nq);
+        let k_rot = whole(self, k_part, k_pass, nk);
         self.t.drop_all(&[q_part, q_pass, k_part, k_pass]);
         (q_rot, k_rot)
     }
@@ -192,10 +206,14 @@ impl Model<'_, '_> {
     /// repeated for every head (`enable_gqa` needs no mask), and a GPU runs
     /// the memory-efficient kernel, which takes one.
     pub(super) fn sdpa(&mut self, q: T, k: T, v: T, mask: Option<T>) -> T {
+        let (c, rows) = (self.c, self.run.batch * self.run.seq);
+        let (nq, nk) = (rows * c.heads * c.head_dim, rows * c.kv_heads * c.head_dim);
         let Some(_) = mask else {
+            let [q, k, v] = self.amp_operands([(q, nq), (k, nk), (v, nk)]);
             let outs = self.kernel.forward(self.t, &self.c, self.run, q, k, v);
             let out = outs[0];
             self.t.drop_all(&outs[1..]);
+            self.drop_operands([q, k, v]);
             return out;
         };
         let (keys, _) = self.repeat_kv(k, false);
@@ -204,9 +222,12 @@ impl Model<'_, '_> {
             Some(_) => Sdpa(Kernel::Efficient),
             None => self.kernel,
         };
-        let outs = kernel.forward(self.t, &self.c, self.run, q, keys, values);
+        let wide = nk * (c.heads / c.kv_heads);
+        let [q, k, v] = self.amp_operands([(q, nq), (keys, wide), (values, wide)]);
+        let outs = kernel.forward(self.t, &self.c, self.run, q, k, v);
         let out = outs[0];
         self.t.drop_all(&outs[1..]);
+        self.drop_operands([q, k, v]);
         self.t.drop_all(&[keys, values]);
         out
     }
@@ -228,7 +249,9 @@ impl Model<'_, '_> {
         }
         let w = self.weight(&format!("{name}.weight"));
         let b = bias.then(|| self.weight(&format!("{name}.bias")));
-        let out = self.t.linear(x, w, b, rows * width * self.e());
+        let e = self.e();
+        let fan_in = w.bytes / e / width.max(1);
+        let out = self.linear_of(x, (w, b), rows, (fan_in, width), e);
         self.lora(x, name, out, rows, width)
     }
 
@@ -244,8 +267,9 @@ impl Model<'_, '_> {
         } else {
             self.t.share(x)
         };
-        let down = self.t.linear(x32, a, None, rows * rank * 4);
-        let up = self.t.linear(down, b, None, rows * width * 4);
+        let fan_in = a.bytes / 4 / rank.max(1);
+        let down = self.linear_of(x32, (a, None), rows, (fan_in, rank), 4);
+        let up = self.linear_of(down, (b, None), rows, (rank, width), 4);
         self.t.drop(down);
         let scaled = self.t.scale(up);
         self.t.drop(up);
@@ -270,7 +294,7 @@ impl Model<'_, '_> {
     /// The attention block from the layer's normed input: its output
     /// projection and eager attention's weights.
     fn self_attn(&mut self, l: u64, x: T, s: &Shared) -> (T, Option<T>) {
-        let (c, rows, e) = (self.c, self.run.batch * self.run.seq, self.e());
+        let (c, rows, e) = (self.c, self.run.batch * self.run.seq, self.pe());
         let (q_width, kv_width) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
         let a = format!("model.layers.{l}.self_attn");
         let (q, k, v, fused) = if c.arch == Arch::Phi3 {
@@ -355,11 +379,11 @@ impl Model<'_, '_> {
         };
         let projected = self.project(out, &format!("{a}.o_proj"), rows, c.hidden, c.o_bias);
         self.t.drop(out);
-        // The attention's locals go as it returns.
-        self.t.drop_all(&[q_rot, k, v]);
+        // The attention's locals go as it returns, Phi-3's `qkv` first.
         if let Some(qkv) = fused {
             self.t.drop(qkv);
         }
+        self.t.drop_all(&[q_rot, k, v]);
         (projected, weights)
     }
 
@@ -388,7 +412,7 @@ impl Model<'_, '_> {
         // (a view of the projection) lives until the MLP returns.
         let (gated, gate) = if c.arch == Arch::Phi3 {
             let gate_up = self.project(x, &format!("{m}.gate_up_proj"), rows, 2 * i, false);
-            let e = self.e();
+            let e = self.pe();
             let halves = self.t.split(gate_up, 2);
             self.t.drop(gate_up);
             let (gate, up) = (halves[0], halves[1]);
@@ -421,13 +445,13 @@ impl Model<'_, '_> {
         let normed = self.rms_norm(x, w, rows, c.hidden);
         let (attended, weights) = self.self_attn(l, normed, s);
         self.t.drop(normed);
-        let h = self.t.add(x, attended, x.bytes);
+        let h = self.t.add_mixed(x, attended);
         self.t.drop(attended);
         let w = self.weight(&format!("{p}.post_attention_layernorm.weight"));
         let normed = self.rms_norm(h, w, rows, c.hidden);
         let down = self.mlp(l, normed);
         self.t.drop(normed);
-        let out = self.t.add(h, down, x.bytes);
+        let out = self.t.add_mixed(h, down);
         self.t.drop_all(&[down, h]);
         if let Some(w) = weights {
             self.t.drop(w);

@@ -15,6 +15,7 @@
 //! `tests/reference/hf_train.py` traces transformers' own step on the CPU;
 //! the tests hold this program to it event by event.
 
+mod amp;
 mod gemma;
 mod gpt2;
 mod kernel;
@@ -62,6 +63,9 @@ pub struct Run {
     /// Checkpointing with `use_reentrant=True` (what
     /// `prepare_model_for_kbit_training` leaves).
     pub reentrant: bool,
+    /// `torch.autocast` of this type around the forward (the weights in
+    /// the config's type).
+    pub amp: Option<Dtype>,
     /// The embeddings' output needs a gradient: peft's
     /// `enable_input_require_grads`, which readies a checkpointed model
     /// for LoRA (and `prepare_model_for_kbit_training` calls whenever it
@@ -520,7 +524,8 @@ impl Model<'_, '_> {
         };
         // The logits, the loss's tensors and their gradients.
         self.t.set_holds(Holds::Logits);
-        let mut logits = self.t.linear(normed, head, None, rows * c.vocab * self.e());
+        let e = self.e();
+        let mut logits = self.linear_of(normed, (head, None), rows, (c.hidden, c.vocab), e);
         if c.final_softcap {
             logits = self.softcap_logits(logits);
         }
@@ -542,7 +547,7 @@ impl Model<'_, '_> {
     /// padding, `cross_entropy` as log-softmax and NLL.
     fn loss(&mut self, logits: T) -> T {
         let (b, n) = (self.run.batch, self.run.seq);
-        let wide = if self.low() {
+        let wide = if logits.bytes != b * n * self.c.vocab * 4 {
             self.t.cast(logits, b * n * self.c.vocab * 4)
         } else {
             self.t.share(logits)
@@ -641,7 +646,12 @@ pub fn play_with(
     let mut tape = Tape::new(sink);
     let w = Rc::new(Weights::new(&mut tape, c, params, &run));
     let ids = tape.external(run.batch * run.seq * 8);
-    let kernel = Sdpa(sdp::select(run.gpu, c.dtype, c.head_dim, true));
+    let kernel = Sdpa(sdp::select(
+        run.gpu,
+        run.amp.unwrap_or(c.dtype),
+        c.head_dim,
+        true,
+    ));
     let mut m = Model {
         t: &mut tape,
         c: *c,
@@ -652,6 +662,7 @@ pub fn play_with(
     };
     m.t.mark(Step::Phase("forward"));
     let loss = m.forward(ids);
+    m.t.clear_amp_cache();
     m.t.mark(Step::Phase("backward"));
     m.t.backward(loss);
     if m.t.stopped() {

@@ -24,6 +24,30 @@ fn sum_to(t: &mut Tape<'_>, g: Option<Sid>, bytes: u64, to: u64) -> Option<Sid> 
     Some(summed)
 }
 
+/// What `validate_outputs` makes of a gradient of `bytes` for an input
+/// of `to` bytes: summed to its shape where it was broadcast, or cast to
+/// its type where it is narrower (an autocast product's input, promoted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fit {
+    Sum(u64),
+    Cast(u64),
+}
+
+fn fit(t: &mut Tape<'_>, g: Option<Sid>, bytes: u64, f: Fit) -> Option<Sid> {
+    match f {
+        Fit::Sum(to) => sum_to(t, g, bytes, to),
+        Fit::Cast(to) => {
+            let g = g?;
+            if to >= bytes {
+                return Some(g);
+            }
+            let cast = t.temp("_to_copy", to);
+            t.release(g);
+            Some(cast)
+        }
+    }
+}
+
 /// Whether input `x` needs a gradient.
 fn needs(x: &T) -> bool {
     x.fun.is_some()
@@ -72,13 +96,17 @@ impl Tape<'_> {
     /// when `x` does. Backward: the bias's (a sum over the rows), the
     /// weight's, then `x`'s.
     pub fn linear(&mut self, x: T, weight: T, bias: Option<T>, bytes: u64) -> T {
-        // Released in the saved variables' order of name: `mat2_`, `self_`.
+        // Released in the saved variables' order of name: `mm`'s `mat2_`
+        // then `self_`, `addmm`'s `mat1_` (the input) then `mat2_`.
         let mut saved = Vec::new();
         if needs(&x) {
             saved.push(weight.s);
         }
         if needs(&weight) {
             saved.push(x.s);
+        }
+        if bias.is_some() {
+            saved.reverse();
         }
         let (xb, wb) = (x.bytes, weight.bytes);
         let (gx, gw) = (needs(&x), needs(&weight));
@@ -122,6 +150,11 @@ impl Tape<'_> {
     /// `a` for `b`'s. Backward: `a`'s product, `b`'s, then each summed to
     /// its input's shape.
     pub fn mul(&mut self, a: T, b: T, bytes: u64) -> T {
+        self.mul_fit(a, b, bytes, [Fit::Sum(a.bytes), Fit::Sum(b.bytes)])
+    }
+
+    /// `mul`, each input's gradient made to fit it as `fits` say.
+    pub fn mul_fit(&mut self, a: T, b: T, bytes: u64, fits: [Fit; 2]) -> T {
         // `other_` is released before `self_`.
         let mut saved = Vec::new();
         if needs(&a) {
@@ -130,7 +163,7 @@ impl Tape<'_> {
         if needs(&b) {
             saved.push(a.s);
         }
-        let (ga, gb, ab, bb) = (needs(&a), needs(&b), a.bytes, b.bytes);
+        let (ga, gb) = (needs(&a), needs(&b));
         self.op1(
             "mul",
             bytes,
@@ -141,8 +174,8 @@ impl Tape<'_> {
                 let x = ga.then(|| t.grad(0, "mul", bytes));
                 let y = gb.then(|| t.grad(1, "mul", bytes));
                 t.backward_returned();
-                let x = sum_to(t, x, bytes, ab);
-                let y = sum_to(t, y, bytes, bb);
+                let x = fit(t, x, bytes, fits[0]);
+                let y = fit(t, y, bytes, fits[1]);
                 vec![x, y]
             }),
         )
@@ -208,7 +241,12 @@ impl Tape<'_> {
     /// `a + b`, of `bytes`: saves nothing; backward passes the gradient to
     /// both (summed to a broadcast input's shape).
     pub fn add(&mut self, a: T, b: T, bytes: u64) -> T {
-        let (ab, bb, ga, gb) = (a.bytes, b.bytes, needs(&a), needs(&b));
+        self.add_fit(a, b, bytes, [Fit::Sum(a.bytes), Fit::Sum(b.bytes)])
+    }
+
+    /// `add`, each input's gradient made to fit it as `fits` say.
+    pub fn add_fit(&mut self, a: T, b: T, bytes: u64, fits: [Fit; 2]) -> T {
+        let (ga, gb) = (needs(&a), needs(&b));
         self.op1(
             "add",
             bytes,
@@ -218,11 +256,19 @@ impl Tape<'_> {
             Box::new(move |t, g| {
                 let x = if ga { pass(t, g[0]) } else { None };
                 let y = if gb { pass(t, g[0]) } else { None };
-                let x = sum_to(t, x, bytes, ab);
-                let y = sum_to(t, y, bytes, bb);
+                let x = fit(t, x, bytes, fits[0]);
+                let y = fit(t, y, bytes, fits[1]);
                 vec![x, y]
             }),
         )
+    }
+
+    /// `a + b` of `numel` elements each, in the wider of their types (a
+    /// residual in float32 plus an autocast product's output): the
+    /// narrower one's gradient cast back.
+    pub fn add_mixed(&mut self, a: T, b: T) -> T {
+        let bytes = a.bytes.max(b.bytes);
+        self.add_fit(a, b, bytes, [Fit::Cast(a.bytes), Fit::Cast(b.bytes)])
     }
 
     /// `x + c` of a Python number: backward passes the gradient.
@@ -285,6 +331,31 @@ impl Tape<'_> {
             &[],
             false,
             Box::new(move |t, g| (0..n).map(|_| pass(t, g[0])).collect()),
+        )
+    }
+
+    /// `torch.cat(parts)` of parts some of which are of a narrower type
+    /// (`narrow`: promoted in the output): their gradients are casts of
+    /// the output's slice, not views of it.
+    pub fn cat_promoted(&mut self, parts: &[T], narrow: &[bool]) -> T {
+        let bytes = parts.iter().map(|p| p.bytes).sum();
+        let sizes: Vec<(u64, bool)> = (parts.iter().zip(narrow))
+            .map(|(p, &n)| (p.bytes, n))
+            .collect();
+        self.op1(
+            "cat",
+            bytes,
+            parts,
+            &[],
+            false,
+            Box::new(move |t, g| {
+                (sizes.iter())
+                    .map(|&(b, narrow)| match narrow {
+                        true => g[0].map(|_| t.temp("_to_copy", b)),
+                        false => pass(t, g[0]),
+                    })
+                    .collect()
+            }),
         )
     }
 

@@ -115,6 +115,8 @@ pub(super) struct Tape<'a> {
     /// Tensors made leaves that need a gradient (`requires_grad_()`), with
     /// their gradient's slot: the graph holds them.
     leaves: Vec<(Sid, usize)>,
+    /// Autocast's cache: each trainable weight's cast, by its storage.
+    pub(super) amp_cache: Vec<(Sid, T)>,
     /// What the graph's nodes keep besides saved tensors (a reentrant
     /// checkpoint's `partial` arguments) until the graph goes.
     graph_kept: Vec<Sid>,
@@ -144,6 +146,7 @@ impl<'a> Tape<'a> {
             unpacked: Vec::new(),
             leaves: Vec::new(),
             graph_kept: Vec::new(),
+            amp_cache: Vec::new(),
             holds: Holds::Activation,
             running_holds: Holds::Activation,
             layer: None,
@@ -327,6 +330,15 @@ impl<'a> Tape<'a> {
         std::mem::replace(&mut self.grad_mode, on)
     }
 
+    /// Storage `s` is not Python's to free as a recomputation unwinds.
+    pub fn unlist(&mut self, s: Sid) {
+        if let Some(r) = &mut self.recompute {
+            if let Some(i) = r.live.iter().position(|&x| x == s) {
+                r.live.remove(i);
+            }
+        }
+    }
+
     /// A recomputation that stopped early runs nothing more; nor does a
     /// step whose sink stopped it (out of memory).
     pub fn halted(&self) -> bool {
@@ -484,6 +496,9 @@ impl<'a> Tape<'a> {
         self.hold(s);
         self.nodes[owner].saved.push(s);
         if last {
+            // The stop unwinds through the recomputation's autocast region
+            // (its cache goes) before its frames go.
+            self.clear_amp_cache();
             self.stop_recompute();
         }
     }
@@ -552,6 +567,8 @@ impl<'a> Tape<'a> {
         // A region that saved less than it did the first time ends here.
         self.stop_recompute();
         self.recompute = None;
+        // Its autocast region exits.
+        self.clear_amp_cache();
         self.set_grad(grad);
     }
 }

@@ -90,6 +90,7 @@ fn qlora_cases() -> Vec<Case> {
                 compute: Dtype::Bfloat16,
             }),
             reentrant: train,
+            amp: None,
             input_grads: true,
         };
         out.push(Case {
@@ -107,6 +108,62 @@ fn qlora_cases() -> Vec<Case> {
 #[test]
 fn qlora_steps_follow_the_libraries_event_by_event() {
     let cases = qlora_cases();
+    assert_eq!(cases.len(), 20);
+    check_cases(cases.into_iter(), true);
+}
+
+/// `tests/reference/hf_amp.py`'s steps: float32 weights, the forward
+/// under `torch.autocast` in bfloat16 with CUDA's policy.
+fn amp_cases(models: &[&str], attention: Option<Attention>) -> Vec<Case> {
+    let traces: Value =
+        serde_json::from_str(include_str!("../../../../../tests/reference/hf_amp.json"))
+            .expect("the traces are JSON");
+    let mut out = Vec::new();
+    for c in traces["cases"].as_array().into_iter().flatten() {
+        let model = c["model"].as_str().unwrap_or_default();
+        if !models.contains(&model) || c.get("error").is_some() {
+            continue;
+        }
+        let attn = match c["attn"].as_str() {
+            Some("eager") => Attention::Eager,
+            _ => Attention::Sdpa,
+        };
+        if attention.is_some_and(|a| a != attn) {
+            continue;
+        }
+        let config = HfConfig::read(&traces["configs"][model]).expect("a config");
+        let lora = c["lora"].as_u64().filter(|&r| r > 0);
+        let checkpointing = c["checkpointing"].as_bool().unwrap_or(false);
+        let run = Run {
+            batch: c["batch"].as_u64().unwrap_or(0),
+            seq: c["seq"].as_u64().unwrap_or(0),
+            attention: attn,
+            checkpointing,
+            lora,
+            gpu: None,
+            adam8bit: false,
+            quant: None,
+            reentrant: false,
+            amp: Some(Dtype::Bfloat16),
+            input_grads: lora.is_some() && checkpointing,
+        };
+        out.push(Case {
+            name: format!("{model} amp {attn:?} ckpt={checkpointing} lora={lora:?}"),
+            run,
+            config,
+            events: traced(c),
+            peak: c["peak"].as_i64().unwrap_or(0),
+        });
+    }
+    out
+}
+
+#[test]
+fn llama_family_steps_under_autocast_follow_transformers_event_by_event() {
+    let cases = amp_cases(
+        &["llama", "mistral", "qwen2", "qwen3", "phi3"],
+        Some(Attention::Sdpa),
+    );
     assert_eq!(cases.len(), 20);
     check_cases(cases.into_iter(), true);
 }
@@ -140,6 +197,7 @@ fn cases(models: &[&str]) -> Vec<Case> {
             adam8bit: false,
             quant: None,
             reentrant: false,
+            amp: None,
             input_grads: lora.is_some() && c["checkpointing"].as_bool().unwrap_or(false),
         };
         let events = traced(c);
@@ -161,7 +219,8 @@ fn cases(models: &[&str]) -> Vec<Case> {
 fn first_difference(ours: &[(String, i64)], theirs: &[(String, i64)]) -> Option<String> {
     let i = (0..ours.len().max(theirs.len())).find(|&i| ours.get(i) != theirs.get(i))?;
     let around = |e: &[(String, i64)]| {
-        let from = i.saturating_sub(6);
+        let wide = std::env::var("VRAMLAB_TRACE_WINDOW").map_or(6, |w| w.parse().unwrap_or(6));
+        let from = i.saturating_sub(wide);
         (e[from.min(e.len())..(i + 6).min(e.len())].iter())
             .map(|(op, b)| format!("{op} {b}"))
             .collect::<Vec<_>>()
