@@ -153,16 +153,22 @@ impl Model<'_, '_> {
     /// which the layer holds until it returns.
     fn eager(&mut self, q: T, k: T, v: T, s: &Shared) -> (T, T) {
         let (c, b, n) = (self.c, self.run.batch, self.run.seq);
-        let e = self.e();
+        let (e, pe) = (self.e(), self.pe());
         let scores = b * c.heads * n * n;
+        let nq = b * n * c.heads * c.head_dim;
         let (keys, copy_keys) = self.repeat_kv(k, false);
         let (values, copy_values) = self.repeat_kv(v, true);
+        // Under autocast `matmul` casts the keys, then the queries (its
+        // cast of an expanded view is dense).
+        let amp = self.run.amp.is_some();
+        let [q16, k16] = self.amp_operands([(q, nq), (keys, nq)]);
         // `matmul` copies the rotated queries (laid out as the projection
         // was; Phi-3's rotation `cat`s them into heads) to batch them.
-        let q = self.batched(q, c.arch != Arch::Phi3);
-        let keys_batched = self.batched(keys, copy_keys);
-        let raw = self.t.bmm(q, keys_batched, scores * e);
-        self.t.drop_all(&[q, keys_batched]);
+        let q_batched = self.batched(q16, c.arch != Arch::Phi3);
+        let keys_batched = self.batched(k16, copy_keys && !amp);
+        let raw = self.t.bmm(q_batched, keys_batched, scores * pe);
+        self.t.drop_all(&[q_batched, keys_batched]);
+        self.drop_operands([q16, k16]);
         let mut w = self.t.scale(raw);
         self.t.drop(raw);
         if c.attn_softcap {
@@ -175,26 +181,37 @@ impl Model<'_, '_> {
             self.t.drop(tanh);
         }
         if let Some(mask) = s.mask {
-            let masked = self.t.add(w, mask, scores * e);
+            // The mask is in the embeddings' type: under autocast the
+            // scores become float32.
+            let bytes = scores * e.max(pe);
+            let fits = [Fit::Cast(w.bytes), Fit::Sum(mask.bytes)];
+            let masked = self.t.add_fit(w, mask, bytes, fits);
             self.t.drop(w);
             w = masked;
         }
         // `softmax(w, dim=-1, dtype=float32).to(query.dtype)`: the scores
         // go once the statement is done.
-        let weights = if self.low() {
-            let wide = self.t.cast(w, scores * 4);
-            let soft = self.t.softmax("_softmax", "_softmax_backward_data", wide);
-            self.t.drop(wide);
-            let cast = self.t.cast(soft, scores * e);
-            self.t.drop(soft);
-            cast
-        } else {
-            self.t.softmax("_softmax", "_softmax_backward_data", w)
+        let wide = match w.bytes == scores * 4 {
+            true => self.t.share(w),
+            false => self.t.cast(w, scores * 4),
+        };
+        let soft = self.t.softmax("_softmax", "_softmax_backward_data", wide);
+        self.t.drop(wide);
+        let q_e = q.bytes / nq.max(1);
+        let weights = match q_e == 4 {
+            true => soft,
+            false => {
+                let cast = self.t.cast(soft, scores * q_e);
+                self.t.drop(soft);
+                cast
+            }
         };
         self.t.drop(w);
-        let values_batched = self.batched(values, copy_values);
-        let out = self.t.bmm(weights, values_batched, q.bytes);
+        let [w16, v16] = self.amp_operands([(weights, scores), (values, nq)]);
+        let values_batched = self.batched(v16, copy_values);
+        let out = self.t.bmm(w16, values_batched, nq * pe);
         self.t.drop(values_batched);
+        self.drop_operands([w16, v16]);
         let copy = self.t.contiguous_heads(out);
         self.t.drop_all(&[out, keys, values]);
         (copy, weights)

@@ -159,6 +159,16 @@ fn amp_cases(models: &[&str], attention: Option<Attention>) -> Vec<Case> {
 }
 
 #[test]
+fn llama_family_eager_steps_under_autocast_follow_transformers_event_by_event() {
+    let cases = amp_cases(
+        &["llama", "mistral", "qwen2", "qwen3", "phi3"],
+        Some(Attention::Eager),
+    );
+    assert_eq!(cases.len(), 20);
+    check_cases(cases.into_iter(), true);
+}
+
+#[test]
 fn llama_family_steps_under_autocast_follow_transformers_event_by_event() {
     let cases = amp_cases(
         &["llama", "mistral", "qwen2", "qwen3", "phi3"],
