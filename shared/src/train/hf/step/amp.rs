@@ -75,29 +75,56 @@ impl Model<'_, '_> {
         fans: (u64, u64),
         w_e: u64,
     ) -> T {
+        self.product_of(x, (w, b), rows, fans, (w_e, false))
+    }
+
+    /// `linear_of`, or GPT-2's `Conv1D` (`conv1d`): `addmm(bias, x, weight)`.
+    pub(super) fn product_of(
+        &mut self,
+        x: T,
+        (w, b): (T, Option<T>),
+        rows: u64,
+        fans: (u64, u64),
+        (w_e, conv1d): (u64, bool),
+    ) -> T {
         let (fan_in, width) = fans;
         if self.run.amp.is_none() {
             return self.t.linear(x, w, b, rows * width * w_e);
         }
         let lo = self.pe();
-        let mut casts = Vec::new();
-        let mut cast = |m: &mut Self, p: T| {
+        // What this call makes and lets go of, in the order it makes them.
+        let mut temps: Vec<T> = Vec::new();
+        let cast = |m: &mut Self, p: T, temps: &mut Vec<T>| {
             if p.bytes / w_e * lo == p.bytes {
                 return p;
             }
             let (c, cached) = m.t.weight_cast(p, p.bytes / w_e * lo);
             if !cached {
-                casts.push(c);
+                temps.push(c);
             }
             c
         };
-        let b16 = b.map(|b| cast(self, b));
-        let w16 = cast(self, w);
-        let x16 = self.amp_input(x, rows * fan_in);
+        // `F.linear(input, weight, bias)` casts the bias, the weight, the
+        // input; GPT-2's `Conv1D` (`addmm(bias, x, weight)`) the weight,
+        // the input, the bias. The casts go in the order they were made,
+        // also when a recomputation stops inside the product.
+        let (x16, w16, b16) = if conv1d {
+            let w16 = cast(self, w, &mut temps);
+            let x16 = self.amp_input(x, rows * fan_in);
+            temps.push(x16);
+            let b16 = b.map(|b| cast(self, b, &mut temps));
+            (x16, w16, b16)
+        } else {
+            let b16 = b.map(|b| cast(self, b, &mut temps));
+            let w16 = cast(self, w, &mut temps);
+            let x16 = self.amp_input(x, rows * fan_in);
+            temps.push(x16);
+            (x16, w16, b16)
+        };
+        self.t.op_temps = temps.iter().map(|t| t.s).collect();
         let out = self.t.linear(x16, w16, b16, rows * width * lo);
-        // The casts go in the order they were made.
-        self.t.drop_all(&casts);
-        self.t.drop(x16);
+        self.t.op_temps.clear();
+        self.t.drop_all(&temps);
         out
     }
 

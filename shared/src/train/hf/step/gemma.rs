@@ -17,7 +17,9 @@ impl Model<'_, '_> {
     /// eps)`, times `1.0 + weight.float()`, `type_as(x)`.
     pub(super) fn gemma_norm(&mut self, x: T, w: T, rows: u64, width: u64) -> T {
         let f32 = rows * width * 4;
-        let x32 = if self.low() {
+        // Under autocast a projection's output comes in the autocast type.
+        let half = x.bytes != f32;
+        let x32 = if half {
             self.t.cast(x, f32)
         } else {
             self.t.share(x)
@@ -41,10 +43,10 @@ impl Model<'_, '_> {
         self.t.drop(w32);
         let scaled = self.t.mul(normed, plus_one, f32);
         self.t.drop_all(&[plus_one, normed]);
-        if !self.low() {
+        if !half {
             return scaled;
         }
-        let out = self.t.cast(scaled, rows * width * self.e());
+        let out = self.t.cast(scaled, x.bytes);
         self.t.drop(scaled);
         out
     }
@@ -124,14 +126,14 @@ impl Model<'_, '_> {
         self.t.drop(normed);
         let after = norm(self, "post_attention_layernorm", attended);
         self.t.drop(attended);
-        let h = self.t.add(x, after, x.bytes);
+        let h = self.t.add_mixed(x, after);
         self.t.drop(after);
         let normed = norm(self, "pre_feedforward_layernorm", h);
         let down = self.gemma_mlp(l, normed);
         self.t.drop(normed);
         let after = norm(self, "post_feedforward_layernorm", down);
         self.t.drop(down);
-        let out = self.t.add(h, after, x.bytes);
+        let out = self.t.add_mixed(h, after);
         self.t.drop_all(&[after, h]);
         if let Some(w) = weights {
             self.t.drop(w);

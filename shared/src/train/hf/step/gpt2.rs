@@ -5,6 +5,7 @@
 //! config asks for it (its class defaults to 0.1 everywhere).
 
 use super::llama::Shared;
+use super::ops::Fit;
 use super::tape::T;
 use super::Model;
 use crate::train::kinds::step::Attention;
@@ -41,12 +42,20 @@ impl Model<'_, '_> {
 
     /// `NewGELUActivation`: `0.5 * x * (1 + tanh(sqrt(2 / pi) * (x +
     /// 0.044715 * x³)))`, op by op.
+    /// Under autocast `pow` is a float32 op: `x` is cast for it, and the
+    /// rest runs in float32 from there.
     fn gelu_new(&mut self, x: T) -> T {
+        let numel = x.bytes / self.pe();
         let half = self.t.scale(x);
-        let cube = self.t.square(x);
+        let x32 = match self.run.amp.is_some() && x.bytes != numel * 4 {
+            true => self.t.cast(x, numel * 4),
+            false => self.t.share(x),
+        };
+        let cube = self.t.square(x32);
+        self.t.drop(x32);
         let small = self.t.scale(cube);
         self.t.drop(cube);
-        let inner = self.t.add(x, small, x.bytes);
+        let inner = self.t.add_mixed(x, small);
         self.t.drop(small);
         let scaled = self.t.scale(inner);
         self.t.drop(inner);
@@ -54,7 +63,9 @@ impl Model<'_, '_> {
         self.t.drop(scaled);
         let plus_one = self.t.add_scalar(tanh);
         self.t.drop(tanh);
-        let out = self.t.mul(half, plus_one, x.bytes);
+        let bytes = half.bytes.max(plus_one.bytes);
+        let fits = [Fit::Cast(half.bytes), Fit::Cast(plus_one.bytes)];
+        let out = self.t.mul_fit(half, plus_one, bytes, fits);
         self.t.drop_all(&[half, plus_one]);
         out
     }
@@ -95,7 +106,8 @@ impl Model<'_, '_> {
     /// `reshape(...).contiguous()` copies the output.
     fn gpt2_eager(&mut self, q: T, k: T, v: T, s: &Shared) -> (T, T) {
         let (c, b, n) = (self.c, self.run.batch, self.run.seq);
-        let scores = b * c.heads * n * n * self.e();
+        let count = b * c.heads * n * n;
+        let scores = count * self.pe();
         // The split's views are not laid out as batches of heads: `matmul`
         // copies the queries, and without the cache's `cat` the keys and
         // values too.
@@ -107,12 +119,22 @@ impl Model<'_, '_> {
         let mut w = self.t.scale(raw);
         self.t.drop(raw);
         if let Some(mask) = s.mask {
-            let masked = self.t.add(w, mask, scores);
+            // The mask is in the embeddings' type: under autocast the
+            // scores become float32.
+            let bytes = count * self.e().max(self.pe());
+            let fits = [Fit::Cast(w.bytes), Fit::Sum(mask.bytes)];
+            let masked = self.t.add_fit(w, mask, bytes, fits);
             self.t.drop(w);
             w = masked;
         }
-        let soft = self.t.softmax("_softmax", "_softmax_backward_data", w);
+        let mut soft = self.t.softmax("_softmax", "_softmax_backward_data", w);
         self.t.drop(w);
+        // `attn_weights.type(value.dtype)`.
+        if soft.bytes != scores {
+            let cast = self.t.cast(soft, scores);
+            self.t.drop(soft);
+            soft = cast;
+        }
         let weights = self.dropout(soft, c.dropout.attn);
         self.t.drop(soft);
         let values = self.batched(v, copy);
@@ -142,11 +164,11 @@ impl Model<'_, '_> {
         let p = format!("transformer.h.{l}");
         let normed = self.layer_norm(&format!("{p}.ln_1"), x);
         let (attended, weights) = self.gpt2_attn(l, normed, s);
-        let h = self.t.add(attended, x, x.bytes);
+        let h = self.t.add_mixed(attended, x);
         self.t.drop(normed);
         let normed = self.layer_norm(&format!("{p}.ln_2"), h);
         let ff = self.gpt2_mlp(l, normed);
-        let out = self.t.add(h, ff, x.bytes);
+        let out = self.t.add_mixed(h, ff);
         self.t.drop(normed);
         // The block's locals go as it returns: `residual`, `attn_output`,
         // `_` (the weights), `feed_forward_hidden_states`.
@@ -166,7 +188,7 @@ impl Model<'_, '_> {
         let wte = self.weight("transformer.wte.weight");
         let wpe = self.weight("transformer.wpe.weight");
         let mut embeds = self.t.embedding(wte, ids, rows * c.hidden * e);
-        if self.run.lora.is_some() && self.run.checkpointing {
+        if self.run.input_grads {
             embeds = self.t.leaf(embeds);
         }
         let positions = self.positions();

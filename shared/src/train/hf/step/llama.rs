@@ -268,7 +268,8 @@ impl Model<'_, '_> {
         let b = bias.then(|| self.weight(&format!("{name}.bias")));
         let e = self.e();
         let fan_in = w.bytes / e / width.max(1);
-        let out = self.linear_of(x, (w, b), rows, (fan_in, width), e);
+        let conv1d = self.c.arch == Arch::Gpt2;
+        let out = self.product_of(x, (w, b), rows, (fan_in, width), (e, conv1d));
         self.lora(x, name, out, rows, width)
     }
 

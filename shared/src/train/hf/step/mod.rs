@@ -442,7 +442,8 @@ impl Model<'_, '_> {
             } else {
                 self.weight("lm_head.weight")
             };
-            let logits = self.t.linear(normed, head, None, rows * c.vocab * self.e());
+            let e = self.e();
+            let logits = self.linear_of(normed, (head, None), rows, (c.hidden, c.vocab), e);
             return self.finish(normed, logits);
         }
         let embed = self.weight("model.embed_tokens.weight");

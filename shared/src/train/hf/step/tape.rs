@@ -117,6 +117,9 @@ pub(super) struct Tape<'a> {
     leaves: Vec<(Sid, usize)>,
     /// Autocast's cache: each trainable weight's cast, by its storage.
     pub(super) amp_cache: Vec<(Sid, T)>,
+    /// The temporaries of the op being made (an autocast kernel's casts),
+    /// which go in the order they were made.
+    pub(super) op_temps: Vec<Sid>,
     /// What the graph's nodes keep besides saved tensors (a reentrant
     /// checkpoint's `partial` arguments) until the graph goes.
     graph_kept: Vec<Sid>,
@@ -147,6 +150,7 @@ impl<'a> Tape<'a> {
             leaves: Vec::new(),
             graph_kept: Vec::new(),
             amp_cache: Vec::new(),
+            op_temps: Vec::new(),
             holds: Holds::Activation,
             running_holds: Holds::Activation,
             layer: None,
@@ -509,8 +513,15 @@ impl<'a> Tape<'a> {
             return;
         };
         r.stopped = true;
-        // The innermost frames unwind first.
-        let live = std::mem::take(&mut r.live);
+        let mut live = std::mem::take(&mut r.live);
+        // The op being made lets go of its temporaries first, then the
+        // innermost frames unwind first.
+        for s in std::mem::take(&mut self.op_temps) {
+            if let Some(i) = live.iter().position(|&x| x == s) {
+                live.remove(i);
+                self.release(s);
+            }
+        }
         for s in live.into_iter().rev() {
             self.release(s);
         }
