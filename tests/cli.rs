@@ -962,10 +962,38 @@ fn plan_answers_will_it_fit_for_a_shipped_shape_and_a_config_file() {
     )
     .unwrap();
     assert!(
-        text.contains("QLoRA rank 16 on every linear layer, nf4 weights,"),
+        text.contains("QLoRA rank 16 on every linear layer, nf4 weights)"),
         "{text}"
     );
     assert!(!text.contains("gradient checkpointing"), "{text}");
+
+    // Mixed precision: float32 weights, the forward under autocast; the
+    // bfloat16 copies autocast keeps of the weights have a row of their own.
+    let out = plan(&[
+        "Qwen2.5-0.5B",
+        "--task",
+        "train",
+        "--amp",
+        "bfloat16",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["dtype"].as_str(), v["amp"].as_str()),
+        (Some("float32"), Some("bfloat16")),
+        "{v}"
+    );
+    assert!(v["at_peak"]["autocast's weight copies"].is_u64(), "{v}");
+    let python = v["python"].as_str().unwrap();
+    assert!(
+        python.contains("with torch.autocast(\"cuda\", dtype=torch.bfloat16):"),
+        "{python}"
+    );
+    let out = plan(&["Qwen2.5-0.5B", "--amp", "bfloat16"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8(out.stderr)
+        .unwrap()
+        .contains("`amp` is for training tasks"));
 
     let out = plan(&["Llama-3.1-8B", "--task", "serve"]);
     assert_eq!(out.status.code(), Some(2));

@@ -89,6 +89,10 @@ pub struct PlanArgs {
     /// LoRA's rank (`lora`, `qlora`).
     #[arg(long, default_value_t = 16)]
     pub rank: u64,
+    /// `bfloat16`: a training step's forward under `torch.autocast`
+    /// (`Trainer(bf16=True)`); the weights default to float32 with it.
+    #[arg(long)]
+    pub amp: Option<String>,
     /// `bnb_4bit_quant_type` (`qlora`): `nf4` or `fp4`.
     #[arg(long = "quant-type", default_value = "nf4")]
     pub quant_type: String,

@@ -35,6 +35,9 @@ fn request(args: &PlanArgs) -> anyhow::Result<Value> {
     if args.task == "lora" || args.task == "qlora" {
         r["rank"] = args.rank.into();
     }
+    if let Some(amp) = &args.amp {
+        r["amp"] = amp.as_str().into();
+    }
     if args.task == "qlora" {
         r["quant_type"] = args.quant_type.as_str().into();
         r["double_quant"] = args.double_quant.into();
@@ -74,7 +77,7 @@ fn asked_line(a: &Asked) -> String {
             ask::attention_name(g.attention),
         ),
         Task::Train(t) => format!(
-            "one training step ({}) of {} x {} tokens, {}, {} attention{}",
+            "one training step ({}) of {} x {} tokens, {}, {} attention{}{}",
             match (t.lora, t.quant) {
                 (Some(rank), Some(q4)) => format!(
                     "QLoRA rank {rank} on every linear layer, {} weights{}",
@@ -100,6 +103,10 @@ fn asked_line(a: &Asked) -> String {
                 (true, true) => ", gradient checkpointing (reentrant)",
                 (true, false) => ", gradient checkpointing",
                 (false, _) => "",
+            },
+            match t.amp {
+                Some(_) => ", the forward under torch.autocast (bfloat16)",
+                None => "",
             },
         ),
     };

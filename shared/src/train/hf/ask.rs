@@ -14,7 +14,9 @@
 //! AdamW), `lora` (peft's LoRA, AdamW on the adapters) or `qlora`
 //! (bitsandbytes' 4-bit weights, `quant_type` nf4 or fp4 and
 //! `double_quant`, readied by `prepare_model_for_kbit_training`, LoRA on
-//! every linear layer). Every field but the model has a default.
+//! every linear layer). `"amp": "bfloat16"` runs a training step's forward
+//! under `torch.autocast` (the weights then default to float32, as mixed
+//! precision keeps them). Every field but the model has a default.
 
 use super::config::HfConfig;
 use super::generate::{Cache, Generation, Holds};
@@ -58,6 +60,7 @@ pub const FIELDS: &[&str] = &[
     "optimizer",
     "quant_type",
     "double_quant",
+    "amp",
 ];
 
 /// The tasks a request may name, and those not built yet.
@@ -181,7 +184,18 @@ pub fn read(request: &Value) -> Result<Asked, Invalid> {
     }
     let (config, name, load) = model(r)?;
     let gpu: GpuModel = named(r, "gpu", "rtx-4090")?;
+    let amp = match r.get("amp") {
+        None | Some(Value::Null) => None,
+        Some(v) if v == "bfloat16" => Some(Dtype::Bfloat16),
+        Some(v) => {
+            return Err(Invalid(format!(
+                "`amp` is {v}: \"bfloat16\" (torch.autocast around the forward) or null"
+            )))
+        }
+    };
+    // Mixed precision keeps float32 weights unless told otherwise.
     let dtype = match r.get("dtype") {
+        None if amp.is_some() => Dtype::Float32,
         None => config.dtype,
         Some(_) => named::<Dtype>(r, "dtype", "")?,
     };
@@ -211,7 +225,7 @@ pub fn read(request: &Value) -> Result<Asked, Invalid> {
             quant: (task == "qlora")
                 .then(|| quant4(r, &config, dtype))
                 .transpose()?,
-            amp: None,
+            amp,
             adam8bit: match r.get("optimizer").and_then(Value::as_str) {
                 None | Some("adamw") => false,
                 Some("adamw8bit") => true,
@@ -235,6 +249,23 @@ pub fn read(request: &Value) -> Result<Asked, Invalid> {
             )))
         }
     };
+    match task {
+        Task::Generate(_) if amp.is_some() => {
+            return Err(Invalid::from(
+                "`amp` is for training tasks (train, lora): generate runs under no_grad in the weights' type",
+            ))
+        }
+        Task::Train(Training {
+            quant: Some(_),
+            amp: Some(_),
+            ..
+        }) => {
+            return Err(Invalid::from(
+                "QLoRA under torch.autocast is not modelled yet: leave `amp` out (its compute type is bnb_4bit_compute_dtype)",
+            ))
+        }
+        _ => {}
+    }
     Ok(Asked {
         question: Question {
             config,
@@ -340,11 +371,16 @@ fn steps_python(t: Training, optimizer: &str) -> String {
          opt = {optimizer}([p for p in model.parameters() if p.requires_grad], lr=1e-5)\n\
          ids = torch.randint(0, config.vocab_size, ({}, {}), device=\"cuda\")\n\
          for _ in range(2):\n    \
-         loss = model(input_ids=ids, labels=ids).loss\n    \
+         {}\
          loss.backward()\n    \
          opt.step()\n    \
          opt.zero_grad(set_to_none=True)\n",
-        t.batch, t.seq
+        t.batch,
+        t.seq,
+        match t.amp {
+            Some(_) => "with torch.autocast(\"cuda\", dtype=torch.bfloat16):\n        loss = model(input_ids=ids, labels=ids).loss\n    ",
+            None => "loss = model(input_ids=ids, labels=ids).loss\n    ",
+        }
     )
 }
 
@@ -459,6 +495,7 @@ pub fn to_json(a: &Asked, answer: &Answer) -> Value {
             v["checkpointing"] = t.checkpointing.into();
             v["rank"] = t.lora.into();
             v["optimizer"] = if t.adam8bit { "adamw8bit" } else { "adamw" }.into();
+            v["amp"] = t.amp.map(|d| d.torch_name()).into();
             if let Some(q4) = t.quant {
                 v["quant_type"] = if q4.nf4 { "nf4" } else { "fp4" }.into();
                 v["double_quant"] = q4.double_quant.into();
@@ -493,8 +530,16 @@ pub fn by_layer_words(by_layer: &[u64]) -> Option<String> {
 /// optimizer temporaries; the logits, with a step's loss tensors, both).
 pub fn shown(task: &Task, h: Holds) -> bool {
     match task {
-        Task::Generate(_) => !matches!(h, Holds::Gradient | Holds::Optimizer),
-        Task::Train(_) => h != Holds::KvCache,
+        Task::Generate(_) => matches!(
+            h,
+            Holds::Activation | Holds::KvCache | Holds::Logits | Holds::Ids | Holds::Workspace
+        ),
+        Task::Train(t) => match h {
+            Holds::KvCache => false,
+            Holds::Dequantized => t.quant.is_some(),
+            Holds::WeightCast => t.amp.is_some(),
+            _ => true,
+        },
     }
 }
 

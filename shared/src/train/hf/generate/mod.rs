@@ -66,10 +66,13 @@ pub enum Holds {
     Optimizer,
     /// bitsandbytes' 4-bit weights dequantized for a product (QLoRA).
     Dequantized,
+    /// Autocast's copies of the weights in its type (cached for the
+    /// forward, saved for the backward).
+    WeightCast,
 }
 
 impl Holds {
-    pub const ALL: [Holds; 8] = [
+    pub const ALL: [Holds; 9] = [
         Holds::Activation,
         Holds::KvCache,
         Holds::Logits,
@@ -78,6 +81,7 @@ impl Holds {
         Holds::Gradient,
         Holds::Optimizer,
         Holds::Dequantized,
+        Holds::WeightCast,
     ];
 
     pub fn name(self) -> &'static str {
@@ -90,6 +94,7 @@ impl Holds {
             Holds::Gradient => "gradients",
             Holds::Optimizer => "optimizer state",
             Holds::Dequantized => "dequantized 4-bit weights",
+            Holds::WeightCast => "autocast's weight copies",
         }
     }
 }

@@ -18,6 +18,7 @@
 
 use super::tape::{Tape, T};
 use super::Model;
+use crate::train::hf::generate::Holds;
 
 impl Tape<'_> {
     /// `cached_cast(dtype, w)` of a weight to `bytes`: the cast kept in
@@ -27,7 +28,9 @@ impl Tape<'_> {
         if let Some(&(_, cast)) = self.amp_cache.iter().find(|(s, _)| *s == w.s) {
             return (cast, true);
         }
+        let holds = self.set_holds(Holds::WeightCast);
         let cast = self.cast(w, bytes);
+        self.set_holds(holds);
         let cacheable = w.fun.is_some();
         if cacheable {
             // The cache holds it, not Python (a recomputation's frames).
