@@ -655,6 +655,44 @@ async fn will_it_fit_answers_in_its_own_page() {
     );
     let ms = js(&page, "document.getElementById('plan-time').dataset.ms").await;
     println!("figure: will it fit: Llama-3.1-8B QLoRA (nf4, double quantization, rank 16, 1 x 2048 tokens, checkpointing) on an RTX 4090, with the largest batch and longest sequence searched: {} ms in the page", ms.as_str().unwrap_or("?"));
+
+    // Mixed precision on the same card: LoRA with the forward under
+    // autocast and float32 weights (the "Weights in" select left to the
+    // config: autocast makes them float32).
+    js(&page, "document.getElementById('plan-task').value = 'lora'; document.getElementById('plan-task').dispatchEvent(new Event('change'))").await;
+    js(&page, "document.getElementById('plan-amp').checked = true").await;
+    click(&page, "plan-go").await;
+    let answer = until(
+        &page,
+        "(() => { const a = document.getElementById('plan-answer').dataset.answer; return a && JSON.parse(a).amp === 'bfloat16' && a; })()",
+    )
+    .await;
+    let answer: Value = serde_json::from_str(answer.as_str().unwrap()).unwrap();
+    let cli = Command::new(vramlab_tests::vramlab_bin())
+        .args([
+            "plan",
+            "Llama-3.1-8B",
+            "--gpu",
+            "rtx-4090",
+            "--task",
+            "lora",
+        ])
+        .args([
+            "--seq",
+            "2048",
+            "--checkpointing",
+            "--amp",
+            "bfloat16",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let cli: Value = serde_json::from_slice(&cli.stdout).unwrap();
+    assert_eq!(
+        answer, cli,
+        "the page and the command line answer autocast alike"
+    );
+    js(&page, "document.getElementById('plan-amp').checked = false").await;
     js(&page, "document.getElementById('plan-task').value = 'generate'; document.getElementById('plan-task').dispatchEvent(new Event('change'))").await;
 
     // A config.json dropped on the page: Qwen2.5-7B's fields, on a T4.

@@ -4,7 +4,7 @@ accelerate's own functions: the model built on the meta device in full
 precision as its `create_empty_model` builds it (here from the config.json
 fields in hf_params.json, since the Hub is not reached), then
 `calculate_maximum_sizes` and `estimate_training_usage`, the "float16" row
-halved as its `gather_data` halves it. Prints JSON.
+halved and the "int4" row divided by 8 as its `gather_data` does. Prints JSON.
 
     python3 tests/reference/hf_anchors.py > tests/reference/hf_anchors.json
 
@@ -39,6 +39,9 @@ def main():
             "float32_total_bytes": total,
             "float16_total_bytes": total / 2,
             "float16_largest_layer_bytes": largest[0] / 2,
+            # `gather_data`'s "int4" row: the total divided by 8; no
+            # training estimate for it.
+            "int4_total_bytes": total / 8,
             "float16_training_with_adam": estimate_training_usage(total, "float16"),
         })
     print(json.dumps({"torch": torch.__version__, "transformers": transformers.__version__,
