@@ -331,6 +331,27 @@ fn load(
     Ok(allocator.stats().allocated_bytes.current - before)
 }
 
+/// Whether the step's grouped-query attention runs the math kernel on the
+/// question's GPU: the fused kernel it would take is the memory-efficient
+/// one (float32 activations: QLoRA's, or float32 weights without
+/// autocast), which refuses grouped heads in PyTorch 2.11 and 2.9 (the
+/// H100's QLoRA run with 2.11 shows the math kernel's scores). For 2.15
+/// the plan takes the memory-efficient kernel to accept them (pytorch#191085).
+fn math_gqa(q: &Question, t: &Training, four: bool) -> bool {
+    use crate::train::kinds::step::sdp::{self, Kernel};
+    let c = &q.config;
+    let dtype = match (four, t.amp) {
+        (true, _) => Dtype::Float32,
+        (false, Some(amp)) => amp,
+        (false, None) => q.dtype,
+    };
+    let gpu = Some(q.gpu.spec().compute_capability);
+    c.heads != c.kv_heads
+        && t.attention == crate::train::kinds::step::Attention::Sdpa
+        && q.torch != TorchVersion::V2_15
+        && sdp::select(gpu, dtype, c.head_dim, true) == Kernel::Efficient
+}
+
 /// QLoRA's model made: `from_pretrained(..., quantization_config=...)`
 /// quantizes each linear layer of the decoder from its copy in the
 /// loading type (which goes) and loads the rest in that type;
@@ -532,6 +553,7 @@ fn run_with(q: &Question, params: &[NamedTensor]) -> Result<Run, Invalid> {
                 quant: t.quant,
                 reentrant: four && t.checkpointing,
                 amp: t.amp,
+                math_gqa: math_gqa(q, &t, four),
                 // peft readies a checkpointed model for LoRA by making the
                 // embeddings need a gradient.
                 input_grads: t.lora.is_some() && t.checkpointing,

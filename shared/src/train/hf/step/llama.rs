@@ -226,6 +226,9 @@ impl Model<'_, '_> {
         let (c, rows) = (self.c, self.run.batch * self.run.seq);
         let (nq, nk) = (rows * c.heads * c.head_dim, rows * c.kv_heads * c.head_dim);
         let Some(_) = mask else {
+            if self.run.math_gqa && c.heads != c.kv_heads {
+                return self.math_sdpa(q, k, v);
+            }
             let [q, k, v] = self.amp_operands([(q, nq), (k, nk), (v, nk)]);
             let outs = self.kernel.forward(self.t, &self.c, self.run, q, k, v);
             let out = outs[0];
@@ -354,9 +357,11 @@ impl Model<'_, '_> {
                 k = n;
             }
             let mut v = self.project(x, &format!("{a}.v_proj"), rows, kv_width, c.qkv_bias);
-            // Eager attention's value gradient is in the heads' layout too
-            // (the fused kernels give theirs in the rows').
-            if self.run.attention == Attention::Eager && c.kv_heads > 1 {
+            // Eager attention's (and the math kernel's) value gradient is
+            // in the heads' layout too (the fused kernels give theirs in
+            // the rows').
+            let math = self.run.math_gqa && c.heads != c.kv_heads;
+            if (self.run.attention == Attention::Eager || math) && c.kv_heads > 1 {
                 v = self.heads(v);
             }
             (q, k, v, None)

@@ -20,6 +20,7 @@ mod gemma;
 mod gpt2;
 mod kernel;
 mod llama;
+mod math;
 mod ops;
 mod quant;
 mod tape;
@@ -66,6 +67,10 @@ pub struct Run {
     /// `torch.autocast` of this type around the forward (the weights in
     /// the config's type).
     pub amp: Option<Dtype>,
+    /// Attention with grouped-query heads runs the math kernel (a GPU's
+    /// memory-efficient kernel refuses them in PyTorch 2.11, and float32
+    /// has no other fused kernel).
+    pub math_gqa: bool,
     /// The embeddings' output needs a gradient: peft's
     /// `enable_input_require_grads`, which readies a checkpointed model
     /// for LoRA (and `prepare_model_for_kbit_training` calls whenever it

@@ -91,6 +91,7 @@ fn qlora_cases() -> Vec<Case> {
             }),
             reentrant: train,
             amp: None,
+            math_gqa: false,
             input_grads: true,
         };
         out.push(Case {
@@ -102,6 +103,50 @@ fn qlora_cases() -> Vec<Case> {
         });
     }
     out
+}
+
+/// `tests/reference/hf_math.py`'s steps: float32, sdpa forced to its math
+/// kernel with grouped-query heads.
+fn math_cases() -> Vec<Case> {
+    let traces: Value =
+        serde_json::from_str(include_str!("../../../../../tests/reference/hf_math.json"))
+            .expect("the traces are JSON");
+    let mut out = Vec::new();
+    for c in traces["cases"].as_array().into_iter().flatten() {
+        let model = c["model"].as_str().unwrap_or_default();
+        let config = HfConfig::read(&traces["configs"][model]).expect("a config");
+        let lora = c["lora"].as_u64().filter(|&r| r > 0);
+        let checkpointing = c["checkpointing"].as_bool().unwrap_or(false);
+        let run = Run {
+            batch: c["batch"].as_u64().unwrap_or(0),
+            seq: c["seq"].as_u64().unwrap_or(0),
+            attention: Attention::Sdpa,
+            checkpointing,
+            lora,
+            gpu: None,
+            adam8bit: false,
+            quant: None,
+            reentrant: false,
+            amp: None,
+            math_gqa: true,
+            input_grads: lora.is_some() && checkpointing,
+        };
+        out.push(Case {
+            name: format!("{model} math ckpt={checkpointing} lora={lora:?}"),
+            run,
+            config,
+            events: traced(c),
+            peak: c["peak"].as_i64().unwrap_or(0),
+        });
+    }
+    out
+}
+
+#[test]
+fn steps_with_the_math_kernel_follow_transformers_event_by_event() {
+    let cases = math_cases();
+    assert_eq!(cases.len(), 12);
+    check_cases(cases.into_iter(), true);
 }
 
 /// QLoRA's steps follow transformers, peft and bitsandbytes event by event.
@@ -145,6 +190,7 @@ fn amp_cases(models: &[&str], attention: Option<Attention>) -> Vec<Case> {
             quant: None,
             reentrant: false,
             amp: Some(Dtype::Bfloat16),
+            math_gqa: false,
             input_grads: lora.is_some() && checkpointing,
         };
         out.push(Case {
@@ -223,6 +269,7 @@ fn cases(models: &[&str]) -> Vec<Case> {
             quant: None,
             reentrant: false,
             amp: None,
+            math_gqa: false,
             input_grads: lora.is_some() && c["checkpointing"].as_bool().unwrap_or(false),
         };
         let events = traced(c);
