@@ -5,7 +5,9 @@ bfloat16, loaded by `from_pretrained` with bitsandbytes' 4-bit
 quantization (nf4, double quantization on and off, bfloat16 compute),
 readied by peft's `prepare_model_for_kbit_training` (its default
 gradient checkpointing, which PyTorch runs reentrant), LoRA r=4 on every
-linear layer; then, as `hf_train.py` traces a step, the second step's
+linear layer, and in training mode also under `torch.autocast` in bfloat16
+with CUDA's policy installed (`cuda_autocast.py`), as `Trainer(bf16=True)`
+runs it; then, as `hf_train.py` traces a step, the second step's
 storages (`step_trace.Live`). Each model both in training mode
 (`model.train()`: the layers checkpoint) and as `from_pretrained` leaves
 it, in eval mode (transformers' layers skip their checkpoint there, and
@@ -28,6 +30,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, BitsAndBytesConfig
 
+import step_trace
 from hf_generate import CONFIGS
 from step_trace import Live
 
@@ -35,6 +38,8 @@ BATCH, SEQ = 2, 32
 MODELS = ("llama", "mistral", "qwen3", "phi3", "gemma3")
 CASES = [dict(model=m, double_quant=dq, train=train)
          for m in MODELS for dq in (True, False) for train in (True, False)]
+# `Trainer(bf16=True)`'s autocast around the forward, CUDA's policy installed.
+CASES += [dict(model=m, double_quant=True, train=True, amp="bfloat16") for m in MODELS]
 
 
 def saved(model, folder):
@@ -65,7 +70,8 @@ def run(case):
     marks = {}
 
     def step(traced):
-        loss = model(input_ids=ids, labels=ids).loss
+        with step_trace.autocast(case.get("amp")):
+            loss = model(input_ids=ids, labels=ids).loss
         if traced:
             marks["forward_end"] = len(live.ops)
         loss.backward()

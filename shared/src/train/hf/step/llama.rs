@@ -96,7 +96,7 @@ impl Model<'_, '_> {
         let (k_part, k_pass) = parts(self, k);
         // Under autocast the rotated half is float32 and the rest keeps
         // the projection's type.
-        let promoted = self.pe() < self.e();
+        let promoted = q.bytes / nq.max(1) < self.e();
         let whole = |t: &mut Self, part: T, pass: T, numel: u64| {
             let rotated = t.rotate(part, s, numel);
             let out = t.t.cat_promoted(&[rotated, pass], &[false, promoted]);
@@ -283,22 +283,44 @@ impl Model<'_, '_> {
             return result;
         };
         let rank = self.run.lora.unwrap_or(0);
-        let x32 = if self.low() {
-            self.t.cast(x, x.bytes / self.e() * 4)
+        // peft's 4-bit layer under autocast: `requires_conversion = not
+        // torch.is_autocast_enabled()`, which asks about CUDA's autocast:
+        // on a GPU the input and the adapters' output are left as they are
+        // (the sum promoted); on the CPU (the traces) the input is cast to
+        // the adapters' float32 and their output to the result's type.
+        let four_amp = self.run.quant.is_some() && self.run.amp.is_some();
+        let converts = self.low() || (four_amp && self.run.gpu.is_none());
+        let numel = rows * (a_fan_in(a, rank));
+        let x32 = if converts && x.bytes != numel * 4 {
+            self.t.cast(x, numel * 4)
         } else {
             self.t.share(x)
         };
-        let fan_in = a.bytes / 4 / rank.max(1);
+        let fan_in = a_fan_in(a, rank);
         let down = self.linear_of(x32, (a, None), rows, (fan_in, rank), 4);
         let up = self.linear_of(down, (b, None), rows, (rank, width), 4);
         self.t.drop(down);
-        let scaled = self.t.scale(up);
+        let mut scaled = self.t.scale(up);
         self.t.drop(up);
+        if four_amp && self.run.gpu.is_none() && scaled.bytes != result.bytes {
+            let cast = self.t.cast(scaled, result.bytes);
+            self.t.drop(scaled);
+            scaled = cast;
+        }
         let sum = if self.low() {
             self.t.add_wider(result, scaled)
+        } else if four_amp {
+            self.t.add_mixed(result, scaled)
         } else {
             self.t.add(result, scaled, result.bytes)
         };
+        if self.run.quant.is_some() {
+            // peft's 4-bit layer names the adapters' output (`output`): the
+            // old `result` goes as the sum is bound, then `x`, then
+            // `output` as the forward returns.
+            self.t.drop_all(&[result, x32, scaled]);
+            return sum;
+        }
         self.t.drop_all(&[scaled, result]);
         // `result.to(torch_result_dtype)`, then `x` goes as it returns.
         let out = if self.low() {
@@ -315,7 +337,7 @@ impl Model<'_, '_> {
     /// The attention block from the layer's normed input: its output
     /// projection and eager attention's weights.
     fn self_attn(&mut self, l: u64, x: T, s: &Shared) -> (T, Option<T>) {
-        let (c, rows, e) = (self.c, self.run.batch * self.run.seq, self.pe());
+        let (c, rows) = (self.c, self.run.batch * self.run.seq);
         let (q_width, kv_width) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
         let a = format!("model.layers.{l}.self_attn");
         let (q, k, v, fused) = if c.arch == Arch::Phi3 {
@@ -326,6 +348,9 @@ impl Model<'_, '_> {
                 q_width + 2 * kv_width,
                 false,
             );
+            // The projection's own element size (under QLoRA with autocast
+            // the 4-bit layer's output comes back in float32).
+            let e = qkv.bytes / (rows * (q_width + 2 * kv_width)).max(1);
             let q = self.t.slice(qkv, rows * q_width * e);
             let k = self.t.slice(qkv, rows * kv_width * e);
             let mut v = self.t.slice(qkv, rows * kv_width * e);
@@ -435,7 +460,7 @@ impl Model<'_, '_> {
         // (a view of the projection) lives until the MLP returns.
         let (gated, gate) = if c.arch == Arch::Phi3 {
             let gate_up = self.project(x, &format!("{m}.gate_up_proj"), rows, 2 * i, false);
-            let e = self.pe();
+            let e = gate_up.bytes / (rows * 2 * i).max(1);
             let halves = self.t.split(gate_up, 2);
             self.t.drop(gate_up);
             let (gate, up) = (halves[0], halves[1]);
@@ -481,4 +506,9 @@ impl Model<'_, '_> {
         }
         out
     }
+}
+
+/// A LoRA `lora_A`'s inputs (its float32 weight is rank x inputs).
+fn a_fan_in(a: T, rank: u64) -> u64 {
+    a.bytes / 4 / rank.max(1)
 }

@@ -18,12 +18,14 @@
 mod amp;
 mod gemma;
 mod gpt2;
+mod inputs;
 mod kernel;
 mod llama;
 mod math;
 mod ops;
 mod quant;
 mod tape;
+mod weights;
 
 use super::config::{Arch, HfConfig};
 use super::generate::{Holds, Sink, Step};
@@ -34,11 +36,12 @@ use crate::train::kinds::NamedTensor;
 use crate::types::Dtype;
 use kernel::Sdpa;
 use llama::Shared;
-use std::collections::HashMap;
 use std::rc::Rc;
 use tape::{Tape, T};
 
 pub use quant::Quant4;
+use weights::Weights;
+pub use weights::{adapted, fans, lora_targets, quantized};
 
 /// One training step's settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,101 +81,6 @@ pub struct Run {
     pub input_grads: bool,
 }
 
-/// The model's weights as the step reads them.
-struct Weights {
-    by_name: HashMap<String, T>,
-    /// peft's `lora_A` and `lora_B` by the linear layer they adapt.
-    adapters: HashMap<String, (T, T)>,
-    /// The linear layers stored in 4 bits: (outputs, inputs).
-    quantized: HashMap<String, (u64, u64)>,
-    /// What the optimizer updates, in `named_parameters()` order.
-    trainable: Vec<T>,
-    missing: T,
-}
-
-/// The linear layers peft's LoRA targets by default for the model type
-/// (`TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING`; Phi-3's fused
-/// projection, which peft has no default for, as people target it).
-pub fn lora_targets(arch: Arch) -> &'static [&'static str] {
-    match arch {
-        Arch::Gpt2 => &["c_attn"],
-        Arch::Phi3 => &["qkv_proj"],
-        _ => &["q_proj", "v_proj"],
-    }
-}
-
-/// A linear layer's (outputs, inputs) from its weight's shape: `[out,
-/// in]`, GPT-2's `Conv1D` `[in, out]`.
-pub fn fans(c: &HfConfig, shape: &[u64]) -> (u64, u64) {
-    let (a, b) = (
-        shape.first().copied().unwrap_or(1),
-        shape.get(1).copied().unwrap_or(1),
-    );
-    match c.arch {
-        Arch::Gpt2 => (b, a),
-        _ => (a, b),
-    }
-}
-
-/// Whether bitsandbytes stores parameter `name` of `shape` in 4 bits:
-/// every linear layer of the decoder (transformers keeps the embeddings
-/// and the output layer, `get_keys_to_not_convert`).
-pub fn quantized(name: &str, shape: &[u64]) -> bool {
-    shape.len() == 2 && name.contains(".layers.") && name.ends_with(".weight")
-}
-
-/// Whether peft's LoRA adapts parameter `name` of `shape` (a weight): the
-/// model type's default targets, or with 4-bit weights every linear layer
-/// but the output (`"all-linear"`, QLoRA's recipe).
-pub fn adapted(c: &HfConfig, quant: bool, name: &str, shape: &[u64]) -> bool {
-    let module = name.rsplit_once('.').map_or("", |(m, _)| m);
-    match quant {
-        true => quantized(name, shape),
-        false => {
-            name.ends_with(".weight") && lora_targets(c.arch).iter().any(|t| module.ends_with(t))
-        }
-    }
-}
-
-impl Weights {
-    fn new(t: &mut Tape<'_>, c: &HfConfig, params: &[NamedTensor], run: &Run) -> Weights {
-        let lora = run.lora;
-        let mut w = Weights {
-            by_name: HashMap::new(),
-            adapters: HashMap::new(),
-            quantized: HashMap::new(),
-            trainable: Vec::new(),
-            missing: t.external(0),
-        };
-        for p in params {
-            let module = p.name.rsplit_once('.').map_or("", |(m, _)| m).to_string();
-            let four = run.quant.is_some() && quantized(&p.name, &p.shape);
-            let bytes = match four {
-                true => p.numel().div_ceil(2),
-                false => p.numel() * p.dtype.size_bytes(),
-            };
-            if four {
-                w.quantized.insert(module.clone(), fans(c, &p.shape));
-            }
-            let param = t.parameter(bytes, lora.is_none());
-            if lora.is_none() {
-                w.trainable.push(param);
-            }
-            w.by_name.insert(p.name.clone(), param);
-            let Some(rank) = lora else { continue };
-            if adapted(c, run.quant.is_some(), &p.name, &p.shape) {
-                let (fan_out, fan_in) = fans(c, &p.shape);
-                // peft keeps the adapters in float32 (`autocast_adapter_dtype`).
-                let a = t.parameter(rank * fan_in * 4, true);
-                let b = t.parameter(fan_out * rank * 4, true);
-                w.trainable.extend([a, b]);
-                w.adapters.insert(module, (a, b));
-            }
-        }
-        w
-    }
-}
-
 /// A step being built: the tape, the model and the run.
 pub(super) struct Model<'m, 's> {
     t: &'m mut Tape<'s>,
@@ -206,104 +114,6 @@ impl Model<'_, '_> {
 
     fn adapters(&self, module: &str) -> Option<(T, T)> {
         self.w.adapters.get(module).copied()
-    }
-
-    /// `position_ids = torch.arange(seq) + past_seen_tokens`.
-    fn positions(&mut self) -> T {
-        let n = self.run.seq;
-        let arange = self.t.alloc("arange", n * 8, Holds::Ids);
-        let ids = self.t.alloc("add", n * 8, Holds::Ids);
-        self.t.release(arange);
-        self.t.plain(ids, n * 8)
-    }
-
-    /// Without a cache, each mask `create_*_mask` makes first looks for
-    /// packed sequences in the positions (`find_packed_sequence_indices`).
-    fn packed_check(&mut self) {
-        if self.cached() {
-            return;
-        }
-        let (b, n) = (self.run.batch, self.run.seq);
-        let first = self.t.alloc("sub", b * 8, Holds::Ids);
-        let prepended = self.t.alloc("cat", b * (n + 1) * 8, Holds::Ids);
-        let diff = self.t.alloc("sub", b * n * 8, Holds::Ids);
-        self.t.release(prepended);
-        let ne = self.t.alloc("ne", b * n, Holds::Ids);
-        let cumsum = self.t.alloc("cumsum", b * n * 8, Holds::Ids);
-        self.t.release(ne);
-        let eq = self.t.alloc("eq", b, Holds::Ids);
-        let all = self.t.alloc("all", 1, Holds::Ids);
-        for s in [eq, all, cumsum, diff, first] {
-            self.t.release(s);
-        }
-    }
-
-    /// A mask's query or key index: `arange(seq)` plus the positions seen.
-    fn mask_index(&mut self) -> tape::Sid {
-        let n = self.run.seq;
-        let arange = self.t.alloc("arange", n * 8, Holds::Ids);
-        let shifted = self.t.alloc("add", n * 8, Holds::Ids);
-        self.t.release(arange);
-        shifted
-    }
-
-    /// `create_causal_mask` for eager attention (`eager_mask`): the
-    /// batch, head, query and key indices, `kv_idx <= q_idx`, and a batch
-    /// of queries x keys in the model's type, 0 or its minimum.
-    fn eager_mask(&mut self) -> T {
-        let (b, n) = (self.run.batch, self.run.seq);
-        let mut a = |op, bytes| self.t.alloc(op, bytes, Holds::Ids);
-        let batch = a("arange", b * 8);
-        let head = a("arange", 8);
-        let q = self.mask_index();
-        let kv = self.mask_index();
-        let le = self.t.alloc("le", n * n, Holds::Ids);
-        for s in [batch, head, q, kv] {
-            self.t.release(s);
-        }
-        let zero = self.t.alloc("zeros", 4, Holds::Ids);
-        let min = self.t.alloc("scalar_tensor", 4, Holds::Ids);
-        let bytes = b * n * n * self.e();
-        let mask = self.t.alloc("where", bytes, Holds::Activation);
-        for s in [zero, min, le] {
-            self.t.release(s);
-        }
-        self.t.plain(mask, bytes)
-    }
-
-    /// `LlamaRotaryEmbedding.forward` under `no_grad`: cos and sin of the
-    /// positions (float32, cast to the model's type).
-    fn rotary(&mut self) -> (T, T) {
-        let (n, r) = (self.run.seq, self.c.rotary);
-        let f = |t: &mut Tape<'_>, op, bytes| t.alloc(op, bytes, Holds::Activation);
-        let positions = f(self.t, "_to_copy", n * 4);
-        let freqs = f(self.t, "mul", n * r * 4);
-        self.t.release(positions);
-        let emb = f(self.t, "cat", n * 2 * r * 4);
-        let mut trig = |op| {
-            let raw = f(self.t, op, n * 2 * r * 4);
-            let scaled = f(self.t, "mul", n * 2 * r * 4);
-            self.t.release(raw);
-            scaled
-        };
-        let (cos, sin) = (trig("cos"), trig("sin"));
-        // `cos.to(x.dtype), sin.to(x.dtype)` are made before the locals go.
-        let cast = self.low().then(|| {
-            let bytes = n * 2 * r * self.e();
-            [f(self.t, "_to_copy", bytes), f(self.t, "_to_copy", bytes)]
-        });
-        self.t.release(freqs);
-        self.t.release(emb);
-        let (cos, sin) = match cast {
-            Some([c, s]) => {
-                self.t.release(cos);
-                self.t.release(sin);
-                (c, s)
-            }
-            None => (cos, sin),
-        };
-        let bytes = n * 2 * r * self.e();
-        (self.t.plain(cos, bytes), self.t.plain(sin, bytes))
     }
 
     /// The decoder layers from the embeddings, each in a checkpoint
@@ -411,28 +221,6 @@ impl Model<'_, '_> {
         } else {
             self.rms_norm(x, w, rows, c.hidden)
         }
-    }
-
-    /// The masks a full and a sliding layer read: eager attention's always
-    /// (Gemma makes both kinds), sdpa's where a sliding window is shorter
-    /// than the sequence.
-    fn masks(&mut self) -> [Option<T>; 2] {
-        let eager = self.run.attention == Attention::Eager;
-        self.packed_check();
-        if !self.gemma() {
-            return match eager {
-                true => {
-                    let m = self.eager_mask();
-                    [Some(m), Some(m)]
-                }
-                false => [None, None],
-            };
-        }
-        let sliding_needed = self.c.sliding_window > 0 && self.run.seq > self.c.sliding_window;
-        let full = eager.then(|| self.eager_mask());
-        self.packed_check();
-        let sliding = (eager || sliding_needed).then(|| self.sliding_mask(!eager));
-        [full, sliding]
     }
 
     /// `model(input_ids=ids, labels=ids).loss`.

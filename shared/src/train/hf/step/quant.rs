@@ -83,7 +83,11 @@ impl Model<'_, '_> {
         let (fan_out, fan_in) = (fans.0, fans.1);
         let n = fan_out * fan_in;
         let c = q.compute.size_bytes();
-        let wide = self.c.dtype != q.compute;
+        // `x.to(compute_dtype)`, and the result `.to(inp_dtype)`: casts
+        // where the input is not in the compute type (autocast's products
+        // come in it already).
+        let x_e = x.bytes / (rows * fan_in).max(1);
+        let wide = x_e != c;
         let x16 = match wide {
             true => self.t.cast(x, rows * fan_in * c),
             false => self.t.share(x),
@@ -128,7 +132,7 @@ impl Model<'_, '_> {
             self.t.drop(x16);
             return y;
         }
-        let out = self.t.cast(y, rows * fan_out * self.e());
+        let out = self.t.cast(y, rows * fan_out * x_e);
         self.t.drop_all(&[y, x16]);
         out
     }

@@ -76,6 +76,7 @@ fn qlora_cases() -> Vec<Case> {
         config.dtype = Dtype::Float32;
         let train = c["train"].as_bool().unwrap_or(false);
         let double_quant = c["double_quant"].as_bool().unwrap_or(false);
+        let amp = (c["amp"] == "bfloat16").then_some(Dtype::Bfloat16);
         let run = Run {
             batch: c["batch"].as_u64().unwrap_or(0),
             seq: c["seq"].as_u64().unwrap_or(0),
@@ -90,12 +91,12 @@ fn qlora_cases() -> Vec<Case> {
                 compute: Dtype::Bfloat16,
             }),
             reentrant: train,
-            amp: None,
+            amp,
             math_gqa: false,
             input_grads: true,
         };
         out.push(Case {
-            name: format!("{model} qlora double_quant={double_quant} train={train}"),
+            name: format!("{model} qlora double_quant={double_quant} train={train} amp={amp:?}"),
             run,
             config,
             events: traced(c),
@@ -153,7 +154,7 @@ fn steps_with_the_math_kernel_follow_transformers_event_by_event() {
 #[test]
 fn qlora_steps_follow_the_libraries_event_by_event() {
     let cases = qlora_cases();
-    assert_eq!(cases.len(), 20);
+    assert_eq!(cases.len(), 25);
     check_cases(cases.into_iter(), true);
 }
 

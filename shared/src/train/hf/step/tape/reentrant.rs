@@ -63,6 +63,8 @@ impl Tape<'_> {
         let grad = self.set_grad(true);
         let holds = self.running_holds;
         let out = region(self, detached);
+        // The recomputation's autocast region exits before the backward.
+        self.clear_amp_cache();
         // `torch.autograd.backward(outputs, args)`: `args` holds `g`.
         if let Some(root) = out.fun {
             self.hold(g);
