@@ -26,7 +26,7 @@ function request() {
     r.checkpointing = $("plan-checkpointing").checked;
     r.optimizer = $("plan-optimizer").value;
     if (task !== "train") r.rank = Number($("plan-rank").value);
-    if (task !== "qlora" && $("plan-amp").checked) r.amp = "bfloat16";
+    if ($("plan-amp").checked) r.amp = "bfloat16";
     if (task === "qlora") {
       r.quant_type = $("plan-quant-type").value;
       r.double_quant = $("plan-double-quant").checked;
