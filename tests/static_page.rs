@@ -17,6 +17,30 @@ use std::time::{Duration, Instant};
 use vramlab_tests::{free_port, python_run, root, run_stdin, Process};
 
 /// Python's static file server over `dist/`, on a free port.
+/// The plan page's answer to the question its form holds, asked now, equal
+/// to the command line's to `vramlab plan Llama-3.1-8B --gpu rtx-4090
+/// ARGS --json`; `ready` is true of the awaited answer `a`. The page's time
+/// in milliseconds.
+async fn page_answers_as_the_cli(page: &Page, ready: &str, args: &[&str]) -> String {
+    click(page, "plan-go").await;
+    let script = format!("(() => {{ const t = document.getElementById('plan-answer').dataset.answer; const a = t && JSON.parse(t); return a && {ready} && t; }})()");
+    let answer = until(page, &script).await;
+    let answer: Value = serde_json::from_str(answer.as_str().unwrap()).unwrap();
+    let cli = Command::new(vramlab_tests::vramlab_bin())
+        .args(["plan", "Llama-3.1-8B", "--gpu", "rtx-4090"])
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let cli: Value = serde_json::from_slice(&cli.stdout).unwrap();
+    assert_eq!(
+        answer, cli,
+        "the page and `vramlab plan {args:?}` answer alike"
+    );
+    let ms = js(page, "document.getElementById('plan-time').dataset.ms").await;
+    ms.as_str().unwrap_or("?").to_string()
+}
+
 fn static_server() -> (Process, u16) {
     let port = free_port();
     let child = Command::new("python3")
@@ -577,27 +601,12 @@ async fn will_it_fit_answers_in_its_own_page() {
         "document.getElementById('plan-checkpointing').checked = true",
     )
     .await;
-    click(&page, "plan-go").await;
-    let answer = until(
+    let ms = page_answers_as_the_cli(
         &page,
-        "(() => { const a = document.getElementById('plan-answer').dataset.answer; return a && JSON.parse(a).task === 'lora' && a; })()",
+        "a.task === 'lora'",
+        &["--task", "lora", "--seq", "2048", "--checkpointing"],
     )
     .await;
-    let answer: Value = serde_json::from_str(answer.as_str().unwrap()).unwrap();
-    let cli = Command::new(vramlab_tests::vramlab_bin())
-        .args([
-            "plan",
-            "Llama-3.1-8B",
-            "--gpu",
-            "rtx-4090",
-            "--task",
-            "lora",
-        ])
-        .args(["--seq", "2048", "--checkpointing", "--json"])
-        .output()
-        .unwrap();
-    let cli: Value = serde_json::from_slice(&cli.stdout).unwrap();
-    assert_eq!(answer, cli, "the page and the command line answer alike");
     let verdict = js(&page, "document.getElementById('plan-verdict').textContent").await;
     assert!(
         verdict.as_str().unwrap().starts_with("Fits. Llama-3.1-8B"),
@@ -611,8 +620,7 @@ async fn will_it_fit_answers_in_its_own_page() {
             .contains("Longest sequence that fits: "),
         "{limits}"
     );
-    let ms = js(&page, "document.getElementById('plan-time').dataset.ms").await;
-    println!("figure: will it fit: Llama-3.1-8B LoRA (rank 16, 1 x 2048 tokens, checkpointing) on an RTX 4090, with the largest batch and longest sequence searched: {} ms in the page", ms.as_str().unwrap_or("?"));
+    println!("figure: will it fit: Llama-3.1-8B LoRA (rank 16, 1 x 2048 tokens, checkpointing) on an RTX 4090, with the largest batch and longest sequence searched: {ms} ms in the page");
 
     // QLoRA on the same model and card: 4-bit weights, checkpointing on
     // by the task's default; the page and the command line answer alike.
@@ -621,30 +629,12 @@ async fn will_it_fit_answers_in_its_own_page() {
         js(&page, "[document.getElementById('plan-checkpointing').checked, document.getElementById('plan-quant-type').closest('label').hidden]").await,
         serde_json::json!([true, false])
     );
-    click(&page, "plan-go").await;
-    let answer = until(
+    let ms = page_answers_as_the_cli(
         &page,
-        "(() => { const a = document.getElementById('plan-answer').dataset.answer; return a && JSON.parse(a).task === 'qlora' && a; })()",
+        "a.task === 'qlora'",
+        &["--task", "qlora", "--seq", "2048"],
     )
     .await;
-    let answer: Value = serde_json::from_str(answer.as_str().unwrap()).unwrap();
-    let cli = Command::new(vramlab_tests::vramlab_bin())
-        .args([
-            "plan",
-            "Llama-3.1-8B",
-            "--gpu",
-            "rtx-4090",
-            "--task",
-            "qlora",
-        ])
-        .args(["--seq", "2048", "--json"])
-        .output()
-        .unwrap();
-    let cli: Value = serde_json::from_slice(&cli.stdout).unwrap();
-    assert_eq!(
-        answer, cli,
-        "the page and the command line answer QLoRA alike"
-    );
     let parts = js(&page, "document.getElementById('plan-parts').textContent").await;
     assert!(
         parts
@@ -653,45 +643,27 @@ async fn will_it_fit_answers_in_its_own_page() {
             .contains("dequantized 4-bit weights at the peak"),
         "{parts}"
     );
-    let ms = js(&page, "document.getElementById('plan-time').dataset.ms").await;
-    println!("figure: will it fit: Llama-3.1-8B QLoRA (nf4, double quantization, rank 16, 1 x 2048 tokens, checkpointing) on an RTX 4090, with the largest batch and longest sequence searched: {} ms in the page", ms.as_str().unwrap_or("?"));
+    println!("figure: will it fit: Llama-3.1-8B QLoRA (nf4, double quantization, rank 16, 1 x 2048 tokens, checkpointing) on an RTX 4090, with the largest batch and longest sequence searched: {ms} ms in the page");
 
     // Mixed precision on the same card: LoRA with the forward under
     // autocast and float32 weights (the "Weights in" select left to the
     // config: autocast makes them float32).
     js(&page, "document.getElementById('plan-task').value = 'lora'; document.getElementById('plan-task').dispatchEvent(new Event('change'))").await;
     js(&page, "document.getElementById('plan-amp').checked = true").await;
-    click(&page, "plan-go").await;
-    let answer = until(
+    page_answers_as_the_cli(
         &page,
-        "(() => { const a = document.getElementById('plan-answer').dataset.answer; return a && JSON.parse(a).amp === 'bfloat16' && a; })()",
-    )
-    .await;
-    let answer: Value = serde_json::from_str(answer.as_str().unwrap()).unwrap();
-    let cli = Command::new(vramlab_tests::vramlab_bin())
-        .args([
-            "plan",
-            "Llama-3.1-8B",
-            "--gpu",
-            "rtx-4090",
+        "a.amp === 'bfloat16'",
+        &[
             "--task",
             "lora",
-        ])
-        .args([
             "--seq",
             "2048",
             "--checkpointing",
             "--amp",
             "bfloat16",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    let cli: Value = serde_json::from_slice(&cli.stdout).unwrap();
-    assert_eq!(
-        answer, cli,
-        "the page and the command line answer autocast alike"
-    );
+        ],
+    )
+    .await;
     js(&page, "document.getElementById('plan-amp').checked = false").await;
     js(&page, "document.getElementById('plan-task').value = 'generate'; document.getElementById('plan-task').dispatchEvent(new Event('change'))").await;
 

@@ -19,10 +19,8 @@ import peft
 import torch
 import transformers
 
-import step_trace
-from hf_train import BATCH, SEQ, build
 from hf_generate import CONFIGS
-from step_trace import Live
+from hf_train import BATCH, SEQ, build, two_steps
 
 MODELS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3")
 CASES = [dict(model=m, dtype="float32", attn=a, checkpointing=c, lora=l)
@@ -33,27 +31,7 @@ def run(case):
     model, vocab = build(case)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
     ids = torch.randint(0, vocab, (BATCH, SEQ))
-    live = Live()
-    marks = {}
-
-    def step(traced):
-        with step_trace.autocast("bfloat16"):
-            loss = model(input_ids=ids, labels=ids).loss
-        if traced:
-            marks["forward_end"] = len(live.ops)
-        loss.backward()
-        if traced:
-            marks["backward_end"] = len(live.ops)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.item()
-
-    step(False)
-    with live:
-        before = live.live
-        step(True)
-    return {**case, "amp": "bfloat16", "batch": BATCH, "seq": SEQ, "peak": live.peak - before,
-            "after": live.live - before, **marks, "events": live.ops}
+    return {**case, "amp": "bfloat16", **two_steps(model, opt, ids, amp="bfloat16")}
 
 
 def main():

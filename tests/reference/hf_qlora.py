@@ -30,11 +30,9 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, BitsAndBytesConfig
 
-import step_trace
 from hf_generate import CONFIGS
-from step_trace import Live
+from hf_train import BATCH, SEQ, two_steps
 
-BATCH, SEQ = 2, 32
 MODELS = ("llama", "mistral", "qwen3", "phi3", "gemma3")
 CASES = [dict(model=m, double_quant=dq, train=train)
          for m in MODELS for dq in (True, False) for train in (True, False)]
@@ -66,27 +64,7 @@ def run(case):
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
     torch.manual_seed(0)
     ids = torch.randint(0, vocab, (BATCH, SEQ))
-    live = Live()
-    marks = {}
-
-    def step(traced):
-        with step_trace.autocast(case.get("amp")):
-            loss = model(input_ids=ids, labels=ids).loss
-        if traced:
-            marks["forward_end"] = len(live.ops)
-        loss.backward()
-        if traced:
-            marks["backward_end"] = len(live.ops)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.item()
-
-    step(False)
-    with live:
-        before = live.live
-        step(True)
-    return {**case, "batch": BATCH, "seq": SEQ, "peak": live.peak - before, "after": live.live - before,
-            **marks, "events": live.ops}
+    return {**case, **two_steps(model, opt, ids, amp=case.get("amp"))}
 
 
 def main():

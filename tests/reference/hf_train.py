@@ -24,6 +24,7 @@ import transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from hf_generate import CONFIGS, DTYPES, SMALL_MODELS
+import step_trace
 from step_trace import Live
 
 BATCH, SEQ = 2, 32
@@ -52,15 +53,17 @@ def build(case):
     return model, config.vocab_size
 
 
-def run(case):
-    model, vocab = build(case)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
-    ids = torch.randint(0, vocab, (BATCH, SEQ))
+def two_steps(model, opt, ids, amp=None):
+    """Two training steps of `model` on `ids` (the forward and the loss
+    under `step_trace.autocast(amp)`, `backward()` outside it), the second
+    traced: its peak and what it left over what lived before it, the event
+    at which the forward returned and the backward ended, and its events."""
     live = Live()
     marks = {}
 
     def step(traced):
-        loss = model(input_ids=ids, labels=ids).loss
+        with step_trace.autocast(amp):
+            loss = model(input_ids=ids, labels=ids).loss
         if traced:
             marks["forward_end"] = len(live.ops)
         loss.backward()
@@ -74,8 +77,15 @@ def run(case):
     with live:
         before = live.live
         step(True)
-    return {**case, "batch": BATCH, "seq": SEQ, "peak": live.peak - before, "after": live.live - before,
+    return {"batch": BATCH, "seq": SEQ, "peak": live.peak - before, "after": live.live - before,
             **marks, "events": live.ops}
+
+
+def run(case):
+    model, vocab = build(case)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+    ids = torch.randint(0, vocab, (BATCH, SEQ))
+    return {**case, **two_steps(model, opt, ids)}
 
 
 def main():

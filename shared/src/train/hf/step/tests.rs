@@ -62,87 +62,6 @@ fn traced(c: &Value) -> Vec<(String, i64)> {
         .collect()
 }
 
-/// `tests/reference/hf_qlora.py`'s steps: in training mode (reentrant
-/// checkpoints) and in eval mode (none, the embeddings' output still
-/// needing a gradient), float32 activations around 4-bit layers.
-fn qlora_cases() -> Vec<Case> {
-    let traces: Value =
-        serde_json::from_str(include_str!("../../../../../tests/reference/hf_qlora.json"))
-            .expect("the traces are JSON");
-    let mut out = Vec::new();
-    for c in traces["cases"].as_array().into_iter().flatten() {
-        let model = c["model"].as_str().unwrap_or_default();
-        let mut config = HfConfig::read(&traces["configs"][model]).expect("a config");
-        config.dtype = Dtype::Float32;
-        let train = c["train"].as_bool().unwrap_or(false);
-        let double_quant = c["double_quant"].as_bool().unwrap_or(false);
-        let amp = (c["amp"] == "bfloat16").then_some(Dtype::Bfloat16);
-        let run = Run {
-            batch: c["batch"].as_u64().unwrap_or(0),
-            seq: c["seq"].as_u64().unwrap_or(0),
-            attention: Attention::Sdpa,
-            checkpointing: train,
-            lora: Some(4),
-            gpu: None,
-            adam8bit: false,
-            quant: Some(Quant4 {
-                nf4: true,
-                double_quant,
-                compute: Dtype::Bfloat16,
-            }),
-            reentrant: train,
-            amp,
-            math_gqa: false,
-            input_grads: true,
-        };
-        out.push(Case {
-            name: format!("{model} qlora double_quant={double_quant} train={train} amp={amp:?}"),
-            run,
-            config,
-            events: traced(c),
-            peak: c["peak"].as_i64().unwrap_or(0),
-        });
-    }
-    out
-}
-
-/// `tests/reference/hf_math.py`'s steps: float32, sdpa forced to its math
-/// kernel with grouped-query heads.
-fn math_cases() -> Vec<Case> {
-    let traces: Value =
-        serde_json::from_str(include_str!("../../../../../tests/reference/hf_math.json"))
-            .expect("the traces are JSON");
-    let mut out = Vec::new();
-    for c in traces["cases"].as_array().into_iter().flatten() {
-        let model = c["model"].as_str().unwrap_or_default();
-        let config = HfConfig::read(&traces["configs"][model]).expect("a config");
-        let lora = c["lora"].as_u64().filter(|&r| r > 0);
-        let checkpointing = c["checkpointing"].as_bool().unwrap_or(false);
-        let run = Run {
-            batch: c["batch"].as_u64().unwrap_or(0),
-            seq: c["seq"].as_u64().unwrap_or(0),
-            attention: Attention::Sdpa,
-            checkpointing,
-            lora,
-            gpu: None,
-            adam8bit: false,
-            quant: None,
-            reentrant: false,
-            amp: None,
-            math_gqa: true,
-            input_grads: lora.is_some() && checkpointing,
-        };
-        out.push(Case {
-            name: format!("{model} math ckpt={checkpointing} lora={lora:?}"),
-            run,
-            config,
-            events: traced(c),
-            peak: c["peak"].as_i64().unwrap_or(0),
-        });
-    }
-    out
-}
-
 #[test]
 fn steps_with_the_math_kernel_follow_transformers_event_by_event() {
     let cases = math_cases();
@@ -156,53 +75,6 @@ fn qlora_steps_follow_the_libraries_event_by_event() {
     let cases = qlora_cases();
     assert_eq!(cases.len(), 25);
     check_cases(cases.into_iter(), true);
-}
-
-/// `tests/reference/hf_amp.py`'s steps: float32 weights, the forward
-/// under `torch.autocast` in bfloat16 with CUDA's policy.
-fn amp_cases(models: &[&str], attention: Option<Attention>) -> Vec<Case> {
-    let traces: Value =
-        serde_json::from_str(include_str!("../../../../../tests/reference/hf_amp.json"))
-            .expect("the traces are JSON");
-    let mut out = Vec::new();
-    for c in traces["cases"].as_array().into_iter().flatten() {
-        let model = c["model"].as_str().unwrap_or_default();
-        if !models.contains(&model) || c.get("error").is_some() {
-            continue;
-        }
-        let attn = match c["attn"].as_str() {
-            Some("eager") => Attention::Eager,
-            _ => Attention::Sdpa,
-        };
-        if attention.is_some_and(|a| a != attn) {
-            continue;
-        }
-        let config = HfConfig::read(&traces["configs"][model]).expect("a config");
-        let lora = c["lora"].as_u64().filter(|&r| r > 0);
-        let checkpointing = c["checkpointing"].as_bool().unwrap_or(false);
-        let run = Run {
-            batch: c["batch"].as_u64().unwrap_or(0),
-            seq: c["seq"].as_u64().unwrap_or(0),
-            attention: attn,
-            checkpointing,
-            lora,
-            gpu: None,
-            adam8bit: false,
-            quant: None,
-            reentrant: false,
-            amp: Some(Dtype::Bfloat16),
-            math_gqa: false,
-            input_grads: lora.is_some() && checkpointing,
-        };
-        out.push(Case {
-            name: format!("{model} amp {attn:?} ckpt={checkpointing} lora={lora:?}"),
-            run,
-            config,
-            events: traced(c),
-            peak: c["peak"].as_i64().unwrap_or(0),
-        });
-    }
-    out
 }
 
 #[test]
@@ -240,52 +112,131 @@ fn llama_family_steps_under_autocast_follow_transformers_event_by_event() {
     check_cases(cases.into_iter(), true);
 }
 
-fn cases(models: &[&str]) -> Vec<Case> {
-    let traces: Value = serde_json::from_str(TRACES).expect("the traces are JSON");
-    let configs = &traces["configs"];
+/// The run a traced case's fields ask for, on the CPU: its batch,
+/// sequence, attention, checkpointing (peft readying a checkpointed model
+/// for LoRA) and LoRA; nothing else.
+fn case_run(c: &Value) -> Run {
+    let lora = c["lora"].as_u64().filter(|&r| r > 0);
+    let checkpointing = c["checkpointing"].as_bool().unwrap_or(false);
+    Run {
+        batch: c["batch"].as_u64().unwrap_or(0),
+        seq: c["seq"].as_u64().unwrap_or(0),
+        attention: match c["attn"].as_str() {
+            Some("eager") => Attention::Eager,
+            _ => Attention::Sdpa,
+        },
+        checkpointing,
+        lora,
+        gpu: None,
+        adam8bit: false,
+        quant: None,
+        reentrant: false,
+        amp: None,
+        math_gqa: false,
+        input_grads: lora.is_some() && checkpointing,
+    }
+}
+
+/// The traced cases of a reference file (`text`) for `models`: each
+/// model's config in the case's type, `adjust`'s run and name for it.
+fn traced_cases(
+    text: &str,
+    models: &[&str],
+    adjust: impl Fn(&Value, Run) -> Option<(Run, String)>,
+) -> Vec<Case> {
+    let traces: Value = serde_json::from_str(text).expect("the traces are JSON");
     let mut out = Vec::new();
     for c in traces["cases"].as_array().into_iter().flatten() {
         let model = c["model"].as_str().unwrap_or_default();
         if !models.contains(&model) || c.get("error").is_some() {
             continue;
         }
-        let mut config = HfConfig::read(&configs[model]).expect("a config transformers built");
+        let Some((run, detail)) = adjust(c, case_run(c)) else {
+            continue;
+        };
+        let mut config = HfConfig::read(&traces["configs"][model]).expect("a config");
         config.dtype = match c["dtype"].as_str() {
             Some("bfloat16") => Dtype::Bfloat16,
             _ => Dtype::Float32,
         };
-        let attention = match c["attn"].as_str() {
-            Some("eager") => Attention::Eager,
-            _ => Attention::Sdpa,
-        };
-        let lora = c["lora"].as_u64().filter(|&r| r > 0);
-        let run = Run {
-            batch: c["batch"].as_u64().unwrap_or(0),
-            seq: c["seq"].as_u64().unwrap_or(0),
-            attention,
-            checkpointing: c["checkpointing"].as_bool().unwrap_or(false),
-            lora,
-            gpu: None,
-            adam8bit: false,
-            quant: None,
-            reentrant: false,
-            amp: None,
-            math_gqa: false,
-            input_grads: lora.is_some() && c["checkpointing"].as_bool().unwrap_or(false),
-        };
-        let events = traced(c);
         out.push(Case {
             name: format!(
-                "{model} {} {:?} ckpt={} lora={lora:?}",
-                c["dtype"], attention, run.checkpointing
+                "{model} {detail}{:?} ckpt={} lora={:?}",
+                run.attention, run.checkpointing, run.lora
             ),
             run,
             config,
-            events,
+            events: traced(c),
             peak: c["peak"].as_i64().unwrap_or(0),
         });
     }
     out
+}
+
+fn cases(models: &[&str]) -> Vec<Case> {
+    traced_cases(TRACES, models, |c, run| {
+        Some((run, format!("{} ", c["dtype"])))
+    })
+}
+
+const QLORA_MODELS: &[&str] = &["llama", "mistral", "qwen3", "phi3", "gemma3"];
+
+/// `tests/reference/hf_qlora.py`'s steps: in training mode (reentrant
+/// checkpoints, also under autocast) and in eval mode (none, the
+/// embeddings' output still needing a gradient), float32 activations
+/// around 4-bit layers, LoRA of rank 4 on every linear layer.
+fn qlora_cases() -> Vec<Case> {
+    let text = include_str!("../../../../../tests/reference/hf_qlora.json");
+    traced_cases(text, QLORA_MODELS, |c, run| {
+        let train = c["train"].as_bool().unwrap_or(false);
+        let double_quant = c["double_quant"].as_bool().unwrap_or(false);
+        let amp = (c["amp"] == "bfloat16").then_some(Dtype::Bfloat16);
+        let run = Run {
+            checkpointing: train,
+            reentrant: train,
+            lora: Some(4),
+            input_grads: true,
+            amp,
+            quant: Some(Quant4 {
+                nf4: true,
+                double_quant,
+                compute: Dtype::Bfloat16,
+            }),
+            ..run
+        };
+        Some((
+            run,
+            format!("qlora double_quant={double_quant} amp={amp:?} "),
+        ))
+    })
+}
+
+/// `tests/reference/hf_math.py`'s steps: float32, sdpa forced to its math
+/// kernel with grouped-query heads.
+fn math_cases() -> Vec<Case> {
+    let text = include_str!("../../../../../tests/reference/hf_math.json");
+    traced_cases(text, &["llama", "mistral", "qwen3"], |_, run| {
+        Some((
+            Run {
+                math_gqa: true,
+                ..run
+            },
+            "math ".to_string(),
+        ))
+    })
+}
+
+/// `tests/reference/hf_amp.py`'s steps: float32 weights, the forward
+/// under `torch.autocast` in bfloat16 with CUDA's policy.
+fn amp_cases(models: &[&str], attention: Option<Attention>) -> Vec<Case> {
+    let text = include_str!("../../../../../tests/reference/hf_amp.json");
+    traced_cases(text, models, |_, run| {
+        let run = Run {
+            amp: Some(Dtype::Bfloat16),
+            ..run
+        };
+        (attention.is_none_or(|a| a == run.attention)).then(|| (run, "amp ".to_string()))
+    })
 }
 
 /// The first place the two lists of events part, with what comes around it.
