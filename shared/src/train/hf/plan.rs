@@ -489,6 +489,50 @@ pub fn largest(
     Ok(lo)
 }
 
+/// `largest`, starting from a `guess` of it, thought within one part in
+/// `within` of it: the value that fits and the one above it that does not
+/// are bracketed by steps from the guess that double (that part first),
+/// then searched between by halves.
+/// With a close guess that is a few runs instead of one per halving of
+/// the whole range.
+pub fn largest_near(
+    most: u64,
+    (guess, within): (u64, u64),
+    mut fits: impl FnMut(u64) -> Result<bool, Invalid>,
+) -> Result<u64, Invalid> {
+    if most == 0 {
+        return Ok(0);
+    }
+    let g = guess.clamp(1, most);
+    let mut step = (g / within.max(1)).max(1);
+    // `lo` fits (0: nothing yet), `hi + 1` does not (or `hi` is `most`).
+    let (mut lo, mut hi) = (0, most);
+    if fits(g)? {
+        lo = g;
+        while lo < hi {
+            let next = lo.saturating_add(step).min(hi);
+            if !fits(next)? {
+                hi = next - 1;
+                break;
+            }
+            lo = next;
+            step = step.saturating_mul(2);
+        }
+    } else {
+        hi = g - 1;
+        while hi > 0 {
+            let next = hi.saturating_sub(step - 1).max(1);
+            if fits(next)? {
+                lo = next;
+                break;
+            }
+            hi = next - 1;
+            step = step.saturating_mul(2);
+        }
+    }
+    Ok(lo + largest(hi - lo, |k| fits(lo + k))?)
+}
+
 /// The answer: the run asked for, the largest batch (up to 4,096) and the
 /// longest prompt or training sequence (up to the model's positions) that
 /// fit.
@@ -512,28 +556,67 @@ pub fn answer(q: &Question) -> Result<Answer, Invalid> {
     let params = parameters(&loaded);
     let run = run_with(q, &params)?;
     let with = |task: Task| Question { task, ..*q };
-    // A run refused for its size (a tensor beyond any GPU) does not fit.
-    let fits = |task: Task| Ok(run_with(&with(task), &params).is_ok_and(|r| r.fits()));
     let (batch, tokens) = q.task.batch_and_tokens();
+    // Each (batch, tokens) is played once: the searches and the checks
+    // below them share the answers, the question's own run among them.
+    let seen = std::cell::RefCell::new(vec![((batch, tokens), run.fits())]);
+    // A run refused for its size (a tensor beyond any GPU) does not fit.
+    let fits = |task: Task| {
+        let key = task.batch_and_tokens();
+        if let Some(&(_, known)) = seen.borrow().iter().find(|(k, _)| *k == key) {
+            return Ok(known);
+        }
+        let fit = run_with(&with(task), &params).is_ok_and(|r| r.fits());
+        seen.borrow_mut().push((key, fit));
+        Ok(fit)
+    };
     let at_batch = |b: u64| q.task.with(b, tokens);
     let at_tokens = |n: u64| q.task.with(batch, n);
     // A training step that fits holds, beside the weights and AdamW's
-    // state, the float32 log-probabilities of every token over the
-    // vocabulary (`log_softmax` in `ForCausalLMLoss`): no more tokens than
-    // that room allows are searched.
+    // state, the logits, their float32 copy where they are narrower, and
+    // the float32 log-probabilities (`log_softmax` in `ForCausalLMLoss`)
+    // of every token over the vocabulary at once: no more tokens than that
+    // room allows are searched.
     let token_cap = match q.task {
         Task::Generate(_) => u64::MAX,
-        Task::Train(_) => {
+        Task::Train(t) => {
             let room = run.total.saturating_sub(run.weights + run.state);
-            room / (q.config.vocab * 4).max(1)
+            let logits = match (t.quant, t.amp) {
+                (Some(_), None) => 4,
+                (_, Some(amp)) => amp.size_bytes(),
+                (None, None) => q.dtype.size_bytes(),
+            };
+            let wide = if logits < 4 { 4 } else { 0 };
+            room / (q.config.vocab * (logits + wide + 4)).max(1)
         }
     };
-    let largest_batch = largest(4096.min(token_cap / tokens.max(1)), |b| fits(at_batch(b)))?;
+    let batch_most = 4096.min(token_cap / tokens.max(1));
     let room = match q.task {
         Task::Generate(g) => q.config.max_positions.saturating_sub(g.new_tokens),
         Task::Train(_) => q.config.max_positions.min(token_cap / batch.max(1)),
     };
-    let longest_prompt = largest(room, |n| fits(at_tokens(n)))?;
+    let (largest_batch, longest_prompt) = match q.task {
+        Task::Generate(_) => (
+            largest(batch_most, |b| fits(at_batch(b)))?,
+            largest(room, |n| fits(at_tokens(n)))?,
+        ),
+        // A training step's memory grows about in proportion to its
+        // tokens past what lived before it: the run asked for guesses
+        // where the card's memory runs out, within about a 32nd.
+        Task::Train(_) => {
+            let before = run.weights + run.state;
+            let scale = |n: u64| -> (u64, u64) {
+                let used = run.peak_reserved.saturating_sub(before).max(1) as u128;
+                let free = run.total.saturating_sub(before) as u128;
+                let at = (u128::from(n) * free / used).min(u128::from(u64::MAX)) as u64;
+                (at, 32)
+            };
+            (
+                largest_near(batch_most, scale(batch), |b| fits(at_batch(b)))?,
+                largest_near(room, scale(tokens), |n| fits(at_tokens(n)))?,
+            )
+        }
+    };
     let below_fails = |found: u64, at: &dyn Fn(u64) -> Task| -> Result<Option<u64>, Invalid> {
         let below = found.saturating_sub(1);
         Ok((below > 0 && !fits(at(below))?).then_some(below))

@@ -110,6 +110,36 @@ fn weights_larger_than_the_card_stop_at_loading() {
     assert_eq!(r.out_of_memory.map(|o| o.0), Some(Stop::Weights));
 }
 
+/// From any guess, near or far, below or above, `largest_near` finds the
+/// edge `largest` finds, and a close guess takes fewer runs.
+#[test]
+fn largest_near_finds_the_edge_from_any_guess() {
+    for edge in [0u64, 1, 2, 7, 100, 4096] {
+        for guess in [0u64, 1, 3, edge / 2, edge, edge + 1, 2 * edge + 5, 10_000] {
+            for within in [1, 32, 256] {
+                let found = largest_near(4096, (guess, within), |n| Ok(n <= edge)).unwrap();
+                assert_eq!(found, edge, "edge {edge} guess {guess} within {within}");
+            }
+        }
+    }
+    let runs = |guess: u64| {
+        let mut runs = 0;
+        largest_near(100_000, (guess, 32), |n| {
+            runs += 1;
+            Ok(n <= 7606)
+        })
+        .unwrap();
+        runs
+    };
+    let mut halving = 0;
+    largest(100_000, |n| {
+        halving += 1;
+        Ok(n <= 7606)
+    })
+    .unwrap();
+    assert!(runs(7400) < halving, "{} against {halving}", runs(7400));
+}
+
 #[test]
 fn largest_finds_the_edge() {
     assert_eq!(largest(100, |n| Ok(n <= 37)).unwrap(), 37);
