@@ -989,6 +989,39 @@ fn plan_answers_will_it_fit_for_a_shipped_shape_and_a_config_file() {
         python.contains("with torch.autocast(\"cuda\", dtype=torch.bfloat16):"),
         "{python}"
     );
+    // QLoRA under autocast: loaded and computing in the config's bfloat16,
+    // as the recipe does; autocast's copies of the float32 weights it
+    // leaves (the output layer's, LoRA's) have their row.
+    let out = plan(&[
+        "Llama-3.1-8B",
+        "--task",
+        "qlora",
+        "--seq",
+        "2048",
+        "--amp",
+        "bfloat16",
+        "--json",
+    ]);
+    let amp: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (
+            amp["task"].as_str(),
+            amp["amp"].as_str(),
+            amp["fits"].as_bool()
+        ),
+        (Some("qlora"), Some("bfloat16"), Some(true)),
+        "{amp}"
+    );
+    assert_eq!(amp["dtype"], "bfloat16", "{amp}");
+    let python = amp["python"].as_str().unwrap();
+    assert!(
+        python.contains("bnb_4bit_compute_dtype=torch.bfloat16"),
+        "{python}"
+    );
+    assert!(
+        amp["at_peak"]["autocast's weight copies"].as_u64().unwrap() > 0,
+        "{amp}"
+    );
     let out = plan(&["Qwen2.5-0.5B", "--amp", "bfloat16"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8(out.stderr)

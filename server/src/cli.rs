@@ -90,7 +90,8 @@ pub struct PlanArgs {
     #[arg(long, default_value_t = 16)]
     pub rank: u64,
     /// `bfloat16`: a training step's forward under `torch.autocast`
-    /// (`Trainer(bf16=True)`); the weights default to float32 with it.
+    /// (`Trainer(bf16=True)`); the weights default to float32 with it
+    /// (QLoRA's to the config's type).
     #[arg(long)]
     pub amp: Option<String>,
     /// `bnb_4bit_quant_type` (`qlora`): `nf4` or `fp4`.

@@ -16,7 +16,8 @@
 //! `double_quant`, readied by `prepare_model_for_kbit_training`, LoRA on
 //! every linear layer). `"amp": "bfloat16"` runs a training step's forward
 //! under `torch.autocast` (the weights then default to float32, as mixed
-//! precision keeps them). Every field but the model has a default.
+//! precision keeps them; QLoRA's load and compute in the config's type).
+//! Every field but the model has a default.
 
 use super::config::HfConfig;
 use super::generate::{Cache, Generation, Holds};
@@ -195,9 +196,12 @@ pub fn read(request: &Value) -> Result<Asked, Invalid> {
             )))
         }
     };
-    // Mixed precision keeps float32 weights unless told otherwise.
+    // Mixed precision keeps float32 weights unless told otherwise; QLoRA
+    // loads in the config's type (and computes in it), whatever autocast
+    // does: `prepare_model_for_kbit_training` upcasts what is not 4-bit.
+    let qlora = r.get("task").and_then(Value::as_str) == Some("qlora");
     let dtype = match r.get("dtype") {
-        None if amp.is_some() => Dtype::Float32,
+        None if amp.is_some() && !qlora => Dtype::Float32,
         None => config.dtype,
         Some(_) => named::<Dtype>(r, "dtype", "")?,
     };

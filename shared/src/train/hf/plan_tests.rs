@@ -418,9 +418,10 @@ fn training_steps_peak_as_the_h100_measured_them() {
     assert_eq!(checked, 20);
 }
 
-/// The training searches stop at the tokens whose float32 log-probabilities
-/// alone would fill the card: the same answers as searching every batch
-/// up to 4,096 and every sequence up to the model's positions.
+/// The training searches stop at the tokens whose logits, their float32
+/// copy and their log-probabilities alone would fill the card, and start
+/// near where the asked run's memory points: the same answers as halving
+/// every batch up to 4,096 and every sequence up to the model's positions.
 #[test]
 fn a_training_search_bounded_by_its_logits_finds_the_same_limits() {
     let known = find("Qwen2.5-0.5B").unwrap();

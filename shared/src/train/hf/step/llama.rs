@@ -289,20 +289,19 @@ impl Model<'_, '_> {
         // (the sum promoted); on the CPU (the traces) the input is cast to
         // the adapters' float32 and their output to the result's type.
         let four_amp = self.run.quant.is_some() && self.run.amp.is_some();
-        let converts = self.low() || (four_amp && self.run.gpu.is_none());
-        let numel = rows * (a_fan_in(a, rank));
-        let x32 = if converts && x.bytes != numel * 4 {
-            self.t.cast(x, numel * 4)
+        let four_converts = four_amp && self.run.gpu.is_none();
+        let fan_in = a_fan_in(a, rank);
+        let x32 = if (self.low() || four_converts) && x.bytes != rows * fan_in * 4 {
+            self.t.cast(x, rows * fan_in * 4)
         } else {
             self.t.share(x)
         };
-        let fan_in = a_fan_in(a, rank);
         let down = self.linear_of(x32, (a, None), rows, (fan_in, rank), 4);
         let up = self.linear_of(down, (b, None), rows, (rank, width), 4);
         self.t.drop(down);
         let mut scaled = self.t.scale(up);
         self.t.drop(up);
-        if four_amp && self.run.gpu.is_none() && scaled.bytes != result.bytes {
+        if four_converts && scaled.bytes != result.bytes {
             let cast = self.t.cast(scaled, result.bytes);
             self.t.drop(scaled);
             scaled = cast;

@@ -15,13 +15,25 @@ fn pass(t: &mut Tape<'_>, g: Option<Sid>) -> Option<Sid> {
 /// `validate_outputs`: a gradient of `bytes` for an input of `to` bytes
 /// (broadcast in the forward) summed to the input's shape.
 fn sum_to(t: &mut Tape<'_>, g: Option<Sid>, bytes: u64, to: u64) -> Option<Sid> {
+    narrowed(t, g, bytes, to, "sum")
+}
+
+/// A gradient of `bytes` made into one of `to` bytes by `op`, where it is
+/// smaller; the first goes.
+fn narrowed(
+    t: &mut Tape<'_>,
+    g: Option<Sid>,
+    bytes: u64,
+    to: u64,
+    op: &'static str,
+) -> Option<Sid> {
     let g = g?;
     if to >= bytes {
         return Some(g);
     }
-    let summed = t.temp("sum", to);
+    let made = t.temp(op, to);
     t.release(g);
-    Some(summed)
+    Some(made)
 }
 
 /// What `validate_outputs` makes of a gradient of `bytes` for an input
@@ -36,15 +48,7 @@ pub enum Fit {
 fn fit(t: &mut Tape<'_>, g: Option<Sid>, bytes: u64, f: Fit) -> Option<Sid> {
     match f {
         Fit::Sum(to) => sum_to(t, g, bytes, to),
-        Fit::Cast(to) => {
-            let g = g?;
-            if to >= bytes {
-                return Some(g);
-            }
-            let cast = t.temp("_to_copy", to);
-            t.release(g);
-            Some(cast)
-        }
+        Fit::Cast(to) => narrowed(t, g, bytes, to, "_to_copy"),
     }
 }
 

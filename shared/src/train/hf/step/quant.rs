@@ -77,8 +77,8 @@ impl Tape<'_> {
 }
 
 impl Model<'_, '_> {
-    /// `Linear4bit(x)` over `rows` rows, `fan_in` to `fan_out`, `x` of the
-    /// step's type: the output in that type.
+    /// `Linear4bit(x)` over `rows` rows, `fan_in` to `fan_out`: the output
+    /// in `x`'s type.
     pub(super) fn linear4bit(&mut self, x: T, q: Quant4, rows: u64, fans: (u64, u64)) -> T {
         let (fan_out, fan_in) = (fans.0, fans.1);
         let n = fan_out * fan_in;

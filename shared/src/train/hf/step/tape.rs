@@ -281,7 +281,12 @@ impl<'a> Tape<'a> {
         if trainable {
             self.grads.push(None);
             let param = Some(self.grads.len() - 1);
-            t.fun = Some(self.node(ACCUMULATE, Vec::new(), None, param, 1));
+            let fun = self.node(ACCUMULATE, Vec::new(), None, param, 1);
+            // A parameter's `.grad` is a gradient; a leaf made of an
+            // activation (`leaf`, a reentrant checkpoint's input) keeps an
+            // activation's.
+            self.nodes[fun.node].holds = Holds::Gradient;
+            t.fun = Some(fun);
         }
         t
     }

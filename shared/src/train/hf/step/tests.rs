@@ -320,3 +320,36 @@ fn gpt2_steps_follow_transformers_event_by_event() {
         c.name.starts_with("gpt2-dropout") && c.run.attention == Attention::Sdpa
     });
 }
+
+/// What a step's gradients hold: the parameters' `.grad` (here LoRA's
+/// adapters) are gradients; the gradient a leaf made of an activation
+/// keeps (the embeddings' output under `enable_input_require_grads`, a
+/// reentrant checkpoint's detached input under QLoRA) is an activation's.
+#[test]
+fn only_parameters_gradients_are_told_as_gradients() {
+    for case in qlora_cases().into_iter().filter(|c| c.run.reentrant) {
+        let mut p = Program::default();
+        play(&case.config, case.run, &mut p).unwrap();
+        let c = &case.config;
+        // LoRA's rank-4 float32 adapters: `lora_A` (4 x in), `lora_B` (out x 4).
+        let adapters: Vec<u64> = (crate::train::hf::params::parameters(c).iter())
+            .filter(|p| super::adapted(c, true, &p.name, &p.shape))
+            .flat_map(|p| {
+                let (out, inp) = super::fans(c, &p.shape);
+                [4 * inp * 4, out * 4 * 4]
+            })
+            .collect();
+        let told: Vec<u64> = (p.made.iter())
+            .filter(|m| m.holds == crate::train::hf::generate::Holds::Gradient)
+            .map(|m| m.bytes)
+            .collect();
+        assert!(!told.is_empty(), "{}", case.name);
+        assert!(
+            told.iter().all(|b| adapters.contains(b)),
+            "{}: {told:?}",
+            case.name
+        );
+        let rows_wide = case.run.batch * case.run.seq * c.hidden * 4;
+        assert!(!adapters.contains(&rows_wide), "{}", case.name);
+    }
+}

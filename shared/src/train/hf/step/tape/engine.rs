@@ -3,14 +3,14 @@
 //! into the buffers of the nodes they feed.
 
 use super::{Edge, Sid, Tape, T};
-use crate::train::hf::generate::Holds;
 use std::collections::BinaryHeap;
 
 impl Tape<'_> {
     /// The gradient of input `i` of the node running, of `bytes`.
     pub fn grad(&mut self, i: usize, op: &'static str, bytes: u64) -> Sid {
         let holds = match self.running.get(i).copied().flatten() {
-            Some(e) if self.nodes[e.node].param.is_some() => Holds::Gradient,
+            // `AccumulateGrad`'s: what its leaf's `.grad` holds.
+            Some(e) if self.nodes[e.node].param.is_some() => self.nodes[e.node].holds,
             _ => self.running_holds,
         };
         self.alloc(op, bytes, holds)
@@ -90,11 +90,7 @@ impl Tape<'_> {
             self.nodes[e.node].buffer[e.slot] = Some(g);
             return;
         };
-        let holds = if self.nodes[e.node].param.is_some() {
-            Holds::Gradient
-        } else {
-            self.nodes[e.node].holds
-        };
+        let holds = self.nodes[e.node].holds;
         let bytes = self.bytes(g);
         let sum = self.alloc("add", bytes, holds);
         self.release(old);

@@ -56,6 +56,7 @@ impl Tape<'_> {
         self.grads.push(None);
         let slot = self.grads.len() - 1;
         let leaf = self.node(ACCUMULATE, Vec::new(), None, Some(slot), 1);
+        self.nodes[leaf.node].holds = self.running_holds;
         let detached = T {
             fun: Some(leaf),
             ..x
