@@ -91,7 +91,84 @@ pub fn code(cmd: &Command, framework: Framework) -> String {
         ),
         Command::TfSession(a) => format!("{} = tf.compat.v1.Session()", a.name),
         Command::Close(a) => format!("{}.close()", a.name),
+        Command::Generate(a) => generate_code(a),
     }
+}
+
+/// A Hugging Face model from its config: transformers' `from_config`
+/// builds the architecture with random weights (the same memory as the
+/// published ones), in the config's type unless `dtype` says otherwise.
+fn hf_model_code(a: &ModelArgs) -> String {
+    let config = match &a.config {
+        Some(serde_json::Value::String(repo)) => format!("AutoConfig.from_pretrained({repo:?})"),
+        Some(v) => format!("AutoConfig.for_model(**{})", python_literal(v)),
+        None => "AutoConfig.from_pretrained(...)".into(),
+    };
+    let dtype = a.dtype.map_or(String::new(), |d| {
+        format!(", dtype=torch.{}", d.torch_name())
+    });
+    format!(
+        "from transformers import AutoConfig, AutoModelForCausalLM\n{} = AutoModelForCausalLM.from_config({config}{dtype}).to(\"cuda\")  # the architecture with random weights: the memory of the real ones",
+        a.name
+    )
+}
+
+/// A JSON value as the Python literal of the same value.
+fn python_literal(v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match v {
+        Value::Null => "None".into(),
+        Value::Bool(b) => py_bool(*b).into(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => format!("{s:?}"),
+        Value::Array(items) => format!(
+            "[{}]",
+            items
+                .iter()
+                .map(python_literal)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Value::Object(fields) => format!(
+            "{{{}}}",
+            fields
+                .iter()
+                .map(|(k, v)| format!("{k:?}: {}", python_literal(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// `out = model.generate(...)`, greedy; eager attention switched on first.
+fn generate_code(a: &GenerateArgs) -> String {
+    let model = &a.model;
+    let mut s = String::new();
+    if a.attention.is_eager() {
+        s.push_str(&format!("{model}.set_attn_implementation(\"eager\")\n"));
+    }
+    let (b, p) = (a.batch_size.unwrap_or(1), a.prompt_len.unwrap_or(1));
+    let (ids, mask) = match &a.input_ids {
+        Some(ids) => (ids.clone(), format!("torch.ones_like({ids})")),
+        None => (
+            format!("torch.randint(0, {model}.config.vocab_size, ({b}, {p}), device=\"cuda\")"),
+            format!("torch.ones({b}, {p}, dtype=torch.long, device=\"cuda\")"),
+        ),
+    };
+    // A static cache on a GPU would have generate compile the forward.
+    let cache = match a.cache {
+        Cache::Static => ", cache_implementation=\"static\", disable_compile=True",
+        Cache::Dynamic => "",
+    };
+    let call = format!(
+        "{model}.generate({ids}, attention_mask={mask}, max_new_tokens={}, do_sample=False{cache})",
+        a.new_tokens
+    );
+    match &a.name {
+        Some(name) => s.push_str(&format!("{name} = {call}")),
+        None => s.push_str(&call),
+    }
+    s
 }
 
 fn restart_code(s: &RestartSettings, framework: Framework) -> String {
@@ -174,6 +251,9 @@ fn alloc_code(a: &AllocArgs, framework: Framework) -> String {
 }
 
 fn model_code(a: &ModelArgs, framework: Framework) -> String {
+    if a.kind == ModelKind::Hf {
+        return hf_model_code(a);
+    }
     let (name, layers, width, input_dim, classes) =
         (&a.name, a.layers, a.width(), a.input_dim, a.classes);
     if let Some(code) = kind_code(a) {

@@ -123,6 +123,9 @@ pub enum Category {
     /// A library's scratch memory allocated through the framework's
     /// allocator: PyTorch's cuBLAS workspaces.
     Workspace,
+    /// A language model's keys and values kept for the next tokens
+    /// (transformers' `DynamicCache`, `StaticCache`).
+    KvCache,
     #[default]
     Other,
 }
@@ -135,11 +138,12 @@ crate::by_name::read_by_name!(Category {
     Input = "input",
     Temporary = "temporary",
     Workspace = "workspace",
+    KvCache = "kv_cache",
     Other = "other",
 });
 
 impl Category {
-    pub const ALL: [Category; 8] = [
+    pub const ALL: [Category; 9] = [
         Category::Parameter,
         Category::Gradient,
         Category::OptimizerState,
@@ -147,6 +151,7 @@ impl Category {
         Category::Input,
         Category::Temporary,
         Category::Workspace,
+        Category::KvCache,
         Category::Other,
     ];
 
@@ -159,6 +164,7 @@ impl Category {
             Category::Input => "input",
             Category::Temporary => "temporary",
             Category::Workspace => "workspace",
+            Category::KvCache => "kv_cache",
             Category::Other => "other",
         }
     }

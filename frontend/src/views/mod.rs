@@ -45,6 +45,7 @@ pub fn colour(c: Category) -> &'static str {
         Category::Input => "#56b4e9",
         Category::Temporary => "#d55e00",
         Category::Workspace => "#f0e442",
+        Category::KvCache => "#882255",
         Category::Other => "#3d3d8f",
     }
 }

@@ -92,6 +92,10 @@ pub struct ModelArgs {
     pub image_size: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blocks: Option<u32>,
+    /// A Hugging Face model (`kind: "hf"`): its config.json, or the name of
+    /// a shipped shape (`"Llama-3.2-1B"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config: Option<serde_json::Value>,
 }
 
 /// Which network `model` builds.
@@ -102,12 +106,16 @@ pub enum ModelKind {
     Mlp,
     Cnn,
     Transformer,
+    /// A Hugging Face transformers model from its config.json
+    /// (`AutoModelForCausalLM.from_config`).
+    Hf,
 }
 
 crate::by_name::read_by_name!(ModelKind {
     Mlp = "mlp",
     Cnn = "cnn",
     Transformer = "transformer",
+    Hf = "hf",
 });
 
 impl ModelKind {
@@ -138,6 +146,7 @@ impl Default for ModelArgs {
             channels: None,
             image_size: None,
             blocks: None,
+            config: None,
         }
     }
 }
@@ -184,6 +193,11 @@ impl ModelArgs {
                     dtype,
                 ));
             }
+            ModelKind::Hf => {
+                return Err(
+                    "a Hugging Face model (kind \"hf\") runs on a server (`vramlab serve`) or in `vramlab run`: this build leaves it out".into(),
+                )
+            }
             ModelKind::Cnn => Kind::Cnn(CnnShape {
                 channels: self.channels.unwrap_or(3),
                 image_size: self.image_size.unwrap_or(32),
@@ -213,6 +227,7 @@ impl ModelArgs {
             ModelKind::Mlp => DEFAULT_WIDTH,
             ModelKind::Transformer => 768,
             ModelKind::Cnn => 32,
+            ModelKind::Hf => 0,
         })
     }
 }
@@ -400,6 +415,48 @@ fn is_true(b: &bool) -> bool {
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {
     *v == T::default()
 }
+
+/// How `generate` keeps the keys and values: transformers'
+/// `DynamicCache` (grown by `torch.cat` every token) or `StaticCache`
+/// (`cache_implementation="static"`: the whole length made at the
+/// prefill).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Cache {
+    #[default]
+    Dynamic,
+    Static,
+}
+
+crate::by_name::read_by_name!(Cache {
+    Dynamic = "dynamic",
+    Static = "static",
+});
+
+/// `name = model.generate(input_ids, max_new_tokens=new_tokens)` under
+/// `no_grad`, greedy: a Hugging Face model's prefill over the prompt, then
+/// one forward per new token. The prompt is the tensor `input_ids` names
+/// (batch x prompt length, int64), or `torch.randint(...)` of
+/// `batch_size` x `prompt_len` made for the call.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GenerateArgs {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub model: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_ids: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_len: Option<u64>,
+    pub new_tokens: u64,
+    pub cache: Cache,
+    pub attention: Attention,
+}
+
+/// transformers' `max_new_tokens` when none is given (its generation
+/// config's `max_length` of 20, counted as new tokens here).
+pub const DEFAULT_NEW_TOKENS: u64 = 20;
 
 /// Predicts a training step's memory from the shapes, before running it.
 #[derive(Clone, Debug, PartialEq, Serialize)]

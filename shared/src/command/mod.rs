@@ -93,6 +93,8 @@ commands! {
     Train(TrainArgs) = "train",
     FindBatchSize(FindBatchSizeArgs) = "find_batch_size",
     Estimate(EstimateArgs) = "estimate",
+    /// `out = model.generate(input_ids, max_new_tokens=N)`: a Hugging Face model's.
+    Generate(GenerateArgs) = "generate",
     /// `sess = tf.compat.v1.Session()`: owns the variables of models built while it is open.
     TfSession(NameArgs) = "tf_session",
     /// `sess.close()`

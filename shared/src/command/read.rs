@@ -7,6 +7,7 @@
 use super::args::*;
 use super::Amp;
 use crate::fields::{self, Fields};
+use crate::train::kinds::Attention;
 use serde::{Deserialize, Deserializer};
 use serde_json::Error;
 
@@ -41,6 +42,7 @@ read_by_hand! {
     "forward": ForwardArgs => forward, FORWARD,
     "train": TrainArgs => train, TRAIN,
     "estimate": EstimateArgs => estimate, ESTIMATE,
+    "generate": GenerateArgs => generate, GENERATE,
 }
 
 const NAME: &[&str] = &["name"];
@@ -182,6 +184,7 @@ const MODEL: &[&str] = &[
     "channels",
     "image_size",
     "blocks",
+    "config",
 ];
 
 fn model(f: &mut Fields) -> Result<ModelArgs, Error> {
@@ -204,6 +207,7 @@ fn model(f: &mut Fields) -> Result<ModelArgs, Error> {
         channels: f.take("channels")?,
         image_size: f.take("image_size")?,
         blocks: f.take("blocks")?,
+        config: f.take("config")?,
     };
     f.done(MODEL)?;
     Ok(a)
@@ -311,6 +315,32 @@ fn estimate(f: &mut Fields) -> Result<EstimateArgs, Error> {
         attention: f.take_or("attention", Default::default())?,
     };
     f.done(ESTIMATE)?;
+    Ok(a)
+}
+
+const GENERATE: &[&str] = &[
+    "name",
+    "model",
+    "input_ids",
+    "batch_size",
+    "prompt_len",
+    "new_tokens",
+    "cache",
+    "attention",
+];
+
+fn generate(f: &mut Fields) -> Result<GenerateArgs, Error> {
+    let a = GenerateArgs {
+        name: f.take("name")?,
+        model: f.take("model")?,
+        input_ids: f.take("input_ids")?,
+        batch_size: f.take("batch_size")?,
+        prompt_len: f.take("prompt_len")?,
+        new_tokens: f.take_or("new_tokens", DEFAULT_NEW_TOKENS)?,
+        cache: f.take_or("cache", Cache::Dynamic)?,
+        attention: f.take_or("attention", Attention::Sdpa)?,
+    };
+    f.done(GENERATE)?;
     Ok(a)
 }
 

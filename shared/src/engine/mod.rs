@@ -13,6 +13,8 @@ mod arithmetic;
 mod device_step;
 #[cfg(feature = "tf-executor")]
 mod executor;
+#[cfg(feature = "hf-models")]
+mod generating;
 mod jitted;
 mod objects;
 #[cfg(feature = "device-values")]
@@ -42,6 +44,8 @@ use crate::units::format_size;
 use serde_json::Value;
 
 pub use crate::process::DEFAULT_EVENT_CAPACITY;
+#[cfg(feature = "hf-models")]
+pub use generating::HfModelState;
 
 /// The longest name accepted.
 pub const MAX_NAME_LEN: usize = 64;
@@ -269,6 +273,8 @@ impl Engine {
                 self.process.allocator.reset_peak_stats();
                 Ok(Outcome::note("Peaks now equal the current values."))
             }
+            #[cfg(feature = "hf-models")]
+            Command::Model(a) if a.kind == crate::command::ModelKind::Hf => self.hf_model(a),
             Command::Model(a) => self.model(a),
             Command::Optimizer(a) => self.optimizer(a),
             Command::Data(a) => self.data(a),
@@ -279,6 +285,13 @@ impl Engine {
             Command::Train(a) => self.train_loop(a),
             Command::FindBatchSize(a) => self.find_batch_size(a),
             Command::Estimate(a) => self.estimate(a),
+            #[cfg(feature = "hf-models")]
+            Command::Generate(a) => self.generate(a),
+            #[cfg(not(feature = "hf-models"))]
+            Command::Generate(_) => Err(error(
+                ErrorKind::InvalidValue,
+                "Hugging Face models run on a server (`vramlab serve`) or in `vramlab run`: this build leaves them out",
+            )),
             Command::TfSession(a) => self.tf_session(&a.name),
             Command::Close(a) => self.close(&a.name),
         }
@@ -390,6 +403,8 @@ fn no_process(mut e: CommandError) -> CommandError {
 
 #[cfg(all(test, feature = "tf-executor"))]
 mod executor_tests;
+#[cfg(all(test, feature = "hf-models"))]
+mod generating_tests;
 #[cfg(test)]
 mod jitted_tests;
 #[cfg(test)]

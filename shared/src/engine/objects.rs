@@ -33,7 +33,12 @@ impl Engine {
 
     pub(super) fn model_state(&self, name: &str) -> Result<(ObjId, &ModelState), CommandError> {
         let id = self.instance(name, Class::Model)?;
-        let state = &self.train.models[&id];
+        let Some(state) = self.train.models.get(&id) else {
+            return Err(error(
+                ErrorKind::InvalidValue,
+                format!("`{name}` is a Hugging Face model: the engine runs its `generate`; its training step is planned by `vramlab plan MODEL --task train` (and the plan page)"),
+            ));
+        };
         if let Some(session) = state.session {
             if self.train.sessions.get(&session).is_none_or(|s| s.closed) {
                 return Err(error(

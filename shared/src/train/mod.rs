@@ -164,6 +164,9 @@ pub struct TrainState {
     pub open_session: Option<ObjId>,
     /// PyTorch's cuBLAS workspaces, per thread.
     pub cublas: cublas::CublasWorkspaces,
+    /// Hugging Face models (`generate` runs them).
+    #[cfg(feature = "hf-models")]
+    pub hf: IdMap<crate::engine::HfModelState>,
 }
 
 impl TrainState {
@@ -182,6 +185,8 @@ impl TrainState {
     pub fn forget(&mut self, dead: &[ObjId]) {
         for id in dead {
             self.models.remove(id);
+            #[cfg(feature = "hf-models")]
+            self.hf.remove(id);
             self.optimizers.remove(id);
             self.datasets.remove(id);
             self.graphs.remove(id);

@@ -23,19 +23,7 @@ use crate::error::Invalid;
 use crate::train::kinds::step::Attention;
 use crate::types::Dtype;
 
-/// How `generate` keeps the keys and values.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Cache {
-    #[default]
-    Dynamic,
-    Static,
-}
-
-crate::by_name::read_by_name!(Cache {
-    Dynamic = "dynamic",
-    Static = "static",
-});
+pub use crate::command::Cache;
 
 /// One `generate` call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -441,6 +429,21 @@ pub fn program(c: &HfConfig, dtype: Dtype, g: Generation) -> Result<Program, Inv
 /// `generate` for model `c` loaded in `dtype`, each step given to `sink`
 /// as it is made.
 pub fn play(c: &HfConfig, dtype: Dtype, g: Generation, sink: &mut dyn Sink) -> Result<(), Invalid> {
+    check(c, g)?;
+    let tape = Tape {
+        c,
+        g,
+        dtype,
+        sink,
+        cache: vec![Layer::default(); c.layers as usize],
+        layer: None,
+    };
+    tape.run();
+    Ok(())
+}
+
+/// Whether `generate` can run `g` on model `c`, or why not.
+pub fn check(c: &HfConfig, g: Generation) -> Result<(), Invalid> {
     if c.arch == Arch::Gemma2 && g.attention == Attention::Sdpa {
         return Err(Invalid::from(
             "Gemma2ForCausalLM does not support sdpa in transformers (its attention soft-caps the scores): attn_implementation=\"eager\"",
@@ -469,15 +472,6 @@ pub fn play(c: &HfConfig, dtype: Dtype, g: Generation, sink: &mut dyn Sink) -> R
             "one of its tensors would hold {biggest} bytes: beyond any GPU"
         )));
     }
-    let tape = Tape {
-        c,
-        g,
-        dtype,
-        sink,
-        cache: vec![Layer::default(); c.layers as usize],
-        layer: None,
-    };
-    tape.run();
     Ok(())
 }
 

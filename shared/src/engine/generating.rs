@@ -1,0 +1,379 @@
+//! Hugging Face models in the kernel:
+//! `model = AutoModelForCausalLM.from_config(config, dtype=...).to("cuda")`
+//! (every parameter, then every buffer, in transformers' order) and
+//! `out = model.generate(input_ids, max_new_tokens=N)`, played request by
+//! request on the kernel's allocator as transformers 5.24 makes and drops
+//! each tensor (`train::hf::generate`). An out-of-memory mid-way leaves
+//! the call's tensors, the KV cache among them, on `last_exception`.
+
+use super::{check_name, error, Engine, Outcome};
+use crate::command::{Cache, GenerateArgs, ModelArgs};
+use crate::error::{CommandError, ErrorKind};
+use crate::process::{AllocFailure, Process};
+use crate::runtime::{Class, ObjId, ObjectKind};
+use crate::train::cublas::{BlasThread, CublasWorkspaces, Gemm};
+use crate::train::frame::PyFrame;
+use crate::train::hf::generate::{self, Generation, Holds, Made, Sink, Step};
+use crate::train::hf::params::{buffers, parameters};
+use crate::train::hf::{known, HfConfig};
+use crate::types::{Category, Dtype, Framework};
+use crate::units::{format_size, TIB};
+use serde_json::{json, Value};
+
+/// A Hugging Face model on the device.
+#[derive(Clone, Debug)]
+pub struct HfModelState {
+    /// The shipped shape's name, or the config's class.
+    pub label: String,
+    /// The config, its `dtype` the one the weights were loaded in.
+    pub config: HfConfig,
+}
+
+impl Engine {
+    /// `kind: "hf"`: the model from its config.json (or a shipped shape's
+    /// name), loaded in `dtype` (the config's `torch_dtype` if none).
+    pub(super) fn hf_model(&mut self, a: &ModelArgs) -> Result<Outcome, CommandError> {
+        let name = a.name.as_str();
+        check_name(name)?;
+        if self.settings.framework != Framework::Pytorch {
+            return Err(invalid(
+                "transformers' models here are PyTorch's: restart the kernel with PyTorch",
+            ));
+        }
+        if a.lora_rank.is_some() {
+            return Err(invalid("LoRA on a Hugging Face model is planned by `vramlab plan MODEL --task lora` (and the plan page); here the engine runs its generate"));
+        }
+        let (label, mut config) = read_config(a.config.as_ref())?;
+        if let Some(dtype) = a.dtype {
+            config.dtype = dtype;
+        }
+        let tensors: Vec<_> = parameters(&config)
+            .into_iter()
+            .chain(buffers(&config))
+            .collect();
+        let bytes: u128 = tensors
+            .iter()
+            .map(|t| u128::from(t.numel()) * u128::from(t.dtype.size_bytes()))
+            .sum();
+        if bytes >= u128::from(TIB) {
+            return Err(invalid(format!(
+                "{} of weights is absurd",
+                format_size(u64::try_from(bytes).unwrap_or(u64::MAX))
+            )));
+        }
+        let count: u64 = parameters(&config).iter().map(|t| t.numel()).sum();
+        let mut frame = PyFrame::default();
+        let model = frame.instance(&mut self.process, Class::Model, name);
+        for t in &tensors {
+            let label = format!("{name}.{}", t.name);
+            let k = &mut self.process;
+            match frame.alloc(k, &label, &t.shape, t.dtype, Category::Parameter) {
+                Ok(p) => {
+                    frame.take(p);
+                    k.attach_local(model, p);
+                }
+                Err(f) => {
+                    let e = self.alloc_error(&f);
+                    frame.finish(&mut self.process);
+                    return Err(e);
+                }
+            }
+        }
+        self.train.hf.insert(
+            model,
+            HfModelState {
+                label: label.clone(),
+                config,
+            },
+        );
+        frame.take(model);
+        self.process.bind_local(name, model);
+        Ok(Outcome::note(format!(
+            "`{name}` is {label} ({}): {} parameters, {} of weights and buffers on the device in {}.",
+            config.arch.causal_lm(),
+            thousands(count),
+            format_size(u64::try_from(bytes).unwrap_or(u64::MAX)),
+            config.dtype.torch_name()
+        )))
+    }
+
+    fn hf_state(&self, name: &str) -> Result<HfModelState, CommandError> {
+        let id = self.instance(name, Class::Model)?;
+        self.train.hf.get(&id).cloned().ok_or_else(|| {
+            invalid(format!(
+                "`{name}` is not a Hugging Face model: `generate` runs a model built with \"kind\": \"hf\""
+            ))
+        })
+    }
+
+    pub(super) fn generate(&mut self, a: &GenerateArgs) -> Result<Outcome, CommandError> {
+        if let Some(name) = &a.name {
+            check_name(name)?;
+        }
+        let model = self.hf_state(&a.model)?;
+        let c = model.config;
+        let mut frame = PyFrame::default();
+        let (batch, prompt) = match &a.input_ids {
+            Some(ids) => self.prompt_of(ids, a)?,
+            None => (
+                a.batch_size.unwrap_or(1),
+                a.prompt_len.ok_or_else(|| {
+                    invalid("give the prompt: `input_ids` (a tensor's name), or `prompt_len`")
+                })?,
+            ),
+        };
+        let g = Generation {
+            batch,
+            prompt,
+            new_tokens: a.new_tokens,
+            cache: a.cache,
+            attention: a.attention,
+        };
+        generate::check(&c, g)?;
+        // `model.generate(torch.randint(...).cuda(), attention_mask=torch.ones(...))`:
+        // the prompt (unless named) and its mask, held by the call.
+        let shape = [batch, prompt];
+        let made: &[&str] = match a.input_ids {
+            Some(_) => &["attention_mask"],
+            None => &["input_ids", "attention_mask"],
+        };
+        for label in made {
+            if let Err(f) = frame.alloc(
+                &mut self.process,
+                label,
+                &shape,
+                Dtype::Int64,
+                Category::Input,
+            ) {
+                let e = self.alloc_error(&f);
+                frame.finish(&mut self.process);
+                return Err(e);
+            }
+        }
+        let mut sink = EngineSink {
+            process: &mut self.process,
+            cublas: &mut self.train.cublas,
+            frame: &mut frame,
+            slots: Vec::new(),
+            failure: None,
+            by_forward: Vec::new(),
+            kv_peak: 0,
+        };
+        generate::play(&c, c.dtype, g, &mut sink)?;
+        let (failure, by_forward, kv_peak) = (sink.failure, sink.by_forward, sink.kv_peak);
+        let live: Vec<ObjId> = sink.slots.into_iter().flatten().collect();
+        if let Some(f) = failure {
+            let mut e = self.raise_in_frame(frame, &f);
+            e.message.push_str(&format!(
+                "\n(generate ran out after {} of its {} forwards: the KV cache held {} then.)",
+                by_forward.len(),
+                g.new_tokens,
+                format_size(kv_peak)
+            ));
+            return Err(e);
+        }
+        // What lives on is the sequences `generate` returns.
+        let out = live.last().copied();
+        if let (Some(out), Some(name)) = (out, &a.name) {
+            frame.take(out);
+            self.process.bind_local(name, out);
+        }
+        frame.finish(&mut self.process);
+        Ok(generated(a, g, &model, &by_forward, kv_peak))
+    }
+
+    /// The batch and prompt length of the tensor `ids` names.
+    fn prompt_of(&self, ids: &str, a: &GenerateArgs) -> Result<(u64, u64), CommandError> {
+        let id = self.lookup(ids)?;
+        let o = self.process.runtime.get(id).expect("bound objects exist");
+        let ObjectKind::Tensor(t) = &o.kind else {
+            return Err(invalid(format!(
+                "`{ids}` is a {}, not a tensor of token ids",
+                o.kind.type_name()
+            )));
+        };
+        let [batch, prompt] = t.shape[..] else {
+            return Err(invalid(format!(
+                "input_ids is (batch, prompt length); `{ids}` has shape {:?}",
+                t.shape
+            )));
+        };
+        if !matches!(t.dtype, Dtype::Int64 | Dtype::Int32) || t.block.is_none() {
+            return Err(invalid(format!(
+                "`{ids}` is not token ids on the GPU (a CUDA tensor of torch.int64)"
+            )));
+        }
+        if a.batch_size.is_some_and(|b| b != batch) || a.prompt_len.is_some_and(|p| p != prompt) {
+            return Err(invalid(format!(
+                "`{ids}` is {batch} x {prompt}: leave out batch_size and prompt_len, or give its own"
+            )));
+        }
+        Ok((batch, prompt))
+    }
+}
+
+/// The config a `model` line names: a shipped shape's, or its own.
+fn read_config(config: Option<&Value>) -> Result<(String, HfConfig), CommandError> {
+    match config {
+        Some(Value::String(name)) => known::find(name)
+            .map(|k| (k.name, k.config))
+            .ok_or_else(|| {
+                let names: Vec<String> = known::all().into_iter().map(|k| k.name).collect();
+                invalid(format!("no shipped shape is called {name:?}: give its config.json, or one of {}", names.join(", ")))
+            }),
+        Some(v @ Value::Object(_)) => {
+            let c = HfConfig::read(v)?;
+            Ok((format!("a {}", c.arch.causal_lm()), c))
+        }
+        _ => Err(invalid(
+            "a Hugging Face model needs \"config\": its config.json (an object) or a shipped shape's name",
+        )),
+    }
+}
+
+/// What `generate` did, in words and numbers.
+fn generated(
+    a: &GenerateArgs,
+    g: Generation,
+    model: &HfModelState,
+    by_forward: &[u64],
+    kv_peak: u64,
+) -> Outcome {
+    let peak = by_forward.iter().copied().max().unwrap_or(0);
+    let at = by_forward.iter().position(|&p| p == peak).unwrap_or(0);
+    let at = if at == 0 {
+        "the prefill".to_string()
+    } else {
+        format!("new token {at}")
+    };
+    let held = match &a.name {
+        Some(n) => format!(
+            " `{n}` holds the {} x {} sequences.",
+            g.batch,
+            g.prompt + g.new_tokens
+        ),
+        None => String::new(),
+    };
+    let note = format!(
+        "{} generated {} tokens for {} prompt(s) of {}: peak allocated {} (in {at}); the {} cache grew to {}, and generate freed it as it returned.{held}",
+        model.label,
+        g.new_tokens,
+        g.batch,
+        g.prompt,
+        format_size(peak),
+        match a.cache {
+            Cache::Dynamic => "dynamic",
+            Cache::Static => "static",
+        },
+        format_size(kv_peak),
+    );
+    Outcome {
+        note: Some(note),
+        value: Some(json!({
+            "peak_allocated_by_forward": by_forward,
+            "kv_cache_peak_bytes": kv_peak,
+        })),
+    }
+}
+
+fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn invalid(message: impl Into<String>) -> CommandError {
+    error(ErrorKind::InvalidValue, message)
+}
+
+/// `generate`'s tensors made on the kernel: each a local of the call's
+/// frame, labelled by its op; a matrix product's cuBLAS workspace as the
+/// PyTorch release gives it; the peak of each forward.
+struct EngineSink<'a> {
+    process: &'a mut Process,
+    cublas: &'a mut CublasWorkspaces,
+    frame: &'a mut PyFrame,
+    slots: Vec<Option<ObjId>>,
+    failure: Option<AllocFailure>,
+    by_forward: Vec<u64>,
+    kv_peak: u64,
+}
+
+impl EngineSink<'_> {
+    fn kv_held(&self) -> u64 {
+        self.process
+            .categories()
+            .get(&Category::KvCache)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+impl Sink for EngineSink<'_> {
+    fn alloc(&mut self, m: Made) -> usize {
+        if self.failure.is_some() {
+            return usize::MAX;
+        }
+        let (category, what) = match m.holds {
+            Holds::KvCache => (Category::KvCache, "KV cache"),
+            Holds::Ids => (Category::Input, "token ids"),
+            Holds::Logits => (Category::Activation, "logits"),
+            Holds::Workspace => (Category::Workspace, "workspace"),
+            _ => (Category::Activation, "activation"),
+        };
+        let label = match m.layer {
+            Some(l) => format!("generate: {} (layer {l}, {what})", m.op),
+            None => format!("generate: {} ({what})", m.op),
+        };
+        let made =
+            self.process
+                .alloc_tensor(&label, m.bytes, vec![m.bytes], Dtype::Uint8, category);
+        let id = match made {
+            Ok(id) => id,
+            Err(f) => {
+                self.failure = Some(f);
+                return usize::MAX;
+            }
+        };
+        self.frame.locals.push(id);
+        if category == Category::KvCache {
+            self.kv_peak = self.kv_peak.max(self.kv_held());
+        }
+        let gemm = match m.op {
+            "mm" | "bmm" => Some(Gemm::Cublas),
+            "addmm" => Some(Gemm::Lt),
+            _ => None,
+        };
+        if let Some(gemm) = gemm {
+            if let Err(f) = self.cublas.call(self.process, BlasThread::Main, gemm) {
+                self.failure = Some(f);
+            }
+        }
+        self.slots.push(Some(id));
+        self.slots.len() - 1
+    }
+
+    fn free(&mut self, handle: usize) {
+        if let Some(id) = self.slots.get_mut(handle).and_then(Option::take) {
+            self.frame.drop(self.process, id);
+        }
+    }
+
+    fn mark(&mut self, step: Step) {
+        match step {
+            Step::Forward(_) => self.process.begin_window(),
+            Step::Returned(_) => self.by_forward.push(self.process.window_peak_allocated()),
+            _ => {}
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        self.failure.is_some()
+    }
+}
