@@ -148,12 +148,13 @@ fn generate_code(a: &GenerateArgs) -> String {
         s.push_str(&format!("{model}.set_attn_implementation(\"eager\")\n"));
     }
     let (b, p) = (a.batch_size.unwrap_or(1), a.prompt_len.unwrap_or(1));
-    let (ids, mask) = match &a.input_ids {
-        Some(ids) => (ids.clone(), format!("torch.ones_like({ids})")),
-        None => (
-            format!("torch.randint(0, {model}.config.vocab_size, ({b}, {p}), device=\"cuda\")"),
-            format!("torch.ones({b}, {p}, dtype=torch.long, device=\"cuda\")"),
-        ),
+    let ids = match &a.input_ids {
+        Some(ids) => ids.clone(),
+        None => format!("torch.randint(0, {model}.config.vocab_size, ({b}, {p}), device=\"cuda\")"),
+    };
+    let mask = match &a.attention_mask {
+        Some(mask) => format!(", attention_mask={mask}"),
+        None => String::new(),
     };
     // A static cache on a GPU would have generate compile the forward.
     let cache = match a.cache {
@@ -161,7 +162,7 @@ fn generate_code(a: &GenerateArgs) -> String {
         Cache::Dynamic => "",
     };
     let call = format!(
-        "{model}.generate({ids}, attention_mask={mask}, max_new_tokens={}, do_sample=False{cache})",
+        "{model}.generate({ids}{mask}, max_new_tokens={}, do_sample=False{cache})",
         a.new_tokens
     );
     match &a.name {

@@ -1,6 +1,7 @@
 //! The kernel's settings (restart), tensors by hand, and the five things
 //! people try to free memory.
 
+use super::generating::Generating;
 use super::training::Training;
 use super::{button, checkbox, checked_button, hidden, text_input};
 use crate::state::App;
@@ -42,6 +43,7 @@ pub fn Controls(app: App) -> impl IntoView {
                 </p>
             </fieldset>
             <Training app=app />
+            <Generating app=app />
         </section>
     }
 }

@@ -5,6 +5,7 @@
 mod active;
 mod cell;
 mod compare;
+mod generating;
 mod glossary;
 mod kernel;
 mod lessons;

@@ -127,7 +127,7 @@ impl Fields {
         let (layers, width, batch) = match kind {
             ModelKind::Mlp => (PAGE_LAYERS, PAGE_WIDTH, PAGE_BATCH),
             ModelKind::Cnn => (3, 32, 64),
-            ModelKind::Transformer => (4, 256, 8),
+            ModelKind::Transformer | ModelKind::Hf => (4, 256, 8),
         };
         self.kind.set(kind);
         for (field, n) in [
@@ -149,6 +149,9 @@ impl Fields {
         );
         m.kind = self.kind.get_untracked();
         Ok(match m.kind {
+            ModelKind::Hf => {
+                return Err("a Hugging Face model is loaded in the Generate panel".into())
+            }
             ModelKind::Mlp => (m, DEFAULT_FEATURES, DEFAULT_CLASSES),
             ModelKind::Cnn => {
                 let side = number(self.image_size, "image size", 1..=8192)?;
@@ -464,7 +467,7 @@ fn LossCurve(app: App, kind: RwSignal<ModelKind>) -> impl IntoView {
                 play.total.get(),
                 match kind.get() {
                     ModelKind::Mlp => "2 layers of 128 at batch 32",
-                    ModelKind::Transformer => "1 layer of width 32, sequence 16 and vocabulary 64 at batch 8",
+                    ModelKind::Transformer | ModelKind::Hf => "1 layer of width 32, sequence 16 and vocabulary 64 at batch 8",
                     ModelKind::Cnn => "2 blocks of width 8 on 16x16 images at batch 8",
                 }
             ),

@@ -445,6 +445,10 @@ pub struct GenerateArgs {
     pub model: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input_ids: Option<String>,
+    /// The mask the caller passes (a tensor's name); without one,
+    /// `generate` makes its own ones for the call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attention_mask: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub batch_size: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]

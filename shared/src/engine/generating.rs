@@ -88,13 +88,27 @@ impl Engine {
         );
         frame.take(model);
         self.process.bind_local(name, model);
-        Ok(Outcome::note(format!(
-            "`{name}` is {label} ({}): {} parameters, {} of weights and buffers on the device in {}.",
-            config.arch.causal_lm(),
-            thousands(count),
-            format_size(u64::try_from(bytes).unwrap_or(u64::MAX)),
-            config.dtype.torch_name()
-        )))
+        let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+        Ok(Outcome {
+            note: Some(format!(
+                "`{name}` is {label} ({}): {} parameters, {} of weights and buffers on the device in {}.",
+                config.arch.causal_lm(),
+                thousands(count),
+                format_size(bytes),
+                config.dtype.torch_name()
+            )),
+            // What `model.config` and `num_parameters()` read in Python.
+            value: Some(json!({
+                "architecture": config.arch.causal_lm(),
+                "vocab_size": config.vocab,
+                "hidden_size": config.hidden,
+                "num_hidden_layers": config.layers,
+                "max_position_embeddings": config.max_positions,
+                "dtype": config.dtype.torch_name(),
+                "parameters": count,
+                "bytes": bytes,
+            })),
+        })
     }
 
     fn hf_state(&self, name: &str) -> Result<HfModelState, CommandError> {
@@ -130,14 +144,22 @@ impl Engine {
             attention: a.attention,
         };
         generate::check(&c, g)?;
-        // `model.generate(torch.randint(...).cuda(), attention_mask=torch.ones(...))`:
-        // the prompt (unless named) and its mask, held by the call.
+        // The prompt made for the call (unless named) and, unless the
+        // caller passes one, the mask `generate` makes
+        // (`_prepare_attention_mask_for_generation`), held by the call.
+        if let Some(mask) = &a.attention_mask {
+            if self.tensor_shape(mask)? != [batch, prompt] {
+                return Err(invalid(format!(
+                    "`{mask}` is not a {batch} x {prompt} attention mask for the prompt"
+                )));
+            }
+        }
         let shape = [batch, prompt];
-        let made: &[&str] = match a.input_ids {
-            Some(_) => &["attention_mask"],
-            None => &["input_ids", "attention_mask"],
-        };
-        for label in made {
+        let made = [
+            a.input_ids.is_none().then_some("input_ids"),
+            a.attention_mask.is_none().then_some("attention_mask"),
+        ];
+        for label in made.into_iter().flatten() {
             if let Err(f) = frame.alloc(
                 &mut self.process,
                 label,
@@ -184,31 +206,35 @@ impl Engine {
 
     /// The batch and prompt length of the tensor `ids` names.
     fn prompt_of(&self, ids: &str, a: &GenerateArgs) -> Result<(u64, u64), CommandError> {
-        let id = self.lookup(ids)?;
-        let o = self.process.runtime.get(id).expect("bound objects exist");
-        let ObjectKind::Tensor(t) = &o.kind else {
+        let [batch, prompt] = self.tensor_shape(ids)?[..] else {
             return Err(invalid(format!(
-                "`{ids}` is a {}, not a tensor of token ids",
-                o.kind.type_name()
+                "input_ids is (batch, prompt length): `{ids}` is not"
             )));
         };
-        let [batch, prompt] = t.shape[..] else {
-            return Err(invalid(format!(
-                "input_ids is (batch, prompt length); `{ids}` has shape {:?}",
-                t.shape
-            )));
-        };
-        if !matches!(t.dtype, Dtype::Int64 | Dtype::Int32) || t.block.is_none() {
-            return Err(invalid(format!(
-                "`{ids}` is not token ids on the GPU (a CUDA tensor of torch.int64)"
-            )));
-        }
         if a.batch_size.is_some_and(|b| b != batch) || a.prompt_len.is_some_and(|p| p != prompt) {
             return Err(invalid(format!(
                 "`{ids}` is {batch} x {prompt}: leave out batch_size and prompt_len, or give its own"
             )));
         }
         Ok((batch, prompt))
+    }
+
+    /// The shape of the GPU tensor of token ids (or mask) `name` names.
+    fn tensor_shape(&self, name: &str) -> Result<Vec<u64>, CommandError> {
+        let id = self.lookup(name)?;
+        let o = self.process.runtime.get(id).expect("bound objects exist");
+        let ObjectKind::Tensor(t) = &o.kind else {
+            return Err(invalid(format!(
+                "`{name}` is a {}, not a tensor of token ids",
+                o.kind.type_name()
+            )));
+        };
+        if !matches!(t.dtype, Dtype::Int64 | Dtype::Int32) || t.block.is_none() {
+            return Err(invalid(format!(
+                "`{name}` is not token ids on the GPU (a CUDA tensor of torch.int64)"
+            )));
+        }
+        Ok(t.shape.clone())
     }
 }
 
