@@ -137,6 +137,11 @@ impl Process {
         peaks
     }
 
+    /// Peak allocated since the command began.
+    pub fn command_peak_allocated(&self) -> u64 {
+        self.command_peak_allocated
+    }
+
     /// Peak allocated since the window began.
     pub fn window_peak_allocated(&self) -> u64 {
         self.window_peak_allocated

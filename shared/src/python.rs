@@ -91,7 +91,7 @@ pub fn code(cmd: &Command, framework: Framework) -> String {
         ),
         Command::TfSession(a) => format!("{} = tf.compat.v1.Session()", a.name),
         Command::Close(a) => format!("{}.close()", a.name),
-        Command::Generate(a) => generate_code(a),
+        Command::Generate(a) => generate_code(a, false),
     }
 }
 
@@ -140,12 +140,15 @@ fn python_literal(v: &serde_json::Value) -> String {
     }
 }
 
-/// `out = model.generate(...)`, greedy; eager attention switched on first.
-fn generate_code(a: &GenerateArgs) -> String {
+/// `out = model.generate(...)`, greedy; eager attention switched on first
+/// (and sdpa back, after code that switched to eager: `eager_before`).
+fn generate_code(a: &GenerateArgs, eager_before: bool) -> String {
     let model = &a.model;
     let mut s = String::new();
     if a.attention.is_eager() {
         s.push_str(&format!("{model}.set_attn_implementation(\"eager\")\n"));
+    } else if eager_before {
+        s.push_str(&format!("{model}.set_attn_implementation(\"sdpa\")\n"));
     }
     let (b, p) = (a.batch_size.unwrap_or(1), a.prompt_len.unwrap_or(1));
     let ids = match &a.input_ids {

@@ -186,10 +186,13 @@ impl Engine {
         let live: Vec<ObjId> = sink.slots.into_iter().flatten().collect();
         if let Some(f) = failure {
             let mut e = self.raise_in_frame(frame, &f);
+            let made = by_forward.len();
+            let when = match made {
+                0 => "in the prefill (the forward over the prompt)".to_string(),
+                n => format!("after {n} of its {} new tokens", g.new_tokens),
+            };
             e.message.push_str(&format!(
-                "\n(generate ran out after {} of its {} forwards: the KV cache held {} then.)",
-                by_forward.len(),
-                g.new_tokens,
+                "\n(generate ran out {when}: the KV cache had grown to {}.)",
                 format_size(kv_peak)
             ));
             return Err(e);
@@ -201,7 +204,8 @@ impl Engine {
             self.process.bind_local(name, out);
         }
         frame.finish(&mut self.process);
-        Ok(generated(a, g, &model, &by_forward, kv_peak))
+        let peak = self.process.command_peak_allocated();
+        Ok(generated(a, g, &model, (&by_forward, peak), kv_peak))
     }
 
     /// The batch and prompt length of the tensor `ids` names.
@@ -262,15 +266,15 @@ fn generated(
     a: &GenerateArgs,
     g: Generation,
     model: &HfModelState,
-    by_forward: &[u64],
+    (by_forward, peak): (&[u64], u64),
     kv_peak: u64,
 ) -> Outcome {
-    let peak = by_forward.iter().copied().max().unwrap_or(0);
-    let at = by_forward.iter().position(|&p| p == peak).unwrap_or(0);
+    let top = by_forward.iter().copied().max().unwrap_or(0);
+    let at = by_forward.iter().position(|&p| p == top).unwrap_or(0);
     let at = if at == 0 {
         "the prefill".to_string()
     } else {
-        format!("new token {at}")
+        format!("new token {at}'s")
     };
     let held = match &a.name {
         Some(n) => format!(
@@ -281,12 +285,13 @@ fn generated(
         None => String::new(),
     };
     let note = format!(
-        "{} generated {} tokens for {} prompt(s) of {}: peak allocated {} (in {at}); the {} cache grew to {}, and generate freed it as it returned.{held}",
+        "{} generated {} tokens for {} prompt(s) of {}: peak allocated {} (the largest forward: {at}, {}); the {} cache grew to {}, and generate freed it as it returned.{held}",
         model.label,
         g.new_tokens,
         g.batch,
         g.prompt,
         format_size(peak),
+        format_size(top),
         match a.cache {
             Cache::Dynamic => "dynamic",
             Cache::Static => "static",
@@ -296,6 +301,7 @@ fn generated(
     Outcome {
         note: Some(note),
         value: Some(json!({
+            "peak_allocated_bytes": peak,
             "peak_allocated_by_forward": by_forward,
             "kv_cache_peak_bytes": kv_peak,
         })),
@@ -386,12 +392,20 @@ impl Sink for EngineSink<'_> {
     }
 
     fn free(&mut self, handle: usize) {
+        // After the raise nothing more runs: what the call held stays
+        // with the exception.
+        if self.failure.is_some() {
+            return;
+        }
         if let Some(id) = self.slots.get_mut(handle).and_then(Option::take) {
             self.frame.drop(self.process, id);
         }
     }
 
     fn mark(&mut self, step: Step) {
+        if self.failure.is_some() {
+            return;
+        }
         match step {
             Step::Forward(_) => self.process.begin_window(),
             Step::Returned(_) => self.by_forward.push(self.process.window_peak_allocated()),

@@ -28,6 +28,7 @@ pub fn cell_code(cmd: &Command, framework: Framework) -> String {
 /// fitted to the networks that code built.
 pub fn code_after(source: &str, cmd: &Command, framework: Framework) -> String {
     match (cmd, framework) {
+        (Command::Generate(a), _) => super::generate_code(a, eager_before(source, &a.model)),
         (Command::Data(_) | Command::Forward(_) | Command::Train(_), Framework::Pytorch) => {
             code_in(&Context::read(source), cmd, framework)
         }
@@ -87,7 +88,10 @@ pub fn imports(framework: Framework) -> &'static str {
 /// imports when the cell has none, a start value for a name the code adds
 /// to and the cell never set, then the code, fitted to the cell.
 pub fn append(source: &str, cmd: &Command, framework: Framework) -> String {
-    let code = code_in(&Context::read(source), cmd, framework);
+    let code = match cmd {
+        Command::Generate(a) => super::generate_code(a, eager_before(source, &a.model)),
+        _ => code_in(&Context::read(source), cmd, framework),
+    };
     let mut out = String::new();
     if !source.lines().any(|l| l.starts_with("import ")) {
         out.push_str(imports(framework));
@@ -101,6 +105,17 @@ pub fn append(source: &str, cmd: &Command, framework: Framework) -> String {
     }
     out.push_str(&code);
     out
+}
+
+/// Whether `model`'s attention was last switched to eager in `source`
+/// (a later `generate` with sdpa switches it back).
+fn eager_before(source: &str, model: &str) -> bool {
+    let set = format!("{model}.set_attn_implementation(");
+    source
+        .lines()
+        .rev()
+        .find_map(|l| l.trim_start().strip_prefix(&set))
+        .is_some_and(|rest| rest.starts_with("\"eager\""))
 }
 
 /// Whether a line of `source` binds `name` (`name = ...` at its start).
