@@ -627,3 +627,61 @@ async fn the_page_trains_as_it_did_on_the_h100() {
     let _ = stop_tx.send(());
     let _ = std::fs::remove_dir_all(profile);
 }
+
+/// The Generate panel: a published shape loaded, then `generate` with the
+/// fields' batch, prompt, new tokens and cache; the numbers are the
+/// engine's for the same lines, the KV cache shows as its own category
+/// while it lives, and the code pane has transformers' code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_generate_panel_loads_a_model_and_generates() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let lines = r#"{"cmd":"model","name":"model","kind":"hf","config":"Qwen2.5-0.5B"}
+{"cmd":"generate","name":"out","model":"model","batch_size":8,"prompt_len":256,"new_tokens":16,"cache":"static"}"#;
+    let (records, _, _) = vramlab_tests::run_stdin(lines, &[]);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let addr = serve_on(0, stop_rx).await;
+    let (mut browser, events, profile) = launch("generate-panel").await;
+    let page = open(&browser, &format!("http://{addr}/")).await;
+    pick(&page, "hf-shape", "Qwen2.5-0.5B").await;
+    press(&page, "btn-hf-load").await;
+    assert_eq!(
+        allocated(&page).await,
+        records[0]["stats"]["allocated_bytes"].as_u64().unwrap()
+    );
+    set_input(&page, "hf-batch", "8").await;
+    set_input(&page, "hf-prompt", "256").await;
+    set_input(&page, "hf-new-tokens", "16").await;
+    pick(&page, "hf-cache", "static").await;
+    press(&page, "btn-generate").await;
+    let after = &records[1]["stats"];
+    assert_eq!(
+        allocated(&page).await,
+        after["allocated_bytes"].as_u64().unwrap()
+    );
+    assert_eq!(
+        peak(&page).await,
+        after["peak_allocated_bytes"].as_u64().unwrap()
+    );
+    let code = js(&page, "document.getElementById('code').textContent").await;
+    let code = code.as_str().unwrap();
+    assert!(code.contains("AutoModelForCausalLM.from_config("), "{code}");
+    assert!(
+        code.contains("cache_implementation=\"static\", disable_compile=True"),
+        "{code}"
+    );
+    // A field that is not a number: refused beside the button, nothing sent.
+    set_input(&page, "hf-new-tokens", "x").await;
+    click(&page, "btn-generate").await;
+    until(
+        &page,
+        "document.getElementById('btn-generate-refused') !== null",
+    )
+    .await;
+    page.close().await.unwrap();
+    browser.close().await.unwrap();
+    let _ = events.await;
+    let _ = stop_tx.send(());
+    let _ = std::fs::remove_dir_all(profile);
+}
