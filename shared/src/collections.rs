@@ -76,6 +76,16 @@ impl<V> IdMap<V> {
         self.0.iter().map(|(_, v)| v)
     }
 
+    /// The values, mutable, in no particular order.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        self.0.iter_mut().map(|(_, v)| v)
+    }
+
+    /// The ids and values, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&u64, &V)> {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+
     pub fn remove(&mut self, id: &u64) -> Option<V> {
         self.position(*id).map(|i| self.0.swap_remove(i).1)
     }

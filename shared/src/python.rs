@@ -92,6 +92,17 @@ pub fn code(cmd: &Command, framework: Framework) -> String {
         Command::TfSession(a) => format!("{} = tf.compat.v1.Session()", a.name),
         Command::Close(a) => format!("{}.close()", a.name),
         Command::Generate(a) => generate_code(a, false),
+        Command::PrepareKbit(a) => format!(
+            "from peft import prepare_model_for_kbit_training\n{0} = prepare_model_for_kbit_training({0})  # the rest upcast to float32; checkpointing on",
+            a.model
+        ),
+        Command::Lora(a) => format!(
+            "from peft import LoraConfig, get_peft_model\n{0} = get_peft_model({0}, LoraConfig(r={1}, lora_alpha={2}{3}, task_type=\"CAUSAL_LM\"))  # adapters; the rest frozen",
+            a.model,
+            a.rank,
+            2 * a.rank,
+            if a.all_linear { ", target_modules=\"all-linear\"" } else { "" }
+        ),
     }
 }
 

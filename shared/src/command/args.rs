@@ -96,6 +96,14 @@ pub struct ModelArgs {
     /// a shipped shape (`"Llama-3.2-1B"`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config: Option<serde_json::Value>,
+    /// A Hugging Face model loaded in bitsandbytes' 4 bits, `"nf4"` or
+    /// `"fp4"` (`BitsAndBytesConfig(load_in_4bit=True, ...)`), then readied
+    /// by peft's `prepare_model_for_kbit_training`: QLoRA's model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quantization: Option<String>,
+    /// `bnb_4bit_use_double_quant` (true when left out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub double_quant: Option<bool>,
 }
 
 /// Which network `model` builds.
@@ -147,6 +155,8 @@ impl Default for ModelArgs {
             image_size: None,
             blocks: None,
             config: None,
+            quantization: None,
+            double_quant: None,
         }
     }
 }
@@ -456,6 +466,23 @@ pub struct GenerateArgs {
     pub new_tokens: u64,
     pub cache: Cache,
     pub attention: Attention,
+}
+
+/// A command on one model: `prepare_model_for_kbit_training(model)`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ModelRef {
+    pub model: String,
+}
+
+/// `model = get_peft_model(model, LoraConfig(r=rank, ...))` on a Hugging
+/// Face model.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LoraArgs {
+    pub model: String,
+    pub rank: u64,
+    /// `target_modules="all-linear"` (QLoRA's recipe); else peft's
+    /// defaults for the model type.
+    pub all_linear: bool,
 }
 
 /// transformers' `max_new_tokens` when none is given (its generation

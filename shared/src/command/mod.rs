@@ -95,6 +95,10 @@ commands! {
     Estimate(EstimateArgs) = "estimate",
     /// `out = model.generate(input_ids, max_new_tokens=N)`: a Hugging Face model's.
     Generate(GenerateArgs) = "generate",
+    /// `model = prepare_model_for_kbit_training(model)` (peft).
+    PrepareKbit(ModelRef) = "prepare_kbit",
+    /// `model = get_peft_model(model, LoraConfig(r=rank))` on a Hugging Face model.
+    Lora(LoraArgs) = "lora",
     /// `sess = tf.compat.v1.Session()`: owns the variables of models built while it is open.
     TfSession(NameArgs) = "tf_session",
     /// `sess.close()`

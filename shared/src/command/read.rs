@@ -43,6 +43,8 @@ read_by_hand! {
     "train": TrainArgs => train, TRAIN,
     "estimate": EstimateArgs => estimate, ESTIMATE,
     "generate": GenerateArgs => generate, GENERATE,
+    "prepare_kbit": ModelRef => model_ref, MODEL_REF,
+    "lora": LoraArgs => lora, LORA,
 }
 
 const NAME: &[&str] = &["name"];
@@ -185,6 +187,8 @@ const MODEL: &[&str] = &[
     "image_size",
     "blocks",
     "config",
+    "quantization",
+    "double_quant",
 ];
 
 fn model(f: &mut Fields) -> Result<ModelArgs, Error> {
@@ -208,6 +212,8 @@ fn model(f: &mut Fields) -> Result<ModelArgs, Error> {
         image_size: f.take("image_size")?,
         blocks: f.take("blocks")?,
         config: f.take("config")?,
+        quantization: f.take("quantization")?,
+        double_quant: f.take("double_quant")?,
     };
     f.done(MODEL)?;
     Ok(a)
@@ -315,6 +321,28 @@ fn estimate(f: &mut Fields) -> Result<EstimateArgs, Error> {
         attention: f.take_or("attention", Default::default())?,
     };
     f.done(ESTIMATE)?;
+    Ok(a)
+}
+
+const MODEL_REF: &[&str] = &["model"];
+
+fn model_ref(f: &mut Fields) -> Result<ModelRef, Error> {
+    let a = ModelRef {
+        model: f.take("model")?,
+    };
+    f.done(MODEL_REF)?;
+    Ok(a)
+}
+
+const LORA: &[&str] = &["model", "rank", "all_linear"];
+
+fn lora(f: &mut Fields) -> Result<LoraArgs, Error> {
+    let a = LoraArgs {
+        model: f.take("model")?,
+        rank: f.take_or("rank", 16)?,
+        all_linear: f.take_or("all_linear", false)?,
+    };
+    f.done(LORA)?;
     Ok(a)
 }
 

@@ -7,14 +7,16 @@
 //! the call's tensors, the KV cache among them, on `last_exception`.
 
 use super::{check_name, error, Engine, Outcome};
-use crate::command::{Cache, GenerateArgs, ModelArgs};
+use crate::command::{Cache, GenerateArgs, LoraArgs, ModelArgs, ModelRef};
 use crate::error::{CommandError, ErrorKind};
 use crate::process::{AllocFailure, Process};
 use crate::runtime::{Class, ObjId, ObjectKind};
 use crate::train::cublas::{BlasThread, CublasWorkspaces, Gemm};
 use crate::train::frame::PyFrame;
 use crate::train::hf::generate::{self, Generation, Holds, Made, Sink, Step};
-use crate::train::hf::params::{buffers, parameters};
+use crate::train::hf::params::parameters;
+use crate::train::hf::plan::{kbit_prepare, load_model, lora_adapters, LoadStep};
+use crate::train::hf::step::Quant4;
 use crate::train::hf::{known, HfConfig};
 use crate::types::{Category, Dtype, Framework};
 use crate::units::{format_size, TIB};
@@ -27,11 +29,23 @@ pub struct HfModelState {
     pub label: String,
     /// The config, its `dtype` the one the weights were loaded in.
     pub config: HfConfig,
+    /// peft's LoRA of this rank.
+    pub lora: Option<u64>,
+    /// QLoRA: bitsandbytes' 4-bit weights.
+    pub quant: Option<Quant4>,
+    /// `prepare_model_for_kbit_training` ran on it.
+    pub prepared: bool,
+    /// Its tensors on the device, by name.
+    pub tensors: Vec<(String, ObjId)>,
+    /// The gradients its parameters hold (`.grad`).
+    pub grads: Vec<ObjId>,
 }
 
 impl Engine {
     /// `kind: "hf"`: the model from its config.json (or a shipped shape's
-    /// name), loaded in `dtype` (the config's `torch_dtype` if none).
+    /// name), loaded in `dtype` (the config's `torch_dtype` if none); with
+    /// `quantization`, in bitsandbytes' 4 bits and readied for k-bit
+    /// training (QLoRA's model); with `lora_rank`, peft's adapters.
     pub(super) fn hf_model(&mut self, a: &ModelArgs) -> Result<Outcome, CommandError> {
         let name = a.name.as_str();
         check_name(name)?;
@@ -40,63 +54,60 @@ impl Engine {
                 "transformers' models here are PyTorch's: restart the kernel with PyTorch",
             ));
         }
-        if a.lora_rank.is_some() {
-            return Err(invalid("LoRA on a Hugging Face model is planned by `vramlab plan MODEL --task lora` (and the plan page); here the engine runs its generate"));
-        }
         let (label, mut config) = read_config(a.config.as_ref())?;
         if let Some(dtype) = a.dtype {
             config.dtype = dtype;
         }
-        let tensors: Vec<_> = parameters(&config)
-            .into_iter()
-            .chain(buffers(&config))
-            .collect();
-        let bytes: u128 = tensors
-            .iter()
-            .map(|t| u128::from(t.numel()) * u128::from(t.dtype.size_bytes()))
-            .sum();
-        if bytes >= u128::from(TIB) {
-            return Err(invalid(format!(
-                "{} of weights is absurd",
-                format_size(u64::try_from(bytes).unwrap_or(u64::MAX))
-            )));
+        let quant = quant_of(a, config.dtype)?;
+        if a.lora_rank.is_some() {
+            return Err(invalid("peft's adapters are a line of their own: {\"cmd\": \"lora\", \"model\": ..., \"rank\": 16} (get_peft_model)"));
         }
-        let count: u64 = parameters(&config).iter().map(|t| t.numel()).sum();
+        let params = parameters(&config);
+        let steps = load_model(&config, &params, quant);
+        let asked: u128 = steps
+            .iter()
+            .map(|s| match s {
+                LoadStep::Alloc { bytes, .. } => u128::from(*bytes),
+                _ => 0,
+            })
+            .sum();
+        if asked >= u128::from(TIB) {
+            return Err(invalid(format!("{asked} bytes of weights is absurd")));
+        }
+        let count: u64 = params.iter().map(|t| t.numel()).sum();
         let mut frame = PyFrame::default();
         let model = frame.instance(&mut self.process, Class::Model, name);
-        for t in &tensors {
-            let label = format!("{name}.{}", t.name);
-            let k = &mut self.process;
-            match frame.alloc(k, &label, &t.shape, t.dtype, Category::Parameter) {
-                Ok(p) => {
-                    frame.take(p);
-                    k.attach_local(model, p);
-                }
-                Err(f) => {
-                    let e = self.alloc_error(&f);
-                    frame.finish(&mut self.process);
-                    return Err(e);
-                }
-            }
-        }
-        self.train.hf.insert(
-            model,
-            HfModelState {
-                label: label.clone(),
-                config,
-            },
-        );
+        let mut state = HfModelState {
+            label: label.clone(),
+            config,
+            lora: None,
+            quant,
+            prepared: false,
+            tensors: Vec::new(),
+            grads: Vec::new(),
+        };
+        let loaded = self.load_steps(model, name, &mut state, &steps);
         frame.take(model);
+        if let Err(f) = loaded {
+            let e = self.alloc_error(&f);
+            self.process.drop_local(model);
+            return Err(e);
+        }
+        let bytes = self.hf_bytes(&state);
+        self.train.hf.insert(model, state);
         self.process.bind_local(name, model);
-        let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+        let mut note = format!(
+            "`{name}` is {label} ({}): {} parameters in {}",
+            config.arch.causal_lm(),
+            thousands(count),
+            config.dtype.torch_name()
+        );
+        if quant.is_some() {
+            note.push_str(", the decoder's linear layers quantized to 4 bits (bitsandbytes) from their copies, which went");
+        }
+        note.push_str(&format!(": {} on the device.", format_size(bytes)));
         Ok(Outcome {
-            note: Some(format!(
-                "`{name}` is {label} ({}): {} parameters, {} of weights and buffers on the device in {}.",
-                config.arch.causal_lm(),
-                thousands(count),
-                format_size(bytes),
-                config.dtype.torch_name()
-            )),
+            note: Some(note),
             // What `model.config` and `num_parameters()` read in Python.
             value: Some(json!({
                 "architecture": config.arch.causal_lm(),
@@ -109,6 +120,124 @@ impl Engine {
                 "bytes": bytes,
             })),
         })
+    }
+
+    /// The bytes the model's tensors hold.
+    fn hf_bytes(&self, state: &HfModelState) -> u64 {
+        state
+            .tensors
+            .iter()
+            .map(|(_, id)| self.process.block_size(*id))
+            .sum()
+    }
+
+    /// Makes (and frees) the model's tensors as `steps` say, each held by
+    /// `model`.
+    fn load_steps(
+        &mut self,
+        model: ObjId,
+        name: &str,
+        state: &mut HfModelState,
+        steps: &[LoadStep],
+    ) -> Result<(), AllocFailure> {
+        for s in steps {
+            match s {
+                LoadStep::Alloc { name: t, bytes } => {
+                    let label = format!("{name}.{t}");
+                    let id = self.process.alloc_tensor(
+                        &label,
+                        *bytes,
+                        vec![*bytes],
+                        Dtype::Uint8,
+                        Category::Parameter,
+                    )?;
+                    self.process.attach_local(model, id);
+                    state.tensors.push((t.clone(), id));
+                }
+                LoadStep::Free(t) => {
+                    if let Some(i) = state.tensors.iter().rposition(|(n, _)| n == t) {
+                        let (_, id) = state.tensors.remove(i);
+                        self.process.detach(model, id);
+                    }
+                }
+                LoadStep::EmptyCache => {
+                    self.empty_cache();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `model = prepare_model_for_kbit_training(model)`: a 4-bit model's
+    /// other parameters upcast to float32, the cache emptied, gradient
+    /// checkpointing on (reentrant, as peft asks for it).
+    pub(super) fn prepare_kbit(&mut self, a: &ModelRef) -> Result<Outcome, CommandError> {
+        let (id, mut state) = self.hf_entry(&a.model)?;
+        if state.quant.is_none() || state.prepared {
+            return Err(invalid(format!(
+                "`{}` is not a 4-bit model waiting for prepare_model_for_kbit_training",
+                a.model
+            )));
+        }
+        let before = self.stats().allocated_bytes;
+        let steps = kbit_prepare(&state.config, &parameters(&state.config));
+        let done = self.load_steps(id, &a.model, &mut state, &steps);
+        state.prepared = true;
+        self.train.hf.insert(id, state);
+        done.map_err(|f| self.alloc_error(&f))?;
+        let after = self.stats().allocated_bytes;
+        Ok(Outcome::note(format!(
+            "prepare_model_for_kbit_training upcast every parameter that is not 4-bit to float32 (the embeddings and the output layer among them): allocated {} → {}, and it emptied the cache. Gradient checkpointing is on, reentrant.",
+            format_size(before),
+            format_size(after)
+        )))
+    }
+
+    /// `model = get_peft_model(model, LoraConfig(r=rank, ...))`: peft's
+    /// adapters beside the model type's targets (a 4-bit model's: every
+    /// linear layer of the decoder), the rest frozen.
+    pub(super) fn lora(&mut self, a: &LoraArgs) -> Result<Outcome, CommandError> {
+        let (id, mut state) = self.hf_entry(&a.model)?;
+        if state.lora.is_some() {
+            return Err(invalid(format!("`{}` has LoRA adapters already", a.model)));
+        }
+        let quant = state.quant.is_some();
+        if a.all_linear != quant {
+            return Err(invalid(match quant {
+                true => "vramlab's QLoRA puts adapters on every linear layer of the decoder: \"all_linear\": true (target_modules=\"all-linear\")",
+                false => "vramlab's LoRA on a model in its own type takes peft's default target modules for its model type: leave out all_linear",
+            }));
+        }
+        if a.rank == 0 || a.rank > state.config.hidden {
+            return Err(invalid(format!(
+                "rank is from 1 to the model's width ({})",
+                state.config.hidden
+            )));
+        }
+        let before = self.stats().allocated_bytes;
+        let steps = lora_adapters(
+            &state.config,
+            &parameters(&state.config),
+            a.rank,
+            state.quant.is_some(),
+        );
+        let done = self.load_steps(id, &a.model, &mut state, &steps);
+        state.lora = Some(a.rank);
+        self.train.hf.insert(id, state);
+        done.map_err(|f| self.alloc_error(&f))?;
+        let after = self.stats().allocated_bytes;
+        Ok(Outcome::note(format!(
+            "peft added {} LoRA matrices of rank {} in float32 ({}); every other weight is frozen: no gradient, no optimizer state.",
+            steps.len(),
+            a.rank,
+            format_size(after - before)
+        )))
+    }
+
+    fn hf_entry(&self, name: &str) -> Result<(ObjId, HfModelState), CommandError> {
+        let id = self.instance(name, Class::Model)?;
+        let state = self.hf_state(name)?;
+        Ok((id, state))
     }
 
     fn hf_state(&self, name: &str) -> Result<HfModelState, CommandError> {
@@ -240,6 +369,33 @@ impl Engine {
         }
         Ok(t.shape.clone())
     }
+}
+
+/// bitsandbytes' 4-bit loading the `model` line asks for, computing in
+/// the loading type (`bnb_4bit_compute_dtype`).
+fn quant_of(a: &ModelArgs, compute: Dtype) -> Result<Option<Quant4>, CommandError> {
+    let nf4 = match a.quantization.as_deref() {
+        None => {
+            if a.double_quant.is_some() {
+                return Err(invalid(
+                    "double_quant is for a model with \"quantization\": \"nf4\" or \"fp4\"",
+                ));
+            }
+            return Ok(None);
+        }
+        Some("nf4") => true,
+        Some("fp4") => false,
+        Some(other) => {
+            return Err(invalid(format!(
+                "quantization is {other:?}: \"nf4\" or \"fp4\" (bnb_4bit_quant_type)"
+            )))
+        }
+    };
+    Ok(Some(Quant4 {
+        nf4,
+        double_quant: a.double_quant.unwrap_or(true),
+        compute,
+    }))
 }
 
 /// The config a `model` line names: a shipped shape's, or its own.

@@ -15,6 +15,8 @@ mod device_step;
 mod executor;
 #[cfg(feature = "hf-models")]
 mod generating;
+#[cfg(feature = "hf-models")]
+mod hf_training;
 mod jitted;
 mod objects;
 #[cfg(feature = "device-values")]
@@ -46,6 +48,8 @@ use serde_json::Value;
 pub use crate::process::DEFAULT_EVENT_CAPACITY;
 #[cfg(feature = "hf-models")]
 pub use generating::HfModelState;
+#[cfg(feature = "hf-models")]
+pub use hf_training::{HfOptimizer, HfStep};
 
 /// The longest name accepted.
 pub const MAX_NAME_LEN: usize = 64;
@@ -287,8 +291,12 @@ impl Engine {
             Command::Estimate(a) => self.estimate(a),
             #[cfg(feature = "hf-models")]
             Command::Generate(a) => self.generate(a),
+            #[cfg(feature = "hf-models")]
+            Command::PrepareKbit(a) => self.prepare_kbit(a),
+            #[cfg(feature = "hf-models")]
+            Command::Lora(a) => self.lora(a),
             #[cfg(not(feature = "hf-models"))]
-            Command::Generate(_) => Err(error(
+            Command::Generate(_) | Command::PrepareKbit(_) | Command::Lora(_) => Err(error(
                 ErrorKind::InvalidValue,
                 "Hugging Face models run on a server (`vramlab serve`) or in `vramlab run`: this build leaves them out",
             )),
@@ -405,6 +413,8 @@ fn no_process(mut e: CommandError) -> CommandError {
 mod executor_tests;
 #[cfg(all(test, feature = "hf-models"))]
 mod generating_tests;
+#[cfg(all(test, feature = "hf-models"))]
+mod hf_training_tests;
 #[cfg(test)]
 mod jitted_tests;
 #[cfg(test)]

@@ -174,6 +174,10 @@ impl Engine {
     }
 
     pub(super) fn optimizer(&mut self, a: &OptimizerArgs) -> Result<Outcome, CommandError> {
+        #[cfg(feature = "hf-models")]
+        if let Some(m) = self.hf_model_id(&a.model) {
+            return self.hf_optimizer(a, m);
+        }
         let (name, model, kind) = (a.name.as_str(), a.model.as_str(), a.kind);
         check_name(name)?;
         let lr = a.lr.unwrap_or(kind.default_lr());

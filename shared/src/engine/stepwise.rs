@@ -40,6 +40,10 @@ use super::step_words;
 
 impl Engine {
     pub(super) fn forward(&mut self, a: &ForwardArgs) -> Result<Outcome, CommandError> {
+        #[cfg(feature = "hf-models")]
+        if let Some(m) = self.hf_model_id(&a.model) {
+            return self.hf_forward(a, m);
+        }
         let (name, model, data, batch) = (
             a.name.as_str(),
             a.model.as_str(),
@@ -166,6 +170,10 @@ impl Engine {
     }
 
     pub(super) fn backward(&mut self, a: &BackwardArgs) -> Result<Outcome, CommandError> {
+        #[cfg(feature = "hf-models")]
+        if let Some(graph) = self.hf_graph(&a.name) {
+            return self.hf_backward(graph);
+        }
         let (name, retain) = (a.name.as_str(), a.retain_graph);
         let loss = self.lookup(name)?;
         let before = self.process.stats().allocated_bytes;
@@ -186,6 +194,10 @@ impl Engine {
 
     pub(super) fn optimizer_step(&mut self, a: &StepArgs) -> Result<Outcome, CommandError> {
         let opt = self.instance(&a.optimizer, Class::Optimizer)?;
+        #[cfg(feature = "hf-models")]
+        if self.train.hf_optimizers.contains_key(&opt) {
+            return self.hf_step(opt);
+        }
         let first = self.train.optimizers[&opt].state.is_empty();
         let mut frame = PyFrame::default();
         let before = self.process.stats().allocated_bytes;
@@ -208,6 +220,10 @@ impl Engine {
             self.instance(&a.optimizer, Class::Optimizer)?,
             a.set_to_none,
         );
+        #[cfg(feature = "hf-models")]
+        if self.train.hf_optimizers.contains_key(&opt) {
+            return self.hf_zero_grad(opt, set_to_none);
+        }
         let freed = optimizer::zero_grad(&mut self.process, &mut self.train, opt, set_to_none);
         Ok(Outcome::note(step_words::zero_grad(
             self.framework(),

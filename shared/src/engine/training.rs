@@ -62,6 +62,10 @@ impl Engine {
     }
 
     pub(super) fn train_loop(&mut self, a: &TrainArgs) -> Result<Outcome, CommandError> {
+        #[cfg(feature = "hf-models")]
+        if let Some(m) = self.hf_model_id(&a.model) {
+            return self.hf_train(a, m);
+        }
         let plan = self.train_plan(a)?;
         self.take_computed_where();
         let in_session = self.train.models[&plan.model].session.is_some();

@@ -167,6 +167,11 @@ pub struct TrainState {
     /// Hugging Face models (`generate` runs them).
     #[cfg(feature = "hf-models")]
     pub hf: IdMap<crate::engine::HfModelState>,
+    /// Optimizers over them, and their steps under way (by the loss's graph).
+    #[cfg(feature = "hf-models")]
+    pub hf_optimizers: IdMap<crate::engine::HfOptimizer>,
+    #[cfg(feature = "hf-models")]
+    pub hf_steps: IdMap<crate::engine::HfStep>,
 }
 
 impl TrainState {
@@ -186,7 +191,11 @@ impl TrainState {
         for id in dead {
             self.models.remove(id);
             #[cfg(feature = "hf-models")]
-            self.hf.remove(id);
+            {
+                self.hf.remove(id);
+                self.hf_optimizers.remove(id);
+                self.hf_steps.remove(id);
+            }
             self.optimizers.remove(id);
             self.datasets.remove(id);
             self.graphs.remove(id);

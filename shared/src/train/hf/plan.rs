@@ -8,9 +8,10 @@
 
 use super::config::HfConfig;
 use super::generate::{play, Generation, Holds, Made, Sink, Step};
-use super::params::{buffers, parameters};
+use super::params::parameters;
 use super::step;
-use load::{adam_state, adapters, load, load_4bit};
+pub use load::{adam_state, kbit_prepare, load_model, loading, lora_adapters, LoadStep};
+use load::{load, load_sizes};
 
 mod load;
 mod search;
@@ -373,31 +374,15 @@ fn run_with(q: &Question, params: &[NamedTensor]) -> Result<Run, Invalid> {
         dtype: q.dtype,
         ..q.config
     };
-    let loading = match q.task {
-        Task::Train(Training {
-            quant: Some(quant),
-            lora,
-            ..
-        }) => load_4bit(
-            allocator.as_mut(),
-            &mut device,
-            quant,
-            (&loaded, params),
-            lora.unwrap_or(0),
-        ),
-        _ => {
-            let mut weights: Vec<u64> = (params.iter().chain(&buffers(&loaded)))
-                .map(|t| t.numel() * t.dtype.size_bytes())
-                .collect();
-            if let Task::Train(Training {
-                lora: Some(rank), ..
-            }) = q.task
-            {
-                weights.extend(adapters(&loaded, params, rank, false));
-            }
-            load(allocator.as_mut(), &mut device, weights.into_iter())
-        }
+    let (quant, lora) = match q.task {
+        Task::Train(t) => (t.quant, t.lora),
+        Task::Generate(_) => (None, None),
     };
+    let loading = load(
+        allocator.as_mut(),
+        &mut device,
+        &loading(&loaded, params, quant, lora),
+    );
     match loading {
         Ok(bytes) => out.weights = bytes,
         Err(asked) => {
@@ -406,7 +391,7 @@ fn run_with(q: &Question, params: &[NamedTensor]) -> Result<Run, Invalid> {
         }
     }
     if let Task::Train(t) = &q.task {
-        match load(
+        match load_sizes(
             allocator.as_mut(),
             &mut device,
             adam_state(&loaded, params, t).into_iter(),

@@ -464,6 +464,7 @@ pub fn play_with(
     }
     m.t.mark(Step::Phase("optimizer step"));
     m.optimizer_step();
+    m.t.mark(Step::Phase("zero_grad"));
     m.t.zero_grad();
     m.t.free_graph();
     m.t.drop(loss);

@@ -1,0 +1,593 @@
+//! Training a Hugging Face model in the kernel, one statement at a time:
+//! `loss = model(input_ids=ids, labels=ids).loss`, `loss.backward()`,
+//! `opt.step()`, `opt.zero_grad(set_to_none=True)`, and the loop of them.
+//! The step is transformers 5.24's own op sequence (`train::hf::step`, the
+//! plan's), collected once at the forward and played a phase per
+//! statement: the forward's tensors held by the loss's graph, the
+//! gradients by the model, AdamW's state (made at its first `step()`) by
+//! the optimizer; an out-of-memory leaves the statement's tensors on
+//! `last_exception`.
+
+use super::{check_name, error, Engine, Outcome};
+use crate::command::{ForwardArgs, OptimizerArgs, TrainArgs};
+use crate::error::{CommandError, ErrorKind};
+use crate::process::{AllocFailure, Process};
+use crate::runtime::{Class, ObjId, ObjectKind};
+use crate::train::cublas::{BlasThread, CublasWorkspaces, Gemm};
+use crate::train::frame::PyFrame;
+use crate::train::hf::generate::{Holds, Program, Step};
+use crate::train::hf::params::parameters;
+use crate::train::hf::plan::{adam_state, Training};
+use crate::train::hf::{step, HfConfig};
+use crate::train::kinds::step::sdp::{self, Kernel};
+use crate::train::kinds::step::Attention;
+use crate::train::OptimizerKind;
+use crate::types::{Category, Dtype};
+use crate::units::format_size;
+
+/// An optimizer over a Hugging Face model's trainable parameters.
+#[derive(Clone, Debug)]
+pub struct HfOptimizer {
+    pub model: ObjId,
+    /// bitsandbytes' `AdamW8bit`.
+    pub adam8bit: bool,
+    /// Its state, made at the first `step()`.
+    pub state: bool,
+}
+
+/// A forward whose step is under way: the program, where it stands, and
+/// who holds each live tensor.
+#[derive(Clone, Debug)]
+pub struct HfStep {
+    pub model: ObjId,
+    program: Program,
+    /// The next step of the program to play.
+    at: usize,
+    slots: Vec<Option<(ObjId, ObjId)>>,
+    /// `backward()` ran.
+    backward: bool,
+}
+
+/// Where a phase of the program ends.
+fn phase_end(p: &Program, from: usize, phase: &'static str) -> usize {
+    (p.steps[from..].iter())
+        .position(|s| *s == Step::Phase(phase))
+        .map_or(p.steps.len(), |i| from + i)
+}
+
+fn invalid(message: impl Into<String>) -> CommandError {
+    error(ErrorKind::InvalidValue, message)
+}
+
+impl Engine {
+    /// The Hugging Face model `name` names, if it is one.
+    pub(super) fn hf_model_id(&self, name: &str) -> Option<ObjId> {
+        let id = self.lookup(name).ok()?;
+        self.train.hf.contains_key(&id).then_some(id)
+    }
+
+    /// `opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])`.
+    pub(super) fn hf_optimizer(
+        &mut self,
+        a: &OptimizerArgs,
+        model: ObjId,
+    ) -> Result<Outcome, CommandError> {
+        check_name(&a.name)?;
+        if !matches!(a.kind, OptimizerKind::Adamw | OptimizerKind::Adam) {
+            return Err(invalid("a Hugging Face model trains here with AdamW (torch.optim.AdamW, or bitsandbytes' AdamW8bit with \"bits\": 8)"));
+        }
+        let state = &self.train.hf[&model];
+        let trained: Vec<ObjId> = (state.tensors.iter())
+            .filter(|(n, _)| trainable(state.lora.is_some(), n))
+            .map(|(_, id)| *id)
+            .collect();
+        let opt = self
+            .process
+            .runtime
+            .new_local(ObjectKind::Instance(Class::Optimizer), &a.name);
+        for &p in &trained {
+            self.process.runtime.add_ref(opt, p);
+        }
+        self.train.hf_optimizers.insert(
+            opt,
+            HfOptimizer {
+                model,
+                adam8bit: a.bits == 8,
+                state: false,
+            },
+        );
+        self.process.bind_local(&a.name, opt);
+        Ok(Outcome::note(format!(
+            "`{}` holds the {} tensors that train; AdamW's state (two of each, {}) comes at its first step.",
+            a.name,
+            trained.len(),
+            if a.bits == 8 { "8-bit, with a float32 maximum per block of 256" } else { "in float32 as each parameter" }
+        )))
+    }
+
+    /// `loss = model(input_ids=ids, labels=ids).loss`.
+    pub(super) fn hf_forward(
+        &mut self,
+        a: &ForwardArgs,
+        model: ObjId,
+    ) -> Result<Outcome, CommandError> {
+        check_name(&a.name)?;
+        if a.no_grad {
+            return Err(invalid(
+                "a Hugging Face model without gradients runs here as `generate`",
+            ));
+        }
+        let state = self.train.hf[&model].clone();
+        if state.quant.is_some() && !state.prepared {
+            return Err(invalid(
+                "a 4-bit model trains after prepare_model_for_kbit_training",
+            ));
+        }
+        let (batch, seq, given) = self.hf_batch(a, &state.config)?;
+        let adam8bit = (self.train.hf_optimizers.values())
+            .find(|o| o.model == model)
+            .is_some_and(|o| o.adam8bit);
+        let t = Training {
+            batch,
+            seq,
+            attention: a.attention,
+            checkpointing: a.checkpointing,
+            lora: state.lora,
+            adam8bit,
+            quant: state.quant,
+            amp: a.amp.dtype(),
+        };
+        let run = self.hf_run(&state.config, &t);
+        let stepped = HfConfig {
+            dtype: if state.quant.is_some() {
+                Dtype::Float32
+            } else {
+                state.config.dtype
+            },
+            ..state.config
+        };
+        let mut program = Program::default();
+        step::play_with(&stepped, run, &parameters(&state.config), &mut program)?;
+        let graph = self
+            .process
+            .runtime
+            .new_local(ObjectKind::Instance(Class::Graph), &a.name);
+        let mut frame = PyFrame::default();
+        if given.is_none() {
+            // `model(input_ids=ids.cuda(), labels=...)`: the batch copied in,
+            // held by the graph (the embedding's backward reads it).
+            let shape = [batch, seq];
+            match frame.alloc(
+                &mut self.process,
+                "input_ids",
+                &shape,
+                Dtype::Int64,
+                Category::Input,
+            ) {
+                Ok(ids) => {
+                    frame.take(ids);
+                    self.process.attach_local(graph, ids);
+                }
+                Err(f) => {
+                    self.process.drop_local(graph);
+                    return Err(self.alloc_error(&f));
+                }
+            }
+        }
+        let mut pending = HfStep {
+            model,
+            program,
+            at: 0,
+            slots: Vec::new(),
+            backward: false,
+        };
+        let end = phase_end(&pending.program, 0, "backward");
+        let played = self.hf_play(&mut pending, &mut frame, end, BlasThread::Main, graph);
+        if let Err(f) = played {
+            self.process.drop_local(graph);
+            return Err(self.raise_in_frame(frame, &f));
+        }
+        self.train.hf_steps.insert(graph, pending);
+        self.process.bind_local(&a.name, graph);
+        Ok(Outcome::note(format!(
+            "The forward pass of {} x {} tokens: its graph (`{}`) holds what backward will read. Allocated now {}.",
+            batch,
+            seq,
+            a.name,
+            format_size(self.stats().allocated_bytes)
+        )))
+    }
+
+    /// The batch and sequence length a forward takes: the tensors the code
+    /// made (token ids, labels), or the dataset's sequences.
+    fn hf_batch(
+        &self,
+        a: &ForwardArgs,
+        c: &HfConfig,
+    ) -> Result<(u64, u64, Option<ObjId>), CommandError> {
+        if let Some(names) = &a.batch {
+            let ids = names
+                .first()
+                .ok_or_else(|| invalid("batch names the token ids"))?;
+            let id = self.lookup(ids)?;
+            let o = self.process.runtime.get(id).expect("bound objects exist");
+            let shape = match &o.kind {
+                ObjectKind::Tensor(t) if t.block.is_some() => t.shape.clone(),
+                _ => return Err(invalid(format!("`{ids}` is not token ids on the GPU"))),
+            };
+            let [b, s] = shape[..] else {
+                return Err(invalid(format!(
+                    "input_ids is (batch, sequence length): `{ids}` has shape {shape:?}"
+                )));
+            };
+            return Ok((b, s, Some(id)));
+        }
+        let data = self.instance(&a.data, Class::Dataset)?;
+        let spec = &self.train.datasets[&data].spec;
+        if spec.classes != c.vocab {
+            return Err(invalid(format!(
+                "the dataset's classes ({}) are the model's vocabulary ({}) for a language model's tokens",
+                spec.classes, c.vocab
+            )));
+        }
+        Ok((a.batch_size, spec.features, None))
+    }
+
+    /// The step as the plan plays it on this kernel's GPU and release.
+    fn hf_run(&self, c: &HfConfig, t: &Training) -> step::Run {
+        let four = t.quant.is_some();
+        let gpu = self.kernel_gpu();
+        let dtype = match (t.amp, four) {
+            (Some(amp), _) => amp,
+            (None, true) => Dtype::Float32,
+            (None, false) => c.dtype,
+        };
+        let math_gqa = c.heads != c.kv_heads
+            && t.attention == Attention::Sdpa
+            && self.settings.torch_version != crate::framework::TorchVersion::V2_15
+            && sdp::select(gpu, dtype, c.head_dim, true) == Kernel::Efficient;
+        step::Run {
+            quant: t.quant,
+            reentrant: four && t.checkpointing,
+            amp: t.amp,
+            math_gqa,
+            input_grads: t.lora.is_some() && t.checkpointing,
+            batch: t.batch,
+            seq: t.seq,
+            attention: t.attention,
+            checkpointing: t.checkpointing,
+            lora: t.lora,
+            gpu,
+            adam8bit: t.adam8bit,
+        }
+    }
+
+    /// Plays `pending` up to step `end`: each tensor made a local of
+    /// `frame` until the statement ends (then held by `holder`, or a
+    /// gradient by the model), each one freed let go by who holds it.
+    fn hf_play(
+        &mut self,
+        pending: &mut HfStep,
+        frame: &mut PyFrame,
+        end: usize,
+        thread: BlasThread,
+        holder: ObjId,
+    ) -> Result<(), AllocFailure> {
+        let k = &mut self.process;
+        let cublas = &mut self.train.cublas;
+        let mut made_here = Vec::new();
+        while pending.at < end {
+            let s = pending.program.steps[pending.at];
+            pending.at += 1;
+            match s {
+                Step::Alloc(i) => {
+                    let m = pending.program.made[i];
+                    let id = alloc_made(k, cublas, m, thread)?;
+                    frame.locals.push(id);
+                    if pending.slots.len() <= i {
+                        pending.slots.resize(i + 1, None);
+                    }
+                    pending.slots[i] = Some((id, ObjId::MAX));
+                    made_here.push(i);
+                }
+                Step::Free(i) => {
+                    if let Some((id, owner)) = pending.slots.get_mut(i).and_then(Option::take) {
+                        match owner {
+                            ObjId::MAX => frame.drop(k, id),
+                            owner => {
+                                k.detach(owner, id);
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        // What lives on: a gradient with the model, the rest with the graph.
+        for i in made_here {
+            let Some((id, ObjId::MAX)) = pending.slots[i] else {
+                continue;
+            };
+            let owner = match pending.program.made[i].holds {
+                Holds::Gradient => pending.model,
+                _ => holder,
+            };
+            frame.take(id);
+            k.attach_local(owner, id);
+            pending.slots[i] = Some((id, owner));
+            if owner == pending.model {
+                if let Some(m) = self.train.hf.get_mut(&pending.model) {
+                    m.grads.push(id);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A tensor of the step made on the kernel, and a matrix product's
+/// cuBLAS workspace as the release gives it.
+fn alloc_made(
+    k: &mut Process,
+    cublas: &mut CublasWorkspaces,
+    m: crate::train::hf::generate::Made,
+    thread: BlasThread,
+) -> Result<ObjId, AllocFailure> {
+    let category = match m.holds {
+        Holds::Gradient => Category::Gradient,
+        Holds::Optimizer => Category::OptimizerState,
+        Holds::Workspace => Category::Workspace,
+        Holds::Ids => Category::Input,
+        _ => Category::Activation,
+    };
+    let label = match m.layer {
+        Some(l) => format!("{} (layer {l}, {})", m.op, m.holds.name()),
+        None => format!("{} ({})", m.op, m.holds.name()),
+    };
+    let id = k.alloc_tensor(&label, m.bytes, vec![m.bytes], Dtype::Uint8, category)?;
+    let gemm = match m.op {
+        "mm" | "bmm" => Some(Gemm::Cublas),
+        "addmm" => Some(Gemm::Lt),
+        _ => None,
+    };
+    if let Some(gemm) = gemm {
+        if let Err(f) = cublas.call(k, thread, gemm) {
+            k.drop_local(id);
+            return Err(f);
+        }
+    }
+    Ok(id)
+}
+
+/// Whether the tensor `name` trains: with LoRA the adapters; else every
+/// parameter that is not 4-bit (buffers and quantized pieces never do).
+fn trainable(lora: bool, name: &str) -> bool {
+    if lora {
+        return name.contains(".lora_");
+    }
+    !(name.contains(" (") && !name.ends_with("(float32)"))
+        && !name.ends_with("inv_freq")
+        && !name.contains("rotary")
+}
+
+impl Engine {
+    /// The step under way that the graph `name` holds, if it is a
+    /// Hugging Face model's.
+    pub(super) fn hf_graph(&self, name: &str) -> Option<ObjId> {
+        let id = self.lookup(name).ok()?;
+        self.train.hf_steps.contains_key(&id).then_some(id)
+    }
+
+    /// `loss.backward()`: the backward of the step (autograd's thread),
+    /// each parameter's gradient left on the model.
+    pub(super) fn hf_backward(&mut self, graph: ObjId) -> Result<Outcome, CommandError> {
+        let s = &self.train.hf_steps[&graph];
+        if s.backward {
+            return Err(error(
+                ErrorKind::RuntimeError,
+                crate::train::autograd::BACKWARD_TWICE,
+            ));
+        }
+        if !self
+            .train
+            .hf
+            .get(&s.model)
+            .is_some_and(|m| m.grads.is_empty())
+        {
+            return Err(invalid("the model's gradients from an earlier backward are still there: vramlab adds a Hugging Face model's gradients into none (call opt.zero_grad(set_to_none=True) between steps)"));
+        }
+        let mut pending = self.train.hf_steps.remove(&graph).expect("checked above");
+        let before = self.stats().allocated_bytes;
+        let mut frame = PyFrame::default();
+        let end = phase_end(&pending.program, pending.at, "optimizer step");
+        let played = self.hf_play(&mut pending, &mut frame, end, BlasThread::Autograd, graph);
+        pending.backward = true;
+        self.train.hf_steps.insert(graph, pending);
+        if let Err(f) = played {
+            return Err(self.raise_in_frame(frame, &f));
+        }
+        let grads: u64 = self.train.hf[&self.train.hf_steps[&graph].model]
+            .grads
+            .iter()
+            .map(|&g| self.process.block_size(g))
+            .sum();
+        Ok(Outcome::note(format!(
+            "backward freed the saved activations as it went and left a gradient on each trainable parameter ({}): allocated {} → {}.",
+            format_size(grads),
+            format_size(before),
+            format_size(self.stats().allocated_bytes)
+        )))
+    }
+
+    /// `opt.step()`: AdamW's state at the first step, then its update's
+    /// temporaries (PyTorch's foreach, or bitsandbytes' 8-bit kernels).
+    pub(super) fn hf_step(&mut self, opt: ObjId) -> Result<Outcome, CommandError> {
+        let o = self.train.hf_optimizers[&opt].clone();
+        let Some(graph) = (self.train.hf_steps.iter())
+            .find(|(_, s)| s.model == o.model && s.backward && s.at < s.program.steps.len())
+            .map(|(g, _)| *g)
+        else {
+            return Ok(Outcome::note(
+                "No parameter has a gradient: step() changed nothing.",
+            ));
+        };
+        let mut pending = self.train.hf_steps.remove(&graph).expect("found above");
+        let before = self.stats().allocated_bytes;
+        let mut frame = PyFrame::default();
+        let mut made_state = 0;
+        if !o.state {
+            let m = &self.train.hf[&o.model];
+            let t = Training {
+                batch: 1,
+                seq: 1,
+                attention: Attention::Sdpa,
+                checkpointing: false,
+                lora: m.lora,
+                adam8bit: o.adam8bit,
+                quant: m.quant,
+                amp: None,
+            };
+            let sizes = adam_state(&m.config, &parameters(&m.config), &t);
+            for bytes in sizes {
+                match self.process.alloc_tensor(
+                    "AdamW state",
+                    bytes,
+                    vec![bytes],
+                    Dtype::Uint8,
+                    Category::OptimizerState,
+                ) {
+                    Ok(id) => {
+                        self.process.attach_local(opt, id);
+                        made_state += bytes;
+                    }
+                    Err(f) => {
+                        self.train.hf_steps.insert(graph, pending);
+                        return Err(self.raise_in_frame(frame, &f));
+                    }
+                }
+            }
+            if let Some(o) = self.train.hf_optimizers.get_mut(&opt) {
+                o.state = true;
+            }
+        }
+        let end = phase_end(&pending.program, pending.at, "zero_grad");
+        let played = self.hf_play(&mut pending, &mut frame, end, BlasThread::Main, graph);
+        // The rest (zero_grad, the graph freed) is the code's next lines.
+        pending.at = pending.program.steps.len();
+        self.train.hf_steps.insert(graph, pending);
+        if let Err(f) = played {
+            return Err(self.raise_in_frame(frame, &f));
+        }
+        let mut note = String::new();
+        if made_state > 0 {
+            note.push_str(&format!(
+                "The first step made AdamW's state: {}. ",
+                format_size(made_state)
+            ));
+        }
+        note.push_str(&format!(
+            "The update's temporaries came and went: allocated {} → {}.",
+            format_size(before),
+            format_size(self.stats().allocated_bytes)
+        ));
+        Ok(Outcome::note(note))
+    }
+
+    /// `opt.zero_grad(set_to_none=True)`: every gradient goes.
+    pub(super) fn hf_zero_grad(
+        &mut self,
+        opt: ObjId,
+        set_to_none: bool,
+    ) -> Result<Outcome, CommandError> {
+        if !set_to_none {
+            return Err(invalid("a Hugging Face model's zero_grad here sets the gradients to None (set_to_none=True, PyTorch's default)"));
+        }
+        let model = self.train.hf_optimizers[&opt].model;
+        let grads = self
+            .train
+            .hf
+            .get_mut(&model)
+            .map(|m| std::mem::take(&mut m.grads))
+            .unwrap_or_default();
+        let mut freed = 0;
+        for g in grads {
+            freed += self.process.detach(model, g);
+        }
+        for s in self
+            .train
+            .hf_steps
+            .values_mut()
+            .filter(|s| s.model == model)
+        {
+            for slot in s.slots.iter_mut() {
+                if slot.is_some_and(|(_, owner)| owner == model) {
+                    *slot = None;
+                }
+            }
+        }
+        Ok(Outcome::note(format!(
+            "The gradients went: {} freed.",
+            format_size(freed)
+        )))
+    }
+
+    /// The training loop on a Hugging Face model: each step its forward,
+    /// `backward()`, `opt.step()` and `zero_grad()`, the loss rebound.
+    pub(super) fn hf_train(
+        &mut self,
+        a: &TrainArgs,
+        model: ObjId,
+    ) -> Result<Outcome, CommandError> {
+        let opt = self.instance(&a.optimizer, Class::Optimizer)?;
+        if self
+            .train
+            .hf_optimizers
+            .get(&opt)
+            .is_none_or(|o| o.model != model)
+        {
+            return Err(invalid(format!(
+                "`{}` is not an optimizer over `{}`",
+                a.optimizer, a.model
+            )));
+        }
+        if a.accumulate != 1 {
+            return Err(invalid(
+                "gradient accumulation on a Hugging Face model is not modelled here: accumulate 1",
+            ));
+        }
+        if a.steps == 0 || a.steps > 1000 {
+            return Err(invalid("steps is from 1 to 1,000 for a Hugging Face model"));
+        }
+        let forward = ForwardArgs {
+            name: "loss".into(),
+            model: a.model.clone(),
+            data: a.data.clone(),
+            batch_size: a.batch_size,
+            no_grad: false,
+            amp: a.amp,
+            checkpointing: a.checkpointing,
+            attention: a.attention,
+            batch: None,
+        };
+        let mut peak = 0;
+        for _ in 0..a.steps {
+            self.process.begin_window();
+            self.hf_forward(&forward, model)?;
+            let graph = self.hf_graph("loss").expect("the forward bound it");
+            self.hf_backward(graph)?;
+            self.hf_step(opt)?;
+            self.hf_zero_grad(opt, a.set_to_none)?;
+            peak = self.process.window_peak_allocated();
+        }
+        // The loop's last `loss` lives on, as the loop variable does.
+        Ok(Outcome {
+            note: Some(format!(
+                "{} steps at batch {}: the last step peaked at {}.",
+                a.steps,
+                a.batch_size,
+                format_size(peak)
+            )),
+            value: Some(serde_json::json!({ "last_step_peak_allocated_bytes": peak })),
+        })
+    }
+}

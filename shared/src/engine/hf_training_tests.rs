@@ -1,0 +1,235 @@
+//! Training a Hugging Face model in the kernel, held to the plan's play of
+//! the same step (`hf::plan`, itself held to transformers' own step traced
+//! on the CPU and to an H100's).
+
+use super::*;
+use crate::gpu::GpuModel;
+use crate::protocol::StepRecord;
+use crate::train::hf::known;
+use crate::train::hf::plan::{self, Question, Task, Training};
+use crate::train::hf::step::Quant4;
+use crate::train::kinds::Attention;
+use crate::types::{Category, Dtype};
+
+fn run(engine: &mut Engine, line: &str) -> StepRecord {
+    let r = engine.run_line(line);
+    engine.check_invariants().unwrap();
+    assert!(r.ok, "{line}: {:?}", r.error);
+    r
+}
+
+/// Two steps statement by statement, each in a function of its own (as
+/// the traces and the H100's runs take them); the second's peak over
+/// what lived before it.
+fn second_step(e: &mut Engine, forward: &str) -> u64 {
+    let mut rise = 0;
+    for _ in 0..2 {
+        let before = e.stats().allocated_bytes;
+        e.run_line(r#"{"cmd":"reset_peak_memory_stats"}"#);
+        run(e, forward);
+        run(e, r#"{"cmd":"backward","name":"loss"}"#);
+        run(e, r#"{"cmd":"step","optimizer":"opt"}"#);
+        let r = run(
+            e,
+            r#"{"cmd":"zero_grad","optimizer":"opt","set_to_none":true}"#,
+        );
+        rise = r.stats.peak_allocated_bytes - before;
+        // The step is a function: its `loss` goes as it returns.
+        run(e, r#"{"cmd":"del","name":"loss"}"#);
+    }
+    rise
+}
+
+fn planned(name: &str, t: Training, gpu: GpuModel) -> u64 {
+    let config = known::find(name).unwrap().config;
+    let r = plan::run(&Question {
+        config,
+        dtype: config.dtype,
+        gpu,
+        torch: Default::default(),
+        task: Task::Train(t),
+    })
+    .unwrap();
+    r.peak_allocated - r.weights - r.state
+}
+
+fn training(lora: Option<u64>, quant: Option<Quant4>, checkpointing: bool) -> Training {
+    Training {
+        batch: 2,
+        seq: 256,
+        attention: Attention::Sdpa,
+        checkpointing,
+        lora,
+        adam8bit: false,
+        quant,
+        amp: None,
+    }
+}
+
+#[test]
+fn lora_steps_peak_as_the_plan_plays_them() {
+    let mut e = Engine::new_simulated();
+    run(
+        &mut e,
+        r#"{"cmd":"restart","framework":"pytorch","gpu":"h100-80gb"}"#,
+    );
+    run(
+        &mut e,
+        r#"{"cmd":"model","name":"model","kind":"hf","config":"Qwen/Qwen3-0.6B"}"#,
+    );
+    let weights = e.stats().allocated_bytes;
+    run(&mut e, r#"{"cmd":"lora","model":"model","rank":16}"#);
+    run(
+        &mut e,
+        r#"{"cmd":"optimizer","name":"opt","model":"model","kind":"adamw"}"#,
+    );
+    run(
+        &mut e,
+        r#"{"cmd":"alloc","name":"ids","shape":[2,256],"dtype":"int64"}"#,
+    );
+    let forward = r#"{"cmd":"forward","name":"loss","model":"model","data":"","batch_size":2,"checkpointing":true,"attention":"sdpa","batch":["ids","ids"]}"#;
+    let rise = second_step(&mut e, forward);
+    assert_eq!(
+        rise,
+        planned(
+            "Qwen3-0.6B",
+            training(Some(16), None, true),
+            GpuModel::H100_80gb
+        )
+    );
+    // What stays: the weights, the adapters and their AdamW state, the
+    // prompt; no gradient.
+    let r = run(&mut e, r#"{"cmd":"gc"}"#);
+    assert_eq!(
+        r.stats
+            .categories
+            .get(&Category::Gradient)
+            .copied()
+            .unwrap_or(0),
+        0
+    );
+    assert!(r.stats.categories[&Category::OptimizerState] > 0);
+    assert!(r.stats.allocated_bytes > weights);
+}
+
+#[test]
+fn qlora_loads_and_steps_as_the_plan_plays_it() {
+    let mut e = Engine::new_simulated();
+    run(
+        &mut e,
+        r#"{"cmd":"restart","framework":"pytorch","gpu":"rtx-4090"}"#,
+    );
+    run(
+        &mut e,
+        r#"{"cmd":"model","name":"model","kind":"hf","config":"meta-llama/Llama-3.2-1B","quantization":"nf4"}"#,
+    );
+    run(&mut e, r#"{"cmd":"prepare_kbit","model":"model"}"#);
+    run(
+        &mut e,
+        r#"{"cmd":"lora","model":"model","rank":16,"all_linear":true}"#,
+    );
+    let config = known::find("Llama-3.2-1B").unwrap().config;
+    let quant = Quant4 {
+        nf4: true,
+        double_quant: true,
+        compute: Dtype::Bfloat16,
+    };
+    let t = training(Some(16), Some(quant), true);
+    let r = plan::run(&Question {
+        config,
+        dtype: config.dtype,
+        gpu: GpuModel::Rtx4090,
+        torch: Default::default(),
+        task: Task::Train(t),
+    })
+    .unwrap();
+    assert_eq!(e.stats().allocated_bytes, r.weights);
+    run(
+        &mut e,
+        r#"{"cmd":"optimizer","name":"opt","model":"model","kind":"adamw"}"#,
+    );
+    run(
+        &mut e,
+        r#"{"cmd":"alloc","name":"ids","shape":[2,256],"dtype":"int64"}"#,
+    );
+    let forward = r#"{"cmd":"forward","name":"loss","model":"model","data":"","batch_size":2,"checkpointing":true,"attention":"sdpa","batch":["ids","ids"]}"#;
+    assert_eq!(
+        second_step(&mut e, forward),
+        r.peak_allocated - r.weights - r.state
+    );
+}
+
+#[test]
+fn an_out_of_memory_in_backward_leaves_its_tensors_on_the_exception() {
+    let mut e = Engine::new_simulated();
+    run(
+        &mut e,
+        r#"{"cmd":"restart","framework":"pytorch","gpu":"t4"}"#,
+    );
+    run(
+        &mut e,
+        r#"{"cmd":"model","name":"model","kind":"hf","config":"Qwen/Qwen2.5-0.5B"}"#,
+    );
+    run(
+        &mut e,
+        r#"{"cmd":"optimizer","name":"opt","model":"model","kind":"adamw"}"#,
+    );
+    run(
+        &mut e,
+        r#"{"cmd":"data","name":"data","samples":64,"features":1024,"classes":151936}"#,
+    );
+    let r = e.run_line(r#"{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":1,"batch_size":16,"attention":"sdpa"}"#);
+    assert!(!r.ok);
+    assert_eq!(r.error.unwrap().kind, ErrorKind::OutOfMemory);
+    let held = e.stats().allocated_bytes;
+    let r = run(&mut e, r#"{"cmd":"del","name":"last_exception"}"#);
+    assert!(r.stats.allocated_bytes < held);
+    // A smaller batch trains.
+    run(
+        &mut e,
+        r#"{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":2,"batch_size":1,"attention":"sdpa"}"#,
+    );
+}
+
+#[test]
+fn mistakes_are_named() {
+    let mut e = Engine::new_simulated();
+    run(
+        &mut e,
+        r#"{"cmd":"restart","framework":"pytorch","gpu":"h100-80gb"}"#,
+    );
+    run(
+        &mut e,
+        r#"{"cmd":"model","name":"model","kind":"hf","config":"Qwen/Qwen3-0.6B","quantization":"nf4"}"#,
+    );
+    run(
+        &mut e,
+        r#"{"cmd":"optimizer","name":"opt","model":"model","kind":"adamw"}"#,
+    );
+    run(
+        &mut e,
+        r#"{"cmd":"alloc","name":"ids","shape":[1,64],"dtype":"int64"}"#,
+    );
+    let forward = r#"{"cmd":"forward","name":"loss","model":"model","data":"","batch_size":1,"batch":["ids","ids"]}"#;
+    for (line, says) in [
+        (forward, "after prepare_model_for_kbit_training"),
+        (r#"{"cmd":"lora","model":"model","rank":16}"#, "all_linear"),
+        (
+            r#"{"cmd":"optimizer","name":"o2","model":"model","kind":"sgd"}"#,
+            "AdamW",
+        ),
+        (
+            r#"{"cmd":"model","name":"m2","kind":"hf","config":"gpt2","quantization":"int3"}"#,
+            "nf4",
+        ),
+    ] {
+        let r = e.run_line(line);
+        let message = r.error.map(|e| e.message).unwrap_or_default();
+        assert!(message.contains(says), "{line}: {message}");
+    }
+    run(&mut e, r#"{"cmd":"prepare_kbit","model":"model"}"#);
+    run(&mut e, forward);
+    run(&mut e, r#"{"cmd":"backward","name":"loss"}"#);
+    let r = e.run_line(r#"{"cmd":"backward","name":"loss"}"#);
+    assert!(r.error.unwrap().message.contains("second time"));
+}
