@@ -194,14 +194,13 @@ fn mistakes_are_named() {
         )
         .ok
     );
-    assert!(run(
-        &mut e,
-        r#"{"cmd":"optimizer","name":"o","model":"g","kind":"adamw"}"#
-    )
-    .error
-    .unwrap()
-    .message
-    .contains("--task train"));
+    assert!(
+        run(&mut e, r#"{"cmd":"estimate","model":"g","batch_size":4}"#)
+            .error
+            .unwrap()
+            .message
+            .contains("--task train")
+    );
     let r = run(
         &mut e,
         r#"{"cmd":"generate","model":"g","prompt_len":1000,"new_tokens":100}"#,

@@ -365,9 +365,9 @@ fn trainable(lora: bool, name: &str) -> bool {
     if lora {
         return name.contains(".lora_");
     }
-    !(name.contains(" (") && !name.ends_with("(float32)"))
-        && !name.ends_with("inv_freq")
-        && !name.contains("rotary")
+    let quantized_piece = name.contains(" (") && !name.ends_with(" (float32)");
+    let buffer = name.ends_with("inv_freq") || name.ends_with("embed_scale");
+    !quantized_piece && !buffer
 }
 
 impl Engine {

@@ -36,7 +36,7 @@ impl Engine {
         let Some(state) = self.train.models.get(&id) else {
             return Err(error(
                 ErrorKind::InvalidValue,
-                format!("`{name}` is a Hugging Face model: the engine runs its `generate`; its training step is planned by `vramlab plan MODEL --task train` (and the plan page)"),
+                format!("`{name}` is a Hugging Face model: the engine runs its `generate` and its training statements (forward, backward, step, zero_grad, train); estimates and batch-size searches for it are `vramlab plan MODEL --task train` (and the plan page)"),
             ));
         };
         if let Some(session) = state.session {
