@@ -110,14 +110,32 @@ pub fn code(cmd: &Command, framework: Framework) -> String {
 /// builds the architecture with random weights (the same memory as the
 /// published ones), in the config's type unless `dtype` says otherwise.
 fn hf_model_code(a: &ModelArgs) -> String {
+    let dtype = a.dtype.map_or(String::new(), |d| {
+        format!(", dtype=torch.{}", d.torch_name())
+    });
+    if let Some(quant) = &a.quantization {
+        // bitsandbytes quantizes as it loads weights from files: the
+        // published ones, or a config's random ones saved first.
+        let (saved, source) = match &a.config {
+            Some(serde_json::Value::String(repo)) => (String::new(), format!("{repo:?}")),
+            Some(v) => (
+                format!("AutoModelForCausalLM.from_config(AutoConfig.for_model(**{})).save_pretrained(\"model\")  # on the host\n", python_literal(v)),
+                "\"model\"".to_string(),
+            ),
+            None => (String::new(), "...".to_string()),
+        };
+        let compute = a.dtype.map_or("bfloat16", |d| d.torch_name());
+        return format!(
+            "from transformers import AutoConfig, AutoModelForCausalLM, BitsAndBytesConfig\n{saved}{} = AutoModelForCausalLM.from_pretrained({source}, quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"{quant}\", bnb_4bit_use_double_quant={}, bnb_4bit_compute_dtype=torch.{compute}){dtype}, device_map={{\"\": 0}})",
+            a.name,
+            py_bool(a.double_quant.unwrap_or(true))
+        );
+    }
     let config = match &a.config {
         Some(serde_json::Value::String(repo)) => format!("AutoConfig.from_pretrained({repo:?})"),
         Some(v) => format!("AutoConfig.for_model(**{})", python_literal(v)),
         None => "AutoConfig.from_pretrained(...)".into(),
     };
-    let dtype = a.dtype.map_or(String::new(), |d| {
-        format!(", dtype=torch.{}", d.torch_name())
-    });
     format!(
         "from transformers import AutoConfig, AutoModelForCausalLM\n{} = AutoModelForCausalLM.from_config({config}{dtype}).to(\"cuda\")  # the architecture with random weights: the memory of the real ones",
         a.name

@@ -3,9 +3,13 @@ families vramlab builds (GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma 2 and
 3, Phi-3), from a published shape's name or a config's fields. Moved to
 the GPU (`.to("cuda")`, `device_map="cuda"`), the engine loads every
 parameter and buffer as transformers 5.24 does (random weights: the same
-memory as the published ones), and `model.generate(...)` runs as
-transformers' own greedy `generate`: the prefill, one forward per new
-token, the `DynamicCache` grown by `torch.cat` or the `StaticCache`."""
+memory as the published ones; in bitsandbytes' 4 bits with a
+`BitsAndBytesConfig`), and `model.generate(...)` runs as transformers' own
+greedy `generate`: the prefill, one forward per new token, the
+`DynamicCache` grown by `torch.cat` or the `StaticCache`.
+`model(input_ids=ids, labels=ids).loss`, `loss.backward()` and an AdamW
+over `model.parameters()` run transformers' own training step, a
+statement at a time."""
 
 import torch
 import vramlab_shim as _vs
@@ -14,6 +18,8 @@ from torch._tensor import Tensor
 __version__ = "5.24.0+vramlab"
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# Models saved with `save_pretrained(path)`: their configs, by path.
+_saved = {}
 
 
 class PretrainedConfig:
@@ -45,16 +51,47 @@ class AutoConfig:
         return PretrainedConfig(config, attn_implementation=attn, **fields)
 
 
+class BitsAndBytesConfig:
+    """`load_in_4bit=True`: the decoder's linear layers in bitsandbytes' 4
+    bits (`bnb_4bit_quant_type` nf4 or fp4, `bnb_4bit_use_double_quant`),
+    computing in `bnb_4bit_compute_dtype` (the model's type here)."""
+
+    def __init__(self, load_in_4bit=False, load_in_8bit=False, bnb_4bit_quant_type="fp4",
+                 bnb_4bit_use_double_quant=False, bnb_4bit_compute_dtype=None, **kwargs):
+        if load_in_8bit or not load_in_4bit:
+            raise NotImplementedError("vramlab loads bitsandbytes' 4-bit weights (load_in_4bit=True)")
+        self.quant_type = bnb_4bit_quant_type
+        self.double_quant = bool(bnb_4bit_use_double_quant)
+        self.compute_dtype = bnb_4bit_compute_dtype
+
+
+class CausalLMOutput:
+    def __init__(self, loss):
+        self.loss = loss
+        self.logits = None
+
+    def __getitem__(self, i):
+        return (self.loss,)[i]
+
+
 class PreTrainedModel(_vs.Owner):
     """A causal language model: on the host until moved to the GPU, then
     the engine's model (its name freed when CPython frees this)."""
 
-    def __init__(self, config, dtype=None):
+    is_hf_model = True
+
+    def __init__(self, config, dtype=None, quantization=None):
         self.config = config
         self.dtype = dtype
         self.device = torch.device("cpu")
         self._name = None
-        self.training = False
+        # `from_config` makes a module in training mode; `from_pretrained`
+        # puts it in eval mode.
+        self.training = True
+        self.quantization = quantization
+        self.optimizers = []
+        self.gradient_checkpointing = False
+        self._trainable = None
 
     # ----- where it lives
     def to(self, *args, **kwargs):
@@ -80,6 +117,9 @@ class PreTrainedModel(_vs.Owner):
         cmd = {"cmd": "model", "name": name, "kind": "hf", "config": config}
         if self.dtype is not None:
             cmd["dtype"] = self.dtype.name
+        if self.quantization is not None:
+            cmd["quantization"] = self.quantization.quant_type
+            cmd["double_quant"] = self.quantization.double_quant
         record = _vs.make(cmd)
         self._name = name
         self.device = torch.device("cuda", 0)
@@ -89,6 +129,11 @@ class PreTrainedModel(_vs.Owner):
                 setattr(self.config, k, info[k])
         self.dtype = _DTYPES.get(info.get("dtype"), self.dtype)
         self._info = info
+
+    def save_pretrained(self, path, **kwargs):
+        """Written to `path` on the host (random weights: what loading them
+        back takes is the same)."""
+        _saved[str(path)] = self.config
 
     def num_parameters(self, only_trainable=False):
         return self._on_gpu("num_parameters()")["parameters"]
@@ -114,19 +159,61 @@ class PreTrainedModel(_vs.Owner):
             raise ValueError('vramlab runs attn_implementation "eager" or "sdpa", not %r' % (name,))
         self.config._attn_implementation = name
 
-    def __call__(self, *args, **kwargs):
-        raise NotImplementedError(
-            "vramlab runs a Hugging Face model's generate() here; its training step is planned by "
-            "`vramlab plan MODEL --task train` (and the plan page)"
-        )
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
+        self.gradient_checkpointing = True
+
+    def gradient_checkpointing_disable(self):
+        self.gradient_checkpointing = False
+
+    def enable_input_require_grads(self):
+        pass
+
+    def __call__(self, input_ids=None, labels=None, attention_mask=None, **kwargs):
+        """`model(input_ids=ids, labels=ids)`: the forward up to the loss
+        (`ForCausalLMLoss`), its graph held by `.loss`."""
+        from torch.nn.engine import Loss
+
+        self._on_gpu("a forward")
+        if labels is None:
+            raise NotImplementedError("vramlab runs a Hugging Face model's forward with its loss: model(input_ids=ids, labels=ids)")
+        for t in (input_ids, labels):
+            if not isinstance(t, Tensor) or not t.is_cuda or t.dim() != 2:
+                raise ValueError("input_ids and labels are token ids on the GPU, (batch, sequence length)")
+        if not torch.is_grad_enabled():
+            raise NotImplementedError("vramlab runs a Hugging Face model without gradients as generate()")
+        from torch._amp import state as amp
+
+        name = _vs.fresh_name("loss")
+        cmd = {"cmd": "forward", "name": name, "model": self._name, "data": "", "batch_size": int(input_ids.shape[0]),
+               "batch": [input_ids._storage._name, labels._storage._name]}
+        if self.config._attn_implementation != "eager":
+            cmd["attention"] = self.config._attn_implementation
+        if self.gradient_checkpointing and self.training:
+            cmd["checkpointing"] = True
+        if amp["dtype"] is not None:
+            cmd["amp"] = amp["dtype"].name
+        record = _vs.make(cmd)
+        return CausalLMOutput(Loss(name, record, [self]))
 
     forward = __call__
 
     def parameters(self):
-        raise NotImplementedError(
-            "vramlab runs a Hugging Face model's generate() here; an optimizer over it is planned by "
-            "`vramlab plan MODEL --task train` (and the plan page)"
-        )
+        """The engine's tensors as two: the frozen and the trainable (their
+        counts right, for `sum(p.numel() ...)` and the optimizer)."""
+        info = self._on_gpu("parameters()")
+        trainable = self._trainable if self._trainable is not None else (0 if self.quantization else info["parameters"])
+        out = []
+        for n, grad in ((info["parameters"] - trainable, False), (trainable, True)):
+            if n > 0:
+                t = Tensor((n,), torch.float32, "cuda", storage=self, requires_grad=grad)
+                out.append(t)
+        return iter(out)
+
+    def print_trainable_parameters(self):
+        info = self._on_gpu("print_trainable_parameters()")
+        trainable = self._trainable or 0
+        total = info["parameters"] + trainable
+        print("trainable params: {:,} || all params: {:,} || trainable%: {:.4f}".format(trainable, total, 100 * trainable / total))
 
     # ----- generation
     def generate(self, inputs=None, attention_mask=None, max_new_tokens=None, do_sample=False,
@@ -169,9 +256,19 @@ class AutoModelForCausalLM:
         return model
 
     @staticmethod
-    def from_pretrained(name, dtype=None, torch_dtype=None, device_map=None, attn_implementation=None, **kwargs):
-        config = name if isinstance(name, PretrainedConfig) else AutoConfig.from_pretrained(name)
+    def from_pretrained(name, dtype=None, torch_dtype=None, device_map=None, attn_implementation=None,
+                        quantization_config=None, **kwargs):
+        if isinstance(name, PretrainedConfig):
+            config = name
+        elif str(name) in _saved:
+            config = _saved[str(name)]
+        else:
+            config = AutoConfig.from_pretrained(name)
         model = AutoModelForCausalLM.from_config(config, dtype, torch_dtype, attn_implementation)
+        model.quantization = quantization_config
+        model.training = False
+        if quantization_config is not None and device_map is None:
+            raise NotImplementedError("vramlab loads a 4-bit model onto the GPU as bitsandbytes does: give device_map (\"cuda\", or {\"\": 0})")
         if device_map is not None and _to_gpu(device_map):
             model.to("cuda")
         return model

@@ -226,12 +226,22 @@ impl Engine {
         self.train.hf.insert(id, state);
         done.map_err(|f| self.alloc_error(&f))?;
         let after = self.stats().allocated_bytes;
-        Ok(Outcome::note(format!(
-            "peft added {} LoRA matrices of rank {} in float32 ({}); every other weight is frozen: no gradient, no optimizer state.",
-            steps.len(),
-            a.rank,
-            format_size(after - before)
-        )))
+        // float32 adapters: their elements, as `print_trainable_parameters` counts them.
+        let trainable: u64 = (steps.iter())
+            .map(|s| match s {
+                LoadStep::Alloc { bytes, .. } => bytes / 4,
+                _ => 0,
+            })
+            .sum();
+        Ok(Outcome {
+            note: Some(format!(
+                "peft added {} LoRA matrices of rank {} in float32 ({}); every other weight is frozen: no gradient, no optimizer state.",
+                steps.len(),
+                a.rank,
+                format_size(after - before)
+            )),
+            value: Some(json!({ "trainable": trainable })),
+        })
     }
 
     fn hf_entry(&self, name: &str) -> Result<(ObjId, HfModelState), CommandError> {
@@ -391,6 +401,9 @@ fn quant_of(a: &ModelArgs, compute: Dtype) -> Result<Option<Quant4>, CommandErro
             )))
         }
     };
+    if a.dtype.is_none() {
+        return Err(invalid("a 4-bit model names its compute type: give \"dtype\" (bnb_4bit_compute_dtype, and the type of what is not quantized)"));
+    }
     Ok(Some(Quant4 {
         nf4,
         double_quant: a.double_quant.unwrap_or(true),

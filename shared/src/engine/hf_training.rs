@@ -105,7 +105,8 @@ impl Engine {
         )))
     }
 
-    /// `loss = model(input_ids=ids, labels=ids).loss`.
+    /// `loss = model(input_ids=ids, labels=ids).loss`: on the tensor the
+    /// code made, or (from a dataset) `ids = inputs.cuda()` first.
     pub(super) fn hf_forward(
         &mut self,
         a: &ForwardArgs,
@@ -117,13 +118,72 @@ impl Engine {
                 "a Hugging Face model without gradients runs here as `generate`",
             ));
         }
+        let (batch, seq, given) = self.hf_batch(a)?;
+        let ids = match given {
+            Some(ids) => ids,
+            None => self.hf_ids(model, a, batch, seq)?,
+        };
+        self.hf_forward_on(&a.name, model, a, ids)?;
+        Ok(Outcome::note(format!(
+            "The forward pass of {batch} x {seq} tokens: its graph (`{}`) holds what backward will read. Allocated now {}.",
+            a.name,
+            format_size(self.stats().allocated_bytes)
+        )))
+    }
+
+    /// `ids = inputs.cuda()`: a batch of the dataset's sequences copied in,
+    /// then `ids` rebound (the last batch dies then).
+    fn hf_ids(
+        &mut self,
+        model: ObjId,
+        a: &ForwardArgs,
+        batch: u64,
+        seq: u64,
+    ) -> Result<ObjId, CommandError> {
+        let data = self.instance(&a.data, Class::Dataset)?;
+        let (spec, vocab) = (
+            self.train.datasets[&data].spec,
+            self.train.hf[&model].config.vocab,
+        );
+        if spec.classes != vocab {
+            return Err(invalid(format!(
+                "the dataset's classes ({}) are the model's vocabulary ({vocab}) for a language model's tokens",
+                spec.classes
+            )));
+        }
+        let shape = [batch, seq];
+        let ids = self
+            .process
+            .alloc_shaped("ids", &shape, Dtype::Int64, Category::Input)
+            .map_err(|f| self.alloc_error(&f))?;
+        self.process.bind_local("ids", ids);
+        Ok(ids)
+    }
+
+    /// The forward of the step on the token ids `ids`, its graph bound to
+    /// `name`.
+    fn hf_forward_on(
+        &mut self,
+        name: &str,
+        model: ObjId,
+        a: &ForwardArgs,
+        ids: ObjId,
+    ) -> Result<(), CommandError> {
         let state = self.train.hf[&model].clone();
         if state.quant.is_some() && !state.prepared {
             return Err(invalid(
                 "a 4-bit model trains after prepare_model_for_kbit_training",
             ));
         }
-        let (batch, seq, given) = self.hf_batch(a, &state.config)?;
+        let Some(ObjectKind::Tensor(t)) = self.process.runtime.get(ids).map(|o| &o.kind) else {
+            return Err(invalid("input_ids is a tensor"));
+        };
+        let [batch, seq] = t.shape[..] else {
+            return Err(invalid(format!(
+                "input_ids is (batch, sequence length), not {:?}",
+                t.shape
+            )));
+        };
         let adam8bit = (self.train.hf_optimizers.values())
             .find(|o| o.model == model)
             .is_some_and(|o| o.adam8bit);
@@ -151,29 +211,8 @@ impl Engine {
         let graph = self
             .process
             .runtime
-            .new_local(ObjectKind::Instance(Class::Graph), &a.name);
+            .new_local(ObjectKind::Instance(Class::Graph), name);
         let mut frame = PyFrame::default();
-        if given.is_none() {
-            // `model(input_ids=ids.cuda(), labels=...)`: the batch copied in,
-            // held by the graph (the embedding's backward reads it).
-            let shape = [batch, seq];
-            match frame.alloc(
-                &mut self.process,
-                "input_ids",
-                &shape,
-                Dtype::Int64,
-                Category::Input,
-            ) {
-                Ok(ids) => {
-                    frame.take(ids);
-                    self.process.attach_local(graph, ids);
-                }
-                Err(f) => {
-                    self.process.drop_local(graph);
-                    return Err(self.alloc_error(&f));
-                }
-            }
-        }
         let mut pending = HfStep {
             model,
             program,
@@ -188,23 +227,13 @@ impl Engine {
             return Err(self.raise_in_frame(frame, &f));
         }
         self.train.hf_steps.insert(graph, pending);
-        self.process.bind_local(&a.name, graph);
-        Ok(Outcome::note(format!(
-            "The forward pass of {} x {} tokens: its graph (`{}`) holds what backward will read. Allocated now {}.",
-            batch,
-            seq,
-            a.name,
-            format_size(self.stats().allocated_bytes)
-        )))
+        self.process.bind_local(name, graph);
+        Ok(())
     }
 
-    /// The batch and sequence length a forward takes: the tensors the code
-    /// made (token ids, labels), or the dataset's sequences.
-    fn hf_batch(
-        &self,
-        a: &ForwardArgs,
-        c: &HfConfig,
-    ) -> Result<(u64, u64, Option<ObjId>), CommandError> {
+    /// The batch and sequence length a forward takes: the token ids the
+    /// code made, or the dataset's sequences.
+    fn hf_batch(&self, a: &ForwardArgs) -> Result<(u64, u64, Option<ObjId>), CommandError> {
         if let Some(names) = &a.batch {
             let ids = names
                 .first()
@@ -223,14 +252,7 @@ impl Engine {
             return Ok((b, s, Some(id)));
         }
         let data = self.instance(&a.data, Class::Dataset)?;
-        let spec = &self.train.datasets[&data].spec;
-        if spec.classes != c.vocab {
-            return Err(invalid(format!(
-                "the dataset's classes ({}) are the model's vocabulary ({}) for a language model's tokens",
-                spec.classes, c.vocab
-            )));
-        }
-        Ok((a.batch_size, spec.features, None))
+        Ok((a.batch_size, self.train.datasets[&data].spec.features, None))
     }
 
     /// The step as the plan plays it on this kernel's GPU and release.
@@ -549,6 +571,9 @@ impl Engine {
                 "`{}` is not an optimizer over `{}`",
                 a.optimizer, a.model
             )));
+        }
+        if a.loss_history != crate::command::LossHistory::Item {
+            return Err(invalid("a Hugging Face model's loop here keeps each loss as `total_loss += loss.item()` (loss_history \"item\")"));
         }
         if a.accumulate != 1 {
             return Err(invalid(

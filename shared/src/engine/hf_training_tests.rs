@@ -121,7 +121,7 @@ fn qlora_loads_and_steps_as_the_plan_plays_it() {
     );
     run(
         &mut e,
-        r#"{"cmd":"model","name":"model","kind":"hf","config":"meta-llama/Llama-3.2-1B","quantization":"nf4"}"#,
+        r#"{"cmd":"model","name":"model","kind":"hf","config":"meta-llama/Llama-3.2-1B","quantization":"nf4","dtype":"bfloat16"}"#,
     );
     run(&mut e, r#"{"cmd":"prepare_kbit","model":"model"}"#);
     run(
@@ -200,7 +200,7 @@ fn mistakes_are_named() {
     );
     run(
         &mut e,
-        r#"{"cmd":"model","name":"model","kind":"hf","config":"Qwen/Qwen3-0.6B","quantization":"nf4"}"#,
+        r#"{"cmd":"model","name":"model","kind":"hf","config":"Qwen/Qwen3-0.6B","quantization":"nf4","dtype":"bfloat16"}"#,
     );
     run(
         &mut e,

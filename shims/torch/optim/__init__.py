@@ -12,7 +12,7 @@ def _engine_of(params):
     if params and isinstance(params[0], dict):
         params = [p for g in params for p in g["params"]]
     for p in params:
-        if isinstance(p._storage, EngineModel):
+        if isinstance(p._storage, EngineModel) or getattr(p._storage, "is_hf_model", False):
             return p._storage, params
     raise NotImplementedError(
         "vramlab's optimizers update a model on the GPU: move the model with .to('cuda') before making the optimizer"

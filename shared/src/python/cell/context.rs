@@ -6,8 +6,16 @@
 /// A network a line of the cell built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Net {
-    Gpt { seq_len: u64, vocab: u64 },
-    Cnn { channels: u64, image_size: u64 },
+    Gpt {
+        seq_len: u64,
+        vocab: u64,
+    },
+    Cnn {
+        channels: u64,
+        image_size: u64,
+    },
+    /// A Hugging Face model (transformers' `AutoModelForCausalLM`).
+    Hf,
 }
 
 #[derive(Debug, Default)]
@@ -19,6 +27,8 @@ pub(super) struct Context {
     /// `model.gradient_checkpointing_enable()` (`true`) and `_disable()`
     /// lines, in order.
     checkpointing: Vec<(String, bool)>,
+    /// `model.train()` lines.
+    training: Vec<String>,
 }
 
 /// The integer after `key=` in `line`.
@@ -43,6 +53,9 @@ impl Context {
                     c.attention.push((model, value.to_string()));
                     continue;
                 }
+                if call == "train()" {
+                    c.training.push(model.clone());
+                }
                 if let Some(on) = call.strip_prefix("gradient_checkpointing_") {
                     c.checkpointing.push((model, on == "enable()"));
                 }
@@ -51,7 +64,12 @@ impl Context {
                 continue;
             };
             let name = name.trim();
-            if value.contains("GPT(") {
+            if value.contains("AutoModelForCausalLM.from_") && !value.contains("save_pretrained") {
+                c.nets.push((name.into(), Net::Hf));
+            } else if value.contains("prepare_model_for_kbit_training(") {
+                // peft turns its checkpointing on.
+                c.checkpointing.push((name.into(), true));
+            } else if value.contains("GPT(") {
                 let net = (arg(value, "seq_len"), arg(value, "vocab"));
                 if let (Some(seq_len), Some(vocab)) = net {
                     c.nets.push((name.into(), Net::Gpt { seq_len, vocab }));
@@ -91,6 +109,8 @@ impl Context {
                     channels,
                     image_size,
                 } => channels * image_size * image_size == features,
+                // A language model's tokens: any length, its vocabulary.
+                Net::Hf => classes > 1,
             })
     }
 
@@ -99,6 +119,24 @@ impl Context {
         (self.checkpointing.iter().rev())
             .find(|(m, _)| m == model)
             .is_some_and(|&(_, on)| on)
+    }
+
+    /// Whether a line put `model` in training mode (`model.train()`).
+    pub(super) fn training(&self, model: &str) -> bool {
+        self.training.iter().any(|m| m == model)
+    }
+
+    /// Whether `model` is a Hugging Face model.
+    pub(super) fn hf(&self, model: &str) -> bool {
+        self.net(model) == Some(Net::Hf)
+    }
+
+    /// The attention a Hugging Face model runs now ("sdpa", transformers'
+    /// default, unless a line set it).
+    pub(super) fn hf_attention(&self, model: &str) -> &str {
+        (self.attention.iter().rev())
+            .find(|(m, _)| m == model)
+            .map_or("sdpa", |(_, a)| a)
     }
 
     /// The attention `model` runs now ("eager" unless a line set it).

@@ -10,6 +10,7 @@
 //! networks it built, a GPT's attention switched where a step asks.
 
 mod context;
+mod hf;
 
 use super::{code, kind_code, model_code, optimizer_code, py_bool};
 use crate::command::*;
@@ -44,8 +45,10 @@ fn code_in(c: &Context, cmd: &Command, framework: Framework) -> String {
         (Command::Optimizer(a), Pytorch) => optimizer_code(a),
         (Command::Data(a), Pytorch) => data_code(c, a),
         (Command::Data(a), _) => numpy_data_code(a),
+        (Command::Forward(a), Pytorch) if c.hf(&a.model) => hf::forward_code(c, a),
         (Command::Forward(a), Pytorch) => forward_code(c, a),
         (Command::Forward(a), Tensorflow) => keras_forward_code(a),
+        (Command::Train(a), Pytorch) if c.hf(&a.model) => hf::train_code(c, a),
         (Command::Train(a), Pytorch) => train_code(c, a),
         _ => code(cmd, framework),
     }
@@ -172,6 +175,7 @@ fn data_code(c: &Context, a: &DataArgs) -> String {
         Some(Net::Cnn { channels: ch, image_size: px }) => format!(
             "{name} = TensorDataset(torch.randn({s}, {ch}, {px}, {px}{on}), torch.randint(0, {k}, ({s},){on}))  # images and labels, {where_}"
         ),
+        Some(Net::Hf) => hf::data_code(a),
         None => format!(
             "{name} = TensorDataset(torch.randn({s}, {f}{on}), torch.randint(0, {k}, ({s},){on}))  # {where_}"
         ),
