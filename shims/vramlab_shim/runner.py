@@ -12,7 +12,7 @@ import traceback
 import vramlab_shim as vs
 from vramlab_shim import missing, shell
 
-SHIMS = ("torch", "tensorflow", "keras", "jax", "optax", "numpy", "tf_keras", "vramlab", "peft")
+SHIMS = ("torch", "tensorflow", "keras", "jax", "optax", "numpy", "tf_keras", "vramlab", "peft", "transformers")
 _collect = gc.collect
 
 
