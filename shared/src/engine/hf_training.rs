@@ -17,9 +17,8 @@ use crate::train::cublas::{BlasThread, CublasWorkspaces, Gemm};
 use crate::train::frame::PyFrame;
 use crate::train::hf::generate::{Holds, Program, Step};
 use crate::train::hf::params::parameters;
-use crate::train::hf::plan::{adam_state, Training};
-use crate::train::hf::{step, HfConfig};
-use crate::train::kinds::step::sdp::{self, Kernel};
+use crate::train::hf::plan::{adam_state, step_of, Training};
+use crate::train::hf::step;
 use crate::train::kinds::step::Attention;
 use crate::train::OptimizerKind;
 use crate::types::{Category, Dtype};
@@ -197,15 +196,12 @@ impl Engine {
             quant: state.quant,
             amp: a.amp.dtype(),
         };
-        let run = self.hf_run(&state.config, &t);
-        let stepped = HfConfig {
-            dtype: if state.quant.is_some() {
-                Dtype::Float32
-            } else {
-                state.config.dtype
-            },
-            ..state.config
-        };
+        let (stepped, run) = step_of(
+            &state.config,
+            &t,
+            self.kernel_gpu(),
+            self.settings.torch_version,
+        );
         let mut program = Program::default();
         step::play_with(&stepped, run, &parameters(&state.config), &mut program)?;
         let graph = self
@@ -253,35 +249,6 @@ impl Engine {
         }
         let data = self.instance(&a.data, Class::Dataset)?;
         Ok((a.batch_size, self.train.datasets[&data].spec.features, None))
-    }
-
-    /// The step as the plan plays it on this kernel's GPU and release.
-    fn hf_run(&self, c: &HfConfig, t: &Training) -> step::Run {
-        let four = t.quant.is_some();
-        let gpu = self.kernel_gpu();
-        let dtype = match (t.amp, four) {
-            (Some(amp), _) => amp,
-            (None, true) => Dtype::Float32,
-            (None, false) => c.dtype,
-        };
-        let math_gqa = c.heads != c.kv_heads
-            && t.attention == Attention::Sdpa
-            && self.settings.torch_version != crate::framework::TorchVersion::V2_15
-            && sdp::select(gpu, dtype, c.head_dim, true) == Kernel::Efficient;
-        step::Run {
-            quant: t.quant,
-            reentrant: four && t.checkpointing,
-            amp: t.amp,
-            math_gqa,
-            input_grads: t.lora.is_some() && t.checkpointing,
-            batch: t.batch,
-            seq: t.seq,
-            attention: t.attention,
-            checkpointing: t.checkpointing,
-            lora: t.lora,
-            gpu,
-            adam8bit: t.adam8bit,
-        }
     }
 
     /// Plays `pending` up to step `end`: each tensor made a local of

@@ -372,4 +372,53 @@ mod tests {
             "{rows}"
         );
     }
+
+    /// A Hugging Face model's steps are transformers' code: training mode
+    /// first (`from_pretrained` leaves eval mode, where nothing is
+    /// checkpointed), the loss its forward computes from `labels`, the
+    /// checkpointing peft turned on left on.
+    #[test]
+    fn a_hugging_face_models_steps_are_transformers_code() {
+        let f = Framework::Pytorch;
+        let mut cell = String::new();
+        for line in [
+            r#"{"cmd":"model","name":"m","kind":"hf","config":"meta-llama/Llama-3.2-1B","quantization":"nf4","dtype":"bfloat16"}"#,
+            r#"{"cmd":"prepare_kbit","model":"m"}"#,
+            r#"{"cmd":"lora","model":"m","rank":8,"all_linear":true}"#,
+            r#"{"cmd":"optimizer","name":"opt","model":"m","kind":"adamw"}"#,
+            r#"{"cmd":"data","name":"data","samples":8,"features":512,"classes":128256}"#,
+        ] {
+            cell.push_str(&append(&cell, &command(line), f));
+            cell.push('\n');
+        }
+        assert!(
+            cell.contains("torch.randint(0, 128256, (8, 512))"),
+            "{cell}"
+        );
+        let train = command(
+            r#"{"cmd":"train","model":"m","optimizer":"opt","data":"data","steps":2,"batch_size":2,"checkpointing":true,"attention":"sdpa"}"#,
+        );
+        let code = append(&cell, &train, f);
+        assert!(
+            code.starts_with("total_loss = 0.0\nm.train()\nfor step in range(2):"),
+            "{code}"
+        );
+        assert!(
+            code.contains(
+                "    ids = inputs.cuda()\n    loss = m(input_ids=ids, labels=ids).loss\n"
+            ),
+            "{code}"
+        );
+        assert!(!code.contains("gradient_checkpointing_enable"), "{code}");
+        cell.push_str(&code);
+        cell.push('\n');
+        let forward = command(
+            r#"{"cmd":"forward","name":"loss","model":"m","data":"data","batch_size":1,"batch":["ids","ids"],"attention":"eager"}"#,
+        );
+        let code = append(&cell, &forward, f);
+        assert_eq!(
+            code,
+            "m.gradient_checkpointing_disable()\nm.set_attn_implementation(\"eager\")\nloss = m(input_ids=ids, labels=ids).loss"
+        );
+    }
 }

@@ -320,26 +320,59 @@ impl Sink for Player<'_> {
     }
 }
 
-/// Whether the step's grouped-query attention runs the math kernel on the
-/// question's GPU: the fused kernel it would take is the memory-efficient
-/// one (float32 activations: QLoRA's, or float32 weights without
-/// autocast), which refuses grouped heads in PyTorch 2.11 and 2.9 (the
-/// H100's QLoRA run with 2.11 shows the math kernel's scores). For 2.15
-/// the plan takes the memory-efficient kernel to accept them (pytorch#191085).
-fn math_gqa(q: &Question, t: &Training, four: bool) -> bool {
+/// Whether the step's grouped-query attention runs the math kernel on a
+/// GPU of compute capability `gpu`: the fused kernel it would take is the
+/// memory-efficient one (float32 activations: QLoRA's, or float32 weights
+/// without autocast), which refuses grouped heads in PyTorch 2.11 and 2.9
+/// (the H100's QLoRA run with 2.11 shows the math kernel's scores). For
+/// 2.15 the plan takes the memory-efficient kernel to accept them
+/// (pytorch#191085).
+fn math_gqa(c: &HfConfig, t: &Training, gpu: Option<(u32, u32)>, torch: TorchVersion) -> bool {
     use crate::train::kinds::step::sdp::{self, Kernel};
-    let c = &q.config;
     // Autocast casts attention's inputs; QLoRA's are float32 otherwise.
-    let dtype = match (t.amp, four) {
+    let dtype = match (t.amp, t.quant.is_some()) {
         (Some(amp), _) => amp,
         (None, true) => Dtype::Float32,
-        (None, false) => q.dtype,
+        (None, false) => c.dtype,
     };
-    let gpu = Some(q.gpu.spec().compute_capability);
     c.heads != c.kv_heads
         && t.attention == crate::train::kinds::step::Attention::Sdpa
-        && q.torch != TorchVersion::V2_15
+        && torch != TorchVersion::V2_15
         && sdp::select(gpu, dtype, c.head_dim, true) == Kernel::Efficient
+}
+
+/// The step `t` asks of model `c` (in its loading type) on a GPU of
+/// compute capability `gpu` under PyTorch `torch`, and the model as the
+/// step sees it (after `prepare_model_for_kbit_training` the embeddings
+/// are float32, and so is every activation).
+pub fn step_of(
+    c: &HfConfig,
+    t: &Training,
+    gpu: Option<(u32, u32)>,
+    torch: TorchVersion,
+) -> (HfConfig, step::Run) {
+    let four = t.quant.is_some();
+    let run = step::Run {
+        quant: t.quant,
+        reentrant: four && t.checkpointing,
+        amp: t.amp,
+        math_gqa: math_gqa(c, t, gpu, torch),
+        // peft readies a checkpointed model for LoRA by making the
+        // embeddings need a gradient.
+        input_grads: t.lora.is_some() && t.checkpointing,
+        batch: t.batch,
+        seq: t.seq,
+        attention: t.attention,
+        checkpointing: t.checkpointing,
+        lora: t.lora,
+        gpu,
+        adam8bit: t.adam8bit,
+    };
+    let stepped = HfConfig {
+        dtype: if four { Dtype::Float32 } else { c.dtype },
+        ..*c
+    };
+    (stepped, run)
 }
 
 /// Plays the question once.
@@ -419,29 +452,8 @@ fn run_with(q: &Question, params: &[NamedTensor]) -> Result<Run, Invalid> {
     match q.task {
         Task::Generate(g) => play(&loaded, q.dtype, g, &mut player)?,
         Task::Train(t) => {
-            let four = t.quant.is_some();
-            let run = step::Run {
-                quant: t.quant,
-                reentrant: four && t.checkpointing,
-                amp: t.amp,
-                math_gqa: math_gqa(q, &t, four),
-                // peft readies a checkpointed model for LoRA by making the
-                // embeddings need a gradient.
-                input_grads: t.lora.is_some() && t.checkpointing,
-                batch: t.batch,
-                seq: t.seq,
-                attention: t.attention,
-                checkpointing: t.checkpointing,
-                lora: t.lora,
-                gpu: Some(q.gpu.spec().compute_capability),
-                adam8bit: t.adam8bit,
-            };
-            // After `prepare_model_for_kbit_training` the embeddings are
-            // float32, and so is every activation.
-            let stepped = HfConfig {
-                dtype: if four { Dtype::Float32 } else { q.dtype },
-                ..q.config
-            };
+            let gpu = Some(q.gpu.spec().compute_capability);
+            let (stepped, run) = step_of(&loaded, &t, gpu, q.torch);
             step::play_with(&stepped, run, params, &mut player)?
         }
     }
