@@ -78,8 +78,7 @@ mod tests {
         round_trip(stats::EventAction::ALL_BY_NAME);
         round_trip(gpu::GpuModel::ALL_BY_NAME);
         round_trip(train::kinds::Norm::ALL_BY_NAME);
-        #[cfg(feature = "hf-models")]
-        round_trip(train::hf::generate::Cache::ALL_BY_NAME);
+        round_trip(train::kv_cache::Cache::ALL_BY_NAME);
         round_trip(command::ModelKind::ALL_BY_NAME);
         round_trip(command::LossHistory::ALL_BY_NAME);
         round_trip(device::DeviceKind::ALL_BY_NAME);

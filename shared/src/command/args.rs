@@ -4,6 +4,7 @@
 use super::Amp;
 use crate::error::Invalid;
 use crate::train::kinds::{Attention, CnnShape, Norm, TransformerShape};
+pub use crate::train::kv_cache::Cache;
 use crate::train::spec::{Kind, ModelSpec};
 use crate::train::OptimizerKind;
 use crate::types::{Category, Dtype};
@@ -425,23 +426,6 @@ fn is_true(b: &bool) -> bool {
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {
     *v == T::default()
 }
-
-/// How `generate` keeps the keys and values: transformers'
-/// `DynamicCache` (grown by `torch.cat` every token) or `StaticCache`
-/// (`cache_implementation="static"`: the whole length made at the
-/// prefill).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Cache {
-    #[default]
-    Dynamic,
-    Static,
-}
-
-crate::by_name::read_by_name!(Cache {
-    Dynamic = "dynamic",
-    Static = "static",
-});
 
 /// `name = model.generate(input_ids, max_new_tokens=new_tokens)` under
 /// `no_grad`, greedy: a Hugging Face model's prefill over the prompt, then

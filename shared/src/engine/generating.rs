@@ -18,28 +18,10 @@ use crate::train::hf::params::parameters;
 use crate::train::hf::plan::{kbit_prepare, load_model, lora_adapters, LoadStep};
 use crate::train::hf::step::Quant4;
 use crate::train::hf::{known, HfConfig};
+use crate::train::hf_state::HfModelState;
 use crate::types::{Category, Dtype, Framework};
 use crate::units::{format_size, TIB};
 use serde_json::{json, Value};
-
-/// A Hugging Face model on the device.
-#[derive(Clone, Debug)]
-pub struct HfModelState {
-    /// The shipped shape's name, or the config's class.
-    pub label: String,
-    /// The config, its `dtype` the one the weights were loaded in.
-    pub config: HfConfig,
-    /// peft's LoRA of this rank.
-    pub lora: Option<u64>,
-    /// QLoRA: bitsandbytes' 4-bit weights.
-    pub quant: Option<Quant4>,
-    /// `prepare_model_for_kbit_training` ran on it.
-    pub prepared: bool,
-    /// Its tensors on the device, by name.
-    pub tensors: Vec<(String, ObjId)>,
-    /// The gradients its parameters hold (`.grad`).
-    pub grads: Vec<ObjId>,
-}
 
 impl Engine {
     /// `kind: "hf"`: the model from its config.json (or a shipped shape's

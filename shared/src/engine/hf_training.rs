@@ -19,33 +19,11 @@ use crate::train::hf::generate::{Holds, Program, Step};
 use crate::train::hf::params::parameters;
 use crate::train::hf::plan::{adam_state, step_of, Training};
 use crate::train::hf::step;
+use crate::train::hf_state::{HfOptimizer, HfStep};
 use crate::train::kinds::step::Attention;
 use crate::train::OptimizerKind;
 use crate::types::{Category, Dtype};
 use crate::units::format_size;
-
-/// An optimizer over a Hugging Face model's trainable parameters.
-#[derive(Clone, Debug)]
-pub struct HfOptimizer {
-    pub model: ObjId,
-    /// bitsandbytes' `AdamW8bit`.
-    pub adam8bit: bool,
-    /// Its state, made at the first `step()`.
-    pub state: bool,
-}
-
-/// A forward whose step is under way: the program, where it stands, and
-/// who holds each live tensor.
-#[derive(Clone, Debug)]
-pub struct HfStep {
-    pub model: ObjId,
-    program: Program,
-    /// The next step of the program to play.
-    at: usize,
-    slots: Vec<Option<(ObjId, ObjId)>>,
-    /// `backward()` ran.
-    backward: bool,
-}
 
 /// Where a phase of the program ends.
 fn phase_end(p: &Program, from: usize, phase: &'static str) -> usize {

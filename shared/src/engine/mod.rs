@@ -46,10 +46,6 @@ use crate::units::format_size;
 use serde_json::Value;
 
 pub use crate::process::DEFAULT_EVENT_CAPACITY;
-#[cfg(feature = "hf-models")]
-pub use generating::HfModelState;
-#[cfg(feature = "hf-models")]
-pub use hf_training::{HfOptimizer, HfStep};
 
 /// The longest name accepted.
 pub const MAX_NAME_LEN: usize = 64;

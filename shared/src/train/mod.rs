@@ -20,10 +20,13 @@ pub mod executor;
 pub mod frame;
 #[cfg(feature = "hf-models")]
 pub mod hf;
+#[cfg(feature = "hf-models")]
+pub mod hf_state;
 pub mod init;
 #[cfg(feature = "device-values")]
 pub mod kernels;
 pub mod kinds;
+pub mod kv_cache;
 pub mod optim;
 pub mod optimizer;
 pub mod spec;
@@ -166,12 +169,12 @@ pub struct TrainState {
     pub cublas: cublas::CublasWorkspaces,
     /// Hugging Face models (`generate` runs them).
     #[cfg(feature = "hf-models")]
-    pub hf: IdMap<crate::engine::HfModelState>,
+    pub hf: IdMap<hf_state::HfModelState>,
     /// Optimizers over them, and their steps under way (by the loss's graph).
     #[cfg(feature = "hf-models")]
-    pub hf_optimizers: IdMap<crate::engine::HfOptimizer>,
+    pub hf_optimizers: IdMap<hf_state::HfOptimizer>,
     #[cfg(feature = "hf-models")]
-    pub hf_steps: IdMap<crate::engine::HfStep>,
+    pub hf_steps: IdMap<hf_state::HfStep>,
 }
 
 impl TrainState {

@@ -23,7 +23,7 @@ use crate::error::Invalid;
 use crate::train::kinds::step::Attention;
 use crate::types::Dtype;
 
-pub use crate::command::Cache;
+pub use crate::train::kv_cache::Cache;
 
 /// One `generate` call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,0 +1,50 @@
+//! What the kernel keeps of its Hugging Face models: each model's
+//! config and tensors, the optimizers over them, and the training steps
+//! under way (`engine::generating`, `engine::hf_training` act on them).
+
+use super::hf::generate::Program;
+use super::hf::step::Quant4;
+use super::hf::HfConfig;
+use crate::runtime::ObjId;
+
+/// A Hugging Face model on the device.
+#[derive(Clone, Debug)]
+pub struct HfModelState {
+    /// The shipped shape's name, or the config's class.
+    pub label: String,
+    /// The config, its `dtype` the one the weights were loaded in.
+    pub config: HfConfig,
+    /// peft's LoRA of this rank.
+    pub lora: Option<u64>,
+    /// QLoRA: bitsandbytes' 4-bit weights.
+    pub quant: Option<Quant4>,
+    /// `prepare_model_for_kbit_training` ran on it.
+    pub prepared: bool,
+    /// Its tensors on the device, by name.
+    pub tensors: Vec<(String, ObjId)>,
+    /// The gradients its parameters hold (`.grad`).
+    pub grads: Vec<ObjId>,
+}
+
+/// An optimizer over a Hugging Face model's trainable parameters.
+#[derive(Clone, Debug)]
+pub struct HfOptimizer {
+    pub model: ObjId,
+    /// bitsandbytes' `AdamW8bit`.
+    pub adam8bit: bool,
+    /// Its state, made at the first `step()`.
+    pub state: bool,
+}
+
+/// A forward whose step is under way: the program, where it stands, and
+/// who holds each live tensor.
+#[derive(Clone, Debug)]
+pub struct HfStep {
+    pub model: ObjId,
+    pub program: Program,
+    /// The next step of the program to play.
+    pub at: usize,
+    pub slots: Vec<Option<(ObjId, ObjId)>>,
+    /// `backward()` ran.
+    pub backward: bool,
+}
