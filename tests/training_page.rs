@@ -685,3 +685,57 @@ async fn the_generate_panel_loads_a_model_and_generates() {
     let _ = stop_tx.send(());
     let _ = std::fs::remove_dir_all(profile);
 }
+
+/// Fine-tuning from the Generate panel: QLoRA's model (4 bits, prepared,
+/// LoRA on every linear layer), AdamW and token sequences, then a step;
+/// the numbers are the engine's for the same lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_generate_panel_fine_tunes_with_qlora() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let lines = r#"{"cmd":"model","name":"model","kind":"hf","config":"Qwen2.5-0.5B","quantization":"nf4","dtype":"bfloat16"}
+{"cmd":"prepare_kbit","model":"model"}
+{"cmd":"lora","model":"model","rank":8,"all_linear":true}
+{"cmd":"optimizer","name":"opt","model":"model","kind":"adamw"}
+{"cmd":"data","name":"data","samples":64,"features":256,"classes":151936}
+{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":1,"batch_size":2,"checkpointing":true,"attention":"sdpa"}"#;
+    let (records, _, _) = vramlab_tests::run_stdin(lines, &[]);
+    assert!(records.iter().all(|r| r["ok"] == true), "{records:?}");
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let addr = serve_on(0, stop_rx).await;
+    let (mut browser, events, profile) = launch("generate-fine-tune").await;
+    let page = open(&browser, &format!("http://{addr}/")).await;
+    pick(&page, "hf-shape", "Qwen2.5-0.5B").await;
+    set_input(&page, "hf-rank", "8").await;
+    set_input(&page, "hf-seq", "256").await;
+    set_input(&page, "hf-batch", "2").await;
+    let before = results(&page).await;
+    click(&page, "btn-hf-finetune").await;
+    until(&page, &format!("{COUNT} >= {}", before + 5)).await;
+    press(&page, "btn-hf-train").await;
+    let after = &records[5]["stats"];
+    assert_eq!(
+        allocated(&page).await,
+        after["allocated_bytes"].as_u64().unwrap()
+    );
+    assert_eq!(
+        peak(&page).await,
+        after["peak_allocated_bytes"].as_u64().unwrap()
+    );
+    let code = js(&page, "document.getElementById('code').textContent").await;
+    let code = code.as_str().unwrap();
+    assert!(
+        code.contains("prepare_model_for_kbit_training(model)"),
+        "{code}"
+    );
+    assert!(
+        code.contains("model(input_ids=ids, labels=ids).loss"),
+        "{code}"
+    );
+    page.close().await.unwrap();
+    browser.close().await.unwrap();
+    let _ = events.await;
+    let _ = stop_tx.send(());
+    let _ = std::fs::remove_dir_all(profile);
+}
