@@ -457,11 +457,6 @@ fn LossCurve(app: App, kind: RwSignal<ModelKind>) -> impl IntoView {
         }
         match (losses.first(), losses.last()) {
             (Some(a), Some(b)) => format!("step {done} of {}: loss {a:.4} → {b:.4}", play.total.get()),
-            _ if play.shape_only.get() && kind.get() != ModelKind::Mlp && crate::socket::is_page() => format!(
-                "step {done} of {}: shape-only: {}, so there is no loss to plot.",
-                play.total.get(),
-                vramlab_shared::train::cpu::NOT_IN_THIS_BUILD
-            ),
             _ if play.shape_only.get() => format!(
                 "step {done} of {}: shape-only (this model's step is too big to compute here), so there is no loss to plot; {} compute it.",
                 play.total.get(),
