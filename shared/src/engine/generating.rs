@@ -11,7 +11,7 @@ use crate::command::{Cache, GenerateArgs, LoraArgs, ModelArgs, ModelRef};
 use crate::error::{CommandError, ErrorKind};
 use crate::process::{AllocFailure, Process};
 use crate::runtime::{Class, ObjId, ObjectKind};
-use crate::train::cublas::{BlasThread, CublasWorkspaces, Gemm};
+use crate::train::cublas::{BlasThread, CublasWorkspaces};
 use crate::train::frame::PyFrame;
 use crate::train::hf::generate::{self, Generation, Holds, Made, Sink, Step};
 use crate::train::hf::params::parameters;
@@ -503,20 +503,7 @@ impl Sink for EngineSink<'_> {
         if self.failure.is_some() {
             return usize::MAX;
         }
-        let (category, what) = match m.holds {
-            Holds::KvCache => (Category::KvCache, "KV cache"),
-            Holds::Ids => (Category::Input, "token ids"),
-            Holds::Logits => (Category::Activation, "logits"),
-            Holds::Workspace => (Category::Workspace, "workspace"),
-            _ => (Category::Activation, "activation"),
-        };
-        let label = match m.layer {
-            Some(l) => format!("generate: {} (layer {l}, {what})", m.op),
-            None => format!("generate: {} ({what})", m.op),
-        };
-        let made =
-            self.process
-                .alloc_tensor(&label, m.bytes, vec![m.bytes], Dtype::Uint8, category);
+        let made = super::made::alloc(self.process, self.cublas, m, BlasThread::Main);
         let id = match made {
             Ok(id) => id,
             Err(f) => {
@@ -525,18 +512,8 @@ impl Sink for EngineSink<'_> {
             }
         };
         self.frame.locals.push(id);
-        if category == Category::KvCache {
+        if m.holds == Holds::KvCache {
             self.kv_peak = self.kv_peak.max(self.kv_held());
-        }
-        let gemm = match m.op {
-            "mm" | "bmm" => Some(Gemm::Cublas),
-            "addmm" => Some(Gemm::Lt),
-            _ => None,
-        };
-        if let Some(gemm) = gemm {
-            if let Err(f) = self.cublas.call(self.process, BlasThread::Main, gemm) {
-                self.failure = Some(f);
-            }
         }
         self.slots.push(Some(id));
         self.slots.len() - 1

@@ -11,9 +11,9 @@
 use super::{check_name, error, Engine, Outcome};
 use crate::command::{ForwardArgs, OptimizerArgs, TrainArgs};
 use crate::error::{CommandError, ErrorKind};
-use crate::process::{AllocFailure, Process};
+use crate::process::AllocFailure;
 use crate::runtime::{Class, ObjId, ObjectKind};
-use crate::train::cublas::{BlasThread, CublasWorkspaces, Gemm};
+use crate::train::cublas::BlasThread;
 use crate::train::frame::PyFrame;
 use crate::train::hf::generate::{Holds, Program, Step};
 use crate::train::hf::params::parameters;
@@ -249,7 +249,7 @@ impl Engine {
             match s {
                 Step::Alloc(i) => {
                     let m = pending.program.made[i];
-                    let id = alloc_made(k, cublas, m, thread)?;
+                    let id = super::made::alloc(k, cublas, m, thread)?;
                     frame.locals.push(id);
                     if pending.slots.len() <= i {
                         pending.slots.resize(i + 1, None);
@@ -290,40 +290,6 @@ impl Engine {
         }
         Ok(())
     }
-}
-
-/// A tensor of the step made on the kernel, and a matrix product's
-/// cuBLAS workspace as the release gives it.
-fn alloc_made(
-    k: &mut Process,
-    cublas: &mut CublasWorkspaces,
-    m: crate::train::hf::generate::Made,
-    thread: BlasThread,
-) -> Result<ObjId, AllocFailure> {
-    let category = match m.holds {
-        Holds::Gradient => Category::Gradient,
-        Holds::Optimizer => Category::OptimizerState,
-        Holds::Workspace => Category::Workspace,
-        Holds::Ids => Category::Input,
-        _ => Category::Activation,
-    };
-    let label = match m.layer {
-        Some(l) => format!("{} (layer {l}, {})", m.op, m.holds.name()),
-        None => format!("{} ({})", m.op, m.holds.name()),
-    };
-    let id = k.alloc_tensor(&label, m.bytes, vec![m.bytes], Dtype::Uint8, category)?;
-    let gemm = match m.op {
-        "mm" | "bmm" => Some(Gemm::Cublas),
-        "addmm" => Some(Gemm::Lt),
-        _ => None,
-    };
-    if let Some(gemm) = gemm {
-        if let Err(f) = cublas.call(k, thread, gemm) {
-            k.drop_local(id);
-            return Err(f);
-        }
-    }
-    Ok(id)
 }
 
 /// Whether the tensor `name` trains: with LoRA the adapters; else every

@@ -18,6 +18,8 @@ mod generating;
 #[cfg(feature = "hf-models")]
 mod hf_training;
 mod jitted;
+#[cfg(feature = "hf-models")]
+mod made;
 mod objects;
 #[cfg(feature = "device-values")]
 mod on_device;
