@@ -292,3 +292,35 @@ pub async fn open_snapshots(browser: &Browser, url: &str) -> Page {
     until(&page, "document.getElementById('snapshot-file') !== null").await;
     page
 }
+
+/// Builds a transformer small enough to compute (1 layer of width 32,
+/// sequences of 16 over 64 words, batch 8) and plays 30 steps; the loss of
+/// the first and of the last, as the page says them.
+pub async fn small_transformer_losses(page: &Page) -> (f64, f64) {
+    js(page, "(() => { const s = document.getElementById('model-kind'); s.value = 'transformer'; s.dispatchEvent(new Event('change', {bubbles: true})); })()").await;
+    for (id, value) in [
+        ("layers", "1"),
+        ("width", "32"),
+        ("heads", "2"),
+        ("seq-slider", "4"),
+        ("vocab", "64"),
+        ("batch", "8"),
+        ("steps", "30"),
+    ] {
+        set_input(page, id, value).await;
+    }
+    js(page, "(() => { const s = document.getElementById('play-speed'); s.value = '0'; s.dispatchEvent(new Event('change', {bubbles: true})); })()").await;
+    click(page, "btn-build").await;
+    until(page, &format!("{COUNT} >= 3")).await;
+    click(page, "btn-play").await;
+    let done =
+        "document.getElementById('play-status').textContent.startsWith('step 30 of 30: loss')";
+    until(page, done).await;
+    let status = js(page, "document.getElementById('play-status').textContent").await;
+    let status = status.as_str().unwrap();
+    let (first, last) = status
+        .trim_start_matches("step 30 of 30: loss ")
+        .split_once(" → ")
+        .unwrap();
+    (first.parse().unwrap(), last.parse().unwrap())
+}

@@ -709,34 +709,7 @@ async fn a_small_transformer_learns_with_no_server() {
     let (browser, events, profile) = launch("static-learns").await;
     let page = open_static(&browser, &format!("http://127.0.0.1:{port}/")).await;
     until(&page, "document.getElementById('status').textContent === 'no server answered: the engine runs in this page'").await;
-    js(&page, "(() => { const s = document.getElementById('model-kind'); s.value = 'transformer'; s.dispatchEvent(new Event('change', {bubbles: true})); })()").await;
-    for (id, value) in [
-        ("layers", "1"),
-        ("width", "32"),
-        ("heads", "2"),
-        ("seq-slider", "4"),
-        ("vocab", "64"),
-        ("batch", "8"),
-        ("steps", "30"),
-    ] {
-        set_input(&page, id, value).await;
-    }
-    js(&page, "(() => { const s = document.getElementById('play-speed'); s.value = '0'; s.dispatchEvent(new Event('change', {bubbles: true})); })()").await;
-    click(&page, "btn-build").await;
-    until(&page, &format!("{COUNT} >= 3")).await;
-    click(&page, "btn-play").await;
-    until(
-        &page,
-        "document.getElementById('play-status').textContent.startsWith('step 30 of 30: loss')",
-    )
-    .await;
-    let status = js(&page, "document.getElementById('play-status').textContent").await;
-    let status = status.as_str().unwrap();
-    let (first, last) = status
-        .trim_start_matches("step 30 of 30: loss ")
-        .split_once(" → ")
-        .unwrap();
-    let (first, last): (f64, f64) = (first.parse().unwrap(), last.parse().unwrap());
-    assert!(last < 0.8 * first, "{status}");
+    let (first, last) = small_transformer_losses(&page).await;
+    assert!(last < 0.8 * first, "{first} → {last}");
     finish(browser, events, profile).await;
 }

@@ -425,33 +425,8 @@ async fn a_small_transformer_learns_in_the_page() {
     let (browser, events, profile) = launch("learns").await;
     let page = open(&browser, &format!("http://{addr}/")).await;
     until(&page, "document.getElementById('model-kind')").await;
-    pick_kind(&page, "transformer").await;
-    for (id, value) in [
-        ("layers", "1"),
-        ("width", "32"),
-        ("heads", "2"),
-        ("seq-slider", "4"),
-        ("vocab", "64"),
-        ("batch", "8"),
-        ("steps", "30"),
-    ] {
-        set_input(&page, id, value).await;
-    }
-    js(&page, "(() => { const s = document.getElementById('play-speed'); s.value = '0'; s.dispatchEvent(new Event('change', {bubbles: true})); })()").await;
-    click(&page, "btn-build").await;
-    until(&page, &format!("{COUNT} >= 3")).await;
-    click(&page, "btn-play").await;
-    let done =
-        "document.getElementById('play-status').textContent.startsWith('step 30 of 30: loss')";
-    until(&page, done).await;
-    let status = js(&page, "document.getElementById('play-status').textContent").await;
-    let status = status.as_str().unwrap();
-    let (first, last) = status
-        .trim_start_matches("step 30 of 30: loss ")
-        .split_once(" → ")
-        .unwrap();
-    let (first, last): (f64, f64) = (first.parse().unwrap(), last.parse().unwrap());
-    assert!(last < 0.8 * first, "{status}");
+    let (first, last) = small_transformer_losses(&page).await;
+    assert!(last < 0.8 * first, "{first} → {last}");
     let points = js(&page, "document.querySelector('#loss-curve polyline').getAttribute('points').trim().split(' ').length").await;
     assert_eq!(points, 30);
     shot(&page, "transformer-learns.png").await;

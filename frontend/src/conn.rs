@@ -1,7 +1,7 @@
 //! Connects the page to an engine: the server's websocket (resuming the
 //! session kept in sessionStorage, or watching one; reconnecting on its own
 //! when the connection drops), or the engine in this page, in a Web Worker
-//! running the same wasm (`worker`). Automatic: the server when one answers,
+//! running the engine's wasm (`worker`). Automatic: the server when one answers,
 //! else the page. Either way every message goes to `App::handle`.
 
 use crate::socket::{self, Link};

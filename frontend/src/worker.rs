@@ -1,5 +1,5 @@
 //! The engine's side of the engine in the page: in a Web Worker that loads
-//! the same wasm as the page, a `LocalSession` answers the page's messages
+//! the engine's wasm (`bin/vramlab-engine.rs`), a `LocalSession` answers the page's messages
 //! with the messages a server would send. A worker named [`RESUME`] starts
 //! from its first message instead (`conn::restart_page`, `stopping`).
 
