@@ -140,6 +140,7 @@ fn every_lesson_runs_as_python_with_the_lessons_numbers() {
 /// autocast and checkpointing, a forward under no_grad), vramlab's GPT
 /// with fused attention and a CNN side by side, a Hugging Face model's
 /// generate (the Generate panel: a type, eager attention, either cache),
+/// QLoRA's statements on a config of its own (saved, then loaded in 4 bits),
 /// and Keras's fit.
 #[test]
 fn the_controls_code_runs_again_with_their_numbers() {
@@ -170,6 +171,16 @@ fn the_controls_code_runs_again_with_their_numbers() {
 {"cmd":"model","name":"model","kind":"hf","config":"Qwen/Qwen2.5-0.5B","dtype":"float16"}
 {"cmd":"generate","name":"out","model":"model","batch_size":4,"prompt_len":256,"new_tokens":32,"cache":"static","attention":"eager"}
 {"cmd":"generate","name":"out","model":"model","batch_size":8,"prompt_len":64,"new_tokens":16}"#,
+        r#"{"cmd":"restart","framework":"pytorch"}
+{"cmd":"model","name":"model","kind":"hf","config":{"model_type":"llama","hidden_size":256,"intermediate_size":512,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":1000},"quantization":"nf4","dtype":"bfloat16"}
+{"cmd":"prepare_kbit","model":"model"}
+{"cmd":"lora","model":"model","rank":8,"all_linear":true}
+{"cmd":"optimizer","name":"opt","model":"model","kind":"adamw"}
+{"cmd":"alloc","name":"ids","shape":[2,64],"dtype":"int64"}
+{"cmd":"forward","name":"loss","model":"model","data":"","batch_size":2,"checkpointing":true,"attention":"sdpa","batch":["ids","ids"]}
+{"cmd":"backward","name":"loss"}
+{"cmd":"step","optimizer":"opt"}
+{"cmd":"zero_grad","optimizer":"opt","set_to_none":true}"#,
         r#"{"cmd":"restart","framework":"tensorflow","allow_growth":true}
 {"cmd":"model","name":"model","layers":2,"width":256}
 {"cmd":"optimizer","name":"opt","model":"model","kind":"adam"}
@@ -192,8 +203,13 @@ fn the_controls_code_runs_again_with_their_numbers() {
         let settings = serde_json::to_string(&cells[0].settings).unwrap();
         let run = vramlab_tests::python_run_with(&cells[0].code, &settings);
         assert!(run.success, "{}\n{}", cells[0].code, run.stderr);
-        // A generate's peaks too: the shims' `generate` is the engine's.
-        let compared = if text.contains("\"generate\"") { 4 } else { 2 };
+        // A Hugging Face model's peaks too: the shims' `generate` and step
+        // are the engine's.
+        let compared = if text.contains("\"kind\":\"hf\"") {
+            4
+        } else {
+            2
+        };
         let got = run.numbers.map(|n| n[..compared].to_vec());
         assert_eq!(got, Some(want[..compared].to_vec()), "{}", cells[0].code);
     }
