@@ -46,8 +46,14 @@
 #     by CPython with the real frameworks, the bytes after every statement;
 #   - PROVENANCE.md: the command, GPU, driver, CUDA and every version, and
 #     each part's exit status and seconds.
+# The machine needs no internet: the hub part writes a Hugging Face cache
+# of the shipped configs (and random weights for the repos in HUB_WEIGHTS,
+# which snippets and lessons load with from_pretrained) for the parts after
+# it, offline (tests/reference/offline_hub.py), in HUB (default a temporary
+# folder; /dev/shm/hub is quicker where memory allows).
 # PARTS="replays gpu_step" runs only those parts (their files are rewritten,
-# the others kept).
+# the others kept). SNIPPETS="44- 45-" and LESSONS="20- 21-" run only the
+# snippets and lessons whose names start so, kept beside the earlier run's.
 # CI then checks the simulator against them: cargo test --test golden.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -76,7 +82,7 @@ export PYTHONUNBUFFERED=1 BIN GOLDEN REF WORK ROOT GPU_TEST
 # part NAME SECONDS COMMAND...: runs it with a time limit, its output in
 # logs/NAME.log, and notes its exit status and seconds.
 PARTS_GIVEN=${PARTS:-}
-PARTS=${PARTS:-replays workspaces gpu_step xla_step hf_steps hf_families qlora snapshots graph_snapshots lessons jax_alloc screenshot python_snippets lessons_python kernels contexts speed speed_vramlab kernel_times}
+PARTS=${PARTS:-hub replays workspaces gpu_step xla_step hf_steps hf_families qlora snapshots graph_snapshots lessons jax_alloc screenshot python_snippets lessons_python kernels contexts speed speed_vramlab kernel_times}
 part() {
   local name=$1 limit=$2 start rc
   shift 2
@@ -166,9 +172,28 @@ kernels() {
     "$GPU_TEST" --ignored --nocapture --test-threads 1 --skip the_speed
 }
 
-export -f workspaces snapshots graph_snapshots lessons contexts replays kernels
+# The Hugging Face hub, offline: every part after the first group reads it.
+export HF_HUB_CACHE="${HUB:-$WORK/hub}" HF_HUB_OFFLINE=1
+HUB_WEIGHTS=${HUB_WEIGHTS:-meta-llama/Llama-3.2-1B meta-llama/Llama-3.1-8B}
+export HUB_WEIGHTS
+
+# python_snippets and lessons_python: all of them, or those SNIPPETS and
+# LESSONS name beside the earlier run's.
+python_snippets() {
+  XLA_PYTHON_CLIENT_PREALLOCATE=true python3 "$REF/python_snippets.py" tests/python ${SNIPPETS:-} \
+    ${SNIPPETS:+--merge "$GOLDEN/python-snippets.json"} > "$WORK/python-snippets.json" &&
+    mv "$WORK/python-snippets.json" "$GOLDEN/python-snippets.json"
+}
+lessons_python() {
+  python3 "$REF/lesson_python_gpu.py" tests/lessons ${LESSONS:-} \
+    ${LESSONS:+--merge "$GOLDEN/lessons-python.json"} > "$WORK/lessons-python.json" &&
+    mv "$WORK/lessons-python.json" "$GOLDEN/lessons-python.json"
+}
+
+export -f workspaces snapshots graph_snapshots lessons contexts replays kernels python_snippets lessons_python
 started=$(date -u +%FT%TZ)
 # Side by side: each measures its own process's allocator.
+part hub 240 bash -c 'python3 "$REF/offline_hub.py" "$HF_HUB_CACHE" --weights $HUB_WEIGHTS' &
 part replays 240 bash -c replays &
 part workspaces 240 bash -c workspaces &
 part gpu_step 240 bash -c 'python3 "$REF/gpu_step.py" > "$GOLDEN/gpu_step.json" &&
@@ -186,8 +211,8 @@ part jax_alloc 60 bash -c 'export XLA_PYTHON_CLIENT_PREALLOCATE=false;
 part screenshot 150 bash -c 'python3 "$REF/gpu_screenshot.py" "$BIN" "${DIST:-dist}" "${CHROMIUM:-chromium}" "$GOLDEN" > "$GOLDEN/playground-cuda.json"' &
 wait
 # Alone: the device's used memory and the clock are shared by every process.
-part python_snippets 300 bash -c 'XLA_PYTHON_CLIENT_PREALLOCATE=true python3 "$REF/python_snippets.py" tests/python > "$GOLDEN/python-snippets.json"'
-part lessons_python 420 bash -c 'python3 "$REF/lesson_python_gpu.py" tests/lessons > "$GOLDEN/lessons-python.json"'
+part python_snippets 300 bash -c python_snippets
+part lessons_python 420 bash -c lessons_python
 part kernels 180 bash -c 'kernels > "$GOLDEN/gpu-kernels.txt" 2>&1'
 part contexts 90 bash -c contexts
 part speed 90 bash -c 'python3 "$REF/gpu_speed.py" > "$GOLDEN/speed-pytorch.json"'
@@ -206,7 +231,7 @@ part kernel_times 120 bash -c '[[ -x "$GPU_TEST" ]] && rm -f "$GOLDEN/kernel-tim
   python3 - <<'PY'
 import importlib, platform
 print("python", platform.python_version())
-for m in ("torch", "jax", "jaxlib", "transformers", "peft", "optax", "vllm", "tensorflow"):
+for m in ("torch", "jax", "jaxlib", "transformers", "peft", "bitsandbytes", "optax", "vllm", "tensorflow"):
     try:
         print(m, importlib.import_module(m).__version__)
     except Exception as e:

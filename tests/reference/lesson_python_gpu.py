@@ -42,6 +42,18 @@ import time
 # (shared/src/framework.rs: DEFAULT_TOTAL_BYTES, DEFAULT_CONTEXT_BYTES).
 DEFAULT_TOTAL_BYTES = 15837691904
 DEFAULT_CONTEXT_BYTES = 314572800
+# The cards a lesson may name (shared/src/gpu.rs: GpuModel::spec): total
+# bytes as cudaMemGetInfo reports them, and the context.
+MIB = 1 << 20
+GPU_MODELS = {
+    "t4": (15104 * MIB, 300 * MIB),
+    "l4": (22579 * MIB, 300 * MIB),
+    "a100-40gb": (40335 * MIB, 300 * MIB),
+    "a100-80gb": (81050 * MIB, 300 * MIB),
+    "rtx-4090": (24218 * MIB, 300 * MIB),
+    "h100-80gb": (85017493504, 618 * MIB),
+    "h200": (143166 * MIB, 300 * MIB),
+}
 
 # The frameworks are imported by name: the shims' runner reads a cell's
 # import lines to know its framework.
@@ -125,14 +137,14 @@ def fraction_of(target, real_total):
 def environment(name, settings, real_total):
     path = [MODELS] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(path))
-    total = settings.get("device_total_bytes", DEFAULT_TOTAL_BYTES)
+    total, context = GPU_MODELS[settings["gpu"]] if "gpu" in settings else (DEFAULT_TOTAL_BYTES,
+                                                                             DEFAULT_CONTEXT_BYTES)
+    total = settings.get("device_total_bytes", total)
     framework = settings.get("framework", "pytorch")
-    if "gpu" in settings:
-        raise SystemExit("a lesson naming a GPU model: its total and context are the model's")
     if framework == "pytorch":
         if os.environ.get("SNAPSHOTS"):
             env["VRAMLAB_GPU_SNAPSHOT"] = os.path.join(os.environ["SNAPSHOTS"], name + ".pickle")
-        env["VRAMLAB_GPU_LIMIT_BYTES"] = str(total - settings.get("context_bytes", DEFAULT_CONTEXT_BYTES))
+        env["VRAMLAB_GPU_LIMIT_BYTES"] = str(total - settings.get("context_bytes", context))
         if settings.get("expandable_segments"):
             env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     elif framework == "jax":
@@ -175,7 +187,7 @@ def run(path, real_total):
 
 def versions():
     out = {"python": sys.version.split()[0]}
-    for m in ("torch", "jax", "tensorflow"):
+    for m in ("torch", "jax", "tensorflow", "transformers", "peft", "bitsandbytes"):
         try:
             out[m] = importlib.import_module(m).__version__
         except Exception as e:
@@ -183,14 +195,22 @@ def versions():
     return out
 
 
-def main(folder):
+def main(folder, prefixes, merge):
+    """Runs the lessons whose names start with one of `prefixes` (all where
+    none); with `merge`, an earlier run's file, keeps its other lessons."""
     real_total = int(subprocess.check_output(
         [sys.executable, "-c", "import torch; print(torch.cuda.mem_get_info()[1])"]).strip())
-    files = sorted(glob.glob(os.path.join(folder, "*.k[0-9]*.py")))
+    files = sorted(f for f in glob.glob(os.path.join(folder, "*.k[0-9]*.py"))
+                   if not prefixes or os.path.basename(f).startswith(tuple(prefixes)))
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         lessons = list(pool.map(lambda f: run(f, real_total), files))
     for e in lessons:
         print(e["file"], e.get("skipped") or "exit %s" % e["exit"], file=sys.stderr)
+    if merge:
+        with open(merge) as f:
+            earlier = json.load(f)["lessons"]
+        ran = {e["file"] for e in lessons}
+        lessons = sorted([e for e in earlier if e["file"] not in ran] + lessons, key=lambda e: e["file"])
     json.dump({"versions": versions(), "device_total_bytes": real_total, "lessons": lessons},
               sys.stdout, indent=1, sort_keys=True)
     print()
@@ -200,4 +220,10 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--instrument"]:
         sys.stdout.write(instrument(open(sys.argv[2]).read()))
     else:
-        main(sys.argv[1] if len(sys.argv) > 1 else "tests/lessons")
+        import argparse
+        p = argparse.ArgumentParser()
+        p.add_argument("folder", nargs="?", default="tests/lessons")
+        p.add_argument("prefixes", nargs="*", help="only the lessons whose file names start so")
+        p.add_argument("--merge", help="an earlier lessons-python.json whose other lessons are kept")
+        a = p.parse_args()
+        main(a.folder, a.prefixes, a.merge)

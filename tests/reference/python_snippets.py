@@ -4,7 +4,10 @@ printed, its exit status and its last error line, as JSON on standard
 output. `scripts/gpu-check.sh` writes it to tests/golden/python-snippets.json,
 beside the `.out` files vramlab's shims must print.
 
-    python3 tests/reference/python_snippets.py tests/python
+    python3 tests/reference/python_snippets.py tests/python [PREFIX...] [--merge FILE]
+
+With prefixes, only the snippets whose names start so run; `--merge` keeps
+an earlier run's other snippets.
 """
 
 import concurrent.futures
@@ -19,7 +22,7 @@ import time
 
 def versions():
     out = {"python": sys.version.split()[0]}
-    for m in ("torch", "jax", "tensorflow"):
+    for m in ("torch", "jax", "tensorflow", "transformers", "peft", "bitsandbytes"):
         try:
             out[m] = importlib.import_module(m).__version__
         except Exception as e:  # not installed here
@@ -47,8 +50,9 @@ def run(path):
 ALONE = ("jax", "mem-get-info", "oom", "nvidia-smi")
 
 
-def main(folder):
-    paths = sorted(glob.glob(os.path.join(folder, "*.py")))
+def main(folder, prefixes, merge):
+    paths = sorted(p for p in glob.glob(os.path.join(folder, "*.py"))
+                   if not prefixes or os.path.basename(p).startswith(tuple(prefixes)))
     name = lambda path: os.path.splitext(os.path.basename(path))[0]
     alone = [p for p in paths if any(a in name(p) for a in ALONE)]
     together = [p for p in paths if p not in alone]
@@ -58,9 +62,18 @@ def main(folder):
     snippets = {n: runs[n] for n in map(name, paths)}
     for n, r in snippets.items():
         print(n, r["exit"], file=sys.stderr)
+    if merge:
+        with open(merge) as f:
+            snippets = dict(json.load(f)["snippets"], **snippets)
     json.dump({"versions": versions(), "snippets": snippets}, sys.stdout, indent=1, sort_keys=True)
     print()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "tests/python")
+    import argparse
+    p = argparse.ArgumentParser()
+    p.add_argument("folder", nargs="?", default="tests/python")
+    p.add_argument("prefixes", nargs="*")
+    p.add_argument("--merge")
+    a = p.parse_args()
+    main(a.folder, a.prefixes, a.merge)
