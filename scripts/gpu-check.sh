@@ -174,7 +174,7 @@ kernels() {
 
 # The Hugging Face hub, offline: every part after the first group reads it.
 export HF_HUB_CACHE="${HUB:-$WORK/hub}" HF_HUB_OFFLINE=1
-HUB_WEIGHTS=${HUB_WEIGHTS:-meta-llama/Llama-3.2-1B meta-llama/Llama-3.1-8B}
+HUB_WEIGHTS=${HUB_WEIGHTS-meta-llama/Llama-3.2-1B meta-llama/Llama-3.1-8B}
 export HUB_WEIGHTS
 
 # python_snippets and lessons_python: all of them, or those SNIPPETS and

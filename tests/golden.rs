@@ -460,6 +460,7 @@ fn the_snippets_print_on_a_gpu_what_the_shims_print() {
         ("25-no-grad", "the same"),
         ("31-matmul", "the same"),
         ("35-jax-arrays", "XLA preallocates 75% of the card"),
+        ("44-generate", "the same: generate's first product keeps one"),
         ("42-jax-optax", "the shims run the jitted step op by op (they say so): its temporaries come \
           and go between the new arrays, which then land in other chunks of XLA's BFC allocator, \
           and bytes_in_use counts whole chunks (one under twice the request is not split); XLA's \
@@ -479,6 +480,37 @@ fn the_snippets_print_on_a_gpu_what_the_shims_print() {
         compared += 1;
     }
     assert!(compared >= 26, "{compared} snippets compared");
+}
+
+/// Transformers' snippets (`44-generate.py`, `45-qlora.py`: Qwen3-0.6B's
+/// `generate`, QLoRA on Llama-3.2-1B loaded by `from_pretrained` with
+/// bitsandbytes' 4 bits, peft's preparation and adapters, two AdamW steps)
+/// print under the golden machine's release and card (PyTorch 2.11, an
+/// H100) every number the GPU printed, to the byte, but generate's peak.
+#[test]
+fn transformers_snippets_print_the_gpus_bytes_under_its_release() {
+    let golden = read_json(&golden().join("python-snippets.json"));
+    let settings = r#"{"framework":"pytorch","torch_version":"2.11","gpu":"h100-80gb"}"#;
+    for name in ["44-generate", "45-qlora"] {
+        let gpu = golden["snippets"][name]["stdout"].as_str().unwrap();
+        let source =
+            std::fs::read_to_string(root().join(format!("tests/python/{name}.py"))).unwrap();
+        let run = vramlab_tests::python_run_with(&source, settings);
+        for (ours, theirs) in run.stdout.lines().zip(gpu.lines()) {
+            // Not yet explained: 106,496 bytes (0.008%) under the GPU's.
+            // The large requests were the GPU's, in order (its snapshot);
+            // generate's small bookkeeping tensors the engine does not
+            // make (position ids, finished-sequence flags, the mask's
+            // checks) held about 34 KiB at its peak.
+            if ours.starts_with("peak in generate:") {
+                assert_eq!(theirs, "peak in generate: 1324149760");
+                assert_eq!(ours, "peak in generate: 1324043264");
+                continue;
+            }
+            assert_eq!(ours, theirs, "{name}: {}", run.stderr);
+        }
+        assert_eq!(run.stdout.lines().count(), gpu.lines().count(), "{name}");
+    }
 }
 
 /// The lessons as Python (`tests/lessons/*.kN.py`) run by CPython with real
@@ -501,6 +533,11 @@ fn the_lessons_python_marks_on_a_gpu_what_the_shims_mark() {
         ("02-cycle-needs-gc.k1.py", 9),
         ("02-cycle-needs-gc.k1.py", 11),
     ];
+    let addresses = "the CUDA driver's addresses (most likely; this lesson has no snapshot): in \
+                     snippet 44's generate on the same H100 the large requests were the engine's, \
+                     in order, but 37 of 81 segments came below the one before, the allocator's \
+                     best fit broke ties by address, and one 20 MiB segment fewer was made (its \
+                     replay with the recorded addresses is exact)";
     let cudnn = "cuDNN's convolution workspaces, cuDNN's own choice at run time (as in \
                  differences.json's CNN step): reserved up to 1.5 GB higher on the GPU; the small \
                  allocated difference at the first of these marks is not yet explained";
@@ -542,8 +579,39 @@ fn the_lessons_python_marks_on_a_gpu_what_the_shims_mark() {
          "not yet explained: the forward's peak is 32 KiB lower on the GPU"),
         ("06-activations-and-batch-size.k1.py", &[7, 10, 12], labels_first),
         ("07-optimizer-state.k1.py", &[8], labels_first),
+        ("20-generate-kv-cache.k1.py", &[6, 7], addresses),
+        ("20-generate-kv-cache.k1.py", &[8, 9],
+         "the dynamic cache ran out 59 MB (6 tokens) sooner on the GPU, its reserved 52 MB \
+          lower: where the cache's copies landed (the addresses, as above)"),
+        ("20-generate-kv-cache.k1.py", &[10, 11],
+         "the static cache's prefill ran out in an MLP (`down_proj(act_fn(gate_proj(x)) * \
+          up_proj(x))`, 640 MiB a product), and the GPU held 1.29 GiB less once it was caught: \
+          CPython drops the values on a failing frame's stack as the exception leaves it \
+          (act_fn's and up_proj's outputs here), where the engine keeps every tensor of the \
+          call on last_exception"),
+        ("21-qlora.k2.py", &[14, 15], "not yet explained: reserved 134 MB higher in the engine \
+          after the checkpointed 4-bit steps, every allocated byte and peak equal"),
+        ("21-qlora.k2.py", &[16],
+         "the four-sequence step ran out as the engine's did (the same peak and the same 19.76 \
+          GiB allocated in the message), but the GPU held 3.91 GiB (float32 logits' size) \
+          less once it was caught: a value the failing frames held on their stacks, as in \
+          lesson 20"),
         ("08-set-to-none.k1.py", &[8, 9],
          "not yet explained: a training step's peak is 4,096 bytes higher on the GPU"),
+    ];
+    // Lessons the GPU run stopped at `lesson_python_gpu.py`'s time limit:
+    // the marks before it are compared.
+    let timed_out: &[(&str, &str)] = &[
+        (
+            "20-generate-kv-cache.k1.py",
+            "240 s ran out in the last generate (256 x 1,024 tokens): the caching allocator at \
+          the T4's limit frees its cache and retries through much of it; marks 1-12 ran",
+        ),
+        (
+            "21-qlora.k1.py",
+            "240 s ran out (280 s alone in a second run) before the first mark: `from_config` \
+          initializes Llama-3.1-8B's 8 billion weights on the CPU",
+        ),
     ];
     let mut compared = 0;
     let mut differing = Vec::new();
@@ -578,8 +646,17 @@ fn the_lessons_python_marks_on_a_gpu_what_the_shims_mark() {
             .map(|l| l.split(' ').map(|n| n.parse().unwrap()).collect())
             .collect();
         let gpu: Vec<Vec<u64>> = serde_json::from_value(lesson["marks"].clone()).unwrap();
-        assert_eq!(lesson["exit"], 0, "{file} failed on the GPU");
-        assert_eq!(marks.len(), gpu.len(), "{file}: {}", run.stderr);
+        if lesson["exit"].is_null() {
+            // Stopped at the script's time limit: the marks it reached.
+            assert!(
+                timed_out.iter().any(|(f, _)| *f == file),
+                "{file} timed out on the GPU with no reason recorded"
+            );
+            assert!(marks.len() >= gpu.len(), "{file}: {}", run.stderr);
+        } else {
+            assert_eq!(lesson["exit"], 0, "{file} failed on the GPU");
+            assert_eq!(marks.len(), gpu.len(), "{file}: {}", run.stderr);
+        }
         for (sim, gpu) in marks.iter().zip(&gpu) {
             if sim != gpu {
                 differing.push((

@@ -17,6 +17,10 @@ pub struct RunSummary {
     pub mismatches: Vec<String>,
 }
 
+/// The events an exported snapshot keeps, as many as
+/// `torch.cuda.memory._record_memory_history(max_entries=1000000)` would.
+const EXPORT_EVENTS: usize = 1_000_000;
+
 pub struct RunOptions {
     pub check: bool,
     pub snapshot: bool,
@@ -34,6 +38,9 @@ pub fn run(
     options: &RunOptions,
 ) -> anyhow::Result<RunSummary> {
     let mut engine = backend.engine()?;
+    if options.export_snapshot.is_some() {
+        engine.set_event_capacity(EXPORT_EVENTS);
+    }
     let mut summary = RunSummary::default();
     for line in input.lines() {
         let line = line?;

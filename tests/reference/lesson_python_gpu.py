@@ -167,7 +167,7 @@ def run(path, real_total):
         open(cell, "w").write(code)
         start = time.time()
         try:
-            p = subprocess.run([sys.executable, cell], capture_output=True, text=True, timeout=240, cwd=tmp,
+            p = subprocess.run([sys.executable, cell], capture_output=True, text=True, timeout=int(os.environ.get("LESSON_TIMEOUT", 240)), cwd=tmp,
                                env=environment(entry["file"][:-3], settings, real_total))
         except subprocess.TimeoutExpired as e:
             text = lambda b: b.decode() if isinstance(b, bytes) else (b or "")

@@ -105,6 +105,13 @@ pub struct ModelArgs {
     /// `bnb_4bit_use_double_quant` (true when left out).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub double_quant: Option<bool>,
+    /// A Hugging Face model loaded by `from_pretrained(...,
+    /// device_map=...)` straight onto the GPU (always so with
+    /// `quantization`): transformers' allocator warmup first, the
+    /// checkpoint's tensors in its order. Otherwise `from_config(...)
+    /// .to("cuda")`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_pretrained: Option<bool>,
 }
 
 /// Which network `model` builds.
@@ -158,6 +165,7 @@ impl Default for ModelArgs {
             config: None,
             quantization: None,
             double_quant: None,
+            from_pretrained: None,
         }
     }
 }

@@ -189,6 +189,7 @@ const MODEL: &[&str] = &[
     "config",
     "quantization",
     "double_quant",
+    "from_pretrained",
 ];
 
 fn model(f: &mut Fields) -> Result<ModelArgs, Error> {
@@ -214,6 +215,7 @@ fn model(f: &mut Fields) -> Result<ModelArgs, Error> {
         config: f.take("config")?,
         quantization: f.take("quantization")?,
         double_quant: f.take("double_quant")?,
+        from_pretrained: f.take("from_pretrained")?,
     };
     f.done(MODEL)?;
     Ok(a)

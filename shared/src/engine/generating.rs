@@ -15,7 +15,7 @@ use crate::train::cublas::{BlasThread, CublasWorkspaces};
 use crate::train::frame::PyFrame;
 use crate::train::hf::generate::{self, Generation, Holds, Made, Sink, Step};
 use crate::train::hf::params::parameters;
-use crate::train::hf::plan::{kbit_prepare, load_model, lora_adapters, LoadStep};
+use crate::train::hf::plan::{kbit_prepare, load_model, lora_adapters, warmup_request, LoadStep};
 use crate::train::hf::step::Quant4;
 use crate::train::hf::{known, HfConfig};
 use crate::train::hf_state::HfModelState;
@@ -45,7 +45,8 @@ impl Engine {
             return Err(invalid("peft's adapters are a line of their own: {\"cmd\": \"lora\", \"model\": ..., \"rank\": 16} (get_peft_model)"));
         }
         let params = parameters(&config);
-        let steps = load_model(&config, &params, quant);
+        let from_pretrained = a.from_pretrained.unwrap_or(false) || quant.is_some();
+        let steps = load_model(&config, &params, quant, from_pretrained);
         let asked: u128 = steps
             .iter()
             .map(|s| match s {
@@ -145,7 +146,33 @@ impl Engine {
                 LoadStep::EmptyCache => {
                     self.empty_cache();
                 }
+                LoadStep::Warmup(bytes) => self.warmup(*bytes)?,
             }
+        }
+        Ok(())
+    }
+
+    /// transformers' `caching_allocator_warmup` for a model of `bytes`: a
+    /// float16 tensor as `warmup_request` sizes it, made and dropped.
+    fn warmup(&mut self, bytes: u64) -> Result<(), AllocFailure> {
+        let stats = self.process.allocator.stats();
+        let (free, total) = self.process.device.mem_get_info();
+        let ask = warmup_request(
+            bytes,
+            stats.reserved_bytes.current,
+            stats.allocated_bytes.current,
+            free,
+            total,
+        );
+        if ask > 0 {
+            let id = self.process.alloc_tensor(
+                "caching_allocator_warmup",
+                ask,
+                vec![ask / 2],
+                Dtype::Float16,
+                Category::Temporary,
+            )?;
+            self.process.drop_local(id);
         }
         Ok(())
     }
@@ -208,17 +235,19 @@ impl Engine {
         self.train.hf.insert(id, state);
         done.map_err(|f| self.alloc_error(&f))?;
         let after = self.stats().allocated_bytes;
-        // float32 adapters: their elements, as `print_trainable_parameters` counts them.
-        let trainable: u64 = (steps.iter())
-            .map(|s| match s {
-                LoadStep::Alloc { bytes, .. } => bytes / 4,
-                _ => 0,
+        // The float32 adapters kept: their elements, as
+        // `print_trainable_parameters` counts them.
+        let kept: Vec<u64> = (steps.iter())
+            .filter_map(|s| match s {
+                LoadStep::Alloc { name, bytes } if name.ends_with(".weight") => Some(bytes / 4),
+                _ => None,
             })
-            .sum();
+            .collect();
+        let trainable: u64 = kept.iter().sum();
         Ok(Outcome {
             note: Some(format!(
                 "peft added {} LoRA matrices of rank {} in float32 ({}); every other weight is frozen: no gradient, no optimizer state.",
-                steps.len(),
+                kept.len(),
                 a.rank,
                 format_size(after - before)
             )),

@@ -10,7 +10,9 @@ use super::config::HfConfig;
 use super::generate::{play, Generation, Holds, Made, Sink, Step};
 use super::params::parameters;
 use super::step;
-pub use load::{adam_state, kbit_prepare, load_model, loading, lora_adapters, LoadStep};
+pub use load::{
+    adam_state, kbit_prepare, load_model, loading, lora_adapters, warmup_request, LoadStep,
+};
 use load::{load, load_sizes};
 
 mod load;

@@ -12,7 +12,8 @@ impl Tape<'_> {
     pub(super) fn rotary(&mut self, tokens: u64) -> (usize, usize) {
         let (r, low) = (self.c.rotary, self.dtype != Dtype::Float32);
         let positions = self.act("_to_copy", tokens * F32);
-        let freqs = self.act("mul", tokens * r * F32);
+        // `inv_freq @ positions`: a cuBLAS product on CUDA.
+        let freqs = self.act("bmm", tokens * r * F32);
         self.free(positions);
         let emb = self.act("cat", tokens * 2 * r * F32);
         let trig = |t: &mut Self, op| {

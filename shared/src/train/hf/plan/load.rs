@@ -4,7 +4,7 @@
 
 use super::Training;
 use crate::alloc::Allocator;
-use crate::device::SimDevice;
+use crate::device::{Device, SimDevice};
 use crate::train::hf::config::HfConfig;
 use crate::train::hf::params::buffers;
 use crate::train::hf::step;
@@ -12,6 +12,7 @@ use crate::train::kinds::NamedTensor;
 use crate::train::optim::QMAP_VALUES;
 use crate::train::{OptimizerKind, OptimizerSpec};
 use crate::types::Dtype;
+use crate::units::GIB;
 
 /// One step of making the model on the GPU.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -22,32 +23,140 @@ pub enum LoadStep {
     Free(String),
     /// `torch.cuda.empty_cache()` (`prepare_model_for_kbit_training`'s).
     EmptyCache,
+    /// transformers' `caching_allocator_warmup` before `from_pretrained`
+    /// loads onto the GPU: one tensor of the model's loading bytes (this
+    /// many), made and freed at once, so that the weights land in the one
+    /// segment it leaves cached ([`warmup_request`] says how much it asks).
+    Warmup(u64),
 }
 
 fn alloc(name: String, bytes: u64) -> LoadStep {
     LoadStep::Alloc { name, bytes }
 }
 
-/// `from_pretrained` (or `from_config(...).to("cuda")`) in `c`'s type:
-/// every parameter, then every buffer; with `quant`, each linear layer of
-/// the decoder quantized from its copy in the loading type, which goes.
+/// The model made on the GPU in `c`'s type. `from_config(...).to("cuda")`:
+/// every parameter, then every buffer, in the model's order.
+/// `from_pretrained(..., device_map=...)` (always so with `quant`):
+/// transformers 5's loading, its [`LoadStep::Warmup`] first, then the
+/// checkpoint's tensors in `dot_natural_key` order, each linear layer of the
+/// decoder with `quant` made in the loading type and quantized by
+/// bitsandbytes ([`quantize_4bit`]), its copy freed; the buffers last.
 pub fn load_model(
     c: &HfConfig,
     params: &[NamedTensor],
     quant: Option<step::Quant4>,
+    from_pretrained: bool,
 ) -> Vec<LoadStep> {
-    let mut steps = Vec::new();
-    for p in params.iter().chain(&buffers(c)) {
-        steps.push(alloc(p.name.clone(), p.numel() * p.dtype.size_bytes()));
-        let Some(quant) = quant.filter(|_| step::quantized(&p.name, &p.shape)) else {
-            continue;
-        };
-        for (piece, stored) in QUANT_PIECES.iter().zip(quant.stored(p.numel())) {
-            steps.push(alloc(format!("{} ({piece})", p.name), stored));
-        }
-        steps.push(LoadStep::Free(p.name.clone()));
+    let buffers = buffers(c);
+    if !(from_pretrained || quant.is_some()) {
+        return params
+            .iter()
+            .chain(&buffers)
+            .map(|p| alloc(p.name.clone(), bytes_of(p)))
+            .collect();
     }
+    let is_quantized = |p: &NamedTensor| quant.is_some() && step::quantized(&p.name, &p.shape);
+    let warmup = params
+        .iter()
+        .map(|p| match is_quantized(p) {
+            true => p.numel() / 2,
+            false => bytes_of(p),
+        })
+        .sum();
+    let mut steps = vec![LoadStep::Warmup(warmup)];
+    let mut order: Vec<&NamedTensor> = params.iter().collect();
+    order.sort_by_cached_key(|p| dot_natural_key(&p.name));
+    let mut first = true;
+    for p in order {
+        steps.push(alloc(p.name.clone(), bytes_of(p)));
+        if let Some(q) = quant.filter(|_| is_quantized(p)) {
+            steps.extend(quantize_4bit(&p.name, p.numel(), q, first));
+            steps.push(LoadStep::Free(p.name.clone()));
+            first = false;
+        }
+    }
+    steps.extend(buffers.iter().map(|b| alloc(b.name.clone(), bytes_of(b))));
     steps
+}
+
+fn bytes_of(p: &NamedTensor) -> u64 {
+    p.numel() * p.dtype.size_bytes()
+}
+
+/// transformers' `dot_natural_key`: a state-dict name split at its dots,
+/// numbers compared as numbers (`layers.2` before `layers.10`), text as
+/// text, a number ending a word after the word.
+fn dot_natural_key(name: &str) -> Vec<(u8, String, u64)> {
+    name.split('.')
+        .map(|part| match part.parse::<u64>() {
+            Ok(n) if part.bytes().all(|b| b.is_ascii_digit()) => (0, String::new(), n),
+            _ => {
+                let text = part.trim_end_matches(|c: char| c.is_ascii_digit());
+                let digits = part[text.len()..].parse().unwrap_or(0);
+                (1, text.to_string(), digits)
+            }
+        })
+        .collect()
+}
+
+/// bitsandbytes 0.50's `Params4bit._quantize` of the weight `name` (`n`
+/// elements, made in the loading type), as the H100's snapshot of
+/// `from_pretrained` recorded it: `absmax` in float32 and the packed
+/// weight (`quantize_4bit`), the 4-bit code; with double quantization the
+/// offset (`absmax.mean()`), `absmax - offset` for `quantize_blockwise`
+/// (whose 8-bit code is made once a process, `first`), its float32
+/// maxima a block of 256, the 8-bit `absmax` and a copy of the code, then
+/// the float32 `absmax` and the difference go. (The reductions' own few
+/// hundred bytes of scratch are left out.)
+fn quantize_4bit(name: &str, n: u64, q: step::Quant4, first: bool) -> Vec<LoadStep> {
+    let blocks = n.div_ceil(step::BLOCK);
+    let piece = |what: &str| format!("{name} ({what})");
+    let mut steps = vec![
+        alloc(piece("absmax"), blocks * 4),
+        alloc(piece("4-bit"), n.div_ceil(2)),
+        alloc(piece("code"), 16 * 4),
+    ];
+    if !q.double_quant {
+        return steps;
+    }
+    steps.push(alloc(piece("offset"), 4));
+    steps.push(alloc(piece("absmax - offset"), blocks * 4));
+    if first {
+        steps.push(alloc("bitsandbytes' dynamic map".into(), 256 * 4));
+    }
+    steps.extend([
+        alloc(piece("absmax maxima"), blocks.div_ceil(step::BLOCK2) * 4),
+        alloc(piece("8-bit absmax"), blocks),
+        alloc(piece("8-bit code"), 256 * 4),
+        LoadStep::Free(piece("absmax - offset")),
+        LoadStep::Free(piece("absmax")),
+    ]);
+    steps
+}
+
+/// What `caching_allocator_warmup` asks for on a device of `total` bytes
+/// (`mem_get_info`'s, `free` of them free) with `reserved` and
+/// `allocated` bytes already: the model's `bytes` less the cache it can
+/// reuse, or just over that cache if that makes a new segment, or
+/// nothing; at most the device less 1.2 GiB; an even number of bytes (a
+/// float16 tensor of half as many elements).
+pub fn warmup_request(bytes: u64, reserved: u64, allocated: u64, free: u64, total: u64) -> u64 {
+    let unused = reserved.saturating_sub(allocated);
+    let need = bytes.saturating_sub(unused);
+    let ask = if need > unused {
+        need
+    } else if need as f64 > 1.5 * GIB as f64 {
+        if unused + 1 > free {
+            0
+        } else {
+            unused + 1
+        }
+    } else {
+        0
+    };
+    let cap = total as f64 - 1.2 * GIB as f64;
+    let ask = (ask as f64).min(cap).max(0.0) as u64;
+    ask / 2 * 2
 }
 
 /// `prepare_model_for_kbit_training` on a 4-bit model: every other
@@ -66,24 +175,38 @@ pub fn kbit_prepare(c: &HfConfig, params: &[NamedTensor]) -> Vec<LoadStep> {
     steps
 }
 
-/// peft's LoRA adapters of `rank` (float32: `autocast_adapter_dtype`), in
-/// `named_parameters()` order: `lora_A` then `lora_B` of each target (with
-/// 4-bit weights every linear layer of the decoder).
+/// peft's LoRA adapters of `rank`, in `named_parameters()` order: `lora_A`
+/// then `lora_B` of each target (with 4-bit weights every linear layer of
+/// the decoder). peft 0.21 moves each new adapter to its base layer's
+/// device in the model's type (`_move_adapter_to_device_of_base_layer`),
+/// then `cast_adapter_dtype` upcasts them to float32 one by one, each old
+/// one freed, as the H100's snapshot of `get_peft_model` recorded.
 pub fn lora_adapters(
     c: &HfConfig,
     params: &[NamedTensor],
     rank: u64,
     quant: bool,
 ) -> Vec<LoadStep> {
-    let mut steps = Vec::new();
+    let mut adapters = Vec::new();
     for p in params
         .iter()
         .filter(|p| step::adapted(c, quant, &p.name, &p.shape))
     {
         let (fan_out, fan_in) = step::fans(c, &p.shape);
         let module = p.name.trim_end_matches(".weight");
-        steps.push(alloc(format!("{module}.lora_A.weight"), rank * fan_in * 4));
-        steps.push(alloc(format!("{module}.lora_B.weight"), fan_out * rank * 4));
+        adapters.push((format!("{module}.lora_A.weight"), rank * fan_in));
+        adapters.push((format!("{module}.lora_B.weight"), fan_out * rank));
+    }
+    if c.dtype == Dtype::Float32 {
+        return adapters.into_iter().map(|(n, e)| alloc(n, e * 4)).collect();
+    }
+    let first = |n: &str| format!("{n} ({})", c.dtype.torch_name());
+    let mut steps: Vec<LoadStep> = (adapters.iter())
+        .map(|(n, e)| alloc(first(n), e * c.dtype.size_bytes()))
+        .collect();
+    for (n, e) in adapters {
+        steps.push(alloc(n.clone(), e * 4));
+        steps.push(LoadStep::Free(first(&n)));
     }
     steps
 }
@@ -96,7 +219,7 @@ pub fn loading(
     quant: Option<step::Quant4>,
     rank: Option<u64>,
 ) -> Vec<LoadStep> {
-    let mut steps = load_model(c, params, quant);
+    let mut steps = load_model(c, params, quant, quant.is_some());
     if quant.is_some() {
         steps.extend(kbit_prepare(c, params));
     }
@@ -105,18 +228,6 @@ pub fn loading(
     }
     steps
 }
-
-/// What `Quant4::stored` makes, by name: the packed weight, the 4-bit
-/// code, then `absmax` (or, doubly quantized, its 8 bits, their float32
-/// maxima, the offset and the 8-bit code).
-const QUANT_PIECES: [&str; 6] = [
-    "4-bit",
-    "code",
-    "absmax",
-    "absmax maxima",
-    "offset",
-    "8-bit code",
-];
 
 /// Makes the model as [`loading`] says on the allocator: the bytes it
 /// holds after, or the request refused.
@@ -145,6 +256,24 @@ pub(super) fn load(
             }
             LoadStep::EmptyCache => {
                 allocator.empty_cache(device);
+            }
+            LoadStep::Warmup(bytes) => {
+                let s = allocator.stats();
+                let (free, total) = device.mem_get_info();
+                let ask = warmup_request(
+                    *bytes,
+                    s.reserved_bytes.current,
+                    s.allocated_bytes.current,
+                    free,
+                    total,
+                );
+                if ask > 0 {
+                    match allocator.malloc(device, ask) {
+                        Ok(Some(b)) => allocator.free(device, b),
+                        Ok(None) => {}
+                        Err(e) => return Err(e.out_of_memory().map_or(0, |o| o.requested)),
+                    }
+                }
             }
         }
     }

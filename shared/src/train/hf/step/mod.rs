@@ -39,7 +39,7 @@ use llama::Shared;
 use std::rc::Rc;
 use tape::{Tape, T};
 
-pub use quant::Quant4;
+pub use quant::{Quant4, BLOCK, BLOCK2};
 use weights::Weights;
 pub use weights::{adapted, fans, lora_targets, quantized};
 
