@@ -589,8 +589,6 @@ fn the_lessons_python_marks_on_a_gpu_what_the_shims_mark() {
           CPython drops the values on a failing frame's stack as the exception leaves it \
           (act_fn's and up_proj's outputs here), where the engine keeps every tensor of the \
           call on last_exception"),
-        ("21-qlora.k2.py", &[14, 15], "not yet explained: reserved 134 MB higher in the engine \
-          after the checkpointed 4-bit steps, every allocated byte and peak equal"),
         ("21-qlora.k2.py", &[16],
          "the four-sequence step ran out as the engine's did (the same peak and the same 19.76 \
           GiB allocated in the message), but the GPU held 3.91 GiB (float32 logits' size) \

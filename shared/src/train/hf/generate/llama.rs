@@ -12,8 +12,9 @@ impl Tape<'_> {
     pub(super) fn rotary(&mut self, tokens: u64) -> (usize, usize) {
         let (r, low) = (self.c.rotary, self.dtype != Dtype::Float32);
         let positions = self.act("_to_copy", tokens * F32);
-        // `inv_freq @ positions`: a cuBLAS product on CUDA.
-        let freqs = self.act("bmm", tokens * r * F32);
+        // `inv_freq @ positions`: a cuBLAS product on a GPU, a `mul` on
+        // the CPU that records the reference traces.
+        let freqs = self.act(if self.cuda { "bmm" } else { "mul" }, tokens * r * F32);
         self.free(positions);
         let emb = self.act("cat", tokens * 2 * r * F32);
         let trig = |t: &mut Self, op| {

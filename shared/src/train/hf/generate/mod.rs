@@ -166,6 +166,8 @@ struct Tape<'a> {
     cache: Vec<Layer>,
     /// The decoder layer running, if one.
     layer: Option<u32>,
+    /// On a GPU (else as the CPU's reference traces record it).
+    cuda: bool,
 }
 
 const F32: u64 = 4;
@@ -429,6 +431,26 @@ pub fn program(c: &HfConfig, dtype: Dtype, g: Generation) -> Result<Program, Inv
 /// `generate` for model `c` loaded in `dtype`, each step given to `sink`
 /// as it is made.
 pub fn play(c: &HfConfig, dtype: Dtype, g: Generation, sink: &mut dyn Sink) -> Result<(), Invalid> {
+    play_on(c, dtype, g, sink, true)
+}
+
+/// [`play`] on the CPU, as the reference traces record `generate`.
+pub fn play_on_cpu(
+    c: &HfConfig,
+    dtype: Dtype,
+    g: Generation,
+    sink: &mut dyn Sink,
+) -> Result<(), Invalid> {
+    play_on(c, dtype, g, sink, false)
+}
+
+fn play_on(
+    c: &HfConfig,
+    dtype: Dtype,
+    g: Generation,
+    sink: &mut dyn Sink,
+    cuda: bool,
+) -> Result<(), Invalid> {
     check(c, g)?;
     let tape = Tape {
         c,
@@ -437,6 +459,7 @@ pub fn play(c: &HfConfig, dtype: Dtype, g: Generation, sink: &mut dyn Sink) -> R
         sink,
         cache: vec![Layer::default(); c.layers as usize],
         layer: None,
+        cuda,
     };
     tape.run();
     Ok(())

@@ -7,7 +7,7 @@
 //! (eager) and Gemma 3 (sdpa) models whose sliding window is shorter than
 //! the prompt.
 
-use super::{program, Cache, Generation, Program, Step};
+use super::{play_on_cpu, program, Cache, Generation, Program, Step};
 use crate::train::hf::config::HfConfig;
 use crate::train::kinds::blocks;
 use crate::train::kinds::step::Attention;
@@ -49,7 +49,9 @@ fn program_of(case: &Value) -> Result<Program, crate::error::Invalid> {
             _ => Attention::Sdpa,
         },
     };
-    program(&config(case), dtype, g)
+    let mut p = Program::default();
+    play_on_cpu(&config(case), dtype, g, &mut p)?;
+    Ok(p)
 }
 
 /// An aten overload's op (`mul.Tensor` → `mul`), the CPU's flash kernel

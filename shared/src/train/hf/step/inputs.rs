@@ -74,13 +74,15 @@ impl Model<'_, '_> {
 
     /// `LlamaRotaryEmbedding.forward` under `no_grad`: cos and sin of the
     /// positions (float32, cast to the model's type). Its `inv_freq @
-    /// positions` is a batched product on CUDA, the step's first cuBLAS
-    /// call (the H100's snapshot has the workspace made there).
+    /// positions` is a batched product on a GPU, the step's first cuBLAS
+    /// call (the H100's snapshot has the workspace made there); the CPU
+    /// multiplies.
     pub(super) fn rotary(&mut self) -> (T, T) {
         let (n, r) = (self.run.seq, self.c.rotary);
         let f = |t: &mut Tape<'_>, op, bytes| t.alloc(op, bytes, Holds::Activation);
         let positions = f(self.t, "_to_copy", n * 4);
-        let freqs = f(self.t, "bmm", n * r * 4);
+        let product = if self.run.gpu.is_some() { "bmm" } else { "mul" };
+        let freqs = f(self.t, product, n * r * 4);
         self.t.release(positions);
         let emb = f(self.t, "cat", n * 2 * r * 4);
         let mut trig = |op| {

@@ -5,7 +5,8 @@
 //! (`enable_gqa=True`) and flash and cuDNN take no float32. The query
 //! scaled, the causal mask made, the keys and values repeated for every
 //! query head (`repeat_interleave`), the keys scaled, the scores in full
-//! (`batch x heads x seq x seq`), `_safe_softmax`, the product; the output
+//! (`batch x heads x seq x seq`), the mask added in place, `_safe_softmax`,
+//! the product; the output
 //! in the heads' layout, which `transpose(1, 2).contiguous()` copies.
 
 use super::tape::T;
@@ -31,19 +32,51 @@ impl Model<'_, '_> {
         let q_b = self.t.copy("clone", q_s);
         let scores = self.t.bmm(q_b, k_s, b * c.heads * n * n * e);
         self.t.drop_all(&[q_b, k_s]);
-        let masked = self.t.add(scores, mask, scores.bytes);
-        self.t.drop(scores);
-        let soft = self
-            .t
-            .softmax("_safe_softmax", "_softmax_backward_data", masked);
-        self.t.drop(masked);
+        // `attn.add_(attn_mask)`: in place on a GPU, so nothing is made,
+        // and its backward passes the gradient through; under the
+        // reference traces' dispatch mode the kernel takes its path for
+        // tensor subclasses, `attn.add(attn_mask)`, and the mode sees
+        // `_safe_softmax` as one op.
+        let soft = if self.run.gpu.is_some() {
+            let soft = self
+                .t
+                .softmax("_safe_softmax", "_softmax_backward_data", scores);
+            self.safe_softmax_checks(scores.bytes / e, n);
+            soft
+        } else {
+            let masked = self.t.add(scores, mask, scores.bytes);
+            self.t.drop(scores);
+            let soft = self
+                .t
+                .softmax("_safe_softmax", "_softmax_backward_data", masked);
+            self.t.drop(masked);
+            soft
+        };
+        if self.run.gpu.is_some() {
+            self.t.drop(scores);
+        }
         let out = self.t.bmm(soft, v_rep, q.bytes);
         // The kernel returns: its locals go, then the tuple that carried
         // the weights beside the output.
-        self.t.drop_all(&[q_s, k_rep, v_rep, mask, soft]);
+        match self.run.gpu {
+            Some(_) => self.t.drop_all(&[k_rep, v_rep, q_s, mask, soft]),
+            None => self.t.drop_all(&[q_s, k_rep, v_rep, mask, soft]),
+        }
         let copy = self.t.contiguous_heads(out);
         self.t.drop(out);
         copy
+    }
+
+    /// `_safe_softmax`'s fully masked rows zeroed, after the softmax (as
+    /// the H100's snapshot shows): `isneginf` of the `elements` scores,
+    /// `all` over each row of `n`, a scalar zero; all three go at once.
+    fn safe_softmax_checks(&mut self, elements: u64, n: u64) {
+        let neg = self.t.alloc("isneginf", elements, Holds::Activation);
+        let rows = self.t.alloc("all", elements / n.max(1), Holds::Activation);
+        let zero = self.t.alloc("scalar_tensor", self.pe(), Holds::Activation);
+        for s in [zero, rows, neg] {
+            self.t.release(s);
+        }
     }
 
     /// `ones(n, n, bool).tril()` as a float mask (`where(mask, 0, -inf)`).
