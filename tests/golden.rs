@@ -513,6 +513,67 @@ fn transformers_snippets_print_the_gpus_bytes_under_its_release() {
     }
 }
 
+/// The large requests (over 1 MiB: allocations, and frees as minus their
+/// size) the engine makes for `commands`, in order, as its exported
+/// snapshot records them.
+fn large_requests(commands: &Path) -> Vec<i64> {
+    let out = std::env::temp_dir().join(format!("vramlab-events-{}.json", std::process::id()));
+    let status = std::process::Command::new(vramlab_tests::vramlab_bin())
+        .args(["run", "--device", "sim", "--export-snapshot"])
+        .arg(&out)
+        .arg(commands)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("vramlab runs");
+    assert!(status.success());
+    let snapshot = read_json(&out);
+    std::fs::remove_file(&out).ok();
+    let trace = snapshot["device_traces"][0].as_array().unwrap();
+    trace
+        .iter()
+        .filter(|e| e["size"].as_i64().unwrap() > 1 << 20)
+        .filter_map(|e| match e["action"].as_str().unwrap() {
+            "alloc" => e["size"].as_i64(),
+            "free_requested" => e["size"].as_i64().map(|s| -s),
+            _ => None,
+        })
+        .collect()
+}
+
+/// PyTorch's own snapshots of snippets 44 and 45 on the H100
+/// (`snapshot-*.events.json`, their large requests by
+/// `tests/reference/snapshot_events.py`), against the engine given the
+/// commands the shims send for the same lines: Qwen3-0.6B's weights and
+/// `generate`'s 64 tokens request for request, to the end (the GPU's
+/// process then exits, freeing its weights); QLoRA's `from_pretrained`
+/// (the allocator warmup, the checkpoint's order, bitsandbytes'
+/// quantization), peft's preparation and adapters, the first forward and
+/// the backward up to the final norm's input, where autograd adds the
+/// second gradient into the first in place (`can_accumulate_inplace`)
+/// and the engine adds it out of place.
+#[test]
+fn transformers_runs_request_what_the_gpus_snapshots_recorded() {
+    for (name, agree) in [("44-generate", None), ("45-qlora", Some(2533))] {
+        let gpu: Vec<i64> = serde_json::from_value(
+            read_json(&golden().join(format!("snapshot-{name}.events.json")))["events"].clone(),
+        )
+        .unwrap();
+        let ours = large_requests(&golden().join(format!("snapshot-{name}.commands.jsonl")));
+        let same = ours.iter().zip(&gpu).take_while(|(a, b)| a == b).count();
+        match agree {
+            None => {
+                assert_eq!(
+                    same,
+                    ours.len(),
+                    "{name}: the engine parts at request {same}"
+                );
+                assert!(gpu[same..].iter().all(|e| *e < 0), "{name}: the GPU's end");
+            }
+            Some(n) => assert_eq!(same, n, "{name}: the engine parts at request {same}"),
+        }
+    }
+}
+
 /// The lessons as Python (`tests/lessons/*.kN.py`) run by CPython with real
 /// PyTorch and JAX on the GPU (`lessons-python.json`, by
 /// `tests/reference/lesson_python_gpu.py`): the shims, given the same
