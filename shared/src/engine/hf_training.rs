@@ -243,13 +243,20 @@ impl Engine {
         let k = &mut self.process;
         let cublas = &mut self.train.cublas;
         let mut made_here = Vec::new();
+        let mut failed = None;
         while pending.at < end {
             let s = pending.program.steps[pending.at];
             pending.at += 1;
             match s {
                 Step::Alloc(i) => {
                     let m = pending.program.made[i];
-                    let id = super::made::alloc(k, cublas, m, thread)?;
+                    let id = match super::made::alloc(k, cublas, m, thread) {
+                        Ok(id) => id,
+                        Err(f) => {
+                            failed = Some(f);
+                            break;
+                        }
+                    };
                     frame.locals.push(id);
                     if pending.slots.len() <= i {
                         pending.slots.resize(i + 1, None);
@@ -270,14 +277,30 @@ impl Engine {
                 _ => {}
             }
         }
+        // A forward that fails leaves its tensors on the exception's
+        // frame; a backward that fails, as autograd's engine unwinds, frees
+        // the gradients it was computing, and each parameter's `.grad`
+        // made so far stays.
+        let unwinding = failed.is_some() && thread == BlasThread::Autograd;
+        if !unwinding {
+            if let Some(f) = failed {
+                return Err(f);
+            }
+        }
         // What lives on: a gradient with the model, the rest with the graph.
         for i in made_here {
             let Some((id, ObjId::MAX)) = pending.slots[i] else {
                 continue;
             };
-            let owner = match pending.program.made[i].holds {
-                Holds::Gradient => pending.model,
-                _ => holder,
+            let gradient = pending.program.made[i].holds == Holds::Gradient;
+            if unwinding && !gradient {
+                frame.drop(k, id);
+                pending.slots[i] = None;
+                continue;
+            }
+            let owner = match gradient {
+                true => pending.model,
+                false => holder,
             };
             frame.take(id);
             k.attach_local(owner, id);
@@ -288,7 +311,7 @@ impl Engine {
                 }
             }
         }
-        Ok(())
+        failed.map_or(Ok(()), Err)
     }
 }
 
@@ -337,7 +360,12 @@ impl Engine {
         pending.backward = true;
         self.train.hf_steps.insert(graph, pending);
         if let Err(f) = played {
-            return Err(self.raise_in_frame(frame, &f));
+            let mut e = self.raise_in_frame(frame, &f);
+            if let Some(i) = e.message.find("\n(The exception's frame") {
+                e.message.truncate(i);
+            }
+            e.message.push_str("\n(Autograd freed the gradients it was computing as it unwound; the graph, with the activations it saved, is still the loss's: `del loss` frees them.)");
+            return Err(e);
         }
         let grads: u64 = self.train.hf[&self.train.hf_steps[&graph].model]
             .grads

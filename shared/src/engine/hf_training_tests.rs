@@ -160,7 +160,7 @@ fn qlora_loads_and_steps_as_the_plan_plays_it() {
 }
 
 #[test]
-fn an_out_of_memory_in_backward_leaves_its_tensors_on_the_exception() {
+fn an_out_of_memory_in_the_forward_leaves_its_tensors_on_the_exception() {
     let mut e = Engine::new_simulated();
     run(
         &mut e,
@@ -232,4 +232,47 @@ fn mistakes_are_named() {
     run(&mut e, r#"{"cmd":"backward","name":"loss"}"#);
     let r = e.run_line(r#"{"cmd":"backward","name":"loss"}"#);
     assert!(r.error.unwrap().message.contains("second time"));
+}
+
+/// Lesson 21's four sequences of QLoRA on an RTX 4090: the forward fits,
+/// the backward runs out. As on the H100 (`tests/golden/lessons-python.json`),
+/// autograd frees the gradients it was computing as it unwinds, so the
+/// exception holds nothing and the loss still holds the graph: what the
+/// backward made is gone, and `del loss` frees the forward's activations.
+#[test]
+fn an_out_of_memory_in_backward_frees_its_gradients_and_leaves_the_graph() {
+    let mut e = Engine::new_simulated();
+    for line in [
+        r#"{"cmd":"restart","framework":"pytorch","gpu":"rtx-4090"}"#,
+        r#"{"cmd":"model","name":"model","kind":"hf","config":"meta-llama/Llama-3.1-8B","quantization":"nf4","dtype":"bfloat16"}"#,
+        r#"{"cmd":"prepare_kbit","model":"model"}"#,
+        r#"{"cmd":"lora","model":"model","rank":16,"all_linear":true}"#,
+        r#"{"cmd":"optimizer","name":"opt","model":"model","kind":"adamw"}"#,
+        r#"{"cmd":"alloc","name":"ids","shape":[4,2048],"dtype":"int64"}"#,
+    ] {
+        run(&mut e, line);
+    }
+    let before = e.stats().allocated_bytes;
+    run(
+        &mut e,
+        r#"{"cmd":"forward","name":"loss","model":"model","data":"","batch_size":4,"checkpointing":true,"attention":"sdpa","batch":["ids","ids"]}"#,
+    );
+    let graph = e.stats().allocated_bytes;
+    let r = e.run_line(r#"{"cmd":"backward","name":"loss"}"#);
+    let error = r.error.expect("the backward runs out");
+    assert_eq!(error.kind, ErrorKind::OutOfMemory);
+    assert!(
+        error.message.contains("Autograd freed"),
+        "{}",
+        error.message
+    );
+    let after = e.stats().allocated_bytes;
+    assert!(
+        after <= graph && after + 1024 * 1024 > graph,
+        "{after} against {graph}"
+    );
+    let r = e.run_line(r#"{"cmd":"del","name":"last_exception"}"#);
+    assert_eq!(r.stats.allocated_bytes, after);
+    let r = run(&mut e, r#"{"cmd":"del","name":"loss"}"#);
+    assert_eq!(r.stats.allocated_bytes, before);
 }
