@@ -108,14 +108,16 @@ pub fn code(cmd: &Command, framework: Framework) -> String {
 
 /// A Hugging Face model from its config: transformers' `from_config`
 /// builds the architecture with random weights (the same memory as the
-/// published ones), in the config's type unless `dtype` says otherwise.
+/// published ones), in the config's type unless `dtype` says otherwise;
+/// or `from_pretrained` onto the GPU (4-bit, or asked for).
 fn hf_model_code(a: &ModelArgs) -> String {
     let dtype = a.dtype.map_or(String::new(), |d| {
         format!(", dtype=torch.{}", d.torch_name())
     });
-    if let Some(quant) = &a.quantization {
-        // bitsandbytes quantizes as it loads weights from files: the
-        // published ones, or a config's random ones saved first.
+    if a.quantization.is_some() || a.from_pretrained == Some(true) {
+        // `from_pretrained` loads weights from files (bitsandbytes
+        // quantizing them as they come): the published ones, or a config's
+        // random ones saved first.
         let (saved, source) = match &a.config {
             Some(serde_json::Value::String(repo)) => (String::new(), format!("{repo:?}")),
             Some(v) => (
@@ -124,11 +126,22 @@ fn hf_model_code(a: &ModelArgs) -> String {
             ),
             None => (String::new(), "...".to_string()),
         };
-        let compute = a.dtype.map_or("bfloat16", |d| d.torch_name());
+        let (import, quantization) = match &a.quantization {
+            Some(quant) => {
+                let compute = a.dtype.map_or("bfloat16", |d| d.torch_name());
+                (
+                    ", BitsAndBytesConfig",
+                    format!(
+                        ", quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"{quant}\", bnb_4bit_use_double_quant={}, bnb_4bit_compute_dtype=torch.{compute})",
+                        py_bool(a.double_quant.unwrap_or(true))
+                    ),
+                )
+            }
+            None => ("", String::new()),
+        };
         return format!(
-            "from transformers import AutoConfig, AutoModelForCausalLM, BitsAndBytesConfig\n{saved}{} = AutoModelForCausalLM.from_pretrained({source}, quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"{quant}\", bnb_4bit_use_double_quant={}, bnb_4bit_compute_dtype=torch.{compute}){dtype}, device_map={{\"\": 0}})",
-            a.name,
-            py_bool(a.double_quant.unwrap_or(true))
+            "from transformers import AutoConfig, AutoModelForCausalLM{import}\n{saved}{} = AutoModelForCausalLM.from_pretrained({source}{quantization}{dtype}, device_map={{\"\": 0}})",
+            a.name
         );
     }
     let config = match &a.config {

@@ -120,6 +120,9 @@ class PreTrainedModel(_vs.Owner):
         if self.quantization is not None:
             cmd["quantization"] = self.quantization.quant_type
             cmd["double_quant"] = self.quantization.double_quant
+        if getattr(self, "_from_pretrained", False):
+            # transformers' caching_allocator_warmup, then the checkpoint's order
+            cmd["from_pretrained"] = True
         record = _vs.make(cmd)
         self._name = name
         self.device = torch.device("cuda", 0)
@@ -270,6 +273,7 @@ class AutoModelForCausalLM:
         if quantization_config is not None and device_map is None:
             raise NotImplementedError("vramlab loads a 4-bit model onto the GPU as bitsandbytes does: give device_map (\"cuda\", or {\"\": 0})")
         if device_map is not None and _to_gpu(device_map):
+            model._from_pretrained = True
             model.to("cuda")
         return model
 

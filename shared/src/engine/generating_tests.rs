@@ -212,3 +212,32 @@ fn mistakes_are_named() {
     );
     assert!(r.note.unwrap().contains("bfloat16"));
 }
+
+/// `from_pretrained(..., device_map="cuda")`: transformers'
+/// `caching_allocator_warmup` reserves the model's bytes in one segment
+/// first, and the weights fill it; `from_config(...).to("cuda")` makes a
+/// segment a size class. The Python the line shows is the loader's.
+#[test]
+fn from_pretrained_loads_into_the_segment_its_warmup_leaves() {
+    let line = |extra: &str| {
+        format!(r#"{{"cmd":"model","name":"m","kind":"hf","config":"Qwen/Qwen3-0.6B"{extra}}}"#)
+    };
+    let mut e = kernel("h100-80gb");
+    let loaded = run(&mut e, &line(r#","from_pretrained":true"#));
+    assert!(loaded.ok, "{:?}", loaded.error);
+    assert_eq!(loaded.stats.allocated_bytes, 1_192_115_200);
+    // The warmup's segment, and one of 2 MiB for the small tensors (norms).
+    let warmup = 1_192_115_200_u64.next_multiple_of(2 << 20);
+    assert_eq!(loaded.stats.reserved_bytes, warmup + (2 << 20));
+    assert_eq!(loaded.stats.segments, 2);
+    let mut e = kernel("h100-80gb");
+    let built = run(&mut e, &line(""));
+    assert_eq!(built.stats.allocated_bytes, 1_192_115_200);
+    assert!(built.stats.segments > 1);
+    let cmd = crate::command::parse_line(&line(r#","dtype":"bfloat16","from_pretrained":true"#));
+    let code = crate::python::code(&cmd.command.unwrap(), Framework::Pytorch);
+    assert!(
+        code.ends_with(r#"m = AutoModelForCausalLM.from_pretrained("Qwen/Qwen3-0.6B", dtype=torch.bfloat16, device_map={"": 0})"#),
+        "{code}"
+    );
+}
