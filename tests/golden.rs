@@ -645,11 +645,10 @@ fn the_lessons_python_marks_on_a_gpu_what_the_shims_mark() {
          "the dynamic cache ran out 59 MB (6 tokens) sooner on the GPU, its reserved 52 MB \
           lower: where the cache's copies landed (the addresses, as above)"),
         ("20-generate-kv-cache.k1.py", &[10, 11],
-         "the static cache's prefill ran out in an MLP (`down_proj(act_fn(gate_proj(x)) * \
-          up_proj(x))`, 640 MiB a product), and the GPU held 1.29 GiB less once it was caught: \
-          CPython drops the values on a failing frame's stack as the exception leaves it \
-          (act_fn's and up_proj's outputs here), where the engine keeps every tensor of the \
-          call on last_exception"),
+         "not yet explained: the static cache's prefill ran out in an MLP's product as the \
+          engine's did, but with 46.5 MB less allocated on the GPU (9.84 GiB in its message, \
+          9.88 in the engine's); what the exception then dropped, the values on the MLP's \
+          stack (`act_fn(gate_proj(x))`, `up_proj(x)`: 1.25 GiB), the engine drops too"),
         ("21-qlora.k2.py", &[16],
          "the four-sequence step's backward ran out as the engine's did (the same peak, the \
           same 19.76 GiB in the message, the same bytes freed as autograd unwound but 512), \

@@ -330,11 +330,20 @@ impl Engine {
             failure: None,
             by_forward: Vec::new(),
             kv_peak: 0,
+            stack: Vec::new(),
         };
         generate::play(&c, c.dtype, g, &mut sink)?;
         let (failure, by_forward, kv_peak) = (sink.failure, sink.by_forward, sink.kv_peak);
-        let live: Vec<ObjId> = sink.slots.into_iter().flatten().collect();
+        let (slots, stack) = (sink.slots, sink.stack);
         if let Some(f) = failure {
+            // The values waiting on the frames' stacks go as the exception
+            // leaves them; their variables stay with the traceback.
+            for id in stack
+                .iter()
+                .filter_map(|&h| slots.get(h).copied().flatten())
+            {
+                frame.drop(&mut self.process, id);
+            }
             let mut e = self.raise_in_frame(frame, &f);
             let made = by_forward.len();
             let when = match made {
@@ -348,7 +357,7 @@ impl Engine {
             return Err(e);
         }
         // What lives on is the sequences `generate` returns.
-        let out = live.last().copied();
+        let out = slots.into_iter().flatten().last();
         if let (Some(out), Some(name)) = (out, &a.name) {
             frame.take(out);
             self.process.bind_local(name, out);
@@ -515,6 +524,8 @@ struct EngineSink<'a> {
     failure: Option<AllocFailure>,
     by_forward: Vec<u64>,
     kv_peak: u64,
+    /// Handles of the values on the frames' stacks ([`Sink::on_stack`]).
+    stack: Vec<usize>,
 }
 
 impl EngineSink<'_> {
@@ -572,5 +583,11 @@ impl Sink for EngineSink<'_> {
 
     fn stopped(&self) -> bool {
         self.failure.is_some()
+    }
+
+    fn on_stack(&mut self, handle: usize) {
+        if self.failure.is_none() {
+            self.stack.push(handle);
+        }
     }
 }

@@ -241,3 +241,35 @@ fn from_pretrained_loads_into_the_segment_its_warmup_leaves() {
         "{code}"
     );
 }
+
+/// Lesson 20 as the H100 ran it (PyTorch 2.11 within a T4's memory): its
+/// static cache runs out in the prefill's MLP, in
+/// `down_proj(act_fn(gate_proj(x)) * up_proj(x))`, and the two values
+/// waiting on the MLP's stack for the product (640 MiB each) go as the
+/// exception leaves the frame, as they did on the GPU; the cache and the
+/// frames' variables stay on `last_exception`.
+#[test]
+fn an_out_of_memory_drops_the_values_on_the_stack() {
+    let lesson = include_str!("../../../tests/lessons/20-generate-kv-cache.jsonl");
+    let mut e = Engine::new_simulated();
+    run(
+        &mut e,
+        r#"{"cmd":"restart","framework":"pytorch","gpu":"t4","torch_version":"2.11","compute_capability":[9,0]}"#,
+    );
+    let mut last = None;
+    for line in lesson.lines().skip(1) {
+        let r = e.run_line(line);
+        if line.contains(r#""cache": "static""#) {
+            last = Some(r);
+            break;
+        }
+    }
+    let r = last.expect("the lesson has a static cache");
+    assert_eq!(r.error.expect("it runs out").kind, ErrorKind::OutOfMemory);
+    let wide = 320 * 128 * 8192 * 2;
+    assert_eq!(
+        r.stats.step_peak_allocated_bytes - r.stats.allocated_bytes,
+        2 * wide
+    );
+    assert!(r.stats.categories[&Category::KvCache] > 0);
+}

@@ -87,8 +87,10 @@ impl Tape<'_> {
         let wide = bt * c.intermediate * e;
         let gate = self.act("mm", wide);
         let act = self.act("gelu", wide);
+        self.on_stack(act);
         self.free(gate);
         let up = self.act("mm", wide);
+        self.on_stack(up);
         let gated = self.act("mul", wide);
         self.free_all(&[act, up]);
         let down = self.act("mm", bt * c.hidden * e);

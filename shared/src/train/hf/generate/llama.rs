@@ -220,16 +220,21 @@ impl Tape<'_> {
         if c.arch == Arch::Phi3 {
             let gate_up = self.linear(rows, 2 * c.intermediate, false);
             let act = self.act("silu", wide);
+            self.on_stack(act);
             let gated = self.act("mul", wide);
             self.free(act);
             let down = self.linear(rows, c.hidden, false);
             self.free_all(&[gated, gate_up]);
             return down;
         }
+        // `down_proj(act_fn(gate_proj(x)) * up_proj(x))`: `act_fn`'s and
+        // `up_proj`'s outputs wait on the stack for the product.
         let gate = self.linear(rows, c.intermediate, c.mlp_bias);
         let act = self.act("silu", wide);
+        self.on_stack(act);
         self.free(gate);
         let up = self.linear(rows, c.intermediate, c.mlp_bias);
+        self.on_stack(up);
         let gated = self.act("mul", wide);
         self.free_all(&[act, up]);
         let down = self.linear(rows, c.hidden, c.mlp_bias);

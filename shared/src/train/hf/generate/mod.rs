@@ -119,6 +119,11 @@ pub trait Sink {
     fn free(&mut self, handle: usize);
     /// A forward begins or returns.
     fn mark(&mut self, step: Step);
+    /// Tensor `handle` is a value on a running Python frame's evaluation
+    /// stack that no variable names (`act_fn(gate)` while `* up_proj(x)`
+    /// runs): an exception passing through drops it, where the frames it
+    /// leaves on the traceback keep their variables.
+    fn on_stack(&mut self, _handle: usize) {}
     /// Whether the run may stop here (the sink ran out of memory).
     fn stopped(&self) -> bool {
         false
@@ -193,6 +198,11 @@ impl Tape<'_> {
 
     fn free(&mut self, i: usize) {
         self.sink.free(i);
+    }
+
+    /// [`Sink::on_stack`].
+    fn on_stack(&mut self, i: usize) {
+        self.sink.on_stack(i);
     }
 
     fn free_all(&mut self, is: &[usize]) {
