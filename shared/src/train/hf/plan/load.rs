@@ -122,7 +122,7 @@ fn quantize_4bit(name: &str, n: u64, q: step::Quant4, first: bool) -> Vec<LoadSt
     steps.push(alloc(piece("offset"), 4));
     steps.push(alloc(piece("absmax - offset"), blocks * 4));
     if first {
-        steps.push(alloc("bitsandbytes' dynamic map".into(), 256 * 4));
+        steps.push(alloc("bitsandbytes (dynamic map)".into(), 256 * 4));
     }
     steps.extend([
         alloc(piece("absmax maxima"), blocks.div_ceil(step::BLOCK2) * 4),
