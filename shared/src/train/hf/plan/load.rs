@@ -84,16 +84,15 @@ fn bytes_of(p: &NamedTensor) -> u64 {
 }
 
 /// transformers' `dot_natural_key`: a state-dict name split at its dots,
-/// numbers compared as numbers (`layers.2` before `layers.10`), text as
-/// text, a number ending a word after the word.
-fn dot_natural_key(name: &str) -> Vec<(u8, String, u64)> {
+/// numbers compared as numbers (`layers.2` before `layers.10`) and before
+/// text, text as text, a word before the same word with a number.
+fn dot_natural_key(name: &str) -> Vec<(u8, String, Option<u64>)> {
     name.split('.')
         .map(|part| match part.parse::<u64>() {
-            Ok(n) if part.bytes().all(|b| b.is_ascii_digit()) => (0, String::new(), n),
+            Ok(n) if part.bytes().all(|b| b.is_ascii_digit()) => (0, String::new(), Some(n)),
             _ => {
                 let text = part.trim_end_matches(|c: char| c.is_ascii_digit());
-                let digits = part[text.len()..].parse().unwrap_or(0);
-                (1, text.to_string(), digits)
+                (1, text.to_string(), part[text.len()..].parse().ok())
             }
         })
         .collect()
@@ -337,4 +336,65 @@ pub fn adam_state(c: &HfConfig, params: &[NamedTensor], t: &Training) -> Vec<u64
         }
     }
     sizes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_checkpoint_loads_in_transformers_natural_order() {
+        let mut names = [
+            "model.norm.weight",
+            "model.layers.10.mlp.up_proj.weight",
+            "model.layers.2.self_attn.q_proj.weight",
+            "model.layers.2.input_layernorm.weight",
+            "model.embed_tokens.weight",
+            "lm_head.weight",
+            "shard_11.w",
+            "shard_2.w",
+            "shard.w",
+        ];
+        names.sort_by_cached_key(|n| dot_natural_key(n));
+        assert_eq!(
+            names,
+            [
+                "lm_head.weight",
+                "model.embed_tokens.weight",
+                "model.layers.2.input_layernorm.weight",
+                "model.layers.2.self_attn.q_proj.weight",
+                "model.layers.10.mlp.up_proj.weight",
+                "model.norm.weight",
+                "shard.w",
+                "shard_2.w",
+                "shard_11.w",
+            ]
+        );
+    }
+
+    /// `caching_allocator_warmup`'s request in each of its cases.
+    #[test]
+    fn the_warmup_asks_for_what_the_cache_cannot_give() {
+        let total = 80 * GIB;
+        // A new process: the model's bytes, even.
+        assert_eq!(
+            warmup_request(1_012_011_009, 0, 0, total, total),
+            1_012_011_008
+        );
+        // Cache to reuse: the rest, when it is more than the cache.
+        assert_eq!(
+            warmup_request(10 * GIB, 3 * GIB, GIB, total, total),
+            8 * GIB
+        );
+        // The rest no more than the cache but over 1.5 GiB: just over the
+        // cache, to force a new segment; nothing if that cannot fit.
+        assert_eq!(warmup_request(7 * GIB, 4 * GIB, 0, total, total), 4 * GIB);
+        assert_eq!(warmup_request(7 * GIB, 4 * GIB, 0, GIB, total), 0);
+        // Under 1.5 GiB to find: nothing.
+        assert_eq!(warmup_request(5 * GIB, 4 * GIB, 0, total, total), 0);
+        // At most the device less 1.2 GiB.
+        let card = 16 * GIB;
+        let cap = (card as f64 - 1.2 * GIB as f64) as u64 / 2 * 2;
+        assert_eq!(warmup_request(20 * GIB, 0, 0, card, card), cap);
+    }
 }
