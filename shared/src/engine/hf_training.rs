@@ -360,12 +360,7 @@ impl Engine {
         pending.backward = true;
         self.train.hf_steps.insert(graph, pending);
         if let Err(f) = played {
-            let mut e = self.raise_in_frame(frame, &f);
-            if let Some(i) = e.message.find("\n(The exception's frame") {
-                e.message.truncate(i);
-            }
-            e.message.push_str("\n(Autograd freed the gradients it was computing as it unwound; the graph, with the activations it saved, is still the loss's: `del loss` frees them.)");
-            return Err(e);
+            return Err(self.raise_with(frame, &f, "Autograd freed the gradients it was computing as it unwound; the graph, with the activations it saved, is still the loss's: `del loss` frees them."));
         }
         let grads: u64 = self.train.hf[&self.train.hf_steps[&graph].model]
             .grads

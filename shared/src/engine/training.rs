@@ -43,8 +43,23 @@ impl Engine {
     /// the exception (bound to `last_exception`) keeps the frame's locals.
     pub(super) fn raise_in_frame(
         &mut self,
+        frame: PyFrame,
+        failure: &AllocFailure,
+    ) -> CommandError {
+        self.raise_with(
+            frame,
+            failure,
+            "The exception's frame keeps the failed step's tensors alive: `del last_exception` frees them.",
+        )
+    }
+
+    /// [`Engine::raise_in_frame`], the message ending with `held`: what
+    /// the raise left alive.
+    pub(super) fn raise_with(
+        &mut self,
         mut frame: PyFrame,
         failure: &AllocFailure,
+        held: &str,
     ) -> CommandError {
         let exc = self
             .process
@@ -55,9 +70,7 @@ impl Engine {
         }
         self.process.bind_local("last_exception", exc);
         let mut e = self.alloc_error(failure);
-        e.message.push_str(
-            "\n(The exception's frame keeps the failed step's tensors alive: `del last_exception` frees them.)",
-        );
+        e.message.push_str(&format!("\n({held})"));
         e
     }
 

@@ -37,24 +37,21 @@ impl Model<'_, '_> {
         // reference traces' dispatch mode the kernel takes its path for
         // tensor subclasses, `attn.add(attn_mask)`, and the mode sees
         // `_safe_softmax` as one op.
-        let soft = if self.run.gpu.is_some() {
-            let soft = self
-                .t
-                .softmax("_safe_softmax", "_softmax_backward_data", scores);
-            self.safe_softmax_checks(scores.bytes / e, n);
-            soft
-        } else {
-            let masked = self.t.add(scores, mask, scores.bytes);
-            self.t.drop(scores);
-            let soft = self
-                .t
-                .softmax("_safe_softmax", "_softmax_backward_data", masked);
-            self.t.drop(masked);
-            soft
+        let masked = match self.run.gpu {
+            Some(_) => scores,
+            None => {
+                let masked = self.t.add(scores, mask, scores.bytes);
+                self.t.drop(scores);
+                masked
+            }
         };
+        let soft = self
+            .t
+            .softmax("_safe_softmax", "_softmax_backward_data", masked);
         if self.run.gpu.is_some() {
-            self.t.drop(scores);
+            self.safe_softmax_checks(scores.bytes / e, n);
         }
+        self.t.drop(masked);
         let out = self.t.bmm(soft, v_rep, q.bytes);
         // The kernel returns: its locals go, then the tuple that carried
         // the weights beside the output.
