@@ -19,6 +19,24 @@ async fn peak(page: &Page) -> u64 {
     bytes.as_str().unwrap().parse().unwrap()
 }
 
+/// The code cell's text.
+async fn code_of(page: &Page) -> String {
+    let code = js(page, "document.getElementById('code').textContent").await;
+    code.as_str().unwrap().to_string()
+}
+
+/// The page shows `stats`' allocated bytes and peak.
+async fn assert_shows(page: &Page, stats: &serde_json::Value) {
+    assert_eq!(
+        allocated(page).await,
+        stats["allocated_bytes"].as_u64().unwrap()
+    );
+    assert_eq!(
+        peak(page).await,
+        stats["peak_allocated_bytes"].as_u64().unwrap()
+    );
+}
+
 async fn allocated(page: &Page) -> u64 {
     let bytes = js(page, "document.getElementById('allocated').dataset.bytes").await;
     bytes.as_str().unwrap().parse().unwrap()
@@ -75,11 +93,8 @@ async fn on_the_page_model_every_technique_moves_the_peak() {
     set_input(&page, "accumulate", "1").await;
     pick(&page, "loss-history", "list").await;
     press(&page, "btn-train-1").await;
-    let code = js(&page, "document.getElementById('code').textContent").await;
-    assert!(
-        code.as_str().unwrap().contains("losses.append(loss)"),
-        "{code}"
-    );
+    let code = code_of(&page).await;
+    assert!(code.contains("losses.append(loss)"), "{code}");
     let listed = allocated(&page).await;
     press(&page, "btn-train-1").await;
     assert_eq!(allocated(&page).await, listed + 512);
@@ -337,18 +352,13 @@ async fn a_transformer_and_a_cnn_train_in_the_page() {
     pick(&page, "amp", "float16").await;
     let amp = step_peak(&page).await;
     assert!(amp < fused, "{amp} vs {fused}");
-    let code = js(&page, "document.getElementById('code').textContent").await;
+    let code = code_of(&page).await;
     let autocast = "with torch.autocast(\"cuda\", dtype=torch.float16):";
-    assert!(code.as_str().unwrap().contains(autocast), "{code}");
+    assert!(code.contains(autocast), "{code}");
     // The pane's code fits the GPT it built: token ids, a loss over tokens.
     assert!(
-        code.as_str()
-            .unwrap()
-            .contains("torch.randint(0, 8000, (60000, 1024))")
-            && code
-                .as_str()
-                .unwrap()
-                .contains("model(x).flatten(0, 1), y.flatten())"),
+        code.contains("torch.randint(0, 8000, (60000, 1024))")
+            && code.contains("model(x).flatten(0, 1), y.flatten())"),
         "{code}"
     );
     // bfloat16: the default card (compute capability 7.5) has no fused
@@ -358,9 +368,9 @@ async fn a_transformer_and_a_cnn_train_in_the_page() {
     assert!(step_peak(&page).await > amp);
     let said = js(&page, "document.getElementById('explanation').textContent").await;
     assert!(said.as_str().unwrap().contains("math kernel"), "{said}");
-    let code = js(&page, "document.getElementById('code').textContent").await;
+    let code = code_of(&page).await;
     let autocast = "with torch.autocast(\"cuda\", dtype=torch.bfloat16):";
-    assert!(code.as_str().unwrap().contains(autocast), "{code}");
+    assert!(code.contains(autocast), "{code}");
     pick(&page, "amp", "off").await;
     // LoRA with 8-bit Adam: the frozen base has no gradients and no state.
     set_input(&page, "lora-rank", "8").await;
@@ -370,8 +380,7 @@ async fn a_transformer_and_a_cnn_train_in_the_page() {
     until(&page, &format!("{COUNT} >= {}", before + 3)).await;
     let lora = step_peak(&page).await;
     assert!(lora < fused, "{lora} vs {fused}");
-    let code = js(&page, "document.getElementById('code').textContent").await;
-    let code = code.as_str().unwrap();
+    let code = &code_of(&page).await;
     assert!(
         code.contains("get_peft_model(GPT(") && code.contains("LoraConfig(r=8"),
         "{code}"
@@ -387,11 +396,8 @@ async fn a_transformer_and_a_cnn_train_in_the_page() {
     let before = results(&page).await;
     js(&page, "(() => { const e = document.getElementById('seq-slider'); e.value = '9'; e.dispatchEvent(new Event('input', {bubbles: true})); e.dispatchEvent(new Event('change', {bubbles: true})); })()").await;
     until(&page, &format!("{COUNT} >= {}", before + 3)).await;
-    let code = js(&page, "document.getElementById('code').textContent").await;
-    assert!(
-        code.as_str().unwrap().contains("heads=8, seq_len=512"),
-        "{code}"
-    );
+    let code = code_of(&page).await;
+    assert!(code.contains("heads=8, seq_len=512"), "{code}");
     assert!(
         step_peak(&page).await < lora,
         "half the sequence, a smaller step"
@@ -403,13 +409,8 @@ async fn a_transformer_and_a_cnn_train_in_the_page() {
     until(&page, &format!("{COUNT} >= {}", before + 3)).await;
     let cnn = step_peak(&page).await;
     assert!(cnn > 0);
-    let code = js(&page, "document.getElementById('code').textContent").await;
-    assert!(
-        code.as_str()
-            .unwrap()
-            .contains("CNN(channels=1, image_size=64"),
-        "{code}"
-    );
+    let code = code_of(&page).await;
+    assert!(code.contains("CNN(channels=1, image_size=64"), "{code}");
     finish(browser, events, profile).await;
     let _ = stop_tx.send(());
 }
@@ -538,8 +539,7 @@ async fn a_jax_step_is_jitted_and_donating_lowers_its_peak() {
     until(&page, &format!("{COUNT} >= {}", before + 3)).await;
     tick(&page, "donate (JAX)", true).await;
     let donated = step_peak(&page).await;
-    let code = js(&page, "document.getElementById('code').textContent").await;
-    let code = code.as_str().unwrap();
+    let code = &code_of(&page).await;
     assert!(
         code.contains("@partial(jax.jit, donate_argnums=(0, 1))"),
         "{code}"
@@ -630,17 +630,8 @@ async fn the_generate_panel_loads_a_model_and_generates() {
     set_input(&page, "hf-new-tokens", "16").await;
     pick(&page, "hf-cache", "static").await;
     press(&page, "btn-generate").await;
-    let after = &records[1]["stats"];
-    assert_eq!(
-        allocated(&page).await,
-        after["allocated_bytes"].as_u64().unwrap()
-    );
-    assert_eq!(
-        peak(&page).await,
-        after["peak_allocated_bytes"].as_u64().unwrap()
-    );
-    let code = js(&page, "document.getElementById('code').textContent").await;
-    let code = code.as_str().unwrap();
+    assert_shows(&page, &records[1]["stats"]).await;
+    let code = &code_of(&page).await;
     assert!(code.contains("AutoModelForCausalLM.from_config("), "{code}");
     assert!(
         code.contains("cache_implementation=\"static\", disable_compile=True"),
@@ -689,17 +680,8 @@ async fn the_generate_panel_fine_tunes_with_qlora() {
     click(&page, "btn-hf-finetune").await;
     until(&page, &format!("{COUNT} >= {}", before + 5)).await;
     press(&page, "btn-hf-train").await;
-    let after = &records[5]["stats"];
-    assert_eq!(
-        allocated(&page).await,
-        after["allocated_bytes"].as_u64().unwrap()
-    );
-    assert_eq!(
-        peak(&page).await,
-        after["peak_allocated_bytes"].as_u64().unwrap()
-    );
-    let code = js(&page, "document.getElementById('code').textContent").await;
-    let code = code.as_str().unwrap();
+    assert_shows(&page, &records[5]["stats"]).await;
+    let code = &code_of(&page).await;
     assert!(
         code.contains("prepare_model_for_kbit_training(model)"),
         "{code}"

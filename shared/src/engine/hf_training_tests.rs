@@ -18,6 +18,15 @@ fn run(engine: &mut Engine, line: &str) -> StepRecord {
     r
 }
 
+/// A simulated kernel after `lines`, each of which must succeed.
+fn kernel(lines: &[&str]) -> Engine {
+    let mut e = Engine::new_simulated();
+    for line in lines {
+        run(&mut e, line);
+    }
+    e
+}
+
 /// Two steps statement by statement, each in a function of its own (as
 /// the traces and the H100's runs take them); the second's peak over
 /// what lived before it.
@@ -68,15 +77,10 @@ fn training(lora: Option<u64>, quant: Option<Quant4>, checkpointing: bool) -> Tr
 
 #[test]
 fn lora_steps_peak_as_the_plan_plays_them() {
-    let mut e = Engine::new_simulated();
-    run(
-        &mut e,
+    let mut e = kernel(&[
         r#"{"cmd":"restart","framework":"pytorch","gpu":"h100-80gb"}"#,
-    );
-    run(
-        &mut e,
         r#"{"cmd":"model","name":"model","kind":"hf","config":"Qwen/Qwen3-0.6B"}"#,
-    );
+    ]);
     let weights = e.stats().allocated_bytes;
     run(&mut e, r#"{"cmd":"lora","model":"model","rank":16}"#);
     run(
@@ -114,20 +118,12 @@ fn lora_steps_peak_as_the_plan_plays_them() {
 
 #[test]
 fn qlora_loads_and_steps_as_the_plan_plays_it() {
-    let mut e = Engine::new_simulated();
-    run(
-        &mut e,
+    let mut e = kernel(&[
         r#"{"cmd":"restart","framework":"pytorch","gpu":"rtx-4090"}"#,
-    );
-    run(
-        &mut e,
         r#"{"cmd":"model","name":"model","kind":"hf","config":"meta-llama/Llama-3.2-1B","quantization":"nf4","dtype":"bfloat16"}"#,
-    );
-    run(&mut e, r#"{"cmd":"prepare_kbit","model":"model"}"#);
-    run(
-        &mut e,
+        r#"{"cmd":"prepare_kbit","model":"model"}"#,
         r#"{"cmd":"lora","model":"model","rank":16,"all_linear":true}"#,
-    );
+    ]);
     let config = known::find("Llama-3.2-1B").unwrap().config;
     let quant = Quant4 {
         nf4: true,
@@ -161,23 +157,12 @@ fn qlora_loads_and_steps_as_the_plan_plays_it() {
 
 #[test]
 fn an_out_of_memory_in_the_forward_leaves_its_tensors_on_the_exception() {
-    let mut e = Engine::new_simulated();
-    run(
-        &mut e,
+    let mut e = kernel(&[
         r#"{"cmd":"restart","framework":"pytorch","gpu":"t4"}"#,
-    );
-    run(
-        &mut e,
         r#"{"cmd":"model","name":"model","kind":"hf","config":"Qwen/Qwen2.5-0.5B"}"#,
-    );
-    run(
-        &mut e,
         r#"{"cmd":"optimizer","name":"opt","model":"model","kind":"adamw"}"#,
-    );
-    run(
-        &mut e,
         r#"{"cmd":"data","name":"data","samples":64,"features":1024,"classes":151936}"#,
-    );
+    ]);
     let r = e.run_line(r#"{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":1,"batch_size":16,"attention":"sdpa"}"#);
     assert!(!r.ok);
     assert_eq!(r.error.unwrap().kind, ErrorKind::OutOfMemory);
@@ -193,23 +178,12 @@ fn an_out_of_memory_in_the_forward_leaves_its_tensors_on_the_exception() {
 
 #[test]
 fn mistakes_are_named() {
-    let mut e = Engine::new_simulated();
-    run(
-        &mut e,
+    let mut e = kernel(&[
         r#"{"cmd":"restart","framework":"pytorch","gpu":"h100-80gb"}"#,
-    );
-    run(
-        &mut e,
         r#"{"cmd":"model","name":"model","kind":"hf","config":"Qwen/Qwen3-0.6B","quantization":"nf4","dtype":"bfloat16"}"#,
-    );
-    run(
-        &mut e,
         r#"{"cmd":"optimizer","name":"opt","model":"model","kind":"adamw"}"#,
-    );
-    run(
-        &mut e,
         r#"{"cmd":"alloc","name":"ids","shape":[1,64],"dtype":"int64"}"#,
-    );
+    ]);
     let forward = r#"{"cmd":"forward","name":"loss","model":"model","data":"","batch_size":1,"batch":["ids","ids"]}"#;
     for (line, says) in [
         (forward, "after prepare_model_for_kbit_training"),
@@ -241,17 +215,14 @@ fn mistakes_are_named() {
 /// backward made is gone, and `del loss` frees the forward's activations.
 #[test]
 fn an_out_of_memory_in_backward_frees_its_gradients_and_leaves_the_graph() {
-    let mut e = Engine::new_simulated();
-    for line in [
+    let mut e = kernel(&[
         r#"{"cmd":"restart","framework":"pytorch","gpu":"rtx-4090"}"#,
         r#"{"cmd":"model","name":"model","kind":"hf","config":"meta-llama/Llama-3.1-8B","quantization":"nf4","dtype":"bfloat16"}"#,
         r#"{"cmd":"prepare_kbit","model":"model"}"#,
         r#"{"cmd":"lora","model":"model","rank":16,"all_linear":true}"#,
         r#"{"cmd":"optimizer","name":"opt","model":"model","kind":"adamw"}"#,
         r#"{"cmd":"alloc","name":"ids","shape":[4,2048],"dtype":"int64"}"#,
-    ] {
-        run(&mut e, line);
-    }
+    ]);
     let before = e.stats().allocated_bytes;
     run(
         &mut e,
