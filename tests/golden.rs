@@ -574,6 +574,28 @@ fn transformers_runs_request_what_the_gpus_snapshots_recorded() {
     }
 }
 
+/// The cards `lesson_python_gpu.py` stands a lesson's GPU in for (its
+/// `GPU_MODELS`: the memory limit of a lesson naming one) are vramlab's.
+#[test]
+fn the_gpu_run_limits_a_lesson_to_vramlabs_cards() {
+    let out = std::process::Command::new("python3")
+        .arg(root().join("tests/reference/lesson_python_gpu.py"))
+        .arg("--cards")
+        .output()
+        .expect("python3 runs");
+    let cards: BTreeMap<String, (u64, u64)> = serde_json::from_slice(&out.stdout).unwrap();
+    let ours: BTreeMap<String, (u64, u64)> = vramlab_shared::gpu::GpuModel::ALL
+        .iter()
+        .map(|g| {
+            (
+                g.id().to_string(),
+                (g.spec().total_bytes, g.spec().context_bytes),
+            )
+        })
+        .collect();
+    assert_eq!(cards, ours);
+}
+
 /// The lessons as Python (`tests/lessons/*.kN.py`) run by CPython with real
 /// PyTorch and JAX on the GPU (`lessons-python.json`, by
 /// `tests/reference/lesson_python_gpu.py`): the shims, given the same

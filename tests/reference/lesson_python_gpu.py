@@ -9,6 +9,9 @@ instrumented source through the shims and compares every mark.
 
     python3 tests/reference/lesson_python_gpu.py tests/lessons > lessons-python.json
     python3 tests/reference/lesson_python_gpu.py --instrument FILE   # the source that runs
+    python3 tests/reference/lesson_python_gpu.py tests/lessons 20- 21- --merge lessons-python.json
+                                   # those lessons only, the earlier run's others kept
+    python3 tests/reference/lesson_python_gpu.py --cards   # GPU_MODELS as JSON
 
 With SNAPSHOTS=DIR, each PyTorch lesson also records PyTorch's own memory
 snapshot (`_record_memory_history`, `_dump_snapshot`) as DIR/NAME.pickle,
@@ -42,6 +45,8 @@ import time
 # (shared/src/framework.rs: DEFAULT_TOTAL_BYTES, DEFAULT_CONTEXT_BYTES).
 DEFAULT_TOTAL_BYTES = 15837691904
 DEFAULT_CONTEXT_BYTES = 314572800
+# Seconds a lesson may run (LESSON_TIMEOUT in the environment).
+LESSON_TIMEOUT = int(os.environ.get("LESSON_TIMEOUT", 240))
 # The cards a lesson may name (shared/src/gpu.rs: GpuModel::spec): total
 # bytes as cudaMemGetInfo reports them, and the context.
 MIB = 1 << 20
@@ -167,8 +172,8 @@ def run(path, real_total):
         open(cell, "w").write(code)
         start = time.time()
         try:
-            p = subprocess.run([sys.executable, cell], capture_output=True, text=True, timeout=int(os.environ.get("LESSON_TIMEOUT", 240)), cwd=tmp,
-                               env=environment(entry["file"][:-3], settings, real_total))
+            p = subprocess.run([sys.executable, cell], capture_output=True, text=True, timeout=LESSON_TIMEOUT,
+                               cwd=tmp, env=environment(entry["file"][:-3], settings, real_total))
         except subprocess.TimeoutExpired as e:
             text = lambda b: b.decode() if isinstance(b, bytes) else (b or "")
             p = subprocess.CompletedProcess(e.cmd, None, text(e.stdout), text(e.stderr) + "\ntimed out")
@@ -219,6 +224,8 @@ def main(folder, prefixes, merge):
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--instrument"]:
         sys.stdout.write(instrument(open(sys.argv[2]).read()))
+    elif sys.argv[1:2] == ["--cards"]:
+        json.dump(GPU_MODELS, sys.stdout)
     else:
         import argparse
         p = argparse.ArgumentParser()
