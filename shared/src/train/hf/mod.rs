@@ -10,6 +10,8 @@
 //! - [`step`]: one training step in transformers' op order, its backward
 //!   as PyTorch's autograd engine runs it.
 //! - [`plan`]: "will it fit?": that program played on a simulated GPU.
+//! - [`serve`]: vLLM's start-up: its profile run, its CUDA graphs and
+//!   the KV cache's blocks and tokens.
 
 pub mod ask;
 pub mod config;
@@ -17,6 +19,7 @@ pub mod generate;
 pub mod known;
 pub mod params;
 pub mod plan;
+pub mod serve;
 pub mod step;
 
 pub use config::{Arch, HfConfig};
