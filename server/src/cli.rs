@@ -70,7 +70,8 @@ pub struct PlanArgs {
     /// The task: `generate`, `train` (every parameter, AdamW), `lora`
     /// (peft's LoRA on the model type's default targets, AdamW) or `qlora`
     /// (bitsandbytes' 4-bit weights, `prepare_model_for_kbit_training`,
-    /// LoRA on every linear layer).
+    /// LoRA on every linear layer) or `serve` (vLLM 0.33.0's start-up:
+    /// its KV cache's tokens and how many requests fit).
     #[arg(long, default_value = "generate")]
     pub task: String,
     /// Sequences generated or trained on together.
@@ -130,6 +131,24 @@ pub struct PlanArgs {
     /// Print the answer as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Serving: vLLM's `--gpu-memory-utilization` (0.9).
+    #[arg(long = "gpu-memory-utilization")]
+    pub gpu_memory_utilization: Option<f64>,
+    /// Serving: `--max-model-len` (the model's positions).
+    #[arg(long = "max-model-len")]
+    pub max_model_len: Option<u64>,
+    /// Serving: `--max-num-seqs` (1024 on an H100 or H200, else 256).
+    #[arg(long = "max-num-seqs")]
+    pub max_num_seqs: Option<u64>,
+    /// Serving: `--max-num-batched-tokens` (8192 on an H100 or H200, else 2048).
+    #[arg(long = "max-num-batched-tokens")]
+    pub max_num_batched_tokens: Option<u64>,
+    /// Serving: `--kv-cache-dtype` (auto or fp8).
+    #[arg(long = "kv-cache-dtype")]
+    pub kv_cache_dtype: Option<String>,
+    /// Serving: `--enforce-eager` (no CUDA graphs).
+    #[arg(long = "enforce-eager")]
+    pub enforce_eager: bool,
 }
 
 #[derive(Debug, Args)]

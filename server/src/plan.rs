@@ -2,7 +2,8 @@
 //! one training step (full or LoRA) played on a simulated GPU
 //! (`train::hf::plan`), asked through the same
 //! JSON request the page's planner sends (`train::hf::ask`), printed as a
-//! verdict, the peak and what holds it, and the Python that does the same.
+//! verdict, the peak and what holds it, and the Python that does the same;
+//! `--task serve`, vLLM's start-up (`serve`).
 
 use crate::cli::PlanArgs;
 use anyhow::anyhow;
@@ -14,10 +15,14 @@ use vramlab_shared::train::hf::known;
 use vramlab_shared::train::hf::plan::{answer, Answer, Task};
 use vramlab_shared::units::format_size;
 
+mod serve;
+
 /// The request the arguments make: a shipped shape by name, or a
 /// config.json file's object.
 fn request(args: &PlanArgs) -> anyhow::Result<Value> {
-    let model = args.model.as_deref().unwrap_or_default();
+    if args.task == "serve" {
+        return with_model(serve::request(args, json!({})), args);
+    }
     let mut r = if args.task == "generate" {
         json!({
             "gpu": args.gpu, "batch": args.batch, "prompt": args.prompt,
@@ -48,6 +53,13 @@ fn request(args: &PlanArgs) -> anyhow::Result<Value> {
     if let Some(d) = &args.dtype {
         r["dtype"] = d.as_str().into();
     }
+    with_model(r, args)
+}
+
+/// The request with its model: a shipped shape's name, or a config.json
+/// file's object and the folder it is in.
+fn with_model(mut r: Value, args: &PlanArgs) -> anyhow::Result<Value> {
+    let model = args.model.as_deref().unwrap_or_default();
     if known::find(model).is_some() {
         r["model"] = model.into();
         return Ok(r);
@@ -225,7 +237,11 @@ pub fn plan(args: &PlanArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let asked = ask::read(&request(args)?).map_err(|e| anyhow!("{e}"))?;
+    let request = request(args)?;
+    if args.task == "serve" {
+        return serve::plan(args, &request, out);
+    }
+    let asked = ask::read(&request).map_err(|e| anyhow!("{e}"))?;
     let a = answer(&asked.question).map_err(|e| anyhow!("{e}"))?;
     if args.json {
         writeln!(out, "{}", ask::to_json(&asked, &a))?;

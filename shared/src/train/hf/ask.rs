@@ -17,7 +17,8 @@
 //! every linear layer). `"amp": "bfloat16"` runs a training step's forward
 //! under `torch.autocast` (the weights then default to float32, as mixed
 //! precision keeps them; QLoRA's load and compute in the config's type).
-//! Every field but the model has a default.
+//! Every field but the model has a default. `"task": "serve"` asks
+//! for vLLM's start-up instead ([`serve`]).
 
 use super::config::HfConfig;
 use super::generate::{Cache, Generation, Holds};
@@ -32,6 +33,7 @@ use crate::types::Dtype;
 use serde_json::{json, Map, Value};
 
 mod python;
+pub mod serve;
 
 /// What a request names besides its question: what to call the model and
 /// how the Python loads its config.
@@ -66,9 +68,8 @@ pub const FIELDS: &[&str] = &[
     "amp",
 ];
 
-/// The tasks a request may name, and those not built yet.
-pub const TASKS: &[&str] = &["generate", "train", "lora", "qlora"];
-const NOT_YET: &[&str] = &["serve"];
+/// The tasks a request may name (`serve`: [`serve`]).
+pub const TASKS: &[&str] = &["generate", "train", "lora", "qlora", "serve"];
 
 fn count(r: &Map<String, Value>, key: &str, default: u64) -> Result<u64, Invalid> {
     match r.get(key) {
@@ -242,11 +243,10 @@ pub fn read(request: &Value) -> Result<Asked, Invalid> {
                 }
             },
         }),
-        other if NOT_YET.contains(&other) => {
-            return Err(Invalid(format!(
-                "task {other:?} is not built yet: {}",
-                TASKS.join(", ")
-            )))
+        "serve" => {
+            return Err(Invalid::from(
+                "a serving request is read by `ask::serve::read`",
+            ))
         }
         other => {
             return Err(Invalid(format!(
@@ -428,7 +428,11 @@ pub fn task_name(task: &Task) -> &'static str {
 
 /// A request's answer, or its error, as JSON text (the page's planner).
 pub fn answer_text(request: &str) -> String {
-    let answered = serde_json::from_str::<Value>(request)
+    let parsed = serde_json::from_str::<Value>(request);
+    if let Some(v) = parsed.as_ref().ok().filter(|v| serve::is_serve(v)) {
+        return serve::answer(v).to_string();
+    }
+    let answered = parsed
         .map_err(|e| Invalid(format!("not JSON: {e}")))
         .and_then(|v| read(&v))
         .and_then(|a| Ok(to_json(&a, &super::plan::answer(&a.question)?)));

@@ -1,0 +1,241 @@
+//! "Will it serve?": a `"task": "serve"` request read, and vLLM's
+//! start-up (`train::hf::serve`) answered as JSON:
+//!
+//! ```json
+//! {"model": "Qwen2.5-7B", "task": "serve", "gpu": "h100-80gb",
+//!  "gpu_memory_utilization": 0.9, "max_model_len": 32768,
+//!  "max_num_seqs": 256, "kv_cache_dtype": "fp8"}
+//! ```
+//!
+//! Every setting but the model has `vllm serve`'s default on that card.
+
+use super::{count, flag, model, named};
+use crate::error::Invalid;
+use crate::gpu::GpuModel;
+use crate::train::hf::config::HfConfig;
+use crate::train::hf::serve::{self, auto_dtype, Card, Serving, Startup};
+use crate::types::Dtype;
+use serde_json::{json, Map, Value};
+
+/// A serving request's fields.
+pub const FIELDS: &[&str] = &[
+    "model",
+    "config",
+    "config_path",
+    "task",
+    "gpu",
+    "dtype",
+    "gpu_memory_utilization",
+    "max_model_len",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "block_size",
+    "kv_cache_dtype",
+    "enforce_eager",
+];
+
+/// What a serving request asks.
+#[derive(Clone, Debug)]
+pub struct ServeAsked {
+    pub config: HfConfig,
+    pub name: String,
+    /// The Hugging Face repository `vllm serve` is given (or a path).
+    pub repo: String,
+    pub gpu: GpuModel,
+    pub dtype: Dtype,
+    pub serving: Serving,
+}
+
+/// Whether a request asks for serving.
+pub fn is_serve(request: &Value) -> bool {
+    request.get("task").and_then(Value::as_str) == Some("serve")
+}
+
+/// Reads a serving request.
+pub fn read(request: &Value) -> Result<ServeAsked, Invalid> {
+    let r = request
+        .as_object()
+        .ok_or_else(|| Invalid::from("a plan request is a JSON object"))?;
+    if let Some(unknown) = r.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(Invalid(format!(
+            "unknown field `{unknown}` for serving, expected one of {}",
+            FIELDS.join(", ")
+        )));
+    }
+    let (config, name, load) = model(r)?;
+    let gpu: GpuModel = named(r, "gpu", "h100-80gb")?;
+    let card = Card::of(gpu);
+    let dtype = match r.get("dtype").and_then(Value::as_str) {
+        None | Some("auto") => auto_dtype(&config, &card),
+        Some(_) => named::<Dtype>(r, "dtype", "")?,
+    };
+    let defaults = Serving::defaults(&config, &card, dtype);
+    let serving = Serving {
+        gpu_memory_utilization: utilization(r)?,
+        max_model_len: count(r, "max_model_len", defaults.max_model_len)?,
+        max_num_seqs: count(r, "max_num_seqs", defaults.max_num_seqs)?,
+        max_num_batched_tokens: count(
+            r,
+            "max_num_batched_tokens",
+            defaults.max_num_batched_tokens,
+        )?,
+        block_size: count(r, "block_size", 16)?,
+        kv_bytes: match r.get("kv_cache_dtype").and_then(Value::as_str) {
+            None | Some("auto") => dtype.size_bytes(),
+            Some("fp8" | "fp8_e4m3" | "fp8_e5m2") => 1,
+            Some(other) => {
+                return Err(Invalid(format!(
+                    "`kv_cache_dtype` is {other:?}: auto (the weights' type) or fp8"
+                )))
+            }
+        },
+        enforce_eager: flag(r, "enforce_eager", false)?,
+        estimate_cudagraphs: true,
+    };
+    serve::check(&config, &card, dtype, &serving)?;
+    let repo = load
+        .strip_prefix("AutoConfig.from_pretrained(")
+        .and_then(|s| s.strip_suffix(')'))
+        .map(|s| s.trim_matches('"').to_string())
+        .unwrap_or_else(|| name.clone());
+    Ok(ServeAsked {
+        config,
+        name,
+        repo,
+        gpu,
+        dtype,
+        serving,
+    })
+}
+
+fn utilization(r: &Map<String, Value>) -> Result<f64, Invalid> {
+    match r.get("gpu_memory_utilization") {
+        None => Ok(0.9),
+        Some(v) => v.as_f64().filter(|u| *u > 0.0 && *u <= 1.0).ok_or_else(|| {
+            Invalid(format!(
+                "`gpu_memory_utilization` is {v}: a share above 0 and at most 1"
+            ))
+        }),
+    }
+}
+
+/// vLLM's start-up for the request.
+pub fn startup(a: &ServeAsked) -> Result<Startup, Invalid> {
+    serve::startup(&a.config, &Card::of(a.gpu), a.dtype, &a.serving)
+}
+
+/// The command line that starts the same server.
+pub fn command(a: &ServeAsked) -> String {
+    let s = &a.serving;
+    let d = Serving::defaults(&a.config, &Card::of(a.gpu), a.dtype);
+    let mut args = vec![format!("vllm serve {}", a.repo)];
+    if a.dtype != auto_dtype(&a.config, &Card::of(a.gpu)) {
+        args.push(format!("--dtype {}", a.dtype.torch_name()));
+    }
+    if s.gpu_memory_utilization != 0.9 {
+        args.push(format!(
+            "--gpu-memory-utilization {}",
+            s.gpu_memory_utilization
+        ));
+    }
+    let numbers = [
+        ("--max-model-len", s.max_model_len, d.max_model_len),
+        ("--max-num-seqs", s.max_num_seqs, d.max_num_seqs),
+        (
+            "--max-num-batched-tokens",
+            s.max_num_batched_tokens,
+            d.max_num_batched_tokens,
+        ),
+        ("--block-size", s.block_size, 16),
+    ];
+    for (flag, value, default) in numbers {
+        if value != default {
+            args.push(format!("{flag} {value}"));
+        }
+    }
+    if s.kv_bytes == 1 {
+        args.push("--kv-cache-dtype fp8".into());
+    }
+    if s.enforce_eager {
+        args.push("--enforce-eager".into());
+    }
+    args.join(" ")
+}
+
+/// The answer as one JSON object.
+pub fn to_json(a: &ServeAsked, st: &Startup) -> Value {
+    let s = &a.serving;
+    json!({
+        "model": a.name,
+        "task": "serve",
+        "vllm": "0.33.0",
+        "gpu": a.gpu.id(),
+        "gpu_name": a.gpu.spec().name,
+        "dtype": a.dtype.torch_name(),
+        "starts": st.refused.is_none(),
+        "refused": st.refused,
+        "total_bytes": st.total,
+        "requested_bytes": st.requested,
+        "weights_bytes": st.weights,
+        "consumed_bytes": st.consumed,
+        "non_torch_bytes": serve::NON_TORCH_BYTES,
+        "transient_peak_bytes": st.transient_peak,
+        "cudagraph_bytes": st.cudagraph,
+        "available_kv_bytes": st.available,
+        "block_bytes": st.block_bytes,
+        "num_blocks": st.num_blocks,
+        "kv_tokens": st.kv_tokens,
+        "max_concurrency": st.max_concurrency,
+        "longest_model_len": st.longest_model_len,
+        "gpu_memory_utilization": s.gpu_memory_utilization,
+        "max_model_len": s.max_model_len,
+        "max_num_seqs": s.max_num_seqs,
+        "max_num_batched_tokens": s.max_num_batched_tokens,
+        "block_size": s.block_size,
+        "kv_cache_dtype": if s.kv_bytes == 1 { "fp8" } else { "auto" },
+        "enforce_eager": s.enforce_eager,
+        "command": command(a),
+    })
+}
+
+/// A serving request's answer, or its error, as JSON.
+pub fn answer(request: &Value) -> Value {
+    match read(request).and_then(|a| Ok(to_json(&a, &startup(&a)?))) {
+        Ok(v) => v,
+        Err(e) => json!({ "error": e.0 }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_serving_request_is_answered_with_vllms_numbers_and_command() {
+        let v = answer(&json!({"model": "Llama-3.1-8B", "task": "serve",
+            "max_model_len": 8192, "kv_cache_dtype": "fp8"}));
+        assert_eq!(v["starts"], true, "{v}");
+        assert_eq!(v["gpu"], "h100-80gb");
+        assert_eq!(v["max_num_seqs"], 1024);
+        // fp8 halves a block: 1 MiB for 32 layers.
+        assert_eq!(v["block_bytes"], 1 << 20);
+        assert_eq!(
+            v["command"],
+            "vllm serve meta-llama/Llama-3.1-8B --max-model-len 8192 --kv-cache-dtype fp8"
+        );
+        let tokens = v["kv_tokens"].as_u64().unwrap();
+        assert_eq!(tokens, v["num_blocks"].as_u64().unwrap() * 16);
+        let e = answer(&json!({"model": "gpt2", "task": "serve", "batch": 4}));
+        assert!(e["error"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field `batch`"));
+        let e = answer(&json!({"model": "gpt2", "task": "serve", "gpu_memory_utilization": 1.5}));
+        assert!(e["error"].as_str().unwrap().contains("at most 1"));
+        let e = answer(&json!({"model": "gpt2", "task": "serve", "max_model_len": 4096}));
+        assert!(e["error"]
+            .as_str()
+            .unwrap()
+            .contains("longer than the model's 1024"));
+    }
+}
