@@ -667,6 +667,33 @@ async fn will_it_fit_answers_in_its_own_page() {
     js(&page, "document.getElementById('plan-amp').checked = false").await;
     js(&page, "document.getElementById('plan-task').value = 'generate'; document.getElementById('plan-task').dispatchEvent(new Event('change'))").await;
 
+    // Served by vLLM on the same card: 32,768 tokens a request; the page
+    // and the command line start (or refuse) alike.
+    js(&page, "document.getElementById('plan-task').value = 'serve'; document.getElementById('plan-task').dispatchEvent(new Event('change'))").await;
+    assert_eq!(
+        js(&page, "[document.getElementById('plan-batch').closest('label').hidden, document.getElementById('plan-utilization').closest('label').hidden]").await,
+        serde_json::json!([true, false])
+    );
+    set_input(&page, "plan-max-model-len", "32768").await;
+    let ms = page_answers_as_the_cli(
+        &page,
+        "a.task === 'serve'",
+        &["--task", "serve", "--max-model-len", "32768"],
+    )
+    .await;
+    let verdict = js(&page, "document.getElementById('plan-verdict').textContent").await;
+    assert!(
+        verdict.as_str().unwrap().starts_with("Starts. Llama-3.1-8B in bfloat16 on NVIDIA GeForce RTX 4090, vLLM 0.33.0: the KV cache holds "),
+        "{verdict}"
+    );
+    let command = js(&page, "document.getElementById('plan-python').textContent").await;
+    assert_eq!(
+        command,
+        "vllm serve meta-llama/Llama-3.1-8B --max-model-len 32768"
+    );
+    println!("figure: will it serve: Llama-3.1-8B under vLLM 0.33.0 on an RTX 4090, max_model_len 32768: {ms} ms in the page");
+    js(&page, "document.getElementById('plan-task').value = 'generate'; document.getElementById('plan-task').dispatchEvent(new Event('change'))").await;
+
     // A config.json dropped on the page: Qwen2.5-7B's fields, on a T4.
     let config = r#"{"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064, "tie_word_embeddings": false, "torch_dtype": "bfloat16"}"#;
     js(

@@ -13,10 +13,26 @@ function size(bytes) {
   return u === 0 ? `${bytes} bytes` : `${v.toFixed(2)} ${units[u]}`;
 }
 
+// A serving request: vLLM's settings, blank ones left to its defaults.
+function serving() {
+  const r = {
+    task: "serve",
+    gpu: $("plan-gpu").value,
+    gpu_memory_utilization: Number($("plan-utilization").value),
+  };
+  if ($("plan-max-model-len").value) r.max_model_len = Number($("plan-max-model-len").value);
+  if ($("plan-max-num-seqs").value) r.max_num_seqs = Number($("plan-max-num-seqs").value);
+  if ($("plan-kv-dtype").value === "fp8") r.kv_cache_dtype = "fp8";
+  if ($("plan-enforce-eager").checked) r.enforce_eager = true;
+  return r;
+}
+
 function request() {
   const task = $("plan-task").value;
-  const r = { gpu: $("plan-gpu").value, batch: Number($("plan-batch").value) };
-  if (task === "generate") {
+  const r = task === "serve" ? serving() : { gpu: $("plan-gpu").value, batch: Number($("plan-batch").value) };
+  if (task === "serve") {
+    // vLLM's own settings only.
+  } else if (task === "generate") {
     r.prompt = Number($("plan-prompt").value);
     r.new_tokens = Number($("plan-new-tokens").value);
     r.cache = $("plan-cache").value;
@@ -32,9 +48,11 @@ function request() {
       r.double_quant = $("plan-double-quant").checked;
     }
   }
-  if ($("plan-attn").value) r.attn = $("plan-attn").value;
+  if (task !== "serve") {
+    if ($("plan-attn").value) r.attn = $("plan-attn").value;
+    r.torch = $("plan-torch").value;
+  }
   if ($("plan-dtype").value) r.dtype = $("plan-dtype").value;
-  r.torch = $("plan-torch").value;
   if ($("plan-model").value === PASTED) {
     r.config = JSON.parse($("plan-config").value);
   } else {
@@ -43,8 +61,42 @@ function request() {
   return r;
 }
 
+// vLLM's start-up: whether it starts, what holds the memory, the KV
+// cache's tokens and concurrency, and the command line.
+function showServe(a) {
+  const head = `${a.model} in ${a.dtype} on ${a.gpu_name}, vLLM ${a.vllm}`;
+  $("plan-verdict").textContent = a.starts
+    ? `Starts. ${head}: the KV cache holds ${a.kv_tokens.toLocaleString("en")} tokens, ${a.max_concurrency.toFixed(2)} requests of ${a.max_model_len.toLocaleString("en")} tokens at once.`
+    : `Does not start. ${head}: ${a.refused}`;
+  $("plan-verdict").dataset.fits = a.starts;
+  const parts = [
+    `of ${size(a.total_bytes)}, gpu_memory_utilization ${a.gpu_memory_utilization}: ${size(a.requested_bytes)} for vLLM`,
+    `weights: ${size(a.weights_bytes)}`,
+    `held after profiling (the weights' segments, the model runner's buffers, ${size(a.non_torch_bytes)} assumed outside PyTorch): ${size(a.consumed_bytes)}`,
+    `the profile run's transient peak (a forward of ${a.max_num_batched_tokens} tokens, then the sampler for ${Math.min(a.max_num_seqs, a.max_num_batched_tokens)} requests): ${size(a.transient_peak_bytes)}`,
+    `CUDA graphs' estimate: ${size(a.cudagraph_bytes)}`,
+    `the KV cache: ${size(Math.max(a.available_kv_bytes, 0))} in ${a.num_blocks} blocks of ${a.block_size} tokens (${size(a.block_bytes)} a block, every layer's keys and values)`,
+  ];
+  $("plan-parts").replaceChildren(...parts.map((text) => {
+    const li = document.createElement("li");
+    li.textContent = text;
+    return li;
+  }));
+  $("plan-chart").hidden = true;
+  $("plan-chart-range").textContent = "";
+  $("plan-limits").textContent = `Longest max_model_len the cache takes: ${a.longest_model_len.toLocaleString("en")} tokens.`;
+  $("plan-python-title").textContent = "The same server";
+  $("plan-python").textContent = a.command;
+}
+
 function show(a, ms) {
   $("plan-error").hidden = true;
+  $("plan-time").textContent = `Planned in the page in ${ms} ms.`;
+  $("plan-time").dataset.ms = ms;
+  $("plan-answer").dataset.answer = JSON.stringify(a);
+  $("plan-answer").hidden = false;
+  if (a.task === "serve") return showServe(a);
+  $("plan-python-title").textContent = "The same in Python";
   const head = `${a.model} (${a.class}) in ${a.dtype} on ${a.gpu_name}, PyTorch ${a.torch}`;
   $("plan-verdict").textContent = a.fits
     ? `Fits. ${head}: peak allocated ${size(a.peak_allocated_bytes)}, reserved ${size(a.peak_reserved_bytes)}, of ${size(a.total_bytes)} (${size(a.context_bytes)} of it the CUDA context).`
@@ -69,11 +121,7 @@ function show(a, ms) {
     ? `Longest prompt that fits with these new tokens: ${a.longest_prompt}${below(a.prompt_below_fails)}.`
     : `Longest sequence that fits: ${a.longest_seq}${below(a.seq_below_fails)}.`;
   $("plan-limits").textContent = `Largest batch that fits: ${a.largest_batch}${below(a.batch_below_fails)}. ${longest}`;
-  $("plan-time").textContent = `Planned in the page in ${ms} ms.`;
-  $("plan-time").dataset.ms = ms;
   $("plan-python").textContent = a.python;
-  $("plan-answer").dataset.answer = JSON.stringify(a);
-  $("plan-answer").hidden = false;
 }
 
 // Each forward's peak of allocated memory as a line: the prefill first,

@@ -53,7 +53,7 @@ pub enum Command {
     /// allocator: the verdict, the peak and what holds it, where it runs
     /// out, the largest batch and the longest prompt that fit, and the
     /// Python that does it.
-    Plan(PlanArgs),
+    Plan(Box<PlanArgs>),
 }
 
 #[derive(Debug, Args)]

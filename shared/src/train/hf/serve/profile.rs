@@ -83,11 +83,11 @@ impl Gpu {
         }
     }
 
-    fn allocated(&self) -> u64 {
+    fn allocated_now(&self) -> u64 {
         self.allocator.stats().allocated_bytes.current
     }
 
-    fn reserved(&self) -> u64 {
+    fn reserved_now(&self) -> u64 {
         self.allocator.stats().reserved_bytes.current
     }
 }
@@ -278,7 +278,7 @@ fn capture_pool(card: &Card, c: &HfConfig, e: u64, t: u64) -> Result<u64, Invali
     let mut g = Gpu::new(card)?;
     match forward(&mut g, c, e, t, t) {
         Ok(_) => Ok(g.allocator.stats().reserved_bytes.peak),
-        Err(_) => Ok(g.reserved()),
+        Err(_) => Ok(g.reserved_now()),
     }
 }
 
@@ -293,7 +293,7 @@ pub fn profile(c: &HfConfig, card: &Card, dtype: Dtype, s: &Serving) -> Result<P
             return Ok(out);
         }
     }
-    out.weights = g.allocated();
+    out.weights = g.allocated_now();
     for bytes in runner_buffers(s) {
         if let Err(asked) = g.alloc(bytes) {
             out.out_of_memory = Some(oom("while making the model runner's buffers", asked));
@@ -315,9 +315,9 @@ pub fn profile(c: &HfConfig, card: &Card, dtype: Dtype, s: &Serving) -> Result<P
             return Ok(out);
         }
     }
-    out.transient_peak = g.allocator.stats().allocated_bytes.peak - g.allocated();
+    out.transient_peak = g.allocator.stats().allocated_bytes.peak - g.allocated_now();
     g.allocator.empty_cache(&mut g.device);
-    out.reserved_after = g.reserved();
+    out.reserved_after = g.reserved_now();
     for sizes in s.capture_sizes() {
         if let Some(&largest) = sizes.last() {
             let first = capture_pool(card, c, e, largest)?;
