@@ -107,6 +107,15 @@ pub trait Device: Send {
     fn context_bytes(&self) -> u64;
     /// Bytes held by other processes on the same GPU.
     fn other_processes_bytes(&self) -> u64;
+    /// Another process on the same GPU takes `bytes` (`start`) or gives
+    /// them back as it exits: vLLM's engine core, started from this one.
+    /// Only a simulated GPU can stand for such a process.
+    fn other_process(&mut self, bytes: u64, start: bool) -> Result<(), DeviceError> {
+        let _ = (bytes, start);
+        Err(DeviceError::Driver(
+            "another process's memory is modelled on a simulated GPU only".into(),
+        ))
+    }
     /// Bytes this process holds through `malloc` (all live segments).
     fn segment_bytes(&self) -> u64;
     fn info(&self) -> DeviceInfo;
@@ -277,6 +286,17 @@ impl Device for SimDevice {
         self.config.other_processes_bytes
     }
 
+    fn other_process(&mut self, bytes: u64, start: bool) -> Result<(), DeviceError> {
+        if !start {
+            self.config.other_processes_bytes -= bytes.min(self.config.other_processes_bytes);
+        } else if bytes > self.free_bytes() {
+            return Err(DeviceError::OutOfMemory);
+        } else {
+            self.config.other_processes_bytes += bytes;
+        }
+        Ok(())
+    }
+
     fn segment_bytes(&self) -> u64 {
         self.segment_bytes
     }
@@ -338,6 +358,10 @@ impl Device for QuotaDevice {
 
     fn other_processes_bytes(&self) -> u64 {
         self.inner.other_processes_bytes()
+    }
+
+    fn other_process(&mut self, bytes: u64, start: bool) -> Result<(), DeviceError> {
+        self.inner.other_process(bytes, start)
     }
 
     fn segment_bytes(&self) -> u64 {

@@ -10,8 +10,10 @@ use crate::units::MIB;
 
 mod cell;
 mod compiled;
+mod vllm;
 pub use cell::{append as append_to_cell, cell_code, code_after, imports};
 pub use compiled::optimizer_expr;
+use vllm::serve_code;
 
 fn size_expr(bytes: u64) -> String {
     if bytes >= MIB && bytes % MIB == 0 {
@@ -92,6 +94,7 @@ pub fn code(cmd: &Command, framework: Framework) -> String {
         Command::TfSession(a) => format!("{} = tf.compat.v1.Session()", a.name),
         Command::Close(a) => format!("{}.close()", a.name),
         Command::Generate(a) => generate_code(a, false),
+        Command::Serve(a) => serve_code(a),
         Command::PrepareKbit(a) => format!(
             "from peft import prepare_model_for_kbit_training\n{0} = prepare_model_for_kbit_training({0})  # the rest upcast to float32; checkpointing on",
             a.model

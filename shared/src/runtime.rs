@@ -45,6 +45,9 @@ pub enum Class {
     Session,
     /// An exception and its traceback frames (their locals).
     Exception,
+    /// vLLM's `LLM`: its engine core runs in a process of its own, which
+    /// exits when this object is collected.
+    Llm,
 }
 
 impl Class {
@@ -56,6 +59,7 @@ impl Class {
             Class::Graph => "autograd graph",
             Class::Session => "tf.Session",
             Class::Exception => "OutOfMemoryError",
+            Class::Llm => "vllm.LLM",
         }
     }
 }

@@ -514,3 +514,30 @@ pub const DEFAULT_BATCH: u64 = 64;
 pub const DEFAULT_STEPS: u64 = 10;
 /// `find_batch_size`'s share of the memory limit when `threshold` is left out.
 pub const DEFAULT_THRESHOLD: f64 = 0.8;
+
+/// `llm = LLM(model=..., gpu_memory_utilization=..., ...)`: vLLM 0.33.0's
+/// engine started in a process of its own on this GPU
+/// (`train::hf::serve`); unset settings take `vllm serve`'s defaults on
+/// the kernel's card.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ServeArgs {
+    pub name: String,
+    /// A shipped shape's name or its Hugging Face repository, or a
+    /// config.json's object.
+    pub model: serde_json::Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_utilization: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_model_len: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_num_seqs: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_num_batched_tokens: Option<u64>,
+    /// `auto` (the weights' type) or `fp8`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_cache_dtype: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub enforce_eager: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<Dtype>,
+}

@@ -99,6 +99,8 @@ commands! {
     PrepareKbit(ModelRef) = "prepare_kbit",
     /// `model = get_peft_model(model, LoraConfig(r=rank))` on a Hugging Face model.
     Lora(LoraArgs) = "lora",
+    /// `llm = LLM(model=...)`: vLLM's engine in a process of its own.
+    Serve(ServeArgs) = "serve",
     /// `sess = tf.compat.v1.Session()`: owns the variables of models built while it is open.
     TfSession(NameArgs) = "tf_session",
     /// `sess.close()`

@@ -45,6 +45,7 @@ read_by_hand! {
     "generate": GenerateArgs => generate, GENERATE,
     "prepare_kbit": ModelRef => model_ref, MODEL_REF,
     "lora": LoraArgs => lora, LORA,
+    "serve": ServeArgs => serve, SERVE,
 }
 
 const NAME: &[&str] = &["name"];
@@ -373,6 +374,34 @@ fn generate(f: &mut Fields) -> Result<GenerateArgs, Error> {
         attention: f.take_or("attention", Attention::Sdpa)?,
     };
     f.done(GENERATE)?;
+    Ok(a)
+}
+
+const SERVE: &[&str] = &[
+    "name",
+    "model",
+    "gpu_memory_utilization",
+    "max_model_len",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "kv_cache_dtype",
+    "enforce_eager",
+    "dtype",
+];
+
+fn serve(f: &mut Fields) -> Result<ServeArgs, Error> {
+    let a = ServeArgs {
+        name: f.take("name")?,
+        model: f.take("model")?,
+        gpu_memory_utilization: f.take("gpu_memory_utilization")?,
+        max_model_len: f.take("max_model_len")?,
+        max_num_seqs: f.take("max_num_seqs")?,
+        max_num_batched_tokens: f.take("max_num_batched_tokens")?,
+        kv_cache_dtype: f.take("kv_cache_dtype")?,
+        enforce_eager: f.take_or("enforce_eager", false)?,
+        dtype: f.take("dtype")?,
+    };
+    f.done(SERVE)?;
     Ok(a)
 }
 

@@ -26,6 +26,8 @@ mod on_device;
 mod placement;
 mod planning;
 mod program;
+#[cfg(feature = "hf-models")]
+mod serving;
 mod step_words;
 mod stepwise;
 mod tensors;
@@ -249,6 +251,8 @@ impl Engine {
     /// every step: each step's graph dies as the next loss is bound).
     fn forget_dead(&mut self) {
         let dead = self.process.take_dead_instances();
+        #[cfg(feature = "hf-models")]
+        self.llms_exit(&dead);
         self.train.forget(&dead);
     }
 
@@ -293,8 +297,10 @@ impl Engine {
             Command::PrepareKbit(a) => self.prepare_kbit(a),
             #[cfg(feature = "hf-models")]
             Command::Lora(a) => self.lora(a),
+            #[cfg(feature = "hf-models")]
+            Command::Serve(a) => self.serve(a),
             #[cfg(not(feature = "hf-models"))]
-            Command::Generate(_) | Command::PrepareKbit(_) | Command::Lora(_) => Err(error(
+            Command::Generate(_) | Command::PrepareKbit(_) | Command::Lora(_) | Command::Serve(_) => Err(error(
                 ErrorKind::InvalidValue,
                 "Hugging Face models run on a server (`vramlab serve`) or in `vramlab run`: this build leaves them out",
             )),

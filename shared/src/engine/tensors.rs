@@ -112,6 +112,13 @@ impl Engine {
             .unbind(name)
             .ok_or_else(|| name_error(name))?;
         let freed = self.process.release(&released);
+        #[cfg(feature = "hf-models")]
+        if let Some(&held) = self.train.llms.get(&id).filter(|_| !released.is_empty()) {
+            return Ok(Outcome::note(format!(
+                "`{name}` was the last reference to vLLM's `LLM`: its client's finalizer shut the engine core down, and its process's exit gave {} back to the driver (nvidia-smi fell; this process's allocator never held any of it).",
+                format_size(held)
+            )));
+        }
         let note = if released.is_empty() {
             format!(
                 "`del {name}` removed the name only: the object is still referenced (by {}), so nothing was freed.",

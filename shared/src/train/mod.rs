@@ -175,6 +175,9 @@ pub struct TrainState {
     pub hf_optimizers: IdMap<hf_state::HfOptimizer>,
     #[cfg(feature = "hf-models")]
     pub hf_steps: IdMap<hf_state::HfStep>,
+    /// vLLM's engine cores (`LLM`), by the bytes their processes hold.
+    #[cfg(feature = "hf-models")]
+    pub llms: IdMap<u64>,
 }
 
 impl TrainState {
