@@ -98,6 +98,9 @@ fn the_required_lessons_exist() {
         "transformer-checkpointing",
         "cnn-image-size",
         "lora",
+        "generate-kv-cache",
+        "qlora",
+        "vllm-kv-cache",
     ] {
         assert!(
             names.iter().any(|n| n.contains(topic)),

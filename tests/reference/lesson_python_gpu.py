@@ -123,10 +123,12 @@ MODELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vramlab_model
 
 def skip_reason(source, settings):
     module = {"tensorflow": "tensorflow", "jax": "jax"}.get(settings.get("framework"), "torch")
-    try:
-        importlib.import_module(module)
-    except Exception as e:
-        return "%s is not installed here (%s)" % (module, type(e).__name__)
+    modules = [module] + (["vllm"] if "from vllm import" in source else [])
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as e:
+            return "%s is not installed here (%s)" % (module, type(e).__name__)
     return None
 
 

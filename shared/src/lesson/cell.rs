@@ -30,6 +30,21 @@ fn oom_error(framework: Framework) -> &'static str {
     }
 }
 
+/// The exception a step the lesson expects to fail raises: Python's
+/// `ValueError` for a value refused (vLLM's refusals), else the
+/// framework's out-of-memory error.
+fn expected_error(line: &CommandLine, framework: Framework) -> &'static str {
+    let kind = line
+        .annotations
+        .expect
+        .as_ref()
+        .and_then(|e| e.get("error_kind"));
+    match kind.and_then(|k| k.as_str()) {
+        Some("invalid_value") => "ValueError",
+        _ => oom_error(framework),
+    }
+}
+
 /// Whether the lesson expects this step to fail.
 fn fails(line: &CommandLine) -> bool {
     let expect = line.annotations.expect.as_ref();
@@ -75,7 +90,7 @@ fn step_code(cell: &str, line: &CommandLine, command: &Command, framework: Frame
         out.push_str(&format!(
             "try:\n{}\nexcept {} as e:\n    print(type(e).__name__, e)\n    last_exception = e\n",
             body.join("\n"),
-            oom_error(framework)
+            expected_error(line, framework)
         ));
     } else {
         out.push_str(&code);
