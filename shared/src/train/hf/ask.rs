@@ -175,17 +175,28 @@ fn quant4(r: &Map<String, Value>, c: &HfConfig, dtype: Dtype) -> Result<Quant4, 
     })
 }
 
-/// Reads a request.
-pub fn read(request: &Value) -> Result<Asked, Invalid> {
+/// A request's object, every field one of `fields` (`what`: the kind of
+/// request, in the message).
+fn fields_of<'a>(
+    request: &'a Value,
+    fields: &[&str],
+    what: &str,
+) -> Result<&'a Map<String, Value>, Invalid> {
     let r = request
         .as_object()
         .ok_or_else(|| Invalid::from("a plan request is a JSON object"))?;
-    if let Some(unknown) = r.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(Invalid(format!(
-            "unknown field `{unknown}`, expected one of {}",
-            FIELDS.join(", ")
-        )));
+    match r.keys().find(|k| !fields.contains(&k.as_str())) {
+        Some(unknown) => Err(Invalid(format!(
+            "unknown field `{unknown}`{what}, expected one of {}",
+            fields.join(", ")
+        ))),
+        None => Ok(r),
     }
+}
+
+/// Reads a request.
+pub fn read(request: &Value) -> Result<Asked, Invalid> {
+    let r = fields_of(request, FIELDS, "")?;
     let (config, name, load) = model(r)?;
     let gpu: GpuModel = named(r, "gpu", "rtx-4090")?;
     let amp = match r.get("amp") {

@@ -290,12 +290,12 @@ pub fn startup(c: &HfConfig, card: &Card, dtype: Dtype, s: &Serving) -> Result<S
     // vLLM checks against the blocks left once its pool's null block
     // is set aside.
     let usable = available - block_bytes as i64;
-    let needed = per_request * block_bytes;
+    let needed = per_request.saturating_mul(block_bytes);
     let longest_model_len =
         (usable.max(0) as u64 / block_bytes * s.block_size).min(c.max_positions);
     let refused = if available <= 0 {
         Some("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.".to_string())
-    } else if needed as i64 > usable {
+    } else if needed > usable.max(0) as u64 {
         Some(format!(
             "To serve at least one request with the model's max seq len ({}), ({:.2} GiB KV cache is needed, which is larger than the available KV cache memory ({:.2} GiB). Based on the available memory, the estimated maximum model length is {}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
             s.max_model_len,

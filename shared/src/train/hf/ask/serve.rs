@@ -9,7 +9,7 @@
 //!
 //! Every setting but the model has `vllm serve`'s default on that card.
 
-use super::{count, flag, model, named};
+use super::{count, fields_of, flag, model, named};
 use crate::error::Invalid;
 use crate::gpu::GpuModel;
 use crate::train::hf::config::HfConfig;
@@ -53,15 +53,7 @@ pub fn is_serve(request: &Value) -> bool {
 
 /// Reads a serving request.
 pub fn read(request: &Value) -> Result<ServeAsked, Invalid> {
-    let r = request
-        .as_object()
-        .ok_or_else(|| Invalid::from("a plan request is a JSON object"))?;
-    if let Some(unknown) = r.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(Invalid(format!(
-            "unknown field `{unknown}` for serving, expected one of {}",
-            FIELDS.join(", ")
-        )));
-    }
+    let r = fields_of(request, FIELDS, " for serving")?;
     let (config, name, load) = model(r)?;
     let gpu: GpuModel = named(r, "gpu", "h100-80gb")?;
     let card = Card::of(gpu);
@@ -237,5 +229,80 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("longer than the model's 1024"));
+    }
+}
+
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Values at the edges for a serving request's fields.
+    fn value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            prop::sample::select(vec![
+                json!(0),
+                json!(1),
+                json!(-1),
+                json!(0.5),
+                json!(1.5),
+                json!(16),
+                json!(1 << 20),
+                json!(1u64 << 40),
+                json!(u64::MAX),
+                json!("fp8"),
+                json!("auto"),
+                json!("bfloat16"),
+                json!("float16"),
+                json!(true),
+                json!(null),
+                json!("h100-80gb"),
+                json!("t4"),
+                json!("Llama-3.1-8B"),
+                json!("gpt2"),
+                json!("Qwen3-0.6B"),
+                json!([]),
+            ]),
+            (1u64..1 << 41).prop_map(|n| json!(n)),
+        ]
+    }
+
+    /// A pasted config with edge numbers (the limits `HfConfig::read` keeps).
+    fn config() -> impl Strategy<Value = Value> {
+        (
+            prop::sample::select(vec!["llama", "qwen3", "gpt2", "mistral", "phi3"]),
+            prop::collection::vec(1u64..1 << 21, 6),
+            1u64..1 << 41,
+        )
+            .prop_map(|(t, n, positions)| {
+                json!({"model_type": t, "hidden_size": n[0], "intermediate_size": n[1],
+                    "num_hidden_layers": n[2] % 1025, "num_attention_heads": n[3],
+                    "num_key_value_heads": n[4], "head_dim": n[5], "vocab_size": n[0],
+                    "max_position_embeddings": positions, "n_embd": n[0], "n_head": n[3],
+                    "n_layer": n[2] % 1025, "n_positions": positions})
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Any request is answered or refused with a message, never a panic.
+        #[test]
+        fn any_serving_request_is_answered_or_refused(
+            fields in prop::collection::vec((prop::sample::select(FIELDS.to_vec()), value()), 0..8),
+            pasted in prop::option::of(config()),
+        ) {
+            let mut r = json!({"task": "serve", "model": "Llama-3.2-1B"});
+            for (k, v) in fields {
+                if k != "task" {
+                    r[k] = v;
+                }
+            }
+            if let Some(c) = pasted {
+                r.as_object_mut().unwrap().remove("model");
+                r["config"] = c;
+            }
+            let v = answer(&r);
+            prop_assert!(v.get("error").is_some() || v.get("kv_tokens").is_some(), "{}", v);
+        }
     }
 }

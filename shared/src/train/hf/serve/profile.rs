@@ -66,8 +66,12 @@ impl Gpu {
         })
     }
 
-    /// A tensor of `bytes`; `Err` with the request refused.
+    /// A tensor of `bytes`; `Err` with the request refused (past a
+    /// pebibyte without asking: no GPU holds it).
     fn alloc(&mut self, bytes: u64) -> Result<usize, u64> {
+        if bytes > 1 << 50 {
+            return Err(bytes);
+        }
         match self.allocator.malloc(&mut self.device, bytes) {
             Ok(b) => {
                 self.live.push(b);
