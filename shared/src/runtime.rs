@@ -45,9 +45,7 @@ pub enum Class {
     Session,
     /// An exception and its traceback frames (their locals).
     Exception,
-    /// vLLM's `LLM`: its engine core runs in a process of its own, which
-    /// exits when this object is collected.
-    Llm,
+    Llm, // vLLM's `LLM`: its engine core is a process of its own.
 }
 
 impl Class {
