@@ -24,6 +24,7 @@ function serving() {
   if ($("plan-max-num-seqs").value) r.max_num_seqs = Number($("plan-max-num-seqs").value);
   if ($("plan-kv-dtype").value === "fp8") r.kv_cache_dtype = "fp8";
   if ($("plan-enforce-eager").checked) r.enforce_eager = true;
+  if ($("plan-tp").value !== "1") r.tensor_parallel_size = Number($("plan-tp").value);
   return r;
 }
 
@@ -64,7 +65,8 @@ function request() {
 // vLLM's start-up: whether it starts, what holds the memory, the KV
 // cache's tokens and concurrency, and the command line.
 function showServe(a) {
-  const head = `${a.model} in ${a.dtype} on ${a.gpu_name}, vLLM ${a.vllm}`;
+  const on = a.tensor_parallel_size > 1 ? `${a.tensor_parallel_size} x ${a.gpu_name} (each rank's numbers)` : a.gpu_name;
+  const head = `${a.model} in ${a.dtype} on ${on}, vLLM ${a.vllm}`;
   $("plan-verdict").textContent = a.starts
     ? `Starts. ${head}: the KV cache holds ${a.kv_tokens.toLocaleString("en")} tokens, ${a.max_concurrency.toFixed(2)} requests of ${a.max_model_len.toLocaleString("en")} tokens at once.`
     : `Does not start. ${head}: ${a.refused}`;

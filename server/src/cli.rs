@@ -149,6 +149,10 @@ pub struct PlanArgs {
     /// Serving: `--enforce-eager` (no CUDA graphs).
     #[arg(long = "enforce-eager")]
     pub enforce_eager: bool,
+    /// Serving: `--tensor-parallel-size` (1): GPUs of this kind sharing
+    /// every layer; the answer is one rank's.
+    #[arg(long = "tensor-parallel-size")]
+    pub tensor_parallel_size: Option<u64>,
 }
 
 #[derive(Debug, Args)]

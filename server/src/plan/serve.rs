@@ -18,6 +18,7 @@ pub fn request(args: &PlanArgs, mut r: Value) -> Value {
         ("max_model_len", args.max_model_len),
         ("max_num_seqs", args.max_num_seqs),
         ("max_num_batched_tokens", args.max_num_batched_tokens),
+        ("tensor_parallel_size", args.tensor_parallel_size),
     ];
     for (key, value) in numbers {
         if let Some(n) = value {
@@ -42,11 +43,17 @@ pub fn request(args: &PlanArgs, mut r: Value) -> Value {
 fn print_text(out: &mut impl Write, a: &ServeAsked, st: &Startup) -> anyhow::Result<()> {
     let s = &a.serving;
     let g = |b: u64| gib(b as i64);
+    let on = match s.tensor_parallel_size {
+        1 => format!("one {}", a.gpu.spec().name),
+        n => format!(
+            "{n} x {} (tensor parallel; each rank's numbers)",
+            a.gpu.spec().name
+        ),
+    };
     writeln!(
         out,
-        "{} served by vLLM 0.33.0 on one {} ({}, max_model_len {}, max_num_seqs {}, max_num_batched_tokens {})",
+        "{} served by vLLM 0.33.0 on {on} ({}, max_model_len {}, max_num_seqs {}, max_num_batched_tokens {})",
         a.name,
-        a.gpu.spec().name,
         a.dtype.torch_name(),
         s.max_model_len,
         s.max_num_seqs,

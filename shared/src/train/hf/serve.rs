@@ -102,6 +102,9 @@ pub struct Serving {
     pub enforce_eager: bool,
     /// `VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS` (1).
     pub estimate_cudagraphs: bool,
+    /// `--tensor-parallel-size` (1): the GPUs, each of them this card,
+    /// that share every layer; the answer is one rank's.
+    pub tensor_parallel_size: u64,
 }
 
 impl Serving {
@@ -118,6 +121,7 @@ impl Serving {
             kv_bytes: dtype.size_bytes(),
             enforce_eager: false,
             estimate_cudagraphs: true,
+            tensor_parallel_size: 1,
         }
     }
 
@@ -227,6 +231,23 @@ pub fn check(c: &HfConfig, card: &Card, dtype: Dtype, s: &Serving) -> Result<(),
             s.max_num_batched_tokens, s.max_num_seqs
         )));
     }
+    let tp = s.tensor_parallel_size;
+    let (heads, kv_heads) = if c.arch == Arch::Gpt2 {
+        (c.heads, c.heads)
+    } else {
+        (c.heads, c.kv_heads)
+    };
+    if ![1, 2, 4, 8].contains(&tp) {
+        return Err(Invalid(format!(
+            "tensor_parallel_size is {tp}: 1, 2, 4 or 8 GPUs"
+        )));
+    }
+    if heads % tp != 0 || (kv_heads % tp != 0 && tp % kv_heads != 0) || c.intermediate % tp != 0 {
+        return Err(Invalid(format!(
+            "Total number of attention heads ({heads}), of key-value heads ({kv_heads}) and the MLP's width ({}) must be divisible by tensor parallel size ({tp})",
+            c.intermediate
+        )));
+    }
     if ![8, 16, 32, 64, 128].contains(&s.block_size) {
         return Err(Invalid(format!(
             "block_size is {}: 8, 16, 32, 64 or 128",
@@ -236,14 +257,10 @@ pub fn check(c: &HfConfig, card: &Card, dtype: Dtype, s: &Serving) -> Result<(),
     Ok(())
 }
 
-/// One layer's keys and values for `block_size` tokens.
+/// One layer's keys and values for `block_size` tokens, on one rank.
 pub fn page_bytes(c: &HfConfig, s: &Serving) -> u64 {
-    let (kv_heads, head_dim) = if c.arch == Arch::Gpt2 {
-        (c.heads, c.hidden / c.heads)
-    } else {
-        (c.kv_heads, c.head_dim)
-    };
-    2 * s.block_size * kv_heads * head_dim * s.kv_bytes
+    let kv = profile::Shard::of(c, s.tensor_parallel_size).kv;
+    2 * s.block_size * kv * s.kv_bytes
 }
 
 fn cdiv(a: u64, b: u64) -> u64 {

@@ -7,7 +7,8 @@
 //!  "max_num_seqs": 256, "kv_cache_dtype": "fp8"}
 //! ```
 //!
-//! Every setting but the model has `vllm serve`'s default on that card.
+//! Every setting but the model has `vllm serve`'s default on that card;
+//! with `tensor_parallel_size`, the answer is one rank's, each on that card.
 
 use super::{count, fields_of, flag, model, named};
 use crate::error::Invalid;
@@ -32,6 +33,7 @@ pub const FIELDS: &[&str] = &[
     "block_size",
     "kv_cache_dtype",
     "enforce_eager",
+    "tensor_parallel_size",
 ];
 
 /// What a serving request asks.
@@ -83,6 +85,7 @@ pub fn read(request: &Value) -> Result<ServeAsked, Invalid> {
         },
         enforce_eager: flag(r, "enforce_eager", false)?,
         estimate_cudagraphs: true,
+        tensor_parallel_size: count(r, "tensor_parallel_size", 1)?,
     };
     serve::check(&config, &card, dtype, &serving)?;
     let repo = load
@@ -151,6 +154,9 @@ pub fn command(a: &ServeAsked) -> String {
     if s.enforce_eager {
         args.push("--enforce-eager".into());
     }
+    if s.tensor_parallel_size > 1 {
+        args.push(format!("--tensor-parallel-size {}", s.tensor_parallel_size));
+    }
     args.join(" ")
 }
 
@@ -186,6 +192,7 @@ pub fn to_json(a: &ServeAsked, st: &Startup) -> Value {
         "block_size": s.block_size,
         "kv_cache_dtype": if s.kv_bytes == 1 { "fp8" } else { "auto" },
         "enforce_eager": s.enforce_eager,
+        "tensor_parallel_size": s.tensor_parallel_size,
         "command": command(a),
     })
 }
@@ -217,6 +224,35 @@ mod tests {
         );
         let tokens = v["kv_tokens"].as_u64().unwrap();
         assert_eq!(tokens, v["num_blocks"].as_u64().unwrap() * 16);
+        // Two ranks: each holds half the weights and half the key-value
+        // heads of every token, so the cache holds more tokens.
+        let two = answer(&json!({"model": "Llama-3.1-8B", "task": "serve",
+            "max_model_len": 8192, "kv_cache_dtype": "fp8", "tensor_parallel_size": 2}));
+        assert_eq!(two["block_bytes"], 1 << 19);
+        assert!(
+            two["weights_bytes"].as_u64().unwrap()
+                < v["weights_bytes"].as_u64().unwrap() / 2 + (1 << 27)
+        );
+        assert!(two["kv_tokens"].as_u64().unwrap() > 2 * tokens);
+        assert!(two["command"]
+            .as_str()
+            .unwrap()
+            .ends_with("--kv-cache-dtype fp8 --tensor-parallel-size 2"));
+        let e =
+            answer(&json!({"model": "Llama-3.1-8B", "task": "serve", "tensor_parallel_size": 3}));
+        assert!(
+            e["error"].as_str().unwrap().contains("1, 2, 4 or 8 GPUs"),
+            "{e}"
+        );
+        let e =
+            answer(&json!({"model": "Qwen2.5-0.5B", "task": "serve", "tensor_parallel_size": 4}));
+        assert!(
+            e["error"]
+                .as_str()
+                .unwrap()
+                .contains("must be divisible by tensor parallel size (4)"),
+            "{e}"
+        );
         let e = answer(&json!({"model": "gpt2", "task": "serve", "batch": 4}));
         assert!(e["error"]
             .as_str()

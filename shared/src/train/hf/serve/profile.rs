@@ -101,28 +101,60 @@ pub fn padded_vocab(c: &HfConfig) -> u64 {
     c.vocab.div_ceil(64) * 64
 }
 
-/// The weights in the order vLLM's model classes make them, as bytes.
-pub fn weights(c: &HfConfig, dtype: Dtype) -> Vec<u64> {
+/// One tensor-parallel rank's share of the model: the query and
+/// key-value widths, the MLP's and the vocabulary's (all of them at
+/// `tp` 1). Column-parallel layers split their outputs, row-parallel
+/// ones their inputs; key-value heads fewer than the ranks are copied to
+/// each (`LlamaAttention`'s `num_kv_heads`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    pub tp: u64,
+    pub q: u64,
+    pub kv: u64,
+    pub inter: u64,
+    pub vocab: u64,
+}
+
+impl Shard {
+    pub fn of(c: &HfConfig, tp: u64) -> Shard {
+        let (heads, kv_heads, head_dim) = if c.arch == Arch::Gpt2 {
+            (c.heads, c.heads, c.hidden / c.heads.max(1))
+        } else {
+            (c.heads, c.kv_heads, c.head_dim)
+        };
+        Shard {
+            tp,
+            q: heads / tp * head_dim,
+            kv: (kv_heads / tp).max(1) * head_dim,
+            inter: c.intermediate / tp,
+            vocab: padded_vocab(c) / tp,
+        }
+    }
+}
+
+/// One rank's weights in the order vLLM's model classes make them, as
+/// bytes.
+pub fn weights(c: &HfConfig, dtype: Dtype, sh: Shard) -> Vec<u64> {
     let e = dtype.size_bytes();
-    let (h, v) = (c.hidden, padded_vocab(c));
+    let (h, v, i) = (c.hidden, sh.vocab, sh.inter);
     let mut out = vec![v * h * e];
     if c.arch == Arch::Gpt2 {
         out.push(c.max_positions * h * e);
+        let third = sh.q;
         for _ in 0..c.layers {
-            let four = 4 * h;
             out.extend(
                 [
                     h,
                     h,
-                    3 * h * h,
-                    3 * h,
-                    h * h,
+                    3 * third * h,
+                    3 * third,
+                    h * third,
                     h,
                     h,
                     h,
-                    four * h,
-                    four,
-                    h * four,
+                    i * h,
+                    i,
+                    h * i,
                     h,
                 ]
                 .map(|n| n * e),
@@ -130,7 +162,7 @@ pub fn weights(c: &HfConfig, dtype: Dtype) -> Vec<u64> {
         }
         out.extend([h * e, h * e]);
     } else {
-        let (q, kv) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
+        let (q, kv) = (sh.q, sh.kv);
         for l in 0..c.layers {
             out.push((q + 2 * kv) * h * e);
             if c.qkv_bias {
@@ -148,12 +180,7 @@ pub fn weights(c: &HfConfig, dtype: Dtype) -> Vec<u64> {
             if c.arch == Arch::Qwen3 {
                 out.extend([c.head_dim * e, c.head_dim * e]);
             }
-            out.extend([
-                2 * c.intermediate * h * e,
-                h * c.intermediate * e,
-                h * e,
-                h * e,
-            ]);
+            out.extend([2 * i * h * e, h * i * e, h * e, h * e]);
         }
         out.push(h * e);
     }
@@ -173,15 +200,35 @@ pub fn runner_buffers(s: &Serving) -> Vec<u64> {
     vec![t * 4, t * 8, t * 8, r * blocks * 4, (r + 1) * 4, r * 4]
 }
 
+/// A row-parallel layer's output: each rank's partial sums, then (with
+/// more than one rank) the all-reduce's new tensor, out of place as
+/// `CudaCommunicator.all_reduce` returns it.
+fn reduced(g: &mut Gpu, bytes: u64, sh: Shard) -> Result<usize, u64> {
+    let partial = g.alloc(bytes)?;
+    if sh.tp == 1 {
+        return Ok(partial);
+    }
+    let sum = g.alloc(bytes)?;
+    g.free(partial);
+    Ok(sum)
+}
+
 /// The forward over `t` tokens as vLLM's layers run it, then the hidden
 /// states of the `r` requests' last positions. Leaves the final hidden
 /// states and the gathered rows live; returns them.
-fn forward(g: &mut Gpu, c: &HfConfig, e: u64, t: u64, r: u64) -> Result<[usize; 2], u64> {
+fn forward(
+    g: &mut Gpu,
+    c: &HfConfig,
+    sh: Shard,
+    e: u64,
+    t: u64,
+    r: u64,
+) -> Result<[usize; 2], u64> {
     let h = c.hidden;
     if c.arch == Arch::Gpt2 {
-        return gpt2_forward(g, c, e, t, r);
+        return gpt2_forward(g, c, sh, e, t, r);
     }
-    let (q, kv) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
+    let (q, kv) = (sh.q, sh.kv);
     // The embedding's output is the residual the whole way: layer 0
     // norms it into a new tensor, the later layers add and norm in place.
     let residual = g.alloc(t * h * e)?;
@@ -194,7 +241,7 @@ fn forward(g: &mut Gpu, c: &HfConfig, e: u64, t: u64, r: u64) -> Result<[usize; 
             None
         };
         let out = g.alloc(t * q * e)?;
-        let o = g.alloc(t * h * e)?;
+        let o = reduced(g, t * h * e, sh)?;
         for x in [Some(qkv), Some(out)]
             .into_iter()
             .chain(normed.into_iter().flatten().map(Some))
@@ -203,10 +250,10 @@ fn forward(g: &mut Gpu, c: &HfConfig, e: u64, t: u64, r: u64) -> Result<[usize; 
             g.free(x);
         }
         g.free(hidden);
-        let gate_up = g.alloc(t * 2 * c.intermediate * e)?;
-        let act = g.alloc(t * c.intermediate * e)?;
+        let gate_up = g.alloc(t * 2 * sh.inter * e)?;
+        let act = g.alloc(t * sh.inter * e)?;
         g.free(gate_up);
-        let down = g.alloc(t * h * e)?;
+        let down = reduced(g, t * h * e, sh)?;
         g.free(act);
         g.free(o);
         hidden = down;
@@ -217,14 +264,21 @@ fn forward(g: &mut Gpu, c: &HfConfig, e: u64, t: u64, r: u64) -> Result<[usize; 
 }
 
 /// GPT-2's blocks in vLLM: LayerNorms and residual adds make new tensors.
-fn gpt2_forward(g: &mut Gpu, c: &HfConfig, e: u64, t: u64, r: u64) -> Result<[usize; 2], u64> {
-    let h = c.hidden;
+fn gpt2_forward(
+    g: &mut Gpu,
+    c: &HfConfig,
+    sh: Shard,
+    e: u64,
+    t: u64,
+    r: u64,
+) -> Result<[usize; 2], u64> {
+    let (h, q) = (c.hidden, sh.q);
     let mut hidden = g.alloc(t * h * e)?;
     for _ in 0..c.layers {
         let ln1 = g.alloc(t * h * e)?;
-        let qkv = g.alloc(t * 3 * h * e)?;
-        let out = g.alloc(t * h * e)?;
-        let proj = g.alloc(t * h * e)?;
+        let qkv = g.alloc(t * 3 * q * e)?;
+        let out = g.alloc(t * q * e)?;
+        let proj = reduced(g, t * h * e, sh)?;
         g.free(qkv);
         g.free(out);
         g.free(ln1);
@@ -232,10 +286,10 @@ fn gpt2_forward(g: &mut Gpu, c: &HfConfig, e: u64, t: u64, r: u64) -> Result<[us
         g.free(proj);
         g.free(hidden);
         let ln2 = g.alloc(t * h * e)?;
-        let fc = g.alloc(t * 4 * h * e)?;
-        let act = g.alloc(t * 4 * h * e)?;
+        let fc = g.alloc(t * sh.inter * e)?;
+        let act = g.alloc(t * sh.inter * e)?;
         g.free(fc);
-        let proj = g.alloc(t * h * e)?;
+        let proj = reduced(g, t * h * e, sh)?;
         g.free(act);
         g.free(ln2);
         hidden = g.alloc(t * h * e)?;
@@ -253,10 +307,16 @@ fn gpt2_forward(g: &mut Gpu, c: &HfConfig, e: u64, t: u64, r: u64) -> Result<[us
 /// makes masked logits and their softmax, PyTorch's path (the second
 /// call, with a generator) the softmax and the exponential noise, the
 /// Triton top-k/top-p kernel a buffer it keeps. Returns the kept buffer.
-fn sampler(g: &mut Gpu, c: &HfConfig, e: u64, r: u64, sm: u64) -> Result<usize, u64> {
-    let v = padded_vocab(c);
+fn sampler(g: &mut Gpu, c: &HfConfig, sh: Shard, e: u64, r: u64, sm: u64) -> Result<usize, u64> {
     let rows = g.alloc(r * c.hidden * e)?;
-    let logits = g.alloc(r * v * e)?;
+    // Each rank's share of the vocabulary, gathered whole on every rank
+    // (`LogitsProcessor`'s all-gather).
+    let mut logits = g.alloc(r * sh.vocab * e)?;
+    if sh.tp > 1 {
+        let gathered = g.alloc(r * sh.vocab * sh.tp * e)?;
+        g.free(logits);
+        logits = gathered;
+    }
     let rv = r * c.vocab * 4;
     let f32 = g.alloc(rv)?;
     let masked = g.alloc(rv)?;
@@ -278,9 +338,9 @@ fn sampler(g: &mut Gpu, c: &HfConfig, e: u64, r: u64, sm: u64) -> Result<usize, 
 /// The private pool one capture of `t` tokens fills: the forward's
 /// tensors on an allocator of their own (graph pools share no blocks
 /// with the rest).
-fn capture_pool(card: &Card, c: &HfConfig, e: u64, t: u64) -> Result<u64, Invalid> {
+fn capture_pool(card: &Card, c: &HfConfig, sh: Shard, e: u64, t: u64) -> Result<u64, Invalid> {
     let mut g = Gpu::new(card)?;
-    match forward(&mut g, c, e, t, t) {
+    match forward(&mut g, c, sh, e, t, t) {
         Ok(_) => Ok(g.allocator.stats().reserved_bytes.peak),
         Err(_) => Ok(g.reserved_now()),
     }
@@ -291,7 +351,8 @@ pub fn profile(c: &HfConfig, card: &Card, dtype: Dtype, s: &Serving) -> Result<P
     let mut g = Gpu::new(card)?;
     let e = dtype.size_bytes();
     let mut out = Profiled::default();
-    for bytes in weights(c, dtype) {
+    let sh = Shard::of(c, s.tensor_parallel_size);
+    for bytes in weights(c, dtype, sh) {
         if let Err(asked) = g.alloc(bytes) {
             out.out_of_memory = Some(oom("while loading the weights", asked));
             return Ok(out);
@@ -308,8 +369,8 @@ pub fn profile(c: &HfConfig, card: &Card, dtype: Dtype, s: &Serving) -> Result<P
     g.allocator.reset_peak_stats();
     let t = s.max_num_batched_tokens;
     let r = t.min(s.max_num_seqs);
-    let ran = forward(&mut g, c, e, t, r).and_then(|kept| {
-        sampler(&mut g, c, e, r, card.sms)?;
+    let ran = forward(&mut g, c, sh, e, t, r).and_then(|kept| {
+        sampler(&mut g, c, sh, e, r, card.sms)?;
         Ok(kept)
     });
     match ran {
@@ -324,7 +385,7 @@ pub fn profile(c: &HfConfig, card: &Card, dtype: Dtype, s: &Serving) -> Result<P
     out.reserved_after = g.reserved_now();
     for sizes in s.capture_sizes() {
         if let Some(&largest) = sizes.last() {
-            let first = capture_pool(card, c, e, largest)?;
+            let first = capture_pool(card, c, sh, e, largest)?;
             let rest = (sizes.len() as u64 - 1) * super::GRAPH_BYTES.max(MIB);
             out.cudagraph += first + rest;
         }

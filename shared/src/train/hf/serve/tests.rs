@@ -45,6 +45,16 @@ fn qwen3_8b() -> HfConfig {
     .unwrap()
 }
 
+fn qwen25_32b() -> HfConfig {
+    HfConfig::read(
+        &json!({"model_type": "qwen2", "hidden_size": 5120, "intermediate_size": 27648,
+        "num_hidden_layers": 64, "num_attention_heads": 40, "num_key_value_heads": 8,
+        "vocab_size": 152064, "max_position_embeddings": 32768, "tie_word_embeddings": false,
+        "torch_dtype": "bfloat16"}),
+    )
+    .unwrap()
+}
+
 /// Settings before vLLM 0.21 (no CUDA-graph estimate); before V1 the
 /// profile ran `max(max_model_len, 2048)` tokens in 256 sequences.
 fn v0(max_model_len: u64, util: f64) -> Serving {
@@ -57,6 +67,7 @@ fn v0(max_model_len: u64, util: f64) -> Serving {
         kv_bytes: 2,
         enforce_eager: false,
         estimate_cudagraphs: false,
+        tensor_parallel_size: 1,
     }
 }
 
@@ -99,8 +110,20 @@ fn logged() -> Vec<Logged> {
                 kv_bytes: 2,
                 enforce_eager: false,
                 estimate_cudagraphs: true,
+                tensor_parallel_size: 1,
             },
             kv_gib: 6.37,
+        },
+        Logged {
+            link: "https://github.com/vllm-project/vllm/issues/15815",
+            // Two L40S (44.42 GiB each) sharing Qwen2.5-32B-Instruct.
+            card: card(44.42, (8, 9), 142),
+            config: qwen25_32b(),
+            serving: Serving {
+                tensor_parallel_size: 2,
+                ..v0(10000, 0.9)
+            },
+            kv_gib: 7.71,
         },
     ]
 }
@@ -133,7 +156,9 @@ fn the_kv_cache_is_within_five_percent_of_the_start_up_logs() {
 #[test]
 fn the_weights_are_what_vllm_says_loading_took() {
     let c = shape("Llama-3.1-8B");
-    let bytes: u64 = profile::weights(&c, Dtype::Bfloat16).iter().sum();
+    let bytes: u64 = profile::weights(&c, Dtype::Bfloat16, profile::Shard::of(&c, 1))
+        .iter()
+        .sum();
     assert_eq!(bytes, 8_030_261_248 * 2 + 131_072 * 128 * 2);
     let st = startup(
         &c,
@@ -143,6 +168,27 @@ fn the_weights_are_what_vllm_says_loading_took() {
     )
     .unwrap();
     assert!((gib(st.weights as i64) - 14.9889).abs() < 0.0002);
+    // One of two ranks of Qwen2.5-32B: "Loading model weights took
+    // 30.7098 GB" (vllm#15815). That is what the caching allocator
+    // counts: a 35 MiB key-value projection takes a 36 MiB block (the
+    // 1 MiB left of its segment is too small to split off), 192 MiB over
+    // the tensors' own bytes in all.
+    let c = qwen25_32b();
+    let sh = profile::Shard::of(&c, 2);
+    let own: u64 = profile::weights(&c, Dtype::Bfloat16, sh).iter().sum();
+    let s = Serving {
+        tensor_parallel_size: 2,
+        ..v0(10000, 0.9)
+    };
+    let held = profile::profile(&c, &card(44.42, (8, 9), 142), Dtype::Bfloat16, &s)
+        .unwrap()
+        .weights;
+    assert_eq!(held - own, 192 * MIB);
+    assert!(
+        (gib(held as i64) - 30.7098).abs() < 0.0002,
+        "{}",
+        gib(held as i64)
+    );
 }
 
 #[test]
