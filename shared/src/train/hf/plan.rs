@@ -13,7 +13,7 @@ use super::step;
 pub use load::{
     adam_state, kbit_prepare, load_model, loading, lora_adapters, warmup_request, LoadStep,
 };
-use load::{load, load_sizes};
+use load::{compile, load, load_sizes, Op};
 
 mod load;
 mod search;
@@ -383,12 +383,42 @@ pub fn run(q: &Question) -> Result<Run, Invalid> {
         dtype: q.dtype,
         ..q.config
     };
-    run_with(q, &parameters(&loaded))
+    let params = parameters(&loaded);
+    run_with(q, &params, &Loading::of(q, &params))
+}
+
+/// What every run of a question loads before its task, whatever its batch
+/// and tokens: the model (`from_config(..., dtype=...).to("cuda")`, each
+/// tensor in order in the type asked for, the rotary frequencies float32;
+/// or QLoRA's loading), and a training task's AdamW state.
+struct Loading {
+    ops: Vec<Op>,
+    state: Option<Vec<u64>>,
+}
+
+impl Loading {
+    fn of(q: &Question, params: &[NamedTensor]) -> Loading {
+        let loaded = HfConfig {
+            dtype: q.dtype,
+            ..q.config
+        };
+        let (quant, lora) = match q.task {
+            Task::Train(t) => (t.quant, t.lora),
+            Task::Generate(_) => (None, None),
+        };
+        Loading {
+            ops: compile(&loading(&loaded, params, quant, lora)),
+            state: match &q.task {
+                Task::Train(t) => Some(adam_state(&loaded, params, t)),
+                Task::Generate(_) => None,
+            },
+        }
+    }
 }
 
 /// Plays the question once, the model's `named_parameters()` (loaded in
-/// the question's type) given.
-fn run_with(q: &Question, params: &[NamedTensor]) -> Result<Run, Invalid> {
+/// the question's type) and what it loads given.
+fn run_with(q: &Question, params: &[NamedTensor], loads: &Loading) -> Result<Run, Invalid> {
     let (mut device, mut allocator, blas) = gpu_and_allocator(q.gpu, q.torch)?;
     let (_, total) = device.mem_get_info();
     let mut out = Run {
@@ -403,34 +433,19 @@ fn run_with(q: &Question, params: &[NamedTensor]) -> Result<Run, Invalid> {
         context: device.context_bytes(),
         by_token: Vec::new(),
     };
-    // `from_config(..., dtype=...).to("cuda")`: each tensor in order, in
-    // the type asked for (the rotary frequencies stay float32).
     let loaded = HfConfig {
         dtype: q.dtype,
         ..q.config
     };
-    let (quant, lora) = match q.task {
-        Task::Train(t) => (t.quant, t.lora),
-        Task::Generate(_) => (None, None),
-    };
-    let loading = load(
-        allocator.as_mut(),
-        &mut device,
-        &loading(&loaded, params, quant, lora),
-    );
-    match loading {
+    match load(allocator.as_mut(), &mut device, &loads.ops) {
         Ok(bytes) => out.weights = bytes,
         Err(asked) => {
             out.out_of_memory = Some((Stop::Weights, asked));
             return Ok(finish(out, allocator.as_ref()));
         }
     }
-    if let Task::Train(t) = &q.task {
-        match load_sizes(
-            allocator.as_mut(),
-            &mut device,
-            adam_state(&loaded, params, t).into_iter(),
-        ) {
+    if let Some(state) = &loads.state {
+        match load_sizes(allocator.as_mut(), &mut device, state.iter().copied()) {
             Ok(bytes) => out.state = bytes,
             Err(asked) => {
                 out.out_of_memory = Some((Stop::State, asked));
@@ -494,7 +509,8 @@ pub fn answer(q: &Question) -> Result<Answer, Invalid> {
         ..q.config
     };
     let params = parameters(&loaded);
-    let run = run_with(q, &params)?;
+    let loads = Loading::of(q, &params);
+    let run = run_with(q, &params, &loads)?;
     let with = |task: Task| Question { task, ..*q };
     let (batch, tokens) = q.task.batch_and_tokens();
     // Each (batch, tokens) is played once: the searches and the checks
@@ -506,7 +522,7 @@ pub fn answer(q: &Question) -> Result<Answer, Invalid> {
         if let Some(&(_, known)) = seen.borrow().iter().find(|(k, _)| *k == key) {
             return Ok(known);
         }
-        let fit = run_with(&with(task), &params).is_ok_and(|r| r.fits());
+        let fit = run_with(&with(task), &params, &loads).is_ok_and(|r| r.fits());
         seen.borrow_mut().push((key, fit));
         Ok(fit)
     };

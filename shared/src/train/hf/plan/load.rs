@@ -228,49 +228,74 @@ pub fn loading(
     steps
 }
 
-/// Makes the model as [`loading`] says on the allocator: the bytes it
-/// holds after, or the request refused.
+/// [`loading`]'s steps with each freed tensor found once, by the index of
+/// the step that made it: what a run replays (a search replays the same
+/// loading for every probe).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Op {
+    Alloc(u64),
+    /// The last tensor made under the freed name (already freed: nothing).
+    Free(usize),
+    EmptyCache,
+    Warmup(u64),
+}
+
+pub(super) fn compile(steps: &[LoadStep]) -> Vec<Op> {
+    let mut last: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let mut made = 0;
+    let mut ops = Vec::with_capacity(steps.len());
+    for s in steps {
+        ops.push(match s {
+            LoadStep::Alloc { name, bytes } => {
+                last.insert(name, made);
+                made += 1;
+                Op::Alloc(*bytes)
+            }
+            LoadStep::Free(name) => match last.get(name.as_str()) {
+                Some(&i) => Op::Free(i),
+                None => continue,
+            },
+            LoadStep::EmptyCache => Op::EmptyCache,
+            LoadStep::Warmup(bytes) => Op::Warmup(*bytes),
+        });
+    }
+    ops
+}
+
+/// Makes the model as [`compile`]d [`loading`] says on the allocator: the
+/// bytes it holds after, or the request refused.
 pub(super) fn load(
     allocator: &mut dyn Allocator,
     device: &mut SimDevice,
-    steps: &[LoadStep],
+    ops: &[Op],
 ) -> Result<u64, u64> {
     let before = allocator.stats().allocated_bytes.current;
-    let mut made: Vec<(&str, Option<crate::alloc::BlockId>)> = Vec::new();
-    for s in steps {
-        match s {
-            LoadStep::Alloc { name, bytes } => match allocator.malloc(device, *bytes) {
-                Ok(b) => made.push((name, b)),
-                Err(e) => return Err(e.out_of_memory().map_or(0, |o| o.requested)),
-            },
-            LoadStep::Free(name) => {
-                if let Some(b) = made
-                    .iter_mut()
-                    .rev()
-                    .find(|(n, _)| n == name)
-                    .and_then(|(_, b)| b.take())
-                {
+    let refused = |e: crate::alloc::AllocError| e.out_of_memory().map_or(0, |o| o.requested);
+    let mut made: Vec<Option<crate::alloc::BlockId>> = Vec::new();
+    for op in ops {
+        match *op {
+            Op::Alloc(bytes) => made.push(allocator.malloc(device, bytes).map_err(refused)?),
+            Op::Free(i) => {
+                if let Some(b) = made.get_mut(i).and_then(Option::take) {
                     allocator.free(device, b);
                 }
             }
-            LoadStep::EmptyCache => {
+            Op::EmptyCache => {
                 allocator.empty_cache(device);
             }
-            LoadStep::Warmup(bytes) => {
+            Op::Warmup(bytes) => {
                 let s = allocator.stats();
                 let (free, total) = device.mem_get_info();
                 let ask = warmup_request(
-                    *bytes,
+                    bytes,
                     s.reserved_bytes.current,
                     s.allocated_bytes.current,
                     free,
                     total,
                 );
                 if ask > 0 {
-                    match allocator.malloc(device, ask) {
-                        Ok(Some(b)) => allocator.free(device, b),
-                        Ok(None) => {}
-                        Err(e) => return Err(e.out_of_memory().map_or(0, |o| o.requested)),
+                    if let Some(b) = allocator.malloc(device, ask).map_err(refused)? {
+                        allocator.free(device, b);
                     }
                 }
             }
@@ -286,8 +311,8 @@ pub(super) fn load_sizes(
     device: &mut SimDevice,
     sizes: impl Iterator<Item = u64>,
 ) -> Result<u64, u64> {
-    let steps: Vec<LoadStep> = sizes.map(|bytes| alloc(String::new(), bytes)).collect();
-    load(allocator, device, &steps)
+    let ops: Vec<Op> = sizes.map(Op::Alloc).collect();
+    load(allocator, device, &ops)
 }
 
 /// The LoRA adapters peft adds (float32: `autocast_adapter_dtype`), in
