@@ -57,7 +57,7 @@ struct Segment {
     size: u64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Arena {
     blocks: Slab<Block>,
     /// Free blocks by pool, indexed by [`PoolKind::index`].

@@ -122,7 +122,7 @@ impl Default for CachingConfig {
 }
 
 /// The caching allocator of one device: the policy over a block arena.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct CachingAllocator {
     config: CachingConfig,
     arena: Arena,
@@ -455,6 +455,10 @@ impl Allocator for CachingAllocator {
 
     fn set_tracing(&mut self, on: bool) {
         self.arena.trace.on = on;
+    }
+
+    fn boxed_clone(&self) -> Option<Box<dyn Allocator>> {
+        Some(Box::new(self.clone()))
     }
 
     #[cfg(debug_assertions)]

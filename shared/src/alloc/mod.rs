@@ -320,6 +320,12 @@ pub trait Allocator: Send {
     /// Turns event recording on or off (benchmarks switch it off).
     fn set_tracing(&mut self, on: bool);
 
+    /// A copy of this allocator in its present state, where it can make
+    /// one (a plan replays many runs from the same loaded model).
+    fn boxed_clone(&self) -> Option<Box<dyn Allocator>> {
+        None
+    }
+
     #[cfg(debug_assertions)]
     /// Checks the allocator's invariants against its own state and the
     /// device; `Err` names the first broken one.
@@ -327,7 +333,7 @@ pub trait Allocator: Send {
 }
 
 /// Records trace events when switched on.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Trace {
     pub on: bool,
     pub events: Vec<TraceEvent>,

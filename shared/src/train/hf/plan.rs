@@ -13,7 +13,7 @@ use super::step;
 pub use load::{
     adam_state, kbit_prepare, load_model, loading, lora_adapters, warmup_request, LoadStep,
 };
-use load::{compile, load, load_sizes, Op};
+use load::{Loading, Start};
 
 mod load;
 mod search;
@@ -384,42 +384,24 @@ pub fn run(q: &Question) -> Result<Run, Invalid> {
         ..q.config
     };
     let params = parameters(&loaded);
-    run_with(q, &params, &Loading::of(q, &params))
+    run_with(q, &params, &Loading::of(q, &params, fresh(q)?))
 }
 
-/// What every run of a question loads before its task, whatever its batch
-/// and tokens: the model (`from_config(..., dtype=...).to("cuda")`, each
-/// tensor in order in the type asked for, the rotary frequencies float32;
-/// or QLoRA's loading), and a training task's AdamW state.
-struct Loading {
-    ops: Vec<Op>,
-    state: Option<Vec<u64>>,
-}
-
-impl Loading {
-    fn of(q: &Question, params: &[NamedTensor]) -> Loading {
-        let loaded = HfConfig {
-            dtype: q.dtype,
-            ..q.config
-        };
-        let (quant, lora) = match q.task {
-            Task::Train(t) => (t.quant, t.lora),
-            Task::Generate(_) => (None, None),
-        };
-        Loading {
-            ops: compile(&loading(&loaded, params, quant, lora)),
-            state: match &q.task {
-                Task::Train(t) => Some(adam_state(&loaded, params, t)),
-                Task::Generate(_) => None,
-            },
-        }
-    }
+/// A fresh simulated GPU and allocator for `q`.
+fn fresh(q: &Question) -> Result<(SimDevice, Box<dyn Allocator>), Invalid> {
+    gpu_and_allocator(q.gpu, q.torch).map(|(d, a, _)| (d, a))
 }
 
 /// Plays the question once, the model's `named_parameters()` (loaded in
 /// the question's type) and what it loads given.
 fn run_with(q: &Question, params: &[NamedTensor], loads: &Loading) -> Result<Run, Invalid> {
-    let (mut device, mut allocator, blas) = gpu_and_allocator(q.gpu, q.torch)?;
+    let (device, allocator, blas) = gpu_and_allocator(q.gpu, q.torch)?;
+    let Start {
+        mut device,
+        mut allocator,
+        weights,
+        state,
+    } = loads.start(device, allocator);
     let (_, total) = device.mem_get_info();
     let mut out = Run {
         weights: 0,
@@ -437,21 +419,20 @@ fn run_with(q: &Question, params: &[NamedTensor], loads: &Loading) -> Result<Run
         dtype: q.dtype,
         ..q.config
     };
-    match load(allocator.as_mut(), &mut device, &loads.ops) {
+    match weights {
         Ok(bytes) => out.weights = bytes,
         Err(asked) => {
             out.out_of_memory = Some((Stop::Weights, asked));
             return Ok(finish(out, allocator.as_ref()));
         }
     }
-    if let Some(state) = &loads.state {
-        match load_sizes(allocator.as_mut(), &mut device, state.iter().copied()) {
-            Ok(bytes) => out.state = bytes,
-            Err(asked) => {
-                out.out_of_memory = Some((Stop::State, asked));
-                return Ok(finish(out, allocator.as_ref()));
-            }
+    match state {
+        Some(Ok(bytes)) => out.state = bytes,
+        Some(Err(asked)) => {
+            out.out_of_memory = Some((Stop::State, asked));
+            return Ok(finish(out, allocator.as_ref()));
         }
+        None => {}
     }
     let mut player = Player {
         device: &mut device,
@@ -509,7 +490,7 @@ pub fn answer(q: &Question) -> Result<Answer, Invalid> {
         ..q.config
     };
     let params = parameters(&loaded);
-    let loads = Loading::of(q, &params);
+    let loads = Loading::of(q, &params, fresh(q)?);
     let run = run_with(q, &params, &loads)?;
     let with = |task: Task| Question { task, ..*q };
     let (batch, tokens) = q.task.batch_and_tokens();

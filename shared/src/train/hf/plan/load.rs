@@ -2,7 +2,7 @@
 //! QLoRA's 4-bit loading and `prepare_model_for_kbit_training`) leaves them,
 //! peft's adapters, and the optimizer's state its first `step()` makes.
 
-use super::Training;
+use super::{Question, Task, Training};
 use crate::alloc::Allocator;
 use crate::device::{Device, SimDevice};
 use crate::train::hf::config::HfConfig;
@@ -302,6 +302,87 @@ pub(super) fn load(
         }
     }
     Ok(allocator.stats().allocated_bytes.current - before)
+}
+
+/// A run's start: the simulated GPU and its allocator once the model, and
+/// a training task's AdamW state, are loaded (or where loading stopped:
+/// the request refused), with the bytes each holds.
+pub(super) struct Start {
+    pub device: SimDevice,
+    pub allocator: Box<dyn Allocator>,
+    pub weights: Result<u64, u64>,
+    pub state: Option<Result<u64, u64>>,
+}
+
+/// What every run of a question loads before its task, whatever its batch
+/// and tokens: the model (`from_config(..., dtype=...).to("cuda")`, each
+/// tensor in order in the type asked for, the rotary frequencies float32;
+/// or QLoRA's loading), and a training task's AdamW state; loaded once,
+/// and each run started from a copy where the allocator makes one.
+pub(super) struct Loading {
+    ops: Vec<Op>,
+    state: Option<Vec<u64>>,
+    loaded: Option<Start>,
+}
+
+impl Loading {
+    pub(super) fn of(
+        q: &Question,
+        params: &[NamedTensor],
+        (device, allocator): (SimDevice, Box<dyn Allocator>),
+    ) -> Loading {
+        let loaded = HfConfig {
+            dtype: q.dtype,
+            ..q.config
+        };
+        let (quant, lora) = match q.task {
+            Task::Train(t) => (t.quant, t.lora),
+            Task::Generate(_) => (None, None),
+        };
+        let mut l = Loading {
+            ops: compile(&loading(&loaded, params, quant, lora)),
+            state: match &q.task {
+                Task::Train(t) => Some(adam_state(&loaded, params, t)),
+                Task::Generate(_) => None,
+            },
+            loaded: None,
+        };
+        if allocator.boxed_clone().is_some() {
+            l.loaded = Some(l.load(device, allocator));
+        }
+        l
+    }
+
+    fn load(&self, mut device: SimDevice, mut allocator: Box<dyn Allocator>) -> Start {
+        let weights = load(allocator.as_mut(), &mut device, &self.ops);
+        let state = match (&weights, &self.state) {
+            (Ok(_), Some(sizes)) => Some(load_sizes(
+                allocator.as_mut(),
+                &mut device,
+                sizes.iter().copied(),
+            )),
+            _ => None,
+        };
+        Start {
+            device,
+            allocator,
+            weights,
+            state,
+        }
+    }
+
+    /// One run's start: a copy of the loaded one, or `fresh` loaded now.
+    pub(super) fn start(&self, device: SimDevice, allocator: Box<dyn Allocator>) -> Start {
+        let copy = self.loaded.as_ref().and_then(|s| {
+            Some(Start {
+                device: s.device.clone(),
+                allocator: s.allocator.boxed_clone()?,
+                weights: s.weights,
+                state: s.state,
+            })
+        });
+        copy.unwrap_or_else(|| self.load(device, allocator))
+    }
 }
 
 /// Allocates `sizes` in order (the optimizer's state): their bytes as
