@@ -362,6 +362,7 @@ pub fn step_of(
         // peft readies a checkpointed model for LoRA by making the
         // embeddings need a gradient.
         input_grads: t.lora.is_some() && t.checkpointing,
+        grads_exist: false,
         batch: t.batch,
         seq: t.seq,
         attention: t.attention,

@@ -79,6 +79,10 @@ pub struct Run {
     /// for LoRA (and `prepare_model_for_kbit_training` calls whenever it
     /// enables checkpointing, even where the layers then skip it).
     pub input_grads: bool,
+    /// The trainable parameters' `.grad` exist before the backward (kept
+    /// by `zero_grad(set_to_none=False)`, or accumulating): the backward
+    /// adds into them in place.
+    pub grads_exist: bool,
 }
 
 /// A step being built: the tape, the model and the run.
@@ -439,6 +443,9 @@ pub fn play_with(
     }
     let mut tape = Tape::new(sink);
     let w = Rc::new(Weights::new(&mut tape, c, params, &run));
+    if run.grads_exist {
+        tape.grads_exist();
+    }
     let ids = tape.external(run.batch * run.seq * 8);
     let kernel = Sdpa(sdp::select(
         run.gpu,

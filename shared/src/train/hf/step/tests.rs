@@ -134,6 +134,7 @@ fn case_run(c: &Value) -> Run {
         amp: None,
         math_gqa: false,
         input_grads: lora.is_some() && checkpointing,
+        grads_exist: false,
     }
 }
 
@@ -196,6 +197,7 @@ fn qlora_cases() -> Vec<Case> {
             reentrant: train,
             lora: Some(4),
             input_grads: true,
+            grads_exist: false,
             amp,
             quant: Some(Quant4 {
                 nf4: true,
@@ -224,6 +226,29 @@ fn math_cases() -> Vec<Case> {
             "math ".to_string(),
         ))
     })
+}
+
+/// `tests/reference/hf_accumulate.py`'s steps: the gradients already
+/// there (`zero_grad(set_to_none=False)` before), the backward adding
+/// into them.
+fn accumulating_cases() -> Vec<Case> {
+    let text = include_str!("../../../../../tests/reference/hf_accumulate.json");
+    traced_cases(text, &["llama", "gpt2", "qwen3"], |_, run| {
+        let run = Run {
+            grads_exist: true,
+            ..run
+        };
+        Some((run, "onto gradients ".to_string()))
+    })
+}
+
+/// A step onto gradients that exist adds each new one in place and lets
+/// it go: no `.grad` is made, and the step ends where it began.
+#[test]
+fn steps_onto_existing_gradients_follow_transformers_event_by_event() {
+    let cases = accumulating_cases();
+    assert_eq!(cases.len(), 12);
+    check_cases(cases.into_iter(), true);
 }
 
 /// `tests/reference/hf_amp.py`'s steps: float32 weights, the forward

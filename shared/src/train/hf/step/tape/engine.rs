@@ -153,3 +153,18 @@ impl Tape<'_> {
         out
     }
 }
+
+impl Tape<'_> {
+    /// Every parameter made so far has its `.grad` already (kept by
+    /// `zero_grad(set_to_none=False)`, or a step accumulating): its
+    /// `AccumulateGrad` adds each gradient it is given into that buffer in
+    /// place and lets the gradient go (`accumulateGrad`'s `variable_grad
+    /// += new_grad`), so the step leaves no new `.grad`.
+    pub fn grads_exist(&mut self) {
+        for slot in 0..self.grads.len() {
+            if self.grads[slot].is_none() {
+                self.grads[slot] = Some(self.storage(None, 0));
+            }
+        }
+    }
+}
