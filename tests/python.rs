@@ -141,6 +141,8 @@ fn every_lesson_runs_as_python_with_the_lessons_numbers() {
 /// with fused attention and a CNN side by side, a Hugging Face model's
 /// generate (the Generate panel: a type, eager attention, either cache),
 /// QLoRA's statements on a config of its own (saved, then loaded in 4 bits),
+/// a Hugging Face model's loop accumulating onto gradients kept by
+/// `zero_grad(set_to_none=False)`,
 /// and Keras's fit.
 #[test]
 fn the_controls_code_runs_again_with_their_numbers() {
@@ -181,6 +183,12 @@ fn the_controls_code_runs_again_with_their_numbers() {
 {"cmd":"backward","name":"loss"}
 {"cmd":"step","optimizer":"opt"}
 {"cmd":"zero_grad","optimizer":"opt","set_to_none":true}"#,
+        r#"{"cmd":"restart","framework":"pytorch"}
+{"cmd":"model","name":"model","kind":"hf","config":{"model_type":"llama","hidden_size":256,"intermediate_size":512,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":1000}}
+{"cmd":"optimizer","name":"opt","model":"model","kind":"adamw"}
+{"cmd":"data","name":"data","samples":64,"features":128,"classes":1000}
+{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":2,"batch_size":4,"accumulate":2,"set_to_none":false}
+{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":1,"batch_size":4}"#,
         r#"{"cmd":"restart","framework":"tensorflow","allow_growth":true}
 {"cmd":"model","name":"model","layers":2,"width":256}
 {"cmd":"optimizer","name":"opt","model":"model","kind":"adam"}

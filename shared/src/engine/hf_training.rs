@@ -180,6 +180,11 @@ impl Engine {
             self.kernel_gpu(),
             self.settings.torch_version,
         );
+        let onto_grads = !state.grads.is_empty();
+        let run = step::Run {
+            grads_exist: onto_grads,
+            ..run
+        };
         let mut program = Program::default();
         step::play_with(&stepped, run, &parameters(&state.config), &mut program)?;
         let graph = self
@@ -193,6 +198,7 @@ impl Engine {
             at: 0,
             slots: Vec::new(),
             backward: false,
+            onto_grads,
         };
         let end = phase_end(&pending.program, 0, "backward");
         let played = self.hf_play(&mut pending, &mut frame, end, BlasThread::Main, graph);
@@ -344,13 +350,13 @@ impl Engine {
                 crate::train::autograd::BACKWARD_TWICE,
             ));
         }
-        if !self
+        let grads_now = self
             .train
             .hf
             .get(&s.model)
-            .is_some_and(|m| m.grads.is_empty())
-        {
-            return Err(invalid("the model's gradients from an earlier backward are still there: vramlab adds a Hugging Face model's gradients into none (call opt.zero_grad(set_to_none=True) between steps)"));
+            .is_some_and(|m| !m.grads.is_empty());
+        if grads_now != s.onto_grads {
+            return Err(invalid("the model's gradients changed between this loss's forward and its backward (a zero_grad or another backward in between): vramlab plays a step's backward as its forward found them; run the forward again"));
         }
         let mut pending = self.train.hf_steps.remove(&graph).expect("checked above");
         let before = self.stats().allocated_bytes;
@@ -367,9 +373,12 @@ impl Engine {
             .iter()
             .map(|&g| self.process.block_size(g))
             .sum();
+        let left = match grads_now {
+            true => format!("added each gradient into the parameter's .grad in place and let it go (the gradients stay {})", format_size(grads)),
+            false => format!("left a gradient on each trainable parameter ({})", format_size(grads)),
+        };
         Ok(Outcome::note(format!(
-            "backward freed the saved activations as it went and left a gradient on each trainable parameter ({}): allocated {} → {}.",
-            format_size(grads),
+            "backward freed the saved activations as it went and {left}: allocated {} → {}.",
             format_size(before),
             format_size(self.stats().allocated_bytes)
         )))
@@ -449,16 +458,24 @@ impl Engine {
         Ok(Outcome::note(note))
     }
 
-    /// `opt.zero_grad(set_to_none=True)`: every gradient goes.
+    /// `opt.zero_grad(set_to_none=True)`: every gradient goes;
+    /// `set_to_none=False` zeroes them in place.
     pub(super) fn hf_zero_grad(
         &mut self,
         opt: ObjId,
         set_to_none: bool,
     ) -> Result<Outcome, CommandError> {
-        if !set_to_none {
-            return Err(invalid("a Hugging Face model's zero_grad here sets the gradients to None (set_to_none=True, PyTorch's default)"));
-        }
         let model = self.train.hf_optimizers[&opt].model;
+        if !set_to_none {
+            let held: u64 = (self.train.hf.get(&model).into_iter())
+                .flat_map(|m| m.grads.iter())
+                .map(|&g| self.process.block_size(g))
+                .sum();
+            return Ok(Outcome::note(format!(
+                "The gradients were zeroed in place: nothing freed, {} of them stay for the next backward to add into.",
+                format_size(held)
+            )));
+        }
         let grads = self
             .train
             .hf
@@ -509,10 +526,12 @@ impl Engine {
         if a.loss_history != crate::command::LossHistory::Item {
             return Err(invalid("a Hugging Face model's loop here keeps each loss as `total_loss += loss.item()` (loss_history \"item\")"));
         }
-        if a.accumulate != 1 {
-            return Err(invalid(
-                "gradient accumulation on a Hugging Face model is not modelled here: accumulate 1",
-            ));
+        let accumulate = a.accumulate.max(1);
+        if a.batch_size % accumulate != 0 {
+            return Err(invalid(format!(
+                "batch_size {} does not split into {accumulate} micro-batches",
+                a.batch_size
+            )));
         }
         if a.steps == 0 || a.steps > 1000 {
             return Err(invalid("steps is from 1 to 1,000 for a Hugging Face model"));
@@ -521,7 +540,7 @@ impl Engine {
             name: "loss".into(),
             model: a.model.clone(),
             data: a.data.clone(),
-            batch_size: a.batch_size,
+            batch_size: a.batch_size / accumulate,
             no_grad: false,
             amp: a.amp,
             checkpointing: a.checkpointing,
@@ -531,9 +550,11 @@ impl Engine {
         let mut peak = 0;
         for _ in 0..a.steps {
             self.process.begin_window();
-            self.hf_forward(&forward, model)?;
-            let graph = self.hf_graph("loss").expect("the forward bound it");
-            self.hf_backward(graph)?;
+            for _ in 0..accumulate {
+                self.hf_forward(&forward, model)?;
+                let graph = self.hf_graph("loss").expect("the forward bound it");
+                self.hf_backward(graph)?;
+            }
             self.hf_step(opt)?;
             self.hf_zero_grad(opt, a.set_to_none)?;
             peak = self.process.window_peak_allocated();

@@ -247,3 +247,72 @@ fn an_out_of_memory_in_backward_frees_its_gradients_and_leaves_the_graph() {
     let r = run(&mut e, r#"{"cmd":"del","name":"loss"}"#);
     assert_eq!(r.stats.allocated_bytes, before);
 }
+
+/// `zero_grad(set_to_none=False)` keeps the gradients (zeroed in place):
+/// the next backward adds into them and leaves what it found; a loop
+/// accumulating two micro-batches peaks below one of their sum; and a
+/// backward whose forward found other gradients is refused.
+#[test]
+fn gradients_kept_by_zero_grad_are_added_into() {
+    let config = r#"{"model_type":"llama","hidden_size":256,"intermediate_size":512,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":1000}"#;
+    let mut e = kernel(&[
+        r#"{"cmd":"restart","framework":"pytorch"}"#,
+        &format!(r#"{{"cmd":"model","name":"model","kind":"hf","config":{config}}}"#),
+        r#"{"cmd":"optimizer","name":"opt","model":"model","kind":"adamw"}"#,
+        r#"{"cmd":"data","name":"data","samples":64,"features":128,"classes":1000}"#,
+    ]);
+    let forward = r#"{"cmd":"forward","name":"loss","model":"model","data":"data","batch_size":4}"#;
+    run(&mut e, forward);
+    run(&mut e, r#"{"cmd":"backward","name":"loss"}"#);
+    run(&mut e, r#"{"cmd":"step","optimizer":"opt"}"#);
+    let kept = run(
+        &mut e,
+        r#"{"cmd":"zero_grad","optimizer":"opt","set_to_none":false}"#,
+    );
+    assert!(kept.note.unwrap().contains("zeroed in place"));
+    let with_grads = e.stats().allocated_bytes;
+    run(&mut e, forward);
+    let r = run(&mut e, r#"{"cmd":"backward","name":"loss"}"#);
+    assert!(r.note.unwrap().contains("in place"));
+    run(&mut e, r#"{"cmd":"step","optimizer":"opt"}"#);
+    run(
+        &mut e,
+        r#"{"cmd":"zero_grad","optimizer":"opt","set_to_none":false}"#,
+    );
+    // The step ended where the one before it did: no new `.grad`.
+    assert_eq!(e.stats().allocated_bytes, with_grads);
+    run(&mut e, r#"{"cmd":"del","name":"loss"}"#);
+    // A forward onto the gradients, then zero_grad(set_to_none=True)
+    // before its backward: refused.
+    run(&mut e, forward);
+    run(
+        &mut e,
+        r#"{"cmd":"zero_grad","optimizer":"opt","set_to_none":true}"#,
+    );
+    let refused = e.run_line(r#"{"cmd":"backward","name":"loss"}"#);
+    assert!(refused
+        .error
+        .unwrap()
+        .message
+        .contains("changed between this loss's forward and its backward"));
+    run(&mut e, r#"{"cmd":"del","name":"loss"}"#);
+    let whole = run(
+        &mut e,
+        r#"{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":1,"batch_size":8}"#,
+    );
+    let halves = run(
+        &mut e,
+        r#"{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":1,"batch_size":8,"accumulate":2}"#,
+    );
+    let peak = |r: &StepRecord| {
+        r.value.as_ref().unwrap()["last_step_peak_allocated_bytes"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(
+        peak(&halves) < peak(&whole),
+        "{} {}",
+        peak(&halves),
+        peak(&whole)
+    );
+}

@@ -47,4 +47,7 @@ pub struct HfStep {
     pub slots: Vec<Option<(ObjId, ObjId)>>,
     /// `backward()` ran.
     pub backward: bool,
+    /// The model's gradients existed at the forward: the backward adds
+    /// into them.
+    pub onto_grads: bool,
 }

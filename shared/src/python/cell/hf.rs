@@ -67,30 +67,44 @@ pub(super) fn forward_code(c: &Context, a: &ForwardArgs) -> String {
     s.trim_end().to_string()
 }
 
-/// The loop: each step a batch copied in as `ids`, the loss, `backward()`,
-/// `opt.step()`, `zero_grad`.
+/// The loop: each step a batch copied in as `ids` (with `accumulate`,
+/// that many micro-batches, each one's gradients added into the last's),
+/// the loss, `backward()`, `opt.step()`, `zero_grad`.
 pub(super) fn train_code(c: &Context, a: &TrainArgs) -> String {
+    let accumulate = a.accumulate.max(1);
     let mut s = setup(c, &a.model, a.checkpointing, a.attention);
     s.push_str(&format!("for step in range({}):\n", a.steps));
+    let indent = match accumulate {
+        1 => "    ",
+        n => {
+            s.push_str(&format!(
+                "    for micro in range({n}):  # each backward adds into the gradients\n"
+            ));
+            "        "
+        }
+    };
     s.push_str(&format!(
-        "    inputs, targets = {}[:{}]\n    ids = inputs.cuda()\n",
-        a.data, a.batch_size
+        "{indent}inputs, targets = {}[:{}]\n{indent}ids = inputs.cuda()\n",
+        a.data,
+        a.batch_size / accumulate
     ));
     s.push_str(&within(
         &[loss_line("loss", &a.model, "ids", "ids")],
         a.amp,
         false,
-        "    ",
+        indent,
     ));
-    s.push_str("    loss.backward()\n");
+    s.push_str(&format!("{indent}loss.backward()\n"));
+    s.push_str(indent);
     s.push_str(match a.loss_history {
-        LossHistory::Item => "    total_loss += loss.item()\n",
-        LossHistory::Tensor => "    total_loss += loss\n",
-        LossHistory::List => "    losses.append(loss)\n",
+        LossHistory::Item => "total_loss += loss.item()\n",
+        LossHistory::Tensor => "total_loss += loss\n",
+        LossHistory::List => "losses.append(loss)\n",
     });
     s.push_str(&format!(
-        "    {0}.step()\n    {0}.zero_grad(set_to_none=True)",
-        a.optimizer
+        "    {0}.step()\n    {0}.zero_grad(set_to_none={1})",
+        a.optimizer,
+        super::py_bool(a.set_to_none)
     ));
     s
 }

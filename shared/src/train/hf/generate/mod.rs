@@ -128,6 +128,9 @@ pub trait Sink {
     fn stopped(&self) -> bool {
         false
     }
+    /// Tensor `handle` turned out to be what `holds` says (a gradient that
+    /// `AccumulateGrad` kept as a parameter's `.grad`).
+    fn retag(&mut self, _handle: usize, _holds: Holds) {}
 }
 
 /// The run as allocations and the order they come and go in.
@@ -150,6 +153,12 @@ impl Sink for Program {
 
     fn mark(&mut self, step: Step) {
         self.steps.push(step);
+    }
+
+    fn retag(&mut self, handle: usize, holds: Holds) {
+        if let Some(m) = self.made.get_mut(handle) {
+            m.holds = holds;
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 //! into the buffers of the nodes they feed.
 
 use super::{Edge, Sid, Tape, T};
+use crate::train::hf::generate::Holds;
 use std::collections::BinaryHeap;
 
 impl Tape<'_> {
@@ -107,7 +108,17 @@ impl Tape<'_> {
         let inputs = std::mem::take(&mut self.nodes[n].buffer);
         if let Some(p) = self.nodes[n].param {
             match (self.grads[p], inputs[0]) {
-                (None, g) => self.grads[p] = g,
+                (None, g) => {
+                    // A parameter's first gradient becomes its `.grad` as
+                    // it is, whatever op made it.
+                    let handle = g
+                        .and_then(|g| self.storages.get(g))
+                        .and_then(|st| st.handle);
+                    if let (Some(h), Holds::Gradient) = (handle, self.nodes[n].holds) {
+                        self.sink.retag(h, Holds::Gradient);
+                    }
+                    self.grads[p] = g;
+                }
                 (Some(_), Some(g)) => self.release(g),
                 (Some(_), None) => {}
             }
