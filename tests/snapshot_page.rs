@@ -650,6 +650,47 @@ async fn the_page_searches_the_fix_compares_two_runs_and_opens_a_window() {
         "{first}"
     );
     shot(&page, "snapshot-active.png").await;
+    // Dragged across its middle half: zoomed to those events, the largest
+    // allocations alive in them, as the engine's `active_timeline_in`.
+    let events = native_active.events;
+    let drag = |kind: &str, f: f64| {
+        format!("(() => {{ const s = document.getElementById('active-chart'); const r = s.getBoundingClientRect(); s.dispatchEvent(new MouseEvent({kind:?}, {{clientX: r.left + {f} * r.width, clientY: r.top + r.height / 2, bubbles: true}})); }})()")
+    };
+    js(&page, &drag("mousedown", 0.25)).await;
+    js(&page, &drag("mouseup", 0.75)).await;
+    until(&page, "!document.getElementById('active-reset').disabled").await;
+    let keys = until(&page, "(() => { const t = document.getElementById('active-keys').textContent; return !t.startsWith('Events 0..') && t; })()").await;
+    let keys = keys.as_str().unwrap();
+    let shown: Vec<usize> = keys["Events ".len()..keys.find(':').unwrap()]
+        .split("..")
+        .map(|n| n.parse().unwrap())
+        .collect();
+    let (from, to) = (shown[0], shown[1]);
+    // A pixel's rounding from the quarters.
+    assert!(
+        from.abs_diff(events / 4) <= 1 && to.abs_diff(events * 3 / 4 + 1) <= 1,
+        "{keys}"
+    );
+    let zoomed =
+        vramlab_shared::torch_snapshot::active::active_timeline_in(&a, 0, 400, from..to).unwrap();
+    assert!(
+        keys.contains(&format!("{} allocations drawn", zoomed.bands.len())),
+        "{keys}"
+    );
+    let drawn = js(
+        &page,
+        "document.querySelectorAll('#active-chart polygon').length",
+    )
+    .await;
+    assert_eq!(drawn.as_u64(), Some(zoomed.bands.len() as u64));
+    click(&page, "active-reset").await;
+    until(
+        &page,
+        &format!(
+            "document.getElementById('active-keys').textContent.startsWith('Events 0..{events}:')"
+        ),
+    )
+    .await;
 
     // A window: events 10..40 as a recording of its own, then the whole.
     set_input(&page, "window-from", "10").await;

@@ -2,12 +2,14 @@
 //! asked (`torch_snapshot::active`): the largest allocations as bands
 //! stacked in the order they were made, each with its size, the event
 //! that made it and its stack; the smaller ones summed in a strip below.
+//! Dragging across it zooms to those events (`active_timeline_in`: the
+//! largest allocations alive in them), as memory_viz's zoom does.
 
 use super::replay_chart::{H, W};
 use crate::replay::Replays;
 use leptos::prelude::*;
 use std::sync::Arc;
-use vramlab_shared::torch_snapshot::active::{active_timeline, ActiveTimeline, Band};
+use vramlab_shared::torch_snapshot::active::{active_timeline_in, ActiveTimeline, Band};
 use vramlab_shared::units::format_size;
 
 /// Allocations drawn one by one.
@@ -47,8 +49,8 @@ fn outline(b: &Band, events: usize, top: u64) -> String {
         .join(" ")
 }
 
-/// What a band's tooltip says.
-fn said(r: Replays, b: &Band) -> String {
+/// What a band's tooltip says (its events the trace's, `from` on).
+fn said(r: Replays, b: &Band, from: usize) -> String {
     let made = match b.made {
         Some(e) => {
             let frames = r.opened.with_untracked(|o| {
@@ -68,38 +70,71 @@ fn said(r: Replays, b: &Band) -> String {
     format!(
         "{} · events {}..{} · {made}",
         format_size(b.size),
-        b.start,
-        b.end
+        b.start + from,
+        b.end + from
     )
+}
+
+/// The event under a pointer on the chart, of the `span` events in view
+/// from `from`.
+fn event_at(e: &web_sys::MouseEvent, from: usize, span: usize) -> Option<usize> {
+    use wasm_bindgen::JsCast;
+    let svg = e.current_target()?.dyn_into::<web_sys::Element>().ok()?;
+    let rect = svg.get_bounding_client_rect();
+    let f = ((e.client_x() as f64 - rect.left()) / rect.width().max(1.0)).clamp(0.0, 1.0);
+    Some(from + ((f * span as f64) as usize).min(span.saturating_sub(1)))
 }
 
 #[component]
 pub fn ActiveChart(r: Replays) -> impl IntoView {
     let drawn = RwSignal::new(None::<Arc<ActiveTimeline>>);
     let error = RwSignal::new(None::<String>);
-    let draw = move |_| {
-        let Some(opened) = r.opened.get_untracked() else {
+    let asked = RwSignal::new(false);
+    // The events in view (from, to), or the whole trace.
+    let zoom = RwSignal::new(None::<(usize, usize)>);
+    let drag = RwSignal::new(None::<usize>);
+    Effect::new(move |_| {
+        let (Some(opened), true) = (r.opened.get(), asked.get()) else {
             return;
         };
-        match active_timeline(&opened.snapshot, opened.device, BANDS) {
+        let events = opened.snapshot.trace(opened.device).len();
+        let range = zoom.get().map_or(0..events, |(a, b)| a..b);
+        match active_timeline_in(&opened.snapshot, opened.device, BANDS, range) {
             Ok(a) => drawn.set(Some(Arc::new(a))),
             Err(e) => error.set(Some(e.0)),
         }
-    };
-    // Another trace opened: drawn again when asked.
+    });
+    // Another trace opened: drawn again when asked, whole.
     Effect::new(move |_| {
         r.opened.track();
+        asked.set(false);
+        zoom.set(None);
         drawn.set(None);
         error.set(None);
     });
+    let from = move || zoom.get().map_or(0, |(a, _)| a);
+    let span = move || drawn.with(|d| d.as_ref().map_or(0, |a| a.events));
+    let on_down = move |e: web_sys::MouseEvent| {
+        drag.set(event_at(&e, from(), span()));
+    };
+    let on_up = move |e: web_sys::MouseEvent| {
+        let (Some(a), Some(b)) = (drag.get_untracked(), event_at(&e, from(), span())) else {
+            return;
+        };
+        drag.set(None);
+        if a != b {
+            zoom.set(Some((a.min(b), a.max(b) + 1)));
+        }
+    };
     view! {
         <h2>"Active memory timeline " <small>"as pytorch.org/memory_viz draws it: each allocation a band while it lives, stacked in the order they were made"</small></h2>
         <p>
-            <button id="btn-active" on:click=draw disabled=move || drawn.get().is_some()>"Draw it"</button>
+            <button id="btn-active" on:click=move |_| asked.set(true) disabled=move || asked.get()>"Draw it"</button>
+            <button id="active-reset" disabled=move || zoom.get().is_none() on:click=move |_| zoom.set(None)>"show all"</button>
             <span class="outcome bad" role="alert">{move || error.get()}</span>
         </p>
         {move || drawn.get().map(|a| {
-            let (events, top) = (a.events, a.top);
+            let (events, top, first) = (a.events, a.top, from());
             let bands_top = (a.bands.iter())
                 .map(|b| b.size + b.below.iter().map(|&(_, o)| o).max().unwrap_or(0))
                 .max()
@@ -108,7 +143,7 @@ pub fn ActiveChart(r: Replays) -> impl IntoView {
             let rest_top = a.rest.iter().map(|&(_, b)| b).max().unwrap_or(0).max(1);
             let polygons = a.bands.iter().enumerate().map(|(i, b)| view! {
                 <polygon class="band" points=outline(b, events, bands_top) fill=COLOURS[i % COLOURS.len()]>
-                    <title>{said(r, b)}</title>
+                    <title>{said(r, b, first)}</title>
                 </polygon>
             }).collect::<Vec<_>>();
             let mut rest_points = vec![format!("0,{H}")];
@@ -119,12 +154,13 @@ pub fn ActiveChart(r: Replays) -> impl IntoView {
             rest_points.push(format!("{W},{H}"));
             view! {
                 <svg id="active-chart" class="replay-chart" viewBox=format!("0 0 {W} {H}") preserveAspectRatio="none"
-                    role="img" aria-label="the largest allocations as bands over the events they lived">
+                    role="img" aria-label="the largest allocations as bands over the events they lived; drag across events to zoom"
+                    on:mousedown=on_down on:mouseup=on_up>
                     {polygons}
                 </svg>
-                <p class="keys">{format!(
-                    "{} allocations drawn, the largest (top: {}; at most {} allocated at once, the smaller ones included); hover a band for its size and stack.",
-                    a.bands.len(), format_size(bands_top), format_size(top)
+                <p class="keys" id="active-keys">{format!(
+                    "Events {}..{}: {} allocations drawn, the largest alive in them (top: {}; at most {} allocated at once, the smaller ones included); hover a band for its size and stack, drag across events to zoom.",
+                    first, first + events, a.bands.len(), format_size(bands_top), format_size(top)
                 )}</p>
                 {(a.summarized > 0).then(|| view! {
                     <svg id="active-rest" class="replay-chart rest" viewBox=format!("0 0 {W} {H}") preserveAspectRatio="none"

@@ -52,6 +52,45 @@ pub fn active_timeline(
     device: usize,
     bands: usize,
 ) -> Result<ActiveTimeline, SnapshotError> {
+    let events = snapshot.trace(device).len();
+    active_timeline_in(snapshot, device, bands, 0..events)
+}
+
+/// The timeline zoomed to the events `range` (memory_viz's zoom): the
+/// `bands` largest allocations alive in it drawn one by one, each clipped
+/// to it, events counted from its start (a band's `made` stays the
+/// trace's own event).
+pub fn active_timeline_in(
+    snapshot: &MemorySnapshot,
+    device: usize,
+    bands: usize,
+    range: std::ops::Range<usize>,
+) -> Result<ActiveTimeline, SnapshotError> {
+    let lived = lifetimes(snapshot, device)?;
+    let events = snapshot.trace(device).len();
+    let (from, to) = (range.start.min(events), range.end.min(events));
+    let span = to.saturating_sub(from);
+    let lived: Vec<Lived> = (lived.into_iter())
+        .filter(|l| l.start < to.max(from + 1) && l.end > from)
+        .map(|l| Lived {
+            start: l.start.max(from) - from,
+            end: l.end.min(to).max(from) - from,
+            ..l
+        })
+        .collect();
+    // The largest are bands; ties go to the earlier.
+    let mut order: Vec<usize> = (0..lived.len()).collect();
+    order.sort_by_key(|&k| std::cmp::Reverse(lived[k].size));
+    let mut chosen = vec![false; lived.len()];
+    for &k in order.iter().take(bands) {
+        chosen[k] = true;
+    }
+    Ok(stack(&lived, &chosen, span))
+}
+
+/// Every allocation of `device`'s trace, in the order it started (those
+/// live when the trace starts first).
+fn lifetimes(snapshot: &MemorySnapshot, device: usize) -> Result<Vec<Lived>, SnapshotError> {
     let trace = snapshot.trace(device);
     let events = trace.len();
     let mut open: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
@@ -88,14 +127,7 @@ pub fn active_timeline(
             _ => {}
         }
     }
-    // The largest are bands; ties go to the earlier.
-    let mut order: Vec<usize> = (0..lived.len()).collect();
-    order.sort_by_key(|&k| std::cmp::Reverse(lived[k].size));
-    let mut chosen = vec![false; lived.len()];
-    for &k in order.iter().take(bands) {
-        chosen[k] = true;
-    }
-    Ok(stack(&lived, &chosen, events))
+    Ok(lived)
 }
 
 /// The most points the rest keeps (the largest in each stretch).
@@ -313,5 +345,24 @@ mod tests {
         assert_eq!(two.summarized, 1);
         assert_eq!(two.rest, vec![(0, 0), (3, MIB)]);
         assert_eq!(two.stacked_at(5), 3 * MIB);
+        // Zoomed to events 3..6: a is freed in it, b and c live through;
+        // the same bytes at each event, counted from 3.
+        let zoomed = active_timeline_in(&s, 0, 10, 3..6).unwrap();
+        assert_eq!(
+            zoomed.bands.iter().map(mib).collect::<Vec<_>>(),
+            vec![
+                band(1, 4, (0, 2), &[(0, 0)]),
+                band(2, 2, (0, 3), &[(0, 4), (2, 0)]),
+                band(3, 1, (0, 3), &[(0, 6), (2, 2)]),
+            ]
+        );
+        assert_eq!(
+            (0..3).map(|t| zoomed.stacked_at(t)).collect::<Vec<_>>(),
+            (3..6).map(|t| all.stacked_at(t)).collect::<Vec<_>>()
+        );
+        // With one band in the window, the largest alive in it.
+        let one = active_timeline_in(&s, 0, 1, 5..6).unwrap();
+        assert_eq!(one.bands[0].made, Some(2));
+        assert_eq!(active_timeline_in(&s, 0, 10, 0..6).unwrap(), all);
     }
 }
