@@ -188,7 +188,9 @@ fn the_controls_code_runs_again_with_their_numbers() {
 {"cmd":"optimizer","name":"opt","model":"model","kind":"adamw"}
 {"cmd":"data","name":"data","samples":64,"features":128,"classes":1000}
 {"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":2,"batch_size":4,"accumulate":2,"set_to_none":false}
-{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":1,"batch_size":4}"#,
+{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":1,"batch_size":4}
+{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":2,"batch_size":4,"loss_history":"tensor"}
+{"cmd":"train","model":"model","optimizer":"opt","data":"data","steps":2,"batch_size":4,"loss_history":"list"}"#,
         r#"{"cmd":"restart","framework":"tensorflow","allow_growth":true}
 {"cmd":"model","name":"model","layers":2,"width":256}
 {"cmd":"optimizer","name":"opt","model":"model","kind":"adam"}

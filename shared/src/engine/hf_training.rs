@@ -523,9 +523,6 @@ impl Engine {
                 a.optimizer, a.model
             )));
         }
-        if a.loss_history != crate::command::LossHistory::Item {
-            return Err(invalid("a Hugging Face model's loop here keeps each loss as `total_loss += loss.item()` (loss_history \"item\")"));
-        }
         let accumulate = a.accumulate.max(1);
         if a.batch_size % accumulate != 0 {
             return Err(invalid(format!(
@@ -554,6 +551,11 @@ impl Engine {
                 self.hf_forward(&forward, model)?;
                 let graph = self.hf_graph("loss").expect("the forward bound it");
                 self.hf_backward(graph)?;
+                // `total_loss += loss` or `losses.append(loss)`, as the
+                // loop on any model keeps them.
+                let mut frame = PyFrame::default();
+                super::training::keep_history(&mut self.process, &mut frame, a.loss_history, graph)
+                    .map_err(|f| self.alloc_error(&f))?;
             }
             self.hf_step(opt)?;
             self.hf_zero_grad(opt, a.set_to_none)?;

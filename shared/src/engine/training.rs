@@ -344,7 +344,7 @@ impl Engine {
 /// this one scalar. `losses.append(loss)`: the list keeps every step's
 /// scalar. Both as PyTorch's own loop keeps them
 /// (`tests/reference/loss_history.py`).
-fn keep_history(
+pub(super) fn keep_history(
     k: &mut Process,
     frame: &mut PyFrame,
     history: LossHistory,
