@@ -21,9 +21,7 @@ import peft
 import torch
 import transformers
 
-from hf_train import BATCH, SEQ, MODELS, build
-import step_trace
-from step_trace import Live
+from hf_train import BATCH, MODELS, SEQ, build, two_steps
 
 CASES = [dict(model=m, dtype="float32", attn="sdpa", checkpointing=c, lora=l)
          for m in ("llama", "gpt2", "qwen3") for c in (False, True) for l in (0, 4)]
@@ -33,26 +31,7 @@ def run(case):
     model, vocab = build(case)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
     ids = torch.randint(0, vocab, (BATCH, SEQ))
-    live = Live()
-    marks = {}
-
-    def step(traced):
-        loss = model(input_ids=ids, labels=ids).loss
-        if traced:
-            marks["forward_end"] = len(live.ops)
-        loss.backward()
-        if traced:
-            marks["backward_end"] = len(live.ops)
-        opt.step()
-        opt.zero_grad(set_to_none=False)
-        return loss.item()
-
-    step(False)
-    with live:
-        before = live.live
-        step(True)
-    return {**case, "batch": BATCH, "seq": SEQ, "peak": live.peak - before,
-            "after": live.live - before, **marks, "events": live.ops}
+    return {**case, **two_steps(model, opt, ids, set_to_none=False)}
 
 
 def main():

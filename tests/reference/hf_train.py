@@ -53,11 +53,12 @@ def build(case):
     return model, config.vocab_size
 
 
-def two_steps(model, opt, ids, amp=None):
+def two_steps(model, opt, ids, amp=None, set_to_none=True):
     """Two training steps of `model` on `ids` (the forward and the loss
-    under `step_trace.autocast(amp)`, `backward()` outside it), the second
-    traced: its peak and what it left over what lived before it, the event
-    at which the forward returned and the backward ended, and its events."""
+    under `step_trace.autocast(amp)`, `backward()` outside it; each ends
+    with `zero_grad(set_to_none=...)`), the second traced: its peak and
+    what it left over what lived before it, the event at which the forward
+    returned and the backward ended, and its events."""
     live = Live()
     marks = {}
 
@@ -70,7 +71,7 @@ def two_steps(model, opt, ids, amp=None):
         if traced:
             marks["backward_end"] = len(live.ops)
         opt.step()
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=set_to_none)
         return loss.item()
 
     step(False)

@@ -54,16 +54,10 @@ pub fn serve_code(a: &ServeArgs) -> String {
 }
 
 /// A shipped shape's Hugging Face repository (`meta-llama/Llama-3.1-8B`
-/// for `Llama-3.1-8B`), from the address of the config.json it copies.
+/// for `Llama-3.1-8B`).
 #[cfg(feature = "hf-models")]
 fn repo_of(name: &str) -> String {
-    crate::train::hf::known::find(name).map_or_else(
-        || name.to_string(),
-        |k| {
-            let path = k.config_url.trim_start_matches("https://huggingface.co/");
-            path.split("/blob/").next().unwrap_or(path).to_string()
-        },
-    )
+    crate::train::hf::known::find(name).map_or_else(|| name.to_string(), |k| k.repo())
 }
 
 #[cfg(not(feature = "hf-models"))]

@@ -110,8 +110,7 @@ fn model(r: &Map<String, Value>) -> Result<(HfConfig, String, String), Invalid> 
             names.join(", ")
         ))
     })?;
-    let path = k.config_url.trim_start_matches("https://huggingface.co/");
-    let repo = path.split("/blob/").next().unwrap_or(path);
+    let repo = k.repo();
     Ok((
         k.config,
         k.name,

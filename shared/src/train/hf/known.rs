@@ -15,6 +15,17 @@ pub struct Known {
     pub config: HfConfig,
 }
 
+impl Known {
+    /// Its Hugging Face repository (`meta-llama/Llama-3.1-8B`), from the
+    /// address of the config.json it copies.
+    pub fn repo(&self) -> String {
+        let path = self
+            .config_url
+            .trim_start_matches("https://huggingface.co/");
+        path.split("/blob/").next().unwrap_or(path).to_string()
+    }
+}
+
 /// Every shipped shape, in the file's order.
 pub fn all() -> Vec<Known> {
     let rows: Vec<Value> = serde_json::from_str(KNOWN).unwrap_or_default();

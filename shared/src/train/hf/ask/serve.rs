@@ -14,6 +14,7 @@ use super::{count, fields_of, flag, model, named};
 use crate::error::Invalid;
 use crate::gpu::GpuModel;
 use crate::train::hf::config::HfConfig;
+use crate::train::hf::known;
 use crate::train::hf::serve::{self, auto_dtype, Card, Serving, Startup};
 use crate::types::Dtype;
 use serde_json::{json, Map, Value};
@@ -41,8 +42,11 @@ pub const FIELDS: &[&str] = &[
 pub struct ServeAsked {
     pub config: HfConfig,
     pub name: String,
-    /// The Hugging Face repository `vllm serve` is given (or a path).
+    /// What `vllm serve` is given: a shipped shape's Hugging Face
+    /// repository, or a pasted config.json's folder (`config_path`, else
+    /// `model`), whose random weights `--load-format dummy` makes.
     pub repo: String,
+    pub dummy_weights: bool,
     pub gpu: GpuModel,
     pub dtype: Dtype,
     pub serving: Serving,
@@ -56,7 +60,7 @@ pub fn is_serve(request: &Value) -> bool {
 /// Reads a serving request.
 pub fn read(request: &Value) -> Result<ServeAsked, Invalid> {
     let r = fields_of(request, FIELDS, " for serving")?;
-    let (config, name, load) = model(r)?;
+    let (config, name, _) = model(r)?;
     let gpu: GpuModel = named(r, "gpu", "h100-80gb")?;
     let card = Card::of(gpu);
     let dtype = match r.get("dtype").and_then(Value::as_str) {
@@ -88,15 +92,17 @@ pub fn read(request: &Value) -> Result<ServeAsked, Invalid> {
         tensor_parallel_size: count(r, "tensor_parallel_size", 1)?,
     };
     serve::check(&config, &card, dtype, &serving)?;
-    let repo = load
-        .strip_prefix("AutoConfig.from_pretrained(")
-        .and_then(|s| s.strip_suffix(')'))
-        .map(|s| s.trim_matches('"').to_string())
-        .unwrap_or_else(|| name.clone());
+    let dummy_weights = r.contains_key("config");
+    let repo = match r.get("config_path").and_then(Value::as_str) {
+        _ if !dummy_weights => known::find(&name).map_or(name.clone(), |k| k.repo()),
+        Some(dir) => dir.to_string(),
+        None => "model".to_string(),
+    };
     Ok(ServeAsked {
         config,
         name,
         repo,
+        dummy_weights,
         gpu,
         dtype,
         serving,
@@ -124,6 +130,9 @@ pub fn command(a: &ServeAsked) -> String {
     let s = &a.serving;
     let d = Serving::defaults(&a.config, &Card::of(a.gpu), a.dtype);
     let mut args = vec![format!("vllm serve {}", a.repo)];
+    if a.dummy_weights {
+        args.push("--load-format dummy --skip-tokenizer-init".into());
+    }
     if a.dtype != auto_dtype(&a.config, &Card::of(a.gpu)) {
         args.push(format!("--dtype {}", a.dtype.torch_name()));
     }
@@ -252,6 +261,15 @@ mod tests {
                 .unwrap()
                 .contains("must be divisible by tensor parallel size (4)"),
             "{e}"
+        );
+        // A pasted config.json: its folder, served with random weights.
+        let pasted = answer(&json!({"task": "serve", "config_path": "qwen",
+            "config": {"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864,
+                "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+                "vocab_size": 151936, "max_position_embeddings": 32768}}));
+        assert_eq!(
+            pasted["command"],
+            "vllm serve qwen --load-format dummy --skip-tokenizer-init"
         );
         let e = answer(&json!({"model": "gpt2", "task": "serve", "batch": 4}));
         assert!(e["error"]
