@@ -200,6 +200,15 @@ pub fn runner_buffers(s: &Serving) -> Vec<u64> {
     vec![t * 4, t * 8, t * 8, r * blocks * 4, (r + 1) * 4, r * 4]
 }
 
+/// One rank's model as the profile plays it: the config, the rank's
+/// share of it, and the weights' element size.
+#[derive(Clone, Copy)]
+struct Rank<'a> {
+    c: &'a HfConfig,
+    sh: Shard,
+    e: u64,
+}
+
 /// A row-parallel layer's output: each rank's partial sums, then (with
 /// more than one rank) the all-reduce's new tensor, out of place as
 /// `CudaCommunicator.all_reduce` returns it.
@@ -216,17 +225,11 @@ fn reduced(g: &mut Gpu, bytes: u64, sh: Shard) -> Result<usize, u64> {
 /// The forward over `t` tokens as vLLM's layers run it, then the hidden
 /// states of the `r` requests' last positions. Leaves the final hidden
 /// states and the gathered rows live; returns them.
-fn forward(
-    g: &mut Gpu,
-    c: &HfConfig,
-    sh: Shard,
-    e: u64,
-    t: u64,
-    r: u64,
-) -> Result<[usize; 2], u64> {
+fn forward(g: &mut Gpu, m: Rank, t: u64, r: u64) -> Result<[usize; 2], u64> {
+    let Rank { c, sh, e } = m;
     let h = c.hidden;
     if c.arch == Arch::Gpt2 {
-        return gpt2_forward(g, c, sh, e, t, r);
+        return gpt2_forward(g, m, t, r);
     }
     let (q, kv) = (sh.q, sh.kv);
     // The embedding's output is the residual the whole way: layer 0
@@ -264,14 +267,8 @@ fn forward(
 }
 
 /// GPT-2's blocks in vLLM: LayerNorms and residual adds make new tensors.
-fn gpt2_forward(
-    g: &mut Gpu,
-    c: &HfConfig,
-    sh: Shard,
-    e: u64,
-    t: u64,
-    r: u64,
-) -> Result<[usize; 2], u64> {
+fn gpt2_forward(g: &mut Gpu, m: Rank, t: u64, r: u64) -> Result<[usize; 2], u64> {
+    let Rank { c, sh, e } = m;
     let (h, q) = (c.hidden, sh.q);
     let mut hidden = g.alloc(t * h * e)?;
     for _ in 0..c.layers {
@@ -307,7 +304,8 @@ fn gpt2_forward(
 /// makes masked logits and their softmax, PyTorch's path (the second
 /// call, with a generator) the softmax and the exponential noise, the
 /// Triton top-k/top-p kernel a buffer it keeps. Returns the kept buffer.
-fn sampler(g: &mut Gpu, c: &HfConfig, sh: Shard, e: u64, r: u64, sm: u64) -> Result<usize, u64> {
+fn sampler(g: &mut Gpu, m: Rank, r: u64, sm: u64) -> Result<usize, u64> {
+    let Rank { c, sh, e } = m;
     let rows = g.alloc(r * c.hidden * e)?;
     // Each rank's share of the vocabulary, gathered whole on every rank
     // (`LogitsProcessor`'s all-gather).
@@ -338,9 +336,9 @@ fn sampler(g: &mut Gpu, c: &HfConfig, sh: Shard, e: u64, r: u64, sm: u64) -> Res
 /// The private pool one capture of `t` tokens fills: the forward's
 /// tensors on an allocator of their own (graph pools share no blocks
 /// with the rest).
-fn capture_pool(card: &Card, c: &HfConfig, sh: Shard, e: u64, t: u64) -> Result<u64, Invalid> {
+fn capture_pool(card: &Card, m: Rank, t: u64) -> Result<u64, Invalid> {
     let mut g = Gpu::new(card)?;
-    match forward(&mut g, c, sh, e, t, t) {
+    match forward(&mut g, m, t, t) {
         Ok(_) => Ok(g.allocator.stats().reserved_bytes.peak),
         Err(_) => Ok(g.reserved_now()),
     }
@@ -369,8 +367,9 @@ pub fn profile(c: &HfConfig, card: &Card, dtype: Dtype, s: &Serving) -> Result<P
     g.allocator.reset_peak_stats();
     let t = s.max_num_batched_tokens;
     let r = t.min(s.max_num_seqs);
-    let ran = forward(&mut g, c, sh, e, t, r).and_then(|kept| {
-        sampler(&mut g, c, sh, e, r, card.sms)?;
+    let m = Rank { c, sh, e };
+    let ran = forward(&mut g, m, t, r).and_then(|kept| {
+        sampler(&mut g, m, r, card.sms)?;
         Ok(kept)
     });
     match ran {
@@ -385,7 +384,7 @@ pub fn profile(c: &HfConfig, card: &Card, dtype: Dtype, s: &Serving) -> Result<P
     out.reserved_after = g.reserved_now();
     for sizes in s.capture_sizes() {
         if let Some(&largest) = sizes.last() {
-            let first = capture_pool(card, c, sh, e, largest)?;
+            let first = capture_pool(card, m, largest)?;
             let rest = (sizes.len() as u64 - 1) * super::GRAPH_BYTES.max(MIB);
             out.cudagraph += first + rest;
         }
