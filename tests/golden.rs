@@ -8,7 +8,9 @@
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
-use vramlab_shared::torch_snapshot::{self, replay::replay_exact};
+use vramlab_shared::torch_snapshot::format::Action;
+use vramlab_shared::torch_snapshot::replay::{export_what_if, replay_exact, replay_what_if};
+use vramlab_shared::torch_snapshot::{self, what_if::parse_what_if};
 use vramlab_shared::Engine;
 use vramlab_tests::root;
 
@@ -355,6 +357,63 @@ fn cuda_graph_snapshots_replay_exactly() {
         let run = replay_exact(&snapshot, 0).unwrap();
         assert_eq!(run.exact, Some(true), "{name}: {:?}", run.first_difference);
         assert!(run.events > 300, "{name}: {} events", run.events);
+    }
+}
+
+/// The same recordings under "what if": with the recorded settings the
+/// what-if holds what the GPU held at every request after the first
+/// release (the `empty_cache()` that `torch.cuda.graph` calls before it
+/// captures is repeated there; a live graph's pool is not released), and
+/// its peak is the recording's. Each what-if written as a snapshot, with
+/// expandable segments too (a range per private pool), names its private
+/// pools' segments and replays exactly.
+#[test]
+fn cuda_graph_what_ifs_follow_the_recording_and_replay_exactly_when_written() {
+    for name in [
+        "snapshot-graph.pickle",
+        "snapshot-graph-freed.pickle",
+        "snapshot-reduce-overhead.pickle",
+    ] {
+        let bytes = std::fs::read(golden().join(name)).unwrap();
+        let snapshot = torch_snapshot::read(&bytes).unwrap();
+        let exact = replay_exact(&snapshot, 0).unwrap();
+        let as_recorded = replay_what_if(&snapshot, 0, &Default::default()).unwrap();
+        let trace = snapshot.trace(0);
+        let first_release = (0..trace.len())
+            .find(|&i| trace.action(i) == Action::SegmentFree)
+            .unwrap();
+        let requests: Vec<usize> = (first_release..trace.len())
+            .filter(|&i| trace.action(i) == Action::Alloc)
+            .collect();
+        assert!(requests.len() > 20, "{name}");
+        for i in requests {
+            let (held, recorded) = (as_recorded.timeline[i], exact.timeline[i]);
+            assert_eq!(
+                held.reserved_bytes, recorded.reserved_bytes,
+                "{name}: event {i}"
+            );
+        }
+        assert_eq!(
+            as_recorded.peak_reserved_bytes, exact.peak_reserved_bytes,
+            "{name}"
+        );
+        for what_if in ["max_split_size_mb=64", "expandable_segments=true"] {
+            let settings = parse_what_if(what_if).unwrap();
+            let written = export_what_if(&snapshot, 0, &settings).unwrap();
+            let private = (written.segments.iter()).filter(|s| s.segment_pool_id != (0, 0));
+            assert!(private.count() > 0, "{name}, {what_if}");
+            let streams: Vec<u64> = written.segments.iter().map(|s| s.stream).collect();
+            assert!(streams.iter().all(|&s| s >> 63 == 0), "{name}: {streams:?}");
+            let run = replay_exact(&written, 0).unwrap();
+            assert_eq!(
+                run.exact,
+                Some(true),
+                "{name}, {what_if}: {:?}",
+                run.first_difference
+            );
+            let what_if_run = replay_what_if(&snapshot, 0, &settings).unwrap();
+            assert_eq!(run.peak_reserved_bytes, what_if_run.peak_reserved_bytes);
+        }
     }
 }
 

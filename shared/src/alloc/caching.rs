@@ -9,6 +9,7 @@
 //! the default one are not modelled.
 
 use super::arena::{Arena, Block};
+use super::private_pools::PrivatePools;
 use super::roundup::RoundupDivisions;
 use super::{
     device_malloc, AllocError, Allocator, AllocatorStats, BlockId, PoolKind, SegmentView,
@@ -128,6 +129,8 @@ pub struct CachingAllocator {
     arena: Arena,
     /// `allowed_memory_maximum`, when a fraction is set.
     allowed_maximum: Option<u64>,
+    /// CUDA graphs' private pools among the streams.
+    private_pools: PrivatePools,
 }
 
 impl CachingAllocator {
@@ -137,11 +140,18 @@ impl CachingAllocator {
             config,
             arena: Arena::default(),
             allowed_maximum,
+            private_pools: PrivatePools::default(),
         }
     }
 
     pub fn config(&self) -> &CachingConfig {
         &self.config
+    }
+
+    /// Which streams' blocks are CUDA graphs' private pools, and whether
+    /// each is freeable.
+    pub fn private_pools_mut(&mut self) -> &mut PrivatePools {
+        &mut self.private_pools
     }
 
     fn gc_enabled(&self) -> bool {
@@ -190,7 +200,8 @@ impl CachingAllocator {
         ))
     }
 
-    /// `release_blocks` of one pool: every whole free segment, smallest first.
+    /// `release_blocks` of one pool: every whole free segment, smallest
+    /// first, but a live CUDA graph's private pool's.
     fn release_pool(&mut self, device: &mut dyn Device, pool: PoolKind) -> u64 {
         let whole: Vec<BlockId> = self
             .arena
@@ -199,6 +210,7 @@ impl CachingAllocator {
             .iter()
             .map(|&(_, _, id)| id)
             .filter(|&id| !self.arena.block(id).is_split())
+            .filter(|&id| self.private_pools.releasable(self.arena.block(id).stream))
             .collect();
         whole
             .into_iter()
@@ -272,6 +284,7 @@ impl CachingAllocator {
         let large = self.arena.free_blocks(PoolKind::Large);
         let now = large.lookups;
         let age = |b: &Block| now - b.stamp;
+        let private_pools = &self.private_pools;
         let whole = |arena: &Arena| -> Vec<BlockId> {
             let large = arena.free_blocks(PoolKind::Large);
             large
@@ -279,6 +292,7 @@ impl CachingAllocator {
                 .iter()
                 .map(|&(_, _, id)| id)
                 .filter(|&id| !arena.block(id).is_split())
+                .filter(|&id| private_pools.is_default(arena.block(id).stream))
                 .collect()
         };
         let candidates = whole(&self.arena);

@@ -26,6 +26,7 @@
 use super::caching::{
     allocation_size, pool_for_size, round_size, CachingConfig, LARGE_BUFFER, MIN_BLOCK_SIZE,
 };
+use super::private_pools::PrivatePools;
 use super::{
     AllocError, Allocator, AllocatorStats, BlockId, BlockState, BlockView, OutOfMemory, PoolKind,
     SegmentView, Slab, Trace, TraceAction, TraceEvent,
@@ -56,6 +57,8 @@ pub struct ExpandableAllocator {
     stats: AllocatorStats,
     trace: Trace,
     allowed_maximum: Option<u64>,
+    /// CUDA graphs' private pools among the streams.
+    private_pools: PrivatePools,
 }
 
 impl ExpandableAllocator {
@@ -70,6 +73,7 @@ impl ExpandableAllocator {
             stats: AllocatorStats::default(),
             trace: Trace::default(),
             allowed_maximum,
+            private_pools: PrivatePools::default(),
         }
     }
 
@@ -81,88 +85,17 @@ impl ExpandableAllocator {
         }
     }
 
+    /// Which streams' blocks are CUDA graphs' private pools, and whether
+    /// each is freeable.
+    pub fn private_pools_mut(&mut self) -> &mut PrivatePools {
+        &mut self.private_pools
+    }
+
     /// Whether a pool's range (and the next one's) can start at `base`
     /// without running past the end of the address space.
     fn fits(&self, base: u64) -> bool {
         base.checked_add(4 * self.device_total + 4 * LARGE_BUFFER)
             .is_some()
-    }
-
-    /// A recording that starts mid-run: `size` bytes of the range of
-    /// `pool` on `stream` mapped at `address`, nothing in them yet. The
-    /// range starts at `base` (where the recording's did is not recorded:
-    /// the lowest mapped address of that pool on that stream), made at the
-    /// first call.
-    pub fn seed_range(
-        &mut self,
-        device: &mut dyn Device,
-        (pool, stream, base): (PoolKind, u64, u64),
-        address: u64,
-        size: u64,
-    ) -> Result<(), AllocError> {
-        let refused_base = || AllocError::Driver(format!("a range at {base:#x} does not fit"));
-        if self.find(stream, pool).is_none() {
-            if !self.fits(base) {
-                return Err(refused_base());
-            }
-            self.next_base = base;
-        }
-        let i = self.space(stream, pool);
-        let space = &mut self.spaces[i];
-        let refused =
-            |why: &str| AllocError::Driver(format!("{size} bytes at {address:#x}: {why}"));
-        let inside = space.iter().find(|(_, n)| {
-            n.piece == Piece::Unmapped
-                && n.address <= address
-                && address + size <= n.address + n.size
-        });
-        let Some((at, node)) = inside.map(|(at, n)| (at, *n)) else {
-            return Err(refused("not unmapped space of its pool's range"));
-        };
-        if size % space.page != 0 || (address - space.base) % space.page != 0 {
-            return Err(refused("not whole pages of its pool's range"));
-        }
-        let at = match address > node.address {
-            true => space.split(at, address - node.address, Piece::Unmapped),
-            false => Some(at),
-        };
-        let at = at.ok_or_else(|| refused("no room"))?;
-        match self.map(device, i, at, size)? {
-            Some(_) => Ok(()),
-            None => Err(self.out_of_memory(device, size, size)),
-        }
-    }
-
-    /// A live block of exactly `size` bytes at `address`, inside free
-    /// mapped space of the range of `pool` on `stream` (a recording that
-    /// starts mid-run).
-    pub fn seed_block(
-        &mut self,
-        (pool, stream): (PoolKind, u64),
-        address: u64,
-        (size, requested): (u64, u64),
-    ) -> Result<BlockId, String> {
-        let i = self
-            .find(stream, pool)
-            .ok_or("no mapped range in its pool")?;
-        let space = &mut self.spaces[i];
-        let inside = space.iter().find(|(_, n)| {
-            n.piece == Piece::Free && n.address <= address && address + size <= n.address + n.size
-        });
-        let (at, node) = inside
-            .map(|(at, n)| (at, *n))
-            .ok_or_else(|| format!("no free mapped space for {size} bytes at {address:#x}"))?;
-        let at = match address > node.address {
-            true => space
-                .split(at, address - node.address, Piece::Free)
-                .ok_or("no room")?,
-            false => at,
-        };
-        space.split(at, size, Piece::Free);
-        let id = self.blocks.insert((i, at));
-        self.spaces[i].set(at, Piece::Allocated { id, requested });
-        self.count_allocated(size, requested);
-        Ok(id)
     }
 
     /// A block of `size` bytes (`requested` asked) is now live.
@@ -307,12 +240,14 @@ impl ExpandableAllocator {
 
     /// `release_blocks` for expandable segments: `unmap_block` on every free
     /// piece, large pool first, each pool's blocks in its order (stream,
-    /// then size, then address). Returns the bytes unmapped.
+    /// then size, then address), a live CUDA graph's private pool's
+    /// kept. Returns the bytes unmapped.
     fn release_cached(&mut self, device: &mut dyn Device) -> u64 {
         let mut released = 0;
         for pool in [PoolKind::Large, PoolKind::Small] {
+            let releasable = |s: &Space| s.pool == pool && self.private_pools.releasable(s.stream);
             let mut spaces: Vec<usize> = (0..self.spaces.len())
-                .filter(|&i| self.spaces[i].pool == pool)
+                .filter(|&i| releasable(&self.spaces[i]))
                 .collect();
             spaces.sort_by_key(|&i| self.spaces[i].stream);
             for i in spaces {
@@ -558,6 +493,7 @@ impl Allocator for ExpandableAllocator {
     }
 }
 
+mod seed;
 mod space;
 #[cfg(test)]
 mod tests;

@@ -14,6 +14,7 @@ mod arena;
 pub mod bfc;
 pub mod caching;
 pub mod expandable;
+pub mod private_pools;
 pub mod roundup;
 pub mod uncached;
 

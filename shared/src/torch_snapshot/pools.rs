@@ -53,6 +53,21 @@ pub struct PoolRoutes {
     /// (event index, pool) of each request a private pool served, in
     /// event order.
     private: Vec<(usize, (u64, u64))>,
+    /// (event index, pool): from there on the pool is freeable (its graphs
+    /// are gone): the start of the run of releases that first gives back a
+    /// segment or page of it, in event order.
+    freeable: Vec<(usize, (u64, u64))>,
+    /// Every private pool's blocks on a stream: (the allocator's stream
+    /// key, the recorded stream, the pool).
+    keys: Vec<(u64, u64, (u64, u64))>,
+}
+
+/// What one walk of a trace finds.
+#[cfg(feature = "graph-pools")]
+#[derive(Default)]
+struct Walked {
+    private: Vec<(usize, (u64, u64))>,
+    freeable: Vec<(usize, (u64, u64))>,
 }
 
 #[cfg(feature = "graph-pools")]
@@ -118,11 +133,12 @@ fn stretches(trace: &Trace, direct: &[(usize, (u64, u64))]) -> Vec<Stretch> {
 }
 
 #[cfg(feature = "graph-pools")]
-/// The trace's requests a private pool served: by the segment holding
-/// each block (a dumped private segment from when the trace last makes
-/// it, or from the start; a segment made for a private pool's request),
-/// else by the stretches.
-fn walk(trace: &Trace, dumped: &Spans, stretches: &[Stretch]) -> Vec<(usize, (u64, u64))> {
+/// The trace's requests a private pool served: by the segment (or mapped
+/// range) holding each block (a dumped private segment from when the trace
+/// last makes it, or from the start; one made for a private pool's
+/// request), else by the stretches. And where each pool first gives
+/// memory back.
+fn walk(trace: &Trace, dumped: &Spans, stretches: &[Stretch]) -> Walked {
     let mut known = Spans::new();
     known.extend(
         dumped
@@ -131,15 +147,29 @@ fn walk(trace: &Trace, dumped: &Spans, stretches: &[Stretch]) -> Vec<(usize, (u6
             .map(|(&a, &s)| (a, s)),
     );
     let mut made: Vec<(u64, u64)> = Vec::new();
-    let mut private = Vec::new();
+    let mut out = Walked::default();
+    let mut releases_from = None;
     for i in 0..trace.len() {
         let (addr, size, stream) = trace.place(i);
-        match trace.action(i) {
+        let action = trace.action(i);
+        if !matches!(action, Action::SegmentFree | Action::SegmentUnmap) {
+            releases_from = None;
+        }
+        let mut released = |pool: Option<(u64, u64)>| {
+            let from = *releases_from.get_or_insert(i);
+            if let Some(pool) = pool.filter(|p| !out.freeable.iter().any(|(_, q)| q == p)) {
+                out.freeable.push((from, pool));
+            }
+        };
+        match action {
             Action::SegmentAlloc => match dumped.get(&addr) {
                 Some(&span) if span.made == Some(i) => _ = known.insert(addr, span),
                 _ => made.push((addr, size)),
             },
-            Action::SegmentFree => _ = known.remove(&addr),
+            Action::SegmentMap => made.push((addr, size)),
+            Action::SegmentFree => released(known.remove(&addr).map(|s| s.pool)),
+            // An expandable range stays its pool's, mapped or not.
+            Action::SegmentUnmap => released(span_at(&known, addr)),
             Action::Alloc => {
                 let stretch = || {
                     (stretches.iter())
@@ -147,17 +177,9 @@ fn walk(trace: &Trace, dumped: &Spans, stretches: &[Stretch]) -> Vec<(usize, (u6
                         .map(|s| s.pool)
                 };
                 if let Some(pool) = span_at(&known, addr).or_else(stretch) {
-                    private.push((i, pool));
+                    out.private.push((i, pool));
                     for (address, size) in made.drain(..) {
-                        let end = address.saturating_add(size);
-                        known.insert(
-                            address,
-                            Span {
-                                end,
-                                pool,
-                                made: Some(i),
-                            },
-                        );
+                        add_span(&mut known, (address, address.saturating_add(size)), pool, i);
                     }
                 }
                 made.clear();
@@ -165,7 +187,23 @@ fn walk(trace: &Trace, dumped: &Spans, stretches: &[Stretch]) -> Vec<(usize, (u6
             _ => {}
         }
     }
-    private
+    out.freeable.sort_unstable();
+    out
+}
+
+#[cfg(feature = "graph-pools")]
+/// `start..end`, made at event `made` for `pool`: a span of its own, or
+/// the growth of the pool's span it starts inside (an expandable range
+/// mapped further).
+fn add_span(known: &mut Spans, (start, end): (u64, u64), pool: (u64, u64), made: usize) {
+    if let Some((_, span)) = known.range_mut(..=start).next_back() {
+        if start < span.end && span.pool == pool {
+            span.end = span.end.max(end);
+            return;
+        }
+    }
+    let made = Some(made);
+    known.insert(start, Span { end, pool, made });
 }
 
 impl PoolRoutes {
@@ -203,9 +241,24 @@ impl PoolRoutes {
                 }
             }
         }
-        let direct = walk(trace, &dumped, &[]);
-        let private = walk(trace, &dumped, &stretches(trace, &direct));
-        Self { private }
+        let direct = walk(trace, &dumped, &[]).private;
+        let walked = walk(trace, &dumped, &stretches(trace, &direct));
+        let mut keys: Vec<(u64, u64, (u64, u64))> = Vec::new();
+        let streams = (walked.private.iter()).map(|&(i, pool)| (trace.place(i).2, pool));
+        let dumped_streams = (snapshot.segments.iter())
+            .filter(|s| s.device as usize == device && s.segment_pool_id != DEFAULT_POOL)
+            .map(|s| (s.stream, s.segment_pool_id));
+        for (stream, pool) in streams.chain(dumped_streams) {
+            let key = allocator_stream(stream, pool);
+            if !keys.iter().any(|&(k, _, _)| k == key) {
+                keys.push((key, stream, pool));
+            }
+        }
+        Self {
+            private: walked.private,
+            freeable: walked.freeable,
+            keys,
+        }
     }
 
     /// The pool that served the request of event `index`.
@@ -220,6 +273,23 @@ impl PoolRoutes {
     /// `stream`.
     pub fn stream_for(&self, index: usize, stream: u64) -> u64 {
         allocator_stream(stream, self.pool_of(index))
+    }
+
+    /// Each private pool's stream keys, and the event from which the pool
+    /// is freeable (`None`: never in the trace).
+    pub fn private_keys(&self) -> impl Iterator<Item = (u64, Option<usize>)> + '_ {
+        self.keys.iter().map(|&(key, _, pool)| {
+            let from = self.freeable.iter().find(|&&(_, p)| p == pool);
+            (key, from.map(|&(i, _)| i))
+        })
+    }
+
+    /// The recorded stream and pool of the allocator's stream `key`.
+    pub fn recorded(&self, key: u64) -> (u64, (u64, u64)) {
+        match self.keys.iter().find(|&&(k, _, _)| k == key) {
+            Some(&(_, stream, pool)) => (stream, pool),
+            None => (key, DEFAULT_POOL),
+        }
     }
 }
 
@@ -298,5 +368,47 @@ mod tests {
             d,
             "another device's"
         );
+    }
+
+    /// Expandable segments: a range mapped for a private pool's request
+    /// is the pool's, and so is the growth mapped on after it; an unmap
+    /// leaves the range the pool's. A pool is freeable from the run of
+    /// releases that first gives memory of it back.
+    #[test]
+    fn mapped_ranges_follow_their_pool_and_releases_make_it_freeable() {
+        let map = |addr, size| segment_event(Action::SegmentMap, addr, size, 5);
+        let unmap = |addr, stream| segment_event(Action::SegmentUnmap, addr, 0x1000, stream);
+        let trace = vec![
+            alloc(0x4000, 5),    // 0: (1, 0), dumped
+            map(0x5000, 0x1000), // 1
+            alloc(0x4800, 5),    // 2: (1, 0), its range grown
+            unmap(0x1000, 0),    // 3: default
+            unmap(0x5000, 5),    // 4: (1, 0)'s growth
+            alloc(0x1000, 0),    // 5: default
+            map(0x5000, 0x1000), // 6
+            alloc(0x5000, 5),    // 7: (1, 0), unmapped and mapped again
+            alloc(0x5400, 5),    // 8: (1, 0)
+        ];
+        let expandable = |address, size, pool| Segment {
+            is_expandable: true,
+            stream: 5,
+            ..segment(address, size, pool)
+        };
+        let snapshot = MemorySnapshot {
+            segments: vec![
+                segment(0x1000, 0x1000, DEFAULT_POOL),
+                expandable(0x4000, 0x1000, (1, 0)),
+            ],
+            device_traces: vec![trace.into()],
+            ..MemorySnapshot::default()
+        };
+        let routes = PoolRoutes::of(&snapshot, 0);
+        let pools: Vec<(u64, u64)> = (0..9).map(|i| routes.pool_of(i)).collect();
+        let (d, g) = (DEFAULT_POOL, (1, 0));
+        assert_eq!(pools, [g, d, g, d, d, d, d, g, g]);
+        let key = allocator_stream(5, g);
+        assert_eq!(routes.private_keys().collect::<Vec<_>>(), [(key, Some(3))]);
+        assert_eq!(routes.recorded(key), (5, g));
+        assert_eq!(routes.recorded(5), (5, d), "a stream of the default pools");
     }
 }

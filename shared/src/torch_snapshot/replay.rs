@@ -10,9 +10,8 @@
 //! whether a request needed a new segment, and which block it took.
 //!
 //! **What if**: the same requests under other settings and on a chosen
-//! GPU; every decision is the allocator's, out-of-memory errors included.
-//! A run of recorded `segment_free`s not followed by a `segment_alloc`
-//! (an `empty_cache()` call) empties the cache there too.
+//! GPU; every decision is the allocator's, out-of-memory errors included,
+//! and the program's `empty_cache()` calls are repeated ([`release`]).
 
 use super::format::{user_frame, Action, MemorySnapshot, TraceEntry};
 use super::initial::initial_state;
@@ -32,6 +31,7 @@ use std::collections::HashMap;
 mod devices;
 mod kernel;
 mod record;
+mod release;
 mod restart;
 mod seed;
 mod timeline;
@@ -211,8 +211,10 @@ pub(super) struct Replay<'a> {
     /// Expandable segments: what the `empty_cache` replayed for a run of
     /// recorded `segment_unmap`s unmapped and the run has not yet shown.
     unmapped: Option<Vec<(u64, u64)>>,
-    /// Recorded `segment_free`s since the last `segment_alloc` (what-if).
-    released_since: bool,
+    /// The end of the run of recorded releases being read (what-if).
+    releases_end: Option<usize>,
+    /// Private pools that become freeable, by event, not yet reached.
+    freeable: std::collections::VecDeque<(usize, u64)>,
     out: ReplayRun,
     drained: Vec<TraceEvent>,
     allocated_peak: u64,
@@ -268,12 +270,14 @@ impl<'a> Replay<'a> {
             blocks: HashMap::new(),
             expected_segments: Vec::new(),
             unmapped: None,
-            released_since: false,
+            releases_end: None,
+            freeable: Default::default(),
             out,
             drained: Vec::new(),
             allocated_peak: 0,
             routes: PoolRoutes::of(snapshot, device_index),
         }
+        .keeping_private_pools()
     }
 
     pub(super) fn run(mut self) -> Result<ReplayRun, SnapshotError> {
@@ -308,9 +312,6 @@ impl<'a> Replay<'a> {
     }
 
     fn finish(mut self) -> Result<ReplayRun, SnapshotError> {
-        if self.released_since {
-            self.empty_cache();
-        }
         let stats = self.process.allocator().stats().clone();
         self.out.peak_reserved_bytes = stats.reserved_bytes.peak;
         self.out.peak_allocated_bytes = stats.allocated_bytes.peak;
@@ -319,6 +320,7 @@ impl<'a> Replay<'a> {
     }
 
     fn step(&mut self, index: usize, e: &TraceEntry) {
+        self.free_private_pools(index);
         if e.action != Action::SegmentUnmap {
             self.end_unmapping(index);
         }
@@ -328,7 +330,7 @@ impl<'a> Replay<'a> {
             Action::SegmentAlloc | Action::SegmentMap => self.segment_made(e),
             Action::SegmentFree => self.segment_free(index, e),
             Action::SegmentUnmap if self.exact => self.unmap(index, e),
-            Action::SegmentUnmap => self.released_since = true,
+            Action::SegmentUnmap => self.recorded_release(index),
             Action::Oom => {
                 self.out.recorded_ooms += 1;
                 if self.exact {
@@ -342,7 +344,6 @@ impl<'a> Replay<'a> {
     /// A recorded segment (or mapped range) the next request must make,
     /// placed where the recording had it.
     fn segment_made(&mut self, e: &TraceEntry) {
-        self.released_since = false;
         if !self.exact {
             return;
         }
@@ -354,9 +355,6 @@ impl<'a> Replay<'a> {
     }
 
     fn alloc(&mut self, index: usize, e: &TraceEntry) {
-        if self.released_since {
-            self.empty_cache();
-        }
         let stream = self.routes.stream_for(index, e.stream);
         match self.process.malloc_on(&mut self.device, e.size, stream) {
             Ok(Some(id)) => {
@@ -433,7 +431,7 @@ impl<'a> Replay<'a> {
 
     fn segment_free(&mut self, index: usize, e: &TraceEntry) {
         if !self.exact {
-            self.released_since = true;
+            self.recorded_release(index);
             return;
         }
         let Process::Caching(a) = &mut self.process else {
@@ -485,11 +483,6 @@ impl<'a> Replay<'a> {
                 format!("empty_cache() also unmapped {s} bytes at {a:#x}"),
             );
         }
-    }
-
-    fn empty_cache(&mut self) {
-        self.released_since = false;
-        self.process.allocator().empty_cache(&mut self.device);
     }
 
     fn differ(&mut self, event: usize, trace: String, engine: String) {

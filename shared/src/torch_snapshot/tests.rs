@@ -526,10 +526,69 @@ fn a_recorded_empty_cache_is_replayed_in_both_kinds_of_run() {
     assert_eq!(exact.exact, Some(true), "{:?}", exact.first_difference);
     assert_eq!(exact.timeline[10].reserved_bytes, 20 * MIB);
     let on_a_t4 = replay_what_if(&s, 0, &parse_what_if("gpu=t4").unwrap()).unwrap();
-    // The what-if empties the cache before the next request.
-    assert_eq!(on_a_t4.timeline[10].reserved_bytes, 36 * MIB);
-    assert_eq!(on_a_t4.timeline[11].reserved_bytes, 20 * MIB);
+    // The what-if empties the cache there too.
+    assert_eq!(on_a_t4.timeline[9].reserved_bytes, 36 * MIB);
+    assert_eq!(on_a_t4.timeline[10].reserved_bytes, 20 * MIB);
     assert_eq!(on_a_t4.segments.len(), 1);
+}
+
+/// A release followed by a new segment: the program's `empty_cache()`
+/// (its own stack; `torch.cuda.graph` calls it before it captures), which
+/// a what-if repeats, or the request's own retry before it asked the
+/// driver again (the request's stack, or none as older versions record
+/// it), which the what-if's allocator decides again: on a T4 it has room
+/// and keeps the cache.
+#[test]
+fn a_what_if_repeats_the_programs_empty_cache_not_a_requests_retry() {
+    let step = vec![frame("train.py", 31, "step")];
+    let recorded = |release: Stack| {
+        let mut s = recorded_from_start();
+        edit(&mut s, |t| {
+            t.extend([
+                entry(Action::FreeRequested, BASE + 20 * MIB, 16 * MIB),
+                entry(Action::FreeCompleted, BASE + 20 * MIB, 16 * MIB),
+                TraceEntry {
+                    frames: release,
+                    ..entry(Action::SegmentFree, BASE + 20 * MIB, 16 * MIB)
+                },
+                TraceEntry {
+                    frames: step.clone().into(),
+                    ..entry(Action::SegmentAlloc, BASE + 40 * MIB, 30 * MIB)
+                },
+                TraceEntry {
+                    frames: step.clone().into(),
+                    ..entry(Action::Alloc, BASE + 40 * MIB, 30 * MIB)
+                },
+            ])
+        });
+        s.segments[1] = Segment {
+            address: BASE + 40 * MIB,
+            total_size: 30 * MIB,
+            segment_type: "large".into(),
+            blocks: vec![block(
+                BASE + 40 * MIB,
+                30 * MIB,
+                30 * MIB,
+                BlockState::ActiveAllocated,
+            )],
+            ..Segment::default()
+        };
+        s
+    };
+    let empty_cache = vec![frame("memory.py", 224, "empty_cache"), step[0].clone()];
+    let on_a_t4 = parse_what_if("gpu=t4").unwrap();
+    for (release, reserved) in [
+        (empty_cache.into(), 50 * MIB),
+        (step.clone().into(), 66 * MIB),
+        (Stack::default(), 66 * MIB),
+    ] {
+        let s = recorded(release);
+        let exact = replay_exact(&s, 0).unwrap();
+        assert_eq!(exact.exact, Some(true), "{:?}", exact.first_difference);
+        assert_eq!(exact.timeline[12].reserved_bytes, 50 * MIB);
+        let run = replay_what_if(&s, 0, &on_a_t4).unwrap();
+        assert_eq!(run.timeline[12].reserved_bytes, reserved);
+    }
 }
 
 /// An expandable recording that starts mid-run: undoing `segment_unmap`

@@ -419,3 +419,26 @@ fn a_seeded_segment_and_block_are_where_the_record_says() {
     assert_eq!(seg.blocks[0].id, Some(id));
     a.check_invariants(&dev).unwrap();
 }
+
+/// A live CUDA graph's private pool keeps its free segments through
+/// `empty_cache()` and the retry before an out-of-memory; once freeable
+/// (its graphs gone) they go back like the default pools'.
+#[test]
+fn a_live_private_pool_keeps_its_segments_until_freeable() {
+    let (mut a, mut dev) = setup(100 * MIB);
+    let private = 1 << 63 | 9;
+    a.private_pools_mut().set(private, false);
+    let x = a.malloc_on(&mut dev, 40 * MIB, private).unwrap().unwrap();
+    let y = a.malloc_on(&mut dev, 30 * MIB, 0).unwrap().unwrap();
+    a.free(&mut dev, x);
+    a.free(&mut dev, y);
+    assert_eq!(a.empty_cache(&mut dev), Some(30 * MIB));
+    assert_eq!(a.stats().reserved_bytes.current, 40 * MIB);
+    // 70 MiB: the retry frees nothing of the live pool's 40 MiB.
+    let refused = a.malloc_on(&mut dev, 70 * MIB, 0);
+    assert!(matches!(refused, Err(AllocError::OutOfMemory(_))));
+    a.private_pools_mut().set(private, true);
+    assert!(a.malloc_on(&mut dev, 70 * MIB, 0).unwrap().is_some());
+    assert_eq!(a.stats().reserved_bytes.current, 70 * MIB);
+    a.check_invariants(&dev).unwrap();
+}

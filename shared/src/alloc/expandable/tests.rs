@@ -186,3 +186,25 @@ fn each_stream_has_its_own_ranges() {
     );
     a.check_invariants(&dev).unwrap();
 }
+
+/// A live CUDA graph's private pool keeps its mapped pages through
+/// `empty_cache()` (upstream releases `graph_pools_freeable` only); its
+/// own range is made at its first request, as `find_expandable_block`
+/// makes one per pool and stream.
+#[test]
+fn a_live_private_pools_pages_stay_mapped_until_freeable() {
+    let (mut a, mut dev) = setup(GIB, 0);
+    let private = 1 << 63 | 9;
+    a.private_pools_mut().set(private, false);
+    let x = a.malloc_on(&mut dev, 30 * MIB, private).unwrap().unwrap();
+    let y = ok(&mut a, &mut dev, 30 * MIB);
+    assert_eq!(a.segments().len(), 2, "a range of its own");
+    a.free(&mut dev, x);
+    a.free(&mut dev, y);
+    assert_eq!(a.empty_cache(&mut dev), Some(40 * MIB));
+    assert_eq!(a.stats().reserved_bytes.current, 40 * MIB);
+    a.private_pools_mut().set(private, true);
+    assert_eq!(a.empty_cache(&mut dev), Some(40 * MIB));
+    assert_eq!(a.stats().reserved_bytes.current, 0);
+    a.check_invariants(&dev).unwrap();
+}

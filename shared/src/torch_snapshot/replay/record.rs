@@ -38,11 +38,6 @@ pub fn export_what_if(
         replay.process.allocator().drain_trace(&mut drained);
         record(&mut trace, &mut drained, &e)?;
     }
-    if replay.released_since {
-        replay.empty_cache();
-        replay.process.allocator().drain_trace(&mut drained);
-        record(&mut trace, &mut drained, &TraceEntry::new(Action::Snapshot))?;
-    }
     let frames: HashMap<_, _> = replay
         .blocks
         .values()
@@ -53,7 +48,14 @@ pub fn export_what_if(
         .allocator()
         .segments()
         .into_iter()
-        .map(|s| segment(s, &frames, device, settings.expandable_segments))
+        .map(|s| {
+            let (stream, segment_pool_id) = replay.routes.recorded(s.stream);
+            Segment {
+                stream,
+                segment_pool_id,
+                ..segment(s, &frames, device, settings.expandable_segments)
+            }
+        })
         .collect();
     let mut device_traces = vec![Trace::default(); device + 1];
     device_traces[device] = trace;
