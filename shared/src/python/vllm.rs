@@ -65,12 +65,11 @@ fn repo_of(name: &str) -> String {
     name.to_string()
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "hf-models"))]
 mod tests {
     use super::*;
     use crate::command::{parse_line, Command};
 
-    #[cfg(feature = "hf-models")]
     #[test]
     fn a_shipped_shape_starts_by_its_repository() {
         let line = r#"{"cmd": "serve", "name": "llm", "model": "Llama-3.1-8B", "max_model_len": 32768, "kv_cache_dtype": "fp8"}"#;
