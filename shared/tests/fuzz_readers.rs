@@ -715,6 +715,32 @@ fn every_pickle_streamed_in_chunks_reads_as_it_does_whole() {
     );
 }
 
+/// A snapshot read in Your snapshot's worker crosses to the page as the
+/// worker read it (`wire`); that buffer damaged, cut or changed, is
+/// refused or read, never a panic.
+#[test]
+fn every_snapshot_that_reads_crosses_to_the_page_unchanged() {
+    use vramlab_shared::torch_snapshot::wire;
+    let inputs = (
+        snapshot_inputs(WELL_FORMED),
+        prop::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+        prop::option::weighted(0.3, any::<usize>()),
+    );
+    let (mut crossed, mut damaged) = (0, 0);
+    fuzz(inputs, cases(200), |(bytes, flips, cut)| {
+        let Ok(s) = torch_snapshot::read(&bytes) else {
+            return;
+        };
+        let buffer = wire::encode(&s);
+        assert_eq!(wire::decode(&buffer).unwrap(), s);
+        crossed += 1;
+        let changed = mutated(buffer, &flips, cut);
+        damaged += u32::from(wire::decode(&changed).is_err());
+    });
+    println!("figure: {crossed} snapshots crossed whole, {damaged} damaged copies refused");
+    assert!(crossed >= 50, "{crossed}");
+}
+
 /// "Will it fit?": every request is read, a value or an error; one that
 /// reads is planned (a small run played on its GPU, a larger one built),
 /// never a panic, within the limits.

@@ -33,6 +33,7 @@ pub mod stream;
 pub mod trace;
 pub mod what_if;
 pub mod window;
+pub mod wire;
 
 pub use format::{Action, Block, BlockState, Frame, MemorySnapshot, Segment, Stack, TraceEntry};
 pub use trace::Trace;
