@@ -1,6 +1,6 @@
-//! Files in the browser: reading one the user opened or dropped, fetching
-//! one from beside the page, and offering bytes as a download. Nothing is
-//! uploaded anywhere.
+//! Files in the browser: the one the user opened or dropped (read by
+//! `reading`), fetching one from beside the page, and offering bytes as a
+//! download. Nothing is uploaded anywhere.
 
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
@@ -18,73 +18,6 @@ pub async fn fetch_text(url: &str) -> Option<String> {
         .await
         .ok()?
         .as_string()
-}
-
-/// Bytes read at a time: the page says how far it has read, and the
-/// browser never holds a second whole copy of a large file.
-const CHUNK: f64 = 8.0 * 1024.0 * 1024.0;
-
-/// The bytes of a file the user chose, if it is at most `max` bytes, read
-/// a chunk at a time; `progress` hears the bytes read so far after each.
-pub async fn read(
-    file: &web_sys::File,
-    max: usize,
-    progress: &dyn Fn(f64),
-) -> Result<Vec<u8>, String> {
-    let total = file.size();
-    if total > max as f64 {
-        return Err(format!(
-            "{} is {} MB; files of up to {} MB are read",
-            file.name(),
-            (total / 1e6).round(),
-            max / 1_000_000
-        ));
-    }
-    let mut bytes = Vec::new();
-    bytes.try_reserve_exact(total as usize).map_err(|_| {
-        format!(
-            "the page has no room for {} ({} MB)",
-            file.name(),
-            (total / 1e6).round()
-        )
-    })?;
-    each_chunk(file, progress, &mut |chunk, _| {
-        bytes.extend_from_slice(chunk);
-        Ok(())
-    })
-    .await?;
-    Ok(bytes)
-}
-
-/// What takes each chunk of a file (with whether it is the last).
-pub type EachChunk<'a> = dyn FnMut(&[u8], bool) -> Result<(), String> + 'a;
-
-/// Reads `file` a chunk at a time, handing each to `each` (with whether
-/// it is the last) and the bytes read so far to `progress`; stops at the
-/// first error `each` gives.
-pub async fn each_chunk(
-    file: &web_sys::File,
-    progress: &dyn Fn(f64),
-    each: &mut EachChunk<'_>,
-) -> Result<(), String> {
-    let failed = |_| format!("the browser could not read {}", file.name());
-    let total = file.size();
-    let mut at = 0.0;
-    let mut chunk = Vec::new();
-    loop {
-        let end = (at + CHUNK).min(total);
-        let blob = file.slice_with_f64_and_f64(at, end).map_err(failed)?;
-        let buffer = JsFuture::from(blob.array_buffer()).await.map_err(failed)?;
-        let view = js_sys::Uint8Array::new(&buffer);
-        chunk.resize(view.length() as usize, 0);
-        view.copy_to(&mut chunk);
-        at = end;
-        each(&chunk, at >= total)?;
-        progress(at);
-        if at >= total {
-            return Ok(());
-        }
-    }
 }
 
 /// The first file of a file input's change event or of a drop.

@@ -22,6 +22,7 @@ mod moving;
 mod play;
 pub mod python;
 mod pyworker;
+pub mod reader;
 mod reading;
 mod replay;
 mod socket;

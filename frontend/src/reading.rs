@@ -1,14 +1,16 @@
-//! A snapshot file read in the page a chunk at a time, saying how far it
-//! has got: a pickle in two passes ([`PickleStream`]: its bytes are never
-//! whole in the page's memory), JSON whole; then read into a snapshot
-//! after the page has said it is replaying.
+//! A snapshot file read for the page by a worker of its own (`reader`):
+//! the page hands it the file, says how far it has read, takes the
+//! snapshot back as one buffer and ends the worker, whose memory goes
+//! with it. The page stays free while a large file is read.
 
 use crate::clock::{after_paint, now_ms};
-use crate::files::{self, each_chunk};
 use leptos::prelude::*;
-use vramlab_shared::torch_snapshot::stream::PickleStream;
-use vramlab_shared::torch_snapshot::{self, MemorySnapshot, MAX_FILE_BYTES};
-use wasm_bindgen_futures::JsFuture;
+use std::cell::RefCell;
+use std::rc::Rc;
+use vramlab_shared::torch_snapshot::{wire, MemorySnapshot};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use web_sys::{ErrorEvent, MessageEvent, Worker, WorkerOptions, WorkerType};
 
 /// What is read: the file's name and size, and its snapshot or why not.
 pub struct Done {
@@ -19,100 +21,142 @@ pub struct Done {
     pub started: f64,
 }
 
-/// Reads `file`, saying how far in `progress`, then hands it to `then`.
+/// Reads `file` in a worker, saying how far in `progress`, then hands it
+/// to `then`.
 pub fn read_snapshot(
     file: web_sys::File,
     progress: RwSignal<Option<String>>,
     then: impl FnOnce(Done) + 'static,
 ) {
     let started = now_ms();
-    leptos::task::spawn_local(async move {
-        let name = file.name();
-        let total = file.size();
-        let mb = |b: f64| format!("{:.0}", b / 1e6);
-        let said = |pass: &'static str| {
-            let name = name.clone();
-            move |at: f64| {
-                progress.set(Some(format!(
-                    "Reading {name}{pass}: {} of {} MB",
-                    mb(at),
-                    mb(total)
-                )))
-            }
-        };
-        let read = match is_pickle(&file).await {
-            true => (streamed(&file, &said(", first pass"), &said("")).await)
-                .map(|s| Read::Pickle(Box::new(s))),
-            false => (files::read(&file, MAX_FILE_BYTES, &said("")).await).map(Read::Whole),
-        };
-        let bytes = total as usize;
-        match read {
-            Ok(read) => {
-                progress.set(Some(format!("Replaying {name} ({} MB)…", mb(total))));
-                after_paint(move || {
-                    then(Done {
-                        name,
-                        bytes,
-                        snapshot: read.snapshot(),
-                        started,
-                    });
-                    progress.set(None);
-                });
-            }
-            Err(why) => {
-                progress.set(None);
+    let (name, total) = (file.name(), file.size());
+    let done = Rc::new(RefCell::new(Some(Box::new(then) as Box<dyn FnOnce(Done)>)));
+    let finish = {
+        let name = name.clone();
+        move |snapshot: Result<MemorySnapshot, String>| {
+            if let Some(then) = done.borrow_mut().take() {
                 then(Done {
                     name,
-                    bytes,
-                    snapshot: Err(why),
+                    bytes: total as usize,
+                    snapshot,
                     started,
                 });
             }
         }
-    });
-}
-
-/// A file read, its snapshot not yet made (that is the part the page says
-/// it is replaying for).
-enum Read {
-    Pickle(Box<PickleStream>),
-    Whole(Vec<u8>),
-}
-
-impl Read {
-    fn snapshot(self) -> Result<MemorySnapshot, String> {
-        match self {
-            Read::Pickle(s) => s.finish(),
-            Read::Whole(bytes) => torch_snapshot::read(&bytes),
+    };
+    let worker = match start_worker() {
+        Ok(worker) => worker,
+        Err(why) => return finish(Err(why)),
+    };
+    let handlers = Rc::new(RefCell::new(None));
+    let stop = {
+        let (worker, handlers) = (worker.clone(), handlers.clone());
+        move || {
+            worker.terminate();
+            // The handlers go once this call has returned.
+            let handlers = handlers.borrow_mut().take();
+            leptos::prelude::set_timeout(move || drop(handlers), std::time::Duration::ZERO);
         }
-        .map_err(|e| e.0)
+    };
+    let finish = Rc::new(RefCell::new(Some((finish, stop))));
+    let on_message = {
+        let finish = finish.clone();
+        let name = name.clone();
+        Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
+            let data = e.data();
+            if let Some(text) = data.as_string() {
+                return match said(&text, &name, total) {
+                    Said::Progress(line) => progress.set(Some(line)),
+                    Said::Error(why) => {
+                        progress.set(None);
+                        end(&finish, Err(why));
+                    }
+                };
+            }
+            let Ok(buffer) = data.dyn_into::<js_sys::ArrayBuffer>() else {
+                return;
+            };
+            // The worker goes at once: the memory its reading took with it.
+            let Some((finish, stop)) = finish.borrow_mut().take() else {
+                return;
+            };
+            stop();
+            progress.set(Some(format!("Replaying {name} ({:.0} MB)…", total / 1e6)));
+            after_paint(move || {
+                let bytes = js_sys::Uint8Array::new(&buffer).to_vec();
+                drop(buffer);
+                let snapshot = wire::decode(&bytes).map_err(|e| e.0);
+                drop(bytes);
+                finish(snapshot);
+                progress.set(None);
+            });
+        })
+    };
+    let on_error = {
+        let finish = finish.clone();
+        Closure::<dyn FnMut(ErrorEvent)>::new(move |e: ErrorEvent| {
+            progress.set(None);
+            let why = format!("the page's reader stopped: {}", e.message());
+            end(&finish, Err(why));
+        })
+    };
+    worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+    worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
+    *handlers.borrow_mut() = Some((on_message, on_error));
+    if worker.post_message(&file).is_err() {
+        end(
+            &finish,
+            Err("the page could not hand the file to its reader".into()),
+        );
     }
 }
 
-/// Both passes over a pickle, a chunk at a time.
-async fn streamed(
-    file: &web_sys::File,
-    first: &dyn Fn(f64),
-    second: &dyn Fn(f64),
-) -> Result<PickleStream, String> {
-    let mut s = PickleStream::new(file.size() as usize).map_err(|e| e.0)?;
-    each_chunk(file, first, &mut |c, last| s.scan(c, last).map_err(|e| e.0)).await?;
-    each_chunk(file, second, &mut |c, last| {
-        s.read(c, last).map_err(|e| e.0)
-    })
-    .await?;
-    Ok(s)
+type Finish<F, S> = Rc<RefCell<Option<(F, S)>>>;
+
+/// Hands what was read on, once, and ends the worker.
+fn end<F: FnOnce(Result<MemorySnapshot, String>), S: FnOnce()>(
+    finish: &Finish<F, S>,
+    snapshot: Result<MemorySnapshot, String>,
+) {
+    if let Some((finish, stop)) = finish.borrow_mut().take() {
+        stop();
+        finish(snapshot);
+    }
 }
 
-/// Whether the file starts as a pickle does (else it is read as JSON, or
-/// refused as neither).
-async fn is_pickle(file: &web_sys::File) -> bool {
-    let Ok(head) = file.slice_with_f64_and_f64(0.0, 64.0) else {
-        return false;
+/// A worker running the reader, from the script the build names in the
+/// page (`<meta name="vramlab-reader">`).
+fn start_worker() -> Result<Worker, String> {
+    let script = web_sys::window()
+        .and_then(|w| w.document())
+        .and_then(|d| d.query_selector("meta[name=vramlab-reader]").ok()?)
+        .and_then(|m| m.get_attribute("content"))
+        .ok_or("this build of the page has no reader of its own")?;
+    let options = WorkerOptions::new();
+    options.set_type(WorkerType::Module);
+    Worker::new_with_options(&script, &options)
+        .map_err(|_| "this browser cannot start the page's reader".to_string())
+}
+
+/// What one of the reader's messages says.
+enum Said {
+    Progress(String),
+    Error(String),
+}
+
+fn said(text: &str, name: &str, total: f64) -> Said {
+    let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+    if let Some(why) = v["error"].as_str() {
+        return Said::Error(why.to_string());
+    }
+    let read = v["read"].as_f64().unwrap_or(0.0);
+    let pass = match v["pass"].as_str() {
+        Some("first") => ", first pass",
+        _ => "",
     };
-    let Ok(buffer) = JsFuture::from(head.array_buffer()).await else {
-        return false;
-    };
-    let bytes = js_sys::Uint8Array::new(&buffer).to_vec();
-    bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&0x80)
+    Said::Progress(format!(
+        "Reading {name}{pass}: {:.0} of {:.0} MB",
+        read / 1e6,
+        total / 1e6
+    ))
 }

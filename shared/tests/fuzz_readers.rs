@@ -817,14 +817,14 @@ fn every_snapshot_that_reads_replays_fixes_and_compares() {
 /// Sessions of random allocations and frees on a 64 MiB GPU, exported as
 /// snapshots: `--fix` reads the room at each one's out-of-memory, in which
 /// the recorded settings run out of memory where the recording did; a
-/// recording compared with itself differs in nothing. (No `empty_cache`:
-/// a trace cannot tell one followed by a new segment from the allocator's
-/// own release-and-retry, which a what-if replays as the latter.)
+/// recording compared with itself differs in nothing. `empty_cache()`
+/// calls among them are the program's (their own stack), which the
+/// what-ifs repeat, and the allocator's release-and-retry its own.
 #[test]
 fn a_recorded_out_of_memory_happens_again_in_the_room_fix_reads() {
     use vramlab_shared::torch_snapshot::{diff, export, fix};
     use vramlab_shared::Engine;
-    let ops = prop::collection::vec((0u8..3, 1u64..48), 4..40);
+    let ops = prop::collection::vec((0u8..4, 1u64..48), 4..40);
     let mut checked = 0;
     fuzz(ops, cases(200), |ops| {
         let mut e = Engine::new_simulated();
@@ -833,7 +833,8 @@ fn a_recorded_out_of_memory_happens_again_in_the_room_fix_reads() {
         for (i, (kind, mib)) in ops.iter().enumerate() {
             let line = match kind {
                 0 | 1 => json!({"cmd":"alloc","name":format!("t{}", i % 6),"bytes": mib << 20}),
-                _ => json!({"cmd":"del","name":format!("t{}", i % 6)}),
+                2 => json!({"cmd":"del","name":format!("t{}", i % 6)}),
+                _ => json!({"cmd":"empty_cache"}),
             };
             let _ = e.run_line(&line.to_string());
         }

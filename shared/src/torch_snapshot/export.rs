@@ -19,10 +19,12 @@ pub fn from_session(session: &Snapshot) -> MemorySnapshot {
         .iter()
         .rposition(|e| e.action == EventAction::Restart)
         .map_or(0, |i| i + 1);
+    let events = &session.events[since_restart..];
+    let causes = segment_causes(events);
     // PyTorch records a free with the size its caller asked for.
     let mut requested = std::collections::HashMap::new();
     let mut trace = Vec::new();
-    for e in &session.events[since_restart..] {
+    for (e, cause) in events.iter().zip(causes) {
         let size = match e.action {
             EventAction::Alloc => {
                 requested.insert(e.address, e.size);
@@ -31,7 +33,7 @@ pub fn from_session(session: &Snapshot) -> MemorySnapshot {
             EventAction::Free => requested.remove(&e.address).unwrap_or(e.size),
             _ => e.size,
         };
-        trace.extend(trace_entries(e, size));
+        trace.extend(trace_entries(e, size, cause));
     }
     MemorySnapshot {
         segments,
@@ -113,7 +115,34 @@ pub fn with_expandable_segments(mut s: MemorySnapshot) -> MemorySnapshot {
     s
 }
 
-fn trace_entries(e: &Event, size: u64) -> Vec<TraceEntry> {
+/// Whose stack each segment event carries, as PyTorch records it: the
+/// request that made it or released the cache before retrying (the next
+/// allocation of the same command; `malloc` gathers its context once),
+/// else the program's `empty_cache()`.
+fn segment_causes(events: &[Event]) -> Vec<Option<&str>> {
+    let mut causes = vec![None; events.len()];
+    let mut next_alloc: Option<(u64, &str)> = None;
+    for (i, e) in events.iter().enumerate().rev() {
+        match e.action {
+            EventAction::Alloc => next_alloc = e.name.as_deref().map(|n| (e.step, n)),
+            EventAction::SegmentAlloc | EventAction::SegmentFree => {
+                causes[i] = match next_alloc {
+                    Some((step, name)) if step == e.step => Some(name),
+                    _ if e.action == EventAction::SegmentFree => Some(EMPTY_CACHE),
+                    _ => None,
+                }
+            }
+            _ => {}
+        }
+    }
+    causes
+}
+
+/// The frame of a release no request made.
+const EMPTY_CACHE: &str = "torch.cuda.empty_cache()";
+
+fn trace_entries(e: &Event, size: u64, cause: Option<&str>) -> Vec<TraceEntry> {
+    let name = e.name.as_deref().or(cause);
     let entry = |action: Action| TraceEntry {
         action,
         addr: e.address,
@@ -121,7 +150,7 @@ fn trace_entries(e: &Event, size: u64) -> Vec<TraceEntry> {
         stream: 0,
         device_free: None,
         time_us: None,
-        frames: e.name.iter().map(|n| owner_frame(n, None)).collect(),
+        frames: name.iter().map(|n| owner_frame(n, None)).collect(),
     };
     match e.action {
         EventAction::Alloc => vec![entry(Action::Alloc)],

@@ -1071,3 +1071,39 @@ fn expandable_segments_on_two_streams_replay_exactly() {
         );
     }
 }
+
+/// A session's releases exported with the stack PyTorch gives them: the
+/// request's own for its release-and-retry, `empty_cache()`'s for the
+/// program's call; a what-if repeats the second only.
+#[test]
+fn an_exported_release_carries_its_cause() {
+    let mut e = Engine::new_simulated();
+    for line in [
+        r#"{"cmd":"restart","framework":"pytorch","device_total_bytes":67108864,"context_bytes":0}"#,
+        r#"{"cmd":"alloc","name":"a","bytes":41943040}"#,
+        r#"{"cmd":"del","name":"a"}"#,
+        r#"{"cmd":"alloc","name":"b","bytes":52428800}"#,
+        r#"{"cmd":"del","name":"b"}"#,
+        r#"{"cmd":"empty_cache"}"#,
+        r#"{"cmd":"alloc","name":"c","bytes":10485760}"#,
+    ] {
+        assert!(e.run_line(line).ok, "{line}");
+    }
+    let s = export::from_session(&e.snapshot(usize::MAX));
+    let trace = s.trace(0);
+    let released: Vec<String> = (0..trace.len())
+        .filter(|&i| trace.action(i) == Action::SegmentFree)
+        .map(|i| trace.frames(i)[0].name.to_string())
+        .collect();
+    assert_eq!(released, ["b", "torch.cuda.empty_cache()"]);
+    let made: Vec<String> = (0..trace.len())
+        .filter(|&i| trace.action(i) == Action::SegmentAlloc)
+        .map(|i| trace.frames(i)[0].name.to_string())
+        .collect();
+    assert_eq!(made, ["a", "b", "c"]);
+    assert_eq!(replay_exact(&s, 0).unwrap().exact, Some(true));
+    // On a larger GPU the retry is not needed, the program's call is.
+    let larger = replay_what_if(&s, 0, &parse_what_if("gpu=t4").unwrap()).unwrap();
+    let last = larger.timeline.last().unwrap();
+    assert_eq!(last.reserved_bytes, 10 * MIB);
+}
