@@ -97,12 +97,15 @@ async fn read(file: &File) -> Result<Vec<u8>, String> {
     Ok(wire::encode(&snapshot.map_err(|e| e.0)?))
 }
 
+/// What takes each chunk of a file (with whether it is the last).
+type EachChunk<'a> = dyn FnMut(&[u8], bool) -> Result<(), String> + 'a;
+
 /// Hands `file` to `each` in chunks of [`CHUNK`] bytes (with whether it
 /// is the last), read through its stream; says how far after each.
 async fn each_chunk(
     file: &File,
     pass: &str,
-    each: &mut dyn FnMut(&[u8], bool) -> Result<(), String>,
+    each: &mut EachChunk<'_>,
 ) -> Result<(), String> {
     let failed = |_| format!("the browser could not read {}", file.name());
     let total = file.size() as usize;
