@@ -102,11 +102,7 @@ type EachChunk<'a> = dyn FnMut(&[u8], bool) -> Result<(), String> + 'a;
 
 /// Hands `file` to `each` in chunks of [`CHUNK`] bytes (with whether it
 /// is the last), read through its stream; says how far after each.
-async fn each_chunk(
-    file: &File,
-    pass: &str,
-    each: &mut EachChunk<'_>,
-) -> Result<(), String> {
+async fn each_chunk(file: &File, pass: &str, each: &mut EachChunk<'_>) -> Result<(), String> {
     let failed = |_| format!("the browser could not read {}", file.name());
     let total = file.size() as usize;
     let reader: ReadableStreamDefaultReader = file.stream().get_reader().unchecked_into();
