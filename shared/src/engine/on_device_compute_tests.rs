@@ -2,7 +2,8 @@
 //! cuBLAS calls (`train::kernels`), launched on the addresses the play
 //! gave, the device's value held to the CPU's, the loss read from the
 //! device. The device here emulates the MLP's kernels and `GemmEx` in
-//! Rust (the CUDA source itself runs on a GPU: `server/tests/gpu.rs`), so
+//! Rust (the CNN's: `on_device_cnn_tests`; the CUDA source itself runs on
+//! a GPU: `server/tests/gpu.rs`), so
 //! what is tested is the plumbing: places, parts, workspaces, arguments,
 //! and what a device that fails or computes nothing leads to.
 
@@ -26,7 +27,7 @@ pub(super) enum Kernels {
     Idle,
 }
 
-fn dtype_of(code: i32) -> Dtype {
+pub(super) fn dtype_of(code: i32) -> Dtype {
     [
         Dtype::Float32,
         Dtype::Float16,
@@ -41,13 +42,13 @@ fn dtype_of(code: i32) -> Dtype {
 }
 
 impl BytesDevice {
-    fn get(&mut self, at: u64, dtype: Dtype, n: usize) -> Result<Vec<f32>, DeviceError> {
+    pub(super) fn get(&mut self, at: u64, dtype: Dtype, n: usize) -> Result<Vec<f32>, DeviceError> {
         let mut bytes = vec![0; n * dtype.size_bytes() as usize];
         self.read(at, &mut bytes)?;
         Ok(decode(dtype, &bytes))
     }
 
-    fn put(&mut self, at: u64, dtype: Dtype, values: &[f32]) -> Result<(), DeviceError> {
+    pub(super) fn put(&mut self, at: u64, dtype: Dtype, values: &[f32]) -> Result<(), DeviceError> {
         self.write(at, &encode(dtype, values))
     }
 }
@@ -206,7 +207,10 @@ impl DeviceCompute for BytesDevice {
                 self.put(ptr(6), ty(7), &v)?;
                 p
             }
-            other => return Err(DeviceError::Driver(format!("{other} is not emulated"))),
+            other => match self.emulate_cnn(l) {
+                Some(value) => value?,
+                None => return Err(DeviceError::Driver(format!("{other} is not emulated"))),
+            },
         };
         self.put(out, to, &value)
     }

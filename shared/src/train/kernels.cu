@@ -752,6 +752,178 @@ extern "C" __global__ void norm_backward_params(void *dw, int tdw, void *db, int
   }
 }
 
+// The CNN's 3x3 convolution, padding 1 (`cpu::conv`): each output element
+// the bias plus, input channel by input channel, the sum of its nine taps.
+extern "C" __global__ void conv3x3(void *out, int to, const void *x, int tx, const void *weight,
+                                   int tw, const void *bias, int tb, i64 n, i64 ci, i64 co, i64 h,
+                                   i64 w) {
+  i64 plane = h * w;
+  EACH(i, n * co * plane) {
+    i64 p = qmod(i, plane), bo = qdiv(i, plane), o = qmod(bo, co), b = qdiv(bo, co);
+    i64 y = qdiv(p, w), xx = p - y * w;
+    float acc = ld(bias, tb, o);
+    for (i64 c = 0; c < ci; c++) {
+      i64 src = (b * ci + c) * plane, k = (o * ci + c) * 9;
+      float s = 0.0f;
+      for (int t = 0; t < 9; t++) {
+        i64 yy = y + t / 3 - 1, x2 = xx + t % 3 - 1;
+        if (yy >= 0 && yy < h && x2 >= 0 && x2 < w)
+          s += ld(weight, tw, k + t) * ld(x, tx, src + yy * w + x2);
+      }
+      acc += s;
+    }
+    st(out, to, i, acc);
+  }
+}
+
+// Its input's gradient: each input element gathers, output channel by
+// output channel, the gradients of the outputs whose taps read it (in the
+// order the CPU adds them: nearest output last).
+extern "C" __global__ void conv3x3_backward_input(void *out, int to, const void *g, int tg,
+                                                  const void *weight, int tw, i64 n, i64 ci,
+                                                  i64 co, i64 h, i64 w) {
+  i64 plane = h * w;
+  EACH(i, n * ci * plane) {
+    i64 q = qmod(i, plane), bc = qdiv(i, plane), c = qmod(bc, ci), b = qdiv(bc, ci);
+    i64 y = qdiv(q, w), xx = q - y * w;
+    float acc = 0.0f;
+    for (i64 o = 0; o < co; o++) {
+      i64 go = (b * co + o) * plane, k = (o * ci + c) * 9;
+      for (int t = 8; t >= 0; t--) {
+        i64 py = y + 1 - t / 3, px = xx + 1 - t % 3;
+        if (py >= 0 && py < h && px >= 0 && px < w)
+          acc += ld(g, tg, go + py * w + px) * ld(weight, tw, k + t);
+      }
+    }
+    st(out, to, i, acc);
+  }
+}
+
+// Its weight's gradient, one block a tap of one (output, input) channel
+// pair, summed over the batch and the plane; the blocks of tap 0 of input
+// channel 0 sum the bias's gradient too.
+extern "C" __global__ void conv3x3_backward_params(void *dw, int tdw, void *db, int tdb,
+                                                   const void *g, int tg, const void *x, int tx,
+                                                   i64 n, i64 ci, i64 co, i64 h, i64 w) {
+  __shared__ float shared[THREADS];
+  i64 plane = h * w, k = blockIdx.x, t = qmod(k, 9), c = qmod(qdiv(k, 9), ci), o = qdiv(k, ci * 9);
+  i64 dy = t / 3 - 1, dx = t % 3 - 1;
+  float s = 0.0f, sb = 0.0f;
+  for (i64 e = threadIdx.x; e < n * plane; e += THREADS) {
+    i64 b = qdiv(e, plane), p = e - b * plane, y = qdiv(p, w), xx = p - y * w;
+    float gv = ld(g, tg, (b * co + o) * plane + p);
+    sb += gv;
+    i64 yy = y + dy, x2 = xx + dx;
+    if (yy >= 0 && yy < h && x2 >= 0 && x2 < w)
+      s += gv * ld(x, tx, (b * ci + c) * plane + yy * w + x2);
+  }
+  s = block_sum(s, shared);
+  bool bias = c == 0 && t == 0;
+  if (bias) sb = block_sum(sb, shared);
+  if (threadIdx.x == 0) {
+    st(dw, tdw, k, s);
+    if (bias) st(db, tdb, o, sb);
+  }
+}
+
+// Batch norm with the batch's statistics (`cpu::batch_norm`), one block a
+// channel: the output, the mean and the inverse deviation of the biased
+// variance.
+extern "C" __global__ void batch_norm(void *out, int to, void *mean, int tm, void *invstd, int ti,
+                                      const void *x, int tx, const void *weight, int tw,
+                                      const void *bias, int tb, i64 n, i64 c, i64 plane,
+                                      float eps) {
+  __shared__ float shared[THREADS];
+  i64 ch = blockIdx.x, count = n * plane;
+  float s = 0.0f;
+  for (i64 e = threadIdx.x; e < count; e += THREADS) {
+    i64 b = qdiv(e, plane);
+    s += ld(x, tx, (b * c + ch) * plane + e - b * plane);
+  }
+  float mu = block_sum(s, shared) / (float)count;
+  float q = 0.0f;
+  for (i64 e = threadIdx.x; e < count; e += THREADS) {
+    i64 b = qdiv(e, plane);
+    float d = ld(x, tx, (b * c + ch) * plane + e - b * plane) - mu;
+    q += d * d;
+  }
+  float inv = 1.0f / sqrtf(block_sum(q, shared) / (float)count + eps);
+  float wv = ld(weight, tw, ch), bv = ld(bias, tb, ch);
+  for (i64 e = threadIdx.x; e < count; e += THREADS) {
+    i64 b = qdiv(e, plane), at = (b * c + ch) * plane + e - b * plane;
+    st(out, to, at, (ld(x, tx, at) - mu) * inv * wv + bv);
+  }
+  if (threadIdx.x == 0) {
+    st(mean, tm, ch, mu);
+    st(invstd, ti, ch, inv);
+  }
+}
+
+// Its backward, one block a channel: the input's, the weight's and the
+// bias's gradients.
+extern "C" __global__ void batch_norm_backward(void *dx, int tdx, void *dw, int tdw, void *db,
+                                               int tdb, const void *g, int tg, const void *x,
+                                               int tx, const void *weight, int tw,
+                                               const void *mean, int tm, const void *invstd,
+                                               int ti, i64 n, i64 c, i64 plane) {
+  __shared__ float shared[THREADS];
+  i64 ch = blockIdx.x, count = n * plane;
+  float mu = ld(mean, tm, ch), inv = ld(invstd, ti, ch);
+  float sg = 0.0f, sgx = 0.0f;
+  for (i64 e = threadIdx.x; e < count; e += THREADS) {
+    i64 b = qdiv(e, plane), at = (b * c + ch) * plane + e - b * plane;
+    float gv = ld(g, tg, at);
+    sg += gv;
+    sgx += gv * (ld(x, tx, at) - mu) * inv;
+  }
+  sg = block_sum(sg, shared);
+  sgx = block_sum(sgx, shared);
+  float scale = ld(weight, tw, ch) * inv / (float)count;
+  for (i64 e = threadIdx.x; e < count; e += THREADS) {
+    i64 b = qdiv(e, plane), at = (b * c + ch) * plane + e - b * plane;
+    float xhat = (ld(x, tx, at) - mu) * inv;
+    st(dx, tdx, at, scale * ((float)count * ld(g, tg, at) - sg - xhat * sgx));
+  }
+  if (threadIdx.x == 0) {
+    st(dw, tdw, ch, sgx);
+    st(db, tdb, ch, sg);
+  }
+}
+
+// 2x2 max pooling, stride 2 (`cpu::max_pool`): the first maximum of a
+// window wins (a NaN always), its index counted within its input plane.
+extern "C" __global__ void max_pool2(void *out, int to, void *indices, int ti, const void *x,
+                                     int tx, i64 planes, i64 h, i64 w) {
+  i64 oh = h / 2, ow = w / 2, per = oh * ow;
+  EACH(i, planes * per) {
+    i64 p = qdiv(i, per), r = i - p * per, y = qdiv(r, ow), xx = r - y * ow;
+    i64 base = p * h * w, first = 2 * y * w + 2 * xx;
+    i64 window[4] = {first, first + 1, first + w, first + w + 1};
+    i64 best = window[0];
+    float bv = ld(x, tx, base + best);
+    for (int k = 1; k < 4; k++) {
+      float v = ld(x, tx, base + window[k]);
+      if (v > bv || v != v) best = window[k], bv = v;
+    }
+    st(out, to, i, bv);
+    st(indices, ti, i, (float)best);
+  }
+}
+
+// Its backward: each input element takes its window's gradient where it
+// was the maximum (windows do not overlap), zero elsewhere.
+extern "C" __global__ void max_pool2_backward(void *out, int to, const void *g, int tg,
+                                              const void *indices, int ti, i64 planes, i64 h,
+                                              i64 w) {
+  i64 oh = h / 2, ow = w / 2, plane = h * w;
+  EACH(i, planes * plane) {
+    i64 p = qdiv(i, plane), q = i - p * plane, y = qdiv(q, w), xx = q - y * w;
+    i64 oy = y / 2, ox = xx / 2, k = p * oh * ow + oy * ow + ox;
+    bool mine = oy < oh && ox < ow && (i64)ld(indices, ti, k) == q;
+    st(out, to, i, mine ? ld(g, tg, k) : 0.0f);
+  }
+}
+
 // The synthetic set's rows (`train::data::Synthetic::batch`): each
 // sample's features around its class's mean, and its label.
 extern "C" __global__ void synthetic_batch(void *x, int tx, void *y, int ty, i64 start, i64 batch,

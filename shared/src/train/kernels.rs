@@ -2,8 +2,8 @@
 //! which cuBLAS products make each [`Calc`]'s outputs, on the addresses
 //! the allocator gave its tensors. The arithmetic is the CPU
 //! interpreter's (`train::cpu`), op for op; `engine::on_device` runs both
-//! and holds the device's value to the CPU's. An op with no kernel here
-//! (attention's fused kernels, convolution, batch norm, pooling,
+//! and holds the device's value to the CPU's. The CNN's ops are
+//! [`cnn`]'s. An op with no kernel here (attention's fused kernels,
 //! bitsandbytes' maps) is computed on the host and its value copied.
 
 use crate::compute::{type_code, Call, GemmEx, Grid, KernelArg as K, Launch, Matrix};
@@ -48,6 +48,13 @@ pub const NAMES: &[&str] = &[
     "norm_rows",
     "norm_backward_input",
     "norm_backward_params",
+    "conv3x3",
+    "conv3x3_backward_input",
+    "conv3x3_backward_params",
+    "batch_norm",
+    "batch_norm_backward",
+    "max_pool2",
+    "max_pool2_backward",
     "synthetic_batch",
     "synthetic_sequences",
     "init_param",
@@ -85,11 +92,6 @@ fn softmax_launch<const N: usize>(
         (block, Grid::Rows(rows), vec![K::I64(cols as i64), log])
     }
 }
-
-/// LayerNorm's epsilon, and RMSNorm's (float32's machine epsilon), as the
-/// CPU interpreter has them.
-const LAYER_NORM_EPS: f32 = 1e-5;
-const RMS_NORM_EPS: f32 = f32::EPSILON;
 
 /// A tensor on the device: its block's address, shape and type.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -290,8 +292,8 @@ pub fn plan(
             each("merge_heads", [x.arg().to_vec(), sizes.to_vec()].concat())
         }
         Calc::Cat(_) => cat(out, args),
-        Calc::Norm { bias, .. } => norm(out, parts, args, bias.is_some()),
-        Calc::NormBackward { mean, .. } => norm_backward(out, parts, args, mean.is_some()),
+        Calc::Norm { bias, .. } => norm::norm(out, parts, args, bias.is_some()),
+        Calc::NormBackward { mean, .. } => norm::norm_backward(out, parts, args, mean.is_some()),
         Calc::Linear { .. } => {
             let (x, weight, bias) = (arg(0)?, arg(1)?, arg(2)?);
             let (cols, rows) = (weight.shape.first().copied()?, n / weight.shape[0].max(1));
@@ -314,6 +316,12 @@ pub fn plan(
             let product = gemm(out, (arg(0)?, ta), (arg(1)?, tb), batched, 0.0, workspace)?;
             Some(vec![Call::Gemm(product)])
         }
+        Calc::Conv { .. } => cnn::conv(out, args),
+        Calc::ConvBackward { input_grad, .. } => cnn::conv_backward(out, parts, args, input_grad),
+        Calc::BatchNorm { .. } => cnn::batch_norm(out, parts, args),
+        Calc::BatchNormBackward { .. } => cnn::batch_norm_backward(out, parts, args),
+        Calc::MaxPool(_) => cnn::max_pool(out, parts, args),
+        Calc::MaxPoolBackward { .. } => cnn::max_pool_backward(out, args),
         _ => None,
     }
 }
@@ -327,12 +335,6 @@ pub fn has_kernel(calc: &Calc) -> bool {
             | Calc::Sdpa { .. }
             | Calc::SdpaBackward { .. }
             | Calc::SdpaBackwardPacked { .. }
-            | Calc::Conv { .. }
-            | Calc::ConvBackward { .. }
-            | Calc::BatchNorm { .. }
-            | Calc::BatchNormBackward { .. }
-            | Calc::MaxPool(_)
-            | Calc::MaxPoolBackward { .. }
     )
 }
 
@@ -485,65 +487,6 @@ fn cat(out: Place, grads: &[Place]) -> Option<Vec<Call>> {
     (calls.len() == 3).then_some(calls)
 }
 
-/// LayerNorm (`layer`) or RMSNorm: the output, then the mean (LayerNorm)
-/// and the inverse deviation.
-fn norm(out: Place, parts: &[Place], args: &[Place], layer: bool) -> Option<Vec<Call>> {
-    let (x, weight) = (*args.first()?, *args.get(1)?);
-    let bias = if layer { *args.get(2)? } else { weight };
-    let (mean, rstd) = if layer {
-        (*parts.first()?, *parts.get(1)?)
-    } else {
-        (*parts.first()?, *parts.first()?)
-    };
-    let cols = weight.numel();
-    (cols > 0 && x.numel() == out.numel() && out.numel() % cols == 0).then_some(())?;
-    let eps = if layer { LAYER_NORM_EPS } else { RMS_NORM_EPS };
-    let tensors = [out, mean, rstd, x, weight, bias].map(|t| t.arg()).concat();
-    let rest = vec![K::I64(cols as i64), K::I32(layer.into()), K::F32(eps)];
-    let rows = out.numel() / cols;
-    Some(vec![launch(
-        "norm_rows",
-        Grid::Rows(rows),
-        [tensors, rest].concat(),
-    )])
-}
-
-/// A norm's backward: the input's gradient, then the weight's and
-/// (LayerNorm) the bias's. Operands: grad, x, [mean], rstd, weight.
-fn norm_backward(out: Place, parts: &[Place], args: &[Place], layer: bool) -> Option<Vec<Call>> {
-    let m = usize::from(layer);
-    let (g, x) = (*args.first()?, *args.get(1)?);
-    let (rstd, weight) = (*args.get(2 + m)?, *args.get(3 + m)?);
-    let mean = if layer { *args.get(2)? } else { rstd };
-    let dw = *parts.first()?;
-    let db = if layer { *parts.get(1)? } else { dw };
-    let cols = weight.numel();
-    let same = g.numel() == out.numel() && x.numel() == out.numel();
-    (cols > 0 && same && out.numel() % cols == 0).then_some(())?;
-    let rows = out.numel() / cols;
-    let saved = [g, x, mean, rstd].map(|t| t.arg()).concat();
-    let input = [out.arg().to_vec(), saved.clone(), weight.arg().to_vec()].concat();
-    let input_rest = vec![K::I64(cols as i64), K::I32(layer.into())];
-    let params = [dw.arg().to_vec(), db.arg().to_vec(), saved].concat();
-    let params_rest = vec![
-        K::I64(cols as i64),
-        K::I64(rows as i64),
-        K::I32(layer.into()),
-    ];
-    Some(vec![
-        launch(
-            "norm_backward_input",
-            Grid::Rows(rows),
-            [input, input_rest].concat(),
-        ),
-        launch(
-            "norm_backward_params",
-            Grid::Rows(cols.div_ceil(COLS)),
-            [params, params_rest].concat(),
-        ),
-    ])
-}
-
 /// `out` (row-major, m x n) = op(a) · op(b) + beta · out, as cuBLAS's
 /// column-major call: `outᵀ = op(b)ᵀ · op(a)ᵀ`, so b is its first
 /// operand and a its second, each with its row length as the leading
@@ -593,5 +536,7 @@ fn gemm(
     })
 }
 
+mod cnn;
+mod norm;
 #[cfg(test)]
 mod tests;

@@ -61,7 +61,74 @@ fn every_launch_passes_what_its_kernel_declares() {
     let head = place(0x6000, &[1, 2, 4, 1], F32);
     let stats = place(0x7000, &[4], F32);
     let scalar = place(0x8000, &[], F32);
+    let image = place(0xa000, &[2, 3, 4, 4], F32);
+    let kernel = place(0xb000, &[5, 3, 3, 3], F32);
+    let maps = place(0xc000, &[2, 5, 4, 4], F32);
+    let five = place(0xd000, &[5], F32);
+    let three = place(0xe000, &[3], F32);
+    let pooled = place(0xf000, &[2, 3, 2, 2], F32);
+    let picked = place(0x10000, &[2, 3, 2, 2], Dtype::Int64);
+    let conv_back = |input_grad| Calc::ConvBackward {
+        grad: t,
+        x: t,
+        weight: t,
+        input_grad,
+    };
     let cases: Vec<(Calc, Place, Vec<Place>, Vec<Place>)> = vec![
+        (
+            Calc::Conv {
+                x: t,
+                weight: t,
+                bias: t,
+            },
+            maps,
+            vec![],
+            vec![image, kernel, five],
+        ),
+        (
+            conv_back(true),
+            image,
+            vec![kernel, five],
+            vec![maps, image, kernel],
+        ),
+        (
+            conv_back(false),
+            kernel,
+            vec![five],
+            vec![maps, image, kernel],
+        ),
+        (
+            Calc::BatchNorm {
+                x: t,
+                weight: t,
+                bias: t,
+            },
+            image,
+            vec![three, three],
+            vec![image, three, three],
+        ),
+        (
+            Calc::BatchNormBackward {
+                grad: t,
+                x: t,
+                weight: t,
+                mean: t,
+                invstd: t,
+            },
+            image,
+            vec![three, three],
+            vec![image, image, three, three, three],
+        ),
+        (Calc::MaxPool(t), pooled, vec![picked], vec![image]),
+        (
+            Calc::MaxPoolBackward {
+                grad: t,
+                indices: t,
+            },
+            image,
+            vec![],
+            vec![pooled, picked],
+        ),
         (Calc::Ones, x, vec![], vec![]),
         (Calc::Zeros, x, vec![], vec![]),
         (Calc::Workspace, x, vec![], vec![]),
@@ -391,8 +458,16 @@ fn a_linear_layer_is_its_bias_rows_then_the_product_added() {
 fn ops_without_a_kernel_or_with_misfit_operands_are_not_planned() {
     let t = Arg::T(0);
     let x = place(1, &[4, 6], F32);
-    assert_eq!(plan(&Calc::MaxPool(t), x, &[], &[x], None), None);
-    assert!(!has_kernel(&Calc::MaxPool(t)));
+    // Pooling reads maps (N x C x H x W), and writes its indices too.
+    assert_eq!(plan(&Calc::MaxPool(t), x, &[x], &[x], None), None);
+    let maps = place(1, &[1, 2, 4, 4], F32);
+    assert_eq!(plan(&Calc::MaxPool(t), x, &[], &[maps], None), None);
+    let sdpa = Calc::Sdpa {
+        qkv: t,
+        heads: 2,
+        lse_align: 1,
+    };
+    assert!(!has_kernel(&sdpa), "fused attention runs on the host");
     // Adam keeps two tensors a parameter; a misfit state is not updated.
     assert_eq!(update(OptimizerKind::Adam, (x, x), &[x], 1, 0.1), None);
     assert_eq!(
