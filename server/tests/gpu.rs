@@ -127,6 +127,12 @@ fn each_kinds_step_is_computed_by_the_gpus_kernels_and_follows_the_cpu() {
             1e-2,
         ),
         (cnn, (3 * 16 * 16, 10), r#","batch_size":16"#, 1e-5),
+        (
+            cnn,
+            (3 * 16 * 16, 10),
+            r#","batch_size":16,"amp":"float16""#,
+            1e-2,
+        ),
     ];
     for (model, (features, classes), extra, tolerance) in cases {
         let lines = [
