@@ -133,6 +133,13 @@ fn each_kinds_step_is_computed_by_the_gpus_kernels_and_follows_the_cpu() {
             r#","batch_size":16,"amp":"float16""#,
             1e-2,
         ),
+        (gpt, (16, 64), r#","batch_size":4,"attention":"sdpa""#, 1e-5),
+        (
+            gpt,
+            (16, 64),
+            r#","batch_size":4,"attention":"sdpa","amp":"bfloat16""#,
+            1e-2,
+        ),
     ];
     for (model, (features, classes), extra, tolerance) in cases {
         let lines = [
@@ -187,8 +194,8 @@ fn each_kinds_step_is_computed_by_the_gpus_kernels_and_follows_the_cpu() {
 /// batch 64; checked against the CPU op by op, and on the GPU alone) and
 /// of an 8 x 8192 MLP in bfloat16 at batch 1024 and of the 12 x 768
 /// transformer at batch 8, sequence 1024 under bfloat16 autocast with its
-/// attention written out (vramlab has no fused attention kernel), each on
-/// the GPU alone: the
+/// attention written out, and fused (vramlab's own kernel, a row a
+/// block), each on the GPU alone: the
 /// mean of 20 timed steps after 5 warm-up steps, each step's loss read
 /// back (so the time is the GPU's and the engine's, end to end). Prints
 /// one JSON line a case.
@@ -238,6 +245,14 @@ fn the_speed_of_a_step_on_the_gpu() {
             data: (1024, 50257),
             batch: 8,
             train: r#","amp":"bfloat16""#,
+            checked: false,
+        },
+        Case {
+            name: "transformer 12x768 batch 8 seq 1024 bf16 autocast, fused attention",
+            model: r#""kind":"transformer","layers":12,"width":768,"heads":12,"seq_len":1024,"vocab":50257"#,
+            data: (1024, 50257),
+            batch: 8,
+            train: r#","amp":"bfloat16","attention":"sdpa""#,
             checked: false,
         },
     ];

@@ -426,6 +426,8 @@ mod kinds_tests;
 #[cfg(all(test, feature = "kinds-arithmetic"))]
 mod learning_tests;
 #[cfg(all(test, feature = "kinds-arithmetic", feature = "device-values"))]
+mod on_device_attention_tests;
+#[cfg(all(test, feature = "kinds-arithmetic", feature = "device-values"))]
 mod on_device_cnn_tests;
 #[cfg(all(test, feature = "kinds-arithmetic", feature = "device-values"))]
 mod on_device_compute_tests;

@@ -2,7 +2,8 @@
 //! cuBLAS calls (`train::kernels`), launched on the addresses the play
 //! gave, the device's value held to the CPU's, the loss read from the
 //! device. The device here emulates the MLP's kernels and `GemmEx` in
-//! Rust (the CNN's: `on_device_cnn_tests`; the CUDA source itself runs on
+//! Rust (the CNN's: `on_device_cnn_tests`; fused attention's:
+//! `on_device_attention_tests`; the CUDA source itself runs on
 //! a GPU: `server/tests/gpu.rs`), so
 //! what is tested is the plumbing: places, parts, workspaces, arguments,
 //! and what a device that fails or computes nothing leads to.
@@ -207,9 +208,12 @@ impl DeviceCompute for BytesDevice {
                 self.put(ptr(6), ty(7), &v)?;
                 p
             }
-            other => match self.emulate_cnn(l) {
-                Some(value) => value?,
-                None => return Err(DeviceError::Driver(format!("{other} is not emulated"))),
+            other => match (self.emulate_cnn(l), self.emulate_attention(l)) {
+                (Some(value), _) => value?,
+                (None, Some(done)) => return done,
+                (None, None) => {
+                    return Err(DeviceError::Driver(format!("{other} is not emulated")))
+                }
             },
         };
         self.put(out, to, &value)

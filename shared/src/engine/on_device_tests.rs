@@ -100,6 +100,22 @@ impl Device for BytesDevice {
     }
 }
 
+impl BytesDevice {
+    /// A device of `total` bytes that computes as `kernels` says.
+    pub(super) fn with(total: u64, kernels: super::on_device_compute_tests::Kernels) -> Self {
+        BytesDevice {
+            sim: SimDevice::new(SimDeviceConfig {
+                total_bytes: total,
+                ..SimDeviceConfig::default()
+            }),
+            segments: BTreeMap::new(),
+            fold: None,
+            accesses: Arc::new(AtomicU64::new(0)),
+            kernels: Some(kernels),
+        }
+    }
+}
+
 struct BytesFactory {
     fold: Option<usize>,
     accesses: Arc<AtomicU64>,

@@ -924,6 +924,113 @@ extern "C" __global__ void max_pool2_backward(void *out, int to, const void *g, 
   }
 }
 
+// Fused causal attention (`cpu::attention`): a query row of one head a
+// block, its scores (or, backward, its probabilities and their
+// gradients) held in shared memory, at most ATTN_ROW of them: a longer
+// sequence is computed on the host. `scale` is 1 / sqrt(d) as the host
+// rounds it.
+#define ATTN_ROW 2048
+
+// Element t of row i of head hi of part p (q, k, v: 0, 1, 2) of the
+// B x S x 3 x H x D projection.
+__device__ __forceinline__ i64 qkv_at(i64 bi, i64 i, int p, i64 hi, i64 t, i64 s, i64 h, i64 d) {
+  return ((bi * s + i) * 3 + p) * h * d + hi * d + t;
+}
+
+// Where a gradient's element goes: B x H x S x D heads, or (packed) the
+// projection's own layout.
+__device__ __forceinline__ i64 grad_at(int packed, int p, i64 bi, i64 hi, i64 i, i64 t, i64 s,
+                                       i64 h, i64 d) {
+  return packed ? qkv_at(bi, i, p, hi, t, s, h, d) : ((bi * h + hi) * s + i) * d + t;
+}
+
+__device__ __forceinline__ float row_dot(const void *a, int ta, i64 x, const void *b, int tb,
+                                         i64 y, i64 d) {
+  float acc = 0.0f;
+  for (i64 t = 0; t < d; t++) acc += ld(a, ta, x + t) * ld(b, tb, y + t);
+  return acc;
+}
+
+// The output (tokens' layout, B x S x H·D) and the log-sum-exp (B x H x
+// rows, S of each used).
+extern "C" __global__ void sdpa_forward(void *out, int to, void *lse, int tl, const void *qkv, int tq,
+                                        i64 h, i64 s, i64 d, i64 rows, float scale) {
+  __shared__ float scores[ATTN_ROW];
+  __shared__ float shared[THREADS];
+  i64 r = blockIdx.x, i = qmod(r, s), bh = qdiv(r, s), hi = qmod(bh, h), bi = qdiv(bh, h);
+  i64 q = qkv_at(bi, i, 0, hi, 0, s, h, d);
+  float m = -__int_as_float(0x7f800000);
+  for (i64 j = threadIdx.x; j <= i; j += THREADS) {
+    float sc = row_dot(qkv, tq, q, qkv, tq, qkv_at(bi, j, 1, hi, 0, s, h, d), d) * scale;
+    scores[j] = sc;
+    m = fmaxf(m, sc);
+  }
+  m = block_max(m, shared);
+  float sum = 0.0f;
+  for (i64 j = threadIdx.x; j <= i; j += THREADS) sum += expf(scores[j] - m);
+  float log_sum = logf(block_sum(sum, shared)) + m;
+  if (threadIdx.x == 0) st(lse, tl, bh * rows + i, log_sum);
+  for (i64 t = threadIdx.x; t < d; t += THREADS) {
+    float acc = 0.0f;
+    for (i64 j = 0; j <= i; j++)
+      acc += expf(scores[j] - log_sum) * ld(qkv, tq, qkv_at(bi, j, 2, hi, t, s, h, d));
+    st(out, to, (bi * s + i) * h * d + hi * d + t, acc);
+  }
+}
+
+// The query's gradient, a query row a block: each key's
+// p · (g · v - g · o) · scale, then their sum over the keys' rows.
+extern "C" __global__ void sdpa_backward_q(void *dq, int tdq, const void *g, int tg,
+                                           const void *qkv, int tq, const void *out, int to,
+                                           const void *lse, int tl, i64 h, i64 s, i64 d,
+                                           i64 rows, float scale, int packed) {
+  __shared__ float ds[ATTN_ROW];
+  i64 r = blockIdx.x, i = qmod(r, s), bh = qdiv(r, s), hi = qmod(bh, h), bi = qdiv(bh, h);
+  i64 tok = (bi * s + i) * h * d + hi * d, q = qkv_at(bi, i, 0, hi, 0, s, h, d);
+  float delta = row_dot(g, tg, tok, out, to, tok, d), log_sum = ld(lse, tl, bh * rows + i);
+  for (i64 j = threadIdx.x; j <= i; j += THREADS) {
+    float p = expf(row_dot(qkv, tq, q, qkv, tq, qkv_at(bi, j, 1, hi, 0, s, h, d), d) * scale -
+                   log_sum);
+    float gv = row_dot(g, tg, tok, qkv, tq, qkv_at(bi, j, 2, hi, 0, s, h, d), d);
+    ds[j] = p * (gv - delta) * scale;
+  }
+  __syncthreads();
+  for (i64 t = threadIdx.x; t < d; t += THREADS) {
+    float acc = 0.0f;
+    for (i64 j = 0; j <= i; j++) acc += ds[j] * ld(qkv, tq, qkv_at(bi, j, 1, hi, t, s, h, d));
+    st(dq, tdq, grad_at(packed, 0, bi, hi, i, t, s, h, d), acc);
+  }
+}
+
+// The key's and the value's gradients, a key row a block: over the
+// queries at or after it, Σ ds · q and Σ p · g.
+extern "C" __global__ void sdpa_backward_kv(void *dk, int tdk, void *dv, int tdv, const void *g,
+                                            int tg, const void *qkv, int tq, const void *out,
+                                            int to, const void *lse, int tl, i64 h, i64 s, i64 d,
+                                            i64 rows, float scale, int packed) {
+  __shared__ float ps[ATTN_ROW], dss[ATTN_ROW];
+  i64 r = blockIdx.x, j = qmod(r, s), bh = qdiv(r, s), hi = qmod(bh, h), bi = qdiv(bh, h);
+  i64 k = qkv_at(bi, j, 1, hi, 0, s, h, d), v = qkv_at(bi, j, 2, hi, 0, s, h, d);
+  for (i64 i = j + threadIdx.x; i < s; i += THREADS) {
+    i64 tok = (bi * s + i) * h * d + hi * d;
+    float delta = row_dot(g, tg, tok, out, to, tok, d);
+    float p = expf(row_dot(qkv, tq, qkv_at(bi, i, 0, hi, 0, s, h, d), qkv, tq, k, d) * scale -
+                   ld(lse, tl, bh * rows + i));
+    ps[i - j] = p;
+    dss[i - j] = p * (row_dot(g, tg, tok, qkv, tq, v, d) - delta) * scale;
+  }
+  __syncthreads();
+  for (i64 t = threadIdx.x; t < d; t += THREADS) {
+    float dkv = 0.0f, dvv = 0.0f;
+    for (i64 i = j; i < s; i++) {
+      dvv += ps[i - j] * ld(g, tg, (bi * s + i) * h * d + hi * d + t);
+      dkv += dss[i - j] * ld(qkv, tq, qkv_at(bi, i, 0, hi, t, s, h, d));
+    }
+    st(dk, tdk, grad_at(packed, 1, bi, hi, j, t, s, h, d), dkv);
+    st(dv, tdv, grad_at(packed, 2, bi, hi, j, t, s, h, d), dvv);
+  }
+}
+
 // The synthetic set's rows (`train::data::Synthetic::batch`): each
 // sample's features around its class's mean, and its label.
 extern "C" __global__ void synthetic_batch(void *x, int tx, void *y, int ty, i64 start, i64 batch,

@@ -3,8 +3,10 @@
 //! the allocator gave its tensors. The arithmetic is the CPU
 //! interpreter's (`train::cpu`), op for op; `engine::on_device` runs both
 //! and holds the device's value to the CPU's. The CNN's ops are
-//! [`cnn`]'s. An op with no kernel here (attention's fused kernels,
-//! bitsandbytes' maps) is computed on the host and its value copied.
+//! [`cnn`]'s, fused attention's [`attention`]'s. An op with no kernel here
+//! (bitsandbytes' maps) or too long a row for one (attention over more
+//! than [`attention::ATTN_ROW`] positions) is computed on the host and its
+//! value copied.
 
 use crate::compute::{type_code, Call, GemmEx, Grid, KernelArg as K, Launch, Matrix};
 use crate::train::data::Synthetic;
@@ -55,6 +57,9 @@ pub const NAMES: &[&str] = &[
     "batch_norm_backward",
     "max_pool2",
     "max_pool2_backward",
+    "sdpa_forward",
+    "sdpa_backward_q",
+    "sdpa_backward_kv",
     "synthetic_batch",
     "synthetic_sequences",
     "init_param",
@@ -322,6 +327,9 @@ pub fn plan(
         Calc::BatchNormBackward { .. } => cnn::batch_norm_backward(out, parts, args),
         Calc::MaxPool(_) => cnn::max_pool(out, parts, args),
         Calc::MaxPoolBackward { .. } => cnn::max_pool_backward(out, args),
+        Calc::Sdpa { heads, .. } => attention::sdpa(out, parts, args, heads),
+        Calc::SdpaBackward { .. } => attention::sdpa_backward(out, parts, args, false),
+        Calc::SdpaBackwardPacked { .. } => attention::sdpa_backward(out, parts, args, true),
         _ => None,
     }
 }
@@ -329,13 +337,7 @@ pub fn plan(
 /// Whether some kernel computes ops of `calc`'s kind (shapes aside):
 /// what a step must be made of to run on a device alone.
 pub fn has_kernel(calc: &Calc) -> bool {
-    !matches!(
-        calc,
-        Calc::DynamicMap { .. }
-            | Calc::Sdpa { .. }
-            | Calc::SdpaBackward { .. }
-            | Calc::SdpaBackwardPacked { .. }
-    )
+    !matches!(calc, Calc::DynamicMap { .. })
 }
 
 /// Parameter `index`'s first values, drawn on the device as
@@ -536,6 +538,7 @@ fn gemm(
     })
 }
 
+pub mod attention;
 mod cnn;
 mod norm;
 #[cfg(test)]

@@ -114,7 +114,7 @@ impl Dims {
 /// Causal attention with `heads` heads on a B x S x 3·width projection:
 /// the output in the tokens' layout (`out`: B x S x width) and the
 /// log-sum-exp (B x H x S, each row padded to a multiple of `align`).
-pub(super) fn sdpa(qkv: &View, heads: usize, out: &[u64], align: usize) -> Out {
+pub(crate) fn sdpa(qkv: &View, heads: usize, out: &[u64], align: usize) -> Out {
     let (b, s, width) = match *out {
         [b, s, w] => (b as usize, s as usize, w as usize),
         _ => return Err("is not B x S x width"),
@@ -154,7 +154,7 @@ pub(super) fn sdpa(qkv: &View, heads: usize, out: &[u64], align: usize) -> Out {
 /// The fused kernel's backward: the gradients of q, k and v, each B x H x
 /// S x D, from the output's gradient (tokens' layout), the projection, the
 /// output and the log-sum-exp (B x H x its rows, S of each used).
-pub(super) fn sdpa_backward(g: &View, qkv: &View, out: &View, lse: &View) -> Out {
+pub(crate) fn sdpa_backward(g: &View, qkv: &View, out: &View, lse: &View) -> Out {
     let [b, h, rows] = match *lse.shape {
         [b, h, rows] => [b as usize, h as usize, rows as usize],
         _ => return Err("reads a log-sum-exp that is not B x H x S"),
@@ -201,7 +201,7 @@ pub(super) fn sdpa_backward(g: &View, qkv: &View, out: &View, lse: &View) -> Out
 
 /// The memory-efficient kernel's backward: the gradients of q, k and v in
 /// one buffer, B x S x 3 x H x D (the tokens' layout of the projection).
-pub(super) fn sdpa_backward_packed(g: &View, qkv: &View, out: &View, lse: &View) -> Out {
+pub(crate) fn sdpa_backward_packed(g: &View, qkv: &View, out: &View, lse: &View) -> Out {
     let grads = sdpa_backward(g, qkv, out, lse)?;
     let (b, s, width) = (
         lse.shape[0],

@@ -30,6 +30,11 @@ use crate::train::kinds::step::{Arg, Batch, Calc, Op, Program, Role};
 use crate::types::Dtype;
 use std::ops::Range;
 
+/// Fused attention's arithmetic, for the tests that hold a device's kernels
+/// to it op by op.
+#[cfg(all(test, feature = "device-values"))]
+pub(crate) use attention::{sdpa, sdpa_backward, sdpa_backward_packed};
+
 /// Why a build without the `kinds-arithmetic` feature (the page's own
 /// engine) computes no loss for a CNN or a transformer (an MLP's it does).
 pub const NOT_IN_THIS_BUILD: &str =

@@ -68,6 +68,24 @@ fn every_launch_passes_what_its_kernel_declares() {
     let three = place(0xe000, &[3], F32);
     let pooled = place(0xf000, &[2, 3, 2, 2], F32);
     let picked = place(0x10000, &[2, 3, 2, 2], Dtype::Int64);
+    let proj = place(0x11000, &[2, 4, 12], F32);
+    let attended = place(0x12000, &[2, 4, 4], F32);
+    let lse = place(0x13000, &[2, 2, 32], F32);
+    let heads2 = place(0x14000, &[2, 2, 4, 2], F32);
+    let sdpa_back = |packed: bool| match packed {
+        true => Calc::SdpaBackwardPacked {
+            grad: t,
+            qkv: t,
+            out: t,
+            lse: t,
+        },
+        false => Calc::SdpaBackward {
+            grad: t,
+            qkv: t,
+            out: t,
+            lse: t,
+        },
+    };
     let conv_back = |input_grad| Calc::ConvBackward {
         grad: t,
         x: t,
@@ -75,6 +93,28 @@ fn every_launch_passes_what_its_kernel_declares() {
         input_grad,
     };
     let cases: Vec<(Calc, Place, Vec<Place>, Vec<Place>)> = vec![
+        (
+            Calc::Sdpa {
+                qkv: t,
+                heads: 2,
+                lse_align: 32,
+            },
+            attended,
+            vec![lse],
+            vec![proj],
+        ),
+        (
+            sdpa_back(false),
+            heads2,
+            vec![heads2, heads2],
+            vec![attended, proj, attended, lse],
+        ),
+        (
+            sdpa_back(true),
+            proj,
+            vec![],
+            vec![attended, proj, attended, lse],
+        ),
         (
             Calc::Conv {
                 x: t,
@@ -467,7 +507,12 @@ fn ops_without_a_kernel_or_with_misfit_operands_are_not_planned() {
         heads: 2,
         lse_align: 1,
     };
-    assert!(!has_kernel(&sdpa), "fused attention runs on the host");
+    // A sequence longer than a block holds the scores of runs on the host.
+    let long = place(1, &[1, attention::ATTN_ROW + 1, 4], F32);
+    let projection = place(1, &[1, attention::ATTN_ROW + 1, 12], F32);
+    let lse = place(1, &[1, 2, attention::ATTN_ROW + 1], F32);
+    assert_eq!(plan(&sdpa, long, &[lse], &[projection], None), None);
+    assert!(has_kernel(&sdpa) && !has_kernel(&Calc::DynamicMap { signed: true }));
     // Adam keeps two tensors a parameter; a misfit state is not updated.
     assert_eq!(update(OptimizerKind::Adam, (x, x), &[x], 1, 0.1), None);
     assert_eq!(
