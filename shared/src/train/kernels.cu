@@ -970,10 +970,12 @@ extern "C" __global__ void sdpa_forward(void *out, int to, void *lse, int tl, co
   for (i64 j = threadIdx.x; j <= i; j += THREADS) sum += expf(scores[j] - m);
   float log_sum = logf(block_sum(sum, shared)) + m;
   if (threadIdx.x == 0) st(lse, tl, bh * rows + i, log_sum);
+  // Each key's probability, once: exp(score - log-sum-exp).
+  for (i64 j = threadIdx.x; j <= i; j += THREADS) scores[j] = expf(scores[j] - log_sum);
+  __syncthreads();
   for (i64 t = threadIdx.x; t < d; t += THREADS) {
     float acc = 0.0f;
-    for (i64 j = 0; j <= i; j++)
-      acc += expf(scores[j] - log_sum) * ld(qkv, tq, qkv_at(bi, j, 2, hi, t, s, h, d));
+    for (i64 j = 0; j <= i; j++) acc += scores[j] * ld(qkv, tq, qkv_at(bi, j, 2, hi, t, s, h, d));
     st(out, to, (bi * s + i) * h * d + hi * d + t, acc);
   }
 }
