@@ -433,6 +433,8 @@ mod on_device_cnn_tests;
 mod on_device_compute_tests;
 #[cfg(all(test, feature = "kinds-arithmetic", feature = "device-values"))]
 mod on_device_tests;
+#[cfg(all(test, feature = "kinds-arithmetic", feature = "device-values"))]
+mod on_device_transformer_tests;
 #[cfg(test)]
 mod optim_tests;
 #[cfg(all(test, not(feature = "kinds-arithmetic")))]

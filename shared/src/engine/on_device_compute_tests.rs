@@ -3,7 +3,8 @@
 //! gave, the device's value held to the CPU's, the loss read from the
 //! device. The device here emulates the MLP's kernels and `GemmEx` in
 //! Rust (the CNN's: `on_device_cnn_tests`; fused attention's:
-//! `on_device_attention_tests`; the CUDA source itself runs on
+//! `on_device_attention_tests`; the transformer's others:
+//! `on_device_transformer_tests`; the CUDA source itself runs on
 //! a GPU: `server/tests/gpu.rs`), so
 //! what is tested is the plumbing: places, parts, workspaces, arguments,
 //! and what a device that fails or computes nothing leads to.
@@ -60,6 +61,12 @@ impl DeviceCompute for BytesDevice {
             Some(Kernels::Refuse) => return Err(DeviceError::Driver("no kernel image".into())),
             Some(Kernels::Idle) | None => return Ok(()),
             Some(Kernels::Emulate) => {}
+        }
+        if let Some(done) = self.emulate_attention(l) {
+            return done;
+        }
+        if let Some(done) = self.emulate_transformer(l) {
+            return done;
         }
         let a = &l.args;
         let ptr = |i: usize| match a[i] {
@@ -128,20 +135,27 @@ impl DeviceCompute for BytesDevice {
                     true => (int(first + 1), int(first + 2)),
                     false => (rows, int(first + 1)),
                 };
-                assert_eq!(log, 1, "the MLP's is log-softmax");
                 let x = self.get(ptr(2), ty(3), rows * cols)?;
                 let mut out = Vec::with_capacity(rows * cols);
                 if back {
                     let y = self.get(ptr(4), ty(5), rows * cols)?;
                     for (g, y) in x.chunks(cols).zip(y.chunks(cols)) {
-                        let s: f32 = g.iter().sum();
-                        out.extend(g.iter().zip(y).map(|(g, y)| g - libm::expf(*y) * s));
+                        if log == 1 {
+                            let s: f32 = g.iter().sum();
+                            out.extend(g.iter().zip(y).map(|(g, y)| g - libm::expf(*y) * s));
+                        } else {
+                            let dot: f32 = g.iter().zip(y).map(|(g, y)| g * y).sum();
+                            out.extend(g.iter().zip(y).map(|(g, y)| y * (g - dot)));
+                        }
                     }
                 } else {
                     for row in x.chunks(cols) {
                         let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                         let s: f32 = row.iter().map(|v| libm::expf(v - m)).sum();
-                        out.extend(row.iter().map(|v| v - (libm::logf(s) + m)));
+                        match log == 1 {
+                            true => out.extend(row.iter().map(|v| v - (libm::logf(s) + m))),
+                            false => out.extend(row.iter().map(|v| libm::expf(v - m) / s)),
+                        }
                     }
                 }
                 out
@@ -208,12 +222,9 @@ impl DeviceCompute for BytesDevice {
                 self.put(ptr(6), ty(7), &v)?;
                 p
             }
-            other => match (self.emulate_cnn(l), self.emulate_attention(l)) {
-                (Some(value), _) => value?,
-                (None, Some(done)) => return done,
-                (None, None) => {
-                    return Err(DeviceError::Driver(format!("{other} is not emulated")))
-                }
+            other => match self.emulate_cnn(l) {
+                Some(value) => value?,
+                None => return Err(DeviceError::Driver(format!("{other} is not emulated"))),
             },
         };
         self.put(out, to, &value)

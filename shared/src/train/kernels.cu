@@ -970,6 +970,9 @@ extern "C" __global__ void sdpa_forward(void *out, int to, void *lse, int tl, co
   for (i64 j = threadIdx.x; j <= i; j += THREADS) sum += expf(scores[j] - m);
   float log_sum = logf(block_sum(sum, shared)) + m;
   if (threadIdx.x == 0) st(lse, tl, bh * rows + i, log_sum);
+  // The padded rows of the log-sum-exp, as the CPU has them: zeros.
+  if (i == s - 1)
+    for (i64 p = s + threadIdx.x; p < rows; p += THREADS) st(lse, tl, bh * rows + p, 0.0f);
   // Each key's probability, once: exp(score - log-sum-exp).
   for (i64 j = threadIdx.x; j <= i; j += THREADS) scores[j] = expf(scores[j] - log_sum);
   __syncthreads();

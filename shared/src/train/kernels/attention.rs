@@ -2,7 +2,9 @@
 //! on the CPU): the output and its log-sum-exp, then the gradients of q,
 //! k and v, as B x H x S x D heads (the flash and cuDNN kernels) or in one
 //! buffer in the projection's layout (the memory-efficient kernel's).
-//! One block a row of one head, the row's scores held in shared memory.
+//! One block a row of one head, the row's scores held in shared memory;
+//! the log-sum-exp's padded rows (the memory-efficient kernel's) written
+//! as zeros, as the CPU has them.
 
 use super::{launch, Place};
 use crate::compute::{Call, Grid, KernelArg as K};
