@@ -26,14 +26,21 @@ async fn seen(page: &Page) -> String {
     js(page, SEEN).await.as_str().unwrap().to_string()
 }
 
-/// Waits until the watcher shows what the presenter shows.
+/// Waits until the watcher shows what the presenter shows (both read
+/// again each time: the presenter's page may still be settling).
 async fn mirrors(presenter: &Page, watcher: &Page) {
-    let want = seen(presenter).await;
-    until(
-        watcher,
-        &format!("{SEEN} === {}", serde_json::to_string(&want).unwrap()),
-    )
-    .await;
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let (want, have) = (seen(presenter).await, seen(watcher).await);
+        if want == have {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the watcher shows {have}\nwhere the presenter shows {want}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
