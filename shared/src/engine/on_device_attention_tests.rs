@@ -6,9 +6,9 @@
 //! values; the source itself runs on a GPU (`server/tests/gpu.rs`).
 
 use super::on_device::{decode, encode};
-use super::on_device_compute_tests::{dtype_of, Kernels};
+use super::on_device_compute_tests::{Args, Kernels};
 use super::on_device_tests::BytesDevice;
-use crate::compute::{Grid, KernelArg as K, Launch};
+use crate::compute::Launch;
 use crate::device::{Device, DeviceMemory};
 use crate::error::DeviceError;
 use crate::train::cpu::{self, View};
@@ -39,6 +39,13 @@ impl Shape {
         (bi * self.s + i) * self.width() + hi * self.d
     }
 
+    /// The elements of a gradient's buffer: one part's, or all three's
+    /// packed.
+    fn grads_len(&self, packed: bool) -> usize {
+        let parts = if packed { 3 } else { 1 };
+        parts * self.b * self.s * self.width()
+    }
+
     fn grad(&self, packed: bool, p: usize, bi: usize, hi: usize, i: usize) -> usize {
         match packed {
             true => self.qkv(bi, i, p, hi),
@@ -57,28 +64,12 @@ impl BytesDevice {
         if !l.kernel.starts_with("sdpa_") {
             return None;
         }
-        let a = &l.args;
-        let int = |i: usize| match a[i] {
-            K::I64(v) => v as usize,
-            K::I32(v) => v as usize,
-            _ => panic!("{}: argument {i} is not an integer", l.kernel),
-        };
-        let at = |i: usize| match (a[i], a[i + 1]) {
-            (K::Ptr(p), K::I32(t)) => (p, dtype_of(t)),
-            _ => panic!("{}: argument {i} is not a tensor", l.kernel),
-        };
-        let blocks = match l.grid {
-            Grid::Rows(r) => r as usize,
-            Grid::Elements(_) => panic!("{}: a row a block", l.kernel),
-        };
+        let a = Args(l);
+        let (int, at) = (|i| a.int(i), |i| a.tensor(i));
         let shape = |first: usize| {
             let [h, s, d, rows] = [first, first + 1, first + 2, first + 3].map(int);
-            let scale = match a[first + 4] {
-                K::F32(v) => v,
-                _ => panic!("{}: no scale", l.kernel),
-            };
-            let b = blocks / (h * s).max(1);
-            (Shape { h, s, d, rows, b }, scale)
+            let b = a.rows() / (h * s).max(1);
+            (Shape { h, s, d, rows, b }, a.float(first + 4))
         };
         Some(match l.kernel {
             "sdpa_forward" => {
@@ -155,7 +146,7 @@ impl BytesDevice {
         packed: bool,
     ) -> Result<(), DeviceError> {
         let [g, x, o, l] = self.attention_operands([g, qkv, out, lse], sh)?;
-        let n = if packed { 3 } else { 1 } * sh.b * sh.s * sh.width();
+        let n = sh.grads_len(packed);
         let mut grad = self.get(dq.0, dq.1, n)?;
         for r in 0..sh.b * sh.h * sh.s {
             let (i, hi, bi) = (r % sh.s, r / sh.s % sh.h, r / sh.s / sh.h);
@@ -188,7 +179,7 @@ impl BytesDevice {
         packed: bool,
     ) -> Result<(), DeviceError> {
         let [g, x, o, l] = self.attention_operands([g, qkv, out, lse], sh)?;
-        let n = if packed { 3 } else { 1 } * sh.b * sh.s * sh.width();
+        let n = sh.grads_len(packed);
         let mut gk = self.get(dk.0, dk.1, n)?;
         let mut gv = match packed {
             true => Vec::new(),

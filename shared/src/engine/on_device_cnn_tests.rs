@@ -5,9 +5,9 @@
 //! the plans' arguments are held to the CPU's values here; the source
 //! itself runs on a GPU (`server/tests/gpu.rs`).
 
-use super::on_device_compute_tests::Kernels;
+use super::on_device_compute_tests::{Args, Kernels};
 use super::on_device_tests::{losses, on_device_with, BytesDevice};
-use crate::compute::{KernelArg as K, Launch};
+use crate::compute::Launch;
 use crate::error::DeviceError;
 use crate::types::Dtype;
 use serde_json::json;
@@ -18,15 +18,8 @@ type Value = Result<Vec<f32>, DeviceError>;
 impl BytesDevice {
     /// The CNN's kernels, or `None` for another.
     pub(super) fn emulate_cnn(&mut self, l: &Launch) -> Option<Value> {
-        let a = &l.args;
-        let int = |i: usize| match a[i] {
-            K::I64(v) => v as usize,
-            _ => panic!("{}: argument {i} is not an integer", l.kernel),
-        };
-        let at = |i: usize| match (a[i], a[i + 1]) {
-            (K::Ptr(p), K::I32(t)) => (p, super::on_device_compute_tests::dtype_of(t)),
-            _ => panic!("{}: argument {i} is not a tensor", l.kernel),
-        };
+        let a = Args(l);
+        let (int, at) = (|i| a.int(i), |i| a.tensor(i));
         Some(match l.kernel {
             "conv3x3" => {
                 let [n, ci, co, h, w] = [8, 9, 10, 11, 12].map(int);
@@ -41,12 +34,8 @@ impl BytesDevice {
                 self.conv3x3_backward_params((at(2), at(4), at(6)), [n, ci, co, h, w])
             }
             "batch_norm" => {
-                let eps = match a[15] {
-                    K::F32(v) => v,
-                    _ => panic!("batch_norm: no epsilon"),
-                };
                 let tensors = [2, 4, 6, 8, 10].map(at);
-                self.batch_norm(tensors, [12, 13, 14].map(int), eps)
+                self.batch_norm(tensors, [12, 13, 14].map(int), a.float(15))
             }
             "batch_norm_backward" => {
                 let tensors = [2, 4, 6, 8, 10, 12, 14].map(at);

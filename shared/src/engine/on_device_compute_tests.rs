@@ -29,6 +29,49 @@ pub(super) enum Kernels {
     Idle,
 }
 
+/// A launch's arguments as an emulated kernel reads them, by position.
+pub(super) struct Args<'a>(pub &'a Launch);
+
+impl Args<'_> {
+    pub(super) fn int(&self, i: usize) -> usize {
+        match self.0.args[i] {
+            K::I64(v) => v as usize,
+            K::I32(v) => v as usize,
+            _ => panic!("{}: argument {i} is not an integer", self.0.kernel),
+        }
+    }
+
+    pub(super) fn float(&self, i: usize) -> f32 {
+        match self.0.args[i] {
+            K::F32(v) => v,
+            _ => panic!("{}: argument {i} is not a float", self.0.kernel),
+        }
+    }
+
+    pub(super) fn ptr(&self, i: usize) -> u64 {
+        match self.0.args[i] {
+            K::Ptr(p) => p,
+            _ => panic!("{}: argument {i} is not a pointer", self.0.kernel),
+        }
+    }
+
+    /// A tensor: its address at `i`, its type code after it.
+    pub(super) fn tensor(&self, i: usize) -> (u64, Dtype) {
+        match self.0.args.get(i + 1) {
+            Some(&K::I32(t)) => (self.ptr(i), dtype_of(t)),
+            _ => panic!("{}: argument {i} is not a tensor", self.0.kernel),
+        }
+    }
+
+    /// The blocks of a launch a row a block (0 for one over elements).
+    pub(super) fn rows(&self) -> usize {
+        match self.0.grid {
+            Grid::Rows(r) => r as usize,
+            Grid::Elements(_) => 0,
+        }
+    }
+}
+
 pub(super) fn dtype_of(code: i32) -> Dtype {
     [
         Dtype::Float32,

@@ -5,45 +5,41 @@
 //! emulated device, held to the CPU op by op; the source itself ran on an
 //! H100 (`tests/golden/gpu-kernels.txt`).
 
-use super::on_device_compute_tests::{dtype_of, Kernels};
+use super::on_device_compute_tests::{Args, Kernels};
 use super::on_device_tests::{losses, on_device_with, BytesDevice};
-use crate::compute::{Grid, KernelArg as K, Launch};
+use crate::compute::Launch;
 use crate::error::DeviceError;
 use crate::types::Dtype;
 use serde_json::json;
 
 type Done = Result<(), DeviceError>;
 
+/// The kernels that write their first tensor element by element.
+const ELEMENTWISE: [&str; 10] = [
+    "arange",
+    "not_",
+    "tril",
+    "gelu_",
+    "gelu_backward",
+    "masked_fill",
+    "embedding",
+    "heads",
+    "merge_heads",
+    "cat_part",
+];
+
 impl BytesDevice {
     /// The transformer's kernels beyond the MLP's, or `None` for another.
     pub(super) fn emulate_transformer(&mut self, l: &Launch) -> Option<Done> {
-        let a = &l.args;
-        let int = |i: usize| match a[i] {
-            K::I64(v) => v as usize,
-            K::I32(v) => v as usize,
-            _ => panic!("{}: argument {i} is not an integer", l.kernel),
-        };
-        let at = |i: usize| match (a[i], a.get(i + 1)) {
-            (K::Ptr(p), Some(K::I32(t))) => (p, dtype_of(*t)),
-            _ => panic!("{}: argument {i} is not a tensor", l.kernel),
-        };
-        let rows = match l.grid {
-            Grid::Rows(r) => r as usize,
-            Grid::Elements(_) => 0,
-        };
+        let a = Args(l);
+        let (int, at, rows) = (|i| a.int(i), |i| a.tensor(i), a.rows());
         Some(match l.kernel {
             "embedding_backward" => {
-                let K::Ptr(out) = a[0] else {
-                    panic!("embedding_backward: no table");
-                };
-                self.embedding_backward(out, (at(1), at(3)), [5, 6, 7].map(int))
+                self.embedding_backward(a.ptr(0), (at(1), at(3)), [5, 6, 7].map(int))
             }
             "norm_rows" => {
-                let eps = match a[14] {
-                    K::F32(v) => v,
-                    _ => panic!("norm_rows: no epsilon"),
-                };
-                self.norm_rows(&[0, 2, 4, 6, 8, 10].map(at), rows, (int(12), int(13)), eps)
+                let tensors = [0, 2, 4, 6, 8, 10].map(at);
+                self.norm_rows(&tensors, rows, (int(12), int(13)), a.float(14))
             }
             "norm_backward_input" => {
                 self.norm_backward_input(&[0, 2, 4, 6, 8, 10].map(at), rows, (int(12), int(13)))
@@ -64,112 +60,99 @@ impl BytesDevice {
                 self.put(tx.0, tx.1, &x)
                     .and_then(|()| self.put(ty.0, ty.1, &y))
             }
-            _ => {
-                let value = self.elementwise(l, int)?;
+            kernel if ELEMENTWISE.contains(&kernel) => {
                 let out = at(0);
-                value.and_then(|v| self.put(out.0, out.1, &v))
+                self.elementwise(&a)
+                    .and_then(|v| self.put(out.0, out.1, &v))
             }
+            _ => return None,
         })
     }
 
-    /// The kernels that write their first tensor element by element.
-    fn elementwise(
-        &mut self,
-        l: &Launch,
-        int: impl Fn(usize) -> usize,
-    ) -> Option<Result<Vec<f32>, DeviceError>> {
-        let a = &l.args;
-        let at = |i: usize| match (a[i], a[i + 1]) {
-            (K::Ptr(p), K::I32(t)) => (p, dtype_of(t)),
-            _ => panic!("{}: argument {i} is not a tensor", l.kernel),
-        };
+    /// [`ELEMENTWISE`]'s kernels: the value of their first tensor.
+    fn elementwise(&mut self, a: &Args) -> Result<Vec<f32>, DeviceError> {
+        let (int, at) = (|i| a.int(i), |i| a.tensor(i));
         let mut get = |(p, t): (u64, Dtype), n: usize| self.get(p, t, n);
-        Some((|| {
-            Ok(match l.kernel {
-                "arange" => (0..int(2)).map(|i| i as f32).collect(),
-                "not_" => get(at(2), int(4))?.iter().map(|v| 1.0 - v).collect(),
-                "tril" => {
-                    let (n, cols) = (int(2), int(3));
-                    let one = |i: usize| i % cols <= (i / cols) % cols;
-                    (0..n).map(|i| f32::from(u8::from(one(i)))).collect()
-                }
-                "gelu_" => get(at(2), int(4))?.iter().map(|&v| gelu(v)).collect(),
-                "gelu_backward" => {
-                    let n = int(6);
-                    let (g, x) = (get(at(2), n)?, get(at(4), n)?);
-                    g.iter().zip(&x).map(|(g, &v)| g * gelu_slope(v)).collect()
-                }
-                "masked_fill" => {
-                    let (n, nm) = (int(6), int(7));
-                    let value = match a[8] {
-                        K::F32(v) => v,
-                        _ => panic!("masked_fill: no value"),
+        Ok(match a.0.kernel {
+            "arange" => (0..int(2)).map(|i| i as f32).collect(),
+            "not_" => get(at(2), int(4))?.iter().map(|v| 1.0 - v).collect(),
+            "tril" => {
+                let (n, cols) = (int(2), int(3));
+                let one = |i: usize| i % cols <= (i / cols) % cols;
+                (0..n).map(|i| f32::from(u8::from(one(i)))).collect()
+            }
+            "gelu_" => get(at(2), int(4))?.iter().map(|&v| gelu(v)).collect(),
+            "gelu_backward" => {
+                let n = int(6);
+                let (g, x) = (get(at(2), n)?, get(at(4), n)?);
+                g.iter().zip(&x).map(|(g, &v)| g * gelu_slope(v)).collect()
+            }
+            "masked_fill" => {
+                let (n, nm) = (int(6), int(7));
+                let value = a.float(8);
+                let (x, m) = (get(at(2), n)?, get(at(4), nm)?);
+                (0..n)
+                    .map(|i| if m[i % nm] != 0.0 { value } else { x[i] })
+                    .collect()
+            }
+            "embedding" => {
+                let [n, cols, rows] = [6, 7, 8].map(&int);
+                let (w, ids) = (get(at(2), rows * cols)?, get(at(4), n / cols)?);
+                (0..n)
+                    .map(|i| {
+                        let id = ids[i / cols] as i64;
+                        match (0..rows as i64).contains(&id) {
+                            true => w[id as usize * cols + i % cols],
+                            false => f32::NAN,
+                        }
+                    })
+                    .collect()
+            }
+            "heads" => {
+                let [n, s, h, d, row, part] = [4, 5, 6, 7, 8, 9].map(&int);
+                let x = get(at(2), n / (h * d) * row)?;
+                (0..n)
+                    .map(|i| {
+                        let (t, dd) = (i / d, i % d);
+                        let (bh, ss) = (t / s, t % s);
+                        let (b, hh) = (bh / h, bh % h);
+                        x[(b * s + ss) * row + part * h * d + hh * d + dd]
+                    })
+                    .collect()
+            }
+            "merge_heads" => {
+                let [n, s, h, d] = [4, 5, 6, 7].map(&int);
+                let x = get(at(2), n)?;
+                (0..n)
+                    .map(|i| {
+                        let (t, dd) = (i / d, i % d);
+                        let (bs, hh) = (t / h, t % h);
+                        let (b, ss) = (bs / s, bs % s);
+                        x[((b * h + hh) * s + ss) * d + dd]
+                    })
+                    .collect()
+            }
+            "cat_part" => {
+                let [n, s, h, d, row, p] = [4, 5, 6, 7, 8, 9].map(&int);
+                let width = row / 3;
+                let part = get(at(2), n)?;
+                let out_at = at(0);
+                let mut out = get(out_at, n / width * row)?;
+                for i in 0..n {
+                    let (t, c) = (i / width, i % width);
+                    let src = match h > 0 {
+                        true => {
+                            let (b, hh) = (t / s, c / d);
+                            ((b * h + hh) * s + (t - b * s)) * d + (c - hh * d)
+                        }
+                        false => i,
                     };
-                    let (x, m) = (get(at(2), n)?, get(at(4), nm)?);
-                    (0..n)
-                        .map(|i| if m[i % nm] != 0.0 { value } else { x[i] })
-                        .collect()
+                    out[t * row + p * width + c] = part[src];
                 }
-                "embedding" => {
-                    let [n, cols, rows] = [6, 7, 8].map(&int);
-                    let (w, ids) = (get(at(2), rows * cols)?, get(at(4), n / cols)?);
-                    (0..n)
-                        .map(|i| {
-                            let id = ids[i / cols] as i64;
-                            match (0..rows as i64).contains(&id) {
-                                true => w[id as usize * cols + i % cols],
-                                false => f32::NAN,
-                            }
-                        })
-                        .collect()
-                }
-                "heads" => {
-                    let [n, s, h, d, row, part] = [4, 5, 6, 7, 8, 9].map(&int);
-                    let x = get(at(2), n / (h * d) * row)?;
-                    (0..n)
-                        .map(|i| {
-                            let (t, dd) = (i / d, i % d);
-                            let (bh, ss) = (t / s, t % s);
-                            let (b, hh) = (bh / h, bh % h);
-                            x[(b * s + ss) * row + part * h * d + hh * d + dd]
-                        })
-                        .collect()
-                }
-                "merge_heads" => {
-                    let [n, s, h, d] = [4, 5, 6, 7].map(&int);
-                    let x = get(at(2), n)?;
-                    (0..n)
-                        .map(|i| {
-                            let (t, dd) = (i / d, i % d);
-                            let (bs, hh) = (t / h, t % h);
-                            let (b, ss) = (bs / s, bs % s);
-                            x[((b * h + hh) * s + ss) * d + dd]
-                        })
-                        .collect()
-                }
-                "cat_part" => {
-                    let [n, s, h, d, row, p] = [4, 5, 6, 7, 8, 9].map(&int);
-                    let width = row / 3;
-                    let part = get(at(2), n)?;
-                    let out_at = at(0);
-                    let mut out = get(out_at, n / width * row)?;
-                    for i in 0..n {
-                        let (t, c) = (i / width, i % width);
-                        let src = match h > 0 {
-                            true => {
-                                let (b, hh) = (t / s, c / d);
-                                ((b * h + hh) * s + (t - b * s)) * d + (c - hh * d)
-                            }
-                            false => i,
-                        };
-                        out[t * row + p * width + c] = part[src];
-                    }
-                    out
-                }
-                _ => return Err(DeviceError::Driver(format!("{} is not emulated", l.kernel))),
-            })
-        })())
-        .filter(|r| !matches!(r, Err(DeviceError::Driver(m)) if m.ends_with("is not emulated")))
+                out
+            }
+            other => unreachable!("{other} is not in ELEMENTWISE"),
+        })
     }
 
     fn embedding_backward(
@@ -229,6 +212,22 @@ impl BytesDevice {
         self.put(out.0, out.1, &o)
     }
 
+    /// What a norm's backward reads: the gradient and the input (`rows` x
+    /// `cols`), the mean and the inverse deviation (one a row).
+    fn norm_saved(
+        &mut self,
+        [g, x, mean, rstd]: [(u64, Dtype); 4],
+        rows: usize,
+        cols: usize,
+    ) -> Result<[Vec<f32>; 4], DeviceError> {
+        Ok([
+            self.get(g.0, g.1, rows * cols)?,
+            self.get(x.0, x.1, rows * cols)?,
+            self.get(mean.0, mean.1, rows)?,
+            self.get(rstd.0, rstd.1, rows)?,
+        ])
+    }
+
     fn norm_backward_input(
         &mut self,
         t: &[(u64, Dtype); 6],
@@ -236,14 +235,7 @@ impl BytesDevice {
         (cols, layer): (usize, usize),
     ) -> Done {
         let [out, g, x, mean, rstd, weight] = *t;
-        let (gv, xv) = (
-            self.get(g.0, g.1, rows * cols)?,
-            self.get(x.0, x.1, rows * cols)?,
-        );
-        let (mv, rv) = (
-            self.get(mean.0, mean.1, rows)?,
-            self.get(rstd.0, rstd.1, rows)?,
-        );
+        let [gv, xv, mv, rv] = self.norm_saved([g, x, mean, rstd], rows, cols)?;
         let w = self.get(weight.0, weight.1, cols)?;
         let mut o = Vec::with_capacity(rows * cols);
         for r in 0..rows {
@@ -265,14 +257,7 @@ impl BytesDevice {
         [cols, rows, layer]: [usize; 3],
     ) -> Done {
         let [dw, db, g, x, mean, rstd] = *t;
-        let (gv, xv) = (
-            self.get(g.0, g.1, rows * cols)?,
-            self.get(x.0, x.1, rows * cols)?,
-        );
-        let (mv, rv) = (
-            self.get(mean.0, mean.1, rows)?,
-            self.get(rstd.0, rstd.1, rows)?,
-        );
+        let [gv, xv, mv, rv] = self.norm_saved([g, x, mean, rstd], rows, cols)?;
         let (mut w, mut b) = (vec![0.0; cols], vec![0.0; cols]);
         for r in 0..rows {
             let mu = if layer == 1 { mv[r] } else { 0.0 };
