@@ -127,8 +127,9 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     assert_eq!(href.as_str().unwrap(), format!("http://{addr}/snapshots/"));
     let page = open_snapshots(&browser, &format!("http://{addr}/snapshots/")).await;
 
-    // Open: read a chunk at a time in two passes (the page says how
-    // far), replayed exactly, with the engine's own numbers.
+    // Open: read by the page's reader worker a chunk at a time in two
+    // passes (the page says how far), replayed exactly, with the engine's
+    // own numbers.
     js(&page, "(() => { window.said = []; const p = document.getElementById('snapshot-progress'); new MutationObserver(() => { if (p.textContent) window.said.push(p.textContent); }).observe(p, {childList: true, subtree: true, characterData: true}); })()").await;
     choose_file(&page, "snapshot-file", &file).await;
     let verdict = until(
@@ -156,6 +157,12 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
         assert!(said.contains(&expected), "{expected}: {said:?}");
     }
     assert_eq!(text(&page, "snapshot-progress").await, "");
+    let reader = js(
+        &page,
+        "performance.getEntriesByType('resource').some(e => /\\/snapshots\\/reader-[0-9a-f]+\\.js$/.test(e.name))",
+    )
+    .await;
+    assert_eq!(reader, serde_json::json!(true), "the reader's worker ran");
     let ms = text(&page, "snapshot-ms").await;
     println!(
         "figure: a {:.1} MB snapshot with {events} events read and replayed in the page in {ms} ms",

@@ -21,6 +21,44 @@ pub struct Done {
     pub started: f64,
 }
 
+/// What the reading hands on: the snapshot, or why not.
+type Then = Box<dyn FnOnce(Result<MemorySnapshot, String>)>;
+
+/// The worker's message and error handlers.
+type Handlers = (
+    Closure<dyn FnMut(MessageEvent)>,
+    Closure<dyn FnMut(ErrorEvent)>,
+);
+
+/// One file being read: its worker, the handlers the worker calls, and
+/// what is done with what it reads (once).
+struct Reading {
+    worker: Worker,
+    handlers: Option<Handlers>,
+    then: Option<Then>,
+}
+
+impl Reading {
+    /// Ends the worker, the memory its reading took with it (its handlers
+    /// go once the one running has returned); what to hand the result to,
+    /// the first time.
+    fn stop(&mut self) -> Option<Then> {
+        self.worker.terminate();
+        let handlers = self.handlers.take();
+        leptos::prelude::set_timeout(move || drop(handlers), std::time::Duration::ZERO);
+        self.then.take()
+    }
+}
+
+/// Stops the reading and says why it failed.
+fn fail(reading: &RefCell<Reading>, progress: RwSignal<Option<String>>, why: String) {
+    progress.set(None);
+    let then = reading.borrow_mut().stop();
+    if let Some(then) = then {
+        then(Err(why));
+    }
+}
+
 /// Reads `file` in a worker, saying how far in `progress`, then hands it
 /// to `then`.
 pub fn read_snapshot(
@@ -30,97 +68,67 @@ pub fn read_snapshot(
 ) {
     let started = now_ms();
     let (name, total) = (file.name(), file.size());
-    let done = Rc::new(RefCell::new(Some(Box::new(then) as Box<dyn FnOnce(Done)>)));
-    let finish = {
+    let then: Then = {
         let name = name.clone();
-        move |snapshot: Result<MemorySnapshot, String>| {
-            if let Some(then) = done.borrow_mut().take() {
-                then(Done {
-                    name,
-                    bytes: total as usize,
-                    snapshot,
-                    started,
-                });
-            }
-        }
+        Box::new(move |snapshot| {
+            then(Done {
+                name,
+                bytes: total as usize,
+                snapshot,
+                started,
+            })
+        })
     };
     let worker = match start_worker() {
         Ok(worker) => worker,
-        Err(why) => return finish(Err(why)),
+        Err(why) => return then(Err(why)),
     };
-    let handlers = Rc::new(RefCell::new(None));
-    let stop = {
-        let (worker, handlers) = (worker.clone(), handlers.clone());
-        move || {
-            worker.terminate();
-            // The handlers go once this call has returned.
-            let handlers = handlers.borrow_mut().take();
-            leptos::prelude::set_timeout(move || drop(handlers), std::time::Duration::ZERO);
-        }
-    };
-    let finish = Rc::new(RefCell::new(Some((finish, stop))));
+    let reading = Rc::new(RefCell::new(Reading {
+        worker: worker.clone(),
+        handlers: None,
+        then: Some(then),
+    }));
     let on_message = {
-        let finish = finish.clone();
-        let name = name.clone();
+        let reading = reading.clone();
         Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
             let data = e.data();
             if let Some(text) = data.as_string() {
                 return match said(&text, &name, total) {
                     Said::Progress(line) => progress.set(Some(line)),
-                    Said::Error(why) => {
-                        progress.set(None);
-                        end(&finish, Err(why));
-                    }
+                    Said::Error(why) => fail(&reading, progress, why),
                 };
             }
             let Ok(buffer) = data.dyn_into::<js_sys::ArrayBuffer>() else {
                 return;
             };
-            // The worker goes at once: the memory its reading took with it.
-            let Some((finish, stop)) = finish.borrow_mut().take() else {
+            // The worker goes at once, before the page decodes the buffer.
+            let Some(then) = reading.borrow_mut().stop() else {
                 return;
             };
-            stop();
             progress.set(Some(format!("Replaying {name} ({:.0} MB)…", total / 1e6)));
             after_paint(move || {
                 let bytes = js_sys::Uint8Array::new(&buffer).to_vec();
                 drop(buffer);
                 let snapshot = wire::decode(&bytes).map_err(|e| e.0);
                 drop(bytes);
-                finish(snapshot);
+                then(snapshot);
                 progress.set(None);
             });
         })
     };
     let on_error = {
-        let finish = finish.clone();
+        let reading = reading.clone();
         Closure::<dyn FnMut(ErrorEvent)>::new(move |e: ErrorEvent| {
-            progress.set(None);
             let why = format!("the page's reader stopped: {}", e.message());
-            end(&finish, Err(why));
+            fail(&reading, progress, why);
         })
     };
     worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
     worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
-    *handlers.borrow_mut() = Some((on_message, on_error));
+    reading.borrow_mut().handlers = Some((on_message, on_error));
     if worker.post_message(&file).is_err() {
-        end(
-            &finish,
-            Err("the page could not hand the file to its reader".into()),
-        );
-    }
-}
-
-type Finish<F, S> = Rc<RefCell<Option<(F, S)>>>;
-
-/// Hands what was read on, once, and ends the worker.
-fn end<F: FnOnce(Result<MemorySnapshot, String>), S: FnOnce()>(
-    finish: &Finish<F, S>,
-    snapshot: Result<MemorySnapshot, String>,
-) {
-    if let Some((finish, stop)) = finish.borrow_mut().take() {
-        stop();
-        finish(snapshot);
+        let why = "the page could not hand the file to its reader".to_string();
+        fail(&reading, progress, why);
     }
 }
 
