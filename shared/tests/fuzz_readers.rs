@@ -649,9 +649,10 @@ fn fuzz<T: std::fmt::Debug>(
 fn every_reader_answers_each_input_within_its_limits() {
     let mut snapshots = Worst::default();
     fuzz(snapshot_inputs(ODD), cases(300), |bytes| {
-        // Never more than twice the file and a little (the file itself,
-        // held by the caller, aside).
-        let limit = torch_snapshot::read_limit(bytes.len());
+        // Never more than twice the file and a little beside the records
+        // it writes out (the file itself, held by the caller, aside).
+        let (_, records) = torch_snapshot::read_counted(&bytes);
+        let limit = torch_snapshot::read_bound(bytes.len(), &records);
         snapshots.measure_within("the snapshot reader", &bytes, limit, || {
             let _ = torch_snapshot::read(&bytes);
         });
@@ -691,8 +692,8 @@ fn every_pickle_streamed_in_chunks_reads_as_it_does_whole() {
             return;
         }
         pickles += 1;
-        let whole = torch_snapshot::read(&bytes);
-        let limit = torch_snapshot::read_limit(bytes.len());
+        let (whole, records) = torch_snapshot::read_counted(&bytes);
+        let limit = torch_snapshot::read_bound(bytes.len(), &records);
         let mut streamed = None;
         worst.measure_within("the streamed pickle", &bytes, limit, || {
             let chunks: Vec<&[u8]> = bytes.chunks(size).collect();

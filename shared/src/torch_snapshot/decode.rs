@@ -9,7 +9,7 @@ use super::format::{
     TraceEntry, MAX_FRAMES,
 };
 use super::intern::Interner;
-use super::pickle::{kind, Value};
+use super::pickle::{kind, Held, Value};
 use super::trace::{Trace, EVENT_BYTES};
 use super::MAX_EVENTS;
 use std::cell::{Cell, Ref, RefCell};
@@ -18,6 +18,9 @@ use std::rc::Rc;
 
 /// The most blocks over all segments.
 pub const MAX_BLOCKS: usize = 4_000_000;
+/// The most segments over all devices (eight 192 GB GPUs in 2 MiB
+/// segments hold 750,000).
+pub const MAX_SEGMENTS: usize = 1_000_000;
 /// The most stack frames kept over the whole snapshot; the frames of later
 /// entries are dropped (a pickle may share one list of frames among every
 /// entry: each copy costs memory the file does not).
@@ -30,6 +33,7 @@ pub const MAX_FIELDS: usize = 256;
 /// would otherwise be copied as often as they are referenced.
 pub(super) struct Budget {
     events: Cell<usize>,
+    segments: Cell<usize>,
     blocks: Cell<usize>,
     /// Bytes the records made may still take.
     bytes: Cell<usize>,
@@ -42,6 +46,7 @@ impl Budget {
     pub(super) fn unlimited(stacks: Interner) -> Budget {
         Budget {
             events: Cell::new(usize::MAX),
+            segments: Cell::new(usize::MAX),
             blocks: Cell::new(usize::MAX),
             bytes: Cell::new(usize::MAX),
             stacks: RefCell::new(stacks),
@@ -91,6 +96,7 @@ fn more_than(what: &str) -> String {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     pub events: usize,
+    pub segments: usize,
     pub blocks: usize,
     /// Stack frames in all; the frames of later records are dropped.
     pub frames: usize,
@@ -102,19 +108,22 @@ impl Limits {
     /// For a tree that shares nothing (JSON): the absolute limits.
     pub const UNSHARED: Limits = Limits {
         events: MAX_EVENTS,
+        segments: MAX_SEGMENTS,
         blocks: MAX_BLOCKS,
         frames: MAX_ALL_FRAMES,
         bytes: usize::MAX,
     };
 
-    /// For a file of `bytes` whose reading held `held` bytes: the
-    /// records it decodes to take no more than the rest of twice its size
-    /// ([`super::pickle::limit`]), whatever its memo shares, less a margin
-    /// for what decoding allocates besides them (a few strings).
-    pub fn for_file(bytes: usize, held: usize) -> Limits {
+    /// For a file of `bytes` whose reading held `held`: what it decodes
+    /// to takes no more than the rest of its limit
+    /// ([`super::pickle::limit`]: twice its size beside the records it
+    /// wrote out), whatever its memo shares, less a margin for what
+    /// decoding allocates besides (a few strings).
+    pub fn for_file(bytes: usize, held: Held) -> Limits {
         const MARGIN: usize = 64 << 10;
         Limits {
-            bytes: super::pickle::limit(bytes).saturating_sub(held + MARGIN),
+            bytes: super::pickle::limit(bytes, held.records.bytes())
+                .saturating_sub(held.bytes + MARGIN),
             ..Limits::UNSHARED
         }
     }
@@ -127,6 +136,7 @@ pub fn snapshot(top: &Value, limits: Limits, stacks: Interner) -> Result<MemoryS
     let f = Fields::of(top, "the snapshot")?;
     let b = Budget {
         events: Cell::new(limits.events),
+        segments: Cell::new(limits.segments),
         blocks: Cell::new(limits.blocks),
         bytes: Cell::new(limits.bytes),
         stacks: RefCell::new(stacks),
@@ -141,7 +151,22 @@ pub fn snapshot(top: &Value, limits: Limits, stacks: Interner) -> Result<MemoryS
     })
 }
 
-fn segment(v: &Value, b: &Budget) -> Result<Segment, String> {
+/// A segment from its dict, or as the reader read it: taken where the
+/// tree holds it alone, copied (its blocks counted) where it is shared.
+pub(super) fn segment(v: &Value, b: &Budget) -> Result<Segment, String> {
+    b.count(&b.segments, 1, "segments")?;
+    if let Value::Segment(s) = v {
+        let blocks = s.borrow().blocks.len();
+        b.count(&b.blocks, blocks, "blocks")?;
+        if Rc::strong_count(s) == 1 {
+            return Ok(std::mem::take(&mut *s.borrow_mut()));
+        }
+        b.charge(
+            blocks.saturating_mul(std::mem::size_of::<Block>()),
+            "blocks",
+        )?;
+        return Ok(s.borrow().clone());
+    }
     let f = Fields::of(v, "a segment")?;
     let pool = f.list("segment_pool_id", b, |v| int(v, "a segment's pool id"))?;
     let (address, total_size) = in_memory(f.int("address")?, f.int("total_size")?, "a segment")?;
@@ -164,8 +189,12 @@ fn segment(v: &Value, b: &Budget) -> Result<Segment, String> {
     })
 }
 
-fn block(v: &Value, b: &Budget) -> Result<Block, String> {
+/// A block from its dict, or as the reader read it.
+pub(super) fn block(v: &Value, b: &Budget) -> Result<Block, String> {
     b.count(&b.blocks, 1, "blocks")?;
+    if let Value::Block(block) = v {
+        return Ok(Block::clone(block));
+    }
     let f = Fields::of(v, "a block")?;
     let state = match f.get("state") {
         None => return Err(f.missing("state")),

@@ -1,14 +1,19 @@
 //! The snapshot's records read as the pickle builds them
 //! ([`super::pickle::Fold`]): a frame's dict as it goes into a list of
-//! frames, that list as it goes into its record, an entry as it is
-//! appended to its device's trace. Only what reads cleanly is folded; the
-//! rest stays as the pickle built it, and the decoder says what is wrong
-//! with it where it reads it.
+//! frames, that list as it goes into its record, a block's dict as it
+//! goes into its segment's list, a segment's as it goes into the
+//! snapshot's, an entry as it is appended to its device's trace. Only what
+//! reads cleanly is folded, and a block or a segment only where the file
+//! writes it out (not shared through its memo: a shared one is copied, as
+//! the decoder counts); the rest stays as the pickle built it, and the
+//! decoder says what is wrong with it where it reads it.
 
-use super::decode::{frame, trace_entry, Budget};
-use super::format::{Frame, TraceEntry};
+use super::decode::{block, frame, segment, trace_entry, Budget, MAX_BLOCKS, MAX_SEGMENTS};
+use super::format::{Frame, Segment, TraceEntry};
 use super::intern::Interner;
-use super::pickle::{Fold, Value};
+use super::pickle::{unique, Fold, Value};
+use super::Records;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -20,6 +25,9 @@ pub struct Folder {
     /// `Value::Stack` (the list emptied: its frames are held once, in the
     /// stack).
     shared: HashMap<usize, Value>,
+    /// The records read from what the file writes out, as [`Records`]
+    /// counts them (their trace entries counted by the machine).
+    records: Records,
 }
 
 impl Folder {
@@ -27,6 +35,7 @@ impl Folder {
         Folder {
             b: Budget::unlimited(stacks),
             shared: HashMap::new(),
+            records: Records::default(),
         }
     }
 
@@ -86,12 +95,56 @@ impl Folder {
         }
         Some(Value::Stack(stack))
     }
+
+    /// `v` read as a block or a segment when it is the dict of one that
+    /// the file writes out, with its blocks read already.
+    fn record(&mut self, v: &Value) -> Option<Value> {
+        let Value::Dict(d) = v else { return None };
+        if !unique(v) {
+            return None;
+        }
+        let (is_block, is_segment) = {
+            let pairs = d.borrow();
+            let has =
+                |key: &str| (pairs.iter()).any(|(k, _)| matches!(k, Value::Str(s) if &**s == key));
+            (
+                has("state") && has("size") && !has("action"),
+                has("total_size") && has("blocks"),
+            )
+        };
+        if is_block && self.records.blocks < MAX_BLOCKS {
+            let b = block(v, &self.b).ok()?;
+            self.records.blocks += 1;
+            return Some(Value::Block(Rc::new(b)));
+        }
+        if is_segment && self.records.segments < MAX_SEGMENTS && self.blocks_read(d) {
+            let s: Segment = segment(v, &self.b).ok()?;
+            self.records.segments += 1;
+            return Some(Value::Segment(Rc::new(RefCell::new(s))));
+        }
+        None
+    }
+
+    /// Whether every item of a segment's `blocks` is a block read (held
+    /// there alone).
+    fn blocks_read(&self, d: &RefCell<Vec<(Value, Value)>>) -> bool {
+        let pairs = d.borrow();
+        let blocks = (pairs.iter()).find(|(k, _)| matches!(k, Value::Str(s) if &**s == "blocks"));
+        match blocks {
+            Some((_, Value::List(l))) => (l.borrow().iter())
+                .all(|b| matches!(b, Value::Block(b) if Rc::strong_count(b) == 1)),
+            _ => false,
+        }
+    }
 }
 
 impl Fold for Folder {
     fn item(&mut self, v: Value) -> Value {
         if let Some(f) = self.frame(&v) {
             return Value::Frame(f);
+        }
+        if let Some(r) = self.record(&v) {
+            return r;
         }
         self.stack(&v).unwrap_or(v)
     }
@@ -104,6 +157,15 @@ impl Fold for Folder {
     }
 
     fn held(&self) -> usize {
-        self.b.stacks.borrow().bytes + self.shared.len() * 64
+        self.b.stacks.borrow().bytes + self.shared.len() * 64 + self.records.folded_bytes()
+    }
+
+    fn records(&self) -> Records {
+        self.records
+    }
+
+    fn entries(&mut self, read: usize, dropped: usize) {
+        let events = &mut self.records.events;
+        *events = (*events + read).saturating_sub(dropped);
     }
 }

@@ -5,7 +5,7 @@
 //! folded and held to the same limit as a pickle: never a tree of the
 //! whole file first.
 
-use super::pickle::{list, Fold, Machine, Value};
+use super::pickle::{list, Fold, Held, Machine, Value};
 use serde::de::{DeserializeSeed, Deserializer, Error, MapAccess, SeqAccess, Visitor};
 use std::fmt;
 use std::rc::Rc;
@@ -14,7 +14,7 @@ use std::rc::Rc;
 const BATCH: usize = 1000;
 
 /// Reads JSON `text` on the machine; the value and the bytes it held.
-pub fn read<F: Fold>(text: &[u8], fold: F) -> Result<(Value, usize), String> {
+pub fn read<F: Fold>(text: &[u8], fold: F) -> Result<(Value, Held), String> {
     let mut m = Machine::driven(text.len(), fold);
     let mut de = serde_json::Deserializer::from_slice(text);
     let walked = Drive(&mut m)

@@ -175,3 +175,43 @@ fn frames_shared_through_the_memo_are_held_once() {
     assert_eq!(&*trace.frames(0)[0].filename, "train.py");
     assert_eq!(trace.frames(0)[0].line, 7);
 }
+
+/// Segments written in the fewest bytes a pickle can (14 each, a fifth
+/// of what PyTorch writes): each a record of its own, held within the
+/// bound its records give, and no more.
+#[test]
+fn the_fewest_bytes_a_segment_takes_stay_within_its_records_bound() {
+    let mut segments = vec![b']', b'('];
+    segments.extend(b"}(");
+    segments.extend(text("address"));
+    segments.extend(put(1));
+    segments.extend(b"K\x00");
+    segments.extend(text("total_size"));
+    segments.extend(put(2));
+    segments.extend(b"K\x01");
+    segments.extend(text("blocks"));
+    segments.extend(put(3));
+    segments.extend(b"]u");
+    for i in 1..100_000 {
+        // Appended a thousand at a time, as Python's pickler batches them.
+        if i % 1000 == 0 {
+            segments.extend(b"e(");
+        }
+        segments.extend(b"}(");
+        segments.extend(get(1));
+        segments.extend(b"K\x00");
+        segments.extend(get(2));
+        segments.extend(b"K\x01");
+        segments.extend(get(3));
+        segments.extend(b"]u");
+    }
+    segments.push(b'e');
+    let mut file = b"\x80\x02}(".to_vec();
+    file.extend(text("segments"));
+    file.extend(segments);
+    file.extend(b"u.");
+    let (snapshot, records) = read_counted(&file);
+    assert_eq!(snapshot.unwrap().segments.len(), 100_000);
+    assert_eq!((records.segments, records.blocks), (100_000, 0));
+    assert!(read_bound(file.len(), &records) < 32 * file.len() + (4 << 20));
+}

@@ -6,11 +6,13 @@
 //!
 //! Only data is read: a pickle that names a Python class or function is
 //! refused, nothing is ever executed. Memory: whatever the file, reading
-//! it holds no more than twice its size and 2 MiB ([`read_limit`]), its
+//! it holds no more than twice its size and 2 MiB ([`read_limit`]) beside
+//! the records it writes out, each in the form it is kept ([`Records`]:
+//! so many bytes a segment, a block, an event; [`read_bound`]), its
 //! records folded as they are read ([`fold`]), its frames held once
 //! ([`intern`]), its traces column by column ([`trace`]); a recording
 //! takes less than its file once read. Limits besides: [`MAX_FILE_BYTES`]
-//! of file, [`MAX_EVENTS`] trace events and `decode::MAX_BLOCKS` blocks,
+//! of file, [`MAX_EVENTS`] trace events, `decode::MAX_SEGMENTS` segments and `decode::MAX_BLOCKS` blocks,
 //! `decode::MAX_FIELDS` fields in a record; stack frames beyond
 //! [`format::MAX_FRAMES`] per entry, and beyond the file's share in all,
 //! are dropped.
@@ -66,11 +68,73 @@ pub fn check_size(len: usize) -> Result<(), SnapshotError> {
     Ok(())
 }
 
-/// The most a file of `len` bytes takes while it is read: twice its size
-/// and a little ([`pickle::FLOOR`]), and in the page no more than wasm32's
-/// memory leaves beside the file; a file that would take more is refused.
+/// The most a file of `len` bytes takes while it is read, beside its
+/// records ([`read_bound`]): twice its size and a little
+/// ([`pickle::FLOOR`]), and in the page no more than wasm32's memory
+/// leaves beside the file; a file that would take more is refused.
 pub fn read_limit(len: usize) -> usize {
-    pickle::limit(len)
+    pickle::limit(len, 0)
+}
+
+/// The most a file of `len` bytes that writes out `records` takes while it
+/// is read: [`read_limit`] and the records as they are kept. A record the
+/// file shares through its memo (written once, referred to many times) is
+/// no record of its own here: its copies count against [`read_limit`].
+pub fn read_bound(len: usize, records: &Records) -> usize {
+    pickle::limit(len, records.bytes())
+}
+
+/// A record's place in the list it is read into: its slot, and as much
+/// again and a little while the list grows (its old and new storage).
+const PLACE: usize = 3 * pickle::SLOT;
+
+/// The records a snapshot is made of, as reading counts them: what a
+/// file's reading may hold beside twice its size.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Records {
+    pub segments: usize,
+    pub blocks: usize,
+    pub events: usize,
+}
+
+impl Records {
+    /// A segment as read, with the name of its pool (its blocks apart).
+    const SEGMENT_READ: usize = std::mem::size_of::<Segment>() + 24 + 16;
+    /// A block as read, and in its segment's list.
+    const BLOCK_READ: usize = 2 * std::mem::size_of::<Block>() + 16;
+    /// A segment (its blocks apart): as read, with its place in the list
+    /// it is read into (room for that list to grow), and in the
+    /// snapshot's list.
+    pub const SEGMENT_BYTES: usize = Self::SEGMENT_READ + PLACE + std::mem::size_of::<Segment>();
+    /// A block: as read, with its place in the list it is read into, and
+    /// in its segment's list.
+    pub const BLOCK_BYTES: usize = Self::BLOCK_READ + PLACE;
+    /// An event, in its trace's columns.
+    pub const EVENT_BYTES: usize = trace::EVENT_BYTES;
+
+    /// The records of `snapshot`.
+    pub fn of(snapshot: &MemorySnapshot) -> Records {
+        Records {
+            segments: snapshot.segments.len(),
+            blocks: snapshot.segments.iter().map(|s| s.blocks.len()).sum(),
+            events: snapshot.device_traces.iter().map(Trace::len).sum(),
+        }
+    }
+
+    /// Bytes the reader's fold makes of the segments and blocks (their
+    /// places in lists are the machine's to count, the segments' copies
+    /// in the snapshot the decoder's).
+    pub(crate) fn folded_bytes(&self) -> usize {
+        (self.segments.saturating_mul(Self::SEGMENT_READ))
+            .saturating_add(self.blocks.saturating_mul(Self::BLOCK_READ))
+    }
+
+    /// Bytes they take while read.
+    pub fn bytes(&self) -> usize {
+        (self.segments.saturating_mul(Self::SEGMENT_BYTES))
+            .saturating_add(self.blocks.saturating_mul(Self::BLOCK_BYTES))
+            .saturating_add(self.events.saturating_mul(Self::EVENT_BYTES))
+    }
 }
 
 /// Why a file could not be read as a snapshot, in words for the user.
@@ -88,25 +152,27 @@ impl std::error::Error for SnapshotError {}
 /// Reads a snapshot from a pickle (protocol 2 to 5) or from JSON of the
 /// same shape.
 pub fn read(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
-    check_size(bytes.len())?;
-    let snapshot = match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
-        Some(0x80) => read_pickle(bytes)?,
-        Some(b'{') => read_json(bytes)?,
-        _ => {
-            return Err(SnapshotError(
-                "not a PyTorch memory snapshot: expected the pickle that torch.cuda.memory._dump_snapshot() writes, or JSON".into(),
-            ))
-        }
-    };
-    Ok(snapshot)
+    read_counted(bytes).0
 }
 
-fn read_json(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
-    read_with(
-        bytes,
-        |b, f| json::read(b, f),
-        "the JSON is not a memory snapshot",
-    )
+/// Reads a snapshot as [`read`] does, and the records it counted beside
+/// the file's limit (refused or not): its reading held no more than
+/// [`read_bound`] of them.
+pub fn read_counted(bytes: &[u8]) -> (Result<MemorySnapshot, SnapshotError>, Records) {
+    if let Err(e) = check_size(bytes.len()) {
+        return (Err(e), Records::default());
+    }
+    let (reader, not_a_snapshot): (Reader, _) =
+        match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+            Some(0x80) => (|b, f| pickle::read(b, f), "the pickle is not a memory snapshot"),
+            Some(b'{') => (|b, f| json::read(b, f), "the JSON is not a memory snapshot"),
+            _ => {
+                return (Err(SnapshotError(
+                "not a PyTorch memory snapshot: expected the pickle that torch.cuda.memory._dump_snapshot() writes, or JSON".into(),
+            )), Records::default())
+            }
+        };
+    read_with(bytes, reader, not_a_snapshot)
 }
 
 /// Reads a snapshot from JSON already parsed (a websocket message's field).
@@ -116,17 +182,9 @@ pub fn from_json(value: serde_json::Value) -> Result<MemorySnapshot, SnapshotErr
         .map_err(|e| SnapshotError(format!("the JSON is not a memory snapshot: {e}")))
 }
 
-fn read_pickle(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
-    read_with(
-        bytes,
-        |b, f| pickle::read(b, f),
-        "the pickle is not a memory snapshot",
-    )
-}
-
 /// The pickle's reader or JSON's: a function, so that [`read_with`] is one
 /// copy in the page, not one for each.
-type Reader = fn(&[u8], &mut fold::Folder) -> Result<(pickle::Value, usize), String>;
+type Reader = fn(&[u8], &mut fold::Folder) -> Result<(pickle::Value, pickle::Held), String>;
 
 /// Reads `bytes` with `reader` (the pickle's or JSON's), folding as it
 /// goes, then decodes what it built within the rest of the file's limit.
@@ -134,10 +192,15 @@ fn read_with(
     bytes: &[u8],
     reader: Reader,
     not_a_snapshot: &str,
-) -> Result<MemorySnapshot, SnapshotError> {
+) -> (Result<MemorySnapshot, SnapshotError>, Records) {
     let mut folder = folder_for(bytes.len());
-    let (top, held) = reader(bytes, &mut folder).map_err(SnapshotError)?;
-    decoded(top, held, bytes.len(), folder, not_a_snapshot)
+    match reader(bytes, &mut folder) {
+        Ok((top, held)) => (
+            decoded(top, held, bytes.len(), folder, not_a_snapshot),
+            held.records,
+        ),
+        Err(e) => (Err(SnapshotError(e)), pickle::Fold::records(&folder)),
+    }
 }
 
 /// What folds the records of a file of `len` bytes as they are read.
@@ -147,10 +210,10 @@ fn folder_for(len: usize) -> fold::Folder {
 }
 
 /// The snapshot in what a file of `len` bytes built (`top`, holding
-/// `held` bytes), decoded within the rest of its limit.
+/// `held`), decoded within the rest of its limit.
 fn decoded(
     top: pickle::Value,
-    held: usize,
+    held: pickle::Held,
     len: usize,
     folder: fold::Folder,
     not_a_snapshot: &str,

@@ -7,7 +7,7 @@
 //!
 //! The result is a tree of [`Value`]s (JSON is read into the same tree),
 //! which `decode` reads into the snapshot's types. What it holds stays
-//! within twice the file's size (and [`FLOOR`]), whatever the file:
+//! within a bound stated in the records it holds (below), whatever the file:
 //! - a first pass ([`fetched`]) finds the memo entries the pickle ever
 //!   fetches back, and only those are kept (Python's pickler memoizes every
 //!   list and dict; a snapshot fetches back its keys, strings and frames);
@@ -15,15 +15,21 @@
 //!   into their containers ([`Fold`]): a frame's dict into a [`Frame`], a
 //!   list of frames into a shared [`Stack`], and the entries appended to a
 //!   list into a [`Trace`] of [`TraceEntry`]s;
+//!   and a block's and a segment's dicts into a [`Block`] and a
+//!   [`Segment`] ([`Fold::item`]);
 //! - the bytes held are counted as they are made, and past the limit the
-//!   file is refused.
+//!   file is refused. The limit is twice the file and [`FLOOR`] for the
+//!   pickle's own values, and beside them each record the file writes out
+//!   in the form it is kept ([`super::Records`]): a snapshot's records are
+//!   what it is made of, and their count, not the file's bytes, is what
+//!   they take.
 
 mod machine;
 mod scan;
 
-use super::format::{Frame, Stack, TraceEntry};
+use super::format::{Block, Frame, Segment, Stack, TraceEntry};
 use super::trace::Trace;
-pub(super) use machine::Machine;
+pub(super) use machine::{Held, Machine};
 use scan::{fetched, Ids, Reader};
 pub(super) use scan::{Scan, TRUNCATED};
 use std::cell::RefCell;
@@ -33,10 +39,14 @@ use std::rc::Rc;
 /// small files).
 pub const FLOOR: usize = 2 << 20;
 
-/// What a file of `len` bytes may hold while it is read and decoded.
-pub fn limit(len: usize) -> usize {
-    let twice = len.saturating_mul(2).saturating_add(FLOOR);
-    room_beside(len).map_or(twice, |room| twice.min(room))
+/// What a file of `len` bytes may hold while it is read and decoded, its
+/// records (written out, not shared through the memo) taking `records`
+/// bytes in the form they are kept.
+pub fn limit(len: usize, records: usize) -> usize {
+    let bound = (len.saturating_mul(2))
+        .saturating_add(FLOOR)
+        .saturating_add(records);
+    room_beside(len).map_or(bound, |room| bound.min(room))
 }
 
 /// In the page, what wasm32's 4 GiB leave the reading beside the file
@@ -75,6 +85,10 @@ pub enum Value {
     Stack(Stack),
     /// A list whose items were trace entries, read.
     Trace(Rc<RefCell<Entries>>),
+    /// A block's dict, read.
+    Block(Rc<Block>),
+    /// A segment's dict with its blocks, read (taken by the decoder).
+    Segment(Rc<RefCell<Segment>>),
 }
 
 /// A list of trace entries read as they were appended, or the reason the
@@ -89,13 +103,20 @@ pub struct Entries {
 /// What the reader folds values into as they are built.
 pub trait Fold {
     /// `v` as it goes into a container: a frame's dict as a
-    /// [`Value::Frame`], a list of them as a [`Value::Stack`]; anything
-    /// else as it is.
+    /// [`Value::Frame`], a list of them as a [`Value::Stack`], a block's
+    /// and a segment's dicts as a [`Value::Block`] and a
+    /// [`Value::Segment`]; anything else as it is.
     fn item(&mut self, v: Value) -> Value;
     /// `v` read as a trace entry; `None` when it does not look like one.
     fn entry(&mut self, v: &Value) -> Option<Result<TraceEntry, String>>;
-    /// Bytes held by the frames and stacks it made.
+    /// Bytes held by the frames, stacks and records it made.
     fn held(&self) -> usize;
+    /// The records it made from what the file wrote out (not shared
+    /// through the memo): beside the file's own limit.
+    fn records(&self) -> super::Records;
+    /// Trace entries the file wrote out, read (`read`), and let go of
+    /// with a trace that turned out to be none (`dropped`).
+    fn entries(&mut self, read: usize, dropped: usize);
 }
 
 impl<F: Fold> Fold for &mut F {
@@ -108,9 +129,15 @@ impl<F: Fold> Fold for &mut F {
     fn held(&self) -> usize {
         (**self).held()
     }
+    fn records(&self) -> super::Records {
+        (**self).records()
+    }
+    fn entries(&mut self, read: usize, dropped: usize) {
+        (**self).entries(read, dropped)
+    }
 }
 
-const SLOT: usize = std::mem::size_of::<Value>();
+pub(super) const SLOT: usize = std::mem::size_of::<Value>();
 
 const HEADER: usize = 64;
 
@@ -128,12 +155,14 @@ fn cost(v: &Value) -> usize {
     }
 }
 
-/// Bytes dropping `v` frees: its own, and those of the strings and frames
-/// it alone holds (a record's, as it is folded).
+/// Bytes dropping `v` frees: its own, and those of the strings, frames
+/// and containers it alone holds (a record's, as it is folded: a
+/// segment's list of blocks and its pool's id).
 fn freed(v: &Value) -> usize {
     let alone = |v: &Value| match v {
         Value::Str(s) if Rc::strong_count(s) == 1 => cost(v),
         Value::Frame(f) if Rc::strong_count(f) == 1 => HEADER,
+        Value::List(_) | Value::Dict(_) if unique(v) => cost(v),
         _ => 0,
     };
     cost(v)
@@ -145,7 +174,7 @@ fn freed(v: &Value) -> usize {
 }
 
 /// Whether `v` is held only where it is now (folding it frees it).
-fn unique(v: &Value) -> bool {
+pub(super) fn unique(v: &Value) -> bool {
     match v {
         Value::List(l) => Rc::strong_count(l) == 1,
         Value::Dict(d) => Rc::strong_count(d) == 1,
@@ -158,7 +187,7 @@ fn unique(v: &Value) -> bool {
 /// too) whatever else it built is taken apart without recursion (a pickle
 /// can nest a value as deep as it has opcodes: a million one-item tuples
 /// in 1 MB), and the caller drops the value it gets the same way.
-pub fn read<F: Fold>(input: &[u8], fold: F) -> Result<(Value, usize), String> {
+pub fn read<F: Fold>(input: &[u8], fold: F) -> Result<(Value, Held), String> {
     let mut m = Machine::new(Reader::whole(input), input.len(), fetched(input)?, fold);
     let top = m.run();
     m.finish(top)
@@ -238,6 +267,8 @@ pub fn kind(v: &Value) -> &'static str {
         Value::Bytes => "bytes",
         Value::List(_) | Value::Stack(_) | Value::Trace(_) => "a list",
         Value::Dict(_) | Value::Frame(_) => "a dict",
+        Value::Block(_) => "a block's dict",
+        Value::Segment(_) => "a segment's dict",
     }
 }
 

@@ -91,6 +91,14 @@ impl PickleStream {
         let (top, held, folder) = machine.finish_into(Ok(top)).map_err(SnapshotError)?;
         decoded(top, held, self.len, folder, NOT_A_SNAPSHOT)
     }
+
+    /// The records read so far, beside the file's limit ([`super::read_bound`]).
+    pub fn records(&self) -> super::Records {
+        match &self.pass {
+            Pass::Second(machine) | Pass::Built(machine, _) => machine.records(),
+            _ => super::Records::default(),
+        }
+    }
 }
 
 fn out_of_order() -> SnapshotError {

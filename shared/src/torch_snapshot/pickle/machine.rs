@@ -10,9 +10,18 @@ use super::{
     cost, freed, limit, list, not_an_entry, pairs, unique, Fold, Value, HEADER, SLACK, SLOT,
 };
 use crate::torch_snapshot::trace::{Trace, EVENT_BYTES};
+use crate::torch_snapshot::Records;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
+
+/// What a machine held when it finished: all it counted, and of that its
+/// records' share (beside the file's limit).
+#[derive(Clone, Copy, Debug, Default)]
+pub(in crate::torch_snapshot) struct Held {
+    pub bytes: usize,
+    pub records: Records,
+}
 
 /// The pickle machine: its stack, memo and containers, which the pickle's
 /// opcodes drive (and JSON's structure, in `json`).
@@ -30,7 +39,6 @@ pub(in crate::torch_snapshot) struct Machine<'a, F: Fold> {
     /// Bytes held by the values made (an upper bound: a value let go of
     /// is not taken off), the stack and the memo aside.
     held: usize,
-    limit: usize,
     /// What the pickle let go of (`POP`, a memo slot set again): dropped
     /// at the end by [`tear_down`].
     #[cfg(feature = "teardown")]
@@ -42,7 +50,6 @@ impl<'a, F: Fold> Machine<'a, F> {
     pub(super) fn new(r: Reader<'a>, len: usize, ids: Ids, fold: F) -> Self {
         Machine {
             len,
-            limit: limit(len).saturating_sub(SLACK),
             r,
             stack: Vec::new(),
             memo: HashMap::new(),
@@ -57,19 +64,26 @@ impl<'a, F: Fold> Machine<'a, F> {
     /// A machine driven from outside (no pickle, no memo) for a file of
     /// `len` bytes.
     pub(in crate::torch_snapshot) fn driven(len: usize, fold: F) -> Self {
-        Machine {
-            len,
-            limit: limit(len).saturating_sub(SLACK),
-            ..Machine::new(Reader::whole(&[]), len, Ids::new(0), fold)
-        }
+        Machine::new(Reader::whole(&[]), len, Ids::new(0), fold)
     }
 
-    /// The value built (`top`) and the bytes held, the rest taken apart.
+    /// The value built (`top`) and what it held, the rest taken apart.
     pub(in crate::torch_snapshot) fn finish(
         self,
         top: Result<Value, String>,
-    ) -> Result<(Value, usize), String> {
+    ) -> Result<(Value, Held), String> {
         self.finish_into(top).map(|(top, held, _)| (top, held))
+    }
+
+    /// The records read, beside the file's limit.
+    pub(in crate::torch_snapshot) fn records(&self) -> Records {
+        self.fold.records()
+    }
+
+    /// The most the machine may hold now: the file's limit, its records
+    /// beside it, less what its count misses.
+    fn limit(&self) -> usize {
+        limit(self.len, self.records().bytes()).saturating_sub(SLACK)
     }
 
     /// As [`Machine::finish`], and the fold back.
@@ -77,8 +91,11 @@ impl<'a, F: Fold> Machine<'a, F> {
     pub(in crate::torch_snapshot) fn finish_into(
         mut self,
         top: Result<Value, String>,
-    ) -> Result<(Value, usize, F), String> {
-        let held = self.total();
+    ) -> Result<(Value, Held, F), String> {
+        let held = Held {
+            bytes: self.total(),
+            records: self.records(),
+        };
         #[cfg(feature = "teardown")]
         {
             // Each in its own storage: gathering them in one would hold
@@ -137,12 +154,13 @@ impl<'a, F: Fold> Machine<'a, F> {
     /// before anything grows, so that a growing table's old and new
     /// storage, both held for a moment, fit too.
     fn room(&self, bytes: usize) -> Result<(), String> {
-        match self.total().saturating_add(bytes) <= self.limit {
+        match self.total().saturating_add(bytes) <= self.limit() {
             true => Ok(()),
             false => Err(format!(
-                "reading the file would take more than twice its size ({} MB from {} MB): a snapshot's records take less",
+                "reading the file would take more than twice its size beside its records ({} MB from {} MB, {} MB of them records): a snapshot takes less",
                 (self.total() + bytes) >> 20,
-                self.len >> 20
+                self.len >> 20,
+                self.records().bytes() >> 20
             )),
         }
     }
@@ -485,12 +503,15 @@ impl<'a, F: Fold> Machine<'a, F> {
                         t.trace.reserve_exact(more);
                         self.held += more * EVENT_BYTES;
                     }
-                    if let Err(e) = t.trace.push(e) {
-                        t.error = Some(e);
+                    match t.trace.push(e) {
+                        Err(e) => t.error = Some(e),
+                        Ok(()) if unique(v) => self.fold.entries(1, 0),
+                        Ok(()) => {}
                     }
                 }
                 if t.error.is_some() {
                     self.held = self.held.saturating_sub(t.trace.bytes());
+                    self.fold.entries(0, t.trace.len());
                     t.trace = Trace::default();
                 }
                 let gone: usize = items.iter().filter(|v| unique(v)).map(freed).sum();
