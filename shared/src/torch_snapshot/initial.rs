@@ -4,14 +4,20 @@
 //! its block, a `free_completed` by bringing its block back, a
 //! `segment_alloc` by removing the segment, a `segment_free` by restoring
 //! it. Any event that does not fit the state (a free of a block that is
-//! not there, a segment removed under live blocks) is reported.
+//! not there, a segment removed under live blocks) is reported. A block
+//! live before the trace and freed during it has no size in the trace
+//! (its free says what was asked for): it is its rounded request, or
+//! more where the allocator would not have split the rest off, and it
+//! ends no later than where a block is allocated right after it while it
+//! lives (an allocation takes the start of a free block: what lay before
+//! was not free).
 
 use super::format::{Action, MemorySnapshot, TraceEntry};
 use super::pools::{allocator_stream, DEFAULT_POOL};
 use super::SnapshotError;
 use crate::alloc::caching::{pool_for_size, round_size, MIN_BLOCK_SIZE, SMALL_BUFFER, SMALL_SIZE};
 use crate::alloc::PoolKind;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// A segment as it was before the first event, with its live blocks.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,8 +68,10 @@ pub fn state_before(
     first: usize,
 ) -> Result<InitialState, SnapshotError> {
     let mut state = final_state(snapshot, device)?;
+    let mut ends = Ends::new();
     let trace = snapshot.trace(device).iter().enumerate().skip(first);
     for (index, event) in trace.rev() {
+        ends.note(&state, &event);
         undo(&mut state, &event).map_err(|why| {
             SnapshotError(format!(
                 "the trace contradicts its segment list at event {index} ({} at {:#x}, {} bytes): {why}",
@@ -73,8 +81,37 @@ pub fn state_before(
             ))
         })?;
     }
-    estimate_unknown_sizes(&mut state)?;
+    estimate_unknown_sizes(&mut state, &ends.0)?;
     Ok(state)
+}
+
+/// Where each block of unknown size must end at the latest: the nearest
+/// address allocated right after it (no live block between) while it
+/// lived, by the block's address.
+struct Ends(HashMap<u64, u64>);
+
+impl Ends {
+    fn new() -> Ends {
+        Ends(HashMap::new())
+    }
+
+    /// Before `e` is undone (the state is the one just after it).
+    fn note(&mut self, state: &InitialState, e: &TraceEntry) {
+        match e.action {
+            // The block that was at this address is another one before.
+            Action::FreeCompleted => _ = self.0.remove(&e.addr),
+            Action::Alloc => {
+                self.0.remove(&e.addr);
+                let before = (state.segments.range(..=e.addr).next_back())
+                    .and_then(|(_, s)| s.blocks.range(..e.addr).next_back());
+                if let Some((&at, &(UNKNOWN, _))) = before {
+                    let end = self.0.entry(at).or_insert(e.addr);
+                    *end = (*end).min(e.addr);
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 fn final_state(snapshot: &MemorySnapshot, device: usize) -> Result<InitialState, SnapshotError> {
@@ -261,11 +298,15 @@ fn map_range(state: &mut InitialState, e: &TraceEntry) -> Result<(), String> {
 }
 
 /// A block that was live before the trace and freed during it: its size is
-/// its rounded request, or up to the next live block when the rest would
+/// its rounded request, or up to the next live block (or the nearest
+/// block allocated after it while it lived: [`Ends`]) when the rest would
 /// have been too small to split off (`should_split`). Segments that
 /// overlap, or live blocks outside their segment or over each other, are
 /// no state an allocator can rebuild.
-fn estimate_unknown_sizes(state: &mut InitialState) -> Result<(), SnapshotError> {
+fn estimate_unknown_sizes(
+    state: &mut InitialState,
+    ends: &HashMap<u64, u64>,
+) -> Result<(), SnapshotError> {
     let mut segments_end = 0;
     for segment in state.segments.values_mut() {
         let overlap = || {
@@ -287,7 +328,9 @@ fn estimate_unknown_sizes(state: &mut InitialState) -> Result<(), SnapshotError>
             }
             let (mut size, requested) = segment.blocks[&address];
             if size == UNKNOWN {
-                let room = starts.get(i + 1).copied().unwrap_or(end) - address;
+                let next = starts.get(i + 1).copied().unwrap_or(end);
+                let next = ends.get(&address).map_or(next, |&e| e.clamp(address, next));
+                let room = next - address;
                 let rounded = round_size(requested, &Default::default()).min(room);
                 let keep_whole = match pool_for_size(rounded) {
                     PoolKind::Small => room - rounded < MIN_BLOCK_SIZE,

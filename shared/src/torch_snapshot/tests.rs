@@ -272,6 +272,54 @@ fn a_recording_replays_exactly_and_a_wrong_placement_is_named() {
     assert_eq!(d.engine, format!("a cached block at {BASE:#x}"));
 }
 
+/// A block allocated before the recording began kept the rest of the free
+/// block it came from (half a MiB: too small to split off), so the next
+/// allocation starts half a MiB past its request. Its size is read from
+/// where that allocation starts (a real recording of a training step
+/// differed at its 179th event without this).
+#[test]
+fn a_block_from_before_the_recording_ends_where_the_next_allocation_starts() {
+    let half = MIB / 2;
+    let segment = Segment {
+        address: BASE,
+        total_size: 20 * MIB,
+        blocks: vec![
+            block(BASE, 4 * MIB + half, 0, BlockState::Inactive),
+            block(
+                BASE + 4 * MIB + half,
+                8 * MIB,
+                8 * MIB,
+                BlockState::ActiveAllocated,
+            ),
+            block(
+                BASE + 12 * MIB + half,
+                7 * MIB + half,
+                0,
+                BlockState::Inactive,
+            ),
+        ],
+        ..Segment::default()
+    }
+    .summed();
+    let s = MemorySnapshot {
+        segments: vec![segment],
+        device_traces: vec![vec![
+            entry(Action::Alloc, BASE + 4 * MIB + half, 8 * MIB),
+            entry(Action::FreeRequested, BASE, 4 * MIB),
+            entry(Action::FreeCompleted, BASE, 4 * MIB),
+        ]
+        .into()],
+        allocator_settings: None,
+    };
+    let state = initial::initial_state(&s, 0).unwrap();
+    let live: Vec<_> = (state.segments[&BASE].blocks.iter())
+        .map(|(&a, &(size, _))| (a, size))
+        .collect();
+    assert_eq!(live, vec![(BASE, 4 * MIB + half)]);
+    let run = replay_exact(&s, 0).unwrap();
+    assert_eq!(run.exact, Some(true), "{:?}", run.first_difference);
+}
+
 /// The same run recorded from its third event on: the state at the first
 /// event (one segment, two live blocks) comes from undoing the trace.
 #[test]
