@@ -21,6 +21,7 @@
 
 pub mod access;
 pub mod app;
+pub mod atomic;
 pub mod backend;
 pub mod cli;
 pub mod cuda;

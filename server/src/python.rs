@@ -29,8 +29,22 @@ pub fn write_shims(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A folder for the shims of its own, made afresh and private (0700):
+/// never one that another user could have made, or planted a
+/// `sitecustomize.py` or a link in. Removed when dropped.
+fn private_folder() -> anyhow::Result<tempfile::TempDir> {
+    let mut folder = tempfile::Builder::new();
+    folder.prefix("vramlab-python-");
+    #[cfg(unix)]
+    folder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700));
+    folder
+        .tempdir()
+        .context("could not make a private temporary folder for the shims")
+}
+
 pub fn run_python(args: &PythonArgs) -> anyhow::Result<ExitCode> {
-    let dir = std::env::temp_dir().join(format!("vramlab-python-{}", std::process::id()));
+    let folder = private_folder()?;
+    let dir = folder.path().to_path_buf();
     write_shims(&dir)?;
     let binary = std::env::current_exe()?;
     let device = clap::ValueEnum::to_possible_value(&args.on.device)
@@ -53,7 +67,7 @@ pub fn run_python(args: &PythonArgs) -> anyhow::Result<ExitCode> {
         .env("VRAMLAB_SETTINGS", args.settings.as_deref().unwrap_or("{}"))
         .status()
         .with_context(|| format!("could not start {}", args.python));
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(folder);
     Ok(match status?.code() {
         Some(0) => ExitCode::SUCCESS,
         _ => ExitCode::from(1),
@@ -63,6 +77,28 @@ pub fn run_python(args: &PythonArgs) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The folder a planted file would be in (the name it once had, from
+    /// the process id) is never used; each run's is new and private.
+    #[cfg(unix)]
+    #[test]
+    fn the_shims_go_to_a_private_folder_made_afresh() {
+        use std::os::unix::fs::PermissionsExt;
+        let planted = std::env::temp_dir().join(format!("vramlab-python-{}", std::process::id()));
+        std::fs::create_dir_all(&planted).unwrap();
+        std::fs::write(planted.join("sitecustomize.py"), "raise SystemExit('planted')").unwrap();
+        let (a, b) = (private_folder().unwrap(), private_folder().unwrap());
+        assert_ne!(a.path(), b.path());
+        assert_ne!(a.path(), planted);
+        let mode = std::fs::metadata(a.path()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        write_shims(a.path()).unwrap();
+        assert!(!a.path().join("sitecustomize.py").exists());
+        let kept = a.path().to_path_buf();
+        drop(a);
+        assert!(!kept.exists());
+        std::fs::remove_dir_all(planted).unwrap();
+    }
 
     #[test]
     fn every_shim_is_built_in() {

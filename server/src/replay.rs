@@ -98,17 +98,17 @@ fn range_asked(args: &ReplayArgs) -> bool {
 
 /// Writes a snapshot: JSON for a `.json` name, else the pickle
 /// `torch.cuda.memory._dump_snapshot()` writes.
+/// Streamed (what it holds beside the snapshot is a buffer) and atomic
+/// (the file is whole or as it was).
 pub fn write_snapshot_file(
     snapshot: &MemorySnapshot,
     path: &std::path::Path,
 ) -> anyhow::Result<()> {
-    let bytes = if path.extension().is_some_and(|e| e == "json") {
-        serde_json::to_vec(snapshot)?
-    } else {
-        torch_snapshot::write_pickle(snapshot)
-    };
-    std::fs::write(path, bytes)
-        .map_err(|e| anyhow::anyhow!("cannot write the snapshot to {}: {e}", path.display()))
+    let json = path.extension().is_some_and(|e| e == "json");
+    crate::atomic::write_atomically(path, |w| match json {
+        true => serde_json::to_writer(w, snapshot).map_err(std::io::Error::other),
+        false => torch_snapshot::write_pickle_to(snapshot, w),
+    })
 }
 
 /// Each `--what-if`, with `--gpu` added; `--gpu` alone is one run.

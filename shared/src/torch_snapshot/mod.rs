@@ -243,6 +243,18 @@ pub fn write_pickle(snapshot: &MemorySnapshot) -> Vec<u8> {
     serde_pickle::to_vec(&tree, serde_pickle::SerOptions::new()).expect("plain data always pickles")
 }
 
+/// Writes a snapshot as [`write_pickle`] does, streamed to `w` (a tuple a
+/// tuple, not a list): what it holds is the writer's buffer, whatever the
+/// snapshot's size. For the command line; the page keeps [`write_pickle`],
+/// whose serialization it carries already.
+pub fn write_pickle_to(snapshot: &MemorySnapshot, w: impl std::io::Write) -> std::io::Result<()> {
+    let mut w = w;
+    serde_pickle::to_writer(&mut w, snapshot, serde_pickle::SerOptions::new()).map_err(|e| match e {
+        serde_pickle::Error::Io(e) => e,
+        other => std::io::Error::other(other.to_string()),
+    })
+}
+
 #[cfg(test)]
 mod limits_tests;
 #[cfg(test)]

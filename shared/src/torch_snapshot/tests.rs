@@ -462,6 +462,10 @@ fn an_export_replays_exactly_as_the_session_ran() {
     let exported = export::from_session(&session);
     let read_back = read(&write_pickle(&exported)).unwrap();
     assert_eq!(read_back, exported);
+    // Streamed, as the command line writes it: the same snapshot.
+    let mut streamed = Vec::new();
+    write_pickle_to(&exported, &mut streamed).unwrap();
+    assert_eq!(read(&streamed).unwrap(), exported);
     let run = replay_exact(&read_back, 0).unwrap();
     assert_eq!(run.exact, Some(true), "{:?}", run.first_difference);
     let ends: Vec<(u64, u64)> = run
