@@ -51,7 +51,13 @@ mod tests {
     fn parts(dir: &Path) -> usize {
         std::fs::read_dir(dir)
             .unwrap()
-            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".part"))
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".part")
+            })
             .count()
     }
 
@@ -86,6 +92,9 @@ mod tests {
         let err = write_atomically(Path::new("/nonexistent-folder/x.pickle"), |_| Ok(()))
             .unwrap_err()
             .to_string();
-        assert!(err.starts_with("cannot write /nonexistent-folder/x.pickle"), "{err}");
+        assert!(
+            err.starts_with("cannot write /nonexistent-folder/x.pickle"),
+            "{err}"
+        );
     }
 }

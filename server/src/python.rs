@@ -86,7 +86,11 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let planted = std::env::temp_dir().join(format!("vramlab-python-{}", std::process::id()));
         std::fs::create_dir_all(&planted).unwrap();
-        std::fs::write(planted.join("sitecustomize.py"), "raise SystemExit('planted')").unwrap();
+        std::fs::write(
+            planted.join("sitecustomize.py"),
+            "raise SystemExit('planted')",
+        )
+        .unwrap();
         let (a, b) = (private_folder().unwrap(), private_folder().unwrap());
         assert_ne!(a.path(), b.path());
         assert_ne!(a.path(), planted);

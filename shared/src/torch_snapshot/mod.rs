@@ -249,10 +249,12 @@ pub fn write_pickle(snapshot: &MemorySnapshot) -> Vec<u8> {
 /// whose serialization it carries already.
 pub fn write_pickle_to(snapshot: &MemorySnapshot, w: impl std::io::Write) -> std::io::Result<()> {
     let mut w = w;
-    serde_pickle::to_writer(&mut w, snapshot, serde_pickle::SerOptions::new()).map_err(|e| match e {
-        serde_pickle::Error::Io(e) => e,
-        other => std::io::Error::other(other.to_string()),
-    })
+    serde_pickle::to_writer(&mut w, snapshot, serde_pickle::SerOptions::new()).map_err(
+        |e| match e {
+            serde_pickle::Error::Io(e) => e,
+            other => std::io::Error::other(other.to_string()),
+        },
+    )
 }
 
 #[cfg(test)]
