@@ -328,7 +328,7 @@ impl Engine {
     }
 
     /// Calls the progress hook; `false` when it asks to stop.
-    fn report_progress(&mut self, progress: &Progress) -> bool {
+    pub(super) fn report_progress(&mut self, progress: &Progress) -> bool {
         let mut hook = self.progress.take();
         let go_on = hook.as_mut().is_none_or(|h| h(self, progress));
         self.progress = hook;
