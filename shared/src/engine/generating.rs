@@ -6,14 +6,14 @@
 //! each tensor (`train::hf::generate`). An out-of-memory mid-way leaves
 //! the call's tensors, the KV cache among them, on `last_exception`.
 
+use super::generate_sink::{EngineSink, Played};
 use super::{check_name, error, Engine, Outcome};
 use crate::command::{Cache, GenerateArgs, LoraArgs, ModelArgs, ModelRef};
 use crate::error::{CommandError, ErrorKind};
-use crate::process::{AllocFailure, Process};
+use crate::process::AllocFailure;
 use crate::runtime::{Class, ObjId, ObjectKind};
-use crate::train::cublas::{BlasThread, CublasWorkspaces};
 use crate::train::frame::PyFrame;
-use crate::train::hf::generate::{self, Generation, Holds, Made, Sink, Step};
+use crate::train::hf::generate::{self, Generation};
 use crate::train::hf::params::parameters;
 use crate::train::hf::plan::{kbit_prepare, load_model, lora_adapters, warmup_request, LoadStep};
 use crate::train::hf::step::Quant4;
@@ -322,27 +322,39 @@ impl Engine {
                 return Err(e);
             }
         }
-        let mut sink = EngineSink {
-            process: &mut self.process,
-            cublas: &mut self.train.cublas,
-            frame: &mut frame,
-            slots: Vec::new(),
-            failure: None,
-            by_forward: Vec::new(),
-            kv_peak: 0,
-            stack: Vec::new(),
-        };
-        generate::play(&c, c.dtype, g, &mut sink)?;
-        let (failure, by_forward, kv_peak) = (sink.failure, sink.by_forward, sink.kv_peak);
-        let (slots, stack) = (sink.slots, sink.stack);
+        let mut run = generate::Run::new(&c, c.dtype, g)?;
+        let mut state = Played::default();
+        let mut stopped = false;
+        while !run.finished() && state.failure.is_none() {
+            run.token(&mut self.sink(&mut frame, &mut state));
+            let progress = super::Progress {
+                done: run.done(),
+                total: g.new_tokens,
+                loss: None,
+            };
+            if state.failure.is_none() && !run.finished() && !self.report_progress(&progress) {
+                stopped = true;
+                break;
+            }
+        }
+        if state.failure.is_none() {
+            run.returns(&mut self.sink(&mut frame, &mut state));
+        }
+        let Played {
+            failure,
+            by_forward,
+            kv_peak,
+            slots,
+            stack,
+            ..
+        } = state;
         if let Some(f) = failure {
             // The values waiting on the frames' stacks go as the exception
             // leaves them; their variables stay with the traceback.
-            for id in stack
-                .iter()
-                .filter_map(|&h| slots.get(h).copied().flatten())
-            {
-                frame.drop(&mut self.process, id);
+            for &h in &stack {
+                if let Some(Some((_, id))) = slots.get(h) {
+                    frame.drop(&mut self.process, *id);
+                }
             }
             let mut e = self.raise_in_frame(frame, &f);
             let made = by_forward.len();
@@ -356,15 +368,40 @@ impl Engine {
             ));
             return Err(e);
         }
-        // What lives on is the sequences `generate` returns.
-        let out = slots.into_iter().flatten().last();
-        if let (Some(out), Some(name)) = (out, &a.name) {
+        // What lives on is the sequences `generate` returns (the last
+        // tensor made that lives).
+        let out = slots.into_iter().flatten().max_by_key(|&(made, _)| made);
+        if let (Some((_, out)), Some(name)) = (out, &a.name) {
             frame.take(out);
             self.process.bind_local(name, out);
         }
         frame.finish(&mut self.process);
         let peak = self.process.command_peak_allocated();
-        Ok(generated(a, g, &model, (&by_forward, peak), kv_peak))
+        let mut outcome = generated(a, g, &model, (&by_forward, peak), kv_peak);
+        if stopped {
+            outcome.note = outcome.note.map(|n| {
+                format!(
+                    "Stopped after {} of {} new tokens, as a stopping criterion stops it: the cache went and the sequences so far live on. {n}",
+                    run.done(),
+                    g.new_tokens
+                )
+            });
+            if let Some(v) = outcome.value.as_mut().and_then(|v| v.as_object_mut()) {
+                v.insert("stopped".into(), true.into());
+                v.insert("new_tokens_made".into(), run.done().into());
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// The kernel as the sink of one token of `generate`.
+    fn sink<'a>(&'a mut self, frame: &'a mut PyFrame, state: &'a mut Played) -> EngineSink<'a> {
+        EngineSink {
+            process: &mut self.process,
+            cublas: &mut self.train.cublas,
+            frame,
+            state,
+        }
     }
 
     /// The batch and prompt length of the tensor `ids` names.
@@ -511,83 +548,4 @@ pub(super) fn thousands(n: u64) -> String {
 
 fn invalid(message: impl Into<String>) -> CommandError {
     error(ErrorKind::InvalidValue, message)
-}
-
-/// `generate`'s tensors made on the kernel: each a local of the call's
-/// frame, labelled by its op; a matrix product's cuBLAS workspace as the
-/// PyTorch release gives it; the peak of each forward.
-struct EngineSink<'a> {
-    process: &'a mut Process,
-    cublas: &'a mut CublasWorkspaces,
-    frame: &'a mut PyFrame,
-    slots: Vec<Option<ObjId>>,
-    failure: Option<AllocFailure>,
-    by_forward: Vec<u64>,
-    kv_peak: u64,
-    /// Handles of the values on the frames' stacks ([`Sink::on_stack`]).
-    stack: Vec<usize>,
-}
-
-impl EngineSink<'_> {
-    fn kv_held(&self) -> u64 {
-        self.process
-            .categories()
-            .get(&Category::KvCache)
-            .copied()
-            .unwrap_or(0)
-    }
-}
-
-impl Sink for EngineSink<'_> {
-    fn alloc(&mut self, m: Made) -> usize {
-        if self.failure.is_some() {
-            return usize::MAX;
-        }
-        let made = super::made::alloc(self.process, self.cublas, m, BlasThread::Main);
-        let id = match made {
-            Ok(id) => id,
-            Err(f) => {
-                self.failure = Some(f);
-                return usize::MAX;
-            }
-        };
-        self.frame.locals.push(id);
-        if m.holds == Holds::KvCache {
-            self.kv_peak = self.kv_peak.max(self.kv_held());
-        }
-        self.slots.push(Some(id));
-        self.slots.len() - 1
-    }
-
-    fn free(&mut self, handle: usize) {
-        // After the raise nothing more runs: what the call held stays
-        // with the exception.
-        if self.failure.is_some() {
-            return;
-        }
-        if let Some(id) = self.slots.get_mut(handle).and_then(Option::take) {
-            self.frame.drop(self.process, id);
-        }
-    }
-
-    fn mark(&mut self, step: Step) {
-        if self.failure.is_some() {
-            return;
-        }
-        match step {
-            Step::Forward(_) => self.process.begin_window(),
-            Step::Returned(_) => self.by_forward.push(self.process.window_peak_allocated()),
-            _ => {}
-        }
-    }
-
-    fn stopped(&self) -> bool {
-        self.failure.is_some()
-    }
-
-    fn on_stack(&mut self, handle: usize) {
-        if self.failure.is_none() {
-            self.stack.push(handle);
-        }
-    }
 }

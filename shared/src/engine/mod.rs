@@ -14,7 +14,11 @@ mod device_step;
 #[cfg(feature = "tf-executor")]
 mod executor;
 #[cfg(feature = "hf-models")]
+mod generate_sink;
+#[cfg(feature = "hf-models")]
 mod generating;
+#[cfg(feature = "hf-models")]
+mod hf_loop;
 #[cfg(feature = "hf-models")]
 mod hf_training;
 mod jitted;

@@ -371,44 +371,46 @@ impl Tape<'_> {
         logits
     }
 
-    fn run(mut self) {
-        let (g, c) = (self.g, self.c);
+    /// New token `k` of the run: its forward, then `generate`'s own
+    /// tensors for it (the mask grown, the scores, the sequences).
+    fn token(&mut self, run: &mut Tokens) {
+        let (g, c, k) = (self.g, self.c, run.done);
         let ids_bytes = |len: u64| g.batch * len * 8;
-        let mut ids = None;
-        let mut mask = None;
-        let mut scores = None;
-        let mut past = 0;
-        for k in 0..g.new_tokens {
-            let tokens = if k == 0 { g.prompt } else { 1 };
-            let logits = self.forward(k, past, tokens);
-            past += tokens;
-            let len = g.prompt + k;
-            let grown = self.alloc("cat", ids_bytes(len + 1), Holds::Ids);
-            if let Some(old) = mask.replace(grown) {
-                self.free(old);
-            }
-            let wide = self.alloc("_to_copy", g.batch * c.vocab * F32, Holds::Logits);
-            if let Some(old) = scores.replace(wide) {
-                self.free(old);
-            }
-            let next = self.alloc("argmax", ids_bytes(1), Holds::Ids);
-            let longer = self.alloc("cat", ids_bytes(len + 1), Holds::Ids);
-            self.free(next);
-            if let Some(old) = ids.replace(longer) {
-                self.free(old);
-            }
-            self.free(logits);
-            if self.sink.stopped() {
-                return;
-            }
+        let tokens = if k == 0 { g.prompt } else { 1 };
+        let logits = self.forward(k, run.past, tokens);
+        run.past += tokens;
+        let len = g.prompt + k;
+        let grown = self.alloc("cat", ids_bytes(len + 1), Holds::Ids);
+        if let Some(old) = run.mask.replace(grown) {
+            self.free(old);
         }
-        // `generate` returns: its cache, mask and scores go; the
-        // sequences live on in the caller.
+        let wide = self.alloc("_to_copy", g.batch * c.vocab * F32, Holds::Logits);
+        if let Some(old) = run.scores.replace(wide) {
+            self.free(old);
+        }
+        let next = self.alloc("argmax", ids_bytes(1), Holds::Ids);
+        let longer = self.alloc("cat", ids_bytes(len + 1), Holds::Ids);
+        self.free(next);
+        if let Some(old) = run.ids.replace(longer) {
+            self.free(old);
+        }
+        self.free(logits);
+        run.done += 1;
+    }
+
+    /// `generate` returns: its cache, mask and scores go; the sequences
+    /// live on in the caller.
+    fn returns(&mut self, run: &Tokens) {
         let cache: Vec<usize> = (self.cache.iter())
             .flat_map(|l| [l.keys, l.values])
             .flatten()
             .collect();
-        self.free_all(&[scores, mask].into_iter().flatten().collect::<Vec<_>>());
+        self.free_all(
+            &[run.scores, run.mask]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>(),
+        );
         self.free_all(&cache);
     }
 }
@@ -470,17 +472,14 @@ fn play_on(
     sink: &mut dyn Sink,
     cuda: bool,
 ) -> Result<(), Invalid> {
-    check(c, g)?;
-    let tape = Tape {
-        c,
-        g,
-        dtype,
-        sink,
-        cache: vec![Layer::default(); c.layers as usize],
-        layer: None,
-        cuda,
-    };
-    tape.run();
+    let mut run = Run::on(c, dtype, g, cuda)?;
+    while !run.finished() {
+        run.token(sink);
+        if sink.stopped() {
+            return Ok(());
+        }
+    }
+    run.returns(sink);
     Ok(())
 }
 
@@ -520,6 +519,10 @@ pub fn check(c: &HfConfig, g: Generation) -> Result<(), Invalid> {
 mod gemma;
 mod gpt2;
 mod llama;
+mod run;
+
+pub use run::Run;
+use run::Tokens;
 
 #[cfg(test)]
 mod tests;
