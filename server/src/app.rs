@@ -28,6 +28,8 @@ pub struct AppState {
     pub access: Arc<Access>,
     pub limits: Limits,
     pub keepalive: Keepalive,
+    /// Where a connection's CPU-heavy requests run.
+    pub heavy: crate::heavy::Heavy,
 }
 
 /// How a connection proves it is alive: the server pings every

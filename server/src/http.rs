@@ -109,6 +109,7 @@ pub fn build(options: &ServeOptions, backend: Backend) -> anyhow::Result<Server>
         access: Arc::new(options.access.clone()),
         limits: options.limits.clone(),
         keepalive: options.keepalive,
+        heavy: crate::heavy::Heavy::default(),
     };
     let admin = probes().with_state(state.clone());
     let router = probes().route("/ws", get(crate::ws::ws_handler));

@@ -86,6 +86,8 @@ pub struct Live {
     pub events: VecDeque<Event>,
     /// The running command's progress: (command id, progress).
     pub progress: Option<(u64, Progress)>,
+    /// The last versions' changes, encoded once for every connection.
+    pub updates: updates::Updates,
 }
 
 impl Live {
@@ -263,6 +265,7 @@ impl Session {
                 peaks: VecDeque::new(),
                 events: VecDeque::new(),
                 progress: None,
+                updates: updates::Updates::default(),
             },
             detached_since: Some(Instant::now()),
             used: false,
@@ -536,6 +539,7 @@ fn shutting_down() -> ConnectionError {
 mod presenter;
 mod registry;
 mod thread;
+mod updates;
 pub use registry::Sessions;
 
 #[cfg(test)]

@@ -168,6 +168,12 @@ async fn connection(socket: WebSocket, query: WsQuery, state: AppState, who: Who
                         break;
                     }
                 }
+                if ok && std::mem::take(&mut client.export_asked) {
+                    let of = session.clone();
+                    if let Some(exported) = state.heavy.run(move || export(&of)).await {
+                        ok = send(&mut sink, &exported).await;
+                    }
+                }
             }
             out = attachment.outbox.recv() => match out {
                 Some(msg) => {
@@ -241,6 +247,8 @@ async fn write(
 /// What this connection last received of the live state.
 struct ClientState {
     subscribed: bool,
+    /// An export was asked for: made off the runtime, then sent.
+    export_asked: bool,
     last_snapshot: Option<Arc<Snapshot>>,
     last_version: u64,
     last_event: Option<u64>,
@@ -250,6 +258,7 @@ impl ClientState {
     fn new() -> Self {
         ClientState {
             subscribed: true,
+            export_asked: false,
             last_snapshot: None,
             last_version: 0,
             last_event: None,
@@ -281,6 +290,13 @@ impl ClientState {
         let live = session.live();
         if live.version == self.last_version {
             return Vec::new();
+        }
+        // Encoded once on the session's thread for every connection.
+        if let Some(shared) = live.updates.since(self.last_version, live.version) {
+            self.last_version = live.version;
+            self.last_snapshot = Some(live.snapshot.clone());
+            self.last_event = live.events.back().map(|e| e.seq).or(self.last_event);
+            return shared;
         }
         let peaks = live.peaks_since(self.last_version);
         let new = live.snapshot.clone();
@@ -372,7 +388,10 @@ fn handle(
             ))
         }
         ClientMessage::Snapshot {} => Some(client.full_snapshot(session)),
-        ClientMessage::ExportSnapshot {} => Some(export(session)),
+        ClientMessage::ExportSnapshot {} => {
+            client.export_asked = true;
+            None
+        }
         ClientMessage::Command { id, .. } if role == Role::Watcher => Some(read_only(Some(id))),
         ClientMessage::Commands { first_id, commands } if role == Role::Watcher => {
             return ids(first_id, commands.len())
@@ -401,7 +420,8 @@ fn handle(
     reply.into_iter().collect()
 }
 
-/// The ids of a batch: `first`, `first + 1`, ….
+/// The ids of a batch: `first`, `first + 1`, … (the reader refuses a
+/// batch whose ids run past `u64::MAX`).
 fn ids(first: u64, n: usize) -> impl Iterator<Item = u64> {
     (0..n as u64).map(move |i| first.saturating_add(i))
 }

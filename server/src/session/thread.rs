@@ -2,6 +2,7 @@
 //! order, and publishes what the engine holds while a command runs and
 //! after each one.
 
+use super::updates::Change;
 use super::{shutting_down, wire, Job, Session, EVENT_HISTORY, PEAK_HISTORY};
 use crate::metrics::Metrics;
 use std::sync::atomic::Ordering;
@@ -12,25 +13,48 @@ use vramlab_shared::engine::Progress;
 use vramlab_shared::protocol::ServerMessage;
 use vramlab_shared::Engine;
 
-/// Publishes what the engine holds now.
+/// Publishes what the engine holds now, and what changed since the last
+/// publication encoded once for every connection that follows it
+/// (here, on the session's thread, not on the connections' runtime).
 fn publish(session: &Session, engine: &mut Engine, progress: Option<(u64, Progress)>) {
     let snapshot = Arc::new(engine.snapshot(0));
-    let (peak_a, peak_r) = engine.take_sample_peaks();
+    let peaks = engine.take_sample_peaks();
+    let (old, since, followed) = {
+        let state = session.state();
+        let since = state.live.events.back().map_or(0, |e| e.seq + 1);
+        (
+            state.live.snapshot.clone(),
+            since,
+            !state.clients.is_empty(),
+        )
+    };
+    let fresh: Vec<_> = engine.events_since(since).cloned().collect();
+    let update = followed.then(|| {
+        let change = Change {
+            old: &old,
+            new: &snapshot,
+            peaks,
+            events: &fresh,
+            first_event: since,
+            progress: progress.as_ref(),
+        };
+        change.encode()
+    });
     let mut state = session.state();
     let live = &mut state.live;
-    let since = live.events.back().map_or(0, |e| e.seq + 1);
-    live.events.extend(engine.events_since(since).cloned());
+    live.events.extend(fresh);
     while live.events.len() > EVENT_HISTORY {
         live.events.pop_front();
     }
     live.version += 1;
     let version = live.version;
-    live.peaks.push_back((version, peak_a, peak_r));
+    live.peaks.push_back((version, peaks.0, peaks.1));
     while live.peaks.len() > PEAK_HISTORY {
         live.peaks.pop_front();
     }
     live.snapshot = snapshot;
     live.progress = progress;
+    live.updates.record(version, update);
     drop(state);
     session.live_tx.send_replace(version);
 }

@@ -72,6 +72,13 @@ fn read_client(mut f: Fields, kind: &str) -> Result<ClientMessage, Error> {
                     commands.len()
                 )));
             }
+            let first_id: u64 = first_id;
+            if first_id.checked_add(commands.len() as u64 - 1).is_none() {
+                return Err(Error::custom(format!(
+                    "a `commands` message of {} commands from id {first_id} runs past the largest id (2^64 - 1): number them lower",
+                    commands.len()
+                )));
+            }
             (
                 M::Commands { first_id, commands },
                 &["first_id", "commands"],
@@ -376,6 +383,17 @@ mod tests {
         assert!(err("[1,2,3]").starts_with("invalid type: sequence, expected a map"));
         assert!(err(r#"{"type":"commands","first_id":1,"commands":[]}"#)
             .starts_with("a `commands` message holds 1 to 64 commands, not 0"));
+        // Each command its own id: a batch whose ids would run past the
+        // largest gave them all the same one.
+        let last = u64::MAX;
+        assert!(err(&format!(
+            r#"{{"type":"commands","first_id":{last},"commands":[{{"cmd":"gc"}},{{"cmd":"gc"}}]}}"#
+        ))
+        .starts_with("a `commands` message of 2 commands from id 18446744073709551615 runs past"));
+        assert!(serde_json::from_str::<ClientMessage>(&format!(
+            r#"{{"type":"commands","first_id":{last},"commands":[{{"cmd":"gc"}}]}}"#
+        ))
+        .is_ok());
         // A ping's nonce may be left out.
         assert_eq!(
             serde_json::from_str::<ClientMessage>(r#"{"type":"ping"}"#).unwrap(),
