@@ -829,6 +829,72 @@ async fn half_sent_requests_are_closed_and_others_get_through() {
     }
 }
 
+/// A request sent a byte at a time, each within the idle time, is closed
+/// at its headers' deadline (it held a slot for as long as it trickled),
+/// and the slot goes to a request that arrives whole; a websocket, once
+/// upgraded, is not held to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_trickled_a_byte_at_a_time_is_closed_at_its_deadline() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut o = options();
+    o.connections = vramlab_server::listener::ConnectionLimits {
+        max_connections: 2,
+        read_idle: Duration::from_secs(20),
+        header_deadline: Duration::from_millis(600),
+        ..Default::default()
+    };
+    let addr = start(o).await;
+    let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/ws"))
+        .await
+        .unwrap();
+    let mut slow = TcpStream::connect(&addr).await.unwrap();
+    let started = std::time::Instant::now();
+    let request = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    let mut closed_after = None;
+    for &b in request.iter() {
+        if slow.write_all(&[b]).await.is_err() {
+            closed_after = Some(started.elapsed());
+            break;
+        }
+        let mut byte = [0u8; 1];
+        match tokio::time::timeout(Duration::from_millis(150), slow.read(&mut byte)).await {
+            Ok(Ok(0) | Err(_)) => {
+                closed_after = Some(started.elapsed());
+                break;
+            }
+            _ => {}
+        }
+    }
+    let closed_after = closed_after.expect("the trickling request was closed");
+    assert!(closed_after < Duration::from_secs(3), "{closed_after:?}");
+    let mut c = TcpStream::connect(&addr).await.unwrap();
+    c.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut reply = String::new();
+    tokio::time::timeout(WAIT, c.read_to_string(&mut reply))
+        .await
+        .expect("served")
+        .unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    // The websocket outlived the headers' deadline many times over.
+    let mut ws = ws;
+    let ping = r#"{"type":"ping","nonce":5}"#;
+    ws.send(tokio_tungstenite::tungstenite::Message::Text(ping.into()))
+        .await
+        .unwrap();
+    loop {
+        let m = tokio::time::timeout(WAIT, ws.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if m.to_text().unwrap().contains("pong") {
+            break;
+        }
+    }
+}
+
 /// One address cannot take every connection: with room for four, two per
 /// address, a client at 127.0.0.1 that opens four half-sent requests holds
 /// two (the others are closed at once), and a client at 127.0.0.2 gets its

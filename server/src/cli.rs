@@ -354,8 +354,8 @@ pub struct ServeArgs {
     /// The most sessions the server holds at once.
     #[arg(long, env = "VRAMLAB_MAX_SESSIONS", default_value_t = 64)]
     pub max_sessions: usize,
-    /// The most sessions one client address (or, with --user-header, one
-    /// user) may hold at once (0: no limit). Listening on loopback alone,
+    /// The most sessions one client (an IPv4 address or an IPv6 /64; with
+    /// --user-header, one user) may hold at once (0: no limit). Listening on loopback alone,
     /// this machine's users are not counted; behind a reverse proxy, name
     /// it with --trusted-proxy so its clients are told apart.
     #[arg(long, env = "VRAMLAB_MAX_SESSIONS_PER_CLIENT", default_value_t = 8)]
@@ -363,8 +363,8 @@ pub struct ServeArgs {
     /// The most TCP connections open at once; more wait to be accepted.
     #[arg(long, env = "VRAMLAB_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
-    /// The most TCP connections one client address may hold (0: no
-    /// limit); more are closed as they arrive. A --trusted-proxy's address
+    /// The most TCP connections one client (an IPv4 address or an IPv6
+    /// /64) may hold (0: no limit); more are closed as they arrive. A --trusted-proxy's address
     /// is not limited (it speaks for many clients).
     #[arg(
         long,

@@ -31,6 +31,7 @@ pub mod http;
 pub mod lesson_python;
 pub mod listener;
 pub mod metrics;
+pub mod network;
 pub mod plan;
 pub mod python;
 pub mod rate;

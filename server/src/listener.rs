@@ -2,9 +2,11 @@
 //! rest wait in the kernel's backlog), at most `max_per_address` of them
 //! from one client address (more are closed as they arrive, so one
 //! address cannot take every slot; a trusted proxy's address, which
-//! speaks for many clients, is not counted), and a connection that sends
-//! nothing for `read_idle` is closed, so half-sent requests cannot hold
-//! file descriptors or slots (a slow-header attack). Websockets stay busy:
+//! speaks for many clients, is not counted; an IPv6 client is its /64), a
+//! connection that sends nothing for `read_idle` is closed, and a
+//! request's headers must all arrive within `header_deadline` of its first
+//! byte, so half-sent requests cannot hold file descriptors or slots, not
+//! even one byte at a time (a slow-header attack). Websockets stay busy:
 //! the server pings every 20 s and clients answer.
 
 use axum::serve::Listener;
@@ -30,6 +32,9 @@ pub struct ConnectionLimits {
     /// not limited per address.
     pub shared: Vec<ipnet::IpNet>,
     pub read_idle: Duration,
+    /// How long a request's headers may take to arrive, from its first
+    /// byte (the connection's first request: from when it was accepted).
+    pub header_deadline: Duration,
 }
 
 impl Default for ConnectionLimits {
@@ -39,6 +44,7 @@ impl Default for ConnectionLimits {
             max_per_address: 256,
             shared: Vec::new(),
             read_idle: Duration::from_secs(60),
+            header_deadline: Duration::from_secs(15),
         }
     }
 }
@@ -50,6 +56,7 @@ pub struct Capped<L> {
     permits: Arc<Semaphore>,
     addresses: Arc<Addresses>,
     read_idle: Duration,
+    header_deadline: Duration,
 }
 
 impl<L> Capped<L> {
@@ -63,11 +70,12 @@ impl<L> Capped<L> {
                 shared: limits.shared,
             }),
             read_idle: limits.read_idle,
+            header_deadline: limits.header_deadline,
         }
     }
 }
 
-/// The connections open per client address.
+/// The connections open per client (an IPv4 address, an IPv6 /64).
 struct Addresses {
     open: Mutex<HashMap<IpAddr, usize>>,
     max: usize,
@@ -80,6 +88,7 @@ impl Addresses {
         if self.max == 0 || self.shared.iter().any(|n| n.contains(&ip)) {
             return Some(AddressSlot(None));
         }
+        let ip = crate::network::client_key(ip);
         let mut open = self.open.lock().expect("addresses lock");
         let n = open.entry(ip).or_insert(0);
         if *n >= self.max {
@@ -135,6 +144,7 @@ where
                 io,
                 idle,
                 read_idle: self.read_idle,
+                headers: Headers::new(self.header_deadline),
                 _permit: permit,
                 _slot: slot,
             };
@@ -148,13 +158,74 @@ where
 }
 
 /// One connection: it holds its slot until dropped, and reading fails once
-/// nothing arrived for `read_idle`.
+/// nothing arrived for `read_idle`, or a request's headers took longer
+/// than their deadline.
 pub struct Guarded<T> {
     io: T,
     idle: Pin<Box<Sleep>>,
     read_idle: Duration,
+    headers: Headers,
     _permit: OwnedSemaphorePermit,
     _slot: AddressSlot,
+}
+
+/// Where a connection's requests stand: a request's headers arriving (with
+/// their deadline), or between requests; none once the connection is a
+/// websocket.
+struct Headers {
+    deadline: Duration,
+    /// Armed while a request's headers arrive.
+    due: Option<Pin<Box<Sleep>>>,
+    /// The last bytes read, for a blank line split across reads.
+    tail: [u8; 3],
+    /// The server answered 101: the connection speaks websocket now.
+    upgraded: bool,
+}
+
+impl Headers {
+    /// A new connection: its first request is due at once.
+    fn new(deadline: Duration) -> Headers {
+        Headers {
+            deadline,
+            due: Some(Box::pin(tokio::time::sleep(deadline))),
+            tail: [0; 3],
+            upgraded: false,
+        }
+    }
+
+    /// Bytes read: a request begins (its deadline armed) or its headers
+    /// end at a blank line (disarmed).
+    fn read(&mut self, bytes: &[u8]) {
+        if self.upgraded {
+            return;
+        }
+        for &b in bytes {
+            if self.due.is_none() {
+                self.due = Some(Box::pin(tokio::time::sleep(self.deadline)));
+            }
+            let ends = self.tail == *b"\r\n\r" && b == b'\n';
+            self.tail = [self.tail[1], self.tail[2], b];
+            if ends {
+                self.due = None;
+                self.tail = [0; 3];
+            }
+        }
+    }
+
+    /// Bytes the server writes: an answer of 101 makes it a websocket.
+    fn wrote(&mut self, bytes: &[u8]) {
+        if !self.upgraded && bytes.starts_with(b"HTTP/1.1 101") {
+            self.upgraded = true;
+            self.due = None;
+        }
+    }
+
+    /// Whether the headers under way are past their deadline.
+    fn poll_late(&mut self, cx: &mut Context<'_>) -> bool {
+        self.due
+            .as_mut()
+            .is_some_and(|due| due.as_mut().poll(cx).is_ready())
+    }
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
@@ -169,9 +240,15 @@ impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
                 if buf.filled().len() > before {
                     let deadline = Instant::now() + self.read_idle;
                     self.idle.as_mut().reset(deadline);
+                    let this = &mut *self;
+                    this.headers.read(&buf.filled()[before..]);
                 }
                 Poll::Ready(result)
             }
+            Poll::Pending if self.headers.poll_late(cx) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the request's headers did not all arrive in time",
+            ))),
             Poll::Pending => match self.idle.as_mut().poll(cx) {
                 Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::TimedOut,
@@ -189,6 +266,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        self.headers.wrote(buf);
         Pin::new(&mut self.io).poll_write(cx, buf)
     }
 

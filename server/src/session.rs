@@ -504,6 +504,17 @@ impl Session {
         gone && !state.owner_connected()
     }
 
+    /// How long it has had no connection at all (owner or watcher), and
+    /// whether it ever ran a command; `None` while one is connected.
+    fn unattended(&self, now: Instant) -> Option<(bool, Duration)> {
+        let state = self.state();
+        if !state.clients.is_empty() {
+            return None;
+        }
+        let since = state.detached_since?;
+        Some((state.used, now.duration_since(since)))
+    }
+
     /// Whether a command is queued or running.
     fn busy(&self) -> bool {
         self.state().queued > 0

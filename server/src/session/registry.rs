@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// How long a session must have had no connection before a full server
+/// ends it to make room for a new one (a page reconnects within seconds;
+/// a TTL shorter than this is used instead).
+pub const RECLAIM_AFTER: Duration = Duration::from_secs(10);
+
 /// Every session of the server.
 pub struct Sessions {
     pub(super) map: Mutex<HashMap<String, Arc<Session>>>,
@@ -74,11 +79,16 @@ impl Sessions {
                 "this server is draining and starts no new sessions: connect again to reach another",
             ));
         }
-        self.check_owner(
-            &self.map.lock().expect("sessions lock"),
-            client,
-            user.as_deref(),
-        )?;
+        {
+            let mut map = self.map.lock().expect("sessions lock");
+            let reclaimed = self.make_room(&mut map);
+            let checked = self.check_owner(&map, client, user.as_deref());
+            drop(map);
+            if let Some(s) = reclaimed {
+                s.shut_down();
+            }
+            checked?;
+        }
         let config = self.config.clone();
         let owner = (client, user);
         let session =
@@ -92,6 +102,10 @@ impl Sessions {
         // one user started at once must not both pass.
         let mut map = self.map.lock().expect("sessions lock");
         let owner = session.owner.as_deref();
+        let reclaimed = self.make_room(&mut map);
+        if let Some(s) = &reclaimed {
+            s.shut_down();
+        }
         if let Err(e) = self.check_owner(&map, session.client, owner) {
             drop(map);
             session.shut_down();
@@ -100,6 +114,29 @@ impl Sessions {
         map.insert(session.id.clone(), session.clone());
         Metrics::inc(&self.metrics.sessions_created);
         Ok(session)
+    }
+
+    /// A full server makes room for one more: the session that has gone
+    /// longest without any connection (one that never ran a command
+    /// first) ends, once it has had none for [`RECLAIM_AFTER`]; so no one
+    /// can hold every slot with sessions they left (their TTL), only with
+    /// connections they keep open, which are limited per client.
+    fn make_room(&self, map: &mut HashMap<String, Arc<Session>>) -> Option<Arc<Session>> {
+        if map.len() < self.config.max_sessions {
+            return None;
+        }
+        let now = Instant::now();
+        let (id, _) = (map.iter())
+            .filter_map(|(id, s)| {
+                let (used, alone) = s.unattended(now)?;
+                let after = RECLAIM_AFTER.min(self.config.ttl);
+                (alone >= after).then(|| (id.clone(), (!used, alone)))
+            })
+            .max_by_key(|(_, order)| *order)?;
+        let s = map.remove(&id)?;
+        tracing::info!(session = %&s.id[..8], "session ended to make room: the server is full and it had no connection");
+        Metrics::inc(&self.metrics.sessions_expired);
+        Some(s)
     }
 
     /// The server's limit, then the user's (or the client's): whether one
@@ -147,7 +184,10 @@ impl Sessions {
         let (Some(ip), max) = (client, self.config.max_per_client) else {
             return Ok(());
         };
-        let held = map.values().filter(|s| s.client == Some(ip)).count();
+        let key = crate::network::client_key(ip);
+        let held = (map.values())
+            .filter(|s| s.client.map(crate::network::client_key) == Some(key))
+            .count();
         if max > 0 && held >= max {
             Metrics::inc(&self.metrics.refused.session_limit);
             return Err(ConnectionError::new(

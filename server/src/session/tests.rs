@@ -67,8 +67,12 @@ fn the_session_map_stays_free_while_a_session_starts() {
 }
 
 fn sim_sessions() -> Arc<Sessions> {
+    sim_sessions_with_ttl(Duration::from_secs(60))
+}
+
+fn sim_sessions_with_ttl(ttl: Duration) -> Arc<Sessions> {
     let config = SessionConfig {
-        ttl: Duration::from_secs(60),
+        ttl,
         snapshot_interval: Duration::from_millis(33),
         max_queue: 8,
         max_sessions: 4,
@@ -146,9 +150,55 @@ fn one_client_address_holds_a_bounded_number_of_sessions() {
     );
     made.push(sessions.create_for(ip("198.51.100.1")).unwrap());
     made.push(sessions.create_for(ip("127.0.0.1")).unwrap());
+    // An IPv6 /64 is one client, whichever of its addresses it uses.
+    let sessions = sim_sessions();
+    made.push(sessions.create_for(ip("2001:db8:5:6::1")).unwrap());
+    made.push(sessions.create_for(ip("2001:db8:5:6::2")).unwrap());
+    let refused = sessions.create_for(ip("2001:db8:5:6:abcd::9")).unwrap_err();
+    assert!(refused.message.contains("already holds 2 sessions"));
+    made.push(sessions.create_for(ip("2001:db8:5:7::1")).unwrap());
     for s in made {
         s.shut_down();
     }
+}
+
+/// A full server makes room: a session left without any connection for
+/// long enough ends for a new one; sessions with a connection are never
+/// taken, and with all of them connected the server says it is full.
+#[test]
+fn a_full_server_ends_a_session_no_one_is_connected_to() {
+    let sessions = sim_sessions_with_ttl(Duration::from_millis(200));
+    let made: Vec<_> = (1..=4)
+        .map(|i| {
+            sessions
+                .create_for(Some(format!("192.0.2.{i}").parse().unwrap()))
+                .unwrap()
+        })
+        .collect();
+    let attached: Vec<_> = (made.iter())
+        .filter(|s| !std::ptr::eq(*s, &made[2]))
+        .map(|s| s.attach(Role::Owner, None))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let new = sessions
+        .create_for(Some("198.51.100.9".parse().unwrap()))
+        .unwrap();
+    assert!(
+        sessions.get(&made[2].id).is_none(),
+        "the one left alone ended"
+    );
+    assert!(made
+        .iter()
+        .enumerate()
+        .all(|(i, s)| i == 2 || sessions.get(&s.id).is_some()));
+    let _new_attached = new.attach(Role::Owner, None);
+    std::thread::sleep(Duration::from_millis(300));
+    let full = sessions
+        .create_for(Some("198.51.100.10".parse().unwrap()))
+        .unwrap_err();
+    assert_eq!(full.kind, ConnectionErrorKind::SessionLimit);
+    drop(attached);
+    sessions.shut_down_all();
 }
 
 /// A user who opens many connections at once gets `max_per_client`
