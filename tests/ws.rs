@@ -829,6 +829,32 @@ async fn half_sent_requests_are_closed_and_others_get_through() {
     }
 }
 
+/// A client's Close is answered with the server's (the closing handshake),
+/// not a bare TCP close that clients report as 1006.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_close_is_answered() {
+    use tokio_tungstenite::tungstenite::protocol::{frame::coding::CloseCode, CloseFrame};
+    let addr = start(options()).await;
+    let (mut ws, _) = connect_async(format!("ws://{addr}/ws")).await.unwrap();
+    let close = CloseFrame {
+        code: CloseCode::Normal,
+        reason: "done".into(),
+    };
+    ws.send(Message::Close(Some(close))).await.unwrap();
+    let mut answered = None;
+    while let Ok(Some(m)) = tokio::time::timeout(WAIT, ws.next()).await {
+        match m {
+            Ok(Message::Close(frame)) => {
+                answered = Some(frame.map(|f| f.code));
+                break;
+            }
+            Ok(_) => continue,
+            Err(e) => panic!("the connection ended without the server's close: {e}"),
+        }
+    }
+    assert_eq!(answered, Some(Some(CloseCode::Normal)));
+}
+
 /// A request sent a byte at a time, each within the idle time, is closed
 /// at its headers' deadline (it held a slot for as long as it trickled),
 /// and the slot goes to a request that arrives whole; a websocket, once

@@ -115,13 +115,20 @@ pub fn build(options: &ServeOptions, backend: Backend) -> anyhow::Result<Server>
     let router = probes().route("/ws", get(crate::ws::ws_handler));
     let router = match &options.dist {
         Some(dist) => router.fallback_service(
-            ServeDir::new(dist)
-                .precompressed_br()
-                .precompressed_gzip()
-                .fallback(
-                    ServeFile::new(dist.join("index.html"))
+            tower::ServiceBuilder::new()
+                .layer(axum::middleware::from_fn_with_state(
+                    crate::dist::Root::new(dist),
+                    crate::dist::guard,
+                ))
+                .service(
+                    ServeDir::new(dist)
                         .precompressed_br()
-                        .precompressed_gzip(),
+                        .precompressed_gzip()
+                        .fallback(
+                            ServeFile::new(dist.join("index.html"))
+                                .precompressed_br()
+                                .precompressed_gzip(),
+                        ),
                 ),
         ),
         None => router.fallback(crate::webapp::serve),

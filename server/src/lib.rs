@@ -26,6 +26,7 @@ pub mod backend;
 pub mod cli;
 pub mod cuda;
 pub mod diff;
+pub mod dist;
 pub mod heavy;
 pub mod http;
 pub mod lesson_python;

@@ -64,7 +64,7 @@ fn with_model(mut r: Value, args: &PlanArgs) -> anyhow::Result<Value> {
         r["model"] = model.into();
         return Ok(r);
     }
-    let text = std::fs::read_to_string(model).map_err(|e| {
+    let text = read_config(model).map_err(|e| {
         anyhow!("{model} is neither a shipped shape (vramlab plan --list) nor a readable config.json: {e}")
     })?;
     r["config"] = serde_json::from_str(&text).map_err(|e| anyhow!("{model}: not JSON: {e}"))?;
@@ -74,6 +74,27 @@ fn with_model(mut r: Value, args: &PlanArgs) -> anyhow::Result<Value> {
         .filter(|d| !d.is_empty());
     r["config_path"] = dir.unwrap_or_else(|| ".".into()).into();
     Ok(r)
+}
+
+/// The most a config.json may hold: the largest published ones (with
+/// their labels and tokenizer maps) are a few hundred KB.
+const MAX_CONFIG_BYTES: u64 = 8 << 20;
+
+/// A config.json's text, refused past [`MAX_CONFIG_BYTES`] before more is
+/// read (`/dev/zero` was read until memory ran out).
+fn read_config(path: &str) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(std::io::Error::other(format!(
+            "it holds more than {} MiB; a config.json holds a few hundred KB",
+            MAX_CONFIG_BYTES >> 20
+        )));
+    }
+    Ok(text)
 }
 
 /// What the question asks, in a line.
@@ -253,4 +274,25 @@ pub fn plan(args: &PlanArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A config.json past its bound is refused after reading no more than
+    /// the bound (an endless file was read until memory ran out).
+    #[cfg(unix)]
+    #[test]
+    fn an_endless_config_is_refused_at_its_bound() {
+        let err = read_config("/dev/zero").unwrap_err().to_string();
+        assert!(err.contains("more than 8 MiB"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        std::fs::write(&path, r#"{"model_type":"llama"}"#).unwrap();
+        assert_eq!(
+            read_config(path.to_str().unwrap()).unwrap(),
+            r#"{"model_type":"llama"}"#
+        );
+    }
 }

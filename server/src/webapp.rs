@@ -6,7 +6,7 @@
 //! `.gz` beside each): a browser that accepts brotli or gzip gets those
 //! bytes.
 
-use axum::http::{header, HeaderMap, StatusCode, Uri};
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
 #[derive(rust_embed::RustEmbed)]
@@ -31,7 +31,10 @@ fn encodings(headers: &HeaderMap) -> impl Iterator<Item = (&'static str, &'stati
         accepts.split(',').any(|part| {
             let mut it = part.split(';');
             let coding = it.next().unwrap_or_default().trim();
-            let refused = it.any(|q| q.trim().replace(' ', "") == "q=0");
+            let refused = it.any(|q| {
+                let q = q.trim().replace(' ', "");
+                (q.strip_prefix("q=").and_then(|v| v.parse::<f32>().ok())) == Some(0.0)
+            });
             coding == name && !refused
         })
     };
@@ -40,7 +43,15 @@ fn encodings(headers: &HeaderMap) -> impl Iterator<Item = (&'static str, &'stati
         .filter(move |(_, name)| accepted(name))
 }
 
-pub async fn serve(uri: Uri, headers: HeaderMap) -> Response {
+pub async fn serve(method: Method, uri: Uri, headers: HeaderMap) -> Response {
+    if method != Method::GET && method != Method::HEAD {
+        return (
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, "GET, HEAD")],
+            "the web app's files are read with GET",
+        )
+            .into_response();
+    }
     let path = uri.path().trim_start_matches('/');
     // A folder named without its slash (`/plan`, `/snapshots`) goes to it
     // (its page's relative links need the slash), as a folder served from
@@ -62,6 +73,12 @@ pub async fn serve(uri: Uri, headers: HeaderMap) -> Response {
     } else {
         path.to_string()
     };
+    // A file that is not there (a script, a wasm) is not found: only a
+    // path without an extension can be one of the app's own routes.
+    let route = !wanted.rsplit('/').next().unwrap_or_default().contains('.');
+    if WebApp::get(&wanted).is_none() && !route && is_built() {
+        return (StatusCode::NOT_FOUND, format!("/{path}: no such file")).into_response();
+    }
     let found = WebApp::get(&wanted)
         .map(|f| (f, wanted))
         .or_else(|| WebApp::get("index.html").map(|f| (f, "index.html".to_string())));
@@ -110,11 +127,37 @@ mod tests {
         encodings(&headers).map(|(_, coding)| coding).collect()
     }
 
+    /// Only GET and HEAD read the page; a script or wasm that is not there
+    /// is not found (it got the page, as text/html, with 200).
+    #[tokio::test]
+    async fn other_methods_and_missing_files_are_said() {
+        let get =
+            |m: Method, path: &'static str| serve(m, Uri::from_static(path), HeaderMap::new());
+        for m in [Method::POST, Method::PUT, Method::DELETE, Method::TRACE] {
+            let r = get(m, "/").await;
+            assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+            assert_eq!(r.headers()[header::ALLOW], "GET, HEAD");
+        }
+        for path in ["/missing.js", "/engine/none_bg.wasm"] {
+            assert_eq!(
+                get(Method::GET, path).await.status(),
+                StatusCode::NOT_FOUND,
+                "{path}"
+            );
+        }
+        if is_built() {
+            let r = get(Method::GET, "/lesson/3").await;
+            assert_eq!(r.status(), StatusCode::OK);
+        }
+    }
+
     #[test]
     fn the_best_encoding_the_browser_accepts_comes_first() {
         assert_eq!(accepts("gzip, deflate, br, zstd"), ["br", "gzip"]);
         assert_eq!(accepts("gzip"), ["gzip"]);
         assert_eq!(accepts("br;q=0, gzip;q=0.5"), ["gzip"]);
+        assert_eq!(accepts("br;q=0.0, gzip;q=0.000"), Vec::<&str>::new());
+        assert_eq!(accepts("br;q=0.1"), ["br"]);
         assert_eq!(accepts("identity"), Vec::<&str>::new());
         assert!(encodings(&HeaderMap::new()).next().is_none());
     }

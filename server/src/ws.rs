@@ -160,7 +160,13 @@ async fn connection(socket: WebSocket, query: WsQuery, state: AppState, who: Who
                     Some(Ok(Message::Text(t))) => t.to_string(),
                     Some(Ok(Message::Binary(b))) => String::from_utf8_lossy(&b).into_owned(),
                     Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                    Some(Ok(Message::Close(_))) => {
+                        // The closing handshake answered (not a bare TCP
+                        // close, which the client reads as 1006).
+                        let _ = tokio::time::timeout(WRITE_TIMEOUT, sink.close()).await;
+                        break;
+                    }
+                    None | Some(Err(_)) => break,
                 };
                 for reply in handle(&text, max, role, &session, &mut client, &state) {
                     ok = send(&mut sink, &reply).await;
