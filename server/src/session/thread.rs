@@ -62,6 +62,7 @@ fn publish(session: &Session, engine: &mut Engine, progress: Option<(u64, Progre
 /// The session's thread: runs commands in order until the session ends.
 pub(super) fn run_engine(session: Arc<Session>, mut engine: Engine, jobs: mpsc::Receiver<Job>) {
     let interval = session.config.snapshot_interval;
+    let mut published = Instant::now();
     while let Ok(job) = jobs.recv() {
         let Job { id, line } = job;
         if session.stop.load(Ordering::SeqCst) && session.state().jobs.is_none() {
@@ -106,7 +107,15 @@ pub(super) fn run_engine(session: Arc<Session>, mut engine: Engine, jobs: mpsc::
         if let (Some(settings), Some(device)) = (&record.settings, &record.device) {
             session.state().hello = (settings.clone(), device.clone());
         }
-        publish(&session, &mut engine, None);
+        // After each command, unless more are queued behind it (a batch
+        // the code cell sent): then at most every snapshot interval, as
+        // while a command runs, and always after the batch's last. What a
+        // command's numbers are goes with its result.
+        let more = session.state().queued > 1;
+        if !more || published.elapsed() >= interval {
+            publish(&session, &mut engine, None);
+            published = Instant::now();
+        }
         session.broadcast(
             wire(&ServerMessage::Result {
                 id,

@@ -9,10 +9,14 @@ use crate::train::cublas::clear_cublas_workspaces;
 use crate::types::{Category, Dtype, Framework};
 use crate::units::{format_size, EIB};
 
+/// The most objects (tensors, lists, models…) a session's kernel holds.
+pub const MAX_OBJECTS: usize = 50_000;
+
 impl Engine {
     pub(super) fn alloc(&mut self, a: &AllocArgs) -> Result<Outcome, CommandError> {
         let name = a.name.as_str();
         check_name(name)?;
+        self.room_for_an_object()?;
         let category = a.category.unwrap_or_default();
         let (bytes, shape, dtype) = alloc_size(a)?;
         if bytes >= EIB {
@@ -99,7 +103,6 @@ impl Engine {
 
     pub(super) fn del(&mut self, name: &str) -> Result<Outcome, CommandError> {
         let id = self.lookup(name)?;
-        let holders = self.process.runtime.holders_of(id, Some(name));
         let children = self
             .process
             .runtime
@@ -120,6 +123,9 @@ impl Engine {
             )));
         }
         let note = if released.is_empty() {
+            // Who holds it, looked for only when someone does (a walk over
+            // every object: a `del` that frees stays cheap however many live).
+            let holders = self.process.runtime.holders_of(id, Some(name));
             format!(
                 "`del {name}` removed the name only: the object is still referenced (by {}), so nothing was freed.",
                 holders.join(", ")
@@ -193,9 +199,23 @@ impl Engine {
         }))
     }
 
+    /// Refuses a new object once the kernel holds [`MAX_OBJECTS`]: what
+    /// every command costs grows with them (the snapshot a page draws).
+    fn room_for_an_object(&self) -> Result<(), CommandError> {
+        let live = self.process.runtime.objects().len();
+        match live < MAX_OBJECTS {
+            true => Ok(()),
+            false => Err(error(
+                ErrorKind::InvalidValue,
+                format!("this kernel holds {live} objects, the most vramlab keeps in one session: `del` some first (a real PyTorch process would hold them, but each would be a line on this page)"),
+            )),
+        }
+    }
+
     pub(super) fn hold(&mut self, a: &HoldArgs) -> Result<Outcome, CommandError> {
         let (name, items, cycle) = (a.name.as_str(), &a.items, a.cycle);
         check_name(name)?;
+        self.room_for_an_object()?;
         let ids = items
             .iter()
             .map(|item| self.lookup(item))

@@ -532,3 +532,28 @@ fn assign_names_one_object_twice_and_append_makes_a_cycle() {
         )
     );
 }
+
+/// A session holds at most `MAX_OBJECTS` objects (a command's cost grew
+/// with them: a thousand commands at 16,000 live tensors took seconds);
+/// past it a new tensor or list is refused, saying why, and `del` makes
+/// room.
+#[test]
+fn a_kernel_holds_a_bounded_number_of_objects() {
+    use crate::runtime::ObjectKind;
+    let mut e = Engine::new_simulated();
+    for i in 0..tensors::MAX_OBJECTS {
+        let list = e.process.runtime.new_local(ObjectKind::List, "l");
+        e.process.bind_local(&format!("l{i}"), list);
+    }
+    let refused = e.run_line(r#"{"cmd":"alloc","name":"x","bytes":512}"#);
+    let err = refused.error.unwrap();
+    assert!(
+        err.message
+            .starts_with("this kernel holds 50000 objects, the most vramlab keeps"),
+        "{}",
+        err.message
+    );
+    assert!(!e.run_line(r#"{"cmd":"hold","name":"h","items":[]}"#).ok);
+    assert!(run(&mut e, r#"{"cmd":"del","name":"l0"}"#).ok);
+    assert!(run(&mut e, r#"{"cmd":"alloc","name":"x","bytes":512}"#).ok);
+}
