@@ -48,6 +48,29 @@ fn run_source(name: &str, source: &str) -> std::process::Output {
     out
 }
 
+/// Brackets nested deeper than CPython's tokenizer allows get its
+/// SyntaxError at once, found before the parser recurses (the page's
+/// CPython overflowed its stack there and answered nothing for 90 s).
+#[test]
+fn brackets_nested_too_deep_are_a_syntax_error() {
+    let deep = format!(
+        "x = {}{}\nprint('never')\n",
+        "[".repeat(2_000),
+        "]".repeat(2_000)
+    );
+    let out = run_source("deep", &deep);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.contains("SyntaxError: too many nested parentheses"),
+        "{stderr}"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    let fine = format!("x = {}1{}\nprint('ok')\n", "(".repeat(150), ")".repeat(150));
+    let out = run_source("nested", &fine);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n");
+}
+
 #[test]
 fn an_uncaught_error_prints_pythons_traceback_and_fails() {
     let out = run_source(

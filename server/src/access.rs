@@ -195,9 +195,11 @@ pub struct Guard {
     pub guesses: Arc<TokenGuesses>,
 }
 
-/// Wrong tokens per client address: past [`TokenGuesses::LIMIT`] in a
-/// [`TokenGuesses::WINDOW`], that address gets 429 until the window ends
-/// (loopback too; behind a trusted proxy, the address it forwards).
+/// Wrong tokens per client (an IPv4 address, an IPv6 /64): past
+/// [`TokenGuesses::LIMIT`] in a [`TokenGuesses::WINDOW`], that client gets
+/// 429 until the window ends, the right token too (were it let through, a
+/// guesser would tell it from a wrong one at full speed); loopback too;
+/// behind a trusted proxy, the address it forwards.
 #[derive(Debug, Default)]
 pub struct TokenGuesses {
     failures:
@@ -260,7 +262,8 @@ pub async fn guard(State(state): State<Guard>, req: Request, next: Next) -> Resp
     }
     let mut set_cookie = None;
     if let Some(token) = &access.token {
-        let (ip, now) = (client_ip(access, &req), std::time::Instant::now());
+        let ip = client_ip(access, &req).map(crate::network::client_key);
+        let now = std::time::Instant::now();
         if ip.is_some_and(|ip| !state.guesses.allowed(ip, now)) {
             Metrics::inc(&state.metrics.refused.token);
             return (

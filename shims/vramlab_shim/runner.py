@@ -59,11 +59,43 @@ class Output:
         pass
 
 
+# CPython's tokenizer refuses brackets nested 200 deep (MAXLEVEL); its
+# parser recurses once a level first, which in the page's CPython (wasm,
+# a small stack) overflowed before the tokenizer said so.
+MAX_NESTING = 200
+
+
+def check_nesting(source):
+    """CPython's SyntaxError for brackets nested too deep, found by the
+    tokenizer alone (no recursion), before the parser runs."""
+    import io
+    import tokenize
+
+    depth = 0
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type != tokenize.OP:
+                continue
+            if tok.string in "([{":
+                depth += 1
+                if depth >= MAX_NESTING:
+                    raise SyntaxError(
+                        "too many nested parentheses",
+                        (vs.CELL, tok.start[0], tok.start[1] + 1, tok.line),
+                    )
+            elif tok.string in ")]}":
+                depth -= 1
+    except tokenize.TokenError:
+        pass  # unbalanced or unfinished: the parser says what is wrong
+
+
 class Run:
     def __init__(self, source, emit, restart):
         self.emit = emit
         self.source = source
-        self.tree = ast.parse(shell.transform(source), vs.CELL)
+        transformed = shell.transform(source)
+        check_nesting(transformed)
+        self.tree = ast.parse(transformed, vs.CELL)
         self.statements = self.tree.body
         self.next = 0
         self.framework = framework_of(self.tree)
