@@ -43,11 +43,45 @@ fn sources(src: &Path) -> Vec<(Module, String)> {
                 module.pop();
             }
             let text = std::fs::read_to_string(&path).expect("readable source");
-            let code = text.split("#[cfg(test)]").next().unwrap_or("").to_string();
-            files.push((module, code));
+            files.push((module, without_test_items(&text)));
         }
     }
     files
+}
+
+/// `text` with each `#[cfg(test)]` item taken out (a `mod tests;`, a
+/// `mod tests { … }`, a test-only `impl` or `fn` wherever it sits), and
+/// nothing else: the code after a test item is read too.
+fn without_test_items(text: &str) -> String {
+    const MARK: &str = "#[cfg(test)]";
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(MARK) {
+        out.push_str(&rest[..at]);
+        let item = &rest[at + MARK.len()..];
+        let (brace, semi) = (item.find('{'), item.find(';'));
+        let end = match (brace, semi) {
+            (Some(b), Some(s)) if s < b => s + 1,
+            (None, Some(s)) => s + 1,
+            (Some(b), _) => {
+                let mut depth = 0;
+                (item[b..].char_indices())
+                    .find(|&(_, c)| {
+                        depth += match c {
+                            '{' => 1,
+                            '}' => -1,
+                            _ => 0,
+                        };
+                        depth == 0
+                    })
+                    .map_or(item.len(), |(j, _)| b + j + 1)
+            }
+            (None, None) => item.len(),
+        };
+        rest = &item[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The paths `code` names from `module`, made absolute: `crate::a::b`,
@@ -249,6 +283,30 @@ fn paths_are_read_from_any_depth() {
     .map(|p| p.split("::").map(str::to_string).collect())
     .collect();
     assert_eq!(paths, expect);
+}
+
+/// The engine runs commands; the Python text each stands for is written
+/// above it (`python`), read by the page and the tests, never by the
+/// engine.
+#[test]
+fn the_engine_does_not_depend_on_the_python_writer() {
+    let graphs = sibling_graphs(&root().join("shared").join("src"));
+    let engine = &graphs[&Vec::new()]["engine"];
+    assert!(!engine.contains("python"), "engine names: {engine:?}");
+}
+
+/// Code after a test item is read (a test `impl` above a module's
+/// imports once hid `backend -> cuda -> cli` from this test).
+#[test]
+fn only_test_items_are_left_out() {
+    let text = "use crate::a;\n#[cfg(test)]\nimpl X { fn f() { if y { crate::t::z(); } } }\nfn g() { crate::b::c(); }\n#[cfg(test)]\nmod tests;\nuse crate::d;\n#[cfg(test)]\nmod inner {\n    use crate::e;\n}\n";
+    let code = without_test_items(text);
+    let mut named: Vec<String> = named_paths(&vec!["m".to_string()], &code)
+        .iter()
+        .map(|p| p.join("::"))
+        .collect();
+    named.sort();
+    assert_eq!(named, ["a", "b::c", "d"]);
 }
 
 #[test]

@@ -14,7 +14,9 @@ fn main() -> ExitCode {
         Command::Run(args) => run_file(args),
         Command::Serve(args) => serve(*args).map(|()| ExitCode::SUCCESS),
         Command::Replay(args) => replay_file(&args, &mut std::io::stdout().lock()),
-        Command::Kernels(args) => vramlab_server::cuda::compile_kernels(&args),
+        Command::Kernels(args) => {
+            vramlab_server::cuda::compile_kernels(&args.arch, args.out.as_deref())
+        }
         Command::Python(args) => vramlab_server::python::run_python(&args),
         Command::LessonPython(args) => {
             vramlab_server::lesson_python::lesson_python(&args, &mut std::io::stdout().lock())

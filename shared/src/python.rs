@@ -12,7 +12,6 @@ mod cell;
 mod compiled;
 mod vllm;
 pub use cell::{append as append_to_cell, cell_code, code_after, imports};
-pub use compiled::optimizer_expr;
 use vllm::serve_code;
 
 fn size_expr(bytes: u64) -> String {

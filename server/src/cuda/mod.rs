@@ -41,12 +41,17 @@ pub fn probe(ordinal: usize) -> Result<Probe, String> {
 }
 
 /// `vramlab kernels`: the step's kernels compiled for each compute
-/// capability asked for, one line each; status 1 if any fails.
-pub fn compile_kernels(args: &crate::cli::KernelsArgs) -> anyhow::Result<std::process::ExitCode> {
+/// capability asked for (`arch`, as `8.0`; every one vramlab builds for
+/// when none), one line each, each cubin written under `out` when given;
+/// status 1 if any fails.
+pub fn compile_kernels(
+    arch: &[String],
+    out: Option<&std::path::Path>,
+) -> anyhow::Result<std::process::ExitCode> {
     #[cfg(feature = "cuda")]
     {
         let mut archs = vec![];
-        for a in &args.arch {
+        for a in arch {
             let parsed = a
                 .split_once('.')
                 .and_then(|(x, y)| Some((x.parse().ok()?, y.parse().ok()?)));
@@ -66,7 +71,7 @@ pub fn compile_kernels(args: &crate::cli::KernelsArgs) -> anyhow::Result<std::pr
                         vramlab_shared::train::kernels::NAMES.len(),
                         cubin.len()
                     );
-                    if let Some(dir) = &args.out {
+                    if let Some(dir) = out {
                         std::fs::create_dir_all(dir)?;
                         std::fs::write(
                             dir.join(format!("vramlab-sm_{major}{minor}.cubin")),
@@ -84,7 +89,7 @@ pub fn compile_kernels(args: &crate::cli::KernelsArgs) -> anyhow::Result<std::pr
     }
     #[cfg(not(feature = "cuda"))]
     {
-        let _ = args;
+        let _ = (arch, out);
         anyhow::bail!(NOT_BUILT)
     }
 }

@@ -229,7 +229,7 @@ impl Engine {
                     ""
                 }
             ),
-            _ => crate::python::optimizer_expr(kind, a.lr, framework),
+            _ => kind.written_in(framework, a.lr),
         };
         Ok(Outcome::note(format!(
             "`{name}` = {class}: it holds references to the parameters; its state ({}) is allocated at the first step.",

@@ -3,7 +3,6 @@
 //! batches, and the step as `jax.jit` or `fit`.
 
 use crate::command::{DataArgs, ModelArgs, OptimizerArgs, TrainArgs};
-use crate::train::OptimizerKind;
 use crate::types::Framework;
 
 /// JAX's parameters: a pytree of arrays on the device.
@@ -34,29 +33,10 @@ pub(super) fn params_code(a: &ModelArgs) -> String {
 /// model.
 pub(super) fn optimizer_code(a: &OptimizerArgs, framework: Framework) -> String {
     let (name, model) = (&a.name, &a.model);
-    let rule = optimizer_expr(a.kind, a.lr, framework);
+    let rule = a.kind.written_in(framework, a.lr);
     match framework {
         Framework::Jax => format!("{name} = {rule}\n{name}_state = {name}.init({model})"),
         _ => format!("{name} = {rule}\n{model}.compile(optimizer={name}, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))"),
-    }
-}
-
-/// The optimizer as JAX (optax) or Keras writes it: `optax.adam(0.001)`.
-pub fn optimizer_expr(kind: OptimizerKind, lr: Option<f32>, framework: Framework) -> String {
-    let lr = lr.unwrap_or(kind.default_lr());
-    let momentum = if kind == OptimizerKind::Momentum {
-        ", momentum=0.9"
-    } else {
-        ""
-    };
-    let (optax, keras) = match kind {
-        OptimizerKind::Sgd | OptimizerKind::Momentum => ("sgd", "SGD"),
-        OptimizerKind::Adam => ("adam", "Adam"),
-        OptimizerKind::Adamw => ("adamw", "AdamW"),
-    };
-    match framework {
-        Framework::Jax => format!("optax.{optax}({lr}{momentum})"),
-        _ => format!("tf.keras.optimizers.{keras}({lr}{momentum})"),
     }
 }
 

@@ -46,6 +46,26 @@ impl OptimizerKind {
         OptimizerKind::Adamw,
     ];
 
+    /// The optimizer as JAX (optax) or Keras names it, at `lr` (its
+    /// default when none): `optax.adam(0.001)`,
+    /// `tf.keras.optimizers.SGD(0.01, momentum=0.9)`.
+    pub fn written_in(self, framework: crate::types::Framework, lr: Option<f32>) -> String {
+        let lr = lr.unwrap_or(self.default_lr());
+        let momentum = match self {
+            OptimizerKind::Momentum => ", momentum=0.9",
+            _ => "",
+        };
+        let (optax, keras) = match self {
+            OptimizerKind::Sgd | OptimizerKind::Momentum => ("sgd", "SGD"),
+            OptimizerKind::Adam => ("adam", "Adam"),
+            OptimizerKind::Adamw => ("adamw", "AdamW"),
+        };
+        match framework {
+            crate::types::Framework::Jax => format!("optax.{optax}({lr}{momentum})"),
+            _ => format!("tf.keras.optimizers.{keras}({lr}{momentum})"),
+        }
+    }
+
     /// The name on the wire: `sgd`, `momentum`, `adam`, `adamw`.
     pub fn id(self) -> &'static str {
         match self {
