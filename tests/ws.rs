@@ -883,12 +883,10 @@ async fn a_request_trickled_a_byte_at_a_time_is_closed_at_its_deadline() {
             break;
         }
         let mut byte = [0u8; 1];
-        match tokio::time::timeout(Duration::from_millis(150), slow.read(&mut byte)).await {
-            Ok(Ok(0) | Err(_)) => {
-                closed_after = Some(started.elapsed());
-                break;
-            }
-            _ => {}
+        let read = tokio::time::timeout(Duration::from_millis(150), slow.read(&mut byte)).await;
+        if let Ok(Ok(0) | Err(_)) = read {
+            closed_after = Some(started.elapsed());
+            break;
         }
     }
     let closed_after = closed_after.expect("the trickling request was closed");
