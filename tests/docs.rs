@@ -1,0 +1,217 @@
+//! What the documentation names is there: every file path and every
+//! vramlab module path (`train::hf::plan::load`, `engine::Engine`) cited
+//! in backticks in README.md, ARCHITECTURE.md and docs/ names a file or a
+//! module of this repository, and the items after the module in it. (A
+//! citation of upstream code, `torch/cuda/memory.py`, is not ours to
+//! check.)
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use vramlab_tests::root;
+
+/// Upstream code the docs cite by path.
+const UPSTREAM: [&str; 12] = [
+    "torch/",
+    "vllm/",
+    "tools/autograd/",
+    "transformers/",
+    "peft/",
+    "bitsandbytes/",
+    "jax/",
+    "c10/",
+    "aten/",
+    "tensorflow/",
+    "xla/",
+    "keras/",
+];
+
+/// Every file of the repository (its build outputs and packages aside),
+/// relative to the root.
+fn repository_files() -> Vec<String> {
+    let root = root();
+    let mut out = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("a folder") {
+            let path = entry.expect("an entry").path();
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            if path.is_dir() {
+                if !["target", "node_modules", "dist", ".git"].contains(&name.as_str()) {
+                    stack.push(path);
+                }
+                continue;
+            }
+            out.push(
+                path.strip_prefix(&root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .to_string(),
+            );
+        }
+    }
+    out
+}
+
+/// A crate's modules: each as its path and the source files it is
+/// (its file, a folder's `mod.rs`, and its `*_tests.rs` beside it).
+fn modules() -> Vec<(Vec<String>, Vec<PathBuf>)> {
+    let mut out = Vec::new();
+    for krate in ["shared", "server", "frontend", "planner"] {
+        let src = root().join(krate).join("src");
+        let mut stack = vec![src.clone()];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).expect("a folder") {
+                let path = entry.expect("an entry").path();
+                if path.is_dir() {
+                    stack.push(path);
+                    continue;
+                }
+                let Some(stem) = path.file_stem().map(|s| s.to_string_lossy().to_string()) else {
+                    continue;
+                };
+                if path.extension().is_none_or(|e| e != "rs") {
+                    continue;
+                }
+                let rel = path.parent().unwrap().strip_prefix(&src).unwrap();
+                let mut module: Vec<String> = rel
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy().to_string())
+                    .collect();
+                if !["mod", "lib", "main"].contains(&stem.as_str()) {
+                    module.push(stem.trim_end_matches("_tests").to_string());
+                }
+                out.push((module, vec![path]));
+            }
+        }
+    }
+    out
+}
+
+/// Whether `parts` (a path cited from anywhere in the house) names a
+/// module whose path ends so, with the rest as names in its sources.
+fn resolves(parts: &[String], modules: &[(Vec<String>, Vec<PathBuf>)]) -> bool {
+    (1..=parts.len()).rev().any(|k| {
+        let (head, rest) = parts.split_at(k);
+        let sources: Vec<&PathBuf> = (modules.iter())
+            .filter(|(m, _)| m.ends_with(head))
+            .flat_map(|(_, files)| files)
+            .collect();
+        if sources.is_empty() {
+            return false;
+        }
+        let text: String = (sources.iter())
+            .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+            .collect();
+        rest.iter().all(|name| {
+            name == "tests"
+                || text
+                    .match_indices(name.as_str())
+                    .any(|(i, _)| is_word_at(&text, i, name.len()))
+        })
+    })
+}
+
+fn is_word_at(text: &str, at: usize, len: usize) -> bool {
+    let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+    !word(text[..at].chars().next_back()) && !word(text[at + len..].chars().next())
+}
+
+/// The backticked spans of `text`.
+fn cited(text: &str) -> Vec<&str> {
+    text.split('`').skip(1).step_by(2).collect()
+}
+
+fn is_file_path(s: &str) -> bool {
+    let extensions = [
+        ".rs", ".py", ".sh", ".md", ".json", ".jsonl", ".toml", ".yaml", ".yml", ".html", ".js",
+        ".css", ".txt", ".pickle",
+    ];
+    s.contains('/')
+        && !s.starts_with(['/', '.', '~', '$'])
+        && !s.contains("://")
+        && !s.contains(char::is_whitespace)
+        && !s.contains(['*', '{', '<', '?', '='])
+        && extensions.iter().any(|e| s.ends_with(e))
+}
+
+fn is_module_path(s: &str, ours: &BTreeSet<String>) -> bool {
+    let mut parts = s.split("::");
+    let first = parts.next().unwrap_or_default();
+    s.contains("::")
+        && s.split("::")
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'))
+        && ours.contains(first)
+}
+
+#[test]
+fn every_path_the_docs_cite_is_there() {
+    let files = repository_files();
+    let modules = modules();
+    // Module names of ours, so that upstream paths (`torch::…`) are left.
+    let mut ours: BTreeSet<String> = (modules.iter())
+        .flat_map(|(m, _)| m.first().cloned())
+        .collect();
+    ours.extend(["vramlab_shared", "vramlab_server"].map(String::from));
+    for upstream in [
+        "std", "serde", "tokio", "axum", "tracing", "torch", "tf", "jax",
+    ] {
+        ours.remove(upstream);
+    }
+    let mut docs = vec![root().join("README.md"), root().join("ARCHITECTURE.md")];
+    for e in std::fs::read_dir(root().join("docs")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "md") {
+            docs.push(p);
+        }
+    }
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for doc in &docs {
+        let text = std::fs::read_to_string(doc).unwrap();
+        let name = doc.strip_prefix(root()).unwrap().display().to_string();
+        for span in cited(&text) {
+            let span = span.trim_end_matches(['.', ',', ';', ':']);
+            if is_file_path(span) {
+                if UPSTREAM.iter().any(|u| span.starts_with(u)) || span.contains("NN-") {
+                    continue;
+                }
+                checked += 1;
+                let found = files
+                    .iter()
+                    .any(|f| f == span || f.ends_with(&format!("/{span}")));
+                if !found {
+                    missing.push(format!("{name}: the file `{span}`"));
+                }
+            } else if is_module_path(span, &ours) {
+                checked += 1;
+                let mut parts: Vec<String> = span.split("::").map(String::from).collect();
+                if parts[0].starts_with("vramlab_") {
+                    parts.remove(0);
+                }
+                if !resolves(&parts, &modules) {
+                    missing.push(format!("{name}: the module path `{span}`"));
+                }
+            }
+        }
+    }
+    println!("figure: {checked} paths cited in the docs, each there");
+    assert!(checked > 150, "{checked} citations found");
+    assert!(
+        missing.is_empty(),
+        "cited but not there:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn a_path_that_is_gone_is_found() {
+    let modules = modules();
+    let path = |s: &str| s.split("::").map(String::from).collect::<Vec<_>>();
+    assert!(resolves(&path("hf::plan::load::quantize_4bit"), &modules));
+    assert!(resolves(&path("torch_snapshot::pickle::machine"), &modules));
+    assert!(!resolves(&path("train::hf::plan::load_4bit"), &modules));
+    assert!(!resolves(&path("engine::no_such_module"), &modules));
+    assert!(Path::new(&root())
+        .join("shared/src/protocol/mod.rs")
+        .exists());
+}
