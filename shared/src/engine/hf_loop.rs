@@ -34,13 +34,7 @@ impl Engine {
                 a.optimizer, a.model
             )));
         }
-        let accumulate = a.accumulate.max(1);
-        if a.batch_size % accumulate != 0 {
-            return Err(invalid(format!(
-                "batch_size {} does not split into {accumulate} micro-batches",
-                a.batch_size
-            )));
-        }
+        let micro_batch = super::training::micro_batch(a.batch_size, a.accumulate)?;
         if a.steps == 0 || a.steps > 1000 {
             return Err(invalid("steps is from 1 to 1,000 for a Hugging Face model"));
         }
@@ -48,7 +42,7 @@ impl Engine {
             name: "loss".into(),
             model: a.model.clone(),
             data: a.data.clone(),
-            batch_size: a.batch_size / accumulate,
+            batch_size: micro_batch,
             no_grad: false,
             amp: a.amp,
             checkpointing: a.checkpointing,

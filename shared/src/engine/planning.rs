@@ -37,15 +37,7 @@ impl Engine {
             Some(d) => Some(self.train.datasets[&self.instance(d, Class::Dataset)?].spec),
             None => None,
         };
-        if shape.accumulate == 0
-            || shape.batch_size % shape.accumulate != 0
-            || shape.batch_size == 0
-        {
-            return Err(error(
-                ErrorKind::InvalidValue,
-                "batch_size must be positive and a multiple of accumulate",
-            ));
-        }
+        super::training::micro_batch(shape.batch_size, shape.accumulate)?;
         let mut e = estimate(&state.spec, optimizer, data.as_ref(), shape);
         let options = crate::train::kinds::step::Options {
             attention: a.attention,

@@ -557,3 +557,30 @@ fn a_kernel_holds_a_bounded_number_of_objects() {
     assert!(run(&mut e, r#"{"cmd":"del","name":"l0"}"#).ok);
     assert!(run(&mut e, r#"{"cmd":"alloc","name":"x","bytes":512}"#).ok);
 }
+
+/// A batch that does not split into its micro-batches is refused with one
+/// message, whichever command asks (it was checked three times, in three
+/// words).
+#[test]
+fn a_batch_that_does_not_split_is_refused_alike_everywhere() {
+    let mut e = Engine::new_simulated();
+    for line in [
+        r#"{"cmd":"model","name":"m"}"#,
+        r#"{"cmd":"optimizer","name":"o","model":"m","kind":"adam"}"#,
+        r#"{"cmd":"data","name":"d"}"#,
+        r#"{"cmd":"model","name":"llm","kind":"hf","config":{"model_type":"llama","hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":1000}}"#,
+        r#"{"cmd":"optimizer","name":"lo","model":"llm","kind":"adamw"}"#,
+        r#"{"cmd":"data","name":"tokens","samples":64,"features":32,"classes":1000}"#,
+    ] {
+        run(&mut e, line);
+    }
+    let said = "batch_size 10 does not split into 4 micro-batches: both are at least 1, and accumulate divides batch_size";
+    for line in [
+        r#"{"cmd":"train","model":"m","optimizer":"o","data":"d","batch_size":10,"accumulate":4}"#,
+        r#"{"cmd":"estimate","model":"m","optimizer":"o","data":"d","batch_size":10,"accumulate":4}"#,
+        r#"{"cmd":"train","model":"llm","optimizer":"lo","data":"tokens","batch_size":10,"accumulate":4}"#,
+    ] {
+        let r = e.run_line(line);
+        assert_eq!(r.error.map(|e| e.message).as_deref(), Some(said), "{line}");
+    }
+}

@@ -145,17 +145,8 @@ impl Engine {
                 ),
             ));
         }
-        if a.accumulate == 0 || a.batch_size % a.accumulate != 0 {
-            return Err(error(
-                ErrorKind::InvalidValue,
-                format!(
-                    "accumulate must divide batch_size ({} micro-batches of {} / {})",
-                    a.accumulate, a.batch_size, a.accumulate
-                ),
-            ));
-        }
+        let micro_batch = micro_batch(a.batch_size, a.accumulate)?;
         self.check_jit(a)?;
-        let micro_batch = a.batch_size / a.accumulate;
         check_batch(micro_batch, &self.train.datasets[&data].spec, &spec)?;
         check_attention(a.attention, &spec)?;
         let options = Options {
@@ -496,6 +487,21 @@ pub(super) fn check_attention(attention: Attention, spec: &ModelSpec) -> Result<
         ));
     }
     Ok(())
+}
+
+/// The micro-batch of a step of `batch_size` in `accumulate` micro-batches
+/// (`loss / accumulate; loss.backward()` each, then one `opt.step()`):
+/// checked once for every command that takes the two.
+pub(super) fn micro_batch(batch_size: u64, accumulate: u64) -> Result<u64, CommandError> {
+    if batch_size == 0 || accumulate == 0 || batch_size % accumulate != 0 {
+        return Err(error(
+            ErrorKind::InvalidValue,
+            format!(
+                "batch_size {batch_size} does not split into {accumulate} micro-batches: both are at least 1, and accumulate divides batch_size"
+            ),
+        ));
+    }
+    Ok(batch_size / accumulate)
 }
 
 pub(super) fn check_batch(
