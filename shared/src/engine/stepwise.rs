@@ -15,7 +15,7 @@ use crate::runtime::{Class, ObjId};
 use crate::train::autograd::{find_graph, BACKWARD_TWICE, NO_GRAD_FN};
 use crate::train::cpu::{Computed, Values};
 use crate::train::frame::PyFrame;
-use crate::train::kinds::step::{Options, Program};
+use crate::train::kinds::step::Program;
 use crate::train::optimizer;
 use crate::train::{GraphState, ProgramGraph};
 use crate::types::{Category, Dtype};
@@ -56,14 +56,7 @@ impl Engine {
         let data_id = self.instance(data, Class::Dataset)?;
         check_batch(batch, &self.train.datasets[&data_id].spec, &spec)?;
         check_attention(a.attention, &spec)?;
-        let options = Options {
-            attention: a.attention,
-            checkpointing: a.checkpointing,
-            amp: a.amp.dtype(),
-            gpu: self.kernel_gpu(),
-            conv_workspace: self.conv_workspace(),
-            ..Options::default()
-        };
+        let options = self.step_options(a.attention, a.checkpointing, a.amp, 1);
         let given = match &a.batch {
             Some(names) => Some(self.given_batch(names, &spec, batch)?),
             None => None,

@@ -149,14 +149,7 @@ impl Engine {
         self.check_jit(a)?;
         check_batch(micro_batch, &self.train.datasets[&data].spec, &spec)?;
         check_attention(a.attention, &spec)?;
-        let options = Options {
-            attention: a.attention,
-            checkpointing: a.checkpointing,
-            amp: a.amp.dtype(),
-            accumulate: a.accumulate,
-            gpu: self.kernel_gpu(),
-            conv_workspace: self.conv_workspace(),
-        };
+        let options = self.step_options(a.attention, a.checkpointing, a.amp, a.accumulate);
         let program = spec.step_program(micro_batch, options);
         let attention_kernel = match spec.kind {
             Kind::Transformer(t) if a.attention == Attention::Sdpa => {
@@ -462,6 +455,25 @@ impl Engine {
     /// The GPU whose CUDA kernels PyTorch picks (`Options::gpu`): the
     /// device's compute capability under PyTorch; none where XLA compiles
     /// the step.
+    /// A step's options: the techniques a command asks for, on this
+    /// kernel's GPU (its kernels and cuDNN's workspaces).
+    pub(super) fn step_options(
+        &self,
+        attention: Attention,
+        checkpointing: bool,
+        amp: crate::command::Amp,
+        accumulate: u64,
+    ) -> Options {
+        Options {
+            attention,
+            checkpointing,
+            amp: amp.dtype(),
+            accumulate,
+            gpu: self.kernel_gpu(),
+            conv_workspace: self.conv_workspace(),
+        }
+    }
+
     pub(super) fn kernel_gpu(&self) -> Option<(u32, u32)> {
         let pytorch = self.framework() == Framework::Pytorch;
         pytorch.then_some(self.settings.compute_capability)

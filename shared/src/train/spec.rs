@@ -280,6 +280,20 @@ pub struct StepShape {
     pub conv_workspace: u64,
 }
 
+impl StepShape {
+    /// The step program's options for this shape.
+    pub fn options(&self) -> Options {
+        Options {
+            attention: self.attention,
+            checkpointing: self.checkpointing,
+            amp: self.amp,
+            accumulate: self.accumulate,
+            gpu: self.gpu,
+            conv_workspace: self.conv_workspace,
+        }
+    }
+}
+
 /// The optimizer's state for the model's trained parameters.
 fn state_bytes(model: &ModelSpec, optimizer: Option<OptimizerSpec>, round: fn(u64) -> u64) -> u64 {
     let trained = model.trained_parameters();
@@ -305,14 +319,7 @@ pub fn estimate(
     s: &StepShape,
 ) -> Estimate {
     let b = s.batch_size / s.accumulate.max(1);
-    let options = Options {
-        attention: s.attention,
-        checkpointing: s.checkpointing,
-        amp: s.amp,
-        accumulate: s.accumulate,
-        gpu: s.gpu,
-        conv_workspace: s.conv_workspace,
-    };
+    let options = s.options();
     let (saved, attention) = match model.kind {
         Kind::Transformer(t) => estimate::transformer_saved(&t, b, options),
         Kind::Cnn(c) => (estimate::cnn_saved(&c, b, options), 0),
