@@ -353,3 +353,74 @@ fn no_source_file_is_over_600_lines() {
         long.join("\n")
     );
 }
+
+/// The shims' modules (`keras.model`, `torch.nn.engine` …) and what each
+/// imports, at any depth of its code (an import inside a function too: it
+/// only puts a circle off until the call). A module reading its own
+/// package (`import torch` in `torch.nn`) is not counted: the package
+/// defines what it reads before it imports the module.
+fn shim_imports() -> BTreeMap<String, BTreeSet<String>> {
+    let shims = root().join("shims");
+    let mut modules = BTreeMap::new();
+    let mut stack = vec![shims.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("a folder") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "py") {
+                let rel = path.strip_prefix(&shims).unwrap().with_extension("");
+                let mut parts: Vec<String> = rel
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy().to_string())
+                    .collect();
+                if parts.last().is_some_and(|p| p == "__init__") {
+                    parts.pop();
+                }
+                modules.insert(parts.join("."), std::fs::read_to_string(&path).unwrap());
+            }
+        }
+    }
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, text) in &modules {
+        let edges = graph.entry(module.clone()).or_default();
+        for line in text.lines() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            let mut targets = Vec::new();
+            if let Some(rest) = line.strip_prefix("from ") {
+                let Some((base, names)) = rest.split_once(" import ") else {
+                    continue;
+                };
+                for name in names.trim_matches(['(', ')', ' ']).split(',') {
+                    let name = name.split(" as ").next().unwrap_or("").trim();
+                    let sub = format!("{}.{name}", base.trim());
+                    targets.push(match modules.contains_key(&sub) {
+                        true => sub,
+                        false => base.trim().to_string(),
+                    });
+                }
+            } else if let Some(rest) = line.strip_prefix("import ") {
+                for name in rest.split(',') {
+                    targets.push(name.split(" as ").next().unwrap_or("").trim().to_string());
+                }
+            }
+            for t in targets {
+                let own_package = module.starts_with(&format!("{t}."));
+                if modules.contains_key(&t) && t != *module && !own_package {
+                    edges.insert(t);
+                }
+            }
+        }
+    }
+    graph
+}
+
+/// No circle among the shims' modules (`keras.model`, `keras.losses` and
+/// `tensorflow.tape` were one, held apart by imports inside functions).
+#[test]
+fn the_shims_import_no_circle() {
+    let graph = shim_imports();
+    assert!(graph.len() > 30, "{} shim modules found", graph.len());
+    assert!(graph["keras.losses"].contains("keras.tensor"));
+    assert_eq!(find_cycle(&graph), None);
+}

@@ -1,10 +1,10 @@
 """Keras layers as shapes: what the engine's model is built from. Called on
 a symbolic batch (Keras's KerasTensor) a layer says the shape it makes."""
 
+from keras.tensor import Symbol
+
 
 def _symbolic(x, layer):
-    from keras.model import Symbol
-
     if not isinstance(x, Symbol):
         raise NotImplementedError(
             "vramlab's Keras runs layers inside a model (Sequential, functional or a subclass's call); "

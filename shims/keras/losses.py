@@ -2,6 +2,8 @@
 on the batch, with the tape's saved tensors when a GradientTape records."""
 
 import vramlab_shim as _vs
+from keras.recording import recording
+from keras.tensor import Tensor
 
 
 class Output:
@@ -9,8 +11,6 @@ class Output:
     is taken of them; at once when no tape records (inference)."""
 
     def __init__(self, model, x):
-        from tensorflow.tape import recording
-
         self.model, self.x = model, x
         self.shape = (x.shape[0], model.classes)
         self.dtype = "float32"
@@ -22,8 +22,6 @@ class Output:
 def _on_gpu(t, shape, dtype):
     """`t` as the op reads it: the tensor itself when it is on the GPU with
     that shape and type, else its copy (cast, flattened) there."""
-    from keras.model import Tensor
-
     if isinstance(t, Tensor) and t.dtype == dtype and t.shape == tuple(shape):
         return t
     return Tensor(shape, dtype, hint="input" if dtype == "float32" else "labels")

@@ -1,11 +1,11 @@
 """Keras metrics: each holds its state as variables on the GPU (a total
 and a count), as Keras's do."""
 
+from keras.tensor import Tensor
+
 
 class Mean:
     def __init__(self, name="mean", dtype="float32"):
-        from keras.model import Tensor
-
         self.name = name
         self.total = Tensor((), dtype, hint=name + "_total")
         self.count = Tensor((), dtype, hint=name + "_count")

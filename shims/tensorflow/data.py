@@ -3,6 +3,8 @@ host (tf.data runs on the CPU) until a GPU op reads them."""
 
 import math
 
+from keras.tensor import HostTensor
+
 
 class Dataset:
     def __init__(self, arrays, batch_size=None, limit=None, drop_remainder=False):
@@ -59,8 +61,6 @@ class Dataset:
         return len(self)
 
     def __iter__(self):
-        from keras.model import HostTensor
-
         for size in self._sizes():
             rows = () if size is None else (size,)
             batch = tuple(HostTensor(rows + tuple(a.shape[1:]), a.dtype) for a in self.arrays)

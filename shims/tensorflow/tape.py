@@ -5,13 +5,9 @@ returns live as long as CPython keeps them."""
 import weakref
 
 import vramlab_shim as _vs
-
-_recording = []
-
-
-def recording():
-    """A tape is recording: a forward keeps its saved tensors."""
-    return bool(_recording)
+from keras.losses import Loss
+from keras.recording import open_tapes, recording  # noqa: F401 (tape.recording, as before)
+from keras.tensor import Tensor
 
 
 class GradientTape:
@@ -20,19 +16,17 @@ class GradientTape:
         self._used = False
 
     def __enter__(self):
-        _recording.append(self)
+        open_tapes.append(self)
         return self
 
     def __exit__(self, *exc):
-        _recording.remove(self)
+        open_tapes.remove(self)
         return False
 
     def watch(self, tensor):
         pass
 
     def gradient(self, target, sources, output_gradients=None, **_):
-        from keras.losses import Loss
-
         if self._used and not self.persistent:
             raise RuntimeError(
                 "A non-persistent GradientTape can only be used to compute one set of gradients (or jacobians)"
@@ -76,8 +70,6 @@ class Gradients(list):
         optimizer = model.engine_optimizer()
         if old is None or optimizer is None:
             return
-        from keras.model import Tensor
-
         _vs.run({"cmd": "zero_grad", "optimizer": optimizer, "set_to_none": True})
         old._copies = [Tensor(g.shape, g.dtype, category="gradient", hint="gradients") for g in old]
         model._gradients = None
