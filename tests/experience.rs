@@ -114,7 +114,7 @@ async fn the_timeline_has_one_slot_per_command_over_the_server() {
     let (mut browser, events, profile) = launch("slots").await;
     let page = open(
         &browser,
-        &format!("http://{addr}/?lesson=05-fragmentation-oom&step=12"),
+        &format!("http://{addr}/?lesson=05-fragmentation-oom&step=13"),
     )
     .await;
     until(&page, &format!("{COUNT} >= 12")).await;
@@ -170,10 +170,11 @@ async fn links_to_a_lesson_step_run_the_steps_before_it() {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
     let addr = serve_on(0, stop_rx).await;
     let (mut browser, events, profile) = launch("links").await;
-    // Step 3 of the first lesson: steps 0 to 2 run first, each checked.
+    // Step 4 of the first lesson, as the page numbers it (the link once
+    // opened step 5): steps 1 to 3 run first, each checked.
     let page = open(
         &browser,
-        &format!("http://{addr}/?lesson=01-del-vs-empty-cache&step=3"),
+        &format!("http://{addr}/?lesson=01-del-vs-empty-cache&step=4"),
     )
     .await;
     until(&page, &format!("{COUNT} >= 3")).await;
@@ -198,7 +199,7 @@ async fn links_to_a_lesson_step_run_the_steps_before_it() {
     assert!(outcome.as_str().unwrap().starts_with('✓'), "{outcome}");
     assert!(step_text(&page).await.starts_with("step 5 of"));
     // The same tab (its session kept) opened at the lesson by its number.
-    page.goto(format!("http://{addr}/?lesson=1&step=2"))
+    page.goto(format!("http://{addr}/?lesson=1&step=3"))
         .await
         .unwrap();
     until(&page, &format!("{COUNT} >= 2")).await;
@@ -444,11 +445,11 @@ async fn a_lesson_played_from_the_first_screen_to_the_next_lesson() {
         search
             .as_str()
             .unwrap()
-            .contains("lesson=01-del-vs-empty-cache&step=8"),
+            .contains("lesson=01-del-vs-empty-cache&step=9"),
         "{search}"
     );
     assert!(
-        link.contains("copied") || link.contains("lesson=01-del-vs-empty-cache&step=8"),
+        link.contains("copied") || link.contains("lesson=01-del-vs-empty-cache&step=9"),
         "{link}"
     );
     assert!(text(&page, "#lesson-recap").await.contains("CUDA context"));
@@ -511,7 +512,7 @@ async fn each_step_shows_its_picture_beside_it() {
         viewport(&page, width, height).await;
         // Steps 0 to 11 run first (the last, `del c`).
         page.goto(format!(
-            "http://{addr}/?lesson=05-fragmentation-oom&step=12"
+            "http://{addr}/?lesson=05-fragmentation-oom&step=13"
         ))
         .await
         .unwrap();
@@ -578,7 +579,7 @@ async fn each_step_shows_its_picture_beside_it() {
     // A training lesson: after a forward, its slot.
     let page = open(
         &browser,
-        &format!("http://{addr}/?lesson=06-activations-and-batch-size&step=4"),
+        &format!("http://{addr}/?lesson=06-activations-and-batch-size&step=5"),
     )
     .await;
     until(&page, &format!("{COUNT} >= 4")).await;

@@ -281,7 +281,7 @@ async fn lesson_9_shows_what_a_loss_history_keeps() {
     let addr = serve_on(0, stop_rx).await;
     let (mut browser, events, profile) = launch("leak").await;
     // Lesson 9 at its `total_loss += loss` step (the steps before it run).
-    let page = open(&browser, &format!("http://{addr}/?lesson=9&step=5")).await;
+    let page = open(&browser, &format!("http://{addr}/?lesson=9&step=6")).await;
     until(&page, &format!("{COUNT} >= 5")).await;
     let before = allocated(&page).await;
     // `total_loss += loss`: one scalar; 100 more steps: nothing more; an

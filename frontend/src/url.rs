@@ -47,8 +47,9 @@ pub fn read() -> Initial {
     let framework = get("framework").and_then(|f| Framework::from_id(&f));
     // The step is held to the lesson's length once its file is here.
     let lesson = get("lesson").and_then(|l| lesson_index(&l)).map(|i| {
-        let step = get("step").and_then(|s| s.parse().ok()).unwrap_or(0);
-        (i, step)
+        // `step=N` is the step the page shows as "step N of …".
+        let step = get("step").and_then(|s| s.parse::<usize>().ok());
+        (i, step.map_or(0, |s| s.saturating_sub(1)))
     });
     let hide = get("hide")
         .map(|h| h.split(',').map(str::to_string).collect())
@@ -101,7 +102,7 @@ pub fn save(
     }
     if let Some((index, step)) = lesson {
         q.push(format!("lesson={}", LESSONS[index].slug));
-        q.push(format!("step={step}"));
+        q.push(format!("step={}", step + 1));
     }
     if !hidden.is_empty() {
         q.push(format!("hide={}", hidden.join(",")));
