@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use vramlab_tests::root;
+use vramlab_tests::{files_under, root};
 
 /// Upstream code the docs cite by path.
 const UPSTREAM: [&str; 12] = [
@@ -28,28 +28,10 @@ const UPSTREAM: [&str; 12] = [
 /// Every file of the repository (its build outputs and packages aside),
 /// relative to the root.
 fn repository_files() -> Vec<String> {
-    let root = root();
-    let mut out = Vec::new();
-    let mut stack = vec![root.clone()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).expect("a folder") {
-            let path = entry.expect("an entry").path();
-            let name = path.file_name().unwrap().to_string_lossy().to_string();
-            if path.is_dir() {
-                if !["target", "node_modules", "dist", ".git"].contains(&name.as_str()) {
-                    stack.push(path);
-                }
-                continue;
-            }
-            out.push(
-                path.strip_prefix(&root)
-                    .unwrap()
-                    .to_string_lossy()
-                    .to_string(),
-            );
-        }
-    }
-    out
+    let skip = ["target", "node_modules", "dist", ".git"];
+    (files_under(&root(), &skip).into_iter())
+        .map(|(_, parts)| parts.join("/"))
+        .collect()
 }
 
 /// A crate's modules: each as its path and the source files it is
@@ -57,31 +39,17 @@ fn repository_files() -> Vec<String> {
 fn modules() -> Vec<(Vec<String>, Vec<PathBuf>)> {
     let mut out = Vec::new();
     for krate in ["shared", "server", "frontend", "planner"] {
-        let src = root().join(krate).join("src");
-        let mut stack = vec![src.clone()];
-        while let Some(dir) = stack.pop() {
-            for entry in std::fs::read_dir(&dir).expect("a folder") {
-                let path = entry.expect("an entry").path();
-                if path.is_dir() {
-                    stack.push(path);
-                    continue;
-                }
-                let Some(stem) = path.file_stem().map(|s| s.to_string_lossy().to_string()) else {
-                    continue;
-                };
-                if path.extension().is_none_or(|e| e != "rs") {
-                    continue;
-                }
-                let rel = path.parent().unwrap().strip_prefix(&src).unwrap();
-                let mut module: Vec<String> = rel
-                    .components()
-                    .map(|c| c.as_os_str().to_string_lossy().to_string())
-                    .collect();
-                if !["mod", "lib", "main"].contains(&stem.as_str()) {
-                    module.push(stem.trim_end_matches("_tests").to_string());
-                }
-                out.push((module, vec![path]));
+        for (path, mut module) in files_under(&root().join(krate).join("src"), &[]) {
+            let Some(stem) = module
+                .pop()
+                .and_then(|n| n.strip_suffix(".rs").map(str::to_string))
+            else {
+                continue;
+            };
+            if !["mod", "lib", "main"].contains(&stem.as_str()) {
+                module.push(stem.trim_end_matches("_tests").to_string());
             }
+            out.push((module, vec![path]));
         }
     }
     out

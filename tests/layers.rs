@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use vramlab_tests::root;
+use vramlab_tests::{files_under, root};
 
 type Module = Vec<String>;
 
@@ -13,38 +13,19 @@ type Module = Vec<String>;
 /// `train::kinds::step`, a `mod.rs` its folder's), with its non-test code.
 fn sources(src: &Path) -> Vec<(Module, String)> {
     let mut files = Vec::new();
-    let mut stack = vec![src.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).expect("source folder") {
-            let path = entry.expect("entry").path();
-            if path.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            let name = path.file_name().unwrap().to_string_lossy().to_string();
-            // Test modules (`tests.rs`, `*_tests.rs`) may use anything.
-            if !name.ends_with(".rs") || name.ends_with("tests.rs") {
-                continue;
-            }
-            let rel = path.strip_prefix(src).expect("under src");
-            let mut module: Module = rel
-                .components()
-                .map(|c| {
-                    c.as_os_str()
-                        .to_string_lossy()
-                        .trim_end_matches(".rs")
-                        .to_string()
-                })
-                .collect();
-            if matches!(
-                module.last().map(String::as_str),
-                Some("mod" | "lib" | "main")
-            ) {
-                module.pop();
-            }
-            let text = std::fs::read_to_string(&path).expect("readable source");
-            files.push((module, without_test_items(&text)));
+    for (path, mut module) in files_under(src, &[]) {
+        let name = module.last().cloned().unwrap_or_default();
+        // Test modules (`tests.rs`, `*_tests.rs`) may use anything.
+        if !name.ends_with(".rs") || name.ends_with("tests.rs") {
+            continue;
         }
+        let stem = module.pop().unwrap_or_default();
+        let stem = stem.trim_end_matches(".rs");
+        if !matches!(stem, "mod" | "lib" | "main") {
+            module.push(stem.to_string());
+        }
+        let text = std::fs::read_to_string(&path).expect("readable source");
+        files.push((module, without_test_items(&text)));
     }
     files
 }
@@ -360,26 +341,18 @@ fn no_source_file_is_over_600_lines() {
 /// package (`import torch` in `torch.nn`) is not counted: the package
 /// defines what it reads before it imports the module.
 fn shim_imports() -> BTreeMap<String, BTreeSet<String>> {
-    let shims = root().join("shims");
     let mut modules = BTreeMap::new();
-    let mut stack = vec![shims.clone()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).expect("a folder") {
-            let path = entry.expect("an entry").path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "py") {
-                let rel = path.strip_prefix(&shims).unwrap().with_extension("");
-                let mut parts: Vec<String> = rel
-                    .components()
-                    .map(|c| c.as_os_str().to_string_lossy().to_string())
-                    .collect();
-                if parts.last().is_some_and(|p| p == "__init__") {
-                    parts.pop();
-                }
-                modules.insert(parts.join("."), std::fs::read_to_string(&path).unwrap());
-            }
+    for (path, mut parts) in files_under(&root().join("shims"), &[]) {
+        let Some(stem) = parts
+            .pop()
+            .and_then(|n| n.strip_suffix(".py").map(str::to_string))
+        else {
+            continue;
+        };
+        if stem != "__init__" {
+            parts.push(stem);
         }
+        modules.insert(parts.join("."), std::fs::read_to_string(&path).unwrap());
     }
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (module, text) in &modules {

@@ -16,6 +16,30 @@ pub fn root() -> PathBuf {
 
 /// Path of the `vramlab` binary, built once per test process (a no-op when
 /// it is up to date).
+/// Every file under `dir` (its folders named in `skip` left out), each
+/// with its path relative to `dir` as the parts it is made of.
+pub fn files_under(dir: &Path, skip: &[&str]) -> Vec<(PathBuf, Vec<String>)> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(folder) = stack.pop() {
+        for entry in std::fs::read_dir(&folder).expect("a readable folder") {
+            let path = entry.expect("an entry").path();
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            if path.is_dir() {
+                if !skip.contains(&name.as_ref()) {
+                    stack.push(path);
+                }
+                continue;
+            }
+            let parts = (path.strip_prefix(dir).expect("under dir").components())
+                .map(|c| c.as_os_str().to_string_lossy().to_string())
+                .collect();
+            files.push((path, parts));
+        }
+    }
+    files
+}
+
 pub fn vramlab_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {

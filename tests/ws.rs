@@ -786,6 +786,20 @@ async fn stopping_the_server_answers_running_commands_and_says_going_away() {
         .unwrap();
 }
 
+/// `GET /healthz` sent whole on `c`: the reply, within `wait`.
+async fn healthz(mut c: TcpStream, wait: Duration) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    c.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut reply = String::new();
+    tokio::time::timeout(wait, c.read_to_string(&mut reply))
+        .await
+        .expect("served in time")
+        .unwrap();
+    reply
+}
+
 /// Half-sent requests cannot hold the server: with room for two
 /// connections, two clients that send half a request are closed after the
 /// idle time, and a third gets its `/healthz`.
@@ -808,15 +822,7 @@ async fn half_sent_requests_are_closed_and_others_get_through() {
         stuck.push(s);
     }
     let started = std::time::Instant::now();
-    let mut c = TcpStream::connect(&addr).await.unwrap();
-    c.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut reply = String::new();
-    tokio::time::timeout(WAIT, c.read_to_string(&mut reply))
-        .await
-        .expect("served in time")
-        .unwrap();
+    let reply = healthz(TcpStream::connect(&addr).await.unwrap(), WAIT).await;
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
     assert!(
         started.elapsed() >= Duration::from_millis(300),
@@ -891,15 +897,7 @@ async fn a_request_trickled_a_byte_at_a_time_is_closed_at_its_deadline() {
     }
     let closed_after = closed_after.expect("the trickling request was closed");
     assert!(closed_after < Duration::from_secs(3), "{closed_after:?}");
-    let mut c = TcpStream::connect(&addr).await.unwrap();
-    c.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut reply = String::new();
-    tokio::time::timeout(WAIT, c.read_to_string(&mut reply))
-        .await
-        .expect("served")
-        .unwrap();
+    let reply = healthz(TcpStream::connect(&addr).await.unwrap(), WAIT).await;
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
     // The websocket outlived the headers' deadline many times over.
     let mut ws = ws;
@@ -959,15 +957,8 @@ async fn one_address_cannot_take_every_connection() {
     let started = std::time::Instant::now();
     let other = tokio::net::TcpSocket::new_v4().unwrap();
     other.bind("127.0.0.2:0".parse().unwrap()).unwrap();
-    let mut c = other.connect(addr.parse().unwrap()).await.unwrap();
-    c.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut reply = String::new();
-    tokio::time::timeout(Duration::from_secs(5), c.read_to_string(&mut reply))
-        .await
-        .expect("served without waiting for a slot")
-        .unwrap();
+    let c = other.connect(addr.parse().unwrap()).await.unwrap();
+    let reply = healthz(c, Duration::from_secs(5)).await;
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
     assert!(started.elapsed() < Duration::from_secs(5));
 }

@@ -27,6 +27,23 @@ fn kernel(lines: &[&str]) -> Engine {
     e
 }
 
+/// A kernel with a small Llama (`hidden`, `intermediate`, `layers`; a
+/// vocabulary of 1,000), AdamW over it, and sequences of `features`
+/// tokens.
+fn small_llama((hidden, intermediate, layers): (u64, u64, u64), features: u64) -> Engine {
+    let config = format!(
+        r#"{{"model_type":"llama","hidden_size":{hidden},"intermediate_size":{intermediate},"num_hidden_layers":{layers},"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":1000}}"#
+    );
+    kernel(&[
+        r#"{"cmd":"restart","framework":"pytorch"}"#,
+        &format!(r#"{{"cmd":"model","name":"model","kind":"hf","config":{config}}}"#),
+        r#"{"cmd":"optimizer","name":"opt","model":"model","kind":"adamw"}"#,
+        &format!(
+            r#"{{"cmd":"data","name":"data","samples":64,"features":{features},"classes":1000}}"#
+        ),
+    ])
+}
+
 /// Two steps statement by statement, each in a function of its own (as
 /// the traces and the H100's runs take them); the second's peak over
 /// what lived before it.
@@ -254,13 +271,7 @@ fn an_out_of_memory_in_backward_frees_its_gradients_and_leaves_the_graph() {
 /// backward whose forward found other gradients is refused.
 #[test]
 fn gradients_kept_by_zero_grad_are_added_into() {
-    let config = r#"{"model_type":"llama","hidden_size":256,"intermediate_size":512,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":1000}"#;
-    let mut e = kernel(&[
-        r#"{"cmd":"restart","framework":"pytorch"}"#,
-        &format!(r#"{{"cmd":"model","name":"model","kind":"hf","config":{config}}}"#),
-        r#"{"cmd":"optimizer","name":"opt","model":"model","kind":"adamw"}"#,
-        r#"{"cmd":"data","name":"data","samples":64,"features":128,"classes":1000}"#,
-    ]);
+    let mut e = small_llama((256, 512, 2), 128);
     let forward = r#"{"cmd":"forward","name":"loss","model":"model","data":"data","batch_size":4}"#;
     run(&mut e, forward);
     run(&mut e, r#"{"cmd":"backward","name":"loss"}"#);
@@ -324,13 +335,7 @@ fn gradients_kept_by_zero_grad_are_added_into() {
 /// ends the loop after the step (or the micro-batch) under way.
 #[test]
 fn a_long_train_holds_one_step_reports_each_and_stops_when_asked() {
-    let config = r#"{"model_type":"llama","hidden_size":64,"intermediate_size":128,"num_hidden_layers":8,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":1000}"#;
-    let mut e = kernel(&[
-        r#"{"cmd":"restart","framework":"pytorch"}"#,
-        &format!(r#"{{"cmd":"model","name":"model","kind":"hf","config":{config}}}"#),
-        r#"{"cmd":"optimizer","name":"opt","model":"model","kind":"adamw"}"#,
-        r#"{"cmd":"data","name":"data","samples":64,"features":32,"classes":1000}"#,
-    ]);
+    let mut e = small_llama((64, 128, 8), 32);
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let log = seen.clone();
     e.set_progress_hook(Some(Box::new(move |e: &mut Engine, p: &Progress| {
