@@ -1,5 +1,5 @@
 //! What the documentation names is there: every file path and every
-//! vramlab module path (`train::hf::plan::load`, `engine::Engine`) cited
+//! vramlab module path (`hf::plan::load`, `engine::Engine`) cited
 //! in backticks in README.md, ARCHITECTURE.md and docs/ names a file or a
 //! module of this repository, and the items after the module in it. (A
 //! citation of upstream code, `torch/cuda/memory.py`, is not ours to
@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use vramlab_tests::{files_under, root};
+use vramlab_tests::{crate_sources, files_under, root};
 
 /// Upstream code the docs cite by path.
 const UPSTREAM: [&str; 12] = [
@@ -38,8 +38,10 @@ fn repository_files() -> Vec<String> {
 /// (its file, a folder's `mod.rs`, and its `*_tests.rs` beside it).
 fn modules() -> Vec<(Vec<String>, Vec<PathBuf>)> {
     let mut out = Vec::new();
-    for krate in ["shared", "server", "frontend", "planner"] {
-        for (path, mut module) in files_under(&root().join(krate).join("src"), &[]) {
+    for (name, src) in crate_sources() {
+        for (path, parts) in files_under(&src, &[]) {
+            let mut module: Vec<String> = name.split_terminator("::").map(str::to_string).collect();
+            module.extend(parts);
             let Some(stem) = module
                 .pop()
                 .and_then(|n| n.strip_suffix(".rs").map(str::to_string))
@@ -177,7 +179,7 @@ fn a_path_that_is_gone_is_found() {
     let path = |s: &str| s.split("::").map(String::from).collect::<Vec<_>>();
     assert!(resolves(&path("hf::plan::load::quantize_4bit"), &modules));
     assert!(resolves(&path("torch_snapshot::pickle::machine"), &modules));
-    assert!(!resolves(&path("train::hf::plan::load_4bit"), &modules));
+    assert!(!resolves(&path("hf::plan::load_4bit"), &modules));
     assert!(!resolves(&path("engine::no_such_module"), &modules));
     assert!(Path::new(&root())
         .join("shared/src/protocol/mod.rs")

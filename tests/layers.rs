@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use vramlab_tests::{files_under, root};
+use vramlab_tests::{crate_sources, files_under, root};
 
 type Module = Vec<String>;
 
@@ -229,9 +229,10 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
 #[test]
 fn no_crate_has_an_import_cycle_at_any_depth() {
     let mut cycles = Vec::new();
-    for krate in ["shared", "server", "frontend"] {
-        let graphs = sibling_graphs(&root().join(krate).join("src"));
-        assert!(graphs[&Vec::new()].len() > 3, "{krate}: modules found");
+    for (_, src) in crate_sources() {
+        let krate = src.parent().expect("a crate's folder").display();
+        assert!(!sources(&src).is_empty(), "{krate}: sources found");
+        let graphs = sibling_graphs(&src);
         for (parent, graph) in &graphs {
             if let Some(cycle) = find_cycle(graph) {
                 let at = parent.iter().map(|p| format!("{p}::")).collect::<String>();
@@ -290,6 +291,81 @@ fn only_test_items_are_left_out() {
     assert_eq!(named, ["a", "b::c", "d"]);
 }
 
+/// A circle planted in a fixture crate (`tests/fixtures/circle`: `a`
+/// names `b`, and `b` names `a` from a module nested in it behind a
+/// feature) is found.
+#[test]
+fn a_planted_circle_is_found() {
+    let graphs = sibling_graphs(&root().join("tests/fixtures/circle/src"));
+    let cycle = find_cycle(&graphs[&Vec::new()]).expect("the planted circle");
+    let mut cycle = cycle;
+    cycle.sort();
+    assert_eq!(cycle, ["a", "b"]);
+}
+
+/// The crates in their layers, lowest first: each depends (in its
+/// Cargo.toml, so Cargo holds it) only on crates before it.
+const LAYERS: [(&str, &str); 10] = [
+    ("vramlab-core", "crates/core"),
+    ("vramlab-device", "crates/device"),
+    ("vramlab-process", "crates/process"),
+    ("vramlab-torch-snapshot", "crates/torch-snapshot"),
+    ("vramlab-train", "crates/train"),
+    ("vramlab-hf", "crates/hf"),
+    ("vramlab-shared", "shared"),
+    ("vramlab-server", "server"),
+    ("vramlab-planner", "planner"),
+    ("vramlab-frontend", "frontend"),
+];
+
+#[test]
+fn each_crate_depends_only_on_the_layers_below() {
+    let mut up = Vec::new();
+    for (at, (name, dir)) in LAYERS.iter().enumerate() {
+        let manifest = std::fs::read_to_string(root().join(dir).join("Cargo.toml")).unwrap();
+        let deps = manifest.split("[dependencies]").nth(1).unwrap_or_default();
+        let deps = deps.split("\n[").next().unwrap_or_default();
+        for line in deps.lines() {
+            let dep = line.split(['=', '.', ' ']).next().unwrap_or_default();
+            if let Some(below) = LAYERS.iter().position(|(n, _)| *n == dep) {
+                if below >= at {
+                    up.push(format!("{name} depends on {dep}"));
+                }
+            }
+        }
+    }
+    let crates = std::fs::read_dir(root().join("crates")).unwrap().count();
+    assert_eq!(crates, 6, "every crate of crates/ is in LAYERS");
+    assert!(
+        up.is_empty(),
+        "a crate depends on one above it:\n{}",
+        up.join("\n")
+    );
+}
+
+/// The server's CUDA backend and its HTTP server are given their
+/// configuration (built once, in `main`): nothing they use, at any
+/// remove, reads the command line's (`cli`). The subcommands that are
+/// the command line (`replay`, `plan` …) may.
+#[test]
+fn the_backend_and_the_http_server_never_read_the_command_line() {
+    let graphs = sibling_graphs(&root().join("server").join("src"));
+    let top = &graphs[&Vec::new()];
+    for start in [
+        "backend", "cuda", "app", "http", "ws", "session", "listener",
+    ] {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![start.to_string()];
+        while let Some(m) = stack.pop() {
+            assert_ne!(m, "cli", "{start} reaches the CLI");
+            if seen.insert(m.clone()) {
+                stack.extend(top.get(&m).into_iter().flatten().cloned());
+            }
+        }
+        assert!(top.contains_key(start), "{start} is a module");
+    }
+}
+
 #[test]
 fn a_cycle_is_found() {
     let graph: BTreeMap<String, BTreeSet<String>> = [
@@ -309,8 +385,8 @@ fn a_cycle_is_found() {
 #[test]
 fn no_source_file_is_over_600_lines() {
     let mut long = Vec::new();
-    for krate in ["shared", "server", "frontend"] {
-        let mut stack = vec![root().join(krate).join("src")];
+    for (_, src) in crate_sources() {
+        let mut stack = vec![src];
         while let Some(dir) = stack.pop() {
             for entry in std::fs::read_dir(&dir).expect("source folder") {
                 let path = entry.expect("entry").path();

@@ -14,8 +14,30 @@ pub fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Path of the `vramlab` binary, built once per test process (a no-op when
-/// it is up to date).
+/// Each crate of the workspace with its source folder (`src`), by the
+/// name its modules are known by above it: the engine's layers in
+/// `crates/` re-exported by `vramlab-shared` (`train::kinds`,
+/// `torch_snapshot::replay`; the lowest layers' modules at its root, so
+/// no prefix), then the engine, the server, the page and the planner.
+pub fn crate_sources() -> Vec<(String, PathBuf)> {
+    let root = root();
+    let mut out: Vec<(String, PathBuf)> = ["core", "device", "process"]
+        .iter()
+        .map(|c| (String::new(), root.join("crates").join(c).join("src")))
+        .collect();
+    for (name, dir) in [
+        ("torch_snapshot", "torch-snapshot"),
+        ("train", "train"),
+        ("hf", "hf"),
+    ] {
+        out.push((name.to_string(), root.join("crates").join(dir).join("src")));
+    }
+    for c in ["shared", "server", "frontend", "planner"] {
+        out.push((String::new(), root.join(c).join("src")));
+    }
+    out
+}
+
 /// Every file under `dir` (its folders named in `skip` left out), each
 /// with its path relative to `dir` as the parts it is made of.
 pub fn files_under(dir: &Path, skip: &[&str]) -> Vec<(PathBuf, Vec<String>)> {
@@ -40,6 +62,8 @@ pub fn files_under(dir: &Path, skip: &[&str]) -> Vec<(PathBuf, Vec<String>)> {
     files
 }
 
+/// Path of the `vramlab` binary, built once per test process (a no-op when
+/// it is up to date).
 pub fn vramlab_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {

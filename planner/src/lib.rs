@@ -1,9 +1,9 @@
 //! "Will it fit?" in the browser: the plan page's two calls into the
-//! engine (`train::hf::ask`), built to wasm by `scripts/build-web` for
+//! engine (`hf::ask`), built to wasm by `scripts/build-web` for
 //! `plan/`, a page of its own, so the playground's first load stays as it
 //! was.
 
-use vramlab_shared::train::hf::ask;
+use vramlab_shared::hf::ask;
 use wasm_bindgen::prelude::wasm_bindgen;
 
 /// A plan request (JSON) answered: the verdict and its parts, or

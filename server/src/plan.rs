@@ -1,7 +1,7 @@
 //! `vramlab plan MODEL --gpu G`: a Hugging Face model's `generate()` or
 //! one training step (full or LoRA) played on a simulated GPU
-//! (`train::hf::plan`), asked through the same
-//! JSON request the page's planner sends (`train::hf::ask`), printed as a
+//! (`hf::plan`), asked through the same
+//! JSON request the page's planner sends (`hf::ask`), printed as a
 //! verdict, the peak and what holds it, and the Python that does the same;
 //! `--task serve`, vLLM's start-up (`serve`).
 
@@ -10,9 +10,9 @@ use anyhow::anyhow;
 use serde_json::{json, Value};
 use std::io::Write;
 use std::process::ExitCode;
-use vramlab_shared::train::hf::ask::{self, Asked};
-use vramlab_shared::train::hf::known;
-use vramlab_shared::train::hf::plan::{answer, Answer, Task};
+use vramlab_shared::hf::ask::{self, Asked};
+use vramlab_shared::hf::known;
+use vramlab_shared::hf::plan::{answer, Answer, Task};
 use vramlab_shared::units::format_size;
 
 mod serve;

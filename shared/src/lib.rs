@@ -1,23 +1,24 @@
 //! vramlab's memory engine: pure, deterministic, single-threaded, and built
-//! for the host and for wasm32 alike. Modules in layers; each uses only
-//! those listed before it:
+//! for the host and for wasm32 alike. It stands on crates in layers, each
+//! using only those listed before it (Cargo holds them to it):
 //!
-//! - [`types`], [`error`], [`units`]: plain domain words, errors, sizes.
-//! - [`compute`]: the calls a device that runs code is asked for (kernels,
-//!   cuBLAS's `GemmEx`).
-//! - [`device`]: the `Device` trait and the simulated GPU.
-//! - [`gpu`]: GPU models (memory, compute capability, context).
-//! - [`alloc`]: one block arena under the allocators (PyTorch caching,
-//!   uncached, TF/XLA BFC).
-//! - [`framework`]: settings, which allocator each framework builds, OOM texts.
-//! - [`runtime`]: names, reference counts, cycles and `gc.collect()`.
-//! - [`stats`]: the numbers every result carries and the event log's entries.
-//! - [`process`]: one process: device + allocator + runtime + event log.
-//! - [`snapshot`]: the segment map and live objects, captured from a process.
-//! - [`torch_snapshot`]: the memory snapshots PyTorch records
-//!   (`torch.cuda.memory._dump_snapshot`): read, replayed exactly, what-if,
-//!   and a session written as one.
-//! - [`train`]: models, optimizers, data and the allocations of a training step.
+//! - `vramlab-core`: [`types`], [`units`], [`error`]: plain domain words,
+//!   sizes, errors.
+//! - `vramlab-device`: [`device`], [`gpu`], [`alloc`], [`framework`]: the
+//!   simulated GPU, GPU models, the allocators (PyTorch caching, uncached,
+//!   TF/XLA BFC) and each framework's settings.
+//! - `vramlab-process`: [`runtime`], [`stats`], [`process`], [`snapshot`]:
+//!   names, references and `gc.collect()`; one process and its numbers.
+//! - `vramlab-torch-snapshot` ([`torch_snapshot`]): the memory snapshots
+//!   PyTorch records (`torch.cuda.memory._dump_snapshot`): read, replayed
+//!   exactly, what-if, and a session written as one.
+//! - `vramlab-train` ([`train`]): models, optimizers, data and the
+//!   allocations of a training step.
+//! - `vramlab-hf` (`hf`, with the `hf-models` feature): Hugging Face
+//!   transformers' models, `generate`, their steps, plans and vLLM.
+//!
+//! This crate's own modules, in layers:
+//!
 //! - [`command`]: the commands, their arguments, and `parse_line`.
 //! - [`engine`]: carries out commands on a process.
 //! - [`python`]: the Python each command stands for.
@@ -28,32 +29,27 @@
 //! - [`advice`]: the popular advice on freeing memory, as cell code, and its claims judged.
 
 pub mod advice;
-pub mod alloc;
-mod by_name;
-pub mod collections;
+#[cfg(test)]
+mod by_name_tests;
 pub mod command;
-#[cfg(feature = "device-values")]
-pub mod compute;
-pub mod device;
 pub mod engine;
-pub mod error;
 pub mod explain;
-pub mod fields;
-pub mod framework;
-pub mod gpu;
-pub mod hash;
 pub mod input;
 pub mod lesson;
-pub mod process;
 pub mod protocol;
 pub mod python;
-pub mod runtime;
-pub mod snapshot;
-pub mod stats;
-pub mod torch_snapshot;
-pub mod train;
-pub mod types;
-pub mod units;
+
+// The layers below, each a crate of its own, under the names the engine
+// and its users know them by.
+pub use vramlab_core::{by_name, collections, error, fields, hash, types, units};
+#[cfg(feature = "device-values")]
+pub use vramlab_device::compute;
+pub use vramlab_device::{alloc, device, framework, gpu};
+#[cfg(feature = "hf-models")]
+pub use vramlab_hf as hf;
+pub use vramlab_process::{process, runtime, snapshot, stats};
+pub use vramlab_torch_snapshot as torch_snapshot;
+pub use vramlab_train as train;
 
 pub use command::Command;
 pub use engine::Engine;

@@ -536,7 +536,7 @@ fn message() -> impl Strategy<Value = String> {
 /// A "will it fit?" request: its own fields and a config.json's, with
 /// values at the edges (the page's and `vramlab plan`'s one reader).
 fn plan_request() -> impl Strategy<Value = String> {
-    use vramlab_shared::train::hf::{ask, Arch};
+    use vramlab_shared::hf::{ask, Arch};
     const CONFIG: &[&str] = &[
         "model_type",
         "hidden_size",
@@ -602,7 +602,7 @@ fn plan_request() -> impl Strategy<Value = String> {
     let fields = |keys: Vec<&'static str>, most| {
         prop::collection::vec((prop::sample::select(keys), value()), 0..most)
     };
-    let shapes: Vec<String> = vramlab_shared::train::hf::known::all()
+    let shapes: Vec<String> = vramlab_shared::hf::known::all()
         .into_iter()
         .map(|k| k.name)
         .collect();
@@ -747,7 +747,7 @@ fn every_snapshot_that_reads_crosses_to_the_page_unchanged() {
 /// never a panic, within the limits.
 #[test]
 fn every_plan_request_is_answered_within_its_limits() {
-    use vramlab_shared::train::hf::{ask, generate, plan};
+    use vramlab_shared::hf::{ask, generate, plan};
     let mut worst = Worst::default();
     let (mut read, mut played) = (0, 0);
     fuzz(plan_request(), cases(400), |text| {

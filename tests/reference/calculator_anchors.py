@@ -6,7 +6,7 @@ Hugging Face transformers ("inf", no quantization) as its source states it
 `convertToMBModelSize` and `computeInferenceOnlyActivationMemory` in
 src/App.js at commit 05d18ab8f093659c1689d93a66d549032e87c5ae), applied to
 the same config.json fields vramlab's planner ships
-(shared/src/train/hf/known.json). Its MB are MiB; each part is rounded up
+(crates/hf/src/known.json). Its MB are MiB; each part is rounded up
 as its page shows it. The batch does not enter its inference rule, and its
 KV cache counts every attention head (no grouped-query attention).
 

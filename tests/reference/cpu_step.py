@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The numbers of one training step in PyTorch, for the CPU interpreter of
-vramlab's step programs (`shared/src/train/cpu`) to equal: tiny
+vramlab's step programs (`crates/train/src/cpu`) to equal: tiny
 transformers (LayerNorm with a tied head, RMSNorm untied with fused
 attention, LoRA) and a CNN, with every parameter set by a formula the Rust
 test repeats (0.4 sin(0.37 (j + 1) + 1.1 (i + 1)) for element j of

@@ -12,7 +12,7 @@ on a GPU transformers would otherwise compile the forward with that cache).
     python3 tests/reference/hf_generate.py --real > tests/reference/hf_generate_real.json
 
 --real runs published shapes at full size (the planner's
-shared/src/train/hf/known.json) as the H100 ran them
+crates/hf/src/known.json) as the H100 ran them
 (tests/golden/hf_steps-families.json), keeping each forward's live bytes
 before, at the peak and after, not every event.
 

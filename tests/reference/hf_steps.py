@@ -10,7 +10,7 @@ counts them (cuda_events.py). Prints JSON.
     python3 tests/reference/hf_steps.py --families > tests/golden/hf_steps-families.json
 
 --families runs the other architectures (Qwen3, Gemma 2 and 3, Phi-3,
-Mistral) with the configs the planner ships (shared/src/train/hf/known.json).
+Mistral) with the configs the planner ships (crates/hf/src/known.json).
 
 The configs copy the published config.json of each model (links below).
 """

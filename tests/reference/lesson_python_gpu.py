@@ -42,12 +42,12 @@ import tempfile
 import time
 
 # The simulator's defaults where a lesson's settings name none
-# (shared/src/framework.rs: DEFAULT_TOTAL_BYTES, DEFAULT_CONTEXT_BYTES).
+# (crates/device/src/framework.rs: DEFAULT_TOTAL_BYTES, DEFAULT_CONTEXT_BYTES).
 DEFAULT_TOTAL_BYTES = 15837691904
 DEFAULT_CONTEXT_BYTES = 314572800
 # Seconds a lesson may run (LESSON_TIMEOUT in the environment).
 LESSON_TIMEOUT = int(os.environ.get("LESSON_TIMEOUT", 240))
-# The cards a lesson may name (shared/src/gpu.rs: GpuModel::spec): total
+# The cards a lesson may name (crates/device/src/gpu.rs: GpuModel::spec): total
 # bytes as cudaMemGetInfo reports them, and the context.
 MIB = 1 << 20
 GPU_MODELS = {

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A Hugging Face hub cache with no network: the published config.json of
-every shape vramlab ships (shared/src/train/hf/known.json, each under the
+every shape vramlab ships (crates/hf/src/known.json, each under the
 repo id of its `config_url`), and for the repos named after `--weights`
 random weights in safetensors shards, as `save_pretrained` writes them. With
 

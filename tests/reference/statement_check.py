@@ -4,7 +4,7 @@
 the copies held by nothing but the graph. Prints, for each model, the events
 just before each copy's storage is freed, and where the forward statement
 ended. vramlab's step programs mark the same moments (`Op::Release` in
-`shared/src/train/kinds/step.rs`): the targets at NLL's backward, the token
+`crates/train/src/kinds/step.rs`): the targets at NLL's backward, the token
 ids after the token embedding's backward (never saved by LoRA's frozen
 embedding: they die with the statement), the images after the first
 convolution's backward (checkpointed or not).

@@ -3,7 +3,7 @@ kind vramlab trains under JAX: `jax.jit(step).lower(...).compile()
 .memory_analysis()` on the CPU backend, with and without
 `donate_argnums=(0, 1)`.
 
-The models are vramlab's (`shared/src/train/kinds.rs`): the MLP (Linear +
+The models are vramlab's (`crates/train/src/kinds.rs`): the MLP (Linear +
 ReLU layers), the CNN (3x3 convolution with bias, BatchNorm on the batch's
 statistics, ReLU, 2x2 max pooling per block; a linear head), and the
 GPT-2-like transformer (token and position embeddings, pre-norm blocks of

@@ -10,7 +10,7 @@ use vramlab_shared::command::{
     Cache, Command, DataArgs, GenerateArgs, LoraArgs, ModelArgs, ModelKind, ModelRef,
     OptimizerArgs, TrainArgs, STATE_BITS,
 };
-use vramlab_shared::train::hf::known;
+use vramlab_shared::hf::known;
 use vramlab_shared::train::kinds::Attention;
 use vramlab_shared::train::OptimizerKind;
 use vramlab_shared::types::{Dtype, Framework};

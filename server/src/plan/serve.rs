@@ -1,5 +1,5 @@
 //! `vramlab plan MODEL --task serve --gpu G`: vLLM 0.33.0's start-up
-//! (`train::hf::serve`), printed as its log reports it, with the
+//! (`hf::serve`), printed as its log reports it, with the
 //! command line that starts the same server.
 
 use crate::cli::PlanArgs;
@@ -7,8 +7,8 @@ use anyhow::anyhow;
 use serde_json::{json, Value};
 use std::io::Write;
 use std::process::ExitCode;
-use vramlab_shared::train::hf::ask::serve::{self, ServeAsked};
-use vramlab_shared::train::hf::serve::{gib, Startup, NON_TORCH_BYTES};
+use vramlab_shared::hf::ask::serve::{self, ServeAsked};
+use vramlab_shared::hf::serve::{gib, Startup, NON_TORCH_BYTES};
 
 /// The serving request the arguments make, on `base` (the model).
 pub fn request(args: &PlanArgs, mut r: Value) -> Value {

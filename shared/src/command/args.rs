@@ -127,7 +127,7 @@ pub enum ModelKind {
     Hf,
 }
 
-crate::by_name::read_by_name!(ModelKind {
+vramlab_core::read_by_name!(ModelKind {
     Mlp = "mlp",
     Cnn = "cnn",
     Transformer = "transformer",
@@ -335,7 +335,7 @@ pub enum LossHistory {
     List,
 }
 
-crate::by_name::read_by_name!(LossHistory {
+vramlab_core::read_by_name!(LossHistory {
     Item = "item",
     Tensor = "tensor",
     List = "list",
@@ -517,7 +517,7 @@ pub const DEFAULT_THRESHOLD: f64 = 0.8;
 
 /// `llm = LLM(model=..., gpu_memory_utilization=..., ...)`: vLLM 0.33.0's
 /// engine started in a process of its own on this GPU
-/// (`train::hf::serve`); unset settings take `vllm serve`'s defaults on
+/// (`hf::serve`); unset settings take `vllm serve`'s defaults on
 /// the kernel's card.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ServeArgs {

@@ -1,11 +1,11 @@
 //! Where `generate` plays on the kernel a token at a time: each tensor a
 //! local of the call's frame, a handle freed given again.
 
+use crate::hf::generate::{Holds, Made, Sink, Step};
 use crate::process::{AllocFailure, Process};
 use crate::runtime::ObjId;
 use crate::train::cublas::{BlasThread, CublasWorkspaces};
 use crate::train::frame::PyFrame;
-use crate::train::hf::generate::{Holds, Made, Sink, Step};
 use crate::types::Category;
 
 /// `generate`'s tensors made on the kernel: each a local of the call's

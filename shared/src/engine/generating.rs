@@ -3,22 +3,22 @@
 //! (every parameter, then every buffer, in transformers' order) and
 //! `out = model.generate(input_ids, max_new_tokens=N)`, played request by
 //! request on the kernel's allocator as transformers 5.24 makes and drops
-//! each tensor (`train::hf::generate`). An out-of-memory mid-way leaves
+//! each tensor (`hf::generate`). An out-of-memory mid-way leaves
 //! the call's tensors, the KV cache among them, on `last_exception`.
 
 use super::generate_sink::{EngineSink, Played};
 use super::{check_name, error, Engine, Outcome};
 use crate::command::{Cache, GenerateArgs, LoraArgs, ModelArgs, ModelRef};
 use crate::error::{CommandError, ErrorKind};
+use crate::hf::generate::{self, Generation};
+use crate::hf::params::parameters;
+use crate::hf::plan::{kbit_prepare, load_model, lora_adapters, warmup_request, LoadStep};
+use crate::hf::state::HfModelState;
+use crate::hf::step::Quant4;
+use crate::hf::{known, HfConfig};
 use crate::process::AllocFailure;
 use crate::runtime::{Class, ObjId, ObjectKind};
 use crate::train::frame::PyFrame;
-use crate::train::hf::generate::{self, Generation};
-use crate::train::hf::params::parameters;
-use crate::train::hf::plan::{kbit_prepare, load_model, lora_adapters, warmup_request, LoadStep};
-use crate::train::hf::step::Quant4;
-use crate::train::hf::{known, HfConfig};
-use crate::train::hf_state::HfModelState;
 use crate::types::{Category, Dtype, Framework};
 use crate::units::{format_size, TIB};
 use serde_json::{json, Value};
@@ -77,7 +77,7 @@ impl Engine {
             return Err(e);
         }
         let bytes = self.hf_bytes(&state);
-        self.train.hf.insert(model, state);
+        self.hf.models.insert(model, state);
         self.process.bind_local(name, model);
         let mut note = format!(
             "`{name}` is {label} ({}): {} parameters in {}",
@@ -192,7 +192,7 @@ impl Engine {
         let steps = kbit_prepare(&state.config, &parameters(&state.config));
         let done = self.load_steps(id, &a.model, &mut state, &steps);
         state.prepared = true;
-        self.train.hf.insert(id, state);
+        self.hf.models.insert(id, state);
         done.map_err(|f| self.alloc_error(&f))?;
         let after = self.stats().allocated_bytes;
         Ok(Outcome::note(format!(
@@ -232,7 +232,7 @@ impl Engine {
         );
         let done = self.load_steps(id, &a.model, &mut state, &steps);
         state.lora = Some(a.rank);
-        self.train.hf.insert(id, state);
+        self.hf.models.insert(id, state);
         done.map_err(|f| self.alloc_error(&f))?;
         let after = self.stats().allocated_bytes;
         // The float32 adapters kept: their elements, as
@@ -263,7 +263,7 @@ impl Engine {
 
     fn hf_state(&self, name: &str) -> Result<HfModelState, CommandError> {
         let id = self.instance(name, Class::Model)?;
-        self.train.hf.get(&id).cloned().ok_or_else(|| {
+        self.hf.models.get(&id).cloned().ok_or_else(|| {
             invalid(format!(
                 "`{name}` is not a Hugging Face model: `generate` runs a model built with \"kind\": \"hf\""
             ))

@@ -5,10 +5,10 @@ use super::*;
 use crate::command::Cache;
 use crate::framework::TorchVersion;
 use crate::gpu::GpuModel;
+use crate::hf::generate::Generation;
+use crate::hf::known;
+use crate::hf::plan::{self, Question, Task};
 use crate::protocol::StepRecord;
-use crate::train::hf::generate::Generation;
-use crate::train::hf::known;
-use crate::train::hf::plan::{self, Question, Task};
 use crate::train::kinds::Attention;
 use crate::types::Category;
 

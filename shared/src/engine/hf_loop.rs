@@ -24,8 +24,8 @@ impl Engine {
     ) -> Result<Outcome, CommandError> {
         let opt = self.instance(&a.optimizer, Class::Optimizer)?;
         if self
-            .train
-            .hf_optimizers
+            .hf
+            .optimizers
             .get(&opt)
             .is_none_or(|o| o.model != model)
         {

@@ -1,7 +1,7 @@
 //! Training a Hugging Face model in the kernel, one statement at a time:
 //! `loss = model(input_ids=ids, labels=ids).loss`, `loss.backward()`,
 //! `opt.step()`, `opt.zero_grad(set_to_none=True)`, and the loop of them.
-//! The step is transformers 5.24's own op sequence (`train::hf::step`, the
+//! The step is transformers 5.24's own op sequence (`hf::step`, the
 //! plan's), collected once at the forward and played a phase per
 //! statement: the forward's tensors held by the loss's graph, the
 //! gradients by the model, AdamW's state (made at its first `step()`) by
@@ -11,15 +11,15 @@
 use super::{check_name, error, Engine, Outcome};
 use crate::command::{ForwardArgs, OptimizerArgs};
 use crate::error::{CommandError, ErrorKind};
+use crate::hf::generate::{Holds, Program, Step};
+use crate::hf::params::parameters;
+use crate::hf::plan::{adam_state, step_of, Training};
+use crate::hf::state::{HfOptimizer, HfStep};
+use crate::hf::step;
 use crate::process::AllocFailure;
 use crate::runtime::{Class, ObjId, ObjectKind};
 use crate::train::cublas::BlasThread;
 use crate::train::frame::PyFrame;
-use crate::train::hf::generate::{Holds, Program, Step};
-use crate::train::hf::params::parameters;
-use crate::train::hf::plan::{adam_state, step_of, Training};
-use crate::train::hf::step;
-use crate::train::hf_state::{HfOptimizer, HfStep};
 use crate::train::kinds::step::Attention;
 use crate::train::OptimizerKind;
 use crate::types::{Category, Dtype};
@@ -40,7 +40,7 @@ impl Engine {
     /// The Hugging Face model `name` names, if it is one.
     pub(super) fn hf_model_id(&self, name: &str) -> Option<ObjId> {
         let id = self.lookup(name).ok()?;
-        self.train.hf.contains_key(&id).then_some(id)
+        self.hf.models.contains_key(&id).then_some(id)
     }
 
     /// `opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad])`.
@@ -53,7 +53,7 @@ impl Engine {
         if !matches!(a.kind, OptimizerKind::Adamw | OptimizerKind::Adam) {
             return Err(invalid("a Hugging Face model trains here with AdamW (torch.optim.AdamW, or bitsandbytes' AdamW8bit with \"bits\": 8)"));
         }
-        let state = &self.train.hf[&model];
+        let state = &self.hf.models[&model];
         let trained: Vec<ObjId> = (state.tensors.iter())
             .filter(|(n, _)| trainable(state.lora.is_some(), n))
             .map(|(_, id)| *id)
@@ -65,7 +65,7 @@ impl Engine {
         for &p in &trained {
             self.process.runtime.add_ref(opt, p);
         }
-        self.train.hf_optimizers.insert(
+        self.hf.optimizers.insert(
             opt,
             HfOptimizer {
                 model,
@@ -120,7 +120,7 @@ impl Engine {
         let data = self.instance(&a.data, Class::Dataset)?;
         let (spec, vocab) = (
             self.train.datasets[&data].spec,
-            self.train.hf[&model].config.vocab,
+            self.hf.models[&model].config.vocab,
         );
         if spec.classes != vocab {
             return Err(invalid(format!(
@@ -146,7 +146,7 @@ impl Engine {
         a: &ForwardArgs,
         ids: ObjId,
     ) -> Result<(), CommandError> {
-        let state = self.train.hf[&model].clone();
+        let state = self.hf.models[&model].clone();
         if state.quant.is_some() && !state.prepared {
             return Err(invalid(
                 "a 4-bit model trains after prepare_model_for_kbit_training",
@@ -161,7 +161,7 @@ impl Engine {
                 t.shape
             )));
         };
-        let adam8bit = (self.train.hf_optimizers.values())
+        let adam8bit = (self.hf.optimizers.values())
             .find(|o| o.model == model)
             .is_some_and(|o| o.adam8bit);
         let t = Training {
@@ -206,7 +206,7 @@ impl Engine {
             self.process.drop_local(graph);
             return Err(self.raise_in_frame(frame, &f));
         }
-        self.train.hf_steps.insert(graph, pending);
+        self.hf.steps.insert(graph, pending);
         self.process.bind_local(name, graph);
         Ok(())
     }
@@ -312,7 +312,7 @@ impl Engine {
             k.attach_local(owner, id);
             pending.slots[i] = Some((id, owner));
             if owner == pending.model {
-                if let Some(m) = self.train.hf.get_mut(&pending.model) {
+                if let Some(m) = self.hf.models.get_mut(&pending.model) {
                     m.grads.push(id);
                 }
             }
@@ -337,13 +337,13 @@ impl Engine {
     /// Hugging Face model's.
     pub(super) fn hf_graph(&self, name: &str) -> Option<ObjId> {
         let id = self.lookup(name).ok()?;
-        self.train.hf_steps.contains_key(&id).then_some(id)
+        self.hf.steps.contains_key(&id).then_some(id)
     }
 
     /// `loss.backward()`: the backward of the step (autograd's thread),
     /// each parameter's gradient left on the model.
     pub(super) fn hf_backward(&mut self, graph: ObjId) -> Result<Outcome, CommandError> {
-        let s = &self.train.hf_steps[&graph];
+        let s = &self.hf.steps[&graph];
         if s.backward {
             return Err(error(
                 ErrorKind::RuntimeError,
@@ -351,24 +351,24 @@ impl Engine {
             ));
         }
         let grads_now = self
-            .train
             .hf
+            .models
             .get(&s.model)
             .is_some_and(|m| !m.grads.is_empty());
         if grads_now != s.onto_grads {
             return Err(invalid("the model's gradients changed between this loss's forward and its backward (a zero_grad or another backward in between): vramlab plays a step's backward as its forward found them; run the forward again"));
         }
-        let mut pending = self.train.hf_steps.remove(&graph).expect("checked above");
+        let mut pending = self.hf.steps.remove(&graph).expect("checked above");
         let before = self.stats().allocated_bytes;
         let mut frame = PyFrame::default();
         let end = phase_end(&pending.program, pending.at, "optimizer step");
         let played = self.hf_play(&mut pending, &mut frame, end, BlasThread::Autograd, graph);
         pending.backward = true;
-        self.train.hf_steps.insert(graph, pending);
+        self.hf.steps.insert(graph, pending);
         if let Err(f) = played {
             return Err(self.raise_with(frame, &f, "Autograd freed the gradients it was computing as it unwound; the graph, with the activations it saved, is still the loss's: `del loss` frees them."));
         }
-        let grads: u64 = self.train.hf[&self.train.hf_steps[&graph].model]
+        let grads: u64 = self.hf.models[&self.hf.steps[&graph].model]
             .grads
             .iter()
             .map(|&g| self.process.block_size(g))
@@ -387,8 +387,8 @@ impl Engine {
     /// `opt.step()`: AdamW's state at the first step, then its update's
     /// temporaries (PyTorch's foreach, or bitsandbytes' 8-bit kernels).
     pub(super) fn hf_step(&mut self, opt: ObjId) -> Result<Outcome, CommandError> {
-        let o = self.train.hf_optimizers[&opt].clone();
-        let Some(graph) = (self.train.hf_steps.iter())
+        let o = self.hf.optimizers[&opt].clone();
+        let Some(graph) = (self.hf.steps.iter())
             .find(|(_, s)| s.model == o.model && s.backward && s.at < s.program.steps.len())
             .map(|(g, _)| *g)
         else {
@@ -396,12 +396,12 @@ impl Engine {
                 "No parameter has a gradient: step() changed nothing.",
             ));
         };
-        let mut pending = self.train.hf_steps.remove(&graph).expect("found above");
+        let mut pending = self.hf.steps.remove(&graph).expect("found above");
         let before = self.stats().allocated_bytes;
         let mut frame = PyFrame::default();
         let mut made_state = 0;
         if !o.state {
-            let m = &self.train.hf[&o.model];
+            let m = &self.hf.models[&o.model];
             let t = Training {
                 batch: 1,
                 seq: 1,
@@ -426,12 +426,12 @@ impl Engine {
                         made_state += bytes;
                     }
                     Err(f) => {
-                        self.train.hf_steps.insert(graph, pending);
+                        self.hf.steps.insert(graph, pending);
                         return Err(self.raise_in_frame(frame, &f));
                     }
                 }
             }
-            if let Some(o) = self.train.hf_optimizers.get_mut(&opt) {
+            if let Some(o) = self.hf.optimizers.get_mut(&opt) {
                 o.state = true;
             }
         }
@@ -439,7 +439,7 @@ impl Engine {
         let played = self.hf_play(&mut pending, &mut frame, end, BlasThread::Main, graph);
         // The rest (zero_grad, the graph freed) is the code's next lines.
         pending.at = pending.program.steps.len();
-        self.train.hf_steps.insert(graph, pending);
+        self.hf.steps.insert(graph, pending);
         if let Err(f) = played {
             return Err(self.raise_in_frame(frame, &f));
         }
@@ -465,9 +465,9 @@ impl Engine {
         opt: ObjId,
         set_to_none: bool,
     ) -> Result<Outcome, CommandError> {
-        let model = self.train.hf_optimizers[&opt].model;
+        let model = self.hf.optimizers[&opt].model;
         if !set_to_none {
-            let held: u64 = (self.train.hf.get(&model).into_iter())
+            let held: u64 = (self.hf.models.get(&model).into_iter())
                 .flat_map(|m| m.grads.iter())
                 .map(|&g| self.process.block_size(g))
                 .sum();
@@ -477,8 +477,8 @@ impl Engine {
             )));
         }
         let grads = self
-            .train
             .hf
+            .models
             .get_mut(&model)
             .map(|m| std::mem::take(&mut m.grads))
             .unwrap_or_default();
@@ -486,12 +486,7 @@ impl Engine {
         for g in grads {
             freed += self.process.detach(model, g);
         }
-        for s in self
-            .train
-            .hf_steps
-            .values_mut()
-            .filter(|s| s.model == model)
-        {
+        for s in self.hf.steps.values_mut().filter(|s| s.model == model) {
             for slot in s.slots.iter_mut() {
                 if slot.is_some_and(|(_, owner)| owner == model) {
                     *slot = None;

@@ -4,10 +4,10 @@
 
 use super::*;
 use crate::gpu::GpuModel;
+use crate::hf::known;
+use crate::hf::plan::{self, Question, Task, Training};
+use crate::hf::step::Quant4;
 use crate::protocol::StepRecord;
-use crate::train::hf::known;
-use crate::train::hf::plan::{self, Question, Task, Training};
-use crate::train::hf::step::Quant4;
 use crate::train::kinds::Attention;
 use crate::types::{Category, Dtype};
 
@@ -339,7 +339,7 @@ fn a_long_train_holds_one_step_reports_each_and_stops_when_asked() {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let log = seen.clone();
     e.set_progress_hook(Some(Box::new(move |e: &mut Engine, p: &Progress| {
-        log.lock().unwrap().push((p.done, e.train.hf_steps.len()));
+        log.lock().unwrap().push((p.done, e.hf.steps.len()));
         p.done < 5
     })));
     let r = run(

@@ -2,10 +2,10 @@
 //! the kernel: labelled by its op, in the category of what it holds, and a
 //! matrix product's cuBLAS workspace as the PyTorch release gives it.
 
+use crate::hf::generate::{Holds, Made};
 use crate::process::{AllocFailure, Process};
 use crate::runtime::ObjId;
 use crate::train::cublas::{BlasThread, CublasWorkspaces, Gemm};
-use crate::train::hf::generate::{Holds, Made};
 use crate::types::{Category, Dtype};
 
 /// The category a program's tensor counts in.

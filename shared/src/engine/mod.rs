@@ -114,6 +114,9 @@ pub struct Engine {
     factory: Box<dyn DeviceFactory>,
     process: Process,
     train: TrainState,
+    /// Its Hugging Face models, optimizers, steps and vLLM engines.
+    #[cfg(feature = "hf-models")]
+    hf: crate::hf::state::HfObjects,
     /// Steps executed so far (the next step's index).
     step: u64,
     /// Training steps up to this many FLOPs compute their numbers.
@@ -184,6 +187,8 @@ impl Engine {
             factory,
             process,
             train,
+            #[cfg(feature = "hf-models")]
+            hf: Default::default(),
             step: 0,
             flop_limit: train::ARITHMETIC_FLOP_LIMIT,
             progress: None,
@@ -258,6 +263,8 @@ impl Engine {
         #[cfg(feature = "hf-models")]
         self.llms_exit(&dead);
         self.train.forget(&dead);
+        #[cfg(feature = "hf-models")]
+        self.hf.forget(&dead);
     }
 
     /// Counts a line that is not a command as a step, and gives back its error.
@@ -320,6 +327,10 @@ impl Engine {
         // (TensorFlow sizes its pool from it).
         self.process.exit();
         self.train = TrainState::new(Default::default());
+        #[cfg(feature = "hf-models")]
+        {
+            self.hf = Default::default();
+        }
         let (settings, failed) = match self.factory.start(&settings) {
             Ok(device) => (self.start(settings, device), None),
             Err(e) => match self.factory.start(&self.settings) {
@@ -348,6 +359,10 @@ impl Engine {
         self.process.start(device, allocator);
         self.process.first_kernel_scratch = settings.first_kernel_scratch_bytes();
         self.train = TrainState::new(settings.blas_workspaces());
+        #[cfg(feature = "hf-models")]
+        {
+            self.hf = Default::default();
+        }
         settings
     }
 
@@ -419,6 +434,8 @@ fn no_process(mut e: CommandError) -> CommandError {
 
 #[cfg(all(test, feature = "tf-executor"))]
 mod executor_tests;
+#[cfg(test)]
+mod export_tests;
 #[cfg(all(test, feature = "hf-models"))]
 mod generating_tests;
 #[cfg(all(test, feature = "hf-models"))]
@@ -445,6 +462,8 @@ mod optim_tests;
 mod page_build_tests;
 #[cfg(test)]
 mod restart_tests;
+#[cfg(test)]
+mod snapshot_tests;
 #[cfg(test)]
 mod stepwise_tests;
 #[cfg(test)]

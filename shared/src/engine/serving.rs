@@ -2,7 +2,7 @@
 //! starts vLLM 0.33.0's engine core in a process of its own on the same
 //! GPU (`VLLM_ENABLE_V1_MULTIPROCESSING`, on by default), which loads the
 //! weights, profiles, allocates the KV cache and captures its CUDA graphs
-//! (`train::hf::serve`). That memory is the other process's: this one's
+//! (`hf::serve`). That memory is the other process's: this one's
 //! `memory_allocated()` does not move, nvidia-smi does. When the `LLM`
 //! object is collected its client's finalizer shuts the engine core down,
 //! and the process's exit gives everything back to the driver.
@@ -11,9 +11,9 @@ use super::generating::thousands;
 use super::{check_name, error, Engine, Outcome};
 use crate::command::ServeArgs;
 use crate::error::{CommandError, ErrorKind};
+use crate::hf::ask::serve as ask;
+use crate::hf::serve::{gib, Startup};
 use crate::runtime::{Class, ObjId, ObjectKind};
-use crate::train::hf::ask::serve as ask;
-use crate::train::hf::serve::{gib, Startup};
 use crate::units::format_size;
 use serde_json::{json, Value};
 
@@ -62,7 +62,7 @@ impl Engine {
             .process
             .runtime
             .new_local(ObjectKind::Instance(Class::Llm), &a.name);
-        self.train.llms.insert(id, held);
+        self.hf.llms.insert(id, held);
         self.process.bind_local(&a.name, id);
         Ok(started(&asked, &st, held))
     }
@@ -70,7 +70,7 @@ impl Engine {
     /// The engine cores whose `LLM` died shut down: their processes exit.
     pub(super) fn llms_exit(&mut self, dead: &[ObjId]) {
         for id in dead {
-            if let Some(held) = self.train.llms.remove(id) {
+            if let Some(held) = self.hf.llms.remove(id) {
                 let _ = self.process.device.other_process(held, false);
             }
         }

@@ -188,7 +188,7 @@ impl Engine {
     pub(super) fn optimizer_step(&mut self, a: &StepArgs) -> Result<Outcome, CommandError> {
         let opt = self.instance(&a.optimizer, Class::Optimizer)?;
         #[cfg(feature = "hf-models")]
-        if self.train.hf_optimizers.contains_key(&opt) {
+        if self.hf.optimizers.contains_key(&opt) {
             return self.hf_step(opt);
         }
         let first = self.train.optimizers[&opt].state.is_empty();
@@ -214,7 +214,7 @@ impl Engine {
             a.set_to_none,
         );
         #[cfg(feature = "hf-models")]
-        if self.train.hf_optimizers.contains_key(&opt) {
+        if self.hf.optimizers.contains_key(&opt) {
             return self.hf_zero_grad(opt, set_to_none);
         }
         let freed = optimizer::zero_grad(&mut self.process, &mut self.train, opt, set_to_none);

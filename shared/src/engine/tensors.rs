@@ -116,7 +116,7 @@ impl Engine {
             .ok_or_else(|| name_error(name))?;
         let freed = self.process.release(&released);
         #[cfg(feature = "hf-models")]
-        if let Some(&held) = self.train.llms.get(&id).filter(|_| !released.is_empty()) {
+        if let Some(&held) = self.hf.llms.get(&id).filter(|_| !released.is_empty()) {
             return Ok(Outcome::note(format!(
                 "`{name}` was the last reference to vLLM's `LLM`: its client's finalizer shut the engine core down, and its process's exit gave {} back to the driver (nvidia-smi fell; this process's allocator never held any of it).",
                 format_size(held)

@@ -222,7 +222,7 @@ pub enum Role {
     Watcher,
 }
 
-crate::by_name::read_by_name!(Role {
+vramlab_core::read_by_name!(Role {
     Owner = "owner",
     Watcher = "watcher",
 });
@@ -361,7 +361,7 @@ pub enum ConnectionErrorKind {
     ShuttingDown,
 }
 
-crate::by_name::read_by_name!(ConnectionErrorKind {
+vramlab_core::read_by_name!(ConnectionErrorKind {
     BadMessage = "bad_message",
     TooLarge = "too_large",
     RateLimited = "rate_limited",

@@ -57,7 +57,7 @@ pub fn serve_code(a: &ServeArgs) -> String {
 /// for `Llama-3.1-8B`).
 #[cfg(feature = "hf-models")]
 fn repo_of(name: &str) -> String {
-    crate::train::hf::known::find(name).map_or_else(|| name.to_string(), |k| k.repo())
+    crate::hf::known::find(name).map_or_else(|| name.to_string(), |k| k.repo())
 }
 
 #[cfg(not(feature = "hf-models"))]
