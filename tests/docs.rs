@@ -185,3 +185,52 @@ fn a_path_that_is_gone_is_found() {
         .join("shared/src/protocol/mod.rs")
         .exists());
 }
+
+/// The rows of the table under `heading` in `text`: each row's first cell.
+fn first_cells<'a>(text: &'a str, heading: &str) -> Vec<&'a str> {
+    let section = text.split(heading).nth(1).unwrap_or_default();
+    (section.lines().skip_while(|l| !l.starts_with('|')))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .filter_map(|l| l.split('|').nth(1))
+        .collect()
+}
+
+/// docs/protocol.md's tables name every message the protocol declares
+/// (`ClientMessage::TYPES`, `ServerMessage::TYPES`), and no other.
+#[test]
+fn the_protocol_page_names_every_message_declared() {
+    use vramlab_shared::protocol::{ClientMessage, ServerMessage};
+    let text = std::fs::read_to_string(root().join("docs/protocol.md")).unwrap();
+    let mut client: Vec<String> = (first_cells(&text, "## Client to server").iter())
+        .flat_map(|cell| cell.split(r#"{"type":""#).skip(1))
+        .filter_map(|rest| rest.split('"').next())
+        .map(String::from)
+        .collect();
+    let mut server: Vec<String> = (first_cells(&text, "## Server to client").iter())
+        .map(|cell| cell.trim().trim_matches('`').to_string())
+        .collect();
+    let mut want_client: Vec<String> = ClientMessage::TYPES.iter().map(|t| t.to_string()).collect();
+    let mut want_server: Vec<String> = ServerMessage::TYPES.iter().map(|t| t.to_string()).collect();
+    for list in [&mut client, &mut server, &mut want_client, &mut want_server] {
+        list.sort();
+    }
+    assert_eq!(client, want_client, "client messages in docs/protocol.md");
+    assert_eq!(server, want_server, "server messages in docs/protocol.md");
+}
+
+/// docs/cli.md's table of commands has a row for every command the
+/// command table declares (`Command::NAMES`).
+#[test]
+fn the_command_line_page_shows_every_command() {
+    let text = std::fs::read_to_string(root().join("docs/cli.md")).unwrap();
+    let shown: String = first_cells(&text, "## Commands").concat();
+    let missing: Vec<&str> = (vramlab_shared::Command::NAMES.iter())
+        .filter(|n| !shown.contains(&format!(r#"`{{"cmd":"{n}""#)))
+        .copied()
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "commands docs/cli.md does not show: {missing:?}"
+    );
+}

@@ -16,6 +16,50 @@ use std::fmt;
 pub mod local;
 mod read;
 
+/// A message table: each message's variant, its fields, its `"type"` and
+/// the function that reads it, written once. It makes the enum (serde
+/// writes it with that tag), `TYPES`, `type_name` and the reader by type,
+/// so no message is declared without a reader or read without a
+/// declaration.
+macro_rules! messages {
+    ($(#[$meta:meta])* pub enum $enum:ident {
+        $($(#[$doc:meta])* $variant:ident $body:tt = $name:literal => $read:path,)*
+    }) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, PartialEq, Serialize)]
+        #[serde(tag = "type")]
+        pub enum $enum {
+            $($(#[$doc])* #[serde(rename = $name)] $variant $body,)*
+        }
+
+        impl $enum {
+            /// Every message's `"type"`, in the table's order.
+            pub const TYPES: &'static [&'static str] = &[$($name),*];
+
+            /// This message's `"type"`.
+            pub fn type_name(&self) -> &'static str {
+                match self {
+                    $(Self::$variant { .. } => $name,)*
+                }
+            }
+
+            /// The message of type `kind` read from its other fields.
+            fn read_fields(
+                fields: crate::fields::Fields,
+                kind: &str,
+            ) -> Result<Self, serde_json::Error> {
+                match kind {
+                    $($name => $read(fields),)*
+                    _ => Err(<serde_json::Error as serde::de::Error>::unknown_variant(
+                        kind,
+                        Self::TYPES,
+                    )),
+                }
+            }
+        }
+    };
+}
+
 /// Version of the wire format; bumped on any incompatible change.
 pub const PROTOCOL_VERSION: u32 = 1;
 /// The most events a full snapshot carries.
@@ -50,44 +94,45 @@ pub struct StepRecord {
 
 // ----- the websocket --------------------------------------------------------
 
-/// Messages from a client to the server, tagged by `"type"` (written by
-/// serde, read by [`read`]; a field a message does not have is refused).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum ClientMessage {
-    /// Run a command; its result comes back with the same `id`.
-    Command {
-        id: u64,
-        /// Any JSON: a line that is not a valid command still gets a result
-        /// (with the error) under its id.
-        command: Box<CommandLine>,
-    },
-    /// Several commands in one message (the code cell's lines as Python
-    /// runs them): their ids are `first_id`, `first_id + 1`, …; each is
-    /// answered as if sent alone, and the message counts once against the
-    /// session's commands a second. At most [`MAX_BATCH`].
-    Commands {
-        first_id: u64,
-        commands: Vec<CommandLine>,
-    },
-    /// Receive live snapshots and events.
-    Subscribe {},
-    Unsubscribe {},
-    /// Send a full snapshot now.
-    Snapshot {},
-    /// The session as a PyTorch memory snapshot (segments and the event
-    /// log since the last restart), for a file memory_viz opens.
-    ExportSnapshot {},
-    /// Stop the running command after its current step.
-    Stop {},
-    Ping {
-        nonce: u64,
-    },
-    /// What the owner's page shows beyond the numbers (the lesson step,
-    /// the code cell, the explanation, the controls' values), for watchers.
-    Presenter {
-        view: Box<PresenterView>,
-    },
+messages! {
+    /// Messages from a client to the server, tagged by `"type"` (written by
+    /// serde, read by the reader each names in `read`; a field a message
+    /// does not have is refused).
+    pub enum ClientMessage {
+        /// Run a command; its result comes back with the same `id`.
+        Command {
+            id: u64,
+            /// Any JSON: a line that is not a valid command still gets a result
+            /// (with the error) under its id.
+            command: Box<CommandLine>,
+        } = "command" => read::command,
+        /// Several commands in one message (the code cell's lines as Python
+        /// runs them): their ids are `first_id`, `first_id + 1`, …; each is
+        /// answered as if sent alone, and the message counts once against the
+        /// session's commands a second. At most [`MAX_BATCH`].
+        Commands {
+            first_id: u64,
+            commands: Vec<CommandLine>,
+        } = "commands" => read::commands,
+        /// Receive live snapshots and events.
+        Subscribe {} = "subscribe" => read::subscribe,
+        Unsubscribe {} = "unsubscribe" => read::unsubscribe,
+        /// Send a full snapshot now.
+        Snapshot {} = "snapshot" => read::snapshot_request,
+        /// The session as a PyTorch memory snapshot (segments and the event
+        /// log since the last restart), for a file memory_viz opens.
+        ExportSnapshot {} = "export_snapshot" => read::export_snapshot,
+        /// Stop the running command after its current step.
+        Stop {} = "stop" => read::stop,
+        Ping {
+            nonce: u64,
+        } = "ping" => read::ping,
+        /// What the owner's page shows beyond the numbers (the lesson step,
+        /// the code cell, the explanation, the controls' values), for watchers.
+        Presenter {
+            view: Box<PresenterView>,
+        } = "presenter" => read::presenter_view,
+    }
 }
 
 /// The most commands one `commands` message holds.
@@ -278,61 +323,61 @@ pub struct Hello {
     pub owner: Option<String>,
 }
 
-/// Messages from the server, tagged by `"type"` (written by serde, read
-/// by [`read`]).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum ServerMessage {
-    Hello(Box<Hello>),
-    /// The result of the command with this id (never dropped).
-    Result {
-        id: u64,
-        #[serde(flatten)]
-        record: Box<StepRecord>,
-    },
-    /// A running command finished another step.
-    Progress {
-        id: u64,
-        done: u64,
-        total: u64,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        loss: Option<f32>,
-    },
-    /// Everything, on connect and on request.
-    Snapshot {
-        snapshot: Box<Snapshot>,
-    },
-    /// Who watches the session now (a watcher's user, or `anonymous`),
-    /// sent to every connection when one joins or leaves.
-    Watchers {
-        watchers: Vec<String>,
-    },
-    /// The answer to `export_snapshot`.
-    MemorySnapshot {
-        snapshot: Box<MemorySnapshot>,
-    },
-    /// What changed since the last snapshot or delta this client received,
-    /// with the exact peaks in between.
-    Delta(Box<SnapshotDelta>),
-    /// The owner's page, for watchers (sent when it changes, and to a
-    /// watcher when it joins).
-    Presenter {
-        view: Box<PresenterView>,
-    },
-    /// Events since the last batch; `dropped` counts events this client
-    /// missed because it was slow.
-    Events {
-        events: Vec<Event>,
-        dropped: u64,
-    },
-    Error {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        id: Option<u64>,
-        error: ConnectionError,
-    },
-    Pong {
-        nonce: u64,
-    },
+messages! {
+    /// Messages from the server, tagged by `"type"` (written by serde, read
+    /// by the reader each names in `read`).
+    pub enum ServerMessage {
+        Hello(Box<Hello>) = "hello" => read::hello,
+        /// The result of the command with this id (never dropped).
+        Result {
+            id: u64,
+            #[serde(flatten)]
+            record: Box<StepRecord>,
+        } = "result" => read::result,
+        /// A running command finished another step.
+        Progress {
+            id: u64,
+            done: u64,
+            total: u64,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            loss: Option<f32>,
+        } = "progress" => read::progress,
+        /// Everything, on connect and on request.
+        Snapshot {
+            snapshot: Box<Snapshot>,
+        } = "snapshot" => read::snapshot,
+        /// Who watches the session now (a watcher's user, or `anonymous`),
+        /// sent to every connection when one joins or leaves.
+        Watchers {
+            watchers: Vec<String>,
+        } = "watchers" => read::watchers,
+        /// The answer to `export_snapshot`.
+        MemorySnapshot {
+            snapshot: Box<MemorySnapshot>,
+        } = "memory_snapshot" => read::memory_snapshot,
+        /// What changed since the last snapshot or delta this client received,
+        /// with the exact peaks in between.
+        Delta(Box<SnapshotDelta>) = "delta" => read::delta,
+        /// The owner's page, for watchers (sent when it changes, and to a
+        /// watcher when it joins).
+        Presenter {
+            view: Box<PresenterView>,
+        } = "presenter" => read::presenter,
+        /// Events since the last batch; `dropped` counts events this client
+        /// missed because it was slow.
+        Events {
+            events: Vec<Event>,
+            dropped: u64,
+        } = "events" => read::events,
+        Error {
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            id: Option<u64>,
+            error: ConnectionError,
+        } = "error" => read::error,
+        Pong {
+            nonce: u64,
+        } = "pong" => read::pong,
+    }
 }
 
 /// Kinds of error a connection (not a command) can meet.

@@ -10,104 +10,89 @@ use serde::de::{Deserializer, Error as _};
 use serde::Deserialize;
 use serde_json::{Error, Map};
 
-/// Every message's `"type"`.
-const TYPES: [&str; 11] = [
-    "hello",
-    "result",
-    "progress",
-    "snapshot",
-    "watchers",
-    "memory_snapshot",
-    "delta",
-    "presenter",
-    "events",
-    "error",
-    "pong",
-];
-
 impl<'de> Deserialize<'de> for ServerMessage {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let mut fields = Fields::new(Map::deserialize(d)?);
         let kind: String = fields.take("type").map_err(D::Error::custom)?;
-        read(fields, &kind).map_err(D::Error::custom)
+        ServerMessage::read_fields(fields, &kind).map_err(D::Error::custom)
     }
 }
-
-/// Every client message's `"type"`.
-const CLIENT_TYPES: [&str; 9] = [
-    "command",
-    "commands",
-    "subscribe",
-    "unsubscribe",
-    "snapshot",
-    "export_snapshot",
-    "stop",
-    "ping",
-    "presenter",
-];
 
 impl<'de> Deserialize<'de> for ClientMessage {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let mut fields = Fields::new(Map::deserialize(d)?);
         let kind: String = fields.take("type").map_err(D::Error::custom)?;
-        read_client(fields, &kind).map_err(D::Error::custom)
+        ClientMessage::read_fields(fields, &kind).map_err(D::Error::custom)
     }
 }
 
-fn read_client(mut f: Fields, kind: &str) -> Result<ClientMessage, Error> {
-    use ClientMessage as M;
-    let (message, fields): (_, &'static [&'static str]) = match kind {
-        "command" => {
-            let id = f.take("id")?;
-            let command = f.take("command")?;
-            (M::Command { id, command }, &["id", "command"])
-        }
-        "commands" => {
-            let first_id = f.take("first_id")?;
-            let commands: Vec<CommandLine> = f.take("commands")?;
-            if commands.is_empty() || commands.len() > super::MAX_BATCH {
-                return Err(Error::custom(format!(
-                    "a `commands` message holds 1 to {} commands, not {}",
-                    super::MAX_BATCH,
-                    commands.len()
-                )));
-            }
-            let first_id: u64 = first_id;
-            if first_id.checked_add(commands.len() as u64 - 1).is_none() {
-                return Err(Error::custom(format!(
-                    "a `commands` message of {} commands from id {first_id} runs past the largest id (2^64 - 1): number them lower",
-                    commands.len()
-                )));
-            }
-            (
-                M::Commands { first_id, commands },
-                &["first_id", "commands"],
-            )
-        }
-        "subscribe" => (M::Subscribe {}, &[]),
-        "unsubscribe" => (M::Unsubscribe {}, &[]),
-        "snapshot" => (M::Snapshot {}, &[]),
-        "export_snapshot" => (M::ExportSnapshot {}, &[]),
-        "stop" => (M::Stop {}, &[]),
-        "ping" => {
-            let nonce: Option<u64> = f.take("nonce")?;
-            (
-                M::Ping {
-                    nonce: nonce.unwrap_or(0),
-                },
-                &["nonce"],
-            )
-        }
-        "presenter" => (
-            M::Presenter {
-                view: f.take("view")?,
-            },
-            &["view"],
-        ),
-        _ => return Err(Error::unknown_variant(kind, &CLIENT_TYPES)),
-    };
-    f.done(fields)?;
+// ----- client messages: each reads its fields and refuses any other ------
+
+/// `f` had no field but `names` (each read already).
+fn only<T>(f: Fields, names: &'static [&'static str], message: T) -> Result<T, Error> {
+    f.done(names)?;
     Ok(message)
+}
+
+pub(super) fn command(mut f: Fields) -> Result<ClientMessage, Error> {
+    let id = f.take("id")?;
+    let command = f.take("command")?;
+    only(
+        f,
+        &["id", "command"],
+        ClientMessage::Command { id, command },
+    )
+}
+
+pub(super) fn commands(mut f: Fields) -> Result<ClientMessage, Error> {
+    let first_id: u64 = f.take("first_id")?;
+    let commands: Vec<CommandLine> = f.take("commands")?;
+    if commands.is_empty() || commands.len() > super::MAX_BATCH {
+        return Err(Error::custom(format!(
+            "a `commands` message holds 1 to {} commands, not {}",
+            super::MAX_BATCH,
+            commands.len()
+        )));
+    }
+    if first_id.checked_add(commands.len() as u64 - 1).is_none() {
+        return Err(Error::custom(format!(
+            "a `commands` message of {} commands from id {first_id} runs past the largest id (2^64 - 1): number them lower",
+            commands.len()
+        )));
+    }
+    let message = ClientMessage::Commands { first_id, commands };
+    only(f, &["first_id", "commands"], message)
+}
+
+pub(super) fn subscribe(f: Fields) -> Result<ClientMessage, Error> {
+    only(f, &[], ClientMessage::Subscribe {})
+}
+
+pub(super) fn unsubscribe(f: Fields) -> Result<ClientMessage, Error> {
+    only(f, &[], ClientMessage::Unsubscribe {})
+}
+
+pub(super) fn snapshot_request(f: Fields) -> Result<ClientMessage, Error> {
+    only(f, &[], ClientMessage::Snapshot {})
+}
+
+pub(super) fn export_snapshot(f: Fields) -> Result<ClientMessage, Error> {
+    only(f, &[], ClientMessage::ExportSnapshot {})
+}
+
+pub(super) fn stop(f: Fields) -> Result<ClientMessage, Error> {
+    only(f, &[], ClientMessage::Stop {})
+}
+
+pub(super) fn ping(mut f: Fields) -> Result<ClientMessage, Error> {
+    let nonce: Option<u64> = f.take("nonce")?;
+    let nonce = nonce.unwrap_or(0);
+    only(f, &["nonce"], ClientMessage::Ping { nonce })
+}
+
+pub(super) fn presenter_view(mut f: Fields) -> Result<ClientMessage, Error> {
+    let view = f.take("view")?;
+    only(f, &["view"], ClientMessage::Presenter { view })
 }
 
 /// Every result's record, read by hand as the hello is (fields not named
@@ -132,10 +117,12 @@ fn record(f: &mut Fields) -> Result<StepRecord, Error> {
     })
 }
 
+// ----- server messages: fields not named are ignored ---------------------
+
 /// A hello's fields (read by hand: a derived reader for a struct of
 /// twelve costs the page kilobytes).
-fn hello(mut f: Fields) -> Result<Hello, Error> {
-    Ok(Hello {
+pub(super) fn hello(mut f: Fields) -> Result<ServerMessage, Error> {
+    Ok(ServerMessage::Hello(Box::new(Hello {
         protocol_version: f.take("protocol_version")?,
         session_id: f.take("session_id")?,
         watch_id: f.take("watch_id")?,
@@ -148,57 +135,73 @@ fn hello(mut f: Fields) -> Result<Hello, Error> {
         limits: f.take("limits")?,
         user: f.take("user")?,
         owner: f.take("owner")?,
+    })))
+}
+
+pub(super) fn result(mut f: Fields) -> Result<ServerMessage, Error> {
+    Ok(ServerMessage::Result {
+        id: f.take("id")?,
+        record: f.rest()?,
     })
 }
 
-fn read(mut f: Fields, kind: &str) -> Result<ServerMessage, Error> {
-    use ServerMessage as M;
-    Ok(match kind {
-        "hello" => M::Hello(Box::new(hello(f)?)),
-        "result" => M::Result {
-            id: f.take("id")?,
-            record: f.rest()?,
-        },
-        "progress" => M::Progress {
-            id: f.take("id")?,
-            done: f.take("done")?,
-            total: f.take("total")?,
-            loss: f.take("loss")?,
-        },
-        "snapshot" => M::Snapshot {
-            snapshot: f.take("snapshot")?,
-        },
-        "watchers" => M::Watchers {
-            watchers: f.take("watchers")?,
-        },
-        "memory_snapshot" => M::MemorySnapshot {
-            snapshot: Box::new(
-                torch_snapshot::from_json(f.take("snapshot")?).map_err(Error::custom)?,
-            ),
-        },
-        "delta" => M::Delta(f.rest()?),
-        "presenter" => M::Presenter {
-            view: f.take("view")?,
-        },
-        "events" => M::Events {
-            events: f.take("events")?,
-            dropped: f.take("dropped")?,
-        },
-        "error" => M::Error {
-            id: f.take("id")?,
-            error: f.take("error")?,
-        },
-        "pong" => M::Pong {
-            nonce: f.take("nonce")?,
-        },
-        _ => return Err(Error::unknown_variant(kind, &TYPES)),
+pub(super) fn progress(mut f: Fields) -> Result<ServerMessage, Error> {
+    Ok(ServerMessage::Progress {
+        id: f.take("id")?,
+        done: f.take("done")?,
+        total: f.take("total")?,
+        loss: f.take("loss")?,
     })
+}
+
+pub(super) fn snapshot(mut f: Fields) -> Result<ServerMessage, Error> {
+    let snapshot = f.take("snapshot")?;
+    Ok(ServerMessage::Snapshot { snapshot })
+}
+
+pub(super) fn watchers(mut f: Fields) -> Result<ServerMessage, Error> {
+    let watchers = f.take("watchers")?;
+    Ok(ServerMessage::Watchers { watchers })
+}
+
+pub(super) fn memory_snapshot(mut f: Fields) -> Result<ServerMessage, Error> {
+    let snapshot = torch_snapshot::from_json(f.take("snapshot")?).map_err(Error::custom)?;
+    Ok(ServerMessage::MemorySnapshot {
+        snapshot: Box::new(snapshot),
+    })
+}
+
+pub(super) fn delta(f: Fields) -> Result<ServerMessage, Error> {
+    Ok(ServerMessage::Delta(f.rest()?))
+}
+
+pub(super) fn presenter(mut f: Fields) -> Result<ServerMessage, Error> {
+    let view = f.take("view")?;
+    Ok(ServerMessage::Presenter { view })
+}
+
+pub(super) fn events(mut f: Fields) -> Result<ServerMessage, Error> {
+    Ok(ServerMessage::Events {
+        events: f.take("events")?,
+        dropped: f.take("dropped")?,
+    })
+}
+
+pub(super) fn error(mut f: Fields) -> Result<ServerMessage, Error> {
+    Ok(ServerMessage::Error {
+        id: f.take("id")?,
+        error: f.take("error")?,
+    })
+}
+
+pub(super) fn pong(mut f: Fields) -> Result<ServerMessage, Error> {
+    let nonce = f.take("nonce")?;
+    Ok(ServerMessage::Pong { nonce })
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::*;
-    use super::{CLIENT_TYPES, TYPES};
     use crate::snapshot::delta;
     use crate::torch_snapshot::export;
 
@@ -290,8 +293,9 @@ mod tests {
     #[test]
     fn every_message_reads_back_as_written() {
         let all = messages();
-        assert_eq!(all.len(), TYPES.len());
-        for (msg, kind) in all.into_iter().zip(TYPES) {
+        assert_eq!(all.len(), ServerMessage::TYPES.len());
+        for (msg, kind) in all.into_iter().zip(ServerMessage::TYPES) {
+            assert_eq!(msg.type_name(), *kind);
             let text = serde_json::to_string(&msg).unwrap();
             assert!(text.starts_with(&format!(r#"{{"type":"{kind}""#)), "{text}");
             assert_eq!(serde_json::from_str::<ServerMessage>(&text).unwrap(), msg);
@@ -352,8 +356,9 @@ mod tests {
     #[test]
     fn every_client_message_reads_back_as_written() {
         let all = client_messages();
-        assert_eq!(all.len(), CLIENT_TYPES.len());
-        for (msg, kind) in all.into_iter().zip(CLIENT_TYPES) {
+        assert_eq!(all.len(), ClientMessage::TYPES.len());
+        for (msg, kind) in all.into_iter().zip(ClientMessage::TYPES) {
+            assert_eq!(msg.type_name(), *kind);
             let text = serde_json::to_string(&msg).unwrap();
             assert!(text.starts_with(&format!(r#"{{"type":"{kind}""#)), "{text}");
             assert_eq!(serde_json::from_str::<ClientMessage>(&text).unwrap(), msg);
