@@ -473,3 +473,37 @@ fn the_shims_import_no_circle() {
     assert!(graph["keras.losses"].contains("keras.tensor"));
     assert_eq!(find_cycle(&graph), None);
 }
+
+/// The shims build every command through one helper
+/// (`vramlab_shim.command`), and name only commands the engine's command
+/// table declares (`Command::NAMES`).
+#[test]
+fn the_shims_send_only_commands_the_engine_declares() {
+    let mut sent = BTreeSet::new();
+    let mut by_hand = Vec::new();
+    for (path, parts) in files_under(&root().join("shims"), &[]) {
+        if !parts.last().is_some_and(|n| n.ends_with(".py")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("a readable shim");
+        let shown = parts.join("/");
+        for (i, _) in text.match_indices(r#"{"cmd": "#) {
+            let line = text[..i].lines().count();
+            if shown != "vramlab_shim/__init__.py" || !text[i..].starts_with(r#"{"cmd": cmd"#) {
+                by_hand.push(format!("{shown}:{line}"));
+            }
+        }
+        for piece in text.split("command(\"").skip(1) {
+            sent.insert(piece.split('"').next().unwrap_or_default().to_string());
+        }
+    }
+    assert!(by_hand.is_empty(), "commands built by hand: {by_hand:?}");
+    assert!(sent.len() > 20, "commands the shims send: {sent:?}");
+    let unknown: Vec<&String> = (sent.iter())
+        .filter(|n| !vramlab_shared::Command::NAMES.contains(&n.as_str()))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "the engine declares no such command: {unknown:?}"
+    );
+}

@@ -68,7 +68,7 @@ class Buffer(vs.Owner):
     def __init__(self, shape, dt):
         self._name = None
         name = vs.fresh_name()
-        vs.make({"cmd": "alloc", "name": name, "shape": list(shape), "dtype": _ENGINE.get(dt.name, dt.name)})
+        vs.make(vs.command("alloc", name=name, shape=list(shape), dtype=_ENGINE.get(dt.name, dt.name)))
         self._name = name
 
 

@@ -42,8 +42,7 @@ class Loss(_vs.Owner):
         self._inputs = [_on_gpu(x, (batch, model.features), "float32")]
         self._inputs.append(_on_gpu(y, (batch,), "int64") if y is not None else _on_gpu(None, (batch,), "int64"))
         name = _vs.fresh_name()
-        cmd = {"cmd": "forward", "name": name, "model": model._name, "data": model.dataset(batch),
-               "batch_size": batch, "batch": [t._name for t in self._inputs]}
+        cmd = _vs.command("forward", name=name, model=model._name, data=model.dataset(batch), batch_size=batch, batch=[t._name for t in self._inputs])
         if not grad:
             cmd["no_grad"] = True
         record = _vs.make(cmd)

@@ -95,8 +95,7 @@ class Model(_vs.Owner):
         if shape is None:
             return False
         name = _vs.fresh_name(hint)
-        _vs.make({"cmd": "model", "name": name, "kind": "mlp", "layers": shape[0], "width": shape[1],
-                  "input_dim": shape[2], "classes": shape[3], "keras": True})
+        _vs.make(_vs.command("model", name=name, kind="mlp", layers=shape[0], width=shape[1], input_dim=shape[2], classes=shape[3], keras=True))
         self._name = name
         self.features, self.classes = shape[2], shape[3]
         return True
@@ -155,7 +154,7 @@ class Model(_vs.Owner):
             optimizer._hint = self._name + "_optimizer"
         if optimizer._name is None:
             name = _vs.fresh_name(optimizer._hint or self._name + "_optimizer")
-            cmd = {"cmd": "optimizer", "name": name, "model": self._name, "kind": optimizer.kind}
+            cmd = _vs.command("optimizer", name=name, model=self._name, kind=optimizer.kind)
             if optimizer.learning_rate is not None:
                 cmd["lr"] = optimizer.learning_rate
             _vs.run(cmd)
@@ -176,19 +175,16 @@ class Model(_vs.Owner):
         batch_size = batch_size or 32
         if self.data is None:
             self.data = _vs.fresh_name(self._name + "_data")
-            _vs.run({"cmd": "data", "name": self.data, "samples": samples, "features": self.features,
-                     "classes": self.classes})
+            _vs.run(_vs.command("data", name=self.data, samples=samples, features=self.features, classes=self.classes))
         steps = (steps_per_epoch or math.ceil(samples / batch_size)) * epochs
-        _vs.run({"cmd": "train", "model": self._name, "optimizer": self.optimizer._name, "data": self.data,
-                 "steps": steps, "batch_size": batch_size, "jit_compile": self.jit_compile})
+        _vs.run(_vs.command("train", model=self._name, optimizer=self.optimizer._name, data=self.data, steps=steps, batch_size=batch_size, jit_compile=self.jit_compile))
         return None
 
     def dataset(self, batch):
         """The engine's data object for a step of `batch` (host memory)."""
         if self.data is None:
             self.data = _vs.fresh_name(self._name + "_data")
-            _vs.run({"cmd": "data", "name": self.data, "samples": batch, "features": self.features,
-                     "classes": self.classes})
+            _vs.run(_vs.command("data", name=self.data, samples=batch, features=self.features, classes=self.classes))
         return self.data
 
     def __del__(self):

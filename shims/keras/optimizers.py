@@ -22,13 +22,13 @@ class Optimizer(_vs.Owner):
             raise NotImplementedError("vramlab's Keras optimizers apply the gradients of a built model's variables")
         if self._name is None:
             name = _vs.fresh_name(self._hint or "optimizer")
-            cmd = {"cmd": "optimizer", "name": name, "model": model._name, "kind": self.kind}
+            cmd = _vs.command("optimizer", name=name, model=model._name, kind=self.kind)
             if self.learning_rate is not None:
                 cmd["lr"] = self.learning_rate
             _vs.make(cmd)
             self._name, self.model = name, model
             model._optimizers.add(self)
-        _vs.run({"cmd": "step", "optimizer": self._name})
+        _vs.run(_vs.command("step", optimizer=self._name))
 
 
 class SGD(Optimizer):

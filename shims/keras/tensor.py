@@ -16,7 +16,7 @@ class Tensor(_vs.Owner):
         self.dtype = str(dtype)
         self._value = value
         name = _vs.fresh_name(hint)
-        cmd = {"cmd": "alloc", "name": name, "shape": list(self.shape), "dtype": self.dtype}
+        cmd = _vs.command("alloc", name=name, shape=list(self.shape), dtype=self.dtype)
         if category:
             cmd["category"] = category
         _vs.make(cmd)

@@ -20,7 +20,7 @@ def prepare_model_for_kbit_training(model, use_gradient_checkpointing=True, grad
     the cache emptied; checkpointing on (reentrant) unless asked not to."""
     if not getattr(model, "is_hf_model", False) or model._name is None:
         raise NotImplementedError("vramlab prepares a 4-bit Hugging Face model on the GPU (from_pretrained(..., quantization_config=...))")
-    _vs.run({"cmd": "prepare_kbit", "model": model._name})
+    _vs.run(_vs.command("prepare_kbit", model=model._name))
     model._trainable = 0
     if use_gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs)
@@ -32,7 +32,7 @@ def get_peft_model(model, peft_config, *a, **k):
         if model._name is None:
             raise NotImplementedError("vramlab adds LoRA to a Hugging Face model on the GPU: .to(\"cuda\") first")
         all_linear = peft_config.target_modules == "all-linear"
-        cmd = {"cmd": "lora", "model": model._name, "rank": int(peft_config.r)}
+        cmd = _vs.command("lora", model=model._name, rank=int(peft_config.r))
         if all_linear:
             cmd["all_linear"] = True
         elif peft_config.target_modules is not None:

@@ -7,12 +7,12 @@ class _Session(_vs.Owner):
     def __init__(self, *a, **k):
         self._name = None
         name = _vs.fresh_name()
-        _vs.run({"cmd": "tf_session", "name": name})
+        _vs.run(_vs.command("tf_session", name=name))
         self._name = name
 
     def close(self):
         if self._name:
-            _vs.run({"cmd": "close", "name": self._name})
+            _vs.run(_vs.command("close", name=self._name))
 
     def __enter__(self):
         return self

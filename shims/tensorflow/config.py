@@ -23,7 +23,7 @@ class experimental:
 
     @staticmethod
     def reset_memory_stats(device):
-        _vs.run({"cmd": "reset_peak_memory_stats"})
+        _vs.run(_vs.command("reset_peak_memory_stats"))
 
     @staticmethod
     def set_memory_growth(device, enable):

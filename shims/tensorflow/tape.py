@@ -36,7 +36,7 @@ class GradientTape:
         self._used = True
         model = target.model
         Gradients.detach(model)
-        _vs.run({"cmd": "backward", "name": target._name, "retain_graph": bool(self.persistent)})
+        _vs.run(_vs.command("backward", name=target._name, retain_graph=bool(self.persistent)))
         target.release_inputs()
         return Gradients(model, sources)
 
@@ -70,7 +70,7 @@ class Gradients(list):
         optimizer = model.engine_optimizer()
         if old is None or optimizer is None:
             return
-        _vs.run({"cmd": "zero_grad", "optimizer": optimizer, "set_to_none": True})
+        _vs.run(_vs.command("zero_grad", optimizer=optimizer, set_to_none=True))
         old._copies = [Tensor(g.shape, g.dtype, category="gradient", hint="gradients") for g in old]
         model._gradients = None
 
@@ -81,6 +81,6 @@ class Gradients(list):
             optimizer = model.engine_optimizer()
             if optimizer is not None and model._name is not None:
                 try:
-                    _vs.run({"cmd": "zero_grad", "optimizer": optimizer, "set_to_none": True})
+                    _vs.run(_vs.command("zero_grad", optimizer=optimizer, set_to_none=True))
                 except Exception:
                     pass

@@ -72,7 +72,7 @@ class Storage(vs.Owner):
         self.nbytes = Size(shape).numel() * dt.itemsize
         self._name = None
         name = name or vs.fresh_name()
-        cmd = {"cmd": "alloc", "name": name, "shape": list(shape), "dtype": dt.name}
+        cmd = vs.command("alloc", name=name, shape=list(shape), dtype=dt.name)
         if category:
             cmd["category"] = category
         vs.make(cmd)

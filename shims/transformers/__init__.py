@@ -114,7 +114,7 @@ class PreTrainedModel(_vs.Owner):
             return
         name = _vs.fresh_name()
         config = self.config._source
-        cmd = {"cmd": "model", "name": name, "kind": "hf", "config": config}
+        cmd = _vs.command("model", name=name, kind="hf", config=config)
         if self.dtype is not None:
             cmd["dtype"] = self.dtype.name
         if self.quantization is not None:
@@ -187,8 +187,7 @@ class PreTrainedModel(_vs.Owner):
         from torch._amp import state as amp
 
         name = _vs.fresh_name("loss")
-        cmd = {"cmd": "forward", "name": name, "model": self._name, "data": "", "batch_size": int(input_ids.shape[0]),
-               "batch": [input_ids._storage._name, labels._storage._name]}
+        cmd = _vs.command("forward", name=name, model=self._name, data="", batch_size=int(input_ids.shape[0]), batch=[input_ids._storage._name, labels._storage._name])
         if self.config._attn_implementation != "eager":
             cmd["attention"] = self.config._attn_implementation
         if self.gradient_checkpointing and self.training:
@@ -231,9 +230,7 @@ class PreTrainedModel(_vs.Owner):
         if do_sample or kwargs.get("num_beams", 1) != 1:
             raise NotImplementedError("vramlab runs greedy generate (do_sample=False, one beam)")
         name = _vs.fresh_name()
-        cmd = {"cmd": "generate", "name": name, "model": self._name, "input_ids": ids._storage._name,
-               "new_tokens": int(max_new_tokens if max_new_tokens is not None else 20),
-               "attention": self.config._attn_implementation}
+        cmd = _vs.command("generate", name=name, model=self._name, input_ids=ids._storage._name, new_tokens=int(max_new_tokens if max_new_tokens is not None else 20), attention=self.config._attn_implementation)
         if attention_mask is not None:
             cmd["attention_mask"] = attention_mask._storage._name
         if cache_implementation == "static":

@@ -41,8 +41,7 @@ class LLM(_vs.Owner):
     def __init__(self, model, *, gpu_memory_utilization=0.9, max_model_len=None, max_num_seqs=None,
                  max_num_batched_tokens=None, kv_cache_dtype="auto", enforce_eager=False, dtype="auto",
                  **kwargs):
-        cmd = {"cmd": "serve", "name": _vs.fresh_name("llm"), "model": _model(model),
-               "gpu_memory_utilization": gpu_memory_utilization}
+        cmd = _vs.command("serve", name=_vs.fresh_name("llm"), model=_model(model), gpu_memory_utilization=gpu_memory_utilization)
         for key, value in (("max_model_len", max_model_len), ("max_num_seqs", max_num_seqs),
                            ("max_num_batched_tokens", max_num_batched_tokens)):
             if value is not None:

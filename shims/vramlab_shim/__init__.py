@@ -58,6 +58,13 @@ def cell_line():
 _last = [None]
 
 
+def command(cmd, /, **fields):
+    """The engine's command `name` with its fields: the one place a shim
+    builds a command (the engine's command table declares each name; the
+    layers test holds every name the shims send to it)."""
+    return {"cmd": cmd, **fields}
+
+
 def run(cmd):
     """Runs one command; returns its value, or raises what the framework
     raises for the engine's error."""
@@ -171,7 +178,7 @@ def release(name):
         if SILENT[0]:
             return
         try:
-            run({"cmd": "del", "name": name})
+            run(command("del", name=name))
         except Exception:
             pass
 

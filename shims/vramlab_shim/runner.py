@@ -20,7 +20,7 @@ def collect(generation=2):
     """gc.collect(): CPython's cycles (and the engine names they held), then
     the framework's own (Keras's layers and model refer to each other)."""
     found = _collect(generation)
-    vs.run({"cmd": "gc"})
+    vs.run(vs.command("gc"))
     return found
 
 
@@ -172,7 +172,7 @@ def handle(message):
         settings = json.dumps(m.get("settings") or {})
 
         def restart(fw):
-            line = json.dumps({"cmd": "restart", "framework": fw})
+            line = json.dumps(vs.command("restart", framework=fw))
             record = json.loads(vramlab_engine.restart(settings, line))
             vs.DEVICE["name"] = (record.get("device") or {}).get("name", vs.DEVICE["name"])
 
@@ -205,7 +205,7 @@ def main(path):
         import os
 
         settings = json.loads(os.environ.get("VRAMLAB_SETTINGS") or "{}")
-        settings.update({"cmd": "restart", "framework": fw})
+        settings.update(vs.command("restart", framework=fw))
         record = vs.run(settings)
         vs.DEVICE["name"] = (record.get("device") or {}).get("name", vs.DEVICE["name"])
 

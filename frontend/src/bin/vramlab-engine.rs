@@ -3,7 +3,7 @@
 //! statements ask it for their numbers). The page itself (`main.rs`)
 //! carries no engine: with a server it never runs one.
 
-use vramlab_frontend::{python, worker};
+use vramlab_frontend::workers::{engine, python};
 use wasm_bindgen::prelude::wasm_bindgen;
 
 /// Nothing to mount: a worker has no window.
@@ -13,7 +13,7 @@ fn main() {}
 /// with the messages that came while the wasm loaded).
 #[wasm_bindgen]
 pub fn worker_main(early: js_sys::Array) {
-    worker::run(early);
+    engine::run(early);
 }
 
 /// Starts the Python worker's engine afresh with the session's `settings`

@@ -15,5 +15,5 @@ fn main() {
 /// while the wasm loaded first).
 #[wasm_bindgen]
 pub fn reader_main(early: js_sys::Array) {
-    vramlab_frontend::reader::run(early);
+    vramlab_frontend::workers::snapshot_reader::run(early);
 }

@@ -127,11 +127,11 @@ def memory_summary(device=None, abbreviated=False):
 
 
 def empty_cache():
-    _vs.run({"cmd": "empty_cache"})
+    _vs.run(_vs.command("empty_cache"))
 
 
 def reset_peak_memory_stats(device=None):
-    _vs.run({"cmd": "reset_peak_memory_stats"})
+    _vs.run(_vs.command("reset_peak_memory_stats"))
 
 
 reset_max_memory_allocated = reset_peak_memory_stats

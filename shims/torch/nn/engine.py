@@ -84,8 +84,7 @@ class EngineModel(_vs.Owner):
         if shape[0] == 0:
             raise NotImplementedError("vramlab's engine runs an MLP with at least one hidden layer; this model is one Linear layer")
         name = _vs.fresh_name()
-        cmd = {"cmd": "model", "name": name, "kind": "mlp", "layers": shape[0], "width": shape[1],
-               "input_dim": shape[2], "classes": shape[3]}
+        cmd = _vs.command("model", name=name, kind="mlp", layers=shape[0], width=shape[1], input_dim=shape[2], classes=shape[3])
         if dtype is not None and dtype is not torch.float32:
             cmd["dtype"] = dtype.name
         _vs.make(cmd)
@@ -123,8 +122,7 @@ class EngineModel(_vs.Owner):
     def dataset(self, batch):
         if self.data is None or self.data[1] < batch:
             name = _vs.fresh_name("dataset")
-            _vs.run({"cmd": "data", "name": name, "samples": batch, "features": self.input_dim,
-                     "classes": self.classes})
+            _vs.run(_vs.command("data", name=name, samples=batch, features=self.input_dim, classes=self.classes))
             self.data = (_Named(name), batch)
         return self.data[0]._name
 
@@ -136,8 +134,7 @@ class EngineModel(_vs.Owner):
             raise ValueError("Expected input batch_size (%d) to match target batch_size (%d)." % (batch, target.shape[0] if target.shape else 1))
         if not target.is_cuda:
             raise RuntimeError("Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!")
-        cmd = {"cmd": "forward", "name": name, "model": self._name, "data": self.dataset(batch),
-               "batch_size": batch, "batch": [x._storage._name, target._storage._name]}
+        cmd = _vs.command("forward", name=name, model=self._name, data=self.dataset(batch), batch_size=batch, batch=[x._storage._name, target._storage._name])
         if _amp["dtype"] is not None:
             cmd["amp"] = _amp["dtype"].name
         if getattr(out, "checkpointing", False):
@@ -190,7 +187,7 @@ class Loss(Tensor):
     def backward(self, gradient=None, retain_graph=None, create_graph=False):
         if not self.requires_grad:
             raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
-        _vs.run({"cmd": "backward", "name": self._storage._name, "retain_graph": bool(retain_graph)})
+        _vs.run(_vs.command("backward", name=self._storage._name, retain_graph=bool(retain_graph)))
         if not retain_graph:
             self._graph_freed = True
 

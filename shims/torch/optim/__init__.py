@@ -27,7 +27,7 @@ class Optimizer(_vs.Owner):
         model, self._params = _engine_of(params)
         kind = "momentum" if self.kind == "sgd" and momentum else self.kind
         name = _vs.fresh_name()
-        _vs.make({"cmd": "optimizer", "name": name, "model": model._name, "kind": kind, "lr": lr})
+        _vs.make(_vs.command("optimizer", name=name, model=model._name, kind=kind, lr=lr))
         self._name = name
         self.model = model
         model.optimizers.append(self)
@@ -35,10 +35,10 @@ class Optimizer(_vs.Owner):
         self.state = {}
 
     def step(self, closure=None):
-        _vs.run({"cmd": "step", "optimizer": self._name})
+        _vs.run(_vs.command("step", optimizer=self._name))
 
     def zero_grad(self, set_to_none=True):
-        _vs.run({"cmd": "zero_grad", "optimizer": self._name, "set_to_none": bool(set_to_none)})
+        _vs.run(_vs.command("zero_grad", optimizer=self._name, set_to_none=bool(set_to_none)))
 
     def __del__(self):
         model = getattr(self, "model", None)
