@@ -16,6 +16,7 @@ use vramlab_shared::torch_snapshot::active::active_timeline;
 use vramlab_shared::torch_snapshot::diff::{diff, diff_lines};
 use vramlab_shared::torch_snapshot::fix::{fix_lines, search_fix};
 use vramlab_shared::torch_snapshot::replay::{replay_exact, replay_what_if, segments_at};
+use vramlab_shared::torch_snapshot::what_if::describe_recorded;
 use vramlab_shared::torch_snapshot::{self, MemorySnapshot};
 use vramlab_shared::units::format_size;
 use vramlab_tests::{export_lesson, root, session_snapshot, training_snapshot, two_gpus};
@@ -190,7 +191,28 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
     );
     shot(&page, "snapshot-recorded.png").await;
 
-    // What if: expandable segments on a T4, beside the recording.
+    // What if: expandable segments on a T4, beside the recording. The
+    // form starts at the recorded settings, and says them.
+    let recorded_words = js(
+        &page,
+        "document.getElementById('what-if-recorded').textContent",
+    )
+    .await;
+    assert_eq!(
+        recorded_words,
+        serde_json::json!(describe_recorded(&native))
+    );
+    let ticked = "document.querySelector('.what-if input[type=checkbox]').checked";
+    assert_eq!(
+        js(&page, ticked).await,
+        serde_json::json!(false),
+        "as recorded"
+    );
+    js(
+        &page,
+        "document.querySelector('.what-if input[type=checkbox]').click()",
+    )
+    .await;
     js(&page, "(() => { const s = document.getElementById('what-if-gpu'); s.value = 't4'; s.dispatchEvent(new Event('change', {bubbles: true})); })()").await;
     click(&page, "btn-what-if").await;
     let command = until(
@@ -419,9 +441,9 @@ async fn a_snapshot_opens_in_the_page_and_a_what_if_runs_beside_it() {
         "document.getElementById('what-if-error').textContent",
     )
     .await;
+    // (The form of a newly opened file starts at its recorded settings.)
     let tiny = RestartSettings {
         device_total_bytes: Some(1 << 20),
-        expandable_segments: Some(true),
         ..Default::default()
     };
     let native_error = replay_what_if(&mid, 0, &tiny).unwrap_err().to_string();

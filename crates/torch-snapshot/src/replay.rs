@@ -172,7 +172,7 @@ pub fn segments_at(
 
 /// Expandable ranges in the segment list or mapping events in a trace
 /// (older recordings have no `allocator_settings` to say so).
-fn uses_expandable_segments(snapshot: &MemorySnapshot) -> bool {
+pub(crate) fn uses_expandable_segments(snapshot: &MemorySnapshot) -> bool {
     snapshot.segments.iter().any(|s| s.is_expandable)
         || snapshot
             .device_traces

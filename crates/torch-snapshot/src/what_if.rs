@@ -1,7 +1,8 @@
 //! A what-if as the command line and the page write it: `key=value` pairs
 //! of `restart` settings.
 
-use super::SnapshotError;
+use super::replay::uses_expandable_segments;
+use super::{MemorySnapshot, SnapshotError};
 use vramlab_device::framework::{RestartSettings, RESTART_FIELDS};
 
 /// Reads a what-if as the command line writes it: `key=value` pairs of
@@ -66,6 +67,24 @@ pub fn describe_what_if(settings: &RestartSettings) -> String {
         .join(",")
 }
 
+/// The allocator settings a recording was made with, in words: what a
+/// what-if starts from (its controls are the recorded values until
+/// changed).
+pub fn describe_recorded(snapshot: &MemorySnapshot) -> String {
+    let expandable = uses_expandable_segments(snapshot);
+    match &snapshot.allocator_settings {
+        Some(a) if !a.alloc_conf.is_empty() => {
+            format!("Recorded with PYTORCH_CUDA_ALLOC_CONF={}", a.alloc_conf)
+        }
+        Some(a) if a.expandable_segments || expandable => {
+            "Recorded with expandable segments (set in the program, PYTORCH_CUDA_ALLOC_CONF unset)".into()
+        }
+        Some(_) => "Recorded with PyTorch's default allocator settings (PYTORCH_CUDA_ALLOC_CONF unset)".into(),
+        None if expandable => "The recording carries no allocator settings (PyTorch writes them from 2.1 on); its segments are expandable".into(),
+        None => "The recording carries no allocator settings (PyTorch writes them from 2.1 on): replayed with PyTorch's defaults".into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,6 +129,41 @@ mod tests {
             .collect();
         at.sort();
         assert_eq!(at.iter().map(|p| p.1).collect::<Vec<_>>(), RESTART_FIELDS);
+    }
+
+    /// Each way a recording tells its settings, in words.
+    #[test]
+    fn the_recorded_settings_are_said() {
+        use crate::format::AllocatorSettings;
+        let mut s = MemorySnapshot::default();
+        assert_eq!(
+            describe_recorded(&s),
+            "The recording carries no allocator settings (PyTorch writes them from 2.1 on): replayed with PyTorch's defaults"
+        );
+        let mut a = AllocatorSettings {
+            alloc_conf: String::new(),
+            max_split_size: -1,
+            garbage_collection_threshold: 0.0,
+            expandable_segments: false,
+            roundup_power2_divisions: Default::default(),
+        };
+        s.allocator_settings = Some(a.clone());
+        assert_eq!(
+            describe_recorded(&s),
+            "Recorded with PyTorch's default allocator settings (PYTORCH_CUDA_ALLOC_CONF unset)"
+        );
+        a.expandable_segments = true;
+        s.allocator_settings = Some(a.clone());
+        assert_eq!(
+            describe_recorded(&s),
+            "Recorded with expandable segments (set in the program, PYTORCH_CUDA_ALLOC_CONF unset)"
+        );
+        a.alloc_conf = "expandable_segments:True,max_split_size_mb:128".into();
+        s.allocator_settings = Some(a);
+        assert_eq!(
+            describe_recorded(&s),
+            "Recorded with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,max_split_size_mb:128"
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use vramlab_shared::framework::RestartSettings;
 use vramlab_shared::gpu::GpuModel;
 use vramlab_shared::torch_snapshot::replay::recorded_ooms;
 use vramlab_shared::torch_snapshot::replay::ReplayRun;
-use vramlab_shared::torch_snapshot::what_if::describe_what_if;
+use vramlab_shared::torch_snapshot::what_if::{describe_recorded, describe_what_if};
 use vramlab_shared::units::{format_size, MIB};
 
 /// Reads the file and opens it on the page.
@@ -215,11 +215,14 @@ fn Comparison(r: Replays) -> impl IntoView {
     }
 }
 
-/// The settings a what-if changes, with their recorded values first.
+/// The settings a what-if changes, each starting at its recorded value
+/// (a what-if changes only what the user changes), the recorded settings
+/// said above them.
 #[component]
 fn WhatIfForm(opened: std::sync::Arc<Opened>, r: Replays) -> impl IntoView {
     let recorded = &opened.recorded.settings;
-    let expandable = RwSignal::new(!recorded.expandable_segments);
+    let recorded_words = describe_recorded(&opened.snapshot);
+    let expandable = RwSignal::new(recorded.expandable_segments);
     let max_split = RwSignal::new(
         recorded
             .max_split_size_mb
@@ -263,6 +266,7 @@ fn WhatIfForm(opened: std::sync::Arc<Opened>, r: Replays) -> impl IntoView {
     view! {
         <fieldset class="what-if">
             <legend>"What if"</legend>
+            <p id="what-if-recorded">{recorded_words}</p>
             <label>{checkbox(expandable)}" expandable_segments"</label>
             <label>"max_split_size_mb " {text_input("what-if-max-split", "5", "none", max_split)}</label>
             <label>"garbage_collection_threshold " {text_input("what-if-gc", "4", "0", gc)}</label>
