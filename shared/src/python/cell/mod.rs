@@ -5,7 +5,7 @@
 //! (`x, y = data[:64]`), the loss `torch.nn.functional.cross_entropy`, a
 //! training loop a `for` over its steps, a GPT or CNN vramlab's own
 //! (`vramlab.models`). Appended to a cell, it fits what the cell has: the
-//! framework's imports when it has none, a start value for the names it
+//! framework's imports it lacks, a start value for the names it
 //! adds to (`total_loss`, `losses`), token or image datasets for the
 //! networks it built, a GPT's attention switched where a step asks.
 
@@ -88,7 +88,8 @@ pub fn imports(framework: Framework) -> &'static str {
 }
 
 /// What appending `cmd` to a cell whose text is `source` adds: the
-/// imports when the cell has none, a start value for a name the code adds
+/// framework's imports when the cell has none, else those the code reads
+/// and the cell lacks; a start value for a name the code adds
 /// to and the cell never set, then the code, fitted to the cell.
 pub fn append(source: &str, cmd: &Command, framework: Framework) -> String {
     let code = match cmd {
@@ -98,6 +99,17 @@ pub fn append(source: &str, cmd: &Command, framework: Framework) -> String {
     let mut out = String::new();
     if !source.lines().any(|l| l.starts_with("import ")) {
         out.push_str(imports(framework));
+    } else {
+        // The imports the code reads that the cell lacks (pasted code that
+        // starts with `import torch` has no `nn`).
+        for import in imports(framework).lines() {
+            let bound = import.rsplit(' ').next().unwrap_or_default();
+            let reads = code.contains(&format!("{bound}.")) || code.contains(&format!("{bound}("));
+            if reads && !source.lines().any(|l| l.trim_end() == import) {
+                out.push_str(import);
+                out.push('\n');
+            }
+        }
     }
     for (name, start) in [("total_loss", "0.0"), ("losses", "[]")] {
         let reads =
@@ -320,6 +332,27 @@ mod tests {
         parse_line(line).command.unwrap()
     }
 
+    /// Pasted code that starts with `import torch` gets the imports the
+    /// button's line reads and the cell lacks (`nn` here), and only those.
+    #[test]
+    fn a_button_adds_the_imports_the_cell_lacks() {
+        let model = command(r#"{"cmd":"model","name":"model","layers":2,"width":64}"#);
+        let pasted = "import torch\nx = torch.zeros(4, device=\"cuda\")\n";
+        let added = append(pasted, &model, Framework::Pytorch);
+        assert!(
+            added.starts_with("from torch import nn\nmodel = nn.Sequential("),
+            "{added}"
+        );
+        let all = format!("{}{added}\n", imports(Framework::Pytorch));
+        let again = append(&all, &model, Framework::Pytorch);
+        assert!(again.starts_with("model = nn.Sequential("), "{again}");
+        let keras = append("import numpy as np\n", &model, Framework::Tensorflow);
+        assert!(
+            keras.starts_with("import tensorflow as tf\nmodel = tf.keras.Sequential("),
+            "{keras}"
+        );
+    }
+
     /// Appended to a cell: the imports once, `total_loss` set before the
     /// first loop that adds to it, a GPT's tokens and its loss over every
     /// token, its attention switched when a step asks for another.
@@ -368,7 +401,7 @@ mod tests {
             f,
         );
         assert!(
-            rows.starts_with("d = TensorDataset(torch.randn(60000, 784, device=\"cuda\")"),
+            rows.starts_with("from torch.utils.data import TensorDataset\nd = TensorDataset(torch.randn(60000, 784, device=\"cuda\")"),
             "{rows}"
         );
     }
