@@ -52,7 +52,10 @@ pub fn moved(before: &Stats, after: &Stats) -> String {
     out
 }
 
-/// What the framework calls each of the numbers on screen.
+/// What the framework calls each of the numbers on screen. The peak on
+/// screen is the last command's own: the framework's peak call counts
+/// from its last reset, so its caption says the reset it stands for
+/// (`reset_peak_memory_stats()` just before the command).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Captions {
     pub allocated: &'static str,
@@ -65,17 +68,17 @@ pub fn captions(framework: Framework) -> Captions {
         Framework::Pytorch => Captions {
             allocated: "torch.cuda.memory_allocated()",
             reserved: "torch.cuda.memory_reserved()",
-            peak: "torch.cuda.max_memory_allocated()",
+            peak: "max_memory_allocated() after a reset",
         },
         Framework::Tensorflow => Captions {
             allocated: "tf.config.experimental.get_memory_info('GPU:0')['current']",
             reserved: "the BFC pool (TensorFlow has no call for it)",
-            peak: "get_memory_info('GPU:0')['peak']",
+            peak: "get_memory_info()['peak'] after a reset",
         },
         Framework::Jax => Captions {
             allocated: "jax.devices()[0].memory_stats()['bytes_in_use']",
             reserved: "memory_stats()['pool_bytes']",
-            peak: "memory_stats()['peak_bytes_in_use']",
+            peak: "its own (peak_bytes_in_use is since start)",
         },
     }
 }
@@ -167,6 +170,12 @@ mod tests {
             "torch.cuda.memory_allocated()"
         );
         assert!(captions(Framework::Jax).allocated.contains("bytes_in_use"));
+        // The peak tile is the command's own: each caption says so.
+        assert_eq!(
+            captions(Framework::Pytorch).peak,
+            "max_memory_allocated() after a reset"
+        );
+        assert!(captions(Framework::Jax).peak.starts_with("its own"));
         assert!(captions(Framework::Tensorflow)
             .allocated
             .contains("get_memory_info"));
