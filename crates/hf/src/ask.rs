@@ -21,7 +21,7 @@
 //! for vLLM's start-up instead ([`serve`]).
 
 use super::config::HfConfig;
-use super::generate::{Cache, Generation, Holds};
+use super::generate::{Cache, Generation};
 use super::known;
 use super::plan::{Answer, Question, Stop, Task, Training};
 use super::step::Quant4;
@@ -31,6 +31,7 @@ use vramlab_core::types::Dtype;
 use vramlab_device::framework::TorchVersion;
 use vramlab_device::gpu::GpuModel;
 use vramlab_train::kinds::step::Attention;
+use vramlab_train::program::Holds;
 
 mod python;
 pub mod serve;

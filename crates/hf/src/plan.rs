@@ -7,13 +7,14 @@
 //! workspaces as the PyTorch release asked for does.
 
 use super::config::HfConfig;
-use super::generate::{play, Generation, Holds, Made, Sink, Step};
+use super::generate::{play, Generation};
 use super::params::parameters;
 use super::step;
 pub use load::{
     adam_state, kbit_prepare, load_model, loading, lora_adapters, warmup_request, LoadStep,
 };
 use load::{Loading, Start};
+use vramlab_train::program::{Alloc, Holds, Op, Sink};
 
 mod load;
 mod search;
@@ -288,8 +289,8 @@ impl Player<'_> {
 }
 
 impl Sink for Player<'_> {
-    fn alloc(&mut self, m: Made) -> usize {
-        let Some(slot) = self.take_in(m.bytes, m.holds, m.layer) else {
+    fn alloc(&mut self, m: Alloc) -> usize {
+        let Some(slot) = self.take_in(m.bytes(), m.holds, m.layer) else {
             return usize::MAX;
         };
         self.gemm_workspaces(m.op);
@@ -300,20 +301,20 @@ impl Sink for Player<'_> {
         self.release(slot);
     }
 
-    fn mark(&mut self, step: Step) {
+    fn mark(&mut self, op: Op) {
         let stats = self.allocator.stats();
-        self.at = match step {
-            Step::Returned(k) => {
+        self.at = match op {
+            Op::Returned(k) => {
                 let reserved = stats.reserved_bytes.current;
                 self.out.by_token.push((self.forward_peak, reserved));
                 Stop::After(k)
             }
-            Step::Forward(k) => {
+            Op::Forward(k) => {
                 self.forward_peak = stats.allocated_bytes.current;
                 Stop::Forward(k)
             }
-            Step::Phase(name) => Stop::Phase(name),
-            Step::Alloc(_) | Step::Free(_) => return,
+            Op::Phase(name) => Stop::Phase(name),
+            _ => return,
         };
     }
 

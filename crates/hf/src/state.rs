@@ -3,11 +3,11 @@
 //! under way and vLLM's engine cores (`engine::generating`,
 //! `engine::hf_training` and `engine::serving` act on them).
 
-use crate::generate::Program;
 use crate::step::Quant4;
 use crate::HfConfig;
 use vramlab_core::collections::IdMap;
 use vramlab_process::runtime::ObjId;
+use vramlab_train::program::Program;
 
 /// Everything a process knows about its Hugging Face objects, by object id.
 #[derive(Clone, Debug, Default)]

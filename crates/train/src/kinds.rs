@@ -34,10 +34,7 @@ impl NamedTensor {
     }
 }
 
-/// A tensor's bytes in the caching allocator's 512-byte blocks.
-pub fn blocks(bytes: u64) -> u64 {
-    bytes.div_ceil(512) * 512
-}
+pub use crate::program::blocks;
 
 /// The elements of all of `tensors`.
 pub fn count(tensors: &[NamedTensor]) -> u64 {

@@ -25,6 +25,7 @@ pub mod kinds;
 pub mod kv_cache;
 pub mod optim;
 pub mod optimizer;
+pub mod program;
 pub mod spec;
 pub mod update;
 pub mod xla;

@@ -1,11 +1,11 @@
 //! Where `generate` plays on the kernel a token at a time: each tensor a
 //! local of the call's frame, a handle freed given again.
 
-use crate::hf::generate::{Holds, Made, Sink, Step};
 use crate::process::{AllocFailure, Process};
 use crate::runtime::ObjId;
 use crate::train::cublas::{BlasThread, CublasWorkspaces};
 use crate::train::frame::PyFrame;
+use crate::train::program::{Alloc, Holds, Op, Sink};
 use crate::types::Category;
 
 /// `generate`'s tensors made on the kernel: each a local of the call's
@@ -46,12 +46,12 @@ impl EngineSink<'_> {
 }
 
 impl Sink for EngineSink<'_> {
-    fn alloc(&mut self, m: Made) -> usize {
+    fn alloc(&mut self, m: Alloc) -> usize {
         let s = &mut *self.state;
         if s.failure.is_some() {
             return usize::MAX;
         }
-        let made = super::made::alloc(self.process, self.cublas, m, BlasThread::Main);
+        let made = super::made::alloc(self.process, self.cublas, &m, BlasThread::Main);
         let id = match made {
             Ok(id) => id,
             Err(f) => {
@@ -96,13 +96,13 @@ impl Sink for EngineSink<'_> {
         }
     }
 
-    fn mark(&mut self, step: Step) {
+    fn mark(&mut self, op: Op) {
         if self.state.failure.is_some() {
             return;
         }
-        match step {
-            Step::Forward(_) => self.process.begin_window(),
-            Step::Returned(_) => (self.state.by_forward).push(self.process.window_peak_allocated()),
+        match op {
+            Op::Forward(_) => self.process.begin_window(),
+            Op::Returned(_) => (self.state.by_forward).push(self.process.window_peak_allocated()),
             _ => {}
         }
     }

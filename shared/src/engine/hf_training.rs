@@ -11,7 +11,6 @@
 use super::{check_name, error, Engine, Outcome};
 use crate::command::{ForwardArgs, OptimizerArgs};
 use crate::error::{CommandError, ErrorKind};
-use crate::hf::generate::{Holds, Program, Step};
 use crate::hf::params::parameters;
 use crate::hf::plan::{adam_state, step_of, Training};
 use crate::hf::state::{HfOptimizer, HfStep};
@@ -21,15 +20,16 @@ use crate::runtime::{Class, ObjId, ObjectKind};
 use crate::train::cublas::BlasThread;
 use crate::train::frame::PyFrame;
 use crate::train::kinds::step::Attention;
+use crate::train::program::{Holds, Op, Program};
 use crate::train::OptimizerKind;
 use crate::types::{Category, Dtype};
 use crate::units::format_size;
 
 /// Where a phase of the program ends.
 fn phase_end(p: &Program, from: usize, phase: &'static str) -> usize {
-    (p.steps[from..].iter())
-        .position(|s| *s == Step::Phase(phase))
-        .map_or(p.steps.len(), |i| from + i)
+    (p.ops[from..].iter())
+        .position(|s| *s == Op::Phase(phase))
+        .map_or(p.ops.len(), |i| from + i)
 }
 
 fn invalid(message: impl Into<String>) -> CommandError {
@@ -251,11 +251,11 @@ impl Engine {
         let mut made_here = Vec::new();
         let mut failed = None;
         while pending.at < end {
-            let s = pending.program.steps[pending.at];
+            let s = pending.program.ops[pending.at];
             pending.at += 1;
             match s {
-                Step::Alloc(i) => {
-                    let m = pending.program.made[i];
+                Op::Alloc(i) => {
+                    let m = &pending.program.allocs[i];
                     let id = match super::made::alloc(k, cublas, m, thread) {
                         Ok(id) => id,
                         Err(f) => {
@@ -270,7 +270,7 @@ impl Engine {
                     pending.slots[i] = Some((id, ObjId::MAX));
                     made_here.push(i);
                 }
-                Step::Free(i) => {
+                Op::Free(i) => {
                     if let Some((id, owner)) = pending.slots.get_mut(i).and_then(Option::take) {
                         match owner {
                             ObjId::MAX => frame.drop(k, id),
@@ -298,7 +298,7 @@ impl Engine {
             let Some((id, ObjId::MAX)) = pending.slots[i] else {
                 continue;
             };
-            let gradient = pending.program.made[i].holds == Holds::Gradient;
+            let gradient = pending.program.allocs[i].holds == Holds::Gradient;
             if unwinding && !gradient {
                 frame.drop(k, id);
                 pending.slots[i] = None;
@@ -389,7 +389,7 @@ impl Engine {
     pub(super) fn hf_step(&mut self, opt: ObjId) -> Result<Outcome, CommandError> {
         let o = self.hf.optimizers[&opt].clone();
         let Some(graph) = (self.hf.steps.iter())
-            .find(|(_, s)| s.model == o.model && s.backward && s.at < s.program.steps.len())
+            .find(|(_, s)| s.model == o.model && s.backward && s.at < s.program.ops.len())
             .map(|(g, _)| *g)
         else {
             return Ok(Outcome::note(
@@ -438,7 +438,7 @@ impl Engine {
         let end = phase_end(&pending.program, pending.at, "zero_grad");
         let played = self.hf_play(&mut pending, &mut frame, end, BlasThread::Main, graph);
         // The rest (zero_grad, the graph freed) is the code's next lines.
-        pending.at = pending.program.steps.len();
+        pending.at = pending.program.ops.len();
         self.hf.steps.insert(graph, pending);
         if let Err(f) = played {
             return Err(self.raise_in_frame(frame, &f));

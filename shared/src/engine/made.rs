@@ -2,10 +2,10 @@
 //! the kernel: labelled by its op, in the category of what it holds, and a
 //! matrix product's cuBLAS workspace as the PyTorch release gives it.
 
-use crate::hf::generate::{Holds, Made};
 use crate::process::{AllocFailure, Process};
 use crate::runtime::ObjId;
 use crate::train::cublas::{BlasThread, CublasWorkspaces, Gemm};
+use crate::train::program::{Alloc, Holds};
 use crate::types::{Category, Dtype};
 
 /// The category a program's tensor counts in.
@@ -25,7 +25,7 @@ pub(super) fn category(holds: Holds) -> Category {
 pub(super) fn alloc(
     k: &mut Process,
     cublas: &mut CublasWorkspaces,
-    m: Made,
+    m: &Alloc,
     thread: BlasThread,
 ) -> Result<ObjId, AllocFailure> {
     let label = match m.layer {
@@ -34,8 +34,8 @@ pub(super) fn alloc(
     };
     let id = k.alloc_tensor(
         &label,
-        m.bytes,
-        vec![m.bytes],
+        m.bytes(),
+        vec![m.bytes()],
         Dtype::Uint8,
         category(m.holds),
     )?;

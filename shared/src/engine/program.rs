@@ -174,6 +174,7 @@ impl<'p> Player<'p> {
                     frame.drop(k, w);
                 }
                 Op::ForwardEnd | Op::Begin(_) | Op::End(_) | Op::Update(_) => {}
+                Op::Forward(_) | Op::Returned(_) | Op::Phase(_) => {}
             }
         }
         added.inspect(|&g| frame.drop(k, g));

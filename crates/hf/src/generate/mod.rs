@@ -22,6 +22,7 @@ use super::config::{Arch, HfConfig};
 use vramlab_core::error::Invalid;
 use vramlab_core::types::Dtype;
 use vramlab_train::kinds::step::Attention;
+use vramlab_train::program::{Alloc, Holds, Op, Program, Sink};
 
 pub use vramlab_train::kv_cache::Cache;
 
@@ -33,133 +34,6 @@ pub struct Generation {
     pub new_tokens: u64,
     pub cache: Cache,
     pub attention: Attention,
-}
-
-/// What a tensor of the run is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Holds {
-    /// A forward's intermediate.
-    Activation,
-    /// A layer's keys or values in the cache.
-    KvCache,
-    /// The last position's logits, and their float32 copy.
-    Logits,
-    /// The token ids, the attention mask, the next tokens.
-    Ids,
-    /// cuBLAS's and cuBLASLt's workspaces (the plan's, by PyTorch release).
-    Workspace,
-    /// A training step's parameter gradients (`.grad`).
-    Gradient,
-    /// The optimizer's state and its step's temporaries.
-    Optimizer,
-    /// bitsandbytes' 4-bit weights dequantized for a product (QLoRA).
-    Dequantized,
-    /// Autocast's copies of the weights in its type (cached for the
-    /// forward, saved for the backward).
-    WeightCast,
-}
-
-impl Holds {
-    pub const ALL: [Holds; 9] = [
-        Holds::Activation,
-        Holds::KvCache,
-        Holds::Logits,
-        Holds::Ids,
-        Holds::Workspace,
-        Holds::Gradient,
-        Holds::Optimizer,
-        Holds::Dequantized,
-        Holds::WeightCast,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Holds::Activation => "activations",
-            Holds::KvCache => "KV cache",
-            Holds::Logits => "logits",
-            Holds::Ids => "token ids and mask",
-            Holds::Workspace => "cuBLAS workspaces",
-            Holds::Gradient => "gradients",
-            Holds::Optimizer => "optimizer state",
-            Holds::Dequantized => "dequantized 4-bit weights",
-            Holds::WeightCast => "autocast's weight copies",
-        }
-    }
-}
-
-/// A tensor the run makes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Made {
-    pub op: &'static str,
-    pub bytes: u64,
-    pub holds: Holds,
-    /// The decoder layer whose forward (or backward) makes it, if one.
-    pub layer: Option<u32>,
-}
-
-/// One step of the run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Step {
-    Alloc(usize),
-    Free(usize),
-    /// Forward `k` begins (0: the prefill; `k`: the `k`-th new token's).
-    Forward(u64),
-    /// Forward `k` has returned.
-    Returned(u64),
-    /// A training step's phase begins (`forward`, `backward`, `optimizer
-    /// step`).
-    Phase(&'static str),
-}
-
-/// Where a run's steps go, as they are made: collected ([`Program`]) or
-/// played on an allocator at once (`plan`), so a long run is never held.
-pub trait Sink {
-    /// A tensor is made: a handle the run frees it by.
-    fn alloc(&mut self, made: Made) -> usize;
-    fn free(&mut self, handle: usize);
-    /// A forward begins or returns.
-    fn mark(&mut self, step: Step);
-    /// Tensor `handle` is a value on a running Python frame's evaluation
-    /// stack that no variable names (`act_fn(gate)` while `* up_proj(x)`
-    /// runs): an exception passing through drops it, where the frames it
-    /// leaves on the traceback keep their variables.
-    fn on_stack(&mut self, _handle: usize) {}
-    /// Whether the run may stop here (the sink ran out of memory).
-    fn stopped(&self) -> bool {
-        false
-    }
-    /// Tensor `handle` turned out to be what `holds` says (a gradient that
-    /// `AccumulateGrad` kept as a parameter's `.grad`).
-    fn retag(&mut self, _handle: usize, _holds: Holds) {}
-}
-
-/// The run as allocations and the order they come and go in.
-#[derive(Clone, Debug, Default)]
-pub struct Program {
-    pub made: Vec<Made>,
-    pub steps: Vec<Step>,
-}
-
-impl Sink for Program {
-    fn alloc(&mut self, made: Made) -> usize {
-        self.made.push(made);
-        self.steps.push(Step::Alloc(self.made.len() - 1));
-        self.made.len() - 1
-    }
-
-    fn free(&mut self, handle: usize) {
-        self.steps.push(Step::Free(handle));
-    }
-
-    fn mark(&mut self, step: Step) {
-        self.steps.push(step);
-    }
-
-    fn retag(&mut self, handle: usize, holds: Holds) {
-        if let Some(m) = self.made.get_mut(handle) {
-            m.holds = holds;
-        }
-    }
 }
 
 /// Where the cache for one layer stands: its tensors and how many
@@ -192,13 +66,7 @@ impl Tape<'_> {
     }
 
     fn alloc(&mut self, op: &'static str, bytes: u64, holds: Holds) -> usize {
-        let layer = self.layer;
-        self.sink.alloc(Made {
-            op,
-            bytes,
-            holds,
-            layer,
-        })
+        self.sink.alloc(Alloc::memory(op, bytes, holds, self.layer))
     }
 
     fn act(&mut self, op: &'static str, bytes: u64) -> usize {
@@ -360,13 +228,13 @@ impl Tape<'_> {
     /// the last position (`logits_to_keep=1`).
     fn forward(&mut self, k: u64, past: u64, tokens: u64) -> usize {
         let masks = self.masks_before(past, tokens);
-        self.sink.mark(Step::Forward(k));
+        self.sink.mark(Op::Forward(k));
         let logits = match self.c.arch {
             Arch::Gpt2 => self.gpt2_forward(past, tokens),
             Arch::Gemma2 | Arch::Gemma3 => self.gemma_forward(past, tokens),
             _ => self.llama_forward(past, tokens),
         };
-        self.sink.mark(Step::Returned(k));
+        self.sink.mark(Op::Returned(k));
         self.free_all(&masks);
         logits
     }

@@ -7,12 +7,13 @@
 //! (eager) and Gemma 3 (sdpa) models whose sliding window is shorter than
 //! the prompt.
 
-use super::{play_on_cpu, program, Cache, Generation, Program, Step};
+use super::{play_on_cpu, program, Cache, Generation};
 use crate::config::HfConfig;
 use serde_json::Value;
 use vramlab_core::types::Dtype;
 use vramlab_train::kinds::blocks;
 use vramlab_train::kinds::step::Attention;
+use vramlab_train::program::{Op, Program};
 
 const TRANSFORMERS: &str = include_str!("../../../../tests/reference/hf_generate.json");
 
@@ -63,17 +64,16 @@ fn op(name: &str) -> &str {
 
 /// Forward `k`'s events: (op, bytes), frees negative.
 fn forward_events(p: &Program, k: u64) -> Vec<(String, i64)> {
-    let start = p.steps.iter().position(|s| *s == Step::Forward(k)).unwrap();
-    let end = p
-        .steps
-        .iter()
-        .position(|s| *s == Step::Returned(k))
-        .unwrap();
-    p.steps[start..end]
+    let start = p.ops.iter().position(|s| *s == Op::Forward(k)).unwrap();
+    let end = p.ops.iter().position(|s| *s == Op::Returned(k)).unwrap();
+    p.ops[start..end]
         .iter()
         .filter_map(|s| match *s {
-            Step::Alloc(i) => Some((p.made[i].op.to_string(), blocks(p.made[i].bytes) as i64)),
-            Step::Free(i) => Some(("free".into(), -(blocks(p.made[i].bytes) as i64))),
+            Op::Alloc(i) => Some((
+                p.allocs[i].op.to_string(),
+                blocks(p.allocs[i].bytes()) as i64,
+            )),
+            Op::Free(i) => Some(("free".into(), -(blocks(p.allocs[i].bytes()) as i64))),
             _ => None,
         })
         .collect()
@@ -83,16 +83,16 @@ fn forward_events(p: &Program, k: u64) -> Vec<(String, i64)> {
 fn forward_peaks(p: &Program) -> Vec<(u64, u64, u64)> {
     let (mut live, mut out) = (0_u64, Vec::new());
     let mut current: Option<(u64, u64)> = None;
-    for s in &p.steps {
+    for s in &p.ops {
         match *s {
-            Step::Alloc(i) => live += blocks(p.made[i].bytes),
-            Step::Free(i) => live -= blocks(p.made[i].bytes),
-            Step::Forward(_) => current = Some((live, live)),
-            Step::Returned(_) => {
+            Op::Alloc(i) => live += blocks(p.allocs[i].bytes()),
+            Op::Free(i) => live -= blocks(p.allocs[i].bytes()),
+            Op::Forward(_) => current = Some((live, live)),
+            Op::Returned(_) => {
                 let (before, peak) = current.take().unwrap();
                 out.push((before, peak, live));
             }
-            Step::Phase(_) => {}
+            _ => {}
         }
         if let Some((_, peak)) = current.as_mut() {
             *peak = (*peak).max(live);

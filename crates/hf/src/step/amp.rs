@@ -18,7 +18,7 @@
 
 use super::tape::{Tape, T};
 use super::Model;
-use crate::generate::Holds;
+use vramlab_train::program::Holds;
 
 impl Tape<'_> {
     /// `cached_cast(dtype, w)` of a weight to `bytes`: the cast kept in

@@ -9,8 +9,8 @@ use super::llama::Shared;
 use super::tape::T;
 use super::Model;
 use crate::config::Arch;
-use crate::generate::Holds;
 use vramlab_train::kinds::step::Attention;
+use vramlab_train::program::Holds;
 
 impl Model<'_, '_> {
     /// `Gemma2RMSNorm` / `Gemma3RMSNorm`: `x.float() * rsqrt(mean(x²) +

@@ -29,9 +29,11 @@ impl Model<'_, '_> {
         if self.run.gpu.is_some() {
             return self.t.native_dropout(x, x.bytes / self.e());
         }
-        let noise = self
-            .t
-            .alloc("empty_like", x.bytes, crate::generate::Holds::Activation);
+        let noise = self.t.alloc(
+            "empty_like",
+            x.bytes,
+            vramlab_train::program::Holds::Activation,
+        );
         let noise = self.t.plain(noise, x.bytes);
         let out = self.t.mul(x, noise, x.bytes);
         self.t.drop(noise);

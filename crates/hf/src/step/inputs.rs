@@ -5,8 +5,8 @@
 
 use super::tape::{self, Tape, T};
 use super::Model;
-use crate::generate::Holds;
 use vramlab_train::kinds::step::Attention;
+use vramlab_train::program::Holds;
 
 impl Model<'_, '_> {
     /// `position_ids = torch.arange(seq) + past_seen_tokens`.

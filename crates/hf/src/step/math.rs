@@ -11,7 +11,7 @@
 
 use super::tape::T;
 use super::Model;
-use crate::generate::Holds;
+use vramlab_train::program::Holds;
 
 impl Model<'_, '_> {
     /// The math kernel's attention of `q`, `k`, `v` (causal, no mask): the

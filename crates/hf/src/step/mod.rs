@@ -28,7 +28,6 @@ mod tape;
 mod weights;
 
 use super::config::{Arch, HfConfig};
-use super::generate::{Holds, Sink, Step};
 use super::params;
 use kernel::Sdpa;
 use llama::Shared;
@@ -38,6 +37,7 @@ use vramlab_core::error::Invalid;
 use vramlab_core::types::Dtype;
 use vramlab_train::kinds::step::{sdp, Attention};
 use vramlab_train::kinds::NamedTensor;
+use vramlab_train::program::{Holds, Op, Role, Sink};
 
 pub use quant::{Quant4, BLOCK, BLOCK2};
 use weights::Weights;
@@ -371,15 +371,19 @@ impl Model<'_, '_> {
             return;
         }
         let trainable = self.w.trainable.clone();
+        let scratch = |param, name| Role::Scratch { param, name };
         if self.run.gpu.is_some() {
-            let sqrt: Vec<_> = (trainable.iter())
-                .map(|p| self.t.alloc("_foreach_sqrt", p.bytes, Holds::Optimizer))
-                .collect();
+            let mut sqrt = Vec::new();
+            for (i, p) in trainable.iter().enumerate() {
+                self.t.set_role(scratch(i, "exp_avg_sq_sqrt"));
+                sqrt.push(self.t.alloc("_foreach_sqrt", p.bytes, Holds::Optimizer));
+            }
             sqrt.into_iter().for_each(|s| self.t.release(s));
             return;
         }
         let mut denom = None;
-        for p in trainable {
+        for (i, p) in trainable.into_iter().enumerate() {
+            self.t.set_role(scratch(i, "denom"));
             let root = self.t.alloc("sqrt", p.bytes, Holds::Optimizer);
             let d = self.t.alloc("div", p.bytes, Holds::Optimizer);
             self.t.release(root);
@@ -461,17 +465,17 @@ pub fn play_with(
         kernel,
         cache: Vec::new(),
     };
-    m.t.mark(Step::Phase("forward"));
+    m.t.mark(Op::Phase("forward"));
     let loss = m.forward(ids);
     m.t.clear_amp_cache();
-    m.t.mark(Step::Phase("backward"));
+    m.t.mark(Op::Phase("backward"));
     m.t.backward(loss);
     if m.t.stopped() {
         return Ok(());
     }
-    m.t.mark(Step::Phase("optimizer step"));
+    m.t.mark(Op::Phase("optimizer step"));
     m.optimizer_step();
-    m.t.mark(Step::Phase("zero_grad"));
+    m.t.mark(Op::Phase("zero_grad"));
     m.t.zero_grad();
     m.t.free_graph();
     m.t.drop(loss);

@@ -13,8 +13,8 @@
 
 use super::tape::{Tape, T};
 use super::Model;
-use crate::generate::Holds;
 use vramlab_core::types::Dtype;
+use vramlab_train::program::Holds;
 
 /// bitsandbytes' 4-bit quantization (`BitsAndBytesConfig(load_in_4bit=True,
 /// ...)`). `nf4` and `fp4` store the same bytes.

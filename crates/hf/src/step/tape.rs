@@ -22,8 +22,9 @@
 //! stops as soon as the last one is saved (early stop); a node frees what
 //! it unpacked as its backward returns.
 
-use crate::generate::{Holds, Made, Sink};
+use vramlab_train::program::{Alloc, Holds, Op, Role, Sink};
 
+mod checkpoint;
 mod engine;
 mod reentrant;
 
@@ -130,6 +131,9 @@ pub(super) struct Tape<'a> {
     running_holds: Holds,
     /// The decoder layer whose ops are being made (or whose node runs).
     layer: Option<u32>,
+    /// The role of what the phase running makes (forward, backward, the
+    /// optimizer's step).
+    role: Role,
 }
 
 const ACCUMULATE: u64 = u64::MAX;
@@ -154,6 +158,7 @@ impl<'a> Tape<'a> {
             holds: Holds::Activation,
             running_holds: Holds::Activation,
             layer: None,
+            role: Role::Forward,
         }
     }
 
@@ -162,8 +167,17 @@ impl<'a> Tape<'a> {
     }
 
     /// Where the step is, for the sink.
-    pub fn mark(&mut self, step: crate::generate::Step) {
-        self.sink.mark(step);
+    pub fn mark(&mut self, op: Op) {
+        self.role = match op {
+            Op::Phase("backward") => Role::Backward,
+            _ => Role::Forward,
+        };
+        self.sink.mark(op);
+    }
+
+    /// The role of what is made from now on (an optimizer's temporaries).
+    pub fn set_role(&mut self, role: Role) {
+        self.role = role;
     }
 
     // Storages.
@@ -179,13 +193,11 @@ impl<'a> Tape<'a> {
 
     /// A new storage of `bytes` made by `op`, held once.
     pub fn alloc(&mut self, op: &'static str, bytes: u64, holds: Holds) -> Sid {
-        let layer = self.layer;
-        let handle = self.sink.alloc(Made {
-            op,
-            bytes,
-            holds,
-            layer,
-        });
+        let alloc = Alloc {
+            role: self.role,
+            ..Alloc::memory(op, bytes, holds, self.layer)
+        };
+        let handle = self.sink.alloc(alloc);
         let s = self.storage(Some(handle), bytes);
         // A recomputation's Python holds what it makes until it stops.
         if let Some(r) = &mut self.recompute {
@@ -530,62 +542,6 @@ impl<'a> Tape<'a> {
         for s in live.into_iter().rev() {
             self.release(s);
         }
-    }
-
-    // Checkpoint regions.
-
-    /// `checkpoint(fn, *inputs)` begins: the region keeps `inputs` (its
-    /// arguments) until its last node has run.
-    pub fn checkpoint(&mut self, inputs: &[T]) -> usize {
-        for t in inputs {
-            self.hold(t.s);
-        }
-        self.frames.push(Frame {
-            inputs: inputs.iter().map(|t| t.s).collect(),
-            holders: Vec::new(),
-            waiting: 0,
-            recompute: None,
-        });
-        let f = self.frames.len() - 1;
-        self.region = Some(f);
-        f
-    }
-
-    /// The region's forward has returned; `recompute` runs it again.
-    pub fn checkpoint_end(&mut self, f: usize, recompute: Recomputation) {
-        self.region = None;
-        let frame = &mut self.frames[f];
-        frame.recompute = Some(recompute);
-        if frame.waiting == 0 {
-            self.free_frame(f);
-        }
-    }
-
-    fn free_frame(&mut self, f: usize) {
-        let inputs = std::mem::take(&mut self.frames[f].inputs);
-        for s in inputs {
-            self.release(s);
-        }
-    }
-
-    fn recompute(&mut self, f: usize) {
-        let Some(run) = self.frames[f].recompute.take() else {
-            return;
-        };
-        let grad = self.set_grad(true);
-        self.recompute = Some(Recompute {
-            frame: f,
-            packed: 0,
-            live: Vec::new(),
-            stopped: false,
-        });
-        run(self);
-        // A region that saved less than it did the first time ends here.
-        self.stop_recompute();
-        self.recompute = None;
-        // Its autocast region exits.
-        self.clear_amp_cache();
-        self.set_grad(grad);
     }
 }
 

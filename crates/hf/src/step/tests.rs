@@ -5,10 +5,10 @@
 
 use super::{play, Quant4, Run};
 use crate::config::HfConfig;
-use crate::generate::{Program, Step};
 use serde_json::Value;
 use vramlab_core::types::Dtype;
 use vramlab_train::kinds::step::Attention;
+use vramlab_train::program::{Op, Program};
 
 const TRACES: &str = include_str!("../../../../tests/reference/hf_train.json");
 
@@ -20,13 +20,13 @@ fn rounded(n: u64) -> i64 {
 /// The program's events as the trace writes them: `[op, bytes]`, and
 /// `["free", -bytes]`.
 fn events(p: &Program) -> Vec<(String, i64)> {
-    (p.steps.iter())
+    (p.ops.iter())
         .filter_map(|s| match *s {
-            Step::Alloc(i) if p.made[i].bytes > 0 => {
-                Some((p.made[i].op.to_string(), rounded(p.made[i].bytes)))
+            Op::Alloc(i) if p.allocs[i].bytes() > 0 => {
+                Some((p.allocs[i].op.to_string(), rounded(p.allocs[i].bytes())))
             }
-            Step::Free(i) if p.made[i].bytes > 0 => {
-                Some(("free".to_string(), -rounded(p.made[i].bytes)))
+            Op::Free(i) if p.allocs[i].bytes() > 0 => {
+                Some(("free".to_string(), -rounded(p.allocs[i].bytes())))
             }
             _ => None,
         })
@@ -364,9 +364,9 @@ fn only_parameters_gradients_are_told_as_gradients() {
                 [4 * inp * 4, out * 4 * 4]
             })
             .collect();
-        let told: Vec<u64> = (p.made.iter())
-            .filter(|m| m.holds == crate::generate::Holds::Gradient)
-            .map(|m| m.bytes)
+        let told: Vec<u64> = (p.allocs.iter())
+            .filter(|m| m.holds == vramlab_train::program::Holds::Gradient)
+            .map(|m| m.bytes())
             .collect();
         assert!(!told.is_empty(), "{}", case.name);
         assert!(

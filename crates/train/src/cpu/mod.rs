@@ -114,6 +114,7 @@ pub fn run(
             Op::Blas(..) | Op::Rebind | Op::Release(_) | Op::ForwardEnd => {}
             // The update itself moves the model's values (`train::update`).
             Op::Begin(_) | Op::End(_) | Op::Update(_) | Op::Workspace(_) => {}
+            Op::Forward(_) | Op::Returned(_) | Op::Phase(_) => {}
         }
     }
     Ok(())
@@ -277,6 +278,10 @@ impl Machine<'_> {
     fn eval(&mut self, i: usize) -> Result<Vec<f32>, Unrunnable> {
         let alloc = &self.program.allocs[i];
         let out = &alloc.shape;
+        if alloc.calc == Calc::Opaque {
+            let what = "has no arithmetic here (a program for memory alone)";
+            return Err(fault(self.program, i, what));
+        }
         if let Calc::Part { of, k } = alloc.calc {
             let (last, parts) = &mut self.values.parts;
             return match parts.get_mut(k.wrapping_sub(1)) {

@@ -270,6 +270,7 @@ pub fn walk(program: &Program, grads_exist: bool, blas: &BlasWorkspaces) -> Walk
             Op::Blas(_, gemm) => peak = peak.max(live + added + call_workspace(gemm)),
             Op::Rebind | Op::Release(_) | Op::ForwardEnd => {}
             Op::Begin(_) | Op::End(_) | Op::Update(_) => {}
+            Op::Forward(_) | Op::Returned(_) | Op::Phase(_) => {}
             Op::Workspace(bytes) => peak = peak.max(live + added + blocks(bytes)),
         }
     }

@@ -22,8 +22,8 @@
 use super::{blocks, NamedTensor, TransformerShape};
 use crate::cublas::{BlasThread, Gemm};
 use crate::optim::{OptimizerKind, OptimizerSpec};
-pub use calc::{Arg, Calc};
-pub use ir::{Alloc, Attention, Batch, Op, Options, Program, Region, Role, TraceEvent};
+pub use crate::program::{Alloc, Arg, Batch, Calc, Op, Program, Region, Role, TraceEvent};
+pub use options::{Attention, Options};
 use vramlab_core::types::Dtype;
 
 /// The forward pass alone under `torch.no_grad()`: nothing is saved, each
@@ -173,9 +173,10 @@ impl<S> Tape<S> {
         p.allocs.push(Alloc {
             op,
             calc,
-            shape,
+            shape: shape.into(),
             dtype,
             role,
+            holds: role.holds(),
             layer: self.layer,
             temporary_until: None,
         });
@@ -432,13 +433,12 @@ pub(crate) fn every_option<T>(amps: &[T]) -> Vec<(Attention, bool, &T)> {
 mod attention;
 mod autocast;
 mod block;
-mod calc;
 mod cnn;
 mod fused;
-mod ir;
 mod lora;
 mod mlp;
 pub mod optim_step;
+mod options;
 mod passes;
 pub mod sdp;
 

@@ -3,8 +3,8 @@
 //! into the buffers of the nodes they feed.
 
 use super::{Edge, Sid, Tape, T};
-use crate::generate::Holds;
 use std::collections::BinaryHeap;
+use vramlab_train::program::{Holds, Role};
 
 impl Tape<'_> {
     /// The gradient of input `i` of the node running, of `bytes`.
@@ -115,7 +115,7 @@ impl Tape<'_> {
                         .and_then(|g| self.storages.get(g))
                         .and_then(|st| st.handle);
                     if let (Some(h), Holds::Gradient) = (handle, self.nodes[n].holds) {
-                        self.sink.retag(h, Holds::Gradient);
+                        self.sink.retag(h, Role::Grad(p), Holds::Gradient);
                     }
                     self.grads[p] = g;
                 }

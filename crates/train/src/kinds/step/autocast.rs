@@ -78,7 +78,7 @@ impl<S> Tape<S> {
         if self.dtype_of(x) == dtype {
             return x;
         }
-        let shape = self.program.allocs[x].shape.clone();
+        let shape = self.program.allocs[x].shape.to_vec();
         let op = ("_to_copy", Calc::Copy(Arg::T(x)));
         self.alloc_as(op, shape, dtype, self.role)
     }
@@ -100,7 +100,7 @@ impl<S> Tape<S> {
     /// `role` (a parameter's `.grad`, or an activation's gradient); `g`
     /// dies.
     pub(super) fn uncast(&mut self, g: H, dtype: Dtype, role: Role) -> H {
-        let shape = self.program.allocs[g].shape.clone();
+        let shape = self.program.allocs[g].shape.to_vec();
         let h = self.alloc_as(("_to_copy", Calc::Copy(Arg::T(g))), shape, dtype, role);
         self.free(g);
         h

@@ -177,7 +177,7 @@ mod tests {
                 let delta = ["mul", "sum", "clone"].contains(&a.op) && a.shape.len() == 3;
                 a.op.contains(family) || (delta && a.dtype == Dtype::Float32)
             })
-            .map(|a| (a.op, a.shape.clone(), a.dtype))
+            .map(|a| (a.op, a.shape.to_vec(), a.dtype))
             .collect()
     }
 

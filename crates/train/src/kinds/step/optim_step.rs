@@ -101,9 +101,10 @@ fn push(p: &mut Program, op: &'static str, (calc, role): (Calc, Role), like: &Pa
     p.allocs.push(Alloc {
         op,
         calc,
-        shape: like.shape.to_vec(),
+        shape: like.shape.into(),
         dtype: like.dtype,
         role,
+        holds: role.holds(),
         layer: None,
         temporary_until: None,
     });

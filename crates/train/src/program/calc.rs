@@ -33,6 +33,9 @@ pub enum Calc {
         of: usize,
         k: usize,
     },
+    /// What the op computes is not modelled: a program for memory alone
+    /// (a Hugging Face family's). The CPU and device interpreters refuse it.
+    Opaque,
     /// `arange(n)`.
     Arange,
     /// A tensor of ones (`ones`, `ones_like`).
@@ -232,7 +235,9 @@ impl Calc {
             out
         };
         match *self {
-            Part { .. } | Arange | Ones | Zeros | DynamicMap { .. } | Workspace => [None; 5],
+            Part { .. } | Opaque | Arange | Ones | Zeros | DynamicMap { .. } | Workspace => {
+                [None; 5]
+            }
             Tril(x)
             | Sqrt(x)
             | Not(x)

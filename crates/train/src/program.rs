@@ -1,64 +1,85 @@
-//! The step IR: a [`Program`] is the allocations an op sequence makes
-//! ([`Alloc`]: the aten op, what it computes from which operands, shape,
-//! type, role) and the ops that play them ([`Op`]: each allocation, each
-//! free, each BLAS call's workspace, the loss's rebinding, the batch let go
-//! of, the forward pass's end, autocast and checkpoint regions). Every
-//! model kind's builder writes one; the memory interpreter
-//! (`engine::program`), the CPU interpreter (`train::cpu`), a device's
-//! (`engine::on_device`) and the estimate's walk (`kinds::estimate`) run it.
+//! The one step program: a [`Program`] is the allocations an op sequence
+//! makes ([`Alloc`]: the aten op, what it computes from which operands,
+//! shape, type, role, what it holds) and the ops that play them ([`Op`]:
+//! each allocation, each free, each BLAS call's workspace, the loss's
+//! rebinding, the batch let go of, the forward pass's end, autocast and
+//! checkpoint regions, a forward's start and return, a step's phases).
+//!
+//! Every model writes one: the MLP's, the CNN's and the GPT's builders
+//! (`kinds::step`) with the arithmetic of each op ([`Calc`]), so the CPU
+//! interpreter (`train::cpu`) and a device's (`engine::on_device`) can
+//! compute it; each Hugging Face family's `generate` and training step
+//! (`vramlab_hf`) for memory alone ([`Calc::Opaque`]), through a [`Sink`]
+//! that may collect them ([`Program`]) or play them at once on an
+//! allocator so that a long run is never held. The memory interpreters
+//! (`engine::program`, `engine::hf_training`, the planner's player) and the
+//! estimate's walk (`kinds::estimate`) read the same type.
 
-use super::calc::{Arg, Calc};
+pub mod calc;
+
+pub use calc::{Arg, Calc};
+
 use crate::cublas::{BlasThread, Gemm};
-use crate::kinds::blocks;
+use smallvec::SmallVec;
 use vramlab_core::types::Dtype;
 
-/// How attention is computed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Attention {
-    /// `softmax(q @ k.T * scale, masked) @ v`: B x H x S x S tensors.
-    #[default]
-    Eager,
-    /// `F.scaled_dot_product_attention` with a fused (flash) kernel.
-    Sdpa,
+/// A tensor's bytes in the caching allocator's 512-byte blocks.
+pub fn blocks(bytes: u64) -> u64 {
+    bytes.div_ceil(512) * 512
 }
 
-vramlab_core::read_by_name!(Attention {
-    Eager = "eager",
-    Sdpa = "sdpa",
-});
+/// A tensor's shape, its dimensions held inline up to four.
+pub type Shape = SmallVec<[u64; 4]>;
 
-impl Attention {
-    pub fn is_eager(&self) -> bool {
-        *self == Attention::Eager
-    }
+/// What a tensor of a program holds, for the category it counts in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holds {
+    /// A forward's intermediate.
+    Activation,
+    /// A layer's keys or values in the cache.
+    KvCache,
+    /// The last position's logits, and their float32 copy.
+    Logits,
+    /// The token ids, the attention mask, the next tokens.
+    Ids,
+    /// cuBLAS's and cuBLASLt's workspaces (the plan's, by PyTorch release).
+    Workspace,
+    /// A training step's parameter gradients (`.grad`).
+    Gradient,
+    /// The optimizer's state and its step's temporaries.
+    Optimizer,
+    /// bitsandbytes' 4-bit weights dequantized for a product (QLoRA).
+    Dequantized,
+    /// Autocast's copies of the weights in its type (cached for the
+    /// forward, saved for the backward).
+    WeightCast,
 }
 
-/// What a step does to memory besides its shapes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Options {
-    pub attention: Attention,
-    /// Each block under `torch.utils.checkpoint` (non-reentrant).
-    pub checkpointing: bool,
-    /// The forward pass and the loss under `torch.autocast('cuda', dtype)`
-    /// (float16 or bfloat16).
-    pub amp: Option<Dtype>,
-    /// `loss = criterion(...) / accumulate` when above 1 (gradient
-    /// accumulation): a `div` in forward and in backward.
-    pub accumulate: u64,
-    /// The GPU's compute capability where PyTorch picks a CUDA kernel
-    /// for `scaled_dot_product_attention` (`sdp`); `None`: the CPU's, as
-    /// PyTorch's own traces here ran.
-    pub gpu: Option<(u32, u32)>,
-    /// The workspace each cuDNN convolution call takes on a GPU
-    /// (`Settings::cudnn_workspace_bytes`; 0: not counted).
-    pub conv_workspace: u64,
-}
+impl Holds {
+    pub const ALL: [Holds; 9] = [
+        Holds::Activation,
+        Holds::KvCache,
+        Holds::Logits,
+        Holds::Ids,
+        Holds::Workspace,
+        Holds::Gradient,
+        Holds::Optimizer,
+        Holds::Dequantized,
+        Holds::WeightCast,
+    ];
 
-impl Options {
-    /// The loss is divided (gradient accumulation).
-    pub(in crate::kinds) fn divided(&self) -> Option<f32> {
-        (self.accumulate > 1).then(|| 1.0 / self.accumulate as f32)
+    pub fn name(self) -> &'static str {
+        match self {
+            Holds::Activation => "activations",
+            Holds::KvCache => "KV cache",
+            Holds::Logits => "logits",
+            Holds::Ids => "token ids and mask",
+            Holds::Workspace => "cuBLAS workspaces",
+            Holds::Gradient => "gradients",
+            Holds::Optimizer => "optimizer state",
+            Holds::Dequantized => "dequantized 4-bit weights",
+            Holds::WeightCast => "autocast's weight copies",
+        }
     }
 }
 
@@ -85,6 +106,17 @@ pub enum Role {
     Scratch { param: usize, name: &'static str },
 }
 
+impl Role {
+    /// What a tensor of this role holds.
+    pub fn holds(self) -> Holds {
+        match self {
+            Role::Forward | Role::Backward | Role::Loss => Holds::Activation,
+            Role::Grad(_) => Holds::Gradient,
+            Role::State { .. } | Role::QuantMap(_) | Role::Scratch { .. } => Holds::Optimizer,
+        }
+    }
+}
+
 /// A tensor an op creates.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Alloc {
@@ -92,9 +124,11 @@ pub struct Alloc {
     pub op: &'static str,
     /// What it computes, from what.
     pub calc: Calc,
-    pub shape: Vec<u64>,
+    pub shape: Shape,
     pub dtype: Dtype,
     pub role: Role,
+    /// What it holds, for the category it counts in.
+    pub holds: Holds,
     /// The block it belongs to, if any.
     pub layer: Option<u32>,
     /// An expression's temporary that no Python name holds until
@@ -106,6 +140,21 @@ pub struct Alloc {
 }
 
 impl Alloc {
+    /// A tensor of `bytes` whose arithmetic is not modelled (a Hugging
+    /// Face program's), made by `op` in `layer`.
+    pub fn memory(op: &'static str, bytes: u64, holds: Holds, layer: Option<u32>) -> Self {
+        Alloc {
+            op,
+            calc: Calc::Opaque,
+            shape: SmallVec::from_slice(&[bytes]),
+            dtype: Dtype::Uint8,
+            role: Role::Forward,
+            holds,
+            layer,
+            temporary_until: None,
+        }
+    }
+
     pub fn bytes(&self) -> u64 {
         self.shape.iter().product::<u64>() * self.dtype.size_bytes()
     }
@@ -139,6 +188,14 @@ pub enum Op {
     /// A cuDNN convolution's workspace of this many bytes, allocated and
     /// freed inside the call.
     Workspace(u64),
+    /// Forward `k` of a run begins (0: the prefill, or a training step's
+    /// only one; `k`: the `k`-th new token's).
+    Forward(u64),
+    /// Forward `k` has returned.
+    Returned(u64),
+    /// A training step's phase begins (`forward`, `backward`, `optimizer
+    /// step`, `zero_grad`).
+    Phase(&'static str),
 }
 
 /// A region of a step's ops (memory and arithmetic run through it; a
@@ -174,6 +231,52 @@ pub struct Program {
     pub scope: &'static str,
 }
 
+/// Where a program's ops go as they are made: collected ([`Program`]) or
+/// played on an allocator at once (the planner, the engine's `generate`),
+/// so a long run is never held.
+pub trait Sink {
+    /// A tensor is made: a handle the run frees it by.
+    fn alloc(&mut self, alloc: Alloc) -> usize;
+    fn free(&mut self, handle: usize);
+    /// Any other op ([`Op::Forward`], [`Op::Returned`], [`Op::Phase`]).
+    fn mark(&mut self, op: Op);
+    /// Tensor `handle` is a value on a running Python frame's evaluation
+    /// stack that no variable names (`act_fn(gate)` while `* up_proj(x)`
+    /// runs): an exception passing through drops it, where the frames it
+    /// leaves on the traceback keep their variables.
+    fn on_stack(&mut self, _handle: usize) {}
+    /// Whether the run may stop here (the sink ran out of memory).
+    fn stopped(&self) -> bool {
+        false
+    }
+    /// Tensor `handle` turned out to be `role`, holding `holds` (a
+    /// gradient that `AccumulateGrad` kept as a parameter's `.grad`).
+    fn retag(&mut self, _handle: usize, _role: Role, _holds: Holds) {}
+}
+
+impl Sink for Program {
+    fn alloc(&mut self, alloc: Alloc) -> usize {
+        self.allocs.push(alloc);
+        self.ops.push(Op::Alloc(self.allocs.len() - 1));
+        self.allocs.len() - 1
+    }
+
+    fn free(&mut self, handle: usize) {
+        self.ops.push(Op::Free(handle));
+    }
+
+    fn mark(&mut self, op: Op) {
+        self.ops.push(op);
+    }
+
+    fn retag(&mut self, handle: usize, role: Role, holds: Holds) {
+        if let Some(a) = self.allocs.get_mut(handle) {
+            a.role = role;
+            a.holds = holds;
+        }
+    }
+}
+
 /// One event of a trace: an op made a tensor of `bytes` (> 0), or a
 /// tensor of `-bytes` was freed (`op` is `free`), in 512-byte blocks.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -194,6 +297,7 @@ impl Program {
                 Op::Rebind => Some(("free", -(blocks(4) as i64))),
                 Op::Blas(..) | Op::Release(_) | Op::ForwardEnd => None,
                 Op::Begin(_) | Op::End(_) | Op::Update(_) | Op::Workspace(_) => None,
+                Op::Forward(_) | Op::Returned(_) | Op::Phase(_) => None,
             })
             .map(|(op, bytes)| TraceEvent { op, bytes })
             .collect()
