@@ -75,7 +75,7 @@ ROOT=$(pwd)
 NVIDIA_LIB=$(python3 -c 'import os, nvidia; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null || true)
 export LD_LIBRARY_PATH="${NVIDIA_LIB:+$NVIDIA_LIB:}${LD_LIBRARY_PATH:-}"
 # The server's GPU tests, built here with
-# `cargo test --release -p vramlab-server --test gpu --no-run`.
+# `cargo test --release -p vramlab-backend --test gpu --no-run`.
 GPU_TEST=${GPU_TEST:-$(ls target/release/deps/gpu-* 2>/dev/null | grep -v '\.d$' | head -1)}
 export PYTHONUNBUFFERED=1 BIN GOLDEN REF WORK ROOT GPU_TEST
 
@@ -165,7 +165,7 @@ contexts() {
 # every kind's step computed by them, its losses held to the CPU's.
 kernels() {
   if [[ ! -x "$GPU_TEST" ]]; then
-    echo "no GPU tests to run: build them with cargo test --release -p vramlab-server --test gpu --no-run, or name them in GPU_TEST"
+    echo "no GPU tests to run: build them with cargo test --release -p vramlab-backend --test gpu --no-run, or name them in GPU_TEST"
     return 1
   fi
   "$BIN" kernels --arch "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1)" &&

@@ -9,8 +9,8 @@ use futures::StreamExt;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use vramlab_server::backend::{select, DeviceChoice};
-use vramlab_server::http::{build, ServeOptions};
+use vramlab_backend::{select, DeviceChoice};
+use vramlab_http::http::{build, ServeOptions};
 use vramlab_tests::root;
 
 pub const WAIT: Duration = Duration::from_secs(30);
@@ -50,7 +50,7 @@ pub async fn serve_on(port: u16, stop: tokio::sync::oneshot::Receiver<()>) -> st
         .await
         .unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(vramlab_server::http::serve_until(
+    tokio::spawn(vramlab_http::http::serve_until(
         listener,
         server,
         async move {

@@ -163,7 +163,7 @@ fn the_parts_are_wired_to_each_other() {
     let grace = pod["spec"]["terminationGracePeriodSeconds"]
         .as_u64()
         .unwrap();
-    assert!(grace >= drain + vramlab_server::http::SHUTDOWN_GRACE.as_secs());
+    assert!(grace >= drain + vramlab_http::http::SHUTDOWN_GRACE.as_secs());
     // The Ingress reaches the router, the router its configuration.
     let router = find(&docs, "Deployment", "vramlab-router");
     let ingress = find(&docs, "Ingress", "vramlab");

@@ -29,6 +29,8 @@ pub fn crate_sources() -> Vec<(String, PathBuf)> {
         ("torch_snapshot", "torch-snapshot"),
         ("train", "train"),
         ("hf", "hf"),
+        ("", "backend"),
+        ("", "http"),
     ] {
         out.push((name.to_string(), root.join("crates").join(dir).join("src")));
     }

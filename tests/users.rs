@@ -10,8 +10,8 @@ use socket::{next, Socket};
 use tokio::net::TcpStream;
 use tokio_tungstenite::connect_async;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use vramlab_server::backend::{select, DeviceChoice};
-use vramlab_server::http::{build, serve, ServeOptions};
+use vramlab_backend::{select, DeviceChoice};
+use vramlab_http::http::{build, serve, ServeOptions};
 
 const HEADER: &str = "x-forwarded-user";
 

@@ -8,9 +8,9 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{connect_async, MaybeTlsStream, WebSocketStream};
-use vramlab_server::access::Access;
-use vramlab_server::backend::{select, DeviceChoice};
-use vramlab_server::http::{build, serve, ServeOptions};
+use vramlab_backend::{select, DeviceChoice};
+use vramlab_http::access::Access;
+use vramlab_http::http::{build, serve, ServeOptions};
 use vramlab_shared::{Engine, StepRecord};
 use vramlab_tests::lesson_files;
 
@@ -376,7 +376,7 @@ async fn loopback_counts_as_one_client_on_a_server_others_reach() {
         ..Access::default()
     };
     let addr = start(o).await;
-    for _ in 0..vramlab_server::access::TokenGuesses::LIMIT {
+    for _ in 0..vramlab_http::access::TokenGuesses::LIMIT {
         let wrong = Client::try_connect(&addr, "?token=nope", None).await;
         assert!(wrong.err().unwrap().contains("401"));
     }
@@ -662,7 +662,7 @@ async fn a_watcher_cannot_spend_the_owners_budget() {
 async fn a_rebound_host_is_refused_by_a_loopback_server() {
     let mut o = options();
     o.access.allowed_hosts =
-        vramlab_server::access::AllowedHosts::for_listener("127.0.0.1:0".parse().unwrap(), &[]);
+        vramlab_http::access::AllowedHosts::for_listener("127.0.0.1:0".parse().unwrap(), &[]);
     let addr = start(o).await;
     let port = addr.rsplit(':').next().unwrap();
     let mut req = format!("ws://{addr}/ws").into_client_request().unwrap();
@@ -685,7 +685,7 @@ async fn a_rebound_host_is_refused_by_a_loopback_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_connection_is_closed_after_the_idle_time() {
     let mut o = options();
-    o.keepalive = vramlab_server::app::Keepalive {
+    o.keepalive = vramlab_http::app::Keepalive {
         ping_every: std::time::Duration::from_millis(100),
         idle: std::time::Duration::from_millis(300),
     };
@@ -723,7 +723,7 @@ async fn stopping_the_server_answers_running_commands_and_says_going_away() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = format!("127.0.0.1:{}", listener.local_addr().unwrap().port());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(vramlab_server::http::serve_until(listener, server, async {
+    let serving = tokio::spawn(vramlab_http::http::serve_until(listener, server, async {
         let _ = stopped.await;
     }));
     let mut c = Client::connect(&addr, "").await;
@@ -807,7 +807,7 @@ async fn healthz(mut c: TcpStream, wait: Duration) -> String {
 async fn half_sent_requests_are_closed_and_others_get_through() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut o = options();
-    o.connections = vramlab_server::listener::ConnectionLimits {
+    o.connections = vramlab_http::listener::ConnectionLimits {
         max_connections: 2,
         read_idle: Duration::from_millis(400),
         ..Default::default()
@@ -869,7 +869,7 @@ async fn a_clients_close_is_answered() {
 async fn a_request_trickled_a_byte_at_a_time_is_closed_at_its_deadline() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut o = options();
-    o.connections = vramlab_server::listener::ConnectionLimits {
+    o.connections = vramlab_http::listener::ConnectionLimits {
         max_connections: 2,
         read_idle: Duration::from_secs(20),
         header_deadline: Duration::from_millis(600),
@@ -925,7 +925,7 @@ async fn a_request_trickled_a_byte_at_a_time_is_closed_at_its_deadline() {
 async fn one_address_cannot_take_every_connection() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut o = options();
-    o.connections = vramlab_server::listener::ConnectionLimits {
+    o.connections = vramlab_http::listener::ConnectionLimits {
         max_connections: 4,
         max_per_address: 2,
         read_idle: Duration::from_secs(20),

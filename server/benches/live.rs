@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 use tokio_tungstenite::connect_async;
 use tokio_tungstenite::tungstenite::Message;
-use vramlab_server::backend::{select, DeviceChoice};
-use vramlab_server::http::{build, serve, ServeOptions};
+use vramlab_backend::{select, DeviceChoice};
+use vramlab_http::http::{build, serve, ServeOptions};
 
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;

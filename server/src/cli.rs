@@ -1,10 +1,10 @@
 //! The command line. Every option can also be set by the environment
 //! variable named in `--help`.
 
-use crate::backend::DeviceChoice;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use vramlab_backend::DeviceChoice;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -415,13 +415,13 @@ fn instance_id(text: &str) -> Result<String, String> {
 
 impl ServeArgs {
     /// The options the server is built with.
-    pub fn options(&self) -> crate::http::ServeOptions {
-        crate::http::ServeOptions {
+    pub fn options(&self) -> vramlab_http::http::ServeOptions {
+        vramlab_http::http::ServeOptions {
             dist: self.dist.clone(),
-            access: crate::access::Access {
+            access: vramlab_http::access::Access {
                 token: self.token.clone().filter(|t| !t.is_empty()),
                 allowed_origins: self.allowed_origins.clone(),
-                allowed_hosts: crate::access::AllowedHosts::for_listener(
+                allowed_hosts: vramlab_http::access::AllowedHosts::for_listener(
                     self.addr,
                     &self.allowed_hosts,
                 ),
@@ -440,8 +440,8 @@ impl ServeArgs {
             max_sessions_per_client: self.max_sessions_per_client,
             max_watchers: self.max_watchers,
             max_queue: self.max_queue.max(1),
-            keepalive: crate::app::Keepalive::default(),
-            connections: crate::listener::ConnectionLimits {
+            keepalive: vramlab_http::app::Keepalive::default(),
+            connections: vramlab_http::listener::ConnectionLimits {
                 max_connections: self.max_connections,
                 max_per_address: self.max_connections_per_address,
                 shared: self.trusted_proxies.clone(),

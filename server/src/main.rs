@@ -2,9 +2,9 @@ use clap::Parser;
 use std::io::{BufReader, IsTerminal};
 use std::process::ExitCode;
 use tracing_subscriber::EnvFilter;
-use vramlab_server::backend::select;
+use vramlab_backend::select;
+use vramlab_http::http::{self, build};
 use vramlab_server::cli::{Cli, Command, LogFormat, RunArgs, ServeArgs};
-use vramlab_server::http::{self, build};
 use vramlab_server::replay::replay_file;
 use vramlab_server::runner::{run, RunOptions};
 
@@ -15,7 +15,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(*args).map(|()| ExitCode::SUCCESS),
         Command::Replay(args) => replay_file(&args, &mut std::io::stdout().lock()),
         Command::Kernels(args) => {
-            vramlab_server::cuda::compile_kernels(&args.arch, args.out.as_deref())
+            vramlab_backend::cuda::compile_kernels(&args.arch, args.out.as_deref())
         }
         Command::Python(args) => vramlab_server::python::run_python(&args),
         Command::LessonPython(args) => {
@@ -86,7 +86,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             dist = %dist.display(),
             "the web app is not built there: run scripts/build-web"
         ),
-        None if !vramlab_server::webapp::is_built() => tracing::warn!(
+        None if !vramlab_http::webapp::is_built() => tracing::warn!(
             "this binary was built without its web app: run scripts/build-web, then build again"
         ),
         _ => {}

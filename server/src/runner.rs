@@ -2,8 +2,8 @@
 //! JSON line per command. It never stops at an error: an OOM is part of a
 //! lesson.
 
-use crate::backend::Backend;
 use std::io::{BufRead, Write};
+use vramlab_backend::Backend;
 use vramlab_shared::command::parse_line;
 use vramlab_shared::lesson::check_step;
 use vramlab_shared::torch_snapshot;
@@ -93,7 +93,7 @@ fn export(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{select, DeviceChoice};
+    use vramlab_backend::{select, DeviceChoice};
     use vramlab_shared::StepRecord;
 
     fn run_text(text: &str, check: bool) -> (Vec<StepRecord>, RunSummary) {

@@ -50,7 +50,7 @@ fn the_session_map_stays_free_while_a_session_starts() {
         instance: None,
     };
     let sessions = Arc::new(Sessions::new(
-        Backend::for_tests(gated),
+        Backend::simulated_with(gated),
         config,
         Arc::new(Metrics::default()),
     ));
@@ -82,7 +82,7 @@ fn sim_sessions_with_ttl(ttl: Duration) -> Arc<Sessions> {
         limits: crate::http::ServeOptions::default().limits,
         instance: None,
     };
-    let backend = crate::backend::select(crate::backend::DeviceChoice::Sim, 0).unwrap();
+    let backend = vramlab_backend::select(vramlab_backend::DeviceChoice::Sim, 0).unwrap();
     Arc::new(Sessions::new(backend, config, Arc::new(Metrics::default())))
 }
 

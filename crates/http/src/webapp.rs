@@ -10,7 +10,7 @@ use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
 #[derive(rust_embed::RustEmbed)]
-#[folder = "../dist"]
+#[folder = "../../dist"]
 #[allow_missing = true]
 struct WebApp;
 

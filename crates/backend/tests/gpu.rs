@@ -2,8 +2,8 @@
 //! `cargo test -p vramlab-server --test gpu -- --ignored` on a machine with a
 //! GPU and its driver (the release test binary can be carried there).
 
-use vramlab_server::backend::{select, DeviceChoice};
-use vramlab_server::cuda::driver::CudaDevice;
+use vramlab_backend::cuda::driver::CudaDevice;
+use vramlab_backend::{select, DeviceChoice};
 use vramlab_shared::device::Device;
 use vramlab_shared::framework::Settings;
 use vramlab_shared::units::MIB;

@@ -4,7 +4,6 @@
 
 use crate::access::{guard, Access, Guard};
 use crate::app::{AppState, Health};
-use crate::backend::Backend;
 use crate::metrics::Metrics;
 use crate::session::{SessionConfig, Sessions};
 use axum::extract::{Request, State};
@@ -16,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tower_http::services::{ServeDir, ServeFile};
 use tower_http::trace::TraceLayer;
+use vramlab_backend::Backend;
 use vramlab_shared::protocol::{Limits, PROTOCOL_VERSION};
 
 /// Everything `serve` can be told (the command line fills it in).
@@ -252,7 +252,7 @@ mod tests {
     use tower::ServiceExt;
 
     fn router(dist: &std::path::Path, token: Option<&str>) -> Router {
-        let backend = crate::backend::select(crate::backend::DeviceChoice::Sim, 0).unwrap();
+        let backend = vramlab_backend::select(vramlab_backend::DeviceChoice::Sim, 0).unwrap();
         let options = ServeOptions {
             dist: Some(dist.to_path_buf()),
             access: Access {

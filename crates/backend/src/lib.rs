@@ -1,4 +1,9 @@
-//! Which device a kernel runs on.
+//! The device a session runs on: the simulated GPU, or a real NVIDIA GPU
+//! through the CUDA driver ([`cuda`], feature `cuda`), chosen once from
+//! `--device` and handed to every engine the binary starts. It never reads
+//! the command line: the binary builds its choice in `main`.
+
+pub mod cuda;
 
 use clap::ValueEnum;
 use vramlab_shared::engine::{DeviceFactory, SimDeviceFactory};
@@ -47,13 +52,13 @@ impl Backend {
     }
 }
 
-#[cfg(test)]
 impl Backend {
-    /// A backend whose kernels start from `factory` (tests' own devices).
-    pub(crate) fn for_tests(factory: fn(usize) -> Box<dyn DeviceFactory>) -> Backend {
+    /// A simulated backend whose engines start from `factory`: a device of
+    /// the caller's own (a test's, gated or failing on purpose).
+    pub fn simulated_with(factory: fn(usize) -> Box<dyn DeviceFactory>) -> Backend {
         Backend {
             name: "sim",
-            reason: "a test's device".into(),
+            reason: "a device of the caller's own".into(),
             ordinal: 0,
             factory,
         }

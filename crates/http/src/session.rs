@@ -10,7 +10,6 @@
 //! `snapshot_interval` while a command runs and after every command; clients
 //! take the latest (coalescing) and still learn the exact peaks in between.
 
-use crate::backend::Backend;
 use crate::metrics::{Gauges, Metrics};
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -18,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc as tmpsc, watch};
+use vramlab_backend::Backend;
 use vramlab_shared::command::CommandLine;
 use vramlab_shared::device::{Device, QuotaDevice};
 use vramlab_shared::engine::{DeviceFactory, Progress};
