@@ -289,7 +289,7 @@ impl Player<'_> {
 }
 
 impl Sink for Player<'_> {
-    fn alloc(&mut self, m: Alloc) -> usize {
+    fn alloc(&mut self, m: &Alloc) -> usize {
         let Some(slot) = self.take_in(m.bytes(), m.holds, m.layer) else {
             return usize::MAX;
         };

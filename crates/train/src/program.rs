@@ -235,8 +235,9 @@ pub struct Program {
 /// played on an allocator at once (the planner, the engine's `generate`),
 /// so a long run is never held.
 pub trait Sink {
-    /// A tensor is made: a handle the run frees it by.
-    fn alloc(&mut self, alloc: Alloc) -> usize;
+    /// A tensor is made: a handle the run frees it by. (By reference: a
+    /// long run makes millions, and most sinks read a few fields.)
+    fn alloc(&mut self, alloc: &Alloc) -> usize;
     fn free(&mut self, handle: usize);
     /// Any other op ([`Op::Forward`], [`Op::Returned`], [`Op::Phase`]).
     fn mark(&mut self, op: Op);
@@ -255,8 +256,8 @@ pub trait Sink {
 }
 
 impl Sink for Program {
-    fn alloc(&mut self, alloc: Alloc) -> usize {
-        self.allocs.push(alloc);
+    fn alloc(&mut self, alloc: &Alloc) -> usize {
+        self.allocs.push(alloc.clone());
         self.ops.push(Op::Alloc(self.allocs.len() - 1));
         self.allocs.len() - 1
     }

@@ -46,12 +46,12 @@ impl EngineSink<'_> {
 }
 
 impl Sink for EngineSink<'_> {
-    fn alloc(&mut self, m: Alloc) -> usize {
+    fn alloc(&mut self, m: &Alloc) -> usize {
         let s = &mut *self.state;
         if s.failure.is_some() {
             return usize::MAX;
         }
-        let made = super::made::alloc(self.process, self.cublas, &m, BlasThread::Main);
+        let made = super::made::alloc(self.process, self.cublas, m, BlasThread::Main);
         let id = match made {
             Ok(id) => id,
             Err(f) => {

@@ -66,7 +66,8 @@ impl Tape<'_> {
     }
 
     fn alloc(&mut self, op: &'static str, bytes: u64, holds: Holds) -> usize {
-        self.sink.alloc(Alloc::memory(op, bytes, holds, self.layer))
+        self.sink
+            .alloc(&Alloc::memory(op, bytes, holds, self.layer))
     }
 
     fn act(&mut self, op: &'static str, bytes: u64) -> usize {

@@ -197,7 +197,7 @@ impl<'a> Tape<'a> {
             role: self.role,
             ..Alloc::memory(op, bytes, holds, self.layer)
         };
-        let handle = self.sink.alloc(alloc);
+        let handle = self.sink.alloc(&alloc);
         let s = self.storage(Some(handle), bytes);
         // A recomputation's Python holds what it makes until it stops.
         if let Some(r) = &mut self.recompute {
