@@ -234,3 +234,53 @@ fn the_command_line_page_shows_every_command() {
         "commands docs/cli.md does not show: {missing:?}"
     );
 }
+
+/// The page and the cell's Python speak the messages declared once in
+/// `protocol::python_worker`: `shims/vramlab_shim/messages.py` is written
+/// from that declaration (`VRAMLAB_WRITE_MESSAGES=1` writes it again),
+/// docs/protocol.md's table names each message, and neither the shims nor
+/// the worker's JavaScript build one by hand.
+#[test]
+fn the_cell_pythons_messages_are_declared_once() {
+    use vramlab_shared::protocol::python_worker::{python_module, FromPython, ToPython};
+    let path = root().join("shims/vramlab_shim/messages.py");
+    let want = python_module();
+    if std::env::var_os("VRAMLAB_WRITE_MESSAGES").is_some() {
+        std::fs::write(&path, &want).unwrap();
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        have == want,
+        "{} is not what the declaration writes: run this test with VRAMLAB_WRITE_MESSAGES=1",
+        path.display()
+    );
+    let text = std::fs::read_to_string(root().join("docs/protocol.md")).unwrap();
+    let mut shown: Vec<String> = (first_cells(&text, "## The cell's Python").iter())
+        .map(|cell| cell.trim().trim_matches('`').to_string())
+        .collect();
+    let mut declared: Vec<String> = (ToPython::SHAPES.iter().chain(FromPython::SHAPES))
+        .map(|s| s.tag.to_string())
+        .collect();
+    shown.sort();
+    declared.sort();
+    assert_eq!(
+        shown, declared,
+        "the cell's Python's messages in docs/protocol.md"
+    );
+    for file in ["runner.py", "__init__.py"] {
+        let code = std::fs::read_to_string(root().join("shims/vramlab_shim").join(file)).unwrap();
+        assert!(!code.contains("emit({"), "{file} builds a message by hand");
+    }
+    let build = std::fs::read_to_string(root().join("scripts/build-web")).unwrap();
+    let worker = build
+        .split("python-worker.js\" <<EOF")
+        .nth(1)
+        .unwrap_or_default();
+    let worker = worker.split("\nEOF\n").next().unwrap_or_default();
+    assert!(worker.contains("emit: (m) => postMessage(m)"), "{worker}");
+    assert_eq!(
+        worker.matches("postMessage(").count(),
+        1,
+        "the worker's JavaScript writes a message: {worker}"
+    );
+}

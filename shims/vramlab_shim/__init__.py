@@ -19,8 +19,13 @@ CELL = "<cell>"
 try:  # In the page: the worker's engine, synchronous.
     import vramlab_engine as _engine
 
+    from vramlab_shim import messages as _messages
+
     def _execute(line, at):
-        return json.loads(_engine.execute(line, at))
+        record = json.loads(_engine.execute(line))
+        # The session runs the same line (the page sends it on).
+        _engine.emit(json.dumps(_messages.line(line)))
+        return record
 
 except ImportError:  # Natively: `vramlab run -` in a child process.
     from vramlab_shim import native as _native

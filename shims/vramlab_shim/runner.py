@@ -10,7 +10,7 @@ import sys
 import traceback
 
 import vramlab_shim as vs
-from vramlab_shim import missing, shell
+from vramlab_shim import messages, missing, shell
 
 SHIMS = ("torch", "tensorflow", "keras", "jax", "optax", "numpy", "tf_keras", "vramlab", "peft", "transformers")
 _collect = gc.collect
@@ -52,7 +52,7 @@ class Output:
 
     def write(self, text):
         if text:
-            self.emit({"print": text, "stream": self.stream, "at": vs.cell_line()})
+            self.emit(messages.print(text, self.stream, vs.cell_line()))
         return len(text)
 
     def flush(self):
@@ -117,7 +117,7 @@ class Run:
             i = self.next
             self.next += 1
             node = self.statements[i]
-            self.emit({"begin": i})
+            self.emit(messages.begin(i))
             error = None
             try:
                 code = compile(ast.Module(body=[node], type_ignores=[]), vs.CELL, "exec")
@@ -125,7 +125,7 @@ class Run:
             except BaseException as e:  # what Python prints, the cell's frames only
                 error = describe(e)
                 self.next = len(self.statements)
-            self.emit({"end": i, "error": error})
+            self.emit(messages.end(i, error))
             if error:
                 return False
         return True
@@ -167,7 +167,10 @@ def handle(message):
         vramlab_engine.emit(json.dumps(m))
 
     m = json.loads(message)
-    if "load" in m:
+    kind = m.get("type")
+    if kind not in messages.TO_PYTHON:
+        return
+    if kind == "load":
         _run[0] = None
         settings = json.dumps(m.get("settings") or {})
 
@@ -177,21 +180,34 @@ def handle(message):
             vs.DEVICE["name"] = (record.get("device") or {}).get("name", vs.DEVICE["name"])
 
         try:
-            r = Run(m["load"], emit, restart)
+            r = Run(m["code"], emit, restart)
         except SyntaxError as e:
-            emit({"syntax_error": {"line": e.lineno or 0, "message": "%s: %s" % (type(e).__name__, e.msg)}})
+            emit(messages.syntax_error(e.lineno or 0, "%s: %s" % (type(e).__name__, e.msg)))
             return
         _run[0] = r
-        emit({"statements": r.spans(), "framework": r.framework})
-    if "step" in m and _run[0] is not None:
+        emit(messages.statements(r.spans(), r.framework))
+    if kind == "step" and _run[0] is not None:
         r = _run[0]
         out, err = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = Output(emit, "stdout"), Output(emit, "stderr")
         try:
-            r.step(m["step"])
+            r.step(m["count"])
         finally:
             sys.stdout, sys.stderr = out, err
-        emit({"idle": r.next})
+        emit(messages.idle(r.next))
+
+
+def loaded():
+    """Pyodide has loaded (in the page): what it took, as the browser
+    counted the bytes, and the versions."""
+    import js
+    import pyodide
+    import vramlab_engine
+
+    resources = js.performance.getEntriesByType("resource")
+    size = sum(int(e.transferSize) for e in resources)
+    version = "%s (Pyodide %s)" % (sys.version.split()[0], pyodide.__version__)
+    vramlab_engine.emit(json.dumps(messages.loaded(size, round(js.performance.now()), version)))
 
 
 # ----- natively: vramlab python FILE ---------------------------------------------
@@ -210,7 +226,7 @@ def main(path):
         vs.DEVICE["name"] = (record.get("device") or {}).get("name", vs.DEVICE["name"])
 
     def emit(m):
-        if m.get("error"):
+        if m["type"] == "end" and m["error"]:
             sys.stderr.write(m["error"]["text"])
 
     try:

@@ -22,9 +22,9 @@ use vramlab_shared::command::CommandLine;
 use vramlab_shared::device::{Device, QuotaDevice};
 use vramlab_shared::engine::{DeviceFactory, Progress};
 use vramlab_shared::framework::Settings;
+use vramlab_shared::protocol::session::{self as messages, Identity};
 use vramlab_shared::protocol::{
-    ConnectionError, ConnectionErrorKind, Hello, Limits, PresenterView, Role, ServerMessage,
-    PROTOCOL_VERSION,
+    ConnectionError, ConnectionErrorKind, Limits, PresenterView, Role, ServerMessage,
 };
 use vramlab_shared::snapshot::{Event, Snapshot};
 use vramlab_shared::CommandError;
@@ -296,8 +296,7 @@ impl Session {
     /// The hello for a connection with this role.
     pub fn hello(&self, role: Role, resumed: bool, user: Option<String>) -> ServerMessage {
         let (settings, device) = self.state().hello.clone();
-        ServerMessage::Hello(Box::new(Hello {
-            protocol_version: PROTOCOL_VERSION,
+        let who = Identity {
             // A watcher learns only the id it watches with: the owner's id
             // would give it the owner's rights on its next connection.
             session_id: match role {
@@ -308,13 +307,10 @@ impl Session {
             role,
             resumed,
             backend: self.backend_name.to_string(),
-            framework: settings.framework,
-            settings,
-            device,
-            limits: self.config.limits.clone(),
             user,
             owner: self.owner.clone(),
-        }))
+        };
+        messages::hello(settings, device, who, self.config.limits.clone())
     }
 
     fn state(&self) -> MutexGuard<'_, State> {

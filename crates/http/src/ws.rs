@@ -18,10 +18,10 @@ use serde::Deserialize;
 use std::sync::Arc;
 use vramlab_shared::command::CommandLine;
 use vramlab_shared::protocol::{
-    local::event_batch, parse_client_message, ClientMessage, ConnectionError, ConnectionErrorKind,
+    parse_client_message, session::update, ClientMessage, ConnectionError, ConnectionErrorKind,
     Role, ServerMessage, SNAPSHOT_EVENTS,
 };
-use vramlab_shared::snapshot::{diff, Snapshot};
+use vramlab_shared::snapshot::Snapshot;
 use vramlab_shared::torch_snapshot::export;
 
 #[derive(Debug, Default, Deserialize)]
@@ -308,30 +308,16 @@ impl ClientState {
         let new = live.snapshot.clone();
         let first_unsent = self.last_event.map_or(0, |s| s + 1);
         let fresh = live.events.iter().filter(|e| e.seq >= first_unsent);
-        let (events, dropped) = event_batch(fresh, first_unsent);
-        let progress = live.progress.clone();
+        let progress = live.progress.as_ref().map(|(id, p)| (*id, p));
+        let old = self.last_snapshot.as_deref().unwrap_or(&*new);
+        let messages = update(progress, (old, &*new), peaks, fresh, first_unsent);
         self.last_version = live.version;
         drop(live);
-        let mut out = Vec::new();
-        if let Some((id, p)) = progress {
-            out.push(wire(&ServerMessage::Progress {
-                id,
-                done: p.done,
-                total: p.total,
-                loss: p.loss,
-            }));
-        }
-        let delta = match &self.last_snapshot {
-            Some(old) => diff(old, &new, peaks),
-            None => diff(&new, &new, peaks),
-        };
-        out.push(wire(&ServerMessage::Delta(Box::new(delta))));
-        if let Some(last) = events.last() {
-            self.last_event = Some(last.seq);
-            out.push(wire(&ServerMessage::Events { events, dropped }));
+        if let Some(last) = vramlab_shared::protocol::session::last_event(&messages) {
+            self.last_event = Some(last);
         }
         self.last_snapshot = Some(new);
-        out
+        messages.iter().map(wire).collect()
     }
 }
 

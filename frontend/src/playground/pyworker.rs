@@ -5,8 +5,8 @@
 
 use crate::playground::state::App;
 use leptos::prelude::*;
-use serde_json::Value;
 use std::cell::RefCell;
+use vramlab_shared::protocol::python_worker::{FromPython, Stream, ToPython};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::{ErrorEvent, MessageEvent, Worker, WorkerOptions, WorkerType};
@@ -24,17 +24,18 @@ thread_local! {
 const IN_FLIGHT: usize = 16;
 
 /// Sends `message` to the Python worker, starting it first.
-pub fn post(app: App, message: &Value) -> Result<(), String> {
+pub fn post(app: App, message: &ToPython) -> Result<(), String> {
     let worker = WORKER.with(|w| w.borrow().clone());
     let worker = match worker {
         Some(w) => w,
         None => start(app)?,
     };
-    if message.get("step").is_some() {
+    if let ToPython::Step { .. } = message {
         RUNNING.with(|r| r.set(true));
     }
+    let text = serde_json::to_string(message).unwrap_or_default();
     worker
-        .post_message(&JsValue::from_str(&message.to_string()))
+        .post_message(&JsValue::from_str(&text))
         .map_err(|_| "the cell's Python could not be reached".to_string())
 }
 
@@ -52,7 +53,9 @@ fn start(app: App) -> Result<Worker, String> {
     options.set_type(WorkerType::Module);
     let worker = Worker::new_with_options(&script, &options)
         .map_err(|_| "this browser cannot start the cell's Python")?;
-    app.cell.busy.set(Some("Loading Python…".into()));
+    app.cell
+        .busy
+        .set(Some("Loading Python (about 5.5 MB, once)…".into()));
     let generation = GENERATION.with(|g| g.get() + 1);
     GENERATION.with(|g| g.set(generation));
     let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
@@ -76,56 +79,50 @@ fn start(app: App) -> Result<Worker, String> {
     Ok(worker)
 }
 
-/// One message from the worker.
+/// One message from the worker (one of another shape is not heard).
 fn receive(app: App, text: &str) {
-    let Ok(m) = serde_json::from_str::<Value>(text) else {
+    let Ok(m) = serde_json::from_str::<FromPython>(text) else {
         return;
     };
     let cell = app.cell;
-    if let Some(p) = m["progress"].as_str() {
-        cell.busy.set(Some(p.to_string()));
-    } else if let Some(l) = m.get("loaded") {
-        cell.python.set(Some(format!(
-            "Python {} loaded: {:.1} MB in {:.1} s",
-            l["version"].as_str().unwrap_or(""),
-            l["bytes"].as_f64().unwrap_or(0.0) / 1e6,
-            l["ms"].as_f64().unwrap_or(0.0) / 1e3
-        )));
-    } else if let Some(spans) = m["statements"].as_array() {
-        let spans: Vec<(usize, usize)> = spans.iter().map(|s| (num(&s[0]), num(&s[1]))).collect();
-        cell.statements(&spans);
-        let framework = serde_json::from_value(m["framework"].clone());
-        let framework = framework.unwrap_or_else(|_| app.framework());
-        if let Some(id) = app.submit(crate::playground::cell_state::restart(framework)) {
-            cell.sent(None, id);
+    let index = |i: u64| i as usize;
+    match m {
+        FromPython::Loaded { bytes, ms, version } => cell.python.set(Some(format!(
+            "Python {version} loaded: {:.1} MB in {:.1} s",
+            bytes as f64 / 1e6,
+            ms as f64 / 1e3
+        ))),
+        FromPython::Statements { spans, framework } => {
+            let spans: Vec<(usize, usize)> = (spans.into_iter())
+                .map(|(a, b)| (index(a), index(b)))
+                .collect();
+            cell.statements(&spans);
+            if let Some(id) = app.submit(crate::playground::cell_state::restart(framework)) {
+                cell.sent(None, id);
+            }
         }
-    } else if let Some(e) = m.get("syntax_error") {
-        cell.busy.set(None);
-        cell.error.set(Some(format!(
-            "line {}: {}",
-            num(&e["line"]),
-            e["message"].as_str().unwrap_or("")
-        )));
-    } else if let Some(i) = m["begin"].as_u64() {
-        cell.busy.set(None);
-        cell.begin(i as usize);
-    } else if let Some(line) = m["line"].as_str() {
-        cell.queue_line(line.to_string());
-        drain(app);
-    } else if let Some(t) = m["print"].as_str() {
-        cell.print(t, m["stream"] == "stderr");
-    } else if let Some(i) = m["end"].as_u64() {
-        let error = m["error"]["text"].as_str().map(str::to_string);
-        cell.end(i as usize, error);
-    } else if let Some(next) = m["idle"].as_u64() {
-        RUNNING.with(|r| r.set(false));
-        cell.next.set(next as usize);
-        cell.busy.set(None);
+        FromPython::SyntaxError { line, message } => {
+            cell.busy.set(None);
+            cell.error.set(Some(format!("line {line}: {message}")));
+        }
+        FromPython::Begin { statement } => {
+            cell.busy.set(None);
+            cell.begin(index(statement));
+        }
+        FromPython::Line { line } => {
+            cell.queue_line(line);
+            drain(app);
+        }
+        FromPython::Print { text, stream, .. } => cell.print(&text, stream == Stream::Stderr),
+        FromPython::End { statement, error } => {
+            cell.end(index(statement), error.map(|e| e.text));
+        }
+        FromPython::Idle { next } => {
+            RUNNING.with(|r| r.set(false));
+            cell.next.set(index(next));
+            cell.busy.set(None);
+        }
     }
-}
-
-fn num(v: &Value) -> usize {
-    v.as_u64().unwrap_or(0) as usize
 }
 
 /// ❚❚ pause, as Jupyter's interrupt: the cell's run stops where the

@@ -7,13 +7,11 @@
 //! No I/O here: the caller gives a [`Outlet`] (where messages go, and a
 //! clock for the pace of live updates).
 
-use super::{
-    ClientMessage, Hello, Limits, Role, ServerMessage, LIVE_EVENT_BATCH, PROTOCOL_VERSION,
-    SNAPSHOT_EVENTS,
-};
+use super::session::{self, Identity};
+use super::{ClientMessage, Limits, Role, ServerMessage, SNAPSHOT_EVENTS};
 use crate::command::CommandLine;
 use crate::engine::{Engine, Progress};
-use crate::snapshot::{diff, Event, Snapshot};
+use crate::snapshot::Snapshot;
 use crate::torch_snapshot::export;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -102,11 +100,7 @@ impl LocalSession {
         for line in lines {
             session.engine.run_parsed(line);
         }
-        let mut hello = session.hello();
-        if let ServerMessage::Hello(h) = &mut hello {
-            h.resumed = true;
-        }
-        (outlet.post)(&hello);
+        (outlet.post)(&session.hello_as(true));
         (outlet.post)(&session.full_snapshot());
         if let Some(s) = stopped {
             session.run(s.id, &s.line, s.after_steps.max(1));
@@ -115,27 +109,30 @@ impl LocalSession {
     }
 
     pub fn hello(&self) -> ServerMessage {
-        let settings = self.engine.settings().clone();
-        ServerMessage::Hello(Box::new(Hello {
-            protocol_version: PROTOCOL_VERSION,
+        self.hello_as(false)
+    }
+
+    /// The page's hello: its owner, on the page's engine, with no limits
+    /// a server sets.
+    fn hello_as(&self, resumed: bool) -> ServerMessage {
+        let who = Identity {
             session_id: SESSION_ID.into(),
             watch_id: None,
             role: Role::Owner,
-            resumed: false,
+            resumed,
             backend: BACKEND.into(),
-            device: self.engine.device_info(),
-            framework: settings.framework,
-            settings,
-            limits: Limits {
-                max_message_bytes: u64::MAX,
-                commands_per_second: 1000,
-                snapshot_interval_ms: LIVE_INTERVAL_MS as u64,
-                session_ttl_seconds: 0,
-                session_quota_bytes: None,
-            },
             user: None,
             owner: None,
-        }))
+        };
+        let limits = Limits {
+            max_message_bytes: u64::MAX,
+            commands_per_second: 1000,
+            snapshot_interval_ms: LIVE_INTERVAL_MS as u64,
+            session_ttl_seconds: 0,
+            session_quota_bytes: None,
+        };
+        let settings = self.engine.settings().clone();
+        session::hello(settings, self.engine.device_info(), who, limits)
     }
 
     /// Answers one message from the page (a JSON text).
@@ -178,13 +175,7 @@ impl LocalSession {
                     let go_on = p.done < stop_after;
                     let last_one = p.done == p.total || !go_on;
                     if subscribed && (now - last >= LIVE_INTERVAL_MS || last_one) {
-                        (outlet.post)(&ServerMessage::Progress {
-                            id,
-                            done: p.done,
-                            total: p.total,
-                            loss: p.loss,
-                        });
-                        post_updates(e, &sent, outlet.post);
+                        post_updates(e, &sent, Some((id, p)), outlet.post);
                         last = now;
                     }
                     go_on
@@ -199,7 +190,7 @@ impl LocalSession {
             record: Box::new(record),
         });
         if self.subscribed {
-            post_updates(&mut self.engine, &self.sent, outlet.post);
+            post_updates(&mut self.engine, &self.sent, None, outlet.post);
         }
     }
 
@@ -234,34 +225,27 @@ fn lock(sent: &Mutex<Sent>) -> std::sync::MutexGuard<'_, Sent> {
     sent.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Sends what changed since the page's last update: a delta with the exact
-/// peaks in between, then the new events (the latest [`LIVE_EVENT_BATCH`]).
-fn post_updates(engine: &mut Engine, sent: &Mutex<Sent>, post: fn(&ServerMessage)) {
+/// Sends what changed since the page's last update ([`session::update`]):
+/// the running command's progress, a delta with the exact peaks in
+/// between, then the new events.
+fn post_updates(
+    engine: &mut Engine,
+    sent: &Mutex<Sent>,
+    progress: Option<(u64, &Progress)>,
+    post: fn(&ServerMessage),
+) {
     let new = engine.snapshot(0);
     let peaks = engine.take_sample_peaks();
     let mut sent = lock(sent);
     let old = sent.snapshot.as_ref().unwrap_or(&new);
-    post(&ServerMessage::Delta(Box::new(diff(old, &new, peaks))));
-    let (events, dropped) = event_batch(engine.events_since(sent.next_event), sent.next_event);
-    if let Some(last) = events.last() {
-        sent.next_event = last.seq + 1;
-        post(&ServerMessage::Events { events, dropped });
+    let first_unsent = sent.next_event;
+    let fresh = engine.events_since(first_unsent);
+    let messages = session::update(progress, (old, &new), peaks, fresh, first_unsent);
+    if let Some(last) = session::last_event(&messages) {
+        sent.next_event = last + 1;
     }
+    messages.iter().for_each(post);
     sent.snapshot = Some(new);
-}
-
-/// The latest [`LIVE_EVENT_BATCH`] of `fresh` (events from `first_unsent`
-/// on), and how many the page misses: those cut here and those the log no
-/// longer holds.
-pub fn event_batch<'a>(
-    fresh: impl Iterator<Item = &'a Event>,
-    first_unsent: u64,
-) -> (Vec<Event>, u64) {
-    let fresh: Vec<&Event> = fresh.collect();
-    let oldest = fresh.first().map_or(first_unsent, |e| e.seq);
-    let skip = fresh.len().saturating_sub(LIVE_EVENT_BATCH);
-    let dropped = oldest.saturating_sub(first_unsent) + skip as u64;
-    (fresh.into_iter().skip(skip).cloned().collect(), dropped)
 }
 
 #[cfg(test)]

@@ -14,7 +14,9 @@ use serde_json::Value;
 use std::fmt;
 
 pub mod local;
+pub mod python_worker;
 mod read;
+pub mod session;
 
 /// A message table: each message's variant, its fields, its `"type"` and
 /// the function that reads it, written once. It makes the enum (serde

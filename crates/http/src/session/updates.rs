@@ -9,8 +9,8 @@ use crate::session::wire;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use vramlab_shared::engine::Progress;
-use vramlab_shared::protocol::{local::event_batch, ServerMessage};
-use vramlab_shared::snapshot::{diff, Event, Snapshot};
+use vramlab_shared::protocol::session::update;
+use vramlab_shared::snapshot::{Event, Snapshot};
 
 /// Versions kept: a connection more than this many behind works out its
 /// own update.
@@ -37,22 +37,16 @@ pub struct Change<'a> {
 impl Change<'_> {
     /// The messages a client that saw the version before gets, encoded.
     pub fn encode(&self) -> Arc<[Wire]> {
-        let mut out = Vec::with_capacity(3);
-        if let Some((id, p)) = self.progress {
-            out.push(wire(&ServerMessage::Progress {
-                id: *id,
-                done: p.done,
-                total: p.total,
-                loss: p.loss,
-            }));
-        }
-        let delta = diff(self.old, self.new, self.peaks);
-        out.push(wire(&ServerMessage::Delta(Box::new(delta))));
-        let (events, dropped) = event_batch(self.events.iter(), self.first_event);
-        if !events.is_empty() {
-            out.push(wire(&ServerMessage::Events { events, dropped }));
-        }
-        out.into()
+        let progress = self.progress.map(|(id, p)| (*id, p));
+        let (old, new) = (self.old, self.new);
+        let messages = update(
+            progress,
+            (old, new),
+            self.peaks,
+            self.events.iter(),
+            self.first_event,
+        );
+        messages.iter().map(wire).collect()
     }
 }
 

@@ -6,6 +6,7 @@ use crate::playground::cell_state::{CellState, StepState};
 use crate::playground::state::App;
 use leptos::prelude::*;
 use vramlab_shared::advice::{Run, ADVICE};
+use vramlab_shared::protocol::python_worker::ToPython;
 use vramlab_shared::units::format_size;
 
 #[component]
@@ -92,13 +93,11 @@ fn run(app: App, count: usize) -> Result<(), String> {
             .with_untracked(|h| h.as_ref().map(|h| serde_json::to_value(&h.settings)))
             .and_then(Result::ok)
             .unwrap_or_default();
-        crate::playground::pyworker::post(
-            app,
-            &serde_json::json!({"load": cell.source.get_untracked(), "settings": settings}),
-        )?;
+        let code = cell.source.get_untracked();
+        crate::playground::pyworker::post(app, &ToPython::Load { code, settings })?;
     }
-    let count = count.min(u32::MAX as usize);
-    crate::playground::pyworker::post(app, &serde_json::json!({ "step": count }))
+    let count = count as u64;
+    crate::playground::pyworker::post(app, &ToPython::Step { count })
 }
 
 /// The statements, each with its state, what it printed, and the numbers

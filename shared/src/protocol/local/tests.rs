@@ -1,6 +1,9 @@
 use super::*;
+use crate::protocol::session::event_batch;
 use crate::protocol::StepRecord;
+use crate::protocol::LIVE_EVENT_BATCH;
 use crate::snapshot::apply;
+use crate::snapshot::Event;
 use std::cell::{Cell, RefCell};
 
 thread_local! {
