@@ -26,7 +26,7 @@ pub struct Backend {
     pub name: &'static str,
     /// One sentence for the log and `/healthz`.
     pub reason: String,
-    /// The GPU kernels start on (CUDA's device ordinal), for a CUDA backend.
+    /// The GPU processes start on (CUDA's device ordinal), for a CUDA backend.
     ordinal: usize,
     factory: fn(usize) -> Box<dyn DeviceFactory>,
 }

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-/// The framework whose allocator the kernel runs.
+/// The framework whose allocator the process runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Framework {

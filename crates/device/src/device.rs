@@ -210,7 +210,7 @@ pub struct SimDevice {
 }
 
 impl SimDevice {
-    /// Starts a kernel: the context is taken at once.
+    /// Starts a process: the context is taken at once.
     pub fn new(config: SimDeviceConfig) -> Self {
         Self {
             config,
@@ -258,7 +258,7 @@ impl Device for SimDevice {
             return Err(DeviceError::OutOfMemory);
         }
         let address = self.placed.take().unwrap_or(self.next_address);
-        // Never reuse an address while the kernel lives (unless placed).
+        // Never reuse an address while the process lives (unless placed).
         let end = round_up(address + bytes.max(1), SIM_SEGMENT_ALIGNMENT);
         self.next_address = self.next_address.max(end);
         self.segments.insert(address, bytes);

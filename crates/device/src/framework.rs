@@ -21,7 +21,7 @@ use vramlab_core::units::{format_size, GIB, MIB};
 /// The largest simulated device accepted (1 PiB): anything above is a typo.
 pub const MAX_DEVICE_BYTES: u64 = 1024 * 1024 * GIB;
 
-/// Every kernel setting, resolved (what `restart` patches); read by hand
+/// Every setting a process runs with, resolved (what `restart` patches); read by hand
 /// (`read`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Settings {
@@ -559,7 +559,7 @@ pub fn sim_device(settings: &Settings) -> Result<SimDevice, Invalid> {
     Ok(SimDevice::new(config))
 }
 
-/// The allocator a kernel with these settings runs.
+/// The allocator a process with these settings runs.
 pub fn make_allocator(settings: &Settings, device: &dyn Device) -> Box<dyn Allocator> {
     match settings.framework {
         Framework::Pytorch if settings.no_caching => Box::new(UncachedAllocator::new()),

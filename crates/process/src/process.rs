@@ -1,4 +1,4 @@
-//! One running kernel (one Python process): its device, its framework's
+//! One Python process (what a notebook calls its kernel): its device, its framework's
 //! allocator, its object world and its event log. Every tensor the engine
 //! creates or frees goes through here, so the events, the per-category
 //! totals and the per-command peaks are always right.

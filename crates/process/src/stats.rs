@@ -1,4 +1,4 @@
-//! What the kernel counts and logs: the numbers every result carries
+//! What the process counts and logs: the numbers every result carries
 //! ([`Stats`]) and the entries of the event log ([`Event`]).
 
 use serde::de::{Deserializer, Error as _};
@@ -160,7 +160,7 @@ pub enum EventAction {
     SegmentAlloc,
     SegmentFree,
     Oom,
-    /// The kernel restarted: the process and its context are gone.
+    /// The process restarted (a notebook's "restart kernel"): it and its context are gone.
     Restart,
 }
 

@@ -1,4 +1,4 @@
-//! Where `generate` plays on the kernel a token at a time: each tensor a
+//! Where `generate` plays in the process a token at a time: each tensor a
 //! local of the call's frame, a handle freed given again.
 
 use crate::process::{AllocFailure, Process};
@@ -8,7 +8,7 @@ use crate::train::frame::PyFrame;
 use crate::train::program::{Alloc, Holds, Op, Sink};
 use crate::types::Category;
 
-/// `generate`'s tensors made on the kernel: each a local of the call's
+/// `generate`'s tensors made in the process: each a local of the call's
 /// frame, labelled by its op; a matrix product's cuBLAS workspace as the
 /// PyTorch release gives it; the peak of each forward.
 pub(super) struct EngineSink<'a> {

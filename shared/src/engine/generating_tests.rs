@@ -1,4 +1,4 @@
-//! `generate` in the kernel, held to the plan's play of the same call and
+//! `generate` in the process, held to the plan's play of the same call and
 //! to what Python keeps after it.
 
 use super::*;
@@ -18,7 +18,7 @@ fn run(engine: &mut Engine, line: &str) -> StepRecord {
     r
 }
 
-fn kernel(gpu: &str) -> Engine {
+fn process_on(gpu: &str) -> Engine {
     let mut e = Engine::new_simulated();
     let r = run(
         &mut e,
@@ -33,7 +33,7 @@ fn category(r: &StepRecord, c: Category) -> u64 {
 }
 
 /// Each forward's peak is the plan's, plus the prompt and its mask that
-/// the kernel's call holds (4 x 128 int64 each: 4 KiB).
+/// the process's call holds (4 x 128 int64 each: 4 KiB).
 #[test]
 fn each_forward_peaks_as_the_plan_plays_it() {
     let qwen = known::find("Qwen3-0.6B").unwrap().config;
@@ -42,7 +42,7 @@ fn each_forward_peaks_as_the_plan_plays_it() {
         ("static", Attention::Sdpa),
         ("dynamic", Attention::Eager),
     ] {
-        let mut e = kernel("h100-80gb");
+        let mut e = process_on("h100-80gb");
         let r = run(
             &mut e,
             r#"{"cmd":"model","name":"m","kind":"hf","config":"Qwen/Qwen3-0.6B"}"#,
@@ -99,7 +99,7 @@ fn each_forward_peaks_as_the_plan_plays_it() {
 /// `del last_exception`.
 #[test]
 fn an_out_of_memory_keeps_the_cache_on_the_exception() {
-    let mut e = kernel("t4");
+    let mut e = process_on("t4");
     assert!(
         run(
             &mut e,
@@ -129,7 +129,7 @@ fn an_out_of_memory_keeps_the_cache_on_the_exception() {
 
 #[test]
 fn a_named_prompt_is_read_and_kept() {
-    let mut e = kernel("rtx-4090");
+    let mut e = process_on("rtx-4090");
     assert!(
         run(
             &mut e,
@@ -160,7 +160,7 @@ fn a_named_prompt_is_read_and_kept() {
 
 #[test]
 fn mistakes_are_named() {
-    let mut e = kernel("rtx-4090");
+    let mut e = process_on("rtx-4090");
     for (line, says) in [
         (
             r#"{"cmd":"model","name":"m","kind":"hf","config":"Llama-9"}"#,
@@ -222,7 +222,7 @@ fn from_pretrained_loads_into_the_segment_its_warmup_leaves() {
     let line = |extra: &str| {
         format!(r#"{{"cmd":"model","name":"m","kind":"hf","config":"Qwen/Qwen3-0.6B"{extra}}}"#)
     };
-    let mut e = kernel("h100-80gb");
+    let mut e = process_on("h100-80gb");
     let loaded = run(&mut e, &line(r#","from_pretrained":true"#));
     assert!(loaded.ok, "{:?}", loaded.error);
     assert_eq!(loaded.stats.allocated_bytes, 1_192_115_200);
@@ -230,7 +230,7 @@ fn from_pretrained_loads_into_the_segment_its_warmup_leaves() {
     let warmup = 1_192_115_200_u64.next_multiple_of(2 << 20);
     assert_eq!(loaded.stats.reserved_bytes, warmup + (2 << 20));
     assert_eq!(loaded.stats.segments, 2);
-    let mut e = kernel("h100-80gb");
+    let mut e = process_on("h100-80gb");
     let built = run(&mut e, &line(""));
     assert_eq!(built.stats.allocated_bytes, 1_192_115_200);
     assert!(built.stats.segments > 1);

@@ -1,4 +1,4 @@
-//! Training a Hugging Face model in the kernel, one statement at a time:
+//! Training a Hugging Face model in the process, one statement at a time:
 //! `loss = model(input_ids=ids, labels=ids).loss`, `loss.backward()`,
 //! `opt.step()`, `opt.zero_grad(set_to_none=True)`, and the loop of them.
 //! The step is transformers 5.24's own op sequence (`hf::step`, the

@@ -1,4 +1,4 @@
-//! Training a Hugging Face model in the kernel, held to the plan's play of
+//! Training a Hugging Face model in the process, held to the plan's play of
 //! the same step (`hf::plan`, itself held to transformers' own step traced
 //! on the CPU and to an H100's).
 
@@ -18,8 +18,8 @@ fn run(engine: &mut Engine, line: &str) -> StepRecord {
     r
 }
 
-/// A simulated kernel after `lines`, each of which must succeed.
-fn kernel(lines: &[&str]) -> Engine {
+/// A simulated process after `lines`, each of which must succeed.
+fn process_after(lines: &[&str]) -> Engine {
     let mut e = Engine::new_simulated();
     for line in lines {
         run(&mut e, line);
@@ -27,14 +27,14 @@ fn kernel(lines: &[&str]) -> Engine {
     e
 }
 
-/// A kernel with a small Llama (`hidden`, `intermediate`, `layers`; a
+/// A process with a small Llama (`hidden`, `intermediate`, `layers`; a
 /// vocabulary of 1,000), AdamW over it, and sequences of `features`
 /// tokens.
 fn small_llama((hidden, intermediate, layers): (u64, u64, u64), features: u64) -> Engine {
     let config = format!(
         r#"{{"model_type":"llama","hidden_size":{hidden},"intermediate_size":{intermediate},"num_hidden_layers":{layers},"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":1000}}"#
     );
-    kernel(&[
+    process_after(&[
         r#"{"cmd":"restart","framework":"pytorch"}"#,
         &format!(r#"{{"cmd":"model","name":"model","kind":"hf","config":{config}}}"#),
         r#"{"cmd":"optimizer","name":"opt","model":"model","kind":"adamw"}"#,
@@ -94,7 +94,7 @@ fn training(lora: Option<u64>, quant: Option<Quant4>, checkpointing: bool) -> Tr
 
 #[test]
 fn lora_steps_peak_as_the_plan_plays_them() {
-    let mut e = kernel(&[
+    let mut e = process_after(&[
         r#"{"cmd":"restart","framework":"pytorch","gpu":"h100-80gb"}"#,
         r#"{"cmd":"model","name":"model","kind":"hf","config":"Qwen/Qwen3-0.6B"}"#,
     ]);
@@ -135,7 +135,7 @@ fn lora_steps_peak_as_the_plan_plays_them() {
 
 #[test]
 fn qlora_loads_and_steps_as_the_plan_plays_it() {
-    let mut e = kernel(&[
+    let mut e = process_after(&[
         r#"{"cmd":"restart","framework":"pytorch","gpu":"rtx-4090"}"#,
         r#"{"cmd":"model","name":"model","kind":"hf","config":"meta-llama/Llama-3.2-1B","quantization":"nf4","dtype":"bfloat16"}"#,
         r#"{"cmd":"prepare_kbit","model":"model"}"#,
@@ -174,7 +174,7 @@ fn qlora_loads_and_steps_as_the_plan_plays_it() {
 
 #[test]
 fn an_out_of_memory_in_the_forward_leaves_its_tensors_on_the_exception() {
-    let mut e = kernel(&[
+    let mut e = process_after(&[
         r#"{"cmd":"restart","framework":"pytorch","gpu":"t4"}"#,
         r#"{"cmd":"model","name":"model","kind":"hf","config":"Qwen/Qwen2.5-0.5B"}"#,
         r#"{"cmd":"optimizer","name":"opt","model":"model","kind":"adamw"}"#,
@@ -195,7 +195,7 @@ fn an_out_of_memory_in_the_forward_leaves_its_tensors_on_the_exception() {
 
 #[test]
 fn mistakes_are_named() {
-    let mut e = kernel(&[
+    let mut e = process_after(&[
         r#"{"cmd":"restart","framework":"pytorch","gpu":"h100-80gb"}"#,
         r#"{"cmd":"model","name":"model","kind":"hf","config":"Qwen/Qwen3-0.6B","quantization":"nf4","dtype":"bfloat16"}"#,
         r#"{"cmd":"optimizer","name":"opt","model":"model","kind":"adamw"}"#,
@@ -232,7 +232,7 @@ fn mistakes_are_named() {
 /// backward made is gone, and `del loss` frees the forward's activations.
 #[test]
 fn an_out_of_memory_in_backward_frees_its_gradients_and_leaves_the_graph() {
-    let mut e = kernel(&[
+    let mut e = process_after(&[
         r#"{"cmd":"restart","framework":"pytorch","gpu":"rtx-4090"}"#,
         r#"{"cmd":"model","name":"model","kind":"hf","config":"meta-llama/Llama-3.1-8B","quantization":"nf4","dtype":"bfloat16"}"#,
         r#"{"cmd":"prepare_kbit","model":"model"}"#,

@@ -312,7 +312,7 @@ fn fused_attention_on_an_mlp_or_a_cnn_is_refused() {
     }
 }
 
-/// `find_batch_size` trains the same transformer on a scratch kernel, with
+/// `find_batch_size` trains the same transformer in a scratch process, with
 /// the techniques asked for: the batch it finds fits under the threshold
 /// with them, and twice that batch does not; checkpointing, autocast and
 /// fused attention together let a larger batch fit.

@@ -1,5 +1,5 @@
-//! A tensor of a Hugging Face program (`generate`, a training step) made on
-//! the kernel: labelled by its op, in the category of what it holds, and a
+//! A tensor of a Hugging Face program (`generate`, a training step) made in
+//! the process: labelled by its op, in the category of what it holds, and a
 //! matrix product's cuBLAS workspace as the PyTorch release gives it.
 
 use crate::process::{AllocFailure, Process};

@@ -245,7 +245,7 @@ impl Engine {
     /// framework itself changes on the way to an OOM (PyTorch returns its
     /// cached segments to the driver before it gives up; a failed training
     /// step leaves `last_exception`). In debug builds every invariant of
-    /// the kernel is checked after every command.
+    /// the process is checked after every command.
     pub fn execute(&mut self, cmd: &Command) -> Result<Outcome, CommandError> {
         self.process.begin_command(self.step);
         self.step += 1;

@@ -89,7 +89,7 @@ fn invalid(e: impl std::fmt::Display) -> CommandError {
     error(ErrorKind::InvalidValue, e.to_string())
 }
 
-/// The plan request a command makes on the kernel's card.
+/// The plan request a command makes on the process's card.
 fn request(a: &ServeArgs, gpu: &str) -> Value {
     let mut r = json!({"task": "serve", "gpu": gpu});
     match &a.model {

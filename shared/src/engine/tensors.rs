@@ -199,7 +199,7 @@ impl Engine {
         }))
     }
 
-    /// Refuses a new object once the kernel holds [`MAX_OBJECTS`]: what
+    /// Refuses a new object once the process holds [`MAX_OBJECTS`]: what
     /// every command costs grows with them (the snapshot a page draws).
     fn room_for_an_object(&self) -> Result<(), CommandError> {
         let live = self.process.runtime.objects().len();

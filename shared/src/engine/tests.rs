@@ -440,7 +440,7 @@ fn a_long_runs_result_keeps_the_first_and_last_steps() {
     assert_eq!(value["last_loss"], steps[999]["loss"]);
 }
 
-/// A restart's result says what the new kernel runs with and on, so the
+/// A restart's result says what the new process runs with and on, so the
 /// page and the server's hello follow a GPU model without asking again.
 #[test]
 fn a_restarts_result_carries_its_settings_and_device() {

@@ -1,5 +1,5 @@
 //! Training: `forward`, `backward`, `opt.step()`, `zero_grad` and the
-//! training loop, each a [`step`] on the kernel inside a [`Frame`] whose
+//! training loop, each a [`step`] in the process inside a [`Frame`] whose
 //! locals an OOM leaves on `last_exception`.
 
 use super::program::{Player, Target};
@@ -456,7 +456,7 @@ impl Engine {
     /// device's compute capability under PyTorch; none where XLA compiles
     /// the step.
     /// A step's options: the techniques a command asks for, on this
-    /// kernel's GPU (its kernels and cuDNN's workspaces).
+    /// process's GPU (its kernels and cuDNN's workspaces).
     pub(super) fn step_options(
         &self,
         attention: Attention,

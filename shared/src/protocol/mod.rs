@@ -84,7 +84,7 @@ pub struct StepRecord {
     /// (losses, estimates, batch-size trials).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<Value>,
-    /// After a successful `restart`: the settings the new kernel runs with.
+    /// After a successful `restart`: the settings the new process runs with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settings: Option<Settings>,
     /// After a successful `restart`: the device it runs on (a GPU model

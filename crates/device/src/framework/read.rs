@@ -72,7 +72,7 @@ pub const RESTART_FIELDS: &[&str] = &[
     "cudnn_workspace_bytes",
 ];
 
-/// A `restart` line's fields: a missing one keeps the kernel's value; a
+/// A `restart` line's fields: a missing one keeps the process's value; a
 /// nullable one (`memory_limit_bytes`, `max_split_size_mb`,
 /// `per_process_memory_fraction`, `cublas_workspace_config`) set to `null`
 /// goes back to its default; an unknown one is refused, naming the others.

@@ -1,4 +1,4 @@
-//! Capturing a snapshot from a kernel: every segment with its blocks named
+//! Capturing a snapshot from a process: every segment with its blocks named
 //! by their owners, every live object with what keeps it alive.
 
 use super::{BlockSnapshot, ObjectSnapshot, SegmentSnapshot, Snapshot};

@@ -1,5 +1,5 @@
 //! What the views draw: the segment and block map and the table of live
-//! objects, captured from a kernel ([`capture`]), and the deltas between
+//! objects, captured from a process ([`capture`]), and the deltas between
 //! two snapshots ([`delta`]).
 
 mod capture;
