@@ -81,7 +81,10 @@ fn start(app: App) -> Result<Worker, String> {
 
 /// One message from the worker (one of another shape is not heard).
 fn receive(app: App, text: &str) {
-    let Ok(m) = serde_json::from_str::<FromPython>(text) else {
+    let Some(m) = serde_json::from_str(text)
+        .ok()
+        .and_then(FromPython::from_json)
+    else {
         return;
     };
     let cell = app.cell;
