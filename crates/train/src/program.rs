@@ -90,8 +90,10 @@ pub enum Role {
     Forward,
     /// A gradient of an activation, made by backward.
     Backward,
-    /// The gradient of parameter `i` (in `parameters()` order): it becomes
-    /// `.grad`, or is added into an existing `.grad` and dies.
+    /// The gradient of parameter `i` (in `parameters()` order; in a
+    /// Hugging Face step, among its trainable parameters), or a piece of
+    /// it: it becomes `.grad`, or is added into an existing `.grad` and
+    /// dies.
     Grad(usize),
     /// The loss: the loop's `loss` is rebound to it at [`Op::Rebind`].
     Loss,
@@ -101,8 +103,9 @@ pub enum Role {
     /// A quantization map (`name2qmap[name]`) bitsandbytes moves to the
     /// device before its first 8-bit state; the optimizer holds it.
     QuantMap(&'static str),
-    /// A temporary of parameter `param`'s update, as the optimizer names
-    /// it (Adam's foreach `exp_avg_sq_sqrt[param]`).
+    /// A temporary of parameter `param`'s update (numbered as in
+    /// [`Role::Grad`]), as the optimizer names it (Adam's foreach
+    /// `exp_avg_sq_sqrt[param]`).
     Scratch { param: usize, name: &'static str },
 }
 

@@ -378,3 +378,49 @@ fn only_parameters_gradients_are_told_as_gradients() {
         assert!(!adapters.contains(&rows_wide), "{}", case.name);
     }
 }
+
+/// The one program's roles, as the autograd tape sets them: the forward's
+/// tensors `Forward`, the backward's `Backward`, each piece of a trainable
+/// parameter's gradient (its `.grad`, and the sums of a tied weight's
+/// gradients) `Grad` of the parameter's index among the trainable ones,
+/// and AdamW's temporaries `Scratch` of the parameter they update.
+#[test]
+fn a_steps_tensors_carry_their_roles() {
+    use vramlab_train::program::{Holds, Role};
+    for case in cases(&["llama"]).into_iter().take(2) {
+        let mut p = Program::default();
+        play(&case.config, case.run, &mut p).unwrap();
+        let mut phase = "";
+        let mut grads = Vec::new();
+        let mut scratch = Vec::new();
+        for op in &p.ops {
+            let i = match *op {
+                Op::Phase(name) => {
+                    phase = name;
+                    continue;
+                }
+                Op::Alloc(i) => i,
+                _ => continue,
+            };
+            let a = &p.allocs[i];
+            match (phase, a.role) {
+                ("forward", Role::Forward) => {}
+                ("backward", Role::Backward) => {
+                    assert_ne!(a.holds, Holds::Gradient, "{} #{i}", a.op)
+                }
+                ("backward", Role::Grad(param)) => {
+                    assert_eq!(a.holds, Holds::Gradient, "{}", case.name);
+                    grads.push(param);
+                }
+                ("optimizer step", Role::Scratch { param, .. }) => scratch.push(param),
+                other => panic!("{}: {} made in {other:?}", case.name, a.op),
+            }
+        }
+        grads.sort_unstable();
+        grads.dedup();
+        let trained: Vec<usize> = (0..grads.len()).collect();
+        assert_eq!(grads, trained, "{}: a .grad per parameter", case.name);
+        scratch.dedup();
+        assert_eq!(scratch, trained, "{}: AdamW's temporaries", case.name);
+    }
+}

@@ -489,3 +489,36 @@ fn an_mlp_program_computes_its_gradients_whatever_the_technique() {
         }
     }
 }
+
+/// A program written for memory alone (a Hugging Face step's) has no
+/// arithmetic to run: the interpreter refuses it, naming the op.
+#[test]
+fn a_program_for_memory_alone_is_refused() {
+    use crate::program::{Alloc, Holds, Sink};
+    let mut program = Program::default();
+    program.alloc(&Alloc::memory("mm", 4096, Holds::Activation, Some(0)));
+    let batch = BatchValues {
+        inputs: Vec::new(),
+        input_shape: Vec::new(),
+        targets: Vec::new(),
+    };
+    let inputs = Inputs {
+        shapes: &[],
+        params: &[],
+        batch: &batch,
+        state: &[],
+    };
+    let ran = run(
+        &program,
+        0..program.ops.len(),
+        &inputs,
+        &mut Values::default(),
+    );
+    let Err(Unrunnable(why)) = ran else {
+        panic!("ran: {ran:?}")
+    };
+    assert!(
+        why.contains("(mm, [4096])") && why.contains("memory alone"),
+        "{why}"
+    );
+}

@@ -14,7 +14,24 @@ impl Tape<'_> {
             Some(e) if self.nodes[e.node].param.is_some() => self.nodes[e.node].holds,
             _ => self.running_holds,
         };
-        self.alloc(op, bytes, holds)
+        match self.running.get(i).copied().flatten() {
+            Some(e) => self.alloc_for(e.node, op, bytes, holds),
+            None => self.alloc(op, bytes, holds),
+        }
+    }
+
+    /// A tensor made for node `n`'s input buffer: a piece of parameter
+    /// `p`'s gradient when `n` is its `AccumulateGrad` (it becomes `.grad`,
+    /// or is added into it and dies), else of the phase's role.
+    fn alloc_for(&mut self, n: usize, op: &'static str, bytes: u64, holds: Holds) -> Sid {
+        let role = match (self.nodes[n].param, self.nodes[n].holds) {
+            (Some(p), Holds::Gradient) => Role::Grad(p),
+            _ => self.role,
+        };
+        let outside = std::mem::replace(&mut self.role, role);
+        let made = self.alloc(op, bytes, holds);
+        self.role = outside;
+        made
     }
 
     /// The node's backward has returned (before `validate_outputs` sums a
@@ -93,7 +110,7 @@ impl Tape<'_> {
         };
         let holds = self.nodes[e.node].holds;
         let bytes = self.bytes(g);
-        let sum = self.alloc("add", bytes, holds);
+        let sum = self.alloc_for(e.node, "add", bytes, holds);
         self.release(old);
         self.release(g);
         self.nodes[e.node].buffer[e.slot] = Some(sum);
