@@ -1,19 +1,24 @@
-//! A `generate` under way between tokens: the tape's state kept while
-//! its caller reports and may stop.
+//! A `generate` under way between tokens: the cache and `generate`'s own
+//! tensors kept while its caller reports and may stop.
 
-use super::{check, Generation, HfConfig, Invalid, Layer, Sink, Tape};
+use super::{check, Generation, HfConfig, Invalid, Sink};
+use crate::params;
+use crate::step::decoding::{self, Forward, Kept};
 use vramlab_core::types::Dtype;
+use vramlab_train::kinds::NamedTensor;
+use vramlab_train::program::{Alloc, Holds};
 
-/// `generate`'s own tensors between tokens, and how far it got.
+/// `generate`'s own tensors between tokens (their handles), and how far
+/// it got.
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Tokens {
-    pub ids: Option<usize>,
-    pub mask: Option<usize>,
-    pub scores: Option<usize>,
+struct Tokens {
+    ids: Option<usize>,
+    mask: Option<usize>,
+    scores: Option<usize>,
     /// Positions in the cache.
-    pub past: u64,
+    past: u64,
     /// New tokens made.
-    pub done: u64,
+    done: u64,
 }
 
 /// A `generate` under way, played a token at a time ([`Run::token`]) on
@@ -24,9 +29,9 @@ pub(super) struct Tokens {
 pub struct Run {
     c: HfConfig,
     g: Generation,
-    dtype: Dtype,
     cuda: bool,
-    cache: Vec<Layer>,
+    params: Vec<NamedTensor>,
+    cache: Vec<Kept>,
     tokens: Tokens,
 }
 
@@ -43,12 +48,13 @@ impl Run {
         cuda: bool,
     ) -> Result<Run, Invalid> {
         check(c, g)?;
+        let c = HfConfig { dtype, ..*c };
         Ok(Run {
-            c: *c,
+            c,
             g,
-            dtype,
             cuda,
-            cache: vec![Layer::default(); c.layers as usize],
+            params: params::parameters(&c),
+            cache: vec![Kept::default(); c.layers as usize],
             tokens: Tokens::default(),
         })
     }
@@ -63,35 +69,59 @@ impl Run {
         self.tokens.done >= self.g.new_tokens
     }
 
-    /// The tape over this run's state, on `sink`.
-    fn tape<'a>(&'a mut self, sink: &'a mut dyn Sink) -> (Tape<'a>, &'a mut Tokens) {
-        let tape = Tape {
-            c: &self.c,
-            g: self.g,
-            dtype: self.dtype,
-            sink,
-            cache: std::mem::take(&mut self.cache),
-            layer: None,
-            cuda: self.cuda,
-        };
-        (tape, &mut self.tokens)
-    }
-
-    /// The next new token, on `sink`.
+    /// The next new token, on `sink`: its forward, then `generate`'s own
+    /// tensors for it (the mask grown, the scores, the sequences).
     pub fn token(&mut self, sink: &mut dyn Sink) {
         if self.finished() {
             return;
         }
-        let (mut tape, tokens) = self.tape(sink);
-        tape.token(tokens);
-        let cache = tape.cache;
-        self.cache = cache;
+        let (g, k) = (self.g, self.tokens.done);
+        let tokens = if k == 0 { g.prompt } else { 1 };
+        let f = Forward {
+            index: k,
+            batch: g.batch,
+            tokens,
+            past: self.tokens.past,
+            length: g.prompt + g.new_tokens - 1,
+            cache: g.cache,
+            attention: g.attention,
+            cuda: self.cuda,
+        };
+        let logits = decoding::forward(&self.c, &self.params, f, &mut self.cache, sink);
+        let run = &mut self.tokens;
+        run.past += tokens;
+        let ids = |len: u64| g.batch * len * 8;
+        let len = g.prompt + k;
+        let mut replace = |kept: &mut Option<usize>, op, bytes, holds| {
+            let made = sink.alloc(&Alloc::memory(op, bytes, holds, None));
+            if let Some(old) = kept.replace(made) {
+                sink.free(old);
+            }
+        };
+        replace(&mut run.mask, "cat", ids(len + 1), Holds::Ids);
+        let wide = g.batch * self.c.vocab * 4;
+        replace(&mut run.scores, "_to_copy", wide, Holds::Logits);
+        let next = sink.alloc(&Alloc::memory("argmax", ids(1), Holds::Ids, None));
+        let longer = sink.alloc(&Alloc::memory("cat", ids(len + 1), Holds::Ids, None));
+        sink.free(next);
+        if let Some(old) = run.ids.replace(longer) {
+            sink.free(old);
+        }
+        if let Some(logits) = logits {
+            sink.free(logits);
+        }
+        run.done += 1;
     }
 
-    /// `generate` returns, on `sink`: its cache, mask and scores go.
+    /// `generate` returns, on `sink`: its scores, mask and cache go; the
+    /// sequences live on in the caller.
     pub fn returns(&mut self, sink: &mut dyn Sink) {
-        let (mut tape, tokens) = self.tape(sink);
-        let tokens = *tokens;
-        tape.returns(&tokens);
+        let run = self.tokens;
+        for h in [run.scores, run.mask].into_iter().flatten() {
+            sink.free(h);
+        }
+        for h in self.cache.iter().flat_map(Kept::handles) {
+            sink.free(h);
+        }
     }
 }

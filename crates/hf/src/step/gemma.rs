@@ -145,33 +145,33 @@ impl Model<'_, '_> {
     /// window` and `kv_idx <= q_idx` as booleans; for eager attention then
     /// a batch of queries x keys in the model's type, for sdpa (`boolean`)
     /// the booleans themselves.
-    pub(super) fn sliding_mask(&mut self, boolean: bool) -> T {
+    pub(super) fn sliding_mask(&mut self, boolean: bool, keys: u64) -> T {
         let (b, n) = (self.run.batch, self.run.seq);
         let a = |t: &mut Self, op, bytes| t.t.alloc(op, bytes, Holds::Ids);
         let batch = a(self, "arange", b * 8);
         let head = a(self, "arange", 8);
-        let q = self.mask_index();
-        let kv = self.mask_index();
+        let q = self.mask_index(n);
+        let kv = self.mask_index(keys);
         let ones = a(self, "new_ones", 1);
         let start = a(self, "sub", n * 8);
-        let after_start = a(self, "gt", n * n);
+        let after_start = a(self, "gt", n * keys);
         self.t.release(start);
-        let windowed = a(self, "bitwise_and", n * n);
+        let windowed = a(self, "bitwise_and", n * keys);
         self.t.release(after_start);
         self.t.release(ones);
-        let causal = a(self, "le", n * n);
-        let both = a(self, "bitwise_and", n * n);
+        let causal = a(self, "le", n * keys);
+        let both = a(self, "bitwise_and", n * keys);
         self.t.release(causal);
         self.t.release(windowed);
         for s in [batch, head, q, kv] {
             self.t.release(s);
         }
         if boolean {
-            return self.t.plain(both, n * n);
+            return self.t.plain(both, n * keys);
         }
         let zero = a(self, "zeros", 4);
         let min = a(self, "scalar_tensor", 4);
-        let bytes = b * n * n * self.e();
+        let bytes = b * n * keys * self.e();
         let mask = self.t.alloc("where", bytes, Holds::Activation);
         for s in [zero, min, both] {
             self.t.release(s);

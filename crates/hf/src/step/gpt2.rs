@@ -22,8 +22,9 @@ impl Model<'_, '_> {
     /// `nn.Dropout` in training, where the config's probability is not 0:
     /// on a GPU `native_dropout` (the output and a boolean mask, saved);
     /// on the CPU a noise tensor the input is multiplied by (saved).
+    /// Off in `generate` (`model.eval()`).
     pub(super) fn dropout(&mut self, x: T, on: bool) -> T {
-        if !on {
+        if !on || self.decode.is_some() {
             return self.t.share(x);
         }
         if self.run.gpu.is_some() {
@@ -85,13 +86,18 @@ impl Model<'_, '_> {
             k = self.heads(k);
             v = self.heads(v);
         }
-        let (k, v) = self.cache_update(k, v);
+        let (k, v) = self.cache_update(l, k, v);
+        let keys = self.keys_read(l);
         let (out, weights) = match self.run.attention {
             Attention::Eager => {
-                let (o, w) = self.gpt2_eager(q, k, v, s);
+                let (o, w) = self.gpt2_eager(q, k, v, s, keys);
                 (o, Some(w))
             }
-            Attention::Sdpa => (self.sdpa(q, k, v, None), None),
+            // Causal in training; `generate`'s static cache passes its mask.
+            Attention::Sdpa => {
+                let mask = s.mask.filter(|_| self.decode.is_some());
+                (self.sdpa(q, k, v, mask), None)
+            }
         };
         let projected = self.project(out, &format!("{a}.c_proj"), rows, d, true);
         self.t.drop(out);
@@ -104,9 +110,9 @@ impl Model<'_, '_> {
     /// GPT-2's `eager_attention_forward`: the scores scaled and masked, a
     /// softmax in the model's type, dropout, the product; then
     /// `reshape(...).contiguous()` copies the output.
-    fn gpt2_eager(&mut self, q: T, k: T, v: T, s: &Shared) -> (T, T) {
+    fn gpt2_eager(&mut self, q: T, k: T, v: T, s: &Shared, attended: u64) -> (T, T) {
         let (c, b, n) = (self.c, self.run.batch, self.run.seq);
-        let count = b * c.heads * n * n;
+        let count = b * c.heads * n * attended;
         let scores = count * self.pe();
         // The split's views are not laid out as batches of heads: `matmul`
         // copies the queries, and without the cache's `cat` the keys and
@@ -140,9 +146,7 @@ impl Model<'_, '_> {
         let values = self.batched(v, copy);
         let out = self.t.bmm(weights, values, q.bytes);
         self.t.drop(values);
-        let copy = self.t.contiguous_heads(out);
-        self.t.drop(out);
-        (copy, weights)
+        (self.heads_to_rows(out), weights)
     }
 
     /// GPT-2's MLP on the normed rows: `c_proj`'s output after dropout.
@@ -192,9 +196,10 @@ impl Model<'_, '_> {
             embeds = self.t.leaf(embeds);
         }
         let positions = self.positions();
+        let position_rows = self.position_rows();
         let position_embeds = self
             .t
-            .embedding(wpe, positions, self.run.seq * c.hidden * e);
+            .embedding(wpe, positions, position_rows * c.hidden * e);
         let sum = self.t.add(embeds, position_embeds, embeds.bytes);
         let [mask, _] = self.masks();
         let hidden = self.dropout(sum, c.dropout.embd);

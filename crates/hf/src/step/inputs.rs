@@ -9,8 +9,12 @@ use vramlab_train::kinds::step::Attention;
 use vramlab_train::program::Holds;
 
 impl Model<'_, '_> {
-    /// `position_ids = torch.arange(seq) + past_seen_tokens`.
+    /// `position_ids = torch.arange(seq) + past_seen_tokens` (`generate`
+    /// makes them before the forward).
     pub(super) fn positions(&mut self) -> T {
+        if self.decode.is_some() {
+            return self.t.external(0);
+        }
         let n = self.run.seq;
         let arange = self.t.alloc("arange", n * 8, Holds::Ids);
         let ids = self.t.alloc("add", n * 8, Holds::Ids);
@@ -39,9 +43,8 @@ impl Model<'_, '_> {
         }
     }
 
-    /// A mask's query or key index: `arange(seq)` plus the positions seen.
-    pub(super) fn mask_index(&mut self) -> tape::Sid {
-        let n = self.run.seq;
+    /// A mask's query or key index: `arange(n)` plus the positions seen.
+    pub(super) fn mask_index(&mut self, n: u64) -> tape::Sid {
         let arange = self.t.alloc("arange", n * 8, Holds::Ids);
         let shifted = self.t.alloc("add", n * 8, Holds::Ids);
         self.t.release(arange);
@@ -50,21 +53,21 @@ impl Model<'_, '_> {
 
     /// `create_causal_mask` for eager attention (`eager_mask`): the
     /// batch, head, query and key indices, `kv_idx <= q_idx`, and a batch
-    /// of queries x keys in the model's type, 0 or its minimum.
-    pub(super) fn eager_mask(&mut self) -> T {
+    /// of queries x `keys` in the model's type, 0 or its minimum.
+    pub(super) fn eager_mask(&mut self, keys: u64) -> T {
         let (b, n) = (self.run.batch, self.run.seq);
         let mut a = |op, bytes| self.t.alloc(op, bytes, Holds::Ids);
         let batch = a("arange", b * 8);
         let head = a("arange", 8);
-        let q = self.mask_index();
-        let kv = self.mask_index();
-        let le = self.t.alloc("le", n * n, Holds::Ids);
+        let q = self.mask_index(n);
+        let kv = self.mask_index(keys);
+        let le = self.t.alloc("le", n * keys, Holds::Ids);
         for s in [batch, head, q, kv] {
             self.t.release(s);
         }
         let zero = self.t.alloc("zeros", 4, Holds::Ids);
         let min = self.t.alloc("scalar_tensor", 4, Holds::Ids);
-        let bytes = b * n * n * self.e();
+        let bytes = b * n * keys * self.e();
         let mask = self.t.alloc("where", bytes, Holds::Activation);
         for s in [zero, min, le] {
             self.t.release(s);
@@ -78,10 +81,10 @@ impl Model<'_, '_> {
     /// call (the H100's snapshot has the workspace made there); the CPU
     /// multiplies.
     pub(super) fn rotary(&mut self) -> (T, T) {
-        let (n, r) = (self.run.seq, self.c.rotary);
+        let (n, r) = (self.position_rows(), self.c.rotary);
         let f = |t: &mut Tape<'_>, op, bytes| t.alloc(op, bytes, Holds::Activation);
         let positions = f(self.t, "_to_copy", n * 4);
-        let product = if self.run.gpu.is_some() { "bmm" } else { "mul" };
+        let product = if self.on_gpu() { "bmm" } else { "mul" };
         let freqs = f(self.t, product, n * r * 4);
         self.t.release(positions);
         let emb = f(self.t, "cat", n * 2 * r * 4);
@@ -115,21 +118,25 @@ impl Model<'_, '_> {
     /// (Gemma makes both kinds), sdpa's where a sliding window is shorter
     /// than the sequence.
     pub(super) fn masks(&mut self) -> [Option<T>; 2] {
+        if self.decode.is_some() {
+            return self.decode_masks();
+        }
+        let n = self.run.seq;
         let eager = self.run.attention == Attention::Eager;
         self.packed_check();
         if !self.gemma() {
             return match eager {
                 true => {
-                    let m = self.eager_mask();
+                    let m = self.eager_mask(n);
                     [Some(m), Some(m)]
                 }
                 false => [None, None],
             };
         }
         let sliding_needed = self.c.sliding_window > 0 && self.run.seq > self.c.sliding_window;
-        let full = eager.then(|| self.eager_mask());
+        let full = eager.then(|| self.eager_mask(n));
         self.packed_check();
-        let sliding = (eager || sliding_needed).then(|| self.sliding_mask(!eager));
+        let sliding = (eager || sliding_needed).then(|| self.sliding_mask(!eager, n));
         [full, sliding]
     }
 }

@@ -140,6 +140,18 @@ impl Model<'_, '_> {
         (copy, false)
     }
 
+    /// `attn_output.transpose(1, 2).contiguous()` of attention's output in
+    /// the heads' layout: a copy, but for one position, whose layout is
+    /// the rows' already (`out` goes).
+    pub(super) fn heads_to_rows(&mut self, out: T) -> T {
+        if self.run.seq == 1 {
+            return out;
+        }
+        let copy = self.t.contiguous_heads(out);
+        self.t.drop(out);
+        copy
+    }
+
     /// `matmul`'s copy of an operand it cannot batch as a view.
     pub(super) fn batched(&mut self, x: T, copy: bool) -> T {
         if copy {
@@ -151,10 +163,10 @@ impl Model<'_, '_> {
 
     /// `eager_attention_forward`: the output and the attention weights,
     /// which the layer holds until it returns.
-    fn eager(&mut self, q: T, k: T, v: T, s: &Shared) -> (T, T) {
+    fn eager(&mut self, q: T, k: T, v: T, s: &Shared, attended: u64) -> (T, T) {
         let (c, b, n) = (self.c, self.run.batch, self.run.seq);
         let (e, pe) = (self.e(), self.pe());
-        let scores = b * c.heads * n * n;
+        let scores = b * c.heads * n * attended;
         let nq = b * n * c.heads * c.head_dim;
         let (keys, copy_keys) = self.repeat_kv(k, false);
         let (values, copy_values) = self.repeat_kv(v, true);
@@ -163,11 +175,12 @@ impl Model<'_, '_> {
         let amp = self.run.amp.is_some();
         let [q16, k16] = self.amp_operands([(q, nq), (keys, nq)]);
         // `matmul` copies the rotated queries (laid out as the projection
-        // was; Phi-3's rotation `cat`s them into heads) to batch them.
-        let q_batched = self.batched(q16, c.arch != Arch::Phi3);
+        // was; Phi-3's rotation `cat`s them into heads) to batch them; one
+        // position's are laid out as heads already.
+        let q_batched = self.batched(q16, c.arch != Arch::Phi3 && n > 1);
         let keys_batched = self.batched(k16, copy_keys && !amp);
         let raw = self.t.bmm(q_batched, keys_batched, scores * pe);
-        self.t.drop_all(&[q_batched, keys_batched]);
+        self.t.drop_all(&[keys_batched, q_batched]);
         self.drop_operands([q16, k16]);
         let mut w = self.t.scale(raw);
         self.t.drop(raw);
@@ -212,8 +225,8 @@ impl Model<'_, '_> {
         let out = self.t.bmm(w16, values_batched, nq * pe);
         self.t.drop(values_batched);
         self.drop_operands([w16, v16]);
-        let copy = self.t.contiguous_heads(out);
-        self.t.drop_all(&[out, keys, values]);
+        let copy = self.heads_to_rows(out);
+        self.t.drop_all(&[keys, values]);
         (copy, weights)
     }
 
@@ -225,6 +238,9 @@ impl Model<'_, '_> {
     pub(super) fn sdpa(&mut self, q: T, k: T, v: T, mask: Option<T>) -> T {
         let (c, rows) = (self.c, self.run.batch * self.run.seq);
         let (nq, nk) = (rows * c.heads * c.head_dim, rows * c.kv_heads * c.head_dim);
+        if self.decode.is_some() {
+            return self.decode_sdpa(q, k, v, mask);
+        }
         let Some(_) = mask else {
             if self.run.math_gqa && c.heads != c.kv_heads {
                 return self.math_sdpa(q, k, v);
@@ -238,9 +254,9 @@ impl Model<'_, '_> {
         };
         let (keys, _) = self.repeat_kv(k, false);
         let (values, _) = self.repeat_kv(v, true);
-        let kernel = match self.run.gpu {
-            Some(_) => Sdpa(Kernel::Efficient),
-            None => self.kernel,
+        let kernel = match self.on_gpu() {
+            true => Sdpa(Kernel::Efficient),
+            false => self.kernel,
         };
         let wide = nk * (c.heads / c.kv_heads);
         let [q, k, v] = self.amp_operands([(q, nq), (keys, wide), (values, wide)]);
@@ -407,17 +423,18 @@ impl Model<'_, '_> {
         let a = format!("model.layers.{l}.self_attn");
         let (q_rot, k_rot) = self.rotate_both(q, k, s);
         self.t.drop_all(&[q, k]);
-        let (k, v) = self.cache_update(k_rot, v);
+        let (k, v) = self.cache_update(l, k_rot, v);
+        let keys = self.keys_read(l);
         let (out, weights) = match self.run.attention {
             Attention::Eager => {
-                let (o, w) = self.eager(q_rot, k, v, s);
+                let (o, w) = self.eager(q_rot, k, v, s, keys);
                 (o, Some(w))
             }
             Attention::Sdpa => (self.sdpa(q_rot, k, v, s.mask), None),
         };
         // Phi-3's queries are laid out as heads (its rotation's `cat`), so
         // the kernel's output is too: `transpose(1, 2).contiguous()` copies.
-        let out = if fused.is_some() && self.run.attention == Attention::Sdpa {
+        let out = if fused.is_some() && self.run.attention == Attention::Sdpa && self.run.seq > 1 {
             let copy = self.t.copy("clone", out);
             self.t.drop(out);
             copy
@@ -437,8 +454,12 @@ impl Model<'_, '_> {
     /// The keys and values through the `DynamicCache` a training forward
     /// makes: its `torch.cat` onto its empty tensors copies them, and it
     /// holds the copies until the model's output goes. Without it (under
-    /// checkpointing), `k` and `v` themselves.
-    pub(super) fn cache_update(&mut self, k: T, v: T) -> (T, T) {
+    /// checkpointing), `k` and `v` themselves. In `generate`, layer `l`'s
+    /// cache as it runs there.
+    pub(super) fn cache_update(&mut self, l: u64, k: T, v: T) -> (T, T) {
+        if self.decode.is_some() {
+            return self.decode_update(l, k, v);
+        }
         if !self.cached() {
             return (k, v);
         }
@@ -464,14 +485,19 @@ impl Model<'_, '_> {
             self.t.drop(gate_up);
             let (gate, up) = (halves[0], halves[1]);
             let act = self.t.unary_saving_input("silu", "silu_backward", gate);
+            self.t.on_stack(act);
             let gated = self.t.mul(up, act, rows * i * e);
             self.t.drop_all(&[act, up]);
             (gated, Some(gate))
         } else {
             let gate = self.project(x, &format!("{m}.gate_proj"), rows, i, c.mlp_bias);
+            // `act_fn(gate_proj(x)) * up_proj(x)`: `act_fn`'s and
+            // `up_proj`'s outputs wait on the stack for the product.
             let act = self.t.unary_saving_input("silu", "silu_backward", gate);
+            self.t.on_stack(act);
             self.t.drop(gate);
             let up = self.project(x, &format!("{m}.up_proj"), rows, i, c.mlp_bias);
+            self.t.on_stack(up);
             let gated = self.t.mul(act, up, act.bytes);
             self.t.drop_all(&[act, up]);
             (gated, None)

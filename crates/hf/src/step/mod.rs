@@ -16,6 +16,7 @@
 //! the tests hold this program to it event by event.
 
 mod amp;
+pub mod decoding;
 mod gemma;
 mod gpt2;
 mod inputs;
@@ -94,6 +95,8 @@ pub(super) struct Model<'m, 's> {
     kernel: Sdpa,
     /// The `DynamicCache`'s keys and values, layer by layer.
     cache: Vec<T>,
+    /// Where `generate` runs the forward (none: a training step).
+    decode: Option<decoding::Decoding>,
 }
 
 impl Model<'_, '_> {
@@ -107,9 +110,9 @@ impl Model<'_, '_> {
     }
 
     /// A training forward makes a `DynamicCache` unless checkpointing
-    /// turned `use_cache` off.
+    /// turned `use_cache` off; `generate`'s always reads one.
     fn cached(&self) -> bool {
-        !self.run.checkpointing
+        self.decode.is_some() || !self.run.checkpointing
     }
 
     fn weight(&self, name: &str) -> T {
@@ -155,6 +158,7 @@ impl Model<'_, '_> {
                         w,
                         kernel,
                         cache: Vec::new(),
+                        decode: None,
                     };
                     let outside = m.t.set_layer(Some(l as u32));
                     let out = m.any_layer(l, x, &s);
@@ -194,6 +198,7 @@ impl Model<'_, '_> {
                 w: w.clone(),
                 kernel,
                 cache: Vec::new(),
+                decode: None,
             };
             let outside = m.t.set_layer(Some(l as u32));
             let out = m.any_layer(l, x, &s);
@@ -229,19 +234,49 @@ impl Model<'_, '_> {
 
     /// `model(input_ids=ids, labels=ids).loss`.
     fn forward(&mut self, ids: T) -> T {
+        let rows = self.run.batch * self.run.seq;
+        let (normed, head) = self.hidden(ids);
+        let logits = self.head(normed, head, rows);
+        self.finish(normed, logits)
+    }
+
+    /// `generate`'s forward (`logits_to_keep=1`): the logits of each
+    /// sequence's last position.
+    fn decode_forward(&mut self, ids: T) -> T {
+        let (normed, head) = self.hidden(ids);
+        let last = self.t.share(normed);
+        let logits = self.head(last, head, self.run.batch);
+        self.t.set_holds(Holds::Activation);
+        self.t.drop_all(&[last, normed]);
+        logits
+    }
+
+    /// The output layer over `rows` of the final norm's output (the
+    /// logits, soft-capped in Gemma 2): what they make and what the loss
+    /// makes hold the logits.
+    fn head(&mut self, normed: T, head: T, rows: u64) -> T {
+        let c = self.c;
+        self.t.set_holds(Holds::Logits);
+        let e = self.e();
+        let logits = self.linear_of(normed, (head, None), rows, (c.hidden, c.vocab), e);
+        if c.final_softcap {
+            return self.softcap_logits(logits);
+        }
+        logits
+    }
+
+    /// The model's forward to the final norm: its output and the output
+    /// layer's weight.
+    fn hidden(&mut self, ids: T) -> (T, T) {
         let (c, b, n) = (self.c, self.run.batch, self.run.seq);
         let rows = b * n;
         if c.arch == Arch::Gpt2 {
             let normed = self.gpt2_body(ids);
-            let head = self.weight("transformer.wte.weight");
-            let head = if c.tied {
-                head
-            } else {
-                self.weight("lm_head.weight")
+            let head = match c.tied {
+                true => self.weight("transformer.wte.weight"),
+                false => self.weight("lm_head.weight"),
             };
-            let e = self.e();
-            let logits = self.linear_of(normed, (head, None), rows, (c.hidden, c.vocab), e);
-            return self.finish(normed, logits);
+            return (normed, head);
         }
         let embed = self.weight("model.embed_tokens.weight");
         let raw = self.t.embedding(embed, ids, rows * c.hidden * self.e());
@@ -300,11 +335,8 @@ impl Model<'_, '_> {
         if !mask_kwargs {
             self.t.drop_all(&[positions, embeds]);
         }
-        let masks: Vec<T> = match (full_mask, sliding_mask) {
-            (Some(f), Some(s)) if f.s == s.s => vec![f],
-            (f, s) => f.into_iter().chain(s).collect(),
-        };
-        self.t.drop_all(&masks);
+        self.t
+            .drop_all(&decoding::distinct([full_mask, sliding_mask]));
         if mask_kwargs {
             self.t.drop_all(&[embeds, positions]);
         }
@@ -315,19 +347,11 @@ impl Model<'_, '_> {
         for (cos, sin) in rotaries {
             self.t.drop_all(&[cos, sin]);
         }
-        let head = if c.tied {
-            embed
-        } else {
-            self.weight("lm_head.weight")
+        let head = match c.tied {
+            true => embed,
+            false => self.weight("lm_head.weight"),
         };
-        // The logits, the loss's tensors and their gradients.
-        self.t.set_holds(Holds::Logits);
-        let e = self.e();
-        let mut logits = self.linear_of(normed, (head, None), rows, (c.hidden, c.vocab), e);
-        if c.final_softcap {
-            logits = self.softcap_logits(logits);
-        }
-        self.finish(normed, logits)
+        (normed, head)
     }
 
     /// The loss from the logits; then the model's output goes (its hidden
@@ -464,6 +488,7 @@ pub fn play_with(
         w,
         kernel,
         cache: Vec::new(),
+        decode: None,
     };
     m.t.mark(Op::Phase("forward"));
     let loss = m.forward(ids);

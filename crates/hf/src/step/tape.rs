@@ -237,6 +237,32 @@ impl<'a> Tape<'a> {
         }
     }
 
+    /// A tensor an earlier tape made and its caller kept ([`Tape::keep`]):
+    /// the sink's `handle`, held once.
+    pub fn adopt(&mut self, handle: usize, bytes: u64) -> T {
+        let s = self.storage(Some(handle), bytes);
+        T {
+            s,
+            bytes,
+            fun: None,
+        }
+    }
+
+    /// The caller keeps `t` past this tape (a cache's keys between
+    /// tokens): its sink handle, which this tape no longer frees.
+    pub fn keep(&mut self, t: T) -> Option<usize> {
+        let st = self.storages.get_mut(t.s)?;
+        st.refs = 0;
+        st.handle.take()
+    }
+
+    /// [`Sink::on_stack`]: `t` waits on a Python frame's stack.
+    pub fn on_stack(&mut self, t: T) {
+        if let Some(h) = self.storages.get(t.s).and_then(|st| st.handle) {
+            self.sink.on_stack(h);
+        }
+    }
+
     /// A storage made by `alloc` as a tensor that needs no gradient.
     pub fn plain(&self, s: Sid, bytes: u64) -> T {
         T {
