@@ -3,9 +3,8 @@
 
 use super::{check, Generation, HfConfig, Invalid, Sink};
 use crate::params;
-use crate::step::decoding::{self, Forward, Kept};
+use crate::step::decoding::{self, Forward, Kept, Loaded};
 use vramlab_core::types::Dtype;
-use vramlab_train::kinds::NamedTensor;
 use vramlab_train::program::{Alloc, Holds};
 
 /// `generate`'s own tensors between tokens (their handles), and how far
@@ -30,7 +29,7 @@ pub struct Run {
     c: HfConfig,
     g: Generation,
     cuda: bool,
-    params: Vec<NamedTensor>,
+    weights: Loaded,
     cache: Vec<Kept>,
     tokens: Tokens,
 }
@@ -53,7 +52,7 @@ impl Run {
             c,
             g,
             cuda,
-            params: params::parameters(&c),
+            weights: Loaded::new(&params::parameters(&c)),
             cache: vec![Kept::default(); c.layers as usize],
             tokens: Tokens::default(),
         })
@@ -87,7 +86,7 @@ impl Run {
             attention: g.attention,
             cuda: self.cuda,
         };
-        let logits = decoding::forward(&self.c, &self.params, f, &mut self.cache, sink);
+        let logits = decoding::forward(&self.c, &self.weights, f, &mut self.cache, sink);
         let run = &mut self.tokens;
         run.past += tokens;
         let ids = |len: u64| g.batch * len * 8;

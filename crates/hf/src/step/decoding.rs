@@ -80,12 +80,22 @@ pub(super) struct Decoding {
     before: Option<[Option<T>; 2]>,
 }
 
-/// Forward `f` of model `c` (its `named_parameters()` given), each
-/// tensor given to `sink`, `cache` read and left as the forward leaves
-/// it: the logits' handle (none where the sink stopped it).
+/// A model's weights as every forward of a `generate` reads them.
+pub struct Loaded(Rc<Weights>);
+
+impl Loaded {
+    /// A model's `named_parameters()`.
+    pub fn new(params: &[NamedTensor]) -> Loaded {
+        Loaded(Rc::new(Weights::frozen(params)))
+    }
+}
+
+/// Forward `f` of model `c` (its weights loaded), each tensor given to
+/// `sink`, `cache` read and left as the forward leaves it: the logits'
+/// handle (none where the sink stopped it).
 pub fn forward(
     c: &HfConfig,
-    params: &[NamedTensor],
+    weights: &Loaded,
     f: Forward,
     cache: &mut [Kept],
     sink: &mut dyn Sink,
@@ -114,7 +124,7 @@ pub fn forward(
         input_grads: false,
         grads_exist: false,
     };
-    let w = Rc::new(Weights::new(&mut tape, c, params, &run));
+    let w = weights.0.clone();
     let kernel = Sdpa(sdp::select(None, c.dtype, c.head_dim, true));
     let mut m = Model {
         t: &mut tape,

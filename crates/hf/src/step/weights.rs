@@ -2,7 +2,7 @@
 //! (trainable or frozen, in 4 bits under QLoRA), peft's LoRA adapters on
 //! the layers it targets.
 
-use super::tape::{Tape, T};
+use super::tape::{Sid, Tape, T};
 use super::Run;
 use crate::config::{Arch, HfConfig};
 use std::collections::HashMap;
@@ -65,6 +65,27 @@ pub fn adapted(c: &HfConfig, quant: bool, name: &str, shape: &[u64]) -> bool {
 }
 
 impl Weights {
+    /// The weights as `generate` reads them under `no_grad`: no tape
+    /// holds them (nothing ever frees a parameter, and nothing records a
+    /// gradient for one), so one set serves every forward of a run.
+    pub(super) fn frozen(params: &[NamedTensor]) -> Weights {
+        let none = |bytes| T {
+            s: Sid::MAX,
+            bytes,
+            fun: None,
+        };
+        let by_name = (params.iter())
+            .map(|p| (p.name.clone(), none(p.numel() * p.dtype.size_bytes())))
+            .collect();
+        Weights {
+            by_name,
+            adapters: HashMap::new(),
+            quantized: HashMap::new(),
+            trainable: Vec::new(),
+            missing: none(0),
+        }
+    }
+
     pub(super) fn new(
         t: &mut Tape<'_>,
         c: &HfConfig,
