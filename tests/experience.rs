@@ -416,15 +416,24 @@ async fn a_lesson_played_from_the_first_screen_to_the_next_lesson() {
         }
         press(&page, "lesson-do").await;
         let outcome = text(&page, "#lesson-outcome").await;
+        // A step with a prediction marks the prediction, right or wrong;
+        // one without marks the step's own outcome.
+        let mark = outcome.starts_with('✓');
         assert!(
-            outcome.starts_with('✓') && outcome.len() > 4,
+            mark == asked.is_empty() && !outcome.starts_with('✗') && outcome.len() > 4,
             "step {step}: {outcome}"
         );
+        if !asked.is_empty() {
+            let verdict = text(&page, "#guess-verdict").await;
+            let right = verdict.contains("Right.");
+            let marked = if right { '✓' } else { '✗' };
+            assert!(verdict.starts_with(marked), "step {step}: {verdict}");
+        }
         if step == 3 {
             let verdict = text(&page, "#guess-verdict").await;
             assert_eq!(
                 verdict,
-                "You said reserved falls; it stayed. Not what you expected: read why below."
+                "✗ You said reserved falls; it stayed. Not what you expected: read why below."
             );
             // The number that moved is marked; the ones that stayed are not.
             let marked = js(

@@ -90,11 +90,18 @@ fn Playing(app: App, run: LessonRun) -> impl IntoView {
             <progress id="lesson-progress" max=total value=run.step.min(total)></progress>
             <span>{if done { format!("all {total} steps done") } else { format!("step {} of {total}", run.step + 1) }}</span>
         </p>
-        {run.outcome.clone().map(|(ok, why)| view! {
-            <p class="outcome" class:bad=!ok id="lesson-outcome">{if ok { "✓ " } else { "✗ " }}{why}</p>
-        })}
+        // With a prediction, its verdict comes first and carries the mark
+        // (right or wrong); the step's outcome is then its explanation.
         {run.guessed.clone().map(|(right, words)| view! {
-            <p class="guessed" class:bad=!right id="guess-verdict">{words}</p>
+            <p class="guessed" class:bad=!right id="guess-verdict">{if right { "✓ " } else { "✗ " }}{words}</p>
+        })}
+        {run.outcome.clone().map(|(ok, why)| {
+            let mark = match (ok, run.guessed.is_some()) {
+                (false, _) => "✗ ",
+                (true, false) => "✓ ",
+                (true, true) => "",
+            };
+            view! { <p class="outcome" class:bad=!ok id="lesson-outcome">{mark}{why}</p> }
         })}
         <StepPicture app=app index=run.index step=run.step />
         {if done {
