@@ -59,7 +59,7 @@ impl Sdpa {
             &[q, k, v],
             &[k.s, q.s, v.s],
             &save,
-            Box::new(move |t, _| {
+            move |t, _| {
                 let wide = |b: u64| b * groups;
                 match kernel {
                     Kernel::Efficient => {
@@ -89,7 +89,7 @@ impl Sdpa {
                         vec![Some(dq), Some(dk), Some(dv)]
                     }
                 }
-            }),
+            },
         );
         if philox {
             out.rotate_left(2);

@@ -77,7 +77,7 @@ impl Tape<'_> {
             &[x],
             saved,
             saves == Saves::Output,
-            Box::new(move |t, _| vec![Some(t.grad(0, back, xb))]),
+            move |t, _| vec![Some(t.grad(0, back, xb))],
         )
     }
 
@@ -91,7 +91,7 @@ impl Tape<'_> {
             &[weight, ids],
             &[ids.s],
             false,
-            Box::new(move |t, _| vec![Some(t.grad(0, "embedding_dense_backward", w)), None]),
+            move |t, _| vec![Some(t.grad(0, "embedding_dense_backward", w)), None],
         )
     }
 
@@ -115,18 +115,11 @@ impl Tape<'_> {
         let (xb, wb) = (x.bytes, weight.bytes);
         let (gx, gw) = (needs(&x), needs(&weight));
         let Some(b) = bias else {
-            return self.op1(
-                "mm",
-                bytes,
-                &[x, weight],
-                &saved,
-                false,
-                Box::new(move |t, _| {
-                    let w = gw.then(|| t.grad(1, "mm", wb));
-                    let x = gx.then(|| t.grad(0, "mm", xb));
-                    vec![x, w]
-                }),
-            );
+            return self.op1("mm", bytes, &[x, weight], &saved, false, move |t, _| {
+                let w = gw.then(|| t.grad(1, "mm", wb));
+                let x = gx.then(|| t.grad(0, "mm", xb));
+                vec![x, w]
+            });
         };
         let (bb, gb) = (b.bytes, needs(&b));
         self.op1(
@@ -135,7 +128,7 @@ impl Tape<'_> {
             &[x, weight, b],
             &saved,
             false,
-            Box::new(move |t, g| {
+            move |t, g| {
                 let b = if gb { pass(t, g[0]) } else { None };
                 let x = gx.then(|| t.grad(0, "mm", xb));
                 let w = gw.then(|| t.grad(1, "mm", wb));
@@ -146,7 +139,7 @@ impl Tape<'_> {
                     s
                 });
                 vec![x, w, b]
-            }),
+            },
         )
     }
 
@@ -168,21 +161,14 @@ impl Tape<'_> {
             saved.push(a.s);
         }
         let (ga, gb) = (needs(&a), needs(&b));
-        self.op1(
-            "mul",
-            bytes,
-            &[a, b],
-            &saved,
-            false,
-            Box::new(move |t, _| {
-                let x = ga.then(|| t.grad(0, "mul", bytes));
-                let y = gb.then(|| t.grad(1, "mul", bytes));
-                t.backward_returned();
-                let x = fit(t, x, bytes, fits[0]);
-                let y = fit(t, y, bytes, fits[1]);
-                vec![x, y]
-            }),
-        )
+        self.op1("mul", bytes, &[a, b], &saved, false, move |t, _| {
+            let x = ga.then(|| t.grad(0, "mul", bytes));
+            let y = gb.then(|| t.grad(1, "mul", bytes));
+            t.backward_returned();
+            let x = fit(t, x, bytes, fits[0]);
+            let y = fit(t, y, bytes, fits[1]);
+            vec![x, y]
+        })
     }
 
     /// `x * c` of a Python number: saves nothing; backward one product.
@@ -210,11 +196,11 @@ impl Tape<'_> {
             &[x, w, b],
             &[b.s, x.s, w.s],
             &[1, 2],
-            Box::new(move |t, _| {
+            move |t, _| {
                 (0..3)
                     .map(|i| need[i].then(|| t.grad(i, back, sizes[i])))
                     .collect()
-            }),
+            },
         );
         self.drop_all(&outs[1..]);
         outs[0]
@@ -226,13 +212,9 @@ impl Tape<'_> {
     pub fn native_dropout(&mut self, x: T, numel: u64) -> T {
         let bytes = x.bytes;
         let op = "native_dropout";
-        let outs = self.op(
-            &[(op, bytes), (op, numel)],
-            &[x],
-            &[],
-            &[1],
-            Box::new(move |t, _| vec![Some(t.grad(0, "native_dropout_backward", bytes))]),
-        );
+        let outs = self.op(&[(op, bytes), (op, numel)], &[x], &[], &[1], move |t, _| {
+            vec![Some(t.grad(0, "native_dropout_backward", bytes))]
+        });
         self.drop(outs[1]);
         outs[0]
     }
@@ -251,20 +233,13 @@ impl Tape<'_> {
     /// `add`, each input's gradient made to fit it as `fits` say.
     pub fn add_fit(&mut self, a: T, b: T, bytes: u64, fits: [Fit; 2]) -> T {
         let (ga, gb) = (needs(&a), needs(&b));
-        self.op1(
-            "add",
-            bytes,
-            &[a, b],
-            &[],
-            false,
-            Box::new(move |t, g| {
-                let x = if ga { pass(t, g[0]) } else { None };
-                let y = if gb { pass(t, g[0]) } else { None };
-                let x = fit(t, x, bytes, fits[0]);
-                let y = fit(t, y, bytes, fits[1]);
-                vec![x, y]
-            }),
-        )
+        self.op1("add", bytes, &[a, b], &[], false, move |t, g| {
+            let x = if ga { pass(t, g[0]) } else { None };
+            let y = if gb { pass(t, g[0]) } else { None };
+            let x = fit(t, x, bytes, fits[0]);
+            let y = fit(t, y, bytes, fits[1]);
+            vec![x, y]
+        })
     }
 
     /// `a + b` of `numel` elements each, in the wider of their types (a
@@ -283,14 +258,9 @@ impl Tape<'_> {
     /// `x.pow(2)`: saves `x`; backward `grad * (2 * x.pow(1))`.
     pub fn square(&mut self, x: T) -> T {
         let bytes = x.bytes;
-        self.op1(
-            "pow",
-            bytes,
-            &[x],
-            &[x.s],
-            false,
-            Box::new(move |t, _| vec![Some(three_term(t, "pow", bytes))]),
-        )
+        self.op1("pow", bytes, &[x], &[x.s], false, move |t, _| {
+            vec![Some(three_term(t, "pow", bytes))]
+        })
     }
 
     /// `x.mean(-1, keepdim=True)` of `bytes`: backward `grad.expand() / n`.
@@ -302,14 +272,9 @@ impl Tape<'_> {
     /// `-0.5 * grad * result.pow(3)`.
     pub fn rsqrt(&mut self, x: T) -> T {
         let bytes = x.bytes;
-        self.op1(
-            "rsqrt",
-            bytes,
-            &[x],
-            &[],
-            true,
-            Box::new(move |t, _| vec![Some(three_term(t, "pow", bytes))]),
-        )
+        self.op1("rsqrt", bytes, &[x], &[], true, move |t, _| {
+            vec![Some(three_term(t, "pow", bytes))]
+        })
     }
 
     /// An elementwise op of `x` that saves `x` (SiLU, GELU's tanh, …);
@@ -328,14 +293,9 @@ impl Tape<'_> {
     pub fn cat(&mut self, parts: &[T]) -> T {
         let bytes = parts.iter().map(|p| p.bytes).sum();
         let n = parts.len();
-        self.op1(
-            "cat",
-            bytes,
-            parts,
-            &[],
-            false,
-            Box::new(move |t, g| (0..n).map(|_| pass(t, g[0])).collect()),
-        )
+        self.op1("cat", bytes, parts, &[], false, move |t, g| {
+            (0..n).map(|_| pass(t, g[0])).collect()
+        })
     }
 
     /// `torch.cat(parts)` of parts some of which are of a narrower type
@@ -346,73 +306,50 @@ impl Tape<'_> {
         let sizes: Vec<(u64, bool)> = (parts.iter().zip(narrow))
             .map(|(p, &n)| (p.bytes, n))
             .collect();
-        self.op1(
-            "cat",
-            bytes,
-            parts,
-            &[],
-            false,
-            Box::new(move |t, g| {
-                (sizes.iter())
-                    .map(|&(b, narrow)| match narrow {
-                        true => g[0].map(|_| t.temp("_to_copy", b)),
-                        false => pass(t, g[0]),
-                    })
-                    .collect()
-            }),
-        )
+        self.op1("cat", bytes, parts, &[], false, move |t, g| {
+            (sizes.iter())
+                .map(|&(b, narrow)| match narrow {
+                    true => g[0].map(|_| t.temp("_to_copy", b)),
+                    false => pass(t, g[0]),
+                })
+                .collect()
+        })
     }
 
     /// `x[..., a:b]` of `bytes`: a view; backward `slice_backward` makes
     /// the whole input's gradient.
     pub fn slice(&mut self, x: T, bytes: u64) -> T {
         let xb = x.bytes;
-        self.view(
-            x,
-            bytes,
-            Box::new(move |t, _| vec![Some(t.grad(0, "slice_backward", xb))]),
-        )
+        self.view(x, bytes, move |t, _| {
+            vec![Some(t.grad(0, "slice_backward", xb))]
+        })
     }
 
     /// `x.chunk(n, dim=-1)`: `n` views; backward `cat`s their gradients.
     pub fn split(&mut self, x: T, n: usize) -> Vec<T> {
         let whole = x.bytes;
-        self.views(
-            x,
-            n,
-            whole / n as u64,
-            Box::new(move |t, _| vec![Some(t.grad(0, "cat", whole))]),
-        )
+        self.views(x, n, whole / n as u64, move |t, _| {
+            vec![Some(t.grad(0, "cat", whole))]
+        })
     }
 
     /// `x[..., :n]` of the whole last dimension: `alias`, a view whose
     /// backward passes the gradient.
     pub fn alias(&mut self, x: T) -> T {
-        self.view(x, x.bytes, Box::new(|t, g| vec![pass(t, g[0])]))
+        self.view(x, x.bytes, |t, g| vec![pass(t, g[0])])
     }
 
     /// A view of `x` whose backward copies the gradient to `x`'s layout
     /// (`reshape` of a gradient that is not contiguous there).
     pub fn rows_view(&mut self, x: T) -> T {
         let bytes = x.bytes;
-        self.view(
-            x,
-            bytes,
-            Box::new(move |t, _| vec![Some(t.grad(0, "clone", bytes))]),
-        )
+        self.view(x, bytes, move |t, _| vec![Some(t.grad(0, "clone", bytes))])
     }
 
     /// `x.contiguous()`/`clone()` (or another op that keeps `x`'s size and
     /// passes the gradient back as it is): a copy.
     pub fn copy(&mut self, op: &'static str, x: T) -> T {
-        self.op1(
-            op,
-            x.bytes,
-            &[x],
-            &[],
-            false,
-            Box::new(|t, g| vec![pass(t, g[0])]),
-        )
+        self.op1(op, x.bytes, &[x], &[], false, |t, g| vec![pass(t, g[0])])
     }
 
     /// `x.transpose(1, 2).contiguous()`: a copy whose gradient, transposed
@@ -426,18 +363,11 @@ impl Tape<'_> {
     /// half weights): `validate_outputs` casts `a`'s gradient back.
     pub fn add_wider(&mut self, a: T, b: T) -> T {
         let (ab, bytes, ga, gb) = (a.bytes, b.bytes, needs(&a), needs(&b));
-        self.op1(
-            "add",
-            bytes,
-            &[a, b],
-            &[],
-            false,
-            Box::new(move |t, g| {
-                let y = if gb { pass(t, g[0]) } else { None };
-                let x = g[0].filter(|_| ga).map(|_| t.grad(0, "_to_copy", ab));
-                vec![x, y]
-            }),
-        )
+        self.op1("add", bytes, &[a, b], &[], false, move |t, g| {
+            let y = if gb { pass(t, g[0]) } else { None };
+            let x = g[0].filter(|_| ga).map(|_| t.grad(0, "_to_copy", ab));
+            vec![x, y]
+        })
     }
 
     /// `x.to(dtype)` of `bytes`: saves nothing; backward the gradient
@@ -462,7 +392,7 @@ impl Tape<'_> {
             &[log_probs, target],
             &[log_probs.s, target.s],
             &[1],
-            Box::new(move |t, _| vec![Some(t.grad(0, "nll_loss_backward", lb)), None]),
+            move |t, _| vec![Some(t.grad(0, "nll_loss_backward", lb)), None],
         );
         self.drop(outs[1]);
         outs[0]
@@ -479,31 +409,20 @@ impl Tape<'_> {
         if gb {
             saved.push(a.s);
         }
-        self.op1(
-            "bmm",
-            bytes,
-            &[a, b],
-            &saved,
-            false,
-            Box::new(move |t, _| {
-                let y = gb.then(|| t.grad(1, "bmm", bb));
-                let x = ga.then(|| t.grad(0, "bmm", ab));
-                vec![x, y]
-            }),
-        )
+        self.op1("bmm", bytes, &[a, b], &saved, false, move |t, _| {
+            let y = gb.then(|| t.grad(1, "bmm", bb));
+            let x = ga.then(|| t.grad(0, "bmm", ab));
+            vec![x, y]
+        })
     }
 
     /// `x.expand(...)` to `bytes`: a view; backward sums the gradient back.
     pub fn expand(&mut self, x: T, bytes: u64) -> T {
         let xb = x.bytes;
-        self.view(
-            x,
-            bytes,
-            Box::new(move |t, g| {
-                let g = pass(t, g[0]);
-                vec![sum_to(t, g, bytes, xb)]
-            }),
-        )
+        self.view(x, bytes, move |t, g| {
+            let g = pass(t, g[0]);
+            vec![sum_to(t, g, bytes, xb)]
+        })
     }
 }
 

@@ -109,7 +109,7 @@ impl Model<'_, '_> {
             &[x16],
             &[],
             false,
-            Box::new(move |t, g| {
+            move |t, g| {
                 let gx = g[0].filter(|_| needs_x).map(|_| {
                     let w = t.dequantize(q, n);
                     let gx = t.grad(0, "mm", rows * fan_in * c);
@@ -117,7 +117,7 @@ impl Model<'_, '_> {
                     gx
                 });
                 vec![gx]
-            }),
+            },
         );
         // The fallback's locals go as it returns: the sum, `absmax_dq`,
         // the dequantized weight.

@@ -53,6 +53,15 @@ pub(super) struct T {
 /// each input it has an edge for, in input order.
 pub(super) type Backward = Box<dyn FnOnce(&mut Tape<'_>, &[Option<Sid>]) -> Vec<Option<Sid>>>;
 
+/// A node's backward as an op is given it: boxed only where autograd
+/// records the op (never under `no_grad`, as `generate` runs).
+pub(super) trait BackwardFn:
+    FnOnce(&mut Tape<'_>, &[Option<Sid>]) -> Vec<Option<Sid>> + 'static
+{
+}
+
+impl<F: FnOnce(&mut Tape<'_>, &[Option<Sid>]) -> Vec<Option<Sid>> + 'static> BackwardFn for F {}
+
 /// A checkpoint region's forward, run again.
 pub(super) type Recomputation = Box<dyn FnOnce(&mut Tape<'_>)>;
 
@@ -142,7 +151,7 @@ impl<'a> Tape<'a> {
     pub fn new(sink: &'a mut dyn Sink) -> Self {
         Tape {
             sink,
-            storages: Vec::new(),
+            storages: Vec::with_capacity(1024),
             nodes: Vec::new(),
             frames: Vec::new(),
             grads: Vec::new(),
@@ -429,7 +438,7 @@ impl<'a> Tape<'a> {
         inputs: &[T],
         saved: &[Sid],
         save_out: &[usize],
-        backward: Backward,
+        backward: impl BackwardFn,
     ) -> Vec<T> {
         let grad = self.grad_mode && inputs.iter().any(|t| t.fun.is_some());
         if self.halted() {
@@ -438,7 +447,7 @@ impl<'a> Tape<'a> {
         let node = grad.then(|| {
             let next = inputs.iter().map(|t| t.fun).collect();
             let seq = self.nodes.len() as u64;
-            self.node(seq, next, Some(backward), None, outputs.len())
+            self.node(seq, next, Some(Box::new(backward)), None, outputs.len())
                 .node
         });
         if let Some(n) = node {
@@ -475,7 +484,7 @@ impl<'a> Tape<'a> {
         inputs: &[T],
         saved: &[Sid],
         save_output: bool,
-        backward: Backward,
+        backward: impl BackwardFn,
     ) -> T {
         let save_out: &[usize] = if save_output { &[0] } else { &[] };
         self.op(&[(op, bytes)], inputs, saved, save_out, backward)[0]
@@ -483,27 +492,28 @@ impl<'a> Tape<'a> {
 
     /// A view of `t` (no new storage) of `bytes`, its backward `backward`:
     /// Python holds `t` and the view apart.
-    pub fn view(&mut self, t: T, bytes: u64, backward: Backward) -> T {
+    pub fn view(&mut self, t: T, bytes: u64, backward: impl BackwardFn) -> T {
         if self.halted() {
             return dead(bytes);
         }
         let v = self.share(t);
         let fun = (self.grad_mode && t.fun.is_some()).then(|| {
             let seq = self.nodes.len() as u64;
-            self.node(seq, vec![t.fun], Some(backward), None, 1)
+            self.node(seq, vec![t.fun], Some(Box::new(backward)), None, 1)
         });
         T { s: v.s, bytes, fun }
     }
 
     /// `n` views of `x` from one op (`split`), of `bytes` each; `backward`
     /// is given each view's gradient.
-    pub fn views(&mut self, x: T, n: usize, bytes: u64, backward: Backward) -> Vec<T> {
+    pub fn views(&mut self, x: T, n: usize, bytes: u64, backward: impl BackwardFn) -> Vec<T> {
         if self.halted() {
             return vec![dead(bytes); n];
         }
         let fun = (self.grad_mode && x.fun.is_some()).then(|| {
             let seq = self.nodes.len() as u64;
-            self.node(seq, vec![x.fun], Some(backward), None, n).node
+            self.node(seq, vec![x.fun], Some(Box::new(backward)), None, n)
+                .node
         });
         (0..n)
             .map(|slot| {
