@@ -69,6 +69,23 @@ async fn no_serious_violation_in_any_view() {
         "projector on a phone: {wide}"
     );
     viewport(&page, 1280, 800).await;
+    // The fragmentation lesson's climax, an out of memory, read from the
+    // back of the room: its banner too.
+    click(&page, "lesson-all").await;
+    open_lesson(&page, "lesson-4").await;
+    let title = js(&page, "document.querySelector('.lesson-title').textContent").await;
+    assert!(
+        title.as_str().unwrap_or("").contains("300 MiB free"),
+        "lesson 4 is the fragmentation lesson: {title}"
+    );
+    for _ in 0..20 {
+        if js(&page, "!!document.getElementById('banner')").await == serde_json::Value::Bool(true) {
+            break;
+        }
+        press(&page, "lesson-do").await;
+    }
+    until(&page, "!!document.getElementById('banner')").await;
+    clean(&page, "projector mode at the out-of-memory banner").await;
     let link = until(&page, "document.getElementById('watch-link')?.value").await;
     let watcher = open(&browser, link.as_str().unwrap()).await;
     until(&watcher, "!!document.getElementById('allocated')").await;

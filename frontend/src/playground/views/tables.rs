@@ -54,7 +54,8 @@ fn object_row(app: App, o: vramlab_shared::snapshot::ObjectSnapshot) -> impl Int
 #[component]
 pub fn EventLog(app: App) -> impl IntoView {
     view! {
-        <section class="events" aria-label="Event log">
+        // Scrolls once the log is long: reachable by keyboard then too.
+        <section class="events" aria-label="Event log" tabindex="0">
             <h2>"Events " <small>"(#: the command that caused it)"</small></h2>
             <ul id="events">
                 {move || app.memory.events.with(|q| q.iter().rev().take(40).map(|e| view! {
@@ -76,7 +77,7 @@ pub fn CodePane(app: App) -> impl IntoView {
     view! {
         <section class="code" aria-label="The Python each action stands for">
             <h2>"Python" <button on:click=copy>"Copy"</button></h2>
-            <pre id="code">{text}</pre>
+            <pre id="code" tabindex="0">{text}</pre>
         </section>
     }
 }
