@@ -185,8 +185,18 @@ async fn play_shows_every_step_and_the_timeline_follows() {
         "(t => /^step [0-9]+ of 120/.test(t) && !t.startsWith('step 120 of 120'))(document.getElementById('play-status').textContent)",
     )
     .await;
+    // While it plays, ▶ play says so and cannot start another run.
+    let button = "(b => [b.textContent, b.disabled])(document.getElementById('btn-play'))";
+    assert_eq!(
+        js(&page, button).await,
+        serde_json::json!(["▶ playing…", true])
+    );
     click(&page, "btn-pause").await;
     let paused = js(&page, COUNT).await.as_i64().unwrap();
+    assert_eq!(
+        js(&page, button).await,
+        serde_json::json!(["▶ play", false])
+    );
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
     assert!(
         js(&page, COUNT).await.as_i64().unwrap() <= paused + 1,

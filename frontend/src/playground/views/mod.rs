@@ -83,7 +83,26 @@ fn checked_button(
     title: &'static str,
     cmds: impl Fn() -> Result<Vec<Command>, Invalid> + 'static,
 ) -> impl IntoView {
-    button_view(app, id, label, title, Box::new(cmds))
+    button_view(app, id, (label, None), title, Box::new(cmds))
+}
+
+/// A [`checked_button`] that, while `busy` holds (what it started is
+/// under way), reads `busy_label` and cannot be pressed again.
+fn busy_button(
+    app: App,
+    id: &'static str,
+    (label, busy_label): (&'static str, &'static str),
+    busy: Signal<bool>,
+    title: &'static str,
+    cmds: impl Fn() -> Result<Vec<Command>, Invalid> + 'static,
+) -> impl IntoView {
+    button_view(
+        app,
+        id,
+        (label, Some((busy_label, busy))),
+        title,
+        Box::new(cmds),
+    )
 }
 
 /// What [`checked_button`] draws, built once for every button (not once
@@ -91,7 +110,7 @@ fn checked_button(
 fn button_view(
     app: App,
     id: &'static str,
-    label: &'static str,
+    (label, busy): (&'static str, Option<(&'static str, Signal<bool>)>),
     title: &'static str,
     cmds: Box<dyn Fn() -> Result<Vec<Command>, Invalid>>,
 ) -> AnyView {
@@ -114,7 +133,14 @@ fn button_view(
         }
     };
     view! {
-        <button id=id title=title disabled=move || app.read_only() on:click=click>{label}</button>
+        <button id=id title=title on:click=click
+            disabled=move || app.read_only() || busy.is_some_and(|(_, b)| b.get())
+            aria-busy=move || busy.is_some_and(|(_, b)| b.get()).to_string()>
+            {move || match busy {
+                Some((words, b)) if b.get() => words,
+                _ => label,
+            }}
+        </button>
         {move || refused.get().map(|why| view! {
             <span class="refused" role="alert" id=format!("{id}-refused")>{why}</span>
         })}

@@ -1,7 +1,9 @@
 //! Training: build a model, an optimizer and data, then run forward,
 //! backward, the optimizer, or whole training loops.
 
-use super::{button, checkbox, checked_button, choice, hidden, pow2_slider, text_input};
+use super::{
+    busy_button, button, checkbox, checked_button, choice, hidden, pow2_slider, text_input,
+};
 use crate::playground::state::App;
 use leptos::prelude::*;
 use std::ops::RangeInclusive;
@@ -401,7 +403,7 @@ fn ModelKindControls(app: App, f: Fields) -> impl IntoView {
 #[component]
 fn PlayControls(app: App, f: Fields) -> impl IntoView {
     view! {
-            {checked_button(app, "btn-play", "▶ play", "Train step by step, each step's numbers on screen", move || {
+            {busy_button(app, "btn-play", ("▶ play", "▶ playing…"), Signal::derive(move || app.play.left.get() > 0), "Train step by step, each step's numbers on screen", move || {
                 let steps = number(f.steps, "steps", 1..=MAX_TRAIN_STEPS)?;
                 if let Some(Command::Train(args)) = f.train(steps)?.pop() {
                     let train = Command::Train(args.clone());
