@@ -7,6 +7,7 @@
 
 use super::llama::Shared;
 use super::tape::T;
+use super::weights::Name;
 use super::Model;
 use crate::config::Arch;
 use vramlab_train::kinds::step::Attention;
@@ -72,25 +73,24 @@ impl Model<'_, '_> {
     fn gemma_attn(&mut self, l: u64, x: T, s: &Shared) -> (T, Option<T>) {
         let (c, rows) = (self.c, self.run.batch * self.run.seq);
         let (q_width, kv_width) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
-        let a = format!("model.layers.{l}.self_attn");
-        let mut q = self.project(x, &format!("{a}.q_proj"), rows, q_width, false);
+        let mut q = self.project(x, Name::of(l, "self_attn.q_proj"), rows, q_width, false);
         if c.heads > 1 {
             q = self.heads(q);
         }
-        let mut k = self.project(x, &format!("{a}.k_proj"), rows, kv_width, false);
+        let mut k = self.project(x, Name::of(l, "self_attn.k_proj"), rows, kv_width, false);
         if c.kv_heads > 1 {
             k = self.heads(k);
         }
-        let mut v = self.project(x, &format!("{a}.v_proj"), rows, kv_width, false);
+        let mut v = self.project(x, Name::of(l, "self_attn.v_proj"), rows, kv_width, false);
         if self.run.attention == Attention::Eager && c.kv_heads > 1 {
             v = self.heads(v);
         }
         if c.arch == Arch::Gemma3 {
-            let w = self.weight(&format!("{a}.q_norm.weight"));
+            let w = self.weight(Name::of(l, "self_attn.q_norm"));
             let n = self.gemma_norm(q, w, rows * c.heads, c.head_dim);
             self.t.drop(q);
             q = n;
-            let w = self.weight(&format!("{a}.k_norm.weight"));
+            let w = self.weight(Name::of(l, "self_attn.k_norm"));
             let n = self.gemma_norm(k, w, rows * c.kv_heads, c.head_dim);
             self.t.drop(k);
             k = n;
@@ -101,14 +101,13 @@ impl Model<'_, '_> {
     /// The GELU MLP on the normed rows.
     fn gemma_mlp(&mut self, l: u64, x: T) -> T {
         let (c, rows) = (self.c, self.run.batch * self.run.seq);
-        let m = format!("model.layers.{l}.mlp");
-        let gate = self.project(x, &format!("{m}.gate_proj"), rows, c.intermediate, false);
+        let gate = self.project(x, Name::of(l, "mlp.gate_proj"), rows, c.intermediate, false);
         let act = self.t.unary_saving_input("gelu", "gelu_backward", gate);
         self.t.drop(gate);
-        let up = self.project(x, &format!("{m}.up_proj"), rows, c.intermediate, false);
+        let up = self.project(x, Name::of(l, "mlp.up_proj"), rows, c.intermediate, false);
         let gated = self.t.mul(act, up, act.bytes);
         self.t.drop_all(&[act, up]);
-        let down = self.project(gated, &format!("{m}.down_proj"), rows, c.hidden, false);
+        let down = self.project(gated, Name::of(l, "mlp.down_proj"), rows, c.hidden, false);
         self.t.drop(gated);
         down
     }
@@ -116,9 +115,8 @@ impl Model<'_, '_> {
     /// One Gemma decoder layer's forward from `x`.
     pub(super) fn gemma_layer(&mut self, l: u64, x: T, s: &Shared) -> T {
         let (c, rows) = (self.c, self.run.batch * self.run.seq);
-        let p = format!("model.layers.{l}");
-        let norm = |m: &mut Self, name: &str, x: T| {
-            let w = m.weight(&format!("{p}.{name}.weight"));
+        let norm = |m: &mut Self, name: &'static str, x: T| {
+            let w = m.weight(Name::of(l, name));
             m.gemma_norm(x, w, rows, c.hidden)
         };
         let normed = norm(self, "input_layernorm", x);

@@ -7,15 +7,15 @@
 use super::llama::Shared;
 use super::ops::Fit;
 use super::tape::T;
+use super::weights::Name;
 use super::Model;
 use vramlab_train::kinds::step::Attention;
 
 impl Model<'_, '_> {
     /// `nn.LayerNorm` named `name` over the batch's rows.
-    fn layer_norm(&mut self, name: &str, x: T) -> T {
+    fn layer_norm(&mut self, name: Name, x: T) -> T {
         let rows = self.run.batch * self.run.seq;
-        let w = self.weight(&format!("{name}.weight"));
-        let b = self.weight(&format!("{name}.bias"));
+        let (w, b) = (self.weight(name), self.bias(name));
         self.t.layer_norm(x, w, b, rows)
     }
 
@@ -76,8 +76,7 @@ impl Model<'_, '_> {
     fn gpt2_attn(&mut self, l: u64, x: T, s: &Shared) -> (T, Option<T>) {
         let (c, rows) = (self.c, self.run.batch * self.run.seq);
         let d = c.hidden;
-        let a = format!("transformer.h.{l}.attn");
-        let qkv = self.project(x, &format!("{a}.c_attn"), rows, 3 * d, true);
+        let qkv = self.project(x, Name::of(l, "attn.c_attn"), rows, 3 * d, true);
         let parts = self.t.split(qkv, 3);
         let (q, mut k, mut v) = (parts[0], parts[1], parts[2]);
         // Eager attention's key and value gradients come back in the heads'
@@ -99,7 +98,7 @@ impl Model<'_, '_> {
                 (self.sdpa(q, k, v, mask), None)
             }
         };
-        let projected = self.project(out, &format!("{a}.c_proj"), rows, d, true);
+        let projected = self.project(out, Name::of(l, "attn.c_proj"), rows, d, true);
         self.t.drop(out);
         let dropped = self.dropout(projected, c.dropout.resid);
         self.t.drop(projected);
@@ -152,11 +151,10 @@ impl Model<'_, '_> {
     /// GPT-2's MLP on the normed rows: `c_proj`'s output after dropout.
     fn gpt2_mlp(&mut self, l: u64, x: T) -> T {
         let (c, rows) = (self.c, self.run.batch * self.run.seq);
-        let m = format!("transformer.h.{l}.mlp");
-        let fc = self.project(x, &format!("{m}.c_fc"), rows, c.intermediate, true);
+        let fc = self.project(x, Name::of(l, "mlp.c_fc"), rows, c.intermediate, true);
         let act = self.gelu_new(fc);
         self.t.drop(fc);
-        let projected = self.project(act, &format!("{m}.c_proj"), rows, c.hidden, true);
+        let projected = self.project(act, Name::of(l, "mlp.c_proj"), rows, c.hidden, true);
         self.t.drop(act);
         let dropped = self.dropout(projected, c.dropout.resid);
         self.t.drop(projected);
@@ -165,12 +163,11 @@ impl Model<'_, '_> {
 
     /// One `GPT2Block` from `x`.
     pub(super) fn gpt2_block(&mut self, l: u64, x: T, s: &Shared) -> T {
-        let p = format!("transformer.h.{l}");
-        let normed = self.layer_norm(&format!("{p}.ln_1"), x);
+        let normed = self.layer_norm(Name::of(l, "ln_1"), x);
         let (attended, weights) = self.gpt2_attn(l, normed, s);
         let h = self.t.add_mixed(attended, x);
         self.t.drop(normed);
-        let normed = self.layer_norm(&format!("{p}.ln_2"), h);
+        let normed = self.layer_norm(Name::of(l, "ln_2"), h);
         let ff = self.gpt2_mlp(l, normed);
         let out = self.t.add_mixed(h, ff);
         self.t.drop(normed);
@@ -189,8 +186,8 @@ impl Model<'_, '_> {
     pub(super) fn gpt2_body(&mut self, ids: T) -> T {
         let (c, rows) = (self.c, self.run.batch * self.run.seq);
         let e = self.e();
-        let wte = self.weight("transformer.wte.weight");
-        let wpe = self.weight("transformer.wpe.weight");
+        let wte = self.weight(Name::top("transformer.wte"));
+        let wpe = self.weight(Name::top("transformer.wpe"));
         let mut embeds = self.t.embedding(wte, ids, rows * c.hidden * e);
         if self.run.input_grads {
             embeds = self.t.leaf(embeds);
@@ -211,7 +208,7 @@ impl Model<'_, '_> {
             mask,
         };
         let last = self.layers(hidden, [s, s]);
-        let normed = self.layer_norm("transformer.ln_f", last);
+        let normed = self.layer_norm(Name::top("transformer.ln_f"), last);
         self.t.drop(last);
         // `GPT2Model.forward` returns: its arguments, then its locals.
         self.t.drop_all(&[positions, embeds, position_embeds]);

@@ -8,6 +8,7 @@
 use super::kernel::Sdpa;
 use super::ops::Fit;
 use super::tape::T;
+use super::weights::Name;
 use super::Model;
 use crate::config::Arch;
 use vramlab_train::kinds::step::sdp::Kernel;
@@ -270,34 +271,36 @@ impl Model<'_, '_> {
 
     /// A projection of `x` (`rows` rows) by the linear layer `name` to
     /// `width`, with peft's LoRA where it targets it.
-    pub(super) fn project(&mut self, x: T, name: &str, rows: u64, width: u64, bias: bool) -> T {
-        if let (Some(q), Some(&fans)) = (self.run.quant, self.w.quantized.get(name)) {
+    pub(super) fn project(&mut self, x: T, name: Name, rows: u64, width: u64, bias: bool) -> T {
+        let module = self.w.module(name);
+        if let (Some(q), Some(fans)) = (self.run.quant, module.quantized) {
             let out = self.linear4bit(x, q, rows, fans);
             // peft's `Linear4bit` clones the base layer's result first.
-            return match self.adapters(name) {
-                Some(_) => {
+            return match module.adapters {
+                Some(adapters) => {
                     let copy = self.t.copy("clone", out);
                     self.t.drop(out);
-                    self.lora(x, name, copy, rows, width)
+                    self.lora(x, adapters, copy, rows, width)
                 }
                 None => out,
             };
         }
-        let w = self.weight(&format!("{name}.weight"));
-        let b = bias.then(|| self.weight(&format!("{name}.bias")));
+        let w = module.weight.unwrap_or(self.w.missing);
+        let b = bias.then(|| module.bias.unwrap_or(self.w.missing));
         let e = self.e();
         let fan_in = w.bytes / e / width.max(1);
         let conv1d = self.c.arch == Arch::Gpt2;
         let out = self.product_of(x, (w, b), rows, (fan_in, width), (e, conv1d));
-        self.lora(x, name, out, rows, width)
+        match module.adapters {
+            Some(adapters) => self.lora(x, adapters, out, rows, width),
+            None => out,
+        }
     }
 
-    /// peft's `Linear.forward`: `result + lora_B(lora_A(x)) * scaling`
-    /// (the adapters in float32: the input cast to it, the sum cast back).
-    fn lora(&mut self, x: T, name: &str, result: T, rows: u64, width: u64) -> T {
-        let Some((a, b)) = self.adapters(name) else {
-            return result;
-        };
+    /// peft's `Linear.forward` with adapters `(a, b)`: `result +
+    /// lora_B(lora_A(x)) * scaling` (the adapters in float32: the input
+    /// cast to it, the sum cast back).
+    fn lora(&mut self, x: T, (a, b): (T, T), result: T, rows: u64, width: u64) -> T {
         let rank = self.run.lora.unwrap_or(0);
         // peft's 4-bit layer under autocast: `requires_conversion = not
         // torch.is_autocast_enabled()`, which asks about CUDA's autocast:
@@ -354,11 +357,10 @@ impl Model<'_, '_> {
     fn self_attn(&mut self, l: u64, x: T, s: &Shared) -> (T, Option<T>) {
         let (c, rows) = (self.c, self.run.batch * self.run.seq);
         let (q_width, kv_width) = (c.heads * c.head_dim, c.kv_heads * c.head_dim);
-        let a = format!("model.layers.{l}.self_attn");
         let (q, k, v, fused) = if c.arch == Arch::Phi3 {
             let qkv = self.project(
                 x,
-                &format!("{a}.qkv_proj"),
+                Name::of(l, "self_attn.qkv_proj"),
                 rows,
                 q_width + 2 * kv_width,
                 false,
@@ -376,27 +378,45 @@ impl Model<'_, '_> {
             (q, k, v, Some(qkv))
         } else {
             let head_norm = c.arch == Arch::Qwen3;
-            let mut q = self.project(x, &format!("{a}.q_proj"), rows, q_width, c.qkv_bias);
+            let mut q = self.project(
+                x,
+                Name::of(l, "self_attn.q_proj"),
+                rows,
+                q_width,
+                c.qkv_bias,
+            );
             if c.heads > 1 {
                 q = self.heads(q);
             }
             if head_norm {
-                let w = self.weight(&format!("{a}.q_norm.weight"));
+                let w = self.weight(Name::of(l, "self_attn.q_norm"));
                 let n = self.rms_norm(q, w, rows * c.heads, c.head_dim);
                 self.t.drop(q);
                 q = n;
             }
-            let mut k = self.project(x, &format!("{a}.k_proj"), rows, kv_width, c.qkv_bias);
+            let mut k = self.project(
+                x,
+                Name::of(l, "self_attn.k_proj"),
+                rows,
+                kv_width,
+                c.qkv_bias,
+            );
             if c.kv_heads > 1 {
                 k = self.heads(k);
             }
             if head_norm {
-                let w = self.weight(&format!("{a}.k_norm.weight"));
+                let w = self.weight(Name::of(l, "self_attn.k_norm"));
                 let n = self.rms_norm(k, w, rows * c.kv_heads, c.head_dim);
                 self.t.drop(k);
                 k = n;
             }
-            let mut v = self.project(x, &format!("{a}.v_proj"), rows, kv_width, c.qkv_bias);
+            let mut v = self.project(
+                x,
+                Name::of(l, "self_attn.v_proj"),
+                rows,
+                kv_width,
+                c.qkv_bias,
+            );
             // Eager attention's (and the math kernel's) value gradient is
             // in the heads' layout too (the fused kernels give theirs in
             // the rows').
@@ -420,7 +440,6 @@ impl Model<'_, '_> {
         fused: Option<T>,
     ) -> (T, Option<T>) {
         let (c, rows) = (self.c, self.run.batch * self.run.seq);
-        let a = format!("model.layers.{l}.self_attn");
         let (q_rot, k_rot) = self.rotate_both(q, k, s);
         self.t.drop_all(&[q, k]);
         let (k, v) = self.cache_update(l, k_rot, v);
@@ -441,7 +460,13 @@ impl Model<'_, '_> {
         } else {
             out
         };
-        let projected = self.project(out, &format!("{a}.o_proj"), rows, c.hidden, c.o_bias);
+        let projected = self.project(
+            out,
+            Name::of(l, "self_attn.o_proj"),
+            rows,
+            c.hidden,
+            c.o_bias,
+        );
         self.t.drop(out);
         // The attention's locals go as it returns, Phi-3's `qkv` first.
         if let Some(qkv) = fused {
@@ -474,12 +499,11 @@ impl Model<'_, '_> {
     /// The gated SiLU MLP on the normed rows: its output.
     fn mlp(&mut self, l: u64, x: T) -> T {
         let (c, rows) = (self.c, self.run.batch * self.run.seq);
-        let m = format!("model.layers.{l}.mlp");
         let i = c.intermediate;
         // Phi-3's `gate, up_states = up_states.chunk(2, dim=-1)`: `gate`
         // (a view of the projection) lives until the MLP returns.
         let (gated, gate) = if c.arch == Arch::Phi3 {
-            let gate_up = self.project(x, &format!("{m}.gate_up_proj"), rows, 2 * i, false);
+            let gate_up = self.project(x, Name::of(l, "mlp.gate_up_proj"), rows, 2 * i, false);
             let e = gate_up.bytes / (rows * 2 * i).max(1);
             let halves = self.t.split(gate_up, 2);
             self.t.drop(gate_up);
@@ -490,19 +514,25 @@ impl Model<'_, '_> {
             self.t.drop_all(&[act, up]);
             (gated, Some(gate))
         } else {
-            let gate = self.project(x, &format!("{m}.gate_proj"), rows, i, c.mlp_bias);
+            let gate = self.project(x, Name::of(l, "mlp.gate_proj"), rows, i, c.mlp_bias);
             // `act_fn(gate_proj(x)) * up_proj(x)`: `act_fn`'s and
             // `up_proj`'s outputs wait on the stack for the product.
             let act = self.t.unary_saving_input("silu", "silu_backward", gate);
             self.t.on_stack(act);
             self.t.drop(gate);
-            let up = self.project(x, &format!("{m}.up_proj"), rows, i, c.mlp_bias);
+            let up = self.project(x, Name::of(l, "mlp.up_proj"), rows, i, c.mlp_bias);
             self.t.on_stack(up);
             let gated = self.t.mul(act, up, act.bytes);
             self.t.drop_all(&[act, up]);
             (gated, None)
         };
-        let down = self.project(gated, &format!("{m}.down_proj"), rows, c.hidden, c.mlp_bias);
+        let down = self.project(
+            gated,
+            Name::of(l, "mlp.down_proj"),
+            rows,
+            c.hidden,
+            c.mlp_bias,
+        );
         self.t.drop(gated);
         if let Some(gate) = gate {
             self.t.drop(gate);
@@ -513,14 +543,13 @@ impl Model<'_, '_> {
     /// One decoder layer's forward from `x`: its output.
     pub(super) fn layer(&mut self, l: u64, x: T, s: &Shared) -> T {
         let (c, rows) = (self.c, self.run.batch * self.run.seq);
-        let p = format!("model.layers.{l}");
-        let w = self.weight(&format!("{p}.input_layernorm.weight"));
+        let w = self.weight(Name::of(l, "input_layernorm"));
         let normed = self.rms_norm(x, w, rows, c.hidden);
         let (attended, weights) = self.self_attn(l, normed, s);
         self.t.drop(normed);
         let h = self.t.add_mixed(x, attended);
         self.t.drop(attended);
-        let w = self.weight(&format!("{p}.post_attention_layernorm.weight"));
+        let w = self.weight(Name::of(l, "post_attention_layernorm"));
         let normed = self.rms_norm(h, w, rows, c.hidden);
         let down = self.mlp(l, normed);
         self.t.drop(normed);

@@ -41,8 +41,8 @@ use vramlab_train::kinds::NamedTensor;
 use vramlab_train::program::{Holds, Op, Role, Sink};
 
 pub use quant::{Quant4, BLOCK, BLOCK2};
-use weights::Weights;
 pub use weights::{adapted, fans, lora_targets, quantized};
+use weights::{Name, Weights};
 
 /// One training step's settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,12 +115,14 @@ impl Model<'_, '_> {
         self.decode.is_some() || !self.run.checkpointing
     }
 
-    fn weight(&self, name: &str) -> T {
-        self.w.by_name.get(name).copied().unwrap_or(self.w.missing)
+    /// Module `name`'s weight.
+    fn weight(&self, name: Name) -> T {
+        self.w.module(name).weight.unwrap_or(self.w.missing)
     }
 
-    fn adapters(&self, module: &str) -> Option<(T, T)> {
-        self.w.adapters.get(module).copied()
+    /// Module `name`'s bias.
+    fn bias(&self, name: Name) -> T {
+        self.w.module(name).bias.unwrap_or(self.w.missing)
     }
 
     /// The decoder layers from the embeddings, each in a checkpoint
@@ -224,7 +226,7 @@ impl Model<'_, '_> {
     /// The model's final norm.
     fn final_norm(&mut self, x: T) -> T {
         let (c, rows) = (self.c, self.run.batch * self.run.seq);
-        let w = self.weight("model.norm.weight");
+        let w = self.weight(Name::top("model.norm"));
         if self.gemma() {
             self.gemma_norm(x, w, rows, c.hidden)
         } else {
@@ -273,12 +275,12 @@ impl Model<'_, '_> {
         if c.arch == Arch::Gpt2 {
             let normed = self.gpt2_body(ids);
             let head = match c.tied {
-                true => self.weight("transformer.wte.weight"),
-                false => self.weight("lm_head.weight"),
+                true => self.weight(Name::top("transformer.wte")),
+                false => self.weight(Name::top("lm_head")),
             };
             return (normed, head);
         }
-        let embed = self.weight("model.embed_tokens.weight");
+        let embed = self.weight(Name::top("model.embed_tokens"));
         let raw = self.t.embedding(embed, ids, rows * c.hidden * self.e());
         let mut embeds = if self.gemma() {
             self.gemma_embeds(raw)
@@ -349,7 +351,7 @@ impl Model<'_, '_> {
         }
         let head = match c.tied {
             true => embed,
-            false => self.weight("lm_head.weight"),
+            false => self.weight(Name::top("lm_head")),
         };
         (normed, head)
     }

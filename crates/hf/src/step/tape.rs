@@ -440,33 +440,11 @@ impl<'a> Tape<'a> {
         save_out: &[usize],
         backward: impl BackwardFn,
     ) -> Vec<T> {
-        let grad = self.grad_mode && inputs.iter().any(|t| t.fun.is_some());
-        if self.halted() {
+        let Some(node) = self.op_node(inputs, saved, outputs.len(), backward) else {
             return outputs.iter().map(|&(_, b)| dead(b)).collect();
-        }
-        let node = grad.then(|| {
-            let next = inputs.iter().map(|t| t.fun).collect();
-            let seq = self.nodes.len() as u64;
-            self.node(seq, next, Some(Box::new(backward)), None, outputs.len())
-                .node
-        });
-        if let Some(n) = node {
-            for &s in saved {
-                self.save(n, s);
-            }
-        }
-        if self.halted() {
-            return outputs.iter().map(|&(_, b)| dead(b)).collect();
-        }
+        };
         let made: Vec<T> = (outputs.iter().enumerate())
-            .map(|(slot, &(op, bytes))| {
-                let s = self.alloc(op, bytes, self.holds);
-                T {
-                    s,
-                    bytes,
-                    fun: node.map(|node| Edge { node, slot }),
-                }
-            })
+            .map(|(slot, &(op, bytes))| self.output(node, slot, op, bytes))
             .collect();
         if let Some(n) = node {
             for &i in save_out {
@@ -486,8 +464,50 @@ impl<'a> Tape<'a> {
         save_output: bool,
         backward: impl BackwardFn,
     ) -> T {
-        let save_out: &[usize] = if save_output { &[0] } else { &[] };
-        self.op(&[(op, bytes)], inputs, saved, save_out, backward)[0]
+        let Some(node) = self.op_node(inputs, saved, 1, backward) else {
+            return dead(bytes);
+        };
+        let made = self.output(node, 0, op, bytes);
+        if let (Some(n), true) = (node, save_output) {
+            self.save(n, made.s);
+        }
+        made
+    }
+
+    /// An op's node, with what it saves of its inputs (none: no input
+    /// needs a gradient, or grad mode is off); none at all where the step
+    /// has halted and the op makes nothing.
+    fn op_node(
+        &mut self,
+        inputs: &[T],
+        saved: &[Sid],
+        outputs: usize,
+        backward: impl BackwardFn,
+    ) -> Option<Option<usize>> {
+        if self.halted() {
+            return None;
+        }
+        let grad = self.grad_mode && inputs.iter().any(|t| t.fun.is_some());
+        if !grad {
+            return Some(None);
+        }
+        let next = inputs.iter().map(|t| t.fun).collect();
+        let seq = self.nodes.len() as u64;
+        let n = (self.node(seq, next, Some(Box::new(backward)), None, outputs)).node;
+        for &s in saved {
+            self.save(n, s);
+        }
+        (!self.halted()).then_some(Some(n))
+    }
+
+    /// Output `slot` of an op (of `node`, where autograd records it).
+    fn output(&mut self, node: Option<usize>, slot: usize, op: &'static str, bytes: u64) -> T {
+        let s = self.alloc(op, bytes, self.holds);
+        T {
+            s,
+            bytes,
+            fun: node.map(|node| Edge { node, slot }),
+        }
     }
 
     /// A view of `t` (no new storage) of `bytes`, its backward `backward`:

@@ -8,13 +8,51 @@ use crate::config::{Arch, HfConfig};
 use std::collections::HashMap;
 use vramlab_train::kinds::NamedTensor;
 
-/// The model's weights as the step reads them.
+/// A module of the model: one of decoder layer `layer`'s by its name in
+/// the layer (`self_attn.q_proj`), or the model's own by its full name
+/// (`model.norm`, `lm_head`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Name {
+    pub layer: Option<u64>,
+    pub local: &'static str,
+}
+
+impl Name {
+    /// The model's own module `name`.
+    pub fn top(name: &'static str) -> Name {
+        Name {
+            layer: None,
+            local: name,
+        }
+    }
+
+    /// Module `local` of decoder layer `layer`.
+    pub fn of(layer: u64, local: &'static str) -> Name {
+        Name {
+            layer: Some(layer),
+            local,
+        }
+    }
+}
+
+/// A module's parameters as the step reads them.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Module {
+    pub weight: Option<T>,
+    pub bias: Option<T>,
+    /// peft's `lora_A` and `lora_B`, where LoRA adapts the module.
+    pub adapters: Option<(T, T)>,
+    /// Stored in 4 bits: the linear layer's (outputs, inputs).
+    pub quantized: Option<(u64, u64)>,
+}
+
+/// The model's weights as the step reads them, by module: found by layer
+/// and name without making a string for each op.
 pub(super) struct Weights {
-    pub by_name: HashMap<String, T>,
-    /// peft's `lora_A` and `lora_B` by the linear layer they adapt.
-    pub adapters: HashMap<String, (T, T)>,
-    /// The linear layers stored in 4 bits: (outputs, inputs).
-    pub quantized: HashMap<String, (u64, u64)>,
+    /// The model's own modules by full name.
+    top: HashMap<String, Module>,
+    /// Each decoder layer's modules by their name in the layer.
+    layers: Vec<HashMap<String, Module>>,
     /// What the optimizer updates, in `named_parameters()` order.
     pub trainable: Vec<T>,
     pub missing: T,
@@ -74,15 +112,55 @@ impl Weights {
             bytes,
             fun: None,
         };
-        let by_name = (params.iter())
-            .map(|p| (p.name.clone(), none(p.numel() * p.dtype.size_bytes())))
-            .collect();
+        let mut w = Weights::empty(none(0));
+        for p in params {
+            *w.slot(&p.name) = Some(none(p.numel() * p.dtype.size_bytes()));
+        }
+        w
+    }
+
+    fn empty(missing: T) -> Weights {
         Weights {
-            by_name,
-            adapters: HashMap::new(),
-            quantized: HashMap::new(),
+            top: HashMap::new(),
+            layers: Vec::new(),
             trainable: Vec::new(),
-            missing: none(0),
+            missing,
+        }
+    }
+
+    /// Module `name`'s parameters (none where the model has no such
+    /// module).
+    pub fn module(&self, name: Name) -> Module {
+        let table = match name.layer {
+            None => Some(&self.top),
+            Some(l) => usize::try_from(l).ok().and_then(|l| self.layers.get(l)),
+        };
+        (table.and_then(|t| t.get(name.local)).copied()).unwrap_or_default()
+    }
+
+    /// The module a parameter's full name belongs to, made if new.
+    fn module_mut(&mut self, param: &str) -> &mut Module {
+        let module = param.rsplit_once('.').map_or("", |(m, _)| m);
+        let (table, local) = match in_layer(module) {
+            Some((l, local)) => {
+                if self.layers.len() <= l {
+                    self.layers.resize_with(l + 1, HashMap::new);
+                }
+                (&mut self.layers[l], local)
+            }
+            None => (&mut self.top, module),
+        };
+        table.entry(local.to_string()).or_default()
+    }
+
+    /// Where the parameter of full name `param` goes: its module's weight
+    /// or bias (any other parameter is kept as a weight).
+    fn slot(&mut self, param: &str) -> &mut Option<T> {
+        let bias = param.ends_with(".bias");
+        let m = self.module_mut(param);
+        match bias {
+            true => &mut m.bias,
+            false => &mut m.weight,
         }
     }
 
@@ -93,28 +171,21 @@ impl Weights {
         run: &Run,
     ) -> Weights {
         let lora = run.lora;
-        let mut w = Weights {
-            by_name: HashMap::new(),
-            adapters: HashMap::new(),
-            quantized: HashMap::new(),
-            trainable: Vec::new(),
-            missing: t.external(0),
-        };
+        let mut w = Weights::empty(t.external(0));
         for p in params {
-            let module = p.name.rsplit_once('.').map_or("", |(m, _)| m).to_string();
             let four = run.quant.is_some() && quantized(&p.name, &p.shape);
             let bytes = match four {
                 true => p.numel().div_ceil(2),
                 false => p.numel() * p.dtype.size_bytes(),
             };
             if four {
-                w.quantized.insert(module.clone(), fans(c, &p.shape));
+                w.module_mut(&p.name).quantized = Some(fans(c, &p.shape));
             }
             let param = t.parameter(bytes, lora.is_none());
             if lora.is_none() {
                 w.trainable.push(param);
             }
-            w.by_name.insert(p.name.clone(), param);
+            *w.slot(&p.name) = Some(param);
             let Some(rank) = lora else { continue };
             if adapted(c, run.quant.is_some(), &p.name, &p.shape) {
                 let (fan_out, fan_in) = fans(c, &p.shape);
@@ -122,9 +193,28 @@ impl Weights {
                 let a = t.parameter(rank * fan_in * 4, true);
                 let b = t.parameter(fan_out * rank * 4, true);
                 w.trainable.extend([a, b]);
-                w.adapters.insert(module, (a, b));
+                w.module_mut(&p.name).adapters = Some((a, b));
             }
         }
         w
     }
+}
+
+/// A decoder layer's module path (`model.layers.3.self_attn.q_proj`,
+/// GPT-2's `transformer.h.3.attn.c_attn`): the layer and the module's
+/// name in it.
+fn in_layer(module: &str) -> Option<(usize, &str)> {
+    let mut start = 0;
+    let mut previous = "";
+    for segment in module.split('.') {
+        let end = start + segment.len();
+        if matches!(previous, "layers" | "h") {
+            if let Ok(l) = segment.parse::<usize>() {
+                return Some((l, module.get(end + 1..).unwrap_or("")));
+            }
+        }
+        previous = segment;
+        start = end + 1;
+    }
+    None
 }
