@@ -74,6 +74,7 @@ crate::read_by_name!(Dtype {
 });
 
 impl Dtype {
+    #[inline]
     pub fn size_bytes(self) -> u64 {
         match self {
             Dtype::Float64 | Dtype::Int64 => 8,

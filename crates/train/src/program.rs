@@ -145,6 +145,7 @@ pub struct Alloc {
 impl Alloc {
     /// A tensor of `bytes` whose arithmetic is not modelled (a Hugging
     /// Face program's), made by `op` in `layer`.
+    #[inline]
     pub fn memory(op: &'static str, bytes: u64, holds: Holds, layer: Option<u32>) -> Self {
         Alloc {
             op,
@@ -158,6 +159,7 @@ impl Alloc {
         }
     }
 
+    #[inline]
     pub fn bytes(&self) -> u64 {
         self.shape.iter().product::<u64>() * self.dtype.size_bytes()
     }

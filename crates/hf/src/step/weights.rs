@@ -5,7 +5,6 @@
 use super::tape::{Sid, Tape, T};
 use super::Run;
 use crate::config::{Arch, HfConfig};
-use std::collections::HashMap;
 use vramlab_train::kinds::NamedTensor;
 
 /// A module of the model: one of decoder layer `layer`'s by its name in
@@ -46,13 +45,17 @@ pub(super) struct Module {
     pub quantized: Option<(u64, u64)>,
 }
 
+/// A few modules by name, looked up by a scan: a layer has about ten,
+/// fewer than hashing a name costs.
+type Modules = Vec<(String, Module)>;
+
 /// The model's weights as the step reads them, by module: found by layer
 /// and name without making a string for each op.
 pub(super) struct Weights {
     /// The model's own modules by full name.
-    top: HashMap<String, Module>,
+    top: Modules,
     /// Each decoder layer's modules by their name in the layer.
-    layers: Vec<HashMap<String, Module>>,
+    layers: Vec<Modules>,
     /// What the optimizer updates, in `named_parameters()` order.
     pub trainable: Vec<T>,
     pub missing: T,
@@ -121,7 +124,7 @@ impl Weights {
 
     fn empty(missing: T) -> Weights {
         Weights {
-            top: HashMap::new(),
+            top: Vec::new(),
             layers: Vec::new(),
             trainable: Vec::new(),
             missing,
@@ -135,7 +138,8 @@ impl Weights {
             None => Some(&self.top),
             Some(l) => usize::try_from(l).ok().and_then(|l| self.layers.get(l)),
         };
-        (table.and_then(|t| t.get(name.local)).copied()).unwrap_or_default()
+        let found = table.and_then(|t| t.iter().find(|(n, _)| n == name.local));
+        found.map(|&(_, m)| m).unwrap_or_default()
     }
 
     /// The module a parameter's full name belongs to, made if new.
@@ -144,13 +148,20 @@ impl Weights {
         let (table, local) = match in_layer(module) {
             Some((l, local)) => {
                 if self.layers.len() <= l {
-                    self.layers.resize_with(l + 1, HashMap::new);
+                    self.layers.resize_with(l + 1, Vec::new);
                 }
                 (&mut self.layers[l], local)
             }
             None => (&mut self.top, module),
         };
-        table.entry(local.to_string()).or_default()
+        let i = match table.iter().position(|(n, _)| n == local) {
+            Some(i) => i,
+            None => {
+                table.push((local.to_string(), Module::default()));
+                table.len() - 1
+            }
+        };
+        &mut table[i].1
     }
 
     /// Where the parameter of full name `param` goes: its module's weight
