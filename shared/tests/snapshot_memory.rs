@@ -250,7 +250,7 @@ fn segments_without_stacks(segments: u64, blocks: u64) -> Vec<u8> {
 
 /// Reads `file`; the result and the most bytes held while reading it.
 fn read(file: &[u8]) -> (Result<torch_snapshot::MemorySnapshot, String>, usize) {
-    common::peak_bytes(|| torch_snapshot::read(file).map_err(|e| e.0))
+    common::peak_bytes(|| torch_snapshot::read(file).map_err(|e| e.to_string()))
 }
 
 /// Real dumps of 1,457 segments in 209 KB and 1,722 in 2.35 MB were

@@ -12,6 +12,7 @@ use super::intern::Interner;
 use super::pickle::{kind, Held, Value};
 use super::trace::{Trace, EVENT_BYTES};
 use super::MAX_EVENTS;
+use crate::error::Unexpected;
 use std::cell::{Cell, Ref, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -58,7 +59,7 @@ impl Budget {
     }
 
     /// `n` more records of `what` from `left`; refused once it is spent.
-    fn count(&self, left: &Cell<usize>, n: usize, what: &str) -> Result<(), String> {
+    fn count(&self, left: &Cell<usize>, n: usize, what: &str) -> Result<(), Unexpected> {
         let l = left.get().checked_sub(n).ok_or_else(|| more_than(what))?;
         left.set(l);
         Ok(())
@@ -66,7 +67,7 @@ impl Budget {
 
     /// `bytes` more made for `what`; refused once the file's share is
     /// spent.
-    fn charge(&self, bytes: usize, what: &str) -> Result<(), String> {
+    fn charge(&self, bytes: usize, what: &str) -> Result<(), Unexpected> {
         let b = self
             .bytes
             .get()
@@ -77,7 +78,7 @@ impl Budget {
     }
 
     /// The stack of `frames`, its new bytes taken from the budget.
-    pub(super) fn stack(&self, frames: Vec<Frame>) -> Result<Stack, String> {
+    pub(super) fn stack(&self, frames: Vec<Frame>) -> Result<Stack, Unexpected> {
         let mut stacks = self.stacks.borrow_mut();
         let before = stacks.bytes;
         let stack = stacks.stack(frames);
@@ -88,8 +89,10 @@ impl Budget {
 }
 
 #[cold]
-fn more_than(what: &str) -> String {
-    format!("the file holds more {what} than its size holds unshared")
+fn more_than(what: &str) -> Unexpected {
+    Unexpected(format!(
+        "the file holds more {what} than its size holds unshared"
+    ))
 }
 
 /// How much a snapshot may decode to.
@@ -132,7 +135,11 @@ impl Limits {
 /// The snapshot at the top of the tree, within `limits` (each record
 /// counted as it is made: past a limit, the file is refused), its frames
 /// held by `stacks`.
-pub fn snapshot(top: &Value, limits: Limits, stacks: Interner) -> Result<MemorySnapshot, String> {
+pub fn snapshot(
+    top: &Value,
+    limits: Limits,
+    stacks: Interner,
+) -> Result<MemorySnapshot, Unexpected> {
     let f = Fields::of(top, "the snapshot")?;
     let b = Budget {
         events: Cell::new(limits.events),
@@ -153,7 +160,7 @@ pub fn snapshot(top: &Value, limits: Limits, stacks: Interner) -> Result<MemoryS
 
 /// A segment from its dict, or as the reader read it: taken where the
 /// tree holds it alone, copied (its blocks counted) where it is shared.
-pub(super) fn segment(v: &Value, b: &Budget) -> Result<Segment, String> {
+pub(super) fn segment(v: &Value, b: &Budget) -> Result<Segment, Unexpected> {
     b.count(&b.segments, 1, "segments")?;
     if let Value::Segment(s) = v {
         let blocks = s.borrow().blocks.len();
@@ -190,7 +197,7 @@ pub(super) fn segment(v: &Value, b: &Budget) -> Result<Segment, String> {
 }
 
 /// A block from its dict, or as the reader read it.
-pub(super) fn block(v: &Value, b: &Budget) -> Result<Block, String> {
+pub(super) fn block(v: &Value, b: &Budget) -> Result<Block, Unexpected> {
     b.count(&b.blocks, 1, "blocks")?;
     if let Value::Block(block) = v {
         return Ok(Block::clone(block));
@@ -204,7 +211,7 @@ pub(super) fn block(v: &Value, b: &Budget) -> Result<Block, String> {
             "inactive" => BlockState::Inactive,
             other => return Err(format!(
                 "unknown block state '{other}' (expected active_allocated, active_pending_free or inactive)"
-            )),
+            ).into()),
         },
     };
     let (address, size) = in_memory(f.int("address")?, f.int("size")?, "a block")?;
@@ -219,18 +226,19 @@ pub(super) fn block(v: &Value, b: &Budget) -> Result<Block, String> {
 
 /// An address and a size whose range ends inside the 64-bit address
 /// space (a range that wraps past 2^64 is no memory a device has).
-fn in_memory(address: u64, size: u64, what: &str) -> Result<(u64, u64), String> {
+fn in_memory(address: u64, size: u64, what: &str) -> Result<(u64, u64), Unexpected> {
     match address.checked_add(size) {
         Some(_) => Ok((address, size)),
         None => Err(format!(
             "{what} at address {address} of {size} bytes runs past the end of the address space"
-        )),
+        )
+        .into()),
     }
 }
 
 /// A device's trace: its entries read as the pickle was (moved, not
 /// copied), or each read here.
-fn trace(v: &Value, b: &Budget) -> Result<Trace, String> {
+fn trace(v: &Value, b: &Budget) -> Result<Trace, Unexpected> {
     if let Value::Trace(t) = v {
         // A list of entries the pickle shares (one device's trace given
         // to several) is no recording PyTorch writes.
@@ -256,7 +264,7 @@ fn trace(v: &Value, b: &Budget) -> Result<Trace, String> {
 }
 
 /// A trace entry read from its dict (uncounted: see [`trace`]).
-pub(super) fn trace_entry(v: &Value, b: &Budget) -> Result<TraceEntry, String> {
+pub(super) fn trace_entry(v: &Value, b: &Budget) -> Result<TraceEntry, Unexpected> {
     let f = Fields::of(v, "a trace entry")?;
     let action = match f.get("action") {
         Some(a) => Action::from_name(text(a, "a trace entry's action")?),
@@ -278,7 +286,7 @@ pub(super) fn trace_entry(v: &Value, b: &Budget) -> Result<TraceEntry, String> {
 }
 
 /// A stack frame read from its dict, its strings held by `stacks`.
-pub(super) fn frame(v: &Value, stacks: &RefCell<Interner>) -> Result<Frame, String> {
+pub(super) fn frame(v: &Value, stacks: &RefCell<Interner>) -> Result<Frame, Unexpected> {
     if let Value::Frame(f) = v {
         return Ok(Frame::clone(f));
     }
@@ -292,7 +300,7 @@ pub(super) fn frame(v: &Value, stacks: &RefCell<Interner>) -> Result<Frame, Stri
     })
 }
 
-fn allocator_settings(v: &Value) -> Result<AllocatorSettings, String> {
+fn allocator_settings(v: &Value) -> Result<AllocatorSettings, Unexpected> {
     let f = Fields::of(v, "the allocator settings")?;
     let mut divisions = BTreeMap::new();
     if let Some(d) = f.get("roundup_power2_divisions") {
@@ -320,27 +328,32 @@ fn allocator_settings(v: &Value) -> Result<AllocatorSettings, String> {
 
 #[cold]
 #[inline(never)]
-fn too_wide(what: &str, fields: usize) -> String {
-    format!("{what} has {fields} fields; a snapshot's records have at most {MAX_FIELDS}")
+fn too_wide(what: &str, fields: usize) -> Unexpected {
+    Unexpected(format!(
+        "{what} has {fields} fields; a snapshot's records have at most {MAX_FIELDS}"
+    ))
 }
 
-fn invalid(v: &Value, expected: &str, at: &str) -> String {
-    format!("invalid type: {}, expected {expected} ({at})", kind(v))
+fn invalid(v: &Value, expected: &str, at: &str) -> Unexpected {
+    Unexpected(format!(
+        "invalid type: {}, expected {expected} ({at})",
+        kind(v)
+    ))
 }
 
-fn int(v: &Value, at: &str) -> Result<u64, String> {
+fn int(v: &Value, at: &str) -> Result<u64, Unexpected> {
     match v {
         Value::Int(i) => {
-            u64::try_from(*i).map_err(|_| format!("the integer {i} is out of range ({at})"))
+            u64::try_from(*i).map_err(|_| format!("the integer {i} is out of range ({at})").into())
         }
         _ => Err(invalid(v, "a non-negative integer", at)),
     }
 }
 
-fn signed(v: &Value, at: &str) -> Result<i64, String> {
+fn signed(v: &Value, at: &str) -> Result<i64, Unexpected> {
     match v {
         Value::Int(i) => {
-            i64::try_from(*i).map_err(|_| format!("the integer {i} is out of range ({at})"))
+            i64::try_from(*i).map_err(|_| format!("the integer {i} is out of range ({at})").into())
         }
         _ => Err(invalid(v, "an integer", at)),
     }
@@ -349,7 +362,7 @@ fn signed(v: &Value, at: &str) -> Result<i64, String> {
 /// A frame's line. PyTorch writes an unknown line as an unsigned 64-bit
 /// -1 (18446744073709551615): read as the -1 it stands for, as any value
 /// from 2^63 on is read as its 64-bit pattern.
-fn line(v: &Value) -> Result<i64, String> {
+fn line(v: &Value) -> Result<i64, Unexpected> {
     match v {
         Value::Int(i) if (i64::MAX as i128 + 1..=u64::MAX as i128).contains(i) => {
             Ok(*i as u64 as i64)
@@ -358,7 +371,7 @@ fn line(v: &Value) -> Result<i64, String> {
     }
 }
 
-fn text(v: &Value, at: &str) -> Result<String, String> {
+fn text(v: &Value, at: &str) -> Result<String, Unexpected> {
     match v {
         Value::Str(s) => Ok(s.to_string()),
         _ => Err(invalid(v, "a string", at)),
@@ -370,8 +383,8 @@ fn text(v: &Value, at: &str) -> Result<String, String> {
 fn each<T>(
     (list, what): (&[Value], &str),
     b: &Budget,
-    read: impl Fn(&Value) -> Result<T, String>,
-) -> Result<Vec<T>, String> {
+    read: impl Fn(&Value) -> Result<T, Unexpected>,
+) -> Result<Vec<T>, Unexpected> {
     let n = list.len();
     b.charge(n.saturating_mul(std::mem::size_of::<T>()), what)?;
     let mut out = Vec::with_capacity(list.len());
@@ -397,7 +410,7 @@ impl std::ops::Deref for Items<'_> {
     }
 }
 
-fn items<'a>(v: &'a Value, at: &str) -> Result<Items<'a>, String> {
+fn items<'a>(v: &'a Value, at: &str) -> Result<Items<'a>, Unexpected> {
     match v {
         Value::List(l) => Ok(Items::List(l.borrow())),
         Value::Stack(s) => Ok(Items::Frames(
@@ -440,7 +453,7 @@ struct Fields<'a> {
 }
 
 impl<'a> Fields<'a> {
-    fn of(v: &'a Value, what: &'static str) -> Result<Self, String> {
+    fn of(v: &'a Value, what: &'static str) -> Result<Self, Unexpected> {
         let pairs = match v {
             Value::Dict(d) => Pairs::Dict(d.borrow()),
             Value::Frame(f) => Pairs::Frame(frame_pairs(f)),
@@ -465,24 +478,24 @@ impl<'a> Fields<'a> {
         format!("`{key}` of {}", self.what)
     }
 
-    fn missing(&self, key: &str) -> String {
-        format!("missing field `{key}` in {}", self.what)
+    fn missing(&self, key: &str) -> Unexpected {
+        Unexpected(format!("missing field `{key}` in {}", self.what))
     }
 
     fn out_of_range(&self, key: &str) -> String {
         format!("{} is out of range", self.at(key))
     }
 
-    fn int(&self, key: &str) -> Result<u64, String> {
+    fn int(&self, key: &str) -> Result<u64, Unexpected> {
         self.get(key)
             .map_or_else(|| Err(self.missing(key)), |v| int(v, &self.at(key)))
     }
 
-    fn int_or(&self, key: &str, default: u64) -> Result<u64, String> {
+    fn int_or(&self, key: &str, default: u64) -> Result<u64, Unexpected> {
         self.get(key).map_or(Ok(default), |v| int(v, &self.at(key)))
     }
 
-    fn bool_or(&self, key: &str, default: bool) -> Result<bool, String> {
+    fn bool_or(&self, key: &str, default: bool) -> Result<bool, Unexpected> {
         match self.get(key) {
             None => Ok(default),
             Some(Value::Bool(b)) => Ok(*b),
@@ -490,7 +503,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn string_or(&self, key: &str, default: &str) -> Result<String, String> {
+    fn string_or(&self, key: &str, default: &str) -> Result<String, Unexpected> {
         self.get(key)
             .map_or_else(|| Ok(default.to_string()), |v| text(v, &self.at(key)))
     }
@@ -500,8 +513,8 @@ impl<'a> Fields<'a> {
         &self,
         key: &str,
         b: &Budget,
-        read: impl Fn(&Value) -> Result<T, String>,
-    ) -> Result<Vec<T>, String> {
+        read: impl Fn(&Value) -> Result<T, Unexpected>,
+    ) -> Result<Vec<T>, Unexpected> {
         match self.get(key) {
             None => Ok(Vec::new()),
             Some(v) => each((&items(v, &self.at(key))?, key), b, read),
@@ -511,7 +524,7 @@ impl<'a> Fields<'a> {
     /// The first [`MAX_FRAMES`] of the stack frames, innermost first,
     /// while the snapshot's [`MAX_ALL_FRAMES`] last (a stack held once
     /// however often it is used).
-    fn frames(&self, b: &Budget) -> Result<Stack, String> {
+    fn frames(&self, b: &Budget) -> Result<Stack, Unexpected> {
         match self.get("frames") {
             None => Ok(Stack::default()),
             Some(Value::Stack(s)) => Ok(s.clone()),
@@ -531,7 +544,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn read(v: serde_json::Value) -> Result<MemorySnapshot, String> {
+    fn read(v: serde_json::Value) -> Result<MemorySnapshot, Unexpected> {
         snapshot(
             &from_json(v),
             Limits::UNSHARED,
@@ -616,7 +629,7 @@ mod tests {
 
     #[test]
     fn wrong_values_are_refused_saying_where() {
-        let err = |v| read(v).unwrap_err();
+        let err = |v| read(v).unwrap_err().0;
         assert_eq!(
             err(json!([1])),
             "invalid type: a list, expected a dict (the snapshot)"
@@ -641,7 +654,7 @@ mod tests {
     /// once panicked on a `segment_map` of such a range).
     #[test]
     fn ranges_that_wrap_the_address_space_are_refused() {
-        let err = |v| read(v).unwrap_err();
+        let err = |v| read(v).unwrap_err().0;
         let top = u64::MAX - 10;
         assert!(
             err(json!({"segments": [{"address": top, "total_size": 11}]})).starts_with(

@@ -116,11 +116,11 @@ pub fn search_fix(
     };
     let oom = trace
         .get(event)
-        .ok_or_else(|| SnapshotError("no such event".into()))?;
+        .ok_or_else(|| SnapshotError::Replay("no such event".into()))?;
     let exact = replay_exact(snapshot, device)?;
     let point = |i: usize| exact.timeline.get(i).copied();
     let at = point(event)
-        .ok_or_else(|| SnapshotError("the trace ends before its out-of-memory".into()))?;
+        .ok_or_else(|| SnapshotError::Replay("the trace ends before its out-of-memory".into()))?;
     let held_most = (exact.timeline.iter().take(event + 1))
         .map(|p| p.reserved_bytes)
         .max()

@@ -13,6 +13,7 @@ use super::format::{Frame, Segment, TraceEntry};
 use super::intern::Interner;
 use super::pickle::{unique, Fold, Value};
 use super::Records;
+use crate::error::Unexpected;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -149,7 +150,7 @@ impl Fold for Folder {
         self.stack(&v).unwrap_or(v)
     }
 
-    fn entry(&mut self, v: &Value) -> Option<Result<TraceEntry, String>> {
+    fn entry(&mut self, v: &Value) -> Option<Result<TraceEntry, Unexpected>> {
         let Value::Dict(d) = v else { return None };
         let looks =
             (d.borrow().iter()).any(|(k, _)| matches!(k, Value::Str(s) if &**s == "action"));

@@ -14,7 +14,7 @@
 
 use super::format::{Action, MemorySnapshot, TraceEntry};
 use super::pools::{allocator_stream, DEFAULT_POOL};
-use super::SnapshotError;
+use super::{SnapshotError, Unexpected};
 use std::collections::{BTreeMap, HashMap};
 use vramlab_device::alloc::caching::{
     pool_for_size, round_size, MIN_BLOCK_SIZE, SMALL_BUFFER, SMALL_SIZE,
@@ -75,7 +75,7 @@ pub fn state_before(
     for (index, event) in trace.rev() {
         ends.note(&state, &event);
         undo(&mut state, &event).map_err(|why| {
-            SnapshotError(format!(
+            SnapshotError::Replay(format!(
                 "the trace contradicts its segment list at event {index} ({} at {:#x}, {} bytes): {why}",
                 event.action.name(),
                 event.addr,
@@ -125,7 +125,7 @@ fn final_state(snapshot: &MemorySnapshot, device: usize) -> Result<InitialState,
     {
         #[cfg(not(feature = "graph-pools"))]
         if s.segment_pool_id != DEFAULT_POOL {
-            return Err(SnapshotError(format!(
+            return Err(SnapshotError::Replay(format!(
                 "segment {:#x} is in a CUDA graph's private pool {:?}: `vramlab replay` replays it, the page alone does not",
                 s.address, s.segment_pool_id
             )));
@@ -155,7 +155,7 @@ fn final_state(snapshot: &MemorySnapshot, device: usize) -> Result<InitialState,
     Ok(state)
 }
 
-fn undo(state: &mut InitialState, e: &TraceEntry) -> Result<(), String> {
+fn undo(state: &mut InitialState, e: &TraceEntry) -> Result<(), Unexpected> {
     if e.addr.checked_add(e.size).is_none() {
         return Err("the range runs past the end of the address space".into());
     }
@@ -166,7 +166,7 @@ fn undo(state: &mut InitialState, e: &TraceEntry) -> Result<(), String> {
                 .blocks
                 .remove(&e.addr)
                 .map(drop)
-                .ok_or_else(|| "no live block there at the end of it".to_string())
+                .ok_or_else(|| "no live block there at the end of it".into())
         }
         Action::FreeCompleted => {
             let segment = segment_of(state, e.addr)?;
@@ -206,19 +206,19 @@ fn undo(state: &mut InitialState, e: &TraceEntry) -> Result<(), String> {
     }
 }
 
-fn segment_of(state: &mut InitialState, address: u64) -> Result<&mut SeedSegment, String> {
+fn segment_of(state: &mut InitialState, address: u64) -> Result<&mut SeedSegment, Unexpected> {
     state
         .segments
         .range_mut(..=address)
         .next_back()
         .map(|(_, s)| s)
         .filter(|s| address < s.address.saturating_add(s.size))
-        .ok_or_else(|| "no segment holds that address".to_string())
+        .ok_or_else(|| "no segment holds that address".into())
 }
 
 /// Before a `segment_map`, its pages were not mapped: the range leaves the
 /// mapped segment that holds it (which may split in two).
-fn unmap_range(state: &mut InitialState, address: u64, size: u64) -> Result<(), String> {
+fn unmap_range(state: &mut InitialState, address: u64, size: u64) -> Result<(), Unexpected> {
     let segment = segment_of(state, address)?;
     let (start, end) = (
         segment.address,
@@ -257,7 +257,7 @@ fn unmap_range(state: &mut InitialState, address: u64, size: u64) -> Result<(), 
 
 /// Before a `segment_unmap`, its pages were mapped: the range joins the
 /// mapped segments on either side.
-fn map_range(state: &mut InitialState, e: &TraceEntry) -> Result<(), String> {
+fn map_range(state: &mut InitialState, e: &TraceEntry) -> Result<(), Unexpected> {
     if segment_of(state, e.addr).is_ok() {
         return Err("the pages are mapped already".into());
     }
@@ -312,7 +312,7 @@ fn estimate_unknown_sizes(
     let mut segments_end = 0;
     for segment in state.segments.values_mut() {
         let overlap = || {
-            SnapshotError(format!(
+            SnapshotError::Replay(format!(
                 "segment {:#x} overlaps another, or a live block in it does",
                 segment.address
             ))

@@ -6,6 +6,7 @@
 //! whole file first.
 
 use super::pickle::{list, Fold, Held, Machine, Value};
+use crate::error::Malformed;
 use serde::de::{DeserializeSeed, Deserializer, Error, MapAccess, SeqAccess, Visitor};
 use std::fmt;
 use std::rc::Rc;
@@ -14,13 +15,13 @@ use std::rc::Rc;
 const BATCH: usize = 1000;
 
 /// Reads JSON `text` on the machine; the value and the bytes it held.
-pub fn read<F: Fold>(text: &[u8], fold: F) -> Result<(Value, Held), String> {
+pub fn read<F: Fold>(text: &[u8], fold: F) -> Result<(Value, Held), Malformed> {
     let mut m = Machine::driven(text.len(), fold);
     let mut de = serde_json::Deserializer::from_slice(text);
     let walked = Drive(&mut m)
         .deserialize(&mut de)
         .and_then(|()| de.end())
-        .map_err(|e| format!("the file is not JSON: {e}"));
+        .map_err(|e| Malformed(format!("the file is not JSON: {e}")));
     let top = walked.and_then(|()| m.pop());
     m.finish(top)
 }

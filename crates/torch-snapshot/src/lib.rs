@@ -20,6 +20,7 @@
 pub mod active;
 mod decode;
 pub mod diff;
+mod error;
 pub mod export;
 pub mod fix;
 mod fold;
@@ -37,6 +38,7 @@ pub mod what_if;
 pub mod window;
 pub mod wire;
 
+pub use error::{Malformed, SnapshotError, Unexpected};
 pub use format::{Action, Block, BlockState, Frame, MemorySnapshot, Segment, Stack, TraceEntry};
 pub use trace::Trace;
 
@@ -59,11 +61,7 @@ pub const MAX_EVENTS: usize = 12_000_000;
 /// Refuses a file over [`MAX_FILE_BYTES`] before it is read.
 pub fn check_size(len: usize) -> Result<(), SnapshotError> {
     if len > MAX_FILE_BYTES {
-        return Err(SnapshotError(format!(
-            "the file is {} MB; snapshots of up to {} MB are read",
-            len >> 20,
-            MAX_FILE_BYTES >> 20
-        )));
+        return Err(SnapshotError::TooLarge { bytes: len });
     }
     Ok(())
 }
@@ -137,18 +135,6 @@ impl Records {
     }
 }
 
-/// Why a file could not be read as a snapshot, in words for the user.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SnapshotError(pub String);
-
-impl std::fmt::Display for SnapshotError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for SnapshotError {}
-
 /// Reads a snapshot from a pickle (protocol 2 to 5) or from JSON of the
 /// same shape.
 pub fn read(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
@@ -162,44 +148,40 @@ pub fn read_counted(bytes: &[u8]) -> (Result<MemorySnapshot, SnapshotError>, Rec
     if let Err(e) = check_size(bytes.len()) {
         return (Err(e), Records::default());
     }
-    let (reader, not_a_snapshot): (Reader, _) =
-        match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
-            Some(0x80) => (|b, f| pickle::read(b, f), "the pickle is not a memory snapshot"),
-            Some(b'{') => (|b, f| json::read(b, f), "the JSON is not a memory snapshot"),
-            _ => {
-                return (Err(SnapshotError(
-                "not a PyTorch memory snapshot: expected the pickle that torch.cuda.memory._dump_snapshot() writes, or JSON".into(),
-            )), Records::default())
-            }
-        };
-    read_with(bytes, reader, not_a_snapshot)
+    let (reader, file): (Reader, _) = match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(0x80) => (|b, f| pickle::read(b, f), PICKLE),
+        Some(b'{') => (|b, f| json::read(b, f), JSON),
+        _ => return (Err(SnapshotError::UnknownFormat), Records::default()),
+    };
+    read_with(bytes, reader, file)
 }
 
 /// Reads a snapshot from JSON already parsed (a websocket message's field).
 pub fn from_json(value: serde_json::Value) -> Result<MemorySnapshot, SnapshotError> {
     let stacks = intern::Interner::new(decode::MAX_ALL_FRAMES);
     decode::snapshot(&pickle::from_json(value), decode::Limits::UNSHARED, stacks)
-        .map_err(|e| SnapshotError(format!("the JSON is not a memory snapshot: {e}")))
+        .map_err(|why| SnapshotError::NotASnapshot { file: JSON, why })
 }
+
+/// What a file read as a pickle or as JSON is called in its errors.
+pub(crate) const PICKLE: &str = "the pickle";
+const JSON: &str = "the JSON";
 
 /// The pickle's reader or JSON's: a function, so that [`read_with`] is one
 /// copy in the page, not one for each.
-type Reader = fn(&[u8], &mut fold::Folder) -> Result<(pickle::Value, pickle::Held), String>;
+type Reader = fn(&[u8], &mut fold::Folder) -> Result<(pickle::Value, pickle::Held), Malformed>;
 
 /// Reads `bytes` with `reader` (the pickle's or JSON's), folding as it
 /// goes, then decodes what it built within the rest of the file's limit.
 fn read_with(
     bytes: &[u8],
     reader: Reader,
-    not_a_snapshot: &str,
+    file: &'static str,
 ) -> (Result<MemorySnapshot, SnapshotError>, Records) {
     let mut folder = folder_for(bytes.len());
     match reader(bytes, &mut folder) {
-        Ok((top, held)) => (
-            decoded(top, held, bytes.len(), folder, not_a_snapshot),
-            held.records,
-        ),
-        Err(e) => (Err(SnapshotError(e)), pickle::Fold::records(&folder)),
+        Ok((top, held)) => (decoded(top, held, bytes.len(), folder, file), held.records),
+        Err(e) => (Err(e.into()), pickle::Fold::records(&folder)),
     }
 }
 
@@ -216,19 +198,13 @@ fn decoded(
     held: pickle::Held,
     len: usize,
     folder: fold::Folder,
-    not_a_snapshot: &str,
+    file: &'static str,
 ) -> Result<MemorySnapshot, SnapshotError> {
     let limits = decode::Limits::for_file(len, held);
     let snapshot = decode::snapshot(&top, limits, folder.into_stacks());
     #[cfg(feature = "teardown")]
     pickle::tear_down(vec![top]);
-    snapshot.map_err(|e| {
-        SnapshotError(if e.starts_with("the pickle") {
-            e
-        } else {
-            format!("{not_a_snapshot}: {e}")
-        })
-    })
+    snapshot.map_err(|why| SnapshotError::NotASnapshot { file, why })
 }
 
 /// Writes a snapshot as a pickle (protocol 3) that

@@ -29,6 +29,7 @@ mod scan;
 
 use super::format::{Block, Frame, Segment, Stack, TraceEntry};
 use super::trace::Trace;
+use crate::error::{Malformed, Unexpected};
 pub(super) use machine::{Held, Machine};
 use scan::{fetched, Ids, Reader};
 pub(super) use scan::{Scan, TRUNCATED};
@@ -97,7 +98,7 @@ pub enum Value {
 #[derive(Debug, Default)]
 pub struct Entries {
     pub trace: Trace,
-    pub error: Option<String>,
+    pub error: Option<Unexpected>,
 }
 
 /// What the reader folds values into as they are built.
@@ -108,7 +109,7 @@ pub trait Fold {
     /// [`Value::Segment`]; anything else as it is.
     fn item(&mut self, v: Value) -> Value;
     /// `v` read as a trace entry; `None` when it does not look like one.
-    fn entry(&mut self, v: &Value) -> Option<Result<TraceEntry, String>>;
+    fn entry(&mut self, v: &Value) -> Option<Result<TraceEntry, Unexpected>>;
     /// Bytes held by the frames, stacks and records it made.
     fn held(&self) -> usize;
     /// The records it made from what the file wrote out (not shared
@@ -123,7 +124,7 @@ impl<F: Fold> Fold for &mut F {
     fn item(&mut self, v: Value) -> Value {
         (**self).item(v)
     }
-    fn entry(&mut self, v: &Value) -> Option<Result<TraceEntry, String>> {
+    fn entry(&mut self, v: &Value) -> Option<Result<TraceEntry, Unexpected>> {
         (**self).entry(v)
     }
     fn held(&self) -> usize {
@@ -187,7 +188,7 @@ pub(super) fn unique(v: &Value) -> bool {
 /// too) whatever else it built is taken apart without recursion (a pickle
 /// can nest a value as deep as it has opcodes: a million one-item tuples
 /// in 1 MB), and the caller drops the value it gets the same way.
-pub fn read<F: Fold>(input: &[u8], fold: F) -> Result<(Value, Held), String> {
+pub fn read<F: Fold>(input: &[u8], fold: F) -> Result<(Value, Held), Malformed> {
     let mut m = Machine::new(Reader::whole(input), input.len(), fetched(input)?, fold);
     let top = m.run();
     m.finish(top)
@@ -252,8 +253,11 @@ pub(super) fn list(items: Vec<Value>) -> Value {
 }
 
 /// Why `v` is not a trace entry, as the decoder would say it.
-fn not_an_entry(v: &Value) -> String {
-    format!("invalid type: {}, expected a dict (a trace entry)", kind(v))
+fn not_an_entry(v: &Value) -> Unexpected {
+    Unexpected(format!(
+        "invalid type: {}, expected a dict (a trace entry)",
+        kind(v)
+    ))
 }
 
 /// What a value is, in words.
@@ -272,7 +276,7 @@ pub fn kind(v: &Value) -> &'static str {
     }
 }
 
-fn pairs(items: Vec<Value>) -> Result<Vec<(Value, Value)>, String> {
+fn pairs(items: Vec<Value>) -> Result<Vec<(Value, Value)>, Malformed> {
     if items.len() % 2 != 0 {
         #[cfg(feature = "teardown")]
         tear_down(items);

@@ -188,9 +188,9 @@ pub(super) fn what_if_settings(
 ) -> Result<Settings, SnapshotError> {
     let settings = recorded_settings(snapshot)
         .patched(what_if)
-        .map_err(|e| SnapshotError(e.message))?;
+        .map_err(|e| SnapshotError::Settings(e.message))?;
     if settings.framework != Framework::Pytorch {
-        return Err(SnapshotError(
+        return Err(SnapshotError::Settings(
             "a PyTorch recording replays on PyTorch only".into(),
         ));
     }
@@ -444,7 +444,7 @@ impl<'a> Replay<'a> {
                 "segment_free of the {}-byte segment at {:#x}",
                 e.size, e.addr
             );
-            self.differ(index, trace, why);
+            self.differ(index, trace, why.0);
         }
     }
 

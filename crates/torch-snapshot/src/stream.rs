@@ -6,7 +6,7 @@
 
 use super::fold::Folder;
 use super::pickle::{self, Machine, Scan, Value, TRUNCATED};
-use super::{check_size, decoded, folder_for, MemorySnapshot, SnapshotError};
+use super::{check_size, decoded, folder_for, Malformed, MemorySnapshot, SnapshotError, PICKLE};
 
 /// A pickle of a known size, read in two passes over its chunks.
 pub struct PickleStream {
@@ -23,8 +23,6 @@ enum Pass {
     Done,
 }
 
-const NOT_A_SNAPSHOT: &str = "the pickle is not a memory snapshot";
-
 impl PickleStream {
     /// For a pickle of `len` bytes (refused over [`super::MAX_FILE_BYTES`]).
     pub fn new(len: usize) -> Result<PickleStream, SnapshotError> {
@@ -40,12 +38,12 @@ impl PickleStream {
         let Pass::First(scan) = &mut self.pass else {
             return Err(out_of_order());
         };
-        scan.feed(chunk, last).map_err(SnapshotError)?;
+        scan.feed(chunk, last)?;
         if last {
             let Pass::First(scan) = std::mem::replace(&mut self.pass, Pass::Done) else {
                 return Err(out_of_order());
             };
-            let ids = scan.finish().map_err(SnapshotError)?;
+            let ids = scan.finish()?;
             self.pass = Pass::Second(pickle::streaming(self.len, ids, folder_for(self.len)));
         }
         Ok(())
@@ -78,7 +76,7 @@ impl PickleStream {
                 if let Pass::Second(machine) = std::mem::replace(&mut self.pass, Pass::Done) {
                     let _ = machine.finish(Err(e.clone()));
                 }
-                Err(SnapshotError(e))
+                Err(e.into())
             }
         }
     }
@@ -88,8 +86,8 @@ impl PickleStream {
         let Pass::Built(machine, top) = self.pass else {
             return Err(out_of_order());
         };
-        let (top, held, folder) = machine.finish_into(Ok(top)).map_err(SnapshotError)?;
-        decoded(top, held, self.len, folder, NOT_A_SNAPSHOT)
+        let (top, held, folder) = machine.finish_into(Ok(top))?;
+        decoded(top, held, self.len, folder, PICKLE)
     }
 
     /// The records read so far, beside the file's limit ([`super::read_bound`]).
@@ -102,5 +100,7 @@ impl PickleStream {
 }
 
 fn out_of_order() -> SnapshotError {
-    SnapshotError("the pickle's chunks came out of order: scan all, then read all".into())
+    SnapshotError::Malformed(Malformed(
+        "the pickle's chunks came out of order: scan all, then read all".into(),
+    ))
 }

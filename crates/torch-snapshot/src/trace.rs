@@ -6,6 +6,7 @@
 //! indexed.
 
 use super::frame::Stack;
+use crate::error::Unexpected;
 use serde::{Serialize, Serializer};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -201,7 +202,7 @@ impl Trace {
 
     /// Appends `e`; refused past the trace's tables (2^32 events, 65,536
     /// streams, 2^32 stacks, 247 unknown actions).
-    pub fn push(&mut self, e: TraceEntry) -> Result<(), String> {
+    pub fn push(&mut self, e: TraceEntry) -> Result<(), Unexpected> {
         let event = u32::try_from(self.len()).map_err(|_| "a trace of more than 2^32 events")?;
         let action = self.action_code(&e.action)?;
         let stream = self.stream_index(e.stream)?;
@@ -218,7 +219,7 @@ impl Trace {
         Ok(())
     }
 
-    fn action_code(&mut self, action: &Action) -> Result<u8, String> {
+    fn action_code(&mut self, action: &Action) -> Result<u8, Unexpected> {
         Ok(match action {
             Action::Alloc => 0,
             Action::FreeRequested => 1,
@@ -243,7 +244,7 @@ impl Trace {
         })
     }
 
-    fn stream_index(&mut self, stream: u64) -> Result<u16, String> {
+    fn stream_index(&mut self, stream: u64) -> Result<u16, Unexpected> {
         let at = match self.streams.iter().position(|&s| s == stream) {
             Some(at) => at,
             None => {
@@ -254,7 +255,7 @@ impl Trace {
         u16::try_from(at).map_err(|_| "a trace on more than 65,536 streams".into())
     }
 
-    fn stack_index(&mut self, stack: Stack) -> Result<u32, String> {
+    fn stack_index(&mut self, stack: Stack) -> Result<u32, Unexpected> {
         let key = Arc::as_ptr(&stack) as *const u8 as usize;
         if let Some(&at) = self.stack_index.get(&key) {
             return Ok(at);
@@ -399,6 +400,6 @@ mod tests {
                 .unwrap();
         }
         let err = trace.push(entry(Action::Other("one more".into()), 0));
-        assert!(err.unwrap_err().contains("unknown action"));
+        assert!(err.unwrap_err().0.contains("unknown action"));
     }
 }

@@ -13,7 +13,7 @@ pub fn parse_what_if(text: &str) -> Result<RestartSettings, SnapshotError> {
     let mut fields = serde_json::Map::new();
     for pair in split_pairs(text) {
         let (key, value) = pair.split_once('=').ok_or_else(|| {
-            SnapshotError(format!(
+            SnapshotError::Settings(format!(
                 "'{pair}' is not key=value (for example expandable_segments=true)"
             ))
         })?;
@@ -22,7 +22,7 @@ pub fn parse_what_if(text: &str) -> Result<RestartSettings, SnapshotError> {
         fields.insert(key.trim().to_string(), value);
     }
     serde_json::from_value(serde_json::Value::Object(fields))
-        .map_err(|e| SnapshotError(format!("what if '{text}': {e}")))
+        .map_err(|e| SnapshotError::Settings(format!("what if '{text}': {e}")))
 }
 
 /// Splits at commas outside brackets (`roundup_power2_divisions=[256:1,>:8]`

@@ -24,7 +24,7 @@ pub fn window(
     let recorded = snapshot.trace(device);
     let end = range.end.min(recorded.len());
     if range.start >= end {
-        return Err(SnapshotError(format!(
+        return Err(SnapshotError::Replay(format!(
             "events {}..{} hold none of the trace's {} events",
             range.start,
             range.end,
@@ -56,7 +56,7 @@ pub fn window(
         .collect();
     let mut trace = Trace::default();
     for e in recorded.iter().take(end).skip(range.start) {
-        trace.push(e).map_err(SnapshotError)?;
+        trace.push(e).map_err(|e| SnapshotError::Replay(e.0))?;
     }
     let mut device_traces = vec![Trace::default(); device + 1];
     device_traces[device] = trace;

@@ -11,7 +11,7 @@ use super::format::{
     Action, AllocatorSettings, Block, BlockState, Frame, MemorySnapshot, Segment, Stack, Trace,
     TraceEntry,
 };
-use super::SnapshotError;
+use super::{Malformed, SnapshotError};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -63,8 +63,11 @@ pub fn encode(snapshot: &MemorySnapshot) -> Vec<u8> {
 
 /// The snapshot [`encode`] wrote as `bytes`.
 pub fn decode(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
-    let fail =
-        |why: String| SnapshotError(format!("the read snapshot did not arrive whole: {why}"));
+    let fail = |why: Malformed| {
+        SnapshotError::Malformed(Malformed(format!(
+            "the read snapshot did not arrive whole: {why}"
+        )))
+    };
     let rest = bytes
         .strip_prefix(MAGIC)
         .ok_or_else(|| fail("not one".into()))?;
@@ -73,7 +76,7 @@ pub fn decode(bytes: &[u8]) -> Result<MemorySnapshot, SnapshotError> {
     let snapshot = r.snapshot().map_err(fail)?;
     match r.left() {
         0 => Ok(snapshot),
-        n => Err(fail(format!("{n} bytes after its end"))),
+        n => Err(fail(format!("{n} bytes after its end").into())),
     }
 }
 
@@ -253,62 +256,60 @@ impl<'a> In<'a> {
         self.bytes.len()
     }
 
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Malformed> {
         if n > self.bytes.len() {
-            return Err(format!("{n} bytes asked, {} left", self.bytes.len()));
+            return Err(format!("{n} bytes asked, {} left", self.bytes.len()).into());
         }
         let (head, rest) = self.bytes.split_at(n);
         self.bytes = rest;
         Ok(head)
     }
 
-    fn u8(&mut self) -> Result<u8, String> {
+    fn u8(&mut self) -> Result<u8, Malformed> {
         Ok(self.take(1)?[0])
     }
 
-    fn u32(&mut self) -> Result<u32, String> {
+    fn u32(&mut self) -> Result<u32, Malformed> {
         let b = self.take(4)?;
         Ok(u32::from_le_bytes(b.try_into().expect("4 bytes")))
     }
 
-    fn u64(&mut self) -> Result<u64, String> {
+    fn u64(&mut self) -> Result<u64, Malformed> {
         let b = self.take(8)?;
         Ok(u64::from_le_bytes(b.try_into().expect("8 bytes")))
     }
 
     /// A count of items of at least `each` bytes, which the bytes left
     /// must hold.
-    fn count(&mut self, each: usize) -> Result<usize, String> {
+    fn count(&mut self, each: usize) -> Result<usize, Malformed> {
         let n = self.u64()?;
         match usize::try_from(n) {
             Ok(n) if n.saturating_mul(each.max(1)) <= self.bytes.len() => Ok(n),
-            _ => Err(format!(
-                "{n} items of {each} bytes in {} bytes",
-                self.left()
-            )),
+            _ => Err(format!("{n} items of {each} bytes in {} bytes", self.left()).into()),
         }
     }
 
-    fn bool(&mut self) -> Result<bool, String> {
+    fn bool(&mut self) -> Result<bool, Malformed> {
         match self.u8()? {
             0 => Ok(false),
             1 => Ok(true),
-            b => Err(format!("{b} for a yes or no")),
+            b => Err(format!("{b} for a yes or no").into()),
         }
     }
 
-    fn string(&mut self) -> Result<Arc<str>, String> {
+    fn string(&mut self) -> Result<Arc<str>, Malformed> {
         let at = self.u32()? as usize;
         (self.strings.get(at).cloned())
-            .ok_or_else(|| format!("string {at} of {}", self.strings.len()))
+            .ok_or_else(|| format!("string {at} of {}", self.strings.len()).into())
     }
 
-    fn stack(&mut self) -> Result<Stack, String> {
+    fn stack(&mut self) -> Result<Stack, Malformed> {
         let at = self.u32()? as usize;
-        (self.stacks.get(at).cloned()).ok_or_else(|| format!("stack {at} of {}", self.stacks.len()))
+        (self.stacks.get(at).cloned())
+            .ok_or_else(|| format!("stack {at} of {}", self.stacks.len()).into())
     }
 
-    fn tables(&mut self) -> Result<(), String> {
+    fn tables(&mut self) -> Result<(), Malformed> {
         let strings = self.count(8)?;
         self.strings.reserve_exact(strings);
         for _ in 0..strings {
@@ -328,13 +329,13 @@ impl<'a> In<'a> {
                         name: self.string()?,
                     })
                 })
-                .collect::<Result<Vec<Frame>, String>>()?;
+                .collect::<Result<Vec<Frame>, Malformed>>()?;
             self.stacks.push(stack.into());
         }
         Ok(())
     }
 
-    fn snapshot(&mut self) -> Result<MemorySnapshot, String> {
+    fn snapshot(&mut self) -> Result<MemorySnapshot, Malformed> {
         let segments = self.count(SEGMENT_BYTES)?;
         let segments = (0..segments)
             .map(|_| self.segment())
@@ -351,7 +352,7 @@ impl<'a> In<'a> {
         })
     }
 
-    fn segment(&mut self) -> Result<Segment, String> {
+    fn segment(&mut self) -> Result<Segment, Malformed> {
         let device = self.u32()?;
         let mut v = [0u64; 8];
         for slot in &mut v {
@@ -380,7 +381,7 @@ impl<'a> In<'a> {
         })
     }
 
-    fn block(&mut self) -> Result<Block, String> {
+    fn block(&mut self) -> Result<Block, Malformed> {
         let (address, size, requested_size) = (self.u64()?, self.u64()?, self.u64()?);
         let state = self.u8()?;
         let state = *(STATES.get(state as usize)).ok_or_else(|| format!("block state {state}"))?;
@@ -393,7 +394,7 @@ impl<'a> In<'a> {
         })
     }
 
-    fn settings(&mut self) -> Result<Option<AllocatorSettings>, String> {
+    fn settings(&mut self) -> Result<Option<AllocatorSettings>, Malformed> {
         if !self.bool()? {
             return Ok(None);
         }
@@ -404,7 +405,7 @@ impl<'a> In<'a> {
         let intervals = self.count(12)?;
         let roundup_power2_divisions = (0..intervals)
             .map(|_| Ok((self.string()?.to_string(), self.u64()?)))
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, Malformed>>()?;
         Ok(Some(AllocatorSettings {
             alloc_conf,
             max_split_size,
@@ -414,16 +415,15 @@ impl<'a> In<'a> {
         }))
     }
 
-    fn trace(&mut self) -> Result<Trace, String> {
+    fn trace(&mut self) -> Result<Trace, Malformed> {
         let events = self.count(EVENT_BYTES)?;
         let mut trace = Trace::default();
         trace.reserve_exact(events);
         for _ in 0..events {
             let action = match self.u8()? {
                 OTHER => Action::Other(self.string()?),
-                code => {
-                    (ACTIONS.get(code as usize).cloned()).ok_or_else(|| format!("action {code}"))?
-                }
+                code => (ACTIONS.get(code as usize).cloned())
+                    .ok_or_else(|| Malformed(format!("action {code}")))?,
             };
             let (addr, size, stream) = (self.u64()?, self.u64()?, self.u64()?);
             let time_us = Some(self.u64()? as i64).filter(|&t| t != i64::MIN);
@@ -432,15 +432,17 @@ impl<'a> In<'a> {
                 true => Some(self.u64()?),
                 false => None,
             };
-            trace.push(TraceEntry {
-                action,
-                addr,
-                size,
-                stream,
-                time_us,
-                frames,
-                device_free,
-            })?;
+            trace
+                .push(TraceEntry {
+                    action,
+                    addr,
+                    size,
+                    stream,
+                    time_us,
+                    frames,
+                    device_free,
+                })
+                .map_err(|e| Malformed(e.0))?;
         }
         Ok(trace)
     }
@@ -523,7 +525,7 @@ mod tests {
         let bytes = encode(&sample());
         for cut in 0..bytes.len() {
             let err = decode(&bytes[..cut]).unwrap_err();
-            assert!(err.0.contains("did not arrive whole"), "{err:?}");
+            assert!(err.to_string().contains("did not arrive whole"), "{err:?}");
         }
         for at in 0..bytes.len() {
             for flip in [0x01, 0x80, 0xff] {
@@ -534,6 +536,9 @@ mod tests {
         }
         let mut longer = bytes.clone();
         longer.push(0);
-        assert!(decode(&longer).unwrap_err().0.contains("1 bytes after"));
+        assert!(decode(&longer)
+            .unwrap_err()
+            .to_string()
+            .contains("1 bytes after"));
     }
 }

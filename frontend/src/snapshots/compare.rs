@@ -25,7 +25,7 @@ impl Replays {
         let start = now_ms();
         let device = default_device(&b);
         let compared = diff((&a.snapshot, a.device), (&b, device))
-            .map_err(|e| e.0)
+            .map_err(|e| e.to_string())
             .map(|diff| Compared {
                 command: format!("vramlab diff {} {name}", a.name),
                 a_name: a.name.clone(),
@@ -45,7 +45,7 @@ impl Replays {
         let what_if = describe_what_if(&w.settings);
         let compared = export_what_if(&a.snapshot, a.device, &w.settings)
             .and_then(|b| diff((&a.snapshot, a.device), (&b, a.device)))
-            .map_err(|e| e.0)
+            .map_err(|e| e.to_string())
             .map(|diff| Compared {
                 command: format!(
                     "vramlab replay {0} --what-if '{what_if}' --export-snapshot what-if.pickle && vramlab diff {0} what-if.pickle",
@@ -76,7 +76,7 @@ impl Replays {
                         ms: now_ms() - start,
                     })));
                 }
-                Err(why) => compare.error.set(Some(why.0)),
+                Err(why) => compare.error.set(Some(why.to_string())),
             }
             compare.searching.set(false);
         });
@@ -91,7 +91,7 @@ impl Replays {
         let start = now_ms();
         let name = format!("{} events {}..{}", whole.name, range.start, range.end);
         let loaded = window(&whole.snapshot, whole.device, range)
-            .map_err(|e| e.0)
+            .map_err(|e| e.to_string())
             .and_then(|w| load(name, whole.bytes, Arc::new(w), whole.device));
         if loaded.is_ok() {
             self.compare.whole.set(Some(whole));
@@ -107,7 +107,7 @@ impl Replays {
         };
         match around_peak(&whole.snapshot, whole.device, n) {
             Ok((range, _)) => self.open_window(range),
-            Err(why) => self.compare.error.set(Some(why.0)),
+            Err(why) => self.compare.error.set(Some(why.to_string())),
         }
     }
 

@@ -109,7 +109,7 @@ pub fn read_snapshot(
             after_paint(move || {
                 let bytes = js_sys::Uint8Array::new(&buffer).to_vec();
                 drop(buffer);
-                let snapshot = wire::decode(&bytes).map_err(|e| e.0);
+                let snapshot = wire::decode(&bytes).map_err(|e| e.to_string());
                 drop(bytes);
                 then(snapshot);
                 progress.set(None);

@@ -95,7 +95,7 @@ impl Replays {
         match torch_snapshot::read(&bytes) {
             // The file's bytes go before the replay, which reuses their room.
             Ok(snapshot) => self.open_read(name, len, snapshot, start),
-            Err(why) => self.error.set(Some(why.0)),
+            Err(why) => self.error.set(Some(why.to_string())),
         }
     }
 
@@ -175,7 +175,7 @@ impl Replays {
             Err(why) => {
                 self.what_if.set(None);
                 self.shown.set(Shown::Recorded);
-                self.what_if_error.set(Some(why.0));
+                self.what_if_error.set(Some(why.to_string()));
             }
         }
     }
@@ -189,7 +189,7 @@ impl Replays {
             return;
         };
         let saved = export_what_if(&opened.snapshot, opened.device, &what_if.settings)
-            .map_err(|e| e.0)
+            .map_err(|e| e.to_string())
             .and_then(|s| {
                 let stem = opened
                     .name
@@ -215,7 +215,10 @@ impl Replays {
             (Shown::WhatIf, Some(w)) => Some(w.settings.clone()),
             _ => opened.inexact.as_ref().map(|_| RestartSettings::default()),
         };
-        Some(segments_at(&opened.snapshot, opened.device, what_if.as_ref(), event).map_err(|e| e.0))
+        Some(
+            segments_at(&opened.snapshot, opened.device, what_if.as_ref(), event)
+                .map_err(|e| e.to_string()),
+        )
     }
 }
 
@@ -236,8 +239,9 @@ pub(crate) fn load(
     let (recorded, inexact) = match replay_exact(&snapshot, device) {
         Ok(run) => (run, None),
         Err(why) => (
-            replay_what_if(&snapshot, device, &RestartSettings::default()).map_err(|e| e.0)?,
-            Some(why.0),
+            replay_what_if(&snapshot, device, &RestartSettings::default())
+                .map_err(|e| e.to_string())?,
+            Some(why.to_string()),
         ),
     };
     Ok(Opened {

@@ -65,13 +65,13 @@ fn start(file: File) {
 async fn read(file: &File) -> Result<Vec<u8>, String> {
     let snapshot = match is_pickle(file).await {
         true => {
-            let mut s = PickleStream::new(file.size() as usize).map_err(|e| e.0)?;
+            let mut s = PickleStream::new(file.size() as usize).map_err(|e| e.to_string())?;
             each_chunk(file, "first", &mut |c, last| {
-                s.scan(c, last).map_err(|e| e.0)
+                s.scan(c, last).map_err(|e| e.to_string())
             })
             .await?;
             each_chunk(file, "second", &mut |c, last| {
-                s.read(c, last).map_err(|e| e.0)
+                s.read(c, last).map_err(|e| e.to_string())
             })
             .await?;
             s.finish()
@@ -94,7 +94,7 @@ async fn read(file: &File) -> Result<Vec<u8>, String> {
             torch_snapshot::read(&whole)
         }
     };
-    Ok(wire::encode(&snapshot.map_err(|e| e.0)?))
+    Ok(wire::encode(&snapshot.map_err(|e| e.to_string())?))
 }
 
 /// What takes each chunk of a file (with whether it is the last).

@@ -6,6 +6,7 @@
 //! take, when to split and when to go to the driver is the policy of the
 //! allocator above it (`caching`, `bfc`).
 
+use super::Mismatch;
 use super::{
     AllocatorStats, BlockId, BlockState, BlockView, OutOfMemory, PoolKind, SegmentView, Slab,
     Trace, TraceAction, NIL,
@@ -165,10 +166,12 @@ impl Arena {
     /// one free block: the free space before and after it stays free. This
     /// rebuilds a recorded allocator state (a snapshot's live blocks), not
     /// a policy of any allocator.
-    pub fn carve(&mut self, address: u64, size: u64, requested: u64) -> Result<BlockId, String> {
-        let id = self
-            .free_block_containing(address, size)
-            .ok_or_else(|| format!("no free space for a block of {size} bytes at {address:#x}"))?;
+    pub fn carve(&mut self, address: u64, size: u64, requested: u64) -> Result<BlockId, Mismatch> {
+        let id = self.free_block_containing(address, size).ok_or_else(|| {
+            Mismatch(format!(
+                "no free space for a block of {size} bytes at {address:#x}"
+            ))
+        })?;
         self.take_free(id);
         let mut net = self.split_contribution(id, -1);
         let offset = address - self.blocks.get(id).address;

@@ -11,6 +11,7 @@
 use super::arena::{Arena, Block};
 use super::private_pools::PrivatePools;
 use super::roundup::RoundupDivisions;
+use super::Mismatch;
 use super::{
     device_malloc, AllocError, Allocator, AllocatorStats, BlockId, PoolKind, SegmentView,
     TraceEvent,
@@ -404,7 +405,7 @@ impl CachingAllocator {
         address: u64,
         size: u64,
         requested: u64,
-    ) -> Result<BlockId, String> {
+    ) -> Result<BlockId, Mismatch> {
         self.arena.carve(address, size, requested)
     }
 
@@ -414,13 +415,13 @@ impl CachingAllocator {
         &mut self,
         device: &mut dyn Device,
         address: u64,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, Mismatch> {
         let id = self
             .arena
             .whole_free_segments()
             .find(|&(id, _)| self.arena.block(id).address == address)
             .map(|(id, _)| id)
-            .ok_or_else(|| format!("no whole free segment at {address:#x}"))?;
+            .ok_or_else(|| Mismatch(format!("no whole free segment at {address:#x}")))?;
         Ok(self.arena.release_segment(device, id))
     }
 }

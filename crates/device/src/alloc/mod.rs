@@ -269,6 +269,18 @@ impl AllocError {
     }
 }
 
+/// A recorded allocator state that does not match this allocator's: a
+/// block where no free space is, a segment that is not one whole free
+/// block. Rebuilding a snapshot's state refuses it with these words.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mismatch(pub String);
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// Asks the driver for a segment: `Ok(None)` when it has not enough free
 /// memory (the allocator may release cached memory and retry), `Err` for
 /// any other driver failure.

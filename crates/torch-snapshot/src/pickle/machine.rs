@@ -9,6 +9,7 @@ use super::tear_down;
 use super::{
     cost, freed, limit, list, not_an_entry, pairs, unique, Fold, Value, HEADER, SLACK, SLOT,
 };
+use crate::error::Malformed;
 use crate::trace::{Trace, EVENT_BYTES};
 use crate::Records;
 use std::cell::RefCell;
@@ -68,7 +69,7 @@ impl<'a, F: Fold> Machine<'a, F> {
     }
 
     /// The value built (`top`) and what it held, the rest taken apart.
-    pub(crate) fn finish(self, top: Result<Value, String>) -> Result<(Value, Held), String> {
+    pub(crate) fn finish(self, top: Result<Value, Malformed>) -> Result<(Value, Held), Malformed> {
         self.finish_into(top).map(|(top, held, _)| (top, held))
     }
 
@@ -87,8 +88,8 @@ impl<'a, F: Fold> Machine<'a, F> {
     #[cfg_attr(not(feature = "teardown"), allow(unused_mut))]
     pub(crate) fn finish_into(
         mut self,
-        top: Result<Value, String>,
-    ) -> Result<(Value, Held, F), String> {
+        top: Result<Value, Malformed>,
+    ) -> Result<(Value, Held, F), Malformed> {
         let held = Held {
             bytes: self.total(),
             records: self.records(),
@@ -106,7 +107,7 @@ impl<'a, F: Fold> Machine<'a, F> {
 }
 
 impl<'a, F: Fold> Machine<'a, F> {
-    pub(super) fn run(&mut self) -> Result<Value, String> {
+    pub(super) fn run(&mut self) -> Result<Value, Malformed> {
         self.run_some()?.ok_or_else(|| TRUNCATED.into())
     }
 
@@ -114,7 +115,7 @@ impl<'a, F: Fold> Machine<'a, F> {
     /// pickle's `STOP`, or `None` where a stream's next chunk is needed
     /// (the opcode cut off is read again then: each reads its argument
     /// before it changes anything).
-    pub(crate) fn run_some(&mut self) -> Result<Option<Value>, String> {
+    pub(crate) fn run_some(&mut self) -> Result<Option<Value>, Malformed> {
         loop {
             let mark = self.r.at;
             let stepped = self.r.take(1).map(|op| op[0]).and_then(|op| match op {
@@ -150,7 +151,7 @@ impl<'a, F: Fold> Machine<'a, F> {
     /// Whether `bytes` more fit under the limit; refused when not. Checked
     /// before anything grows, so that a growing table's old and new
     /// storage, both held for a moment, fit too.
-    fn room(&self, bytes: usize) -> Result<(), String> {
+    fn room(&self, bytes: usize) -> Result<(), Malformed> {
         match self.total().saturating_add(bytes) <= self.limit() {
             true => Ok(()),
             false => Err(format!(
@@ -158,11 +159,11 @@ impl<'a, F: Fold> Machine<'a, F> {
                 (self.total() + bytes) >> 20,
                 self.len >> 20,
                 self.records().bytes() >> 20
-            )),
+            ).into()),
         }
     }
 
-    pub(crate) fn push(&mut self, v: Value) -> Result<(), String> {
+    pub(crate) fn push(&mut self, v: Value) -> Result<(), Malformed> {
         let cap = self.stack.capacity();
         if self.stack.len() == cap {
             let more = cap.max(64);
@@ -174,12 +175,12 @@ impl<'a, F: Fold> Machine<'a, F> {
     }
 
     /// Pushes a value just made, counting what it holds.
-    pub(crate) fn make(&mut self, v: Value) -> Result<(), String> {
+    pub(crate) fn make(&mut self, v: Value) -> Result<(), Malformed> {
         self.held += cost(&v);
         self.push(v)
     }
 
-    fn step(&mut self, op: u8) -> Result<(), String> {
+    fn step(&mut self, op: u8) -> Result<(), Malformed> {
         match op {
             0x80 => _ = self.r.take(1)?,     // PROTO
             0x95 => _ = self.r.take(8)?,     // FRAME
@@ -216,8 +217,8 @@ impl<'a, F: Fold> Machine<'a, F> {
         Ok(())
     }
 
-    fn step_strings(&mut self, op: u8) -> Result<(), String> {
-        let text = |m: &mut Self, len: usize| -> Result<(), String> {
+    fn step_strings(&mut self, op: u8) -> Result<(), Malformed> {
+        let text = |m: &mut Self, len: usize| -> Result<(), Malformed> {
             let bytes = m.r.take(len)?;
             let s: Rc<str> = std::str::from_utf8(bytes)
                 .map_err(|_| "a string is not valid UTF-8".to_string())?
@@ -225,7 +226,7 @@ impl<'a, F: Fold> Machine<'a, F> {
             m.make(Value::Str(s))?;
             Ok(())
         };
-        let bytes = |m: &mut Self, len: usize| -> Result<(), String> {
+        let bytes = |m: &mut Self, len: usize| -> Result<(), Malformed> {
             m.r.take(len)?;
             m.push(Value::Bytes)?;
             Ok(())
@@ -267,7 +268,7 @@ impl<'a, F: Fold> Machine<'a, F> {
         }
     }
 
-    fn step_containers(&mut self, op: u8) -> Result<(), String> {
+    fn step_containers(&mut self, op: u8) -> Result<(), Malformed> {
         match op {
             b']' | b')' | 0x8f => self.make(list(Vec::new()))?,
             b'}' => self.make(Value::Dict(Rc::default()))?,
@@ -321,7 +322,7 @@ impl<'a, F: Fold> Machine<'a, F> {
         Ok(())
     }
 
-    fn step_memo(&mut self, op: u8) -> Result<(), String> {
+    fn step_memo(&mut self, op: u8) -> Result<(), Malformed> {
         match op {
             // BINPUT, LONG_BINPUT, MEMOIZE: kept only when fetched back.
             b'q' | b'r' | 0x94 => {
@@ -364,21 +365,22 @@ impl<'a, F: Fold> Machine<'a, F> {
                     "the pickle refers to Python code or classes (opcode {:#04x} at byte {}); a memory snapshot holds only plain data, and vramlab runs nothing from a file",
                     op,
                     self.r.position() - 1
-                ));
+                ).into());
             }
             _ => {
                 return Err(format!(
                     "the pickle has an opcode vramlab does not read ({:#04x} at byte {})",
                     op,
                     self.r.position() - 1
-                ))
+                )
+                .into())
             }
         }
         Ok(())
     }
 
     /// `LONG1` / `LONG4`: little-endian two's complement of `n` bytes.
-    fn long(&mut self, n: usize) -> Result<(), String> {
+    fn long(&mut self, n: usize) -> Result<(), Malformed> {
         if n > 16 {
             return Err("an integer in the pickle is larger than 128 bits".into());
         }
@@ -395,14 +397,14 @@ impl<'a, F: Fold> Machine<'a, F> {
     }
 
     /// The value on top of the stack, kept there.
-    fn top(&self) -> Result<Value, String> {
+    fn top(&self) -> Result<Value, Malformed> {
         match self.stack.last() {
             Some(Value::Mark) | None => Err("the pickle's stack runs empty".into()),
             Some(v) => Ok(v.clone()),
         }
     }
 
-    pub(crate) fn pop(&mut self) -> Result<Value, String> {
+    pub(crate) fn pop(&mut self) -> Result<Value, Malformed> {
         match self.stack.pop() {
             Some(Value::Mark) | None => Err("the pickle's stack runs empty".into()),
             Some(v) => Ok(v),
@@ -410,19 +412,19 @@ impl<'a, F: Fold> Machine<'a, F> {
     }
 
     /// `APPENDS`: the items since the mark into the list below it.
-    pub(crate) fn appends(&mut self) -> Result<(), String> {
+    pub(crate) fn appends(&mut self) -> Result<(), Malformed> {
         let items = self.pop_mark()?;
         self.extend(items)
     }
 
     /// `SETITEMS`: the keys and values since the mark into the dict below.
-    pub(crate) fn set_items_from_mark(&mut self) -> Result<(), String> {
+    pub(crate) fn set_items_from_mark(&mut self) -> Result<(), Malformed> {
         let items = self.pop_mark()?;
         self.room(items.len() * SLOT)?;
         self.set_items(pairs(items)?)
     }
 
-    fn pop_mark(&mut self) -> Result<Vec<Value>, String> {
+    fn pop_mark(&mut self) -> Result<Vec<Value>, Malformed> {
         let mark = self
             .stack
             .iter()
@@ -471,7 +473,7 @@ impl<'a, F: Fold> Machine<'a, F> {
             .collect()
     }
 
-    fn extend(&mut self, items: Vec<Value>) -> Result<(), String> {
+    fn extend(&mut self, items: Vec<Value>) -> Result<(), Malformed> {
         let items = self.folded(items);
         self.as_trace(&items);
         match self.stack.last() {
@@ -548,7 +550,7 @@ impl<'a, F: Fold> Machine<'a, F> {
         }
     }
 
-    fn set_items(&mut self, items: Vec<(Value, Value)>) -> Result<(), String> {
+    fn set_items(&mut self, items: Vec<(Value, Value)>) -> Result<(), Malformed> {
         let items = self.folded_pairs(items);
         match self.stack.last() {
             Some(Value::Dict(d)) => {

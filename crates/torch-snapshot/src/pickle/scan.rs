@@ -1,6 +1,8 @@
 //! The pickle's bytes read opcode by opcode, and the first pass over them:
 //! which memo entries the file fetches back.
 
+use crate::error::Malformed;
+
 /// Memo ids as sets of bits: at most one per byte of the file (each
 /// `PUT` takes a byte or more; an id past that is refused).
 pub(crate) struct Ids {
@@ -19,18 +21,18 @@ impl Ids {
         }
     }
 
-    fn bit(bits: &[u64], id: u32) -> Result<(usize, u64), String> {
+    fn bit(bits: &[u64], id: u32) -> Result<(usize, u64), Malformed> {
         let word = id as usize / 64;
         match word < bits.len() {
             true => Ok((word, 1 << (id % 64))),
-            false => Err(format!(
-                "the pickle's memo entry {id} is beyond what its size can store"
-            )),
+            false => Err(
+                format!("the pickle's memo entry {id} is beyond what its size can store").into(),
+            ),
         }
     }
 
     /// Records a `PUT` of `id` (`None`: `MEMOIZE`, the next id); the id.
-    pub(super) fn store(&mut self, id: Option<u32>) -> Result<u32, String> {
+    pub(super) fn store(&mut self, id: Option<u32>) -> Result<u32, Malformed> {
         let id = id.unwrap_or(self.count);
         let (w, b) = Ids::bit(&self.stored, id)?;
         if self.stored[w] & b == 0 {
@@ -40,7 +42,7 @@ impl Ids {
         Ok(id)
     }
 
-    fn fetch(&mut self, id: u32) -> Result<(), String> {
+    fn fetch(&mut self, id: u32) -> Result<(), Malformed> {
         let (w, b) = Ids::bit(&self.fetched, id)?;
         self.fetched[w] |= b;
         Ok(())
@@ -53,7 +55,7 @@ impl Ids {
 
 /// The first pass: which memo ids the pickle fetches back. Reads the
 /// opcodes and their arguments only, as the second pass will.
-pub(super) fn fetched(input: &[u8]) -> Result<Ids, String> {
+pub(super) fn fetched(input: &[u8]) -> Result<Ids, Malformed> {
     let mut ids = Ids::new(input.len());
     let mut r = Reader::whole(input);
     while !scan_one(&mut r, &mut ids)? {}
@@ -61,7 +63,7 @@ pub(super) fn fetched(input: &[u8]) -> Result<Ids, String> {
 }
 
 /// Scans one opcode and its argument; whether it was the pickle's `STOP`.
-fn scan_one(r: &mut Reader, ids: &mut Ids) -> Result<bool, String> {
+fn scan_one(r: &mut Reader, ids: &mut Ids) -> Result<bool, Malformed> {
     let op = r.take(1)?[0];
     match op {
         b'.' => return Ok(true),
@@ -108,7 +110,7 @@ impl Scan {
     }
 
     /// Scans `chunk` (the file's next bytes; `last`: its end).
-    pub(crate) fn feed(&mut self, chunk: &[u8], last: bool) -> Result<(), String> {
+    pub(crate) fn feed(&mut self, chunk: &[u8], last: bool) -> Result<(), Malformed> {
         if self.stopped {
             return Ok(());
         }
@@ -132,7 +134,7 @@ impl Scan {
     }
 
     /// The ids the second pass keeps, once the whole file was scanned.
-    pub(crate) fn finish(self) -> Result<Ids, String> {
+    pub(crate) fn finish(self) -> Result<Ids, Malformed> {
         match self.stopped {
             true => Ok(self.ids.fetched_only()),
             false => Err(TRUNCATED.into()),
@@ -209,7 +211,7 @@ impl<'a> Reader<'a> {
         self.base + self.at
     }
 
-    pub(super) fn take(&mut self, n: usize) -> Result<&[u8], String> {
+    pub(super) fn take(&mut self, n: usize) -> Result<&[u8], Malformed> {
         let start = self.at;
         let Some(end) = start.checked_add(n).filter(|&e| e <= self.input().len()) else {
             self.short = self.more;
@@ -219,22 +221,22 @@ impl<'a> Reader<'a> {
         Ok(&self.input()[start..end])
     }
 
-    pub(super) fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
+    pub(super) fn array<const N: usize>(&mut self) -> Result<[u8; N], Malformed> {
         Ok(self.take(N)?.try_into().expect("N bytes"))
     }
 
     /// A length prefix of 4 or 8 bytes.
-    pub(super) fn length(&mut self, width: usize) -> Result<usize, String> {
+    pub(super) fn length(&mut self, width: usize) -> Result<usize, Malformed> {
         let n = if width == 4 {
             u64::from(u32::from_le_bytes(self.array()?))
         } else {
             u64::from_le_bytes(self.array()?)
         };
-        usize::try_from(n).map_err(|_| "a length in the pickle is too large".to_string())
+        usize::try_from(n).map_err(|_| "a length in the pickle is too large".into())
     }
 
     /// A memo index: one byte (`short`) or four.
-    pub(super) fn memo_id(&mut self, short: bool) -> Result<u32, String> {
+    pub(super) fn memo_id(&mut self, short: bool) -> Result<u32, Malformed> {
         Ok(match short {
             true => self.take(1)?[0].into(),
             false => u32::from_le_bytes(self.array()?),
@@ -243,7 +245,7 @@ impl<'a> Reader<'a> {
 
     /// Skips the argument of `op` (the first pass; the second pass says
     /// what is wrong with an opcode it does not read).
-    fn skip_argument(&mut self, op: u8) -> Result<(), String> {
+    fn skip_argument(&mut self, op: u8) -> Result<(), Malformed> {
         let n = match op {
             0x80 | b'K' | b'C' => 1,
             b'M' => 2,

@@ -25,7 +25,7 @@ pub fn export_what_if(
     let record = |trace: &mut Trace, drained: &mut Vec<TraceEvent>, cause: &TraceEntry| {
         for t in drained.drain(..) {
             for e in entries(&t, cause, &settings) {
-                trace.push(e).map_err(SnapshotError)?;
+                trace.push(e).map_err(|e| SnapshotError::Replay(e.0))?;
             }
         }
         Ok::<_, SnapshotError>(())

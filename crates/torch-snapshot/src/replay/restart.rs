@@ -30,7 +30,7 @@ pub fn replay_what_if(
             0 => String::new(),
             c => format!(" with its {} CUDA context", format_size(c)),
         };
-        return Err(SnapshotError(format!(
+        return Err(SnapshotError::Settings(format!(
             "{} on this {} device{context}. The smallest that holds them: {smallest} MiB; try at least that, or a larger GPU",
             refused.message(),
             format_mib(settings.device_total_bytes),

@@ -46,7 +46,7 @@ impl Replay<'_> {
             true => self.seed_as_recorded(state)?,
             false => self
                 .seed_live(state)
-                .map_err(|r| SnapshotError(r.message()))?,
+                .map_err(|r| SnapshotError::Replay(r.message()))?,
         }
         // Only the exact replay reads the allocator's trace.
         let a = self.process.allocator();
@@ -87,7 +87,7 @@ impl Replay<'_> {
     /// The exact replay's start: every segment where the recording had it.
     fn seed_as_recorded(&mut self, state: &InitialState) -> Result<(), SnapshotError> {
         let refused = |why: String| {
-            SnapshotError(format!(
+            SnapshotError::Replay(format!(
                 "the memory in use when the recording starts does not fit: {why}"
             ))
         };
@@ -104,13 +104,13 @@ impl Replay<'_> {
                     for (&address, &(size, requested)) in &s.blocks {
                         let id = a
                             .seed_block(at + (address - s.address), size, requested)
-                            .map_err(refused)?;
+                            .map_err(|m| refused(m.0))?;
                         self.blocks.insert(address, (id, None));
                     }
                 }
                 #[cfg(not(feature = "mid-run-expandable"))]
                 Process::Expandable(_) => {
-                    return Err(SnapshotError(
+                    return Err(SnapshotError::Replay(
                         "this recording with expandable segments starts mid-run: it replays under \"what if\" here (the exact replay of one that starts mid-run is the vramlab command line's and server's)".into(),
                     ))
                 }
@@ -131,7 +131,7 @@ impl Replay<'_> {
                         })?;
                     for (&address, &sizes) in &s.blocks {
                         let id = (a.seed_block((s.pool, stream), address, sizes))
-                            .map_err(refused)?;
+                            .map_err(|m| refused(m.0))?;
                         self.blocks.insert(address, (id, None));
                     }
                 }

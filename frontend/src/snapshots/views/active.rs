@@ -101,7 +101,7 @@ pub fn ActiveChart(r: Replays) -> impl IntoView {
         let range = zoom.get().map_or(0..events, |(a, b)| a..b);
         match active_timeline_in(&opened.snapshot, opened.device, BANDS, range) {
             Ok(a) => drawn.set(Some(Arc::new(a))),
-            Err(e) => error.set(Some(e.0)),
+            Err(e) => error.set(Some(e.to_string())),
         }
     });
     // Another trace opened: drawn again when asked, whole.

@@ -3,7 +3,7 @@
 
 use super::space::Piece;
 use super::ExpandableAllocator;
-use crate::alloc::{AllocError, BlockId, PoolKind};
+use crate::alloc::{AllocError, BlockId, Mismatch, PoolKind};
 use crate::device::Device;
 
 impl ExpandableAllocator {
@@ -60,21 +60,23 @@ impl ExpandableAllocator {
         (pool, stream): (PoolKind, u64),
         address: u64,
         (size, requested): (u64, u64),
-    ) -> Result<BlockId, String> {
+    ) -> Result<BlockId, Mismatch> {
         let i = self
             .find(stream, pool)
-            .ok_or("no mapped range in its pool")?;
+            .ok_or_else(|| Mismatch("no mapped range in its pool".into()))?;
         let space = &mut self.spaces[i];
         let inside = space.iter().find(|(_, n)| {
             n.piece == Piece::Free && n.address <= address && address + size <= n.address + n.size
         });
-        let (at, node) = inside
-            .map(|(at, n)| (at, *n))
-            .ok_or_else(|| format!("no free mapped space for {size} bytes at {address:#x}"))?;
+        let (at, node) = inside.map(|(at, n)| (at, *n)).ok_or_else(|| {
+            Mismatch(format!(
+                "no free mapped space for {size} bytes at {address:#x}"
+            ))
+        })?;
         let at = match address > node.address {
             true => space
                 .split(at, address - node.address, Piece::Free)
-                .ok_or("no room")?,
+                .ok_or_else(|| Mismatch("no room".into()))?,
             false => at,
         };
         space.split(at, size, Piece::Free);
