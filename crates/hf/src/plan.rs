@@ -356,6 +356,10 @@ pub fn step_of(
 ) -> (HfConfig, step::Run) {
     let four = t.quant.is_some();
     let run = step::Run {
+        checkpointing: t.checkpointing,
+        lora: t.lora,
+        gpu,
+        adam8bit: t.adam8bit,
         quant: t.quant,
         reentrant: four && t.checkpointing,
         amp: t.amp,
@@ -363,14 +367,7 @@ pub fn step_of(
         // peft readies a checkpointed model for LoRA by making the
         // embeddings need a gradient.
         input_grads: t.lora.is_some() && t.checkpointing,
-        grads_exist: false,
-        batch: t.batch,
-        seq: t.seq,
-        attention: t.attention,
-        checkpointing: t.checkpointing,
-        lora: t.lora,
-        gpu,
-        adam8bit: t.adam8bit,
+        ..step::Run::plain(t.batch, t.seq, t.attention)
     };
     let stepped = HfConfig {
         dtype: if four { Dtype::Float32 } else { c.dtype },

@@ -19,7 +19,7 @@
 
 use super::tape::{Tape, T};
 use super::weights::Weights;
-use super::{Model, Run, Sdpa};
+use super::{Model, Parts, Run, Sdpa};
 use crate::config::{Arch, HfConfig};
 use std::rc::Rc;
 use vramlab_train::kinds::step::{sdp, Attention};
@@ -109,36 +109,21 @@ pub fn forward(
             len: k.len,
         })
         .collect();
-    let run = Run {
-        batch: f.batch,
-        seq: f.tokens,
-        attention: f.attention,
-        checkpointing: false,
-        lora: None,
-        gpu: None,
-        adam8bit: false,
-        quant: None,
-        reentrant: false,
-        amp: None,
-        math_gqa: false,
-        input_grads: false,
-        grads_exist: false,
-    };
+    let run = Run::plain(f.batch, f.tokens, f.attention);
     let w = weights.0.clone();
     let kernel = Sdpa(sdp::select(None, c.dtype, c.head_dim, true));
-    let mut m = Model {
-        t: &mut tape,
+    let parts = Parts {
         c: *c,
         run,
         w,
         kernel,
-        cache: Vec::new(),
-        decode: Some(Decoding {
-            f,
-            layers,
-            before: None,
-        }),
     };
+    let mut m = Model::new(&mut tape, parts);
+    m.decode = Some(Decoding {
+        f,
+        layers,
+        before: None,
+    });
     let before = m.masks_before();
     m.t.mark(Op::Forward(f.index));
     let ids = m.t.external(f.batch * f.tokens * 8);

@@ -86,6 +86,30 @@ pub struct Run {
     pub grads_exist: bool,
 }
 
+impl Run {
+    /// A plain step of `batch` x `seq` tokens with `attention`: no
+    /// checkpointing, LoRA, quantization or autocast, on the CPU (where the
+    /// reference traces are recorded); the other settings from it with
+    /// struct update syntax.
+    pub fn plain(batch: u64, seq: u64, attention: Attention) -> Run {
+        Run {
+            batch,
+            seq,
+            attention,
+            checkpointing: false,
+            lora: None,
+            gpu: None,
+            adam8bit: false,
+            quant: None,
+            reentrant: false,
+            amp: None,
+            math_gqa: false,
+            input_grads: false,
+            grads_exist: false,
+        }
+    }
+}
+
 /// A step being built: the tape, the model and the run.
 pub(super) struct Model<'m, 's> {
     t: &'m mut Tape<'s>,
@@ -97,6 +121,41 @@ pub(super) struct Model<'m, 's> {
     cache: Vec<T>,
     /// Where `generate` runs the forward (none: a training step).
     decode: Option<decoding::Decoding>,
+}
+
+/// What a forward reads besides its tape: the config, the run, the
+/// weights and the attention kernel (what a checkpoint's recomputation
+/// carries to run a layer again).
+#[derive(Clone)]
+struct Parts {
+    c: HfConfig,
+    run: Run,
+    w: Rc<Weights>,
+    kernel: Sdpa,
+}
+
+impl<'m, 's> Model<'m, 's> {
+    /// A training forward's model on tape `t`.
+    fn new(t: &'m mut Tape<'s>, p: Parts) -> Self {
+        Model {
+            t,
+            c: p.c,
+            run: p.run,
+            w: p.w,
+            kernel: p.kernel,
+            cache: Vec::new(),
+            decode: None,
+        }
+    }
+
+    fn parts(&self) -> Parts {
+        Parts {
+            c: self.c,
+            run: self.run,
+            w: self.w.clone(),
+            kernel: self.kernel,
+        }
+    }
 }
 
 impl Model<'_, '_> {
@@ -151,17 +210,9 @@ impl Model<'_, '_> {
                 }
                 let frame = self.t.checkpoint(&inputs);
                 let out = self.any_layer(l, x, &s);
-                let (c, run, w, kernel) = (self.c, self.run, self.w.clone(), self.kernel);
+                let parts = self.parts();
                 let recompute = Box::new(move |t: &mut Tape<'_>| {
-                    let mut m = Model {
-                        t,
-                        c,
-                        run,
-                        w,
-                        kernel,
-                        cache: Vec::new(),
-                        decode: None,
-                    };
+                    let mut m = Model::new(t, parts);
                     let outside = m.t.set_layer(Some(l as u32));
                     let out = m.any_layer(l, x, &s);
                     m.t.drop(out);
@@ -191,17 +242,9 @@ impl Model<'_, '_> {
             _ => [s.cos, s.sin, s.positions],
         };
         let kept: Vec<T> = s.mask.into_iter().chain(rest).collect();
-        let (c, run, w, kernel) = (self.c, self.run, self.w.clone(), self.kernel);
+        let parts = self.parts();
         let region: tape::Region = Box::new(move |t: &mut Tape<'_>, x: T| {
-            let mut m = Model {
-                t,
-                c,
-                run,
-                w: w.clone(),
-                kernel,
-                cache: Vec::new(),
-                decode: None,
-            };
+            let mut m = Model::new(t, parts.clone());
             let outside = m.t.set_layer(Some(l as u32));
             let out = m.any_layer(l, x, &s);
             m.t.set_layer(outside);
@@ -483,15 +526,13 @@ pub fn play_with(
         c.head_dim,
         true,
     ));
-    let mut m = Model {
-        t: &mut tape,
+    let parts = Parts {
         c: *c,
         run,
         w,
         kernel,
-        cache: Vec::new(),
-        decode: None,
     };
+    let mut m = Model::new(&mut tape, parts);
     m.t.mark(Op::Phase("forward"));
     let loss = m.forward(ids);
     m.t.clear_amp_cache();

@@ -118,23 +118,16 @@ fn llama_family_steps_under_autocast_follow_transformers_event_by_event() {
 fn case_run(c: &Value) -> Run {
     let lora = c["lora"].as_u64().filter(|&r| r > 0);
     let checkpointing = c["checkpointing"].as_bool().unwrap_or(false);
+    let attention = match c["attn"].as_str() {
+        Some("eager") => Attention::Eager,
+        _ => Attention::Sdpa,
+    };
+    let (batch, seq) = (c["batch"].as_u64(), c["seq"].as_u64());
     Run {
-        batch: c["batch"].as_u64().unwrap_or(0),
-        seq: c["seq"].as_u64().unwrap_or(0),
-        attention: match c["attn"].as_str() {
-            Some("eager") => Attention::Eager,
-            _ => Attention::Sdpa,
-        },
         checkpointing,
         lora,
-        gpu: None,
-        adam8bit: false,
-        quant: None,
-        reentrant: false,
-        amp: None,
-        math_gqa: false,
         input_grads: lora.is_some() && checkpointing,
-        grads_exist: false,
+        ..Run::plain(batch.unwrap_or(0), seq.unwrap_or(0), attention)
     }
 }
 
