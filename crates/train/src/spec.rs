@@ -1,7 +1,7 @@
 //! Models, optimizers and datasets as shapes and bytes, and the memory
 //! estimate of a training step computed from them before anything runs.
 
-use super::kinds::step::{Attention, Options};
+use super::kinds::step::Options;
 use super::kinds::{self, estimate, CnnShape, MlpShape, TransformerShape};
 use super::optim::OptimizerSpec;
 use serde::{Deserialize, Serialize};
@@ -263,35 +263,13 @@ pub struct Estimate {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StepShape {
     pub batch_size: u64,
-    pub accumulate: u64,
-    /// The autocast type, if any.
-    pub amp: Option<Dtype>,
-    pub checkpointing: bool,
     pub set_to_none: bool,
     /// Where matrix products get their workspaces
     /// (`Settings::blas_workspaces`).
     pub blas: vramlab_device::framework::BlasWorkspaces,
-    /// A transformer's attention.
-    pub attention: Attention,
-    /// The GPU's compute capability, for the kernel fused attention runs
-    /// (`Options::gpu`).
-    pub gpu: Option<(u32, u32)>,
-    /// Each cuDNN convolution's workspace (`Options::conv_workspace`).
-    pub conv_workspace: u64,
-}
-
-impl StepShape {
-    /// The step program's options for this shape.
-    pub fn options(&self) -> Options {
-        Options {
-            attention: self.attention,
-            checkpointing: self.checkpointing,
-            amp: self.amp,
-            accumulate: self.accumulate,
-            gpu: self.gpu,
-            conv_workspace: self.conv_workspace,
-        }
-    }
+    /// The step program's options: the techniques, the micro-batches
+    /// (`accumulate`), the GPU's kernels.
+    pub options: Options,
 }
 
 /// The optimizer's state for the model's trained parameters.
@@ -318,8 +296,8 @@ pub fn estimate(
     data: Option<&DataSpec>,
     s: &StepShape,
 ) -> Estimate {
-    let b = s.batch_size / s.accumulate.max(1);
-    let options = s.options();
+    let options = s.options;
+    let b = s.batch_size / options.accumulate.max(1);
     let (saved, attention) = match model.kind {
         Kind::Transformer(t) => estimate::transformer_saved(&t, b, options),
         Kind::Cnn(c) => (estimate::cnn_saved(&c, b, options), 0),
@@ -344,7 +322,7 @@ pub fn estimate(
     let resident = dataset + p + rounded(&model.buffers()) + o + workspaces + 512;
     let fresh = estimate::walk(&program, false, &s.blas).peak;
     let kept = estimate::walk(&program, true, &s.blas).peak + g;
-    let micro_batch = match (s.set_to_none, s.accumulate > 1) {
+    let micro_batch = match (s.set_to_none, s.options.accumulate > 1) {
         (true, false) => fresh,
         (true, true) => fresh.max(kept),
         (false, _) => kept,
@@ -368,6 +346,7 @@ pub fn estimate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kinds::step::Attention;
     use crate::OptimizerKind;
 
     fn default_model() -> ModelSpec {
@@ -392,14 +371,16 @@ mod tests {
         let m = default_model();
         let shape = StepShape {
             batch_size: 64,
-            accumulate: 1,
-            amp: None,
-            checkpointing: false,
             set_to_none: true,
             blas: Default::default(),
-            attention: Attention::Eager,
-            gpu: None,
-            conv_workspace: 0,
+            options: Options {
+                attention: Attention::Eager,
+                checkpointing: false,
+                amp: None,
+                accumulate: 1,
+                gpu: None,
+                conv_workspace: 0,
+            },
         };
         let adam = OptimizerSpec::torch(OptimizerKind::Adam);
         let e = estimate(&m, Some(adam), None, &shape);

@@ -18,14 +18,9 @@ impl Engine {
     pub(super) fn estimate(&self, a: &EstimateArgs) -> Result<Outcome, CommandError> {
         let shape = &StepShape {
             batch_size: a.batch_size,
-            accumulate: a.accumulate,
-            amp: a.amp.dtype(),
-            checkpointing: a.checkpointing,
             set_to_none: a.set_to_none,
             blas: self.settings.blas_workspaces(),
-            attention: a.attention,
-            gpu: self.kernel_gpu(),
-            conv_workspace: self.conv_workspace(),
+            options: self.step_options(a.attention, a.checkpointing, a.amp, a.accumulate),
         };
         let (_, state) = self.model_state(&a.model)?;
         check_attention(a.attention, &state.spec)?;
@@ -37,15 +32,13 @@ impl Engine {
             Some(d) => Some(self.train.datasets[&self.instance(d, Class::Dataset)?].spec),
             None => None,
         };
-        super::training::micro_batch(shape.batch_size, shape.accumulate)?;
+        super::training::micro_batch(shape.batch_size, shape.options.accumulate)?;
         let mut e = estimate(&state.spec, optimizer, data.as_ref(), shape);
+        // XLA compiles one micro-batch's step (no PyTorch kernel, no cuDNN
+        // workspace: `kernel_gpu` is none there).
         let options = crate::train::kinds::step::Options {
-            attention: a.attention,
-            checkpointing: a.checkpointing,
-            amp: a.amp.dtype(),
             accumulate: 1,
-            gpu: None,
-            conv_workspace: 0,
+            ..shape.options
         };
         let compiled = self.compiles(state.session.is_some()).then(|| {
             let kind = optimizer.map(|o| o.kind);
