@@ -737,7 +737,7 @@ fn plan_answers_will_it_fit_for_a_shipped_shape_and_a_config_file() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(
-        text.starts_with("Llama-3.1-8B (LlamaForCausalLM) in bfloat16 on NVIDIA GeForce RTX 4090"),
+        text.starts_with("Llama-3.1-8B (LlamaForCausalLM, 8.03B parameters) in bfloat16 on NVIDIA GeForce RTX 4090"),
         "{text}"
     );
     assert!(text.contains("\nFits: peak allocated "), "{text}");
@@ -853,6 +853,26 @@ fn plan_answers_will_it_fit_for_a_shipped_shape_and_a_config_file() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
         text.contains("Does not fit: out of memory while AdamW makes its state"),
+        "{text}"
+    );
+    // It says what fits instead, cheapest first, and that not even a batch
+    // of 1 fits as asked.
+    assert!(
+        text.contains("Largest batch that fits: none (not even 1)"),
+        "{text}"
+    );
+    let offered = text
+        .split("What fits instead, cheapest first (each planned):\n")
+        .nth(1)
+        .unwrap_or_default();
+    let first: Vec<&str> = offered.lines().take(3).collect();
+    assert!(
+        first[0].starts_with("  LoRA of rank 16 (--task lora): peak reserved ")
+            && first[1]
+                .starts_with("  QLoRA: 4-bit weights and LoRA (--task qlora): peak reserved ")
+            && first[2].starts_with(
+                "  a GPU with more memory: NVIDIA A100-SXM4-80GB (--gpu a100-80gb): peak reserved "
+            ),
         "{text}"
     );
     let out = plan(&[

@@ -523,7 +523,7 @@ async fn will_it_fit_answers_in_its_own_page() {
     let verdict = verdict.as_str().unwrap();
     assert!(
         verdict.starts_with(
-            "Fits. Llama-3.1-8B (LlamaForCausalLM) in bfloat16 on NVIDIA GeForce RTX 4090, PyTorch 2.15: peak allocated"
+            "Fits. Llama-3.1-8B (LlamaForCausalLM, 8.03B parameters) in bfloat16 on NVIDIA GeForce RTX 4090, PyTorch 2.15: peak allocated"
         ),
         "{verdict}"
     );
@@ -622,6 +622,49 @@ async fn will_it_fit_answers_in_its_own_page() {
     );
     println!("figure: will it fit: Llama-3.1-8B LoRA (rank 16, 1 x 2048 tokens, checkpointing) on an RTX 4090, with the largest batch and longest sequence searched: {ms} ms in the page");
 
+    // The same LoRA step at 4,096 tokens without checkpointing does not
+    // fit: the page offers what fits instead, cheapest first, each planned
+    // as the command line plans it, and "Plan it" asks again with it.
+    js(
+        &page,
+        "document.getElementById('plan-checkpointing').checked = false",
+    )
+    .await;
+    set_input(&page, "plan-seq", "4096").await;
+    page_answers_as_the_cli(
+        &page,
+        "a.task === 'lora' && a.seq === 4096",
+        &["--task", "lora", "--seq", "4096"],
+    )
+    .await;
+    let offered = js(
+        &page,
+        "document.getElementById('plan-fits-with').hidden ? '' : document.getElementById('plan-fits-with-list').textContent",
+    )
+    .await;
+    assert!(
+        offered
+            .as_str()
+            .unwrap()
+            .starts_with("gradient checkpointing (--checkpointing): peak reserved "),
+        "{offered}"
+    );
+    js(
+        &page,
+        "document.querySelector('#plan-fits-with-list button').click()",
+    )
+    .await;
+    until(
+        &page,
+        "(() => { const a = JSON.parse(document.getElementById('plan-answer').dataset.answer); return a.checkpointing && a.seq === 4096 && a.fits; })()",
+    )
+    .await;
+    assert_eq!(
+        js(&page, "[document.getElementById('plan-checkpointing').checked, document.getElementById('plan-fits-with').hidden]").await,
+        serde_json::json!([true, true])
+    );
+    set_input(&page, "plan-seq", "2048").await;
+
     // QLoRA on the same model and card: 4-bit weights, checkpointing on
     // by the task's default; the page and the command line answer alike.
     js(&page, "document.getElementById('plan-task').value = 'qlora'; document.getElementById('plan-task').dispatchEvent(new Event('change'))").await;
@@ -708,7 +751,7 @@ async fn will_it_fit_answers_in_its_own_page() {
     click(&page, "plan-go").await;
     let verdict = until(&page, "(() => { const t = document.getElementById('plan-verdict').textContent; return t.includes('Qwen2ForCausalLM') && t; })()").await;
     assert!(
-        verdict.as_str().unwrap().starts_with("Does not fit. config.json (Qwen2ForCausalLM) in bfloat16 on Tesla T4, PyTorch 2.15: out of memory in the prefill (the forward over the prompt)"),
+        verdict.as_str().unwrap().starts_with("Does not fit. config.json (Qwen2ForCausalLM, 7.62B parameters) in bfloat16 on Tesla T4, PyTorch 2.15: out of memory in the prefill (the forward over the prompt)"),
         "{verdict}"
     );
 

@@ -13,6 +13,13 @@ function size(bytes) {
   return u === 0 ? `${bytes} bytes` : `${v.toFixed(2)} ${units[u]}`;
 }
 
+// A count of parameters as people say it (ask::count_words): 8.03B, 124.4M.
+function count(n) {
+  if (n >= 1e9) return `${(n / 1e9).toFixed(2)}B`;
+  if (n >= 1e6) return `${(n / 1e6).toFixed(1)}M`;
+  return `${n}`;
+}
+
 // A serving request: vLLM's settings, blank ones left to its defaults.
 function serving() {
   const r = {
@@ -86,6 +93,7 @@ function showServe(a) {
   }));
   $("plan-chart").hidden = true;
   $("plan-chart-range").textContent = "";
+  $("plan-fits-with").hidden = true;
   $("plan-limits").textContent = `Longest max_model_len the cache takes: ${a.longest_model_len.toLocaleString("en")} tokens.`;
   $("plan-python-title").textContent = "The same server";
   $("plan-python").textContent = a.command;
@@ -99,14 +107,18 @@ function show(a, ms) {
   $("plan-answer").hidden = false;
   if (a.task === "serve") return showServe(a);
   $("plan-python-title").textContent = "The same in Python";
-  const head = `${a.model} (${a.class}) in ${a.dtype} on ${a.gpu_name}, PyTorch ${a.torch}`;
+  const head = `${a.model} (${a.class}, ${count(a.parameters)} parameters) in ${a.dtype} on ${a.gpu_name}, PyTorch ${a.torch}`;
   $("plan-verdict").textContent = a.fits
     ? `Fits. ${head}: peak allocated ${size(a.peak_allocated_bytes)}, reserved ${size(a.peak_reserved_bytes)}, of ${size(a.total_bytes)} (${size(a.context_bytes)} of it the CUDA context).`
     : `Does not fit. ${head}: out of memory ${a.out_of_memory.where} (a request of ${size(a.out_of_memory.requested_bytes)}).`;
   $("plan-verdict").dataset.fits = a.fits;
   const held = a.task === "generate" ? [] : [["the optimizer's state", a.optimizer_state_bytes]];
-  const parts = [["weights", a.weights_bytes], ...held, ...Object.entries(a.at_peak).map(([k, v]) => [`${k} at the peak`, v])];
-  const items = parts.map(([k, v]) => `${k}: ${size(v)}`);
+  const loading = !a.fits && a.out_of_memory.where === "while loading the weights";
+  const weights = loading
+    ? [`weights loaded before it ran out: ${size(a.weights_bytes)} of the model's ${size(a.model_bytes)}`]
+    : [`weights: ${size(a.weights_bytes)}`];
+  const parts = [...held, ...Object.entries(a.at_peak).map(([k, v]) => [`${k} at the peak`, v])];
+  const items = [...weights, ...parts.map(([k, v]) => `${k}: ${size(v)}`)];
   const layers = a.activations_by_layer ?? [];
   if (layers.some((v) => v > 0)) {
     const most = Math.max(...layers), least = Math.min(...layers);
@@ -119,11 +131,44 @@ function show(a, ms) {
   }));
   chart(a.peak_allocated_by_token ?? []);
   const below = (n) => (n === null ? "" : ` (${n} does not: near the limit whether it fits alternates)`);
+  const found = (n) => (n === 0 ? "none (not even 1)" : n);
   const longest = a.task === "generate"
-    ? `Longest prompt that fits with these new tokens: ${a.longest_prompt}${below(a.prompt_below_fails)}.`
-    : `Longest sequence that fits: ${a.longest_seq}${below(a.seq_below_fails)}.`;
-  $("plan-limits").textContent = `Largest batch that fits: ${a.largest_batch}${below(a.batch_below_fails)}. ${longest}`;
+    ? `Longest prompt that fits with these new tokens: ${found(a.longest_prompt)}${below(a.prompt_below_fails)}.`
+    : `Longest sequence that fits: ${found(a.longest_seq)}${below(a.seq_below_fails)}.`;
+  $("plan-limits").textContent = `Largest batch that fits: ${found(a.largest_batch)}${below(a.batch_below_fails)}. ${longest}`;
+  fitsWith(a.fits_with ?? []);
   $("plan-python").textContent = a.python;
+}
+
+// The changes that fit, cheapest first, each planned: "Plan it" sets the
+// form to it and asks again.
+function fitsWith(remedies) {
+  $("plan-fits-with").hidden = remedies.length === 0;
+  $("plan-fits-with-list").replaceChildren(...remedies.map((r) => {
+    const li = document.createElement("li");
+    li.append(`${r.changes.join(" and ")}: peak reserved ${size(r.peak_reserved_bytes)} of ${size(r.total_bytes)}. `);
+    const button = document.createElement("button");
+    button.type = "button";
+    button.textContent = "Plan it";
+    button.addEventListener("click", () => {
+      setForm(r.request);
+      ask();
+    });
+    li.append(button);
+    return li;
+  }));
+}
+
+// The form set to a request's fields (those a change sets).
+function setForm(fields) {
+  if (fields.task !== undefined) {
+    $("plan-task").value = fields.task;
+    task();
+  }
+  if (fields.checkpointing !== undefined) $("plan-checkpointing").checked = fields.checkpointing;
+  if (fields.batch !== undefined) $("plan-batch").value = fields.batch;
+  if (fields.optimizer !== undefined) $("plan-optimizer").value = fields.optimizer;
+  if (fields.gpu !== undefined) $("plan-gpu").value = fields.gpu;
 }
 
 // Each forward's peak of allocated memory as a line: the prefill first,

@@ -12,7 +12,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use vramlab_shared::hf::ask::{self, Asked};
 use vramlab_shared::hf::known;
-use vramlab_shared::hf::plan::{answer, Answer, Task};
+use vramlab_shared::hf::plan::{answer, Answer, Stop, Task};
 use vramlab_shared::units::format_size;
 
 mod serve;
@@ -144,9 +144,8 @@ fn asked_line(a: &Asked) -> String {
         ),
     };
     format!(
-        "{} ({}) in {} on {}, PyTorch {}: {what}",
-        a.name,
-        q.config.arch.causal_lm(),
+        "{} in {} on {}, PyTorch {}: {what}",
+        ask::model_words(a),
         q.dtype.torch_name(),
         q.gpu.spec().name,
         q.torch.id(),
@@ -172,7 +171,15 @@ fn print_text(out: &mut impl Write, a: &Asked, answer: &Answer) -> anyhow::Resul
             format_size(*bytes)
         )?,
     }
-    writeln!(out, "  weights: {}", format_size(r.weights))?;
+    match r.out_of_memory {
+        Some((Stop::Weights, _)) => writeln!(
+            out,
+            "  weights loaded before it ran out: {} of the model's {}",
+            format_size(r.weights),
+            format_size(r.model_bytes)
+        )?,
+        _ => writeln!(out, "  weights: {}", format_size(r.weights))?,
+    }
     if let Task::Train(_) = q.task {
         writeln!(out, "  the optimizer's state: {}", format_size(r.state))?;
     }
@@ -183,7 +190,7 @@ fn print_text(out: &mut impl Write, a: &Asked, answer: &Answer) -> anyhow::Resul
         writeln!(
             out,
             "  {} at the peak: {}",
-            holds.name(),
+            ask::held_name(*holds),
             format_size(*bytes)
         )?;
     }
@@ -196,7 +203,7 @@ fn print_text(out: &mut impl Write, a: &Asked, answer: &Answer) -> anyhow::Resul
     writeln!(
         out,
         "Largest batch that fits: {}{}",
-        answer.largest_batch,
+        ask::found_words(answer.largest_batch),
         not_every_below(answer.batch_below_fails)
     )?;
     match q.task {
@@ -204,17 +211,37 @@ fn print_text(out: &mut impl Write, a: &Asked, answer: &Answer) -> anyhow::Resul
             out,
             "Longest prompt that fits (with {} new tokens): {}{}",
             g.new_tokens,
-            answer.longest_prompt,
+            ask::found_words(answer.longest_prompt),
             not_every_below(answer.prompt_below_fails)
         )?,
         Task::Train(_) => writeln!(
             out,
             "Longest sequence that fits: {}{}",
-            answer.longest_prompt,
+            ask::found_words(answer.longest_prompt),
             not_every_below(answer.prompt_below_fails)
         )?,
     }
+    print_remedies(out, answer)?;
     writeln!(out, "\nThe same in Python:\n\n{}", ask::python(a))?;
+    Ok(())
+}
+
+/// The changes that fit, cheapest first, each with its peak.
+fn print_remedies(out: &mut impl Write, answer: &Answer) -> anyhow::Result<()> {
+    if answer.remedies.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "What fits instead, cheapest first (each planned):")?;
+    for r in &answer.remedies {
+        let words: Vec<String> = r.changes.iter().map(|c| c.words()).collect();
+        writeln!(
+            out,
+            "  {}: peak reserved {} of {}",
+            words.join(" and "),
+            format_size(r.peak_reserved),
+            format_size(r.total)
+        )?;
+    }
     Ok(())
 }
 

@@ -23,7 +23,7 @@
 use super::config::HfConfig;
 use super::generate::{Cache, Generation};
 use super::known;
-use super::plan::{Answer, Question, Stop, Task, Training};
+use super::plan::{Answer, Change, Question, Remedy, Stop, Task, Training};
 use super::step::Quant4;
 use serde_json::{json, Map, Value};
 use vramlab_core::error::Invalid;
@@ -339,12 +339,13 @@ pub fn to_json(a: &Asked, answer: &Answer) -> Value {
         .at_peak
         .iter()
         .filter(|(h, b)| *b > 0 || shown(&q.task, *h))
-        .map(|(h, b)| (h.name().to_string(), (*b).into()))
+        .map(|(h, b)| (held_name(*h).to_string(), (*b).into()))
         .collect();
     let (batch, tokens) = q.task.batch_and_tokens();
     let mut v = json!({
         "model": a.name,
         "class": q.config.arch.causal_lm(),
+        "parameters": parameter_count(&q.config),
         "task": task_name(&q.task),
         "gpu": q.gpu.id(),
         "gpu_name": q.gpu.spec().name,
@@ -353,6 +354,7 @@ pub fn to_json(a: &Asked, answer: &Answer) -> Value {
         "batch": batch,
         "fits": r.fits(),
         "weights_bytes": r.weights,
+        "model_bytes": r.model_bytes,
         "optimizer_state_bytes": r.state,
         "peak_allocated_bytes": r.peak_allocated,
         "peak_reserved_bytes": r.peak_reserved,
@@ -363,6 +365,7 @@ pub fn to_json(a: &Asked, answer: &Answer) -> Value {
         "out_of_memory": r.out_of_memory.as_ref().map(|(s, b)| json!({"where": stop_words(s), "requested_bytes": b})),
         "largest_batch": answer.largest_batch,
         "batch_below_fails": answer.batch_below_fails,
+        "fits_with": answer.remedies.iter().map(remedy_json).collect::<Vec<_>>(),
         "python": python(a),
     });
     match q.task {
@@ -391,6 +394,44 @@ pub fn to_json(a: &Asked, answer: &Answer) -> Value {
     v
 }
 
+/// A change that fits: its words, the request's fields that ask for it,
+/// and the run's peaks with it.
+fn remedy_json(r: &Remedy) -> Value {
+    let mut request = Map::new();
+    for c in &r.changes {
+        request.extend(change_fields(*c));
+    }
+    json!({
+        "changes": r.changes.iter().map(|c| c.words()).collect::<Vec<_>>(),
+        "request": request,
+        "peak_allocated_bytes": r.peak_allocated,
+        "peak_reserved_bytes": r.peak_reserved,
+        "total_bytes": r.total,
+    })
+}
+
+/// The request's fields that make a change.
+fn change_fields(c: Change) -> Map<String, Value> {
+    let fields = match c {
+        Change::Checkpointing => json!({"checkpointing": true}),
+        Change::Accumulate { micro, .. } | Change::Batch(micro) => json!({"batch": micro}),
+        Change::Adam8bit => json!({"optimizer": "adamw8bit"}),
+        Change::Lora => json!({"task": "lora"}),
+        Change::Qlora => json!({"task": "qlora", "checkpointing": true}),
+        Change::Gpu(g) => json!({"gpu": g.id()}),
+    };
+    fields.as_object().cloned().unwrap_or_default()
+}
+
+/// What the largest batch or the longest sequence found says: none where
+/// not even one fits.
+pub fn found_words(n: u64) -> String {
+    match n {
+        0 => "none (not even 1)".into(),
+        n => n.to_string(),
+    }
+}
+
 /// The activations at the peak by layer, in words: the layers holding
 /// the least and the most (none when no layer held any).
 pub fn by_layer_words(by_layer: &[u64]) -> Option<String> {
@@ -407,6 +448,42 @@ pub fn by_layer_words(by_layer: &[u64]) -> Option<String> {
         vramlab_core::units::format_size(*least),
         vramlab_core::units::format_size(*most)
     ))
+}
+
+/// The model's parameters, counted (`sum(p.numel() for p in
+/// model.parameters())`).
+pub fn parameter_count(c: &HfConfig) -> u64 {
+    super::params::parameters(c).iter().map(|p| p.numel()).sum()
+}
+
+/// A count of parameters as people say it: 8.03B, 124.4M.
+pub fn count_words(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000_000 => format!("{:.2}B", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{:.1}M", n as f64 / 1e6),
+        n => n.to_string(),
+    }
+}
+
+/// The model as an answer names it: its name, class and size.
+pub fn model_words(a: &Asked) -> String {
+    let c = &a.question.config;
+    format!(
+        "{} ({}, {} parameters)",
+        a.name,
+        c.arch.causal_lm(),
+        count_words(parameter_count(c))
+    )
+}
+
+/// A kind of tensor at a plan's peak, named: the optimizer's own there
+/// are its step's temporaries (its state, made before the step, has a
+/// row of its own).
+pub fn held_name(h: Holds) -> &'static str {
+    match h {
+        Holds::Optimizer => "the optimizer step's temporaries",
+        other => other.name(),
+    }
 }
 
 /// Whether a kind of tensor has a row for this task even when it holds

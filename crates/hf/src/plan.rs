@@ -17,8 +17,10 @@ use load::{Loading, Start};
 use vramlab_train::program::{Alloc, Holds, Op, Sink};
 
 mod load;
+mod remedy;
 mod search;
 
+pub use remedy::{remedies, Change, Remedy};
 pub use search::{largest, largest_near};
 use vramlab_core::error::Invalid;
 use vramlab_core::types::Dtype;
@@ -118,8 +120,11 @@ pub enum Stop {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Run {
     /// The parameters' and buffers' bytes as the allocator holds them
-    /// (LoRA's adapters with them).
+    /// (LoRA's adapters with them); where loading ran out, what it held
+    /// when it did.
     pub weights: u64,
+    /// The parameters' and buffers' own bytes, the model's whole size.
+    pub model_bytes: u64,
     /// AdamW's state (`exp_avg`, `exp_avg_sq`) held before a step.
     pub state: u64,
     /// `max_memory_allocated()` and `max_memory_reserved()`.
@@ -404,6 +409,10 @@ fn run_with(q: &Question, params: &[NamedTensor], loads: &Loading) -> Result<Run
     let (_, total) = device.mem_get_info();
     let mut out = Run {
         weights: 0,
+        model_bytes: params
+            .iter()
+            .map(|p| p.numel() * p.dtype.size_bytes())
+            .sum(),
         state: 0,
         peak_allocated: 0,
         peak_reserved: 0,
@@ -421,6 +430,8 @@ fn run_with(q: &Question, params: &[NamedTensor], loads: &Loading) -> Result<Run
     match weights {
         Ok(bytes) => out.weights = bytes,
         Err(asked) => {
+            // How far loading got: what the allocator holds when refused.
+            out.weights = allocator.stats().allocated_bytes.current;
             out.out_of_memory = Some((Stop::Weights, asked));
             return Ok(finish(out, allocator.as_ref()));
         }
@@ -481,6 +492,9 @@ pub struct Answer {
     /// next): the value just below each found that does not fit, if so.
     pub batch_below_fails: Option<u64>,
     pub prompt_below_fails: Option<u64>,
+    /// Where the run does not fit, the changes that make it fit, cheapest
+    /// first, each played ([`remedies`]).
+    pub remedies: Vec<Remedy>,
 }
 
 pub fn answer(q: &Question) -> Result<Answer, Invalid> {
@@ -557,12 +571,17 @@ pub fn answer(q: &Question) -> Result<Answer, Invalid> {
         let below = found.saturating_sub(1);
         Ok((below > 0 && !fits(at(below))?).then_some(below))
     };
+    let remedies = match run.fits() {
+        true => Vec::new(),
+        false => remedies(q, largest_batch),
+    };
     Ok(Answer {
         run,
         largest_batch,
         longest_prompt,
         batch_below_fails: below_fails(largest_batch, &at_batch)?,
         prompt_below_fails: below_fails(longest_prompt, &at_tokens)?,
+        remedies,
     })
 }
 
