@@ -612,6 +612,15 @@ async fn will_it_fit_answers_in_its_own_page() {
         verdict.as_str().unwrap().starts_with("Fits. Llama-3.1-8B"),
         "{verdict}"
     );
+    // The question in words, the layers LoRA targets among them.
+    let asked = js(&page, "document.getElementById('plan-asked').textContent").await;
+    assert!(
+        asked
+            .as_str()
+            .unwrap()
+            .contains(": one training step (LoRA rank 16 on q_proj and v_proj) of 1 x 2048 tokens"),
+        "{asked}"
+    );
     let limits = js(&page, "document.getElementById('plan-limits').textContent").await;
     assert!(
         limits

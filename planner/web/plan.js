@@ -105,6 +105,7 @@ function show(a, ms) {
   $("plan-time").dataset.ms = ms;
   $("plan-answer").dataset.answer = JSON.stringify(a);
   $("plan-answer").hidden = false;
+  $("plan-asked").textContent = a.asked ?? "";
   if (a.task === "serve") return showServe(a);
   $("plan-python-title").textContent = "The same in Python";
   const head = `${a.model} (${a.class}, ${count(a.parameters)} parameters) in ${a.dtype} on ${a.gpu_name}, PyTorch ${a.torch}`;

@@ -97,64 +97,9 @@ fn read_config(path: &str) -> std::io::Result<String> {
     Ok(text)
 }
 
-/// What the question asks, in a line.
-fn asked_line(a: &Asked) -> String {
-    let q = &a.question;
-    let what = match q.task {
-        Task::Generate(g) => format!(
-            "generate {} x {} prompt tokens + {} new, {} cache, {} attention",
-            g.batch,
-            g.prompt,
-            g.new_tokens,
-            ask::cache_name(g.cache),
-            ask::attention_name(g.attention),
-        ),
-        Task::Train(t) => format!(
-            "one training step ({}) of {} x {} tokens, {}, {} attention{}{}",
-            match (t.lora, t.quant) {
-                (Some(rank), Some(q4)) => format!(
-                    "QLoRA rank {rank} on every linear layer, {} weights{}",
-                    if q4.nf4 { "nf4" } else { "fp4" },
-                    if q4.double_quant {
-                        " with double quantization"
-                    } else {
-                        ""
-                    }
-                ),
-                (Some(rank), None) => format!("LoRA rank {rank}"),
-                (None, _) => "every parameter".to_string(),
-            },
-            t.batch,
-            t.seq,
-            if t.adam8bit {
-                "AdamW8bit (bitsandbytes)"
-            } else {
-                "AdamW"
-            },
-            ask::attention_name(t.attention),
-            match (t.checkpointing, t.quant.is_some()) {
-                (true, true) => ", gradient checkpointing (reentrant)",
-                (true, false) => ", gradient checkpointing",
-                (false, _) => "",
-            },
-            match t.amp {
-                Some(_) => ", the forward under torch.autocast (bfloat16)",
-                None => "",
-            },
-        ),
-    };
-    format!(
-        "{} in {} on {}, PyTorch {}: {what}",
-        ask::model_words(a),
-        q.dtype.torch_name(),
-        q.gpu.spec().name,
-        q.torch.id(),
-    )
-}
-
 fn print_text(out: &mut impl Write, a: &Asked, answer: &Answer) -> anyhow::Result<()> {
     let (q, r) = (&a.question, &answer.run);
-    writeln!(out, "{}", asked_line(a))?;
+    writeln!(out, "{}", ask::asked_line(a))?;
     match &r.out_of_memory {
         None => writeln!(
             out,

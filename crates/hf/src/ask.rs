@@ -24,7 +24,7 @@ use super::config::HfConfig;
 use super::generate::{Cache, Generation};
 use super::known;
 use super::plan::{Answer, Change, Question, Remedy, Stop, Task, Training};
-use super::step::Quant4;
+use super::step::{lora_targets, Quant4};
 use serde_json::{json, Map, Value};
 use vramlab_core::error::Invalid;
 use vramlab_core::types::Dtype;
@@ -332,6 +332,64 @@ pub fn stop_words(stop: &Stop) -> String {
     }
 }
 
+/// What the question asks, in a line.
+pub fn asked_line(a: &Asked) -> String {
+    let q = &a.question;
+    let what = match q.task {
+        Task::Generate(g) => format!(
+            "generate {} x {} prompt tokens + {} new, {} cache, {} attention",
+            g.batch,
+            g.prompt,
+            g.new_tokens,
+            cache_name(g.cache),
+            attention_name(g.attention),
+        ),
+        Task::Train(t) => format!(
+            "one training step ({}) of {} x {} tokens, {}, {} attention{}{}",
+            match (t.lora, t.quant) {
+                (Some(rank), Some(q4)) => format!(
+                    "QLoRA rank {rank} on every linear layer, {} weights{}",
+                    if q4.nf4 { "nf4" } else { "fp4" },
+                    if q4.double_quant {
+                        " with double quantization"
+                    } else {
+                        ""
+                    }
+                ),
+                (Some(rank), None) => format!(
+                    "LoRA rank {rank} on {}",
+                    lora_targets(q.config.arch).join(" and ")
+                ),
+                (None, _) => "every parameter".to_string(),
+            },
+            t.batch,
+            t.seq,
+            if t.adam8bit {
+                "AdamW8bit (bitsandbytes)"
+            } else {
+                "AdamW"
+            },
+            attention_name(t.attention),
+            match (t.checkpointing, t.quant.is_some()) {
+                (true, true) => ", gradient checkpointing (reentrant)",
+                (true, false) => ", gradient checkpointing",
+                (false, _) => "",
+            },
+            match t.amp {
+                Some(_) => ", the forward under torch.autocast (bfloat16)",
+                None => "",
+            },
+        ),
+    };
+    format!(
+        "{} in {} on {}, PyTorch {}: {what}",
+        model_words(a),
+        q.dtype.torch_name(),
+        q.gpu.spec().name,
+        q.torch.id(),
+    )
+}
+
 /// The answer as one JSON object.
 pub fn to_json(a: &Asked, answer: &Answer) -> Value {
     let (q, r) = (&a.question, &answer.run);
@@ -346,6 +404,7 @@ pub fn to_json(a: &Asked, answer: &Answer) -> Value {
         "model": a.name,
         "class": q.config.arch.causal_lm(),
         "parameters": parameter_count(&q.config),
+        "asked": asked_line(a),
         "task": task_name(&q.task),
         "gpu": q.gpu.id(),
         "gpu_name": q.gpu.spec().name,

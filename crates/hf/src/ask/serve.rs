@@ -125,12 +125,20 @@ pub fn startup(a: &ServeAsked) -> Result<Startup, Invalid> {
     serve::startup(&a.config, &Card::of(a.gpu), a.dtype, &a.serving)
 }
 
+/// What the command of a pasted config says of its weights.
+const DUMMY: &str =
+    "# random weights of the config's shapes (--load-format dummy: the same memory); \
+for the real model, name its folder or Hub id and drop --load-format dummy --skip-tokenizer-init";
+
 /// The command line that starts the same server.
 pub fn command(a: &ServeAsked) -> String {
     let s = &a.serving;
     let d = Serving::defaults(&a.config, &Card::of(a.gpu), a.dtype);
     let mut args = vec![format!("vllm serve {}", a.repo)];
+    // A pasted config has no weights: it is served with random ones of
+    // its shapes, whose memory is the real ones', and says so.
     if a.dummy_weights {
+        args[0] = format!("{DUMMY}\n{}", args[0]);
         args.push("--load-format dummy --skip-tokenizer-init".into());
     }
     if a.dtype != auto_dtype(&a.config, &Card::of(a.gpu)) {
@@ -269,7 +277,7 @@ mod tests {
                 "vocab_size": 151936, "max_position_embeddings": 32768}}));
         assert_eq!(
             pasted["command"],
-            "vllm serve qwen --load-format dummy --skip-tokenizer-init"
+            format!("{DUMMY}\nvllm serve qwen --load-format dummy --skip-tokenizer-init")
         );
         let e = answer(&json!({"model": "gpt2", "task": "serve", "batch": 4}));
         assert!(e["error"]
