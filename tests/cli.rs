@@ -555,6 +555,13 @@ fn replay_fix_names_the_settings_that_avoid_the_out_of_memory() {
         text.contains("as recorded, on a GPU with more room: the smallest, t4"),
         "{text}"
     );
+    // The same in plain words first: where it ran out, what it asked for
+    // with how much live, that no setting helps and by how much, the GPU
+    // that runs it, the user's lines holding the most.
+    assert!(
+        text.lines().any(|l| l.starts_with("Ran out of memory at forward (tests/reference/step_trace.py:114) asking for 512.00 MiB with 1.63 GiB live, of at least 1.98 GiB the process could hold. No allocator setting helps: the live tensors and the request exceed the room by 152.72 MiB; hold less (a smaller batch, gradient checkpointing, freeing what the step no longer needs) or use a GPU with more room (t4 runs it). Held most by forward (tests/reference/step_trace.py:114) (641.00 MiB), ")),
+        "{text}"
+    );
     // Under its own fraction, PyTorch's garbage collection of cached
     // blocks is tried too; it cannot make room the live tensors take.
     assert!(

@@ -560,6 +560,17 @@ async fn the_page_searches_the_fix_compares_two_runs_and_opens_a_window() {
     // replayed here runs through.
     choose_file(&page, "snapshot-file", &fragmented).await;
     until(&page, "document.getElementById('snapshot-summary').textContent.includes('05-fragmentation-oom.pickle')").await;
+    // The out-of-memory in plain words first, searched as it opens: where
+    // it ran out, what it asked for with how much live, the setting that
+    // runs it through, who held the memory; the command line's headline.
+    let headline = report.as_ref().unwrap().headline();
+    assert!(headline.starts_with("Ran out of memory"), "{headline}");
+    assert!(headline.contains("PYTORCH_CUDA_ALLOC_CONF="), "{headline}");
+    let script = format!(
+        "document.getElementById('snapshot-headline').textContent === {}",
+        serde_json::to_string(&headline).unwrap()
+    );
+    until(&page, &script).await;
     click(&page, "btn-fix").await;
     until(
         &page,

@@ -303,6 +303,9 @@ fn write_json(
 /// `--fix`: the settings that run the recording through its first
 /// out-of-memory, or the shortfall and who held the memory.
 fn write_fix(out: &mut impl Write, fix: Option<&FixReport>) -> anyhow::Result<()> {
+    if let Some(f) = fix {
+        writeln!(out, "{}\n", f.headline())?;
+    }
     for line in fix_lines(fix) {
         writeln!(out, "{line}")?;
     }

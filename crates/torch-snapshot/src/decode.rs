@@ -5,9 +5,9 @@
 //! one small reader instead of serde's code for every type and reader.
 
 use super::format::{
-    Action, AllocatorSettings, Block, BlockState, Frame, MemorySnapshot, Segment, Stack,
-    TraceEntry, MAX_FRAMES,
+    Action, AllocatorSettings, Block, BlockState, Frame, MemorySnapshot, Segment, Stack, TraceEntry,
 };
+use super::frame::{is_python_file, kept_frames};
 use super::intern::Interner;
 use super::pickle::{kind, Held, Value};
 use super::trace::{Trace, EVENT_BYTES};
@@ -394,6 +394,18 @@ fn each<T>(
     Ok(out)
 }
 
+/// Whether `v` is a frame of a Python source file (read without reading
+/// the frame).
+fn python_frame(v: &Value) -> bool {
+    match v {
+        Value::Frame(f) => is_python_file(&f.filename),
+        Value::Dict(d) => (d.borrow().iter()).any(|(k, v)| {
+            matches!((k, v), (Value::Str(k), Value::Str(f)) if &**k == "filename" && is_python_file(f))
+        }),
+        _ => false,
+    }
+}
+
 /// A list's items, or a stack's frames as items.
 enum Items<'a> {
     List(Ref<'a, Vec<Value>>),
@@ -521,7 +533,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    /// The first [`MAX_FRAMES`] of the stack frames, innermost first,
+    /// [`MAX_FRAMES`] of the stack frames (`kept_frames`), innermost first,
     /// while the snapshot's [`MAX_ALL_FRAMES`] last (a stack held once
     /// however often it is used).
     fn frames(&self, b: &Budget) -> Result<Stack, Unexpected> {
@@ -530,8 +542,12 @@ impl<'a> Fields<'a> {
             Some(Value::Stack(s)) => Ok(s.clone()),
             Some(v) => {
                 let all = items(v, &self.at("frames"))?;
-                let first = &all[..all.len().min(MAX_FRAMES)];
-                let frames = each((first, "stack frames"), b, |v| frame(v, &b.stacks))?;
+                let kept = kept_frames(all.len(), |i| python_frame(&all[i]));
+                let size = std::mem::size_of::<Frame>();
+                b.charge(kept.len().saturating_mul(size), "stack frames")?;
+                let frames = (kept.iter())
+                    .map(|&i| frame(&all[i], &b.stacks))
+                    .collect::<Result<Vec<_>, _>>()?;
                 b.stack(frames)
             }
         }
@@ -542,6 +558,7 @@ impl<'a> Fields<'a> {
 mod tests {
     use super::super::pickle::from_json;
     use super::*;
+    use crate::format::{user_frame, MAX_FRAMES};
     use serde_json::json;
 
     fn read(v: serde_json::Value) -> Result<MemorySnapshot, Unexpected> {
@@ -608,6 +625,33 @@ mod tests {
         let kept = s.device_traces[0].frames(0);
         assert_eq!(kept.len(), MAX_FRAMES);
         assert_eq!(kept[MAX_FRAMES - 1].line, MAX_FRAMES as i64 - 1);
+    }
+
+    /// A recording made with C++ frames (`context="all"`) has dozens of
+    /// them inside the user's line: past the frames kept, the Python ones
+    /// are kept first, so the user's line stays (a real recording's
+    /// out-of-memory came 33 frames in, after 30 of C++).
+    #[test]
+    fn past_the_frames_kept_the_python_ones_stay() {
+        let mut frames: Vec<_> = (0..40)
+            .map(|i| json!({"filename": "CUDACachingAllocator.cpp", "line": i, "name": "c"}))
+            .collect();
+        frames.push(json!({"filename": "train.py", "line": 88, "name": "step"}));
+        frames.push(json!({"filename": "main.py", "line": 3, "name": "<module>"}));
+        let s = read(json!({"device_traces": [[{"action": "oom", "frames": frames}]]})).unwrap();
+        let kept = s.device_traces[0].frames(0);
+        assert_eq!(kept.len(), MAX_FRAMES);
+        // Innermost first: the first 30 C++ frames, then the two of Python.
+        assert_eq!(
+            (
+                kept[0].line,
+                kept[29].line,
+                &*kept[30].filename,
+                &*kept[31].filename
+            ),
+            (0, 29, "train.py", "main.py")
+        );
+        assert_eq!(user_frame(kept).map(|f| f.line), Some(88));
     }
 
     /// A real recording that was refused: "the integer

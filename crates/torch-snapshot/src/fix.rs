@@ -55,6 +55,10 @@ pub struct FixReport {
     /// The first recorded out-of-memory: its event and request.
     pub event: usize,
     pub request_bytes: u64,
+    /// The user's code line that asked for it (its innermost frame outside
+    /// PyTorch), where the recording kept frames.
+    #[serde(default)]
+    pub at: Option<String>,
     /// The bytes the process could have held, and whether that is what
     /// the driver said (else a lower bound: the process's own limit).
     pub room_bytes: u64,
@@ -69,6 +73,55 @@ pub struct FixReport {
 }
 
 impl FixReport {
+    /// The out-of-memory and its remedy in plain words, first: where it
+    /// ran out, what it asked for with how much live in how much room;
+    /// the allocator setting that runs it through, or that none does and
+    /// by how much the live tensors exceed the room (and the smallest GPU
+    /// that runs it); the frames holding the most.
+    pub fn headline(&self) -> String {
+        let at = self
+            .at
+            .as_deref()
+            .map_or(String::new(), |a| format!(" at {a}"));
+        let room = match self.room_exact {
+            true => format_size(self.room_bytes),
+            false => format!("at least {}", format_size(self.room_bytes)),
+        };
+        let mut out = format!(
+            "Ran out of memory{at} asking for {} with {} live, of {room} the process could hold.",
+            format_size(self.request_bytes),
+            format_size(self.allocated_bytes),
+        );
+        let setting = (self.ranked().into_iter()).find(|c| c.alloc_conf.is_some());
+        match (setting, self.smallest_gpu()) {
+            (Some(c), _) => out.push_str(&format!(
+                " PYTORCH_CUDA_ALLOC_CONF={} runs it through (peak reserved {}): the memory was free, in pieces the request could not use.",
+                c.alloc_conf.as_deref().unwrap_or_default(),
+                format_size(c.peak_reserved_bytes)
+            )),
+            (None, gpu) => {
+                out.push_str(&format!(
+                    " No allocator setting helps: the live tensors and the request exceed the room by {}; hold less (a smaller batch, gradient checkpointing, freeing what the step no longer needs)",
+                    format_size(self.shortfall_bytes())
+                ));
+                match gpu {
+                    Some(g) => out.push_str(&format!(
+                        " or use a GPU with more room ({} runs it).",
+                        g.what_if.trim_start_matches("gpu=")
+                    )),
+                    None => out.push('.'),
+                }
+            }
+        }
+        let holders: Vec<String> = (self.holders.iter().take(3))
+            .map(|(frame, bytes)| format!("{frame} ({})", format_size(*bytes)))
+            .collect();
+        if !holders.is_empty() {
+            out.push_str(&format!(" Held most by {}.", holders.join(", ")));
+        }
+        out
+    }
+
     /// Those that run, fewest peak reserved bytes first.
     pub fn ranked(&self) -> Vec<&FixCandidate> {
         let mut runs: Vec<&FixCandidate> = self.candidates.iter().filter(|c| c.runs).collect();
@@ -177,6 +230,7 @@ pub fn search_fix(
     Ok(Some(FixReport {
         event,
         request_bytes: oom.size,
+        at: oom_line(snapshot, device),
         room_bytes: room,
         room_exact,
         allocated_bytes: at.allocated_bytes,
@@ -184,6 +238,28 @@ pub fn search_fix(
         candidates,
         holders,
     }))
+}
+
+/// The first out-of-memory of `device`'s trace in words, from the trace
+/// alone (no replay): where it ran out and what it asked for.
+pub fn first_oom_words(snapshot: &MemorySnapshot, device: usize) -> Option<String> {
+    let trace = snapshot.trace(device);
+    let event = (0..trace.len()).find(|&i| trace.action(i) == Action::Oom)?;
+    let size = trace.get(event)?.size;
+    let at = oom_line(snapshot, device).map_or(String::new(), |a| format!(" at {a}"));
+    Some(format!(
+        "Ran out of memory{at} asking for {} (event {event}).",
+        format_size(size)
+    ))
+}
+
+/// The first out-of-memory of `device`'s trace: the user's code line
+/// that asked for it, if the recording kept frames.
+pub fn oom_line(snapshot: &MemorySnapshot, device: usize) -> Option<String> {
+    let trace = snapshot.trace(device);
+    let event = (0..trace.len()).find(|&i| trace.action(i) == Action::Oom)?;
+    let frames = trace.get(event)?.frames;
+    super::frame::user_frame(&frames).map(|f| f.label())
 }
 
 /// The recorded requests replayed under `what_if`, in `room` bytes (a

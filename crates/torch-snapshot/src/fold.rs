@@ -78,9 +78,10 @@ impl Folder {
         }
         let stack = {
             let items = l.borrow();
-            let frames: Option<Vec<Frame>> = (items.iter())
-                .take(super::format::MAX_FRAMES)
-                .map(|f| match f {
+            let python = |i: usize| matches!(&items[i], Value::Frame(f) if super::frame::is_python_file(&f.filename));
+            let frames: Option<Vec<Frame>> = (super::frame::kept_frames(items.len(), python))
+                .into_iter()
+                .map(|i| match &items[i] {
                     Value::Frame(f) => Some(Frame::clone(f)),
                     _ => None,
                 })

@@ -34,12 +34,32 @@ impl Frame {
     }
 
     fn is_python(&self) -> bool {
-        self.filename.ends_with(".py")
+        is_python_file(&self.filename)
     }
 
     fn is_torch(&self) -> bool {
         self.filename.contains("/torch/") || self.filename.starts_with("torch/")
     }
+}
+
+/// Which of a stack's `n` frames are kept, innermost first: all of them
+/// when they are at most [`MAX_FRAMES`]; else its Python frames first (a
+/// recording with C++ frames has dozens of them inside the user's line),
+/// then the innermost others, [`MAX_FRAMES`] in all.
+pub fn kept_frames(n: usize, is_python: impl Fn(usize) -> bool) -> Vec<usize> {
+    if n <= MAX_FRAMES {
+        return (0..n).collect();
+    }
+    let mut keep: Vec<usize> = (0..n).filter(|&i| is_python(i)).take(MAX_FRAMES).collect();
+    let rest = MAX_FRAMES - keep.len();
+    keep.extend((0..n).filter(|&i| !is_python(i)).take(rest));
+    keep.sort_unstable();
+    keep
+}
+
+/// A source file's name is a Python file's.
+pub fn is_python_file(filename: &str) -> bool {
+    filename.ends_with(".py")
 }
 
 /// The frame a reader looks for: the innermost Python frame outside

@@ -11,10 +11,14 @@ use vramlab_shared::snapshot::SegmentSnapshot;
 use vramlab_shared::torch_snapshot::diff::Diff;
 use vramlab_shared::torch_snapshot::fix::FixReport;
 use vramlab_shared::torch_snapshot::replay::{
-    default_device, export_what_if, replay_exact, replay_what_if, segments_at, thin, ReplayRun,
-    TimelinePoint,
+    default_device, export_what_if, recorded_ooms, replay_exact, replay_what_if, segments_at, thin,
+    ReplayRun, TimelinePoint,
 };
 use vramlab_shared::torch_snapshot::{self, Action, MemorySnapshot};
+
+/// The most events a recording may have for its fix to be searched as it
+/// opens (each setting is a replay: about a second at this size).
+const AUTO_FIX_EVENTS: usize = 300_000;
 
 /// A file read and replayed under its recorded settings.
 pub struct Opened {
@@ -138,6 +142,7 @@ impl Replays {
         self.show(loaded, start);
     }
 
+    /// Opens `loaded` (or says why it did not open), after `start`.
     pub(crate) fn show(&self, loaded: Result<Opened, String>, start: f64) {
         match loaded {
             Ok(mut opened) => {
@@ -148,7 +153,14 @@ impl Replays {
                 self.what_if_error.set(None);
                 self.shown.set(Shown::Recorded);
                 self.error.set(None);
+                // An out-of-memory is what its engineer came for: the fix is
+                // searched at once where that takes a moment.
+                let ooms = recorded_ooms(&opened.snapshot, opened.device);
+                let events = opened.snapshot.trace(opened.device).len();
                 self.opened.set(Some(Arc::new(opened)));
+                if ooms > 0 && events <= AUTO_FIX_EVENTS {
+                    self.search_fix();
+                }
             }
             Err(why) => self.error.set(Some(why)),
         }

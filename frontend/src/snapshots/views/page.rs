@@ -12,6 +12,7 @@ use crate::snapshots::replays::{Opened, Replays, WhatIf};
 use leptos::prelude::*;
 use vramlab_shared::framework::RestartSettings;
 use vramlab_shared::gpu::GpuModel;
+use vramlab_shared::torch_snapshot::fix::first_oom_words;
 use vramlab_shared::torch_snapshot::replay::recorded_ooms;
 use vramlab_shared::torch_snapshot::replay::ReplayRun;
 use vramlab_shared::torch_snapshot::what_if::{describe_recorded, describe_what_if};
@@ -80,6 +81,7 @@ pub fn SnapshotPage() -> impl IntoView {
             <p id="snapshot-progress" role="status">{move || r.progress.get()}</p>
             <p id="snapshot-error" class="outcome bad" role="alert">{move || r.error.get()}</p>
             {move || r.opened.get().map(|o| view! {
+                <Headline opened=o.clone() r=r />
                 <Summary opened=o.clone() r=r />
                 <FixPanel opened=o.clone() r=r />
                 <WhatIfForm opened=o.clone() r=r />
@@ -92,6 +94,27 @@ pub fn SnapshotPage() -> impl IntoView {
             })}
         </main>
     }
+}
+
+/// The out-of-memory in plain words first, where the trace has one:
+/// where it ran out and what it asked for; once the fix is searched (as
+/// the recording opens, or when asked, for a long one), whether a setting
+/// helps or by how much the live tensors exceed the room, and the frames
+/// holding the most.
+#[component]
+fn Headline(opened: std::sync::Arc<Opened>, r: Replays) -> impl IntoView {
+    let first = first_oom_words(&opened.snapshot, opened.device)?;
+    let c = r.compare;
+    let words = move || match c
+        .fix
+        .get()
+        .and_then(|f| f.report.as_ref().map(|r| r.headline()))
+    {
+        Some(headline) => headline,
+        None if c.searching.get() => format!("{first} Searching the settings that would avoid it…"),
+        None => format!("{first} The fix below searches the settings that would avoid it."),
+    };
+    Some(view! { <p id="snapshot-headline" class="headline" role="status">{words}</p> })
 }
 
 /// What the file is and whether the replay follows it exactly.
