@@ -524,6 +524,57 @@ async fn items(page: &Page, id: &str) -> Vec<String> {
 /// timeline; a window of events opened, the whole recording back, the
 /// events around the peak; an expandable recording that starts mid-run,
 /// replayed exactly.
+/// A real recording's out-of-memory (an H100's, with its stack frames):
+/// at a laptop's width and a phone's, the headline says it in full and
+/// the events table shows each event's code line whole (its "from"
+/// column was clipped, the user's own line in it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_out_of_memory_and_its_code_lines_read_whole() {
+    if prerequisites().is_none() {
+        return;
+    }
+    let golden = root().join("tests/golden/snapshot-oom.pickle");
+    let native = torch_snapshot::read(&std::fs::read(&golden).unwrap()).unwrap();
+    let headline = search_fix(&native, 0).unwrap().unwrap().headline();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let addr = serve_on(0, stop_rx).await;
+    let (browser, handler, profile) = launch("snapshot-oom").await;
+    let page = open_snapshots(&browser, &format!("http://{addr}/snapshots/")).await;
+    choose_file(&page, "snapshot-file", &golden).await;
+    let script = format!(
+        "document.getElementById('snapshot-headline').textContent === {}",
+        serde_json::to_string(&headline).unwrap()
+    );
+    until(&page, &script).await;
+    // The events around the out-of-memory, each "from" cell whole inside
+    // its table, the table inside its box.
+    let whole = "(() => { const box = document.querySelector('.trace'); const cells = [...document.querySelectorAll('#trace-events tbody td:last-child')]; return cells.length > 0 && cells.some((c) => c.textContent.includes('step_trace.py:')) && cells.every((c) => c.scrollWidth <= c.clientWidth + 1 && c.getBoundingClientRect().right <= box.getBoundingClientRect().right + 1) && box.scrollWidth <= box.clientWidth + 1; })()";
+    for (width, height) in [(1280, 800), (390, 844)] {
+        viewport(&page, width, height).await;
+        assert_eq!(
+            js(&page, whole).await,
+            serde_json::Value::Bool(true),
+            "at {width} x {height}"
+        );
+        let headline_box = js(&page, "(() => { const h = document.getElementById('snapshot-headline'); return h.scrollWidth <= h.clientWidth + 1 && h.getBoundingClientRect().right <= window.innerWidth + 1; })()").await;
+        assert_eq!(
+            headline_box,
+            serde_json::Value::Bool(true),
+            "at {width} x {height}"
+        );
+        // Nothing on the page runs past the screen's edge (the summary's
+        // values were cut off on a phone).
+        let over = js(&page, "JSON.stringify([...document.querySelectorAll('#your-snapshot *')].filter((e) => e.getBoundingClientRect().right > window.innerWidth + 1 && !e.closest('.map-scroll, .trace, .frames')).slice(0, 5).map((e) => e.id || e.className || e.tagName))").await;
+        assert_eq!(
+            over,
+            serde_json::Value::String("[]".into()),
+            "at {width} x {height}"
+        );
+    }
+    let _ = stop_tx.send(());
+    finish(browser, handler, profile).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_searches_the_fix_compares_two_runs_and_opens_a_window() {
     if prerequisites().is_none() {
