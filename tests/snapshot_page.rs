@@ -654,6 +654,30 @@ async fn the_page_searches_the_fix_compares_two_runs_and_opens_a_window() {
     )
     .await;
     assert_eq!(cell(&page, 3, 2).await, "none here; 1 in the recording");
+    // The same setting asked through the what-if form, with no card or
+    // size: replayed in the room the fix searched in (the form says so),
+    // it agrees with the fix, number for number.
+    let room = format_size(report.room_bytes);
+    assert_eq!(
+        text(&page, "what-if-room").await,
+        format!("Without a card or size, it replays in {room}: what the process held at its out-of-memory and the driver still had free (the room the fix searches in).")
+    );
+    let split = (report.candidates.iter())
+        .find(|c| c.alloc_conf.as_deref() == Some("max_split_size_mb:128"))
+        .unwrap()
+        .clone();
+    set_input(&page, "what-if-max-split", "128").await;
+    click(&page, "btn-what-if").await;
+    until(
+        &page,
+        "document.getElementById('what-if-command').textContent.endsWith(\"--what-if 'max_split_size_mb=128'\")",
+    )
+    .await;
+    assert_eq!(
+        (cell(&page, 0, 2).await, split.runs),
+        (format_size(split.peak_reserved_bytes), true)
+    );
+    assert_eq!(cell(&page, 3, 2).await, "none here; 1 in the recording");
     let command = js(
         &page,
         "[...document.querySelectorAll('#fix-table ~ .cli code')].map(c => c.textContent)[0]",

@@ -8,7 +8,7 @@ use crate::cli::ReplayArgs;
 use std::io::Write;
 use std::process::ExitCode;
 use vramlab_shared::framework::RestartSettings;
-use vramlab_shared::torch_snapshot::fix::{fix_lines, search_fix, FixReport};
+use vramlab_shared::torch_snapshot::fix::{self, fix_lines, search_fix, FixReport};
 use vramlab_shared::torch_snapshot::pools::DEFAULT_POOL;
 use vramlab_shared::torch_snapshot::replay::{
     default_device, export_what_if, recorded_ooms, replay_exact, replay_what_if, ReplayRun,
@@ -59,7 +59,12 @@ pub fn replay_file(args: &ReplayArgs, out: &mut impl Write) -> anyhow::Result<Ex
         None => snapshot,
     };
     let exact = replay_exact(&snapshot, device);
-    let what_ifs = what_ifs(args)?;
+    // A recording that ran out of memory is asked "what if" in the room
+    // its process had, as the fix searches, unless a card or size is named.
+    let room = (exact.as_ref().ok()).and_then(|run| fix::room(&snapshot, device, run));
+    let what_ifs: Vec<(String, RestartSettings)> = (what_ifs(args)?.into_iter())
+        .map(|(label, w)| (label, room.map_or(w.clone(), |r| fix::in_the_room(w, r))))
+        .collect();
     let mut runs = Vec::new();
     for (label, what_if) in &what_ifs {
         runs.push((label.clone(), replay_what_if(&snapshot, device, what_if)?));

@@ -14,7 +14,7 @@
 //! the request exceed the room: by how much, and the frames holding most.
 
 use super::format::{Action, MemorySnapshot};
-use super::replay::{replay_exact, what_if_settings, Replay};
+use super::replay::{replay_exact, what_if_settings, Replay, ReplayRun};
 use super::what_if::parse_what_if;
 use super::SnapshotError;
 use serde::{Deserialize, Serialize};
@@ -171,21 +171,14 @@ pub fn search_fix(
         .get(event)
         .ok_or_else(|| SnapshotError::Replay("no such event".into()))?;
     let exact = replay_exact(snapshot, device)?;
-    let point = |i: usize| exact.timeline.get(i).copied();
-    let at = point(event)
+    let at = exact.timeline.get(event).copied();
+    let at =
+        at.ok_or_else(|| SnapshotError::Replay("the trace ends before its out-of-memory".into()))?;
+    let Room {
+        bytes: room,
+        exact: room_exact,
+    } = room(snapshot, device, &exact)
         .ok_or_else(|| SnapshotError::Replay("the trace ends before its out-of-memory".into()))?;
-    let held_most = (exact.timeline.iter().take(event + 1))
-        .map(|p| p.reserved_bytes)
-        .max()
-        .unwrap_or(0);
-    let device_free = oom.device_free.unwrap_or(0);
-    // The driver was asked for a segment (or pages) of the allocator's
-    // size for the request, not the request itself.
-    let room_exact = device_free < allocation_size(oom.size);
-    let room = match room_exact {
-        true => (at.reserved_bytes + device_free).max(held_most),
-        false => held_most,
-    };
     let in_room = |what_if: &str, conf: Option<String>| {
         candidate(snapshot, device, (what_if, Some(room)), conf)
     };
@@ -240,6 +233,51 @@ pub fn search_fix(
     }))
 }
 
+/// The memory a recording's process could hold, read from its first
+/// out-of-memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Room {
+    pub bytes: u64,
+    /// What the process held then and the driver still had free; else the
+    /// process hit a limit of its own, and this is the most it held (a
+    /// lower bound).
+    pub exact: bool,
+}
+
+/// The room `device`'s process had, from its first out-of-memory and the
+/// exact replay `exact` of its trace (none without one).
+pub fn room(snapshot: &MemorySnapshot, device: usize, exact: &ReplayRun) -> Option<Room> {
+    let trace = snapshot.trace(device);
+    let event = (0..trace.len()).find(|&i| trace.action(i) == Action::Oom)?;
+    let oom = trace.get(event)?;
+    let at = exact.timeline.get(event)?;
+    let held_most = (exact.timeline.iter().take(event + 1))
+        .map(|p| p.reserved_bytes)
+        .max()
+        .unwrap_or(0);
+    let device_free = oom.device_free.unwrap_or(0);
+    // The driver was asked for a segment (or pages) of the allocator's
+    // size for the request, not the request itself.
+    let exact = device_free < allocation_size(oom.size);
+    let bytes = match exact {
+        true => (at.reserved_bytes + device_free).max(held_most),
+        false => held_most,
+    };
+    Some(Room { bytes, exact })
+}
+
+/// A what-if in `room`: a GPU of the room and the simulator's default
+/// context, nothing else on it (as the fix replays its settings); a
+/// what-if that names a card or a size keeps it.
+pub fn in_the_room(mut settings: RestartSettings, room: Room) -> RestartSettings {
+    if settings.gpu.is_none() && settings.device_total_bytes.is_none() {
+        settings.device_total_bytes = Some(room.bytes + DEFAULT_CONTEXT_BYTES);
+        settings.context_bytes = Some(DEFAULT_CONTEXT_BYTES);
+        settings.other_processes_bytes = Some(0);
+    }
+    settings
+}
+
 /// The first out-of-memory of `device`'s trace in words, from the trace
 /// alone (no replay): where it ran out and what it asked for.
 pub fn first_oom_words(snapshot: &MemorySnapshot, device: usize) -> Option<String> {
@@ -286,13 +324,11 @@ fn candidate(
 /// `what_if` in `room` bytes: a GPU of the room and the simulator's
 /// default context, nothing else on it.
 fn in_room(what_if: &str, room: Option<u64>) -> Result<RestartSettings, SnapshotError> {
-    let mut settings = parse_what_if(what_if)?;
-    if let Some(room) = room {
-        settings.device_total_bytes = Some(room + DEFAULT_CONTEXT_BYTES);
-        settings.context_bytes = Some(DEFAULT_CONTEXT_BYTES);
-        settings.other_processes_bytes = Some(0);
-    }
-    Ok(settings)
+    let settings = parse_what_if(what_if)?;
+    Ok(match room {
+        Some(bytes) => in_the_room(settings, Room { bytes, exact: true }),
+        None => settings,
+    })
 }
 
 /// The frames whose live blocks hold the most at `event`.

@@ -42,7 +42,7 @@ impl Replays {
             return;
         };
         let start = now_ms();
-        let what_if = describe_what_if(&w.settings);
+        let what_if = describe_what_if(&w.asked);
         let compared = export_what_if(&a.snapshot, a.device, &w.settings)
             .and_then(|b| diff((&a.snapshot, a.device), (&b, a.device)))
             .map_err(|e| e.to_string())

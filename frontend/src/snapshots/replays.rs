@@ -9,7 +9,7 @@ use std::sync::Arc;
 use vramlab_shared::framework::RestartSettings;
 use vramlab_shared::snapshot::SegmentSnapshot;
 use vramlab_shared::torch_snapshot::diff::Diff;
-use vramlab_shared::torch_snapshot::fix::FixReport;
+use vramlab_shared::torch_snapshot::fix::{self, FixReport};
 use vramlab_shared::torch_snapshot::replay::{
     default_device, export_what_if, recorded_ooms, replay_exact, replay_what_if, segments_at, thin,
     ReplayRun, TimelinePoint,
@@ -46,6 +46,11 @@ impl Opened {
 
 /// The same trace under other settings.
 pub struct WhatIf {
+    /// What the user asked for (what the command line's `--what-if` says).
+    pub asked: RestartSettings,
+    /// What replays it: in the room the recording's process had, where it
+    /// ran out of memory and no card or size is named (as the fix and the
+    /// command line replay it).
     pub settings: RestartSettings,
     pub run: ReplayRun,
     pub chart: Vec<TimelinePoint>,
@@ -166,17 +171,22 @@ impl Replays {
         }
     }
 
-    /// Replays the open trace under `settings`.
-    pub fn run_what_if(&self, settings: RestartSettings) {
+    /// Replays the open trace under `asked`.
+    pub fn run_what_if(&self, asked: RestartSettings) {
         let Some(opened) = self.opened.get_untracked() else {
             return;
         };
         let start = now_ms();
+        let settings = match fix::room(&opened.snapshot, opened.device, &opened.recorded) {
+            Some(room) => fix::in_the_room(asked.clone(), room),
+            None => asked.clone(),
+        };
         match replay_what_if(&opened.snapshot, opened.device, &settings) {
             Ok(run) => {
                 let chart = thin(&run.timeline);
                 self.what_if_error.set(None);
                 self.what_if.set(Some(Arc::new(WhatIf {
+                    asked,
                     settings,
                     run,
                     chart,

@@ -12,7 +12,7 @@ use crate::snapshots::replays::{Opened, Replays, WhatIf};
 use leptos::prelude::*;
 use vramlab_shared::framework::RestartSettings;
 use vramlab_shared::gpu::GpuModel;
-use vramlab_shared::torch_snapshot::fix::first_oom_words;
+use vramlab_shared::torch_snapshot::fix::{self, first_oom_words};
 use vramlab_shared::torch_snapshot::replay::recorded_ooms;
 use vramlab_shared::torch_snapshot::replay::ReplayRun;
 use vramlab_shared::torch_snapshot::what_if::{describe_recorded, describe_what_if};
@@ -224,7 +224,7 @@ fn Comparison(r: Replays) -> impl IntoView {
     let heading = move || {
         r.what_if
             .get()
-            .map(|w| format!("what if {}", describe_what_if(&w.settings)))
+            .map(|w| format!("what if {}", describe_what_if(&w.asked)))
     };
     view! {
         <table id="what-if-table" class="compare">
@@ -245,6 +245,17 @@ fn Comparison(r: Replays) -> impl IntoView {
 fn WhatIfForm(opened: std::sync::Arc<Opened>, r: Replays) -> impl IntoView {
     let recorded = &opened.recorded.settings;
     let recorded_words = describe_recorded(&opened.snapshot);
+    let room_words = match fix::room(&opened.snapshot, opened.device, &opened.recorded) {
+        Some(room) if room.exact => format!(
+            "Without a card or size, it replays in {}: what the process held at its out-of-memory and the driver still had free (the room the fix searches in).",
+            format_size(room.bytes)
+        ),
+        Some(room) => format!(
+            "Without a card or size, it replays in {}: the most the process held before its out-of-memory, a limit of its own (the room the fix searches in).",
+            format_size(room.bytes)
+        ),
+        None => "Without a card or size, it replays on a device as large as it needs: name one to ask whether it fits.".to_string(),
+    };
     let expandable = RwSignal::new(recorded.expandable_segments);
     let max_split = RwSignal::new(
         recorded
@@ -282,7 +293,7 @@ fn WhatIfForm(opened: std::sync::Arc<Opened>, r: Replays) -> impl IntoView {
             format!(
                 "vramlab replay {} --what-if '{}'",
                 opened.name,
-                describe_what_if(&w.settings)
+                describe_what_if(&w.asked)
             )
         })
     };
@@ -290,6 +301,7 @@ fn WhatIfForm(opened: std::sync::Arc<Opened>, r: Replays) -> impl IntoView {
         <fieldset class="what-if">
             <legend>"What if"</legend>
             <p id="what-if-recorded">{recorded_words}</p>
+            <p id="what-if-room" class="hint">{room_words}</p>
             <label>{checkbox(expandable)}" expandable_segments"</label>
             <label>"max_split_size_mb " {text_input("what-if-max-split", "5", "none", max_split)}</label>
             <label>"garbage_collection_threshold " {text_input("what-if-gc", "4", "0", gc)}</label>
