@@ -107,6 +107,25 @@ fn a_module_vramlab_has_not_runs_as_a_stand_in_with_a_note() {
     }
 }
 
+/// A step too large to compute here runs shape-only: its loss prints as
+/// not computed, not as `nan` (which reads as a divergence), and a sum of
+/// such losses stays so, while its memory is the GPU's.
+#[test]
+fn a_shape_only_loss_prints_as_not_computed() {
+    let out = run_source(
+        "shape-only",
+        "import torch\nimport torch.nn as nn\nmodel = nn.Sequential(nn.Linear(8192, 8192), nn.ReLU(), nn.Linear(8192, 10)).cuda()\nx = torch.randn(4096, 8192, device='cuda')\ny = torch.randint(0, 10, (4096,), device='cuda')\ntotal = 0.0\nloss = nn.functional.cross_entropy(model(x), y)\nloss.backward()\ntotal += loss.item()\nprint(f'loss {loss.item():.4f}')\nprint('total', total, total != total)\n",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let said = "nan (shape-only step: its memory is exact, its loss not computed)";
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("loss {said}\ntotal {said} True\n"),
+        "{stderr}"
+    );
+    assert!(out.status.success(), "{stderr}");
+}
+
 /// Every lesson as Python (`tests/lessons/NN-slug.kN.py`, one file per
 /// kernel, what the page's "as Python in the cell" opens): each file is
 /// what `vramlab lesson-python` writes for the lesson, and, run by CPython

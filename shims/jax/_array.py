@@ -198,7 +198,7 @@ class Array(vs.Shaped):
 
     def item(self):
         vs.note("arrays hold shapes, not values: .item() gives nan")
-        return float("nan")
+        return vs.NotComputed("arrays hold shapes here, not values")
 
     __float__ = item
 

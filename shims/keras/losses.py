@@ -60,7 +60,7 @@ class Loss(_vs.Owner):
     def __float__(self):
         if self._value is None:
             _vs.note("the engine ran this step shape-only (its memory is exact, its loss not computed): the loss is nan")
-            return float("nan")
+            return _vs.NotComputed("shape-only step: its memory is exact, its loss not computed")
         return float(self._value)
 
     def __format__(self, spec):

@@ -32,7 +32,7 @@ class Tensor(_vs.Owner):
     def __float__(self):
         if self._value is None:
             _vs.note("this tensor's values are not computed here (its memory is exact): float() gives nan")
-            return float("nan")
+            return _vs.NotComputed("values not computed here: its memory is exact")
         return float(self._value)
 
     def __format__(self, spec):

@@ -266,6 +266,38 @@ def device_name():
     return name[len("Simulated "):] if name.startswith("Simulated ") else name
 
 
+class NotComputed(float):
+    """A number the engine did not compute (a step run shape-only, an
+    array's values): NaN in arithmetic, so nothing downstream mistakes it
+    for a value, but it prints as what it is rather than as a divergence
+    (`loss nan`), and what is computed from it stays one."""
+
+    def __new__(cls, why="not computed"):
+        self = float.__new__(cls, "nan")
+        self.why = why
+        return self
+
+    def __repr__(self):
+        return "nan (%s)" % self.why
+
+    __str__ = __repr__
+
+    def __format__(self, spec):
+        return repr(self)
+
+    def _with(self, other):
+        # With a number it stays not computed; with anything else (a
+        # tensor: `total_loss += loss`) that operand's own operator runs.
+        return self if isinstance(other, (int, float)) else NotImplemented
+
+    def _same(self):
+        return self
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _with
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __pow__ = __rpow__ = _with
+    __neg__ = __pos__ = __abs__ = _same
+
+
 def note(text):
     """A line the run prints to say where its numbers may differ."""
     if text not in _notes:

@@ -181,7 +181,7 @@ class Loss(Tensor):
         step shape-only."""
         if self._value is None:
             _vs.note("the engine ran this step shape-only (its memory is exact, its loss not computed): .item() gives nan")
-            return float("nan")
+            return _vs.NotComputed("shape-only step: its memory is exact, its loss not computed")
         return self._value
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False):
