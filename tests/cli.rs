@@ -527,10 +527,9 @@ fn replay_fix_names_the_settings_that_avoid_the_out_of_memory() {
     // A what-if with no card or size replays in the room the fix searched
     // in, and so agrees with it: roundup_power2_divisions=4 runs out at
     // event 1 there (on memory as large as it needs, it ran through).
-    let text = String::from_utf8(
-        replay(&fragmented, &["--what-if", "roundup_power2_divisions=4"]).stdout,
-    )
-    .unwrap();
+    let text =
+        String::from_utf8(replay(&fragmented, &["--what-if", "roundup_power2_divisions=4"]).stdout)
+            .unwrap();
     assert!(
         text.contains("2 out-of-memory error(s), the first at event 1: CUDA out of memory."),
         "{text}"

@@ -25,12 +25,32 @@ async fn on_screen(page: &Page, id: &str) -> bool {
     .unwrap_or(false)
 }
 
+/// Whether the element is wholly inside the viewport and nothing covers
+/// it (the sticky numbers over a scrolled step's outcome did): what lies
+/// at its corners and centre is the element or inside it.
+async fn seen(page: &Page, id: &str) -> bool {
+    on_screen(page, id).await
+        && js(
+            page,
+            &format!(
+                "(() => {{ const e = document.getElementById('{id}'); const r = e.getBoundingClientRect();
+                     const at = (x, y) => {{ const h = document.elementFromPoint(x, y); return h && (e.contains(h) || h.contains(e)); }};
+                     return at((r.left + r.right) / 2, (r.top + r.bottom) / 2) && at(r.left + 2, r.top + 2) && at(r.right - 2, r.bottom - 2); }})()"
+            ),
+        )
+        .await
+        .as_bool()
+        .unwrap_or(false)
+}
+
 async fn no_sideways_overflow(page: &Page) -> (bool, String) {
     let v = js(page, "[document.documentElement.scrollWidth, innerWidth]").await;
     let (wide, inner) = (v[0].as_i64().unwrap(), v[1].as_i64().unwrap());
+    // The outermost elements past the window's edge, to say which.
+    let past = js(page, "JSON.stringify([...document.body.querySelectorAll('*')].filter((e) => e.getBoundingClientRect().right > innerWidth + 1 && !(e.parentElement && e.parentElement.getBoundingClientRect().right > innerWidth + 1)).slice(0, 6).map((e) => `${e.tagName.toLowerCase()}#${e.id}.${e.className} ${Math.round(e.getBoundingClientRect().width)}px`))").await;
     (
         wide <= inner,
-        format!("page {wide} px wide in a {inner} px window"),
+        format!("page {wide} px wide in a {inner} px window: {past}"),
     )
 }
 
@@ -42,10 +62,14 @@ async fn at_every_width_the_step_and_the_numbers_are_on_screen_together() {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
     let addr = serve_on(0, stop_rx).await;
     let (mut browser, events, profile) = launch("widths").await;
-    for (width, height) in [(390, 844), (1280, 800), (1920, 1080)] {
+    let sizes = [(390, 844), (1280, 800), (1920, 1080)];
+    // Each size as a learner sees it, and in projector mode as a class does.
+    for (width, height, view) in (sizes.iter().map(|&(w, h)| (w, h, "")))
+        .chain(sizes.iter().map(|&(w, h)| (w, h, "?view=projector")))
+    {
         let page = browser.new_page("about:blank").await.unwrap();
         viewport(&page, width, height).await;
-        page.goto(format!("http://{addr}/")).await.unwrap();
+        page.goto(format!("http://{addr}/{view}")).await.unwrap();
         until(
             &page,
             "document.getElementById('status').textContent === 'connected'",
@@ -54,19 +78,23 @@ async fn at_every_width_the_step_and_the_numbers_are_on_screen_together() {
         open_lesson(&page, "lesson-0").await;
         for step in 0..4 {
             until(&page, "document.getElementById('lesson-do')").await;
+            let at = js(&page, "JSON.stringify([document.getElementById('lesson-do').getBoundingClientRect(), innerHeight, scrollY])").await;
             assert!(
                 on_screen(&page, "lesson-do").await,
-                "{width}: step {step} off screen"
+                "{width}{view}: step {step} off screen: {at}"
             );
             press(&page, "lesson-do").await;
             for id in ["lesson-outcome", "allocated", "reserved", "device-used"] {
                 assert!(
-                    on_screen(&page, id).await,
-                    "{width}: #{id} off screen after step {step}"
+                    seen(&page, id).await,
+                    "{width}{view}: #{id} off screen or covered after step {step}"
                 );
             }
             let (fits, why) = no_sideways_overflow(&page).await;
-            assert!(fits, "{width}: {why}");
+            assert!(fits, "{width}{view}: {why}");
+            // The "Will it fit?" link covers nothing in the status bar.
+            let covered = js(&page, "(() => { const l = document.querySelector('a.plan').getBoundingClientRect(); return [...document.querySelectorAll('.bar *')].filter((e) => { const r = e.getBoundingClientRect(); return r.width > 0 && r.left < l.right && l.left < r.right && r.top < l.bottom && l.top < r.bottom; }).map((e) => e.id || e.className || e.tagName).join(', '); })()").await;
+            assert_eq!(covered, "", "{width}{view}: the link covers these");
         }
         // A long line in the Python pane scrolls inside it.
         let long = "t".repeat(60);
@@ -78,8 +106,9 @@ async fn at_every_width_the_step_and_the_numbers_are_on_screen_together() {
         )
         .await;
         let (fits, why) = no_sideways_overflow(&page).await;
-        assert!(fits, "{width}, a long line: {why}");
-        shot(&page, &format!("lesson-{width}.png")).await;
+        assert!(fits, "{width}{view}, a long line: {why}");
+        let projector = if view.is_empty() { "" } else { "-projector" };
+        shot(&page, &format!("lesson-{width}{projector}.png")).await;
         page.close().await.unwrap();
     }
     browser.close().await.unwrap();
