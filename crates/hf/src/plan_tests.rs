@@ -25,6 +25,21 @@ fn question(model: &str, gpu: GpuModel, batch: u64, prompt: u64, new_tokens: u64
     }
 }
 
+/// A step of `batch` x `seq` tokens training every parameter with AdamW,
+/// sdpa attention, nothing else asked for.
+fn full_training(batch: u64, seq: u64) -> Training {
+    Training {
+        batch,
+        seq,
+        attention: Attention::Sdpa,
+        checkpointing: false,
+        lora: None,
+        adam8bit: false,
+        quant: None,
+        amp: None,
+    }
+}
+
 /// The question's `generate`, to change.
 fn generation(q: &mut Question) -> &mut Generation {
     match &mut q.task {
@@ -500,14 +515,8 @@ fn a_step_s_activations_are_told_by_layer() {
 fn adamw8bit_state_is_a_byte_an_element_and_a_maximum_a_block() {
     let known = find("Qwen2.5-0.5B").unwrap();
     let training = Training {
-        batch: 1,
-        seq: 128,
-        attention: Attention::Sdpa,
-        checkpointing: false,
-        lora: None,
         adam8bit: true,
-        quant: None,
-        amp: None,
+        ..full_training(1, 128)
     };
     let loaded = HfConfig {
         dtype: Dtype::Bfloat16,
@@ -605,16 +614,7 @@ fn qlora_loads_and_steps_as_the_h100_measured_them() {
 #[test]
 fn a_step_that_does_not_fit_is_offered_the_cheapest_changes_that_do() {
     let known = find("Llama-3.1-8B").unwrap();
-    let t = Training {
-        batch: 8,
-        seq: 512,
-        attention: Attention::Sdpa,
-        checkpointing: false,
-        lora: None,
-        adam8bit: false,
-        quant: None,
-        amp: None,
-    };
+    let t = full_training(8, 512);
     let q = Question {
         config: known.config,
         dtype: Dtype::Bfloat16,

@@ -164,7 +164,7 @@ pub fn search_fix(
     device: usize,
 ) -> Result<Option<FixReport>, SnapshotError> {
     let trace = snapshot.trace(device);
-    let Some(event) = (0..trace.len()).find(|&i| trace.action(i) == Action::Oom) else {
+    let Some(event) = first_oom(snapshot, device) else {
         return Ok(None);
     };
     let oom = trace
@@ -233,6 +233,12 @@ pub fn search_fix(
     }))
 }
 
+/// The event of `device`'s first recorded out-of-memory.
+fn first_oom(snapshot: &MemorySnapshot, device: usize) -> Option<usize> {
+    let trace = snapshot.trace(device);
+    (0..trace.len()).find(|&i| trace.action(i) == Action::Oom)
+}
+
 /// The memory a recording's process could hold, read from its first
 /// out-of-memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -248,7 +254,7 @@ pub struct Room {
 /// exact replay `exact` of its trace (none without one).
 pub fn room(snapshot: &MemorySnapshot, device: usize, exact: &ReplayRun) -> Option<Room> {
     let trace = snapshot.trace(device);
-    let event = (0..trace.len()).find(|&i| trace.action(i) == Action::Oom)?;
+    let event = first_oom(snapshot, device)?;
     let oom = trace.get(event)?;
     let at = exact.timeline.get(event)?;
     let held_most = (exact.timeline.iter().take(event + 1))
@@ -282,7 +288,7 @@ pub fn in_the_room(mut settings: RestartSettings, room: Room) -> RestartSettings
 /// alone (no replay): where it ran out and what it asked for.
 pub fn first_oom_words(snapshot: &MemorySnapshot, device: usize) -> Option<String> {
     let trace = snapshot.trace(device);
-    let event = (0..trace.len()).find(|&i| trace.action(i) == Action::Oom)?;
+    let event = first_oom(snapshot, device)?;
     let size = trace.get(event)?.size;
     let at = oom_line(snapshot, device).map_or(String::new(), |a| format!(" at {a}"));
     Some(format!(
@@ -295,7 +301,7 @@ pub fn first_oom_words(snapshot: &MemorySnapshot, device: usize) -> Option<Strin
 /// that asked for it, if the recording kept frames.
 pub fn oom_line(snapshot: &MemorySnapshot, device: usize) -> Option<String> {
     let trace = snapshot.trace(device);
-    let event = (0..trace.len()).find(|&i| trace.action(i) == Action::Oom)?;
+    let event = first_oom(snapshot, device)?;
     let frames = trace.get(event)?.frames;
     super::frame::user_frame(&frames).map(|f| f.label())
 }
